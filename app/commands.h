@@ -1,0 +1,20 @@
+// The subcommands of gantry-engine. Each registers its CLI11 options on `app`; when chosen, it runs
+// during parsing and stores its exit code in *exit_code.
+#pragma once
+
+namespace CLI {
+class App;
+}
+
+namespace gantry {
+
+// Exit codes: 0 done, 1 failed while running, 2 bad input (config, flags, checkpoint choice),
+// 130 stopped by SIGINT/SIGTERM after a clean checkpoint.
+inline constexpr int kExitFailed = 1;
+inline constexpr int kExitBadInput = 2;
+inline constexpr int kExitInterrupted = 130;
+
+void train_command_add(CLI::App& app, int* exit_code);
+void data_command_add(CLI::App& app, int* exit_code);
+
+}  // namespace gantry

@@ -1,0 +1,21 @@
+// gantry-engine: the headless engine. Subcommands: train (one process), data (make token shards).
+#include <CLI/CLI.hpp>
+
+#include "app/commands.h"
+#include "engine/core/version.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"gantry-engine: headless GPT training engine"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", gantry::code_version());
+  int exit_code = 0;
+  gantry::train_command_add(app, &exit_code);
+  gantry::data_command_add(app, &exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);  // prints help, version or the usage error
+    return rc == 0 ? 0 : gantry::kExitBadInput;
+  }
+  return exit_code;
+}

@@ -1,0 +1,124 @@
+// gantry-engine train: one process trains a config, printing one human line per step on stderr and,
+// with --json, one JSON object per step on stdout.
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>  // --json lines
+
+#include "app/commands.h"
+#include "engine/core/checkpoint.h"
+#include "engine/core/config.h"
+#include "engine/core/train.h"
+
+namespace gantry {
+namespace {
+
+std::atomic<bool> g_stop{false};
+extern "C" void on_stop_signal(int) { g_stop.store(true); }
+
+class StepPrinter final : public TrainObserver {
+ public:
+  explicit StepPrinter(bool json) : json_(json) {}
+  void on_start(const std::string& summary) override { std::fprintf(stderr, "%s\n", summary.c_str()); }
+  void on_step(const StepReport& r) override {
+    std::fprintf(stderr, "step %6lld/%lld | loss %.6f | grad norm %.4f | lr %.3e | %9.0f tok/s | %8.1f ms",
+                 static_cast<long long>(r.step), static_cast<long long>(r.last_step), r.loss, r.grad_norm, r.lr,
+                 r.tokens_per_s, r.ms);
+    if (r.val_loss) std::fprintf(stderr, " | val loss %.6f", *r.val_loss);
+    std::fprintf(stderr, "\n");
+    if (json_) {
+      nlohmann::json j = {{"step", r.step},  {"loss", r.loss},          {"grad_norm", r.grad_norm},
+                          {"lr", r.lr},      {"tokens_per_s", r.tokens_per_s}, {"ms", r.ms}};
+      if (r.val_loss) j["val_loss"] = *r.val_loss;
+      std::printf("%s\n", j.dump().c_str());
+      std::fflush(stdout);
+    }
+  }
+  void on_checkpoint(const CheckpointReport& c) override {
+    std::fprintf(stderr, "checkpoint step %lld -> %s (%.1f MB, %.2f s)\n", static_cast<long long>(c.step),
+                 c.dir.c_str(), static_cast<double>(c.bytes) / 1e6, c.seconds);
+    if (json_) {
+      nlohmann::json j = {{"event", "checkpoint"}, {"step", c.step}, {"dir", c.dir}, {"bytes", c.bytes}};
+      std::printf("%s\n", j.dump().c_str());
+      std::fflush(stdout);
+    }
+  }
+
+ private:
+  bool json_;
+};
+
+struct TrainArgs {
+  std::string config;
+  std::string resume;
+  int64_t max_steps = -1;
+  std::string out;
+  bool json = false;
+};
+
+// A failed resume names its checkpoint; point at the one before it, which is still there.
+std::string previous_checkpoint_hint(const std::string& out_dir, const std::string& failed) {
+  std::vector<std::string> all = checkpoint_list((std::filesystem::path(out_dir) / "checkpoints").string());
+  std::string prev;
+  for (const std::string& d : all) {
+    if (std::filesystem::path(d).filename() == std::filesystem::path(failed).filename()) break;
+    prev = d;
+  }
+  return prev.empty() ? "" : "\nan earlier checkpoint is still there: --resume " + prev;
+}
+
+int train_main(const TrainArgs& a) {
+  Result<Config> cfg = config_load(a.config);
+  if (!cfg.ok()) {
+    std::fprintf(stderr, "gantry-engine train: %s\n", cfg.error().c_str());
+    return kExitBadInput;
+  }
+  TrainOptions opt;
+  opt.out_dir = a.out.empty() ? "runs/" + std::filesystem::path(a.config).stem().string() : a.out;
+  opt.resume = a.resume;
+  opt.max_steps = a.max_steps;
+  opt.stop = &g_stop;
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
+
+  StepPrinter printer(a.json);
+  Result<TrainSummary> s = train_run(cfg.value(), opt, &printer);
+  if (!s.ok()) {
+    std::string hint;
+    if (!a.resume.empty()) {
+      std::string failed = a.resume;
+      if (a.resume == "latest") {
+        Result<std::string> latest = checkpoint_latest((std::filesystem::path(opt.out_dir) / "checkpoints").string());
+        failed = latest.ok() ? latest.value() : "";
+      }
+      if (!failed.empty()) hint = previous_checkpoint_hint(opt.out_dir, failed);
+    }
+    std::fprintf(stderr, "gantry-engine train: %s%s\n", s.error().c_str(), hint.c_str());
+    return a.resume.empty() ? kExitFailed : kExitBadInput;
+  }
+  std::fprintf(stderr, "done: step %lld, loss %.6f%s, checkpoint %s\n", static_cast<long long>(s->last_step),
+               s->last_loss, s->last_val_loss ? (", val loss " + std::to_string(*s->last_val_loss)).c_str() : "",
+               s->checkpoint_dir.c_str());
+  return s->stopped_early ? kExitInterrupted : 0;
+}
+
+}  // namespace
+
+void train_command_add(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<TrainArgs>();
+  CLI::App* sub = app.add_subcommand("train", "Train a model in this process (the CPU reference backend)");
+  sub->add_option("--config", args->config, "Training config (TOML), e.g. assets/configs/tiny.toml")
+      ->required()
+      ->check(CLI::ExistingFile);
+  sub->add_option("--resume", args->resume, "Resume from 'latest' (newest under OUT/checkpoints) or a checkpoint dir");
+  sub->add_option("--max-steps", args->max_steps,
+                  "Stop after this optimizer step (the LR schedule still spans train.max_steps)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--out", args->out, "Run folder for checkpoints and data (default runs/<config name>)");
+  sub->add_flag("--json", args->json, "Also print one JSON object per step on stdout");
+  sub->callback([args, exit_code] { *exit_code = train_main(*args); });
+}
+
+}  // namespace gantry

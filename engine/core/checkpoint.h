@@ -1,0 +1,63 @@
+// Checkpoints, format v1: one directory per step under a root, shard file(s) first, then manifest.json
+// written to a temporary name and renamed: the rename is the commit, and a directory without a manifest
+// is not a checkpoint. Every slice of every tensor carries an xxHash64.
+//
+//   <root>/step_00000100/shard_r00000.bin   header + raw fp32 slices (params, adam_m, adam_v)
+//   <root>/step_00000100/manifest.json      format version, step, config, layout, tensor table, slice index
+//                                           (file, offset, hash), data cursor, RNG state, code and data versions
+//
+// Slices are ranges of a tensor in its global row-major coordinates, so a checkpoint written under one
+// layout (ZeRO shards, tensor/pipeline splits) loads under another by range overlap.
+// Loading checks the format, the config and every checksum into staging memory before it touches the
+// model: a bad checkpoint is refused with the file and the problem, never half-loaded.
+//
+//   CheckpointMeta meta{.step = 100, ...};
+//   Result<CheckpointWritten> w = checkpoint_write(root, *backend, meta, /*keep=*/3);
+//   Result<std::string> dir = checkpoint_latest(root);
+//   Result<CheckpointMeta> m = checkpoint_load(dir.value(), *backend, config, data_version);
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/core/backend.h"
+#include "engine/core/config.h"
+#include "engine/core/status.h"
+
+namespace gantry {
+
+inline constexpr int kCheckpointFormatVersion = 1;
+
+struct CheckpointMeta {
+  int64_t step = 0;              // optimizer steps done; also the LR schedule position
+  uint64_t sampler_seed = 0;     // data cursor: (seed, step) is all the sampler needs
+  uint64_t rng_state = 0;        // the train loop's RNG
+  Config config;
+  uint64_t data_version = 0;     // hash of the training shards' names and sizes
+  std::string code_version;
+  double loss = 0;               // training loss of the last step, for the catalog
+};
+
+struct CheckpointWritten {
+  std::string dir;
+  uint64_t bytes = 0;
+  double seconds = 0;
+};
+
+// Writes step `meta.step` under root, commits it, then keeps the newest `keep` committed checkpoints.
+// A committed checkpoint of the same step is left as it is (the state at a step is deterministic).
+Result<CheckpointWritten> checkpoint_write(const std::string& root, Backend& backend, const CheckpointMeta& meta,
+                                           int keep);
+
+// Committed checkpoint directories under root, oldest first.
+std::vector<std::string> checkpoint_list(const std::string& root);
+// The newest committed checkpoint under root; an error naming root when there is none.
+Result<std::string> checkpoint_latest(const std::string& root);
+
+// Verifies everything, then loads parameters and AdamW state into the backend and returns the metadata.
+// `config` is the run's current config (must be compatible); `data_version` of the current training data.
+Result<CheckpointMeta> checkpoint_load(const std::string& dir, Backend& backend, const Config& config,
+                                       uint64_t data_version);
+
+}  // namespace gantry

@@ -1,0 +1,81 @@
+// The training configuration: typed structs, one validation rule per field, read from TOML.
+// One field table in config.cpp drives parsing, range checks, the canonical dump stored in checkpoints,
+// and the comparison that decides whether a checkpoint fits this config.
+//
+//   Result<Config> cfg = config_load("assets/configs/tiny.toml");
+//   if (!cfg.ok()) { print(cfg.error()); return 2; }   // "tiny.toml:4: model.n_head = 0: allowed 1..1024"
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/core/status.h"
+
+namespace gantry {
+
+struct ModelConfig {
+  int n_layer = 2;       // transformer blocks
+  int n_head = 4;        // attention heads; must divide n_embd
+  int n_embd = 64;       // width d
+  int vocab_size = 256;  // rows of the tied token embedding; must exceed the data's largest token
+  int seq_len = 64;      // context length T (learned positions)
+};
+
+struct OptimConfig {
+  double lr = 1e-3;            // peak learning rate, after warmup
+  double min_lr = 1e-4;        // floor of the cosine decay; <= lr
+  int warmup_steps = 10;       // linear warmup from lr/warmup_steps to lr
+  double weight_decay = 0.1;   // AdamW decoupled decay, matrices only
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double grad_clip = 1.0;      // global-norm clip; 0 turns clipping off
+};
+
+struct TrainConfig {
+  uint64_t seed = 1234;        // parameter init and data order
+  int global_batch = 16;       // sequences per optimizer step, across all ranks and micro-batches
+  int micro_batch = 8;         // sequences per forward/backward; must divide global_batch
+  int max_steps = 200;         // optimizer steps; the cosine schedule ends here
+  int checkpoint_every = 0;    // steps between checkpoints; 0 = only when training stops
+  int keep_checkpoints = 3;    // committed checkpoints kept (last K)
+  int val_every = 50;          // steps between validation passes; 0 = never
+  int val_batches = 4;         // micro-batches of the val split per validation pass
+  int threads = 0;             // CPU threads; 0 = all cores
+};
+
+struct DataConfig {
+  std::string kind = "synthetic";  // "synthetic" (built-in corpus, written under the run's out dir) or "shards"
+  std::string dir;                 // kind = "shards": folder of llm.c .bin shards
+  std::string train_prefix = "train_";
+  std::string val_prefix = "val_";
+  int synthetic_branching = 4;      // successors per token; corpus entropy = ln(branching) nats
+  uint64_t synthetic_seed = 1;
+  uint64_t synthetic_train_tokens = 1 << 20;
+  uint64_t synthetic_val_tokens = 1 << 16;
+};
+
+struct Config {
+  ModelConfig model;
+  OptimConfig optim;
+  TrainConfig train;
+  DataConfig data;
+};
+
+// Parse and validate. Errors name the source, line, key and the allowed values; the first error wins.
+Result<Config> config_parse(const std::string& toml_text, const std::string& source_name);
+Result<Config> config_load(const std::string& path);
+
+// Range and cross-field checks (also run by config_parse); for configs built in code.
+Status config_validate(const Config& c);
+
+// Canonical TOML of every field, for manifests and logs; config_parse(config_dump(c)) == c.
+std::string config_dump(const Config& c);
+
+// Whether a checkpoint written under `saved` can continue under `current`: the model, optimizer, batch,
+// seed and data must be equal; schedule length, checkpoint and logging cadence may change.
+// Returns one "key: checkpoint has X, config has Y" line per difference that matters (empty = compatible).
+std::vector<std::string> config_incompatibilities(const Config& saved, const Config& current);
+
+}  // namespace gantry

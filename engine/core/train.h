@@ -1,0 +1,64 @@
+// The training loop: data, schedule, gradient accumulation, clipping, validation and checkpoints around a
+// Backend. It reports through an observer and never prints: the caller decides what a line looks like.
+//
+//   TrainOptions opt{.out_dir = "runs/tiny", .resume = "latest"};
+//   Result<TrainSummary> s = train_run(config, opt, &printer);
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "engine/core/config.h"
+#include "engine/core/status.h"
+
+namespace gantry {
+
+struct StepReport {
+  int64_t step = 0;        // optimizer steps done, counting this one
+  int64_t last_step = 0;   // where this run stops
+  double loss = 0;         // mean training loss over the global batch
+  double grad_norm = 0;    // global L2 norm before clipping
+  double lr = 0;
+  double tokens_per_s = 0;
+  double ms = 0;           // wall time of this step
+  std::optional<double> val_loss;
+};
+
+struct CheckpointReport {
+  int64_t step = 0;
+  std::string dir;
+  uint64_t bytes = 0;
+  double seconds = 0;
+};
+
+class TrainObserver {
+ public:
+  virtual ~TrainObserver() = default;
+  virtual void on_start(const std::string& /*summary*/) {}
+  virtual void on_step(const StepReport&) {}
+  virtual void on_checkpoint(const CheckpointReport&) {}
+};
+
+struct TrainOptions {
+  std::string out_dir;             // run folder: checkpoints/ and, for the synthetic corpus, data/
+  std::string resume;              // "" (fresh), "latest" (newest under out_dir/checkpoints) or a checkpoint dir
+  int64_t max_steps = -1;          // stop after this step; -1 = the config's train.max_steps
+  const std::atomic<bool>* stop = nullptr;  // set (by a signal handler) to stop at the next step boundary
+};
+
+struct TrainSummary {
+  int64_t first_step = 0;  // steps already done when this run started (resume)
+  int64_t last_step = 0;
+  double last_loss = 0;
+  std::optional<double> last_val_loss;
+  uint64_t params = 0;
+  uint64_t params_xxh64 = 0;  // fingerprint of the final parameters
+  std::string checkpoint_dir;  // the checkpoint written at the end
+  bool stopped_early = false;  // by options.stop
+};
+
+Result<TrainSummary> train_run(const Config& config, const TrainOptions& options, TrainObserver* observer);
+
+}  // namespace gantry

@@ -1,0 +1,121 @@
+#include "engine/core/config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace gantry {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string error_of(const std::string& toml) {
+  Result<Config> c = config_parse(toml, "test.toml");
+  EXPECT_FALSE(c.ok()) << "expected an error for:\n" << toml;
+  return c.ok() ? "" : c.error();
+}
+
+TEST(Config, ShippedConfigsLoad) {
+  for (const char* name : {"tiny", "gpt2-124m", "gpt2-350m"}) {
+    Result<Config> c = config_load(std::string(GANTRY_SOURCE_DIR) + "/assets/configs/" + name + ".toml");
+    ASSERT_TRUE(c.ok()) << name << ": " << c.error();
+  }
+  Result<Config> big = config_load(std::string(GANTRY_SOURCE_DIR) + "/assets/configs/gpt2-124m.toml");
+  EXPECT_EQ(big->model.n_layer, 12);
+  EXPECT_EQ(big->model.n_embd, 768);
+  EXPECT_EQ(big->model.vocab_size, 50304);
+  EXPECT_EQ(big->model.seq_len, 1024);
+}
+
+TEST(Config, ValuesOverrideDefaults) {
+  Result<Config> c = config_parse("[model]\nn_layer = 3\n[optim]\nlr = 2e-4\nwarmup_steps = 7\n", "t");
+  ASSERT_TRUE(c.ok()) << c.error();
+  EXPECT_EQ(c->model.n_layer, 3);
+  EXPECT_DOUBLE_EQ(c->optim.lr, 2e-4);
+  EXPECT_EQ(c->optim.warmup_steps, 7);
+  EXPECT_EQ(c->model.n_embd, ModelConfig{}.n_embd);
+}
+
+TEST(Config, IntegerAcceptedForFloatField) {
+  Result<Config> c = config_parse("[optim]\ngrad_clip = 2\n", "t");
+  ASSERT_TRUE(c.ok()) << c.error();
+  EXPECT_DOUBLE_EQ(c->optim.grad_clip, 2.0);
+}
+
+TEST(Config, UnknownKeyNamesKeyLineAndKnownKeys) {
+  std::string e = error_of("[model]\nn_layer = 2\nn_layers = 3\n");
+  EXPECT_THAT(e, HasSubstr("test.toml:3"));
+  EXPECT_THAT(e, HasSubstr("unknown key 'model.n_layers'"));
+  EXPECT_THAT(e, HasSubstr("model.n_layer"));
+}
+
+TEST(Config, UnknownSectionListsSections) {
+  std::string e = error_of("[modle]\nn_layer = 2\n");
+  EXPECT_THAT(e, HasSubstr("unknown key 'modle.n_layer'"));
+  EXPECT_THAT(e, HasSubstr("[model]"));
+}
+
+TEST(Config, OutOfRangeNamesAllowedRange) {
+  std::string e = error_of("[model]\nn_head = 0\n");
+  EXPECT_THAT(e, HasSubstr("test.toml:2"));
+  EXPECT_THAT(e, HasSubstr("model.n_head"));
+  EXPECT_THAT(e, HasSubstr("[1, 1024]"));
+}
+
+TEST(Config, WrongTypeNamesExpectedType) {
+  std::string e = error_of("[optim]\nlr = \"fast\"\n");
+  EXPECT_THAT(e, HasSubstr("optim.lr"));
+  EXPECT_THAT(e, HasSubstr("expected a number"));
+  EXPECT_THAT(e, HasSubstr("string"));
+}
+
+TEST(Config, FractionalIntegerRefused) {
+  std::string e = error_of("[train]\nglobal_batch = 1.5\n");
+  EXPECT_THAT(e, HasSubstr("train.global_batch"));
+  EXPECT_THAT(e, HasSubstr("integer"));
+}
+
+TEST(Config, StringChoicesListed) {
+  std::string e = error_of("[data]\nkind = \"parquet\"\n");
+  EXPECT_THAT(e, HasSubstr("\"synthetic\", \"shards\""));
+}
+
+TEST(Config, CrossFieldRules) {
+  EXPECT_THAT(error_of("[model]\nn_embd = 64\nn_head = 5\n"), HasSubstr("must divide model.n_embd"));
+  EXPECT_THAT(error_of("[train]\nglobal_batch = 10\nmicro_batch = 4\n"), HasSubstr("must divide train.global_batch"));
+  EXPECT_THAT(error_of("[optim]\nlr = 1e-4\nmin_lr = 1e-3\n"), HasSubstr("optim.min_lr"));
+  EXPECT_THAT(error_of("[data]\nkind = \"shards\"\n"), HasSubstr("data.dir"));
+}
+
+TEST(Config, TomlSyntaxErrorsPassThrough) {
+  EXPECT_THAT(error_of("[model]\nn_layer 2\n"), HasSubstr("test.toml:2"));
+}
+
+TEST(Config, MissingFileNamed) {
+  Result<Config> c = config_load("/nonexistent/x.toml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.error(), HasSubstr("/nonexistent/x.toml"));
+}
+
+TEST(Config, DumpParsesBackToTheSameConfig) {
+  Config c;
+  c.optim.lr = 0.1 + 0.2;  // not exactly representable in short decimal: the dump must keep every bit
+  c.train.seed = 18446744073709551615ull >> 2;
+  c.data.dir = "with \"quotes\"";
+  Result<Config> back = config_parse(config_dump(c), "dump");
+  ASSERT_TRUE(back.ok()) << back.error() << "\n" << config_dump(c);
+  EXPECT_EQ(config_dump(back.value()), config_dump(c));
+  EXPECT_EQ(back->optim.lr, c.optim.lr);
+  EXPECT_TRUE(config_incompatibilities(c, back.value()).empty());
+}
+
+TEST(Config, IncompatibilitiesNameTheFields) {
+  Config a, b;
+  b.model.n_embd = 128;
+  b.train.max_steps = a.train.max_steps + 100;  // may change on resume
+  std::vector<std::string> d = config_incompatibilities(a, b);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_THAT(d[0], HasSubstr("model.n_embd: checkpoint has 64, config has 128"));
+}
+
+}  // namespace
+}  // namespace gantry
