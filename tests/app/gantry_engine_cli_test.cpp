@@ -1,0 +1,172 @@
+// gantry-engine as a user runs it: exit codes, messages, one line per step, JSON lines, data commands.
+#include <sys/wait.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>  // parses the --json lines
+#include <sstream>
+#include <string>
+
+#include "engine/core/token_shard.h"
+
+namespace gantry {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+struct Outcome {
+  int code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+Outcome run(const std::string& args) {
+  const std::string dir = ::testing::TempDir();
+  const std::string out = dir + "/cli_stdout", err = dir + "/cli_stderr";
+  const std::string cmd = std::string(GANTRY_ENGINE_BIN) + " " + args + " >" + out + " 2>" + err + " </dev/null";
+  const int status = std::system(cmd.c_str());
+  Outcome r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+std::string fresh_dir(const std::string& name) {
+  fs::path p = fs::path(::testing::TempDir()) / ("gantry_cli_" + name);
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+// A small config on the synthetic corpus: a few steps take well under a second.
+std::string write_small_config(const std::string& dir, const std::string& extra = "") {
+  const std::string path = dir + "/small.toml";
+  std::ofstream(path) << "[model]\nn_layer = 1\nn_head = 2\nn_embd = 16\nvocab_size = 32\nseq_len = 8\n"
+                         "[train]\nglobal_batch = 4\nmicro_batch = 2\nmax_steps = 6\nval_every = 3\nval_batches = 1\n"
+                         "checkpoint_every = 3\n"
+                         "[data]\nsynthetic_train_tokens = 8192\nsynthetic_val_tokens = 1024\n"
+                      << extra;
+  return path;
+}
+
+TEST(GantryEngineCli, HelpOnEverySubcommand) {
+  for (const char* sub : {"", "train", "data", "data text", "data synthetic"}) {
+    Outcome r = run(std::string(sub) + " --help");
+    EXPECT_EQ(r.code, 0) << sub;
+    EXPECT_THAT(r.out, HasSubstr("Usage")) << sub;
+  }
+  EXPECT_THAT(run("train --help").out, HasSubstr("--resume"));
+}
+
+TEST(GantryEngineCli, NoSubcommandIsAUsageError) {
+  Outcome r = run("");
+  EXPECT_EQ(r.code, 2);
+}
+
+TEST(GantryEngineCli, TrainPrintsOneLinePerStepAndJsonLines) {
+  const std::string dir = fresh_dir("train");
+  const std::string cfg = write_small_config(dir);
+  Outcome r = run("train --config " + cfg + " --out " + dir + "/run --max-steps 4 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  int step_lines = 0;
+  std::istringstream err(r.err);
+  for (std::string line; std::getline(err, line);) step_lines += line.rfind("step ", 0) == 0;
+  EXPECT_EQ(step_lines, 4);
+  EXPECT_THAT(r.err, HasSubstr("tok/s"));
+  EXPECT_THAT(r.err, HasSubstr("grad norm"));
+  std::istringstream out(r.out);
+  std::vector<nlohmann::json> steps;
+  for (std::string line; std::getline(out, line);) {
+    nlohmann::json j = nlohmann::json::parse(line);
+    if (j.contains("step") && j.contains("loss") && !j.contains("event")) steps.push_back(j);
+  }
+  ASSERT_EQ(steps.size(), 4u);
+  EXPECT_EQ(steps[0]["step"], 1);
+  EXPECT_EQ(steps[3]["step"], 4);
+  EXPECT_GT(steps[0]["loss"].get<double>(), 2.0);
+  EXPECT_TRUE(fs::exists(dir + "/run/checkpoints/step_00000004/manifest.json"));
+}
+
+TEST(GantryEngineCli, ResumeContinuesWhereItStopped) {
+  const std::string dir = fresh_dir("resume");
+  const std::string cfg = write_small_config(dir);
+  ASSERT_EQ(run("train --config " + cfg + " --out " + dir + "/run --max-steps 2").code, 0);
+  Outcome r = run("train --config " + cfg + " --out " + dir + "/run --resume latest --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("\"step\":3"));
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("\"step\":2,")));
+  EXPECT_THAT(r.err, HasSubstr("steps 2..6"));
+}
+
+TEST(GantryEngineCli, BadConfigExitsTwoNamingTheKey) {
+  const std::string dir = fresh_dir("badcfg");
+  Outcome unknown = run("train --config " + write_small_config(dir, "bogus = 1\n"));
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_THAT(unknown.err, HasSubstr("unknown key 'data.bogus'"));
+  std::ofstream(dir + "/range.toml") << "[optim]\nbeta2 = 1.5\n";
+  Outcome range = run("train --config " + dir + "/range.toml");
+  EXPECT_EQ(range.code, 2);
+  EXPECT_THAT(range.err, HasSubstr("optim.beta2"));
+  EXPECT_THAT(range.err, HasSubstr("range.toml:2"));
+  Outcome missing = run("train --config " + dir + "/nope.toml");
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_THAT(missing.err, HasSubstr("nope.toml"));
+}
+
+TEST(GantryEngineCli, CorruptLatestCheckpointIsRefusedAndTheEarlierOneNamed) {
+  const std::string dir = fresh_dir("corrupt");
+  const std::string cfg = write_small_config(dir);
+  ASSERT_EQ(run("train --config " + cfg + " --out " + dir + "/run").code, 0);  // checkpoints at 3 and 6
+  const std::string shard = dir + "/run/checkpoints/step_00000006/shard_r00000.bin";
+  fs::resize_file(shard, fs::file_size(shard) / 2);
+  Outcome r = run("train --config " + cfg + " --out " + dir + "/run --resume latest");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr(shard));
+  EXPECT_THAT(r.err, HasSubstr("--resume " + dir + "/run/checkpoints/step_00000003"));
+}
+
+TEST(GantryEngineCli, DataTextMakesShardsTheTrainerReads) {
+  const std::string dir = fresh_dir("text");
+  {
+    std::ofstream f(dir + "/corpus.txt");
+    for (int i = 0; i < 300; ++i) f << "the quick brown fox jumps over the lazy dog " << i << "\n";
+  }
+  Outcome r = run("data text --input " + dir + "/corpus.txt --out " + dir + "/shards --val-fraction 0.1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  Result<TokenShard> train = TokenShard::open(dir + "/shards/train_000000.bin");
+  ASSERT_TRUE(train.ok()) << train.error();
+  EXPECT_EQ(train->at(0), static_cast<uint32_t>('t'));
+  const std::string cfg = dir + "/bytes.toml";
+  std::ofstream(cfg) << "[model]\nn_layer = 1\nn_head = 2\nn_embd = 16\nvocab_size = 256\nseq_len = 16\n"
+                        "[train]\nglobal_batch = 2\nmicro_batch = 2\nmax_steps = 2\nval_every = 0\n"
+                        "[data]\nkind = \"shards\"\ndir = \"" + dir + "/shards\"\n";
+  Outcome t = run("train --config " + cfg + " --out " + dir + "/run");
+  EXPECT_EQ(t.code, 0) << t.err;
+}
+
+TEST(GantryEngineCli, DataSyntheticReportsItsEntropy) {
+  const std::string dir = fresh_dir("synthetic");
+  Outcome r = run("data synthetic --out " + dir + " --vocab 64 --branching 8 --train-tokens 4096 --val-tokens 512");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("entropy: 2.079442"));  // ln 8
+  EXPECT_TRUE(fs::exists(dir + "/train_000000.bin"));
+  Outcome bad = run("data synthetic --out " + dir + " --vocab 4 --branching 9");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("branching"));
+}
+
+}  // namespace
+}  // namespace gantry
