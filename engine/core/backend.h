@@ -3,11 +3,13 @@
 // The backend owns the flat parameter, gradient and AdamW buffers described by the model's tensor table;
 // the train loop owns the schedule, the data and the decisions (clipping, when to step, checkpoints).
 //
-//   std::unique_ptr<Backend> be = backend_cpu_create(cfg.model, cfg.train.micro_batch, threads);
+// A step asks nothing of the device until it is over, so a GPU never waits on the host mid-step:
+//
+//   Result<std::unique_ptr<Backend>> be = backend_create("cuda", cfg.model, cfg.train.micro_batch, threads);
 //   be->zero_grads();
-//   float loss = be->forward_backward(inputs, targets, B, 1.0f / accum);
-//   double norm = be->grad_norm();
-//   be->adamw_step({.lr = lr, .grad_scale = clip_scale, .step = t, ...});
+//   for (each micro-batch) be->forward_backward(inputs, targets, B, 1.0f / accum);
+//   be->optimizer_step({.lr = lr, .grad_clip = 1.0, .step = t, ...});
+//   StepStats s = be->step_stats();   // the one wait per step: mean loss, grad norm
 #pragma once
 
 #include <cstddef>
@@ -16,6 +18,7 @@
 #include <string>
 
 #include "engine/core/config.h"
+#include "engine/core/status.h"
 #include "engine/core/tensor_table.h"
 
 namespace gantry {
@@ -29,8 +32,14 @@ struct AdamWStep {
   double beta2 = 0.95;
   double eps = 1e-8;
   double weight_decay = 0;  // applied to tensors whose table entry has decay = true
-  double grad_scale = 1;    // multiplies every gradient first (global-norm clipping)
+  double grad_clip = 0;     // scale gradients to this global L2 norm when above it; 0 = no clipping
   int64_t step = 1;         // 1-based, for bias correction
+};
+
+struct StepStats {
+  double loss = 0;       // mean of the micro-batch losses since zero_grads()
+  double grad_norm = 0;  // global L2 norm of the gradients before clipping
+  bool updated = false;  // false when the norm was not finite: the parameters were left untouched
 };
 
 class Backend {
@@ -39,15 +48,25 @@ class Backend {
   virtual std::string name() const = 0;
   virtual const TensorTable& params() const = 0;
 
-  // Mean cross-entropy over the batch's B*T tokens; adds d(mean loss × grad_scale)/dθ to the gradients.
-  // inputs and targets are (B, T) host arrays of token ids in [0, vocab); B <= the backend's max batch.
-  virtual float forward_backward(const int32_t* inputs, const int32_t* targets, int batch, float grad_scale) = 0;
-  // Mean cross-entropy only (validation).
+  // Adds d(mean cross-entropy over the batch's B*T tokens × grad_scale)/dθ to the gradients and the
+  // loss to the step's loss. inputs and targets are (B, T) host arrays of token ids in [0, vocab);
+  // B <= the backend's max batch. Does not wait for the device.
+  virtual void forward_backward(const int32_t* inputs, const int32_t* targets, int batch, float grad_scale) = 0;
+  // Mean cross-entropy only (validation); waits for the result.
   virtual float forward_loss(const int32_t* inputs, const int32_t* targets, int batch) = 0;
 
+  // Zeroes the gradients and the step's loss.
   virtual void zero_grads() = 0;
-  virtual double grad_norm() = 0;  // global L2 norm of the gradient buffer
-  virtual void adamw_step(const AdamWStep& s) = 0;
+  // Global gradient norm, clipping and AdamW in one go, without a host round trip. A non-finite norm
+  // leaves every parameter and moment untouched (step_stats().updated == false).
+  virtual void optimizer_step(const AdamWStep& s) = 0;
+  // Waits for the step to finish and reports it.
+  virtual StepStats step_stats() = 0;
+  // Global L2 norm of the gradient buffer now (waits); for tests and tools.
+  virtual double grad_norm() = 0;
+
+  // Bytes this backend allocated for parameters, state, activations and workspaces (all up front).
+  virtual uint64_t memory_bytes() const = 0;
 
   // Host copies of a range of one flat buffer, for initialisation and checkpoints.
   virtual void read_state(StateBuffer which, size_t offset, size_t count, float* out) = 0;
@@ -56,5 +75,9 @@ class Backend {
 
 // threads <= 0: one per core.
 std::unique_ptr<Backend> backend_cpu_create(const ModelConfig& m, int max_batch, int threads);
+
+// kind "cpu" or "cuda" (an error when this build has no CUDA backend or the machine no GPU).
+Result<std::unique_ptr<Backend>> backend_create(const std::string& kind, const ModelConfig& m, int max_batch,
+                                                int threads);
 
 }  // namespace gantry

@@ -62,6 +62,8 @@ const std::vector<Field>& fields() {
       {"train.val_batches", FieldKind::kInt, 1, 1e6, false,
        [](Config& c) -> void* { return &c.train.val_batches; }},
       {"train.threads", FieldKind::kInt, 0, 4096, false, [](Config& c) -> void* { return &c.train.threads; }},
+      {"train.backend", FieldKind::kString, 0, 0, false, [](Config& c) -> void* { return &c.train.backend; },
+       {"cpu", "cuda"}},
       {"data.kind", FieldKind::kString, 0, 0, true, [](Config& c) -> void* { return &c.data.kind; },
        {"synthetic", "shards"}},
       {"data.dir", FieldKind::kString, 0, 0, false, [](Config& c) -> void* { return &c.data.dir; }},

@@ -43,6 +43,7 @@ struct TrainConfig {
   int val_every = 50;          // steps between validation passes; 0 = never
   int val_batches = 4;         // micro-batches of the val split per validation pass
   int threads = 0;             // CPU threads; 0 = all cores
+  std::string backend = "cpu"; // "cpu" (fp32 reference) or "cuda" (bf16 compute, fp32 master weights)
 };
 
 struct DataConfig {

@@ -9,6 +9,7 @@
 #include "engine/core/backend.h"
 #include "engine/core/checkpoint.h"
 #include "engine/core/corpus.h"
+#include "engine/core/fatal.h"
 #include "engine/core/gpt.h"
 #include "engine/core/optim.h"
 #include "engine/core/rng.h"
@@ -61,7 +62,9 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-Result<TrainSummary> train_run(const Config& c, const TrainOptions& opt, TrainObserver* observer) {
+namespace {
+
+Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& opt, TrainObserver* observer) {
   Status valid = config_validate(c);
   if (!valid.ok()) return valid;
   TrainObserver quiet;
@@ -79,7 +82,9 @@ Result<TrainSummary> train_run(const Config& c, const TrainOptions& opt, TrainOb
 
   const int T = c.model.seq_len, B = c.train.micro_batch;
   const int accum = c.train.global_batch / B;
-  std::unique_ptr<Backend> backend = backend_cpu_create(c.model, B, c.train.threads);
+  Result<std::unique_ptr<Backend>> created = backend_create(c.train.backend, c.model, B, c.train.threads);
+  if (!created.ok()) return created.status();
+  std::unique_ptr<Backend> backend = std::move(created.value());
   const TensorTable& table = backend->params();
 
   Rng rng{c.train.seed};
@@ -138,32 +143,31 @@ Result<TrainSummary> train_run(const Config& c, const TrainOptions& opt, TrainOb
     }
     const auto t0 = std::chrono::steady_clock::now();
     backend->zero_grads();
-    double loss_sum = 0;
     for (int micro = 0; micro < accum; ++micro) {
       SampleRange r = sampler_micro_batch(static_cast<uint64_t>(step), c.train.global_batch, 1, 0, B, micro);
       for (uint64_t k = 0; k < r.count; ++k) {
         const uint64_t w = sampler_window(c.train.seed, r.first + k, train->num_windows());
         train->window(w, inputs.data() + k * T, targets.data() + k * T);
       }
-      loss_sum += backend->forward_backward(inputs.data(), targets.data(), static_cast<int>(r.count),
-                                            1.0f / static_cast<float>(accum));
-    }
-    const double loss = loss_sum / accum;
-    const double norm = backend->grad_norm();
-    if (!std::isfinite(loss) || !std::isfinite(norm)) {
-      return Status::error("step " + std::to_string(step + 1) + ": loss " + std::to_string(loss) + ", grad norm " +
-                           std::to_string(norm) +
-                           " is not finite: training diverged; lower optim.lr or set optim.grad_clip, and resume "
-                           "from the last checkpoint");
+      backend->forward_backward(inputs.data(), targets.data(), static_cast<int>(r.count),
+                                1.0f / static_cast<float>(accum));
     }
     const double lr = lr_at(c, step);
-    backend->adamw_step({.lr = lr,
-                         .beta1 = c.optim.beta1,
-                         .beta2 = c.optim.beta2,
-                         .eps = c.optim.eps,
-                         .weight_decay = c.optim.weight_decay,
-                         .grad_scale = clip_scale(norm, c.optim.grad_clip),
-                         .step = step + 1});
+    backend->optimizer_step({.lr = lr,
+                             .beta1 = c.optim.beta1,
+                             .beta2 = c.optim.beta2,
+                             .eps = c.optim.eps,
+                             .weight_decay = c.optim.weight_decay,
+                             .grad_clip = c.optim.grad_clip,
+                             .step = step + 1});
+    const StepStats stats = backend->step_stats();
+    const double loss = stats.loss, norm = stats.grad_norm;
+    if (!stats.updated || !std::isfinite(loss)) {
+      return Status::error("step " + std::to_string(step + 1) + ": loss " + std::to_string(loss) + ", grad norm " +
+                           std::to_string(norm) +
+                           " is not finite: training diverged (the parameters were not updated); lower optim.lr or "
+                           "set optim.grad_clip, and resume from the last checkpoint");
+    }
     ++step;
     last_loss = loss;
 
@@ -201,6 +205,16 @@ Result<TrainSummary> train_run(const Config& c, const TrainOptions& opt, TrainOb
   summary.last_step = step;
   summary.last_loss = last_loss;
   return summary;
+}
+
+}  // namespace
+
+Result<TrainSummary> train_run(const Config& c, const TrainOptions& opt, TrainObserver* observer) {
+  try {
+    return train_run_unguarded(c, opt, observer);
+  } catch (const FatalError& e) {
+    return Status::error(e.what());
+  }
 }
 
 }  // namespace gantry

@@ -7,6 +7,7 @@
 #include "engine/core/cpu/ops_cpu.h"
 #include "engine/core/cpu/thread_pool.h"
 #include "engine/core/gpt.h"
+#include "engine/core/optim.h"
 
 namespace gantry {
 
@@ -57,17 +58,37 @@ class CpuBackend final : public Backend {
   std::string name() const override { return "cpu"; }
   const TensorTable& params() const override { return table_; }
 
-  float forward_backward(const int32_t* inputs, const int32_t* targets, int batch, float grad_scale) override {
-    float loss = forward(inputs, targets, batch);
+  void forward_backward(const int32_t* inputs, const int32_t* targets, int batch, float grad_scale) override {
+    loss_sum_ += forward(inputs, targets, batch);
+    ++loss_count_;
     backward(inputs, targets, batch, grad_scale);
-    return loss;
   }
 
   float forward_loss(const int32_t* inputs, const int32_t* targets, int batch) override {
     return forward(inputs, targets, batch);
   }
 
-  void zero_grads() override { std::memset(grads_.data(), 0, grads_.size() * sizeof(float)); }
+  void zero_grads() override {
+    std::memset(grads_.data(), 0, grads_.size() * sizeof(float));
+    loss_sum_ = 0;
+    loss_count_ = 0;
+  }
+
+  void optimizer_step(const AdamWStep& s) override {
+    stats_.loss = loss_count_ ? loss_sum_ / loss_count_ : 0.0;
+    stats_.grad_norm = grad_norm();
+    stats_.updated = std::isfinite(stats_.grad_norm);
+    if (!stats_.updated) return;
+    adamw(s, clip_scale(stats_.grad_norm, s.grad_clip));
+  }
+
+  StepStats step_stats() override { return stats_; }
+
+  uint64_t memory_bytes() const override {
+    size_t floats = params_.size() * 4 + acts_.size() + dres_.size() + dln_.size() + datty_.size() + dqkv_.size() +
+                    dfch_.size() + dfch_gelu_.size() + dlogits_.size();
+    return floats * sizeof(float);
+  }
 
   double grad_norm() override {
     // Fixed-size chunks summed in index order: the result does not depend on the thread count.
@@ -87,10 +108,18 @@ class CpuBackend final : public Backend {
     return std::sqrt(total);
   }
 
-  void adamw_step(const AdamWStep& s) override {
+  void read_state(StateBuffer which, size_t offset, size_t count, float* out) override {
+    std::memcpy(out, buffer(which).data() + offset, count * sizeof(float));
+  }
+  void write_state(StateBuffer which, size_t offset, size_t count, const float* in) override {
+    std::memcpy(buffer(which).data() + offset, in, count * sizeof(float));
+  }
+
+ private:
+  void adamw(const AdamWStep& s, double grad_scale) {
     const float b1 = static_cast<float>(s.beta1), b2 = static_cast<float>(s.beta2);
     const float lr = static_cast<float>(s.lr), eps = static_cast<float>(s.eps);
-    const float scale = static_cast<float>(s.grad_scale);
+    const float scale = static_cast<float>(grad_scale);
     const float c1 = static_cast<float>(1.0 - std::pow(s.beta1, static_cast<double>(s.step)));
     const float c2 = static_cast<float>(1.0 - std::pow(s.beta2, static_cast<double>(s.step)));
     for (const TensorInfo& t : table_.tensors()) {
@@ -112,14 +141,6 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void read_state(StateBuffer which, size_t offset, size_t count, float* out) override {
-    std::memcpy(out, buffer(which).data() + offset, count * sizeof(float));
-  }
-  void write_state(StateBuffer which, size_t offset, size_t count, const float* in) override {
-    std::memcpy(buffer(which).data() + offset, in, count * sizeof(float));
-  }
-
- private:
   std::vector<float>& buffer(StateBuffer which) {
     switch (which) {
       case StateBuffer::kParams:
@@ -262,6 +283,9 @@ class CpuBackend final : public Backend {
   float* probs_ = nullptr;
   float* losses_ = nullptr;
   std::vector<float> dres_, dln_, datty_, dqkv_, dfch_, dfch_gelu_, dlogits_;
+  double loss_sum_ = 0;
+  int loss_count_ = 0;
+  StepStats stats_;
 };
 
 }  // namespace

@@ -141,7 +141,7 @@ TEST(Gpt, AdamWDecaysMatricesOnly) {
   std::vector<float> ones(t.numel(), 1.0f);
   be->write_state(StateBuffer::kParams, 0, ones.size(), ones.data());
   be->zero_grads();  // zero gradient: only decay moves parameters
-  be->adamw_step({.lr = 0.1, .weight_decay = 0.5, .step = 1});
+  be->optimizer_step({.lr = 0.1, .weight_decay = 0.5, .step = 1});
   std::vector<float> p(t.numel());
   be->read_state(StateBuffer::kParams, 0, p.size(), p.data());
   EXPECT_FLOAT_EQ(p[t.at("wte").offset], 1.0f - 0.1f * 0.5f);

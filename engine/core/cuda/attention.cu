@@ -1,0 +1,686 @@
+// Causal flash attention kernels (see attention.cuh for the layout, docs/ATTENTION.md for the design).
+//
+// Tensor-core building blocks, all through inline PTX:
+//   cp.async 16 B global→shared (zero-filled past T), double-buffered K/V (or Q/dO) tiles;
+//   ldmatrix (.trans where the operand is stored k-major) into mma.sync.m16n8k16 bf16→fp32 fragments;
+//   a score tile's accumulator fragment is re-packed in registers as the A operand of the next product.
+// Shared-memory rows are padded by 16 bytes (HS + 8 elements) so the eight 16-byte rows one ldmatrix phase
+// reads fall in distinct banks.
+#include <cmath>
+#include <cstdint>
+
+#include "engine/core/cuda/attention.cuh"
+#include "engine/core/cuda/cuda_check.h"  // CUDA_CHECK, CUDA_CHECK_LAUNCH
+#include "engine/core/fatal.h"            // GANTRY_CHECK
+
+// Query rows per forward block = 16 × warps (one warp owns 16 rows). An experiment knob for the bench.
+#ifndef GANTRY_ATTN_FWD_WARPS
+#define GANTRY_ATTN_FWD_WARPS 4
+#endif
+// 1: dK/dV and dQ blocks share one launch (see attention_backward_dkdv_dq_kernel). An experiment knob.
+#ifndef GANTRY_ATTN_BWD_FUSED
+#define GANTRY_ATTN_BWD_FUSED 0
+#endif
+
+namespace gantry {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr int kTile = 64;  // keys per forward/dQ step, keys per dK/dV block, queries per dQ block
+
+// ---------------------------------------------------------------------------------------------------------
+// PTX wrappers
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global→shared; with valid == false the 16 bytes are zero-filled and nothing is read.
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
+  const int bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// d (16×8 fp32) += a (16×16 bf16, row-major) · b (16×8 bf16, column-major).
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats → one register of two bf16, `lo` in the low half (the lower column of a fragment pair).
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// 2^x on the special-function unit; 2^-inf = 0.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Tiles and fragments. A shared tile holds ROWS rows of D bf16 at a row stride of D + 8 elements.
+
+template <int D>
+constexpr int kStride = D + 8;
+
+// Rows [0, rows_valid) of g (row stride ld elements) → shared; rows past rows_valid are zero-filled, so
+// padded keys/queries contribute exact zeros (never NaN) to the products.
+template <int ROWS, int D, int NT>
+__device__ __forceinline__ void load_tile_async(bf16* s, const bf16* g, size_t ld, int rows_valid, int tid) {
+  constexpr int kChunks = ROWS * (D / 8);
+#pragma unroll
+  for (int it = 0; it < (kChunks + NT - 1) / NT; ++it) {
+    const int i = it * NT + tid;
+    if (kChunks % NT == 0 || i < kChunks) {
+      const int r = i / (D / 8), c = (i % (D / 8)) * 8;
+      const bool valid = r < rows_valid;
+      const bf16* src = g + static_cast<size_t>(valid ? r : 0) * ld + c;
+      cp_async_16(smem_addr(s + r * kStride<D> + c), src, valid);
+    }
+  }
+}
+
+// A operand: the 16×16 block at (r0, c0) of a row-major tile.
+template <int D>
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const bf16* s, int r0, int c0, int lane) {
+  const int r = r0 + (lane & 7) + ((lane >> 3) & 1) * 8;
+  const int c = c0 + (lane >> 4) * 8;
+  ldsm_x4(a, smem_addr(s + r * kStride<D> + c));
+}
+
+// B operands of two n8 tiles (b[0..1]: n0..n0+7, b[2..3]: n0+8..n0+15) over k0..k0+15, from a tile stored
+// n-major (row = n, k contiguous), e.g. K for S = Q·Kᵀ.
+template <int D>
+__device__ __forceinline__ void load_b_nmajor(uint32_t (&b)[4], const bf16* s, int n0, int k0, int lane) {
+  const int r = n0 + (lane & 7) + (lane >> 4) * 8;
+  const int c = k0 + ((lane >> 3) & 1) * 8;
+  ldsm_x4(b, smem_addr(s + r * kStride<D> + c));
+}
+
+// The same from a tile stored k-major (row = k, n contiguous), e.g. V for O = P·V.
+template <int D>
+__device__ __forceinline__ void load_b_kmajor(uint32_t (&b)[4], const bf16* s, int k0, int n0, int lane) {
+  const int r = k0 + (lane & 7) + ((lane >> 3) & 1) * 8;
+  const int c = n0 + (lane >> 4) * 8;
+  ldsm_x4_trans(b, smem_addr(s + r * kStride<D> + c));
+}
+
+// acc[NT8][4] (16 × 8·NT8) += A-rows (16 × D, rows r0.. of sa) · Bᵀ, B stored n-major (8·NT8 rows × D).
+template <int D, int NT8>
+__device__ __forceinline__ void mma_rows_nmajor(float (&acc)[NT8][4], const bf16* sa, int r0, const bf16* sb,
+                                                int lane) {
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    uint32_t a[4];
+    load_a<D>(a, sa, r0, kk * 16, lane);
+#pragma unroll
+    for (int np = 0; np < NT8 / 2; ++np) {
+      uint32_t b[4];
+      load_b_nmajor<D>(b, sb, np * 16, kk * 16, lane);
+      mma_16816(acc[2 * np], a, b[0], b[1]);
+      mma_16816(acc[2 * np + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// acc[D/8][4] (16 × D) += P (16 × 8·NT8, accumulator fragments in registers, rounded to bf16) · B, B stored
+// k-major (8·NT8 rows × D).
+template <int D, int NT8>
+__device__ __forceinline__ void mma_regs_kmajor(float (&acc)[D / 8][4], const float (&p)[NT8][4],
+                                                const bf16* sb, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < NT8 / 2; ++kk) {
+    const uint32_t a[4] = {pack_bf16(p[2 * kk][0], p[2 * kk][1]), pack_bf16(p[2 * kk][2], p[2 * kk][3]),
+                           pack_bf16(p[2 * kk + 1][0], p[2 * kk + 1][1]),
+                           pack_bf16(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+#pragma unroll
+    for (int dp = 0; dp < D / 16; ++dp) {
+      uint32_t b[4];
+      load_b_kmajor<D>(b, sb, kk * 16, dp * 16, lane);
+      mma_16816(acc[2 * dp], a, b[0], b[1]);
+      mma_16816(acc[2 * dp + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+template <int N>
+__device__ __forceinline__ void zero(float (&x)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) x[i][0] = x[i][1] = x[i][2] = x[i][3] = 0.f;
+}
+
+// Accumulator fragment → 16 rows of bf16 in global memory (this thread: rows g and g + 8, columns 2·tq +
+// {0,1} of each n8 tile), multiplied by mul; rows at or past T are skipped.
+template <int D>
+__device__ __forceinline__ void store_rows(bf16* g, size_t ld, int row0, int T, const float (&acc)[D / 8][4],
+                                           float mul0, float mul1, int lane) {
+  const int tq = lane & 3;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row0 + r * 8;
+    if (row >= T) continue;
+    const float mul = r == 0 ? mul0 : mul1;
+    bf16* dst = g + static_cast<size_t>(row) * ld + 2 * tq;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt)
+      *reinterpret_cast<uint32_t*>(dst + dt * 8) = pack_bf16(acc[dt][2 * r] * mul, acc[dt][2 * r + 1] * mul);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Forward. Grid (B·NH, query tiles), heaviest (last) query tiles first. W warps, 16 query rows each; the
+// block streams 64-key tiles of K and V up to its diagonal, double-buffered.
+
+template <int D, int W>
+__global__ void __launch_bounds__(W * 32)
+    attention_forward_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf16* __restrict__ qkv,
+                             int T, int NH, float scale_log2) {
+  constexpr int kBR = 16 * W, kBC = kTile, kS = kStride<D>, kNT = W * 32;
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16* sQ = reinterpret_cast<bf16*>(smem);  // (kBR, kS)
+  bf16* sK = sQ + kBR * kS;                  // (2, kBC, kS)
+  bf16* sV = sK + 2 * kBC * kS;              // (2, kBC, kS)
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+  const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+  const int q0 = (gridDim.y - 1 - blockIdx.y) * kBR;
+  const int C = NH * D;
+  const size_t ld = 3 * static_cast<size_t>(C);
+  const bf16* gQ = qkv + static_cast<size_t>(b) * T * ld + h * D;
+  const bf16* gK = gQ + C;
+  const bf16* gV = gQ + 2 * C;
+  const int n_kv = (min(T, q0 + kBR) + kBC - 1) / kBC;
+
+  load_tile_async<kBR, D, kNT>(sQ, gQ + q0 * ld, ld, T - q0, tid);
+  load_tile_async<kBC, D, kNT>(sK, gK, ld, T, tid);
+  load_tile_async<kBC, D, kNT>(sV, gV, ld, T, tid);
+  cp_async_commit();
+
+  const int row0 = q0 + warp * 16 + g;  // this thread's query rows: row0 and row0 + 8
+  uint32_t qf[D / 16][4];
+  float o[D / 8][4];
+  zero(o);
+  float m[2] = {-INFINITY, -INFINITY};  // running max of scale·log2(e)·s
+  float l[2] = {0.f, 0.f};  // this thread's share of the running Σ 2^(…); the quad sums at the end
+
+  for (int j = 0; j < n_kv; ++j) {
+    cp_async_wait_all();
+    __syncthreads();  // tile j landed, and every warp is done with the buffer tile j+1 overwrites
+    if (j == 0) {
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) load_a<D>(qf[kk], sQ, warp * 16, kk * 16, lane);
+    }
+    if (j + 1 < n_kv) {
+      const int k1 = (j + 1) * kBC;
+      load_tile_async<kBC, D, kNT>(sK + ((j + 1) & 1) * kBC * kS, gK + k1 * ld, ld, T - k1, tid);
+      load_tile_async<kBC, D, kNT>(sV + ((j + 1) & 1) * kBC * kS, gV + k1 * ld, ld, T - k1, tid);
+      cp_async_commit();
+    }
+    const bf16* cK = sK + (j & 1) * kBC * kS;
+    const bf16* cV = sV + (j & 1) * kBC * kS;
+
+    float s[kBC / 8][4];
+    zero(s);
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+#pragma unroll
+      for (int np = 0; np < kBC / 16; ++np) {
+        uint32_t bb[4];
+        load_b_nmajor<D>(bb, cK, np * 16, kk * 16, lane);
+        mma_16816(s[2 * np], qf[kk], bb[0], bb[1]);
+        mma_16816(s[2 * np + 1], qf[kk], bb[2], bb[3]);
+      }
+    }
+
+    const int k0 = j * kBC;
+    if (k0 + kBC > q0) {  // the diagonal crosses this tile (keys past T lie above it for every real row)
+#pragma unroll
+      for (int nt = 0; nt < kBC / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (k0 + nt * 8 + 2 * tq + (e & 1) > row0 + (e >> 1) * 8) s[nt][e] = -INFINITY;
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < kBC / 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m[r], mx * scale_log2);
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;  // a row with nothing visible yet stays at zero
+      const float corr = fast_exp2(m[r] - m_use);
+      m[r] = m_new;
+      l[r] *= corr;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        o[dt][2 * r] *= corr;
+        o[dt][2 * r + 1] *= corr;
+      }
+#pragma unroll
+      for (int nt = 0; nt < kBC / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float p = fast_exp2(fmaf(s[nt][2 * r + e], scale_log2, -m_use));
+          s[nt][2 * r + e] = p;
+          l[r] += p;
+        }
+    }
+
+    mma_regs_kmajor<D, kBC / 8>(o, s, cV, lane);
+  }
+
+  float inv[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float lr = l[r];
+    lr += __shfl_xor_sync(0xffffffffu, lr, 1);
+    lr += __shfl_xor_sync(0xffffffffu, lr, 2);
+    inv[r] = 1.f / lr;
+    const int row = row0 + r * 8;
+    if (tq == 0 && row < T) lse[static_cast<size_t>(bh) * T + row] = (m[r] + log2f(lr)) * kLn2;
+  }
+  store_rows<D>(out + static_cast<size_t>(b) * T * C + h * D, C, row0, T, o, inv[0], inv[1], lane);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Backward, step 1: delta (B, NH, T) = rowsum(dout ∘ out) per head. D/8 threads per row, 16 bytes each.
+
+template <int D>
+__global__ void attention_backward_delta_kernel(float* __restrict__ delta, const bf16* __restrict__ dout,
+                                                const bf16* __restrict__ out, int B, int T, int NH) {
+  constexpr int kTPR = D / 8;
+  const size_t idx = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const size_t row = idx / kTPR;  // (b, t, h) in memory order: out is (B, T, NH·D)
+  const int part = static_cast<int>(idx % kTPR);
+  const size_t rows = static_cast<size_t>(B) * T * NH;
+  float sum = 0.f;
+  if (row < rows) {
+    const uint4 x = *reinterpret_cast<const uint4*>(dout + row * D + part * 8);
+    const uint4 y = *reinterpret_cast<const uint4*>(out + row * D + part * 8);
+    const __nv_bfloat162* xa = reinterpret_cast<const __nv_bfloat162*>(&x);
+    const __nv_bfloat162* ya = reinterpret_cast<const __nv_bfloat162*>(&y);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 xf = __bfloat1622float2(xa[i]), yf = __bfloat1622float2(ya[i]);
+      sum = fmaf(xf.x, yf.x, sum);
+      sum = fmaf(xf.y, yf.y, sum);
+    }
+  }
+#pragma unroll
+  for (int off = kTPR / 2; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  if (part == 0 && row < rows) {
+    const size_t h = row % NH, bt = row / NH, t = bt % T, b = bt / T;
+    delta[(b * NH + h) * T + t] = sum;
+  }
+}
+
+// Step 2: dK, dV. Grid (B·NH, key tiles of 64), key tile 0 (the most work) first. 4 warps, 16 keys each;
+// the block streams BQ-query tiles of Q, dO, lse, delta from its diagonal to T, double-buffered:
+//   Sᵀ = K·Qᵀ;  Pᵀ = 2^(scale·log2e·Sᵀ − log2e·lse);  dV += Pᵀ·dO;  dPᵀ = V·dOᵀ;  dSᵀ = Pᵀ∘(dPᵀ − delta);
+//   dK += dSᵀ·Q;  finally dK ·= scale.
+
+template <int D, int BQ>
+__device__ __forceinline__ void dkdv_block(int key_tile, bf16* __restrict__ dqkv,
+                                           const bf16* __restrict__ dout, const float* __restrict__ lse,
+                                           const float* __restrict__ delta, const bf16* __restrict__ qkv,
+                                           int T, int NH, float scale_log2, float scale) {
+  constexpr int kBK = kTile, kS = kStride<D>, kNT = 128;
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16* sK = reinterpret_cast<bf16*>(smem);                // (kBK, kS)
+  bf16* sV = sK + kBK * kS;                                // (kBK, kS)
+  bf16* sQ = sV + kBK * kS;                                // (2, BQ, kS)
+  bf16* sO = sQ + 2 * BQ * kS;                             // (2, BQ, kS): dout
+  float* sL = reinterpret_cast<float*>(sO + 2 * BQ * kS);  // (2, BQ): log2e·lse, +inf past T
+  float* sD = sL + 2 * BQ;                                 // (2, BQ): delta, 0 past T
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+  const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+  const int k0 = key_tile * kBK;
+  const int C = NH * D;
+  const size_t ld = 3 * static_cast<size_t>(C);
+  const bf16* gQ = qkv + static_cast<size_t>(b) * T * ld + h * D;
+  const bf16* gK = gQ + C;
+  const bf16* gV = gQ + 2 * C;
+  const bf16* gO = dout + static_cast<size_t>(b) * T * C + h * D;
+  const float* gL = lse + static_cast<size_t>(bh) * T;
+  const float* gD = delta + static_cast<size_t>(bh) * T;
+  const int i_begin = k0 / BQ, n_q = (T + BQ - 1) / BQ;
+
+  auto load_query_tile = [&](int i, int buf) {
+    const int qs = i * BQ;
+    load_tile_async<BQ, D, kNT>(sQ + buf * BQ * kS, gQ + qs * ld, ld, T - qs, tid);
+    load_tile_async<BQ, D, kNT>(sO + buf * BQ * kS, gO + static_cast<size_t>(qs) * C, C, T - qs, tid);
+    for (int x = tid; x < BQ; x += kNT) {
+      const int q = qs + x;
+      sL[buf * BQ + x] = q < T ? gL[q] * kLog2e : INFINITY;  // P = 0 for padded queries
+      sD[buf * BQ + x] = q < T ? gD[q] : 0.f;
+    }
+  };
+
+  load_tile_async<kBK, D, kNT>(sK, gK + k0 * ld, ld, T - k0, tid);
+  load_tile_async<kBK, D, kNT>(sV, gV + k0 * ld, ld, T - k0, tid);
+  load_query_tile(i_begin, 0);
+  cp_async_commit();
+
+  float dk[D / 8][4], dv[D / 8][4];
+  zero(dk);
+  zero(dv);
+  const int key0 = k0 + warp * 16 + g;  // this thread's keys: key0 and key0 + 8
+
+  for (int i = i_begin; i < n_q; ++i) {
+    const int buf = (i - i_begin) & 1;
+    cp_async_wait_all();
+    __syncthreads();
+    if (i + 1 < n_q) {
+      load_query_tile(i + 1, buf ^ 1);
+      cp_async_commit();
+    }
+    const bf16* cQ = sQ + buf * BQ * kS;
+    const bf16* cO = sO + buf * BQ * kS;
+    const float* cL = sL + buf * BQ;
+    const float* cD = sD + buf * BQ;
+    const int qs = i * BQ;
+
+    float s[BQ / 8][4];
+    zero(s);
+    mma_rows_nmajor<D, BQ / 8>(s, sK, warp * 16, cQ, lane);
+    const bool diag = qs < k0 + kBK;
+#pragma unroll
+    for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int qi = nt * 8 + 2 * tq + (e & 1);
+        float p = fast_exp2(fmaf(s[nt][e], scale_log2, -cL[qi]));
+        if (diag && key0 + (e >> 1) * 8 > qs + qi) p = 0.f;
+        s[nt][e] = p;
+      }
+    mma_regs_kmajor<D, BQ / 8>(dv, s, cO, lane);
+
+    float dp[BQ / 8][4];
+    zero(dp);
+    mma_rows_nmajor<D, BQ / 8>(dp, sV, warp * 16, cO, lane);
+#pragma unroll
+    for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dp[nt][e] = s[nt][e] * (dp[nt][e] - cD[nt * 8 + 2 * tq + (e & 1)]);
+    mma_regs_kmajor<D, BQ / 8>(dk, dp, cQ, lane);
+  }
+
+  bf16* dst = dqkv + static_cast<size_t>(b) * T * ld + h * D;
+  store_rows<D>(dst + C, ld, key0, T, dk, scale, scale, lane);
+  store_rows<D>(dst + 2 * C, ld, key0, T, dv, 1.f, 1.f, lane);
+}
+
+// Step 3: dQ. Grid (B·NH, query tiles of 64), heaviest first. 4 warps, 16 queries each; the block streams
+// BK-key tiles of K and V up to its diagonal, double-buffered:
+//   S = Q·Kᵀ;  P = 2^(scale·log2e·S − log2e·lse);  dP = dO·Vᵀ;  dS = P∘(dP − delta);  dQ += dS·K;  dQ ·=
+//   scale.
+
+template <int D, int BK>
+__device__ __forceinline__ void dq_block(int query_tile, bf16* __restrict__ dqkv,
+                                         const bf16* __restrict__ dout, const float* __restrict__ lse,
+                                         const float* __restrict__ delta, const bf16* __restrict__ qkv, int T,
+                                         int NH, float scale_log2, float scale) {
+  constexpr int kBQ = kTile, kS = kStride<D>, kNT = 128;
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16* sQ = reinterpret_cast<bf16*>(smem);  // (kBQ, kS)
+  bf16* sO = sQ + kBQ * kS;                  // (kBQ, kS): dout
+  bf16* sK = sO + kBQ * kS;                  // (2, BK, kS)
+  bf16* sV = sK + 2 * BK * kS;               // (2, BK, kS)
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+  const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+  const int q0 = query_tile * kBQ;
+  const int C = NH * D;
+  const size_t ld = 3 * static_cast<size_t>(C);
+  const bf16* gQ = qkv + static_cast<size_t>(b) * T * ld + h * D;
+  const bf16* gK = gQ + C;
+  const bf16* gV = gQ + 2 * C;
+  const bf16* gO = dout + static_cast<size_t>(b) * T * C + h * D;
+  const int n_kv = (min(T, q0 + kBQ) + BK - 1) / BK;
+
+  load_tile_async<kBQ, D, kNT>(sQ, gQ + q0 * ld, ld, T - q0, tid);
+  load_tile_async<kBQ, D, kNT>(sO, gO + static_cast<size_t>(q0) * C, C, T - q0, tid);
+  load_tile_async<BK, D, kNT>(sK, gK, ld, T, tid);
+  load_tile_async<BK, D, kNT>(sV, gV, ld, T, tid);
+  cp_async_commit();
+
+  const int row0 = q0 + warp * 16 + g;  // this thread's query rows: row0 and row0 + 8
+  float lrow[2], drow[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row0 + r * 8;
+    lrow[r] = row < T ? lse[static_cast<size_t>(bh) * T + row] * kLog2e : INFINITY;
+    drow[r] = row < T ? delta[static_cast<size_t>(bh) * T + row] : 0.f;
+  }
+  float dq[D / 8][4];
+  zero(dq);
+
+  for (int j = 0; j < n_kv; ++j) {
+    cp_async_wait_all();
+    __syncthreads();
+    if (j + 1 < n_kv) {
+      const int k1 = (j + 1) * BK;
+      load_tile_async<BK, D, kNT>(sK + ((j + 1) & 1) * BK * kS, gK + k1 * ld, ld, T - k1, tid);
+      load_tile_async<BK, D, kNT>(sV + ((j + 1) & 1) * BK * kS, gV + k1 * ld, ld, T - k1, tid);
+      cp_async_commit();
+    }
+    const bf16* cK = sK + (j & 1) * BK * kS;
+    const bf16* cV = sV + (j & 1) * BK * kS;
+    const int k0 = j * BK;
+
+    float s[BK / 8][4];
+    zero(s);
+    mma_rows_nmajor<D, BK / 8>(s, sQ, warp * 16, cK, lane);
+    const bool diag = k0 + BK > q0;
+#pragma unroll
+    for (int nt = 0; nt < BK / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float p = fast_exp2(fmaf(s[nt][e], scale_log2, -lrow[e >> 1]));
+        if (diag && k0 + nt * 8 + 2 * tq + (e & 1) > row0 + (e >> 1) * 8) p = 0.f;
+        s[nt][e] = p;
+      }
+
+    float dp[BK / 8][4];
+    zero(dp);
+    mma_rows_nmajor<D, BK / 8>(dp, sO, warp * 16, cV, lane);
+#pragma unroll
+    for (int nt = 0; nt < BK / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dp[nt][e] = s[nt][e] * (dp[nt][e] - drow[e >> 1]);
+    mma_regs_kmajor<D, BK / 8>(dq, dp, cK, lane);
+  }
+
+  store_rows<D>(dqkv + static_cast<size_t>(b) * T * ld + h * D, ld, row0, T, dq, scale, scale, lane);
+}
+
+// > 0: ask for that many resident dK/dV and dQ blocks per SM (caps registers; HS = 128 always asks for 1).
+#ifndef GANTRY_ATTN_BWD_MINBLOCKS
+#define GANTRY_ATTN_BWD_MINBLOCKS 0
+#endif
+#if GANTRY_ATTN_BWD_MINBLOCKS > 0
+#define GANTRY_ATTN_BWD_BOUNDS(D) __launch_bounds__(128, (D) == 128 ? 1 : GANTRY_ATTN_BWD_MINBLOCKS)
+#else
+#define GANTRY_ATTN_BWD_BOUNDS(D) __launch_bounds__(128)
+#endif
+
+#define GANTRY_ATTN_BWD_ARGS                                                                          \
+  bf16 *__restrict__ dqkv, const bf16 *__restrict__ dout, const float *__restrict__ lse,              \
+      const float *__restrict__ delta, const bf16 *__restrict__ qkv, int T, int NH, float scale_log2, \
+      float scale
+
+// Grid (B·NH, key tiles): key tile 0 (the most work) first.
+template <int D, int BQ>
+__global__ void GANTRY_ATTN_BWD_BOUNDS(D) attention_backward_dkdv_kernel(GANTRY_ATTN_BWD_ARGS) {
+  dkdv_block<D, BQ>(blockIdx.y, dqkv, dout, lse, delta, qkv, T, NH, scale_log2, scale);
+}
+
+// Grid (B·NH, query tiles): the last query tile (the most work) first.
+template <int D, int BK>
+__global__ void GANTRY_ATTN_BWD_BOUNDS(D) attention_backward_dq_kernel(GANTRY_ATTN_BWD_ARGS) {
+  dq_block<D, BK>(gridDim.y - 1 - blockIdx.y, dqkv, dout, lse, delta, qkv, T, NH, scale_log2, scale);
+}
+
+// Both in one launch, grid (B·NH, 2 × tiles): even y → dK/dV of key tile y/2, odd y → dQ of query tile
+// n − 1 − y/2, so the heaviest blocks of both kinds start first and neither kernel's tail waits for the
+// other.
+template <int D, int BQ, int BK>
+__global__ void GANTRY_ATTN_BWD_BOUNDS(D) attention_backward_dkdv_dq_kernel(GANTRY_ATTN_BWD_ARGS) {
+  const int y = blockIdx.y;
+  if (y & 1)
+    dq_block<D, BK>(gridDim.y / 2 - 1 - (y >> 1), dqkv, dout, lse, delta, qkv, T, NH, scale_log2, scale);
+  else
+    dkdv_block<D, BQ>(y >> 1, dqkv, dout, lse, delta, qkv, T, NH, scale_log2, scale);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Launchers
+
+bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+void check_shape(int B, int T, int NH, int HS) {
+  GANTRY_CHECK(B > 0 && T > 0 && NH > 0, "attention: B, T, NH must be positive");
+  GANTRY_CHECK(HS == 16 || HS == 32 || HS == 64 || HS == 128,
+               "attention: head size must be 16, 32, 64 or 128");
+  GANTRY_CHECK((T + kTile - 1) / kTile <= 65535, "attention: T too long for the grid's y dimension");
+}
+
+template <typename Kernel>
+void set_smem(Kernel kernel, size_t bytes) {
+  CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+}
+
+template <int D>
+void forward_launch(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, cudaStream_t stream) {
+  constexpr int W = GANTRY_ATTN_FWD_WARPS, kBR = 16 * W;
+  const size_t smem = static_cast<size_t>(kBR + 4 * kTile) * kStride<D> * sizeof(bf16);
+  auto kernel = attention_forward_kernel<D, W>;
+  set_smem(kernel, smem);
+  const dim3 grid(B * NH, (T + kBR - 1) / kBR);
+  const float scale_log2 = kLog2e / std::sqrt(static_cast<float>(D));
+  kernel<<<grid, W * 32, smem, stream>>>(out, lse, qkv, T, NH, scale_log2);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <int D>
+void backward_launch(bf16* dqkv, const bf16* dout, const bf16* out, const float* lse, const bf16* qkv,
+                     float* delta, int B, int T, int NH, cudaStream_t stream) {
+  const float scale = 1.f / std::sqrt(static_cast<float>(D));
+  const float scale_log2 = scale * kLog2e;
+
+  const size_t threads = static_cast<size_t>(B) * T * NH * (D / 8);
+  attention_backward_delta_kernel<D>
+      <<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream>>>(delta, dout, out, B, T, NH);
+  CUDA_CHECK_LAUNCH();
+
+  // D = 128 halves the query tile of the dK/dV kernel: two 16×128 fp32 accumulators already take 128
+  // registers.
+  constexpr int kBQ = D == 128 ? 32 : 64, kBK = kTile;
+  const size_t smem_kv = (2 * kTile + 4 * kBQ) * kStride<D> * sizeof(bf16) + 4 * kBQ * sizeof(float);
+  const size_t smem_q = (2 * kTile + 4 * kBK) * kStride<D> * sizeof(bf16);
+  const int tiles = (T + kTile - 1) / kTile;
+#if GANTRY_ATTN_BWD_FUSED
+  const size_t smem = smem_kv > smem_q ? smem_kv : smem_q;
+  auto kernel = attention_backward_dkdv_dq_kernel<D, kBQ, kBK>;
+  set_smem(kernel, smem);
+  kernel<<<dim3(B * NH, 2 * tiles), 128, smem, stream>>>(dqkv, dout, lse, delta, qkv, T, NH, scale_log2,
+                                                         scale);
+  CUDA_CHECK_LAUNCH();
+#else
+  auto kv_kernel = attention_backward_dkdv_kernel<D, kBQ>;
+  set_smem(kv_kernel, smem_kv);
+  kv_kernel<<<dim3(B * NH, tiles), 128, smem_kv, stream>>>(dqkv, dout, lse, delta, qkv, T, NH, scale_log2,
+                                                           scale);
+  CUDA_CHECK_LAUNCH();
+  auto q_kernel = attention_backward_dq_kernel<D, kBK>;
+  set_smem(q_kernel, smem_q);
+  q_kernel<<<dim3(B * NH, tiles), 128, smem_q, stream>>>(dqkv, dout, lse, delta, qkv, T, NH, scale_log2,
+                                                         scale);
+  CUDA_CHECK_LAUNCH();
+#endif
+}
+
+}  // namespace
+
+void attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, int HS,
+                       cudaStream_t stream) {
+  check_shape(B, T, NH, HS);
+  GANTRY_CHECK(out != nullptr && lse != nullptr && qkv != nullptr, "attention_forward: null pointer");
+  GANTRY_CHECK(aligned16(out) && aligned16(qkv), "attention_forward: bf16 buffers must be 16-byte aligned");
+  switch (HS) {
+    case 16:
+      forward_launch<16>(out, lse, qkv, B, T, NH, stream);
+      break;
+    case 32:
+      forward_launch<32>(out, lse, qkv, B, T, NH, stream);
+      break;
+    case 64:
+      forward_launch<64>(out, lse, qkv, B, T, NH, stream);
+      break;
+    default:
+      forward_launch<128>(out, lse, qkv, B, T, NH, stream);
+      break;
+  }
+}
+
+size_t attention_backward_scratch_floats(int B, int T, int NH) {
+  return static_cast<size_t>(B) * static_cast<size_t>(T) * static_cast<size_t>(NH);
+}
+
+void attention_backward(bf16* dqkv, const bf16* dout, const bf16* out, const float* lse, const bf16* qkv,
+                        float* scratch, int B, int T, int NH, int HS, cudaStream_t stream) {
+  check_shape(B, T, NH, HS);
+  GANTRY_CHECK(dqkv != nullptr && dout != nullptr && out != nullptr && lse != nullptr && qkv != nullptr &&
+                   scratch != nullptr,
+               "attention_backward: null pointer");
+  GANTRY_CHECK(aligned16(dqkv) && aligned16(dout) && aligned16(out) && aligned16(qkv),
+               "attention_backward: bf16 buffers must be 16-byte aligned");
+  switch (HS) {
+    case 16:
+      backward_launch<16>(dqkv, dout, out, lse, qkv, scratch, B, T, NH, stream);
+      break;
+    case 32:
+      backward_launch<32>(dqkv, dout, out, lse, qkv, scratch, B, T, NH, stream);
+      break;
+    case 64:
+      backward_launch<64>(dqkv, dout, out, lse, qkv, scratch, B, T, NH, stream);
+      break;
+    default:
+      backward_launch<128>(dqkv, dout, out, lse, qkv, scratch, B, T, NH, stream);
+      break;
+  }
+}
+
+}  // namespace gantry

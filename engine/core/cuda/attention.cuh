@@ -1,0 +1,36 @@
+// Causal flash attention for bf16 on tensor cores (mma.sync m16n8k16, fp32 accumulate, online softmax in
+// fp32): forward, and a deterministic backward (no atomics: one kernel owns dK/dV per key block, another
+// owns dQ per query block). Never materialises a T×T matrix. Design and timings: docs/ATTENTION.md.
+//
+// Layout, as the qkv linear layer writes it (C = NH·HS, scale = 1/sqrt(HS), query t sees keys 0..t):
+//   qkv  (B, T, 3C) bf16: q of head h at columns h·HS, k at C + h·HS, v at 2C + h·HS
+//   out  (B, T, C)  bf16: head h at columns h·HS
+//   lse  (B, NH, T) fp32: log Σ exp(scale · q·k) of each query row, saved for backward
+//   dout (B, T, C)  bf16;  dqkv (B, T, 3C) bf16, fully WRITTEN (not accumulated) by backward
+//
+//   gantry::attention_forward(out, lse, qkv, B, T, NH, HS, stream);
+//   // scratch: device fp32 buffer of attention_backward_scratch_floats(B, T, NH) floats
+//   gantry::attention_backward(dqkv, dout, out, lse, qkv, scratch, B, T, NH, HS, stream);
+//
+// HS ∈ {16, 32, 64, 128}; T ≥ 1 (any length: the last tile is ragged); every bf16 pointer 16-byte aligned.
+// Launchers check their preconditions (FatalError), launch on `stream` and never synchronise the host.
+#pragma once
+
+#include <cuda_bf16.h>     // __nv_bfloat16
+#include <cuda_runtime.h>  // cudaStream_t
+
+#include <cstddef>
+
+namespace gantry {
+
+void attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int NH, int HS,
+                       cudaStream_t stream);
+
+// fp32 workspace the backward needs: D = rowsum(dout ∘ out), one float per (b, h, t).
+size_t attention_backward_scratch_floats(int B, int T, int NH);
+
+void attention_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* out,
+                        const float* lse, const __nv_bfloat16* qkv, float* scratch, int B, int T, int NH,
+                        int HS, cudaStream_t stream);
+
+}  // namespace gantry

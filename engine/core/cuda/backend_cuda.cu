@@ -1,0 +1,432 @@
+// The CUDA backend: GPT-2's forward and backward in bf16 with fp32 master weights, gradients and AdamW
+// state. Matmuls through cuBLASLt (matmul.cu), attention by our flash kernels (attention.cu), everything
+// else by kernels.cu. One stream; the host waits only in step_stats(), forward_loss() and state copies.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "engine/core/cuda/attention.cuh"
+#include "engine/core/cuda/backend_cuda.h"
+#include "engine/core/cuda/cuda_check.h"
+#include "engine/core/cuda/kernels.cuh"
+#include "engine/core/cuda/matmul.cuh"
+#include "engine/core/gpt.h"
+
+namespace gantry {
+namespace {
+
+struct LayerActs {
+  bf16* ln1;        // (N, C)
+  float* ln1_mean;  // (N)
+  float* ln1_rstd;  // (N)
+  bf16* qkv;        // (N, 3C)
+  bf16* atty;       // (N, C)
+  float* lse;       // (B, NH, T)
+  bf16* res2;       // (N, C)
+  bf16* ln2;        // (N, C)
+  float* ln2_mean;  // (N)
+  float* ln2_rstd;  // (N)
+  bf16* fch_pre;    // (N, 4C) before GELU; GELU is recomputed in backward rather than stored
+  bf16* res3;       // (N, C)
+};
+
+struct BlockParams {
+  const bf16 *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b, *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
+};
+struct BlockGrads {
+  float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b, *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(const ModelConfig& m, int max_batch) : m_(m), max_batch_(max_batch), table_(gpt_param_table(m)) {
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&upload_done_, cudaEventDisableTiming));
+    matmul_ = std::make_unique<Matmul>(stream_);
+    allocate();
+    build_adamw_chunks();
+    layout_params();
+  }
+
+  ~CudaBackend() override {
+    cudaStreamSynchronize(stream_);
+    matmul_.reset();
+    for (void* p : device_allocations_) cudaFree(p);
+    for (void* p : host_allocations_) cudaFreeHost(p);
+    cudaEventDestroy(upload_done_);
+    cudaStreamDestroy(stream_);
+  }
+
+  std::string name() const override { return "cuda"; }
+  const TensorTable& params() const override { return table_; }
+
+  void forward_backward(const int32_t* inputs, const int32_t* targets, int B, float grad_scale) override {
+    upload(inputs, targets, B, true);
+    forward(B);
+    const int N = B * m_.seq_len;
+    classifier(B, grad_scale / static_cast<float>(N), true);
+    sum_accumulate_cuda(loss_sum_, losses_, N, stream_);
+    tokens_ += N;
+    backward(B);
+  }
+
+  float forward_loss(const int32_t* inputs, const int32_t* targets, int B) override {
+    upload(inputs, targets, B, false);
+    forward(B);
+    const int N = B * m_.seq_len;
+    classifier(B, 0.0f, false);
+    CUDA_CHECK(cudaMemsetAsync(eval_sum_, 0, sizeof(float), stream_));
+    sum_accumulate_cuda(eval_sum_, losses_, N, stream_);
+    float sum = 0;
+    CUDA_CHECK(cudaMemcpyAsync(&sum, eval_sum_, sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return sum / static_cast<float>(N);
+  }
+
+  void zero_grads() override {
+    CUDA_CHECK(cudaMemsetAsync(grads_, 0, table_.numel() * sizeof(float), stream_));
+    CUDA_CHECK(cudaMemsetAsync(loss_sum_, 0, sizeof(float), stream_));
+    tokens_ = 0;
+  }
+
+  void optimizer_step(const AdamWStep& s) override {
+    global_norm_cuda(norm_, scratch_, grads_, table_.numel(), stream_);
+    const float c1 = static_cast<float>(1.0 - std::pow(s.beta1, static_cast<double>(s.step)));
+    const float c2 = static_cast<float>(1.0 - std::pow(s.beta2, static_cast<double>(s.step)));
+    adamw_cuda(master_, params_bf16_, adam_m_, adam_v_, grads_, norm_, adamw_chunks_,
+               static_cast<int>(adamw_chunk_count_), static_cast<float>(s.lr), static_cast<float>(s.beta1),
+               static_cast<float>(s.beta2), static_cast<float>(s.eps), static_cast<float>(s.weight_decay),
+               static_cast<float>(s.grad_clip), c1, c2, stream_);
+  }
+
+  StepStats step_stats() override {
+    CUDA_CHECK(cudaMemcpyAsync(&host_stats_[0], loss_sum_, sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaMemcpyAsync(&host_stats_[1], norm_, sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    StepStats s;
+    s.loss = tokens_ ? host_stats_[0] / static_cast<double>(tokens_) : 0.0;
+    s.grad_norm = host_stats_[1];
+    s.updated = std::isfinite(s.grad_norm);
+    return s;
+  }
+
+  double grad_norm() override {
+    global_norm_cuda(norm_, scratch_, grads_, table_.numel(), stream_);
+    float n = 0;
+    CUDA_CHECK(cudaMemcpyAsync(&n, norm_, sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return n;
+  }
+
+  void read_state(StateBuffer which, size_t offset, size_t count, float* out) override {
+    CUDA_CHECK(cudaMemcpyAsync(out, buffer(which) + offset, count * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  void write_state(StateBuffer which, size_t offset, size_t count, const float* in) override {
+    CUDA_CHECK(cudaMemcpyAsync(buffer(which) + offset, in, count * sizeof(float), cudaMemcpyHostToDevice, stream_));
+    if (which == StateBuffer::kParams) float_to_bf16_cuda(params_bf16_ + offset, master_ + offset, count, stream_);
+    CUDA_CHECK(cudaStreamSynchronize(stream_));  // `in` may be freed when this returns
+  }
+
+  uint64_t memory_bytes() const override { return device_bytes_; }
+
+ private:
+  float* buffer(StateBuffer which) {
+    switch (which) {
+      case StateBuffer::kParams:
+        return master_;
+      case StateBuffer::kGrads:
+        return grads_;
+      case StateBuffer::kAdamM:
+        return adam_m_;
+      case StateBuffer::kAdamV:
+        return adam_v_;
+    }
+    return master_;
+  }
+
+  template <class T>
+  T* device(size_t count) {
+    void* p = nullptr;
+    const size_t bytes = std::max<size_t>(count, 1) * sizeof(T);
+    CUDA_CHECK(cudaMalloc(&p, bytes));
+    device_allocations_.push_back(p);
+    device_bytes_ += bytes;
+    return static_cast<T*>(p);
+  }
+  template <class T>
+  T* pinned(size_t count) {
+    void* p = nullptr;
+    CUDA_CHECK(cudaMallocHost(&p, std::max<size_t>(count, 1) * sizeof(T)));
+    host_allocations_.push_back(p);
+    return static_cast<T*>(p);
+  }
+
+  void allocate() {
+    const size_t P = table_.numel();
+    const size_t B = max_batch_, T = m_.seq_len, C = m_.n_embd, NH = m_.n_head, V = m_.vocab_size;
+    const size_t N = B * T;
+    master_ = device<float>(P);
+    params_bf16_ = device<bf16>(P);
+    grads_ = device<float>(P);
+    adam_m_ = device<float>(P);
+    adam_v_ = device<float>(P);
+    CUDA_CHECK(cudaMemset(adam_m_, 0, P * sizeof(float)));
+    CUDA_CHECK(cudaMemset(adam_v_, 0, P * sizeof(float)));
+    CUDA_CHECK(cudaMemset(grads_, 0, P * sizeof(float)));
+
+    encoded_ = device<bf16>(N * C);
+    layers_.resize(m_.n_layer);
+    for (LayerActs& l : layers_) {
+      l.ln1 = device<bf16>(N * C);
+      l.ln1_mean = device<float>(N);
+      l.ln1_rstd = device<float>(N);
+      l.qkv = device<bf16>(N * 3 * C);
+      l.atty = device<bf16>(N * C);
+      l.lse = device<float>(B * NH * T);
+      l.res2 = device<bf16>(N * C);
+      l.ln2 = device<bf16>(N * C);
+      l.ln2_mean = device<float>(N);
+      l.ln2_rstd = device<float>(N);
+      l.fch_pre = device<bf16>(N * 4 * C);
+      l.res3 = device<bf16>(N * C);
+    }
+    lnf_ = device<bf16>(N * C);
+    lnf_mean_ = device<float>(N);
+    lnf_rstd_ = device<float>(N);
+    // The classifier works through the rows in chunks: logits for at most ~256 MB at a time, never all.
+    chunk_rows_ = static_cast<int>(std::clamp<size_t>((256u << 20) / (V * sizeof(bf16)), 1, N));
+    logits_ = device<bf16>(static_cast<size_t>(chunk_rows_) * V);
+    losses_ = device<float>(N);
+    tmp_nc_ = device<bf16>(N * C);
+    fch_gelu_ = device<bf16>(N * 4 * C);
+    dres_ = device<bf16>(N * C);
+    dln_ = device<bf16>(N * C);
+    datty_ = device<bf16>(N * C);
+    dqkv_ = device<bf16>(N * 3 * C);
+    dfch_ = device<bf16>(N * 4 * C);
+    const size_t scratch = std::max({layernorm_backward_scratch_floats(static_cast<int>(N), static_cast<int>(C)),
+                                     bias_backward_scratch_floats(static_cast<int>(N), static_cast<int>(4 * C)),
+                                     attention_backward_scratch_floats(static_cast<int>(B), static_cast<int>(T),
+                                                                       static_cast<int>(NH)),
+                                     global_norm_scratch_floats(P)});
+    scratch_ = device<float>(scratch);
+    loss_sum_ = device<float>(1);
+    eval_sum_ = device<float>(1);
+    norm_ = device<float>(1);
+    inputs_ = device<int32_t>(N);
+    targets_ = device<int32_t>(N);
+    bucket_token_ = device<int32_t>(N);
+    bucket_start_ = device<int32_t>(N + 1);
+    positions_ = device<int32_t>(N);
+    staging_ = pinned<int32_t>(5 * N + 1);
+    host_stats_ = pinned<float>(2);
+    token_count_.assign(V, 0);
+  }
+
+  void build_adamw_chunks() {
+    std::vector<AdamWChunk> chunks;
+    for (const TensorInfo& t : table_.tensors()) {
+      for (size_t off = 0; off < t.numel; off += adamw_chunk_elements()) {
+        chunks.push_back({t.offset + off, static_cast<uint32_t>(std::min<size_t>(adamw_chunk_elements(), t.numel - off)),
+                          t.decay ? 1u : 0u});
+      }
+    }
+    adamw_chunk_count_ = chunks.size();
+    adamw_chunks_ = device<AdamWChunk>(chunks.size());
+    CUDA_CHECK(cudaMemcpy(adamw_chunks_, chunks.data(), chunks.size() * sizeof(AdamWChunk), cudaMemcpyHostToDevice));
+  }
+
+  void layout_params() {
+    // The fp32 master layout gives each tensor's offset; the bf16 copy and the gradients share it.
+    GptTensors p = gpt_tensors(m_, table_, master_);
+    GptTensors& g = p;
+    auto pb = [&](const float* f) { return params_bf16_ + (f - master_); };
+    auto gb = [&](const float* f) { return grads_ + (f - master_); };
+    wte_ = pb(p.wte);
+    wpe_ = pb(p.wpe);
+    lnf_w_ = pb(p.lnf_w);
+    lnf_b_ = pb(p.lnf_b);
+    dwte_ = gb(g.wte);
+    dwpe_ = gb(g.wpe);
+    dlnf_w_ = gb(g.lnf_w);
+    dlnf_b_ = gb(g.lnf_b);
+    for (const GptBlock& b : p.blocks) {
+      block_params_.push_back({pb(b.ln1_w), pb(b.ln1_b), pb(b.qkv_w), pb(b.qkv_b), pb(b.proj_w), pb(b.proj_b),
+                               pb(b.ln2_w), pb(b.ln2_b), pb(b.fc_w), pb(b.fc_b), pb(b.fcproj_w), pb(b.fcproj_b)});
+      block_grads_.push_back({gb(b.ln1_w), gb(b.ln1_b), gb(b.qkv_w), gb(b.qkv_b), gb(b.proj_w), gb(b.proj_b),
+                              gb(b.ln2_w), gb(b.ln2_b), gb(b.fc_w), gb(b.fc_b), gb(b.fcproj_w), gb(b.fcproj_b)});
+    }
+  }
+
+  // Copies the batch to the device; with `buckets`, also the token-sorted positions the deterministic
+  // embedding backward needs (a counting sort over the vocabulary, on the host, while the GPU works).
+  void upload(const int32_t* inputs, const int32_t* targets, int B, bool buckets) {
+    GANTRY_CHECK(B > 0 && B <= max_batch_, "batch " + std::to_string(B) + " exceeds the backend's max batch " +
+                                                std::to_string(max_batch_));
+    const int N = B * m_.seq_len;
+    for (int i = 0; i < N; ++i) {
+      GANTRY_CHECK(inputs[i] >= 0 && inputs[i] < m_.vocab_size && targets[i] >= 0 && targets[i] < m_.vocab_size,
+                   "token id out of [0, vocab_size)");
+    }
+    CUDA_CHECK(cudaEventSynchronize(upload_done_));  // the previous batch has left the staging buffer
+    int32_t* s_in = staging_;
+    int32_t* s_tg = staging_ + N;
+    std::memcpy(s_in, inputs, N * sizeof(int32_t));
+    std::memcpy(s_tg, targets, N * sizeof(int32_t));
+    CUDA_CHECK(cudaMemcpyAsync(inputs_, s_in, N * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+    CUDA_CHECK(cudaMemcpyAsync(targets_, s_tg, N * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+    if (buckets) {
+      int32_t* s_tok = staging_ + 2 * N;
+      int32_t* s_start = staging_ + 3 * N;
+      int32_t* s_pos = staging_ + 4 * N + 1;
+      for (int i = 0; i < N; ++i) ++token_count_[inputs[i]];
+      int k = 0, at = 0;
+      for (int v = 0; v < m_.vocab_size; ++v) {
+        if (token_count_[v] == 0) continue;
+        s_tok[k] = v;
+        s_start[k] = at;
+        at += token_count_[v];
+        token_count_[v] = s_start[k];  // becomes the fill cursor
+        ++k;
+      }
+      s_start[k] = at;
+      buckets_ = k;
+      for (int i = 0; i < N; ++i) s_pos[token_count_[inputs[i]]++] = i;  // positions ascend within a bucket
+      for (int i = 0; i < N; ++i) token_count_[inputs[i]] = 0;
+      CUDA_CHECK(cudaMemcpyAsync(bucket_token_, s_tok, k * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+      CUDA_CHECK(cudaMemcpyAsync(bucket_start_, s_start, (k + 1) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+      CUDA_CHECK(cudaMemcpyAsync(positions_, s_pos, N * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+    }
+    CUDA_CHECK(cudaEventRecord(upload_done_, stream_));
+  }
+
+  void forward(int B) {
+    const int T = m_.seq_len, C = m_.n_embd, NH = m_.n_head, HS = C / NH, N = B * T, L = m_.n_layer;
+    encoder_forward_cuda(encoded_, inputs_, wte_, wpe_, N, T, C, stream_);
+    for (int l = 0; l < L; ++l) {
+      const BlockParams& p = block_params_[l];
+      LayerActs& a = layers_[l];
+      // This block's first norm also finishes the previous block: res3 = res2 + its MLP output.
+      if (l == 0) {
+        residual_layernorm_forward_cuda(nullptr, a.ln1, a.ln1_mean, a.ln1_rstd, encoded_, nullptr, p.ln1_w, p.ln1_b,
+                                        N, C, stream_);
+      } else {
+        residual_layernorm_forward_cuda(layers_[l - 1].res3, a.ln1, a.ln1_mean, a.ln1_rstd, layers_[l - 1].res2,
+                                        tmp_nc_, p.ln1_w, p.ln1_b, N, C, stream_);
+      }
+      const bf16* residual = l == 0 ? encoded_ : layers_[l - 1].res3;
+      matmul_->forward(a.qkv, a.ln1, p.qkv_w, p.qkv_b, N, C, 3 * C, nullptr);
+      attention_forward(a.atty, a.lse, a.qkv, B, T, NH, HS, stream_);
+      matmul_->forward(tmp_nc_, a.atty, p.proj_w, p.proj_b, N, C, C, nullptr);
+      residual_layernorm_forward_cuda(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, residual, tmp_nc_, p.ln2_w, p.ln2_b, N, C,
+                                      stream_);
+      matmul_->forward(fch_gelu_, a.ln2, p.fc_w, p.fc_b, N, C, 4 * C, a.fch_pre);
+      matmul_->forward(tmp_nc_, fch_gelu_, p.fcproj_w, p.fcproj_b, N, 4 * C, C, nullptr);
+    }
+    if (L == 0) {
+      residual_layernorm_forward_cuda(nullptr, lnf_, lnf_mean_, lnf_rstd_, encoded_, nullptr, lnf_w_, lnf_b_, N, C,
+                                      stream_);
+    } else {
+      residual_layernorm_forward_cuda(layers_[L - 1].res3, lnf_, lnf_mean_, lnf_rstd_, layers_[L - 1].res2, tmp_nc_,
+                                      lnf_w_, lnf_b_, N, C, stream_);
+    }
+  }
+
+  // Logits, loss and (with backward) dlogits → dlnf and dwte, a chunk of rows at a time.
+  void classifier(int B, float dloss, bool backward) {
+    const int C = m_.n_embd, V = m_.vocab_size, N = B * m_.seq_len;
+    for (int r0 = 0; r0 < N; r0 += chunk_rows_) {
+      const int rows = std::min(chunk_rows_, N - r0);
+      const bf16* x = lnf_ + static_cast<size_t>(r0) * C;
+      matmul_->forward(logits_, x, wte_, nullptr, rows, C, V, nullptr);
+      classifier_cuda(logits_, losses_ + r0, targets_ + r0, dloss, backward, rows, V, stream_);
+      if (!backward) continue;
+      matmul_->backward_input(dln_ + static_cast<size_t>(r0) * C, logits_, wte_, rows, C, V, nullptr);
+      matmul_->backward_weight(dwte_, logits_, x, rows, C, V);
+    }
+  }
+
+  void backward(int B) {
+    const int T = m_.seq_len, C = m_.n_embd, NH = m_.n_head, HS = C / NH, N = B * T, L = m_.n_layer;
+    const size_t NC = static_cast<size_t>(N) * C;
+    CUDA_CHECK(cudaMemsetAsync(dres_, 0, NC * sizeof(bf16), stream_));
+    const bf16* top = L > 0 ? layers_[L - 1].res3 : encoded_;
+    layernorm_backward_cuda(dres_, dlnf_w_, dlnf_b_, scratch_, dln_, top, lnf_w_, lnf_mean_, lnf_rstd_, N, C, stream_);
+    for (int l = L - 1; l >= 0; --l) {
+      const BlockParams& p = block_params_[l];
+      const BlockGrads& g = block_grads_[l];
+      LayerActs& a = layers_[l];
+      const bf16* residual = l == 0 ? encoded_ : layers_[l - 1].res3;
+      // MLP branch, reading d(res3) before the second norm's contribution turns dres into d(res2).
+      gelu_forward_cuda(fch_gelu_, a.fch_pre, NC * 4, stream_);
+      matmul_->backward_weight(g.fcproj_w, dres_, fch_gelu_, N, 4 * C, C);
+      bias_backward_cuda(g.fcproj_b, scratch_, dres_, N, C, stream_);
+      matmul_->backward_input(dfch_, dres_, p.fcproj_w, N, 4 * C, C, a.fch_pre);
+      matmul_->backward_weight(g.fc_w, dfch_, a.ln2, N, C, 4 * C);
+      bias_backward_cuda(g.fc_b, scratch_, dfch_, N, 4 * C, stream_);
+      matmul_->backward_input(dln_, dfch_, p.fc_w, N, C, 4 * C, nullptr);
+      layernorm_backward_cuda(dres_, g.ln2_w, g.ln2_b, scratch_, dln_, a.res2, p.ln2_w, a.ln2_mean, a.ln2_rstd, N, C,
+                              stream_);
+      // Attention branch, then the first norm turns dres into d(residual in).
+      matmul_->backward_weight(g.proj_w, dres_, a.atty, N, C, C);
+      bias_backward_cuda(g.proj_b, scratch_, dres_, N, C, stream_);
+      matmul_->backward_input(datty_, dres_, p.proj_w, N, C, C, nullptr);
+      attention_backward(dqkv_, datty_, a.atty, a.lse, a.qkv, scratch_, B, T, NH, HS, stream_);
+      matmul_->backward_weight(g.qkv_w, dqkv_, a.ln1, N, C, 3 * C);
+      bias_backward_cuda(g.qkv_b, scratch_, dqkv_, N, 3 * C, stream_);
+      matmul_->backward_input(dln_, dqkv_, p.qkv_w, N, C, 3 * C, nullptr);
+      layernorm_backward_cuda(dres_, g.ln1_w, g.ln1_b, scratch_, dln_, residual, p.ln1_w, a.ln1_mean, a.ln1_rstd, N, C,
+                              stream_);
+    }
+    encoder_backward_cuda(dwte_, dwpe_, dres_, bucket_token_, bucket_start_, positions_, buckets_, B, T, C, stream_);
+  }
+
+  ModelConfig m_;
+  int max_batch_;
+  TensorTable table_;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t upload_done_ = nullptr;
+  std::unique_ptr<Matmul> matmul_;
+  std::vector<void*> device_allocations_, host_allocations_;
+  size_t device_bytes_ = 0;
+
+  float *master_ = nullptr, *grads_ = nullptr, *adam_m_ = nullptr, *adam_v_ = nullptr;
+  bf16* params_bf16_ = nullptr;
+  AdamWChunk* adamw_chunks_ = nullptr;
+  size_t adamw_chunk_count_ = 0;
+
+  const bf16 *wte_ = nullptr, *wpe_ = nullptr, *lnf_w_ = nullptr, *lnf_b_ = nullptr;
+  float *dwte_ = nullptr, *dwpe_ = nullptr, *dlnf_w_ = nullptr, *dlnf_b_ = nullptr;
+  std::vector<BlockParams> block_params_;
+  std::vector<BlockGrads> block_grads_;
+
+  bf16* encoded_ = nullptr;
+  std::vector<LayerActs> layers_;
+  bf16* lnf_ = nullptr;
+  float *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr;
+  int chunk_rows_ = 0;
+  bf16* logits_ = nullptr;
+  float* losses_ = nullptr;
+  bf16 *tmp_nc_ = nullptr, *fch_gelu_ = nullptr;
+  bf16 *dres_ = nullptr, *dln_ = nullptr, *datty_ = nullptr, *dqkv_ = nullptr, *dfch_ = nullptr;
+  float* scratch_ = nullptr;
+  float *loss_sum_ = nullptr, *eval_sum_ = nullptr, *norm_ = nullptr;
+  int32_t *inputs_ = nullptr, *targets_ = nullptr;
+  int32_t *bucket_token_ = nullptr, *bucket_start_ = nullptr, *positions_ = nullptr;
+  int buckets_ = 0;
+  int32_t* staging_ = nullptr;
+  float* host_stats_ = nullptr;
+  std::vector<int32_t> token_count_;
+  int64_t tokens_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> backend_cuda_create(const ModelConfig& m, int max_batch) {
+  return std::make_unique<CudaBackend>(m, max_batch);
+}
+
+}  // namespace gantry

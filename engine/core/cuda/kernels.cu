@@ -1,0 +1,363 @@
+#include <cmath>
+
+#include "engine/core/cuda/cuda_check.h"
+#include "engine/core/cuda/kernels.cuh"
+
+namespace gantry {
+namespace {
+
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+  for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+  return v;
+}
+
+// Sum over the block in a fixed tree; every thread gets the result. `shared` holds 32 floats.
+__device__ float block_sum(float v, float* shared) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = (blockDim.x + 31) / 32;
+  v = warp_sum(v);
+  __syncthreads();  // `shared` may still be read by a previous call
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  v = lane < warps ? shared[lane] : 0.0f;
+  return warp_sum(v);
+}
+
+__device__ float block_max(float v, float* shared) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = (blockDim.x + 31) / 32;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  v = lane < warps ? shared[lane] : -INFINITY;
+  return warp_max(v);
+}
+
+__global__ void encoder_forward_kernel(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int N,
+                                       int T, int C) {
+  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= static_cast<size_t>(N) * C) return;
+  const int n = static_cast<int>(i / C), c = static_cast<int>(i % C);
+  const float e = __bfloat162float(wte[static_cast<size_t>(tokens[n]) * C + c]);
+  const float p = __bfloat162float(wpe[static_cast<size_t>(n % T) * C + c]);
+  out[i] = __float2bfloat16(e + p);
+}
+
+__global__ void encoder_backward_wte_kernel(float* dwte, const bf16* dout, const int32_t* bucket_token,
+                                            const int32_t* bucket_start, const int32_t* positions, int C) {
+  const int k = blockIdx.x;
+  const int begin = bucket_start[k], end = bucket_start[k + 1];
+  float* row = dwte + static_cast<size_t>(bucket_token[k]) * C;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    float s = 0.0f;
+    for (int j = begin; j < end; ++j) s += __bfloat162float(dout[static_cast<size_t>(positions[j]) * C + c]);
+    row[c] += s;
+  }
+}
+
+__global__ void encoder_backward_wpe_kernel(float* dwpe, const bf16* dout, int B, int T, int C) {
+  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= static_cast<size_t>(T) * C) return;
+  float s = 0.0f;
+  for (int b = 0; b < B; ++b) s += __bfloat162float(dout[static_cast<size_t>(b) * T * C + i]);
+  dwpe[i] += s;
+}
+
+// One warp per row.
+__global__ void residual_layernorm_forward_kernel(bf16* residual_out, bf16* out, float* mean, float* rstd,
+                                                  const bf16* a, const bf16* b, const bf16* w, const bf16* bias,
+                                                  int N, int C) {
+  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= N) return;
+  const size_t base = static_cast<size_t>(row) * C;
+  // The residual is stored in bf16; normalise exactly the rounded values the backward pass will read.
+  const bf16* x = a + base;
+  if (b != nullptr) {
+    // Each lane reads back only the columns it wrote, so no barrier is needed.
+    for (int c = lane; c < C; c += 32) {
+      residual_out[base + c] = __float2bfloat16(__bfloat162float(a[base + c]) + __bfloat162float(b[base + c]));
+    }
+    x = residual_out + base;
+  }
+  float s = 0.0f;
+  for (int c = lane; c < C; c += 32) s += __bfloat162float(x[c]);
+  const float m = warp_sum(s) / C;
+  float v = 0.0f;
+  for (int c = lane; c < C; c += 32) {
+    const float d = __bfloat162float(x[c]) - m;
+    v += d * d;
+  }
+  const float r = rsqrtf(warp_sum(v) / C + 1e-5f);
+  for (int c = lane; c < C; c += 32) {
+    const float n = (__bfloat162float(x[c]) - m) * r;
+    out[base + c] = __float2bfloat16(n * __bfloat162float(w[c]) + __bfloat162float(bias[c]));
+  }
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = r;
+  }
+}
+
+constexpr int kNormPartials = 1024;  // warps (row groups) in the first stage of the column sums
+
+// Warp w handles rows w, w + G, ...: dinp in place; its own column partials of dw, db in scratch.
+__global__ void layernorm_backward_kernel(bf16* dinp, float* scratch, const bf16* dout, const bf16* inp,
+                                          const bf16* w, const float* mean, const float* rstd, int N, int C,
+                                          int groups) {
+  const int warp = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (warp >= groups) return;
+  float* dw_part = scratch + static_cast<size_t>(warp) * 2 * C;
+  float* db_part = dw_part + C;
+  for (int c = lane; c < C; c += 32) dw_part[c] = db_part[c] = 0.0f;
+  for (int row = warp; row < N; row += groups) {
+    const size_t base = static_cast<size_t>(row) * C;
+    const float m = mean[row], r = rstd[row];
+    float a = 0.0f, bsum = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+      const float d = __bfloat162float(dout[base + c]);
+      const float n = (__bfloat162float(inp[base + c]) - m) * r;
+      const float dn = __bfloat162float(w[c]) * d;
+      a += dn;
+      bsum += dn * n;
+    }
+    a = warp_sum(a) / C;
+    bsum = warp_sum(bsum) / C;
+    for (int c = lane; c < C; c += 32) {
+      const float d = __bfloat162float(dout[base + c]);
+      const float n = (__bfloat162float(inp[base + c]) - m) * r;
+      const float dn = __bfloat162float(w[c]) * d;
+      dw_part[c] += n * d;
+      db_part[c] += d;
+      dinp[base + c] = __float2bfloat16(__bfloat162float(dinp[base + c]) + (dn - a - n * bsum) * r);
+    }
+  }
+}
+
+// Column c of `cols` columns: out[c] += Σ_g partials[g * stride + c], g in order.
+__global__ void column_partials_reduce_kernel(float* out, const float* partials, int groups, int cols,
+                                              size_t stride) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  float s = 0.0f;
+  for (int g = 0; g < groups; ++g) s += partials[static_cast<size_t>(g) * stride + c];
+  out[c] += s;
+}
+
+__global__ void gelu_forward_kernel(bf16* out, const bf16* inp, size_t n) {
+  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float x = __bfloat162float(inp[i]);
+  out[i] = __float2bfloat16(0.5f * x * (1.0f + tanhf(kGeluScale * (x + 0.044715f * x * x * x))));
+}
+
+// Row group g (blockIdx.y) of G sums rows g, g + G, ... of each column into scratch[g * OC + col].
+__global__ void bias_backward_partial_kernel(float* scratch, const bf16* dout, int N, int OC, int groups) {
+  const int col = blockIdx.x * blockDim.x + threadIdx.x;
+  const int g = blockIdx.y;
+  if (col >= OC) return;
+  float s = 0.0f;
+  for (int row = g; row < N; row += groups) s += __bfloat162float(dout[static_cast<size_t>(row) * OC + col]);
+  scratch[static_cast<size_t>(g) * OC + col] = s;
+}
+
+// One block per row.
+__global__ void classifier_kernel(bf16* logits, float* losses, const int32_t* targets, float dloss,
+                                  bool write_dlogits, int V) {
+  __shared__ float shared[32];
+  const size_t base = static_cast<size_t>(blockIdx.x) * V;
+  bf16* row = logits + base;
+  float mx = -INFINITY;
+  for (int v = threadIdx.x; v < V; v += blockDim.x) mx = fmaxf(mx, __bfloat162float(row[v]));
+  mx = block_max(mx, shared);
+  float s = 0.0f;
+  for (int v = threadIdx.x; v < V; v += blockDim.x) s += expf(__bfloat162float(row[v]) - mx);
+  s = block_sum(s, shared);
+  const int target = targets[blockIdx.x];
+  const float target_logit = __bfloat162float(row[target]);
+  __syncthreads();  // everyone has read row[target] before it is overwritten
+  if (threadIdx.x == 0) losses[blockIdx.x] = logf(s) + mx - target_logit;
+  if (!write_dlogits) return;
+  const float inv = 1.0f / s;
+  for (int v = threadIdx.x; v < V; v += blockDim.x) {
+    const float p = expf(__bfloat162float(row[v]) - mx) * inv;
+    row[v] = __float2bfloat16((p - (v == target ? 1.0f : 0.0f)) * dloss);
+  }
+}
+
+__global__ void sum_accumulate_kernel(float* acc, const float* values, int n) {
+  __shared__ float shared[32];
+  float s = 0.0f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) s += values[i];
+  s = block_sum(s, shared);
+  if (threadIdx.x == 0) *acc += s;
+}
+
+constexpr int kNormBlocks = 1024;
+constexpr int kNormThreads = 512;
+
+__global__ void norm_partial_kernel(float* partials, const float* g, size_t n) {
+  __shared__ float shared[32];
+  float s = 0.0f;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    s += g[i] * g[i];
+  }
+  s = block_sum(s, shared);
+  if (threadIdx.x == 0) partials[blockIdx.x] = s;
+}
+
+__global__ void norm_final_kernel(float* norm, const float* partials, int n) {
+  __shared__ float shared[32];
+  float s = 0.0f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) s += partials[i];
+  s = block_sum(s, shared);
+  if (threadIdx.x == 0) *norm = sqrtf(s);
+}
+
+__global__ void adamw_kernel(float* master, bf16* params_bf16, float* m, float* v, const float* grads,
+                             const float* norm, const AdamWChunk* chunks, float lr, float beta1, float beta2,
+                             float eps, float weight_decay, float grad_clip, float c1, float c2) {
+  const float nrm = *norm;
+  if (!isfinite(nrm)) return;  // a diverged step changes nothing; the host sees it in step_stats
+  const float scale = grad_clip > 0.0f && nrm > grad_clip ? grad_clip / nrm : 1.0f;
+  const AdamWChunk ch = chunks[blockIdx.x];
+  const float wd = ch.decay ? weight_decay : 0.0f;
+  for (uint32_t j = threadIdx.x; j < ch.count; j += blockDim.x) {
+    const size_t i = ch.offset + j;
+    const float g = grads[i] * scale;
+    const float mi = beta1 * m[i] + (1.0f - beta1) * g;
+    const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    float p = master[i];
+    p -= lr * ((mi / c1) / (sqrtf(vi / c2) + eps) + wd * p);
+    master[i] = p;
+    params_bf16[i] = __float2bfloat16(p);
+  }
+}
+
+__global__ void float_to_bf16_kernel(bf16* out, const float* in, size_t n) {
+  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = __float2bfloat16(in[i]);
+}
+
+unsigned blocks_for(size_t n, unsigned threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
+
+}  // namespace
+
+void encoder_forward_cuda(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int N, int T, int C,
+                          cudaStream_t stream) {
+  GANTRY_CHECK(out && tokens && wte && wpe && N > 0 && T > 0 && C > 0, "encoder_forward_cuda arguments");
+  encoder_forward_kernel<<<blocks_for(static_cast<size_t>(N) * C, 256), 256, 0, stream>>>(out, tokens, wte, wpe, N,
+                                                                                         T, C);
+  CUDA_CHECK_LAUNCH();
+}
+
+void encoder_backward_cuda(float* dwte, float* dwpe, const bf16* dout, const int32_t* bucket_token,
+                           const int32_t* bucket_start, const int32_t* positions, int buckets, int B, int T, int C,
+                           cudaStream_t stream) {
+  GANTRY_CHECK(dwte && dwpe && dout && buckets > 0, "encoder_backward_cuda arguments");
+  encoder_backward_wte_kernel<<<buckets, 256, 0, stream>>>(dwte, dout, bucket_token, bucket_start, positions, C);
+  CUDA_CHECK_LAUNCH();
+  encoder_backward_wpe_kernel<<<blocks_for(static_cast<size_t>(T) * C, 256), 256, 0, stream>>>(dwpe, dout, B, T, C);
+  CUDA_CHECK_LAUNCH();
+}
+
+void residual_layernorm_forward_cuda(bf16* residual_out, bf16* out, float* mean, float* rstd, const bf16* a,
+                                     const bf16* b, const bf16* w, const bf16* bias, int N, int C,
+                                     cudaStream_t stream) {
+  GANTRY_CHECK(out && mean && rstd && a && w && bias && (b == nullptr || residual_out), "layernorm arguments");
+  constexpr int kWarps = 8;
+  residual_layernorm_forward_kernel<<<blocks_for(N, kWarps), kWarps * 32, 0, stream>>>(residual_out, out, mean, rstd,
+                                                                                       a, b, w, bias, N, C);
+  CUDA_CHECK_LAUNCH();
+}
+
+size_t layernorm_backward_scratch_floats(int N, int C) {
+  return static_cast<size_t>(std::min(N, kNormPartials)) * 2 * C;
+}
+
+void layernorm_backward_cuda(bf16* dinp, float* dw, float* db, float* scratch, const bf16* dout, const bf16* inp,
+                             const bf16* w, const float* mean, const float* rstd, int N, int C,
+                             cudaStream_t stream) {
+  GANTRY_CHECK(dinp && dw && db && scratch && dout && inp && w && mean && rstd, "layernorm_backward arguments");
+  const int groups = std::min(N, kNormPartials);
+  constexpr int kWarps = 8;
+  layernorm_backward_kernel<<<blocks_for(groups, kWarps), kWarps * 32, 0, stream>>>(dinp, scratch, dout, inp, w, mean,
+                                                                                   rstd, N, C, groups);
+  CUDA_CHECK_LAUNCH();
+  column_partials_reduce_kernel<<<blocks_for(C, 256), 256, 0, stream>>>(dw, scratch, groups, C, 2 * C);
+  CUDA_CHECK_LAUNCH();
+  column_partials_reduce_kernel<<<blocks_for(C, 256), 256, 0, stream>>>(db, scratch + C, groups, C, 2 * C);
+  CUDA_CHECK_LAUNCH();
+}
+
+void gelu_forward_cuda(bf16* out, const bf16* inp, size_t n, cudaStream_t stream) {
+  GANTRY_CHECK(out && inp, "gelu_forward_cuda arguments");
+  gelu_forward_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(out, inp, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+namespace {
+constexpr int kBiasGroups = 128;
+}
+
+size_t bias_backward_scratch_floats(int N, int OC) { return static_cast<size_t>(std::min(N, kBiasGroups)) * OC; }
+
+void bias_backward_cuda(float* db, float* scratch, const bf16* dout, int N, int OC, cudaStream_t stream) {
+  GANTRY_CHECK(db && scratch && dout && N > 0 && OC > 0, "bias_backward_cuda arguments");
+  const int groups = std::min(N, kBiasGroups);
+  bias_backward_partial_kernel<<<dim3(blocks_for(OC, 128), groups), 128, 0, stream>>>(scratch, dout, N, OC, groups);
+  CUDA_CHECK_LAUNCH();
+  column_partials_reduce_kernel<<<blocks_for(OC, 256), 256, 0, stream>>>(db, scratch, groups, OC, OC);
+  CUDA_CHECK_LAUNCH();
+}
+
+void classifier_cuda(bf16* logits, float* losses, const int32_t* targets, float dloss, bool write_dlogits, int rows,
+                     int V, cudaStream_t stream) {
+  GANTRY_CHECK(logits && losses && targets && rows > 0 && V > 0, "classifier_cuda arguments");
+  classifier_kernel<<<rows, 512, 0, stream>>>(logits, losses, targets, dloss, write_dlogits, V);
+  CUDA_CHECK_LAUNCH();
+}
+
+void sum_accumulate_cuda(float* accumulator, const float* values, int n, cudaStream_t stream) {
+  GANTRY_CHECK(accumulator && values && n > 0, "sum_accumulate_cuda arguments");
+  sum_accumulate_kernel<<<1, 1024, 0, stream>>>(accumulator, values, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+size_t global_norm_scratch_floats(size_t) { return kNormBlocks; }
+
+void global_norm_cuda(float* norm, float* scratch, const float* g, size_t n, cudaStream_t stream) {
+  GANTRY_CHECK(norm && scratch && g, "global_norm_cuda arguments");
+  norm_partial_kernel<<<kNormBlocks, kNormThreads, 0, stream>>>(scratch, g, n);
+  CUDA_CHECK_LAUNCH();
+  norm_final_kernel<<<1, 1024, 0, stream>>>(norm, scratch, kNormBlocks);
+  CUDA_CHECK_LAUNCH();
+}
+
+void adamw_cuda(float* master, bf16* params_bf16, float* m, float* v, const float* grads, const float* norm,
+                const AdamWChunk* chunks, int n_chunks, float lr, float beta1, float beta2, float eps,
+                float weight_decay, float grad_clip, float bias_correction1, float bias_correction2,
+                cudaStream_t stream) {
+  GANTRY_CHECK(master && params_bf16 && m && v && grads && norm && chunks && n_chunks > 0, "adamw_cuda arguments");
+  adamw_kernel<<<n_chunks, 512, 0, stream>>>(master, params_bf16, m, v, grads, norm, chunks, lr, beta1, beta2, eps,
+                                             weight_decay, grad_clip, bias_correction1, bias_correction2);
+  CUDA_CHECK_LAUNCH();
+}
+
+void float_to_bf16_cuda(bf16* out, const float* in, size_t n, cudaStream_t stream) {
+  GANTRY_CHECK(out && in, "float_to_bf16_cuda arguments");
+  float_to_bf16_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(out, in, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace gantry

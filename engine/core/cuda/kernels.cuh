@@ -1,0 +1,78 @@
+// The CUDA backend's own kernels (everything but the matmuls, which go through cuBLASLt in matmul.cu, and
+// attention, in attention.cu). Each launcher takes an explicit stream, checks its preconditions, launches,
+// and checks the launch. Activations are bf16; parameters as the forward pass reads them are bf16;
+// gradients, optimizer state, norms and losses are fp32. No kernel uses floating-point atomics: every sum
+// is taken in a fixed order, so results are bit-identical run to run on one GPU.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace gantry {
+
+using bf16 = __nv_bfloat16;
+
+// out (N, C) = wte[tokens[n]] + wpe[n % T]
+void encoder_forward_cuda(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int N, int T, int C,
+                          cudaStream_t stream);
+
+// Token-sorted positions, built on the host from the inputs: bucket k holds token bucket_token[k] and the
+// positions positions[bucket_start[k] .. bucket_start[k+1]). One block sums one bucket in position order.
+// dwte (V, C) += Σ dout rows of each bucket; dwpe (T, C) += Σ_b dout[b, t]. fp32 gradients.
+void encoder_backward_cuda(float* dwte, float* dwpe, const bf16* dout, const int32_t* bucket_token,
+                           const int32_t* bucket_start, const int32_t* positions, int buckets, int B, int T, int C,
+                           cudaStream_t stream);
+
+// Fused residual + LayerNorm: residual_out = a + b (when b != nullptr; otherwise residual_out is unused and
+// a is normalised), out = LN(residual_out) · w + bias; mean, rstd (N) fp32 saved for backward.
+void residual_layernorm_forward_cuda(bf16* residual_out, bf16* out, float* mean, float* rstd, const bf16* a,
+                                     const bf16* b, const bf16* w, const bf16* bias, int N, int C,
+                                     cudaStream_t stream);
+
+// dinp (N, C) += LN backward (bf16, accumulated in place); dw, db (C) fp32 += the column sums, taken in two
+// fixed-order stages through `scratch` (layernorm_backward_scratch_floats(N, C) floats).
+size_t layernorm_backward_scratch_floats(int N, int C);
+void layernorm_backward_cuda(bf16* dinp, float* dw, float* db, float* scratch, const bf16* dout, const bf16* inp,
+                             const bf16* w, const float* mean, const float* rstd, int N, int C, cudaStream_t stream);
+
+// out = gelu_tanh(inp), elementwise.
+void gelu_forward_cuda(bf16* out, const bf16* inp, size_t n, cudaStream_t stream);
+
+// db (OC) fp32 += Σ_n dout[n, :], two fixed-order stages through scratch (bias_backward_scratch_floats).
+size_t bias_backward_scratch_floats(int N, int OC);
+void bias_backward_cuda(float* db, float* scratch, const bf16* dout, int N, int OC, cudaStream_t stream);
+
+// Fused classifier on a chunk of rows: logits (rows, V) bf16 in place → softmax → cross-entropy. Writes
+// losses (rows) fp32 and, when write_dlogits, overwrites logits with (softmax − onehot(target)) · dloss.
+void classifier_cuda(bf16* logits, float* losses, const int32_t* targets, float dloss, bool write_dlogits, int rows,
+                     int V, cudaStream_t stream);
+
+// *accumulator += Σ values[0..n) in a fixed order (one block).
+void sum_accumulate_cuda(float* accumulator, const float* values, int n, cudaStream_t stream);
+
+// Global L2 norm: *norm = sqrt(Σ g²) over n fp32 values, two fixed-order stages through scratch
+// (global_norm_scratch_floats(n) floats).
+size_t global_norm_scratch_floats(size_t n);
+void global_norm_cuda(float* norm, float* scratch, const float* g, size_t n, cudaStream_t stream);
+
+// AdamW over the whole flat buffer in one launch. chunks: (offset, count, decay) triples covering the
+// buffer, at most adamw_chunk_elements() each. Reads *norm on the device: a non-finite norm skips the
+// update; a norm above grad_clip (> 0) scales gradients to it. Writes the bf16 copy of every parameter.
+struct AdamWChunk {
+  uint64_t offset;
+  uint32_t count;
+  uint32_t decay;
+};
+constexpr uint32_t adamw_chunk_elements() { return 1u << 16; }
+void adamw_cuda(float* master, bf16* params_bf16, float* m, float* v, const float* grads, const float* norm,
+                const AdamWChunk* chunks, int n_chunks, float lr, float beta1, float beta2, float eps,
+                float weight_decay, float grad_clip, float bias_correction1, float bias_correction2,
+                cudaStream_t stream);
+
+// fp32 → bf16 copy (after loading parameters).
+void float_to_bf16_cuda(bf16* out, const float* in, size_t n, cudaStream_t stream);
+
+}  // namespace gantry

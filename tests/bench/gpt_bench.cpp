@@ -1,0 +1,113 @@
+// GPT-2 training throughput on one GPU (benchmark, not a test): median step time after warm-up,
+// tokens/s, MFU with the formula and peak printed, and memory, as one JSON line per model.
+//
+//   gpt_bench [--models 124m,350m] [--steps 30] [--warmup 10] [--peak h100-sxm]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "engine/core/backend.h"
+#include "engine/core/gpt.h"
+#include "engine/core/rng.h"
+#include "telemetry/flops.h"
+#ifdef GANTRY_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "engine/core/cuda/device.h"
+#endif
+
+namespace {
+
+struct Shape {
+  const char* name;
+  gantry::ModelConfig model;
+  int batch;
+};
+
+int run(int argc, char** argv) {
+  std::string models = "124m,350m", peak_name;
+  int steps = 30, warmup = 10;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--models")) models = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--warmup")) warmup = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--peak")) peak_name = argv[i + 1];
+    else {
+      std::fprintf(stderr, "unknown flag %s (use --models --steps --warmup --peak)\n", argv[i]);
+      return 2;
+    }
+  }
+#ifndef GANTRY_HAVE_CUDA
+  std::fprintf(stderr, "gpt_bench: this build has no CUDA backend\n");
+  return 1;
+#else
+  if (gantry::cuda_device_count() == 0) {
+    std::fprintf(stderr, "gpt_bench: no CUDA device\n");
+    return 1;
+  }
+  const std::string device = gantry::cuda_device_name(0);
+  if (peak_name.empty()) peak_name = device.find("H200") != std::string::npos ? "h200" : "h100-sxm";
+  const gantry::DevicePeak peak = gantry::device_peak(peak_name);
+  const std::vector<Shape> shapes = {
+      {"124m", {.n_layer = 12, .n_head = 12, .n_embd = 768, .vocab_size = 50304, .seq_len = 1024}, 32},
+      {"350m", {.n_layer = 24, .n_head = 16, .n_embd = 1024, .vocab_size = 50304, .seq_len = 1024}, 16},
+  };
+  for (const Shape& s : shapes) {
+    if (models.find(s.name) == std::string::npos) continue;
+    const int T = s.model.seq_len, B = s.batch;
+    size_t free0 = 0, total = 0;
+    cudaMemGetInfo(&free0, &total);
+    auto created = gantry::backend_create("cuda", s.model, B, 0);
+    if (!created.ok()) {
+      std::fprintf(stderr, "%s\n", created.error().c_str());
+      return 1;
+    }
+    auto& be = created.value();
+    const gantry::TensorTable& table = be->params();
+    std::vector<float> theta(table.numel());
+    gantry::gpt_init_params(s.model, table, 1, theta.data());
+    be->write_state(gantry::StateBuffer::kParams, 0, theta.size(), theta.data());
+    gantry::Rng rng{2};
+    std::vector<int32_t> in(static_cast<size_t>(B) * T), tg(in.size());
+    for (size_t i = 0; i < in.size(); ++i) {
+      in[i] = static_cast<int32_t>(rng.next_u64() % s.model.vocab_size);
+      tg[i] = static_cast<int32_t>(rng.next_u64() % s.model.vocab_size);
+    }
+    std::vector<double> ms;
+    double loss = 0;
+    for (int step = 0; step < warmup + steps; ++step) {
+      const auto t0 = std::chrono::steady_clock::now();
+      be->zero_grads();
+      be->forward_backward(in.data(), tg.data(), B, 1.0f);
+      be->optimizer_step({.lr = 1e-4, .weight_decay = 0.1, .grad_clip = 1.0, .step = step + 1});
+      loss = be->step_stats().loss;  // waits for the step
+      const double dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (step >= warmup) ms.push_back(dt);
+    }
+    size_t free1 = 0;
+    cudaMemGetInfo(&free1, &total);
+    std::sort(ms.begin(), ms.end());
+    const double median = ms[ms.size() / 2];
+    const double tokens_per_s = B * T / (median / 1e3);
+    const double fpt = gantry::flops_per_token(
+        {.params = table.numel(), .layers = s.model.n_layer, .width = s.model.n_embd, .seq_len = T});
+    const gantry::MfuFigure mfu = gantry::mfu(tokens_per_s, fpt, peak);
+    std::printf("# %s\n", gantry::mfu_formula(mfu).c_str());
+    std::printf(
+        "{\"bench\":\"gpt\",\"model\":\"%s\",\"device\":\"%s\",\"batch\":%d,\"seq\":%d,\"params\":%zu,"
+        "\"step_ms_median\":%.2f,\"step_ms_min\":%.2f,\"tokens_per_s\":%.0f,\"mfu\":%.4f,\"peak\":\"%s\","
+        "\"backend_bytes\":%llu,\"device_used_bytes\":%llu,\"loss\":%.4f}\n",
+        s.name, device.c_str(), B, T, table.numel(), median, ms.front(), tokens_per_s, mfu.ratio, peak_name.c_str(),
+        static_cast<unsigned long long>(be->memory_bytes()), static_cast<unsigned long long>(free0 - free1), loss);
+    std::fflush(stdout);
+  }
+  return 0;
+#endif
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return run(argc, argv); }

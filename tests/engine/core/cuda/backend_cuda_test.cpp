@@ -1,0 +1,128 @@
+// The CUDA backend as a whole against the CPU reference: gradients of one batch, a 50-step loss curve,
+// and bit-identical repeat runs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "engine/core/backend.h"
+#include "engine/core/gpt.h"
+#include "engine/core/train.h"
+#include "tests/engine/core/cuda/cuda_test_util.h"
+#include "tests/engine/core/small_config.h"
+
+namespace gantry {
+namespace {
+
+using namespace testing_support;
+
+std::unique_ptr<Backend> make(const std::string& kind, const ModelConfig& m, int B) {
+  Result<std::unique_ptr<Backend>> be = backend_create(kind, m, B, 2);
+  EXPECT_TRUE(be.ok()) << be.error();
+  return std::move(be.value());
+}
+
+TEST(BackendCuda, GradientsOfOneBatchMatchTheCpuReference) {
+  GANTRY_REQUIRE_GPU();
+  const ModelConfig m{.n_layer = 2, .n_head = 2, .n_embd = 64, .vocab_size = 96, .seq_len = 32};
+  const int B = 4;
+  auto cpu = make("cpu", m, B), gpu = make("cuda", m, B);
+  std::vector<float> theta(cpu->params().numel());
+  gpt_init_params(m, cpu->params(), 5, theta.data());
+  cpu->write_state(StateBuffer::kParams, 0, theta.size(), theta.data());
+  // The GPU computes with bf16 weights: give the CPU the same rounded values.
+  std::vector<float> rounded = round_bf16(theta);
+  cpu->write_state(StateBuffer::kParams, 0, rounded.size(), rounded.data());
+  gpu->write_state(StateBuffer::kParams, 0, theta.size(), theta.data());
+  Rng rng{6};
+  std::vector<int32_t> in(B * m.seq_len), tg(B * m.seq_len);
+  for (size_t i = 0; i < in.size(); ++i) {
+    in[i] = static_cast<int32_t>(rng.next_u64() % m.vocab_size);
+    tg[i] = static_cast<int32_t>(rng.next_u64() % m.vocab_size);
+  }
+  for (Backend* be : {cpu.get(), gpu.get()}) {
+    be->zero_grads();
+    be->forward_backward(in.data(), tg.data(), B, 1.0f);
+    be->optimizer_step({.lr = 0.0, .step = 1});  // lr 0: only to finish the step and get its stats
+  }
+  const StepStats sc = cpu->step_stats(), sg = gpu->step_stats();
+  EXPECT_NEAR(sg.loss, sc.loss, 1e-2 * sc.loss);
+  EXPECT_NEAR(sg.grad_norm, sc.grad_norm, 3e-2 * sc.grad_norm);
+  std::vector<float> gc(theta.size()), gg(theta.size());
+  cpu->read_state(StateBuffer::kGrads, 0, gc.size(), gc.data());
+  gpu->read_state(StateBuffer::kGrads, 0, gg.size(), gg.data());
+  // bf16 activations through two blocks: each tensor's gradient within 5% normalised error.
+  for (const TensorInfo& t : cpu->params().tensors()) {
+    std::vector<float> a(gg.begin() + t.offset, gg.begin() + t.offset + t.numel);
+    std::vector<float> b(gc.begin() + t.offset, gc.begin() + t.offset + t.numel);
+    EXPECT_LT(rel_error(a, b), 5e-2) << t.name;
+  }
+}
+
+TEST(BackendCuda, StateRoundTripsThroughTheHost) {
+  GANTRY_REQUIRE_GPU();
+  const ModelConfig m{.n_layer = 1, .n_head = 2, .n_embd = 32, .vocab_size = 40, .seq_len = 8};
+  auto gpu = make("cuda", m, 2);
+  Rng rng{7};
+  for (StateBuffer b : {StateBuffer::kParams, StateBuffer::kAdamM, StateBuffer::kAdamV}) {
+    std::vector<float> x = random_floats(rng, gpu->params().numel()), back(x.size());
+    gpu->write_state(b, 0, x.size(), x.data());
+    gpu->read_state(b, 0, back.size(), back.data());
+    EXPECT_EQ(x, back) << state_buffer_name(b);
+  }
+}
+
+struct Recorder : TrainObserver {
+  std::vector<double> losses;
+  void on_step(const StepReport& r) override { losses.push_back(r.loss); }
+};
+
+TEST(BackendCuda, TinyConfigTracksTheCpuLossCurveFor50Steps) {
+  GANTRY_REQUIRE_GPU();
+  Result<Config> c = config_load(std::string(GANTRY_SOURCE_DIR) + "/assets/configs/tiny.toml");
+  ASSERT_TRUE(c.ok()) << c.error();
+  Recorder cpu, gpu;
+  c->train.backend = "cpu";
+  ASSERT_TRUE(train_run(c.value(), {.out_dir = fresh_dir("curve_cpu"), .max_steps = 50}, &cpu).ok());
+  c->train.backend = "cuda";
+  Result<TrainSummary> s = train_run(c.value(), {.out_dir = fresh_dir("curve_gpu"), .max_steps = 50}, &gpu);
+  ASSERT_TRUE(s.ok()) << s.error();
+  ASSERT_EQ(gpu.losses.size(), 50u);
+  // bf16 compute drifts from the fp32 curve but must follow it: every step within 3%.
+  double worst = 0;
+  for (size_t i = 0; i < 50; ++i) worst = std::max(worst, std::abs(gpu.losses[i] - cpu.losses[i]) / cpu.losses[i]);
+  EXPECT_LT(worst, 0.03);
+  std::printf("tiny config, 50 steps: worst relative loss gap GPU vs CPU %.4f; final %.4f vs %.4f\n", worst,
+              gpu.losses.back(), cpu.losses.back());
+}
+
+TEST(BackendCuda, TwoRunsAreBitIdentical) {
+  GANTRY_REQUIRE_GPU();
+  Config c = small_config();
+  c.train.backend = "cuda";
+  Recorder a, b;
+  Result<TrainSummary> sa = train_run(c, {.out_dir = fresh_dir("det_gpu_a"), .max_steps = 15}, &a);
+  Result<TrainSummary> sb = train_run(c, {.out_dir = fresh_dir("det_gpu_b"), .max_steps = 15}, &b);
+  ASSERT_TRUE(sa.ok() && sb.ok());
+  EXPECT_EQ(a.losses, b.losses);
+  EXPECT_EQ(sa->params_xxh64, sb->params_xxh64);
+}
+
+TEST(BackendCuda, ResumeOnGpuIsBitExact) {
+  GANTRY_REQUIRE_GPU();
+  Config c = small_config();
+  c.train.backend = "cuda";
+  Recorder straight, first, second;
+  const std::string ds = fresh_dir("gpu_resume_s"), dr = fresh_dir("gpu_resume_r");
+  Result<TrainSummary> s = train_run(c, {.out_dir = ds}, &straight);
+  ASSERT_TRUE(s.ok()) << s.error();
+  ASSERT_TRUE(train_run(c, {.out_dir = dr, .max_steps = 10}, &first).ok());
+  Result<TrainSummary> r = train_run(c, {.out_dir = dr, .resume = "latest"}, &second);
+  ASSERT_TRUE(r.ok()) << r.error();
+  first.losses.insert(first.losses.end(), second.losses.begin(), second.losses.end());
+  EXPECT_EQ(first.losses, straight.losses);
+  EXPECT_EQ(r->params_xxh64, s->params_xxh64);
+}
+
+}  // namespace
+}  // namespace gantry

@@ -1,0 +1,267 @@
+// Every CUDA kernel and matmul against the fp32 CPU reference on fresh random inputs, outputs poisoned
+// (NaN) before each run. Bounds: ‖out − ref‖/‖ref‖ < 1e-2 for bf16 outputs, < 1e-5 for fp32 outputs
+// (fp32 sums of the same bf16-rounded inputs, in another order).
+#include <gtest/gtest.h>
+
+#include <map>
+#include <vector>
+
+#include "engine/core/cpu/ops_cpu.h"
+#include "engine/core/cuda/kernels.cuh"
+#include "engine/core/cuda/matmul.cuh"
+#include "tests/engine/core/cuda/cuda_test_util.h"
+
+namespace gantry {
+namespace {
+
+using namespace testing_support;
+constexpr double kBf16Bound = 1e-2;
+constexpr double kFp32Bound = 1e-5;
+
+TEST(KernelsCuda, EncoderForward) {
+  GANTRY_REQUIRE_GPU();
+  Rng rng{1};
+  const int B = 3, T = 17, C = 40, V = 50, N = B * T;
+  auto wte = round_bf16(random_floats(rng, V * C)), wpe = round_bf16(random_floats(rng, T * C));
+  std::vector<int32_t> tok(N);
+  for (int32_t& t : tok) t = static_cast<int32_t>(rng.next_u64() % V);
+  DeviceBuffer<bf16> d_wte(to_bf16(wte)), d_wpe(to_bf16(wpe)), d_out(N * C);
+  DeviceBuffer<int32_t> d_tok(tok);
+  encoder_forward_cuda(d_out.get(), d_tok.get(), d_wte.get(), d_wpe.get(), N, T, C, nullptr);
+  std::vector<float> ref(N * C);
+  encoder_forward(ref.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
+  EXPECT_LT(rel_error(to_float(d_out.download()), ref), kBf16Bound);
+}
+
+TEST(KernelsCuda, EncoderBackwardIsExactSumInPositionOrder) {
+  GANTRY_REQUIRE_GPU();
+  Rng rng{2};
+  const int B = 4, T = 9, C = 24, V = 7, N = B * T;
+  std::vector<int32_t> tok(N);
+  for (int32_t& t : tok) t = static_cast<int32_t>(rng.next_u64() % V);
+  auto dout = round_bf16(random_floats(rng, N * C));
+  auto dwte0 = random_floats(rng, V * C), dwpe0 = random_floats(rng, T * C);
+  std::map<int, std::vector<int>> buckets;
+  for (int i = 0; i < N; ++i) buckets[tok[i]].push_back(i);
+  std::vector<int32_t> btok, bstart, pos;
+  for (auto& [token, ps] : buckets) {
+    btok.push_back(token);
+    bstart.push_back(static_cast<int32_t>(pos.size()));
+    pos.insert(pos.end(), ps.begin(), ps.end());
+  }
+  bstart.push_back(static_cast<int32_t>(pos.size()));
+  DeviceBuffer<float> d_dwte(dwte0), d_dwpe(dwpe0);
+  DeviceBuffer<bf16> d_dout(to_bf16(dout));
+  DeviceBuffer<int32_t> d_btok(btok), d_bstart(bstart), d_pos(pos);
+  encoder_backward_cuda(d_dwte.get(), d_dwpe.get(), d_dout.get(), d_btok.get(), d_bstart.get(), d_pos.get(),
+                        static_cast<int>(btok.size()), B, T, C, nullptr);
+  std::vector<float> dwte = dwte0, dwpe = dwpe0;
+  encoder_backward(dwte.data(), dwpe.data(), dout.data(), tok.data(), B, T, C);
+  EXPECT_LT(rel_error(d_dwte.download(), dwte), kFp32Bound);
+  EXPECT_LT(rel_error(d_dwpe.download(), dwpe), kFp32Bound);
+}
+
+TEST(KernelsCuda, ResidualLayernormForward) {
+  GANTRY_REQUIRE_GPU();
+  Rng rng{3};
+  const int N = 37, C = 96;
+  auto a = round_bf16(random_floats(rng, N * C)), b = round_bf16(random_floats(rng, N * C));
+  auto w = round_bf16(random_floats(rng, C)), bias = round_bf16(random_floats(rng, C));
+  DeviceBuffer<bf16> d_a(to_bf16(a)), d_b(to_bf16(b)), d_w(to_bf16(w)), d_bias(to_bf16(bias)), d_res(N * C),
+      d_out(N * C);
+  DeviceBuffer<float> d_mean(N), d_rstd(N);
+  residual_layernorm_forward_cuda(d_res.get(), d_out.get(), d_mean.get(), d_rstd.get(), d_a.get(), d_b.get(),
+                                  d_w.get(), d_bias.get(), N, C, nullptr);
+  std::vector<float> res(N * C);
+  residual_forward(res.data(), a.data(), b.data(), res.size());
+  res = round_bf16(res);
+  std::vector<float> out(N * C), mean(N), rstd(N);
+  layernorm_forward(out.data(), mean.data(), rstd.data(), res.data(), w.data(), bias.data(), N, C);
+  EXPECT_LT(rel_error(to_float(d_res.download()), res), kBf16Bound);
+  EXPECT_LT(rel_error(to_float(d_out.download()), out), kBf16Bound);
+  EXPECT_LT(rel_error(d_mean.download(), mean), kFp32Bound);
+  EXPECT_LT(rel_error(d_rstd.download(), rstd), kFp32Bound);
+}
+
+TEST(KernelsCuda, LayernormBackward) {
+  GANTRY_REQUIRE_GPU();
+  Rng rng{4};
+  const int N = 1500, C = 64;  // more rows than the first stage's row groups
+  auto inp = round_bf16(random_floats(rng, N * C, 2.0)), w = round_bf16(random_floats(rng, C));
+  auto b = random_floats(rng, C), dout = round_bf16(random_floats(rng, N * C));
+  auto dinp0 = round_bf16(random_floats(rng, N * C)), dw0 = random_floats(rng, C), db0 = random_floats(rng, C);
+  std::vector<float> out(N * C), mean(N), rstd(N);
+  layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
+  DeviceBuffer<bf16> d_dinp(to_bf16(dinp0)), d_dout(to_bf16(dout)), d_inp(to_bf16(inp)), d_w(to_bf16(w));
+  DeviceBuffer<float> d_dw(dw0), d_db(db0), d_mean(mean), d_rstd(rstd),
+      d_scratch(layernorm_backward_scratch_floats(N, C));
+  layernorm_backward_cuda(d_dinp.get(), d_dw.get(), d_db.get(), d_scratch.get(), d_dout.get(), d_inp.get(), d_w.get(),
+                          d_mean.get(), d_rstd.get(), N, C, nullptr);
+  std::vector<float> dinp = dinp0, dw = dw0, db = db0;
+  layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), mean.data(), rstd.data(),
+                     N, C);
+  EXPECT_LT(rel_error(to_float(d_dinp.download()), dinp), kBf16Bound);
+  EXPECT_LT(rel_error(d_dw.download(), dw), kFp32Bound);
+  EXPECT_LT(rel_error(d_db.download(), db), kFp32Bound);
+}
+
+struct MatmulCase {
+  int N, C, OC;
+};
+
+class MatmulCuda : public ::testing::TestWithParam<MatmulCase> {};
+
+TEST_P(MatmulCuda, ForwardBackwardAgainstCpu) {
+  GANTRY_REQUIRE_GPU();
+  const auto [N, C, OC] = GetParam();
+  Rng rng{static_cast<uint64_t>(N * 7 + C)};
+  auto inp = round_bf16(random_floats(rng, static_cast<size_t>(N) * C));
+  auto w = round_bf16(random_floats(rng, static_cast<size_t>(OC) * C, 0.1));
+  auto bias = round_bf16(random_floats(rng, OC));
+  auto dout = round_bf16(random_floats(rng, static_cast<size_t>(N) * OC));
+  auto dw0 = random_floats(rng, static_cast<size_t>(OC) * C);
+  DeviceBuffer<bf16> d_inp(to_bf16(inp)), d_w(to_bf16(w)), d_bias(to_bf16(bias)), d_dout(to_bf16(dout));
+  DeviceBuffer<bf16> d_out(static_cast<size_t>(N) * OC), d_pre(static_cast<size_t>(N) * OC),
+      d_dinp(static_cast<size_t>(N) * C);
+  DeviceBuffer<float> d_dw(dw0);
+  Matmul mm(nullptr);
+
+  std::vector<float> ref(static_cast<size_t>(N) * OC);
+  matmul_forward(nullptr, ref.data(), inp.data(), w.data(), bias.data(), N, C, OC);
+  mm.forward(d_out.get(), d_inp.get(), d_w.get(), d_bias.get(), N, C, OC, nullptr);
+  EXPECT_LT(rel_error(to_float(d_out.download()), ref), kBf16Bound) << "bias epilogue";
+
+  d_out.poison();
+  mm.forward(d_out.get(), d_inp.get(), d_w.get(), d_bias.get(), N, C, OC, d_pre.get());
+  std::vector<float> gelu_ref(ref.size());
+  gelu_forward(gelu_ref.data(), ref.data(), ref.size());
+  EXPECT_LT(rel_error(to_float(d_pre.download()), ref), kBf16Bound) << "GELU epilogue's pre-activation";
+  EXPECT_LT(rel_error(to_float(d_out.download()), gelu_ref), kBf16Bound) << "GELU epilogue (tanh approximation)";
+
+  std::vector<float> dinp(static_cast<size_t>(N) * C, 0.0f), dw = dw0;
+  matmul_backward(nullptr, dinp.data(), dw.data(), nullptr, dout.data(), inp.data(), w.data(), N, C, OC);
+  mm.backward_input(d_dinp.get(), d_dout.get(), d_w.get(), N, C, OC, nullptr);
+  EXPECT_LT(rel_error(to_float(d_dinp.download()), dinp), kBf16Bound);
+  mm.backward_weight(d_dw.get(), d_dout.get(), d_inp.get(), N, C, OC);
+  EXPECT_LT(rel_error(d_dw.download(), dw), kFp32Bound) << "fp32 accumulation into the gradient";
+
+  // DGELU epilogue: d(pre) = (dout·w) ⊙ gelu'(pre), with pre of shape (N, C).
+  auto pre = round_bf16(random_floats(rng, static_cast<size_t>(N) * C));
+  DeviceBuffer<bf16> d_pre_in(to_bf16(pre));
+  d_dinp.poison();
+  mm.backward_input(d_dinp.get(), d_dout.get(), d_w.get(), N, C, OC, d_pre_in.get());
+  std::vector<float> dgelu(dinp.size());
+  gelu_backward(dgelu.data(), pre.data(), dinp.data(), dinp.size());
+  EXPECT_LT(rel_error(to_float(d_dinp.download()), dgelu), kBf16Bound) << "DGELU epilogue";
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, MatmulCuda,
+                         ::testing::Values(MatmulCase{64, 64, 192}, MatmulCase{512, 128, 512},
+                                           MatmulCase{1024, 256, 64}, MatmulCase{200, 96, 160}),
+                         [](const ::testing::TestParamInfo<MatmulCase>& i) {
+                           return "N" + std::to_string(i.param.N) + "_C" + std::to_string(i.param.C) + "_OC" +
+                                  std::to_string(i.param.OC);
+                         });
+
+TEST(KernelsCuda, GeluForward) {
+  GANTRY_REQUIRE_GPU();
+  Rng rng{5};
+  auto x = round_bf16(random_floats(rng, 5000, 3.0));
+  DeviceBuffer<bf16> d_x(to_bf16(x)), d_y(x.size());
+  gelu_forward_cuda(d_y.get(), d_x.get(), x.size(), nullptr);
+  std::vector<float> ref(x.size());
+  gelu_forward(ref.data(), x.data(), x.size());
+  EXPECT_LT(rel_error(to_float(d_y.download()), ref), kBf16Bound);
+}
+
+TEST(KernelsCuda, BiasBackward) {
+  GANTRY_REQUIRE_GPU();
+  Rng rng{6};
+  const int N = 1000, OC = 300;
+  auto dout = round_bf16(random_floats(rng, N * OC));
+  auto db0 = random_floats(rng, OC);
+  DeviceBuffer<bf16> d_dout(to_bf16(dout));
+  DeviceBuffer<float> d_db(db0), d_scratch(bias_backward_scratch_floats(N, OC));
+  bias_backward_cuda(d_db.get(), d_scratch.get(), d_dout.get(), N, OC, nullptr);
+  std::vector<float> ref = db0;
+  for (int n = 0; n < N; ++n)
+    for (int o = 0; o < OC; ++o) ref[o] += dout[n * OC + o];
+  EXPECT_LT(rel_error(d_db.download(), ref), kFp32Bound);
+}
+
+TEST(KernelsCuda, ClassifierLossAndGradient) {
+  GANTRY_REQUIRE_GPU();
+  Rng rng{7};
+  const int rows = 33, V = 1003;
+  auto logits = round_bf16(random_floats(rng, rows * V, 4.0));
+  std::vector<int32_t> targets(rows);
+  for (int32_t& t : targets) t = static_cast<int32_t>(rng.next_u64() % V);
+  const float dloss = 1.0f / rows;
+  DeviceBuffer<bf16> d_logits(to_bf16(logits));
+  DeviceBuffer<float> d_losses(rows);
+  DeviceBuffer<int32_t> d_targets(targets);
+  classifier_cuda(d_logits.get(), d_losses.get(), d_targets.get(), dloss, true, rows, V, nullptr);
+  std::vector<float> probs(rows * V), losses(rows), dlogits(rows * V);
+  softmax_crossentropy_forward(nullptr, probs.data(), losses.data(), logits.data(), targets.data(), rows, V);
+  softmax_crossentropy_backward(nullptr, dlogits.data(), probs.data(), targets.data(), dloss, rows, V);
+  EXPECT_LT(rel_error(d_losses.download(), losses), kFp32Bound);
+  EXPECT_LT(rel_error(to_float(d_logits.download()), dlogits), kBf16Bound);
+}
+
+TEST(KernelsCuda, GlobalNormAndSum) {
+  GANTRY_REQUIRE_GPU();
+  Rng rng{8};
+  const size_t n = 3'000'001;
+  auto g = random_floats(rng, n);
+  DeviceBuffer<float> d_g(g), d_norm(1), d_scratch(global_norm_scratch_floats(n));
+  global_norm_cuda(d_norm.get(), d_scratch.get(), d_g.get(), n, nullptr);
+  double ref = 0;
+  for (float x : g) ref += static_cast<double>(x) * x;
+  EXPECT_LT(rel_error(d_norm.download(), {static_cast<float>(std::sqrt(ref))}), kFp32Bound);
+  std::vector<float> small(1000);
+  for (size_t i = 0; i < small.size(); ++i) small[i] = static_cast<float>(i % 7);
+  DeviceBuffer<float> d_small(small), d_acc(std::vector<float>{5.0f});
+  sum_accumulate_cuda(d_acc.get(), d_small.get(), 1000, nullptr);
+  float expect = 5.0f;
+  for (float x : small) expect += x;  // small integers: every order of summation is exact
+  EXPECT_EQ(d_acc.download()[0], expect);
+}
+
+TEST(KernelsCuda, AdamWWithClippingAndDecay) {
+  GANTRY_REQUIRE_GPU();
+  Rng rng{9};
+  const size_t n = 200'000;
+  auto p = random_floats(rng, n), g = random_floats(rng, n), m0 = random_floats(rng, n, 0.1);
+  auto v0 = random_floats(rng, n, 0.1);
+  for (float& x : v0) x = x * x;
+  // Two chunks: the first decays, the second does not; the first is split at the chunk limit.
+  std::vector<AdamWChunk> chunks;
+  const size_t split = 150'000;
+  for (size_t off = 0; off < split; off += adamw_chunk_elements())
+    chunks.push_back({off, static_cast<uint32_t>(std::min<size_t>(adamw_chunk_elements(), split - off)), 1});
+  chunks.push_back({split, static_cast<uint32_t>(n - split), 0});
+  const float norm = 10.0f, clip = 1.0f, lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
+  const float c1 = 1 - std::pow(b1, 3.0f), c2 = 1 - std::pow(b2, 3.0f);
+  DeviceBuffer<float> d_p(p), d_m(m0), d_v(v0), d_g(g), d_norm(std::vector<float>{norm});
+  DeviceBuffer<bf16> d_pb(n);
+  DeviceBuffer<AdamWChunk> d_chunks(chunks);
+  adamw_cuda(d_p.get(), d_pb.get(), d_m.get(), d_v.get(), d_g.get(), d_norm.get(), d_chunks.get(),
+             static_cast<int>(chunks.size()), lr, b1, b2, eps, wd, clip, c1, c2, nullptr);
+  std::vector<float> ref = p;
+  for (size_t i = 0; i < n; ++i) {
+    const float gi = g[i] * (clip / norm);
+    const float mi = b1 * m0[i] + (1 - b1) * gi, vi = b2 * v0[i] + (1 - b2) * gi * gi;
+    ref[i] -= lr * ((mi / c1) / (std::sqrt(vi / c2) + eps) + (i < split ? wd : 0.0f) * ref[i]);
+  }
+  EXPECT_LT(rel_error(d_p.download(), ref), kFp32Bound);
+  EXPECT_LT(rel_error(to_float(d_pb.download()), ref), kBf16Bound);
+
+  // A non-finite norm leaves everything untouched.
+  DeviceBuffer<float> d_p2(p), d_nan(std::vector<float>{NAN});
+  adamw_cuda(d_p2.get(), d_pb.get(), d_m.get(), d_v.get(), d_g.get(), d_nan.get(), d_chunks.get(),
+             static_cast<int>(chunks.size()), lr, b1, b2, eps, wd, clip, c1, c2, nullptr);
+  EXPECT_EQ(d_p2.download(), p);
+}
+
+}  // namespace
+}  // namespace gantry
