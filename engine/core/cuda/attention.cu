@@ -13,13 +13,19 @@
 #include "engine/core/cuda/cuda_check.h"  // CUDA_CHECK, CUDA_CHECK_LAUNCH
 #include "engine/core/fatal.h"            // GANTRY_CHECK
 
-// Query rows per forward block = 16 × warps (one warp owns 16 rows). An experiment knob for the bench.
-#ifndef GANTRY_ATTN_FWD_WARPS
-#define GANTRY_ATTN_FWD_WARPS 4
+// Tuning knobs for head sizes up to 64 (HS = 128 has fixed choices, see below), kept as macros so the bench
+// can build variants side by side; the defaults are the measured winners (docs/ATTENTION.md).
+#ifndef GANTRY_ATTN_FWD_WARPS  // warps per forward block, 16 query rows each
+#define GANTRY_ATTN_FWD_WARPS 8
 #endif
-// 1: dK/dV and dQ blocks share one launch (see attention_backward_dkdv_dq_kernel). An experiment knob.
-#ifndef GANTRY_ATTN_BWD_FUSED
-#define GANTRY_ATTN_BWD_FUSED 0
+#ifndef GANTRY_ATTN_BWD_KV_QTILE  // queries per step of the dK/dV kernel
+#define GANTRY_ATTN_BWD_KV_QTILE 64
+#endif
+#ifndef GANTRY_ATTN_BWD_KV_MINBLOCKS  // resident dK/dV blocks per SM asked of the register allocator
+#define GANTRY_ATTN_BWD_KV_MINBLOCKS 3
+#endif
+#ifndef GANTRY_ATTN_BWD_Q_MINBLOCKS  // the same for the dQ kernel (4 fits its 54 KB of shared memory)
+#define GANTRY_ATTN_BWD_Q_MINBLOCKS 4
 #endif
 
 namespace gantry {
@@ -30,6 +36,17 @@ using bf16 = __nv_bfloat16;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr int kTile = 64;  // keys per forward/dQ step, keys per dK/dV block, queries per dQ block
+
+// Per head size. HS = 128 keeps 4 forward warps, a 32-query dK/dV step (two 16×128 fp32 accumulators already
+// take 128 registers) and no register cap (a cap of 168 spills hundreds of bytes there).
+template <int D>
+constexpr int kFwdWarps = D == 128 ? 4 : GANTRY_ATTN_FWD_WARPS;
+template <int D>
+constexpr int kKvQueryTile = D == 128 ? 32 : GANTRY_ATTN_BWD_KV_QTILE;
+template <int D>
+constexpr int kKvMinBlocks = D == 128 ? 1 : GANTRY_ATTN_BWD_KV_MINBLOCKS;
+template <int D>
+constexpr int kQMinBlocks = D == 128 ? 1 : GANTRY_ATTN_BWD_Q_MINBLOCKS;
 
 // ---------------------------------------------------------------------------------------------------------
 // PTX wrappers
@@ -348,10 +365,11 @@ __global__ void attention_backward_delta_kernel(float* __restrict__ delta, const
 //   dK += dSᵀ·Q;  finally dK ·= scale.
 
 template <int D, int BQ>
-__device__ __forceinline__ void dkdv_block(int key_tile, bf16* __restrict__ dqkv,
-                                           const bf16* __restrict__ dout, const float* __restrict__ lse,
-                                           const float* __restrict__ delta, const bf16* __restrict__ qkv,
-                                           int T, int NH, float scale_log2, float scale) {
+__global__ void __launch_bounds__(128, kKvMinBlocks<D>)
+    attention_backward_dkdv_kernel(bf16* __restrict__ dqkv, const bf16* __restrict__ dout,
+                                   const float* __restrict__ lse, const float* __restrict__ delta,
+                                   const bf16* __restrict__ qkv, int T, int NH, float scale_log2,
+                                   float scale) {
   constexpr int kBK = kTile, kS = kStride<D>, kNT = 128;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* sK = reinterpret_cast<bf16*>(smem);                // (kBK, kS)
@@ -363,7 +381,7 @@ __device__ __forceinline__ void dkdv_block(int key_tile, bf16* __restrict__ dqkv
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
   const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
-  const int k0 = key_tile * kBK;
+  const int k0 = blockIdx.y * kBK;
   const int C = NH * D;
   const size_t ld = 3 * static_cast<size_t>(C);
   const bf16* gQ = qkv + static_cast<size_t>(b) * T * ld + h * D;
@@ -445,10 +463,10 @@ __device__ __forceinline__ void dkdv_block(int key_tile, bf16* __restrict__ dqkv
 //   scale.
 
 template <int D, int BK>
-__device__ __forceinline__ void dq_block(int query_tile, bf16* __restrict__ dqkv,
-                                         const bf16* __restrict__ dout, const float* __restrict__ lse,
-                                         const float* __restrict__ delta, const bf16* __restrict__ qkv, int T,
-                                         int NH, float scale_log2, float scale) {
+__global__ void __launch_bounds__(128, kQMinBlocks<D>)
+    attention_backward_dq_kernel(bf16* __restrict__ dqkv, const bf16* __restrict__ dout,
+                                 const float* __restrict__ lse, const float* __restrict__ delta,
+                                 const bf16* __restrict__ qkv, int T, int NH, float scale_log2, float scale) {
   constexpr int kBQ = kTile, kS = kStride<D>, kNT = 128;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* sQ = reinterpret_cast<bf16*>(smem);  // (kBQ, kS)
@@ -458,7 +476,7 @@ __device__ __forceinline__ void dq_block(int query_tile, bf16* __restrict__ dqkv
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
   const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
-  const int q0 = query_tile * kBQ;
+  const int q0 = (gridDim.y - 1 - blockIdx.y) * kBQ;
   const int C = NH * D;
   const size_t ld = 3 * static_cast<size_t>(C);
   const bf16* gQ = qkv + static_cast<size_t>(b) * T * ld + h * D;
@@ -523,45 +541,6 @@ __device__ __forceinline__ void dq_block(int query_tile, bf16* __restrict__ dqkv
   store_rows<D>(dqkv + static_cast<size_t>(b) * T * ld + h * D, ld, row0, T, dq, scale, scale, lane);
 }
 
-// > 0: ask for that many resident dK/dV and dQ blocks per SM (caps registers; HS = 128 always asks for 1).
-#ifndef GANTRY_ATTN_BWD_MINBLOCKS
-#define GANTRY_ATTN_BWD_MINBLOCKS 0
-#endif
-#if GANTRY_ATTN_BWD_MINBLOCKS > 0
-#define GANTRY_ATTN_BWD_BOUNDS(D) __launch_bounds__(128, (D) == 128 ? 1 : GANTRY_ATTN_BWD_MINBLOCKS)
-#else
-#define GANTRY_ATTN_BWD_BOUNDS(D) __launch_bounds__(128)
-#endif
-
-#define GANTRY_ATTN_BWD_ARGS                                                                          \
-  bf16 *__restrict__ dqkv, const bf16 *__restrict__ dout, const float *__restrict__ lse,              \
-      const float *__restrict__ delta, const bf16 *__restrict__ qkv, int T, int NH, float scale_log2, \
-      float scale
-
-// Grid (B·NH, key tiles): key tile 0 (the most work) first.
-template <int D, int BQ>
-__global__ void GANTRY_ATTN_BWD_BOUNDS(D) attention_backward_dkdv_kernel(GANTRY_ATTN_BWD_ARGS) {
-  dkdv_block<D, BQ>(blockIdx.y, dqkv, dout, lse, delta, qkv, T, NH, scale_log2, scale);
-}
-
-// Grid (B·NH, query tiles): the last query tile (the most work) first.
-template <int D, int BK>
-__global__ void GANTRY_ATTN_BWD_BOUNDS(D) attention_backward_dq_kernel(GANTRY_ATTN_BWD_ARGS) {
-  dq_block<D, BK>(gridDim.y - 1 - blockIdx.y, dqkv, dout, lse, delta, qkv, T, NH, scale_log2, scale);
-}
-
-// Both in one launch, grid (B·NH, 2 × tiles): even y → dK/dV of key tile y/2, odd y → dQ of query tile
-// n − 1 − y/2, so the heaviest blocks of both kinds start first and neither kernel's tail waits for the
-// other.
-template <int D, int BQ, int BK>
-__global__ void GANTRY_ATTN_BWD_BOUNDS(D) attention_backward_dkdv_dq_kernel(GANTRY_ATTN_BWD_ARGS) {
-  const int y = blockIdx.y;
-  if (y & 1)
-    dq_block<D, BK>(gridDim.y / 2 - 1 - (y >> 1), dqkv, dout, lse, delta, qkv, T, NH, scale_log2, scale);
-  else
-    dkdv_block<D, BQ>(y >> 1, dqkv, dout, lse, delta, qkv, T, NH, scale_log2, scale);
-}
-
 // ---------------------------------------------------------------------------------------------------------
 // Launchers
 
@@ -584,7 +563,7 @@ void set_smem(Kernel kernel, size_t bytes) {
 
 template <int D>
 void forward_launch(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, cudaStream_t stream) {
-  constexpr int W = GANTRY_ATTN_FWD_WARPS, kBR = 16 * W;
+  constexpr int W = kFwdWarps<D>, kBR = 16 * W;
   const size_t smem = static_cast<size_t>(kBR + 4 * kTile) * kStride<D> * sizeof(bf16);
   auto kernel = attention_forward_kernel<D, W>;
   set_smem(kernel, smem);
@@ -605,20 +584,10 @@ void backward_launch(bf16* dqkv, const bf16* dout, const bf16* out, const float*
       <<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream>>>(delta, dout, out, B, T, NH);
   CUDA_CHECK_LAUNCH();
 
-  // D = 128 halves the query tile of the dK/dV kernel: two 16×128 fp32 accumulators already take 128
-  // registers.
-  constexpr int kBQ = D == 128 ? 32 : 64, kBK = kTile;
+  constexpr int kBQ = kKvQueryTile<D>, kBK = kTile;
   const size_t smem_kv = (2 * kTile + 4 * kBQ) * kStride<D> * sizeof(bf16) + 4 * kBQ * sizeof(float);
   const size_t smem_q = (2 * kTile + 4 * kBK) * kStride<D> * sizeof(bf16);
   const int tiles = (T + kTile - 1) / kTile;
-#if GANTRY_ATTN_BWD_FUSED
-  const size_t smem = smem_kv > smem_q ? smem_kv : smem_q;
-  auto kernel = attention_backward_dkdv_dq_kernel<D, kBQ, kBK>;
-  set_smem(kernel, smem);
-  kernel<<<dim3(B * NH, 2 * tiles), 128, smem, stream>>>(dqkv, dout, lse, delta, qkv, T, NH, scale_log2,
-                                                         scale);
-  CUDA_CHECK_LAUNCH();
-#else
   auto kv_kernel = attention_backward_dkdv_kernel<D, kBQ>;
   set_smem(kv_kernel, smem_kv);
   kv_kernel<<<dim3(B * NH, tiles), 128, smem_kv, stream>>>(dqkv, dout, lse, delta, qkv, T, NH, scale_log2,
@@ -629,7 +598,6 @@ void backward_launch(bf16* dqkv, const bf16* dout, const bf16* out, const float*
   q_kernel<<<dim3(B * NH, tiles), 128, smem_q, stream>>>(dqkv, dout, lse, delta, qkv, T, NH, scale_log2,
                                                          scale);
   CUDA_CHECK_LAUNCH();
-#endif
 }
 
 }  // namespace

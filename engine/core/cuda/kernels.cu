@@ -6,8 +6,6 @@
 namespace gantry {
 namespace {
 
-constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
-
 __device__ __forceinline__ float warp_sum(float v) {
   for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
   return v;
@@ -37,6 +35,22 @@ __device__ float block_max(float v, float* shared) {
   __syncthreads();
   v = lane < warps ? shared[lane] : -INFINITY;
   return warp_max(v);
+}
+
+// 8 bf16 = 16 bytes: one load or store instruction per lane.
+__device__ __forceinline__ void load8(float* f, const bf16* p) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const bf16* b = reinterpret_cast<const bf16*>(&raw);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) f[j] = __bfloat162float(b[j]);
+}
+
+__device__ __forceinline__ void store8(bf16* p, const float* f) {
+  uint4 raw;
+  bf16* b = reinterpret_cast<bf16*>(&raw);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) b[j] = __float2bfloat16(f[j]);
+  *reinterpret_cast<uint4*>(p) = raw;
 }
 
 __global__ void encoder_forward_kernel(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int N,
@@ -105,38 +119,70 @@ __global__ void residual_layernorm_forward_kernel(bf16* residual_out, bf16* out,
   }
 }
 
-constexpr int kNormPartials = 1024;  // warps (row groups) in the first stage of the column sums
+constexpr int kNormPartials = 2048;  // warps (row groups) in the first stage of the column sums
 
-// Warp w handles rows w, w + G, ...: dinp in place; its own column partials of dw, db in scratch.
+// Warp w handles rows w, w + G, ...: dinp in place, and its own column partials of dw and db, kept in
+// registers (VPL 8-wide vectors per lane, C <= 256·VPL) and written once to scratch at the end.
+template <int VPL>
 __global__ void layernorm_backward_kernel(bf16* dinp, float* scratch, const bf16* dout, const bf16* inp,
                                           const bf16* w, const float* mean, const float* rstd, int N, int C,
                                           int groups) {
   const int warp = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (warp >= groups) return;
-  float* dw_part = scratch + static_cast<size_t>(warp) * 2 * C;
-  float* db_part = dw_part + C;
-  for (int c = lane; c < C; c += 32) dw_part[c] = db_part[c] = 0.0f;
+  float wv[VPL][8], dw_acc[VPL][8], db_acc[VPL][8];
+#pragma unroll
+  for (int k = 0; k < VPL; ++k) {
+    const int c0 = (k * 32 + lane) * 8;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) dw_acc[k][j] = db_acc[k][j] = wv[k][j] = 0.0f;
+    if (c0 < C) load8(wv[k], w + c0);
+  }
   for (int row = warp; row < N; row += groups) {
     const size_t base = static_cast<size_t>(row) * C;
     const float m = mean[row], r = rstd[row];
+    float d[VPL][8], n[VPL][8];
     float a = 0.0f, bsum = 0.0f;
-    for (int c = lane; c < C; c += 32) {
-      const float d = __bfloat162float(dout[base + c]);
-      const float n = (__bfloat162float(inp[base + c]) - m) * r;
-      const float dn = __bfloat162float(w[c]) * d;
-      a += dn;
-      bsum += dn * n;
+#pragma unroll
+    for (int k = 0; k < VPL; ++k) {
+      const int c0 = (k * 32 + lane) * 8;
+      if (c0 >= C) continue;
+      load8(d[k], dout + base + c0);
+      load8(n[k], inp + base + c0);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        n[k][j] = (n[k][j] - m) * r;
+        const float dn = wv[k][j] * d[k][j];
+        a += dn;
+        bsum += dn * n[k][j];
+      }
     }
     a = warp_sum(a) / C;
     bsum = warp_sum(bsum) / C;
-    for (int c = lane; c < C; c += 32) {
-      const float d = __bfloat162float(dout[base + c]);
-      const float n = (__bfloat162float(inp[base + c]) - m) * r;
-      const float dn = __bfloat162float(w[c]) * d;
-      dw_part[c] += n * d;
-      db_part[c] += d;
-      dinp[base + c] = __float2bfloat16(__bfloat162float(dinp[base + c]) + (dn - a - n * bsum) * r);
+#pragma unroll
+    for (int k = 0; k < VPL; ++k) {
+      const int c0 = (k * 32 + lane) * 8;
+      if (c0 >= C) continue;
+      float dx[8];
+      load8(dx, dinp + base + c0);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        dw_acc[k][j] += n[k][j] * d[k][j];
+        db_acc[k][j] += d[k][j];
+        dx[j] += (wv[k][j] * d[k][j] - a - n[k][j] * bsum) * r;
+      }
+      store8(dinp + base + c0, dx);
+    }
+  }
+  float* dw_part = scratch + static_cast<size_t>(warp) * 2 * C;
+#pragma unroll
+  for (int k = 0; k < VPL; ++k) {
+    const int c0 = (k * 32 + lane) * 8;
+    if (c0 >= C) continue;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      dw_part[c0 + j] = dw_acc[k][j];
+      dw_part[C + c0 + j] = db_acc[k][j];
     }
   }
 }
@@ -151,44 +197,89 @@ __global__ void column_partials_reduce_kernel(float* out, const float* partials,
   out[c] += s;
 }
 
-__global__ void gelu_forward_kernel(bf16* out, const bf16* inp, size_t n) {
-  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const float x = __bfloat162float(inp[i]);
-  out[i] = __float2bfloat16(0.5f * x * (1.0f + tanhf(kGeluScale * (x + 0.044715f * x * x * x))));
-}
-
-// Row group g (blockIdx.y) of G sums rows g, g + G, ... of each column into scratch[g * OC + col].
+// Row group g (blockIdx.y) of G sums rows g, g + G, ... of 8 adjacent columns per thread into
+// scratch[g * OC + col].
 __global__ void bias_backward_partial_kernel(float* scratch, const bf16* dout, int N, int OC, int groups) {
-  const int col = blockIdx.x * blockDim.x + threadIdx.x;
+  const int c0 = (blockIdx.x * blockDim.x + threadIdx.x) * 8;
   const int g = blockIdx.y;
-  if (col >= OC) return;
-  float s = 0.0f;
-  for (int row = g; row < N; row += groups) s += __bfloat162float(dout[static_cast<size_t>(row) * OC + col]);
-  scratch[static_cast<size_t>(g) * OC + col] = s;
+  if (c0 >= OC) return;
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int row = g; row < N; row += groups) {
+    float v[8];
+    load8(v, dout + static_cast<size_t>(row) * OC + c0);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[j] += v[j];
+  }
+#pragma unroll
+  for (int j = 0; j < 8; ++j) scratch[static_cast<size_t>(g) * OC + c0 + j] = acc[j];
 }
 
-// One block per row.
+// Merges two (max, sum of exp(x - max)) pairs of an online softmax.
+__device__ __forceinline__ void softmax_merge(float& m, float& sum, float m2, float sum2) {
+  const float mx = fmaxf(m, m2);
+  if (mx == -INFINITY) return;
+  sum = sum * expf(m - mx) + sum2 * expf(m2 - mx);
+  m = mx;
+}
+
+// One block per row: one pass for the softmax statistics (online max and sum), one to write dlogits.
+// VEC: 16-byte accesses, when V is a multiple of 8 (rows stay 16-byte aligned).
+template <bool VEC>
 __global__ void classifier_kernel(bf16* logits, float* losses, const int32_t* targets, float dloss,
                                   bool write_dlogits, int V) {
-  __shared__ float shared[32];
-  const size_t base = static_cast<size_t>(blockIdx.x) * V;
-  bf16* row = logits + base;
-  float mx = -INFINITY;
-  for (int v = threadIdx.x; v < V; v += blockDim.x) mx = fmaxf(mx, __bfloat162float(row[v]));
-  mx = block_max(mx, shared);
-  float s = 0.0f;
-  for (int v = threadIdx.x; v < V; v += blockDim.x) s += expf(__bfloat162float(row[v]) - mx);
-  s = block_sum(s, shared);
+  __shared__ float shared_m[32], shared_s[32];
+  bf16* row = logits + static_cast<size_t>(blockIdx.x) * V;
+  float m = -INFINITY, sum = 0.0f;
+  if (VEC) {
+    for (int i = threadIdx.x * 8; i < V; i += blockDim.x * 8) {
+      float f[8];
+      load8(f, row + i);
+      float local = f[0];
+#pragma unroll
+      for (int j = 1; j < 8; ++j) local = fmaxf(local, f[j]);
+      float e = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) e += expf(f[j] - local);
+      softmax_merge(m, sum, local, e);
+    }
+  } else {
+    for (int i = threadIdx.x; i < V; i += blockDim.x) softmax_merge(m, sum, __bfloat162float(row[i]), 1.0f);
+  }
+  for (int off = 16; off > 0; off >>= 1) {
+    const float m2 = __shfl_xor_sync(0xffffffffu, m, off), s2 = __shfl_xor_sync(0xffffffffu, sum, off);
+    softmax_merge(m, sum, m2, s2);
+  }
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  if (lane == 0) {
+    shared_m[warp] = m;
+    shared_s[warp] = sum;
+  }
+  __syncthreads();
+  m = lane < warps ? shared_m[lane] : -INFINITY;
+  sum = lane < warps ? shared_s[lane] : 0.0f;
+  for (int off = 16; off > 0; off >>= 1) {
+    const float m2 = __shfl_xor_sync(0xffffffffu, m, off), s2 = __shfl_xor_sync(0xffffffffu, sum, off);
+    softmax_merge(m, sum, m2, s2);
+  }
   const int target = targets[blockIdx.x];
   const float target_logit = __bfloat162float(row[target]);
   __syncthreads();  // everyone has read row[target] before it is overwritten
-  if (threadIdx.x == 0) losses[blockIdx.x] = logf(s) + mx - target_logit;
+  if (threadIdx.x == 0) losses[blockIdx.x] = logf(sum) + m - target_logit;
   if (!write_dlogits) return;
-  const float inv = 1.0f / s;
-  for (int v = threadIdx.x; v < V; v += blockDim.x) {
-    const float p = expf(__bfloat162float(row[v]) - mx) * inv;
-    row[v] = __float2bfloat16((p - (v == target ? 1.0f : 0.0f)) * dloss);
+  const float inv = 1.0f / sum;
+  if (VEC) {
+    for (int i = threadIdx.x * 8; i < V; i += blockDim.x * 8) {
+      float f[8];
+      load8(f, row + i);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) f[j] = (expf(f[j] - m) * inv - (i + j == target ? 1.0f : 0.0f)) * dloss;
+      store8(row + i, f);
+    }
+  } else {
+    for (int i = threadIdx.x; i < V; i += blockDim.x) {
+      const float p = expf(__bfloat162float(row[i]) - m) * inv;
+      row[i] = __float2bfloat16((p - (i == target ? 1.0f : 0.0f)) * dloss);
+    }
   }
 }
 
@@ -289,10 +380,25 @@ void layernorm_backward_cuda(bf16* dinp, float* dw, float* db, float* scratch, c
                              const bf16* w, const float* mean, const float* rstd, int N, int C,
                              cudaStream_t stream) {
   GANTRY_CHECK(dinp && dw && db && scratch && dout && inp && w && mean && rstd, "layernorm_backward arguments");
+  GANTRY_CHECK(C % 8 == 0 && C <= 2048, "layernorm_backward_cuda needs C % 8 == 0 and C <= 2048, got " +
+                                            std::to_string(C));
   const int groups = std::min(N, kNormPartials);
   constexpr int kWarps = 8;
-  layernorm_backward_kernel<<<blocks_for(groups, kWarps), kWarps * 32, 0, stream>>>(dinp, scratch, dout, inp, w, mean,
-                                                                                   rstd, N, C, groups);
+  const unsigned blocks = blocks_for(groups, kWarps);
+  const int vpl = (C / 8 + 31) / 32;
+  auto launch = [&](auto kernel) {
+    kernel<<<blocks, kWarps * 32, 0, stream>>>(dinp, scratch, dout, inp, w, mean, rstd, N, C, groups);
+  };
+  switch (vpl) {
+    case 1: launch(layernorm_backward_kernel<1>); break;
+    case 2: launch(layernorm_backward_kernel<2>); break;
+    case 3: launch(layernorm_backward_kernel<3>); break;
+    case 4: launch(layernorm_backward_kernel<4>); break;
+    case 5: launch(layernorm_backward_kernel<5>); break;
+    case 6: launch(layernorm_backward_kernel<6>); break;
+    case 7: launch(layernorm_backward_kernel<7>); break;
+    default: launch(layernorm_backward_kernel<8>); break;
+  }
   CUDA_CHECK_LAUNCH();
   column_partials_reduce_kernel<<<blocks_for(C, 256), 256, 0, stream>>>(dw, scratch, groups, C, 2 * C);
   CUDA_CHECK_LAUNCH();
@@ -300,22 +406,17 @@ void layernorm_backward_cuda(bf16* dinp, float* dw, float* db, float* scratch, c
   CUDA_CHECK_LAUNCH();
 }
 
-void gelu_forward_cuda(bf16* out, const bf16* inp, size_t n, cudaStream_t stream) {
-  GANTRY_CHECK(out && inp, "gelu_forward_cuda arguments");
-  gelu_forward_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(out, inp, n);
-  CUDA_CHECK_LAUNCH();
-}
-
 namespace {
-constexpr int kBiasGroups = 128;
+constexpr int kBiasGroups = 256;
 }
 
 size_t bias_backward_scratch_floats(int N, int OC) { return static_cast<size_t>(std::min(N, kBiasGroups)) * OC; }
 
 void bias_backward_cuda(float* db, float* scratch, const bf16* dout, int N, int OC, cudaStream_t stream) {
-  GANTRY_CHECK(db && scratch && dout && N > 0 && OC > 0, "bias_backward_cuda arguments");
+  GANTRY_CHECK(db && scratch && dout && N > 0 && OC > 0 && OC % 8 == 0, "bias_backward_cuda needs OC % 8 == 0");
   const int groups = std::min(N, kBiasGroups);
-  bias_backward_partial_kernel<<<dim3(blocks_for(OC, 128), groups), 128, 0, stream>>>(scratch, dout, N, OC, groups);
+  bias_backward_partial_kernel<<<dim3(blocks_for(OC / 8, 128), groups), 128, 0, stream>>>(scratch, dout, N, OC,
+                                                                                         groups);
   CUDA_CHECK_LAUNCH();
   column_partials_reduce_kernel<<<blocks_for(OC, 256), 256, 0, stream>>>(db, scratch, groups, OC, OC);
   CUDA_CHECK_LAUNCH();
@@ -324,7 +425,11 @@ void bias_backward_cuda(float* db, float* scratch, const bf16* dout, int N, int 
 void classifier_cuda(bf16* logits, float* losses, const int32_t* targets, float dloss, bool write_dlogits, int rows,
                      int V, cudaStream_t stream) {
   GANTRY_CHECK(logits && losses && targets && rows > 0 && V > 0, "classifier_cuda arguments");
-  classifier_kernel<<<rows, 512, 0, stream>>>(logits, losses, targets, dloss, write_dlogits, V);
+  if (V % 8 == 0) {
+    classifier_kernel<true><<<rows, 512, 0, stream>>>(logits, losses, targets, dloss, write_dlogits, V);
+  } else {
+    classifier_kernel<false><<<rows, 512, 0, stream>>>(logits, losses, targets, dloss, write_dlogits, V);
+  }
   CUDA_CHECK_LAUNCH();
 }
 

@@ -38,9 +38,6 @@ size_t layernorm_backward_scratch_floats(int N, int C);
 void layernorm_backward_cuda(bf16* dinp, float* dw, float* db, float* scratch, const bf16* dout, const bf16* inp,
                              const bf16* w, const float* mean, const float* rstd, int N, int C, cudaStream_t stream);
 
-// out = gelu_tanh(inp), elementwise.
-void gelu_forward_cuda(bf16* out, const bf16* inp, size_t n, cudaStream_t stream);
-
 // db (OC) fp32 += Σ_n dout[n, :], two fixed-order stages through scratch (bias_backward_scratch_floats).
 size_t bias_backward_scratch_floats(int N, int OC);
 void bias_backward_cuda(float* db, float* scratch, const bf16* dout, int N, int OC, cudaStream_t stream);

@@ -73,7 +73,7 @@ struct DeviceBuffer {
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   size_t bytes() const { return n * sizeof(T); }
-  void poison() const { cudaMemset(ptr, 0xFF, bytes()); }
+  cudaError_t poison() const { return cudaMemset(ptr, 0xFF, bytes()); }
 };
 
 struct Shape {
@@ -132,8 +132,8 @@ TEST_P(AttentionCuda, MatchesCpuReference) {
   ASSERT_TRUE(d_qkv.ptr && d_out.ptr && d_dout.ptr && d_dqkv.ptr && d_lse.ptr && d_scratch.ptr);
   ASSERT_CUDA(cudaMemcpy(d_qkv.ptr, qkv_bits.data(), d_qkv.bytes(), cudaMemcpyHostToDevice));
   ASSERT_CUDA(cudaMemcpy(d_dout.ptr, dout_bits.data(), d_dout.bytes(), cudaMemcpyHostToDevice));
-  d_out.poison();
-  d_lse.poison();
+  ASSERT_CUDA(d_out.poison());
+  ASSERT_CUDA(d_lse.poison());
   attention_forward(d_out.ptr, d_lse.ptr, d_qkv.ptr, B, T, NH, HS, nullptr);
   ASSERT_CUDA(cudaDeviceSynchronize());
   std::vector<uint16_t> out_bits(n_out);
@@ -172,8 +172,8 @@ TEST_P(AttentionCuda, MatchesCpuReference) {
 
   // Backward: the CPU reference uses its own fp32 out (through att); the GPU uses its bf16 out.
   attention_backward(&pool, ref_dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
-  d_dqkv.poison();
-  d_scratch.poison();
+  ASSERT_CUDA(d_dqkv.poison());
+  ASSERT_CUDA(d_scratch.poison());
   attention_backward(d_dqkv.ptr, d_dout.ptr, d_out.ptr, d_lse.ptr, d_qkv.ptr, d_scratch.ptr, B, T, NH, HS,
                      nullptr);
   ASSERT_CUDA(cudaDeviceSynchronize());
@@ -222,10 +222,9 @@ TEST(AttentionCudaDeterminism, BitIdenticalRunToRun) {
     auto run_once = [&](std::vector<uint16_t>& out_bits, std::vector<uint16_t>& dqkv_bits) {
       out_bits.resize(n_out);
       dqkv_bits.resize(n_qkv);
-      d_out.poison();
-      d_lse.poison();
-      d_dqkv.poison();
-      d_scratch.poison();
+      if (d_out.poison() != cudaSuccess || d_lse.poison() != cudaSuccess || d_dqkv.poison() != cudaSuccess ||
+          d_scratch.poison() != cudaSuccess)
+        return false;
       attention_forward(d_out.ptr, d_lse.ptr, d_qkv.ptr, B, T, NH, HS, nullptr);
       attention_backward(d_dqkv.ptr, d_dout.ptr, d_out.ptr, d_lse.ptr, d_qkv.ptr, d_scratch.ptr, B, T, NH, HS,
                          nullptr);

@@ -1,0 +1,184 @@
+// Timing sweep of the CUDA backend's pieces at GPT-2 shapes (benchmark, not a test): each op's median
+// time over repeated launches, its rate (TFLOP/s or GB/s), and how many times one training step runs it,
+// so the table adds up to a step-time budget.
+//
+//   kernels_bench [--model 124m|350m]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/core/cuda/attention.cuh"
+#include "engine/core/cuda/cuda_check.h"
+#include "engine/core/cuda/device.h"
+#include "engine/core/cuda/kernels.cuh"
+#include "engine/core/cuda/matmul.cuh"
+#include "engine/core/rng.h"
+
+namespace gantry {
+namespace {
+
+template <class T>
+T* dev(size_t n, Rng& rng) {
+  std::vector<T> host(n);
+  for (auto& x : host) {
+    if constexpr (std::is_same_v<T, bf16>) {
+      x = __float2bfloat16(static_cast<float>(0.5 * rng.normal()));
+    } else if constexpr (std::is_same_v<T, float>) {
+      x = static_cast<float>(0.5 * rng.normal());
+    } else {
+      x = static_cast<T>(rng.next_u64() % 1000);
+    }
+  }
+  T* p = nullptr;
+  CUDA_CHECK(cudaMalloc(&p, n * sizeof(T)));
+  CUDA_CHECK(cudaMemcpy(p, host.data(), n * sizeof(T), cudaMemcpyHostToDevice));
+  return p;
+}
+
+struct Row {
+  std::string op;
+  double ms;
+  double per_step;
+  std::string rate;
+};
+
+double time_ms(cudaStream_t s, const std::function<void()>& fn) {
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  for (int i = 0; i < 3; ++i) fn();
+  std::vector<float> t;
+  for (int i = 0; i < 15; ++i) {
+    cudaEventRecord(a, s);
+    fn();
+    cudaEventRecord(b, s);
+    cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    t.push_back(ms);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+std::string tflops(double flops, double ms) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.0f TFLOP/s", flops / (ms * 1e-3) / 1e12);
+  return buf;
+}
+std::string gbps(double bytes, double ms) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.0f GB/s", bytes / (ms * 1e-3) / 1e9);
+  return buf;
+}
+
+int run(int argc, char** argv) {
+  std::string model = "124m";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--model")) model = argv[i + 1];
+  }
+  if (cuda_device_count() == 0) {
+    std::fprintf(stderr, "kernels_bench: no CUDA device\n");
+    return 1;
+  }
+  const bool big = model == "350m";
+  const int B = big ? 16 : 32, T = 1024, C = big ? 1024 : 768, NH = big ? 16 : 12, L = big ? 24 : 12, V = 50304;
+  const int N = B * T, HS = C / NH;
+  const size_t NC = static_cast<size_t>(N) * C;
+  Rng rng{1};
+  cudaStream_t s;
+  CUDA_CHECK(cudaStreamCreate(&s));
+  Matmul mm(s);
+  bf16 *x = dev<bf16>(NC, rng), *y = dev<bf16>(NC, rng), *z = dev<bf16>(NC, rng);
+  bf16 *big4 = dev<bf16>(NC * 4, rng), *big4b = dev<bf16>(NC * 4, rng), *qkv = dev<bf16>(NC * 3, rng);
+  bf16* w = dev<bf16>(static_cast<size_t>(4) * C * C, rng);
+  bf16* bias = dev<bf16>(4 * C, rng);
+  float *dw = dev<float>(static_cast<size_t>(4) * C * C, rng), *db = dev<float>(4 * C, rng);
+  float *mean = dev<float>(N, rng), *rstd = dev<float>(N, rng), *lse = dev<float>(static_cast<size_t>(B) * NH * T, rng);
+  const int chunk = std::min(N, static_cast<int>((256u << 20) / (V * 2)));
+  bf16 *logits = dev<bf16>(static_cast<size_t>(chunk) * V, rng), *wte = dev<bf16>(static_cast<size_t>(V) * C, rng);
+  float *dwte = dev<float>(static_cast<size_t>(V) * C, rng), *losses = dev<float>(N, rng);
+  int32_t* targets = dev<int32_t>(N, rng);
+  float* scratch = dev<float>(std::max({layernorm_backward_scratch_floats(N, C), bias_backward_scratch_floats(N, 4 * C),
+                                        attention_backward_scratch_floats(B, T, NH), size_t{1 << 20}}),
+                              rng);
+  std::vector<Row> rows;
+  auto add = [&](const std::string& op, double per_step, const std::function<void()>& fn) {
+    rows.push_back({op, time_ms(s, fn), per_step, ""});
+  };
+  const double mmf = 2.0 * N * C * C;  // one C×C linear
+  add("matmul fwd qkv (C→3C)", L, [&] { mm.forward(qkv, x, w, bias, N, C, 3 * C, nullptr); });
+  rows.back().rate = tflops(3 * mmf, rows.back().ms);
+  add("matmul fwd proj (C→C)", L, [&] { mm.forward(y, x, w, bias, N, C, C, nullptr); });
+  rows.back().rate = tflops(mmf, rows.back().ms);
+  add("matmul fwd fc+gelu (C→4C)", L, [&] { mm.forward(big4, x, w, bias, N, C, 4 * C, big4b); });
+  rows.back().rate = tflops(4 * mmf, rows.back().ms);
+  add("matmul fwd fcproj (4C→C)", L, [&] { mm.forward(y, big4, w, bias, N, 4 * C, C, nullptr); });
+  rows.back().rate = tflops(4 * mmf, rows.back().ms);
+  add("matmul dinp qkv", L, [&] { mm.backward_input(x, qkv, w, N, C, 3 * C, nullptr); });
+  rows.back().rate = tflops(3 * mmf, rows.back().ms);
+  add("matmul dinp proj", L, [&] { mm.backward_input(x, y, w, N, C, C, nullptr); });
+  rows.back().rate = tflops(mmf, rows.back().ms);
+  add("matmul dinp fc", L, [&] { mm.backward_input(x, big4, w, N, C, 4 * C, nullptr); });
+  rows.back().rate = tflops(4 * mmf, rows.back().ms);
+  add("matmul dinp fcproj+dgelu", L, [&] { mm.backward_input(big4b, y, w, N, 4 * C, C, big4); });
+  rows.back().rate = tflops(4 * mmf, rows.back().ms);
+  add("matmul dw qkv", L, [&] { mm.backward_weight(dw, qkv, x, N, C, 3 * C); });
+  rows.back().rate = tflops(3 * mmf, rows.back().ms);
+  add("matmul dw proj", L, [&] { mm.backward_weight(dw, y, x, N, C, C); });
+  rows.back().rate = tflops(mmf, rows.back().ms);
+  add("matmul dw fc", L, [&] { mm.backward_weight(dw, big4, x, N, C, 4 * C); });
+  rows.back().rate = tflops(4 * mmf, rows.back().ms);
+  add("matmul dw fcproj", L, [&] { mm.backward_weight(dw, y, big4, N, 4 * C, C); });
+  rows.back().rate = tflops(4 * mmf, rows.back().ms);
+  const double chunks = static_cast<double>(N) / chunk;
+  const double cf = 2.0 * chunk * C * V;
+  add("classifier matmul fwd (chunk)", chunks, [&] { mm.forward(logits, x, wte, nullptr, chunk, C, V, nullptr); });
+  rows.back().rate = tflops(cf, rows.back().ms);
+  add("classifier softmax+xent (chunk)", chunks,
+      [&] { classifier_cuda(logits, losses, targets, 1e-5f, true, chunk, V, s); });
+  rows.back().rate = gbps(3.0 * chunk * V * 2, rows.back().ms);
+  add("classifier matmul dinp (chunk)", chunks, [&] { mm.backward_input(x, logits, wte, chunk, C, V, nullptr); });
+  rows.back().rate = tflops(cf, rows.back().ms);
+  add("classifier matmul dwte (chunk)", chunks, [&] { mm.backward_weight(dwte, logits, x, chunk, C, V); });
+  rows.back().rate = tflops(cf, rows.back().ms);
+  const double af = 2.0 * 2.0 * B * NH * static_cast<double>(T) * T * HS / 2;
+  add("attention fwd", L, [&] { attention_forward(x, lse, qkv, B, T, NH, HS, s); });
+  rows.back().rate = tflops(af, rows.back().ms);
+  add("attention bwd", L, [&] { attention_backward(qkv, y, x, lse, qkv, scratch, B, T, NH, HS, s); });
+  rows.back().rate = tflops(2.5 * af, rows.back().ms);
+  add("residual+layernorm fwd", 2 * L + 1,
+      [&] { residual_layernorm_forward_cuda(z, y, mean, rstd, x, y, bias, bias, N, C, s); });
+  rows.back().rate = gbps(4.0 * NC * 2, rows.back().ms);
+  add("layernorm bwd", 2 * L + 1,
+      [&] { layernorm_backward_cuda(z, db, db, scratch, x, y, bias, mean, rstd, N, C, s); });
+  rows.back().rate = gbps(4.0 * NC * 2, rows.back().ms);
+  add("bias bwd (4C)", L, [&] { bias_backward_cuda(db, scratch, big4, N, 4 * C, s); });
+  rows.back().rate = gbps(4.0 * NC * 2, rows.back().ms);
+  add("bias bwd (C)", 2 * L, [&] { bias_backward_cuda(db, scratch, x, N, C, s); });
+  rows.back().rate = gbps(1.0 * NC * 2, rows.back().ms);
+  add("bias bwd (3C)", L, [&] { bias_backward_cuda(db, scratch, qkv, N, 3 * C, s); });
+  rows.back().rate = gbps(3.0 * NC * 2, rows.back().ms);
+
+  std::printf("%-34s %9s %8s %10s  %s\n", "op", "ms", "x/step", "ms/step", "rate");
+  double total = 0;
+  for (const Row& r : rows) {
+    std::printf("%-34s %9.3f %8.1f %10.2f  %s\n", r.op.c_str(), r.ms, r.per_step, r.ms * r.per_step, r.rate.c_str());
+    total += r.ms * r.per_step;
+  }
+  std::printf("%-34s %9s %8s %10.2f  (%s, B %d, %s)\n", "sum of the above", "", "", total, model.c_str(), B,
+              cuda_device_name(0).c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace gantry
+
+int main(int argc, char** argv) { return gantry::run(argc, argv); }
