@@ -16,5 +16,6 @@ inline constexpr int kExitInterrupted = 130;
 
 void train_command_add(CLI::App& app, int* exit_code);
 void data_command_add(CLI::App& app, int* exit_code);
+void plan_command_add(CLI::App& app, int* exit_code);
 
 }  // namespace gantry

@@ -1,4 +1,5 @@
-// gantry-engine: the headless engine. Subcommands: train (one process), data (make token shards).
+// gantry-engine: the headless engine. Subcommands: train (one process), data (make token shards), plan
+// (the what-if planner).
 #include <CLI/CLI.hpp>
 
 #include "app/commands.h"
@@ -11,6 +12,7 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   gantry::train_command_add(app, &exit_code);
   gantry::data_command_add(app, &exit_code);
+  gantry::plan_command_add(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,544 @@
+// gantry-engine plan: the what-if planner (engine/plan) on the command line. One layout: memory by bucket,
+// communication per axis, bubble, step time, MFU/HFU, days to train, checkpoint and goodput, as a table or
+// (--json) one JSON object. --search: every valid layout ranked, the top N as a table or a JSON object.
+//
+//   gantry-engine plan --model gpt3-175b --gpu a100-80gb --gpus 1024 --tp 8 --pp 16 --vp 2 --recompute full
+//   gantry-engine plan --model llama3-70b --gpu h100 --gpus 512 --search --top 5
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>  // --json
+#include <string>
+#include <vector>
+
+#include "app/commands.h"
+#include "engine/plan/planner.h"
+#include "engine/plan/search.h"
+
+namespace gantry {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+struct PlanArgs {
+  std::string model = "gpt2-124m";
+  int layers = 0, hidden = 0, heads = 0, kv_heads = -1, ffn = -1, vocab = 0, seq = 0;
+  std::string ffn_kind;
+  bool untied = false;
+  bool dropout = false;
+
+  std::string gpu = "h100";
+  int gpus = 8;
+  int nodes = 0;  // > 0: gpus = nodes × gpus_per_node
+  int gpus_per_node = 8;
+  double intra_gbps = 0, inter_gbps = 0;                // 0 = the GPU's links at kLinkEfficiency
+  double intra_latency_us = -1, inter_latency_us = -1;  // -1 = the defaults
+  double node_mtbf_hours = -1;                          // -1 = the default; 0 = no failures
+  double efficiency = 0;                                // 0 = the GPU's calibrated value
+
+  int tp = 1, pp = 1, vp = 1, dp = 0, cp = 1, zero = 0, hsdp = 0, micro_batch = 1;
+  bool no_sp = false, no_flash = false;
+  std::string recompute = "none";
+  std::string schedule = "1f1b";
+  long long global_batch = 0, global_batch_tokens = 0;
+  double tokens = 0;
+  std::string grad_dtype = "bf16";
+  double ckpt_bytes_per_param = 12, ckpt_write_gbps = 0, restart_minutes = 10;
+  std::string mfu_convention = "gantry";
+
+  bool search = false;
+  int top = 10;
+  std::string rank = "tokens";
+  bool json = false;
+};
+
+// "1,234,567"
+std::string grouped(uint64_t v) {
+  std::string s = std::to_string(v);
+  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<size_t>(i), ",");
+  return s;
+}
+
+std::string human_bytes(double b) {
+  char buf[32];
+  if (b >= 1e12)
+    std::snprintf(buf, sizeof buf, "%.2f TB", b / 1e12);
+  else if (b >= 1e9)
+    std::snprintf(buf, sizeof buf, "%.2f GB", b / 1e9);
+  else
+    std::snprintf(buf, sizeof buf, "%.1f MB", b / 1e6);
+  return buf;
+}
+
+std::string human_seconds(double s) {
+  char buf[32];
+  if (s >= 3600)
+    std::snprintf(buf, sizeof buf, "%.1f h", s / 3600);
+  else if (s >= 120)
+    std::snprintf(buf, sizeof buf, "%.1f min", s / 60);
+  else if (s >= 1)
+    std::snprintf(buf, sizeof buf, "%.2f s", s);
+  else
+    std::snprintf(buf, sizeof buf, "%.2f ms", s * 1e3);
+  return buf;
+}
+
+std::string human_days(double days) {
+  char buf[32];
+  if (days >= 1)
+    std::snprintf(buf, sizeof buf, "%.1f days", days);
+  else
+    std::snprintf(buf, sizeof buf, "%.1f hours", days * 24);
+  return buf;
+}
+
+// Planner messages start with the field ("tp = 3: ..."); name the flag the user typed instead.
+std::string flag_message(std::string msg) {
+  static const std::pair<const char*, const char*> kFields[] = {{"micro_batch", "--micro-batch"},
+                                                                {"global_batch", "--global-batch"},
+                                                                {"gpus_per_node", "--gpus-per-node"},
+                                                                {"gpus", "--gpus"},
+                                                                {"tp", "--tp"},
+                                                                {"pp", "--pp"},
+                                                                {"vp", "--vp"},
+                                                                {"dp", "--dp"},
+                                                                {"cp", "--cp"},
+                                                                {"zero", "--zero"},
+                                                                {"hsdp", "--hsdp"},
+                                                                {"model.layers", "--layers"},
+                                                                {"model.hidden", "--hidden"},
+                                                                {"model.heads", "--heads"},
+                                                                {"model.kv_heads", "--kv-heads"},
+                                                                {"model.ffn", "--ffn"},
+                                                                {"model.vocab", "--vocab"},
+                                                                {"model.seq", "--seq"}};
+  for (const auto& [field, flag] : kFields) {
+    const std::string f = std::string(field) + " = ";
+    if (msg.rfind(f, 0) == 0) return std::string(flag) + " " + msg.substr(f.size());
+  }
+  return msg;
+}
+
+Result<PlanInput> build_input(const PlanArgs& a) {
+  Result<PlanModel> preset = plan_model_preset(a.model);
+  if (!preset.ok()) return Status::error("--model: " + preset.error());
+  PlanInput in;
+  PlanModel& m = in.model;
+  m = preset.value();
+  if (a.layers > 0) m.layers = a.layers;
+  if (a.hidden > 0) m.hidden = a.hidden;
+  if (a.heads > 0) m.heads = a.heads;
+  if (a.kv_heads >= 0) m.kv_heads = a.kv_heads;
+  if (a.ffn >= 0) m.ffn = a.ffn;
+  if (!a.ffn_kind.empty()) m.ffn_kind = a.ffn_kind == "swiglu" ? FfnKind::kSwiGlu : FfnKind::kGelu;
+  if (a.vocab > 0) m.vocab = a.vocab;
+  if (a.seq > 0) m.seq = a.seq;
+  if (a.untied) m.tied_embeddings = false;
+  if (a.dropout) m.dropout = true;
+  const bool custom = a.layers > 0 || a.hidden > 0 || a.heads > 0 || a.kv_heads >= 0 || a.ffn >= 0 ||
+                      !a.ffn_kind.empty() || a.vocab > 0 || a.seq > 0 || a.untied || a.dropout;
+  if (custom) m.name = m.name + " (modified)";
+
+  Result<GpuSpec> gpu = plan_gpu_preset(a.gpu);
+  if (!gpu.ok()) return Status::error("--gpu: " + gpu.error());
+  if (a.efficiency > 0) gpu.value().compute_efficiency = a.efficiency;
+  const long long gpus = a.nodes > 0 ? static_cast<long long>(a.nodes) * a.gpus_per_node : a.gpus;
+  if (gpus > 10000000)
+    return Status::error("--nodes " + std::to_string(a.nodes) + ": at most 10,000,000 GPUs in all");
+  in.cluster = plan_cluster_default(gpu.value(), static_cast<int>(gpus), a.gpus_per_node);
+  if (a.intra_gbps > 0) in.cluster.intra_bw = a.intra_gbps * 1e9;
+  if (a.inter_gbps > 0) in.cluster.inter_bw = a.inter_gbps * 1e9;
+  if (a.intra_latency_us >= 0) in.cluster.intra_latency_s = a.intra_latency_us * 1e-6;
+  if (a.inter_latency_us >= 0) in.cluster.inter_latency_s = a.inter_latency_us * 1e-6;
+  if (a.node_mtbf_hours >= 0) in.cluster.node_mtbf_s = a.node_mtbf_hours * 3600;
+
+  Result<Recompute> rc = recompute_parse(a.recompute);
+  if (!rc.ok()) return Status::error("--recompute: " + rc.error());
+  in.layout = PlanLayout{.tp = a.tp,
+                         .pp = a.pp,
+                         .vp = a.vp,
+                         .dp = a.dp,
+                         .cp = a.cp,
+                         .zero = a.zero,
+                         .hsdp = a.hsdp,
+                         .sequence_parallel = !a.no_sp,
+                         .recompute = rc.value(),
+                         .flash_attention = !a.no_flash,
+                         .schedule = a.schedule == "gpipe" ? Schedule::kGpipe : Schedule::k1F1B,
+                         .micro_batch = a.micro_batch};
+
+  PlanTraining& t = in.training;
+  if (a.global_batch > 0 && a.global_batch_tokens > 0) {
+    return Status::error("--global-batch and --global-batch-tokens: give one of them");
+  }
+  long long gb = a.global_batch;
+  if (a.global_batch_tokens > 0) {
+    if (a.global_batch_tokens % m.seq != 0) {
+      return Status::error("--global-batch-tokens " + std::to_string(a.global_batch_tokens) +
+                           ": must be a multiple of the sequence length (" + std::to_string(m.seq) + ")");
+    }
+    gb = a.global_batch_tokens / m.seq;
+  }
+  if (gb > 1000000000) return Status::error("--global-batch " + std::to_string(gb) + ": allowed up to 1e9");
+  if (gb == 0 && a.search) gb = ((1LL << 20) + m.seq - 1) / m.seq;  // one problem for every layout searched
+  t.global_batch = static_cast<int>(gb);
+  t.tokens = a.tokens;
+  t.grad_bytes = a.grad_dtype == "fp32" ? 4 : 2;
+  t.checkpoint_bytes_per_param = a.ckpt_bytes_per_param;
+  t.checkpoint_write_bw = a.ckpt_write_gbps * 1e9;
+  t.restart_s = a.restart_minutes * 60;
+  t.mfu_convention = a.mfu_convention == "megatron" ? FlopConvention::kMegatron : FlopConvention::kGantry;
+  return in;
+}
+
+std::string mfu_formula(const Plan& p, const std::string& gpu) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "MFU = tokens/s x %.4g FLOP/token (%s) / (%d GPUs x %.0f TFLOP/s %s bf16 dense)",
+                p.model_flops_per_token,
+                p.convention == FlopConvention::kGantry ? "6N + 6LdT" : "Megatron 3 x forward matmuls",
+                p.gpus, p.peak_flops / 1e12, gpu.c_str());
+  return buf;
+}
+
+nlohmann::json plan_json(const Plan& p, const PlanInput& in) {
+  using nlohmann::json;
+  const PlanLayout& l = p.layout;
+  json comm = json::array();
+  for (const CommAxis& a : p.comm) {
+    comm.push_back({{"axis", a.axis},
+                    {"pattern", a.pattern},
+                    {"group", a.group},
+                    {"crosses_nodes", a.crosses_nodes},
+                    {"bus_bw", a.bus_bw},
+                    {"bytes", a.bytes},
+                    {"seconds", a.seconds},
+                    {"exposed_s", a.exposed_s},
+                    {"overlappable_s", a.overlappable_s}});
+  }
+  return {
+      {"model",
+       {{"name", in.model.name},
+        {"layers", in.model.layers},
+        {"hidden", in.model.hidden},
+        {"heads", in.model.heads},
+        {"kv_heads", plan_model_kv_heads(in.model)},
+        {"ffn", plan_model_ffn(in.model)},
+        {"ffn_kind", ffn_kind_name(in.model.ffn_kind)},
+        {"vocab", in.model.vocab},
+        {"seq", in.model.seq},
+        {"tied_embeddings", in.model.tied_embeddings}}},
+      {"params", p.params},
+      {"params_on_gpu", p.params_on_gpu},
+      {"cluster",
+       {{"gpu", in.cluster.gpu.name},
+        {"gpus", p.gpus},
+        {"nodes", p.nodes},
+        {"gpus_per_node", in.cluster.gpus_per_node},
+        {"compute_efficiency", in.cluster.gpu.compute_efficiency}}},
+      {"layout",
+       {{"tp", l.tp},
+        {"cp", l.cp},
+        {"pp", l.pp},
+        {"vp", l.vp},
+        {"dp", l.dp},
+        {"zero", l.zero},
+        {"hsdp", l.hsdp},
+        {"sequence_parallel", l.sequence_parallel},
+        {"recompute", recompute_name(l.recompute)},
+        {"flash_attention", l.flash_attention},
+        {"schedule", schedule_name(l.schedule)},
+        {"micro_batch", l.micro_batch},
+        {"global_batch", p.global_batch},
+        {"micro_batches", p.micro_batches}}},
+      {"memory",
+       {{"weights", p.memory.weights},
+        {"gradients", p.memory.gradients},
+        {"optimizer", p.memory.optimizer},
+        {"activations", p.memory.activations},
+        {"buffers", p.memory.buffers},
+        {"total", p.memory.total()},
+        {"hbm", p.hbm_bytes},
+        {"fits", p.fits},
+        {"stage", p.memory_stage},
+        {"activation_bytes_per_layer", p.activation_layer_bytes},
+        {"microbatches_in_flight", p.microbatches_in_flight},
+        {"unit", "bytes"}}},
+      {"communication", comm},
+      {"pipeline",
+       {{"schedule", schedule_name(l.schedule)},
+        {"bubble_fraction", p.bubble_fraction},
+        {"bubble_s", p.bubble_s}}},
+      {"time",
+       {{"step_s", p.step_s},
+        {"compute_s", p.compute_s},
+        {"bubble_s", p.bubble_s},
+        {"exposed_comm_s", p.exposed_comm_s},
+        {"optimizer_s", p.optimizer_s}}},
+      {"tokens_per_s", p.tokens_per_s},
+      {"mfu", p.mfu},
+      {"hfu", p.hfu},
+      {"mfu_convention", flop_convention_name(p.convention)},
+      {"peak_flops", p.peak_flops},
+      {"mfu_formula", mfu_formula(p, in.cluster.gpu.name)},
+      {"tokens", p.tokens},
+      {"days_to_train", p.days_to_train},
+      {"checkpoint", {{"bytes", p.checkpoint_bytes}, {"write_s", p.checkpoint_write_s}}},
+      {"reliability",
+       {{"cluster_mtbf_s", p.cluster_mtbf_s},
+        {"young_interval_s", p.young_interval_s},
+        {"daly_interval_s", p.daly_interval_s},
+        {"goodput", p.goodput},
+        {"days_to_train_expected", p.days_to_train_expected}}},
+  };
+}
+
+void print_plan(const Plan& p, const PlanInput& in) {
+  const PlanModel& m = in.model;
+  const PlanLayout& l = p.layout;
+  std::printf("gantry plan: %s on %d x %s (%d node%s of %d)\n", m.name.c_str(), p.gpus,
+              in.cluster.gpu.name.c_str(), p.nodes, p.nodes == 1 ? "" : "s", in.cluster.gpus_per_node);
+  std::printf("model       %d layers, d %d, %d heads (%d kv), ffn %d %s, vocab %d, seq %d, %s\n", m.layers,
+              m.hidden, m.heads, plan_model_kv_heads(m), plan_model_ffn(m), ffn_kind_name(m.ffn_kind),
+              m.vocab, m.seq, m.tied_embeddings ? "tied embeddings" : "untied head");
+  std::printf("params      %s (exact); %s on the heaviest GPU before ZeRO\n", grouped(p.params).c_str(),
+              grouped(p.params_on_gpu).c_str());
+  std::printf(
+      "layout      tp %d x cp %d x pp %d (vp %d, %s) x dp %d; zero %d%s; sp %s; recompute %s; flash %s; "
+      "micro-batch %d\n",
+      l.tp, l.cp, l.pp, l.vp, schedule_name(l.schedule), l.dp, l.zero,
+      l.hsdp > 0 ? (" (hsdp " + std::to_string(l.hsdp) + ")").c_str() : "",
+      l.sequence_parallel ? "on" : "off", recompute_name(l.recompute), l.flash_attention ? "on" : "off",
+      l.micro_batch);
+  std::printf("batch       %d sequences x %d = %s tokens per step; %d micro-batches per pipeline\n\n",
+              p.global_batch, m.seq, grouped(static_cast<uint64_t>(p.global_batch) * m.seq).c_str(),
+              p.micro_batches);
+
+  std::printf("memory per GPU (pipeline stage %d of %d)   GiB\n", p.memory_stage, l.pp);
+  std::printf("  weights                              %9.2f\n", p.memory.weights / kGiB);
+  std::printf("  gradients                            %9.2f\n", p.memory.gradients / kGiB);
+  std::printf("  optimizer                            %9.2f\n", p.memory.optimizer / kGiB);
+  std::printf(
+      "  activations                          %9.2f   (%.1f MB per layer per micro-batch, %.2f micro-batches "
+      "in flight)\n",
+      p.memory.activations / kGiB, p.activation_layer_bytes / 1e6, p.microbatches_in_flight);
+  std::printf("  buffers                              %9.2f\n", p.memory.buffers / kGiB);
+  std::printf("  total                                %9.2f   of %.2f GiB HBM: %s\n\n",
+              p.memory.total() / kGiB, p.hbm_bytes / kGiB, p.fits ? "fits" : "DOES NOT FIT");
+
+  if (!p.comm.empty()) {
+    std::printf("communication per step, per GPU\n");
+    std::printf("  axis  group  link            bytes        time      exposed   overlapped  pattern\n");
+    for (const CommAxis& a : p.comm) {
+      char link[32];
+      std::snprintf(link, sizeof link, "%s %.0f GB/s", a.crosses_nodes ? "net" : "nvlink", a.bus_bw / 1e9);
+      std::printf("  %-4s  %5d  %-14s %10s  %10s  %10s  %10s  %s\n", a.axis.c_str(), a.group, link,
+                  human_bytes(a.bytes).c_str(), human_seconds(a.seconds).c_str(),
+                  human_seconds(a.exposed_s).c_str(), human_seconds(a.overlappable_s).c_str(),
+                  a.pattern.c_str());
+    }
+    std::printf("\n");
+  }
+  std::printf("pipeline    %s, bubble %.1f%% of the ideal step ((p-1)/(v*m) = %d/(%d*%d)), %s\n",
+              schedule_name(l.schedule), 100 * p.bubble_fraction, l.pp - 1,
+              l.schedule == Schedule::kInterleaved ? l.vp : 1, p.micro_batches,
+              human_seconds(p.bubble_s).c_str());
+  std::printf("step        %s = compute %s + bubble %s + exposed communication %s + optimizer %s\n",
+              human_seconds(p.step_s).c_str(), human_seconds(p.compute_s).c_str(),
+              human_seconds(p.bubble_s).c_str(), human_seconds(p.exposed_comm_s).c_str(),
+              human_seconds(p.optimizer_s).c_str());
+  std::printf("throughput  %s tokens/s (%.0f per GPU)\n",
+              grouped(static_cast<uint64_t>(p.tokens_per_s)).c_str(), p.tokens_per_s / p.gpus);
+  std::printf("MFU         %.1f%%, HFU %.1f%% (with recomputation)\n", 100 * p.mfu, 100 * p.hfu);
+  std::printf("            %s; compute efficiency %.2f of peak (calibrated, docs/PLANNER.md)\n",
+              mfu_formula(p, in.cluster.gpu.name).c_str(), in.cluster.gpu.compute_efficiency);
+  std::printf("training    %.3g tokens%s: %s with no failures\n", p.tokens,
+              in.training.tokens > 0 ? "" : " (20 per parameter)", human_days(p.days_to_train).c_str());
+  std::printf("checkpoint  %s (%.0f B/param), written in %s\n", human_bytes(p.checkpoint_bytes).c_str(),
+              in.training.checkpoint_bytes_per_param, human_seconds(p.checkpoint_write_s).c_str());
+  if (p.cluster_mtbf_s > 0) {
+    std::printf(
+        "failures    job MTBF %s (node %.0f h / %d node%s); checkpoint every %s (Daly; Young %s); goodput "
+        "%.1f%%; %s expected\n",
+        human_seconds(p.cluster_mtbf_s).c_str(), in.cluster.node_mtbf_s / 3600, p.nodes,
+        p.nodes == 1 ? "" : "s", human_seconds(p.daly_interval_s).c_str(),
+        human_seconds(p.young_interval_s).c_str(), 100 * p.goodput,
+        human_days(p.days_to_train_expected).c_str());
+  } else {
+    std::printf("failures    none modelled (--node-mtbf-hours 0)\n");
+  }
+}
+
+void print_search(const SearchResult& r, const PlanInput& in, SearchRank rank) {
+  std::printf("gantry plan --search: %s on %d x %s, global batch %d sequences, ranked by %s\n",
+              in.model.name.c_str(), in.cluster.gpus, in.cluster.gpu.name.c_str(), in.training.global_batch,
+              rank == SearchRank::kGoodput ? "goodput (tokens/s x useful share)" : "tokens/s");
+  std::printf("%4s %3s %3s %3s %3s %5s %4s %3s %-9s %8s %9s %12s %6s %7s\n", "#", "tp", "cp", "pp", "vp",
+              "dp", "zero", "mb", "recompute", "mem GiB", "step s", "tokens/s", "MFU%", "goodput");
+  int i = 0;
+  for (const Plan& p : r.plans) {
+    const PlanLayout& l = p.layout;
+    std::printf("%4d %3d %3d %3d %3d %5d %4d %3d %-9s %8.1f %9.3f %12s %6.1f %6.1f%%\n", ++i, l.tp, l.cp,
+                l.pp, l.vp, l.dp, l.zero, l.micro_batch, recompute_name(l.recompute), p.memory.total() / kGiB,
+                p.step_s, grouped(static_cast<uint64_t>(p.tokens_per_s)).c_str(), 100 * p.mfu,
+                100 * p.goodput);
+  }
+  std::printf("%d valid layouts evaluated, %d fit in %.1f GiB\n", r.evaluated, r.fitting,
+              in.cluster.gpu.hbm_bytes / kGiB);
+  if (!r.plans.empty()) std::printf("%s\n", mfu_formula(r.plans.front(), in.cluster.gpu.name).c_str());
+}
+
+int plan_main(const PlanArgs& a) {
+  Result<PlanInput> in = build_input(a);
+  if (!in.ok()) {
+    std::fprintf(stderr, "gantry-engine plan: %s\n", in.error().c_str());
+    return kExitBadInput;
+  }
+  if (a.search) {
+    const SearchRank rank = a.rank == "goodput" ? SearchRank::kGoodput : SearchRank::kTokensPerSecond;
+    Result<SearchResult> r = plan_search(in.value(), SearchOptions{.top = a.top, .rank = rank});
+    if (!r.ok()) {
+      std::fprintf(stderr, "gantry-engine plan: %s\n", flag_message(r.error()).c_str());
+      return kExitBadInput;
+    }
+    if (a.json) {
+      nlohmann::json plans = nlohmann::json::array();
+      for (const Plan& p : r->plans) plans.push_back(plan_json(p, in.value()));
+      nlohmann::json j = {{"evaluated", r->evaluated},
+                          {"fitting", r->fitting},
+                          {"rank", search_rank_name(rank)},
+                          {"plans", plans}};
+      std::printf("%s\n", j.dump(2).c_str());
+    } else {
+      print_search(r.value(), in.value(), rank);
+    }
+    if (r->plans.empty()) {
+      std::fprintf(stderr,
+                   "gantry-engine plan: no layout fits; try more GPUs, --gpu with more memory or a smaller "
+                   "--global-batch\n");
+      return kExitFailed;
+    }
+    return 0;
+  }
+  Result<Plan> p = plan_evaluate(in.value());
+  if (!p.ok()) {
+    std::fprintf(stderr, "gantry-engine plan: %s\n", flag_message(p.error()).c_str());
+    return kExitBadInput;
+  }
+  if (a.json) {
+    std::printf("%s\n", plan_json(p.value(), in.value()).dump(2).c_str());
+  } else {
+    print_plan(p.value(), in.value());
+  }
+  return 0;
+}
+
+}  // namespace
+
+void plan_command_add(CLI::App& app, int* exit_code) {
+  auto a = std::make_shared<PlanArgs>();
+  CLI::App* sub = app.add_subcommand(
+      "plan",
+      "What-if planner: memory, communication, bubble, step time, MFU and goodput of a layout (or --search)");
+  sub->add_option("--model", a->model, "Preset the model flags start from")
+      ->check(CLI::IsMember(plan_model_preset_names()))
+      ->capture_default_str();
+  sub->add_option("--layers", a->layers, "Transformer blocks")->check(CLI::Range(1, 100000));
+  sub->add_option("--hidden", a->hidden, "Width d")->check(CLI::Range(1, 1000000));
+  sub->add_option("--heads", a->heads, "Attention heads")->check(CLI::Range(1, 100000));
+  sub->add_option("--kv-heads", a->kv_heads, "Key/value heads (grouped-query attention); 0 = heads")
+      ->check(CLI::Range(0, 100000));
+  sub->add_option("--ffn", a->ffn, "MLP width; 0 = 4 x hidden")->check(CLI::Range(0, 10000000));
+  sub->add_option("--ffn-kind", a->ffn_kind, "MLP kind")->check(CLI::IsMember({"gelu", "swiglu"}));
+  sub->add_option("--vocab", a->vocab, "Vocabulary size")->check(CLI::Range(1, 100000000));
+  sub->add_option("--seq", a->seq, "Sequence length")->check(CLI::Range(1, 100000000));
+  sub->add_flag("--untied", a->untied, "Separate output head (not tied to the embedding)");
+  sub->add_flag("--dropout", a->dropout, "Dropout masks are stored (Megatron's GPT-3 runs)");
+
+  sub->add_option("--gpu", a->gpu, "GPU kind")
+      ->check(CLI::IsMember(plan_gpu_preset_names()))
+      ->capture_default_str();
+  CLI::Option* gpus = sub->add_option("--gpus", a->gpus, "GPUs in the job")
+                          ->check(CLI::Range(1, 10000000))
+                          ->capture_default_str();
+  sub->add_option("--nodes", a->nodes, "Nodes in the job (instead of --gpus): gpus = nodes x gpus-per-node")
+      ->check(CLI::Range(1, 10000000))
+      ->excludes(gpus);
+  sub->add_option("--gpus-per-node", a->gpus_per_node, "GPUs per node")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  sub->add_option("--intra-bw", a->intra_gbps, "Bus bandwidth inside a node, GB/s (default: 0.8 x NVLink)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--inter-bw", a->inter_gbps,
+                  "Bus bandwidth per GPU between nodes, GB/s (default: 0.8 x NIC)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--intra-latency-us", a->intra_latency_us,
+                  "Latency of one ring step inside a node, us (default 2)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--inter-latency-us", a->inter_latency_us,
+                  "Latency of one ring step across nodes, us (default 6)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option(
+         "--node-mtbf-hours", a->node_mtbf_hours,
+         "Mean time between failures of one node, hours; 0 = no failures (default: Llama 3's 6,335 h)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--efficiency", a->efficiency,
+                  "Fraction of peak the layers sustain (default: calibrated per GPU)")
+      ->check(CLI::Range(0.01, 1.0));
+
+  sub->add_option("--tp", a->tp, "Tensor parallel")->check(CLI::Range(1, 1024));
+  sub->add_option("--pp", a->pp, "Pipeline stages")->check(CLI::Range(1, 100000));
+  sub->add_option("--vp", a->vp, "Virtual stages per device (> 1: interleaved 1F1B)")
+      ->check(CLI::Range(1, 1024));
+  sub->add_option("--dp", a->dp, "Data parallel; 0 = gpus / (tp x cp x pp)")->check(CLI::Range(0, 10000000));
+  sub->add_option("--cp", a->cp, "Context parallel")->check(CLI::Range(1, 1024));
+  sub->add_option("--zero", a->zero, "ZeRO stage")->check(CLI::IsMember({0, 1, 2, 3}));
+  sub->add_option("--hsdp", a->hsdp, "ZeRO shard group size inside dp (HSDP); 0 = all of dp")
+      ->check(CLI::Range(0, 10000000));
+  sub->add_flag("--no-sp", a->no_sp, "No sequence parallelism with tp");
+  sub->add_option("--recompute", a->recompute, "Activation recomputation")
+      ->check(CLI::IsMember({"none", "selective", "full"}))
+      ->capture_default_str();
+  sub->add_flag("--no-flash", a->no_flash, "Materialised attention instead of flash attention");
+  sub->add_option("--schedule", a->schedule, "Pipeline schedule (--vp > 1 makes it interleaved)")
+      ->check(CLI::IsMember({"gpipe", "1f1b"}))
+      ->capture_default_str();
+  sub->add_option("--micro-batch", a->micro_batch, "Sequences per micro-batch")
+      ->check(CLI::Range(1, 1000000));
+  sub->add_option("--global-batch", a->global_batch,
+                  "Sequences per optimizer step (default: 2^20 tokens' worth)")
+      ->check(CLI::Range(1LL, 1000000000LL));
+  sub->add_option("--global-batch-tokens", a->global_batch_tokens, "Tokens per optimizer step")
+      ->check(CLI::Range(1LL, 1000000000000LL));
+  sub->add_option("--tokens", a->tokens, "Tokens to train on (default: 20 per parameter)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--grad-dtype", a->grad_dtype, "Gradient dtype")
+      ->check(CLI::IsMember({"bf16", "fp32"}))
+      ->capture_default_str();
+  sub->add_option("--ckpt-bytes-per-param", a->ckpt_bytes_per_param, "Checkpoint bytes per parameter")
+      ->check(CLI::Range(0.0, 64.0))
+      ->capture_default_str();
+  sub->add_option("--ckpt-write-bw", a->ckpt_write_gbps,
+                  "Checkpoint write bandwidth, GB/s in all (default 1 per node)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--restart-minutes", a->restart_minutes, "Time from a failure to training again")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  sub->add_option("--mfu-convention", a->mfu_convention, "FLOPs for MFU: gantry (6N + 6LdT) or megatron")
+      ->check(CLI::IsMember({"gantry", "megatron"}))
+      ->capture_default_str();
+
+  sub->add_flag(
+      "--search", a->search,
+      "Rank every valid layout that fits (layout flags other than --no-flash and --hsdp are ignored)");
+  sub->add_option("--top", a->top, "Layouts --search prints")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  sub->add_option("--rank", a->rank, "What --search ranks by")
+      ->check(CLI::IsMember({"tokens", "goodput"}))
+      ->capture_default_str();
+  sub->add_flag("--json", a->json, "One JSON object on stdout instead of the table");
+  sub->callback([a, exit_code] { *exit_code = plan_main(*a); });
+}
+
+}  // namespace gantry

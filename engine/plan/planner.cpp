@@ -1,0 +1,512 @@
+#include "engine/plan/planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "engine/plan/memory.h"
+#include "engine/plan/reliability.h"
+
+namespace gantry {
+
+namespace {
+
+constexpr double kActivationBytes = 2;  // bf16 activations and activation gradients on the wire
+constexpr double kSecondsPerDay = 86400;
+
+std::string fail(const std::string& field, long long value, const std::string& rule) {
+  return field + " = " + std::to_string(value) + ": " + rule;
+}
+
+// The layout with every derived degree filled in, or the first thing wrong with the input.
+struct Resolved {
+  PlanLayout l;
+  int gpus = 0;
+  int shard = 1;         // ZeRO shard group (1 without ZeRO)
+  int replicas = 1;      // dp / shard
+  int global_batch = 0;  // sequences
+  int m = 0;             // micro-batches per pipeline per step
+  int layers_per_device = 0;
+};
+
+Result<Resolved> resolve(const PlanInput& in) {
+  Status s = plan_model_validate(in.model);
+  if (!s.ok()) return s;
+  const PlanModel& md = in.model;
+  const ClusterSpec& c = in.cluster;
+  const PlanTraining& tr = in.training;
+  if (c.gpus < 1) return Status::error(fail("gpus", c.gpus, "allowed >= 1"));
+  if (c.gpus_per_node < 1) return Status::error(fail("gpus_per_node", c.gpus_per_node, "allowed >= 1"));
+  if (!(c.gpu.bf16_flops > 0) || !(c.gpu.hbm_bytes > 0) || !(c.gpu.hbm_bw > 0)) {
+    return Status::error("gpu '" + c.gpu.name + "': peak FLOP/s, HBM bytes and HBM bandwidth must be > 0");
+  }
+  if (!(c.gpu.compute_efficiency > 0) || c.gpu.compute_efficiency > 1) {
+    return Status::error("gpu compute_efficiency = " + std::to_string(c.gpu.compute_efficiency) +
+                         ": allowed (0, 1]");
+  }
+  if (!(c.intra_bw > 0) || !(c.inter_bw > 0)) {
+    return Status::error("intra_bw and inter_bw (bytes/s) must be > 0");
+  }
+
+  Resolved r;
+  r.l = in.layout;
+  PlanLayout& l = r.l;
+  r.gpus = c.gpus;
+  const int kv_heads = plan_model_kv_heads(md);
+  if (l.tp < 1 || md.heads % l.tp != 0 || kv_heads % l.tp != 0 || plan_model_ffn(md) % l.tp != 0) {
+    return Status::error(fail("tp", l.tp,
+                              "must be >= 1 and divide heads (" + std::to_string(md.heads) + "), kv_heads (" +
+                                  std::to_string(kv_heads) + ") and ffn (" +
+                                  std::to_string(plan_model_ffn(md)) + ")"));
+  }
+  if (l.cp < 1 || md.seq % l.cp != 0) {
+    return Status::error(fail("cp", l.cp, "must be >= 1 and divide seq (" + std::to_string(md.seq) + ")"));
+  }
+  if (l.pp < 1 || l.pp > md.layers) {
+    return Status::error(fail("pp", l.pp, "allowed 1..layers (" + std::to_string(md.layers) + ")"));
+  }
+  r.layers_per_device = (md.layers + l.pp - 1) / l.pp;
+  if (l.vp < 1 || l.vp > r.layers_per_device || (l.vp > 1 && l.pp == 1)) {
+    return Status::error(
+        fail("vp", l.vp,
+             "allowed 1, or 2..layers per stage (" + std::to_string(r.layers_per_device) + ") with pp > 1"));
+  }
+  const long long model_parallel = static_cast<long long>(l.tp) * l.cp * l.pp;
+  if (c.gpus % model_parallel != 0) {
+    return Status::error("gpus = " + std::to_string(c.gpus) +
+                         ": must be a multiple of tp·cp·pp = " + std::to_string(model_parallel));
+  }
+  const int dp = static_cast<int>(c.gpus / model_parallel);
+  if (l.dp != 0 && l.dp != dp) {
+    return Status::error(
+        fail("dp", l.dp,
+             "tp·cp·pp·dp must equal gpus (" + std::to_string(c.gpus) + "), so dp = " + std::to_string(dp)));
+  }
+  l.dp = dp;
+  if (l.zero < 0 || l.zero > 3) return Status::error(fail("zero", l.zero, "allowed 0, 1, 2, 3"));
+  if (l.hsdp != 0 && (l.zero < 1 || l.hsdp < 1 || dp % l.hsdp != 0)) {
+    return Status::error(fail(
+        "hsdp", l.hsdp,
+        "allowed 0 (shard over all of dp), or with zero >= 1 a divisor of dp (" + std::to_string(dp) + ")"));
+  }
+  r.shard = l.zero >= 1 ? (l.hsdp > 0 ? l.hsdp : dp) : 1;
+  r.replicas = dp / r.shard;
+  if (l.micro_batch < 1) return Status::error(fail("micro_batch", l.micro_batch, "allowed >= 1"));
+  const long long per_step = static_cast<long long>(dp) * l.micro_batch;
+  long long gb = tr.global_batch;
+  if (gb == 0) {
+    const long long want = ((1LL << 20) + md.seq - 1) / md.seq;
+    gb = (want + per_step - 1) / per_step * per_step;
+  }
+  if (gb < per_step || gb % per_step != 0) {
+    return Status::error(fail("global_batch", gb,
+                              "must be a multiple of dp × micro_batch = " + std::to_string(dp) + " × " +
+                                  std::to_string(l.micro_batch)));
+  }
+  if (gb > 1000000000) return Status::error(fail("global_batch", gb, "allowed up to 1e9 sequences"));
+  r.global_batch = static_cast<int>(gb);
+  r.m = static_cast<int>(gb / per_step);
+  if (l.schedule == Schedule::kInterleaved && l.vp == 1) {
+    return Status::error("schedule = interleaved: needs vp > 1");
+  }
+  if (l.vp > 1) {
+    l.schedule = Schedule::kInterleaved;
+    if (r.m % l.pp != 0) {
+      // Megatron's interleaved schedule runs micro-batches in groups of p.
+      return Status::error(
+          fail("micro-batches per step", r.m,
+               "the interleaved schedule needs a multiple of pp (" + std::to_string(l.pp) + ")"));
+    }
+  }
+  if (l.tp == 1) l.sequence_parallel = false;
+  if (tr.weight_bytes < 1 || tr.grad_bytes < 1 || tr.master_bytes < 0 || tr.optimizer_bytes < 0) {
+    return Status::error("bytes per parameter: weights and grads >= 1, master and optimizer >= 0");
+  }
+  if (tr.tokens < 0 || tr.checkpoint_bytes_per_param < 0 || tr.checkpoint_write_bw < 0 || tr.restart_s < 0) {
+    return Status::error("tokens, checkpoint bytes, write bandwidth and restart time must be >= 0");
+  }
+  return r;
+}
+
+// Parameters the GPU of pipeline stage `stage` owns (one tp rank), before ZeRO sharding.
+uint64_t params_on_stage(const PlanModel& m, const Resolved& r, int stage) {
+  const uint64_t d = static_cast<uint64_t>(m.hidden);
+  const uint64_t tp = static_cast<uint64_t>(r.l.tp);
+  const uint64_t vocab_rows = (static_cast<uint64_t>(m.vocab) + tp - 1) / tp;  // vocabulary-parallel, padded
+  const ParamCounts n = plan_param_counts(m);
+  uint64_t p = static_cast<uint64_t>(r.layers_per_device) * plan_layer_params_per_rank(m, r.l.tp);
+  if (stage == 0) p += vocab_rows * d + n.positions;
+  if (stage == r.l.pp - 1) {
+    p += n.final_norm;
+    // An untied head, or (tied, pp > 1) the copy of the embedding the last stage keeps for the output layer.
+    if (!m.tied_embeddings || r.l.pp > 1) p += vocab_rows * d;
+  }
+  return p;
+}
+
+struct StageMemory {
+  MemoryBuckets b;
+  double in_flight = 0;
+};
+
+StageMemory stage_memory(const PlanInput& in, const Resolved& r, int stage, double layer_bytes,
+                         const ActivationShape& shape) {
+  const PlanModel& m = in.model;
+  const PlanTraining& tr = in.training;
+  const PlanLayout& l = r.l;
+  const double p = static_cast<double>(params_on_stage(m, r, stage));
+  StageMemory s;
+  s.b.weights = p * tr.weight_bytes / (l.zero >= 3 ? r.shard : 1);
+  s.b.gradients = p * tr.grad_bytes / (l.zero >= 2 ? r.shard : 1);
+  s.b.optimizer = p * (tr.master_bytes + tr.optimizer_bytes) / (l.zero >= 1 ? r.shard : 1);
+
+  s.in_flight = plan_microbatches_in_flight(l.schedule, l.pp, l.vp, r.m, stage);
+  double act = s.in_flight * r.layers_per_device * layer_bytes;
+  act += plan_activation_recompute_working_bytes(m, shape);
+  if (stage == 0) act += s.in_flight * plan_activation_embedding_bytes(m, shape);
+  if (stage == l.pp - 1) {
+    const double outputs_in_flight = l.schedule == Schedule::kGpipe ? r.m : 1;
+    act += outputs_in_flight * plan_activation_output_bytes(m, shape);
+  }
+  s.b.activations = act;
+
+  double buf = tr.runtime_reserved_bytes;
+  if (l.dp > 1 && l.zero < 3) buf += 2 * tr.bucket_bytes;
+  if (l.zero >= 3 && r.shard > 1) {
+    // FSDP-style: the layer being computed and the one prefetched, gathered, plus one layer's full gradient
+    // before its reduce-scatter.
+    const double layer = static_cast<double>(plan_layer_params_per_rank(m, l.tp));
+    buf += 2 * layer * tr.weight_bytes + layer * tr.grad_bytes;
+  }
+  if (l.pp > 1) {
+    // One activation to send and one to receive.
+    buf += 2 * kActivationBytes * l.micro_batch * (static_cast<double>(m.seq) / l.cp) * m.hidden;
+  }
+  s.b.buffers = buf;
+  return s;
+}
+
+}  // namespace
+
+const char* recompute_name(Recompute r) {
+  switch (r) {
+    case Recompute::kNone:
+      return "none";
+    case Recompute::kSelective:
+      return "selective";
+    case Recompute::kFull:
+      return "full";
+  }
+  return "?";
+}
+
+Result<Recompute> recompute_parse(std::string_view s) {
+  if (s == "none") return Recompute::kNone;
+  if (s == "selective") return Recompute::kSelective;
+  if (s == "full") return Recompute::kFull;
+  return Status::error("recompute '" + std::string(s) + "': allowed none, selective, full");
+}
+
+const char* schedule_name(Schedule s) {
+  switch (s) {
+    case Schedule::kGpipe:
+      return "gpipe";
+    case Schedule::k1F1B:
+      return "1f1b";
+    case Schedule::kInterleaved:
+      return "interleaved";
+  }
+  return "?";
+}
+
+const char* flop_convention_name(FlopConvention c) {
+  return c == FlopConvention::kGantry ? "gantry" : "megatron";
+}
+
+double plan_model_flops_per_token(const PlanModel& m, FlopConvention convention) {
+  const FlopsPerToken f = plan_flops_per_token(m);
+  return convention == FlopConvention::kGantry ? f.gantry : f.megatron;
+}
+
+double plan_hardware_flops_per_token(const PlanModel& m, Recompute r, FlopConvention convention) {
+  double f = plan_model_flops_per_token(m, convention);
+  if (r == Recompute::kNone) return f;
+  if (convention == FlopConvention::kMegatron) {
+    const ForwardFlops fw = plan_forward_flops_per_token(m);
+    if (r == Recompute::kFull) return f + m.layers * (fw.layer_gemm + fw.layer_attn);
+    return f + 3.0 * m.layers * fw.layer_attn;
+  }
+  const double causal_attn = 2.0 * m.layers * static_cast<double>(m.hidden) * m.seq;
+  if (r == Recompute::kFull) {
+    return f + 2.0 * m.layers * static_cast<double>(plan_param_counts(m).per_layer) + causal_attn;
+  }
+  return f + causal_attn;
+}
+
+Utilization plan_utilization(const PlanModel& m, Recompute r, double global_batch, double step_s, int gpus,
+                             double peak_flops, FlopConvention convention) {
+  Utilization u;
+  const double tokens = global_batch * m.seq;
+  u.model_flops_per_step = plan_model_flops_per_token(m, convention) * tokens;
+  u.hardware_flops_per_step = plan_hardware_flops_per_token(m, r, convention) * tokens;
+  const double denom = step_s * gpus * peak_flops;
+  if (denom > 0) {
+    u.mfu = u.model_flops_per_step / denom;
+    u.hfu = u.hardware_flops_per_step / denom;
+  }
+  return u;
+}
+
+Result<Plan> plan_evaluate(const PlanInput& in) {
+  Result<Resolved> res = resolve(in);
+  if (!res.ok()) return res.status();
+  const Resolved& r = res.value();
+  const PlanModel& md = in.model;
+  const ClusterSpec& c = in.cluster;
+  const PlanTraining& tr = in.training;
+  const PlanLayout& l = r.l;
+
+  Plan p;
+  p.layout = l;
+  p.gpus = c.gpus;
+  p.nodes = plan_nodes(c);
+  p.global_batch = r.global_batch;
+  p.micro_batches = r.m;
+  p.counts = plan_param_counts(md);
+  p.params = p.counts.total;
+
+  // ---- Memory: the first stage holds the most activations, the last the output layer; take the heavier.
+  const ActivationShape shape{.micro_batch = l.micro_batch,
+                              .tp = l.tp,
+                              .cp = l.cp,
+                              .sequence_parallel = l.sequence_parallel,
+                              .recompute = l.recompute,
+                              .flash_attention = l.flash_attention};
+  p.activation_layer_bytes = plan_activation_layer_bytes(md, shape);
+  for (int stage : {0, l.pp - 1}) {
+    StageMemory sm = stage_memory(in, r, stage, p.activation_layer_bytes, shape);
+    if (stage == 0 || sm.b.total() > p.memory.total()) {
+      p.memory = sm.b;
+      p.memory_stage = stage;
+      p.microbatches_in_flight = sm.in_flight;
+      p.params_on_gpu = params_on_stage(md, r, stage);
+    }
+  }
+  p.hbm_bytes = c.gpu.hbm_bytes;
+  p.fits = p.memory.total() <= p.hbm_bytes;
+
+  // ---- Compute per micro-batch on the last stage (it also runs the output layer).
+  const double peak = c.gpu.bf16_flops * c.gpu.compute_efficiency;
+  const double tokens_mb = static_cast<double>(l.micro_batch) * md.seq / l.cp;  // per device
+  const ForwardFlops fw = plan_forward_flops_per_token(md);
+  // Flash attention skips the masked half of the causal score matrix and recomputes QKᵀ in backward;
+  // the materialised kernel multiplies the whole matrix.
+  const double attn_fwd = l.flash_attention ? 0.5 * fw.layer_attn : fw.layer_attn;
+  const double attn_bwd = l.flash_attention ? 0.5 * 2.5 * fw.layer_attn : 2.0 * fw.layer_attn;
+  double recompute = 0;
+  if (l.recompute == Recompute::kFull) recompute = fw.layer_gemm + attn_fwd;
+  if (l.recompute == Recompute::kSelective && !l.flash_attention) recompute = fw.layer_attn;
+  const double layers = r.layers_per_device;
+  // Memory-bound work (norms, activations, dropout, residual adds, a materialised softmax, the fp32
+  // cross-entropy) moves bytes, not FLOPs: every activation Korthikanti et al. count is written in the
+  // forward, read back in the backward and has its gradient written, about three passes over those bytes
+  // (four with full recomputation, which writes them again); the logits take about four fp32 passes.
+  ActivationShape all_kept{.micro_batch = l.micro_batch,
+                           .tp = l.tp,
+                           .cp = l.cp,
+                           .sequence_parallel = l.sequence_parallel,
+                           .recompute = Recompute::kNone,
+                           .flash_attention = l.flash_attention};
+  const double layer_traffic = plan_activation_layer_bytes(md, all_kept);
+  const double logits_traffic = 4.0 * 4.0 * tokens_mb * md.vocab / l.tp;
+  const double bw = c.gpu.hbm_bw;
+  const double t_fwd = tokens_mb * (layers * (fw.layer_gemm + attn_fwd) + fw.logits) / l.tp / peak +
+                       (layers * layer_traffic + 0.5 * logits_traffic) / bw;
+  const double t_bwd =
+      tokens_mb * (layers * (2 * fw.layer_gemm + attn_bwd + recompute) + 2 * fw.logits) / l.tp / peak +
+      (layers * layer_traffic * (l.recompute == Recompute::kFull ? 3 : 2) + 0.5 * logits_traffic) / bw;
+  const double t_attn_fwd_layer = tokens_mb * attn_fwd / l.tp / peak;
+  const double t_attn_bwd_layer = tokens_mb * attn_bwd / l.tp / peak;
+
+  double exposed_mb = 0;  // communication on the critical path of one micro-batch
+  const double m_steps = r.m;
+
+  // ---- Tensor parallel: Megatron's two all-reduces forward and two backward per layer (Narayanan et al.
+  // 2021 §2.3), an all-gather and a reduce-scatter each with sequence parallelism (same bytes, Korthikanti
+  // §4.2.2); full recomputation repeats the forward pair. Not overlapped.
+  if (l.tp > 1) {
+    CommAxis a;
+    a.axis = "tp";
+    a.group = l.tp;
+    const GroupLink link = plan_group_link(c, l.tp, 1);
+    a.crosses_nodes = link.crosses_nodes;
+    a.bus_bw = link.bw;
+    const int per_layer = 4 + (l.recompute == Recompute::kFull ? 2 : 0);
+    const double bytes = kActivationBytes * tokens_mb * md.hidden;
+    double one = plan_collective_seconds(Collective::kAllReduce, bytes, l.tp, link);
+    if (l.sequence_parallel) {
+      one = plan_collective_seconds(Collective::kAllGather, bytes, l.tp, link) +
+            plan_collective_seconds(Collective::kReduceScatter, bytes, l.tp, link);
+    }
+    a.pattern = std::string(l.sequence_parallel ? "all-gather + reduce-scatter" : "all-reduce") + " x" +
+                std::to_string(per_layer) + " per layer per micro-batch";
+    const double calls = per_layer * layers * m_steps;
+    a.bytes = calls * bytes * (l.sequence_parallel ? 2 : 1);
+    a.seconds = calls * one;
+    a.exposed_s = a.seconds;
+    exposed_mb += per_layer * layers * one;
+    p.comm.push_back(a);
+  }
+
+  // ---- Context parallel: ring attention passes K and V chunks round the cp ranks (cp − 1 steps) forward,
+  // K, V and their gradients backward; hidden under the attention core when it is long enough.
+  if (l.cp > 1) {
+    CommAxis a;
+    a.axis = "cp";
+    a.group = l.cp;
+    const GroupLink link = plan_group_link(c, l.cp, l.tp);
+    a.crosses_nodes = link.crosses_nodes;
+    a.bus_bw = link.bw;
+    a.pattern = "send/recv of K,V chunks x" + std::to_string(l.cp - 1) + " per layer per micro-batch";
+    const double kv_chunk =
+        kActivationBytes * 2.0 * tokens_mb * static_cast<double>(plan_model_kv_dim(md)) / l.tp;
+    const double step = plan_collective_seconds(Collective::kSendRecv, kv_chunk, l.cp, link);
+    const double fwd = (l.cp - 1) * step, bwd = 2 * fwd;
+    const double passes_fwd = l.recompute == Recompute::kFull ? 2 : 1;
+    const double exposed_layer =
+        passes_fwd * std::max(0.0, fwd - t_attn_fwd_layer) + std::max(0.0, bwd - t_attn_bwd_layer);
+    a.bytes = layers * m_steps * (l.cp - 1) * kv_chunk * (passes_fwd + 2);
+    a.seconds = layers * m_steps * (passes_fwd * fwd + bwd);
+    a.exposed_s = layers * m_steps * exposed_layer;
+    exposed_mb += layers * exposed_layer;
+    p.comm.push_back(a);
+  }
+
+  // ---- Pipeline: each micro-batch sends its activation forward and its gradient back at every stage
+  // boundary, once per model chunk; split over the tp ranks (Narayanan et al. 2021 §4.1 scatter/gather).
+  if (l.pp > 1) {
+    CommAxis a;
+    a.axis = "pp";
+    a.group = l.pp;
+    const GroupLink link = plan_group_link(c, l.pp, l.tp * l.cp);
+    a.crosses_nodes = link.crosses_nodes;
+    a.bus_bw = link.bw;
+    const double sends = 2.0 * l.vp;
+    a.pattern = "send/recv x" + std::to_string(static_cast<int>(sends)) + " per micro-batch";
+    const double bytes = kActivationBytes * tokens_mb * md.hidden / l.tp;
+    const double one = plan_collective_seconds(Collective::kSendRecv, bytes, l.pp, link);
+    a.bytes = sends * m_steps * bytes;
+    a.seconds = sends * m_steps * one;
+    a.exposed_s = a.seconds;
+    exposed_mb += sends * one;
+    p.comm.push_back(a);
+  }
+
+  // ---- Data parallel: gradient all-reduce (ZeRO 0), reduce-scatter + parameter all-gather (ZeRO 1, 2),
+  // per-micro-batch gathers and reduce-scatters (ZeRO 3); HSDP adds an all-reduce of the shard across
+  // replicas. Gradient traffic hides under the last micro-batch's backward except its last bucket, the
+  // ZeRO 1/2 parameter gather under the next step's first forward.
+  double exposed_step = 0;
+  const double params_dev =
+      static_cast<double>(std::max(params_on_stage(md, r, 0), params_on_stage(md, r, l.pp - 1)));
+  if (l.dp > 1) {
+    CommAxis a;
+    a.axis = "dp";
+    a.group = l.dp;
+    const int stride = l.tp * l.cp * l.pp;
+    const GroupLink dp_link = plan_group_link(c, l.dp, stride);
+    const GroupLink shard_link = plan_group_link(c, r.shard, stride);
+    const GroupLink replica_link = plan_group_link(c, r.replicas, stride * r.shard);
+    a.crosses_nodes = dp_link.crosses_nodes;
+    a.bus_bw = dp_link.bw;
+    const double grads = params_dev * tr.grad_bytes, weights = params_dev * tr.weight_bytes;
+    if (l.zero == 0) {
+      a.pattern = "all-reduce of gradients per step";
+      a.bytes = grads;
+      a.seconds = plan_collective_seconds(Collective::kAllReduce, grads, l.dp, dp_link);
+      const double last_bucket =
+          plan_collective_seconds(Collective::kAllReduce, std::min(grads, tr.bucket_bytes), l.dp, dp_link);
+      a.exposed_s = std::max(last_bucket, a.seconds - t_bwd);
+      exposed_step += a.exposed_s;
+    } else {
+      const double replica_ar =
+          plan_collective_seconds(Collective::kAllReduce, grads / r.shard, r.replicas, replica_link);
+      const double rs = plan_collective_seconds(Collective::kReduceScatter, grads, r.shard, shard_link);
+      const double ag = plan_collective_seconds(Collective::kAllGather, weights, r.shard, shard_link);
+      const double last_bucket = plan_collective_seconds(
+          Collective::kReduceScatter, std::min(grads, tr.bucket_bytes), r.shard, shard_link);
+      if (l.zero <= 2) {
+        a.pattern = "reduce-scatter of gradients + all-gather of weights per step";
+        a.bytes = grads + weights;
+        a.seconds = rs + ag;
+        const double grad_exposed = std::max(last_bucket, rs + replica_ar - t_bwd);
+        const double gather_exposed = std::max(0.0, ag - t_fwd);
+        a.exposed_s = grad_exposed + gather_exposed;
+        exposed_step += a.exposed_s;
+      } else {
+        a.pattern = "all-gather of weights x2 + reduce-scatter of gradients per micro-batch";
+        a.bytes = m_steps * (2 * weights + grads);
+        a.seconds = m_steps * (2 * ag + rs);
+        const double per_mb = std::max(0.0, ag - t_fwd) + std::max(0.0, ag + rs - t_bwd);
+        exposed_mb += per_mb;
+        a.exposed_s = m_steps * per_mb;
+      }
+      if (r.replicas > 1) {
+        a.pattern += " + all-reduce across " + std::to_string(r.replicas) + " replicas";
+        a.bytes += grads / r.shard;
+        a.seconds += replica_ar;
+        if (l.zero == 3) {
+          const double e = std::max(0.0, replica_ar - t_bwd);
+          a.exposed_s += e;
+          exposed_step += e;
+        }
+      }
+    }
+    p.comm.push_back(a);
+  }
+  for (CommAxis& a : p.comm) a.overlappable_s = std::max(0.0, a.seconds - a.exposed_s);
+
+  // ---- AdamW over the local shard is memory-bound: read the gradient, read and write master, m and v,
+  // write the bf16 weights (read and write them when they are the master copy).
+  const double params_opt = params_dev / (l.zero >= 1 ? r.shard : 1);
+  const double opt_bytes = tr.grad_bytes + 2.0 * tr.master_bytes + 2.0 * tr.optimizer_bytes +
+                           tr.weight_bytes + (tr.master_bytes == 0 ? tr.weight_bytes : 0);
+  p.optimizer_s = params_opt * opt_bytes / c.gpu.hbm_bw;
+
+  // ---- The step: m micro-batches, the fill and drain of the pipeline, what communication is exposed.
+  const double t_mb = t_fwd + t_bwd + exposed_mb;
+  p.bubble_fraction = plan_bubble_fraction(l.schedule, l.pp, l.vp, r.m);
+  const double v = l.schedule == Schedule::kInterleaved ? l.vp : 1;
+  p.compute_s = m_steps * (t_fwd + t_bwd);
+  p.bubble_s = (l.pp - 1) / v * t_mb;
+  p.exposed_comm_s = m_steps * exposed_mb + exposed_step;
+  p.step_s = p.compute_s + p.bubble_s + p.exposed_comm_s + p.optimizer_s;
+  const double tokens_step = static_cast<double>(r.global_batch) * md.seq;
+  p.tokens_per_s = tokens_step / p.step_s;
+
+  p.convention = tr.mfu_convention;
+  p.peak_flops = c.gpu.bf16_flops;
+  p.model_flops_per_token = plan_model_flops_per_token(md, tr.mfu_convention);
+  p.hardware_flops_per_token = plan_hardware_flops_per_token(md, l.recompute, tr.mfu_convention);
+  const Utilization u = plan_utilization(md, l.recompute, r.global_batch, p.step_s, c.gpus, c.gpu.bf16_flops,
+                                         tr.mfu_convention);
+  p.mfu = u.mfu;
+  p.hfu = u.hfu;
+
+  // ---- Training time, checkpoint, failures.
+  p.tokens = tr.tokens > 0 ? tr.tokens : 20.0 * static_cast<double>(p.params);
+  p.days_to_train = p.tokens / p.tokens_per_s / kSecondsPerDay;
+  p.checkpoint_bytes = tr.checkpoint_bytes_per_param * static_cast<double>(p.params);
+  const double write_bw = tr.checkpoint_write_bw > 0 ? tr.checkpoint_write_bw : 1e9 * p.nodes;
+  p.checkpoint_write_s = p.checkpoint_bytes / write_bw;
+  p.cluster_mtbf_s = c.node_mtbf_s > 0 ? c.node_mtbf_s / p.nodes : 0;
+  p.young_interval_s = young_interval(p.checkpoint_write_s, p.cluster_mtbf_s);
+  p.daly_interval_s = daly_interval(p.checkpoint_write_s, p.cluster_mtbf_s);
+  p.goodput = p.cluster_mtbf_s > 0 ? checkpoint_goodput(p.daly_interval_s, p.checkpoint_write_s, tr.restart_s,
+                                                        p.cluster_mtbf_s)
+                                   : 1.0;
+  p.days_to_train_expected = p.goodput > 0 ? p.days_to_train / p.goodput : 0;
+  return p;
+}
+
+}  // namespace gantry

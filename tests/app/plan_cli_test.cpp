@@ -1,0 +1,138 @@
+// gantry-engine plan as a user runs it: the table, --json with its buckets, --search's top N, exit code 2
+// with the flag named for bad input.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>  // parses --json
+#include <sstream>
+#include <string>
+
+namespace gantry {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Outcome {
+  int code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+Outcome run(const std::string& args) {
+  const std::string dir = ::testing::TempDir();
+  const std::string out = dir + "/plan_stdout", err = dir + "/plan_stderr";
+  const std::string cmd =
+      std::string(GANTRY_ENGINE_BIN) + " plan " + args + " >" + out + " 2>" + err + " </dev/null";
+  const int status = std::system(cmd.c_str());
+  Outcome r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+TEST(PlanCli, TablePrintsEverySection) {
+  Outcome r =
+      run("--model gpt3-175b --gpu a100-80gb --gpus 1024 --tp 8 --pp 16 --vp 2 --recompute full --no-flash "
+          "--no-sp --global-batch 1536 --grad-dtype fp32 --mfu-convention megatron");
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* s :
+       {"gpt3-175b on 1024 x a100-80gb (128 nodes of 8)", "174,615,846,912 (exact)", "weights", "gradients",
+        "optimizer", "activations", "buffers", "fits", "all-reduce x6 per layer", "send/recv",
+        "interleaved, bubble 3.9%", "tokens/s", "MFU", "a100-80gb bf16 dense", "checkpoint", "goodput"}) {
+    EXPECT_THAT(r.out, HasSubstr(s)) << r.out;
+  }
+}
+
+TEST(PlanCli, JsonHasParamsAndNamedMemoryBuckets) {
+  Outcome r = run("--model gpt2-124m --gpus 8 --zero 1 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.at("params").get<uint64_t>(), 124475904u);
+  const nlohmann::json& m = j.at("memory");
+  double sum = 0;
+  for (const char* bucket : {"weights", "gradients", "optimizer", "activations", "buffers"}) {
+    ASSERT_TRUE(m.contains(bucket)) << bucket;
+    EXPECT_GT(m.at(bucket).get<double>(), 0) << bucket;
+    sum += m.at(bucket).get<double>();
+  }
+  EXPECT_NEAR(m.at("total").get<double>(), sum, 1.0);
+  EXPECT_TRUE(m.at("fits").get<bool>());
+  EXPECT_DOUBLE_EQ(m.at("weights").get<double>(), 2.0 * 124475904);
+  EXPECT_DOUBLE_EQ(m.at("optimizer").get<double>(), 12.0 * 124475904 / 8);  // ZeRO-1 over 8
+  EXPECT_EQ(j.at("layout").at("dp").get<int>(), 8);
+  EXPECT_GT(j.at("tokens_per_s").get<double>(), 0);
+  EXPECT_GT(j.at("reliability").at("goodput").get<double>(), 0.9);
+  EXPECT_THAT(j.at("mfu_formula").get<std::string>(), HasSubstr("6N + 6LdT"));
+}
+
+TEST(PlanCli, SearchPrintsTheTopN) {
+  Outcome r = run("--model llama3-8b --gpu h100 --gpus 16 --search --top 3");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("ranked by tokens/s"));
+  int rows = 0;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) {
+    int rank = 0, tp = 0, cp = 0, pp = 0;  // a ranked row starts "   1   8   1   2 ..."
+    if (std::sscanf(line.c_str(), "%d %d %d %d", &rank, &tp, &cp, &pp) == 4 && rank >= 1) ++rows;
+  }
+  EXPECT_EQ(rows, 3) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("valid layouts evaluated"));
+
+  Outcome j = run("--model llama3-8b --gpu h100 --gpus 16 --search --top 2 --rank goodput --json");
+  ASSERT_EQ(j.code, 0) << j.err;
+  const nlohmann::json s = nlohmann::json::parse(j.out);
+  ASSERT_EQ(s.at("plans").size(), 2u);
+  EXPECT_EQ(s.at("rank"), "goodput");
+  EXPECT_TRUE(s.at("plans")[0].at("memory").contains("activations"));
+  EXPECT_GT(s.at("evaluated").get<int>(), 0);
+}
+
+TEST(PlanCli, BadInputExitsTwoNamingTheFlagAndTheAllowedValues) {
+  Outcome gpu = run("--gpu v100");
+  EXPECT_EQ(gpu.code, 2);
+  EXPECT_THAT(gpu.err, HasSubstr("--gpu"));
+  EXPECT_THAT(gpu.err, HasSubstr("h100"));
+  Outcome model = run("--model gpt5");
+  EXPECT_EQ(model.code, 2);
+  EXPECT_THAT(model.err, HasSubstr("llama3-405b"));
+  Outcome rc = run("--recompute sometimes");
+  EXPECT_EQ(rc.code, 2);
+  EXPECT_THAT(rc.err, HasSubstr("selective"));
+  Outcome tp = run("--gpus 8 --tp 8 --pp 2");
+  EXPECT_EQ(tp.code, 2);
+  EXPECT_THAT(tp.err, HasSubstr("--tp 8: must be >= 1 and divide heads (12)"));
+  Outcome dp = run("--gpus 8 --dp 3");
+  EXPECT_EQ(dp.code, 2);
+  EXPECT_THAT(dp.err, HasSubstr("--dp 3"));
+  Outcome mb = run("--global-batch 12 --micro-batch 4");
+  EXPECT_EQ(mb.code, 2);
+  EXPECT_THAT(mb.err, HasSubstr("--global-batch 12: must be a multiple of dp × micro_batch = 8 × 4"));
+  Outcome both = run("--global-batch 8 --global-batch-tokens 8192");
+  EXPECT_EQ(both.code, 2);
+  EXPECT_THAT(both.err, HasSubstr("--global-batch-tokens"));
+  EXPECT_EQ(run("--zero 4").code, 2);
+  EXPECT_EQ(run("--help").code, 0);
+}
+
+TEST(PlanCli, AModelThatDoesNotFitIsReportedNotAnError) {
+  Outcome r = run("--model llama3-70b --gpus 8 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_FALSE(nlohmann::json::parse(r.out).at("memory").at("fits").get<bool>());
+  Outcome s = run("--model llama3-405b --gpu a100-40gb --gpus 8 --search");
+  EXPECT_EQ(s.code, 1);  // nothing fits: ran, found nothing
+  EXPECT_THAT(s.err, HasSubstr("no layout fits"));
+}
+
+}  // namespace
+}  // namespace gantry
