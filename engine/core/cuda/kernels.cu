@@ -11,11 +11,6 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-__device__ __forceinline__ float warp_max(float v) {
-  for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
-  return v;
-}
-
 // Sum over the block in a fixed tree; every thread gets the result. `shared` holds 32 floats.
 __device__ float block_sum(float v, float* shared) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = (blockDim.x + 31) / 32;
@@ -25,16 +20,6 @@ __device__ float block_sum(float v, float* shared) {
   __syncthreads();
   v = lane < warps ? shared[lane] : 0.0f;
   return warp_sum(v);
-}
-
-__device__ float block_max(float v, float* shared) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = (blockDim.x + 31) / 32;
-  v = warp_max(v);
-  __syncthreads();
-  if (lane == 0) shared[warp] = v;
-  __syncthreads();
-  v = lane < warps ? shared[lane] : -INFINITY;
-  return warp_max(v);
 }
 
 // 8 bf16 = 16 bytes: one load or store instruction per lane.
@@ -83,7 +68,9 @@ __global__ void encoder_backward_wpe_kernel(float* dwpe, const bf16* dout, int B
   dwpe[i] += s;
 }
 
-// One warp per row.
+// One warp per row, the row held in registers (VPL 8-wide vectors per lane, C <= 256·VPL): one read of
+// the inputs, one write of each output.
+template <int VPL>
 __global__ void residual_layernorm_forward_kernel(bf16* residual_out, bf16* out, float* mean, float* rstd,
                                                   const bf16* a, const bf16* b, const bf16* w, const bf16* bias,
                                                   int N, int C) {
@@ -91,27 +78,43 @@ __global__ void residual_layernorm_forward_kernel(bf16* residual_out, bf16* out,
   const int lane = threadIdx.x % 32;
   if (row >= N) return;
   const size_t base = static_cast<size_t>(row) * C;
-  // The residual is stored in bf16; normalise exactly the rounded values the backward pass will read.
-  const bf16* x = a + base;
-  if (b != nullptr) {
-    // Each lane reads back only the columns it wrote, so no barrier is needed.
-    for (int c = lane; c < C; c += 32) {
-      residual_out[base + c] = __float2bfloat16(__bfloat162float(a[base + c]) + __bfloat162float(b[base + c]));
-    }
-    x = residual_out + base;
-  }
+  float x[VPL][8];
   float s = 0.0f;
-  for (int c = lane; c < C; c += 32) s += __bfloat162float(x[c]);
+#pragma unroll
+  for (int k = 0; k < VPL; ++k) {
+    const int c0 = (k * 32 + lane) * 8;
+    if (c0 >= C) continue;
+    load8(x[k], a + base + c0);
+    if (b != nullptr) {
+      float y[8];
+      load8(y, b + base + c0);
+      // The residual is stored in bf16: normalise exactly the rounded values backward will read.
+#pragma unroll
+      for (int j = 0; j < 8; ++j) x[k][j] = __bfloat162float(__float2bfloat16(x[k][j] + y[j]));
+      store8(residual_out + base + c0, x[k]);
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) s += x[k][j];
+  }
   const float m = warp_sum(s) / C;
   float v = 0.0f;
-  for (int c = lane; c < C; c += 32) {
-    const float d = __bfloat162float(x[c]) - m;
-    v += d * d;
+#pragma unroll
+  for (int k = 0; k < VPL; ++k) {
+    if ((k * 32 + lane) * 8 >= C) continue;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v += (x[k][j] - m) * (x[k][j] - m);
   }
   const float r = rsqrtf(warp_sum(v) / C + 1e-5f);
-  for (int c = lane; c < C; c += 32) {
-    const float n = (__bfloat162float(x[c]) - m) * r;
-    out[base + c] = __float2bfloat16(n * __bfloat162float(w[c]) + __bfloat162float(bias[c]));
+#pragma unroll
+  for (int k = 0; k < VPL; ++k) {
+    const int c0 = (k * 32 + lane) * 8;
+    if (c0 >= C) continue;
+    float wv[8], bv[8], o[8];
+    load8(wv, w + c0);
+    load8(bv, bias + c0);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) o[j] = (x[k][j] - m) * r * wv[j] + bv[j];
+    store8(out + base + c0, o);
   }
   if (lane == 0) {
     mean[row] = m;
@@ -187,18 +190,26 @@ __global__ void layernorm_backward_kernel(bf16* dinp, float* scratch, const bf16
   }
 }
 
-// Column c of `cols` columns: out[c] += Σ_g partials[g * stride + c], g in order.
+// out[c] += Σ_g partials[g * stride + c] for c < cols. A block takes 32 columns; its 32 rows of threads each
+// sum every 32nd group, then a fixed tree over the rows adds those up: deterministic, and 32× the
+// parallelism of one thread per column.
 __global__ void column_partials_reduce_kernel(float* out, const float* partials, int groups, int cols,
                                               size_t stride) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= cols) return;
+  __shared__ float sums[32][33];
+  const int c = blockIdx.x * 32 + threadIdx.x;
   float s = 0.0f;
-  for (int g = 0; g < groups; ++g) s += partials[static_cast<size_t>(g) * stride + c];
-  out[c] += s;
+  if (c < cols) {
+    for (int g = threadIdx.y; g < groups; g += 32) s += partials[static_cast<size_t>(g) * stride + c];
+  }
+  sums[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  for (int half = 16; half > 0; half >>= 1) {
+    if (threadIdx.y < half) sums[threadIdx.y][threadIdx.x] += sums[threadIdx.y + half][threadIdx.x];
+    __syncthreads();
+  }
+  if (threadIdx.y == 0 && c < cols) out[c] += sums[0][threadIdx.x];
 }
 
-// Row group g (blockIdx.y) of G sums rows g, g + G, ... of 8 adjacent columns per thread into
-// scratch[g * OC + col].
 __global__ void bias_backward_partial_kernel(float* scratch, const bf16* dout, int N, int OC, int groups) {
   const int c0 = (blockIdx.x * blockDim.x + threadIdx.x) * 8;
   const int g = blockIdx.y;
@@ -366,9 +377,23 @@ void residual_layernorm_forward_cuda(bf16* residual_out, bf16* out, float* mean,
                                      const bf16* b, const bf16* w, const bf16* bias, int N, int C,
                                      cudaStream_t stream) {
   GANTRY_CHECK(out && mean && rstd && a && w && bias && (b == nullptr || residual_out), "layernorm arguments");
+  GANTRY_CHECK(C % 8 == 0 && C <= 2048, "residual_layernorm_forward_cuda needs C % 8 == 0 and C <= 2048, got " +
+                                            std::to_string(C));
   constexpr int kWarps = 8;
-  residual_layernorm_forward_kernel<<<blocks_for(N, kWarps), kWarps * 32, 0, stream>>>(residual_out, out, mean, rstd,
-                                                                                       a, b, w, bias, N, C);
+  const unsigned blocks = blocks_for(N, kWarps);
+  auto launch = [&](auto kernel) {
+    kernel<<<blocks, kWarps * 32, 0, stream>>>(residual_out, out, mean, rstd, a, b, w, bias, N, C);
+  };
+  switch ((C / 8 + 31) / 32) {
+    case 1: launch(residual_layernorm_forward_kernel<1>); break;
+    case 2: launch(residual_layernorm_forward_kernel<2>); break;
+    case 3: launch(residual_layernorm_forward_kernel<3>); break;
+    case 4: launch(residual_layernorm_forward_kernel<4>); break;
+    case 5: launch(residual_layernorm_forward_kernel<5>); break;
+    case 6: launch(residual_layernorm_forward_kernel<6>); break;
+    case 7: launch(residual_layernorm_forward_kernel<7>); break;
+    default: launch(residual_layernorm_forward_kernel<8>); break;
+  }
   CUDA_CHECK_LAUNCH();
 }
 
@@ -400,9 +425,9 @@ void layernorm_backward_cuda(bf16* dinp, float* dw, float* db, float* scratch, c
     default: launch(layernorm_backward_kernel<8>); break;
   }
   CUDA_CHECK_LAUNCH();
-  column_partials_reduce_kernel<<<blocks_for(C, 256), 256, 0, stream>>>(dw, scratch, groups, C, 2 * C);
+  column_partials_reduce_kernel<<<blocks_for(C, 32), dim3(32, 32), 0, stream>>>(dw, scratch, groups, C, 2 * C);
   CUDA_CHECK_LAUNCH();
-  column_partials_reduce_kernel<<<blocks_for(C, 256), 256, 0, stream>>>(db, scratch + C, groups, C, 2 * C);
+  column_partials_reduce_kernel<<<blocks_for(C, 32), dim3(32, 32), 0, stream>>>(db, scratch + C, groups, C, 2 * C);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -418,7 +443,7 @@ void bias_backward_cuda(float* db, float* scratch, const bf16* dout, int N, int 
   bias_backward_partial_kernel<<<dim3(blocks_for(OC / 8, 128), groups), 128, 0, stream>>>(scratch, dout, N, OC,
                                                                                          groups);
   CUDA_CHECK_LAUNCH();
-  column_partials_reduce_kernel<<<blocks_for(OC, 256), 256, 0, stream>>>(db, scratch, groups, OC, OC);
+  column_partials_reduce_kernel<<<blocks_for(OC, 32), dim3(32, 32), 0, stream>>>(db, scratch, groups, OC, OC);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -26,6 +26,7 @@ void encoder_backward_cuda(float* dwte, float* dwpe, const bf16* dout, const int
                            const int32_t* bucket_start, const int32_t* positions, int buckets, int B, int T, int C,
                            cudaStream_t stream);
 
+// LayerNorm kernels need C % 8 == 0 and C <= 2048 (16-byte accesses, rows held in registers).
 // Fused residual + LayerNorm: residual_out = a + b (when b != nullptr; otherwise residual_out is unused and
 // a is normalised), out = LN(residual_out) · w + bias; mean, rstd (N) fp32 saved for backward.
 void residual_layernorm_forward_cuda(bf16* residual_out, bf16* out, float* mean, float* rstd, const bf16* a,
@@ -38,7 +39,7 @@ size_t layernorm_backward_scratch_floats(int N, int C);
 void layernorm_backward_cuda(bf16* dinp, float* dw, float* db, float* scratch, const bf16* dout, const bf16* inp,
                              const bf16* w, const float* mean, const float* rstd, int N, int C, cudaStream_t stream);
 
-// db (OC) fp32 += Σ_n dout[n, :], two fixed-order stages through scratch (bias_backward_scratch_floats).
+// db (OC) fp32 += Σ_n dout[n, :] (OC % 8 == 0), two fixed-order stages through scratch (bias_backward_scratch_floats).
 size_t bias_backward_scratch_floats(int N, int OC);
 void bias_backward_cuda(float* db, float* scratch, const bf16* dout, int N, int OC, cudaStream_t stream);
 
