@@ -77,7 +77,8 @@ class Backend {
 std::unique_ptr<Backend> backend_cpu_create(const ModelConfig& m, int max_batch, int threads);
 
 // kind "cpu" or "cuda" (an error when this build has no CUDA backend or the machine no GPU).
+// threads: CPU threads (cpu); cuda_graphs: replay each micro-batch as a captured CUDA graph (cuda).
 Result<std::unique_ptr<Backend>> backend_create(const std::string& kind, const ModelConfig& m, int max_batch,
-                                                int threads);
+                                                int threads, bool cuda_graphs = true);
 
 }  // namespace gantry

@@ -11,7 +11,7 @@
 namespace gantry {
 namespace {
 
-enum class FieldKind { kInt, kU64, kDouble, kString };
+enum class FieldKind { kInt, kU64, kDouble, kString, kBool };
 
 // One row per config key: where it lives, what it may hold, and whether a checkpoint must agree on it.
 struct Field {
@@ -64,6 +64,7 @@ const std::vector<Field>& fields() {
       {"train.threads", FieldKind::kInt, 0, 4096, false, [](Config& c) -> void* { return &c.train.threads; }},
       {"train.backend", FieldKind::kString, 0, 0, false, [](Config& c) -> void* { return &c.train.backend; },
        {"cpu", "cuda"}},
+      {"train.cuda_graphs", FieldKind::kBool, 0, 0, false, [](Config& c) -> void* { return &c.train.cuda_graphs; }},
       {"data.kind", FieldKind::kString, 0, 0, true, [](Config& c) -> void* { return &c.data.kind; },
        {"synthetic", "shards"}},
       {"data.dir", FieldKind::kString, 0, 0, false, [](Config& c) -> void* { return &c.data.dir; }},
@@ -85,7 +86,9 @@ const std::vector<Field>& fields() {
 
 std::string range_text(const Field& f) {
   char buf[128];
-  if (f.kind == FieldKind::kDouble) {
+  if (f.kind == FieldKind::kBool) {
+    return "true or false";
+  } else if (f.kind == FieldKind::kDouble) {
     std::snprintf(buf, sizeof buf, "a number in [%g, %g]", f.min, f.max);
   } else {
     std::snprintf(buf, sizeof buf, "an integer in [%.0f, %.0f]", f.min, f.max);
@@ -105,6 +108,8 @@ std::string value_text(const Field& f, const Config& c) {
       std::snprintf(buf, sizeof buf, "%.17g", field_ref<double>(f, c));
       if (std::string(buf).find_first_of(".eEn") == std::string::npos) return std::string(buf) + ".0";
       return buf;
+    case FieldKind::kBool:
+      return field_ref<bool>(f, c) ? "true" : "false";
     case FieldKind::kString: {
       std::string out = "\"";
       for (char ch : field_ref<std::string>(f, c)) {
@@ -159,6 +164,13 @@ Status set_field(const Field& f, const TomlValue& v, Config& c, const std::strin
         return Status::error(head + buf + " is out of range: allowed " + range_text(f));
       }
       *static_cast<double*>(f.at(c)) = d;
+      return {};
+    }
+    case FieldKind::kBool: {
+      if (v.kind != TomlValue::Kind::kBool) {
+        return Status::error(head + "expected true or false, got a " + toml_kind_name(v.kind));
+      }
+      *static_cast<bool*>(f.at(c)) = v.b;
       return {};
     }
     case FieldKind::kString: {

@@ -44,6 +44,7 @@ struct TrainConfig {
   int val_batches = 4;         // micro-batches of the val split per validation pass
   int threads = 0;             // CPU threads; 0 = all cores
   std::string backend = "cpu"; // "cpu" (fp32 reference) or "cuda" (bf16 compute, fp32 master weights)
+  bool cuda_graphs = true;     // cuda: capture each micro-batch once as a CUDA graph and replay it
 };
 
 struct DataConfig {

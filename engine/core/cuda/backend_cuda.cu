@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <set>
 #include <vector>
 
 #include "engine/core/cuda/attention.cuh"
@@ -41,7 +43,8 @@ struct BlockGrads {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(const ModelConfig& m, int max_batch) : m_(m), max_batch_(max_batch), table_(gpt_param_table(m)) {
+  CudaBackend(const ModelConfig& m, int max_batch, bool graphs)
+      : m_(m), max_batch_(max_batch), table_(gpt_param_table(m)), graphs_(graphs) {
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&upload_done_, cudaEventDisableTiming));
     matmul_ = std::make_unique<Matmul>(stream_);
@@ -52,6 +55,7 @@ class CudaBackend final : public Backend {
 
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
+    for (auto& [key, exec] : graphs_by_shape_) cudaGraphExecDestroy(exec);
     matmul_.reset();
     for (void* p : device_allocations_) cudaFree(p);
     for (void* p : host_allocations_) cudaFreeHost(p);
@@ -64,12 +68,31 @@ class CudaBackend final : public Backend {
 
   void forward_backward(const int32_t* inputs, const int32_t* targets, int B, float grad_scale) override {
     upload(inputs, targets, B, true);
-    forward(B);
-    const int N = B * m_.seq_len;
-    classifier(B, grad_scale / static_cast<float>(N), true);
-    sum_accumulate_cuda(loss_sum_, losses_, N, stream_);
-    tokens_ += N;
-    backward(B);
+    tokens_ += static_cast<int64_t>(B) * m_.seq_len;
+    if (!graphs_) {
+      micro_batch(B, grad_scale);
+      return;
+    }
+    // Everything after the upload depends only on (B, grad_scale): captured once as a CUDA graph and
+    // replayed, so the host's launch cost leaves the step. The first call of a shape runs plainly, so the
+    // matmul plans are made outside any capture.
+    const auto key = std::make_pair(B, grad_scale);
+    auto it = graphs_by_shape_.find(key);
+    if (it == graphs_by_shape_.end()) {
+      if (seen_shapes_.insert(key).second) {
+        micro_batch(B, grad_scale);
+        return;
+      }
+      cudaGraph_t graph;
+      CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      micro_batch(B, grad_scale);
+      CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+      cudaGraphExec_t exec;
+      CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      CUDA_CHECK(cudaGraphDestroy(graph));
+      it = graphs_by_shape_.emplace(key, exec).first;
+    }
+    CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
   }
 
   float forward_loss(const int32_t* inputs, const int32_t* targets, int B) override {
@@ -293,12 +316,11 @@ class CudaBackend final : public Backend {
         token_count_[v] = s_start[k];  // becomes the fill cursor
         ++k;
       }
-      s_start[k] = at;
-      buckets_ = k;
+      for (int j = k; j <= N; ++j) s_start[j] = at;  // spare buckets are empty
       for (int i = 0; i < N; ++i) s_pos[token_count_[inputs[i]]++] = i;  // positions ascend within a bucket
       for (int i = 0; i < N; ++i) token_count_[inputs[i]] = 0;
       CUDA_CHECK(cudaMemcpyAsync(bucket_token_, s_tok, k * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
-      CUDA_CHECK(cudaMemcpyAsync(bucket_start_, s_start, (k + 1) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+      CUDA_CHECK(cudaMemcpyAsync(bucket_start_, s_start, (N + 1) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
       CUDA_CHECK(cudaMemcpyAsync(positions_, s_pos, N * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
     }
     CUDA_CHECK(cudaEventRecord(upload_done_, stream_));
@@ -334,6 +356,14 @@ class CudaBackend final : public Backend {
       residual_layernorm_forward_cuda(layers_[L - 1].res3, lnf_, lnf_mean_, lnf_rstd_, layers_[L - 1].res2, tmp_nc_,
                                       lnf_w_, lnf_b_, N, C, stream_);
     }
+  }
+
+  void micro_batch(int B, float grad_scale) {
+    const int N = B * m_.seq_len;
+    forward(B);
+    classifier(B, grad_scale / static_cast<float>(N), true);
+    sum_accumulate_cuda(loss_sum_, losses_, N, stream_);
+    backward(B);
   }
 
   // Logits, loss and (with backward) dlogits → dlnf and dwte, a chunk of rows at a time.
@@ -381,7 +411,9 @@ class CudaBackend final : public Backend {
       layernorm_backward_cuda(dres_, g.ln1_w, g.ln1_b, scratch_, dln_, residual, p.ln1_w, a.ln1_mean, a.ln1_rstd, N, C,
                               stream_);
     }
-    encoder_backward_cuda(dwte_, dwpe_, dres_, bucket_token_, bucket_start_, positions_, buckets_, B, T, C, stream_);
+    // A fixed grid of N buckets (the most a batch can have; spare ones are empty) keeps this launch the
+    // same for every batch of a shape, as graph replay needs.
+    encoder_backward_cuda(dwte_, dwpe_, dres_, bucket_token_, bucket_start_, positions_, N, B, T, C, stream_);
   }
 
   ModelConfig m_;
@@ -416,7 +448,9 @@ class CudaBackend final : public Backend {
   float *loss_sum_ = nullptr, *eval_sum_ = nullptr, *norm_ = nullptr;
   int32_t *inputs_ = nullptr, *targets_ = nullptr;
   int32_t *bucket_token_ = nullptr, *bucket_start_ = nullptr, *positions_ = nullptr;
-  int buckets_ = 0;
+  bool graphs_;
+  std::map<std::pair<int, float>, cudaGraphExec_t> graphs_by_shape_;
+  std::set<std::pair<int, float>> seen_shapes_;
   int32_t* staging_ = nullptr;
   float* host_stats_ = nullptr;
   std::vector<int32_t> token_count_;
@@ -425,8 +459,8 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> backend_cuda_create(const ModelConfig& m, int max_batch) {
-  return std::make_unique<CudaBackend>(m, max_batch);
+std::unique_ptr<Backend> backend_cuda_create(const ModelConfig& m, int max_batch, bool graphs) {
+  return std::make_unique<CudaBackend>(m, max_batch, graphs);
 }
 
 }  // namespace gantry

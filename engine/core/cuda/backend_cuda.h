@@ -9,6 +9,7 @@ namespace gantry {
 
 // bf16 compute with fp32 master weights, gradients and AdamW state, on the current CUDA device.
 // All memory, activations included, is allocated here for micro-batches of up to max_batch sequences.
-std::unique_ptr<Backend> backend_cuda_create(const ModelConfig& m, int max_batch);
+// With `graphs`, each micro-batch shape is captured once as a CUDA graph and replayed.
+std::unique_ptr<Backend> backend_cuda_create(const ModelConfig& m, int max_batch, bool graphs);
 
 }  // namespace gantry

@@ -52,6 +52,7 @@ __global__ void encoder_backward_wte_kernel(float* dwte, const bf16* dout, const
                                             const int32_t* bucket_start, const int32_t* positions, int C) {
   const int k = blockIdx.x;
   const int begin = bucket_start[k], end = bucket_start[k + 1];
+  if (begin == end) return;  // a spare bucket: the grid is sized for the most a batch can have
   float* row = dwte + static_cast<size_t>(bucket_token[k]) * C;
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
     float s = 0.0f;

@@ -20,7 +20,8 @@ void encoder_forward_cuda(bf16* out, const int32_t* tokens, const bf16* wte, con
                           cudaStream_t stream);
 
 // Token-sorted positions, built on the host from the inputs: bucket k holds token bucket_token[k] and the
-// positions positions[bucket_start[k] .. bucket_start[k+1]). One block sums one bucket in position order.
+// positions positions[bucket_start[k] .. bucket_start[k+1]). One block sums one bucket in position order;
+// empty buckets (start == end) are skipped, so `buckets` may be a fixed upper bound (graph capture).
 // dwte (V, C) += Σ dout rows of each bucket; dwpe (T, C) += Σ_b dout[b, t]. fp32 gradients.
 void encoder_backward_cuda(float* dwte, float* dwpe, const bf16* dout, const int32_t* bucket_token,
                            const int32_t* bucket_start, const int32_t* positions, int buckets, int B, int T, int C,

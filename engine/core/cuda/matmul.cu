@@ -28,53 +28,70 @@ Matmul::Matmul(cudaStream_t stream, size_t workspace_bytes) : stream_(stream), w
 }
 
 Matmul::~Matmul() {
+  for (auto& [key, p] : plans_) {
+    cublasLtMatrixLayoutDestroy(p.la);
+    cublasLtMatrixLayoutDestroy(p.lb);
+    cublasLtMatrixLayoutDestroy(p.ld);
+    cublasLtMatmulDescDestroy(p.desc);
+  }
   if (workspace_) cudaFree(workspace_);
   if (handle_) cublasLtDestroy(handle_);
 }
 
 void Matmul::run(const Gemm& g) {
-  cublasLtMatmulDesc_t desc;
-  CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &g.epilogue, sizeof g.epilogue));
-  if (g.bias) {
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias));
-  }
-  if (g.aux) {
-    const int64_t ld = g.ld_aux;
-    CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof g.aux));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
-  }
-  cublasLtMatrixLayout_t la, lb, ld;
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.ldb));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, g.d_type, g.m, g.n, g.ldd));
-
+  // Descriptors, layouts and the algorithm depend only on the shape and epilogue: made once per shape,
+  // so a step's hundreds of products cost the host one attribute update and one launch each.
   const auto key = std::make_tuple(g.kind, g.m, g.n, g.k, static_cast<int>(g.epilogue));
-  auto it = algos_.find(key);
-  if (it == algos_.end()) {
+  auto it = plans_.find(key);
+  if (it == plans_.end()) {
+    Plan p;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &g.epilogue, sizeof g.epilogue));
+    if (g.aux) {
+      const int64_t ld = g.ld_aux;
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
+    }
+    CUBLAS_CHECK(
+        cublasLtMatrixLayoutCreate(&p.la, CUDA_R_16BF, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda));
+    CUBLAS_CHECK(
+        cublasLtMatrixLayoutCreate(&p.lb, CUDA_R_16BF, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.ldb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.ld, g.d_type, g.m, g.n, g.ldd));
+    // The heuristic needs the pointer attributes set to judge the epilogue; any valid values do.
+    if (g.bias) {
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias));
+    }
+    if (g.aux) {
+      CUBLAS_CHECK(
+          cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof g.aux));
+    }
     cublasLtMatmulPreference_t pref;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                       &workspace_bytes_, sizeof workspace_bytes_));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, desc, la, lb, ld, ld, pref, 1, &result, &found));
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.la, p.lb, p.ld, p.ld, pref, 1, &result, &found));
     cublasLtMatmulPreferenceDestroy(pref);
     GANTRY_CHECK(found > 0, "cuBLASLt has no algorithm for m=" + std::to_string(g.m) + " n=" + std::to_string(g.n) +
                                 " k=" + std::to_string(g.k) + " epilogue " + std::to_string(int(g.epilogue)));
-    it = algos_.emplace(key, result.algo).first;
+    p.algo = result.algo;
+    it = plans_.emplace(key, p).first;
+  }
+  Plan& p = it->second;
+  if (g.bias) {
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias));
+  }
+  if (g.aux) {
+    CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof g.aux));
   }
   const float alpha = 1.0f;
-  CUBLAS_CHECK(cublasLtMatmul(handle_, desc, &alpha, g.a, la, g.b, lb, &g.beta, g.d, ld, g.d, ld, &it->second,
+  CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, g.a, p.la, g.b, p.lb, &g.beta, g.d, p.ld, g.d, p.ld, &p.algo,
                               workspace_, workspace_bytes_, stream_));
-  cublasLtMatrixLayoutDestroy(la);
-  cublasLtMatrixLayoutDestroy(lb);
-  cublasLtMatrixLayoutDestroy(ld);
-  cublasLtMatmulDescDestroy(desc);
 }
 
 void Matmul::forward(__nv_bfloat16* out, const __nv_bfloat16* inp, const __nv_bfloat16* w, const __nv_bfloat16* bias,

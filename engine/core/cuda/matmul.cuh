@@ -1,6 +1,6 @@
 // Linear layers through cuBLASLt, row-major PyTorch convention (weights (OC, C)), bf16 inputs, fp32
 // accumulation, fused epilogues: bias, GELU (keeping the pre-activation as the epilogue's aux output) and
-// its derivative in the input-gradient product. The algorithm of each shape is chosen once and cached.
+// its derivative in the input-gradient product. Descriptors and the algorithm of each shape are made once.
 //
 //   Matmul mm(stream);
 //   mm.forward(out, inp, w, bias, N, C, OC, nullptr);               // out = inp·wᵀ + bias
@@ -44,8 +44,13 @@ class Matmul {
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_;
-  // (kind, m, n, k, epilogue) → algorithm.
-  std::map<std::tuple<int, int, int, int, int>, cublasLtMatmulAlgo_t> algos_;
+  struct Plan {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
+  // (kind, m, n, k, epilogue) → descriptors and algorithm, made on first use.
+  std::map<std::tuple<int, int, int, int, int>, Plan> plans_;
 };
 
 }  // namespace gantry

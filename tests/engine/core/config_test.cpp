@@ -74,6 +74,13 @@ TEST(Config, FractionalIntegerRefused) {
   EXPECT_THAT(e, HasSubstr("integer"));
 }
 
+TEST(Config, BooleansAreTrueOrFalse) {
+  Result<Config> c = config_parse("[train]\ncuda_graphs = false\n", "t");
+  ASSERT_TRUE(c.ok()) << c.error();
+  EXPECT_FALSE(c->train.cuda_graphs);
+  EXPECT_THAT(error_of("[train]\ncuda_graphs = 1\n"), HasSubstr("expected true or false"));
+}
+
 TEST(Config, StringChoicesListed) {
   std::string e = error_of("[data]\nkind = \"parquet\"\n");
   EXPECT_THAT(e, HasSubstr("\"synthetic\", \"shards\""));

@@ -108,6 +108,20 @@ TEST(BackendCuda, TwoRunsAreBitIdentical) {
   EXPECT_EQ(sa->params_xxh64, sb->params_xxh64);
 }
 
+TEST(BackendCuda, GraphReplayMatchesPlainLaunches) {
+  GANTRY_REQUIRE_GPU();
+  Config c = small_config();
+  c.train.backend = "cuda";
+  Recorder graphs, plain;
+  c.train.cuda_graphs = true;
+  Result<TrainSummary> sg = train_run(c, {.out_dir = fresh_dir("graphs_on"), .max_steps = 8}, &graphs);
+  c.train.cuda_graphs = false;
+  Result<TrainSummary> sp = train_run(c, {.out_dir = fresh_dir("graphs_off"), .max_steps = 8}, &plain);
+  ASSERT_TRUE(sg.ok() && sp.ok());
+  EXPECT_EQ(graphs.losses, plain.losses);
+  EXPECT_EQ(sg->params_xxh64, sp->params_xxh64);
+}
+
 TEST(BackendCuda, ResumeOnGpuIsBitExact) {
   GANTRY_REQUIRE_GPU();
   Config c = small_config();
