@@ -232,6 +232,8 @@ class CudaBackend final : public Backend {
     dqkv_ = device<bf16>(N * 3 * C);
     dfch_ = device<bf16>(N * 4 * C);
     const size_t scratch = std::max({layernorm_backward_scratch_floats(static_cast<int>(N), static_cast<int>(C)),
+                                     bias_backward_scratch_floats(static_cast<int>(N), static_cast<int>(C)),
+                                     bias_backward_scratch_floats(static_cast<int>(N), static_cast<int>(3 * C)),
                                      bias_backward_scratch_floats(static_cast<int>(N), static_cast<int>(4 * C)),
                                      attention_backward_scratch_floats(static_cast<int>(B), static_cast<int>(T),
                                                                        static_cast<int>(NH)),

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 
 #include "engine/core/cuda/cuda_check.h"
@@ -433,14 +434,15 @@ void layernorm_backward_cuda(bf16* dinp, float* dw, float* db, float* scratch, c
 }
 
 namespace {
-constexpr int kBiasGroups = 256;
-}
+// Row groups of the first stage: enough threads in flight (~64K, 8 columns each) whatever the width.
+int bias_groups(int N, int OC) { return std::min(N, std::clamp(65536 / (OC / 8), 64, 2048)); }
+}  // namespace
 
-size_t bias_backward_scratch_floats(int N, int OC) { return static_cast<size_t>(std::min(N, kBiasGroups)) * OC; }
+size_t bias_backward_scratch_floats(int N, int OC) { return static_cast<size_t>(bias_groups(N, OC)) * OC; }
 
 void bias_backward_cuda(float* db, float* scratch, const bf16* dout, int N, int OC, cudaStream_t stream) {
   GANTRY_CHECK(db && scratch && dout && N > 0 && OC > 0 && OC % 8 == 0, "bias_backward_cuda needs OC % 8 == 0");
-  const int groups = std::min(N, kBiasGroups);
+  const int groups = bias_groups(N, OC);
   bias_backward_partial_kernel<<<dim3(blocks_for(OC / 8, 128), groups), 128, 0, stream>>>(scratch, dout, N, OC,
                                                                                          groups);
   CUDA_CHECK_LAUNCH();
