@@ -108,14 +108,14 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
   summary.first_step = step;
   summary.params = table.numel();
   {
-    char buf[512];
+    char buf[640];
     std::snprintf(buf, sizeof buf,
-                  "gantry %s | backend %s | %zu parameters | %d layers, d %d, %d heads, T %d, vocab %d | "
-                  "global batch %d = %d micro x %d | %llu train windows | steps %lld..%lld",
-                  code_version(), backend->name().c_str(), table.numel(), c.model.n_layer, c.model.n_embd,
-                  c.model.n_head, T, c.model.vocab_size, c.train.global_batch, B, accum,
-                  static_cast<unsigned long long>(train->num_windows()), static_cast<long long>(step),
-                  static_cast<long long>(last_step));
+                  "gantry %s | backend %s, %.2f GB allocated up front | %zu parameters | %d layers, d %d, %d heads, "
+                  "T %d, vocab %d | global batch %d = %d micro x %d | %llu train windows | steps %lld..%lld",
+                  code_version(), backend->name().c_str(), static_cast<double>(backend->memory_bytes()) / 1e9,
+                  table.numel(), c.model.n_layer, c.model.n_embd, c.model.n_head, T, c.model.vocab_size,
+                  c.train.global_batch, B, accum, static_cast<unsigned long long>(train->num_windows()),
+                  static_cast<long long>(step), static_cast<long long>(last_step));
     observer->on_start(buf);
   }
 
