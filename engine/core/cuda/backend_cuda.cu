@@ -46,7 +46,7 @@ class CudaBackend final : public Backend {
   CudaBackend(const ModelConfig& m, int max_batch, bool graphs)
       : m_(m), max_batch_(max_batch), table_(gpt_param_table(m)), graphs_(graphs) {
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    CUDA_CHECK(cudaEventCreateWithFlags(&upload_done_, cudaEventDisableTiming));
+    for (cudaEvent_t& e : upload_done_) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     matmul_ = std::make_unique<Matmul>(stream_);
     allocate();
     build_adamw_chunks();
@@ -59,7 +59,7 @@ class CudaBackend final : public Backend {
     matmul_.reset();
     for (void* p : device_allocations_) cudaFree(p);
     for (void* p : host_allocations_) cudaFreeHost(p);
-    cudaEventDestroy(upload_done_);
+    for (cudaEvent_t e : upload_done_) cudaEventDestroy(e);
     cudaStreamDestroy(stream_);
   }
 
@@ -247,7 +247,7 @@ class CudaBackend final : public Backend {
     bucket_token_ = device<int32_t>(N);
     bucket_start_ = device<int32_t>(N + 1);
     positions_ = device<int32_t>(N);
-    staging_ = pinned<int32_t>(5 * N + 1);
+    for (int32_t*& slot : staging_) slot = pinned<int32_t>(5 * N + 1);
     host_stats_ = pinned<float>(2);
     token_count_.assign(V, 0);
   }
@@ -297,17 +297,21 @@ class CudaBackend final : public Backend {
       GANTRY_CHECK(inputs[i] >= 0 && inputs[i] < m_.vocab_size && targets[i] >= 0 && targets[i] < m_.vocab_size,
                    "token id out of [0, vocab_size)");
     }
-    CUDA_CHECK(cudaEventSynchronize(upload_done_));  // the previous batch has left the staging buffer
-    int32_t* s_in = staging_;
-    int32_t* s_tg = staging_ + N;
+    // Two staging slots in turn: the host fills one while the copy out of the other may still be queued,
+    // and waits only for the copy issued two batches ago (long done), never for compute.
+    slot_ ^= 1;
+    CUDA_CHECK(cudaEventSynchronize(upload_done_[slot_]));
+    int32_t* staging = staging_[slot_];
+    int32_t* s_in = staging;
+    int32_t* s_tg = staging + N;
     std::memcpy(s_in, inputs, N * sizeof(int32_t));
     std::memcpy(s_tg, targets, N * sizeof(int32_t));
     CUDA_CHECK(cudaMemcpyAsync(inputs_, s_in, N * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
     CUDA_CHECK(cudaMemcpyAsync(targets_, s_tg, N * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
     if (buckets) {
-      int32_t* s_tok = staging_ + 2 * N;
-      int32_t* s_start = staging_ + 3 * N;
-      int32_t* s_pos = staging_ + 4 * N + 1;
+      int32_t* s_tok = staging + 2 * N;
+      int32_t* s_start = staging + 3 * N;
+      int32_t* s_pos = staging + 4 * N + 1;
       for (int i = 0; i < N; ++i) ++token_count_[inputs[i]];
       int k = 0, at = 0;
       for (int v = 0; v < m_.vocab_size; ++v) {
@@ -325,7 +329,7 @@ class CudaBackend final : public Backend {
       CUDA_CHECK(cudaMemcpyAsync(bucket_start_, s_start, (N + 1) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
       CUDA_CHECK(cudaMemcpyAsync(positions_, s_pos, N * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
     }
-    CUDA_CHECK(cudaEventRecord(upload_done_, stream_));
+    CUDA_CHECK(cudaEventRecord(upload_done_[slot_], stream_));
   }
 
   void forward(int B) {
@@ -422,7 +426,7 @@ class CudaBackend final : public Backend {
   int max_batch_;
   TensorTable table_;
   cudaStream_t stream_ = nullptr;
-  cudaEvent_t upload_done_ = nullptr;
+  cudaEvent_t upload_done_[2] = {nullptr, nullptr};
   std::unique_ptr<Matmul> matmul_;
   std::vector<void*> device_allocations_, host_allocations_;
   size_t device_bytes_ = 0;
@@ -453,7 +457,8 @@ class CudaBackend final : public Backend {
   bool graphs_;
   std::map<std::pair<int, float>, cudaGraphExec_t> graphs_by_shape_;
   std::set<std::pair<int, float>> seen_shapes_;
-  int32_t* staging_ = nullptr;
+  int32_t* staging_[2] = {nullptr, nullptr};  // pinned host slots for the batch and its embedding buckets
+  int slot_ = 0;
   float* host_stats_ = nullptr;
   std::vector<int32_t> token_count_;
   int64_t tokens_ = 0;
