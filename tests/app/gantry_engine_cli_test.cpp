@@ -1,6 +1,4 @@
 // gantry-engine as a user runs it: exit codes, messages, one line per step, JSON lines, data commands.
-#include <sys/wait.h>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -12,6 +10,7 @@
 #include <string>
 
 #include "engine/core/token_shard.h"
+#include "tests/app/engine_process.h"
 
 namespace gantry {
 namespace {
@@ -19,30 +18,9 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-struct Outcome {
-  int code = -1;
-  std::string out;  // stdout
-  std::string err;  // stderr
-};
+using testing_support::Outcome;
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-Outcome run(const std::string& args) {
-  const std::string dir = ::testing::TempDir();
-  const std::string out = dir + "/cli_stdout", err = dir + "/cli_stderr";
-  const std::string cmd = std::string(GANTRY_ENGINE_BIN) + " " + args + " >" + out + " 2>" + err + " </dev/null";
-  const int status = std::system(cmd.c_str());
-  Outcome r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = slurp(out);
-  r.err = slurp(err);
-  return r;
-}
+Outcome run(const std::string& args) { return testing_support::run_engine(args); }
 
 std::string fresh_dir(const std::string& name) {
   fs::path p = fs::path(::testing::TempDir()) / ("gantry_cli_" + name);

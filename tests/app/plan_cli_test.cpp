@@ -2,7 +2,6 @@
 // with the flag named for bad input.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cstdio>
 #include <fstream>
@@ -10,36 +9,16 @@
 #include <sstream>
 #include <string>
 
+#include "tests/app/engine_process.h"
+
 namespace gantry {
 namespace {
 
 using ::testing::HasSubstr;
 
-struct Outcome {
-  int code = -1;
-  std::string out;  // stdout
-  std::string err;  // stderr
-};
+using testing_support::Outcome;
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-Outcome run(const std::string& args) {
-  const std::string dir = ::testing::TempDir();
-  const std::string out = dir + "/plan_stdout", err = dir + "/plan_stderr";
-  const std::string cmd =
-      std::string(GANTRY_ENGINE_BIN) + " plan " + args + " >" + out + " 2>" + err + " </dev/null";
-  const int status = std::system(cmd.c_str());
-  Outcome r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = slurp(out);
-  r.err = slurp(err);
-  return r;
-}
+Outcome run(const std::string& args) { return testing_support::run_engine("plan " + args); }
 
 TEST(PlanCli, TablePrintsEverySection) {
   Outcome r =
