@@ -8,8 +8,8 @@
 namespace gantry {
 
 Result<std::unique_ptr<Backend>> backend_create(const std::string& kind, const ModelConfig& m, int max_batch,
-                                                int threads, bool cuda_graphs) {
-  if (kind == "cpu") return backend_cpu_create(m, max_batch, threads);
+                                                const BackendOptions& options) {
+  if (kind == "cpu") return backend_cpu_create(m, max_batch, options.threads);
   if (kind == "cuda") {
 #ifdef GANTRY_HAVE_CUDA
     if (cuda_device_count() == 0) {
@@ -22,9 +22,8 @@ Result<std::unique_ptr<Backend>> backend_create(const std::string& kind, const M
                            "(n_embd / n_head) of 16, 32, 64 or 128; this model has n_embd " +
                            std::to_string(m.n_embd) + ", head size " + std::to_string(hs));
     }
-    return backend_cuda_create(m, max_batch, cuda_graphs);
+    return backend_cuda_create(m, max_batch, options.cuda_graphs, options.deterministic);
 #else
-    (void)cuda_graphs;
     return Status::error("train.backend = \"cuda\" but this build has no CUDA backend (nvcc was not found when it "
                          "was configured); use train.backend = \"cpu\" or rebuild with CUDA");
 #endif

@@ -5,7 +5,7 @@
 //
 // A step asks nothing of the device until it is over, so a GPU never waits on the host mid-step:
 //
-//   Result<std::unique_ptr<Backend>> be = backend_create("cuda", cfg.model, cfg.train.micro_batch, threads);
+//   Result<std::unique_ptr<Backend>> be = backend_create("cuda", cfg.model, cfg.train.micro_batch, {});
 //   be->zero_grads();
 //   for (each micro-batch) be->forward_backward(inputs, targets, B, 1.0f / accum);
 //   be->optimizer_step({.lr = lr, .grad_clip = 1.0, .step = t, ...});
@@ -77,8 +77,12 @@ class Backend {
 std::unique_ptr<Backend> backend_cpu_create(const ModelConfig& m, int max_batch, int threads);
 
 // kind "cpu" or "cuda" (an error when this build has no CUDA backend or the machine no GPU).
-// threads: CPU threads (cpu); cuda_graphs: replay each micro-batch as a captured CUDA graph (cuda).
+struct BackendOptions {
+  int threads = 0;             // cpu: threads, 0 = one per core
+  bool cuda_graphs = true;     // cuda: replay each micro-batch as a captured CUDA graph
+  bool deterministic = true;   // cuda: no floating-point atomics (the cpu backend always is)
+};
 Result<std::unique_ptr<Backend>> backend_create(const std::string& kind, const ModelConfig& m, int max_batch,
-                                                int threads, bool cuda_graphs = true);
+                                                const BackendOptions& options = {});
 
 }  // namespace gantry

@@ -65,6 +65,8 @@ const std::vector<Field>& fields() {
       {"train.backend", FieldKind::kString, 0, 0, false, [](Config& c) -> void* { return &c.train.backend; },
        {"cpu", "cuda"}},
       {"train.cuda_graphs", FieldKind::kBool, 0, 0, false, [](Config& c) -> void* { return &c.train.cuda_graphs; }},
+      {"train.deterministic", FieldKind::kBool, 0, 0, false,
+       [](Config& c) -> void* { return &c.train.deterministic; }},
       {"data.kind", FieldKind::kString, 0, 0, true, [](Config& c) -> void* { return &c.data.kind; },
        {"synthetic", "shards"}},
       {"data.dir", FieldKind::kString, 0, 0, false, [](Config& c) -> void* { return &c.data.dir; }},

@@ -45,6 +45,8 @@ struct TrainConfig {
   int threads = 0;             // CPU threads; 0 = all cores
   std::string backend = "cpu"; // "cpu" (fp32 reference) or "cuda" (bf16 compute, fp32 master weights)
   bool cuda_graphs = true;     // cuda: capture each micro-batch once as a CUDA graph and replay it
+  bool deterministic = true;   // cuda: no floating-point atomics anywhere (bit-identical reruns); false lets
+                               // the attention backward add dQ with atomics, a few percent faster
 };
 
 struct DataConfig {

@@ -82,7 +82,9 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
 
   const int T = c.model.seq_len, B = c.train.micro_batch;
   const int accum = c.train.global_batch / B;
-  Result<std::unique_ptr<Backend>> created = backend_create(c.train.backend, c.model, B, c.train.threads, c.train.cuda_graphs);
+  Result<std::unique_ptr<Backend>> created = backend_create(
+      c.train.backend, c.model, B,
+      {.threads = c.train.threads, .cuda_graphs = c.train.cuda_graphs, .deterministic = c.train.deterministic});
   if (!created.ok()) return created.status();
   std::unique_ptr<Backend> backend = std::move(created.value());
   const TensorTable& table = backend->params();

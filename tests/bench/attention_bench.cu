@@ -1,8 +1,10 @@
 // Timing sweep for the causal flash attention (engine/core/cuda/attention.cu): per shape, the median of 30
-// event-timed runs of forward and of backward after 5 warm-ups, on random bf16 data (never zeros). Prints one
-// JSON line per shape, then a short table. Checks only what is cheap and says so: non-finite outputs
-// ("nonfinite") and whether a second backward gives the same bytes ("bwd_repeat_identical"); correctness
-// against the reference is the test's job (tests/engine/core/cuda/attention_test.cpp).
+// event-timed runs of forward, of the deterministic backward and of the fast backward, each after 5
+// warm-ups, on random bf16 data (never zeros). Prints one JSON line per shape, then a short table. Checks
+// only what is cheap and says so: non-finite outputs ("nonfinite", both variants), whether a second
+// deterministic backward gives the same bytes ("bwd_repeat_identical"), and ‖dqkv_fast − dqkv_det‖ /
+// ‖dqkv_det‖ ("fast_vs_det"); correctness against the reference is the test's job
+// (tests/engine/core/cuda/attention_test.cpp).
 //
 //   attention_bench [label]     label (e.g. the build variant) is echoed into every JSON line
 //
@@ -11,8 +13,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -73,6 +77,24 @@ std::vector<uint16_t> to_host(const __nv_bfloat16* d, size_t n) {
   return h;
 }
 
+float bf16_bits_to_float(uint16_t x) {
+  const uint32_t u = static_cast<uint32_t>(x) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// ‖a − b‖ / ‖b‖ of two bf16 vectors.
+double rel_diff(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double x = bf16_bits_to_float(a[i]), y = bf16_bits_to_float(b[i]);
+    num += (x - y) * (x - y);
+    den += y * y;
+  }
+  return std::sqrt(num / den);
+}
+
 size_t count_nonfinite(const std::vector<uint16_t>& v) {
   size_t n = 0;
   for (uint16_t x : v) n += (x & 0x7F80u) == 0x7F80u;  // exponent all ones: inf or NaN
@@ -93,8 +115,8 @@ int run(int argc, char** argv) {
                                    {16, 1024, 16, 64}, {8, 1024, 16, 128}, {4, 4096, 12, 64}};
   struct Row {
     Case c;
-    float fwd_ms, bwd_ms;
-    double fwd_tf, bwd_tf;
+    float fwd_ms, bwd_ms, fast_ms;
+    double fwd_tf, bwd_tf, fast_tf;
   };
   std::vector<Row> rows;
   for (const Case& c : cases) {
@@ -107,7 +129,7 @@ int run(int argc, char** argv) {
     CUDA_CHECK(cudaMalloc(&out, n_out * 2));
     CUDA_CHECK(cudaMalloc(&dout, n_out * 2));
     CUDA_CHECK(cudaMalloc(&lse, static_cast<size_t>(c.B) * c.NH * c.T * 4));
-    CUDA_CHECK(cudaMalloc(&scratch, gantry::attention_backward_scratch_floats(c.B, c.T, c.NH) * 4));
+    CUDA_CHECK(cudaMalloc(&scratch, gantry::attention_backward_scratch_floats(c.B, c.T, c.NH, c.HS) * 4));
     fill_random_kernel<<<1024, 256>>>(qkv, n_qkv, 1234u);
     CUDA_CHECK_LAUNCH();
     fill_random_kernel<<<1024, 256>>>(dout, n_out, 5678u);
@@ -124,21 +146,33 @@ int run(int argc, char** argv) {
     gantry::attention_backward(dqkv, dout, out, lse, qkv, scratch, c.B, c.T, c.NH, c.HS, nullptr);
     CUDA_CHECK(cudaDeviceSynchronize());
     const bool repeat_identical = to_host(dqkv, n_qkv) == dqkv_h;
-    const size_t nonfinite = count_nonfinite(out_h) + count_nonfinite(dqkv_h);
+    size_t nonfinite = count_nonfinite(out_h) + count_nonfinite(dqkv_h);
+
+    const float fast_ms = time_median_ms([&] {
+      gantry::attention_backward(dqkv, dout, out, lse, qkv, scratch, c.B, c.T, c.NH, c.HS, nullptr, false);
+    });
+    CUDA_CHECK(cudaMemset(dqkv, 0xFF, n_qkv * 2));
+    gantry::attention_backward(dqkv, dout, out, lse, qkv, scratch, c.B, c.T, c.NH, c.HS, nullptr, false);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<uint16_t> fast_h = to_host(dqkv, n_qkv);
+    nonfinite += count_nonfinite(fast_h);
+    const double fast_vs_det = rel_diff(fast_h, dqkv_h);
 
     const double fwd_flops = 4.0 * c.B * c.NH * static_cast<double>(c.T) * c.T * c.HS / 2.0;
     const double bwd_flops = 2.5 * fwd_flops;
     const double fwd_tf = fwd_flops / (fwd_ms * 1e-3) / 1e12, bwd_tf = bwd_flops / (bwd_ms * 1e-3) / 1e12;
+    const double fast_tf = bwd_flops / (fast_ms * 1e-3) / 1e12;
     std::printf(
         "{\"bench\":\"attention\",\"label\":\"%s\",\"device\":\"%s\",\"B\":%d,\"T\":%d,\"NH\":%d,\"HS\":%d,"
-        "\"fwd_ms\":%.4f,\"bwd_ms\":%.4f,\"fwd_tflops\":%.1f,\"bwd_tflops\":%.1f,\"fwd_frac_peak\":%.3f,"
-        "\"bwd_frac_peak\":%.3f,\"fwd_gflop\":%.2f,\"bwd_gflop\":%.2f,"
+        "\"fwd_ms\":%.4f,\"bwd_ms\":%.4f,\"bwd_fast_ms\":%.4f,\"fwd_tflops\":%.1f,\"bwd_tflops\":%.1f,"
+        "\"bwd_fast_tflops\":%.1f,\"fwd_frac_peak\":%.3f,\"bwd_frac_peak\":%.3f,\"bwd_fast_frac_peak\":%.3f,"
+        "\"fwd_gflop\":%.2f,\"bwd_gflop\":%.2f,"
         "\"flop_formula\":\"fwd=4*B*NH*T^2*HS/2, bwd=2.5*fwd\",\"peak_tflops\":%.0f,\"nonfinite\":%zu,"
-        "\"bwd_repeat_identical\":%s}\n",
-        label.c_str(), prop.name, c.B, c.T, c.NH, c.HS, fwd_ms, bwd_ms, fwd_tf, bwd_tf, fwd_tf / kPeakTflops,
-        bwd_tf / kPeakTflops, fwd_flops / 1e9, bwd_flops / 1e9, kPeakTflops, nonfinite,
-        repeat_identical ? "true" : "false");
-    rows.push_back({c, fwd_ms, bwd_ms, fwd_tf, bwd_tf});
+        "\"bwd_repeat_identical\":%s,\"fast_vs_det\":%.2e}\n",
+        label.c_str(), prop.name, c.B, c.T, c.NH, c.HS, fwd_ms, bwd_ms, fast_ms, fwd_tf, bwd_tf, fast_tf,
+        fwd_tf / kPeakTflops, bwd_tf / kPeakTflops, fast_tf / kPeakTflops, fwd_flops / 1e9, bwd_flops / 1e9,
+        kPeakTflops, nonfinite, repeat_identical ? "true" : "false", fast_vs_det);
+    rows.push_back({c, fwd_ms, bwd_ms, fast_ms, fwd_tf, bwd_tf, fast_tf});
 
     CUDA_CHECK(cudaFree(qkv));
     CUDA_CHECK(cudaFree(dqkv));
@@ -148,11 +182,11 @@ int run(int argc, char** argv) {
     CUDA_CHECK(cudaFree(scratch));
   }
 
-  std::printf("\n%-8s %4s %5s %3s %4s | %8s %8s | %8s %8s\n", "label", "B", "T", "NH", "HS", "fwd ms",
-              "TFLOP/s", "bwd ms", "TFLOP/s");
+  std::printf("\n%-8s %4s %5s %3s %4s | %8s %8s | %8s %8s | %8s %8s\n", "label", "B", "T", "NH", "HS",
+              "fwd ms", "TFLOP/s", "bwd det", "TFLOP/s", "bwd fast", "TFLOP/s");
   for (const Row& r : rows)
-    std::printf("%-8s %4d %5d %3d %4d | %8.3f %8.1f | %8.3f %8.1f\n", label.c_str(), r.c.B, r.c.T, r.c.NH,
-                r.c.HS, r.fwd_ms, r.fwd_tf, r.bwd_ms, r.bwd_tf);
+    std::printf("%-8s %4d %5d %3d %4d | %8.3f %8.1f | %8.3f %8.1f | %8.3f %8.1f\n", label.c_str(), r.c.B,
+                r.c.T, r.c.NH, r.c.HS, r.fwd_ms, r.fwd_tf, r.bwd_ms, r.bwd_tf, r.fast_ms, r.fast_tf);
   return 0;
 }
 

@@ -1,7 +1,7 @@
 // GPT-2 training throughput on one GPU (benchmark, not a test): median step time after warm-up,
 // tokens/s, MFU with the formula and peak printed, and memory, as one JSON line per model.
 //
-//   gpt_bench [--models 124m,350m] [--steps 30] [--warmup 10] [--peak h100-sxm] [--graphs 1]
+//   gpt_bench [--models 124m,350m] [--steps 30] [--warmup 10] [--peak h100-sxm] [--graphs 1] [--deterministic 1]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -29,15 +29,16 @@ struct Shape {
 
 int run(int argc, char** argv) {
   std::string models = "124m,350m", peak_name;
-  int steps = 30, warmup = 10, graphs = 1;
+  int steps = 30, warmup = 10, graphs = 1, deterministic = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--models")) models = argv[i + 1];
     else if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--warmup")) warmup = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--peak")) peak_name = argv[i + 1];
     else if (!std::strcmp(argv[i], "--graphs")) graphs = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--deterministic")) deterministic = std::atoi(argv[i + 1]);
     else {
-      std::fprintf(stderr, "unknown flag %s (use --models --steps --warmup --peak --graphs)\n", argv[i]);
+      std::fprintf(stderr, "unknown flag %s (use --models --steps --warmup --peak --graphs --deterministic)\n", argv[i]);
       return 2;
     }
   }
@@ -61,7 +62,8 @@ int run(int argc, char** argv) {
     const int T = s.model.seq_len, B = s.batch;
     size_t free0 = 0, total = 0;
     cudaMemGetInfo(&free0, &total);
-    auto created = gantry::backend_create("cuda", s.model, B, 0, graphs != 0);
+    auto created = gantry::backend_create("cuda", s.model, B, {.cuda_graphs = graphs != 0,
+                                                               .deterministic = deterministic != 0});
     if (!created.ok()) {
       std::fprintf(stderr, "%s\n", created.error().c_str());
       return 1;
@@ -99,9 +101,9 @@ int run(int argc, char** argv) {
     std::printf("# %s\n", gantry::mfu_formula(mfu).c_str());
     std::printf(
         "{\"bench\":\"gpt\",\"model\":\"%s\",\"device\":\"%s\",\"batch\":%d,\"seq\":%d,\"params\":%zu,"
-        "\"cuda_graphs\":%s,\"step_ms_median\":%.2f,\"step_ms_min\":%.2f,\"tokens_per_s\":%.0f,\"mfu\":%.4f,\"peak\":\"%s\","
+        "\"cuda_graphs\":%s,\"deterministic\":%s,\"step_ms_median\":%.2f,\"step_ms_min\":%.2f,\"tokens_per_s\":%.0f,\"mfu\":%.4f,\"peak\":\"%s\","
         "\"backend_bytes\":%llu,\"device_used_bytes\":%llu,\"loss\":%.4f}\n",
-        s.name, device.c_str(), B, T, table.numel(), graphs ? "true" : "false", median, ms.front(), tokens_per_s, mfu.ratio, peak_name.c_str(),
+        s.name, device.c_str(), B, T, table.numel(), graphs ? "true" : "false", deterministic ? "true" : "false", median, ms.front(), tokens_per_s, mfu.ratio, peak_name.c_str(),
         static_cast<unsigned long long>(be->memory_bytes()), static_cast<unsigned long long>(free0 - free1), loss);
     std::fflush(stdout);
   }

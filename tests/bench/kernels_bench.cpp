@@ -108,7 +108,7 @@ int run(int argc, char** argv) {
   int32_t* targets = dev<int32_t>(N, rng);
   float* scratch = dev<float>(std::max({layernorm_backward_scratch_floats(N, C), bias_backward_scratch_floats(N, 4 * C),
                                         bias_backward_scratch_floats(N, C), bias_backward_scratch_floats(N, 3 * C),
-                                        attention_backward_scratch_floats(B, T, NH), size_t{1 << 20}}),
+                                        attention_backward_scratch_floats(B, T, NH, HS), size_t{1 << 20}}),
                               rng);
   std::vector<Row> rows;
   auto add = [&](const std::string& op, double per_step, const std::function<void()>& fn) {

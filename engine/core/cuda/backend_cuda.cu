@@ -43,8 +43,8 @@ struct BlockGrads {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(const ModelConfig& m, int max_batch, bool graphs)
-      : m_(m), max_batch_(max_batch), table_(gpt_param_table(m)), graphs_(graphs) {
+  CudaBackend(const ModelConfig& m, int max_batch, bool graphs, bool deterministic)
+      : m_(m), max_batch_(max_batch), table_(gpt_param_table(m)), graphs_(graphs), deterministic_(deterministic) {
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     for (cudaEvent_t& e : upload_done_) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     matmul_ = std::make_unique<Matmul>(stream_);
@@ -236,7 +236,7 @@ class CudaBackend final : public Backend {
                                      bias_backward_scratch_floats(static_cast<int>(N), static_cast<int>(3 * C)),
                                      bias_backward_scratch_floats(static_cast<int>(N), static_cast<int>(4 * C)),
                                      attention_backward_scratch_floats(static_cast<int>(B), static_cast<int>(T),
-                                                                       static_cast<int>(NH)),
+                                                                       static_cast<int>(NH), static_cast<int>(C / NH)),
                                      global_norm_scratch_floats(P)});
     scratch_ = device<float>(scratch);
     loss_sum_ = device<float>(1);
@@ -410,7 +410,7 @@ class CudaBackend final : public Backend {
       matmul_->backward_weight(g.proj_w, dres_, a.atty, N, C, C);
       bias_backward_cuda(g.proj_b, scratch_, dres_, N, C, stream_);
       matmul_->backward_input(datty_, dres_, p.proj_w, N, C, C, nullptr);
-      attention_backward(dqkv_, datty_, a.atty, a.lse, a.qkv, scratch_, B, T, NH, HS, stream_);
+      attention_backward(dqkv_, datty_, a.atty, a.lse, a.qkv, scratch_, B, T, NH, HS, stream_, deterministic_);
       matmul_->backward_weight(g.qkv_w, dqkv_, a.ln1, N, C, 3 * C);
       bias_backward_cuda(g.qkv_b, scratch_, dqkv_, N, 3 * C, stream_);
       matmul_->backward_input(dln_, dqkv_, p.qkv_w, N, C, 3 * C, nullptr);
@@ -455,6 +455,7 @@ class CudaBackend final : public Backend {
   int32_t *inputs_ = nullptr, *targets_ = nullptr;
   int32_t *bucket_token_ = nullptr, *bucket_start_ = nullptr, *positions_ = nullptr;
   bool graphs_;
+  bool deterministic_;
   std::map<std::pair<int, float>, cudaGraphExec_t> graphs_by_shape_;
   std::set<std::pair<int, float>> seen_shapes_;
   int32_t* staging_[2] = {nullptr, nullptr};  // pinned host slots for the batch and its embedding buckets
@@ -466,8 +467,8 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> backend_cuda_create(const ModelConfig& m, int max_batch, bool graphs) {
-  return std::make_unique<CudaBackend>(m, max_batch, graphs);
+std::unique_ptr<Backend> backend_cuda_create(const ModelConfig& m, int max_batch, bool graphs, bool deterministic) {
+  return std::make_unique<CudaBackend>(m, max_batch, graphs, deterministic);
 }
 
 }  // namespace gantry

@@ -1,7 +1,9 @@
 // The CUDA flash attention against the fp32 CPU reference (engine/core/cpu/ops_cpu.h), on random bf16 inputs:
-// ‖gpu − ref‖ / ‖ref‖ < 1e-2 for out, dq, dk and dv (bf16 operands land between 1e-3 and 1e-2), lse within
-// 2e-3 of log Σ exp, no NaN anywhere (outputs are poisoned with 0xFF bytes, a NaN in bf16 and fp32, before
-// every run, so an unwritten element fails), and a backward that is bit-identical run to run.
+// ‖gpu − ref‖ / ‖ref‖ < 1e-2 for out, dq, dk and dv (bf16 operands land between 1e-3 and 1e-2), for both
+// backward variants (deterministic and fast), lse within 2e-3 of log Σ exp, no NaN anywhere (outputs and
+// scratch are poisoned with 0xFF bytes, a NaN in bf16 and fp32, before every run, so an unwritten element
+// fails), a deterministic backward that is bit-identical run to run, and a fast backward whose dk and dv are
+// (only dq goes through atomics).
 // Needs a GPU: every test but the precondition check skips when none is visible.
 #include "engine/core/cuda/attention.cuh"
 
@@ -128,7 +130,7 @@ TEST_P(AttentionCuda, MatchesCpuReference) {
 
   // GPU forward.
   DeviceBuffer<__nv_bfloat16> d_qkv(n_qkv), d_out(n_out), d_dout(n_out), d_dqkv(n_qkv);
-  DeviceBuffer<float> d_lse(n_lse), d_scratch(attention_backward_scratch_floats(B, T, NH));
+  DeviceBuffer<float> d_lse(n_lse), d_scratch(attention_backward_scratch_floats(B, T, NH, HS));
   ASSERT_TRUE(d_qkv.ptr && d_out.ptr && d_dout.ptr && d_dqkv.ptr && d_lse.ptr && d_scratch.ptr);
   ASSERT_CUDA(cudaMemcpy(d_qkv.ptr, qkv_bits.data(), d_qkv.bytes(), cudaMemcpyHostToDevice));
   ASSERT_CUDA(cudaMemcpy(d_dout.ptr, dout_bits.data(), d_dout.bytes(), cudaMemcpyHostToDevice));
@@ -172,33 +174,41 @@ TEST_P(AttentionCuda, MatchesCpuReference) {
 
   // Backward: the CPU reference uses its own fp32 out (through att); the GPU uses its bf16 out.
   attention_backward(&pool, ref_dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
-  ASSERT_CUDA(d_dqkv.poison());
-  ASSERT_CUDA(d_scratch.poison());
-  attention_backward(d_dqkv.ptr, d_dout.ptr, d_out.ptr, d_lse.ptr, d_qkv.ptr, d_scratch.ptr, B, T, NH, HS,
-                     nullptr);
-  ASSERT_CUDA(cudaDeviceSynchronize());
-  std::vector<uint16_t> dqkv_bits(n_qkv);
-  ASSERT_CUDA(cudaMemcpy(dqkv_bits.data(), d_dqkv.ptr, d_dqkv.bytes(), cudaMemcpyDeviceToHost));
-  const std::vector<float> dqkv = bf16_to_float(dqkv_bits);
+  for (const bool deterministic : {true, false}) {
+    const char* variant = deterministic ? "deterministic" : "fast";
+    SCOPED_TRACE(variant);
+    ASSERT_CUDA(d_dqkv.poison());
+    ASSERT_CUDA(d_scratch.poison());
+    attention_backward(d_dqkv.ptr, d_dout.ptr, d_out.ptr, d_lse.ptr, d_qkv.ptr, d_scratch.ptr, B, T, NH, HS,
+                       nullptr, deterministic);
+    ASSERT_CUDA(cudaDeviceSynchronize());
+    std::vector<uint16_t> dqkv_bits(n_qkv);
+    ASSERT_CUDA(cudaMemcpy(dqkv_bits.data(), d_dqkv.ptr, d_dqkv.bytes(), cudaMemcpyDeviceToHost));
+    const std::vector<float> dqkv = bf16_to_float(dqkv_bits);
 
-  const char* names[3] = {"dq", "dk", "dv"};
-  for (int part = 0; part < 3; ++part) {
-    size_t part_nans = 0;
-    const double err = rel_error(dqkv, ref_dqkv, static_cast<size_t>(B) * T, 3 * static_cast<size_t>(C),
-                                 part * C, C, &part_nans);
-    EXPECT_EQ(part_nans, 0u) << "non-finite values in " << names[part];
-    EXPECT_LT(err, kTolerance) << names[part];
-    std::printf("[ %s ] %s rel err %.2e\n", name(s).c_str(), names[part], err);
+    const char* names[3] = {"dq", "dk", "dv"};
+    for (int part = 0; part < 3; ++part) {
+      size_t part_nans = 0;
+      const double err = rel_error(dqkv, ref_dqkv, static_cast<size_t>(B) * T, 3 * static_cast<size_t>(C),
+                                   part * C, C, &part_nans);
+      EXPECT_EQ(part_nans, 0u) << "non-finite values in " << names[part];
+      EXPECT_LT(err, kTolerance) << names[part];
+      std::printf("[ %s ] %s %s rel err %.2e\n", name(s).c_str(), variant, names[part], err);
+    }
   }
   std::printf("[ %s ] out rel err %.2e, lse max abs err %.2e\n", name(s).c_str(), err_out, lse_err);
 }
 
+// Ragged T (100, 300, 77) for every head size; B4_T768_NH12_HS64 has more heads than one backward block group
+// (engine/core/cuda/attention.cu, block_head_tile) on an H100/H200, so a full and a partial group both run.
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionCuda,
                          ::testing::Values(Shape{2, 64, 4, 16}, Shape{1, 100, 2, 32}, Shape{2, 256, 4, 64},
-                                           Shape{1, 1024, 12, 64}, Shape{1, 77, 2, 128}),
+                                           Shape{1, 1024, 12, 64}, Shape{1, 300, 3, 64},
+                                           Shape{4, 768, 12, 64}, Shape{1, 77, 2, 128}),
                          [](const ::testing::TestParamInfo<Shape>& p) { return name(p.param); });
 
-// Two backward runs (and two forward runs) on the same inputs give the same bytes.
+// Two backward runs (and two forward runs) on the same inputs give the same bytes; for the fast backward,
+// dk and dv give the same bytes and dq stays within rounding of the first run.
 TEST(AttentionCudaDeterminism, BitIdenticalRunToRun) {
   SKIP_WITHOUT_GPU();
   for (const Shape s : {Shape{2, 256, 4, 64}, Shape{1, 100, 2, 32}, Shape{1, 77, 2, 128}}) {
@@ -213,13 +223,14 @@ TEST(AttentionCudaDeterminism, BitIdenticalRunToRun) {
 
     DeviceBuffer<__nv_bfloat16> d_qkv(n_qkv), d_out(n_out), d_dout(n_out), d_dqkv(n_qkv);
     DeviceBuffer<float> d_lse(static_cast<size_t>(B) * NH * T),
-        d_scratch(attention_backward_scratch_floats(B, T, NH));
+        d_scratch(attention_backward_scratch_floats(B, T, NH, HS));
     ASSERT_TRUE(d_qkv.ptr && d_out.ptr && d_dout.ptr && d_dqkv.ptr && d_lse.ptr && d_scratch.ptr);
     ASSERT_CUDA(cudaMemcpy(d_qkv.ptr, qkv_bits.data(), d_qkv.bytes(), cudaMemcpyHostToDevice));
     ASSERT_CUDA(cudaMemcpy(d_dout.ptr, dout_bits.data(), d_dout.bytes(), cudaMemcpyHostToDevice));
 
     // One forward + backward from poisoned outputs; returns out and dqkv as raw bf16 bits.
-    auto run_once = [&](std::vector<uint16_t>& out_bits, std::vector<uint16_t>& dqkv_bits) {
+    auto run_once = [&](std::vector<uint16_t>& out_bits, std::vector<uint16_t>& dqkv_bits,
+                        bool deterministic) {
       out_bits.resize(n_out);
       dqkv_bits.resize(n_qkv);
       if (d_out.poison() != cudaSuccess || d_lse.poison() != cudaSuccess || d_dqkv.poison() != cudaSuccess ||
@@ -227,19 +238,43 @@ TEST(AttentionCudaDeterminism, BitIdenticalRunToRun) {
         return false;
       attention_forward(d_out.ptr, d_lse.ptr, d_qkv.ptr, B, T, NH, HS, nullptr);
       attention_backward(d_dqkv.ptr, d_dout.ptr, d_out.ptr, d_lse.ptr, d_qkv.ptr, d_scratch.ptr, B, T, NH, HS,
-                         nullptr);
+                         nullptr, deterministic);
       return cudaMemcpy(out_bits.data(), d_out.ptr, d_out.bytes(), cudaMemcpyDeviceToHost) == cudaSuccess &&
              cudaMemcpy(dqkv_bits.data(), d_dqkv.ptr, d_dqkv.bytes(), cudaMemcpyDeviceToHost) == cudaSuccess;
     };
     std::vector<uint16_t> first_out, second_out, first, second;
-    ASSERT_TRUE(run_once(first_out, first));
-    ASSERT_TRUE(run_once(second_out, second));
+    ASSERT_TRUE(run_once(first_out, first, true));
+    ASSERT_TRUE(run_once(second_out, second, true));
     EXPECT_EQ(0, std::memcmp(first_out.data(), second_out.data(), d_out.bytes())) << "forward differs";
     EXPECT_EQ(0, std::memcmp(first.data(), second.data(), d_dqkv.bytes())) << "backward differs";
     size_t nans = 0;
     for (uint16_t x : first) nans += !std::isfinite(from_bf16(x));
     EXPECT_EQ(nans, 0u);
+
+    // Fast variant, twice: dk and dv bit-identical; dq close.
+    std::vector<uint16_t> fast_a, fast_b;
+    ASSERT_TRUE(run_once(first_out, fast_a, false));
+    ASSERT_TRUE(run_once(second_out, fast_b, false));
+    const std::vector<float> fa = bf16_to_float(fast_a), fb = bf16_to_float(fast_b);
+    const size_t rows = static_cast<size_t>(B) * T, stride = 3 * static_cast<size_t>(C);
+    size_t fast_nans = 0;
+    EXPECT_LT(rel_error(fb, fa, rows, stride, 0, C, &fast_nans), 1e-3) << "fast dq, run to run";
+    EXPECT_EQ(0.0, rel_error(fb, fa, rows, stride, C, 2 * static_cast<size_t>(C), &fast_nans))
+        << "fast dk/dv, run to run";
+    EXPECT_EQ(fast_nans, 0u);
   }
+}
+
+// The scratch size covers both variants and, with the default head size, every head size.
+TEST(AttentionCudaScratch, CoversEveryHeadSize) {
+  const size_t det = static_cast<size_t>(4) * 1000 * 6;
+  for (int hs : {16, 32, 64, 128}) {
+    EXPECT_GT(attention_backward_scratch_floats(4, 1000, 6, hs),
+              det + static_cast<size_t>(4) * 1000 * 6 * hs);
+    EXPECT_GE(attention_backward_scratch_floats(4, 1000, 6),
+              attention_backward_scratch_floats(4, 1000, 6, hs));
+  }
+  EXPECT_THROW(attention_backward_scratch_floats(0, 16, 1), FatalError);
 }
 
 // Preconditions are checked on the host before anything touches the device, so this needs no GPU.
@@ -252,6 +287,9 @@ TEST(AttentionCudaPreconditions, RejectsUnsupportedHeadSizeAndNull) {
   EXPECT_THROW(attention_forward(p, f, p, 1, 0, 1, 64, nullptr), FatalError);
   EXPECT_THROW(attention_backward(p, p, p, f, p, nullptr, 1, 16, 1, 64, nullptr), FatalError);
   EXPECT_THROW(attention_backward(p, p, p, f, p, f, 1, 16, 1, 80, nullptr), FatalError);
+  EXPECT_THROW(attention_backward(p, p, p, f, p, f, 1, 16, 1, 80, nullptr, false), FatalError);
+  EXPECT_THROW(attention_backward(p, p, p, f, p, f + 1, 1, 16, 1, 64, nullptr, false),
+               FatalError);  // aligned
 }
 
 }  // namespace
