@@ -7,7 +7,9 @@ packages=(
   build-essential cmake ninja-build git pkg-config
   googletest libgtest-dev libgmock-dev   # tests
   libcli11-dev nlohmann-json3-dev        # gantry-engine's flags, manifests and JSON lines
+  libsqlite3-dev                         # storage/: the run history
   libxxhash-dev                          # cross-checks our own XXH64 in the tests
+  libgloo-dev                            # the CPU communicator (engine/core/comm); GPU machines use NCCL
 )
 
 missing=()

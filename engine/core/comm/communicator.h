@@ -1,0 +1,86 @@
+// One communicator interface for the parallel axes (DESIGN.md: NCCL on GPU, Gloo on CPU, behind one
+// interface with abort). No Gloo, NCCL or CUDA types here, so model and parallel code include it on any
+// machine. Pointers are in the backend's memory: host memory for Gloo, device memory for NCCL.
+//
+//   Result<std::unique_ptr<Communicator>> comm = gloo_communicator_create(rank, size, fd, "dp/", 30s);
+//   if (!comm.ok()) return comm.status();
+//   Status st = (*comm)->all_reduce(grads.data(), grads.size(), 30s);
+//   if (!st.ok()) return st;   // "gloo all_reduce (rank 1 of 4, 1000 floats): peer closed: ..."
+//
+//   // ZeRO: each rank reduces and owns one contiguous block of the flat gradient buffer.
+//   CommBlock mine = comm_block(n, comm->size(), comm->rank());
+//   (*comm)->reduce_scatter(grads.data(), shard.data(), n, 30s);     // shard holds mine.count floats
+//   (*comm)->all_gather(params.data() + mine.offset, params.data(), n, 30s);  // in place
+//
+// Contract, every backend:
+// - Every rank calls the same collectives in the same order with the same `count` (and root). Ranks
+//   that disagree hang until the timeout, which then names the operation.
+// - Sums are deterministic: the order in which ranks' contributions are added depends on the rank
+//   count and buffer size only, never on timing, so the same inputs give the same bits every run, and
+//   every rank ends with the same bits. For Gloo, all_reduce is exactly reduce_scatter followed by
+//   all_gather (a ring, gloo_communicator.h), so ZeRO and plain DP produce identical sums.
+// - Operations run one at a time, from one thread. abort() is the exception: any thread, any time.
+// - The first failure (timeout, peer closed, abort) breaks the communicator for good: the peers are in
+//   an unknown state, so every later operation fails at once with that first cause, and the backend
+//   closes its connections so that the peers' operations fail promptly too (a gang fails together).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+
+#include "engine/core/status.h"
+
+namespace gantry {
+
+// A rank's contiguous share of a `count`-element buffer split over `size` ranks: the first
+// count % size ranks get one element more, so shares differ by at most one and need no padding.
+struct CommBlock {
+  size_t offset = 0;
+  size_t count = 0;
+};
+inline CommBlock comm_block(size_t count, int size, int rank) {
+  const size_t n = static_cast<size_t>(size), r = static_cast<size_t>(rank);
+  const size_t base = count / n, extra = count % n;
+  return {r * base + (r < extra ? r : extra), base + (r < extra ? 1 : 0)};
+}
+
+class Communicator {
+ public:
+  using Timeout = std::chrono::milliseconds;
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual const char* backend() const = 0;  // "gloo", "nccl"
+
+  // data[0..count) = the sum of every rank's data[0..count), in place.
+  virtual Status all_reduce(float* data, size_t count, Timeout timeout) = 0;
+  // out[0..b.count) = the sum over ranks of in[b.offset .. b.offset + b.count), b = comm_block(count, size,
+  // rank). `in` holds all `count` elements and is left unchanged; out may be in + b.offset.
+  virtual Status reduce_scatter(const float* in, float* out, size_t count, Timeout timeout) = 0;
+  // out[0..count) = every rank's block, in rank order; `in` holds this rank's comm_block(count, size, rank)
+  // elements and may be out + b.offset (in place).
+  virtual Status all_gather(const float* in, float* out, size_t count, Timeout timeout) = 0;
+  // data[0..count) = root's data[0..count) on every rank.
+  virtual Status broadcast(float* data, size_t count, int root, Timeout timeout) = 0;
+  // Point to point; the peer's matching call must name the same count. Messages between two ranks
+  // arrive in the order they were sent. send returns once the peer has taken the data, so two ranks
+  // must not both send to each other first (pair each send with the peer's recv, e.g. by rank parity).
+  // Only the two ranks involved call these; the others' collectives stay in step.
+  virtual Status send(const float* data, size_t count, int peer, Timeout timeout) = 0;
+  virtual Status recv(float* data, size_t count, int peer, Timeout timeout) = 0;
+  // Returns once every rank has entered the barrier.
+  virtual Status barrier(Timeout timeout) = 0;
+
+  // Stops the operation in progress (it returns an "aborted" error), fails every later one, and closes
+  // the connections so the peers fail promptly. Idempotent; safe from any thread.
+  virtual void abort() = 0;
+  // Ok, or the first failure that broke the communicator.
+  virtual Status health() const = 0;
+};
+
+// How an operation's error message begins: "gloo all_reduce (rank 1 of 4, 1000 floats): ".
+std::string comm_error_prefix(const char* backend, const char* op, int rank, int size, size_t count);
+
+}  // namespace gantry

@@ -1,0 +1,341 @@
+// The NCCL communicator. Index:
+//   helpers            error text, waiting out ncclInProgress
+//   class NcclCommunicator
+//     run()            broken check, enqueue, wait for completion or error or deadline or abort
+//     collectives      all_reduce, reduce_scatter, all_gather, broadcast, send/recv, barrier
+//   nccl_communicator_create
+#include "engine/core/comm/nccl_communicator.h"
+
+#include <cuda_runtime.h>  // streams, device selection, the barrier's scratch float
+#include <nccl.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include "engine/core/comm/store_client.h"
+
+namespace gantry {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string nccl_text(ncclResult_t r, ncclComm_t comm) {
+  std::string s = std::string("nccl: ") + ncclGetErrorString(r);
+  const char* last = comm ? ncclGetLastError(comm) : nullptr;
+  if (last && *last) s += " (" + std::string(last) + ")";
+  return s;
+}
+
+// Sleeps that start short (an NVLink all-reduce of a small bucket takes microseconds) and grow to 1 ms
+// (a long one should not burn a core polling).
+class Backoff {
+ public:
+  void pause() {
+    if (n_++ < 64) {
+      std::this_thread::yield();
+      return;
+    }
+    std::this_thread::sleep_for(delay_);
+    delay_ = std::min(delay_ * 2, std::chrono::microseconds(1000));
+  }
+
+ private:
+  int n_ = 0;
+  std::chrono::microseconds delay_{20};
+};
+
+// Non-blocking communicators may answer ncclInProgress; the next NCCL call on the communicator must wait
+// until its state leaves that. "" when it reached ncclSuccess, else the cause.
+std::string settle(ncclComm_t comm, ncclResult_t r, Clock::time_point deadline,
+                   std::chrono::milliseconds timeout, const std::atomic<bool>* aborted) {
+  Backoff backoff;
+  while (r == ncclInProgress) {
+    if (aborted && *aborted) return "aborted";
+    if (Clock::now() > deadline) return "timeout after " + std::to_string(timeout.count()) + " ms";
+    backoff.pause();
+    if (ncclCommGetAsyncError(comm, &r) != ncclSuccess) return "nccl: ncclCommGetAsyncError failed";
+  }
+  return r == ncclSuccess ? "" : nccl_text(r, comm);
+}
+
+// ---- the communicator ------------------------------------------------------------------------------
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(int rank, int size, int device, ncclComm_t comm, cudaStream_t stream, bool own_stream,
+                   float* scratch)
+      : rank_(rank),
+        size_(size),
+        device_(device),
+        comm_(comm),
+        stream_(stream),
+        own_stream_(own_stream),
+        scratch_(scratch) {}
+
+  ~NcclCommunicator() override {
+    cudaSetDevice(device_);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      // Abort rather than destroy: ncclCommDestroy may wait for peers that will never come.
+      abort_comm_locked();
+    }
+    if (scratch_) cudaFree(scratch_);
+    if (own_stream_) cudaStreamDestroy(stream_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const char* backend() const override { return "nccl"; }
+
+  Status health() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return broken_.empty() ? Status() : Status::error(broken_);
+  }
+
+  void abort() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    aborted_ = true;
+    if (broken_.empty()) broken_ = "aborted";
+    // An operation in progress polls aborted_ and aborts the communicator on its own thread; NCCL's
+    // communicator must not be torn down under a thread still querying it.
+    if (!in_op_) abort_comm_locked();
+  }
+
+  Status all_reduce(float* data, size_t count, Timeout timeout) override {
+    return run("all_reduce", count, timeout, [&]() -> ncclResult_t {
+      return ncclAllReduce(data, data, count, ncclFloat, ncclSum, comm_, stream_);
+    });
+  }
+
+  Status reduce_scatter(const float* in, float* out, size_t count, Timeout timeout) override {
+    return run("reduce_scatter", count, timeout, [&]() -> ncclResult_t {
+      if (count % static_cast<size_t>(size_) == 0) {
+        return ncclReduceScatter(in, out, count / static_cast<size_t>(size_), ncclFloat, ncclSum, comm_,
+                                 stream_);
+      }
+      // Uneven blocks: one reduce per block, rooted at its owner, fused into one launch by the group.
+      ncclResult_t r = ncclGroupStart();
+      if (r != ncclSuccess) return r;
+      for (int b = 0; b < size_; ++b) {
+        const CommBlock blk = comm_block(count, size_, b);
+        if (blk.count == 0) continue;
+        // recvbuff is used on the root only; the others pass their own input, which NCCL leaves alone.
+        float* recv = b == rank_ ? out : const_cast<float*>(in + blk.offset);
+        r = ncclReduce(in + blk.offset, recv, blk.count, ncclFloat, ncclSum, b, comm_, stream_);
+        if (r != ncclSuccess && r != ncclInProgress) {
+          ncclGroupEnd();
+          return r;
+        }
+      }
+      return ncclGroupEnd();
+    });
+  }
+
+  Status all_gather(const float* in, float* out, size_t count, Timeout timeout) override {
+    return run("all_gather", count, timeout, [&]() -> ncclResult_t {
+      if (count % static_cast<size_t>(size_) == 0) {
+        return ncclAllGather(in, out, count / static_cast<size_t>(size_), ncclFloat, comm_, stream_);
+      }
+      ncclResult_t r = ncclGroupStart();
+      if (r != ncclSuccess) return r;
+      for (int b = 0; b < size_; ++b) {
+        const CommBlock blk = comm_block(count, size_, b);
+        if (blk.count == 0) continue;
+        // sendbuff is read on the root only.
+        const float* send = b == rank_ ? in : out + blk.offset;
+        r = ncclBroadcast(send, out + blk.offset, blk.count, ncclFloat, b, comm_, stream_);
+        if (r != ncclSuccess && r != ncclInProgress) {
+          ncclGroupEnd();
+          return r;
+        }
+      }
+      return ncclGroupEnd();
+    });
+  }
+
+  Status broadcast(float* data, size_t count, int root, Timeout timeout) override {
+    if (root < 0 || root >= size_) return invalid("broadcast", count, "root " + std::to_string(root));
+    return run("broadcast", count, timeout, [&]() -> ncclResult_t {
+      return ncclBroadcast(data, data, count, ncclFloat, root, comm_, stream_);
+    });
+  }
+
+  Status send(const float* data, size_t count, int peer, Timeout timeout) override {
+    if (peer < 0 || peer >= size_ || peer == rank_)
+      return invalid("send", count, "peer " + std::to_string(peer));
+    return run("send", count, timeout,
+               [&]() -> ncclResult_t { return ncclSend(data, count, ncclFloat, peer, comm_, stream_); });
+  }
+
+  Status recv(float* data, size_t count, int peer, Timeout timeout) override {
+    if (peer < 0 || peer >= size_ || peer == rank_)
+      return invalid("recv", count, "peer " + std::to_string(peer));
+    return run("recv", count, timeout,
+               [&]() -> ncclResult_t { return ncclRecv(data, count, ncclFloat, peer, comm_, stream_); });
+  }
+
+  Status barrier(Timeout timeout) override {
+    // NCCL has no barrier: a one-float all-reduce completes on a rank only after every rank contributed.
+    return run("barrier", 0, timeout, [&]() -> ncclResult_t {
+      return ncclAllReduce(scratch_, scratch_, 1, ncclFloat, ncclSum, comm_, stream_);
+    });
+  }
+
+ private:
+  // A bad argument fails the gang like any other error: the peers are already inside the collective.
+  Status invalid(const char* op, size_t count, const std::string& what) {
+    const std::string message =
+        comm_error_prefix("nccl", op, rank_, size_, count) + "invalid argument: " + what;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (broken_.empty() || broken_ == "aborted") broken_ = message;
+    abort_comm_locked();
+    return Status::error(message);
+  }
+
+  template <class Enqueue>
+  Status run(const char* op, size_t count, Timeout timeout, Enqueue&& enqueue) {
+    const std::string prefix = comm_error_prefix("nccl", op, rank_, size_, count);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!broken_.empty()) {
+        return Status::error(prefix + (aborted_
+                                           ? std::string("aborted")
+                                           : "communicator unusable after an earlier error: " + broken_));
+      }
+      in_op_ = true;
+    }
+    const auto deadline = Clock::now() + timeout;
+    std::string cause;
+    if (cudaError_t e = cudaSetDevice(device_); e != cudaSuccess) {
+      cause = std::string("cuda: ") + cudaGetErrorString(e);
+    } else {
+      cause = settle(comm_, enqueue(), deadline, timeout, &aborted_);
+    }
+    if (cause.empty()) cause = wait_done(deadline, timeout);
+
+    std::lock_guard<std::mutex> lock(mu_);
+    in_op_ = false;
+    if (aborted_ && cause.empty()) cause = "aborted";
+    if (cause.empty()) return Status();
+    const std::string message = prefix + cause;
+    if (broken_.empty() || broken_ == "aborted") broken_ = message;
+    abort_comm_locked();
+    return Status::error(message);
+  }
+
+  // Polls the stream and NCCL's asynchronous error until the work is done or must be given up.
+  std::string wait_done(Clock::time_point deadline, Timeout timeout) {
+    Backoff backoff;
+    for (;;) {
+      cudaError_t q = cudaStreamQuery(stream_);
+      if (q == cudaSuccess) return "";
+      if (q != cudaErrorNotReady) return std::string("cuda: ") + cudaGetErrorString(q);
+      ncclResult_t async = ncclSuccess;
+      if (ncclCommGetAsyncError(comm_, &async) != ncclSuccess) return "nccl: ncclCommGetAsyncError failed";
+      if (async != ncclSuccess && async != ncclInProgress) {
+        // NCCL's proxy reports a vanished peer as a remote or system error.
+        std::string text = nccl_text(async, comm_);
+        return (async == ncclRemoteError || async == ncclSystemError ? "peer closed (" + text + ")" : text);
+      }
+      if (aborted_) return "aborted";
+      if (Clock::now() > deadline) return "timeout after " + std::to_string(timeout.count()) + " ms";
+      backoff.pause();
+    }
+  }
+
+  void abort_comm_locked() {
+    if (!comm_) return;
+    ncclCommAbort(comm_);  // also ends kernels still spinning on this communicator
+    comm_ = nullptr;
+  }
+
+  const int rank_;
+  const int size_;
+  const int device_;
+  ncclComm_t comm_;
+  cudaStream_t stream_;
+  const bool own_stream_;
+  float* scratch_;  // (1,) device float for barrier
+
+  mutable std::mutex mu_;
+  std::atomic<bool> aborted_{false};
+  bool in_op_ = false;
+  std::string broken_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Communicator>> nccl_communicator_create(int rank, int size, int store_fd,
+                                                               std::string prefix,
+                                                               std::chrono::milliseconds timeout,
+                                                               NcclCommOptions options) {
+  const std::string where =
+      "nccl create (rank " + std::to_string(rank) + " of " + std::to_string(size) + "): ";
+  if (size < 1 || rank < 0 || rank >= size)
+    return Status::error(where + "rank must be in [0, size), size >= 1");
+  if (timeout.count() <= 0) return Status::error(where + "timeout must be positive");
+  const auto deadline = Clock::now() + timeout;
+
+  int device = options.device;
+  if (device < 0 && cudaGetDevice(&device) != cudaSuccess)
+    return Status::error(where + "no current CUDA device");
+  if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess) {
+    return Status::error(where + "cudaSetDevice(" + std::to_string(device) + "): " + cudaGetErrorString(e));
+  }
+
+  // Rendezvous: the id is 128 opaque bytes; the store carries it like any other value.
+  StoreClient store(store_fd);
+  const std::string key = prefix + "nccl_unique_id";
+  ncclUniqueId id;
+  if (rank == 0) {
+    if (ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess)
+      return Status::error(where + nccl_text(r, nullptr));
+    std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(&id), sizeof id);
+    if (Status st = store.set(key, bytes, timeout); !st.ok()) {
+      return Status::error(where + "rendezvous failed: " + st.message());
+    }
+  } else {
+    Result<std::vector<uint8_t>> bytes = store.get(key, timeout);
+    if (!bytes.ok()) return Status::error(where + "rendezvous failed: " + bytes.error());
+    if (bytes->size() != sizeof id) {
+      return Status::error(where + "rendezvous failed: \"" + key + "\" holds " +
+                           std::to_string(bytes->size()) + " bytes, an NCCL unique id has " +
+                           std::to_string(sizeof id));
+    }
+    std::memcpy(&id, bytes->data(), sizeof id);
+  }
+
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // every call returns at once: timeouts and abort stay in our hands
+  ncclComm_t comm = nullptr;
+  ncclResult_t r = ncclCommInitRankConfig(&comm, size, id, rank, &config);
+  if (r != ncclSuccess && r != ncclInProgress) return Status::error(where + nccl_text(r, comm));
+  if (std::string cause = settle(comm, r, deadline, timeout, nullptr); !cause.empty()) {
+    if (comm) ncclCommAbort(comm);
+    return Status::error(where + "init: " + cause);
+  }
+
+  cudaStream_t stream = static_cast<cudaStream_t>(options.stream);
+  const bool own_stream = stream == nullptr;
+  if (own_stream) {
+    if (cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking); e != cudaSuccess) {
+      ncclCommAbort(comm);
+      return Status::error(where + "cudaStreamCreate: " + cudaGetErrorString(e));
+    }
+  }
+  float* scratch = nullptr;
+  if (cudaError_t e = cudaMalloc(&scratch, sizeof(float)); e != cudaSuccess) {
+    ncclCommAbort(comm);
+    if (own_stream) cudaStreamDestroy(stream);
+    return Status::error(where + "cudaMalloc: " + cudaGetErrorString(e));
+  }
+  return std::unique_ptr<Communicator>(
+      new NcclCommunicator(rank, size, device, comm, stream, own_stream, scratch));
+}
+
+}  // namespace gantry

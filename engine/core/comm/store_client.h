@@ -1,0 +1,57 @@
+// The worker's side of rendezvous: set/get/wait against the launcher's StoreServer over the socket the
+// worker inherited. Plain Status values, no Gloo or NCCL types: the Gloo adapter (gloo_store.h) and the
+// NCCL communicator (publishing its unique id) both sit on top of it.
+//
+//   StoreClient store(fd);                        // does not take the socket: the worker runtime owns it
+//   if (Status st = store.set("nccl/id", id_bytes, 30s); !st.ok()) return st;
+//   Result<std::vector<uint8_t>> id = store.get("nccl/id", 30s);  // blocks until some rank set it
+//
+// One request at a time per socket (a mutex serialises callers). Later issues multiplex the socket with
+// step records and commands; until then the store client is its only reader.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/core/comm/frame.h"
+#include "engine/core/status.h"
+
+namespace gantry {
+
+class StoreClient {
+ public:
+  explicit StoreClient(int fd) : fd_(fd) {}
+
+  // Sets `key` (overwriting). Fails on timeout, a closed socket, or the server refusing the value.
+  Status set(std::string_view key, std::span<const uint8_t> value, std::chrono::milliseconds timeout);
+  // The value of `key`, waiting up to `timeout` for some client to set it.
+  Result<std::vector<uint8_t>> get(std::string_view key, std::chrono::milliseconds timeout);
+  // Returns once every key is set; the timeout error names the keys still missing.
+  Status wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
+
+  int fd() const { return fd_; }
+
+ private:
+  // Sends one request and returns its reply (store_ok / store_value / store_error), skipping late replies
+  // to requests an earlier call gave up on.
+  Result<Frame> request(FrameType type, uint64_t id, std::span<const uint8_t> payload,
+                        std::chrono::milliseconds timeout, const char* what);
+
+  int fd_;
+  std::mutex mu_;
+  // Bytes of a reply not yet complete survive a timed-out call, so the stream never gets out of step.
+  FrameDecoder decoder_;
+  // After the server closed the socket or sent garbage, every later call fails with the first cause.
+  std::string broken_;
+};
+
+// Request ids come from one process-wide counter so two StoreClients on the same socket (one per
+// communicator) can never mistake each other's replies.
+uint64_t store_next_request_id();
+
+}  // namespace gantry

@@ -1,0 +1,171 @@
+// The NCCL communicator across real processes, one GPU each (label gpu: runs where there are at least two
+// GPUs, skips elsewhere). Same harness as the Gloo test: the parent serves the store, workers check every
+// collective against sums computed on the host, and a killed worker must fail the others within the
+// timeout with no process left behind.
+#include "engine/core/comm/nccl_communicator.h"
+
+#include <cuda_runtime.h>  // device buffers in the workers only: the parent never touches CUDA
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "engine/core/comm/communicator.h"
+#include "tests/engine/core/comm/worker_harness.h"
+
+namespace gantry {
+namespace {
+
+using namespace comm_test;
+
+int gpu_count() {
+  static int n = exit_code_in_child([] {
+    int count = 0;
+    return cudaGetDeviceCount(&count) == cudaSuccess ? std::min(count, 100) : 0;
+  });
+  return n;
+}
+
+// Device buffer for a worker; copies in and out.
+struct DeviceFloats {
+  float* p = nullptr;
+  size_t n = 0;
+  explicit DeviceFloats(size_t count) : n(count) {
+    cudaMalloc(&p, std::max<size_t>(count, 1) * sizeof(float));
+  }
+  ~DeviceFloats() { cudaFree(p); }
+  void put(const std::vector<float>& v, size_t offset = 0) {
+    cudaMemcpy(p + offset, v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice);
+  }
+  std::vector<float> get(size_t offset, size_t count) const {
+    std::vector<float> v(count);
+    cudaMemcpy(v.data(), p + offset, count * sizeof(float), cudaMemcpyDeviceToHost);
+    return v;
+  }
+};
+
+std::string near(const std::vector<float>& got, const std::vector<double>& want, const std::string& what) {
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::fabs(got[i] - want[i]) > 1e-5 * (1.0 + std::fabs(want[i]))) {
+      return what + ": element " + std::to_string(i) + " is " + std::to_string(got[i]) + ", expected " +
+             std::to_string(want[i]) + "\n";
+    }
+  }
+  return "";
+}
+
+std::string nccl_collectives_body(int rank, int n, int fd) {
+  auto made = nccl_communicator_create(rank, n, fd, "test/", 60s, {.device = rank});
+  if (!made.ok()) return made.error();
+  Communicator& comm = *made.value();
+  std::string errors;
+  for (size_t count : {size_t{1}, size_t{7}, size_t{1000}, size_t{65537}, size_t{1} << 20}) {
+    std::vector<std::vector<float>> x;
+    for (int r = 0; r < n; ++r) x.push_back(rank_data(r, count, 1));
+    std::vector<double> sum(count, 0.0);
+    for (int r = 0; r < n; ++r) {
+      for (size_t i = 0; i < count; ++i) sum[i] += x[static_cast<size_t>(r)][i];
+    }
+    const std::string at = " (count " + std::to_string(count) + ")";
+    const CommBlock mine = comm_block(count, n, rank);
+
+    DeviceFloats a(count), b(count);
+    a.put(x[static_cast<size_t>(rank)]);
+    b.put(x[static_cast<size_t>(rank)]);
+    WORKER_CHECK_OK(comm.all_reduce(a.p, count, 30s));
+    WORKER_CHECK_OK(comm.all_reduce(b.p, count, 30s));
+    std::vector<float> ra = a.get(0, count), rb = b.get(0, count);
+    errors += near(ra, sum, "all_reduce" + at);
+    errors += diff_bits(rb.data(), ra.data(), count, "second all_reduce of the same data" + at);
+
+    DeviceFloats in(count), shard(mine.count);
+    in.put(x[static_cast<size_t>(rank)]);
+    WORKER_CHECK_OK(comm.reduce_scatter(in.p, shard.p, count, 30s));
+    std::vector<double> want_shard(sum.begin() + static_cast<std::ptrdiff_t>(mine.offset),
+                                   sum.begin() + static_cast<std::ptrdiff_t>(mine.offset + mine.count));
+    errors += near(shard.get(0, mine.count), want_shard, "reduce_scatter" + at);
+
+    DeviceFloats gathered(count);
+    gathered.put(std::vector<float>(ra.begin() + static_cast<std::ptrdiff_t>(mine.offset),
+                                    ra.begin() + static_cast<std::ptrdiff_t>(mine.offset + mine.count)),
+                 mine.offset);
+    WORKER_CHECK_OK(comm.all_gather(gathered.p + mine.offset, gathered.p, count, 30s));  // in place
+    std::vector<float> g = gathered.get(0, count);
+    errors += diff_bits(g.data(), ra.data(), count, "in-place all_gather of all_reduce's blocks" + at);
+
+    for (int root = 0; root < n; ++root) {
+      DeviceFloats buf(count);
+      buf.put(rank == root ? x[static_cast<size_t>(root)] : std::vector<float>(count, 0.0f));
+      WORKER_CHECK_OK(comm.broadcast(buf.p, count, root, 30s));
+      std::vector<float> got = buf.get(0, count);
+      errors += diff_bits(got.data(), x[static_cast<size_t>(root)].data(), count,
+                          "broadcast from " + std::to_string(root) + at);
+    }
+  }
+  // send/recv between rank pairs (0,1), (2,3): NCCL's send and recv are matched per pair.
+  if (n >= 2 && (rank ^ 1) < n) {
+    const int peer = rank ^ 1;
+    DeviceFloats m(1000);
+    if (rank % 2 == 0) {
+      m.put(rank_data(rank, 1000, 9));
+      WORKER_CHECK_OK(comm.send(m.p, 1000, peer, 30s));
+    } else {
+      WORKER_CHECK_OK(comm.recv(m.p, 1000, peer, 30s));
+      std::vector<float> got = m.get(0, 1000);
+      errors += diff_bits(got.data(), rank_data(peer, 1000, 9).data(), 1000, "recv");
+    }
+  }
+  WORKER_CHECK_OK(comm.barrier(30s));
+  return errors;
+}
+
+TEST(NcclCommunicator, CollectivesAcrossProcessesMatchHostSums) {
+  const int gpus = gpu_count();
+  if (gpus < 2) GTEST_SKIP() << "needs at least two GPUs (found " << gpus << ")";
+  std::vector<int> sizes = {2};
+  if (std::min(gpus, 4) > 2) sizes.push_back(std::min(gpus, 4));
+  for (int n : sizes) {
+    SCOPED_TRACE(std::to_string(n) + " ranks");
+    expect_all_passed(run_workers(n, nccl_collectives_body, 180s));
+  }
+}
+
+TEST(NcclCommunicator, KilledWorkerFailsTheOthersWithinTheTimeout) {
+  const int gpus = gpu_count();
+  if (gpus < 2) GTEST_SKIP() << "needs at least two GPUs (found " << gpus << ")";
+  const int n = std::min(gpus, 4);
+  RunResult res = run_workers(
+      n,
+      [](int rank, int size, int fd) -> std::string {
+        auto made = nccl_communicator_create(rank, size, fd, "dp/", 60s, {.device = rank});
+        if (!made.ok()) return made.error();
+        Communicator& comm = *made.value();
+        DeviceFloats data(1 << 16);
+        data.put(std::vector<float>(1 << 16, 1.0f));
+        WORKER_CHECK_OK(comm.all_reduce(data.p, 1 << 16, 30s));
+        if (rank == size - 1) ::raise(SIGKILL);
+        auto t0 = Clock::now();
+        Status st;
+        for (int i = 0; i < 1000 && st.ok(); ++i) st = comm.all_reduce(data.p, 1 << 16, 5s);
+        if (st.ok()) return "1000 all_reduces succeeded without the killed rank";
+        if (Clock::now() - t0 > 8s) return "failure took longer than 8 s: " + st.message();
+        const std::string& m = st.message();
+        if (m.find("timeout") == std::string::npos && m.find("peer closed") == std::string::npos &&
+            m.find("nccl") == std::string::npos) {
+          return "cause: " + m;
+        }
+        return "";
+      },
+      120s);
+  for (int r = 0; r + 1 < n; ++r) {
+    const Outcome& o = res.workers[static_cast<size_t>(r)];
+    EXPECT_TRUE(o.exited && o.code == 0) << "rank " << r << ": " << o.report;
+  }
+  EXPECT_EQ(res.workers[static_cast<size_t>(n - 1)].signal, SIGKILL);
+}
+
+}  // namespace
+}  // namespace gantry
