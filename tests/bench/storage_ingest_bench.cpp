@@ -1,17 +1,20 @@
 // storage_ingest_bench: how many rank-step records per second HistoryDb::ingest stores, tiles included.
 // Goal (issue #5): ≥ 500,000 rows/s on the 2-core developer VM.
 //
-//   storage_ingest_bench [--ranks 1024] [--steps 2000] [--dir /tmp]
+//   storage_ingest_bench [--ranks 1024] [--steps 2000] [--dir /tmp] [--shape step|node|both]
+//                        [--checkpoint background|inline]
 //
 // Sweeps two batch shapes: one batch per step holding every rank (the coordinator merging a step), and
 // one batch per node of 8 ranks (the agents' batches, ingested as they come). Records are generated
 // before the clock starts. Each shape warms up on a separate run first, then is timed; afterwards a
 // band query counts the records back (#wrong = records missing or extra). Prints a table and one JSON
-// line per shape.
+// line per shape. --checkpoint inline turns off HistoryDb's checkpointer thread (SQLite then
+// checkpoints inside the committing call), to measure what the thread buys.
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -86,13 +89,22 @@ int main(int argc, char** argv) {
   int64_t steps = 2000;
   std::string dir = "/tmp";
   std::string shape = "both";
+  bool background_checkpoint = true;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--ranks")) ranks = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--shape")) shape = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--steps")) steps = std::atoll(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--dir")) dir = argv[i + 1];
+    if (!std::strcmp(argv[i], "--ranks"))
+      ranks = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--shape"))
+      shape = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--checkpoint"))
+      background_checkpoint = std::strcmp(argv[i + 1], "inline") != 0;
+    else if (!std::strcmp(argv[i], "--steps"))
+      steps = std::atoll(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--dir"))
+      dir = argv[i + 1];
     else {
-      std::fprintf(stderr, "usage: storage_ingest_bench [--ranks N] [--steps N] [--dir DIR] [--shape step|node|both]\n");
+      std::fprintf(stderr,
+                   "usage: storage_ingest_bench [--ranks N] [--steps N] [--dir DIR] [--shape step|node|both] "
+                   "[--checkpoint background|inline]\n");
       return 2;
     }
   }
@@ -103,26 +115,27 @@ int main(int argc, char** argv) {
   remove_db();
 
   std::printf("# storage_ingest_bench: HistoryDb::ingest of rank-step records, aggregate tiles included\n");
-  std::printf("# device: CPU %s, %ld cores; SQLite file %s\n", cpu_model().c_str(), sysconf(_SC_NPROCESSORS_ONLN),
-              path.c_str());
+  std::printf("# device: CPU %s, %ld cores; SQLite file %s; WAL checkpoints %s\n", cpu_model().c_str(),
+              sysconf(_SC_NPROCESSORS_ONLN), path.c_str(), background_checkpoint ? "on a thread" : "inline");
   std::printf("# %6s %8s %9s %10s %12s %14s %10s %10s %7s\n", "ranks", "steps", "per_batch", "rows", "rows/s",
               "rows/cpu-s", "ms/step", "bytes/row", "#wrong");
   int failures = 0;
   for (int per_batch : {ranks, 8}) {
     if ((shape == "step" && per_batch != ranks) || (shape == "node" && per_batch == ranks)) continue;
     std::string error;
-    auto db = gantry::HistoryDb::open(path, {}, &error);
+    auto db = gantry::HistoryDb::open(path, {.background_checkpoint = background_checkpoint}, &error);
     if (!db) {
       std::fprintf(stderr, "%s\n", error.c_str());
       return 1;
     }
     // Warm-up: a short run of the same shape (page cache, statement cache, WAL file).
     const int64_t warm = db->begin_run({.name = "warmup", .world_size = ranks});
-    for (const RecordBatch& b : make_batches(warm, ranks, 64, per_batch, 1)) db->ingest(b);
+    const int64_t warm_steps = std::clamp<int64_t>(1000000 / ranks, 4, 64);  // at most ~1M records
+    for (const RecordBatch& b : make_batches(warm, ranks, warm_steps, per_batch, 1)) db->ingest(b);
 
     const int64_t run = db->begin_run({.name = "bench", .world_size = ranks});
     const std::vector<RecordBatch> batches = make_batches(run, ranks, steps, per_batch, 2);
-    struct stat before{};
+    struct stat before {};
     ::stat(path.c_str(), &before);
     const double cpu0 = cpu_seconds();
     const auto t0 = std::chrono::steady_clock::now();
@@ -146,22 +159,25 @@ int main(int argc, char** argv) {
     const int64_t wrong = std::llabs(counted - rows);
     failures += wrong != 0;
     db.reset();
-    struct stat after{}, wal{};
+    struct stat after {
+    }, wal{};
     ::stat(path.c_str(), &after);
     ::stat((path + "-wal").c_str(), &wal);
     const double bytes_per_row =
         static_cast<double>(after.st_size + wal.st_size - before.st_size) / static_cast<double>(rows);
     const double rate = static_cast<double>(rows) / seconds;
     const double cpu_rate = static_cast<double>(rows) / cpu;
-    std::printf("  %6d %8lld %9d %10lld %12.0f %14.0f %10.3f %10.1f %7lld\n", ranks, static_cast<long long>(steps),
-                per_batch, static_cast<long long>(rows), rate, cpu_rate, 1e3 * seconds / static_cast<double>(steps),
-                bytes_per_row, static_cast<long long>(wrong));
+    std::printf("  %6d %8lld %9d %10lld %12.0f %14.0f %10.3f %10.1f %7lld\n", ranks,
+                static_cast<long long>(steps), per_batch, static_cast<long long>(rows), rate, cpu_rate,
+                1e3 * seconds / static_cast<double>(steps), bytes_per_row, static_cast<long long>(wrong));
     std::printf(
         "{\"bench\":\"storage_ingest\",\"ranks\":%d,\"steps\":%lld,\"per_batch\":%d,\"rows\":%lld,"
-        "\"seconds\":%.4f,\"cpu_seconds\":%.4f,\"rows_per_s\":%.0f,\"rows_per_cpu_s\":%.0f,\"bytes_per_row\":%.1f,"
-        "\"wrong\":%lld,\"goal_rows_per_s\":500000}\n",
-        ranks, static_cast<long long>(steps), per_batch, static_cast<long long>(rows), seconds, cpu, rate, cpu_rate,
-        bytes_per_row, static_cast<long long>(wrong));
+        "\"seconds\":%.4f,\"cpu_seconds\":%.4f,\"rows_per_s\":%.0f,\"rows_per_cpu_s\":%.0f,\"bytes_per_row\":"
+        "%.1f,"
+        "\"wrong\":%lld,\"checkpoint\":\"%s\",\"goal_rows_per_s\":500000}\n",
+        ranks, static_cast<long long>(steps), per_batch, static_cast<long long>(rows), seconds, cpu, rate,
+        cpu_rate, bytes_per_row, static_cast<long long>(wrong),
+        background_checkpoint ? "background" : "inline");
     std::fflush(stdout);
     remove_db();
   }

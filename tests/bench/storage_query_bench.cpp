@@ -40,7 +40,8 @@ std::string cpu_model() {
 }
 
 double now_ms() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 // Ingests the history: per-rank step times with a slow rank, a straggling node for a while and a
@@ -112,14 +113,20 @@ int main(int argc, char** argv) {
   int reps = 20;
   std::string path;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--ranks")) ranks = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--steps")) steps = std::atoll(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--raw-steps")) raw_steps = std::atoll(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--reps")) reps = std::max(1, std::atoi(argv[i + 1]));
-    else if (!std::strcmp(argv[i], "--db")) path = argv[i + 1];
+    if (!std::strcmp(argv[i], "--ranks"))
+      ranks = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--steps"))
+      steps = std::atoll(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--raw-steps"))
+      raw_steps = std::atoll(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--reps"))
+      reps = std::max(1, std::atoi(argv[i + 1]));
+    else if (!std::strcmp(argv[i], "--db"))
+      path = argv[i + 1];
     else {
-      std::fprintf(stderr,
-                   "usage: storage_query_bench [--ranks N] [--steps N] [--raw-steps N] [--reps N] [--db FILE]\n");
+      std::fprintf(
+          stderr,
+          "usage: storage_query_bench [--ranks N] [--steps N] [--raw-steps N] [--reps N] [--db FILE]\n");
       return 2;
     }
   }
@@ -130,7 +137,7 @@ int main(int argc, char** argv) {
   bool reuse = false;
   {
     std::string error;
-    struct stat st{};
+    struct stat st {};
     if (::stat(path.c_str(), &st) == 0) {
       auto db = HistoryDb::open(path, {.read_only = true}, &error);
       gantry::RunRow run;
@@ -142,10 +149,10 @@ int main(int argc, char** argv) {
     for (const char* suffix : {"", "-wal", "-shm"}) ::unlink((path + suffix).c_str());
     const double t0 = now_ms();
     if (!build(path, ranks, steps, raw_steps)) return 1;
-    std::printf("# built %s: %d ranks x %lld steps in %.1f s\n", path.c_str(), ranks, static_cast<long long>(steps),
-                (now_ms() - t0) / 1e3);
+    std::printf("# built %s: %d ranks x %lld steps in %.1f s\n", path.c_str(), ranks,
+                static_cast<long long>(steps), (now_ms() - t0) / 1e3);
   }
-  struct stat st{};
+  struct stat st {};
   ::stat(path.c_str(), &st);
 
   std::vector<int32_t> node40, scattered;
@@ -154,7 +161,8 @@ int main(int argc, char** argv) {
   const int64_t tail = std::max<int64_t>(0, steps - 10000);
   std::vector<Shape> shapes = {
       {"all ranks, all steps, 2000 buckets", {.run_id = 1, .max_buckets = 2000}},
-      {"all ranks, forward, 2000 buckets", {.run_id = 1, .metric = gantry::RankMetric::forward, .max_buckets = 2000}},
+      {"all ranks, forward, 2000 buckets",
+       {.run_id = 1, .metric = gantry::RankMetric::forward, .max_buckets = 2000}},
       {"all ranks, last 10k steps, 2000", {.run_id = 1, .step_begin = tail, .max_buckets = 2000}},
       {"all ranks, last 1k steps, 2000", {.run_id = 1, .step_begin = steps - 1000, .max_buckets = 2000}},
       {"one node (8 ranks), all steps", {.run_id = 1, .ranks = node40, .max_buckets = 2000}},
@@ -165,10 +173,10 @@ int main(int argc, char** argv) {
   std::printf("# storage_query_bench: HistoryDb::query_band / query_series, %d ranks x %lld steps\n", ranks,
               static_cast<long long>(steps));
   std::printf("# device: CPU %s, %ld cores; file %s (%.2f GB, raw rank-steps for the last %lld steps)\n",
-              cpu_model().c_str(), sysconf(_SC_NPROCESSORS_ONLN), path.c_str(), static_cast<double>(st.st_size) / 1e9,
-              static_cast<long long>(raw_steps));
-  std::printf("# %-36s %8s %9s %10s %9s %9s %9s %9s %7s\n", "query", "buckets", "width", "rows_read", "cold_ms",
-              "ms", "min_ms", "max_ms", "#wrong");
+              cpu_model().c_str(), sysconf(_SC_NPROCESSORS_ONLN), path.c_str(),
+              static_cast<double>(st.st_size) / 1e9, static_cast<long long>(raw_steps));
+  std::printf("# %-36s %8s %9s %10s %9s %9s %9s %9s %7s\n", "query", "buckets", "width", "rows_read",
+              "cold_ms", "ms", "min_ms", "max_ms", "#wrong");
   int failures = 0;
   for (const Shape& shape : shapes) {
     std::string error;
@@ -182,7 +190,8 @@ int main(int argc, char** argv) {
     gantry::SeriesResult series;
     for (int i = 0; i <= reps; ++i) {
       const double t0 = now_ms();
-      const bool ok = shape.series ? db->query_series(shape.query, &series) : db->query_band(shape.query, &band);
+      const bool ok =
+          shape.series ? db->query_series(shape.query, &series) : db->query_band(shape.query, &band);
       ms.push_back(now_ms() - t0);
       if (!ok) {
         std::fprintf(stderr, "%s: %s\n", shape.name.c_str(), db->error().c_str());
@@ -211,11 +220,12 @@ int main(int argc, char** argv) {
     }
     failures += wrong != 0;
     std::printf("  %-36s %8lld %9lld %10lld %9.2f %9.2f %9.2f %9.2f %7lld\n", shape.name.c_str(),
-                static_cast<long long>(buckets), static_cast<long long>(width), static_cast<long long>(rows), cold,
-                median, ms.front(), ms.back(), static_cast<long long>(wrong));
+                static_cast<long long>(buckets), static_cast<long long>(width), static_cast<long long>(rows),
+                cold, median, ms.front(), ms.back(), static_cast<long long>(wrong));
     std::printf(
         "{\"bench\":\"storage_query\",\"query\":\"%s\",\"ranks\":%d,\"steps\":%lld,\"buckets\":%lld,"
-        "\"bucket_steps\":%lld,\"rows_read\":%lld,\"cold_ms\":%.3f,\"ms\":%.3f,\"min_ms\":%.3f,\"max_ms\":%.3f,"
+        "\"bucket_steps\":%lld,\"rows_read\":%lld,\"cold_ms\":%.3f,\"ms\":%.3f,\"min_ms\":%.3f,\"max_ms\":%."
+        "3f,"
         "\"wrong\":%lld,\"goal_ms\":50}\n",
         shape.name.c_str(), ranks, static_cast<long long>(steps), static_cast<long long>(buckets),
         static_cast<long long>(width), static_cast<long long>(rows), cold, median, ms.front(), ms.back(),

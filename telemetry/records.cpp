@@ -1,0 +1,101 @@
+#include "telemetry/records.h"
+
+#include <cmath>
+
+namespace gantry {
+namespace {
+
+constexpr std::string_view kPhaseNames[kPhaseCount] = {"data_wait", "forward",      "backward",
+                                                       "optimizer", "comm_exposed", "checkpoint_stall"};
+
+// Bitwise-minded equality: NaN == NaN, so a record holding a diverged loss compares equal to its copy.
+bool same(double a, double b) {
+  return a == b || (std::isnan(a) && std::isnan(b));
+}
+bool same(const std::optional<double>& a, const std::optional<double>& b) {
+  if (a.has_value() != b.has_value()) return false;
+  return !a || same(*a, *b);
+}
+
+}  // namespace
+
+std::string_view phase_name(Phase p) {
+  const auto i = static_cast<size_t>(p);
+  return i < static_cast<size_t>(kPhaseCount) ? kPhaseNames[i] : std::string_view("unknown");
+}
+
+bool phase_from_name(std::string_view name, Phase* out) {
+  for (int i = 0; i < kPhaseCount; ++i) {
+    if (kPhaseNames[i] == name) {
+      *out = static_cast<Phase>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+namespace {
+// One switch for both constnesses.
+template <class Self>
+auto& phase_field(Self& s, Phase p) {
+  switch (p) {
+    case Phase::data_wait:
+      return s.data_wait;
+    case Phase::forward:
+      return s.forward;
+    case Phase::backward:
+      return s.backward;
+    case Phase::optimizer:
+      return s.optimizer;
+    case Phase::comm_exposed:
+      return s.comm_exposed;
+    case Phase::checkpoint_stall:
+      return s.checkpoint_stall;
+  }
+  return s.data_wait;  // unreachable for valid enumerators; keeps -Wreturn-type quiet
+}
+}  // namespace
+
+double PhaseSeconds::get(Phase p) const {
+  return phase_field(*this, p);
+}
+double& PhaseSeconds::at(Phase p) {
+  return phase_field(*this, p);
+}
+
+double PhaseSeconds::sum() const {
+  return data_wait + forward + backward + optimizer + comm_exposed + checkpoint_stall;
+}
+
+bool operator==(const PhaseSeconds& a, const PhaseSeconds& b) {
+  for (int i = 0; i < kPhaseCount; ++i) {
+    if (!same(a.get(static_cast<Phase>(i)), b.get(static_cast<Phase>(i)))) return false;
+  }
+  return true;
+}
+
+bool operator==(const RankStepRecord& a, const RankStepRecord& b) {
+  return a.run_id == b.run_id && a.step == b.step && a.rank == b.rank && a.host == b.host &&
+         a.device == b.device && a.phases == b.phases && same(a.total_s, b.total_s) && a.tokens == b.tokens &&
+         a.mem_allocated_bytes == b.mem_allocated_bytes && a.mem_peak_bytes == b.mem_peak_bytes &&
+         same(a.temperature_celsius, b.temperature_celsius) && same(a.sm_clock_hertz, b.sm_clock_hertz) &&
+         same(a.power_watts, b.power_watts);
+}
+
+bool operator==(const StepRecord& a, const StepRecord& b) {
+  return a.run_id == b.run_id && a.step == b.step && same(a.time_unix_s, b.time_unix_s) &&
+         same(a.loss, b.loss) && same(a.grad_norm, b.grad_norm) && same(a.lr, b.lr) &&
+         same(a.tokens_per_s, b.tokens_per_s) && same(a.step_s, b.step_s) && same(a.mfu, b.mfu) &&
+         same(a.hfu, b.hfu) && same(a.val_loss, b.val_loss);
+}
+
+bool operator==(const EventRecord& a, const EventRecord& b) {
+  return a.run_id == b.run_id && same(a.time_unix_s, b.time_unix_s) && a.step == b.step && a.kind == b.kind &&
+         a.rank == b.rank && a.node == b.node && a.message == b.message && a.payload == b.payload;
+}
+
+bool operator==(const RecordBatch& a, const RecordBatch& b) {
+  return a.rank_steps == b.rank_steps && a.steps == b.steps && a.events == b.events;
+}
+
+}  // namespace gantry

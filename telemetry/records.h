@@ -1,0 +1,124 @@
+// The measurements every part of Gantry speaks about: one record per rank per step, one per step for the
+// whole job, and events. Plain structs with no behaviour, so the worker can fill them on the hot path and
+// the codecs (record_codec.h binary, record_json.h JSON), the straggler scorer, the Prometheus writer
+// and storage/ all read the same thing.
+//
+//   RankStepRecord r{.run_id = run, .step = s, .rank = rank, .host = host, .device = local_device};
+//   r.phases.forward = fwd_s;             // seconds; each phase is time this rank spent, not overlapped
+//   r.phases.comm_exposed = wait_s;       // communication the compute did not hide
+//   r.total_s = step_s;                   // the whole step; phases need not add up to it exactly
+//   batch.rank_steps.push_back(std::move(r));
+//
+// Units are base units throughout (seconds, bytes, hertz, watts, degrees Celsius, ratios 0..1), the same
+// as the Prometheus exposition. This header stays C++17 so that CUDA translation units may include it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gantry {
+
+// Where a rank's step time went. The order is the order of a step, and the wire and storage formats
+// depend on it: append new phases at the end only.
+enum class Phase : uint8_t {
+  data_wait = 0,  // waiting for the next batch
+  forward = 1,
+  backward = 2,
+  optimizer = 3,         // clipping, the update, ZeRO gathers of the update
+  comm_exposed = 4,      // communication not hidden behind compute (waiting in a collective counts)
+  checkpoint_stall = 5,  // the step waited for a checkpoint write
+};
+inline constexpr int kPhaseCount = 6;
+
+// "data_wait", "forward", ...: the names used in JSON keys, Prometheus labels and events.
+std::string_view phase_name(Phase p);
+// Inverse of phase_name; false for an unknown name.
+bool phase_from_name(std::string_view name, Phase* out);
+
+struct PhaseSeconds {
+  double data_wait = 0;
+  double forward = 0;
+  double backward = 0;
+  double optimizer = 0;
+  double comm_exposed = 0;
+  double checkpoint_stall = 0;
+
+  // Indexed access for code that loops over phases (scoring, codecs).
+  double get(Phase p) const;
+  double& at(Phase p);
+  double sum() const;
+};
+
+bool operator==(const PhaseSeconds& a, const PhaseSeconds& b);
+
+// One rank, one optimizer step.
+struct RankStepRecord {
+  int64_t run_id = 0;
+  int64_t step = 0;  // optimizer steps done, counting this one
+  int32_t rank = 0;  // global rank
+  std::string host;
+  int32_t device = -1;  // local device index; -1 = CPU
+  PhaseSeconds phases;
+  double total_s = 0;  // wall time of the step on this rank; what the phases do not cover is unattributed
+  int64_t tokens = 0;  // tokens this rank processed in the step
+  uint64_t mem_allocated_bytes = 0;  // device (or host, on CPU) memory held at the end of the step
+  uint64_t mem_peak_bytes = 0;       // high-water mark during the step
+  // From NVML where present; absent on CPU and where NVML is not available.
+  std::optional<double> temperature_celsius;
+  std::optional<double> sm_clock_hertz;
+  std::optional<double> power_watts;
+};
+
+// The job as a whole, one optimizer step. Written by rank 0 (or the coordinator).
+struct StepRecord {
+  int64_t run_id = 0;
+  int64_t step = 0;
+  double time_unix_s = 0;  // when the step ended
+  double loss = 0;         // mean training loss over the global batch; NaN when it diverged
+  double grad_norm = 0;    // global L2 norm before clipping
+  double lr = 0;
+  double tokens_per_s = 0;  // global
+  double step_s = 0;        // wall time of the step
+  double mfu = 0;           // model FLOP utilisation 0..1 (flops.h: the formula and peak live with the run)
+  double hfu = 0;           // hardware FLOP utilisation 0..1, counting recomputation
+  std::optional<double> val_loss;
+};
+
+// Something that happened: a checkpoint, a straggler flag, a control action, a failure.
+struct EventRecord {
+  int64_t run_id = 0;
+  double time_unix_s = 0;
+  int64_t step = -1;    // the step it belongs to; -1 = none
+  std::string kind;     // short lower_snake word: "checkpoint", "straggler", "pause", "rank_failed", ...
+  int32_t rank = -1;    // the rank it concerns; -1 = none
+  std::string node;     // the host it concerns; "" = none
+  std::string message;  // one human line
+  std::string payload;  // free text, by convention a JSON document; opaque to the codecs
+};
+
+// What travels together: a worker's step, an agent's per-node batch, an API upload.
+struct RecordBatch {
+  std::vector<RankStepRecord> rank_steps;
+  std::vector<StepRecord> steps;
+  std::vector<EventRecord> events;
+
+  bool empty() const { return rank_steps.empty() && steps.empty() && events.empty(); }
+  size_t size() const { return rank_steps.size() + steps.size() + events.size(); }
+  void clear() {
+    rank_steps.clear();
+    steps.clear();
+    events.clear();
+  }
+};
+
+// Field-by-field equality, NaN equal to NaN (a diverged loss must survive a round trip).
+bool operator==(const RankStepRecord& a, const RankStepRecord& b);
+bool operator==(const StepRecord& a, const StepRecord& b);
+bool operator==(const EventRecord& a, const EventRecord& b);
+bool operator==(const RecordBatch& a, const RecordBatch& b);
+
+}  // namespace gantry

@@ -1,0 +1,344 @@
+#include "telemetry/record_codec.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "telemetry/record_json.h"
+
+namespace gantry {
+namespace {
+
+RankStepRecord sample_rank_step(int rank, int64_t step) {
+  RankStepRecord r;
+  r.run_id = 7;
+  r.step = step;
+  r.rank = rank;
+  r.host = "node-" + std::to_string(rank / 8);
+  r.device = rank % 8;
+  r.phases.data_wait = 0.001 * rank;
+  r.phases.forward = 0.1 + 1e-9 * step;
+  r.phases.backward = 0.2;
+  r.phases.optimizer = 0.01;
+  r.phases.comm_exposed = 0.03;
+  r.phases.checkpoint_stall = 0;
+  r.total_s = 0.35;
+  r.tokens = 8192;
+  r.mem_allocated_bytes = 40'000'000'000ULL;
+  r.mem_peak_bytes = 79'999'999'999ULL;
+  if (rank % 2) {
+    r.temperature_celsius = 71.5;
+    r.sm_clock_hertz = 1.98e9;
+    r.power_watts = 651.25;
+  }
+  return r;
+}
+
+// A batch that exercises every field, both signs, extremes, NaN and infinities, and strings that need
+// care (empty, repeated, non-ASCII, with quotes and newlines).
+RecordBatch sample_batch() {
+  RecordBatch b;
+  for (int r = 0; r < 8; ++r) b.rank_steps.push_back(sample_rank_step(r, 1000));
+  b.rank_steps.push_back(sample_rank_step(3, 999));  // step goes backwards: negative delta
+  RankStepRecord extreme;
+  extreme.run_id = std::numeric_limits<int64_t>::min();
+  extreme.step = std::numeric_limits<int64_t>::max();
+  extreme.rank = std::numeric_limits<int32_t>::max();
+  extreme.device = std::numeric_limits<int32_t>::min();
+  extreme.tokens = std::numeric_limits<int64_t>::min();
+  extreme.mem_peak_bytes = std::numeric_limits<uint64_t>::max();
+  extreme.total_s = std::numeric_limits<double>::denorm_min();
+  extreme.phases.forward = -0.0;
+  extreme.power_watts = std::numeric_limits<double>::infinity();
+  b.rank_steps.push_back(extreme);
+
+  StepRecord s;
+  s.run_id = 7;
+  s.step = 1000;
+  s.time_unix_s = 1795651200.123456;
+  s.loss = std::numeric_limits<double>::quiet_NaN();  // diverged
+  s.grad_norm = std::numeric_limits<double>::infinity();
+  s.lr = 3e-4;
+  s.tokens_per_s = 1.25e6;
+  s.step_s = 0.35;
+  s.mfu = 0.41;
+  s.hfu = 0.52;
+  b.steps.push_back(s);
+  s.step = 1001;
+  s.loss = 2.5;
+  s.grad_norm = 1.0;
+  s.val_loss = 2.75;
+  b.steps.push_back(s);
+
+  EventRecord e;
+  e.run_id = 7;
+  e.time_unix_s = 1795651200.5;
+  e.step = 1000;
+  e.kind = "straggler";
+  e.rank = 5;
+  e.node = "node-0";
+  e.message = "rank 5 slow: \"forward\"\nsecond line, µs and 日本";
+  e.payload = R"({"phase":"forward","relative":0.93})";
+  b.events.push_back(e);
+  EventRecord bare;  // all defaults: empty strings, step and rank -1
+  bare.kind = "pause";
+  b.events.push_back(bare);
+  return b;
+}
+
+TEST(RecordCodec, BinaryRoundTripIsExact) {
+  const RecordBatch b = sample_batch();
+  std::vector<uint8_t> wire;
+  ASSERT_TRUE(record_batch_encode(b, &wire));
+  RecordBatch back;
+  std::string error;
+  ASSERT_TRUE(record_batch_decode(wire.data(), wire.size(), &back, &error)) << error;
+  EXPECT_EQ(back, b);
+  EXPECT_TRUE(std::signbit(back.rank_steps.back().phases.forward));  // -0.0 kept bit for bit
+  EXPECT_EQ(record_batch_frame_size(wire.data(), wire.size(), &error), wire.size());
+}
+
+TEST(RecordCodec, EmptyBatchRoundTrips) {
+  std::vector<uint8_t> wire;
+  ASSERT_TRUE(record_batch_encode(RecordBatch(), &wire));
+  RecordBatch back;
+  back.steps.emplace_back();  // decode must replace what was there
+  std::string error;
+  ASSERT_TRUE(record_batch_decode(wire.data(), wire.size(), &back, &error)) << error;
+  EXPECT_TRUE(back.empty());
+}
+
+TEST(RecordCodec, CompactForANodeBatch) {
+  // One node's eight ranks at one step: the size budget of the worker → agent → coordinator path.
+  RecordBatch b;
+  for (int r = 0; r < 8; ++r) b.rank_steps.push_back(sample_rank_step(r, 123456));
+  std::vector<uint8_t> wire;
+  ASSERT_TRUE(record_batch_encode(b, &wire));
+  EXPECT_LT(wire.size(), 8u * 100u) << "bytes per rank-step record grew past 100";
+}
+
+TEST(RecordCodec, RejectsBadHeaders) {
+  std::vector<uint8_t> wire;
+  ASSERT_TRUE(record_batch_encode(sample_batch(), &wire));
+  RecordBatch out;
+  std::string error;
+
+  auto bad = wire;
+  bad[0] ^= 0xFF;
+  EXPECT_FALSE(record_batch_decode(bad.data(), bad.size(), &out, &error));
+  EXPECT_NE(error.find("magic"), std::string::npos) << error;
+
+  bad = wire;
+  bad[4] = 2;  // version 2
+  EXPECT_FALSE(record_batch_decode(bad.data(), bad.size(), &out, &error));
+  EXPECT_NE(error.find("version 2"), std::string::npos) << error;
+
+  bad = wire;
+  bad[6] = 1;  // reserved
+  EXPECT_FALSE(record_batch_decode(bad.data(), bad.size(), &out, &error));
+  EXPECT_NE(error.find("reserved"), std::string::npos) << error;
+
+  bad = wire;
+  bad.push_back(0);
+  EXPECT_FALSE(record_batch_decode(bad.data(), bad.size(), &out, &error));
+  EXPECT_NE(error.find("trailing"), std::string::npos) << error;
+}
+
+TEST(RecordCodec, EveryTruncationIsAnErrorAndLeavesNothing) {
+  std::vector<uint8_t> wire;
+  ASSERT_TRUE(record_batch_encode(sample_batch(), &wire));
+  for (size_t n = 0; n < wire.size(); ++n) {
+    RecordBatch out;
+    std::string error;
+    EXPECT_FALSE(record_batch_decode(wire.data(), n, &out, &error)) << "prefix of " << n << " bytes";
+    EXPECT_FALSE(error.empty());
+    EXPECT_TRUE(out.empty());
+  }
+}
+
+TEST(RecordCodec, TruncatedBodyWithPatchedLengthIsAnError) {
+  // The header agrees with the size, but the body itself ends early: the body parser must catch it.
+  std::vector<uint8_t> wire;
+  ASSERT_TRUE(record_batch_encode(sample_batch(), &wire));
+  for (size_t n = kRecordCodecHeaderBytes; n < wire.size(); ++n) {
+    std::vector<uint8_t> cut(wire.begin(), wire.begin() + static_cast<std::ptrdiff_t>(n));
+    const size_t body = n - kRecordCodecHeaderBytes;
+    for (int i = 0; i < 4; ++i) cut[8 + i] = static_cast<uint8_t>(body >> (8 * i));
+    RecordBatch out;
+    std::string error;
+    EXPECT_FALSE(record_batch_decode(cut.data(), cut.size(), &out, &error)) << "body of " << body << " bytes";
+  }
+}
+
+TEST(RecordCodec, FuzzRandomBytesAndMutationsNeverCrash) {
+  std::vector<uint8_t> wire;
+  ASSERT_TRUE(record_batch_encode(sample_batch(), &wire));
+  std::mt19937_64 rng(20261126);
+  RecordBatch out;
+  std::string error;
+  int accepted = 0;
+  for (int iter = 0; iter < 20000; ++iter) {
+    std::vector<uint8_t> buf;
+    if (iter % 2 == 0) {
+      // Pure noise behind a valid header, so the body parser is what gets exercised.
+      buf.resize(kRecordCodecHeaderBytes + rng() % 300);
+      for (auto& x : buf) x = static_cast<uint8_t>(rng());
+      std::copy(wire.begin(), wire.begin() + 8, buf.begin());
+      const size_t body = buf.size() - kRecordCodecHeaderBytes;
+      for (int i = 0; i < 4; ++i) buf[8 + i] = static_cast<uint8_t>(body >> (8 * i));
+    } else {
+      // A valid batch with a few bytes flipped: counts, indices and lengths turn hostile.
+      buf = wire;
+      const int flips = 1 + static_cast<int>(rng() % 4);
+      for (int f = 0; f < flips; ++f) {
+        buf[kRecordCodecHeaderBytes + rng() % (buf.size() - kRecordCodecHeaderBytes)] =
+            static_cast<uint8_t>(rng());
+      }
+    }
+    if (record_batch_decode(buf.data(), buf.size(), &out, &error)) {
+      ++accepted;  // a flip inside a double is still a valid batch; then it must re-encode
+      std::vector<uint8_t> again;
+      ASSERT_TRUE(record_batch_encode(out, &again));
+    } else {
+      EXPECT_TRUE(out.empty());
+    }
+  }
+  EXPECT_GT(accepted, 0);  // the mutations did reach past the validation, sometimes
+}
+
+TEST(RecordCodec, HostileCountIsRefusedBeforeAllocating) {
+  // Header + body "0 strings, 2^60 rank steps": must fail on the count, not try to allocate.
+  std::vector<uint8_t> buf = {0x47, 0x54, 0x4C, 0x4D, 1, 0, 0, 0, 0, 0, 0, 0, 0};
+  const uint64_t huge = uint64_t{1} << 60;
+  for (uint64_t v = huge; v >= 0x80; v >>= 7) buf.push_back(static_cast<uint8_t>(v | 0x80));
+  buf.push_back(static_cast<uint8_t>(huge >> 56));
+  const size_t body = buf.size() - kRecordCodecHeaderBytes;
+  buf[8] = static_cast<uint8_t>(body);
+  RecordBatch out;
+  std::string error;
+  EXPECT_FALSE(record_batch_decode(buf.data(), buf.size(), &out, &error));
+  EXPECT_NE(error.find("count"), std::string::npos) << error;
+}
+
+TEST(RecordJson, RoundTripsEveryRecordExactly) {
+  const RecordBatch b = sample_batch();
+  for (const RankStepRecord& r : b.rank_steps) {
+    RankStepRecord back;
+    std::string error;
+    ASSERT_TRUE(record_from_json(record_to_json(r), &back, &error)) << error << "\n" << record_to_json(r);
+    EXPECT_EQ(back, r) << record_to_json(r);
+  }
+  for (const StepRecord& s : b.steps) {
+    StepRecord back;
+    std::string error;
+    ASSERT_TRUE(record_from_json(record_to_json(s), &back, &error)) << error;
+    EXPECT_EQ(back, s) << record_to_json(s);
+  }
+  RecordBatch back;
+  std::string error;
+  ASSERT_TRUE(record_from_json(record_to_json(b), &back, &error)) << error;
+  EXPECT_EQ(back, b);
+}
+
+TEST(RecordJson, WritesUnitsInKeysAndNaNAsString) {
+  StepRecord s;
+  s.loss = std::numeric_limits<double>::quiet_NaN();
+  const std::string j = record_to_json(s);
+  EXPECT_NE(j.find("\"loss\":\"NaN\""), std::string::npos) << j;
+  EXPECT_EQ(j.find("val_loss"), std::string::npos) << "absent optionals are not written";
+  const std::string r = record_to_json(sample_rank_step(1, 5));
+  EXPECT_NE(r.find("\"forward_s\":0.100000005"), std::string::npos) << r;
+  EXPECT_NE(r.find("\"mem_peak_bytes\":79999999999"), std::string::npos) << r;
+}
+
+TEST(RecordJson, StrictReader) {
+  const std::string good = record_to_json(sample_rank_step(2, 9));
+  RankStepRecord r;
+  std::string error;
+  ASSERT_TRUE(record_from_json(good, &r, &error)) << error;
+
+  const auto rejects = [&](const std::string& text, const std::string& needle) {
+    RankStepRecord x;
+    std::string why;
+    EXPECT_FALSE(record_from_json(text, &x, &why)) << text;
+    EXPECT_NE(why.find(needle), std::string::npos) << "error \"" << why << "\" lacks \"" << needle << "\"";
+  };
+  std::string t = good;
+  rejects(t.insert(1, "\"colour\":\"red\","), "unknown key \"colour\"");
+  t = good;
+  rejects(t.replace(t.find("\"rank\":2"), 8, "\"rank\":2.5"), "\"rank\": expected a 32-bit integer");
+  t = good;
+  rejects(t.replace(t.find("\"rank\":2"), 8, "\"rank\":9999999999"), "\"rank\"");
+  t = good;
+  rejects(t.replace(t.find("\"step\":9,"), 9, ""), "missing key \"step\"");
+  t = good;
+  rejects(t.insert(1, "\"step\":9,"), "duplicate key \"step\"");
+  t = good;
+  rejects(t.replace(t.find("\"host\":\"node-0\""), 15, "\"host\":7"), "\"host\": expected a string");
+  t = good;
+  rejects(t.replace(t.find("\"mem_peak_bytes\":"), 17, "\"mem_peak_bytes\":-"), "mem_peak_bytes");
+  rejects("[1,2]", "expected an object");
+  rejects(good + " x", "after the JSON value");
+  rejects(good.substr(0, good.size() - 1), "expected");
+  rejects("", "unexpected end");
+
+  // Optional keys may be null or absent.
+  t = good;
+  ASSERT_TRUE(record_from_json(t.insert(t.size() - 1, ",\"power_watts\":null"), &r, &error)) << error;
+  EXPECT_FALSE(r.power_watts.has_value());
+}
+
+TEST(RecordJson, ParserEdgeCases) {
+  JsonValue v;
+  std::string error;
+  EXPECT_TRUE(json_parse(R"({"a":"\u00e9\ud83d\ude00\n","b":[true,false,null,-0.5e-3,0]})", &v, &error))
+      << error;
+  std::string a;
+  ASSERT_TRUE(v.find("a")->get_string(&a));
+  EXPECT_EQ(a, "\xC3\xA9\xF0\x9F\x98\x80\n");
+  for (const char* bad : {"01", "1.", ".5", "+1", "\"\\ud800\"", "\"\\udc00\"", "\"a\x01\"", "\"\xC0\xAF\"",
+                          "\"\xED\xA0\x80\"", "[1,]", "{\"a\":1,}", "{\"a\" 1}", "nul", "\"\\x\"", "1e"}) {
+    EXPECT_FALSE(json_parse(bad, &v, &error)) << bad;
+  }
+  std::string deep(100, '[');
+  deep += std::string(100, ']');
+  EXPECT_FALSE(json_parse(deep, &v, &error));
+  EXPECT_NE(error.find("deeper"), std::string::npos);
+
+  // Many keys: still rejects a duplicate (the set path), and in linear time.
+  std::string many = "{";
+  for (int i = 0; i < 5000; ++i) many += "\"k" + std::to_string(i) + "\":" + std::to_string(i) + ",";
+  EXPECT_TRUE(json_parse(many.substr(0, many.size() - 1) + "}", &v, &error)) << error;
+  EXPECT_FALSE(json_parse(many + "\"k17\":0}", &v, &error));
+}
+
+TEST(RecordJson, WriterKeepsOutputValidForInvalidUtf8) {
+  JsonWriter w;
+  w.value_string(std::string("ok \xFF\xC3 end\x01", 10));
+  JsonValue v;
+  std::string error;
+  ASSERT_TRUE(json_parse(w.text(), &v, &error)) << error << ": " << w.text();
+  std::string s;
+  ASSERT_TRUE(v.get_string(&s));
+  EXPECT_EQ(s, "ok \xEF\xBF\xBD\xEF\xBF\xBD end\x01");
+}
+
+TEST(RecordJson, BatchRejectsUnknownSectionAndNamesTheElement) {
+  RecordBatch b;
+  std::string error;
+  EXPECT_FALSE(record_from_json(R"({"rank_steps":[],"extra":[]})", &b, &error));
+  EXPECT_NE(error.find("unknown key \"extra\""), std::string::npos) << error;
+  EXPECT_FALSE(
+      record_from_json(R"({"events":[{"run_id":1,"time_unix_s":0,"kind":"x"},{"run_id":1}]})", &b, &error));
+  EXPECT_NE(error.find("\"events\"[1]"), std::string::npos) << error;
+  ASSERT_TRUE(record_from_json(R"({"events":[{"run_id":1,"time_unix_s":2.5,"kind":"pause"}]})", &b, &error))
+      << error;
+  ASSERT_EQ(b.events.size(), 1u);
+  EXPECT_EQ(b.events[0].step, -1);
+  EXPECT_EQ(b.events[0].rank, -1);
+}
+
+}  // namespace
+}  // namespace gantry
