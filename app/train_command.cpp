@@ -11,6 +11,9 @@
 #include "engine/core/checkpoint.h"
 #include "engine/core/config.h"
 #include "engine/core/train.h"
+#ifdef GANTRY_HAVE_STORAGE
+#include "app/history_writer.h"
+#endif
 
 namespace gantry {
 namespace {
@@ -50,6 +53,27 @@ class StepPrinter final : public TrainObserver {
   bool json_;
 };
 
+// Hands every report to each of several observers, in order.
+class Fanout final : public TrainObserver {
+ public:
+  explicit Fanout(std::vector<TrainObserver*> to) : to_(std::move(to)) {}
+  void on_start(const std::string& s) override {
+    for (TrainObserver* o : to_) o->on_start(s);
+  }
+  void on_run(const RunDescription& r) override {
+    for (TrainObserver* o : to_) o->on_run(r);
+  }
+  void on_step(const StepReport& r) override {
+    for (TrainObserver* o : to_) o->on_step(r);
+  }
+  void on_checkpoint(const CheckpointReport& c) override {
+    for (TrainObserver* o : to_) o->on_checkpoint(c);
+  }
+
+ private:
+  std::vector<TrainObserver*> to_;
+};
+
 struct TrainArgs {
   std::string config;
   std::string resume;
@@ -84,7 +108,18 @@ int train_main(const TrainArgs& a) {
   std::signal(SIGTERM, on_stop_signal);
 
   StepPrinter printer(a.json);
-  Result<TrainSummary> s = train_run(cfg.value(), opt, &printer);
+  std::vector<TrainObserver*> observers = {&printer};
+#ifdef GANTRY_HAVE_STORAGE
+  // The run's history: <out>/history.sqlite, one run row per invocation.
+  std::filesystem::create_directories(opt.out_dir);
+  HistoryWriter history(opt.out_dir, std::filesystem::path(opt.out_dir).filename().string());
+  observers.push_back(&history);
+#endif
+  Fanout fanout(observers);
+  Result<TrainSummary> s = train_run(cfg.value(), opt, &fanout);
+#ifdef GANTRY_HAVE_STORAGE
+  history.finish(s.ok(), s.ok() && s->stopped_early, s.ok() ? "" : s.error());
+#endif
   if (!s.ok()) {
     std::string hint;
     if (!a.resume.empty()) {

@@ -119,6 +119,13 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
                   c.train.global_batch, B, accum, static_cast<unsigned long long>(train->num_windows()),
                   static_cast<long long>(step), static_cast<long long>(last_step));
     observer->on_start(buf);
+    char version[24];
+    std::snprintf(version, sizeof version, "%016llx", static_cast<unsigned long long>(train->data_version()));
+    observer->on_run({.config_toml = config_dump(c),
+                      .code_version = code_version(),
+                      .data_version = version,
+                      .backend = backend->name(),
+                      .params = table.numel()});
   }
 
   std::vector<int32_t> inputs(static_cast<size_t>(B) * T), targets(static_cast<size_t>(B) * T);
@@ -144,13 +151,16 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
       break;
     }
     const auto t0 = std::chrono::steady_clock::now();
+    double data_wait = 0;
     backend->zero_grads();
     for (int micro = 0; micro < accum; ++micro) {
+      const auto d0 = std::chrono::steady_clock::now();
       SampleRange r = sampler_micro_batch(static_cast<uint64_t>(step), c.train.global_batch, 1, 0, B, micro);
       for (uint64_t k = 0; k < r.count; ++k) {
         const uint64_t w = sampler_window(c.train.seed, r.first + k, train->num_windows());
         train->window(w, inputs.data() + k * T, targets.data() + k * T);
       }
+      data_wait += seconds_since(d0);
       backend->forward_backward(inputs.data(), targets.data(), static_cast<int>(r.count),
                                 1.0f / static_cast<float>(accum));
     }
@@ -173,7 +183,13 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
     ++step;
     last_loss = loss;
 
-    StepReport rep{.step = step, .last_step = last_step, .loss = loss, .grad_norm = norm, .lr = lr};
+    StepReport rep{.step = step,
+                   .last_step = last_step,
+                   .loss = loss,
+                   .grad_norm = norm,
+                   .lr = lr,
+                   .tokens = static_cast<int64_t>(c.train.global_batch) * T,
+                   .data_wait_s = data_wait};
     if (c.train.val_every > 0 && step % c.train.val_every == 0) {
       double vsum = 0;
       for (int vb = 0; vb < c.train.val_batches; ++vb) {
@@ -188,7 +204,7 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
     }
     const double secs = seconds_since(t0);
     rep.ms = secs * 1e3;
-    rep.tokens_per_s = static_cast<double>(c.train.global_batch) * T / secs;
+    rep.tokens_per_s = static_cast<double>(rep.tokens) / secs;
     observer->on_step(rep);
 
     if (c.train.checkpoint_every > 0 && step % c.train.checkpoint_every == 0 && step < last_step) {

@@ -23,6 +23,8 @@ struct StepReport {
   double lr = 0;
   double tokens_per_s = 0;
   double ms = 0;           // wall time of this step
+  int64_t tokens = 0;      // tokens in the global batch
+  double data_wait_s = 0;  // of ms, the time spent reading the batch's windows
   std::optional<double> val_loss;
 };
 
@@ -33,10 +35,20 @@ struct CheckpointReport {
   double seconds = 0;
 };
 
+// What the run is, for observers that keep a history: handed over once, before the first step.
+struct RunDescription {
+  std::string config_toml;
+  std::string code_version;
+  std::string data_version;  // hex
+  std::string backend;
+  uint64_t params = 0;
+};
+
 class TrainObserver {
  public:
   virtual ~TrainObserver() = default;
   virtual void on_start(const std::string& /*summary*/) {}
+  virtual void on_run(const RunDescription&) {}
   virtual void on_step(const StepReport&) {}
   virtual void on_checkpoint(const CheckpointReport&) {}
 };

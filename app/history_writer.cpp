@@ -1,0 +1,104 @@
+#include "app/history_writer.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "storage/history_db.h"
+#include "telemetry/records.h"
+
+namespace gantry {
+namespace {
+double now_unix_s() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+HistoryWriter::HistoryWriter(std::string out_dir, std::string run_name)
+    : out_dir_(std::move(out_dir)), run_name_(std::move(run_name)), path_(out_dir_ + "/history.sqlite") {
+  char host[256] = "";
+  gethostname(host, sizeof host - 1);
+  host_ = host;
+}
+
+HistoryWriter::~HistoryWriter() = default;
+
+void HistoryWriter::warn(const std::string& what) {
+  if (warned_) return;
+  warned_ = true;
+  std::fprintf(stderr, "warning: run history %s: %s (training goes on; checkpoints are unaffected)\n", path_.c_str(),
+               what.c_str());
+}
+
+void HistoryWriter::on_run(const RunDescription& run) {
+  std::string error;
+  db_ = HistoryDb::open(path_, {}, &error);
+  if (!db_) return warn("cannot open: " + error);
+  device_ = run.backend == "cuda" ? 0 : -1;
+  run_id_ = db_->begin_run({.name = run_name_,
+                            .world_size = 1,
+                            .config = run.config_toml,
+                            .code_version = run.code_version,
+                            .data_version = run.data_version,
+                            .layout = "dp=1 tp=1 pp=1 zero=0",
+                            .out_dir = out_dir_});
+  if (run_id_ < 0) warn("cannot begin the run: " + db_->error());
+}
+
+void HistoryWriter::on_step(const StepReport& r) {
+  if (!db_ || run_id_ < 0) return;
+  RecordBatch batch;
+  RankStepRecord rank;
+  rank.run_id = run_id_;
+  rank.step = r.step;
+  rank.rank = 0;
+  rank.host = host_;
+  rank.device = device_;
+  rank.phases.data_wait = r.data_wait_s;
+  rank.total_s = r.ms / 1e3;
+  rank.tokens = r.tokens;
+  batch.rank_steps.push_back(rank);
+  StepRecord step;
+  step.run_id = run_id_;
+  step.step = r.step;
+  step.time_unix_s = now_unix_s();
+  step.loss = r.loss;
+  step.grad_norm = r.grad_norm;
+  step.lr = r.lr;
+  step.tokens_per_s = r.tokens_per_s;
+  step.step_s = r.ms / 1e3;
+  step.val_loss = r.val_loss;
+  batch.steps.push_back(step);
+  if (!db_->ingest(batch)) warn("cannot record step " + std::to_string(r.step) + ": " + db_->error());
+}
+
+void HistoryWriter::on_checkpoint(const CheckpointReport& c) {
+  if (!db_ || run_id_ < 0) return;
+  const double now = now_unix_s();
+  if (!db_->record_checkpoint({.run_id = run_id_,
+                               .step = c.step,
+                               .path = c.dir,
+                               .bytes = c.bytes,
+                               .write_s = c.seconds,
+                               .time_unix_s = now})) {
+    return warn("cannot record the checkpoint of step " + std::to_string(c.step) + ": " + db_->error());
+  }
+  RecordBatch batch;
+  EventRecord e;
+  e.run_id = run_id_;
+  e.time_unix_s = now;
+  e.step = c.step;
+  e.kind = "checkpoint";
+  e.message = "checkpoint committed: " + c.dir;
+  batch.events.push_back(e);
+  if (!db_->ingest(batch)) warn("cannot record an event: " + db_->error());
+}
+
+void HistoryWriter::finish(bool ok, bool stopped, const std::string& message) {
+  if (!db_ || run_id_ < 0) return;
+  const RunStatus status = !ok ? RunStatus::failed : stopped ? RunStatus::stopped : RunStatus::finished;
+  if (!db_->finish_run(run_id_, status, message)) warn("cannot finish the run: " + db_->error());
+}
+
+}  // namespace gantry
