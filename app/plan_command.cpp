@@ -4,14 +4,24 @@
 //
 //   gantry-engine plan --model gpt3-175b --gpu a100-80gb --gpus 1024 --tp 8 --pp 16 --vp 2 --recompute full
 //   gantry-engine plan --model llama3-70b --gpu h100 --gpus 512 --search --top 5
+#include <time.h>    // clock_gettime(CLOCK_PROCESS_CPUTIME_ID): --measure-cpu with one thread
+#include <unistd.h>  // sysconf: the host's memory, which gantry-cpu's `fits` compares with
+
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>  // --json
+#include <random>
 #include <string>
 #include <vector>
 
 #include "app/commands.h"
+#include "engine/core/backend.h"
+#include "engine/core/config.h"       // --config: the model and batch of a training config
+#include "engine/core/cpu/ops_cpu.h"  // --measure-cpu runs the CPU backend's own loops
+#include "engine/core/cpu/thread_pool.h"
 #include "engine/plan/planner.h"
 #include "engine/plan/search.h"
 
@@ -21,6 +31,11 @@ namespace {
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 struct PlanArgs {
+  std::string config;  // a training config: its model, micro-batch, global batch, backend and threads
+  std::string engine;  // generic, gantry-cpu, gantry-cuda; empty = generic, or gantry-<backend> with --config
+  bool measure_cpu = false;
+  int threads = 0;  // gantry-cpu: the backend's threads; 0 = all cores (or the config's train.threads)
+
   std::string model = "gpt2-124m";
   int layers = 0, hidden = 0, heads = 0, kv_heads = -1, ffn = -1, vocab = 0, seq = 0;
   std::string ffn_kind;
@@ -28,7 +43,7 @@ struct PlanArgs {
   bool dropout = false;
 
   std::string gpu = "h100";
-  int gpus = 8;
+  int gpus = 0;   // 0 = 8, or 1 with an engine profile (the engine runs on one device)
   int nodes = 0;  // > 0: gpus = nodes × gpus_per_node
   int gpus_per_node = 8;
   double intra_gbps = 0, inter_gbps = 0;                // 0 = the GPU's links at kLinkEfficiency
@@ -36,7 +51,8 @@ struct PlanArgs {
   double node_mtbf_hours = -1;                          // -1 = the default; 0 = no failures
   double efficiency = 0;                                // 0 = the GPU's calibrated value
 
-  int tp = 1, pp = 1, vp = 1, dp = 0, cp = 1, zero = 0, hsdp = 0, micro_batch = 1;
+  int tp = 1, pp = 1, vp = 1, dp = 0, cp = 1, zero = 0, hsdp = 0;
+  int micro_batch = 0;  // 0 = the config's, or 1
   bool no_sp = false, no_flash = false;
   std::string recompute = "none";
   std::string schedule = "1f1b";
@@ -119,12 +135,149 @@ std::string flag_message(std::string msg) {
   return msg;
 }
 
+// Wall-clock seconds, or with `cpu` this process's CPU seconds: with one thread that is the time the work
+// takes on a machine others share, without the time slices they take.
+double seconds_now(bool cpu) {
+  if (cpu) {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// The median of 7 runs (after one to warm the caches). Not the fastest: the step times this predicts are
+// medians too, and on a shared machine the fastest run is one the others happened to leave alone, which
+// the typical step is not.
+template <class F>
+double median_seconds(bool cpu, F&& f) {
+  f();
+  std::vector<double> t;
+  for (int r = 0; r < 7; ++r) {
+    const double t0 = seconds_now(cpu);
+    f();
+    t.push_back(seconds_now(cpu) - t0);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// --measure-cpu: the CPU backend's loops (engine/core/cpu/ops_cpu.cpp) timed at fixed reference shapes,
+// none of them a configuration the planner is later compared on: a matmul of 512 rows, 128 in, 512 out;
+// attention with B 8, NH 4, T 64, head size 32; GELU over 256K elements; LayerNorm over 2048 x 128;
+// softmax over 512 x 1024; the optimizer of a one-layer width-128 model. About a second on two cores.
+// With one thread the loops are timed by CPU time (the process's only busy thread), so the rates do not
+// depend on what else the machine runs; with more, by the wall clock.
+CpuRates measure_cpu_rates(int threads) {
+  ThreadPool pool(threads);
+  const bool cpu_clock = pool.threads() == 1;
+  std::mt19937 gen(1);
+  std::uniform_real_distribution<float> u(-0.1f, 0.1f);
+  auto values = [&](size_t n) {
+    std::vector<float> v(n);
+    for (float& x : v) x = u(gen);
+    return v;
+  };
+  CpuRates r;
+  {
+    const int n = 512, c = 128, oc = 512;
+    auto x = values(static_cast<size_t>(n) * c), w = values(static_cast<size_t>(oc) * c), b = values(oc);
+    auto y = values(static_cast<size_t>(n) * oc), dx = values(x.size()), dw = values(w.size()),
+         db = values(oc);
+    const double flops = 2.0 * n * c * oc;
+    r.dot_flops = flops / median_seconds(cpu_clock, [&] {
+                    matmul_forward(&pool, y.data(), x.data(), w.data(), b.data(), n, c, oc);
+                  });
+    r.axpy_flops =
+        2 * flops / median_seconds(cpu_clock, [&] {
+          matmul_backward(&pool, dx.data(), dw.data(), db.data(), y.data(), x.data(), w.data(), n, c, oc);
+        });
+  }
+  {
+    const int b = 8, nh = 4, t = 64, c = 128;
+    auto qkv = values(static_cast<size_t>(b) * t * 3 * c), att = values(static_cast<size_t>(b) * nh * t * t);
+    auto out = values(static_cast<size_t>(b) * t * c), dqkv = values(qkv.size());
+    const double pairs = static_cast<double>(b) * nh * t * (t + 1) / 2;
+    r.attention_flops =
+        12.0 * (c / nh) * pairs / median_seconds(cpu_clock, [&] {
+          attention_forward(&pool, out.data(), att.data(), qkv.data(), b, t, c, nh);
+          attention_backward(&pool, dqkv.data(), out.data(), qkv.data(), att.data(), b, t, c, nh);
+        });
+  }
+  {
+    const size_t n = 256 * 1024;
+    auto x = values(n), y = values(n), dx = values(n);
+    r.gelu_elements = static_cast<double>(n) / median_seconds(cpu_clock, [&] {
+                        gelu_forward(y.data(), x.data(), n);
+                        gelu_backward(dx.data(), x.data(), y.data(), n);
+                      });
+  }
+  {
+    const int n = 2048, c = 128;
+    auto x = values(static_cast<size_t>(n) * c), y = values(x.size()), dx = values(x.size());
+    auto w = values(c), b = values(c), dw = values(c), db = values(c), mean = values(n), rstd = values(n);
+    r.layernorm_elements =
+        static_cast<double>(n) * c / median_seconds(cpu_clock, [&] {
+          layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), n, c);
+          layernorm_backward(dx.data(), dw.data(), db.data(), y.data(), x.data(), w.data(), mean.data(),
+                             rstd.data(), n, c);
+        });
+  }
+  {
+    const int n = 512, v = 1024;
+    auto logits = values(static_cast<size_t>(n) * v), probs = values(logits.size()),
+         dl = values(logits.size());
+    auto losses = values(n);
+    std::vector<int32_t> targets(n);
+    for (int i = 0; i < n; ++i) targets[i] = static_cast<int32_t>(gen() % v);
+    r.softmax_elements =
+        static_cast<double>(n) * v / median_seconds(cpu_clock, [&] {
+          softmax_crossentropy_forward(&pool, probs.data(), losses.data(), logits.data(), targets.data(), n,
+                                       v);
+          softmax_crossentropy_backward(&pool, dl.data(), probs.data(), targets.data(), 1.0f, n, v);
+        });
+  }
+  {
+    // Two chunks per thread of nothing: only the wake-up and the wait are timed, 1,000 times over.
+    constexpr int kCalls = 1000;
+    const size_t n = 2 * static_cast<size_t>(pool.threads());
+    r.parallel_for_s = median_seconds(cpu_clock,
+                                      [&] {
+                                        for (int i = 0; i < kCalls; ++i)
+                                          pool.parallel_for(n, [](size_t, size_t) {});
+                                      }) /
+                       kCalls;
+  }
+  {
+    const ModelConfig mc{.n_layer = 1, .n_head = 4, .n_embd = 128, .vocab_size = 512, .seq_len = 64};
+    std::unique_ptr<Backend> be = backend_cpu_create(mc, 1, threads);
+    const double params = static_cast<double>(be->params().numel());
+    r.optimizer_params = params / median_seconds(cpu_clock, [&] {
+                           be->zero_grads();
+                           be->optimizer_step({.lr = 1e-3, .weight_decay = 0.1, .grad_clip = 1.0, .step = 1});
+                         });
+  }
+  return r;
+}
+
 Result<PlanInput> build_input(const PlanArgs& a) {
   Result<PlanModel> preset = plan_model_preset(a.model);
   if (!preset.ok()) return Status::error("--model: " + preset.error());
   PlanInput in;
   PlanModel& m = in.model;
   m = preset.value();
+  Config cfg;
+  if (!a.config.empty()) {
+    Result<Config> c = config_load(a.config);
+    if (!c.ok()) return Status::error("--config: " + c.error());
+    cfg = c.value();
+    m.name = a.config;
+    m.layers = cfg.model.n_layer;
+    m.hidden = cfg.model.n_embd;
+    m.heads = cfg.model.n_head;
+    m.vocab = cfg.model.vocab_size;
+    m.seq = cfg.model.seq_len;
+  }
   if (a.layers > 0) m.layers = a.layers;
   if (a.hidden > 0) m.hidden = a.hidden;
   if (a.heads > 0) m.heads = a.heads;
@@ -139,10 +292,32 @@ Result<PlanInput> build_input(const PlanArgs& a) {
                       !a.ffn_kind.empty() || a.vocab > 0 || a.seq > 0 || a.untied || a.dropout;
   if (custom) m.name = m.name + " (modified)";
 
+  std::string engine = a.engine;
+  if (engine.empty()) engine = a.config.empty() ? "generic" : "gantry-" + cfg.train.backend;
+  Result<EngineKind> ek = engine_kind_parse(engine);
+  if (!ek.ok()) return Status::error("--engine: " + ek.error());
+  in.engine = ek.value();
+  if (a.measure_cpu && in.engine != EngineKind::kGantryCpu) {
+    return Status::error("--measure-cpu: only with --engine gantry-cpu");
+  }
+
   Result<GpuSpec> gpu = plan_gpu_preset(a.gpu);
   if (!gpu.ok()) return Status::error("--gpu: " + gpu.error());
+  if (in.engine == EngineKind::kGantryCpu) {
+    // The CPU backend's step is priced by in.cpu; the device is the host, whose memory `fits` compares with.
+    const double pages = static_cast<double>(sysconf(_SC_PHYS_PAGES));
+    const double page = static_cast<double>(sysconf(_SC_PAGE_SIZE));
+    gpu = GpuSpec{.name = "cpu", .hbm_bytes = pages > 0 && page > 0 ? pages * page : 0};
+    const int threads = a.threads > 0 ? a.threads : (a.config.empty() ? 0 : cfg.train.threads);
+    if (a.measure_cpu) in.cpu = measure_cpu_rates(threads);
+  }
+  // An engine's own measured efficiency on this GPU kind, where there is one, unless --efficiency says.
+  const double engine_efficiency = plan_engine_compute_efficiency(in.engine, a.gpu);
+  if (engine_efficiency > 0) gpu.value().compute_efficiency = engine_efficiency;
   if (a.efficiency > 0) gpu.value().compute_efficiency = a.efficiency;
-  const long long gpus = a.nodes > 0 ? static_cast<long long>(a.nodes) * a.gpus_per_node : a.gpus;
+  const int default_gpus = in.engine == EngineKind::kGeneric ? 8 : 1;
+  const long long gpus =
+      a.nodes > 0 ? static_cast<long long>(a.nodes) * a.gpus_per_node : (a.gpus > 0 ? a.gpus : default_gpus);
   if (gpus > 10000000)
     return Status::error("--nodes " + std::to_string(a.nodes) + ": at most 10,000,000 GPUs in all");
   in.cluster = plan_cluster_default(gpu.value(), static_cast<int>(gpus), a.gpus_per_node);
@@ -154,18 +329,19 @@ Result<PlanInput> build_input(const PlanArgs& a) {
 
   Result<Recompute> rc = recompute_parse(a.recompute);
   if (!rc.ok()) return Status::error("--recompute: " + rc.error());
-  in.layout = PlanLayout{.tp = a.tp,
-                         .pp = a.pp,
-                         .vp = a.vp,
-                         .dp = a.dp,
-                         .cp = a.cp,
-                         .zero = a.zero,
-                         .hsdp = a.hsdp,
-                         .sequence_parallel = !a.no_sp,
-                         .recompute = rc.value(),
-                         .flash_attention = !a.no_flash,
-                         .schedule = a.schedule == "gpipe" ? Schedule::kGpipe : Schedule::k1F1B,
-                         .micro_batch = a.micro_batch};
+  in.layout = PlanLayout{
+      .tp = a.tp,
+      .pp = a.pp,
+      .vp = a.vp,
+      .dp = a.dp,
+      .cp = a.cp,
+      .zero = a.zero,
+      .hsdp = a.hsdp,
+      .sequence_parallel = !a.no_sp,
+      .recompute = rc.value(),
+      .flash_attention = !a.no_flash,
+      .schedule = a.schedule == "gpipe" ? Schedule::kGpipe : Schedule::k1F1B,
+      .micro_batch = a.micro_batch > 0 ? a.micro_batch : (a.config.empty() ? 1 : cfg.train.micro_batch)};
 
   PlanTraining& t = in.training;
   if (a.global_batch > 0 && a.global_batch_tokens > 0) {
@@ -180,6 +356,7 @@ Result<PlanInput> build_input(const PlanArgs& a) {
     gb = a.global_batch_tokens / m.seq;
   }
   if (gb > 1000000000) return Status::error("--global-batch " + std::to_string(gb) + ": allowed up to 1e9");
+  if (gb == 0 && !a.config.empty()) gb = cfg.train.global_batch;
   if (gb == 0 && a.search) gb = ((1LL << 20) + m.seq - 1) / m.seq;  // one problem for every layout searched
   t.global_batch = static_cast<int>(gb);
   t.tokens = a.tokens;
@@ -193,6 +370,13 @@ Result<PlanInput> build_input(const PlanArgs& a) {
 
 std::string mfu_formula(const Plan& p, const std::string& gpu) {
   char buf[256];
+  if (p.engine == EngineKind::kGantryCpu) {
+    std::snprintf(buf, sizeof buf,
+                  "MFU = tokens/s x %.4g FLOP/token (6N + 6LdT) / %.3g GFLOP/s (the CPU backend's measured "
+                  "fp32 matmul forward rate)",
+                  p.model_flops_per_token, p.peak_flops / 1e9);
+    return buf;
+  }
   std::snprintf(buf, sizeof buf,
                 "MFU = tokens/s x %.4g FLOP/token (%s) / (%d GPUs x %.0f TFLOP/s %s bf16 dense)",
                 p.model_flops_per_token,
@@ -216,7 +400,46 @@ nlohmann::json plan_json(const Plan& p, const PlanInput& in) {
                     {"exposed_s", a.exposed_s},
                     {"overlappable_s", a.overlappable_s}});
   }
-  return {
+  json memory = {{"weights", p.memory.weights},
+                 {"gradients", p.memory.gradients},
+                 {"optimizer", p.memory.optimizer},
+                 {"activations", p.memory.activations},
+                 {"buffers", p.memory.buffers},
+                 {"total", p.memory.total()},
+                 {"hbm", p.hbm_bytes},
+                 {"fits", p.fits},
+                 {"stage", p.memory_stage},
+                 {"activation_bytes_per_layer", p.activation_layer_bytes},
+                 {"microbatches_in_flight", p.microbatches_in_flight},
+                 {"unit", "bytes"}};
+  json time = {{"step_s", p.step_s},
+               {"compute_s", p.compute_s},
+               {"bubble_s", p.bubble_s},
+               {"exposed_comm_s", p.exposed_comm_s},
+               {"optimizer_s", p.optimizer_s}};
+  if (p.engine != EngineKind::kGeneric) {
+    json allocations = json::array();
+    for (const EngineAllocation& a : p.allocations) {
+      allocations.push_back({{"name", a.name},
+                             {"shape", a.shape},
+                             {"bucket", memory_bucket_name(a.bucket)},
+                             {"count", a.count},
+                             {"bytes_each", a.bytes_each},
+                             {"bytes", a.bytes()},
+                             {"in_backend_bytes", a.in_backend_bytes}});
+    }
+    memory["backend_bytes"] = p.backend_bytes;
+    memory["allocations"] = allocations;
+  }
+  if (p.engine == EngineKind::kGantryCpu) {
+    time["cpu"] = {{"matmul_s", p.cpu_step.matmul_s},
+                   {"attention_s", p.cpu_step.attention_s},
+                   {"elementwise_s", p.cpu_step.elementwise_s},
+                   {"optimizer_s", p.cpu_step.optimizer_s},
+                   {"dispatch_s", p.cpu_step.dispatch_s}};
+  }
+  json out = {
+      {"engine", engine_kind_name(p.engine)},
       {"model",
        {{"name", in.model.name},
         {"layers", in.model.layers},
@@ -251,30 +474,13 @@ nlohmann::json plan_json(const Plan& p, const PlanInput& in) {
         {"micro_batch", l.micro_batch},
         {"global_batch", p.global_batch},
         {"micro_batches", p.micro_batches}}},
-      {"memory",
-       {{"weights", p.memory.weights},
-        {"gradients", p.memory.gradients},
-        {"optimizer", p.memory.optimizer},
-        {"activations", p.memory.activations},
-        {"buffers", p.memory.buffers},
-        {"total", p.memory.total()},
-        {"hbm", p.hbm_bytes},
-        {"fits", p.fits},
-        {"stage", p.memory_stage},
-        {"activation_bytes_per_layer", p.activation_layer_bytes},
-        {"microbatches_in_flight", p.microbatches_in_flight},
-        {"unit", "bytes"}}},
+      {"memory", memory},
       {"communication", comm},
       {"pipeline",
        {{"schedule", schedule_name(l.schedule)},
         {"bubble_fraction", p.bubble_fraction},
         {"bubble_s", p.bubble_s}}},
-      {"time",
-       {{"step_s", p.step_s},
-        {"compute_s", p.compute_s},
-        {"bubble_s", p.bubble_s},
-        {"exposed_comm_s", p.exposed_comm_s},
-        {"optimizer_s", p.optimizer_s}}},
+      {"time", time},
       {"tokens_per_s", p.tokens_per_s},
       {"mfu", p.mfu},
       {"hfu", p.hfu},
@@ -291,6 +497,18 @@ nlohmann::json plan_json(const Plan& p, const PlanInput& in) {
         {"goodput", p.goodput},
         {"days_to_train_expected", p.days_to_train_expected}}},
   };
+  if (p.engine == EngineKind::kGantryCpu) {
+    const CpuRates& r = in.cpu;
+    out["cpu_rates"] = {{"dot_flops", r.dot_flops},
+                        {"axpy_flops", r.axpy_flops},
+                        {"attention_flops", r.attention_flops},
+                        {"gelu_elements", r.gelu_elements},
+                        {"layernorm_elements", r.layernorm_elements},
+                        {"softmax_elements", r.softmax_elements},
+                        {"optimizer_params", r.optimizer_params},
+                        {"parallel_for_s", r.parallel_for_s}};
+  }
+  return out;
 }
 
 void print_plan(const Plan& p, const PlanInput& in) {
@@ -323,8 +541,21 @@ void print_plan(const Plan& p, const PlanInput& in) {
       "in flight)\n",
       p.memory.activations / kGiB, p.activation_layer_bytes / 1e6, p.microbatches_in_flight);
   std::printf("  buffers                              %9.2f\n", p.memory.buffers / kGiB);
-  std::printf("  total                                %9.2f   of %.2f GiB HBM: %s\n\n",
-              p.memory.total() / kGiB, p.hbm_bytes / kGiB, p.fits ? "fits" : "DOES NOT FIT");
+  std::printf("  total                                %9.2f   of %.2f GiB %s: %s\n\n",
+              p.memory.total() / kGiB, p.hbm_bytes / kGiB,
+              p.engine == EngineKind::kGantryCpu ? "host memory" : "HBM", p.fits ? "fits" : "DOES NOT FIT");
+  if (p.engine != EngineKind::kGeneric) {
+    std::printf(
+        "engine      %s: its backend allocates everything up front; Backend::memory_bytes() = %s bytes\n",
+        engine_kind_name(p.engine), grouped(static_cast<uint64_t>(p.backend_bytes)).c_str());
+    std::printf("  %-42s %-36s %-11s %5s %16s\n", "allocation", "shape", "bucket", "count", "bytes");
+    for (const EngineAllocation& a : p.allocations) {
+      std::printf("  %-42s %-36s %-11s %5llu %16s%s\n", a.name.c_str(), a.shape.c_str(),
+                  memory_bucket_name(a.bucket), static_cast<unsigned long long>(a.count),
+                  grouped(a.bytes()).c_str(), a.in_backend_bytes ? "" : "  (not in memory_bytes())");
+    }
+    std::printf("\n");
+  }
 
   if (!p.comm.empty()) {
     std::printf("communication per step, per GPU\n");
@@ -349,9 +580,26 @@ void print_plan(const Plan& p, const PlanInput& in) {
               human_seconds(p.optimizer_s).c_str());
   std::printf("throughput  %s tokens/s (%.0f per GPU)\n",
               grouped(static_cast<uint64_t>(p.tokens_per_s)).c_str(), p.tokens_per_s / p.gpus);
+  if (p.engine == EngineKind::kGantryCpu) {
+    const CpuRates& r = in.cpu;
+    std::printf("cpu step    matmul %s + attention %s + elementwise %s + optimizer %s + thread wake-ups %s\n",
+                human_seconds(p.cpu_step.matmul_s).c_str(), human_seconds(p.cpu_step.attention_s).c_str(),
+                human_seconds(p.cpu_step.elementwise_s).c_str(),
+                human_seconds(p.cpu_step.optimizer_s).c_str(), human_seconds(p.cpu_step.dispatch_s).c_str());
+    std::printf(
+        "cpu rates   dot %.2f, axpy %.2f, attention %.2f GFLOP/s; GELU %.1f, LayerNorm %.1f, softmax %.1f M "
+        "elements/s; optimizer %.1f M params/s; %.1f us per parallel_for (%s)\n",
+        r.dot_flops / 1e9, r.axpy_flops / 1e9, r.attention_flops / 1e9, r.gelu_elements / 1e6,
+        r.layernorm_elements / 1e6, r.softmax_elements / 1e6, r.optimizer_params / 1e6,
+        r.parallel_for_s * 1e6, "--measure-cpu measures this machine's; the default is the developer VM's");
+  }
   std::printf("MFU         %.1f%%, HFU %.1f%% (with recomputation)\n", 100 * p.mfu, 100 * p.hfu);
-  std::printf("            %s; compute efficiency %.2f of peak (calibrated, docs/PLANNER.md)\n",
-              mfu_formula(p, in.cluster.gpu.name).c_str(), in.cluster.gpu.compute_efficiency);
+  if (p.engine == EngineKind::kGantryCpu) {
+    std::printf("            %s\n", mfu_formula(p, in.cluster.gpu.name).c_str());
+  } else {
+    std::printf("            %s; compute efficiency %.2f of peak (calibrated, docs/PLANNER.md)\n",
+                mfu_formula(p, in.cluster.gpu.name).c_str(), in.cluster.gpu.compute_efficiency);
+  }
   std::printf("training    %.3g tokens%s: %s with no failures\n", p.tokens,
               in.training.tokens > 0 ? "" : " (20 per parameter)", human_days(p.days_to_train).c_str());
   std::printf("checkpoint  %s (%.0f B/param), written in %s\n", human_bytes(p.checkpoint_bytes).c_str(),
@@ -440,6 +688,19 @@ void plan_command_add(CLI::App& app, int* exit_code) {
   CLI::App* sub = app.add_subcommand(
       "plan",
       "What-if planner: memory, communication, bubble, step time, MFU and goodput of a layout (or --search)");
+  sub->add_option("--config", a->config,
+                  "A training config (TOML): its model, micro-batch, global batch, backend (the default "
+                  "--engine) and threads");
+  sub->add_option("--engine", a->engine,
+                  "Which stack: generic (default), or Gantry's own backend, whose allocation table gives the "
+                  "memory exactly: gantry-cpu, gantry-cuda")
+      ->check(CLI::IsMember({"generic", "gantry-cpu", "gantry-cuda"}));
+  sub->add_flag(
+      "--measure-cpu", a->measure_cpu,
+      "gantry-cpu: time the CPU backend's loops on this machine (about a second) instead of using the "
+      "developer VM's rates");
+  sub->add_option("--threads", a->threads, "gantry-cpu: the backend's threads; 0 = all cores")
+      ->check(CLI::Range(0, 4096));
   sub->add_option("--model", a->model, "Preset the model flags start from")
       ->check(CLI::IsMember(plan_model_preset_names()))
       ->capture_default_str();
@@ -458,9 +719,9 @@ void plan_command_add(CLI::App& app, int* exit_code) {
   sub->add_option("--gpu", a->gpu, "GPU kind")
       ->check(CLI::IsMember(plan_gpu_preset_names()))
       ->capture_default_str();
-  CLI::Option* gpus = sub->add_option("--gpus", a->gpus, "GPUs in the job")
-                          ->check(CLI::Range(1, 10000000))
-                          ->capture_default_str();
+  CLI::Option* gpus =
+      sub->add_option("--gpus", a->gpus, "GPUs in the job (default 8; 1 with --engine gantry-*)")
+          ->check(CLI::Range(1, 10000000));
   sub->add_option("--nodes", a->nodes, "Nodes in the job (instead of --gpus): gpus = nodes x gpus-per-node")
       ->check(CLI::Range(1, 10000000))
       ->excludes(gpus);

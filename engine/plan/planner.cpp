@@ -37,15 +37,22 @@ Result<Resolved> resolve(const PlanInput& in) {
   const PlanTraining& tr = in.training;
   if (c.gpus < 1) return Status::error(fail("gpus", c.gpus, "allowed >= 1"));
   if (c.gpus_per_node < 1) return Status::error(fail("gpus_per_node", c.gpus_per_node, "allowed >= 1"));
-  if (!(c.gpu.bf16_flops > 0) || !(c.gpu.hbm_bytes > 0) || !(c.gpu.hbm_bw > 0)) {
-    return Status::error("gpu '" + c.gpu.name + "': peak FLOP/s, HBM bytes and HBM bandwidth must be > 0");
-  }
-  if (!(c.gpu.compute_efficiency > 0) || c.gpu.compute_efficiency > 1) {
-    return Status::error("gpu compute_efficiency = " + std::to_string(c.gpu.compute_efficiency) +
-                         ": allowed (0, 1]");
-  }
-  if (!(c.intra_bw > 0) || !(c.inter_bw > 0)) {
-    return Status::error("intra_bw and inter_bw (bytes/s) must be > 0");
+  if (in.engine == EngineKind::kGantryCpu) {
+    // The CPU backend's step is priced by its own loop rates; the device gives only its memory.
+    if (!(c.gpu.hbm_bytes > 0)) return Status::error("device '" + c.gpu.name + "': memory bytes must be > 0");
+    Status rates = plan_cpu_rates_validate(in.cpu);
+    if (!rates.ok()) return rates;
+  } else {
+    if (!(c.gpu.bf16_flops > 0) || !(c.gpu.hbm_bytes > 0) || !(c.gpu.hbm_bw > 0)) {
+      return Status::error("gpu '" + c.gpu.name + "': peak FLOP/s, HBM bytes and HBM bandwidth must be > 0");
+    }
+    if (!(c.gpu.compute_efficiency > 0) || c.gpu.compute_efficiency > 1) {
+      return Status::error("gpu compute_efficiency = " + std::to_string(c.gpu.compute_efficiency) +
+                           ": allowed (0, 1]");
+    }
+    if (!(c.intra_bw > 0) || !(c.inter_bw > 0)) {
+      return Status::error("intra_bw and inter_bw (bytes/s) must be > 0");
+    }
   }
 
   Resolved r;
@@ -126,6 +133,43 @@ Result<Resolved> resolve(const PlanInput& in) {
     return Status::error("tokens, checkpoint bytes, write bandwidth and restart time must be >= 0");
   }
   return r;
+}
+
+// An engine profile runs what the engine can: one device, no ZeRO, no recomputation, the engine's own
+// attention (flash kernels on CUDA, the materialised softmax on the CPU) and its dtypes. Returns the
+// input as that engine runs it, or what the engine cannot do.
+Result<PlanInput> engine_input(const PlanInput& in) {
+  if (in.engine == EngineKind::kGeneric) return in;
+  Status s = plan_engine_validate(in.engine, in.model);
+  if (!s.ok()) return s;
+  const std::string who = std::string("engine ") + engine_kind_name(in.engine) + ": ";
+  const PlanLayout& l = in.layout;
+  if (in.cluster.gpus != 1 || l.tp != 1 || l.pp != 1 || l.vp != 1 || l.cp != 1 || l.dp > 1 || l.zero != 0 ||
+      l.hsdp != 0) {
+    return Status::error(who +
+                         "runs on one device: gpus, tp, pp, vp, cp and dp must be 1, zero 0 "
+                         "(the engine has no parallelism yet)");
+  }
+  if (l.recompute != Recompute::kNone) return Status::error(who + "keeps every activation (recompute none)");
+  PlanInput out = in;
+  PlanTraining& t = out.training;
+  if (in.engine == EngineKind::kGantryCuda) {
+    if (!l.flash_attention)
+      return Status::error(who + "always runs its flash attention kernels (no --no-flash)");
+    t.weight_bytes = 2;  // the bf16 copy the kernels read
+    t.grad_bytes = 4;
+    t.master_bytes = 4;
+  } else {
+    out.layout.flash_attention = false;  // the CPU reference stores the (B, NH, T, T) probabilities
+    // MFU on the CPU is against the engine's own forward matmul rate, the nearest thing it has to a peak.
+    out.cluster.gpu.bf16_flops = in.cpu.dot_flops;
+    out.cluster.gpu.compute_efficiency = 1;
+    t.weight_bytes = 4;  // fp32 parameters are their own master copy
+    t.grad_bytes = 4;
+    t.master_bytes = 0;
+  }
+  t.optimizer_bytes = 8;
+  return out;
 }
 
 // Parameters the GPU of pipeline stage `stage` owns (one tp rank), before ZeRO sharding.
@@ -257,7 +301,10 @@ Utilization plan_utilization(const PlanModel& m, Recompute r, double global_batc
   return u;
 }
 
-Result<Plan> plan_evaluate(const PlanInput& in) {
+Result<Plan> plan_evaluate(const PlanInput& input) {
+  Result<PlanInput> engine_in = engine_input(input);
+  if (!engine_in.ok()) return engine_in.status();
+  const PlanInput& in = engine_in.value();
   Result<Resolved> res = resolve(in);
   if (!res.ok()) return res.status();
   const Resolved& r = res.value();
@@ -292,6 +339,28 @@ Result<Plan> plan_evaluate(const PlanInput& in) {
       p.params_on_gpu = params_on_stage(md, r, stage);
     }
   }
+  if (in.engine != EngineKind::kGeneric) {
+    // The backend allocates everything up front from its table; nothing else is live.
+    Result<EngineMemory> em = plan_engine_memory(in.engine, md, l.micro_batch);
+    if (!em.ok()) return em.status();
+    const EngineMemory& e = em.value();
+    p.memory = MemoryBuckets{.weights = static_cast<double>(e.weights),
+                             .gradients = static_cast<double>(e.gradients),
+                             .optimizer = static_cast<double>(e.optimizer),
+                             .activations = static_cast<double>(e.activations),
+                             .buffers = static_cast<double>(e.buffers)};
+    p.backend_bytes = static_cast<double>(e.backend_bytes);
+    p.allocations = e.allocations;
+    p.activation_layer_bytes = 0;
+    for (const EngineAllocation& a : e.allocations) {
+      if (a.bucket == MemoryBucket::kActivations && a.count == static_cast<uint64_t>(md.layers) &&
+          a.name.rfind("layer.", 0) == 0) {
+        p.activation_layer_bytes += static_cast<double>(a.bytes_each);
+      }
+    }
+    p.microbatches_in_flight = 1;
+  }
+  p.engine = in.engine;
   p.hbm_bytes = c.gpu.hbm_bytes;
   p.fits = p.memory.total() <= p.hbm_bytes;
 
@@ -478,9 +547,16 @@ Result<Plan> plan_evaluate(const PlanInput& in) {
   p.bubble_fraction = plan_bubble_fraction(l.schedule, l.pp, l.vp, r.m);
   const double v = l.schedule == Schedule::kInterleaved ? l.vp : 1;
   p.compute_s = m_steps * (t_fwd + t_bwd);
-  p.bubble_s = (l.pp - 1) / v * t_mb;
+  p.bubble_s = l.pp > 1 ? (l.pp - 1) / v * t_mb : 0;  // (no 0 × ∞ where gantry-cpu skips the GPU model)
   p.exposed_comm_s = m_steps * exposed_mb + exposed_step;
   p.step_s = p.compute_s + p.bubble_s + p.exposed_comm_s + p.optimizer_s;
+  if (in.engine == EngineKind::kGantryCpu) {
+    // The CPU reference's loops are not a GPU's: priced one kind of loop at a time at measured rates.
+    p.cpu_step = plan_cpu_step(plan_cpu_work(md, l.micro_batch), in.cpu, r.m);
+    p.compute_s = p.cpu_step.total() - p.cpu_step.optimizer_s;
+    p.optimizer_s = p.cpu_step.optimizer_s;
+    p.step_s = p.cpu_step.total();
+  }
   const double tokens_step = static_cast<double>(r.global_batch) * md.seq;
   p.tokens_per_s = tokens_step / p.step_s;
 

@@ -3,7 +3,8 @@
 // overlappable), the pipeline bubble, step time, tokens/s, MFU and HFU, days to train, the checkpoint's
 // size and write time, the Young/Daly checkpoint interval and the expected goodput at the cluster's MTBF.
 // Pure arithmetic over engine/plan's model, cluster, memory and reliability formulas; no dependencies.
-// docs/PLANNER.md states every formula, its source and what is not modelled.
+// docs/PLANNER.md states every formula, its source and what is not modelled. With PlanInput::engine set to
+// one of Gantry's backends, memory comes from that backend's allocation table (engine_profile.h).
 //
 //   PlanInput in;
 //   in.model = plan_model_preset("gpt3-175b").value();
@@ -21,6 +22,7 @@
 
 #include "engine/core/status.h"
 #include "engine/plan/cluster.h"
+#include "engine/plan/engine_profile.h"
 #include "engine/plan/layout.h"
 #include "engine/plan/model.h"
 
@@ -59,6 +61,15 @@ struct PlanInput {
   ClusterSpec cluster;
   PlanLayout layout;
   PlanTraining training;
+  // Which stack runs the job. gantry-cpu and gantry-cuda (engine_profile.h) predict memory from that
+  // backend's allocation table instead of the generic model, set the dtypes to the backend's (CPU: fp32
+  // weights 4, grads 4, AdamW 8; CUDA: bf16 weights 2, fp32 grads 4, master 4, AdamW 8) and run on one
+  // device (the engine has no parallelism yet). gantry-cpu prices its step with `cpu` (the cluster's GPU
+  // then gives only the memory `fits` compares with); gantry-cuda with the generic time model, at the
+  // efficiency its kernels were measured at where there is one: set cluster.gpu.compute_efficiency to
+  // plan_engine_compute_efficiency(engine, gpu name) when it is > 0 (gantry-engine plan does).
+  EngineKind engine = EngineKind::kGeneric;
+  CpuRates cpu = plan_cpu_rates_default();
 };
 
 // Per-GPU bytes on the heaviest pipeline stage.
@@ -86,6 +97,7 @@ struct CommAxis {
 };
 
 struct Plan {
+  EngineKind engine = EngineKind::kGeneric;
   PlanLayout layout;  // as evaluated: dp resolved, schedule interleaved when vp > 1
   int gpus = 0;
   int nodes = 0;
@@ -102,6 +114,10 @@ struct Plan {
   double microbatches_in_flight = 0;  // on the heaviest stage
   double hbm_bytes = 0;
   bool fits = false;
+  // Engine profiles only: the backend's allocation table and what its Backend::memory_bytes() reports
+  // (memory.total() less what the backend does not count, the CUDA backend's cuBLASLt workspace).
+  std::vector<EngineAllocation> allocations;
+  double backend_bytes = 0;
 
   std::vector<CommAxis> comm;
 
@@ -111,6 +127,7 @@ struct Plan {
   double bubble_s = 0;         // pipeline fill and drain
   double exposed_comm_s = 0;
   double optimizer_s = 0;  // AdamW over the local shard, memory-bound
+  CpuStep cpu_step;        // gantry-cpu: the step by kind of loop (compute_s: all of it but the optimizer)
   double step_s = 0;
   double tokens_per_s = 0;
 

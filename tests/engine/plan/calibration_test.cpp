@@ -1,7 +1,7 @@
 // The planner against Gantry's own engine, exactly: its parameter count, its tensor-parallel split and its
 // weights/gradients/optimizer bytes against the engine's real tensor table (engine/core/gpt.h), its FLOPs
 // per token against telemetry's, and its checkpoint size against a checkpoint the engine writes.
-// (Measured step time and peak memory on GPUs come with the CUDA backend: docs/PLANNER.md.)
+// (Peak memory against the backends' allocations, and the measured GPU figures: engine_profile_test.cpp.)
 #include <gtest/gtest.h>
 
 #include <filesystem>

@@ -1,0 +1,341 @@
+#include "engine/plan/engine_profile.h"
+
+#include <algorithm>
+#include <string>
+
+namespace gantry {
+
+namespace {
+
+constexpr uint64_t kF32 = 4, kBf16 = 2, kI32 = 4;
+
+// Mirrors of the CUDA kernels' sizing constants (engine/core/cuda/kernels.cu, attention.cu). They size
+// scratch buffers, so a change there changes the backend's memory; the GPU check in engine_profile_test
+// catches a drift on any machine with a GPU.
+constexpr uint64_t kNormPartials = 2048;            // kernels.cu: layernorm backward row groups
+constexpr uint64_t kNormBlocks = 1024;              // kernels.cu: global norm partials
+constexpr uint64_t kAdamwChunkElements = 1u << 16;  // kernels.cuh: adamw_chunk_elements()
+constexpr uint64_t kAdamwChunkBytes = 16;           // sizeof(AdamWChunk): uint64 offset, uint32 count, decay
+constexpr uint64_t kAttnKvQueryTile128 = 32;        // attention.cu kKvQueryTile<128>
+constexpr uint64_t kAttnKvQueryTileSmall = 64;      // kKvQueryTile<64> (GANTRY_ATTN_BWD_KV_QTILE's default)
+constexpr uint64_t kClassifierChunkBytes = 256u << 20;  // backend_cuda.cu: logits for ~256 MB of rows
+
+uint64_t ceil_div(uint64_t a, uint64_t b) {
+  return (a + b - 1) / b;
+}
+
+// kernels.cu bias_groups: row groups of the bias backward, sized to the width.
+uint64_t bias_groups(uint64_t n, uint64_t oc) {
+  const uint64_t g = std::clamp<uint64_t>(65536 / (oc / 8), 64, 2048);
+  return std::min(n, g);
+}
+
+// attention.cu fast_scratch(B, T, NH, D).total: D = rowsum(dout ∘ out) per (b, h, t), padded to 64, then
+// the fast backward's fp32 dQ accumulator, query tiles rounded up.
+uint64_t attention_fast_scratch(uint64_t b, uint64_t t, uint64_t nh, uint64_t d) {
+  const uint64_t bq = d == 128 ? kAttnKvQueryTile128 : kAttnKvQueryTileSmall;
+  const uint64_t heads = b * nh;
+  const uint64_t n_q = ceil_div(t, bq);
+  const uint64_t acc = ceil_div(heads * t, 64) * 64;
+  return acc + heads * n_q * bq * d;
+}
+
+// Parameter tensors in gpt_param_table's order (engine/core/gpt.cpp), as element counts: the AdamW chunk
+// table is built tensor by tensor.
+std::vector<uint64_t> param_tensors(const PlanModel& m) {
+  const uint64_t c = m.hidden, v = m.vocab, t = m.seq;
+  std::vector<uint64_t> n = {v * c, t * c};
+  for (int l = 0; l < m.layers; ++l) {
+    for (uint64_t k : {c, c, 3 * c * c, 3 * c, c * c, c, c, c, 4 * c * c, 4 * c, 4 * c * c, c})
+      n.push_back(k);
+  }
+  n.push_back(c);
+  n.push_back(c);
+  return n;
+}
+
+struct Table {
+  std::vector<EngineAllocation> rows;
+  void add(std::string name, std::string shape, MemoryBucket b, uint64_t bytes_each, uint64_t count = 1,
+           bool in_backend = true) {
+    rows.push_back({std::move(name), std::move(shape), b, count, bytes_each, in_backend});
+  }
+};
+
+// engine/core/cpu/backend_cpu.cpp: the four state vectors, acts_ (one flat allocation carved in
+// allocate_activations()'s order) and the backward scratch vectors; memory_bytes() sums them all.
+Table cpu_table(const PlanModel& m, uint64_t b) {
+  const uint64_t p = plan_param_counts(m).total;
+  const uint64_t t = m.seq, c = m.hidden, nh = m.heads, v = m.vocab, n = b * t, l = m.layers;
+  using MB = MemoryBucket;
+  Table tb;
+  tb.add("params", "(P) fp32", MB::kWeights, p * kF32);
+  tb.add("grads", "(P) fp32", MB::kGradients, p * kF32);
+  tb.add("adam_m", "(P) fp32", MB::kOptimizer, p * kF32);
+  tb.add("adam_v", "(P) fp32", MB::kOptimizer, p * kF32);
+  tb.add("encoded", "(N, C) fp32", MB::kActivations, n * c * kF32);
+  tb.add("layer.ln1", "(N, C) fp32", MB::kActivations, n * c * kF32, l);
+  tb.add("layer.ln1_mean", "(N) fp32", MB::kActivations, n * kF32, l);
+  tb.add("layer.ln1_rstd", "(N) fp32", MB::kActivations, n * kF32, l);
+  tb.add("layer.qkv", "(N, 3C) fp32", MB::kActivations, n * 3 * c * kF32, l);
+  tb.add("layer.att", "(B, NH, T, T) fp32", MB::kActivations, b * nh * t * t * kF32, l);
+  tb.add("layer.atty", "(N, C) fp32", MB::kActivations, n * c * kF32, l);
+  tb.add("layer.res2", "(N, C) fp32", MB::kActivations, n * c * kF32, l);
+  tb.add("layer.ln2", "(N, C) fp32", MB::kActivations, n * c * kF32, l);
+  tb.add("layer.ln2_mean", "(N) fp32", MB::kActivations, n * kF32, l);
+  tb.add("layer.ln2_rstd", "(N) fp32", MB::kActivations, n * kF32, l);
+  tb.add("layer.fch", "(N, 4C) fp32", MB::kActivations, n * 4 * c * kF32, l);
+  tb.add("layer.fch_gelu", "(N, 4C) fp32", MB::kActivations, n * 4 * c * kF32, l);
+  tb.add("layer.res3", "(N, C) fp32", MB::kActivations, n * c * kF32, l);
+  tb.add("lnf", "(N, C) fp32", MB::kActivations, n * c * kF32);
+  tb.add("lnf_mean", "(N) fp32", MB::kActivations, n * kF32);
+  tb.add("lnf_rstd", "(N) fp32", MB::kActivations, n * kF32);
+  tb.add("probs", "(N, V) fp32", MB::kActivations, n * v * kF32);  // logits, then softmax in place
+  tb.add("losses", "(N) fp32", MB::kActivations, n * kF32);
+  tb.add("dres", "(N, C) fp32", MB::kBuffers, n * c * kF32);
+  tb.add("dln", "(N, C) fp32", MB::kBuffers, n * c * kF32);
+  tb.add("datty", "(N, C) fp32", MB::kBuffers, n * c * kF32);
+  tb.add("dqkv", "(N, 3C) fp32", MB::kBuffers, n * 3 * c * kF32);
+  tb.add("dfch", "(N, 4C) fp32", MB::kBuffers, n * 4 * c * kF32);
+  tb.add("dfch_gelu", "(N, 4C) fp32", MB::kBuffers, n * 4 * c * kF32);
+  tb.add("dlogits", "(N, V) fp32", MB::kBuffers, n * v * kF32);
+  return tb;
+}
+
+// engine/core/cuda/backend_cuda.cu: allocate() and build_adamw_chunks() through device<T>() (which
+// memory_bytes() sums), and the cuBLASLt workspace the Matmul object allocates for itself.
+Table cuda_table(const PlanModel& m, uint64_t b) {
+  const uint64_t p = plan_param_counts(m).total;
+  const uint64_t t = m.seq, c = m.hidden, nh = m.heads, v = m.vocab, n = b * t, l = m.layers;
+  using MB = MemoryBucket;
+  Table tb;
+  tb.add("master", "(P) fp32", MB::kOptimizer, p * kF32);  // the fp32 master weights
+  tb.add("params_bf16", "(P) bf16", MB::kWeights, p * kBf16);
+  tb.add("grads", "(P) fp32", MB::kGradients, p * kF32);
+  tb.add("adam_m", "(P) fp32", MB::kOptimizer, p * kF32);
+  tb.add("adam_v", "(P) fp32", MB::kOptimizer, p * kF32);
+  tb.add("encoded", "(N, C) bf16", MB::kActivations, n * c * kBf16);
+  tb.add("layer.ln1", "(N, C) bf16", MB::kActivations, n * c * kBf16, l);
+  tb.add("layer.ln1_mean", "(N) fp32", MB::kActivations, n * kF32, l);
+  tb.add("layer.ln1_rstd", "(N) fp32", MB::kActivations, n * kF32, l);
+  tb.add("layer.qkv", "(N, 3C) bf16", MB::kActivations, n * 3 * c * kBf16, l);
+  tb.add("layer.atty", "(N, C) bf16", MB::kActivations, n * c * kBf16, l);
+  tb.add("layer.lse", "(B, NH, T) fp32", MB::kActivations, b * nh * t * kF32, l);
+  tb.add("layer.res2", "(N, C) bf16", MB::kActivations, n * c * kBf16, l);
+  tb.add("layer.ln2", "(N, C) bf16", MB::kActivations, n * c * kBf16, l);
+  tb.add("layer.ln2_mean", "(N) fp32", MB::kActivations, n * kF32, l);
+  tb.add("layer.ln2_rstd", "(N) fp32", MB::kActivations, n * kF32, l);
+  tb.add("layer.fch_pre", "(N, 4C) bf16", MB::kActivations, n * 4 * c * kBf16, l);
+  tb.add("layer.fch_gelu", "(N, 4C) bf16", MB::kActivations, n * 4 * c * kBf16, l);
+  tb.add("layer.res3", "(N, C) bf16", MB::kActivations, n * c * kBf16, l);
+  tb.add("lnf", "(N, C) bf16", MB::kActivations, n * c * kBf16);
+  tb.add("lnf_mean", "(N) fp32", MB::kActivations, n * kF32);
+  tb.add("lnf_rstd", "(N) fp32", MB::kActivations, n * kF32);
+  // The classifier works through the rows in chunks of at most 256 MB of bf16 logits.
+  const uint64_t rows = std::clamp<uint64_t>(kClassifierChunkBytes / (v * kBf16), 1, n);
+  tb.add("logits", "(min(N, 256 MiB / 2V), V) bf16", MB::kBuffers, rows * v * kBf16);
+  tb.add("losses", "(N) fp32", MB::kActivations, n * kF32);
+  tb.add("tmp_nc", "(N, C) bf16", MB::kBuffers, n * c * kBf16);
+  tb.add("dres", "(N, C) bf16", MB::kBuffers, n * c * kBf16);
+  tb.add("dln", "(N, C) bf16", MB::kBuffers, n * c * kBf16);
+  tb.add("datty", "(N, C) bf16", MB::kBuffers, n * c * kBf16);
+  tb.add("dqkv", "(N, 3C) bf16", MB::kBuffers, n * 3 * c * kBf16);
+  tb.add("dfch", "(N, 4C) bf16", MB::kBuffers, n * 4 * c * kBf16);
+  tb.add("scratch", "(max of the kernels' scratch) fp32", MB::kBuffers,
+         plan_cuda_scratch_floats(m, static_cast<int>(b)).total() * kF32);
+  tb.add("loss_sum, eval_sum, norm", "(1) fp32 each", MB::kBuffers, kF32, 3);
+  tb.add("inputs, targets, bucket_token, positions", "(N) int32 each", MB::kBuffers, n * kI32, 4);
+  tb.add("bucket_start", "(N + 1) int32", MB::kBuffers, (n + 1) * kI32);
+  uint64_t chunks = 0;
+  for (uint64_t k : param_tensors(m)) chunks += ceil_div(k, kAdamwChunkElements);
+  tb.add("adamw_chunks", "(one per 64K elements a tensor) 16 B", MB::kBuffers, chunks * kAdamwChunkBytes);
+  tb.add("cublaslt_workspace", "32 MiB", MB::kBuffers, kCudaMatmulWorkspaceBytes, 1, false);
+  return tb;
+}
+
+}  // namespace
+
+const char* engine_kind_name(EngineKind e) {
+  switch (e) {
+    case EngineKind::kGeneric:
+      return "generic";
+    case EngineKind::kGantryCpu:
+      return "gantry-cpu";
+    case EngineKind::kGantryCuda:
+      return "gantry-cuda";
+  }
+  return "?";
+}
+
+Result<EngineKind> engine_kind_parse(std::string_view s) {
+  if (s == "generic") return EngineKind::kGeneric;
+  if (s == "gantry-cpu") return EngineKind::kGantryCpu;
+  if (s == "gantry-cuda") return EngineKind::kGantryCuda;
+  return Status::error("engine '" + std::string(s) + "': allowed generic, gantry-cpu, gantry-cuda");
+}
+
+const char* memory_bucket_name(MemoryBucket b) {
+  switch (b) {
+    case MemoryBucket::kWeights:
+      return "weights";
+    case MemoryBucket::kGradients:
+      return "gradients";
+    case MemoryBucket::kOptimizer:
+      return "optimizer";
+    case MemoryBucket::kActivations:
+      return "activations";
+    case MemoryBucket::kBuffers:
+      return "buffers";
+  }
+  return "?";
+}
+
+Status plan_engine_validate(EngineKind e, const PlanModel& m) {
+  if (e == EngineKind::kGeneric) return Status();
+  Status s = plan_model_validate(m);
+  if (!s.ok()) return s;
+  const std::string who = std::string("engine ") + engine_kind_name(e) + ": ";
+  if (m.ffn_kind != FfnKind::kGelu || plan_model_ffn(m) != 4 * m.hidden) {
+    return Status::error(who + "trains GPT-2's MLP only (GELU, ffn = 4 x hidden)");
+  }
+  if (plan_model_kv_heads(m) != m.heads)
+    return Status::error(who + "has no grouped-query attention (kv_heads = heads)");
+  if (!m.tied_embeddings) return Status::error(who + "ties the output head to the embedding (no --untied)");
+  if (m.positions != PositionKind::kLearned || m.norm != NormKind::kLayerNorm || !m.biases) {
+    return Status::error(who + "trains GPT-2-shaped models only (learned positions, LayerNorm, biases)");
+  }
+  if (m.dropout) return Status::error(who + "has no dropout");
+  if (e == EngineKind::kGantryCuda) {
+    // The kernels' preconditions (kernels.cu layernorm and bias kernels, attention.cu check_shape).
+    if (m.hidden % 8 != 0 || m.hidden > 2048) {
+      return Status::error("model.hidden = " + std::to_string(m.hidden) + ": " + who +
+                           "needs a multiple of 8, at most 2048 (its LayerNorm kernels)");
+    }
+    const int hs = m.hidden / m.heads;
+    if (hs != 16 && hs != 32 && hs != 64 && hs != 128) {
+      return Status::error("model.heads = " + std::to_string(m.heads) + ": " + who +
+                           "needs a head size (hidden / heads) of 16, 32, 64 or 128, got " +
+                           std::to_string(hs));
+    }
+  }
+  return Status();
+}
+
+uint64_t CudaScratch::total() const {
+  return std::max({layernorm, bias, attention_deterministic, attention_fast, global_norm});
+}
+
+CudaScratch plan_cuda_scratch_floats(const PlanModel& m, int micro_batch) {
+  const uint64_t b = static_cast<uint64_t>(micro_batch), t = m.seq, c = m.hidden, nh = m.heads, n = b * t;
+  CudaScratch s;
+  s.layernorm = std::min(n, kNormPartials) * 2 * c;
+  s.bias = std::max({bias_groups(n, c) * c, bias_groups(n, 3 * c) * 3 * c, bias_groups(n, 4 * c) * 4 * c});
+  s.attention_deterministic = b * t * nh;
+  // attention_backward_scratch_floats(B, T, NH, HS = C / NH): the fast scratch of every head size up to HS.
+  const uint64_t hs = c / nh;
+  for (uint64_t d : {16, 32, 64, 128}) {
+    if (d <= hs) s.attention_fast = std::max(s.attention_fast, attention_fast_scratch(b, t, nh, d));
+  }
+  s.global_norm = kNormBlocks;
+  return s;
+}
+
+Result<EngineMemory> plan_engine_memory(EngineKind e, const PlanModel& m, int micro_batch) {
+  if (e == EngineKind::kGeneric) return Status::error("engine generic: has no allocation table");
+  Status s = plan_engine_validate(e, m);
+  if (!s.ok()) return s;
+  if (micro_batch < 1)
+    return Status::error("micro_batch = " + std::to_string(micro_batch) + ": allowed >= 1");
+  const uint64_t b = static_cast<uint64_t>(micro_batch);
+  EngineMemory mem;
+  mem.allocations = (e == EngineKind::kGantryCpu ? cpu_table(m, b) : cuda_table(m, b)).rows;
+  for (const EngineAllocation& a : mem.allocations) {
+    const uint64_t bytes = a.bytes();
+    switch (a.bucket) {
+      case MemoryBucket::kWeights:
+        mem.weights += bytes;
+        break;
+      case MemoryBucket::kGradients:
+        mem.gradients += bytes;
+        break;
+      case MemoryBucket::kOptimizer:
+        mem.optimizer += bytes;
+        break;
+      case MemoryBucket::kActivations:
+        mem.activations += bytes;
+        break;
+      case MemoryBucket::kBuffers:
+        mem.buffers += bytes;
+        break;
+    }
+    mem.total += bytes;
+    if (a.in_backend_bytes) mem.backend_bytes += bytes;
+  }
+  return mem;
+}
+
+double plan_engine_compute_efficiency(EngineKind e, std::string_view gpu) {
+  if (e == EngineKind::kGantryCuda && (gpu == "h100" || gpu == "h200")) return kGantryCudaHopperEfficiency;
+  return 0;
+}
+
+// ---- CPU step time.
+
+CpuRates plan_cpu_rates_default() {
+  // The developer VM (2-core AMD EPYC, 2 threads): the median of 25 `gantry-engine plan --engine gantry-cpu
+  // --measure-cpu` runs on 2026-11-26, while other builds shared its cores (load average 3-6), so a quiet
+  // VM is faster (docs/PERF.md, "Planner calibration against the engine").
+  CpuRates r;
+  r.dot_flops = 18.7e9;
+  r.axpy_flops = 4.61e9;
+  r.attention_flops = 5.29e9;
+  r.gelu_elements = 37.9e6;
+  r.layernorm_elements = 251e6;
+  r.softmax_elements = 190e6;
+  r.optimizer_params = 196e6;
+  r.parallel_for_s = 11.3e-6;
+  return r;
+}
+
+Status plan_cpu_rates_validate(const CpuRates& r) {
+  for (double v : {r.dot_flops, r.axpy_flops, r.attention_flops, r.gelu_elements, r.layernorm_elements,
+                   r.softmax_elements, r.optimizer_params}) {
+    if (!(v > 0)) return Status::error("CPU rates: every rate must be > 0 (measure them with --measure-cpu)");
+  }
+  if (!(r.parallel_for_s >= 0)) return Status::error("CPU rates: parallel_for_s must be >= 0");
+  return Status();
+}
+
+CpuWork plan_cpu_work(const PlanModel& m, int micro_batch) {
+  const double b = micro_batch, t = m.seq, c = m.hidden, nh = m.heads, v = m.vocab, l = m.layers;
+  const double n = b * t, hs = c / nh;
+  CpuWork w;
+  w.dot_flops = l * 2 * n * c * (3 * c + c + 4 * c + 4 * c) + 2 * n * c * v;
+  w.axpy_flops = 2 * w.dot_flops;  // d(input) and d(weight), each as many FLOPs as the forward
+  // Forward: q·k and the probability-weighted sum of v (2·hs each); backward: one dot and three axpys.
+  w.attention_flops = l * 12 * hs * (b * nh * t * (t + 1) / 2);
+  w.gelu_elements = l * n * 4 * c;
+  w.layernorm_elements = (2 * l + 1) * n * c;
+  w.softmax_elements = n * v;
+  // backend_cpu.cpp: forward, per layer 4 matmuls and the attention, then the logits and the softmax;
+  // backward, the softmax, the logits' two loops (rows, weight columns), per layer 4 matmuls of two loops
+  // each and the attention.
+  w.parallel_calls = l * (5 + 9) + 2 + 3;
+  w.params = static_cast<double>(plan_param_counts(m).total);
+  w.optimizer_parallel_calls = 1 + static_cast<double>(param_tensors(m).size());  // grad_norm, then AdamW
+  return w;
+}
+
+CpuStep plan_cpu_step(const CpuWork& w, const CpuRates& r, int micro_batches) {
+  CpuStep s;
+  const double mb = micro_batches;
+  s.matmul_s = mb * (w.dot_flops / r.dot_flops + w.axpy_flops / r.axpy_flops);
+  s.attention_s = mb * w.attention_flops / r.attention_flops;
+  s.elementwise_s = mb * (w.gelu_elements / r.gelu_elements + w.layernorm_elements / r.layernorm_elements +
+                          w.softmax_elements / r.softmax_elements);
+  s.optimizer_s = w.params / r.optimizer_params;
+  s.dispatch_s = (mb * w.parallel_calls + w.optimizer_parallel_calls) * r.parallel_for_s;
+  return s;
+}
+
+}  // namespace gantry

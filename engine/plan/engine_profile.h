@@ -1,0 +1,142 @@
+// Gantry's own backends as the planner sees them. The generic planner models any training stack
+// (Korthikanti et al.'s activations, a runtime reserve); Gantry's backends instead allocate everything up
+// front from a fixed table, so their memory is predicted exactly, allocation by allocation, from that table:
+// engine/core/cpu/backend_cpu.cpp (CpuBackend, allocate_activations) and engine/core/cuda/backend_cuda.cu
+// (CudaBackend::allocate, build_adamw_chunks, Matmul's workspace). Keep the two in step: when a backend's
+// allocation changes, change the table here; tests/engine/plan/engine_profile_test.cpp compares this with
+// the real CPU backend in CI and with measured CUDA figures (and with the CUDA backend where a GPU exists).
+// The CPU backend's step time is priced per kind of loop it runs (engine/core/cpu/ops_cpu.cpp), with rates
+// measured once on the machine (`gantry-engine plan --engine gantry-cpu --measure-cpu`).
+//
+//   Result<EngineMemory> mem = plan_engine_memory(EngineKind::kGantryCuda, model, /*micro_batch=*/32);
+//   mem->backend_bytes  // what CudaBackend::memory_bytes() reports
+//   mem->allocations    // the table, with shapes and buckets
+//   CpuStep s = plan_cpu_step(plan_cpu_work(model, 8), plan_cpu_rates_default(), /*micro_batches=*/2);
+//   s.total()  // seconds per optimizer step
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/core/status.h"
+#include "engine/plan/model.h"
+
+namespace gantry {
+
+enum class EngineKind {
+  kGeneric,     // any stack: the Korthikanti activation model, a runtime reserve (the default)
+  kGantryCpu,   // Gantry's CPU reference backend: fp32 everywhere
+  kGantryCuda,  // Gantry's CUDA backend: bf16 compute, fp32 master weights, gradients and AdamW state
+};
+const char* engine_kind_name(EngineKind e);  // "generic", "gantry-cpu", "gantry-cuda"
+Result<EngineKind> engine_kind_parse(std::string_view s);
+
+// Which memory bucket an allocation belongs to (the planner's MemoryBuckets).
+enum class MemoryBucket { kWeights, kGradients, kOptimizer, kActivations, kBuffers };
+const char* memory_bucket_name(MemoryBucket b);  // "weights", "gradients", ...
+
+// One line of a backend's allocation table: `count` allocations of `bytes_each` (count = layers for the
+// per-layer activations, 1 otherwise).
+struct EngineAllocation {
+  std::string name;   // the backend's member name, e.g. "layer.qkv"
+  std::string shape;  // e.g. "(N, 3C) bf16"
+  MemoryBucket bucket = MemoryBucket::kBuffers;
+  uint64_t count = 1;
+  uint64_t bytes_each = 0;
+  // Whether Backend::memory_bytes() counts it: the CUDA backend's cuBLASLt workspace is allocated by its
+  // Matmul object, outside the backend's own table, so memory_bytes() leaves it out.
+  bool in_backend_bytes = true;
+  uint64_t bytes() const { return count * bytes_each; }
+};
+
+struct EngineMemory {
+  std::vector<EngineAllocation> allocations;
+  uint64_t weights = 0, gradients = 0, optimizer = 0, activations = 0, buffers = 0;  // sums by bucket
+  uint64_t total = 0;          // every allocation: the device memory the engine takes (no CUDA context)
+  uint64_t backend_bytes = 0;  // what Backend::memory_bytes() reports
+};
+
+// The model shapes Gantry's backends run: GPT-2 (learned positions, LayerNorm, biases, GELU with ffn = 4d,
+// tied embeddings, no dropout, kv_heads = heads), and for CUDA the kernels' limits (d % 8 == 0, d <= 2048,
+// head size 16, 32, 64 or 128). The message names what differs.
+Status plan_engine_validate(EngineKind e, const PlanModel& m);
+
+// The allocation table of the engine's backend created with max batch `micro_batch` (generic: an error).
+Result<EngineMemory> plan_engine_memory(EngineKind e, const PlanModel& m, int micro_batch);
+
+// The CUDA backend's one fp32 scratch buffer is the largest of what its kernels need (floats), whichever
+// attention backward (train.deterministic) runs: attention_fast is the atomic-dQ backward's accumulator,
+// about B·T·NH·HS floats, and for GPT-2 shapes the largest.
+struct CudaScratch {
+  uint64_t layernorm = 0;                // layernorm_backward_scratch_floats(N, C)
+  uint64_t bias = 0;                     // bias_backward_scratch_floats for widths C, 3C, 4C (largest)
+  uint64_t attention_deterministic = 0;  // B·T·NH
+  uint64_t attention_fast = 0;           // fast_scratch(B, T, NH, d).total, largest d <= head size
+  uint64_t global_norm = 0;              // global_norm_scratch_floats
+  uint64_t total() const;                // the largest
+};
+CudaScratch plan_cuda_scratch_floats(const PlanModel& m, int micro_batch);
+
+// Bytes of the cuBLASLt workspace the CUDA backend's Matmul allocates (matmul.cuh's default).
+inline constexpr uint64_t kCudaMatmulWorkspaceBytes = 32ull << 20;
+
+// ---- The CUDA backend's step time: the generic model (planner.h) with, where it was measured, the
+// compute efficiency Gantry's own kernels reach instead of the GPU generation's.
+
+// Fitted to the CUDA backend's GPT-2 124M step (micro-batch 32) on one H200, 65.71 ms (docs/PERF.md, CUDA
+// backend log, call 11, 2026-11-26), and checked on 350M (micro-batch 16, 87.84 ms, same call): predicted
+// within 1.5%. H100 has the same compute peak and the model's HBM term covers its slower memory, so it is
+// used there too (an assumption until an H100 run checks it).
+inline constexpr double kGantryCudaHopperEfficiency = 0.50;
+
+// The compute efficiency engine `e` reaches on GPU kind `gpu`, or 0 where none was measured (then the
+// GPU's calibrated generic efficiency stands).
+double plan_engine_compute_efficiency(EngineKind e, std::string_view gpu);
+
+// ---- The CPU backend's step time.
+
+// Rates of the CPU backend's loops on one machine, with the backend's thread count. Measured by running
+// the engine's own ops at fixed reference shapes (`gantry-engine plan --engine gantry-cpu --measure-cpu`);
+// the defaults are the developer VM's (2-core AMD EPYC, 2 threads, 2026-11-26; docs/PERF.md).
+struct CpuRates {
+  double dot_flops = 0;           // matmul_forward: dot-product rows, FLOP/s
+  double axpy_flops = 0;          // matmul_backward: axpy rows and weight columns, FLOP/s
+  double attention_flops = 0;     // attention_forward + _backward, causal (12·hs FLOPs per query-key pair)
+  double gelu_elements = 0;       // gelu_forward + gelu_backward, one thread (tanh), elements/s
+  double layernorm_elements = 0;  // layernorm_forward + _backward, one thread, elements/s
+  double softmax_elements = 0;    // softmax_crossentropy_forward + _backward, elements/s
+  double optimizer_params = 0;    // zero_grads + grad_norm + AdamW, parameters/s
+  // One ThreadPool::parallel_for with nothing to do: waking the workers and waiting for them, seconds.
+  // Every parallelised loop pays it once; on small models, with short loops, it is a visible share.
+  double parallel_for_s = 0;
+};
+CpuRates plan_cpu_rates_default();
+Status plan_cpu_rates_validate(const CpuRates& r);  // every rate > 0
+
+// What the CPU backend executes per micro-batch of `micro_batch` sequences (forward and backward), by the
+// kind of loop, counted from backend_cpu.cpp and ops_cpu.cpp. Residual adds, the embedding and the
+// buffers' zeroing are left out (each a few passes over (N, C) floats: under 2% of a step).
+struct CpuWork {
+  double dot_flops = 0;                 // 2·N·C·(3C + C + 4C + 4C) per layer + the logits 2·N·C·V
+  double axpy_flops = 0;                // twice the forward's
+  double attention_flops = 0;           // 12·hs per causal query-key pair: B·NH·T(T+1)/2 pairs per layer
+  double gelu_elements = 0;             // N·4C per layer
+  double layernorm_elements = 0;        // N·C, two per layer and the final one
+  double softmax_elements = 0;          // N·V
+  double parallel_calls = 0;            // ThreadPool::parallel_for calls: 14 per layer + 5
+  double params = 0;                    // once per optimizer step, not per micro-batch
+  double optimizer_parallel_calls = 0;  // once per step: the norm, and AdamW one tensor at a time
+};
+CpuWork plan_cpu_work(const PlanModel& m, int micro_batch);
+
+// The parts of one optimizer step of `micro_batches` micro-batches.
+struct CpuStep {
+  double matmul_s = 0, attention_s = 0, elementwise_s = 0, optimizer_s = 0;
+  double dispatch_s = 0;  // thread-pool wake-ups, the optimizer's included
+  double total() const { return matmul_s + attention_s + elementwise_s + optimizer_s + dispatch_s; }
+};
+CpuStep plan_cpu_step(const CpuWork& w, const CpuRates& r, int micro_batches);
+
+}  // namespace gantry

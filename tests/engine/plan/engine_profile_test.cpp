@@ -1,0 +1,277 @@
+// The planner's engine profiles (engine/plan/engine_profile.h) against Gantry's backends: the gantry-cpu
+// allocation table against the real CPU backend's Backend::memory_bytes() for models of several shapes
+// (exactly), the gantry-cuda table against the CUDA backend's bytes measured on an H200 (within 5% of the
+// older runs, and exactly once the one allocation that changed since is accounted for; to the printed
+// digit for the current backend) and against the CUDA backend itself where this machine has a GPU.
+// Step time is never asserted here: it is machine-dependent, and its predicted-versus-measured table
+// lives in docs/PERF.md.
+#include "engine/plan/engine_profile.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+
+#include "engine/core/backend.h"
+#include "engine/plan/planner.h"
+
+namespace gantry {
+namespace {
+
+PlanModel plan_model_of(const ModelConfig& mc) {
+  PlanModel m;
+  m.name = "engine";
+  m.layers = mc.n_layer;
+  m.heads = mc.n_head;
+  m.hidden = mc.n_embd;
+  m.vocab = mc.vocab_size;
+  m.seq = mc.seq_len;
+  return m;
+}
+
+struct Shape {
+  ModelConfig model;
+  int micro_batch;
+};
+
+// Layers, widths, heads, vocabularies, sequence lengths and micro-batches that differ from each other,
+// odd sizes included (a vocabulary of 77, a single head, T not a power of two).
+const Shape kCpuShapes[] = {
+    {{.n_layer = 2, .n_head = 4, .n_embd = 64, .vocab_size = 256, .seq_len = 64},
+     8},  // assets/configs/tiny.toml
+    {{.n_layer = 1, .n_head = 2, .n_embd = 32, .vocab_size = 100, .seq_len = 16}, 1},
+    {{.n_layer = 3, .n_head = 6, .n_embd = 96, .vocab_size = 512, .seq_len = 32}, 4},
+    {{.n_layer = 4, .n_head = 8, .n_embd = 128, .vocab_size = 1000, .seq_len = 128}, 2},
+    {{.n_layer = 2, .n_head = 1, .n_embd = 48, .vocab_size = 77, .seq_len = 40}, 3},
+    {{.n_layer = 6, .n_head = 12, .n_embd = 192, .vocab_size = 2048, .seq_len = 64}, 2},
+};
+
+TEST(PlanEngineProfile, CpuMemoryIsTheCpuBackendsAllocationExactly) {
+  for (const Shape& s : kCpuShapes) {
+    const std::string label = "L" + std::to_string(s.model.n_layer) + " d" + std::to_string(s.model.n_embd) +
+                              " h" + std::to_string(s.model.n_head) + " V" +
+                              std::to_string(s.model.vocab_size) + " T" + std::to_string(s.model.seq_len) +
+                              " B" + std::to_string(s.micro_batch);
+    std::unique_ptr<Backend> be = backend_cpu_create(s.model, s.micro_batch, 1);
+    const uint64_t measured = be->memory_bytes();
+    Result<EngineMemory> mem =
+        plan_engine_memory(EngineKind::kGantryCpu, plan_model_of(s.model), s.micro_batch);
+    ASSERT_TRUE(mem.ok()) << label << ": " << mem.error();
+    EXPECT_EQ(mem->backend_bytes, measured) << label;
+    EXPECT_EQ(mem->total, measured) << label << ": the CPU backend allocates nothing it does not count";
+    // The goal of issue #7 is 5%; the table is exact, so this only restates it in the issue's terms.
+    EXPECT_LT(std::fabs(static_cast<double>(mem->total) / static_cast<double>(measured) - 1), 0.05) << label;
+    const uint64_t p = be->params().numel();
+    EXPECT_EQ(mem->weights, 4 * p) << label;
+    EXPECT_EQ(mem->gradients, 4 * p) << label;
+    EXPECT_EQ(mem->optimizer, 8 * p) << label;
+  }
+}
+
+TEST(PlanEngineProfile, PlanEvaluateWithGantryCpuReportsTheBackendsBytes) {
+  const Shape& s = kCpuShapes[0];
+  std::unique_ptr<Backend> be = backend_cpu_create(s.model, s.micro_batch, 1);
+  PlanInput in;
+  in.model = plan_model_of(s.model);
+  in.cluster = plan_cluster_default(GpuSpec{.name = "cpu", .hbm_bytes = 24e9}, 1);
+  in.layout = PlanLayout{.micro_batch = s.micro_batch};
+  in.training.global_batch = 16;
+  in.engine = EngineKind::kGantryCpu;
+  Result<Plan> p = plan_evaluate(in);
+  ASSERT_TRUE(p.ok()) << p.error();
+  EXPECT_DOUBLE_EQ(p->memory.total(), static_cast<double>(be->memory_bytes()));
+  EXPECT_DOUBLE_EQ(p->backend_bytes, static_cast<double>(be->memory_bytes()));
+  EXPECT_TRUE(p->fits);
+  EXPECT_EQ(p->micro_batches, 2);
+  EXPECT_FALSE(p->layout.flash_attention) << "the CPU reference stores the attention probabilities";
+  // The step is the CPU model's, not the GPU model's, and is finite.
+  EXPECT_DOUBLE_EQ(p->step_s, p->cpu_step.total());
+  EXPECT_GT(p->step_s, 0);
+  EXPECT_TRUE(std::isfinite(p->tokens_per_s));
+  EXPECT_TRUE(std::isfinite(p->mfu));
+}
+
+// Measured on one NVIDIA H200, 2026-11-26: `backend_bytes` (CudaBackend::memory_bytes()) printed by
+// tests/bench/gpt_bench for GPT-2 124M (12 layers, d 768, 12 heads, vocab 50,304, T 1,024, micro-batch 32)
+// and 350M (24 layers, d 1,024, 16 heads, micro-batch 16); docs/PERF.md, CUDA backend log, calls 9-11
+// ("memory 12.87 GB / 20.03 GB").
+struct CudaMeasured {
+  const char* preset;
+  int micro_batch;
+  uint64_t backend_bytes;
+};
+constexpr CudaMeasured kH200[] = {{"gpt2-124m", 32, 12865805520ull}, {"gpt2-350m", 16, 20026063440ull}};
+
+TEST(PlanEngineProfile, CudaMemoryIsWithinFivePercentOfTheMeasuredH200Runs) {
+  for (const CudaMeasured& r : kH200) {
+    const PlanModel m = plan_model_preset(r.preset).value();
+    Result<EngineMemory> mem = plan_engine_memory(EngineKind::kGantryCuda, m, r.micro_batch);
+    ASSERT_TRUE(mem.ok()) << mem.error();
+    const double err = static_cast<double>(mem->backend_bytes) / static_cast<double>(r.backend_bytes) - 1;
+    EXPECT_LT(std::fabs(err), 0.05) << r.preset << ": predicted " << mem->backend_bytes << ", measured "
+                                    << r.backend_bytes;
+    // Exactly, once the measurement's age is accounted for: those runs predate the atomic-dQ attention
+    // backward, whose fp32 accumulator (about B·T·NH·HS floats) now sets the size of the one scratch
+    // buffer; before it, the largest need was the LayerNorm backward's partials (or another of the
+    // deterministic kernels'). Everything else in the table is unchanged since.
+    const CudaScratch sc = plan_cuda_scratch_floats(m, r.micro_batch);
+    const uint64_t then = std::max({sc.layernorm, sc.bias, sc.attention_deterministic, sc.global_norm});
+    EXPECT_EQ(mem->backend_bytes - 4 * (sc.total() - then), r.backend_bytes) << r.preset;
+  }
+}
+
+TEST(PlanEngineProfile, CudaMemoryMatchesTheH200RunsOfTheCurrentBackend) {
+  // docs/PERF.md, "Side by side", call 18 (one H200, 2026-11-26, the backend with the atomic-dQ attention
+  // backward): Gantry memory 12.07 GiB (124M, micro-batch 32) and 18.70 GiB (350M, micro-batch 16), the
+  // same memory_bytes() printed to two decimals, so equal means within half of the last digit.
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  const struct {
+    const char* preset;
+    int micro_batch;
+    double gib;
+  } runs[] = {{"gpt2-124m", 32, 12.07}, {"gpt2-350m", 16, 18.70}};
+  for (const auto& r : runs) {
+    Result<EngineMemory> mem =
+        plan_engine_memory(EngineKind::kGantryCuda, plan_model_preset(r.preset).value(), r.micro_batch);
+    ASSERT_TRUE(mem.ok()) << mem.error();
+    EXPECT_NEAR(static_cast<double>(mem->backend_bytes) / kGiB, r.gib, 0.005) << r.preset;
+  }
+}
+
+TEST(PlanEngineProfile, CudaBucketsFollowTheBackendsDtypes) {
+  const PlanModel m = plan_model_preset("gpt2-124m").value();
+  Result<EngineMemory> mem = plan_engine_memory(EngineKind::kGantryCuda, m, 4);
+  ASSERT_TRUE(mem.ok()) << mem.error();
+  const uint64_t p = plan_param_counts(m).total;
+  EXPECT_EQ(mem->weights, 2 * p);     // bf16 copy
+  EXPECT_EQ(mem->gradients, 4 * p);   // fp32
+  EXPECT_EQ(mem->optimizer, 12 * p);  // fp32 master, m, v
+  // The cuBLASLt workspace is the engine's memory but not in the backend's own count.
+  EXPECT_EQ(mem->total - mem->backend_bytes, kCudaMatmulWorkspaceBytes);
+  // The classifier's logits are chunked to 256 MiB of bf16 rows, never all N x V.
+  for (const EngineAllocation& a : mem->allocations) {
+    if (a.name == "logits") {
+      EXPECT_LE(a.bytes(), 256ull << 20);
+    }
+  }
+}
+
+// On a machine with a GPU (and a CUDA build) the table must equal what the CUDA backend allocates now;
+// this is what catches a change to backend_cuda.cu or its kernels' scratch that the planner missed.
+TEST(PlanEngineProfile, CudaMemoryIsTheCudaBackendsAllocationExactlyWhereAGpuExists) {
+  const Shape shapes[] = {
+      {{.n_layer = 2, .n_head = 4, .n_embd = 64, .vocab_size = 256, .seq_len = 64}, 8},
+      {{.n_layer = 3, .n_head = 2, .n_embd = 256, .vocab_size = 1000, .seq_len = 100}, 3},
+      {{.n_layer = 2, .n_head = 12, .n_embd = 768, .vocab_size = 50304, .seq_len = 1024}, 4},
+  };
+  for (const Shape& s : shapes) {
+    Result<std::unique_ptr<Backend>> be = backend_create("cuda", s.model, s.micro_batch, {.threads = 1});
+    if (!be.ok()) GTEST_SKIP() << "no CUDA backend here: " << be.error();
+    Result<EngineMemory> mem =
+        plan_engine_memory(EngineKind::kGantryCuda, plan_model_of(s.model), s.micro_batch);
+    ASSERT_TRUE(mem.ok()) << mem.error();
+    EXPECT_EQ(mem->backend_bytes, be.value()->memory_bytes()) << "d " << s.model.n_embd;
+  }
+}
+
+TEST(PlanEngineProfile, EngineProfilesRefuseWhatTheEngineCannotRun) {
+  PlanInput in;
+  in.model = plan_model_preset("gpt2-124m").value();
+  in.cluster = plan_cluster_default(plan_gpu_preset("h100").value(), 1);
+  in.layout = PlanLayout{.micro_batch = 4};
+  in.training.global_batch = 8;
+  in.engine = EngineKind::kGantryCuda;
+  ASSERT_TRUE(plan_evaluate(in).ok());
+
+  auto fails = [](PlanInput bad, const std::string& needle) {
+    Result<Plan> p = plan_evaluate(bad);
+    EXPECT_FALSE(p.ok()) << needle;
+    if (!p.ok()) {
+      EXPECT_NE(p.error().find(needle), std::string::npos) << p.error();
+    }
+  };
+  PlanInput two_gpus = in;
+  two_gpus.cluster.gpus = 2;
+  fails(two_gpus, "one device");
+  PlanInput tp = in;
+  tp.layout.tp = 2;
+  fails(tp, "one device");
+  PlanInput zero = in;
+  zero.layout.zero = 1;
+  fails(zero, "one device");
+  PlanInput recompute = in;
+  recompute.layout.recompute = Recompute::kFull;
+  fails(recompute, "recompute none");
+  PlanInput no_flash = in;
+  no_flash.layout.flash_attention = false;
+  fails(no_flash, "flash");
+  PlanInput head_size = in;
+  head_size.model.heads = 16;  // 768 / 16 = 48: no kernel for it
+  fails(head_size, "head size");
+  PlanInput llama = in;
+  llama.model = plan_model_preset("llama3-8b").value();
+  fails(llama, "GPT-2");
+  PlanInput untied = in;
+  untied.model.tied_embeddings = false;
+  untied.engine = EngineKind::kGantryCpu;
+  fails(untied, "ties");
+}
+
+TEST(PlanEngineProfile, GantryCudaUsesTheEnginesDtypesNotTheGenericOnes) {
+  PlanInput in;
+  in.model = plan_model_preset("gpt2-124m").value();
+  in.cluster = plan_cluster_default(plan_gpu_preset("h200").value(), 1);
+  in.layout = PlanLayout{.micro_batch = 32};
+  in.training.global_batch = 32;
+  Result<Plan> generic = plan_evaluate(in);
+  in.engine = EngineKind::kGantryCuda;
+  Result<Plan> engine = plan_evaluate(in);
+  ASSERT_TRUE(generic.ok() && engine.ok());
+  // fp32 gradients: AdamW reads 2 more bytes per parameter; same FLOPs, same compute time.
+  EXPECT_DOUBLE_EQ(engine->compute_s, generic->compute_s);
+  EXPECT_GT(engine->optimizer_s, generic->optimizer_s);
+  // No Korthikanti activations, no 1 GiB reserve: the allocation table.
+  EXPECT_DOUBLE_EQ(engine->memory.total(),
+                   static_cast<double>(plan_engine_memory(EngineKind::kGantryCuda, in.model, 32)->total));
+  EXPECT_LT(engine->memory.total(), generic->memory.total());
+}
+
+TEST(PlanEngineProfile, CpuWorkCountsTheBackendsLoops) {
+  // assets/configs/tiny.toml by hand: L 2, d 64, 4 heads (hs 16), V 256, T 64, micro-batch 8 (N 512).
+  const PlanModel m =
+      plan_model_of({.n_layer = 2, .n_head = 4, .n_embd = 64, .vocab_size = 256, .seq_len = 64});
+  const CpuWork w = plan_cpu_work(m, 8);
+  EXPECT_DOUBLE_EQ(w.dot_flops, 2.0 * 2 * 512 * 64 * (12 * 64) + 2.0 * 512 * 64 * 256);
+  EXPECT_DOUBLE_EQ(w.axpy_flops, 2 * w.dot_flops);
+  EXPECT_DOUBLE_EQ(w.attention_flops, 2.0 * 12 * 16 * (8.0 * 4 * 64 * 65 / 2));
+  EXPECT_DOUBLE_EQ(w.gelu_elements, 2.0 * 512 * 256);
+  EXPECT_DOUBLE_EQ(w.layernorm_elements, 5.0 * 512 * 64);
+  EXPECT_DOUBLE_EQ(w.softmax_elements, 512.0 * 256);
+  EXPECT_DOUBLE_EQ(w.params, 120576);
+
+  // Micro-batches repeat the forward and backward, not the optimizer.
+  CpuRates r{.dot_flops = 1e9,
+             .axpy_flops = 5e8,
+             .attention_flops = 4e8,
+             .gelu_elements = 3e7,
+             .layernorm_elements = 2e8,
+             .softmax_elements = 3e8,
+             .optimizer_params = 1e8,
+             .parallel_for_s = 1e-5};
+  const CpuStep one = plan_cpu_step(w, r, 1), two = plan_cpu_step(w, r, 2);
+  EXPECT_DOUBLE_EQ(two.matmul_s, 2 * one.matmul_s);
+  EXPECT_DOUBLE_EQ(two.optimizer_s, one.optimizer_s);
+  EXPECT_DOUBLE_EQ(one.matmul_s, w.dot_flops / 1e9 + w.axpy_flops / 5e8);
+  // backend_cpu.cpp's parallel loops: 14 a layer + 5 per micro-batch; AdamW's 28 tensors + the norm a step.
+  EXPECT_DOUBLE_EQ(w.parallel_calls, 14 * 2 + 5);
+  EXPECT_DOUBLE_EQ(w.optimizer_parallel_calls, 2 + 12 * 2 + 2 + 1);
+  EXPECT_DOUBLE_EQ(two.dispatch_s - one.dispatch_s, w.parallel_calls * 1e-5);
+  r.gelu_elements = 0;
+  EXPECT_FALSE(plan_cpu_rates_validate(r).ok());
+  EXPECT_TRUE(plan_cpu_rates_validate(plan_cpu_rates_default()).ok()) << "the developer VM's rates are set";
+}
+
+}  // namespace
+}  // namespace gantry
