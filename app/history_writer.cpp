@@ -56,6 +56,11 @@ void HistoryWriter::on_step(const StepReport& r) {
   rank.host = host_;
   rank.device = device_;
   rank.phases.data_wait = r.data_wait_s;
+  if (r.phases.measured) {
+    rank.phases.forward = r.phases.forward_s;
+    rank.phases.backward = r.phases.backward_s;
+    rank.phases.optimizer = r.phases.optimizer_s;
+  }
   rank.total_s = r.ms / 1e3;
   rank.tokens = r.tokens;
   batch.rank_steps.push_back(rank);

@@ -42,6 +42,15 @@ struct StepStats {
   bool updated = false;  // false when the norm was not finite: the parameters were left untouched
 };
 
+// Where the last step's time went on this rank, for the per-rank step records. measured == false: the
+// backend does not time its phases (the CUDA backend, until its phases are timed with events).
+struct PhaseTimes {
+  double forward_s = 0;
+  double backward_s = 0;
+  double optimizer_s = 0;
+  bool measured = false;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -64,6 +73,8 @@ class Backend {
   virtual StepStats step_stats() = 0;
   // Global L2 norm of the gradient buffer now (waits); for tests and tools.
   virtual double grad_norm() = 0;
+  // Phase times of the step since zero_grads(); read after step_stats().
+  virtual PhaseTimes phase_times() const { return {}; }
 
   // Bytes this backend allocated for parameters, state, activations and workspaces (all up front).
   virtual uint64_t memory_bytes() const = 0;

@@ -189,7 +189,8 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
                    .grad_norm = norm,
                    .lr = lr,
                    .tokens = static_cast<int64_t>(c.train.global_batch) * T,
-                   .data_wait_s = data_wait};
+                   .data_wait_s = data_wait,
+                   .phases = backend->phase_times()};
     if (c.train.val_every > 0 && step % c.train.val_every == 0) {
       double vsum = 0;
       for (int vb = 0; vb < c.train.val_batches; ++vb) {

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "engine/core/backend.h"
 #include "engine/core/config.h"
 #include "engine/core/status.h"
 
@@ -25,6 +26,7 @@ struct StepReport {
   double ms = 0;           // wall time of this step
   int64_t tokens = 0;      // tokens in the global batch
   double data_wait_s = 0;  // of ms, the time spent reading the batch's windows
+  PhaseTimes phases;       // forward, backward, optimizer, where the backend measures them
   std::optional<double> val_loss;
 };
 

@@ -45,6 +45,11 @@ TEST(TrainHistory, TrainWritesTheRunsHistory) {
   ASSERT_TRUE(db->read_rank_steps(runs[0].id, 0, 100, {0}, 100, &rank_steps)) << db->error();
   ASSERT_EQ(rank_steps.size(), 5u);
   EXPECT_GT(rank_steps[0].total_s, 0.0);
+  // The CPU backend times its phases; together with the data wait they fit inside the step.
+  EXPECT_GT(rank_steps[0].phases.forward, 0.0);
+  EXPECT_GT(rank_steps[0].phases.backward, 0.0);
+  EXPECT_GT(rank_steps[0].phases.optimizer, 0.0);
+  EXPECT_LE(rank_steps[0].phases.sum(), rank_steps[0].total_s);
   EXPECT_EQ(rank_steps[0].tokens, 4 * 8);
 
   std::vector<CheckpointInfo> ckpts;

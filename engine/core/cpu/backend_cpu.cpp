@@ -1,4 +1,5 @@
 // The CPU reference backend: fp32 everywhere, the ops of ops_cpu.h wired into GPT-2's forward and backward.
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -59,10 +60,16 @@ class CpuBackend final : public Backend {
   const TensorTable& params() const override { return table_; }
 
   void forward_backward(const int32_t* inputs, const int32_t* targets, int batch, float grad_scale) override {
+    const auto t0 = std::chrono::steady_clock::now();
     loss_sum_ += forward(inputs, targets, batch);
     ++loss_count_;
+    const auto t1 = std::chrono::steady_clock::now();
     backward(inputs, targets, batch, grad_scale);
+    phases_.forward_s += std::chrono::duration<double>(t1 - t0).count();
+    phases_.backward_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   }
+
+  PhaseTimes phase_times() const override { return phases_; }
 
   float forward_loss(const int32_t* inputs, const int32_t* targets, int batch) override {
     return forward(inputs, targets, batch);
@@ -72,9 +79,16 @@ class CpuBackend final : public Backend {
     std::memset(grads_.data(), 0, grads_.size() * sizeof(float));
     loss_sum_ = 0;
     loss_count_ = 0;
+    phases_ = {.measured = true};
   }
 
   void optimizer_step(const AdamWStep& s) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    struct AddElapsed {  // counts the optimizer's time on every return path
+      PhaseTimes& p;
+      std::chrono::steady_clock::time_point t0;
+      ~AddElapsed() { p.optimizer_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
+    } add_elapsed{phases_, t0};
     stats_.loss = loss_count_ ? loss_sum_ / loss_count_ : 0.0;
     stats_.grad_norm = grad_norm();
     stats_.updated = std::isfinite(stats_.grad_norm);
@@ -286,6 +300,7 @@ class CpuBackend final : public Backend {
   double loss_sum_ = 0;
   int loss_count_ = 0;
   StepStats stats_;
+  PhaseTimes phases_{.measured = true};
 };
 
 }  // namespace
