@@ -448,6 +448,38 @@ __device__ __forceinline__ void load_stats(float* sl, float* sd, const float* gl
 //   Sᵀ = K·Qᵀ;  Pᵀ = 2^(scale·log2e·Sᵀ − log2e·lse);  dV += Pᵀ·dO;  dPᵀ = V·dOᵀ;  dSᵀ = Pᵀ∘(dPᵀ − delta);
 //   dK += dSᵀ·Q;  finally dK ·= scale.
 
+// One query tile of the dK/dV pass, shared by the deterministic and the fused (atomic dQ) kernels:
+// recompute P = 2^(scale·log2e·Q·Kᵀ − log2e·lse) under the causal mask, dV += Pᵀ·dO, and leave
+// dS = P∘(dO·Vᵀ − delta) in ds. The block's BK keys start at k0; each warp owns 16 (key0 and key0 + 8 for
+// this thread).
+template <int D, int BQ, int BK>
+__device__ __forceinline__ void dkdv_query_tile(float (&ds)[BQ / 8][4], float (&dv)[D / 8][4], const bf16* sK,
+                                                const bf16* sV, const bf16* cQ, const bf16* cO, const float* cL,
+                                                const float* cD, int warp, int lane, int tq, int qs, int k0,
+                                                int key0, float scale_log2) {
+  float s[BQ / 8][4];
+  zero(s);
+  mma_rows_nmajor<D, BQ / 8>(s, sK, warp * 16, cQ, lane);
+  const bool diag = qs < k0 + BK;
+#pragma unroll
+  for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int qi = nt * 8 + 2 * tq + (e & 1);
+      float p = fast_exp2(fmaf(s[nt][e], scale_log2, kAsyncStats ? -(cL[qi] * kLog2e) : -cL[qi]));
+      if (diag && key0 + (e >> 1) * 8 > qs + qi) p = 0.f;
+      s[nt][e] = p;
+    }
+  mma_regs_kmajor<D, BQ / 8>(dv, s, cO, lane);
+
+  zero(ds);
+  mma_rows_nmajor<D, BQ / 8>(ds, sV, warp * 16, cO, lane);
+#pragma unroll
+  for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) ds[nt][e] = s[nt][e] * (ds[nt][e] - cD[nt * 8 + 2 * tq + (e & 1)]);
+}
+
 template <int D, int BQ>
 __global__ void __launch_bounds__(128, kKvMinBlocks<D>)
     attention_backward_dkdv_kernel(bf16* __restrict__ dqkv, const bf16* __restrict__ dout,
@@ -508,28 +540,8 @@ __global__ void __launch_bounds__(128, kKvMinBlocks<D>)
     const float* cD = sD + buf * BQ;
     const int qs = i * BQ;
 
-    float s[BQ / 8][4];
-    zero(s);
-    mma_rows_nmajor<D, BQ / 8>(s, sK, warp * 16, cQ, lane);
-    const bool diag = qs < k0 + kBK;
-#pragma unroll
-    for (int nt = 0; nt < BQ / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int qi = nt * 8 + 2 * tq + (e & 1);
-        float p = fast_exp2(fmaf(s[nt][e], scale_log2, kAsyncStats ? -(cL[qi] * kLog2e) : -cL[qi]));
-        if (diag && key0 + (e >> 1) * 8 > qs + qi) p = 0.f;
-        s[nt][e] = p;
-      }
-    mma_regs_kmajor<D, BQ / 8>(dv, s, cO, lane);
-
     float dp[BQ / 8][4];
-    zero(dp);
-    mma_rows_nmajor<D, BQ / 8>(dp, sV, warp * 16, cO, lane);
-#pragma unroll
-    for (int nt = 0; nt < BQ / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) dp[nt][e] = s[nt][e] * (dp[nt][e] - cD[nt * 8 + 2 * tq + (e & 1)]);
+    dkdv_query_tile<D, BQ, kBK>(dp, dv, sK, sV, cQ, cO, cL, cD, warp, lane, tq, qs, k0, key0, scale_log2);
     mma_regs_kmajor<D, BQ / 8>(dk, dp, cQ, lane);
   }
 
@@ -747,28 +759,10 @@ __global__ void __launch_bounds__(KW * 32, kFastMinBlocks<D>)
     const float* cD = sD + buf * BQ;
     const int qs = i * BQ;
 
-    float s[BQ / 8][4];
-    zero(s);
-    mma_rows_nmajor<D, BQ / 8>(s, sK, warp * 16, cQ, lane);
-    const bool diag = qs < k0 + kBK;
-#pragma unroll
-    for (int nt = 0; nt < BQ / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int qi = nt * 8 + 2 * tq + (e & 1);
-        float p = fast_exp2(fmaf(s[nt][e], scale_log2, kAsyncStats ? -(cL[qi] * kLog2e) : -cL[qi]));
-        if (diag && key0 + (e >> 1) * 8 > qs + qi) p = 0.f;
-        s[nt][e] = p;
-      }
-    mma_regs_kmajor<D, BQ / 8>(dv, s, cO, lane);
-
     float dp[BQ / 8][4];
-    zero(dp);
-    mma_rows_nmajor<D, BQ / 8>(dp, sV, warp * 16, cO, lane);
+    dkdv_query_tile<D, BQ, kBK>(dp, dv, sK, sV, cQ, cO, cL, cD, warp, lane, tq, qs, k0, key0, scale_log2);
 #pragma unroll
     for (int nt = 0; nt < BQ / 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) dp[nt][e] = s[nt][e] * (dp[nt][e] - cD[nt * 8 + 2 * tq + (e & 1)]);
       bf16* dst = sdS + (warp * 16 + g) * kSS + nt * 8 + 2 * tq;
       *reinterpret_cast<uint32_t*>(dst) = pack_bf16(dp[nt][0], dp[nt][1]);
       *reinterpret_cast<uint32_t*>(dst + 8 * kSS) = pack_bf16(dp[nt][2], dp[nt][3]);
