@@ -1,5 +1,7 @@
 #include "engine/core/backend.h"
 
+#include "engine/core/comm/communicator.h"
+
 #ifdef GANTRY_HAVE_CUDA
 #include "engine/core/cuda/backend_cuda.h"
 #include "engine/core/cuda/device.h"
@@ -9,9 +11,14 @@ namespace gantry {
 
 Result<std::unique_ptr<Backend>> backend_create(const std::string& kind, const ModelConfig& m, int max_batch,
                                                 const BackendOptions& options) {
-  if (kind == "cpu") return backend_cpu_create(m, max_batch, options.threads);
+  if (kind == "cpu") return backend_cpu_create(m, max_batch, options);
   if (kind == "cuda") {
 #ifdef GANTRY_HAVE_CUDA
+    if (options.dp != nullptr && options.dp->size() > 1) {
+      return Status::error("the cuda backend trains on one GPU per run so far: data parallelism over " +
+                           std::to_string(options.dp->size()) +
+                           " ranks runs on train.backend = \"cpu\" (Gloo) until the GPU path lands");
+    }
     if (cuda_device_count() == 0) {
       return Status::error("train.backend = \"cuda\" but this machine has no usable GPU (no device or no driver); "
                            "use train.backend = \"cpu\"");

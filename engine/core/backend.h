@@ -12,9 +12,12 @@
 //   StepStats s = be->step_stats();   // the one wait per step: mean loss, grad norm
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "engine/core/config.h"
@@ -48,7 +51,28 @@ struct PhaseTimes {
   double forward_s = 0;
   double backward_s = 0;
   double optimizer_s = 0;
+  double comm_exposed_s = 0;  // waiting for gradient reductions and parameter gathers the compute did not hide
   bool measured = false;
+};
+
+// The device as the step left it, for the per-rank records. Optional fields are absent where the backend
+// cannot read them (no NVML, or the CPU).
+struct DeviceHealth {
+  int device = -1;                   // local device index; -1 = CPU
+  uint64_t mem_allocated_bytes = 0;  // held now
+  uint64_t mem_peak_bytes = 0;       // high-water mark since the backend was created
+  std::optional<double> temperature_celsius;
+  std::optional<double> sm_clock_hertz;
+  std::optional<double> power_watts;
+};
+
+class Communicator;
+
+// Bytes of training state this rank holds, per category (ZeRO shards some of them).
+struct StateBytes {
+  uint64_t params = 0;
+  uint64_t grads = 0;
+  uint64_t optimizer = 0;
 };
 
 class Backend {
@@ -66,6 +90,12 @@ class Backend {
 
   // Zeroes the gradients and the step's loss.
   virtual void zero_grads() = 0;
+  // zero_grads() for a step of `micro_batches` forward_backward calls: under data parallelism the last
+  // one reduces each gradient bucket as soon as its backward pass has filled it.
+  virtual void begin_step(int micro_batches) {
+    (void)micro_batches;
+    zero_grads();
+  }
   // Global gradient norm, clipping and AdamW in one go, without a host round trip. A non-finite norm
   // leaves every parameter and moment untouched (step_stats().updated == false).
   virtual void optimizer_step(const AdamWStep& s) = 0;
@@ -75,24 +105,50 @@ class Backend {
   virtual double grad_norm() = 0;
   // Phase times of the step since zero_grads(); read after step_stats().
   virtual PhaseTimes phase_times() const { return {}; }
+  // Memory and sensors now (cheap enough to call once per step); the default reports memory_bytes().
+  virtual DeviceHealth device_health() { return {.mem_allocated_bytes = memory_bytes(), .mem_peak_bytes = memory_bytes()}; }
 
   // Bytes this backend allocated for parameters, state, activations and workspaces (all up front).
   virtual uint64_t memory_bytes() const = 0;
 
-  // Host copies of a range of one flat buffer, for initialisation and checkpoints.
+  // Host copies of a range of one flat buffer (global coordinates), for initialisation and checkpoints.
+  // The range must lie inside held_ranges(which).
   virtual void read_state(StateBuffer which, size_t offset, size_t count, float* out) = 0;
   virtual void write_state(StateBuffer which, size_t offset, size_t count, const float* in) = 0;
+  // The ranges of each buffer this rank keeps (all of it, or its ZeRO shard), and those it writes into
+  // a checkpoint (every element written by exactly one rank of the gang).
+  virtual std::vector<FlatRange> held_ranges(StateBuffer which) const {
+    (void)which;
+    return {{0, params().numel()}};
+  }
+  virtual std::vector<FlatRange> written_ranges(StateBuffer which) const {
+    return which == StateBuffer::kGrads ? std::vector<FlatRange>{} : held_ranges(which);
+  }
+  // Every parameter; under ZeRO 3 a collective that every rank of the gang must call.
+  virtual void gather_params(float* out) { read_state(StateBuffer::kParams, 0, params().numel(), out); }
+  virtual StateBytes state_bytes() const {
+    const uint64_t n = params().numel() * sizeof(float);
+    return {.params = n, .grads = n, .optimizer = 2 * n};
+  }
 };
 
-// threads <= 0: one per core.
-std::unique_ptr<Backend> backend_cpu_create(const ModelConfig& m, int max_batch, int threads);
-
-// kind "cpu" or "cuda" (an error when this build has no CUDA backend or the machine no GPU).
 struct BackendOptions {
   int threads = 0;             // cpu: threads, 0 = one per core
   bool cuda_graphs = true;     // cuda: replay each micro-batch as a captured CUDA graph
   bool deterministic = true;   // cuda: no floating-point atomics (the cpu backend always is)
+  // Data parallel (cpu backend for now): the dp axis' communicator (null at dp 1), the ZeRO stage and
+  // the gradient bucket size (parallel/shard_plan.h).
+  Communicator* dp = nullptr;
+  int zero = 0;
+  size_t bucket_bytes = size_t{25} << 20;
+  std::chrono::milliseconds comm_timeout{std::chrono::seconds(120)};
 };
+
+// The fp32 reference; threads <= 0: one per core. The second form also takes a place in a dp gang.
+std::unique_ptr<Backend> backend_cpu_create(const ModelConfig& m, int max_batch, int threads);
+std::unique_ptr<Backend> backend_cpu_create(const ModelConfig& m, int max_batch, const BackendOptions& options);
+
+// kind "cpu" or "cuda" (an error when this build has no CUDA backend or the machine no GPU).
 Result<std::unique_ptr<Backend>> backend_create(const std::string& kind, const ModelConfig& m, int max_batch,
                                                 const BackendOptions& options = {});
 

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>  // manifest.json
 
+#include "engine/core/comm/store_client.h"
 #include "engine/core/xxhash64.h"
 
 namespace gantry {
@@ -108,60 +109,147 @@ Result<std::string> checkpoint_latest(const std::string& root) {
   return all.back();
 }
 
-Result<CheckpointWritten> checkpoint_write(const std::string& root, Backend& backend, const CheckpointMeta& meta,
-                                           int keep) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const fs::path dir = fs::path(root) / step_dir_name(meta.step);
-  std::error_code ec;
-  if (is_committed(dir)) {
-    return CheckpointWritten{dir.string(), 0, 0.0};
-  }
-  fs::remove_all(dir, ec);  // an uncommitted leftover of a crashed writer
-  fs::create_directories(dir, ec);
-  if (ec) return Status::error("cannot create checkpoint directory '" + dir.string() + "': " + ec.message());
+namespace {
 
+// This rank's shard file: the ranges its backend writes, cut at tensor boundaries into slices. Returns the
+// manifest's entry for the shard.
+Result<json> write_shard(const fs::path& dir, int rank, Backend& backend) {
   const TensorTable& table = backend.params();
-  const std::string shard_name = "shard_r00000.bin";
-  const std::string shard_path = (dir / shard_name).string();
+  char name[32];
+  std::snprintf(name, sizeof name, "shard_r%05d.bin", rank);
+  const std::string shard_path = (dir / name).string();
+
+  struct Piece {
+    StateBuffer buffer;
+    size_t tensor, start, count;
+  };
+  std::vector<Piece> pieces;
+  for (StateBuffer b : kSavedBuffers) {
+    for (const FlatRange& r : backend.written_ranges(b)) {
+      size_t at = r.offset;
+      while (at < r.end()) {
+        const size_t ti = table.index_of_offset(at);
+        const size_t stop = std::min(r.end(), table[ti].offset + table[ti].numel);
+        pieces.push_back({b, ti, at - table[ti].offset, stop - at});
+        at = stop;
+      }
+    }
+  }
+
   int fd = ::open(shard_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) return Status::error("cannot create '" + shard_path + "': " + std::strerror(errno));
-
   unsigned char header[kShardHeaderBytes] = {};
   std::memcpy(header, kShardMagic, sizeof kShardMagic);
-  const uint32_t version = kCheckpointFormatVersion, rank = 0;
-  const uint64_t slice_count = table.size() * std::size(kSavedBuffers);
+  const uint32_t version = kCheckpointFormatVersion, rank32 = static_cast<uint32_t>(rank);
+  const uint64_t slice_count = pieces.size();
   std::memcpy(header + 8, &version, 4);
-  std::memcpy(header + 12, &rank, 4);
+  std::memcpy(header + 12, &rank32, 4);
   std::memcpy(header + 16, &slice_count, 8);
   Status s = write_all(fd, header, sizeof header, shard_path);
 
   json slices = json::array();
   uint64_t file_offset = kShardHeaderBytes;
   std::vector<float> staging;
-  for (StateBuffer b : kSavedBuffers) {
-    for (const TensorInfo& t : table.tensors()) {
-      if (!s.ok()) break;
-      staging.resize(t.numel);
-      backend.read_state(b, t.offset, t.numel, staging.data());
-      const size_t bytes = t.numel * sizeof(float);
-      s = write_all(fd, staging.data(), bytes, shard_path);
-      slices.push_back({{"buffer", state_buffer_name(b)},
-                        {"tensor", t.name},
-                        {"start", 0},
-                        {"count", t.numel},
-                        {"file_offset", file_offset},
-                        {"xxh64", hex64(xxhash64(staging.data(), bytes))}});
-      file_offset += bytes;
-    }
+  for (const Piece& p : pieces) {
+    if (!s.ok()) break;
+    const TensorInfo& t = table[p.tensor];
+    staging.resize(p.count);
+    backend.read_state(p.buffer, t.offset + p.start, p.count, staging.data());
+    const size_t bytes = p.count * sizeof(float);
+    s = write_all(fd, staging.data(), bytes, shard_path);
+    slices.push_back({{"buffer", state_buffer_name(p.buffer)},
+                      {"tensor", t.name},
+                      {"start", p.start},
+                      {"count", p.count},
+                      {"file_offset", file_offset},
+                      {"xxh64", hex64(xxhash64(staging.data(), bytes))}});
+    file_offset += bytes;
   }
   if (s.ok() && ::fsync(fd) != 0) s = Status::error("cannot fsync '" + shard_path + "': " + std::strerror(errno));
   ::close(fd);
   if (!s.ok()) return s;
+  return json{{"file", name}, {"rank", rank}, {"bytes", file_offset}, {"slices", slices}};
+}
 
+std::string store_text(const Result<std::vector<uint8_t>>& v) { return {v->begin(), v->end()}; }
+std::vector<uint8_t> store_bytes(const std::string& s) { return {s.begin(), s.end()}; }
+std::string gang_key(int64_t step, const std::string& what) { return "checkpoint/" + std::to_string(step) + "/" + what; }
+
+// Rank 0 of a gang: every rank's report in rank order, or the first failure (a rank's own error, or the
+// ranks that never reported).
+Result<std::vector<json>> collect_reports(const CheckpointGang& g, int64_t step, const json& mine) {
+  std::vector<json> shards{mine};
+  std::vector<std::string> keys;
+  for (int r = 1; r < g.layout.world; ++r) keys.push_back(gang_key(step, "rank/" + std::to_string(r)));
+  if (!keys.empty()) {
+    Status st = g.store->wait(keys, g.timeout);
+    if (!st.ok()) return Status::error("checkpoint step " + std::to_string(step) + ": not every rank reported: " + st.message());
+  }
+  for (const std::string& k : keys) {
+    Result<std::vector<uint8_t>> v = g.store->get(k, g.timeout);
+    if (!v.ok()) return v.status();
+    const std::string text = store_text(v);
+    if (text.rfind("ok\n", 0) != 0) return Status::error(text.substr(text.find('\n') + 1));
+    json j = json::parse(text.substr(3), nullptr, false);
+    if (j.is_discarded()) return Status::error("checkpoint step " + std::to_string(step) + ": " + k + " is not JSON");
+    shards.push_back(std::move(j));
+  }
+  return shards;
+}
+
+}  // namespace
+
+Result<CheckpointWritten> checkpoint_write(const std::string& root, Backend& backend, const CheckpointMeta& meta,
+                                           int keep, const CheckpointGang* gang) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const fs::path dir = fs::path(root) / step_dir_name(meta.step);
+  const int rank = gang != nullptr ? gang->layout.rank : 0;
+  std::error_code ec;
+  // Every rank looks before any rank can commit (rank 0 commits only after every report), so all agree.
+  if (is_committed(dir)) return CheckpointWritten{dir.string(), 0, 0.0};
+  // One writer may clear an uncommitted leftover of a crashed writer; in a gang the same-named files are
+  // simply overwritten, since another rank may already be writing into the directory.
+  if (gang == nullptr) fs::remove_all(dir, ec);
+  fs::create_directories(dir, ec);
+  Result<json> shard = ec ? Result<json>(Status::error("cannot create checkpoint directory '" + dir.string() +
+                                                       "': " + ec.message()))
+                          : write_shard(dir, rank, backend);
+
+  std::vector<json> shards;
+  if (gang != nullptr && rank != 0) {
+    const std::string report = shard.ok() ? "ok\n" + shard->dump() : "error\nrank " + std::to_string(rank) + ": " + shard.error();
+    Status st = gang->store->set(gang_key(meta.step, "rank/" + std::to_string(rank)), store_bytes(report), gang->timeout);
+    if (!st.ok()) return st;
+    Result<std::vector<uint8_t>> outcome = gang->store->get(gang_key(meta.step, "commit"), gang->timeout);
+    if (!outcome.ok()) return Status::error("checkpoint step " + std::to_string(meta.step) + ": no word from rank 0: " + outcome.error());
+    const std::string text = store_text(outcome);
+    if (text.rfind("ok ", 0) != 0) return Status::error(text);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return CheckpointWritten{dir.string(), std::stoull(text.substr(3)), seconds};
+  }
+  if (!shard.ok()) {
+    if (gang != nullptr) (void)gang->store->set(gang_key(meta.step, "commit"), store_bytes("rank 0: " + shard.error()), gang->timeout);
+    return shard.status();
+  }
+  if (gang != nullptr) {
+    Result<std::vector<json>> all = collect_reports(*gang, meta.step, shard.value());
+    if (!all.ok()) {
+      (void)gang->store->set(gang_key(meta.step, "commit"), store_bytes(all.error()), gang->timeout);
+      return all.status();
+    }
+    shards = std::move(all.value());
+  } else {
+    shards.push_back(std::move(shard.value()));
+  }
+
+  uint64_t total_bytes = 0;
+  for (const json& sh : shards) total_bytes += sh.at("bytes").get<uint64_t>();
+  const TensorTable& table = backend.params();
   json tensors = json::array();
   for (const TensorInfo& t : table.tensors()) {
     tensors.push_back({{"name", t.name}, {"shape", t.shape}, {"offset", t.offset}, {"decay", t.decay}});
   }
+  const ParallelDims layout = gang != nullptr ? gang->layout : ParallelDims{};
   json manifest = {
       {"format", "gantry-checkpoint"},
       {"format_version", kCheckpointFormatVersion},
@@ -171,16 +259,24 @@ Result<CheckpointWritten> checkpoint_write(const std::string& root, Backend& bac
       {"data_version", hex64(meta.data_version)},
       {"data_cursor", {{"seed", meta.sampler_seed}, {"step", meta.step}}},
       {"rng_state", hex64(meta.rng_state)},
-      {"layout", {{"world_size", 1}, {"dp", 1}, {"tp", 1}, {"pp", 1}, {"zero", 0}}},
+      {"layout",
+       {{"world_size", layout.world}, {"dp", layout.dp}, {"tp", layout.tp}, {"pp", layout.pp}, {"zero", layout.zero}}},
       {"config", config_dump(meta.config)},
       {"tensors", tensors},
-      {"shards", json::array({{{"file", shard_name}, {"rank", 0}, {"bytes", file_offset}, {"slices", slices}}})},
+      {"shards", shards},
   };
   const std::string tmp = (dir / "manifest.json.tmp").string();
-  s = write_file_durable(tmp, manifest.dump(1));
+  Status s = write_file_durable(tmp, manifest.dump(1));
+  if (s.ok()) {
+    fs::rename(tmp, dir / "manifest.json", ec);  // the commit
+    if (ec) s = Status::error("cannot commit checkpoint '" + dir.string() + "': " + ec.message());
+  }
+  if (gang != nullptr) {
+    const std::string outcome = s.ok() ? "ok " + std::to_string(total_bytes) : "rank 0: " + s.message();
+    Status st = gang->store->set(gang_key(meta.step, "commit"), store_bytes(outcome), gang->timeout);
+    if (s.ok() && !st.ok()) s = st;
+  }
   if (!s.ok()) return s;
-  fs::rename(tmp, dir / "manifest.json", ec);  // the commit
-  if (ec) return Status::error("cannot commit checkpoint '" + dir.string() + "': " + ec.message());
   fsync_dir(dir.string());
   fsync_dir(root);
 
@@ -194,7 +290,7 @@ Result<CheckpointWritten> checkpoint_write(const std::string& root, Backend& bac
     }
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return CheckpointWritten{dir.string(), file_offset, seconds};
+  return CheckpointWritten{dir.string(), total_bytes, seconds};
 }
 
 namespace {
@@ -304,13 +400,36 @@ Result<CheckpointMeta> checkpoint_load(const std::string& dir_str, Backend& back
     return bad(std::string("missing or mistyped field: ") + e.what());
   }
 
-  // Stage and verify every byte before the backend sees any of it.
-  const size_t n = table.numel();
-  std::vector<std::vector<float>> staging(std::size(kSavedBuffers), std::vector<float>(n));
-  std::vector<std::vector<uint64_t>> covered(std::size(kSavedBuffers), std::vector<uint64_t>(table.size(), 0));
+  // Stage and verify every byte this rank needs before the backend sees any of it: for each buffer, the
+  // ranges the backend holds, taken from whichever slices overlap them (the writer's layout may differ).
+  struct Need {
+    std::vector<FlatRange> ranges;
+    std::vector<size_t> staging_offset;  // of each range
+    std::vector<float> staging;
+    std::vector<FlatRange> filled;  // global intervals copied so far
+  };
+  std::vector<Need> needs(std::size(kSavedBuffers));
+  for (size_t bi = 0; bi < std::size(kSavedBuffers); ++bi) {
+    Need& nd = needs[bi];
+    nd.ranges = backend.held_ranges(kSavedBuffers[bi]);
+    size_t total = 0;
+    for (const FlatRange& r : nd.ranges) {
+      nd.staging_offset.push_back(total);
+      total += r.count;
+    }
+    nd.staging.resize(total);
+  }
   std::string open_path;
   int fd = -1;
+  std::vector<float> slice;
   for (const SliceRef& r : refs) {
+    const size_t bi = static_cast<size_t>(std::find(std::begin(kSavedBuffers), std::end(kSavedBuffers), r.buffer) -
+                                          std::begin(kSavedBuffers));
+    Need& nd = needs[bi];
+    const size_t lo = r.tensor->offset + r.start, hi = lo + r.count;
+    bool wanted = false;
+    for (const FlatRange& h : nd.ranges) wanted = wanted || (lo < h.end() && h.offset < hi);
+    if (!wanted) continue;
     if (r.file != open_path) {
       if (fd >= 0) ::close(fd);
       fd = ::open(r.file.c_str(), O_RDONLY);
@@ -322,34 +441,54 @@ Result<CheckpointMeta> checkpoint_load(const std::string& dir_str, Backend& back
         return Status::error("checkpoint shard '" + r.file + "' does not start with the GANTRYSH magic");
       }
     }
-    const size_t bi = static_cast<size_t>(std::find(std::begin(kSavedBuffers), std::end(kSavedBuffers), r.buffer) -
-                                          std::begin(kSavedBuffers));
-    float* dst = staging[bi].data() + r.tensor->offset + r.start;
+    slice.resize(r.count);
     const size_t bytes = r.count * sizeof(float);
-    if (::pread(fd, dst, bytes, static_cast<off_t>(r.file_offset)) != static_cast<ssize_t>(bytes)) {
+    if (::pread(fd, slice.data(), bytes, static_cast<off_t>(r.file_offset)) != static_cast<ssize_t>(bytes)) {
       ::close(fd);
       return Status::error("cannot read slice " + r.tensor->name + " of checkpoint shard '" + r.file + "'");
     }
-    const uint64_t h = xxhash64(dst, bytes);
+    const uint64_t h = xxhash64(slice.data(), bytes);
     if (h != r.hash) {
       ::close(fd);
       return Status::error("checkpoint shard '" + r.file + "' is corrupt: " + state_buffer_name(r.buffer) + " " +
                            r.tensor->name + " has checksum " + hex64(h) + ", the manifest says " + hex64(r.hash));
     }
-    covered[bi][static_cast<size_t>(r.tensor - &table[0])] += r.count;
+    for (size_t k = 0; k < nd.ranges.size(); ++k) {
+      const FlatRange& held = nd.ranges[k];
+      const size_t a = std::max(lo, held.offset), b = std::min(hi, held.end());
+      if (a >= b) continue;
+      std::memcpy(nd.staging.data() + nd.staging_offset[k] + (a - held.offset), slice.data() + (a - lo),
+                  (b - a) * sizeof(float));
+      nd.filled.push_back({a, b - a});
+    }
   }
   if (fd >= 0) ::close(fd);
+  // Every held element exactly once: sorted filled intervals must tile the held ranges.
   for (size_t bi = 0; bi < std::size(kSavedBuffers); ++bi) {
-    for (size_t i = 0; i < table.size(); ++i) {
-      if (covered[bi][i] != table[i].numel) {
-        return bad(std::string(state_buffer_name(kSavedBuffers[bi])) + " " + table[i].name + " is covered by " +
-                   std::to_string(covered[bi][i]) + " of its " + std::to_string(table[i].numel) + " elements");
+    Need& nd = needs[bi];
+    std::sort(nd.filled.begin(), nd.filled.end(), [](const FlatRange& a, const FlatRange& b) { return a.offset < b.offset; });
+    size_t f = 0;
+    for (const FlatRange& held : nd.ranges) {
+      size_t at = held.offset;
+      while (at < held.end()) {
+        if (f >= nd.filled.size() || nd.filled[f].offset != at) {
+          const TensorInfo& t = table[table.index_of_offset(at)];
+          const bool overlap = f < nd.filled.size() && nd.filled[f].offset < at;
+          return bad(std::string(state_buffer_name(kSavedBuffers[bi])) + " " + t.name + " element " +
+                     std::to_string(at - t.offset) +
+                     (overlap ? " is in more than one slice" : " is in no slice: the shards do not cover the model"));
+        }
+        at = nd.filled[f++].end();
       }
     }
   }
 
   for (size_t bi = 0; bi < std::size(kSavedBuffers); ++bi) {
-    backend.write_state(kSavedBuffers[bi], 0, n, staging[bi].data());
+    const Need& nd = needs[bi];
+    for (size_t k = 0; k < nd.ranges.size(); ++k) {
+      backend.write_state(kSavedBuffers[bi], nd.ranges[k].offset, nd.ranges[k].count,
+                          nd.staging.data() + nd.staging_offset[k]);
+    }
   }
   backend.zero_grads();
   return meta;

@@ -17,15 +17,19 @@
 //   Result<CheckpointMeta> m = checkpoint_load(dir.value(), *backend, config, data_version);
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "engine/core/backend.h"
 #include "engine/core/config.h"
+#include "engine/core/parallel/parallel_dims.h"
 #include "engine/core/status.h"
 
 namespace gantry {
+
+class StoreClient;
 
 inline constexpr int kCheckpointFormatVersion = 1;
 
@@ -45,18 +49,32 @@ struct CheckpointWritten {
   double seconds = 0;
 };
 
+// The ranks of a gang writing one checkpoint together. Every rank writes shard_r<rank>.bin with the
+// ranges its backend writes (Backend::written_ranges) and reports its slice index, or its error, through
+// the launcher's store; rank 0 writes and renames the manifest only once every rank reported success,
+// then announces the outcome, which every rank returns. A rank that fails or never reports leaves the
+// checkpoint uncommitted and every rank with an error naming it.
+struct CheckpointGang {
+  StoreClient* store = nullptr;
+  ParallelDims layout;  // rank and size, recorded in the manifest
+  std::chrono::milliseconds timeout{std::chrono::seconds(120)};
+};
+
 // Writes step `meta.step` under root, commits it, then keeps the newest `keep` committed checkpoints.
 // A committed checkpoint of the same step is left as it is (the state at a step is deterministic).
+// gang == nullptr: one process writes everything.
 Result<CheckpointWritten> checkpoint_write(const std::string& root, Backend& backend, const CheckpointMeta& meta,
-                                           int keep);
+                                           int keep, const CheckpointGang* gang = nullptr);
 
 // Committed checkpoint directories under root, oldest first.
 std::vector<std::string> checkpoint_list(const std::string& root);
 // The newest committed checkpoint under root; an error naming root when there is none.
 Result<std::string> checkpoint_latest(const std::string& root);
 
-// Verifies everything, then loads parameters and AdamW state into the backend and returns the metadata.
-// `config` is the run's current config (must be compatible); `data_version` of the current training data.
+// Verifies everything this rank needs, then loads parameters and AdamW state into the backend and returns
+// the metadata. `config` is the run's current config (must be compatible); `data_version` of the current
+// training data. The writer's layout does not matter: each rank reads the parts of whichever slices
+// overlap the ranges its backend holds (Backend::held_ranges), verifying each slice it reads.
 Result<CheckpointMeta> checkpoint_load(const std::string& dir, Backend& backend, const Config& config,
                                        uint64_t data_version);
 

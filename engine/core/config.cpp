@@ -67,6 +67,8 @@ const std::vector<Field>& fields() {
       {"train.cuda_graphs", FieldKind::kBool, 0, 0, false, [](Config& c) -> void* { return &c.train.cuda_graphs; }},
       {"train.deterministic", FieldKind::kBool, 0, 0, false,
        [](Config& c) -> void* { return &c.train.deterministic; }},
+      {"train.dp_bucket_mb", FieldKind::kDouble, 1e-6, 1e6, false,
+       [](Config& c) -> void* { return &c.train.dp_bucket_mb; }},
       {"data.kind", FieldKind::kString, 0, 0, true, [](Config& c) -> void* { return &c.data.kind; },
        {"synthetic", "shards"}},
       {"data.dir", FieldKind::kString, 0, 0, false, [](Config& c) -> void* { return &c.data.dir; }},

@@ -47,6 +47,8 @@ struct TrainConfig {
   bool cuda_graphs = true;     // cuda: capture each micro-batch once as a CUDA graph and replay it
   bool deterministic = true;   // cuda: no floating-point atomics anywhere (bit-identical reruns); false lets
                                // the attention backward add dQ with atomics, a few percent faster
+  double dp_bucket_mb = 25;    // data parallel: gradients are reduced in buckets of about this many MiB,
+                               // each as soon as the backward pass has filled it
 };
 
 struct DataConfig {

@@ -52,9 +52,14 @@ void gpt_init_params(const ModelConfig& m, const TensorTable& table, uint64_t se
 }
 
 GptTensors gpt_tensors(const ModelConfig& m, const TensorTable& table, float* base) {
+  return gpt_tensors(m, table, [base](const TensorInfo& t) { return base + t.offset; });
+}
+
+GptTensors gpt_tensors(const ModelConfig& m, const TensorTable& table,
+                       const std::function<float*(const TensorInfo&)>& where) {
   GptTensors g;
   size_t i = 0;
-  auto next = [&]() { return base + table[i++].offset; };
+  auto next = [&]() { return where(table[i++]); };
   g.wte = next();
   g.wpe = next();
   g.blocks.resize(m.n_layer);

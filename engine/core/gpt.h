@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "engine/core/config.h"
 #include "engine/core/tensor_table.h"
@@ -49,5 +50,9 @@ struct GptTensors {
   float* lnf_b;  // (C)
 };
 GptTensors gpt_tensors(const ModelConfig& m, const TensorTable& table, float* base);
+// The same with each tensor's pointer chosen by `where` (a tensor kept in a buffer of its own, or null
+// for tensors not at hand): ZeRO-3 holds one unit's parameters at a time.
+GptTensors gpt_tensors(const ModelConfig& m, const TensorTable& table,
+                       const std::function<float*(const TensorInfo&)>& where);
 
 }  // namespace gantry

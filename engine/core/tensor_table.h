@@ -16,6 +16,15 @@
 
 namespace gantry {
 
+// A range of a flat buffer in global element coordinates.
+struct FlatRange {
+  size_t offset = 0;
+  size_t count = 0;
+  size_t end() const { return offset + count; }
+};
+// Written out: CUDA translation units include this header as C++17.
+inline bool operator==(const FlatRange& a, const FlatRange& b) { return a.offset == b.offset && a.count == b.count; }
+
 struct TensorInfo {
   std::string name;
   std::vector<int64_t> shape;  // global shape, row-major

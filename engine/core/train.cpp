@@ -1,5 +1,6 @@
 #include "engine/core/train.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -8,10 +9,12 @@
 
 #include "engine/core/backend.h"
 #include "engine/core/checkpoint.h"
+#include "engine/core/comm/communicator.h"
 #include "engine/core/corpus.h"
 #include "engine/core/fatal.h"
 #include "engine/core/gpt.h"
 #include "engine/core/optim.h"
+#include "engine/core/parallel/shard_plan.h"
 #include "engine/core/rng.h"
 #include "engine/core/sampler.h"
 #include "engine/core/token_dataset.h"
@@ -73,29 +76,68 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
   std::error_code ec;
   fs::create_directories(opt.out_dir, ec);
   if (ec) return Status::error("cannot create output directory '" + opt.out_dir + "': " + ec.message());
-  Result<std::string> data_dir = prepare_data_dir(c, opt.out_dir);
+  // In a gang, rank 0 writes the synthetic corpus while the others wait, so no two ranks write one file.
+  const DistContext* gang_ctx = opt.dist != nullptr && opt.dist->dims.world > 1 ? opt.dist : nullptr;
+  if (gang_ctx != nullptr && gang_ctx->dp == nullptr) return Status::error("a gang of ranks needs its dp communicator");
+  Result<std::string> data_dir =
+      gang_ctx == nullptr || gang_ctx->dims.rank == 0 ? prepare_data_dir(c, opt.out_dir) : Result<std::string>("");
+  if (gang_ctx != nullptr) {
+    Status st = gang_ctx->dp->barrier(gang_ctx->timeout);
+    if (!st.ok()) return st;
+    if (gang_ctx->dims.rank != 0) data_dir = prepare_data_dir(c, opt.out_dir);
+  }
   if (!data_dir.ok()) return data_dir.status();
   Result<TokenDataset> train = open_split(c, data_dir.value(), c.data.train_prefix);
   if (!train.ok()) return train.status();
   Result<TokenDataset> val = open_split(c, data_dir.value(), c.data.val_prefix);
   if (!val.ok()) return val.status();
 
-  const int T = c.model.seq_len, B = c.train.micro_batch;
-  const int accum = c.train.global_batch / B;
-  Result<std::unique_ptr<Backend>> created = backend_create(
-      c.train.backend, c.model, B,
-      {.threads = c.train.threads, .cuda_graphs = c.train.cuda_graphs, .deterministic = c.train.deterministic});
+  // The layout: dp ranks split the global batch; each runs micro-batches of at most train.micro_batch.
+  const DistContext* dist = opt.dist;
+  const ParallelDims dims = dist != nullptr ? dist->dims : ParallelDims{};
+  if (dims.dp > 1 && dist->dp == nullptr) return Status::error("a data-parallel run needs its dp communicator");
+  const int T = c.model.seq_len, dp = dims.dp, dp_rank = dims.dp_rank();
+  if (c.train.global_batch % dp != 0) {
+    return Status::error("train.global_batch = " + std::to_string(c.train.global_batch) + " cannot be split over " +
+                         std::to_string(dp) + " data-parallel ranks: make it a multiple of " + std::to_string(dp));
+  }
+  const int share = c.train.global_batch / dp;
+  const int B = std::min(c.train.micro_batch, share);
+  if (share % B != 0) {
+    return Status::error("train.global_batch = " + std::to_string(c.train.global_batch) + " over " +
+                         std::to_string(dp) + " ranks gives " + std::to_string(share) +
+                         " sequences per rank, which train.micro_batch = " + std::to_string(B) +
+                         " does not divide: choose a micro-batch that divides " + std::to_string(share));
+  }
+  const int accum = share / B;
+  const std::chrono::milliseconds comm_timeout = dist != nullptr ? dist->timeout : std::chrono::milliseconds(0);
+  const size_t bucket_bytes = static_cast<size_t>(c.train.dp_bucket_mb * 1024.0 * 1024.0);
+  Result<std::unique_ptr<Backend>> created =
+      backend_create(c.train.backend, c.model, B,
+                     {.threads = c.train.threads,
+                      .cuda_graphs = c.train.cuda_graphs,
+                      .deterministic = c.train.deterministic,
+                      .dp = dist != nullptr ? dist->dp : nullptr,
+                      .zero = dims.zero,
+                      .bucket_bytes = bucket_bytes,
+                      .comm_timeout = dist != nullptr ? dist->timeout : std::chrono::milliseconds(120000)});
   if (!created.ok()) return created.status();
   std::unique_ptr<Backend> backend = std::move(created.value());
   const TensorTable& table = backend->params();
+  const CheckpointGang gang{.store = dist != nullptr ? dist->store : nullptr, .layout = dims, .timeout = comm_timeout};
+  if (dims.world > 1 && gang.store == nullptr) return Status::error("a gang of ranks needs the launcher's store");
+  const CheckpointGang* ckpt_gang = dims.world > 1 ? &gang : nullptr;
 
   Rng rng{c.train.seed};
   int64_t step = 0;
   const std::string ckpt_root = (fs::path(opt.out_dir) / "checkpoints").string();
   if (opt.resume.empty()) {
+    // Every rank draws the same initial parameters and keeps the part it holds.
     std::vector<float> init(table.numel());
     gpt_init_params(c.model, table, rng.next_u64(), init.data());
-    backend->write_state(StateBuffer::kParams, 0, init.size(), init.data());
+    for (const FlatRange& r : backend->held_ranges(StateBuffer::kParams)) {
+      backend->write_state(StateBuffer::kParams, r.offset, r.count, init.data() + r.offset);
+    }
   } else {
     Result<std::string> dir = opt.resume == "latest" ? checkpoint_latest(ckpt_root) : Result<std::string>(opt.resume);
     if (!dir.ok()) return dir.status();
@@ -110,15 +152,20 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
   summary.first_step = step;
   summary.params = table.numel();
   {
-    char buf[640];
+    char buf[768];
     std::snprintf(buf, sizeof buf,
                   "gantry %s | backend %s, %.2f GB allocated up front | %zu parameters | %d layers, d %d, %d heads, "
-                  "T %d, vocab %d | global batch %d = %d micro x %d | %llu train windows | steps %lld..%lld",
+                  "T %d, vocab %d | global batch %d = %d ranks x %d micro x %d | %llu train windows | steps %lld..%lld",
                   code_version(), backend->name().c_str(), static_cast<double>(backend->memory_bytes()) / 1e9,
                   table.numel(), c.model.n_layer, c.model.n_embd, c.model.n_head, T, c.model.vocab_size,
-                  c.train.global_batch, B, accum, static_cast<unsigned long long>(train->num_windows()),
+                  c.train.global_batch, dp, B, accum, static_cast<unsigned long long>(train->num_windows()),
                   static_cast<long long>(step), static_cast<long long>(last_step));
-    observer->on_start(buf);
+    std::string summary_text = buf;
+    if (dims.world > 1) {
+      summary_text += "\nlayout " + dims.describe() + " | " +
+                      shard_memory_text(shard_plan_make(table, dp, dp_rank, dims.zero, bucket_bytes));
+    }
+    observer->on_start(summary_text);
     char version[24];
     std::snprintf(version, sizeof version, "%016llx", static_cast<unsigned long long>(train->data_version()));
     observer->on_run({.config_toml = config_dump(c),
@@ -137,7 +184,7 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
                         .data_version = train->data_version(),
                         .code_version = code_version(),
                         .loss = loss};
-    Result<CheckpointWritten> w = checkpoint_write(ckpt_root, *backend, meta, c.train.keep_checkpoints);
+    Result<CheckpointWritten> w = checkpoint_write(ckpt_root, *backend, meta, c.train.keep_checkpoints, ckpt_gang);
     if (!w.ok()) return w.status();
     summary.checkpoint_dir = w->dir;
     observer->on_checkpoint({step, w->dir, w->bytes, w->seconds});
@@ -145,24 +192,37 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
   };
 
   double last_loss = 0;
+  // A stop request on any rank stops every rank at the same step boundary: the decision is one sum.
+  auto stop_requested = [&]() -> Result<bool> {
+    float flag = opt.stop != nullptr && opt.stop->load() ? 1.0f : 0.0f;
+    if (dp > 1) {
+      Status st = dist->dp->all_reduce(&flag, 1, comm_timeout);
+      if (!st.ok()) return st;
+    }
+    return flag > 0;
+  };
+
   while (step < last_step) {
-    if (opt.stop != nullptr && opt.stop->load()) {
+    Result<bool> stop = stop_requested();
+    if (!stop.ok()) return stop.status();
+    if (stop.value()) {
       summary.stopped_early = true;
       break;
     }
     const auto t0 = std::chrono::steady_clock::now();
     double data_wait = 0;
-    backend->zero_grads();
+    backend->begin_step(accum);
     for (int micro = 0; micro < accum; ++micro) {
       const auto d0 = std::chrono::steady_clock::now();
-      SampleRange r = sampler_micro_batch(static_cast<uint64_t>(step), c.train.global_batch, 1, 0, B, micro);
+      SampleRange r = sampler_micro_batch(static_cast<uint64_t>(step), c.train.global_batch, dp, dp_rank, B, micro);
       for (uint64_t k = 0; k < r.count; ++k) {
         const uint64_t w = sampler_window(c.train.seed, r.first + k, train->num_windows());
         train->window(w, inputs.data() + k * T, targets.data() + k * T);
       }
       data_wait += seconds_since(d0);
+      // Each sequence weighs 1/global_batch, so summing the ranks' gradients gives the global mean.
       backend->forward_backward(inputs.data(), targets.data(), static_cast<int>(r.count),
-                                1.0f / static_cast<float>(accum));
+                                static_cast<float>(r.count) / static_cast<float>(c.train.global_batch));
     }
     const double lr = lr_at(c, step);
     backend->optimizer_step({.lr = lr,
@@ -189,18 +249,25 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
                    .grad_norm = norm,
                    .lr = lr,
                    .tokens = static_cast<int64_t>(c.train.global_batch) * T,
+                   .rank_tokens = static_cast<int64_t>(share) * T,
+                   .rank = dims.rank,
                    .data_wait_s = data_wait,
-                   .phases = backend->phase_times()};
+                   .phases = backend->phase_times(),
+                   .device = backend->device_health()};
     if (c.train.val_every > 0 && step % c.train.val_every == 0) {
+      // The same val_batches x micro_batch windows whatever the layout, in chunks the backend takes; every
+      // rank evaluates all of them (ZeRO 3's gathers need every rank in each forward pass anyway).
+      const int windows = c.train.val_batches * c.train.micro_batch;
       double vsum = 0;
-      for (int vb = 0; vb < c.train.val_batches; ++vb) {
-        for (int k = 0; k < B; ++k) {
-          const uint64_t w = (static_cast<uint64_t>(vb) * B + k) % val->num_windows();
+      for (int first = 0; first < windows; first += B) {
+        const int n = std::min(B, windows - first);
+        for (int k = 0; k < n; ++k) {
+          const uint64_t w = static_cast<uint64_t>(first + k) % val->num_windows();
           val->window(w, inputs.data() + static_cast<size_t>(k) * T, targets.data() + static_cast<size_t>(k) * T);
         }
-        vsum += backend->forward_loss(inputs.data(), targets.data(), B);
+        vsum += static_cast<double>(backend->forward_loss(inputs.data(), targets.data(), n)) * n;
       }
-      rep.val_loss = vsum / c.train.val_batches;
+      rep.val_loss = vsum / windows;
       summary.last_val_loss = rep.val_loss;
     }
     const double secs = seconds_since(t0);
@@ -219,7 +286,7 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
   }
 
   std::vector<float> final_params(table.numel());
-  backend->read_state(StateBuffer::kParams, 0, final_params.size(), final_params.data());
+  backend->gather_params(final_params.data());
   summary.params_xxh64 = xxhash64(final_params.data(), final_params.size() * sizeof(float));
   summary.last_step = step;
   summary.last_loss = last_loss;

@@ -6,15 +6,31 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
 
 #include "engine/core/backend.h"
 #include "engine/core/config.h"
+#include "engine/core/parallel/parallel_dims.h"
 #include "engine/core/status.h"
 
 namespace gantry {
+
+class Communicator;
+class StoreClient;
+
+// One rank of a gang, as the worker runtime sets it up (engine/core/worker). Absent = one process.
+// Every rank calls train_run with the same config; the loop splits the global batch over dp, reduces
+// gradients in buckets (config train.dp_bucket_mb) as the backward pass fills them, shards by
+// dims.zero, and checkpoints with every rank writing its shard and rank 0 committing.
+struct DistContext {
+  ParallelDims dims;
+  Communicator* dp = nullptr;     // the dp axis; may be null only when dims.dp == 1
+  StoreClient* store = nullptr;   // the launcher's store: ranks report checkpoint shards, rank 0 commits
+  std::chrono::milliseconds timeout{std::chrono::seconds(120)};  // every collective and store wait
+};
 
 struct StepReport {
   int64_t step = 0;        // optimizer steps done, counting this one
@@ -25,8 +41,11 @@ struct StepReport {
   double tokens_per_s = 0;
   double ms = 0;           // wall time of this step
   int64_t tokens = 0;      // tokens in the global batch
+  int64_t rank_tokens = 0; // of those, the tokens this rank processed
+  int rank = 0;            // global rank reporting (every rank reports its own phases; loss is global)
   double data_wait_s = 0;  // of ms, the time spent reading the batch's windows
-  PhaseTimes phases;       // forward, backward, optimizer, where the backend measures them
+  PhaseTimes phases;       // forward, backward, optimizer, exposed communication, where the backend measures them
+  DeviceHealth device;     // this rank's device after the step
   std::optional<double> val_loss;
 };
 
@@ -59,7 +78,9 @@ struct TrainOptions {
   std::string out_dir;             // run folder: checkpoints/ and, for the synthetic corpus, data/
   std::string resume;              // "" (fresh), "latest" (newest under out_dir/checkpoints) or a checkpoint dir
   int64_t max_steps = -1;          // stop after this step; -1 = the config's train.max_steps
-  const std::atomic<bool>* stop = nullptr;  // set (by a signal handler) to stop at the next step boundary
+  const std::atomic<bool>* stop = nullptr;  // set (by a signal handler) to stop at the next step boundary;
+                                            // in a gang, any rank's flag stops every rank at the same step
+  const DistContext* dist = nullptr;        // null: one process
 };
 
 struct TrainSummary {

@@ -2,13 +2,16 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "engine/core/backend.h"
 #include "engine/core/cpu/ops_cpu.h"
 #include "engine/core/cpu/thread_pool.h"
+#include "engine/core/comm/communicator.h"
 #include "engine/core/gpt.h"
 #include "engine/core/optim.h"
+#include "engine/core/parallel/zero_host_state.h"
 
 namespace gantry {
 
@@ -47,12 +50,11 @@ struct LayerActs {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(const ModelConfig& m, int max_batch, int threads)
-      : m_(m), max_batch_(max_batch), table_(gpt_param_table(m)), pool_(threads) {
-    params_.assign(table_.numel(), 0.0f);
-    grads_.assign(table_.numel(), 0.0f);
-    adam_m_.assign(table_.numel(), 0.0f);
-    adam_v_.assign(table_.numel(), 0.0f);
+  CpuBackend(const ModelConfig& m, int max_batch, const BackendOptions& o)
+      : m_(m), max_batch_(max_batch), table_(gpt_param_table(m)), pool_(o.threads) {
+    const int dp = o.dp != nullptr ? o.dp->size() : 1, rank = o.dp != nullptr ? o.dp->rank() : 0;
+    state_ = std::make_unique<ZeroHostState>(table_, shard_plan_make(table_, dp, rank, o.zero, o.bucket_bytes), o.dp,
+                                             o.comm_timeout, &pool_);
     allocate_activations();
   }
 
@@ -60,23 +62,34 @@ class CpuBackend final : public Backend {
   const TensorTable& params() const override { return table_; }
 
   void forward_backward(const int32_t* inputs, const int32_t* targets, int batch, float grad_scale) override {
+    state_->begin_micro_batch();
     const auto t0 = std::chrono::steady_clock::now();
+    const double exposed0 = state_->exposed_comm_seconds();
     loss_sum_ += forward(inputs, targets, batch);
     ++loss_count_;
     const auto t1 = std::chrono::steady_clock::now();
+    const double exposed1 = state_->exposed_comm_seconds();
     backward(inputs, targets, batch, grad_scale);
-    phases_.forward_s += std::chrono::duration<double>(t1 - t0).count();
-    phases_.backward_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+    const double exposed2 = state_->exposed_comm_seconds();
+    // Waiting for a gather or a staging buffer is communication, not compute.
+    phases_.forward_s += std::chrono::duration<double>(t1 - t0).count() - (exposed1 - exposed0);
+    phases_.backward_s +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count() - (exposed2 - exposed1);
   }
 
-  PhaseTimes phase_times() const override { return phases_; }
+  PhaseTimes phase_times() const override {
+    PhaseTimes p = phases_;
+    p.comm_exposed_s = state_->exposed_comm_seconds();
+    return p;
+  }
 
   float forward_loss(const int32_t* inputs, const int32_t* targets, int batch) override {
     return forward(inputs, targets, batch);
   }
 
-  void zero_grads() override {
-    std::memset(grads_.data(), 0, grads_.size() * sizeof(float));
+  void zero_grads() override { begin_step(1); }
+  void begin_step(int micro_batches) override {
+    state_->begin_step(micro_batches);
     loss_sum_ = 0;
     loss_count_ = 0;
     phases_ = {.measured = true};
@@ -84,90 +97,53 @@ class CpuBackend final : public Backend {
 
   void optimizer_step(const AdamWStep& s) override {
     const auto t0 = std::chrono::steady_clock::now();
-    struct AddElapsed {  // counts the optimizer's time on every return path
-      PhaseTimes& p;
-      std::chrono::steady_clock::time_point t0;
-      ~AddElapsed() { p.optimizer_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
-    } add_elapsed{phases_, t0};
-    stats_.loss = loss_count_ ? loss_sum_ / loss_count_ : 0.0;
-    stats_.grad_norm = grad_norm();
-    stats_.updated = std::isfinite(stats_.grad_norm);
-    if (!stats_.updated) return;
-    adamw(s, clip_scale(stats_.grad_norm, s.grad_clip));
+    const double exposed0 = state_->exposed_comm_seconds();
+    const ZeroHostState::Reduced r = state_->reduce_stats(loss_count_ ? loss_sum_ / loss_count_ : 0.0);
+    stats_.loss = r.loss;
+    stats_.grad_norm = r.grad_norm;
+    stats_.updated = std::isfinite(r.grad_norm);
+    if (stats_.updated) state_->adamw(s, clip_scale(r.grad_norm, s.grad_clip));
+    phases_.optimizer_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() -
+                           (state_->exposed_comm_seconds() - exposed0);
   }
 
   StepStats step_stats() override { return stats_; }
 
   uint64_t memory_bytes() const override {
-    size_t floats = params_.size() * 4 + acts_.size() + dres_.size() + dln_.size() + datty_.size() + dqkv_.size() +
-                    dfch_.size() + dfch_gelu_.size() + dlogits_.size();
+    size_t floats = state_->allocated().total() + acts_.size() + dres_.size() + dln_.size() + datty_.size() +
+                    dqkv_.size() + dfch_.size() + dfch_gelu_.size() + dlogits_.size();
     return floats * sizeof(float);
   }
 
-  double grad_norm() override {
-    // Fixed-size chunks summed in index order: the result does not depend on the thread count.
-    constexpr size_t kChunk = 1 << 14;
-    const size_t chunks = (grads_.size() + kChunk - 1) / kChunk;
-    std::vector<double> partial(chunks, 0.0);
-    pool_.parallel_for(chunks, [&](size_t begin, size_t end) {
-      for (size_t c = begin; c < end; ++c) {
-        const size_t lo = c * kChunk, hi = std::min(grads_.size(), lo + kChunk);
-        double s = 0;
-        for (size_t i = lo; i < hi; ++i) s += static_cast<double>(grads_[i]) * grads_[i];
-        partial[c] = s;
-      }
-    });
-    double total = 0;
-    for (double p : partial) total += p;
-    return std::sqrt(total);
+  StateBytes state_bytes() const override {
+    const ShardMemory m = state_->allocated();
+    return {.params = m.params * sizeof(float), .grads = m.grads * sizeof(float),
+            .optimizer = m.optimizer * sizeof(float)};
   }
+
+  double grad_norm() override { return state_->reduce_stats(0.0).grad_norm; }
 
   void read_state(StateBuffer which, size_t offset, size_t count, float* out) override {
-    std::memcpy(out, buffer(which).data() + offset, count * sizeof(float));
+    state_->read(which, offset, count, out);
   }
   void write_state(StateBuffer which, size_t offset, size_t count, const float* in) override {
-    std::memcpy(buffer(which).data() + offset, in, count * sizeof(float));
+    state_->write(which, offset, count, in);
   }
+  std::vector<FlatRange> held_ranges(StateBuffer which) const override { return state_->held(which); }
+  std::vector<FlatRange> written_ranges(StateBuffer which) const override { return state_->written(which); }
+  void gather_params(float* out) override { state_->gather_params(out); }
 
  private:
-  void adamw(const AdamWStep& s, double grad_scale) {
-    const float b1 = static_cast<float>(s.beta1), b2 = static_cast<float>(s.beta2);
-    const float lr = static_cast<float>(s.lr), eps = static_cast<float>(s.eps);
-    const float scale = static_cast<float>(grad_scale);
-    const float c1 = static_cast<float>(1.0 - std::pow(s.beta1, static_cast<double>(s.step)));
-    const float c2 = static_cast<float>(1.0 - std::pow(s.beta2, static_cast<double>(s.step)));
-    for (const TensorInfo& t : table_.tensors()) {
-      const float wd = t.decay ? static_cast<float>(s.weight_decay) : 0.0f;
-      float* p = params_.data() + t.offset;
-      const float* g = grads_.data() + t.offset;
-      float* mm = adam_m_.data() + t.offset;
-      float* vv = adam_v_.data() + t.offset;
-      pool_.parallel_for(t.numel, [&](size_t begin, size_t end) {
-        for (size_t i = begin; i < end; ++i) {
-          const float gi = g[i] * scale;
-          mm[i] = b1 * mm[i] + (1.0f - b1) * gi;
-          vv[i] = b2 * vv[i] + (1.0f - b2) * gi * gi;
-          const float mhat = mm[i] / c1;
-          const float vhat = vv[i] / c2;
-          p[i] -= lr * (mhat / (std::sqrt(vhat) + eps) + wd * p[i]);
-        }
-      });
-    }
+  // Pointers to the tensors of one unit (embeddings, a block, the final norm) inside that unit's buffer;
+  // the other tensors' pointers are null. Under ZeRO 3 a unit's buffer is valid between params(unit) and
+  // release(unit).
+  GptTensors unit_view(int unit, float* base) const {
+    const FlatRange& u = state_->plan().units[unit];
+    return gpt_tensors(m_, table_, [&](const TensorInfo& t) -> float* {
+      return t.offset >= u.offset && t.offset < u.end() ? base + (t.offset - u.offset) : nullptr;
+    });
   }
-
-  std::vector<float>& buffer(StateBuffer which) {
-    switch (which) {
-      case StateBuffer::kParams:
-        return params_;
-      case StateBuffer::kGrads:
-        return grads_;
-      case StateBuffer::kAdamM:
-        return adam_m_;
-      case StateBuffer::kAdamV:
-        return adam_v_;
-    }
-    return params_;
-  }
+  int block_unit(int layer) const { return 1 + layer; }
 
   void allocate_activations() {
     const size_t B = max_batch_, T = m_.seq_len, C = m_.n_embd, NH = m_.n_head, V = m_.vocab_size;
@@ -216,10 +192,16 @@ class CpuBackend final : public Backend {
   float forward(const int32_t* inputs, const int32_t* targets, int B) {
     const int T = m_.seq_len, C = m_.n_embd, NH = m_.n_head, V = m_.vocab_size;
     const int N = B * T;
-    GptTensors w = gpt_tensors(m_, table_, params_.data());
-    encoder_forward(encoded_, inputs, w.wte, w.wpe, B, T, C);
+    const int emb = state_->plan().embedding_unit(), fin = state_->plan().final_unit();
+    // Parameters are only read here; the views share GptTensors' (mutable) pointer type with gradients.
+    GptTensors e = unit_view(emb, const_cast<float*>(state_->params(emb)));
+    state_->prefetch(block_unit(0));
+    encoder_forward(encoded_, inputs, e.wte, e.wpe, B, T, C);
     const float* residual = encoded_;
     for (int l = 0; l < m_.n_layer; ++l) {
+      const int u = block_unit(l);
+      GptTensors w = unit_view(u, const_cast<float*>(state_->params(u)));
+      state_->prefetch(u + 1);
       const GptBlock& p = w.blocks[l];
       LayerActs& a = layers_[l];
       layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, p.ln1_w, p.ln1_b, N, C);
@@ -233,33 +215,46 @@ class CpuBackend final : public Backend {
       matmul_forward(&pool_, a.res3, a.fch_gelu, p.fcproj_w, p.fcproj_b, N, 4 * C, C);
       residual_forward(a.res3, a.res3, a.res2, static_cast<size_t>(N) * C);
       residual = a.res3;
+      state_->release(u);
     }
-    layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, residual, w.lnf_w, w.lnf_b, N, C);
-    matmul_forward(&pool_, probs_, lnf_, w.wte, nullptr, N, C, V);
+    GptTensors f = unit_view(fin, const_cast<float*>(state_->params(fin)));
+    layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, residual, f.lnf_w, f.lnf_b, N, C);
+    matmul_forward(&pool_, probs_, lnf_, e.wte, nullptr, N, C, V);
     softmax_crossentropy_forward(&pool_, probs_, losses_, probs_, targets, N, V);
     double sum = 0;
     for (int n = 0; n < N; ++n) sum += losses_[n];
     return static_cast<float>(sum / N);
   }
 
+  // Gradients are asked for unit by unit in the order the pass completes them (classifier and final norm,
+  // the blocks from the top, the embeddings last), so each bucket can be reduced as soon as it is full.
   void backward(const int32_t* inputs, const int32_t* targets, int B, float grad_scale) {
     const int T = m_.seq_len, C = m_.n_embd, NH = m_.n_head, V = m_.vocab_size;
     const int N = B * T;
     const size_t NC = static_cast<size_t>(N) * C;
-    GptTensors w = gpt_tensors(m_, table_, params_.data());
-    GptTensors g = gpt_tensors(m_, table_, grads_.data());
     auto zero = [](std::vector<float>& v, size_t n) { std::memset(v.data(), 0, n * sizeof(float)); };
+    const int emb = state_->plan().embedding_unit(), fin = state_->plan().final_unit();
+    GptTensors we = unit_view(emb, const_cast<float*>(state_->params(emb)));
+    GptTensors wf = unit_view(fin, const_cast<float*>(state_->params(fin)));
+    GptTensors ge = unit_view(emb, state_->grads(emb));
+    GptTensors gf = unit_view(fin, state_->grads(fin));
 
     softmax_crossentropy_backward(&pool_, dlogits_.data(), probs_, targets, grad_scale / static_cast<float>(N), N, V);
     zero(dln_, NC);
-    matmul_backward(&pool_, dln_.data(), g.wte, nullptr, dlogits_.data(), lnf_, w.wte, N, C, V);
+    matmul_backward(&pool_, dln_.data(), ge.wte, nullptr, dlogits_.data(), lnf_, we.wte, N, C, V);
     zero(dres_, NC);
     const float* top = m_.n_layer > 0 ? layers_.back().res3 : encoded_;
-    layernorm_backward(dres_.data(), g.lnf_w, g.lnf_b, dln_.data(), top, w.lnf_w, lnf_mean_, lnf_rstd_, N, C);
+    layernorm_backward(dres_.data(), gf.lnf_w, gf.lnf_b, dln_.data(), top, wf.lnf_w, lnf_mean_, lnf_rstd_, N, C);
+    state_->grads_done(fin);
+    if (m_.n_layer > 0) state_->prefetch(block_unit(m_.n_layer - 1));
 
     for (int l = m_.n_layer - 1; l >= 0; --l) {
-      const GptBlock& p = w.blocks[l];
-      const GptBlock& gp = g.blocks[l];
+      const int u = block_unit(l);
+      GptTensors wu = unit_view(u, const_cast<float*>(state_->params(u)));
+      state_->prefetch(u - 1);
+      GptTensors gu = unit_view(u, state_->grads(u));
+      const GptBlock& p = wu.blocks[l];
+      const GptBlock& gp = gu.blocks[l];
       LayerActs& a = layers_[l];
       const float* residual = l == 0 ? encoded_ : layers_[l - 1].res3;
       // dres_ holds d(res3); the MLP branch reads it before the norm's contribution turns it into d(res2).
@@ -279,15 +274,18 @@ class CpuBackend final : public Backend {
       matmul_backward(&pool_, dln_.data(), gp.qkv_w, gp.qkv_b, dqkv_.data(), a.ln1, p.qkv_w, N, C, 3 * C);
       layernorm_backward(dres_.data(), gp.ln1_w, gp.ln1_b, dln_.data(), residual, p.ln1_w, a.ln1_mean, a.ln1_rstd, N,
                          C);
+      state_->grads_done(u);
+      state_->release(u);
     }
-    encoder_backward(g.wte, g.wpe, dres_.data(), inputs, B, T, C);
+    encoder_backward(ge.wte, ge.wpe, dres_.data(), inputs, B, T, C);
+    state_->grads_done(emb);
   }
 
   ModelConfig m_;
   int max_batch_;
   TensorTable table_;
   ThreadPool pool_;
-  std::vector<float> params_, grads_, adam_m_, adam_v_;
+  std::unique_ptr<ZeroHostState> state_;  // parameters, gradients, AdamW state and their communication
   std::vector<float> acts_;
   float* encoded_ = nullptr;
   std::vector<LayerActs> layers_;
@@ -305,8 +303,12 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
+std::unique_ptr<Backend> backend_cpu_create(const ModelConfig& m, int max_batch, const BackendOptions& options) {
+  return std::make_unique<CpuBackend>(m, max_batch, options);
+}
+
 std::unique_ptr<Backend> backend_cpu_create(const ModelConfig& m, int max_batch, int threads) {
-  return std::make_unique<CpuBackend>(m, max_batch, threads);
+  return backend_cpu_create(m, max_batch, BackendOptions{.threads = threads});
 }
 
 }  // namespace gantry

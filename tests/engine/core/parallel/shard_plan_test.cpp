@@ -1,0 +1,109 @@
+// The shard plan: units, buckets, each rank's blocks and the memory formula.
+#include "engine/core/parallel/shard_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "engine/core/comm/communicator.h"
+#include "engine/core/gpt.h"
+
+namespace gantry {
+namespace {
+
+ModelConfig model() { return {.n_layer = 3, .n_head = 2, .n_embd = 16, .vocab_size = 50, .seq_len = 8}; }
+
+TEST(ShardPlan, UnitsAreEmbeddingsBlocksAndFinalNorm) {
+  const TensorTable t = gpt_param_table(model());
+  const ShardPlan p = shard_plan_make(t, 1, 0, 0, 1 << 20);
+  ASSERT_EQ(p.units.size(), 5u);
+  EXPECT_EQ(p.units[0].offset, 0u);
+  EXPECT_EQ(p.units[0].count, t.at("wte").numel + t.at("wpe").numel);
+  EXPECT_EQ(p.units[1].offset, t.at("h.0.ln1.weight").offset);
+  EXPECT_EQ(p.units[4].offset, t.at("lnf.weight").offset);
+  EXPECT_EQ(p.units[4].count, 32u);
+  for (size_t u = 1; u < p.units.size(); ++u) EXPECT_EQ(p.units[u].offset, p.units[u - 1].end());
+  EXPECT_EQ(p.units.back().end(), t.numel());
+}
+
+TEST(ShardPlan, BucketsAreWholeUnitsUpToTheCapWithTheEmbeddingsAlone) {
+  const TensorTable t = gpt_param_table(model());
+  const size_t block = gpt_param_table(model()).at("h.1.ln1.weight").offset - t.at("h.0.ln1.weight").offset;
+  // A cap of two blocks: [final + block 2 + ...] fills from the top.
+  const ShardPlan p = shard_plan_make(t, 2, 0, 1, (2 * block + 32) * sizeof(float));
+  ASSERT_EQ(p.buckets.size(), 3u);
+  EXPECT_EQ(p.buckets[0], p.units[0]);                            // embeddings alone
+  EXPECT_EQ(p.buckets[1], p.units[1]);                            // block 0
+  EXPECT_EQ(p.buckets[2].offset, p.units[2].offset);              // blocks 1, 2 and the final norm
+  EXPECT_EQ(p.buckets[2].end(), t.numel());
+  EXPECT_EQ(p.unit_bucket, (std::vector<int>{0, 1, 2, 2, 2}));
+  // ZeRO 3 gathers unit by unit: every unit is its own bucket.
+  const ShardPlan z3 = shard_plan_make(t, 2, 0, 3, 1 << 30);
+  EXPECT_EQ(z3.buckets, z3.units);
+}
+
+TEST(ShardPlan, RanksOwnDisjointBlocksThatCoverEveryElement) {
+  const TensorTable t = gpt_param_table(model());
+  for (int dp : {1, 2, 3, 4}) {
+    for (int zero : {1, 2, 3}) {
+      std::vector<int> owner(t.numel(), -1);
+      size_t total = 0;
+      for (int r = 0; r < dp; ++r) {
+        const ShardPlan p = shard_plan_make(t, dp, r, zero, 4096);
+        size_t seg_total = 0;
+        for (const ShardSegment& s : p.segments) {
+          seg_total += s.count;
+          const TensorInfo& ti = t[s.tensor];
+          EXPECT_GE(s.offset, ti.offset);
+          EXPECT_LE(s.offset + s.count, ti.offset + ti.numel) << "a segment crosses a tensor boundary";
+          EXPECT_EQ(s.decay, ti.decay);
+        }
+        EXPECT_EQ(seg_total, p.shard_numel);
+        for (size_t b = 0; b < p.owned.size(); ++b) {
+          const CommBlock blk = comm_block(p.buckets[b].count, dp, r);
+          EXPECT_EQ(p.owned[b].offset, p.buckets[b].offset + blk.offset);
+          EXPECT_EQ(p.owned[b].count, blk.count);
+          for (size_t i = p.owned[b].offset; i < p.owned[b].end(); ++i) {
+            EXPECT_EQ(owner[i], -1) << "element " << i << " owned twice";
+            owner[i] = r;
+          }
+        }
+        total += p.shard_numel;
+      }
+      EXPECT_EQ(total, t.numel()) << "dp " << dp << " zero " << zero;
+      EXPECT_EQ(std::count(owner.begin(), owner.end(), -1), 0);
+    }
+  }
+}
+
+TEST(ShardPlan, ZeroStageZeroOwnsEverythingInFlatOrder) {
+  const TensorTable t = gpt_param_table(model());
+  const ShardPlan p = shard_plan_make(t, 4, 3, 0, 4096);
+  EXPECT_EQ(p.shard_numel, t.numel());
+  for (const ShardSegment& s : p.segments) EXPECT_EQ(s.offset, s.shard_offset);
+}
+
+TEST(ShardPlan, MemoryFormulaPerStage) {
+  const TensorTable t = gpt_param_table(model());
+  const size_t P = t.numel();
+  const ShardPlan p0 = shard_plan_make(t, 4, 1, 0, 4096);
+  EXPECT_EQ(shard_memory(p0).params, P);
+  EXPECT_EQ(shard_memory(p0).grads, P);
+  EXPECT_EQ(shard_memory(p0).optimizer, 2 * P);
+  const ShardPlan p1 = shard_plan_make(t, 4, 1, 1, 4096);
+  EXPECT_EQ(shard_memory(p1).grads, P);
+  EXPECT_EQ(shard_memory(p1).optimizer, 2 * p1.shard_numel);
+  const ShardPlan p2 = shard_plan_make(t, 4, 1, 2, 4096);
+  EXPECT_EQ(shard_memory(p2).params, P);
+  EXPECT_EQ(shard_memory(p2).grads, p2.shard_numel + p2.units[0].count + 2 * p2.largest_nonembedding_bucket());
+  const ShardPlan p3 = shard_plan_make(t, 4, 1, 3, 4096);
+  EXPECT_EQ(shard_memory(p3).params,
+            p3.shard_numel + p3.units[0].count + p3.units.back().count + 2 * p3.largest_block_unit());
+  // The shard is about P / dp: blocks differ by at most one element per bucket.
+  EXPECT_LE(p3.shard_numel, P / 4 + p3.buckets.size());
+  EXPECT_NE(shard_memory_text(p3).find("zero 3 over dp 4"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gantry
