@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -212,6 +213,31 @@ TEST(DataParallelCheckpoint, SavedAtDp4Zero3ResumesAtDp2Zero1) {
         return compare(curve->loss, tail, 1e-5, "resumed loss");
       },
       120s));
+}
+
+TEST(DataParallelCheckpoint, ARankThatCannotWriteLeavesItUncommittedAndEveryRankNamesIt) {
+  // Rank 1's shard path is taken by a directory, so only rank 1's write fails. Rank 0 must not commit,
+  // and both ranks must fail with rank 1's cause.
+  Config c = tiny20();
+  const std::string out = fresh_dir("ckpt_rank_fails");
+  const std::string step_dir = out + "/checkpoints/step_00000002";
+  std::filesystem::create_directories(step_dir + "/shard_r00001.bin");
+  const RankRun run{.config = c, .out_dir = out, .zero = 1, .max_steps = 2};
+  comm_test::RunResult res = run_workers(
+      2,
+      [&](int rank, int n, int fd) -> std::string {
+        Result<Curve> curve = train_rank(run, rank, n, fd);
+        if (curve.ok()) return "rank " + std::to_string(rank) + ": the run succeeded although rank 1 could not write";
+        if (curve.error().find("rank 1") == std::string::npos ||
+            curve.error().find("shard_r00001.bin") == std::string::npos) {
+          return "rank " + std::to_string(rank) + " failed without naming rank 1's cause: " + curve.error();
+        }
+        return "";
+      },
+      60s);
+  expect_all_passed(res);
+  EXPECT_FALSE(std::filesystem::exists(step_dir + "/manifest.json")) << "committed although a rank failed";
+  EXPECT_TRUE(std::filesystem::exists(step_dir + "/shard_r00000.bin")) << "rank 0 wrote its shard";
 }
 
 TEST(DataParallelMemory, EachStageHoldsWhatTheFormulaSays) {
