@@ -73,6 +73,19 @@ class Communicator {
   // Returns once every rank has entered the barrier.
   virtual Status barrier(Timeout timeout) = 0;
 
+  // Stream-ordered operations, for device communicators (NCCL): enqueue the collective on `stream` (a
+  // cudaStream_t) behind what is already there and return at once, so a reduction overlaps the compute
+  // on other streams; the caller orders producers and consumers with events and observes completion and
+  // errors with sync(). all_gather_enqueue moves `element_bytes`-wide elements (4: fp32, 2: bf16 parameter
+  // copies). Host communicators answer "not supported". Same contract as above otherwise (same order
+  // and counts on every rank; the first failure breaks the communicator).
+  virtual Status all_reduce_enqueue(float* data, size_t count, void* stream);
+  virtual Status reduce_scatter_enqueue(const float* in, float* out, size_t count, void* stream);
+  virtual Status all_gather_enqueue(const void* in, void* out, size_t count, size_t element_bytes, void* stream);
+  // Waits until `stream` has drained, failing on the communicator's asynchronous error, the deadline or
+  // abort().
+  virtual Status sync(void* stream, Timeout timeout);
+
   // Stops the operation in progress (it returns an "aborted" error), fails every later one, and closes
   // the connections so the peers fail promptly. Idempotent; safe from any thread.
   virtual void abort() = 0;

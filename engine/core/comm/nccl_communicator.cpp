@@ -113,49 +113,42 @@ class NcclCommunicator final : public Communicator {
   }
 
   Status reduce_scatter(const float* in, float* out, size_t count, Timeout timeout) override {
-    return run("reduce_scatter", count, timeout, [&]() -> ncclResult_t {
-      if (count % static_cast<size_t>(size_) == 0) {
-        return ncclReduceScatter(in, out, count / static_cast<size_t>(size_), ncclFloat, ncclSum, comm_,
-                                 stream_);
-      }
-      // Uneven blocks: one reduce per block, rooted at its owner, fused into one launch by the group.
-      ncclResult_t r = ncclGroupStart();
-      if (r != ncclSuccess) return r;
-      for (int b = 0; b < size_; ++b) {
-        const CommBlock blk = comm_block(count, size_, b);
-        if (blk.count == 0) continue;
-        // recvbuff is used on the root only; the others pass their own input, which NCCL leaves alone.
-        float* recv = b == rank_ ? out : const_cast<float*>(in + blk.offset);
-        r = ncclReduce(in + blk.offset, recv, blk.count, ncclFloat, ncclSum, b, comm_, stream_);
-        if (r != ncclSuccess && r != ncclInProgress) {
-          ncclGroupEnd();
-          return r;
-        }
-      }
-      return ncclGroupEnd();
-    });
+    return run("reduce_scatter", count, timeout, [&]() { return enqueue_reduce_scatter(in, out, count, stream_); });
   }
 
   Status all_gather(const float* in, float* out, size_t count, Timeout timeout) override {
-    return run("all_gather", count, timeout, [&]() -> ncclResult_t {
-      if (count % static_cast<size_t>(size_) == 0) {
-        return ncclAllGather(in, out, count / static_cast<size_t>(size_), ncclFloat, comm_, stream_);
-      }
-      ncclResult_t r = ncclGroupStart();
-      if (r != ncclSuccess) return r;
-      for (int b = 0; b < size_; ++b) {
-        const CommBlock blk = comm_block(count, size_, b);
-        if (blk.count == 0) continue;
-        // sendbuff is read on the root only.
-        const float* send = b == rank_ ? in : out + blk.offset;
-        r = ncclBroadcast(send, out + blk.offset, blk.count, ncclFloat, b, comm_, stream_);
-        if (r != ncclSuccess && r != ncclInProgress) {
-          ncclGroupEnd();
-          return r;
-        }
-      }
-      return ncclGroupEnd();
+    return run("all_gather", count, timeout, [&]() { return enqueue_all_gather(in, out, count, 4, stream_); });
+  }
+
+  Status all_reduce_enqueue(float* data, size_t count, void* stream) override {
+    return enqueue_only("all_reduce_enqueue", count, [&]() -> ncclResult_t {
+      return ncclAllReduce(data, data, count, ncclFloat, ncclSum, comm_, static_cast<cudaStream_t>(stream));
     });
+  }
+  Status reduce_scatter_enqueue(const float* in, float* out, size_t count, void* stream) override {
+    return enqueue_only("reduce_scatter_enqueue", count,
+                        [&]() { return enqueue_reduce_scatter(in, out, count, static_cast<cudaStream_t>(stream)); });
+  }
+  Status all_gather_enqueue(const void* in, void* out, size_t count, size_t element_bytes, void* stream) override {
+    if (element_bytes != 2 && element_bytes != 4) {
+      return invalid("all_gather_enqueue", count, "element size " + std::to_string(element_bytes) + " (2 or 4)");
+    }
+    return enqueue_only("all_gather_enqueue", count, [&]() {
+      return enqueue_all_gather(in, out, count, element_bytes, static_cast<cudaStream_t>(stream));
+    });
+  }
+  Status sync(void* stream, Timeout timeout) override {
+    const std::string prefix = comm_error_prefix("nccl", "sync", rank_, size_, 0);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!broken_.empty()) {
+        return Status::error(prefix + (aborted_ ? std::string("aborted")
+                                                : "communicator unusable after an earlier error: " + broken_));
+      }
+      in_op_ = true;
+    }
+    std::string cause = wait_done(static_cast<cudaStream_t>(stream), Clock::now() + timeout, timeout);
+    return finish(prefix, cause);
   }
 
   Status broadcast(float* data, size_t count, int root, Timeout timeout) override {
@@ -197,6 +190,83 @@ class NcclCommunicator final : public Communicator {
     return Status::error(message);
   }
 
+  ncclResult_t enqueue_reduce_scatter(const float* in, float* out, size_t count, cudaStream_t stream) {
+    if (count % static_cast<size_t>(size_) == 0) {
+      return ncclReduceScatter(in, out, count / static_cast<size_t>(size_), ncclFloat, ncclSum, comm_, stream);
+    }
+    // Uneven blocks: one reduce per block, rooted at its owner, fused into one launch by the group.
+    ncclResult_t r = ncclGroupStart();
+    if (r != ncclSuccess) return r;
+    for (int b = 0; b < size_; ++b) {
+      const CommBlock blk = comm_block(count, size_, b);
+      if (blk.count == 0) continue;
+      // recvbuff is used on the root only; the others pass their own input, which NCCL leaves alone.
+      float* recv = b == rank_ ? out : const_cast<float*>(in + blk.offset);
+      r = ncclReduce(in + blk.offset, recv, blk.count, ncclFloat, ncclSum, b, comm_, stream);
+      if (r != ncclSuccess && r != ncclInProgress) {
+        ncclGroupEnd();
+        return r;
+      }
+    }
+    return ncclGroupEnd();
+  }
+
+  ncclResult_t enqueue_all_gather(const void* in, void* out, size_t count, size_t element_bytes, cudaStream_t stream) {
+    const ncclDataType_t type = element_bytes == 2 ? ncclBfloat16 : ncclFloat;
+    char* out_bytes = static_cast<char*>(out);
+    if (count % static_cast<size_t>(size_) == 0) {
+      return ncclAllGather(in, out, count / static_cast<size_t>(size_), type, comm_, stream);
+    }
+    ncclResult_t r = ncclGroupStart();
+    if (r != ncclSuccess) return r;
+    for (int b = 0; b < size_; ++b) {
+      const CommBlock blk = comm_block(count, size_, b);
+      if (blk.count == 0) continue;
+      // sendbuff is read on the root only.
+      const void* send = b == rank_ ? in : out_bytes + blk.offset * element_bytes;
+      r = ncclBroadcast(send, out_bytes + blk.offset * element_bytes, blk.count, type, b, comm_, stream);
+      if (r != ncclSuccess && r != ncclInProgress) {
+        ncclGroupEnd();
+        return r;
+      }
+    }
+    return ncclGroupEnd();
+  }
+
+  // Enqueues and returns without waiting for the stream: completion is the caller's (sync()).
+  template <class Enqueue>
+  Status enqueue_only(const char* op, size_t count, Enqueue&& enqueue) {
+    const std::string prefix = comm_error_prefix("nccl", op, rank_, size_, count);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!broken_.empty()) {
+        return Status::error(prefix + (aborted_ ? std::string("aborted")
+                                                : "communicator unusable after an earlier error: " + broken_));
+      }
+      in_op_ = true;
+    }
+    const Timeout settle_limit{std::chrono::seconds(60)};
+    std::string cause;
+    if (cudaError_t e = cudaSetDevice(device_); e != cudaSuccess) {
+      cause = std::string("cuda: ") + cudaGetErrorString(e);
+    } else {
+      cause = settle(comm_, enqueue(), Clock::now() + settle_limit, settle_limit, &aborted_);
+    }
+    return finish(prefix, cause);
+  }
+
+  // Ends an operation: ok, or the communicator broken and aborted with `cause`.
+  Status finish(const std::string& prefix, std::string cause) {
+    std::lock_guard<std::mutex> lock(mu_);
+    in_op_ = false;
+    if (aborted_ && cause.empty()) cause = "aborted";
+    if (cause.empty()) return Status();
+    const std::string message = prefix + cause;
+    if (broken_.empty() || broken_ == "aborted") broken_ = message;
+    abort_comm_locked();
+    return Status::error(message);
+  }
+
   template <class Enqueue>
   Status run(const char* op, size_t count, Timeout timeout, Enqueue&& enqueue) {
     const std::string prefix = comm_error_prefix("nccl", op, rank_, size_, count);
@@ -216,23 +286,15 @@ class NcclCommunicator final : public Communicator {
     } else {
       cause = settle(comm_, enqueue(), deadline, timeout, &aborted_);
     }
-    if (cause.empty()) cause = wait_done(deadline, timeout);
-
-    std::lock_guard<std::mutex> lock(mu_);
-    in_op_ = false;
-    if (aborted_ && cause.empty()) cause = "aborted";
-    if (cause.empty()) return Status();
-    const std::string message = prefix + cause;
-    if (broken_.empty() || broken_ == "aborted") broken_ = message;
-    abort_comm_locked();
-    return Status::error(message);
+    if (cause.empty()) cause = wait_done(stream_, deadline, timeout);
+    return finish(prefix, cause);
   }
 
   // Polls the stream and NCCL's asynchronous error until the work is done or must be given up.
-  std::string wait_done(Clock::time_point deadline, Timeout timeout) {
+  std::string wait_done(cudaStream_t stream, Clock::time_point deadline, Timeout timeout) {
     Backoff backoff;
     for (;;) {
-      cudaError_t q = cudaStreamQuery(stream_);
+      cudaError_t q = cudaStreamQuery(stream);
       if (q == cudaSuccess) return "";
       if (q != cudaErrorNotReady) return std::string("cuda: ") + cudaGetErrorString(q);
       ncclResult_t async = ncclSuccess;

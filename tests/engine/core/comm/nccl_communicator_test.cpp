@@ -122,6 +122,60 @@ std::string nccl_collectives_body(int rank, int n, int fd) {
   return errors;
 }
 
+// The stream-ordered operations: enqueued on a stream of the caller's behind a kernel-free memcpy, they
+// return before the data is there; sync() is what waits. Results equal the blocking collectives'.
+std::string nccl_enqueue_body(int rank, int n, int fd) {
+  auto made = nccl_communicator_create(rank, n, fd, "test/", 60s, {.device = rank});
+  if (!made.ok()) return made.error();
+  Communicator& comm = *made.value();
+  cudaStream_t stream;
+  cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  std::string errors;
+  for (size_t count : {size_t{7}, size_t{65537}, size_t{1} << 20}) {
+    const std::string at = " (count " + std::to_string(count) + ")";
+    std::vector<std::vector<float>> x;
+    for (int r = 0; r < n; ++r) x.push_back(rank_data(r, count, 3));
+    std::vector<double> sum(count, 0.0);
+    for (int r = 0; r < n; ++r) {
+      for (size_t i = 0; i < count; ++i) sum[i] += x[static_cast<size_t>(r)][i];
+    }
+    const CommBlock mine = comm_block(count, n, rank);
+    DeviceFloats a(count), in(count), shard(mine.count), gathered(count);
+    a.put(x[static_cast<size_t>(rank)]);
+    in.put(x[static_cast<size_t>(rank)]);
+    WORKER_CHECK_OK(comm.all_reduce_enqueue(a.p, count, stream));
+    WORKER_CHECK_OK(comm.reduce_scatter_enqueue(in.p, shard.p, count, stream));
+    WORKER_CHECK_OK(comm.sync(stream, 30s));
+    std::vector<float> ra = a.get(0, count);
+    errors += near(ra, sum, "all_reduce_enqueue" + at);
+    std::vector<double> want_shard(sum.begin() + static_cast<std::ptrdiff_t>(mine.offset),
+                                   sum.begin() + static_cast<std::ptrdiff_t>(mine.offset + mine.count));
+    errors += near(shard.get(0, mine.count), want_shard, "reduce_scatter_enqueue" + at);
+
+    // bf16 gather in place: each rank's block of 2-byte elements (their bit patterns are what matters).
+    std::vector<uint16_t> all(count);
+    for (size_t i = 0; i < count; ++i) all[i] = static_cast<uint16_t>((i * 2654435761u) >> 7);
+    uint16_t* bf = nullptr;
+    cudaMalloc(&bf, count * 2);
+    cudaMemset(bf, 0, count * 2);
+    cudaMemcpy(bf + mine.offset, all.data() + mine.offset, mine.count * 2, cudaMemcpyHostToDevice);
+    WORKER_CHECK_OK(comm.all_gather_enqueue(bf + mine.offset, bf, count, 2, stream));
+    WORKER_CHECK_OK(comm.sync(stream, 30s));
+    std::vector<uint16_t> got(count);
+    cudaMemcpy(got.data(), bf, count * 2, cudaMemcpyDeviceToHost);
+    cudaFree(bf);
+    if (got != all) errors += "all_gather_enqueue of 2-byte elements" + at + " differs\n";
+  }
+  cudaStreamDestroy(stream);
+  return errors;
+}
+
+TEST(NcclCommunicator, StreamOrderedOperationsMatchHostSums) {
+  const int gpus = gpu_count();
+  if (gpus < 2) GTEST_SKIP() << "needs at least two GPUs (found " << gpus << ")";
+  expect_all_passed(run_workers(2, nccl_enqueue_body, 180s));
+}
+
 TEST(NcclCommunicator, CollectivesAcrossProcessesMatchHostSums) {
   const int gpus = gpu_count();
   if (gpus < 2) GTEST_SKIP() << "needs at least two GPUs (found " << gpus << ")";
