@@ -17,5 +17,7 @@ inline constexpr int kExitInterrupted = 130;
 void train_command_add(CLI::App& app, int* exit_code);
 void data_command_add(CLI::App& app, int* exit_code);
 void plan_command_add(CLI::App& app, int* exit_code);
+void run_command_add(CLI::App& app, int* exit_code);     // the local launcher (gang of workers)
+void worker_command_add(CLI::App& app, int* exit_code);  // one rank, as run (or torchrun/srun) starts it
 
 }  // namespace gantry

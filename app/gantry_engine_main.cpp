@@ -1,5 +1,6 @@
-// gantry-engine: the headless engine. Subcommands: train (one process), data (make token shards), plan
-// (the what-if planner).
+// gantry-engine: the headless engine. Subcommands: train (one process), run (N worker processes, data
+// parallel), worker (one rank, as run or torchrun/srun starts it), data (make token shards), plan (the
+// what-if planner).
 #include <CLI/CLI.hpp>
 
 #include "app/commands.h"
@@ -11,6 +12,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", gantry::code_version());
   int exit_code = 0;
   gantry::train_command_add(app, &exit_code);
+  gantry::run_command_add(app, &exit_code);
+  gantry::worker_command_add(app, &exit_code);
   gantry::data_command_add(app, &exit_code);
   gantry::plan_command_add(app, &exit_code);
   try {

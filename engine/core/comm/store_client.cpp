@@ -144,4 +144,22 @@ Status StoreClient::wait(const std::vector<std::string>& keys, std::chrono::mill
   return Status::error("store wait: unexpected reply type " + std::to_string(r->type));
 }
 
+Status StoreClient::send(FrameType type, std::span<const uint8_t> payload,
+                         std::chrono::milliseconds timeout) {
+  const auto t = static_cast<uint8_t>(type);
+  if (t >= 0x10 && t <= 0x1f) {
+    return Status::error(
+        "store send: frame type " + std::to_string(t) +
+        " is a store request or reply; use set/get/wait (send is for one-way frames, 0x20 and up)");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!broken_.empty()) return Status::error("store send: store connection unusable: " + broken_);
+  Status sent = frame_send(fd_, type, payload, timeout);
+  if (!sent.ok()) {
+    broken_ = sent.message();
+    return Status::error("store send: " + sent.message());
+  }
+  return Status();
+}
+
 }  // namespace gantry

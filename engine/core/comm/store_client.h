@@ -6,8 +6,10 @@
 //   if (Status st = store.set("nccl/id", id_bytes, 30s); !st.ok()) return st;
 //   Result<std::vector<uint8_t>> id = store.get("nccl/id", 30s);  // blocks until some rank set it
 //
-// One request at a time per socket (a mutex serialises callers). Later issues multiplex the socket with
-// step records and commands; until then the store client is its only reader.
+// One request at a time per socket (a mutex serialises callers). The worker runtime multiplexes the same
+// socket with one-way frames to the launcher (send(): hello, step records, exit); the mutex serialises
+// them with the requests, so a frame never lands inside another. The store client stays the socket's
+// only reader: the launcher sends nothing unasked yet (commands, later, will need a reader of their own).
 #pragma once
 
 #include <chrono>
@@ -33,6 +35,11 @@ class StoreClient {
   Result<std::vector<uint8_t>> get(std::string_view key, std::chrono::milliseconds timeout);
   // Returns once every key is set; the timeout error names the keys still missing.
   Status wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
+  // Sends one frame that expects no reply (the worker runtime's frames, frame.h 0x20-0x2f), between
+  // requests. A send that fails part-way leaves the stream out of step, so it breaks the connection for
+  // every later call, as a failed request does. Store frame types are refused: their replies would
+  // confuse request().
+  Status send(FrameType type, std::span<const uint8_t> payload, std::chrono::milliseconds timeout);
 
   int fd() const { return fd_; }
 

@@ -1,0 +1,247 @@
+// gantry-engine run: the local launcher. Starts --nproc workers of this binary as one gang (data parallel
+// over all of them), serves their rendezvous, prints rank 0's figures one line per step on stderr (and
+// with --json one JSON object per step on stdout), and keeps every rank's step records in
+// <out>/history.sqlite. The gang semantics (join timeout, a failed rank stops all, Ctrl-C) are in
+// engine/core/worker/gang.h.
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>  // checkpoint events' payload
+
+#include "app/commands.h"
+#include "app/step_lines.h"
+#include "engine/core/config.h"
+#include "engine/core/parallel/parallel_dims.h"
+#include "engine/core/worker/gang.h"
+#include "engine/core/worker/worker_runtime.h"
+#ifdef GANTRY_HAVE_STORAGE
+#include "app/history_writer.h"
+#endif
+
+namespace gantry {
+namespace {
+
+static_assert(kWorkerExitFailed == kExitFailed && kWorkerExitBadInput == kExitBadInput &&
+                  kWorkerExitInterrupted == kExitInterrupted,
+              "the worker's exit codes are passed on as gantry-engine's");
+
+std::atomic<bool> g_stop{false};
+std::atomic<bool> g_kill{false};
+// The first Ctrl-C stops the gang at a step boundary with a checkpoint; a second one kills it now.
+extern "C" void run_on_stop_signal(int) {
+  if (g_stop.exchange(true)) g_kill.store(true);
+}
+
+struct RunArgs {
+  int nproc = 1;
+  std::string config;
+  int zero = 0;
+  std::string out;
+  std::string resume;
+  int64_t max_steps = -1;
+  bool json = false;
+  double join_timeout_s = 60;
+  double stop_grace_s = 60;
+};
+
+std::chrono::milliseconds ms_of(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1e3));
+}
+
+std::string seconds_arg(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", s);
+  return buf;
+}
+
+int run_main(const RunArgs& a) {
+  namespace fs = std::filesystem;
+  Result<Config> cfg = config_load(a.config);
+  if (!cfg.ok()) {
+    std::fprintf(stderr, "gantry-engine run: %s\n", cfg.error().c_str());
+    return kExitBadInput;
+  }
+  Result<ParallelDims> dims =
+      ParallelDims::make({.world = a.nproc, .rank = 0, .dp = a.nproc, .zero = a.zero});
+  if (!dims.ok()) {
+    std::fprintf(stderr, "gantry-engine run: --nproc %d --zero %d: %s\n", a.nproc, a.zero,
+                 dims.error().c_str());
+    return kExitBadInput;
+  }
+  // Workers get absolute paths: they agree on them whatever their working directory.
+  const fs::path out = fs::absolute(a.out.empty() ? "runs/" + fs::path(a.config).stem().string() : a.out);
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  if (ec) {
+    std::fprintf(stderr, "gantry-engine run: cannot create the run folder %s: %s\n", out.c_str(),
+                 ec.message().c_str());
+    return kExitBadInput;
+  }
+
+  GangOptions g;
+  g.nproc = a.nproc;
+  g.args = {"worker",
+            "--config",
+            fs::absolute(a.config).string(),
+            "--out",
+            out.string(),
+            "--zero",
+            std::to_string(a.zero),
+            "--max-steps",
+            std::to_string(a.max_steps),
+            "--join-timeout",
+            seconds_arg(a.join_timeout_s)};
+  if (!a.resume.empty()) {
+    g.args.push_back("--resume");
+    g.args.push_back(a.resume == "latest" ? a.resume : fs::absolute(a.resume).string());
+  }
+  if (cfg->train.backend == "cuda") {
+    // One device per worker, counted without initialising CUDA here (it would not survive the fork).
+    g.cuda_devices = gang_cuda_devices();
+    if (static_cast<int>(g.cuda_devices.size()) < a.nproc) {
+      std::fprintf(
+          stderr,
+          "gantry-engine run: --nproc %d with train.backend = \"cuda\" needs a GPU per worker, but %zu %s "
+          "visible (CUDA_VISIBLE_DEVICES or /proc/driver/nvidia/gpus): lower --nproc\n",
+          a.nproc, g.cuda_devices.size(), g.cuda_devices.size() == 1 ? "is" : "are");
+      return kExitBadInput;
+    }
+    g.cuda_devices.resize(static_cast<size_t>(a.nproc));
+  }
+  g.join_timeout = ms_of(a.join_timeout_s);
+  g.stop_grace = ms_of(a.stop_grace_s);
+  g.stop = &g_stop;
+  g.kill_now = &g_kill;
+  std::signal(SIGINT, run_on_stop_signal);
+  std::signal(SIGTERM, run_on_stop_signal);
+
+#ifdef GANTRY_HAVE_STORAGE
+  HistoryWriter history(out.string(), out.filename().string(), a.nproc,
+                        "dp=" + std::to_string(a.nproc) + " tp=1 pp=1 zero=" + std::to_string(a.zero));
+#endif
+  const int64_t last_step = a.max_steps >= 0 ? a.max_steps : cfg->train.max_steps;
+  g.on_spawn = [](int rank, int64_t pid) {
+    std::fprintf(stderr, "rank %d pid %lld\n", rank, static_cast<long long>(pid));
+  };
+  g.on_run = [&](int, const WorkerRun& run) {
+    std::fprintf(stderr, "%s\n", run.summary.c_str());
+#ifdef GANTRY_HAVE_STORAGE
+    history.on_run({.config_toml = run.config_toml,
+                    .code_version = run.code_version,
+                    .data_version = run.data_version,
+                    .backend = run.backend,
+                    .params = run.params});
+#endif
+  };
+  g.on_records = [&](int, const RecordBatch& batch) {
+    for (const StepRecord& s : batch.steps) {
+      step_line_print({.step = s.step,
+                       .last_step = last_step,
+                       .loss = s.loss,
+                       .grad_norm = s.grad_norm,
+                       .lr = s.lr,
+                       .tokens_per_s = s.tokens_per_s,
+                       .ms = s.step_s * 1e3,
+                       .val_loss = s.val_loss},
+                      a.json);
+    }
+    for (const EventRecord& e : batch.events) {
+      if (e.kind != "checkpoint" || e.rank > 0) continue;
+      nlohmann::json p = nlohmann::json::parse(e.payload, nullptr, /*allow_exceptions=*/false);
+      if (!p.is_object()) continue;
+      checkpoint_line_print(e.step, p.value("dir", ""), p.value("bytes", uint64_t{0}),
+                            p.value("seconds", 0.0), a.json);
+    }
+#ifdef GANTRY_HAVE_STORAGE
+    history.ingest(batch);
+#endif
+  };
+
+  GangResult r = gang_run(g);
+
+#ifdef GANTRY_HAVE_STORAGE
+  if (r.failed_rank >= 0) {
+    RecordBatch failed;
+    const double now =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    failed.events.push_back({.time_unix_s = now,
+                             .kind = "rank_failed",
+                             .rank = r.failed_rank,
+                             .node = r.workers[static_cast<size_t>(r.failed_rank)].host,
+                             .message = r.error});
+    history.ingest(failed);
+  }
+  history.finish(r.code == 0 || r.interrupted, r.interrupted, r.code == 0 ? "" : r.error);
+#endif
+  if (r.interrupted) {
+    // Rank 0's goodbye says where it stopped and which checkpoint holds it.
+    std::fprintf(stderr, "gantry-engine run: %s\n",
+                 r.final_message.empty() ? "stopped by a signal" : r.final_message.c_str());
+    for (const GangWorker& w : r.workers) {
+      if (w.killed_by_launcher) {
+        std::fprintf(stderr,
+                     "  rank %d (pid %lld) did not stop within %g s and was killed: its last checkpoint may "
+                     "be older\n",
+                     w.rank, static_cast<long long>(w.pid), a.stop_grace_s);
+      }
+    }
+    return kExitInterrupted;
+  }
+  if (r.code != 0) {
+    std::fprintf(stderr, "gantry-engine run: %s\n", r.error.c_str());
+    // The rest of the gang, for the operator who wants to know how each rank ended.
+    for (const GangWorker& w : r.workers) {
+      if (w.rank == r.failed_rank || w.pid < 0) continue;
+      std::string how = w.exited ? "exited with code " + std::to_string(w.code)
+                                 : "ended by " + signal_name(w.signal) +
+                                       (w.killed_by_launcher ? " (after the grace period)" : "");
+      if (w.said_goodbye && !w.goodbye.message.empty()) how += ": " + w.goodbye.message;
+      std::fprintf(stderr, "  rank %d (pid %lld) %s\n", w.rank, static_cast<long long>(w.pid), how.c_str());
+    }
+    return r.code;
+  }
+  std::fprintf(stderr, "%s\n", r.final_message.empty() ? "done" : r.final_message.c_str());
+  return 0;
+}
+
+}  // namespace
+
+void run_command_add(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<RunArgs>();
+  CLI::App* sub = app.add_subcommand(
+      "run",
+      "Train with N worker processes on this machine (data parallel; one GPU each with the cuda backend)");
+  sub->add_option("--nproc", args->nproc, "Worker processes (the dp degree)")
+      ->required()
+      ->check(CLI::Range(1, 4096));
+  sub->add_option("--config", args->config, "Training config (TOML), e.g. assets/configs/tiny.toml")
+      ->required()
+      ->check(CLI::ExistingFile);
+  sub->add_option("--zero", args->zero,
+                  "ZeRO stage over the dp axis: 0 none, 1 optimizer state, 2 + gradients, 3 + "
+                  "parameters")
+      ->check(CLI::Range(0, 3));
+  sub->add_option("--out", args->out,
+                  "Run folder for checkpoints, data and history.sqlite (default runs/<config name>)");
+  sub->add_option("--resume", args->resume,
+                  "Resume from 'latest' (newest under OUT/checkpoints) or a checkpoint dir");
+  sub->add_option("--max-steps", args->max_steps,
+                  "Stop after this optimizer step (the LR schedule still spans train.max_steps)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_flag("--json", args->json, "Also print one JSON object per step on stdout");
+  sub->add_option(
+         "--join-timeout", args->join_timeout_s,
+         "Seconds every worker has to start and join; a rank that has not joined by then fails the gang")
+      ->check(CLI::PositiveNumber);
+  sub->add_option(
+         "--stop-grace", args->stop_grace_s,
+         "After Ctrl-C or SIGTERM, seconds the workers have to checkpoint and exit before they are killed "
+         "(a second Ctrl-C kills them at once)")
+      ->check(CLI::PositiveNumber);
+  sub->callback([args, exit_code] { *exit_code = run_main(*args); });
+}
+
+}  // namespace gantry

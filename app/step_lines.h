@@ -1,0 +1,57 @@
+// What a step looks like to a user, shared by the commands that print steps (run, worker): one human line
+// on stderr, and with --json one JSON object on stdout with the same keys as `train --json`.
+//
+//   StepLine s{.step = 5, .last_step = 100, .loss = 3.2, ...};
+//   step_line_print(s, json);
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <nlohmann/json.hpp>  // the --json lines
+#include <optional>
+#include <string>
+
+namespace gantry {
+
+struct StepLine {
+  int64_t step = 0;
+  int64_t last_step = 0;
+  double loss = 0;
+  double grad_norm = 0;
+  double lr = 0;
+  double tokens_per_s = 0;
+  double ms = 0;
+  std::optional<double> val_loss;
+};
+
+inline void step_line_print(const StepLine& r, bool json) {
+  std::fprintf(stderr, "step %6lld/%lld | loss %.6f | grad norm %.4f | lr %.3e | %9.0f tok/s | %8.1f ms",
+               static_cast<long long>(r.step), static_cast<long long>(r.last_step), r.loss, r.grad_norm, r.lr,
+               r.tokens_per_s, r.ms);
+  if (r.val_loss) std::fprintf(stderr, " | val loss %.6f", *r.val_loss);
+  std::fprintf(stderr, "\n");
+  if (json) {
+    nlohmann::json j = {{"step", r.step},
+                        {"loss", r.loss},
+                        {"grad_norm", r.grad_norm},
+                        {"lr", r.lr},
+                        {"tokens_per_s", r.tokens_per_s},
+                        {"ms", r.ms}};
+    if (r.val_loss) j["val_loss"] = *r.val_loss;
+    std::printf("%s\n", j.dump().c_str());
+    std::fflush(stdout);
+  }
+}
+
+inline void checkpoint_line_print(int64_t step, const std::string& dir, uint64_t bytes, double seconds,
+                                  bool json) {
+  std::fprintf(stderr, "checkpoint step %lld -> %s (%.1f MB, %.2f s)\n", static_cast<long long>(step),
+               dir.c_str(), static_cast<double>(bytes) / 1e6, seconds);
+  if (json) {
+    nlohmann::json j = {{"event", "checkpoint"}, {"step", step}, {"dir", dir}, {"bytes", bytes}};
+    std::printf("%s\n", j.dump().c_str());
+    std::fflush(stdout);
+  }
+}
+
+}  // namespace gantry

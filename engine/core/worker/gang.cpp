@@ -1,0 +1,456 @@
+#include "engine/core/worker/gang.h"
+
+#include <dirent.h>  // /proc/driver/nvidia/gpus: one entry per GPU, no CUDA needed
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>  // PR_SET_PDEATHSIG: a worker dies with its launcher
+#include <sys/socket.h>
+#include <sys/syscall.h>  // close_range, where the kernel headers know it
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <optional>
+
+#include "engine/core/comm/store_server.h"
+#include "engine/core/worker/worker_runtime.h"  // the worker's exit codes
+#include "telemetry/record_codec.h"
+
+extern char** environ;
+
+namespace gantry {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+// A worker whose socket closed is given this long to exit before the launcher calls it a failure: a
+// worker that finished closes its socket a moment before the kernel reports its exit.
+constexpr auto kGoneGrace = 2s;
+// After the last child is reaped, frames still in the sockets (a goodbye, the last records) are read for
+// at most this long.
+constexpr auto kDrainLimit = 1s;
+constexpr auto kPoll = 50ms;
+
+// Variables the launcher sets itself: an inherited value would contradict the worker's place in the gang.
+const char* const kOwnVariables[] = {
+    "RANK",        "WORLD_SIZE",      "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+    "MASTER_PORT", "GANTRY_STORE_FD", "GROUP_RANK", "ROLE_RANK",        "TORCHELASTIC_RUN_ID"};
+
+// Why a gang failed, in the order of how likely each is to be the root cause when several show up in the
+// same round: a rank killed by a signal takes its peers down with "peer closed" errors, not the reverse.
+enum class Cause { signal, crashed, protocol, no_join, closed, failed, spawn };
+int rank_of_cause(Cause c) {
+  switch (c) {
+    case Cause::spawn:
+      return 0;
+    case Cause::signal:
+      return 1;
+    case Cause::crashed:
+      return 2;
+    case Cause::protocol:
+      return 3;
+    case Cause::no_join:
+      return 4;
+    case Cause::closed:
+      return 5;
+    case Cause::failed:
+      return 6;
+  }
+  return 7;
+}
+
+struct Failure {
+  int rank = -1;
+  Cause cause = Cause::failed;
+  std::string detail;
+};
+
+struct Slot {
+  GangWorker w;
+  bool alive = false;  // started and not yet reaped
+  int client = -1;
+  std::optional<Clock::time_point> gone_at;  // its socket closed
+  std::string gone_reason;
+};
+
+std::string seconds_text(std::chrono::milliseconds ms) {
+  char buf[32];
+  if (ms.count() % 1000 == 0) {
+    std::snprintf(buf, sizeof buf, "%lld s", static_cast<long long>(ms.count() / 1000));
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f s", static_cast<double>(ms.count()) / 1e3);
+  }
+  return buf;
+}
+
+// Writes a message from the child between fork and exec, where only async-signal-safe calls are allowed.
+void child_fail(const char* what, int err) {
+  const char* e = std::strerror(err);  // glibc's table lookup; no allocation for known codes
+  const char* parts[] = {"gantry-engine run: worker exec failed: ", what, ": ", e, "\n"};
+  for (const char* p : parts) {
+    [[maybe_unused]] ssize_t w = ::write(2, p, std::strlen(p));
+  }
+}
+
+}  // namespace
+
+std::string signal_name(int sig) {
+  switch (sig) {
+    case SIGKILL:
+      return "SIGKILL";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGINT:
+      return "SIGINT";
+    case SIGSEGV:
+      return "SIGSEGV";
+    case SIGABRT:
+      return "SIGABRT";
+    case SIGBUS:
+      return "SIGBUS";
+    case SIGFPE:
+      return "SIGFPE";
+    case SIGILL:
+      return "SIGILL";
+    case SIGPIPE:
+      return "SIGPIPE";
+    case SIGHUP:
+      return "SIGHUP";
+    case SIGQUIT:
+      return "SIGQUIT";
+    case SIGTRAP:
+      return "SIGTRAP";
+    case SIGXCPU:
+      return "SIGXCPU";
+    default:
+      return "signal " + std::to_string(sig);
+  }
+}
+
+std::vector<std::string> gang_cuda_devices() {
+  std::vector<std::string> out;
+  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"); v != nullptr) {
+    std::string s = v;
+    for (size_t pos = 0; pos <= s.size();) {
+      size_t comma = s.find(',', pos);
+      if (comma == std::string::npos) comma = s.size();
+      if (comma > pos) out.push_back(s.substr(pos, comma - pos));
+      pos = comma + 1;
+    }
+    return out;
+  }
+  DIR* d = ::opendir("/proc/driver/nvidia/gpus");
+  if (d == nullptr) return out;
+  int n = 0;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] != '.') ++n;
+  }
+  ::closedir(d);
+  for (int i = 0; i < n; ++i) out.push_back(std::to_string(i));
+  return out;
+}
+
+GangResult gang_run(const GangOptions& o) {
+  GangResult res;
+  const int n = o.nproc;
+  std::vector<Slot> slots(static_cast<size_t>(std::max(n, 0)));
+  std::map<int, int> rank_of_client;
+  std::optional<Failure> failure;
+  // Problems found while handling one round's frames and exits; the most likely root cause wins.
+  std::vector<Failure> round;
+
+  StoreServerOptions so;
+  so.on_frame = [&](int client, const Frame& f) {
+    auto it = rank_of_client.find(client);
+    if (it == rank_of_client.end()) return;
+    const int rank = it->second;
+    Slot& s = slots[static_cast<size_t>(rank)];
+    std::span<const uint8_t> payload(f.payload);
+    switch (static_cast<FrameType>(f.type)) {
+      case FrameType::worker_hello: {
+        Result<WorkerHello> h = worker_hello_decode(payload);
+        if (!h.ok()) return round.push_back({rank, Cause::protocol, h.error()});
+        if (h->rank != rank || h->world != n) {
+          return round.push_back({rank, Cause::protocol,
+                                  "its hello says rank " + std::to_string(h->rank) + " of " +
+                                      std::to_string(h->world) + ", but it was started as rank " +
+                                      std::to_string(rank) + " of " + std::to_string(n) +
+                                      " (is RANK or WORLD_SIZE overridden?)"});
+        }
+        s.w.joined = true;
+        s.w.host = h->host;
+        if (o.on_hello) o.on_hello(h.value());
+        return;
+      }
+      case FrameType::worker_records: {
+        RecordBatch batch;
+        std::string error;
+        if (!record_batch_decode(f.payload.data(), f.payload.size(), &batch, &error)) {
+          return round.push_back({rank, Cause::protocol, "bad step records: " + error});
+        }
+        if (o.on_records) o.on_records(rank, batch);
+        return;
+      }
+      case FrameType::worker_exit: {
+        Result<WorkerExit> e = worker_exit_decode(payload);
+        if (!e.ok()) return round.push_back({rank, Cause::protocol, e.error()});
+        s.w.said_goodbye = true;
+        s.w.goodbye = e.value();
+        return;
+      }
+      case FrameType::worker_run: {
+        Result<WorkerRun> r = worker_run_decode(payload);
+        if (!r.ok()) return round.push_back({rank, Cause::protocol, r.error()});
+        if (o.on_run) o.on_run(rank, r.value());
+        return;
+      }
+      default:
+        // A newer worker's frame this launcher does not know: harmless to skip, the stream stays in step.
+        return;
+    }
+  };
+  StoreServer server(std::move(so));
+
+  // ---- spawn ----------------------------------------------------------------------------------------------
+  // Everything the children need is built before the first fork: between fork and exec only
+  // async-signal-safe calls are allowed (the caller may have threads, e.g. SQLite's checkpointer).
+  std::vector<std::string> base_env;
+  for (char** e = environ; e && *e; ++e) {
+    std::string kv = *e;
+    const std::string name = kv.substr(0, kv.find('='));
+    bool own = std::find_if(std::begin(kOwnVariables), std::end(kOwnVariables),
+                            [&](const char* v) { return name == v; }) != std::end(kOwnVariables);
+    own = own || (!o.cuda_devices.empty() && name == "CUDA_VISIBLE_DEVICES");
+    for (const auto& [k, v] : o.env) own = own || name == k;
+    if (!own) base_env.push_back(std::move(kv));
+  }
+  for (const auto& [k, v] : o.env) base_env.push_back(k + "=" + v);
+  // argv[0] names the real binary (what ps and the worker's own messages show); exec still goes through
+  // o.exe, so /proc/self/exe keeps working if the file is replaced while the gang runs.
+  std::string argv0 = o.exe;
+  if (char real[4096]; o.exe == "/proc/self/exe") {
+    ssize_t len = ::readlink("/proc/self/exe", real, sizeof real - 1);
+    if (len > 0) argv0.assign(real, static_cast<size_t>(len));
+  }
+  std::vector<std::string> argv_s = {argv0};
+  argv_s.insert(argv_s.end(), o.args.begin(), o.args.end());
+  std::vector<char*> argv;
+  for (std::string& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t launcher_pid = ::getpid();
+
+  auto start_failure = [&](int rank, const std::string& what) {
+    failure = Failure{rank, Cause::spawn, what + ": " + std::strerror(errno)};
+  };
+  if (n < 1)
+    failure = Failure{-1, Cause::spawn, "--nproc " + std::to_string(n) + ": at least one worker is needed"};
+  if (!failure && !o.cuda_devices.empty() && static_cast<int>(o.cuda_devices.size()) < n) {
+    failure = Failure{-1, Cause::spawn,
+                      std::to_string(n) + " workers but only " + std::to_string(o.cuda_devices.size()) +
+                          " CUDA devices to pin them to"};
+  }
+  for (int r = 0; r < n && !failure; ++r) {
+    int sp[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0) {
+      start_failure(r, "socketpair");
+      break;
+    }
+    std::vector<std::string> env_s = base_env;
+    env_s.push_back("RANK=" + std::to_string(r));
+    env_s.push_back("WORLD_SIZE=" + std::to_string(n));
+    env_s.push_back("LOCAL_RANK=" + std::to_string(r));
+    env_s.push_back("LOCAL_WORLD_SIZE=" + std::to_string(n));
+    env_s.push_back("MASTER_ADDR=127.0.0.1");
+    env_s.push_back("GANTRY_STORE_FD=" + std::to_string(sp[1]));
+    if (!o.cuda_devices.empty())
+      env_s.push_back("CUDA_VISIBLE_DEVICES=" + o.cuda_devices[static_cast<size_t>(r)]);
+    std::vector<char*> envp;
+    for (std::string& e : env_s) envp.push_back(e.data());
+    envp.push_back(nullptr);
+
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      // The child: die with the launcher, whatever kills it; no inherited signal state; only its own
+      // socket survives exec (everything else the launcher holds is close-on-exec, and this makes sure).
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != launcher_pid) ::_exit(kWorkerExitFailed);  // the launcher died before prctl
+      sigset_t none;
+      sigemptyset(&none);
+      ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      for (int sig : {SIGINT, SIGTERM, SIGPIPE, SIGCHLD}) ::signal(sig, SIG_DFL);
+#ifdef SYS_close_range
+      // CLOSE_RANGE_CLOEXEC (4): mark, do not close, so a failing exec can still report on stderr.
+      if (sp[1] > 3) ::syscall(SYS_close_range, 3u, static_cast<unsigned>(sp[1] - 1), 4u);
+      ::syscall(SYS_close_range, static_cast<unsigned>(sp[1] + 1), ~0u, 4u);
+#endif
+      // stdout belongs to the launcher's --json lines; anything a worker prints goes to stderr instead.
+      ::dup2(2, 1);
+      if (::fcntl(sp[1], F_SETFD, 0) != 0) {
+        child_fail("fcntl on the store socket", errno);
+        ::_exit(127);
+      }
+      ::execve(o.exe.c_str(), argv.data(), envp.data());
+      child_fail(o.exe.c_str(), errno);
+      ::_exit(127);
+    }
+    ::close(sp[1]);
+    if (pid < 0) {
+      ::close(sp[0]);
+      start_failure(r, "fork");
+      break;
+    }
+    Slot& s = slots[static_cast<size_t>(r)];
+    s.w.rank = r;
+    s.w.pid = pid;
+    s.alive = true;
+    s.client = server.add_client(sp[0], "rank " + std::to_string(r));
+    rank_of_client[s.client] = r;
+    if (o.on_spawn) o.on_spawn(r, pid);
+  }
+
+  // ---- watch ----------------------------------------------------------------------------------------------
+  const auto started = Clock::now();
+  bool stopping = false;
+  Clock::time_point kill_at;
+  auto alive_count = [&] {
+    return std::count_if(slots.begin(), slots.end(), [](const Slot& s) { return s.alive; });
+  };
+  auto begin_stop = [&](std::chrono::milliseconds grace) {
+    if (stopping) return;
+    stopping = true;
+    kill_at = Clock::now() + grace;
+    for (Slot& s : slots) {
+      if (!s.alive) continue;
+      s.w.signalled_by_launcher = true;
+      ::kill(static_cast<pid_t>(s.w.pid), SIGTERM);
+    }
+  };
+  if (failure) begin_stop(o.fail_grace);
+
+  while (alive_count() > 0) {
+    if (Status st = server.poll_once(kPoll); !st.ok()) {
+      // poll(2) itself failed: nothing more can be served. Stop the gang rather than spin.
+      if (!failure) failure = Failure{-1, Cause::spawn, "the launcher's poll loop failed: " + st.message()};
+      begin_stop(o.fail_grace);
+    }
+    const auto now = Clock::now();
+    for (const StoreClientGone& g : server.take_gone()) {
+      auto it = rank_of_client.find(g.client);
+      if (it == rank_of_client.end()) continue;
+      Slot& s = slots[static_cast<size_t>(it->second)];
+      s.gone_at = now;
+      s.gone_reason = g.reason;
+      if (!g.clean) round.push_back({it->second, Cause::protocol, g.reason});
+    }
+    for (Slot& s : slots) {
+      if (!s.alive) continue;
+      int status = 0;
+      pid_t got = ::waitpid(static_cast<pid_t>(s.w.pid), &status, WNOHANG);
+      if (got == static_cast<pid_t>(s.w.pid)) {
+        s.alive = false;
+        s.w.exited = WIFEXITED(status);
+        s.w.code = s.w.exited ? WEXITSTATUS(status) : -1;
+        s.w.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+        if (stopping) continue;  // on its way out because the launcher said so
+        if (!s.w.exited) {
+          round.push_back({s.w.rank, Cause::signal, ""});
+        } else if (s.w.code != 0 || !s.w.joined) {
+          round.push_back({s.w.rank, s.w.said_goodbye ? Cause::failed : Cause::crashed, ""});
+        }
+      } else if (got < 0 && errno == ECHILD) {
+        s.alive = false;  // reaped elsewhere (a caller's SIGCHLD handler): gone all the same
+      } else if (!stopping) {
+        if (!s.w.joined && now - started >= o.join_timeout) round.push_back({s.w.rank, Cause::no_join, ""});
+        if (s.gone_at && now - *s.gone_at >= kGoneGrace)
+          round.push_back({s.w.rank, Cause::closed, s.gone_reason});
+      }
+    }
+    if (!round.empty()) {
+      if (!failure && !stopping) {
+        failure = *std::min_element(round.begin(), round.end(), [](const Failure& a, const Failure& b) {
+          return std::make_pair(rank_of_cause(a.cause), a.rank) <
+                 std::make_pair(rank_of_cause(b.cause), b.rank);
+        });
+        begin_stop(o.fail_grace);
+      }
+      round.clear();
+    }
+    if (!stopping && o.stop != nullptr && o.stop->load()) {
+      res.interrupted = true;
+      begin_stop(o.stop_grace);
+    }
+    if (stopping && o.kill_now != nullptr && o.kill_now->load()) kill_at = Clock::now();
+    if (stopping && Clock::now() >= kill_at) {
+      for (Slot& s : slots) {
+        if (!s.alive || s.w.killed_by_launcher) continue;
+        s.w.killed_by_launcher = true;
+        ::kill(static_cast<pid_t>(s.w.pid), SIGKILL);
+      }
+    }
+  }
+  // Goodbyes and last records may still sit in the sockets of workers reaped this round.
+  const auto drain_until = Clock::now() + kDrainLimit;
+  while (server.client_count() > 0 && Clock::now() < drain_until) {
+    if (!server.poll_once(20ms).ok()) break;
+    server.take_gone();
+  }
+  round.clear();
+
+  // ---- the verdict ----------------------------------------------------------------------------------------
+  for (Slot& s : slots) res.workers.push_back(s.w);
+  if (!slots.empty() && slots[0].w.said_goodbye) res.final_message = slots[0].w.goodbye.message;
+  if (failure) {
+    const Failure& f = *failure;
+    res.failed_rank = f.rank;
+    res.code = kWorkerExitFailed;
+    if (f.rank < 0) {
+      res.error = "cannot start the gang: " + f.detail;
+    } else {
+      const GangWorker& w = slots[static_cast<size_t>(f.rank)].w;
+      std::string who = "rank " + std::to_string(f.rank) + " (pid " + std::to_string(w.pid) + ")";
+      std::string goodbye = w.said_goodbye && !w.goodbye.message.empty() ? ": " + w.goodbye.message : "";
+      switch (f.cause) {
+        case Cause::spawn:
+          res.error = "cannot start rank " + std::to_string(f.rank) + ": " + f.detail;
+          break;
+        case Cause::signal:
+          res.error = who + " was killed by " + signal_name(w.signal) + " (signal " +
+                      std::to_string(w.signal) + ")" + (w.joined ? "" : " before joining");
+          break;
+        case Cause::crashed:
+        case Cause::failed:
+          res.error =
+              who + " exited with code " + std::to_string(w.code) + (w.joined ? "" : " before joining") +
+              (goodbye.empty() ? " (it sent no exit message; its own output above may say why)" : goodbye);
+          if (w.code == kWorkerExitBadInput) res.code = kWorkerExitBadInput;
+          break;
+        case Cause::no_join:
+          res.error = who + " did not join within " + seconds_text(o.join_timeout) +
+                      " (it never said hello to the launcher; raise --join-timeout if start-up is slow)";
+          break;
+        case Cause::closed:
+          res.error = who + " closed its connection to the launcher (" + f.detail + ") but kept running";
+          break;
+        case Cause::protocol:
+          res.error = who + " broke the launcher protocol: " + f.detail;
+          break;
+      }
+      int others = 0;
+      for (const Slot& s : slots) others += s.w.rank != f.rank && s.w.pid > 0;
+      if (others > 0)
+        res.error += "; the other " + std::to_string(others) + (others == 1 ? " rank was" : " ranks were") +
+                     " stopped";
+    }
+  } else if (res.interrupted) {
+    res.code = kWorkerExitInterrupted;
+  }
+  return res;
+}
+
+}  // namespace gantry

@@ -1,0 +1,100 @@
+// The local launcher: starts N workers on this machine as one gang and watches them until all are gone.
+// `gantry-engine run` uses it directly; the node agent will use it for its node's share of a job.
+//
+// Each worker is a fork+exec of a binary (by default this one, /proc/self/exe) with its own end of an
+// AF_UNIX socketpair, whose number it finds in GANTRY_STORE_FD, and torchrun's variables (RANK,
+// WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1). The launcher's ends are served by one
+// StoreServer in one poll loop on the calling thread: rendezvous requests, and the workers' frames
+// (hello, step records, exit; engine/core/worker/worker_frames.h) through the callbacks below. The same
+// loop reaps children with waitpid(WNOHANG).
+//
+// Gang semantics: every worker must say hello within the join timeout. If one exits non-zero, dies by a
+// signal, closes its socket while still running, breaks the protocol, or fails to join in time, the
+// launcher stops the others (SIGTERM, a grace period, SIGKILL), reaps every one, and the result names the
+// rank and the cause. When *stop becomes true (the caller's SIGINT/SIGTERM handler) the workers get
+// SIGTERM (they stop together at the next step boundary and checkpoint), a longer grace, then SIGKILL.
+// Every path reaps every child; workers also die with the launcher (PR_SET_PDEATHSIG), so none outlives
+// even a SIGKILLed launcher.
+//
+//   GangOptions g{.nproc = 4, .args = {"worker", "--config", cfg}, .join_timeout = 60s, .stop = &g_stop};
+//   g.on_records = [&](int rank, const RecordBatch& b) { history.ingest(b); };
+//   GangResult r = gang_run(g);
+//   if (r.code != 0) fprintf(stderr, "%s\n", r.error.c_str());   // "rank 2 (pid 4711) was killed by signal 9
+//   ..."
+//
+// The calling process must not have initialised CUDA (CUDA does not survive fork): count devices with
+// gang_cuda_devices(), which does not.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/core/worker/worker_frames.h"
+#include "telemetry/records.h"
+
+namespace gantry {
+
+struct GangOptions {
+  int nproc = 1;
+  std::string exe = "/proc/self/exe";  // the worker binary; this one by default
+  std::vector<std::string> args;       // argv after argv[0], e.g. {"worker", "--config", path}
+  std::vector<std::pair<std::string, std::string>> env;  // extra variables for every worker
+  // Non-empty: worker r gets CUDA_VISIBLE_DEVICES=cuda_devices[r] (needs at least nproc entries).
+  std::vector<std::string> cuda_devices;
+  std::chrono::milliseconds join_timeout{std::chrono::seconds(60)};
+  // After SIGTERM for a stop request: time for the gang to reach a step boundary and checkpoint.
+  std::chrono::milliseconds stop_grace{std::chrono::seconds(60)};
+  // After SIGTERM because a rank failed: the others cannot finish a collective, so nothing is saved by
+  // waiting long; the time lets those at a step boundary exit on their own and report.
+  std::chrono::milliseconds fail_grace{std::chrono::seconds(3)};
+  const std::atomic<bool>* stop = nullptr;  // set by the caller's signal handler
+  // Set by the caller on a second Ctrl-C: the operator will not wait out the grace period; SIGKILL now.
+  const std::atomic<bool>* kill_now = nullptr;
+
+  // Called on the calling thread, from inside the loop.
+  std::function<void(int rank, int64_t pid)> on_spawn;
+  std::function<void(const WorkerHello&)> on_hello;
+  std::function<void(int rank, const WorkerRun&)> on_run;
+  std::function<void(int rank, const RecordBatch&)> on_records;
+};
+
+struct GangWorker {
+  int rank = 0;
+  int64_t pid = -1;
+  bool joined = false;
+  bool exited = false;                 // normal exit (else a signal)
+  int code = -1;                       // exit code when exited
+  int signal = 0;                      // the signal that ended it
+  bool signalled_by_launcher = false;  // it was sent SIGTERM or SIGKILL because the gang was stopping
+  bool killed_by_launcher = false;     // it outlived the grace period and was SIGKILLed
+  bool said_goodbye = false;           // a worker_exit frame arrived
+  WorkerExit goodbye;                  // its code and message
+  std::string host;
+};
+
+struct GangResult {
+  int code = 0;  // what the launcher should exit with: 0, 1 (a rank failed), 2 (its exit code was 2), 130
+  bool interrupted = false;  // *stop became true
+  int failed_rank = -1;
+  std::string error;          // names the failed rank and the cause; "" when code is 0 or 130
+  std::string final_message;  // rank 0's last word (worker_exit): "done: step ..." on success
+  std::vector<GangWorker> workers;
+};
+
+// Runs the gang to its end. Never leaves a child behind: a failure to start worker k (socketpair, fork)
+// stops and reaps the k already started and is reported like a rank's failure.
+GangResult gang_run(const GangOptions& options);
+
+// The CUDA devices this process may give out, without initialising CUDA: the entries of
+// CUDA_VISIBLE_DEVICES when it is set, else "0".."n-1" for the n entries of /proc/driver/nvidia/gpus.
+std::vector<std::string> gang_cuda_devices();
+
+// "SIGKILL", "SIGSEGV", ..., or "signal 42".
+std::string signal_name(int sig);
+
+}  // namespace gantry

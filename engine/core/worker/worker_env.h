@@ -1,0 +1,61 @@
+// Who this worker is, read from the environment its launcher gave it. Three launchers are understood:
+//
+//   gantry-engine run   RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE (torchrun's names) and
+//                       GANTRY_STORE_FD: the inherited socket to the launcher's store
+//   torchrun            RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT
+//   Slurm (srun)        SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID (SLURM_NTASKS_PER_NODE when plain)
+//
+// torchrun's names win where both are set (torchrun under srun sets its own). Without GANTRY_STORE_FD the
+// worker needs a rendezvous address: --rendezvous HOST:PORT, else MASTER_ADDR:MASTER_PORT.
+//
+//   Result<WorkerEnv> env = worker_env_read();
+//   if (!env.ok()) return fail(env.error());   // "WORLD_SIZE = 'four': expected an integer ..."
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "engine/core/status.h"
+
+namespace gantry {
+
+struct WorkerEnv {
+  int rank = 0;
+  int world = 1;
+  int local_rank = 0;
+  int local_world = 0;      // ranks on this node; 0 = not given (Slurm without a plain SLURM_NTASKS_PER_NODE)
+  const char* source = "";  // "torchrun" (RANK...; also gantry-engine run) or "slurm"
+  int store_fd = -1;        // GANTRY_STORE_FD; -1 = not launched by gantry-engine run
+  std::string master_addr;  // MASTER_ADDR; "" = not set
+  int master_port = 0;      // MASTER_PORT; 0 = not set
+};
+
+// Looks variables up through `getenv` (tests pass a map). Errors name the variable, its value and what
+// would be right.
+using EnvLookup = std::function<const char*(const char*)>;
+Result<WorkerEnv> worker_env_read(const EnvLookup& getenv);
+Result<WorkerEnv> worker_env_read();  // the process environment
+
+struct HostPort {
+  std::string host;
+  int port = 0;
+};
+// "HOST:PORT", "[v6 address]:PORT"; the port 1..65535. `what` names the source in errors ("--rendezvous").
+Result<HostPort> host_port_parse(const std::string& text, const std::string& what);
+
+// Test-only fault injection (never set it in production): GANTRY_TEST_WORKER_FAULT="<rank>:<fault>",
+// several separated by commas, where <fault> is
+//   exit_at_start        the worker exits with code 1 before it reaches the launcher (a crash in start-up)
+//   hang_at_start        the worker sleeps before it reaches the launcher (it never joins)
+//   exit_after_step:<k>  the worker exits abruptly (code 3, no goodbye) right after reporting step k
+// The tests of the launcher's gang semantics use it to make one rank fail in a known way.
+struct WorkerFault {
+  enum Kind { none, exit_at_start, hang_at_start, exit_after_step } kind = none;
+  int64_t step = 0;  // exit_after_step
+};
+inline constexpr const char* kWorkerFaultVariable = "GANTRY_TEST_WORKER_FAULT";
+// The fault for `rank` (none when the text names other ranks only); an error for malformed text.
+Result<WorkerFault> worker_fault_parse(const std::string& text, int rank);
+
+}  // namespace gantry

@@ -1,0 +1,80 @@
+#include "engine/core/worker/worker_frames.h"
+
+#include "engine/core/comm/store_protocol.h"  // StoreWriter / StoreReader: little-endian fields
+
+namespace gantry {
+namespace {
+
+Status bad(const char* what, size_t size) {
+  return Status::error(std::string(what) + " frame of " + std::to_string(size) +
+                       " bytes is malformed (a field runs past its end or bytes are left over)");
+}
+
+}  // namespace
+
+std::vector<uint8_t> worker_hello_encode(const WorkerHello& h) {
+  StoreWriter w;
+  w.u32(static_cast<uint32_t>(h.rank));
+  w.u32(static_cast<uint32_t>(h.world));
+  w.u32(static_cast<uint32_t>(h.local_rank));
+  w.u32(static_cast<uint32_t>(h.pid));
+  w.u32(static_cast<uint32_t>(h.device));
+  w.str(h.host);
+  return std::move(w.out());
+}
+
+Result<WorkerHello> worker_hello_decode(std::span<const uint8_t> payload) {
+  StoreReader in(payload.data(), payload.size());
+  WorkerHello h;
+  h.rank = static_cast<int>(in.u32());
+  h.world = static_cast<int>(in.u32());
+  h.local_rank = static_cast<int>(in.u32());
+  h.pid = static_cast<int64_t>(in.u32());
+  h.device = static_cast<int32_t>(in.u32());
+  h.host = in.str();
+  if (!in.ok() || in.left() != 0) return bad("worker_hello", payload.size());
+  return h;
+}
+
+std::vector<uint8_t> worker_exit_encode(const WorkerExit& e) {
+  StoreWriter w;
+  w.u32(static_cast<uint32_t>(e.code));
+  w.bytes(e.message.data(), e.message.size());
+  return std::move(w.out());
+}
+
+Result<WorkerExit> worker_exit_decode(std::span<const uint8_t> payload) {
+  StoreReader in(payload.data(), payload.size());
+  WorkerExit e;
+  e.code = static_cast<int>(in.u32());
+  std::vector<uint8_t> msg = in.rest();
+  if (!in.ok()) return bad("worker_exit", payload.size());
+  e.message.assign(msg.begin(), msg.end());
+  return e;
+}
+
+std::vector<uint8_t> worker_run_encode(const WorkerRun& r) {
+  StoreWriter w;
+  w.str(r.summary);
+  w.str(r.config_toml);
+  w.str(r.code_version);
+  w.str(r.data_version);
+  w.str(r.backend);
+  w.u64(r.params);
+  return std::move(w.out());
+}
+
+Result<WorkerRun> worker_run_decode(std::span<const uint8_t> payload) {
+  StoreReader in(payload.data(), payload.size());
+  WorkerRun r;
+  r.summary = in.str();
+  r.config_toml = in.str();
+  r.code_version = in.str();
+  r.data_version = in.str();
+  r.backend = in.str();
+  r.params = in.u64();
+  if (!in.ok() || in.left() != 0) return bad("worker_run", payload.size());
+  return r;
+}
+
+}  // namespace gantry

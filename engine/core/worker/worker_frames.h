@@ -1,0 +1,62 @@
+// The worker runtime's frames on its inherited socket (frame.h types 0x20-0x2f, worker -> launcher),
+// encoded and decoded in one place so the worker and the launcher cannot drift apart. Integers are
+// little-endian, strings are u32 length + UTF-8 bytes (store_protocol.h's writer and reader); the tables
+// are in docs/COMM.md.
+//
+//   worker_hello    rank u32 | world u32 | local_rank u32 | pid u32 | device i32 | host str
+//   worker_records  a RecordBatch in record_codec.h's binary form (the whole payload)
+//   worker_exit     code u32 (app/commands.h exit codes) | message (UTF-8, the rest)
+//   worker_run      summary str | config_toml str | code_version str | data_version str | backend str |
+//                   params u64
+//
+//   std::vector<uint8_t> p = worker_hello_encode({.rank = 1, .world = 4, .pid = getpid(), .host = "n1"});
+//   store.send(FrameType::worker_hello, p, 5s);
+//   ...launcher, in on_frame:
+//   Result<WorkerHello> h = worker_hello_decode(frame.payload);   // error names what is short or wrong
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/core/status.h"
+
+namespace gantry {
+
+// The first frame a worker sends: proof that it started and reached its launcher.
+struct WorkerHello {
+  int rank = 0;
+  int world = 1;
+  int local_rank = 0;
+  int64_t pid = 0;
+  int device = -1;  // local device index (after CUDA_VISIBLE_DEVICES); -1 = CPU
+  std::string host;
+};
+
+// The last frame: what the worker is about to exit with, and why. For success on rank 0 the message is
+// the run's final line ("done: step 6, loss ..."); for a failure, the error the launcher names the rank by.
+struct WorkerExit {
+  int code = 0;
+  std::string message;
+};
+
+// What the run is, sent once by rank 0 before its first step: the launcher's history needs it to begin
+// the run, and prints the summary line in place of the worker.
+struct WorkerRun {
+  std::string summary;
+  std::string config_toml;
+  std::string code_version;
+  std::string data_version;
+  std::string backend;
+  uint64_t params = 0;
+};
+
+std::vector<uint8_t> worker_hello_encode(const WorkerHello& h);
+Result<WorkerHello> worker_hello_decode(std::span<const uint8_t> payload);
+std::vector<uint8_t> worker_exit_encode(const WorkerExit& e);
+Result<WorkerExit> worker_exit_decode(std::span<const uint8_t> payload);
+std::vector<uint8_t> worker_run_encode(const WorkerRun& r);
+Result<WorkerRun> worker_run_decode(std::span<const uint8_t> payload);
+
+}  // namespace gantry

@@ -1,0 +1,586 @@
+#include "engine/core/worker/worker_runtime.h"
+
+#include <arpa/inet.h>    // inet_ntop: the address peers reach this rank's Gloo pairs on
+#include <fcntl.h>        // fcntl: close-on-exec, non-blocking connect
+#include <netdb.h>        // getaddrinfo
+#include <netinet/in.h>   // sockaddr_in(6)
+#include <netinet/tcp.h>  // TCP_NODELAY: store requests are small and latency-bound
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>  // fstat: GANTRY_STORE_FD must be a socket
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "engine/core/comm/communicator.h"
+#include "engine/core/comm/store_client.h"
+#include "engine/core/comm/store_server.h"
+#include "engine/core/config.h"
+#include "engine/core/parallel/parallel_dims.h"
+#include "engine/core/worker/worker_frames.h"
+#include "telemetry/record_codec.h"
+#include "telemetry/records.h"
+#ifdef GANTRY_HAVE_GLOO
+#include "engine/core/comm/gloo_communicator.h"
+#endif
+#ifdef GANTRY_HAVE_NCCL
+#include "engine/core/comm/nccl_communicator.h"
+#endif
+
+namespace gantry {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+// Frames to the launcher are small and its poll loop drains them continuously; a send that cannot finish
+// in this long means the launcher is stuck or gone.
+constexpr std::chrono::milliseconds kSendTimeout = 10s;
+// External launch: how long rank 0 keeps serving the store after its own training ended, for peers that
+// still have a request in flight (a checkpoint report, their goodbye).
+constexpr std::chrono::milliseconds kServeAfterDone = 30s;
+
+std::atomic<bool> g_stop{false};
+extern "C" void worker_on_stop_signal(int) {
+  g_stop.store(true);
+}
+
+void install_stop_handlers() {
+  struct sigaction sa = {};
+  sa.sa_handler = worker_on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;  // a blocking read in the training loop must not fail with EINTR
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+double now_unix_s() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string host_name() {
+  char host[256] = "";
+  ::gethostname(host, sizeof host - 1);
+  return host;
+}
+
+std::string errno_text() {
+  return std::strerror(errno);
+}
+
+// ---- TCP, for external launchers only (gantry-engine run hands the worker a connected socket) ----------
+
+struct AddrList {
+  addrinfo* head = nullptr;
+  ~AddrList() {
+    if (head) ::freeaddrinfo(head);
+  }
+};
+
+Status resolve(const HostPort& at, bool passive, AddrList* out) {
+  addrinfo hints = {};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = passive ? AI_PASSIVE : 0;
+  const std::string port = std::to_string(at.port);
+  int rc = ::getaddrinfo(at.host.c_str(), port.c_str(), &hints, &out->head);
+  if (rc != 0) {
+    return Status::error("cannot resolve rendezvous host '" + at.host + "': " + ::gai_strerror(rc));
+  }
+  return Status();
+}
+
+Result<int> tcp_listen(const HostPort& at) {
+  AddrList addrs;
+  if (Status st = resolve(at, true, &addrs); !st.ok()) return st;
+  std::string last = "no address";
+  for (addrinfo* a = addrs.head; a != nullptr; a = a->ai_next) {
+    int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
+    if (fd < 0) {
+      last = errno_text();
+      continue;
+    }
+    int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);  // a restarted job reuses its port at once
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, 1024) == 0) return fd;
+    last = errno_text();
+    ::close(fd);
+  }
+  return Status::error("rank 0 cannot serve the rendezvous store on " + at.host + ":" +
+                       std::to_string(at.port) + ": " + last +
+                       " (is the port in use, or the address not this host's?)");
+}
+
+// Connects within the deadline, retrying while nobody listens yet: rank 0 may start its server after the
+// others start connecting.
+Result<int> tcp_connect(const HostPort& at, Clock::time_point deadline) {
+  std::string last = "no address";
+  for (;;) {
+    AddrList addrs;
+    Status resolved = resolve(at, false, &addrs);
+    if (resolved.ok()) {
+      for (addrinfo* a = addrs.head; a != nullptr; a = a->ai_next) {
+        int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
+        if (fd < 0) {
+          last = errno_text();
+          continue;
+        }
+        int rc = ::connect(fd, a->ai_addr, a->ai_addrlen);
+        if (rc != 0 && errno == EINPROGRESS) {
+          auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+          pollfd p = {fd, POLLOUT, 0};
+          int err = ETIMEDOUT;
+          if (left > 0 && ::poll(&p, 1, static_cast<int>(left)) == 1) {
+            socklen_t len = sizeof err;
+            ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+          }
+          rc = err == 0 ? 0 : -1;
+          errno = err;
+        }
+        if (rc == 0) {
+          // The store client polls itself; the rest of the worker expects a blocking socket.
+          ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+          int one = 1;
+          ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+          return fd;
+        }
+        last = errno_text();
+        ::close(fd);
+      }
+    } else {
+      last = resolved.message();
+    }
+    if (Clock::now() + 100ms >= deadline) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  return Status::error("cannot reach the rendezvous store at " + at.host + ":" + std::to_string(at.port) +
+                       ": " + last + " (rank 0 serves it: is rank 0 running, and the address right?)");
+}
+
+// The numeric address of this end of a connected socket: the interface that reaches rank 0 is the one
+// the peers can reach this rank's Gloo pairs on.
+std::string local_address(int fd) {
+  sockaddr_storage ss = {};
+  socklen_t len = sizeof ss;
+  char buf[INET6_ADDRSTRLEN] = "";
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "127.0.0.1";
+  if (ss.ss_family == AF_INET) {
+    ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&ss)->sin_addr, buf, sizeof buf);
+  } else if (ss.ss_family == AF_INET6) {
+    ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr, buf, sizeof buf);
+  } else {
+    return "127.0.0.1";
+  }
+  return buf;
+}
+
+// Rank 0's store for external launchers: a StoreServer driven by a thread of its own, accepting peers on
+// a listening TCP socket. The worker frames that gantry-engine run's launcher would consume are dropped.
+class RendezvousServer {
+ public:
+  static Result<std::unique_ptr<RendezvousServer>> start(const HostPort& at) {
+    Result<int> fd = tcp_listen(at);
+    if (!fd.ok()) return fd.status();
+    return std::unique_ptr<RendezvousServer>(new RendezvousServer(fd.value()));
+  }
+  ~RendezvousServer() {
+    stop_.store(true);
+    server_.wake();
+    thread_.join();
+    ::close(listen_fd_);
+  }
+  // Returns once every peer has disconnected, or after `limit`.
+  void wait_until_idle(std::chrono::milliseconds limit) {
+    const auto deadline = Clock::now() + limit;
+    while (clients_.load() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(20ms);
+  }
+
+ private:
+  explicit RendezvousServer(int listen_fd)
+      : listen_fd_(listen_fd), server_({.on_frame = [](int, const Frame&) {}}) {
+    thread_ = std::thread([this] { loop(); });
+  }
+  void loop() {
+    int accepted = 0;
+    while (!stop_.load()) {
+      for (;;) {
+        int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (fd < 0) break;
+        int one = 1;
+        ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        server_.add_client(fd, "peer " + std::to_string(accepted++));
+      }
+      // Short polls: new connections wait at most this long to be accepted (the listening socket is not
+      // in the server's poll set).
+      if (!server_.poll_once(20ms).ok()) std::this_thread::sleep_for(20ms);
+      server_.take_gone();
+      clients_.store(server_.client_count());
+    }
+  }
+
+  int listen_fd_;
+  StoreServer server_;
+  std::atomic<bool> stop_{false};
+  std::atomic<size_t> clients_{0};
+  std::thread thread_;
+};
+
+// ---- the observer: reports to records, records to the launcher ----------------------------------------
+
+class WorkerObserver final : public TrainObserver {
+ public:
+  WorkerObserver(const WorkerEnv& env, StoreClient* launcher, int device, WorkerFault fault,
+                 TrainObserver* local)
+      : env_(env), launcher_(launcher), device_(device), fault_(fault), local_(local), host_(host_name()) {}
+
+  void on_start(const std::string& summary) override {
+    summary_ = summary;
+    if (local_) local_->on_start(summary);
+  }
+  void on_run(const RunDescription& run) override {
+    if (env_.rank == 0) {
+      send(FrameType::worker_run, worker_run_encode({.summary = summary_,
+                                                     .config_toml = run.config_toml,
+                                                     .code_version = run.code_version,
+                                                     .data_version = run.data_version,
+                                                     .backend = run.backend,
+                                                     .params = run.params}));
+    }
+    if (local_) local_->on_run(run);
+  }
+  void on_step(const StepReport& r) override {
+    steps_seen_ = true;
+    RecordBatch batch;
+    RankStepRecord rank;
+    rank.step = r.step;
+    rank.rank = env_.rank;
+    rank.host = host_;
+    rank.device = device_;  // the node's index, not the in-process one (always 0 after pinning)
+    rank.phases.data_wait = r.data_wait_s;
+    if (r.phases.measured) {
+      rank.phases.forward = r.phases.forward_s;
+      rank.phases.backward = r.phases.backward_s;
+      rank.phases.optimizer = r.phases.optimizer_s;
+      rank.phases.comm_exposed = r.phases.comm_exposed_s;
+    }
+    rank.total_s = r.ms / 1e3;
+    // rank_tokens is this rank's share; a loop that does not fill it in splits the batch evenly.
+    rank.tokens = r.rank_tokens > 0 ? r.rank_tokens : r.tokens / env_.world;
+    rank.mem_allocated_bytes = r.device.mem_allocated_bytes;
+    rank.mem_peak_bytes = r.device.mem_peak_bytes;
+    rank.temperature_celsius = r.device.temperature_celsius;
+    rank.sm_clock_hertz = r.device.sm_clock_hertz;
+    rank.power_watts = r.device.power_watts;
+    batch.rank_steps.push_back(std::move(rank));
+    if (env_.rank == 0) {  // the global figures are the same on every rank: one copy is enough
+      StepRecord step;
+      step.step = r.step;
+      step.time_unix_s = now_unix_s();
+      step.loss = r.loss;
+      step.grad_norm = r.grad_norm;
+      step.lr = r.lr;
+      step.tokens_per_s = r.tokens_per_s;
+      step.step_s = r.ms / 1e3;
+      step.val_loss = r.val_loss;
+      batch.steps.push_back(step);
+    }
+    send_batch(batch);
+    if (local_) local_->on_step(r);
+    if (fault_.kind == WorkerFault::exit_after_step && r.step >= fault_.step) {
+      std::fprintf(stderr, "gantry-engine worker (rank %d): %s: exiting after step %lld (test fault)\n",
+                   env_.rank, kWorkerFaultVariable, static_cast<long long>(r.step));
+      // A crash, as the test wants it: no goodbye frame, no destructors, no flushing of the run.
+      ::_exit(kWorkerExitTestFault);
+    }
+  }
+  void on_checkpoint(const CheckpointReport& c) override {
+    RecordBatch batch;
+    EventRecord e;
+    e.time_unix_s = now_unix_s();
+    e.step = c.step;
+    e.kind = "checkpoint";
+    e.rank = env_.rank;
+    e.node = host_;
+    e.message = "checkpoint committed: " + c.dir;
+    // The launcher records the checkpoint (path, size, write time) from this; JSON by the events' convention.
+    std::string dir_json;
+    for (char ch : c.dir) {
+      if (ch == '"' || ch == '\\') dir_json += '\\';
+      if (static_cast<unsigned char>(ch) < 0x20) continue;  // paths with control characters lose them here
+      dir_json += ch;
+    }
+    char tail[96];
+    std::snprintf(tail, sizeof tail, "\",\"bytes\":%llu,\"seconds\":%.6f}",
+                  static_cast<unsigned long long>(c.bytes), c.seconds);
+    e.payload = "{\"dir\":\"" + dir_json + tail;
+    batch.events.push_back(std::move(e));
+    send_batch(batch);
+    if (local_) local_->on_checkpoint(c);
+  }
+
+  bool steps_seen() const { return steps_seen_; }
+
+ private:
+  void send_batch(const RecordBatch& batch) {
+    std::vector<uint8_t> wire;
+    std::string error;
+    if (!record_batch_encode(batch, &wire, &error)) return warn("cannot encode step records: " + error);
+    send(FrameType::worker_records, wire);
+  }
+  void send(FrameType type, const std::vector<uint8_t>& payload) {
+    if (launcher_ == nullptr) return;
+    if (Status st = launcher_->send(type, payload, kSendTimeout); !st.ok()) warn(st.message());
+  }
+  // Training goes on without the launcher's copy of the records: if the launcher is really gone, it killed
+  // this worker on its way out (PR_SET_PDEATHSIG), and a slow one only loses telemetry.
+  void warn(const std::string& what) {
+    if (warned_) return;
+    warned_ = true;
+    std::fprintf(stderr, "gantry-engine worker (rank %d): warning: %s (training goes on)\n", env_.rank,
+                 what.c_str());
+  }
+
+  WorkerEnv env_;
+  StoreClient* launcher_;  // null: nobody receives records (external launchers)
+  int device_;
+  WorkerFault fault_;
+  TrainObserver* local_;
+  std::string host_;
+  std::string summary_;
+  bool steps_seen_ = false;
+  bool warned_ = false;
+};
+
+// CUDA: one device per rank. gantry-engine run already narrowed CUDA_VISIBLE_DEVICES to one device; under
+// torchrun or srun every rank sees the node's devices, so narrow it here to the LOCAL_RANK-th, before
+// anything initialises CUDA. Afterwards the rank's device is always index 0.
+Status pin_cuda_device(const WorkerEnv& env) {
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  std::vector<std::string> list;
+  if (visible != nullptr) {
+    std::string s = visible;
+    for (size_t pos = 0; pos <= s.size();) {
+      size_t comma = s.find(',', pos);
+      if (comma == std::string::npos) comma = s.size();
+      if (comma > pos) list.push_back(s.substr(pos, comma - pos));
+      pos = comma + 1;
+    }
+    if (list.size() == 1) return Status();
+    if (static_cast<int>(list.size()) <= env.local_rank) {
+      return Status::error("LOCAL_RANK " + std::to_string(env.local_rank) + " but CUDA_VISIBLE_DEVICES='" +
+                           s + "' lists " + std::to_string(list.size()) +
+                           " devices: give each rank on a node a device of its own");
+    }
+  }
+  const std::string mine =
+      list.empty() ? std::to_string(env.local_rank) : list[static_cast<size_t>(env.local_rank)];
+  ::setenv("CUDA_VISIBLE_DEVICES", mine.c_str(), 1);
+  return Status();
+}
+
+// The node's index of this rank's GPU, for the records (in-process it is always device 0 after pinning):
+// CUDA_VISIBLE_DEVICES' one entry when it is a number, else the local rank.
+int physical_device(const WorkerEnv& env) {
+  const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (v != nullptr && *v != '\0' && std::strspn(v, "0123456789") == std::strlen(v) && std::strlen(v) < 6) {
+    return std::atoi(v);
+  }
+  return env.local_rank;
+}
+
+Result<std::unique_ptr<Communicator>> create_dp(const Config& cfg, const ParallelDims& dims, int store_fd,
+                                                const std::string& gloo_host,
+                                                std::chrono::milliseconds timeout, bool* bad_input) {
+  *bad_input = false;
+  if (cfg.train.backend == "cpu") {
+#ifdef GANTRY_HAVE_GLOO
+    return gloo_communicator_create(dims.rank, dims.dp, store_fd, "dp/", timeout, {.hostname = gloo_host});
+#else
+    (void)store_fd, (void)gloo_host, (void)timeout;
+    *bad_input = true;
+    return Status::error(
+        "train.backend = \"cpu\" needs the Gloo communicator, which this build lacks (Gloo was not found "
+        "when it "
+        "was configured: install libgloo-dev and rebuild, or use train.backend = \"cuda\" with NCCL)");
+#endif
+  }
+  if (cfg.train.backend == "cuda") {
+#ifdef GANTRY_HAVE_NCCL
+    return nccl_communicator_create(dims.rank, dims.dp, store_fd, "dp/", timeout, {.device = 0});
+#else
+    *bad_input = true;
+    return Status::error(
+        "train.backend = \"cuda\" needs the NCCL communicator, which this build lacks (built without CUDA or "
+        "NCCL: "
+        "rebuild where both are installed, or use train.backend = \"cpu\" with Gloo)");
+#endif
+  }
+  *bad_input = true;
+  return Status::error("train.backend = \"" + cfg.train.backend +
+                       "\": no communicator for it (expected \"cpu\" or "
+                       "\"cuda\")");
+}
+
+}  // namespace
+
+WorkerResult worker_run(const WorkerOptions& options, const WorkerEnv& env) {
+  const std::string who = "rank " + std::to_string(env.rank) + " of " + std::to_string(env.world);
+  auto early = [&](int code, const std::string& msg) { return WorkerResult{code, who + ": " + msg, false}; };
+
+  Result<WorkerFault> fault = WorkerFault{};
+  if (const char* f = std::getenv(kWorkerFaultVariable); f != nullptr)
+    fault = worker_fault_parse(f, env.rank);
+  if (!fault.ok()) return early(kWorkerExitBadInput, fault.error());
+  if (fault->kind == WorkerFault::exit_at_start) {
+    return early(kWorkerExitFailed, std::string(kWorkerFaultVariable) + ": exit_at_start (test fault)");
+  }
+  if (fault->kind == WorkerFault::hang_at_start) {
+    std::fprintf(stderr, "gantry-engine worker (%s): %s: hanging before joining (test fault)\n", who.c_str(),
+                 kWorkerFaultVariable);
+    for (;;) std::this_thread::sleep_for(1s);  // until the launcher's SIGTERM (default action) ends it
+  }
+
+  // ---- reach the store -----------------------------------------------------------------------------
+  const auto join_deadline = Clock::now() + options.join_timeout;
+  int store_fd = -1;
+  bool own_fd = false;
+  bool attached = false;  // a gantry-engine launcher on the other end receives our frames
+  std::string gloo_host = "127.0.0.1";
+  std::unique_ptr<RendezvousServer> server;
+  if (env.store_fd >= 0 && options.rendezvous.empty()) {
+    struct stat st = {};
+    if (::fstat(env.store_fd, &st) != 0 || !S_ISSOCK(st.st_mode)) {
+      return early(kWorkerExitBadInput, "GANTRY_STORE_FD = " + std::to_string(env.store_fd) +
+                                            " is not an open socket: it must name the socket inherited from "
+                                            "gantry-engine run (unset it to rendezvous over TCP instead)");
+    }
+    // Anything this worker starts must not hold the launcher's socket open after the worker dies.
+    ::fcntl(env.store_fd, F_SETFD, FD_CLOEXEC);
+    store_fd = env.store_fd;
+    attached = true;
+  } else {
+    HostPort at;
+    if (!options.rendezvous.empty()) {
+      Result<HostPort> hp = host_port_parse(options.rendezvous, "--rendezvous");
+      if (!hp.ok()) return early(kWorkerExitBadInput, hp.error());
+      at = hp.value();
+    } else if (!env.master_addr.empty() && env.master_port > 0) {
+      at = {env.master_addr, env.master_port};
+    } else {
+      return early(
+          kWorkerExitBadInput,
+          "no rendezvous address: pass --rendezvous HOST:PORT (rank 0's host and a free port) or set "
+          "MASTER_ADDR and MASTER_PORT (MASTER_ADDR " +
+              (env.master_addr.empty() ? std::string("unset") : "'" + env.master_addr + "'") +
+              ", MASTER_PORT " + (env.master_port > 0 ? std::to_string(env.master_port) : "unset") + ")");
+    }
+    if (env.rank == 0) {
+      Result<std::unique_ptr<RendezvousServer>> s = RendezvousServer::start(at);
+      if (!s.ok()) return early(kWorkerExitFailed, s.error());
+      server = std::move(s.value());
+    }
+    Result<int> fd = tcp_connect(at, join_deadline);
+    if (!fd.ok()) return early(kWorkerExitFailed, fd.error());
+    store_fd = fd.value();
+    own_fd = true;
+    gloo_host = local_address(store_fd);
+  }
+  StoreClient store(store_fd);
+  WorkerResult result;
+  auto finish = [&](int code, const std::string& message) {
+    result.code = code;
+    result.message = message;
+    if (attached) {
+      result.reported =
+          store.send(FrameType::worker_exit, worker_exit_encode({code, message}), kSendTimeout).ok();
+    }
+  };
+
+  // ---- say hello, then set up the layout and the communicator -------------------------------------------
+  Result<Config> cfg = config_load(options.config_path);
+  int device = -1;
+  if (cfg.ok() && cfg->train.backend == "cuda") {
+    if (Status st = pin_cuda_device(env); !st.ok()) {
+      cfg = Status::error(st.message());  // reported after the hello, like any bad input
+    } else {
+      device = physical_device(env);
+    }
+  }
+  {
+    WorkerHello hello{.rank = env.rank,
+                      .world = env.world,
+                      .local_rank = env.local_rank,
+                      .pid = ::getpid(),
+                      .device = device,
+                      .host = host_name()};
+    if (Status st = store.send(FrameType::worker_hello, worker_hello_encode(hello), kSendTimeout); !st.ok()) {
+      finish(kWorkerExitFailed, who + ": cannot reach the launcher: " + st.message());
+      if (own_fd) ::close(store_fd);
+      return result;
+    }
+  }
+  [&] {
+    if (!cfg.ok()) return finish(kWorkerExitBadInput, who + ": " + cfg.error());
+    if (cfg->train.backend == "cpu" && cfg->train.threads == 0 && env.local_world > 1) {
+      // "All cores" means this rank's share of them: N ranks each spinning up every core would spend the
+      // step fighting over them.
+      const int cores = static_cast<int>(std::thread::hardware_concurrency());
+      cfg->train.threads = std::max(1, cores / env.local_world);
+    }
+    Result<ParallelDims> dims = ParallelDims::make(
+        {.world = env.world, .rank = env.rank, .dp = env.world, .tp = 1, .pp = 1, .zero = options.zero});
+    if (!dims.ok()) return finish(kWorkerExitBadInput, who + ": " + dims.error());
+
+    const auto left =
+        std::max(std::chrono::milliseconds(1000),
+                 std::chrono::duration_cast<std::chrono::milliseconds>(join_deadline - Clock::now()));
+    bool bad_input = false;
+    Result<std::unique_ptr<Communicator>> dp =
+        create_dp(cfg.value(), dims.value(), store_fd, gloo_host, left, &bad_input);
+    if (!dp.ok()) return finish(bad_input ? kWorkerExitBadInput : kWorkerExitFailed, who + ": " + dp.error());
+
+    // ---- train ------------------------------------------------------------------------------------------
+    DistContext ctx{
+        .dims = dims.value(), .dp = dp->get(), .store = &store, .timeout = options.collective_timeout};
+    WorkerObserver observer(env, attached ? &store : nullptr, device, fault.value(), options.local);
+    TrainOptions topt{.out_dir = options.out_dir,
+                      .resume = options.resume,
+                      .max_steps = options.max_steps,
+                      .stop = &g_stop,
+                      .dist = &ctx};
+    install_stop_handlers();
+    Result<TrainSummary> s = train_run(cfg.value(), topt, &observer);
+    if (!s.ok()) {
+      // A checkpoint that cannot be resumed is the caller's choice gone wrong; anything after the first
+      // step is a failure of the run.
+      const bool bad_resume = !options.resume.empty() && !observer.steps_seen();
+      return finish(bad_resume ? kWorkerExitBadInput : kWorkerExitFailed, who + ": " + s.error());
+    }
+    char line[512];
+    std::snprintf(line, sizeof line, "done: step %lld, loss %.6f%s, checkpoint %s",
+                  static_cast<long long>(s->last_step), s->last_loss,
+                  s->last_val_loss ? (", val loss " + std::to_string(*s->last_val_loss)).c_str() : "",
+                  s->checkpoint_dir.c_str());
+    if (s->stopped_early) {
+      finish(kWorkerExitInterrupted, std::string("stopped by a signal at step ") +
+                                         std::to_string(s->last_step) + ", checkpoint " + s->checkpoint_dir);
+    } else {
+      finish(kWorkerExitOk, line);
+    }
+  }();
+  if (own_fd) ::close(store_fd);
+  if (server) server->wait_until_idle(kServeAfterDone);
+  return result;
+}
+
+}  // namespace gantry

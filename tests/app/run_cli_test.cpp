@@ -1,0 +1,307 @@
+// gantry-engine run (the local launcher) and worker, as a user runs them: a 2-rank run with its JSON lines
+// and every rank's history; a worker that dies in start-up, one that never joins, one killed or exiting
+// mid-run, Ctrl-C; bad input; and workers started by hand as torchrun would, meeting over TCP. After
+// every failure no worker pid may remain.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>  // PR_SET_CHILD_SUBREAPER
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>  // parses the --json lines
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/app/engine_child.h"
+#include "tests/app/engine_process.h"
+#ifdef GANTRY_HAVE_STORAGE
+#include "storage/history_db.h"
+#endif
+
+namespace gantry {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using testing_support::EngineChild;
+
+std::string fresh_dir(const std::string& name) {
+  // The pid keeps two copies of the suite (ctest -j, a rerun beside a hung one) out of each other's runs.
+  fs::path p = fs::path(::testing::TempDir()) / ("gantry_run_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+// A model that trains a step in milliseconds. The tokens come from shards written beforehand (`data
+// synthetic`), so the test exercises the launcher, not who writes a run's synthetic corpus.
+std::string write_config(const std::string& dir, int max_steps, bool quiet) {
+  testing_support::Outcome d = testing_support::run_engine(
+      "data synthetic --out " + dir + "/data --vocab 32 --train-tokens 8192 --val-tokens 1024");
+  EXPECT_EQ(d.code, 0) << d.err;
+  const std::string path = dir + "/small.toml";
+  std::ofstream(path) << "[model]\nn_layer = 1\nn_head = 2\nn_embd = 16\nvocab_size = 32\nseq_len = 8\n"
+                      << "[train]\nglobal_batch = 4\nmicro_batch = 2\nthreads = 1\nmax_steps = " << max_steps
+                      << "\n"
+                      << (quiet ? "val_every = 0\ncheckpoint_every = 0\n"
+                                : "val_every = 2\nval_batches = 1\n")
+                      << "[data]\nkind = \"shards\"\ndir = \"" << dir << "/data\"\n";
+  return path;
+}
+
+void expect_gone(const std::vector<pid_t>& pids) {
+  for (size_t r = 0; r < pids.size(); ++r) {
+    errno = 0;
+    EXPECT_EQ(::kill(pids[r], 0), -1) << "rank " << r << " (pid " << pids[r] << ") left behind";
+    EXPECT_EQ(errno, ESRCH) << "rank " << r << " (pid " << pids[r] << ") left behind";
+  }
+}
+
+std::vector<nlohmann::json> step_json_lines(const std::string& out) {
+  std::vector<nlohmann::json> steps;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object() && j.contains("step") && j.contains("loss") && !j.contains("event")) steps.push_back(j);
+  }
+  return steps;
+}
+
+int step_lines(const std::string& err) {
+  int n = 0;
+  std::istringstream in(err);
+  for (std::string line; std::getline(in, line);) n += line.rfind("step ", 0) == 0;
+  return n;
+}
+
+TEST(RunCli, TwoRanksTrainPrintJsonLinesAndKeepEveryRanksHistory) {
+  const std::string dir = fresh_dir("two_ranks");
+  const std::string cfg = write_config(dir, 4, false);
+  EngineChild run =
+      EngineChild::start({"run", "--nproc", "2", "--config", cfg, "--out", dir + "/run", "--json"});
+  EngineChild::Exit e = run.wait(60s);
+  ASSERT_EQ(e.code, 0) << run.err();
+  const std::vector<pid_t> pids = run.worker_pids();
+  ASSERT_EQ(pids.size(), 2u) << run.err();
+  expect_gone(pids);
+
+  EXPECT_EQ(step_lines(run.err()), 4) << run.err();
+  EXPECT_THAT(run.err(), HasSubstr("done: step 4"));
+  std::vector<nlohmann::json> steps = step_json_lines(run.out());
+  ASSERT_EQ(steps.size(), 4u) << run.out();
+  for (size_t i = 0; i < steps.size(); ++i) {
+    EXPECT_EQ(steps[i]["step"], static_cast<int>(i) + 1);
+    EXPECT_GT(steps[i]["loss"].get<double>(), 2.0);  // ln 32 = 3.47 at the start
+    EXPECT_TRUE(steps[i].contains("grad_norm"));
+    EXPECT_TRUE(steps[i].contains("tokens_per_s"));
+  }
+  EXPECT_TRUE(steps[1].contains("val_loss"));
+  EXPECT_TRUE(fs::exists(dir + "/run/checkpoints/step_00000004/manifest.json"));
+
+#ifdef GANTRY_HAVE_STORAGE
+  std::string error;
+  auto db = HistoryDb::open(dir + "/run/history.sqlite", {}, &error);
+  ASSERT_TRUE(db) << error;
+  std::vector<RunRow> runs;
+  ASSERT_TRUE(db->list_runs(&runs)) << db->error();
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].status, RunStatus::finished);
+  EXPECT_EQ(runs[0].info.world_size, 2);
+  EXPECT_EQ(runs[0].info.layout, "dp=2 tp=1 pp=1 zero=0");
+  EXPECT_EQ(runs[0].last_step, 4);
+  for (int32_t rank : {0, 1}) {
+    std::vector<RankStepRecord> rs;
+    ASSERT_TRUE(db->read_rank_steps(runs[0].id, 0, 100, {rank}, 100, &rs)) << db->error();
+    ASSERT_EQ(rs.size(), 4u) << "rank " << rank;
+    for (const RankStepRecord& r : rs) {
+      EXPECT_EQ(r.rank, rank);
+      EXPECT_GT(r.total_s, 0.0);
+      EXPECT_EQ(r.tokens, 2 * 8) << "each rank trains half of the 4 x 8 tokens";
+    }
+  }
+  std::vector<StepRecord> global;
+  ASSERT_TRUE(db->read_steps(runs[0].id, 0, 100, 100, &global)) << db->error();
+  ASSERT_EQ(global.size(), 4u);
+  EXPECT_DOUBLE_EQ(global[0].loss, steps[0]["loss"].get<double>());
+  std::vector<CheckpointInfo> ckpts;
+  ASSERT_TRUE(db->list_checkpoints(runs[0].id, &ckpts)) << db->error();
+  ASSERT_FALSE(ckpts.empty());
+  EXPECT_EQ(ckpts.back().step, 4);
+#endif
+}
+
+TEST(RunCli, WorkerDyingInStartUpFailsTheGangNamingTheRank) {
+  const std::string dir = fresh_dir("exit_at_start");
+  const std::string cfg = write_config(dir, 4, true);
+  EngineChild run = EngineChild::start(
+      {"run", "--nproc", "3", "--config", cfg, "--out", dir + "/run", "--join-timeout", "20"},
+      {{"GANTRY_TEST_WORKER_FAULT", "1:exit_at_start"}});
+  EngineChild::Exit e = run.wait(60s);
+  EXPECT_EQ(e.code, 1) << run.err();
+  EXPECT_LT(e.seconds, 20.0)
+      << "the launcher must not wait out the join timeout for a rank that already died";
+  const std::vector<pid_t> pids = run.worker_pids();
+  ASSERT_EQ(pids.size(), 3u) << run.err();
+  EXPECT_THAT(run.err(), HasSubstr("gantry-engine run: rank 1 (pid " + std::to_string(pids[1]) +
+                                   ") exited with code 1 before joining"));
+  expect_gone(pids);
+}
+
+TEST(RunCli, WorkerNeverJoiningFailsTheGangAtTheJoinTimeout) {
+  const std::string dir = fresh_dir("hang_at_start");
+  const std::string cfg = write_config(dir, 4, true);
+  EngineChild run = EngineChild::start(
+      {"run", "--nproc", "2", "--config", cfg, "--out", dir + "/run", "--join-timeout", "2"},
+      {{"GANTRY_TEST_WORKER_FAULT", "1:hang_at_start"}});
+  EngineChild::Exit e = run.wait(60s);
+  EXPECT_EQ(e.code, 1) << run.err();
+  EXPECT_GE(e.seconds, 2.0);
+  EXPECT_LT(e.seconds, 12.0) << "the join timeout (2 s) plus the grace period bound it";
+  const std::vector<pid_t> pids = run.worker_pids();
+  ASSERT_EQ(pids.size(), 2u) << run.err();
+  EXPECT_THAT(run.err(), HasSubstr("rank 1 (pid " + std::to_string(pids[1]) + ") did not join within 2 s"));
+  expect_gone(pids);
+}
+
+TEST(RunCli, WorkerKilledMidRunStopsTheOthersAndIsNamed) {
+  const std::string dir = fresh_dir("killed");
+  const std::string cfg = write_config(dir, 1000000, true);
+  EngineChild run = EngineChild::start({"run", "--nproc", "2", "--config", cfg, "--out", dir + "/run"});
+  ASSERT_TRUE(run.wait_for_stderr([](const std::string& err) { return step_lines(err) >= 3; }, 60s))
+      << run.err();
+  const std::vector<pid_t> pids = run.worker_pids();
+  ASSERT_EQ(pids.size(), 2u) << run.err();
+  ASSERT_EQ(::kill(pids[1], SIGKILL), 0);
+  EngineChild::Exit e = run.wait(60s);
+  EXPECT_EQ(e.code, 1) << run.err();
+  EXPECT_THAT(run.err(),
+              HasSubstr("rank 1 (pid " + std::to_string(pids[1]) + ") was killed by SIGKILL (signal 9)"));
+  expect_gone(pids);
+}
+
+TEST(RunCli, WorkerExitingMidRunIsNamedWithItsExitCode) {
+  const std::string dir = fresh_dir("exit_after_step");
+  const std::string cfg = write_config(dir, 1000, true);
+  EngineChild run = EngineChild::start({"run", "--nproc", "2", "--config", cfg, "--out", dir + "/run"},
+                                       {{"GANTRY_TEST_WORKER_FAULT", "0:exit_after_step:3"}});
+  EngineChild::Exit e = run.wait(60s);
+  EXPECT_EQ(e.code, 1) << run.err();
+  const std::vector<pid_t> pids = run.worker_pids();
+  ASSERT_EQ(pids.size(), 2u) << run.err();
+  EXPECT_THAT(run.err(), HasSubstr("rank 0 (pid " + std::to_string(pids[0]) + ") exited with code 3"));
+  EXPECT_EQ(step_lines(run.err()), 3) << run.err();
+  expect_gone(pids);
+}
+
+TEST(RunCli, SigintStopsEveryWorkerAndExits130) {
+  const std::string dir = fresh_dir("sigint");
+  const std::string cfg = write_config(dir, 1000000, true);
+  EngineChild run = EngineChild::start({"run", "--nproc", "2", "--config", cfg, "--out", dir + "/run"});
+  ASSERT_TRUE(run.wait_for_stderr([](const std::string& err) { return step_lines(err) >= 3; }, 60s))
+      << run.err();
+  const std::vector<pid_t> pids = run.worker_pids();
+  ASSERT_EQ(pids.size(), 2u) << run.err();
+  ASSERT_EQ(::kill(run.pid(), SIGINT), 0);
+  EngineChild::Exit e = run.wait(60s);
+  EXPECT_EQ(e.code, 130) << run.err();
+  EXPECT_THAT(run.err(), HasSubstr("stopped by a signal at step"));
+  EXPECT_THAT(run.err(), Not(HasSubstr("was killed")));  // every rank stopped within the grace period
+  expect_gone(pids);
+  // They stopped together at a step boundary, after a checkpoint.
+  EXPECT_FALSE(fs::is_empty(dir + "/run/checkpoints")) << run.err();
+}
+
+// Even a launcher that cannot clean up (SIGKILL) leaves no worker behind: they die with it
+// (PR_SET_PDEATHSIG). The test makes itself the workers' subreaper so that it can reap them, proving
+// that they ended rather than merely became someone else's zombies.
+TEST(RunCli, WorkersDieWithASigkilledLauncher) {
+  const std::string dir = fresh_dir("launcher_killed");
+  const std::string cfg = write_config(dir, 1000000, true);
+  ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  EngineChild run = EngineChild::start({"run", "--nproc", "2", "--config", cfg, "--out", dir + "/run"});
+  ASSERT_TRUE(run.wait_for_stderr([](const std::string& err) { return step_lines(err) >= 2; }, 60s))
+      << run.err();
+  const std::vector<pid_t> pids = run.worker_pids();
+  ASSERT_EQ(pids.size(), 2u) << run.err();
+  ASSERT_EQ(::kill(run.pid(), SIGKILL), 0);
+  run.wait(10s);
+  for (size_t r = 0; r < pids.size(); ++r) {
+    int status = 0;
+    pid_t got = 0;
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while ((got = ::waitpid(pids[r], &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(10ms);
+    }
+    if (got == 0) ::kill(pids[r], SIGKILL);  // do not leave it to the next test
+    ASSERT_EQ(got, pids[r]) << "rank " << r << " outlived its launcher";
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "rank " << r;
+  }
+  ::prctl(PR_SET_CHILD_SUBREAPER, 0);
+}
+
+TEST(RunCli, BadInputExits2) {
+  const std::string dir = fresh_dir("bad_input");
+  const std::string cfg = write_config(dir, 4, true);
+  for (const std::string& args :
+       {"run --nproc 2 --config " + cfg + " --zero 4", "run --nproc 0 --config " + cfg,
+        "run --nproc 2 --config " + dir + "/missing.toml"}) {
+    testing_support::Outcome r = testing_support::run_engine(args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.err;
+  }
+  // A worker started by hand with no launcher variables says what it needs.
+  testing_support::Outcome w = testing_support::run_engine("worker --config " + cfg);
+  EXPECT_EQ(w.code, 2);
+  EXPECT_THAT(w.err, HasSubstr("RANK and WORLD_SIZE are not set"));
+}
+
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a = {};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    ::close(fd);
+    return 0;
+  }
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// As torchrun would start them: one `worker` per rank with RANK/WORLD_SIZE/LOCAL_* and a rendezvous
+// address; rank 0 serves the store over TCP and prints the steps.
+TEST(RunCli, WorkersStartedByAnExternalLauncherMeetOverTcp) {
+  const std::string dir = fresh_dir("external");
+  const std::string cfg = write_config(dir, 3, true);
+  const int port = free_port();
+  ASSERT_GT(port, 0);
+  std::vector<EngineChild> ranks;
+  for (int r = 1; r >= 0; --r) {  // rank 1 first: it must wait for rank 0's store to appear
+    ranks.push_back(
+        EngineChild::start({"worker", "--config", cfg, "--out", dir + "/run", "--rendezvous",
+                            "127.0.0.1:" + std::to_string(port), "--join-timeout", "30", "--json"},
+                           {{"RANK", std::to_string(r)},
+                            {"WORLD_SIZE", "2"},
+                            {"LOCAL_RANK", std::to_string(r)},
+                            {"LOCAL_WORLD_SIZE", "2"}}));
+    if (r == 1) std::this_thread::sleep_for(200ms);
+  }
+  EngineChild::Exit e1 = ranks[0].wait(60s), e0 = ranks[1].wait(60s);
+  EXPECT_EQ(e0.code, 0) << ranks[1].err();
+  EXPECT_EQ(e1.code, 0) << ranks[0].err();
+  EXPECT_EQ(step_lines(ranks[1].err()), 3) << ranks[1].err();
+  EXPECT_EQ(step_json_lines(ranks[1].out()).size(), 3u);
+  EXPECT_EQ(step_lines(ranks[0].err()), 0) << "only rank 0 prints";
+  EXPECT_THAT(ranks[1].err(), HasSubstr("done: step 3"));
+}
+
+}  // namespace
+}  // namespace gantry
