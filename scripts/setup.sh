@@ -10,6 +10,9 @@ packages=(
   libsqlite3-dev                         # storage/: the run history
   libxxhash-dev                          # cross-checks our own XXH64 in the tests
   libgloo-dev                            # the CPU communicator (engine/core/comm); GPU machines use NCCL
+  # engine/cluster: the HTTP API's server (cpp-httplib), its client (libcurl), HTTPS for both (OpenSSL).
+  # Not needed for GANTRY_ENGINE_ONLY builds.
+  libcpp-httplib-dev libcurl4-openssl-dev libssl-dev
 )
 
 missing=()
