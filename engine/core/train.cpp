@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <thread>
 #include <vector>
 
 #include "engine/core/backend.h"
@@ -192,18 +193,62 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
   };
 
   double last_loss = 0;
-  // A stop request on any rank stops every rank at the same step boundary: the decision is one sum.
-  auto stop_requested = [&]() -> Result<bool> {
-    float flag = opt.stop != nullptr && opt.stop->load() ? 1.0f : 0.0f;
+  // The gang's decision at a step boundary: rank 0's action and every rank's stop flag, in one sum, so
+  // every rank acts on the same thing at the same step.
+  struct Decision {
+    TrainAction action = TrainAction::none;
+    bool stop = false;
+  };
+  auto decide = [&]() -> Result<Decision> {
+    float v[2] = {0.0f, opt.stop != nullptr && opt.stop->load() ? 1.0f : 0.0f};
+    if (opt.control != nullptr && dims.rank == 0) v[0] = static_cast<float>(opt.control->poll());
     if (dp > 1) {
-      Status st = dist->dp->all_reduce(&flag, 1, comm_timeout);
+      Status st = dist->dp->all_reduce(v, 2, comm_timeout);
       if (!st.ok()) return st;
     }
-    return flag > 0;
+    Decision d{.action = static_cast<TrainAction>(static_cast<int>(v[0])), .stop = v[1] > 0};
+    if (d.action == TrainAction::stop) d.stop = true;
+    return d;
+  };
+  // Applies a checkpoint action; true when the loop must stop.
+  bool paused = false;
+  auto apply = [&](const Decision& d) -> Result<bool> {
+    if (d.stop) {
+      if (d.action == TrainAction::stop) observer->on_action(TrainAction::stop, step);
+      return true;
+    }
+    switch (d.action) {
+      case TrainAction::checkpoint: {
+        Status s = write_checkpoint(last_loss);
+        if (!s.ok()) return s;
+        observer->on_action(d.action, step);
+        break;
+      }
+      case TrainAction::pause:
+        if (!paused) observer->on_action(d.action, step);
+        paused = true;
+        break;
+      case TrainAction::resume:
+        if (paused) observer->on_action(d.action, step);
+        paused = false;
+        break;
+      default:
+        break;
+    }
+    return false;
   };
 
   while (step < last_step) {
-    Result<bool> stop = stop_requested();
+    Result<Decision> d = decide();
+    if (!d.ok()) return d.status();
+    Result<bool> stop = apply(d.value());
+    // Paused: the gang holds at this boundary, deciding again every 50 ms until resume or stop.
+    while (stop.ok() && !stop.value() && paused) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      d = decide();
+      if (!d.ok()) return d.status();
+      stop = apply(d.value());
+    }
     if (!stop.ok()) return stop.status();
     if (stop.value()) {
       summary.stopped_early = true;
@@ -294,6 +339,22 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
 }
 
 }  // namespace
+
+const char* train_action_name(TrainAction a) {
+  switch (a) {
+    case TrainAction::none:
+      return "none";
+    case TrainAction::checkpoint:
+      return "checkpoint";
+    case TrainAction::pause:
+      return "pause";
+    case TrainAction::resume:
+      return "resume";
+    case TrainAction::stop:
+      return "stop";
+  }
+  return "?";
+}
 
 Result<TrainSummary> train_run(const Config& c, const TrainOptions& opt, TrainObserver* observer) {
   try {

@@ -65,6 +65,20 @@ struct RunDescription {
   uint64_t params = 0;
 };
 
+// Operator actions (checkpoint now, pause, resume, stop) that take effect at a step boundary on every rank
+// together.
+enum class TrainAction : int { none = 0, checkpoint = 1, pause = 2, resume = 3, stop = 4 };
+const char* train_action_name(TrainAction a);  // "none", "checkpoint", "pause", "resume", "stop"
+
+// Where actions come from (the worker runtime, fed by the agent). Polled on every rank at each step
+// boundary, and while paused; rank 0's answer is the gang's decision: it travels to every rank in the
+// same small all-reduce as the ranks' stop flags, so no rank acts on its own.
+class TrainControl {
+ public:
+  virtual ~TrainControl() = default;
+  virtual TrainAction poll() = 0;
+};
+
 class TrainObserver {
  public:
   virtual ~TrainObserver() = default;
@@ -72,6 +86,9 @@ class TrainObserver {
   virtual void on_run(const RunDescription&) {}
   virtual void on_step(const StepReport&) {}
   virtual void on_checkpoint(const CheckpointReport&) {}
+  // An action took effect after `step` (every rank hears it; a checkpoint action's checkpoint is reported
+  // through on_checkpoint first).
+  virtual void on_action(TrainAction /*action*/, int64_t /*step*/) {}
 };
 
 struct TrainOptions {
@@ -81,6 +98,7 @@ struct TrainOptions {
   const std::atomic<bool>* stop = nullptr;  // set (by a signal handler) to stop at the next step boundary;
                                             // in a gang, any rank's flag stops every rank at the same step
   const DistContext* dist = nullptr;        // null: one process
+  TrainControl* control = nullptr;          // operator actions; null: none
 };
 
 struct TrainSummary {

@@ -77,6 +77,18 @@ struct RankRun {
   int zero = 0;
   std::string resume;
   int64_t max_steps = -1;
+  TrainControl* control = nullptr;
+  TrainObserver* also = nullptr;  // sees every report too
+};
+
+struct Tee : TrainObserver {
+  TrainObserver* a;
+  TrainObserver* b;
+  Tee(TrainObserver* x, TrainObserver* y) : a(x), b(y) {}
+  void on_start(const std::string& s) override { a->on_start(s), b->on_start(s); }
+  void on_step(const StepReport& r) override { a->on_step(r), b->on_step(r); }
+  void on_checkpoint(const CheckpointReport& c) override { a->on_checkpoint(c), b->on_checkpoint(c); }
+  void on_action(TrainAction x, int64_t s) override { a->on_action(x, s), b->on_action(x, s); }
 };
 
 // One rank: the dp communicator and the store on the inherited socket, then the train loop.
@@ -88,9 +100,14 @@ Result<Curve> train_rank(const RankRun& run, int rank, int world, int fd) {
   StoreClient store(fd);
   DistContext ctx{.dims = dims.value(), .dp = comm->get(), .store = &store, .timeout = 30s};
   Curve curve;
-  Result<TrainSummary> s =
-      train_run(run.config, {.out_dir = run.out_dir, .resume = run.resume, .max_steps = run.max_steps, .dist = &ctx},
-                &curve);
+  Tee tee(&curve, run.also != nullptr ? run.also : &curve);
+  Result<TrainSummary> s = train_run(run.config,
+                                     {.out_dir = run.out_dir,
+                                      .resume = run.resume,
+                                      .max_steps = run.max_steps,
+                                      .dist = &ctx,
+                                      .control = run.control},
+                                     run.also != nullptr ? static_cast<TrainObserver*>(&tee) : &curve);
   if (!s.ok()) return s.status();
   return curve;
 }
@@ -238,6 +255,50 @@ TEST(DataParallelCheckpoint, ARankThatCannotWriteLeavesItUncommittedAndEveryRank
   expect_all_passed(res);
   EXPECT_FALSE(std::filesystem::exists(step_dir + "/manifest.json")) << "committed although a rank failed";
   EXPECT_TRUE(std::filesystem::exists(step_dir + "/shard_r00000.bin")) << "rank 0 wrote its shard";
+}
+
+// Answers a fixed script, one action per poll.
+struct ScriptedControl : TrainControl {
+  std::vector<TrainAction> script;
+  size_t polls = 0;
+  TrainAction poll() override { return polls < script.size() ? script[polls++] : (++polls, TrainAction::none); }
+};
+
+struct ActionLog : TrainObserver {
+  std::string text;
+  void on_action(TrainAction a, int64_t step) override {
+    text += std::string(train_action_name(a)) + "@" + std::to_string(step) + " ";
+  }
+};
+
+TEST(DataParallelControl, ActionsTakeEffectAtTheSameStepOnEveryRank) {
+  // Rank 0's control decides for the gang: checkpoint after step 3, pause after step 5 (two boundaries
+  // held), resume, stop after step 7. Rank 1's own control asks to stop at once and must be ignored.
+  using A = TrainAction;
+  const std::string out = fresh_dir("dp_control");
+  comm_test::RunResult res = run_workers(
+      2,
+      [&](int rank, int n, int fd) -> std::string {
+        ScriptedControl control;
+        if (rank == 0) {
+          control.script = {A::none, A::none, A::none, A::checkpoint, A::none, A::pause, A::none, A::resume,
+                            A::none, A::stop};
+        } else {
+          control.script = {A::stop, A::stop, A::stop};
+        }
+        ActionLog log;
+        const RankRun run{.config = tiny20(), .out_dir = out, .zero = 2, .control = &control, .also = &log};
+        Result<Curve> c = train_rank(run, rank, n, fd);
+        if (!c.ok()) return c.error();
+        const std::string want = "checkpoint@3 pause@5 resume@5 stop@7 ";
+        if (log.text != want) return "rank " + std::to_string(rank) + " saw \"" + log.text + "\", expected \"" + want + "\"";
+        if (c->loss.size() != 7) return "rank " + std::to_string(rank) + " ran " + std::to_string(c->loss.size()) + " steps";
+        return "";
+      },
+      60s);
+  expect_all_passed(res);
+  EXPECT_TRUE(std::filesystem::exists(out + "/checkpoints/step_00000003/manifest.json"));
+  EXPECT_TRUE(std::filesystem::exists(out + "/checkpoints/step_00000007/manifest.json"));
 }
 
 TEST(DataParallelMemory, EachStageHoldsWhatTheFormulaSays) {
