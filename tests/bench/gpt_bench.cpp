@@ -2,6 +2,11 @@
 // tokens/s, MFU with the formula and peak printed, and memory, as one JSON line per model.
 //
 //   gpt_bench [--models 124m,350m] [--steps 30] [--warmup 10] [--peak h100-sxm] [--graphs 1] [--deterministic 1]
+//             [--label TEXT]
+//
+// Beside the step time it prints the backend's own phase times (CUDA events: medians of forward, backward,
+// optimizer) and the device's health after the last step (NVML: temperature, SM clock, power). --label is
+// echoed into the JSON line, to tell apart runs of one build under different GANTRY_CUDA_* switches.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -28,7 +33,7 @@ struct Shape {
 };
 
 int run(int argc, char** argv) {
-  std::string models = "124m,350m", peak_name;
+  std::string models = "124m,350m", peak_name, label;
   int steps = 30, warmup = 10, graphs = 1, deterministic = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--models")) models = argv[i + 1];
@@ -37,8 +42,10 @@ int run(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--peak")) peak_name = argv[i + 1];
     else if (!std::strcmp(argv[i], "--graphs")) graphs = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--deterministic")) deterministic = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--label")) label = argv[i + 1];
     else {
-      std::fprintf(stderr, "unknown flag %s (use --models --steps --warmup --peak --graphs --deterministic)\n", argv[i]);
+      std::fprintf(stderr, "unknown flag %s (use --models --steps --warmup --peak --graphs --deterministic --label)\n",
+                   argv[i]);
       return 2;
     }
   }
@@ -79,7 +86,7 @@ int run(int argc, char** argv) {
       in[i] = static_cast<int32_t>(rng.next_u64() % s.model.vocab_size);
       tg[i] = static_cast<int32_t>(rng.next_u64() % s.model.vocab_size);
     }
-    std::vector<double> ms;
+    std::vector<double> ms, fwd_ms, bwd_ms, opt_ms;
     double loss = 0;
     for (int step = 0; step < warmup + steps; ++step) {
       const auto t0 = std::chrono::steady_clock::now();
@@ -88,8 +95,19 @@ int run(int argc, char** argv) {
       be->optimizer_step({.lr = 1e-4, .weight_decay = 0.1, .grad_clip = 1.0, .step = step + 1});
       loss = be->step_stats().loss;  // waits for the step
       const double dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      if (step >= warmup) ms.push_back(dt);
+      if (step >= warmup) {
+        ms.push_back(dt);
+        const gantry::PhaseTimes p = be->phase_times();
+        fwd_ms.push_back(p.forward_s * 1e3);
+        bwd_ms.push_back(p.backward_s * 1e3);
+        opt_ms.push_back(p.optimizer_s * 1e3);
+      }
     }
+    const gantry::DeviceHealth health = be->device_health();
+    auto median_of = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
     size_t free1 = 0;
     cudaMemGetInfo(&free1, &total);
     std::sort(ms.begin(), ms.end());
@@ -102,9 +120,12 @@ int run(int argc, char** argv) {
     std::printf(
         "{\"bench\":\"gpt\",\"model\":\"%s\",\"device\":\"%s\",\"batch\":%d,\"seq\":%d,\"params\":%zu,"
         "\"cuda_graphs\":%s,\"deterministic\":%s,\"step_ms_median\":%.2f,\"step_ms_min\":%.2f,\"tokens_per_s\":%.0f,\"mfu\":%.4f,\"peak\":\"%s\","
-        "\"backend_bytes\":%llu,\"device_used_bytes\":%llu,\"loss\":%.4f}\n",
+        "\"backend_bytes\":%llu,\"device_used_bytes\":%llu,\"loss\":%.4f,\"fwd_ms\":%.2f,\"bwd_ms\":%.2f,"
+        "\"opt_ms\":%.2f,\"temp_c\":%.0f,\"sm_mhz\":%.0f,\"power_w\":%.0f,\"label\":\"%s\"}\n",
         s.name, device.c_str(), B, T, table.numel(), graphs ? "true" : "false", deterministic ? "true" : "false", median, ms.front(), tokens_per_s, mfu.ratio, peak_name.c_str(),
-        static_cast<unsigned long long>(be->memory_bytes()), static_cast<unsigned long long>(free0 - free1), loss);
+        static_cast<unsigned long long>(be->memory_bytes()), static_cast<unsigned long long>(free0 - free1), loss,
+        median_of(fwd_ms), median_of(bwd_ms), median_of(opt_ms), health.temperature_celsius.value_or(-1),
+        health.sm_clock_hertz.value_or(-1e6) / 1e6, health.power_watts.value_or(-1), label.c_str());
     std::fflush(stdout);
   }
   return 0;

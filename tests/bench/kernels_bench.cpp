@@ -1,6 +1,7 @@
 // Timing sweep of the CUDA backend's pieces at GPT-2 shapes (benchmark, not a test): each op's median
 // time over repeated launches, its rate (TFLOP/s or GB/s), and how many times one training step runs it,
-// so the table adds up to a step-time budget.
+// so the table adds up to a step-time budget. Rows with 0 per step are alternatives the step does not use (the
+// old way of a fused pass), timed for comparison.
 //
 //   kernels_bench [--model 124m|350m]
 #include <cuda_runtime.h>
@@ -143,9 +144,12 @@ int run(int argc, char** argv) {
   const double cf = 2.0 * chunk * C * V;
   add("classifier matmul fwd (chunk)", chunks, [&] { mm.forward(logits, x, wte, nullptr, chunk, C, V, nullptr); });
   rows.back().rate = tflops(cf, rows.back().ms);
-  add("classifier softmax+xent (chunk)", chunks,
+  add("classifier staged softmax+xent", chunks,
       [&] { classifier_cuda(logits, losses, targets, 1e-5f, true, chunk, V, s); });
-  rows.back().rate = gbps(3.0 * chunk * V * 2, rows.back().ms);
+  rows.back().rate = gbps(2.0 * chunk * V * 2, rows.back().ms);
+  add("classifier two-pass (chunk)", 0,
+      [&] { classifier_cuda(logits, losses, targets, 1e-5f, true, chunk, V, s, false); });
+  rows.back().rate = gbps(2.0 * chunk * V * 2, rows.back().ms);
   add("classifier matmul dinp (chunk)", chunks, [&] { mm.backward_input(x, logits, wte, chunk, C, V, nullptr); });
   rows.back().rate = tflops(cf, rows.back().ms);
   add("classifier matmul dwte (chunk)", chunks, [&] { mm.backward_weight(dwte, logits, x, chunk, C, V); });
@@ -158,12 +162,15 @@ int run(int argc, char** argv) {
   add("residual+layernorm fwd", 2 * L + 1,
       [&] { residual_layernorm_forward_cuda(z, y, mean, rstd, x, y, bias, bias, N, C, s); });
   rows.back().rate = gbps(4.0 * NC * 2, rows.back().ms);
-  add("layernorm bwd", 2 * L + 1,
-      [&] { layernorm_backward_cuda(z, db, db, scratch, x, y, bias, mean, rstd, N, C, s); });
+  add("layernorm bwd", 0,
+      [&] { layernorm_backward_cuda(z, db, db + C, nullptr, scratch, x, y, bias, mean, rstd, N, C, true, s); });
+  rows.back().rate = gbps(4.0 * NC * 2, rows.back().ms);
+  add("layernorm bwd + bias sum", 2 * L + 1,
+      [&] { layernorm_backward_cuda(z, db, db + C, db + 2 * C, scratch, x, y, bias, mean, rstd, N, C, true, s); });
   rows.back().rate = gbps(4.0 * NC * 2, rows.back().ms);
   add("bias bwd (4C)", L, [&] { bias_backward_cuda(db, scratch, big4, N, 4 * C, s); });
   rows.back().rate = gbps(4.0 * NC * 2, rows.back().ms);
-  add("bias bwd (C)", 2 * L, [&] { bias_backward_cuda(db, scratch, x, N, C, s); });
+  add("bias bwd (C)", 0, [&] { bias_backward_cuda(db, scratch, x, N, C, s); });
   rows.back().rate = gbps(1.0 * NC * 2, rows.back().ms);
   add("bias bwd (3C)", L, [&] { bias_backward_cuda(db, scratch, qkv, N, 3 * C, s); });
   rows.back().rate = gbps(3.0 * NC * 2, rows.back().ms);

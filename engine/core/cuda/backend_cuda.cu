@@ -1,7 +1,11 @@
 // The CUDA backend: GPT-2's forward and backward in bf16 with fp32 master weights, gradients and AdamW
 // state. Matmuls through cuBLASLt (matmul.cu), attention by our flash kernels (attention.cu), everything
 // else by kernels.cu. One stream; the host waits only in step_stats(), forward_loss() and state copies.
+//
+// Phase times (forward, backward, optimizer) come from CUDA events on the stream, read in step_stats() after
+// its one wait; device_health() adds this backend's memory and NVML's sensors (engine/core/cuda/device.h).
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -11,6 +15,7 @@
 #include "engine/core/cuda/attention.cuh"
 #include "engine/core/cuda/backend_cuda.h"
 #include "engine/core/cuda/cuda_check.h"
+#include "engine/core/cuda/device.h"  // DeviceSensorMonitor
 #include "engine/core/cuda/kernels.cuh"
 #include "engine/core/cuda/matmul.cuh"
 #include "engine/core/gpt.h"
@@ -41,12 +46,28 @@ struct BlockGrads {
   float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b, *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
 };
 
+// Events bounding one micro-batch's forward and backward on the stream.
+struct MicroEvents {
+  cudaEvent_t begin = nullptr, mid = nullptr, end = nullptr;
+};
+
+// A micro-batch captured as a graph, and its three event-record nodes (begin, mid, end): each replay points
+// them at that micro-batch's own events, so a step of several micro-batches times each one.
+struct CapturedMicroBatch {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  std::array<cudaGraphNode_t, 3> marks{};
+};
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(const ModelConfig& m, int max_batch, bool graphs, bool deterministic)
       : m_(m), max_batch_(max_batch), table_(gpt_param_table(m)), graphs_(graphs), deterministic_(deterministic) {
+    CUDA_CHECK(cudaGetDevice(&device_));
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     for (cudaEvent_t& e : upload_done_) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreate(&opt_begin_));
+    CUDA_CHECK(cudaEventCreate(&opt_end_));
     matmul_ = std::make_unique<Matmul>(stream_);
     allocate();
     build_adamw_chunks();
@@ -55,7 +76,17 @@ class CudaBackend final : public Backend {
 
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
-    for (auto& [key, exec] : graphs_by_shape_) cudaGraphExecDestroy(exec);
+    for (auto& [key, g] : graphs_by_shape_) {
+      cudaGraphExecDestroy(g.exec);
+      cudaGraphDestroy(g.graph);
+    }
+    for (MicroEvents& e : micro_events_) {
+      cudaEventDestroy(e.begin);
+      cudaEventDestroy(e.mid);
+      cudaEventDestroy(e.end);
+    }
+    cudaEventDestroy(opt_begin_);
+    cudaEventDestroy(opt_end_);
     matmul_.reset();
     for (void* p : device_allocations_) cudaFree(p);
     for (void* p : host_allocations_) cudaFreeHost(p);
@@ -69,8 +100,9 @@ class CudaBackend final : public Backend {
   void forward_backward(const int32_t* inputs, const int32_t* targets, int B, float grad_scale) override {
     upload(inputs, targets, B, true);
     tokens_ += static_cast<int64_t>(B) * m_.seq_len;
+    const MicroEvents& ev = micro_events(micro_in_step_++);
     if (!graphs_) {
-      micro_batch(B, grad_scale);
+      micro_batch(B, grad_scale, ev);
       return;
     }
     // Everything after the upload depends only on (B, grad_scale): captured once as a CUDA graph and
@@ -80,19 +112,20 @@ class CudaBackend final : public Backend {
     auto it = graphs_by_shape_.find(key);
     if (it == graphs_by_shape_.end()) {
       if (seen_shapes_.insert(key).second) {
-        micro_batch(B, grad_scale);
+        micro_batch(B, grad_scale, ev);
         return;
       }
-      cudaGraph_t graph;
-      CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-      micro_batch(B, grad_scale);
-      CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-      cudaGraphExec_t exec;
-      CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-      CUDA_CHECK(cudaGraphDestroy(graph));
-      it = graphs_by_shape_.emplace(key, exec).first;
+      it = graphs_by_shape_.emplace(key, capture(B, grad_scale, ev)).first;
     }
-    CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+    const CapturedMicroBatch& g = it->second;
+    // The phase events are recorded inside the graph (external event-record nodes), not around its launch:
+    // the forward/backward boundary lies inside the captured micro-batch, and the begin/end marks then time
+    // the graph's own work, not the launch. Node parameters changed here apply to this and later launches only;
+    // a replay already queued keeps the events it had.
+    CUDA_CHECK(cudaGraphExecEventRecordNodeSetEvent(g.exec, g.marks[0], ev.begin));
+    CUDA_CHECK(cudaGraphExecEventRecordNodeSetEvent(g.exec, g.marks[1], ev.mid));
+    CUDA_CHECK(cudaGraphExecEventRecordNodeSetEvent(g.exec, g.marks[2], ev.end));
+    CUDA_CHECK(cudaGraphLaunch(g.exec, stream_));
   }
 
   float forward_loss(const int32_t* inputs, const int32_t* targets, int B) override {
@@ -112,9 +145,12 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaMemsetAsync(grads_, 0, table_.numel() * sizeof(float), stream_));
     CUDA_CHECK(cudaMemsetAsync(loss_sum_, 0, sizeof(float), stream_));
     tokens_ = 0;
+    micro_in_step_ = 0;
+    optimizer_timed_ = false;
   }
 
   void optimizer_step(const AdamWStep& s) override {
+    CUDA_CHECK(cudaEventRecord(opt_begin_, stream_));
     global_norm_cuda(norm_, scratch_, grads_, table_.numel(), stream_);
     const float c1 = static_cast<float>(1.0 - std::pow(s.beta1, static_cast<double>(s.step)));
     const float c2 = static_cast<float>(1.0 - std::pow(s.beta2, static_cast<double>(s.step)));
@@ -122,6 +158,8 @@ class CudaBackend final : public Backend {
                static_cast<int>(adamw_chunk_count_), static_cast<float>(s.lr), static_cast<float>(s.beta1),
                static_cast<float>(s.beta2), static_cast<float>(s.eps), static_cast<float>(s.weight_decay),
                static_cast<float>(s.grad_clip), c1, c2, stream_);
+    CUDA_CHECK(cudaEventRecord(opt_end_, stream_));
+    optimizer_timed_ = true;
   }
 
   StepStats step_stats() override {
@@ -132,7 +170,26 @@ class CudaBackend final : public Backend {
     s.loss = tokens_ ? host_stats_[0] / static_cast<double>(tokens_) : 0.0;
     s.grad_norm = host_stats_[1];
     s.updated = std::isfinite(s.grad_norm);
+    read_phase_times();  // every event is complete now: no further wait
     return s;
+  }
+
+  PhaseTimes phase_times() const override { return phases_; }
+
+  DeviceHealth device_health() override {
+    // Memory is this backend's own accounting (every cudaMalloc it made, the cuBLASLt workspace included), not
+    // cudaMemGetInfo, which counts the CUDA context and other processes on the card. All of it is allocated up
+    // front, so the peak equals what is held.
+    DeviceHealth h;
+    h.device = device_;
+    h.mem_allocated_bytes = device_bytes_ + matmul_->workspace_bytes();
+    h.mem_peak_bytes = h.mem_allocated_bytes;
+    if (!sensors_) sensors_ = std::make_unique<DeviceSensorMonitor>(device_);  // opens NVML once, on first use
+    const DeviceSensors d = sensors_->latest();
+    h.temperature_celsius = d.temperature_celsius;
+    h.sm_clock_hertz = d.sm_clock_hertz;
+    h.power_watts = d.power_watts;
+    return h;
   }
 
   double grad_norm() override {
@@ -157,6 +214,86 @@ class CudaBackend final : public Backend {
   uint64_t memory_bytes() const override { return device_bytes_; }
 
  private:
+  const MicroEvents& micro_events(int k) {
+    while (static_cast<int>(micro_events_.size()) <= k) {
+      MicroEvents e;
+      CUDA_CHECK(cudaEventCreate(&e.begin));
+      CUDA_CHECK(cudaEventCreate(&e.mid));
+      CUDA_CHECK(cudaEventCreate(&e.end));
+      micro_events_.push_back(e);
+    }
+    return micro_events_[k];
+  }
+
+  // Plain record outside a capture; inside one, an external event-record node (a plain record would only
+  // become an internal dependency of the graph, with no time taken).
+  void mark(cudaEvent_t e) {
+    if (capturing_) {
+      CUDA_CHECK(cudaEventRecordWithFlags(e, stream_, cudaEventRecordExternal));
+    } else {
+      CUDA_CHECK(cudaEventRecord(e, stream_));
+    }
+  }
+
+  CapturedMicroBatch capture(int B, float grad_scale, const MicroEvents& ev) {
+    CapturedMicroBatch g;
+    CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    capturing_ = true;
+    micro_batch(B, grad_scale, ev);
+    capturing_ = false;
+    CUDA_CHECK(cudaStreamEndCapture(stream_, &g.graph));
+    size_t n = 0;
+    CUDA_CHECK(cudaGraphGetNodes(g.graph, nullptr, &n));
+    std::vector<cudaGraphNode_t> nodes(n);
+    CUDA_CHECK(cudaGraphGetNodes(g.graph, nodes.data(), &n));
+    const std::array<cudaEvent_t, 3> events = {ev.begin, ev.mid, ev.end};
+    for (cudaGraphNode_t node : nodes) {
+      cudaGraphNodeType type;
+      CUDA_CHECK(cudaGraphNodeGetType(node, &type));
+      if (type != cudaGraphNodeTypeEventRecord) continue;
+      cudaEvent_t e = nullptr;
+      CUDA_CHECK(cudaGraphEventRecordNodeGetEvent(node, &e));
+      for (int r = 0; r < 3; ++r) {
+        if (e == events[r]) g.marks[r] = node;
+      }
+    }
+    GANTRY_CHECK(g.marks[0] && g.marks[1] && g.marks[2], "the captured micro-batch lacks its phase-event nodes");
+    // The graph stays alive beside its instance: the event nodes are addressed through it at every launch.
+    CUDA_CHECK(cudaGraphInstantiate(&g.exec, g.graph, 0));
+    return g;
+  }
+
+  // Sums the step's event intervals. Events of the step must come in stream order (begin ≤ mid ≤ end ≤ next
+  // begin ≤ … ≤ optimizer); an out-of-order pair means an event from an earlier step was read, and the step
+  // is reported unmeasured rather than wrong.
+  void read_phase_times() {
+    phases_ = PhaseTimes{};
+    phases_.measured = micro_in_step_ > 0 || optimizer_timed_;
+    auto ms = [](cudaEvent_t a, cudaEvent_t b) {
+      float t = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
+      return static_cast<double>(t);
+    };
+    cudaEvent_t last = nullptr;
+    auto follows = [&](cudaEvent_t e) {
+      if (last != nullptr && ms(last, e) < 0) phases_.measured = false;
+      last = e;
+    };
+    for (int k = 0; k < micro_in_step_; ++k) {
+      const MicroEvents& e = micro_events_[k];
+      follows(e.begin);
+      follows(e.mid);
+      follows(e.end);
+      phases_.forward_s += ms(e.begin, e.mid) * 1e-3;
+      phases_.backward_s += ms(e.mid, e.end) * 1e-3;
+    }
+    if (optimizer_timed_) {
+      follows(opt_begin_);
+      follows(opt_end_);
+      phases_.optimizer_s = ms(opt_begin_, opt_end_) * 1e-3;
+    }
+  }
+
   float* buffer(StateBuffer which) {
     switch (which) {
       case StateBuffer::kParams:
@@ -364,12 +501,17 @@ class CudaBackend final : public Backend {
     }
   }
 
-  void micro_batch(int B, float grad_scale) {
+  // The forward phase ends where the classifier starts: its chunks each do one forward and two gradient
+  // products, fused with the loss, so counting them as backward misplaces the least time.
+  void micro_batch(int B, float grad_scale, const MicroEvents& ev) {
     const int N = B * m_.seq_len;
+    mark(ev.begin);
     forward(B);
+    mark(ev.mid);
     classifier(B, grad_scale / static_cast<float>(N), true);
     sum_accumulate_cuda(loss_sum_, losses_, N, stream_);
     backward(B);
+    mark(ev.end);
   }
 
   // Logits, loss and (with backward) dlogits → dlnf and dwte, a chunk of rows at a time.
@@ -388,10 +530,13 @@ class CudaBackend final : public Backend {
 
   void backward(int B) {
     const int T = m_.seq_len, C = m_.n_embd, NH = m_.n_head, HS = C / NH, N = B * T, L = m_.n_layer;
-    const size_t NC = static_cast<size_t>(N) * C;
-    CUDA_CHECK(cudaMemsetAsync(dres_, 0, NC * sizeof(bf16), stream_));
+    // Each LayerNorm backward also sums the dres it leaves into the gradient of the bias whose output that
+    // residual stream is (no separate bias pass). The final norm writes dres (no memset first); dres is then
+    // d(res3) of the last block, whose MLP projection bias it is.
     const bf16* top = L > 0 ? layers_[L - 1].res3 : encoded_;
-    layernorm_backward_cuda(dres_, dlnf_w_, dlnf_b_, scratch_, dln_, top, lnf_w_, lnf_mean_, lnf_rstd_, N, C, stream_);
+    float* top_bias = L > 0 ? block_grads_[L - 1].fcproj_b : nullptr;
+    layernorm_backward_cuda(dres_, dlnf_w_, dlnf_b_, top_bias, scratch_, dln_, top, lnf_w_, lnf_mean_, lnf_rstd_, N, C,
+                            false, stream_);
     for (int l = L - 1; l >= 0; --l) {
       const BlockParams& p = block_params_[l];
       const BlockGrads& g = block_grads_[l];
@@ -399,23 +544,24 @@ class CudaBackend final : public Backend {
       const bf16* residual = l == 0 ? encoded_ : layers_[l - 1].res3;
       // MLP branch, reading d(res3) before the second norm's contribution turns dres into d(res2).
       matmul_->backward_weight(g.fcproj_w, dres_, a.fch_gelu, N, 4 * C, C);
-      bias_backward_cuda(g.fcproj_b, scratch_, dres_, N, C, stream_);
       matmul_->backward_input(dfch_, dres_, p.fcproj_w, N, 4 * C, C, a.fch_pre);
-      matmul_->backward_weight(g.fc_w, dfch_, a.ln2, N, C, 4 * C);
       bias_backward_cuda(g.fc_b, scratch_, dfch_, N, 4 * C, stream_);
+      matmul_->backward_weight(g.fc_w, dfch_, a.ln2, N, C, 4 * C);
       matmul_->backward_input(dln_, dfch_, p.fc_w, N, C, 4 * C, nullptr);
-      layernorm_backward_cuda(dres_, g.ln2_w, g.ln2_b, scratch_, dln_, a.res2, p.ln2_w, a.ln2_mean, a.ln2_rstd, N, C,
-                              stream_);
+      // dres becomes d(res2): the attention projection's bias gradient.
+      layernorm_backward_cuda(dres_, g.ln2_w, g.ln2_b, g.proj_b, scratch_, dln_, a.res2, p.ln2_w, a.ln2_mean,
+                              a.ln2_rstd, N, C, true, stream_);
       // Attention branch, then the first norm turns dres into d(residual in).
       matmul_->backward_weight(g.proj_w, dres_, a.atty, N, C, C);
-      bias_backward_cuda(g.proj_b, scratch_, dres_, N, C, stream_);
       matmul_->backward_input(datty_, dres_, p.proj_w, N, C, C, nullptr);
       attention_backward(dqkv_, datty_, a.atty, a.lse, a.qkv, scratch_, B, T, NH, HS, stream_, deterministic_);
       matmul_->backward_weight(g.qkv_w, dqkv_, a.ln1, N, C, 3 * C);
       bias_backward_cuda(g.qkv_b, scratch_, dqkv_, N, 3 * C, stream_);
       matmul_->backward_input(dln_, dqkv_, p.qkv_w, N, C, 3 * C, nullptr);
-      layernorm_backward_cuda(dres_, g.ln1_w, g.ln1_b, scratch_, dln_, residual, p.ln1_w, a.ln1_mean, a.ln1_rstd, N, C,
-                              stream_);
+      // dres becomes d(res3) of the block below: its MLP projection's bias gradient.
+      float* below_bias = l > 0 ? block_grads_[l - 1].fcproj_b : nullptr;
+      layernorm_backward_cuda(dres_, g.ln1_w, g.ln1_b, below_bias, scratch_, dln_, residual, p.ln1_w, a.ln1_mean,
+                              a.ln1_rstd, N, C, true, stream_);
     }
     // A fixed grid of N buckets (the most a batch can have; spare ones are empty) keeps this launch the
     // same for every batch of a shape, as graph replay needs.
@@ -425,6 +571,7 @@ class CudaBackend final : public Backend {
   ModelConfig m_;
   int max_batch_;
   TensorTable table_;
+  int device_ = 0;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t upload_done_[2] = {nullptr, nullptr};
   std::unique_ptr<Matmul> matmul_;
@@ -456,7 +603,14 @@ class CudaBackend final : public Backend {
   int32_t *bucket_token_ = nullptr, *bucket_start_ = nullptr, *positions_ = nullptr;
   bool graphs_;
   bool deterministic_;
-  std::map<std::pair<int, float>, cudaGraphExec_t> graphs_by_shape_;
+  std::map<std::pair<int, float>, CapturedMicroBatch> graphs_by_shape_;
+  bool capturing_ = false;
+  std::vector<MicroEvents> micro_events_;  // one set per micro-batch of a step, reused step after step
+  int micro_in_step_ = 0;                  // micro-batches since zero_grads()
+  cudaEvent_t opt_begin_ = nullptr, opt_end_ = nullptr;
+  bool optimizer_timed_ = false;
+  PhaseTimes phases_;
+  std::unique_ptr<DeviceSensorMonitor> sensors_;
   std::set<std::pair<int, float>> seen_shapes_;
   int32_t* staging_[2] = {nullptr, nullptr};  // pinned host slots for the batch and its embedding buckets
   int slot_ = 0;

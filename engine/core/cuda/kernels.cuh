@@ -34,11 +34,16 @@ void residual_layernorm_forward_cuda(bf16* residual_out, bf16* out, float* mean,
                                      const bf16* b, const bf16* w, const bf16* bias, int N, int C,
                                      cudaStream_t stream);
 
-// dinp (N, C) += LN backward (bf16, accumulated in place); dw, db (C) fp32 += the column sums, taken in two
-// fixed-order stages through `scratch` (layernorm_backward_scratch_floats(N, C) floats).
+// LayerNorm backward: dinp (N, C) += (accumulate) or = (overwrite) the LN input gradient, bf16; dw, db (C) fp32
+// += the column sums. With dsum != nullptr, also dsum (C) fp32 += Σ_n dinp[n, :] after the update: the gradient of
+// a bias whose output is this residual stream (the projections' biases), for free, since the row is in registers.
+// Column sums are taken in two fixed-order stages through `scratch` (layernorm_backward_scratch_floats(N, C)): one
+// partial per row group (as many groups as warps fit on the device at once, so the order is fixed per device and
+// build), then a reduction over the groups.
 size_t layernorm_backward_scratch_floats(int N, int C);
-void layernorm_backward_cuda(bf16* dinp, float* dw, float* db, float* scratch, const bf16* dout, const bf16* inp,
-                             const bf16* w, const float* mean, const float* rstd, int N, int C, cudaStream_t stream);
+void layernorm_backward_cuda(bf16* dinp, float* dw, float* db, float* dsum, float* scratch, const bf16* dout,
+                             const bf16* inp, const bf16* w, const float* mean, const float* rstd, int N, int C,
+                             bool accumulate, cudaStream_t stream);
 
 // db (OC) fp32 += Σ_n dout[n, :] (OC % 8 == 0), two fixed-order stages through scratch (bias_backward_scratch_floats).
 size_t bias_backward_scratch_floats(int N, int OC);
@@ -46,8 +51,11 @@ void bias_backward_cuda(float* db, float* scratch, const bf16* dout, int N, int 
 
 // Fused classifier on a chunk of rows: logits (rows, V) bf16 in place → softmax → cross-entropy. Writes
 // losses (rows) fp32 and, when write_dlogits, overwrites logits with (softmax − onehot(target)) · dloss.
+// When V % 8 == 0 and V <= classifier_resident_max_vocab(), each row is read once into shared memory (one block
+// per row) unless `resident` is false, which forces the two-pass kernel (kept for other V, and for the bench).
+constexpr int classifier_resident_max_vocab() { return 112 * 1024; }  // 224 KB of shared memory a row
 void classifier_cuda(bf16* logits, float* losses, const int32_t* targets, float dloss, bool write_dlogits, int rows,
-                     int V, cudaStream_t stream);
+                     int V, cudaStream_t stream, bool resident = true);
 
 // *accumulator += Σ values[0..n) in a fixed order (one block).
 void sum_accumulate_cuda(float* accumulator, const float* values, int n, cudaStream_t stream);

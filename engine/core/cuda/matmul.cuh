@@ -36,6 +36,8 @@ class Matmul {
   // dw (OC, C) fp32 += dout (N, OC)ᵀ · inp (N, C).
   void backward_weight(float* dw, const __nv_bfloat16* dout, const __nv_bfloat16* inp, int N, int C, int OC);
 
+  size_t workspace_bytes() const { return workspace_bytes_; }
+
  private:
   struct Gemm;
   void run(const Gemm& g);

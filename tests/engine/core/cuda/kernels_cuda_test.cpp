@@ -83,27 +83,58 @@ TEST(KernelsCuda, ResidualLayernormForward) {
   EXPECT_LT(rel_error(d_rstd.download(), rstd), kFp32Bound);
 }
 
-TEST(KernelsCuda, LayernormBackward) {
+struct LnBackwardCase {
+  int N, C;
+  bool accumulate, dsum;
+};
+
+class LayernormBackwardCuda : public ::testing::TestWithParam<LnBackwardCase> {};
+
+// More rows than any device's row groups, so warps loop; widths where some lanes hold no columns; dinp
+// accumulated or written; with and without the bias sum of the updated dinp.
+TEST_P(LayernormBackwardCuda, AgainstCpu) {
   GANTRY_REQUIRE_GPU();
-  Rng rng{4};
-  const int N = 1500, C = 64;  // more rows than the first stage's row groups
-  auto inp = round_bf16(random_floats(rng, N * C, 2.0)), w = round_bf16(random_floats(rng, C));
-  auto b = random_floats(rng, C), dout = round_bf16(random_floats(rng, N * C));
-  auto dinp0 = round_bf16(random_floats(rng, N * C)), dw0 = random_floats(rng, C), db0 = random_floats(rng, C);
-  std::vector<float> out(N * C), mean(N), rstd(N);
+  const auto [N, C, accumulate, with_dsum] = GetParam();
+  Rng rng{static_cast<uint64_t>(4 + N + C)};
+  auto inp = round_bf16(random_floats(rng, static_cast<size_t>(N) * C, 2.0)), w = round_bf16(random_floats(rng, C));
+  auto b = random_floats(rng, C), dout = round_bf16(random_floats(rng, static_cast<size_t>(N) * C));
+  auto dinp0 = round_bf16(random_floats(rng, static_cast<size_t>(N) * C));
+  auto dw0 = random_floats(rng, C), db0 = random_floats(rng, C), ds0 = random_floats(rng, C);
+  std::vector<float> out(static_cast<size_t>(N) * C), mean(N), rstd(N);
   layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
   DeviceBuffer<bf16> d_dinp(to_bf16(dinp0)), d_dout(to_bf16(dout)), d_inp(to_bf16(inp)), d_w(to_bf16(w));
-  DeviceBuffer<float> d_dw(dw0), d_db(db0), d_mean(mean), d_rstd(rstd),
+  DeviceBuffer<float> d_dw(dw0), d_db(db0), d_ds(ds0), d_mean(mean), d_rstd(rstd),
       d_scratch(layernorm_backward_scratch_floats(N, C));
-  layernorm_backward_cuda(d_dinp.get(), d_dw.get(), d_db.get(), d_scratch.get(), d_dout.get(), d_inp.get(), d_w.get(),
-                          d_mean.get(), d_rstd.get(), N, C, nullptr);
-  std::vector<float> dinp = dinp0, dw = dw0, db = db0;
+  if (!accumulate) d_dinp.poison();
+  layernorm_backward_cuda(d_dinp.get(), d_dw.get(), d_db.get(), with_dsum ? d_ds.get() : nullptr, d_scratch.get(),
+                          d_dout.get(), d_inp.get(), d_w.get(), d_mean.get(), d_rstd.get(), N, C, accumulate,
+                          nullptr);
+  std::vector<float> dinp(dinp0.size(), 0.0f), dw = dw0, db = db0;
+  if (accumulate) dinp = dinp0;
   layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), mean.data(), rstd.data(),
                      N, C);
-  EXPECT_LT(rel_error(to_float(d_dinp.download()), dinp), kBf16Bound);
+  const std::vector<float> got = to_float(d_dinp.download());
+  EXPECT_LT(rel_error(got, dinp), kBf16Bound);
   EXPECT_LT(rel_error(d_dw.download(), dw), kFp32Bound);
   EXPECT_LT(rel_error(d_db.download(), db), kFp32Bound);
+  std::vector<float> ds = ds0;  // Σ of the stored (bf16) dinp: the GPU's own output is the reference's input
+  for (int n = 0; n < N; ++n)
+    for (int c = 0; c < C; ++c) ds[c] += got[static_cast<size_t>(n) * C + c];
+  if (with_dsum) {
+    EXPECT_LT(rel_error(d_ds.download(), ds), kFp32Bound);
+  } else {
+    EXPECT_EQ(d_ds.download(), ds0) << "dsum untouched without a pointer";
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(Shapes, LayernormBackwardCuda,
+                         ::testing::Values(LnBackwardCase{5000, 64, true, false}, LnBackwardCase{5000, 264, true, true},
+                                           LnBackwardCase{3000, 768, false, true},
+                                           LnBackwardCase{700, 1024, true, true}, LnBackwardCase{37, 96, false, false}),
+                         [](const ::testing::TestParamInfo<LnBackwardCase>& i) {
+                           return "N" + std::to_string(i.param.N) + "_C" + std::to_string(i.param.C) +
+                                  (i.param.accumulate ? "_acc" : "_write") + (i.param.dsum ? "_dsum" : "");
+                         });
 
 struct MatmulCase {
   int N, C, OC;
@@ -145,6 +176,7 @@ TEST_P(MatmulCuda, ForwardBackwardAgainstCpu) {
   mm.backward_weight(d_dw.get(), d_dout.get(), d_inp.get(), N, C, OC);
   EXPECT_LT(rel_error(d_dw.download(), dw), kFp32Bound) << "fp32 accumulation into the gradient";
 
+
   // DGELU epilogue: d(pre) = (dout·w) ⊙ gelu'(pre), with pre of shape (N, C).
   auto pre = round_bf16(random_floats(rng, static_cast<size_t>(N) * C));
   DeviceBuffer<bf16> d_pre_in(to_bf16(pre));
@@ -153,6 +185,7 @@ TEST_P(MatmulCuda, ForwardBackwardAgainstCpu) {
   std::vector<float> dgelu(dinp.size());
   gelu_backward(dgelu.data(), pre.data(), dinp.data(), dinp.size());
   EXPECT_LT(rel_error(to_float(d_dinp.download()), dgelu), kBf16Bound) << "DGELU epilogue";
+
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, MatmulCuda,
@@ -178,24 +211,48 @@ TEST(KernelsCuda, BiasBackward) {
   EXPECT_LT(rel_error(d_db.download(), ref), kFp32Bound);
 }
 
-TEST(KernelsCuda, ClassifierLossAndGradient) {
+struct ClassifierCase {
+  int rows, V;
+  bool resident;
+};
+
+class ClassifierCuda : public ::testing::TestWithParam<ClassifierCase> {};
+
+TEST_P(ClassifierCuda, LossAndGradient) {
   GANTRY_REQUIRE_GPU();
-  Rng rng{7};
-  const int rows = 33, V = 1003;
-  auto logits = round_bf16(random_floats(rng, rows * V, 4.0));
+  const auto [rows, V, resident] = GetParam();
+  Rng rng{static_cast<uint64_t>(7 + V)};
+  auto logits = round_bf16(random_floats(rng, static_cast<size_t>(rows) * V, 4.0));
   std::vector<int32_t> targets(rows);
   for (int32_t& t : targets) t = static_cast<int32_t>(rng.next_u64() % V);
+  targets[0] = V - 1;  // the last column, in the last (partial) vector of a thread
   const float dloss = 1.0f / rows;
-  DeviceBuffer<bf16> d_logits(to_bf16(logits));
-  DeviceBuffer<float> d_losses(rows);
-  DeviceBuffer<int32_t> d_targets(targets);
-  classifier_cuda(d_logits.get(), d_losses.get(), d_targets.get(), dloss, true, rows, V, nullptr);
-  std::vector<float> probs(rows * V), losses(rows), dlogits(rows * V);
-  softmax_crossentropy_forward(nullptr, probs.data(), losses.data(), logits.data(), targets.data(), rows, V);
-  softmax_crossentropy_backward(nullptr, dlogits.data(), probs.data(), targets.data(), dloss, rows, V);
-  EXPECT_LT(rel_error(d_losses.download(), losses), kFp32Bound);
-  EXPECT_LT(rel_error(to_float(d_logits.download()), dlogits), kBf16Bound);
+  for (bool write : {false, true}) {
+    DeviceBuffer<bf16> d_logits(to_bf16(logits));
+    DeviceBuffer<float> d_losses(rows);
+    DeviceBuffer<int32_t> d_targets(targets);
+    classifier_cuda(d_logits.get(), d_losses.get(), d_targets.get(), dloss, write, rows, V, nullptr, resident);
+    std::vector<float> probs(logits.size()), losses(rows), dlogits(logits.size());
+    softmax_crossentropy_forward(nullptr, probs.data(), losses.data(), logits.data(), targets.data(), rows, V);
+    softmax_crossentropy_backward(nullptr, dlogits.data(), probs.data(), targets.data(), dloss, rows, V);
+    EXPECT_LT(rel_error(d_losses.download(), losses), kFp32Bound);
+    const std::vector<float> got = to_float(d_logits.download());
+    if (write) {
+      EXPECT_LT(rel_error(got, dlogits), kBf16Bound);
+    } else {
+      EXPECT_EQ(got, logits) << "logits untouched without write_dlogits";
+    }
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(Shapes, ClassifierCuda,
+                         ::testing::Values(ClassifierCase{33, 1003, true}, ClassifierCase{17, 4000, true},
+                                           ClassifierCase{17, 4000, false}, ClassifierCase{5, 50304, true},
+                                           ClassifierCase{5, 50304, false}, ClassifierCase{3, 65536, true}),
+                         [](const ::testing::TestParamInfo<ClassifierCase>& i) {
+                           return "R" + std::to_string(i.param.rows) + "_V" + std::to_string(i.param.V) +
+                                  (i.param.resident ? "_resident" : "_twopass");
+                         });
 
 TEST(KernelsCuda, GlobalNormAndSum) {
   GANTRY_REQUIRE_GPU();
