@@ -203,7 +203,7 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
     float v[2] = {0.0f, opt.stop != nullptr && opt.stop->load() ? 1.0f : 0.0f};
     if (opt.control != nullptr && dims.rank == 0) v[0] = static_cast<float>(opt.control->poll());
     if (dp > 1) {
-      Status st = dist->dp->all_reduce(v, 2, comm_timeout);
+      Status st = dist->dp->all_reduce_host(v, 2, comm_timeout);
       if (!st.ok()) return st;
     }
     Decision d{.action = static_cast<TrainAction>(static_cast<int>(v[0])), .stop = v[1] > 0};

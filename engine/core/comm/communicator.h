@@ -72,6 +72,10 @@ class Communicator {
   virtual Status recv(float* data, size_t count, int peer, Timeout timeout) = 0;
   // Returns once every rank has entered the barrier.
   virtual Status barrier(Timeout timeout) = 0;
+  // all_reduce of a few values in host memory (decisions and statistics: stop flags, a loss), whatever
+  // memory the communicator's data lives in. Host communicators reduce in place; device ones stage the
+  // values through device memory.
+  virtual Status all_reduce_host(float* data, size_t count, Timeout timeout) { return all_reduce(data, count, timeout); }
 
   // Stream-ordered operations, for device communicators (NCCL): enqueue the collective on `stream` (a
   // cudaStream_t) behind what is already there and return at once, so a reduction overlaps the compute

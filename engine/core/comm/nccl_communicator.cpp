@@ -85,6 +85,7 @@ class NcclCommunicator final : public Communicator {
       abort_comm_locked();
     }
     if (scratch_) cudaFree(scratch_);
+    if (host_staging_) cudaFree(host_staging_);
     if (own_stream_) cudaStreamDestroy(stream_);
   }
 
@@ -170,6 +171,25 @@ class NcclCommunicator final : public Communicator {
       return invalid("recv", count, "peer " + std::to_string(peer));
     return run("recv", count, timeout,
                [&]() -> ncclResult_t { return ncclRecv(data, count, ncclFloat, peer, comm_, stream_); });
+  }
+
+  Status all_reduce_host(float* data, size_t count, Timeout timeout) override {
+    if (count > kHostStaging) return invalid("all_reduce_host", count, "more than " + std::to_string(kHostStaging) + " values");
+    if (host_staging_ == nullptr) {
+      if (cudaError_t e = cudaMalloc(&host_staging_, kHostStaging * sizeof(float)); e != cudaSuccess) {
+        return invalid("all_reduce_host", count, std::string("cudaMalloc: ") + cudaGetErrorString(e));
+      }
+    }
+    if (cudaError_t e = cudaMemcpyAsync(host_staging_, data, count * sizeof(float), cudaMemcpyHostToDevice, stream_);
+        e != cudaSuccess) {
+      return invalid("all_reduce_host", count, std::string("cudaMemcpyAsync: ") + cudaGetErrorString(e));
+    }
+    Status st = all_reduce(host_staging_, count, timeout);  // waits for the stream: the copy in is done too
+    if (!st.ok()) return st;
+    if (cudaError_t e = cudaMemcpy(data, host_staging_, count * sizeof(float), cudaMemcpyDeviceToHost); e != cudaSuccess) {
+      return invalid("all_reduce_host", count, std::string("cudaMemcpy: ") + cudaGetErrorString(e));
+    }
+    return {};
   }
 
   Status barrier(Timeout timeout) override {
@@ -323,6 +343,8 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t stream_;
   const bool own_stream_;
   float* scratch_;  // (1,) device float for barrier
+  static constexpr size_t kHostStaging = 256;
+  float* host_staging_ = nullptr;  // all_reduce_host's device copy, made on first use
 
   mutable std::mutex mu_;
   std::atomic<bool> aborted_{false};

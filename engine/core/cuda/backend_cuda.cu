@@ -18,7 +18,10 @@
 #include "engine/core/cuda/device.h"  // DeviceSensorMonitor
 #include "engine/core/cuda/kernels.cuh"
 #include "engine/core/cuda/matmul.cuh"
+#include "engine/core/comm/communicator.h"
+#include "engine/core/fatal.h"
 #include "engine/core/gpt.h"
+#include "engine/core/parallel/shard_plan.h"
 
 namespace gantry {
 namespace {
@@ -61,8 +64,16 @@ struct CapturedMicroBatch {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(const ModelConfig& m, int max_batch, bool graphs, bool deterministic)
-      : m_(m), max_batch_(max_batch), table_(gpt_param_table(m)), graphs_(graphs), deterministic_(deterministic) {
+  CudaBackend(const ModelConfig& m, int max_batch, bool graphs, bool deterministic, const CudaDataParallel& dp)
+      : m_(m),
+        max_batch_(max_batch),
+        table_(gpt_param_table(m)),
+        // The bucket reductions are issued by the host as the backward pass is enqueued; a graph replay
+        // would skip them, so data parallel runs launch kernels directly.
+        graphs_(graphs && (dp.comm == nullptr || dp.comm->size() == 1)),
+        deterministic_(deterministic),
+        dp_(dp.comm != nullptr && dp.comm->size() > 1 ? dp.comm : nullptr),
+        dp_timeout_(dp.timeout) {
     CUDA_CHECK(cudaGetDevice(&device_));
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     for (cudaEvent_t& e : upload_done_) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -72,6 +83,17 @@ class CudaBackend final : public Backend {
     allocate();
     build_adamw_chunks();
     layout_params();
+    if (dp_ != nullptr) {
+      plan_ = shard_plan_make(table_, dp_->size(), dp_->rank(), 0, dp.bucket_bytes);
+      CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
+      bucket_ready_.resize(plan_.buckets.size());
+      for (cudaEvent_t& e : bucket_ready_) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      CUDA_CHECK(cudaEventCreateWithFlags(&loss_ready_, cudaEventDisableTiming));
+      CUDA_CHECK(cudaEventCreateWithFlags(&comm_done_, cudaEventDisableTiming));
+      bucket_units_.assign(plan_.buckets.size(), 0);
+      for (int b : plan_.unit_bucket) ++bucket_units_[b];
+      bucket_done_.assign(plan_.buckets.size(), 0);
+    }
   }
 
   ~CudaBackend() override {
@@ -91,6 +113,13 @@ class CudaBackend final : public Backend {
     for (void* p : device_allocations_) cudaFree(p);
     for (void* p : host_allocations_) cudaFreeHost(p);
     for (cudaEvent_t e : upload_done_) cudaEventDestroy(e);
+    if (dp_ != nullptr) {
+      cudaStreamSynchronize(comm_stream_);
+      for (cudaEvent_t e : bucket_ready_) cudaEventDestroy(e);
+      cudaEventDestroy(loss_ready_);
+      cudaEventDestroy(comm_done_);
+      cudaStreamDestroy(comm_stream_);
+    }
     cudaStreamDestroy(stream_);
   }
 
@@ -100,6 +129,9 @@ class CudaBackend final : public Backend {
   void forward_backward(const int32_t* inputs, const int32_t* targets, int B, float grad_scale) override {
     upload(inputs, targets, B, true);
     tokens_ += static_cast<int64_t>(B) * m_.seq_len;
+    // Data parallel: the last micro-batch of the step reduces each bucket as its backward fills it.
+    reducing_ = dp_ != nullptr && micro_in_step_ == micro_batches_ - 1;
+    std::fill(bucket_done_.begin(), bucket_done_.end(), 0);
     const MicroEvents& ev = micro_events(micro_in_step_++);
     if (!graphs_) {
       micro_batch(B, grad_scale, ev);
@@ -146,10 +178,26 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaMemsetAsync(loss_sum_, 0, sizeof(float), stream_));
     tokens_ = 0;
     micro_in_step_ = 0;
+    micro_batches_ = 1;
     optimizer_timed_ = false;
   }
 
+  void begin_step(int micro_batches) override {
+    zero_grads();
+    micro_batches_ = std::max(1, micro_batches);
+  }
+
   void optimizer_step(const AdamWStep& s) override {
+    if (dp_ != nullptr) {
+      // The loss sum joins the bucket reductions on the communication stream (one NCCL stream per
+      // communicator keeps every rank's operations in one order); the update waits for all of them. What
+      // the backward pass did not hide shows as the gap between its end and opt_begin_.
+      CUDA_CHECK(cudaEventRecord(loss_ready_, stream_));
+      CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, loss_ready_));
+      check(dp_->all_reduce_enqueue(loss_sum_, 1, comm_stream_));
+      CUDA_CHECK(cudaEventRecord(comm_done_, comm_stream_));
+      CUDA_CHECK(cudaStreamWaitEvent(stream_, comm_done_));
+    }
     CUDA_CHECK(cudaEventRecord(opt_begin_, stream_));
     global_norm_cuda(norm_, scratch_, grads_, table_.numel(), stream_);
     const float c1 = static_cast<float>(1.0 - std::pow(s.beta1, static_cast<double>(s.step)));
@@ -165,9 +213,12 @@ class CudaBackend final : public Backend {
   StepStats step_stats() override {
     CUDA_CHECK(cudaMemcpyAsync(&host_stats_[0], loss_sum_, sizeof(float), cudaMemcpyDeviceToHost, stream_));
     CUDA_CHECK(cudaMemcpyAsync(&host_stats_[1], norm_, sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    // A collective that never finishes (a dead peer) must fail at the timeout, not hang in a stream wait.
+    if (dp_ != nullptr) check(dp_->sync(stream_, dp_timeout_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     StepStats s;
-    s.loss = tokens_ ? host_stats_[0] / static_cast<double>(tokens_) : 0.0;
+    const double tokens = static_cast<double>(tokens_) * (dp_ != nullptr ? dp_->size() : 1);  // equal shares
+    s.loss = tokens_ ? host_stats_[0] / tokens : 0.0;
     s.grad_norm = host_stats_[1];
     s.updated = std::isfinite(s.grad_norm);
     read_phase_times();  // every event is complete now: no further wait
@@ -175,6 +226,12 @@ class CudaBackend final : public Backend {
   }
 
   PhaseTimes phase_times() const override { return phases_; }
+
+  // Every rank holds every element; under data parallelism rank 0 alone writes them into checkpoints.
+  std::vector<FlatRange> written_ranges(StateBuffer which) const override {
+    if (which == StateBuffer::kGrads || (dp_ != nullptr && dp_->rank() != 0)) return {};
+    return {{0, table_.numel()}};
+  }
 
   DeviceHealth device_health() override {
     // Memory is this backend's own accounting (every cudaMalloc it made, the cuBLASLt workspace included), not
@@ -286,6 +343,9 @@ class CudaBackend final : public Backend {
       follows(e.end);
       phases_.forward_s += ms(e.begin, e.mid) * 1e-3;
       phases_.backward_s += ms(e.mid, e.end) * 1e-3;
+    }
+    if (dp_ != nullptr && micro_in_step_ > 0 && optimizer_timed_) {
+      phases_.comm_exposed_s = ms(micro_events_[micro_in_step_ - 1].end, opt_begin_) * 1e-3;
     }
     if (optimizer_timed_) {
       follows(opt_begin_);
@@ -537,6 +597,7 @@ class CudaBackend final : public Backend {
     float* top_bias = L > 0 ? block_grads_[L - 1].fcproj_b : nullptr;
     layernorm_backward_cuda(dres_, dlnf_w_, dlnf_b_, top_bias, scratch_, dln_, top, lnf_w_, lnf_mean_, lnf_rstd_, N, C,
                             false, stream_);
+    unit_done(L + 1);  // the final norm
     for (int l = L - 1; l >= 0; --l) {
       const BlockParams& p = block_params_[l];
       const BlockGrads& g = block_grads_[l];
@@ -562,10 +623,28 @@ class CudaBackend final : public Backend {
       float* below_bias = l > 0 ? block_grads_[l - 1].fcproj_b : nullptr;
       layernorm_backward_cuda(dres_, g.ln1_w, g.ln1_b, below_bias, scratch_, dln_, residual, p.ln1_w, a.ln1_mean,
                               a.ln1_rstd, N, C, true, stream_);
+      unit_done(1 + l);  // block l's gradients are complete (block l + 1 wrote its MLP projection bias's)
     }
     // A fixed grid of N buckets (the most a batch can have; spare ones are empty) keeps this launch the
     // same for every batch of a shape, as graph replay needs.
     encoder_backward_cuda(dwte_, dwpe_, dres_, bucket_token_, bucket_start_, positions_, N, B, T, C, stream_);
+    unit_done(0);  // the embeddings: the classifier wrote wte's gradient first, the encoder last
+  }
+
+  // Data parallel: when a unit completes its bucket on the last micro-batch, the communication stream waits
+  // for the compute stream to get there and all-reduces the bucket, while the compute stream goes on with
+  // the layers below (whose gradients live in other buckets).
+  void unit_done(int unit) {
+    if (!reducing_) return;
+    const int b = plan_.unit_bucket[unit];
+    if (++bucket_done_[b] < bucket_units_[b]) return;
+    CUDA_CHECK(cudaEventRecord(bucket_ready_[b], stream_));
+    CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, bucket_ready_[b]));
+    check(dp_->all_reduce_enqueue(grads_ + plan_.buckets[b].offset, plan_.buckets[b].count, comm_stream_));
+  }
+
+  static void check(const Status& st) {
+    if (!st.ok()) fatal_error(__FILE__, __LINE__, st.message());
   }
 
   ModelConfig m_;
@@ -617,12 +696,25 @@ class CudaBackend final : public Backend {
   float* host_stats_ = nullptr;
   std::vector<int32_t> token_count_;
   int64_t tokens_ = 0;
+
+  // Data parallel (ZeRO 0): every rank holds everything; gradients are all-reduced bucket by bucket.
+  Communicator* dp_ = nullptr;
+  std::chrono::milliseconds dp_timeout_{0};
+  ShardPlan plan_;
+  cudaStream_t comm_stream_ = nullptr;
+  std::vector<cudaEvent_t> bucket_ready_;
+  cudaEvent_t loss_ready_ = nullptr, comm_done_ = nullptr;
+  std::vector<int> bucket_units_, bucket_done_;
+  int micro_batches_ = 1;
+  bool reducing_ = false;
+
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> backend_cuda_create(const ModelConfig& m, int max_batch, bool graphs, bool deterministic) {
-  return std::make_unique<CudaBackend>(m, max_batch, graphs, deterministic);
+std::unique_ptr<Backend> backend_cuda_create(const ModelConfig& m, int max_batch, bool graphs, bool deterministic,
+                                            const CudaDataParallel& dp) {
+  return std::make_unique<CudaBackend>(m, max_batch, graphs, deterministic, dp);
 }
 
 }  // namespace gantry

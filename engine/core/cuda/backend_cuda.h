@@ -1,6 +1,7 @@
 // The CUDA backend's factory. No CUDA types here: callers include this from plain C++.
 #pragma once
 
+#include <chrono>
 #include <memory>
 
 #include "engine/core/backend.h"
@@ -11,6 +12,15 @@ namespace gantry {
 // All memory, activations included, is allocated here for micro-batches of up to max_batch sequences.
 // With `graphs`, each micro-batch shape is captured once as a CUDA graph and replayed. Without
 // `deterministic`, the attention backward may add dQ with floating-point atomics (faster, not bit-stable).
-std::unique_ptr<Backend> backend_cuda_create(const ModelConfig& m, int max_batch, bool graphs, bool deterministic);
+// Data parallel over NCCL (ZeRO 0: every rank holds everything): the dp communicator (null or size 1: one
+// GPU), the gradient bucket size and the collectives' timeout. Buckets are all-reduced on a stream of their
+// own as the backward pass completes them (parallel/shard_plan.h). CUDA graphs are off in data parallel runs.
+struct CudaDataParallel {
+  Communicator* comm = nullptr;
+  size_t bucket_bytes = size_t{25} << 20;
+  std::chrono::milliseconds timeout{std::chrono::seconds(120)};
+};
+std::unique_ptr<Backend> backend_cuda_create(const ModelConfig& m, int max_batch, bool graphs, bool deterministic,
+                                            const CudaDataParallel& dp = {});
 
 }  // namespace gantry

@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""Data-parallel scaling of gantry-engine on one GPU machine: GPT-2 124M (or 350M) trained with
+`gantry-engine run --nproc N` for N in --gpus, micro-batch 32 per GPU (weak scaling: global batch 32 x N),
+on the built-in synthetic corpus. Prints one JSON line per N with the median tokens/s over the timed steps
+and the scaling efficiency against N = 1 (tokens/s at N / (N x tokens/s at 1)).
+
+  python3 tests/bench/dp_scaling.py --engine build/app/gantry-engine --gpus 1 2 [--zero 0] [--steps 30]
+
+Run it in the same device call as `torchrun --nproc_per_node N ../shared/bench/torch_gpt2.py --ddp 1` so
+the two efficiencies come from the same card and minutes.
+"""
+import argparse, json, os, statistics, subprocess, sys, tempfile
+
+MODELS = {
+    "124m": dict(n_layer=12, n_head=12, n_embd=768, micro=32),
+    "350m": dict(n_layer=24, n_head=16, n_embd=1024, micro=16),
+}
+
+
+def config_text(model, nproc, steps, micro):
+    m = MODELS[model]
+    return f"""
+[model]
+n_layer = {m['n_layer']}
+n_head = {m['n_head']}
+n_embd = {m['n_embd']}
+vocab_size = 50304
+seq_len = 1024
+
+[optim]
+lr = 6e-4
+min_lr = 6e-5
+warmup_steps = 10
+
+[train]
+global_batch = {micro * nproc}
+micro_batch = {micro}
+max_steps = {steps}
+checkpoint_every = 0
+val_every = 0
+backend = "cuda"
+
+[data]
+kind = "synthetic"
+synthetic_branching = 4
+synthetic_train_tokens = 4194304
+synthetic_val_tokens = 65536
+"""
+
+
+def run(engine, model, nproc, zero, steps, warmup, micro, work):
+    cfg = os.path.join(work, f"{model}_n{nproc}_z{zero}.toml")
+    with open(cfg, "w") as f:
+        f.write(config_text(model, nproc, steps, micro))
+    out = os.path.join(work, f"run_{model}_n{nproc}_z{zero}")
+    cmd = [engine, "run", "--nproc", str(nproc), "--zero", str(zero), "--config", cfg, "--out", out, "--json"]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.stderr.write(p.stderr[-4000:])
+        return {"nproc": nproc, "zero": zero, "error": f"exit {p.returncode}"}
+    steps_seen = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{") and '"step"' in l and "event" not in l]
+    timed = [s for s in steps_seen if s["step"] > warmup]
+    tps = statistics.median(s["tokens_per_s"] for s in timed)
+    ms = statistics.median(s["ms"] for s in timed)
+    return {"nproc": nproc, "zero": zero, "model": model, "tokens_per_s": round(tps), "step_ms": round(ms, 2),
+            "timed_steps": len(timed)}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--engine", default="build/app/gantry-engine")
+    ap.add_argument("--gpus", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--zero", type=int, default=0)
+    ap.add_argument("--model", default="124m", choices=sorted(MODELS))
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=10)
+    a = ap.parse_args()
+    micro = MODELS[a.model]["micro"]
+    with tempfile.TemporaryDirectory() as work:
+        base = None
+        for n in a.gpus:
+            r = run(a.engine, a.model, n, a.zero, a.steps, a.warmup, micro, work)
+            if "tokens_per_s" in r:
+                if n == 1:
+                    base = r["tokens_per_s"]
+                if base:
+                    r["scaling_efficiency"] = round(r["tokens_per_s"] / (n * base), 4)
+            print(json.dumps(r), flush=True)
+
+
+if __name__ == "__main__":
+    main()
