@@ -19,5 +19,8 @@ void data_command_add(CLI::App& app, int* exit_code);
 void plan_command_add(CLI::App& app, int* exit_code);
 void run_command_add(CLI::App& app, int* exit_code);     // the local launcher (gang of workers)
 void worker_command_add(CLI::App& app, int* exit_code);  // one rank, as run (or torchrun/srun) starts it
+// The control plane (built where cpp-httplib, libcurl and SQLite are: GANTRY_HAVE_CONTROL).
+void cluster_commands_add(CLI::App& app, int* exit_code);  // coordinator, agent, up, down
+void ctl_command_add(CLI::App& app, int* exit_code);       // the API from a terminal
 
 }  // namespace gantry

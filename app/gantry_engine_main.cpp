@@ -1,6 +1,6 @@
 // gantry-engine: the headless engine. Subcommands: train (one process), run (N worker processes, data
 // parallel), worker (one rank, as run or torchrun/srun starts it), data (make token shards), plan (the
-// what-if planner).
+// what-if planner), and the control plane where it is built: coordinator, agent, up, down, ctl.
 #include <CLI/CLI.hpp>
 
 #include "app/commands.h"
@@ -16,6 +16,10 @@ int main(int argc, char** argv) {
   gantry::worker_command_add(app, &exit_code);
   gantry::data_command_add(app, &exit_code);
   gantry::plan_command_add(app, &exit_code);
+#ifdef GANTRY_HAVE_CONTROL
+  gantry::cluster_commands_add(app, &exit_code);
+  gantry::ctl_command_add(app, &exit_code);
+#endif
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -174,9 +174,10 @@ int run_main(const RunArgs& a) {
                              .message = r.error});
     history.ingest(failed);
   }
-  history.finish(r.code == 0 || r.interrupted, r.interrupted, r.code == 0 ? "" : r.error);
+  const bool stopped = r.interrupted || r.stopped;  // by Ctrl-C, or an operator's stop action
+  history.finish(r.code == 0 || stopped, stopped, r.code == 0 ? "" : r.error);
 #endif
-  if (r.interrupted) {
+  if (r.interrupted || r.stopped) {
     // Rank 0's goodbye says where it stopped and which checkpoint holds it.
     std::fprintf(stderr, "gantry-engine run: %s\n",
                  r.final_message.empty() ? "stopped by a signal" : r.final_message.c_str());

@@ -42,7 +42,7 @@ inline constexpr uint32_t kFrameMaxPayload = 16u << 20;
 // Every frame type the project sends, in one place so two subsystems never pick the same number.
 // 0x10-0x1f: the rendezvous store (store_server.h describes the payloads). 0x20-0x3f: the worker
 // runtime (engine/core/worker/worker_frames.h describes the payloads; docs/COMM.md has the tables):
-// 0x20-0x2f worker -> launcher, 0x30-0x3f launcher -> worker (commands; none yet). 0x40- for later use.
+// 0x20-0x2f worker -> launcher, 0x30-0x3f launcher -> worker (commands). 0x40- for later use.
 enum class FrameType : uint8_t {
   store_set = 0x10,
   store_get = 0x11,
@@ -54,6 +54,7 @@ enum class FrameType : uint8_t {
   worker_records = 0x21,  // a telemetry RecordBatch (record_codec.h): this rank's step, rank 0's global step
   worker_exit = 0x22,     // the worker's final status and message, sent just before it exits
   worker_run = 0x23,      // rank 0, once before the first step: what the run is (for the history)
+  worker_command = 0x30,  // launcher -> worker: an operator action (checkpoint, pause, resume, stop)
 };
 
 // Why a frame operation failed; the Status message says the same in words.

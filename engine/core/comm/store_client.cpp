@@ -19,6 +19,10 @@ using Clock = std::chrono::steady_clock;
 // client waits a little longer so that answer, not a bare local timeout, is what the caller sees.
 constexpr std::chrono::milliseconds kReplyGrace{500};
 
+// frame.h: 0x30-0x3f travel launcher -> worker unasked.
+constexpr uint8_t kFirstCommandType = 0x30;
+constexpr uint8_t kLastCommandType = 0x3f;
+
 uint32_t wait_ms_of(std::chrono::milliseconds timeout) {
   return static_cast<uint32_t>(std::clamp<int64_t>(timeout.count(), 1, UINT32_MAX));
 }
@@ -54,6 +58,10 @@ Result<Frame> StoreClient::request(FrameType type, uint64_t id, std::span<const 
     }
     if (next.value()) {
       Frame f = std::move(*next.value());
+      if (f.type >= kFirstCommandType && f.type <= kLastCommandType) {
+        unsolicited_.push_back(std::move(f));  // a command, not our reply: kept for take_frames()
+        continue;
+      }
       StoreReader in(f.payload.data(), f.payload.size());
       uint64_t reply_id = in.u64();
       if (!in.ok() || (f.type != static_cast<uint8_t>(FrameType::store_ok) &&
@@ -159,6 +167,52 @@ Status StoreClient::send(FrameType type, std::span<const uint8_t> payload,
     broken_ = sent.message();
     return Status::error("store send: " + sent.message());
   }
+  return Status();
+}
+
+bool StoreClient::read_available() {
+  for (;;) {
+    uint8_t buf[4096];
+    ssize_t r = ::recv(fd_, buf, sizeof buf, MSG_DONTWAIT);
+    if (r > 0) {
+      decoder_.feed(buf, static_cast<size_t>(r));
+      continue;
+    }
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+    broken_ = r == 0 ? "peer closed (the launcher's end of the socket is gone)"
+                     : std::string("peer closed (") + std::strerror(errno) + ")";
+    return false;
+  }
+}
+
+Status StoreClient::take_frames(std::vector<Frame>* out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto hand_out = [&] {
+    for (Frame& f : unsolicited_) out->push_back(std::move(f));
+    unsolicited_.clear();
+  };
+  if (!broken_.empty()) {
+    hand_out();  // what arrived before the break still counts
+    return Status::error("store connection unusable: " + broken_);
+  }
+  const bool open = read_available();
+  for (;;) {
+    Result<std::optional<Frame>> next = decoder_.next();
+    if (!next.ok()) {
+      broken_ = next.error();
+      break;
+    }
+    if (!next.value()) break;
+    Frame f = std::move(*next.value());
+    if (f.type >= kFirstCommandType && f.type <= kLastCommandType) {
+      unsolicited_.push_back(std::move(f));
+    }
+    // Anything else here is a late store reply to a request an earlier call gave up on: dropped, as
+    // request() drops it.
+  }
+  hand_out();
+  if (!open || !broken_.empty()) return Status::error("store connection unusable: " + broken_);
   return Status();
 }
 

@@ -9,7 +9,8 @@
 // One request at a time per socket (a mutex serialises callers). The worker runtime multiplexes the same
 // socket with one-way frames to the launcher (send(): hello, step records, exit); the mutex serialises
 // them with the requests, so a frame never lands inside another. The store client stays the socket's
-// only reader: the launcher sends nothing unasked yet (commands, later, will need a reader of their own).
+// only reader: the launcher's commands (frame.h 0x30-0x3f) that arrive while a request waits for its reply
+// are kept, and take_frames() hands them out, with any that arrived since, without blocking.
 #pragma once
 
 #include <chrono>
@@ -41,6 +42,11 @@ class StoreClient {
   // confuse request().
   Status send(FrameType type, std::span<const uint8_t> payload, std::chrono::milliseconds timeout);
 
+  // Moves the unsolicited frames (types 0x30-0x3f: commands from the launcher) received so far into *out,
+  // in arrival order, reading what the socket holds without waiting. Fails once the connection is broken
+  // (the launcher is gone), like every other call.
+  Status take_frames(std::vector<Frame>* out);
+
   int fd() const { return fd_; }
 
  private:
@@ -55,6 +61,10 @@ class StoreClient {
   FrameDecoder decoder_;
   // After the server closed the socket or sent garbage, every later call fails with the first cause.
   std::string broken_;
+  // Commands that arrived while a request waited for its reply, until take_frames().
+  std::vector<Frame> unsolicited_;
+  // Reads whatever the socket holds into the decoder without blocking; false (broken_ set) at its end.
+  bool read_available();
 };
 
 // Request ids come from one process-wide counter so two StoreClients on the same socket (one per

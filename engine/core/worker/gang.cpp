@@ -16,6 +16,7 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <utility>  // std::exchange
 
 #include "engine/core/comm/store_server.h"
 #include "engine/core/worker/worker_runtime.h"  // the worker's exit codes
@@ -40,7 +41,8 @@ constexpr auto kPoll = 50ms;
 // Variables the launcher sets itself: an inherited value would contradict the worker's place in the gang.
 const char* const kOwnVariables[] = {
     "RANK",        "WORLD_SIZE",      "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-    "MASTER_PORT", "GANTRY_STORE_FD", "GROUP_RANK", "ROLE_RANK",        "TORCHELASTIC_RUN_ID"};
+    "MASTER_PORT", "GANTRY_STORE_FD", "GROUP_RANK", "ROLE_RANK",        "TORCHELASTIC_RUN_ID",
+    "GANTRY_RENDEZVOUS"};
 
 // Why a gang failed, in the order of how likely each is to be the root cause when several show up in the
 // same round: a rank killed by a signal takes its peers down with "peer closed" errors, not the reverse.
@@ -156,9 +158,21 @@ std::vector<std::string> gang_cuda_devices() {
   return out;
 }
 
+void GangCommands::send(int rank, WorkerCommand command) {
+  std::lock_guard<std::mutex> lock(mu_);
+  queue_.emplace_back(rank, std::move(command));
+}
+
+std::vector<std::pair<int, WorkerCommand>> GangCommands::take() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::exchange(queue_, {});
+}
+
 GangResult gang_run(const GangOptions& o) {
   GangResult res;
   const int n = o.nproc;
+  const int base = o.first_rank;            // global rank of local worker 0
+  const int world = o.world > 0 ? o.world : n;
   std::vector<Slot> slots(static_cast<size_t>(std::max(n, 0)));
   std::map<int, int> rank_of_client;
   std::optional<Failure> failure;
@@ -176,11 +190,11 @@ GangResult gang_run(const GangOptions& o) {
       case FrameType::worker_hello: {
         Result<WorkerHello> h = worker_hello_decode(payload);
         if (!h.ok()) return round.push_back({rank, Cause::protocol, h.error()});
-        if (h->rank != rank || h->world != n) {
+        if (h->rank != base + rank || h->world != world) {
           return round.push_back({rank, Cause::protocol,
                                   "its hello says rank " + std::to_string(h->rank) + " of " +
                                       std::to_string(h->world) + ", but it was started as rank " +
-                                      std::to_string(rank) + " of " + std::to_string(n) +
+                                      std::to_string(base + rank) + " of " + std::to_string(world) +
                                       " (is RANK or WORLD_SIZE overridden?)"});
         }
         s.w.joined = true;
@@ -194,7 +208,7 @@ GangResult gang_run(const GangOptions& o) {
         if (!record_batch_decode(f.payload.data(), f.payload.size(), &batch, &error)) {
           return round.push_back({rank, Cause::protocol, "bad step records: " + error});
         }
-        if (o.on_records) o.on_records(rank, batch);
+        if (o.on_records) o.on_records(base + rank, batch);
         return;
       }
       case FrameType::worker_exit: {
@@ -207,7 +221,7 @@ GangResult gang_run(const GangOptions& o) {
       case FrameType::worker_run: {
         Result<WorkerRun> r = worker_run_decode(payload);
         if (!r.ok()) return round.push_back({rank, Cause::protocol, r.error()});
-        if (o.on_run) o.on_run(rank, r.value());
+        if (o.on_run) o.on_run(base + rank, r.value());
         return;
       }
       default:
@@ -262,8 +276,8 @@ GangResult gang_run(const GangOptions& o) {
       break;
     }
     std::vector<std::string> env_s = base_env;
-    env_s.push_back("RANK=" + std::to_string(r));
-    env_s.push_back("WORLD_SIZE=" + std::to_string(n));
+    env_s.push_back("RANK=" + std::to_string(base + r));
+    env_s.push_back("WORLD_SIZE=" + std::to_string(world));
     env_s.push_back("LOCAL_RANK=" + std::to_string(r));
     env_s.push_back("LOCAL_WORLD_SIZE=" + std::to_string(n));
     env_s.push_back("MASTER_ADDR=127.0.0.1");
@@ -306,12 +320,12 @@ GangResult gang_run(const GangOptions& o) {
       break;
     }
     Slot& s = slots[static_cast<size_t>(r)];
-    s.w.rank = r;
+    s.w.rank = base + r;
     s.w.pid = pid;
     s.alive = true;
-    s.client = server.add_client(sp[0], "rank " + std::to_string(r));
+    s.client = server.add_client(sp[0], "rank " + std::to_string(base + r));
     rank_of_client[s.client] = r;
-    if (o.on_spawn) o.on_spawn(r, pid);
+    if (o.on_spawn) o.on_spawn(base + r, pid);
   }
 
   // ---- watch ----------------------------------------------------------------------------------------------
@@ -334,6 +348,15 @@ GangResult gang_run(const GangOptions& o) {
   if (failure) begin_stop(o.fail_grace);
 
   while (alive_count() > 0) {
+    if (o.commands != nullptr) {
+      for (auto& [rank, command] : o.commands->take()) {
+        const int local = rank - base;
+        if (local < 0 || local >= n || !slots[static_cast<size_t>(local)].alive) continue;  // gone: moot
+        // Queued on the worker's socket; a worker that has gone is reported by take_gone, not here.
+        (void)server.send(slots[static_cast<size_t>(local)].client,
+                          static_cast<uint8_t>(FrameType::worker_command), worker_command_encode(command));
+      }
+    }
     if (Status st = server.poll_once(kPoll); !st.ok()) {
       // poll(2) itself failed: nothing more can be served. Stop the gang rather than spin.
       if (!failure) failure = Failure{-1, Cause::spawn, "the launcher's poll loop failed: " + st.message()};
@@ -358,17 +381,21 @@ GangResult gang_run(const GangOptions& o) {
         s.w.code = s.w.exited ? WEXITSTATUS(status) : -1;
         s.w.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
         if (stopping) continue;  // on its way out because the launcher said so
+        const int local = s.w.rank - base;
         if (!s.w.exited) {
-          round.push_back({s.w.rank, Cause::signal, ""});
+          round.push_back({local, Cause::signal, ""});
+        } else if (s.w.code == kWorkerExitInterrupted && s.w.said_goodbye && s.w.joined) {
+          res.stopped = true;  // an operator's stop action: the gang stops together at one boundary
         } else if (s.w.code != 0 || !s.w.joined) {
-          round.push_back({s.w.rank, s.w.said_goodbye ? Cause::failed : Cause::crashed, ""});
+          round.push_back({local, s.w.said_goodbye ? Cause::failed : Cause::crashed, ""});
         }
       } else if (got < 0 && errno == ECHILD) {
         s.alive = false;  // reaped elsewhere (a caller's SIGCHLD handler): gone all the same
       } else if (!stopping) {
-        if (!s.w.joined && now - started >= o.join_timeout) round.push_back({s.w.rank, Cause::no_join, ""});
+        if (!s.w.joined && now - started >= o.join_timeout)
+          round.push_back({s.w.rank - base, Cause::no_join, ""});
         if (s.gone_at && now - *s.gone_at >= kGoneGrace)
-          round.push_back({s.w.rank, Cause::closed, s.gone_reason});
+          round.push_back({s.w.rank - base, Cause::closed, s.gone_reason});
       }
     }
     if (!round.empty()) {
@@ -407,17 +434,17 @@ GangResult gang_run(const GangOptions& o) {
   if (!slots.empty() && slots[0].w.said_goodbye) res.final_message = slots[0].w.goodbye.message;
   if (failure) {
     const Failure& f = *failure;
-    res.failed_rank = f.rank;
+    res.failed_rank = f.rank < 0 ? -1 : base + f.rank;
     res.code = kWorkerExitFailed;
     if (f.rank < 0) {
       res.error = "cannot start the gang: " + f.detail;
     } else {
       const GangWorker& w = slots[static_cast<size_t>(f.rank)].w;
-      std::string who = "rank " + std::to_string(f.rank) + " (pid " + std::to_string(w.pid) + ")";
+      std::string who = "rank " + std::to_string(w.rank) + " (pid " + std::to_string(w.pid) + ")";
       std::string goodbye = w.said_goodbye && !w.goodbye.message.empty() ? ": " + w.goodbye.message : "";
       switch (f.cause) {
         case Cause::spawn:
-          res.error = "cannot start rank " + std::to_string(f.rank) + ": " + f.detail;
+          res.error = "cannot start rank " + std::to_string(base + f.rank) + ": " + f.detail;
           break;
         case Cause::signal:
           res.error = who + " was killed by " + signal_name(w.signal) + " (signal " +
@@ -442,12 +469,12 @@ GangResult gang_run(const GangOptions& o) {
           break;
       }
       int others = 0;
-      for (const Slot& s : slots) others += s.w.rank != f.rank && s.w.pid > 0;
+      for (const Slot& s : slots) others += s.w.rank != w.rank && s.w.pid > 0;
       if (others > 0)
         res.error += "; the other " + std::to_string(others) + (others == 1 ? " rank was" : " ranks were") +
                      " stopped";
     }
-  } else if (res.interrupted) {
+  } else if (res.interrupted || res.stopped) {
     res.code = kWorkerExitInterrupted;
   }
   return res;

@@ -22,6 +22,15 @@
 //   if (r.code != 0) fprintf(stderr, "%s\n", r.error.c_str());   // "rank 2 (pid 4711) was killed by signal 9
 //   ..."
 //
+// Operator actions for a running gang: send() from any thread; the launcher's loop delivers each as a
+// worker_command frame (worker_frames.h) within one poll interval (50 ms). Actions go to rank 0, whose
+// TrainControl decides for the whole gang (train.h); sending to another rank is allowed but has no effect
+// there.
+//
+//   GangCommands commands;
+//   g.commands = &commands;
+//   ... from another thread: commands.send(0, {.action = TrainAction::pause, .id = 7, .from = "ctl"});
+//
 // The calling process must not have initialised CUDA (CUDA does not survive fork): count devices with
 // gang_cuda_devices(), which does not.
 #pragma once
@@ -30,6 +39,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -39,8 +49,24 @@
 
 namespace gantry {
 
+class GangCommands {
+ public:
+  // Queues a command for `rank` (a global rank: first_rank .. first_rank + nproc - 1 of the gang).
+  void send(int rank, WorkerCommand command);
+  // The launcher's side: everything queued so far, in order.
+  std::vector<std::pair<int, WorkerCommand>> take();
+
+ private:
+  std::mutex mu_;
+  std::vector<std::pair<int, WorkerCommand>> queue_;
+};
+
 struct GangOptions {
   int nproc = 1;
+  // A node agent's share of a larger job: these nproc workers are global ranks first_rank .. first_rank +
+  // nproc - 1 of `world` (0 = nproc), with LOCAL_RANK 0 .. nproc - 1. gantry-engine run leaves both alone.
+  int first_rank = 0;
+  int world = 0;
   std::string exe = "/proc/self/exe";  // the worker binary; this one by default
   std::vector<std::string> args;       // argv after argv[0], e.g. {"worker", "--config", path}
   std::vector<std::pair<std::string, std::string>> env;  // extra variables for every worker
@@ -55,6 +81,7 @@ struct GangOptions {
   const std::atomic<bool>* stop = nullptr;  // set by the caller's signal handler
   // Set by the caller on a second Ctrl-C: the operator will not wait out the grace period; SIGKILL now.
   const std::atomic<bool>* kill_now = nullptr;
+  GangCommands* commands = nullptr;  // operator actions to deliver; may be null
 
   // Called on the calling thread, from inside the loop.
   std::function<void(int rank, int64_t pid)> on_spawn;
@@ -64,7 +91,7 @@ struct GangOptions {
 };
 
 struct GangWorker {
-  int rank = 0;
+  int rank = 0;  // global rank
   int64_t pid = -1;
   bool joined = false;
   bool exited = false;                 // normal exit (else a signal)
@@ -80,7 +107,10 @@ struct GangWorker {
 struct GangResult {
   int code = 0;  // what the launcher should exit with: 0, 1 (a rank failed), 2 (its exit code was 2), 130
   bool interrupted = false;  // *stop became true
-  int failed_rank = -1;
+  // The workers stopped together at an operator's stop action (each exited 130 after its goodbye); the
+  // code is then 130 as for an interruption.
+  bool stopped = false;
+  int failed_rank = -1;       // global rank
   std::string error;          // names the failed rank and the cause; "" when code is 0 or 130
   std::string final_message;  // rank 0's last word (worker_exit): "done: step ..." on success
   std::vector<GangWorker> workers;

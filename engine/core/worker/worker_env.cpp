@@ -106,6 +106,16 @@ Result<WorkerEnv> worker_env_read(const EnvLookup& getenv) {
     if (!fd.ok()) return fd.status();
     w.store_fd = fd.value();
   }
+  if (const char* at = getenv(kRendezvousVariable); at != nullptr) {
+    if (w.store_fd < 0) {
+      return Status::error(std::string(kRendezvousVariable) +
+                           " is set but GANTRY_STORE_FD is not: a node agent sets both (the frames go to the "
+                           "agent, the store is the coordinator's); external launchers use --rendezvous");
+    }
+    Result<HostPort> hp = host_port_parse(at, kRendezvousVariable);
+    if (!hp.ok()) return hp.status();
+    w.rendezvous = at;
+  }
   if (const char* addr = getenv("MASTER_ADDR"); addr != nullptr) {
     if (*addr == '\0')
       return Status::error("MASTER_ADDR is set but empty: expected the host name or address of rank 0");

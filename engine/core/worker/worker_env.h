@@ -2,6 +2,8 @@
 //
 //   gantry-engine run   RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE (torchrun's names) and
 //                       GANTRY_STORE_FD: the inherited socket to the launcher's store
+//   gantry-engine agent the same, plus GANTRY_RENDEZVOUS=HOST:PORT: the store is the coordinator's (shared
+//                       by the run's ranks on every node) and the inherited socket carries frames only
 //   torchrun            RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT
 //   Slurm (srun)        SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID (SLURM_NTASKS_PER_NODE when plain)
 //
@@ -26,10 +28,13 @@ struct WorkerEnv {
   int local_rank = 0;
   int local_world = 0;      // ranks on this node; 0 = not given (Slurm without a plain SLURM_NTASKS_PER_NODE)
   const char* source = "";  // "torchrun" (RANK...; also gantry-engine run) or "slurm"
-  int store_fd = -1;        // GANTRY_STORE_FD; -1 = not launched by gantry-engine run
+  int store_fd = -1;        // GANTRY_STORE_FD; -1 = not launched by gantry-engine run or agent
+  std::string rendezvous;   // GANTRY_RENDEZVOUS (HOST:PORT, checked); "" = the store is on store_fd
   std::string master_addr;  // MASTER_ADDR; "" = not set
   int master_port = 0;      // MASTER_PORT; 0 = not set
 };
+
+inline constexpr const char* kRendezvousVariable = "GANTRY_RENDEZVOUS";
 
 // Looks variables up through `getenv` (tests pass a map). Errors name the variable, its value and what
 // would be right.

@@ -77,4 +77,27 @@ Result<WorkerRun> worker_run_decode(std::span<const uint8_t> payload) {
   return r;
 }
 
+std::vector<uint8_t> worker_command_encode(const WorkerCommand& c) {
+  StoreWriter w;
+  w.u32(static_cast<uint32_t>(c.action));
+  w.u64(c.id);
+  w.str(c.from);
+  return std::move(w.out());
+}
+
+Result<WorkerCommand> worker_command_decode(std::span<const uint8_t> payload) {
+  StoreReader in(payload.data(), payload.size());
+  WorkerCommand c;
+  const uint32_t action = in.u32();
+  c.id = in.u64();
+  c.from = in.str();
+  if (!in.ok() || in.left() != 0) return bad("worker_command", payload.size());
+  if (action < static_cast<uint32_t>(TrainAction::checkpoint) || action > static_cast<uint32_t>(TrainAction::stop)) {
+    return Status::error("worker_command frame names action " + std::to_string(action) +
+                         ": expected 1 (checkpoint), 2 (pause), 3 (resume) or 4 (stop)");
+  }
+  c.action = static_cast<TrainAction>(action);
+  return c;
+}
+
 }  // namespace gantry

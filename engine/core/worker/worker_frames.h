@@ -1,4 +1,5 @@
-// The worker runtime's frames on its inherited socket (frame.h types 0x20-0x2f, worker -> launcher),
+// The worker runtime's frames on its inherited socket (frame.h types 0x20-0x2f worker -> launcher, 0x30-0x3f
+// launcher -> worker),
 // encoded and decoded in one place so the worker and the launcher cannot drift apart. Integers are
 // little-endian, strings are u32 length + UTF-8 bytes (store_protocol.h's writer and reader); the tables
 // are in docs/COMM.md.
@@ -8,6 +9,7 @@
 //   worker_exit     code u32 (app/commands.h exit codes) | message (UTF-8, the rest)
 //   worker_run      summary str | config_toml str | code_version str | data_version str | backend str |
 //                   params u64
+//   worker_command  action u32 (TrainAction: 1 checkpoint, 2 pause, 3 resume, 4 stop) | id u64 | from str
 //
 //   std::vector<uint8_t> p = worker_hello_encode({.rank = 1, .world = 4, .pid = getpid(), .host = "n1"});
 //   store.send(FrameType::worker_hello, p, 5s);
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include "engine/core/status.h"
+#include "engine/core/train.h"  // TrainAction
 
 namespace gantry {
 
@@ -52,11 +55,22 @@ struct WorkerRun {
   uint64_t params = 0;
 };
 
+// An operator action for rank 0's TrainControl (train.h), sent by the launcher or agent. `id` and `from`
+// travel with it so the event that reports it taking effect can name the request it answers.
+struct WorkerCommand {
+  TrainAction action = TrainAction::none;
+  uint64_t id = 0;
+  std::string from;  // who asked: "ctl@127.0.0.1:51234", "gantry-engine run", ...
+};
+
 std::vector<uint8_t> worker_hello_encode(const WorkerHello& h);
 Result<WorkerHello> worker_hello_decode(std::span<const uint8_t> payload);
 std::vector<uint8_t> worker_exit_encode(const WorkerExit& e);
 Result<WorkerExit> worker_exit_decode(std::span<const uint8_t> payload);
 std::vector<uint8_t> worker_run_encode(const WorkerRun& r);
 Result<WorkerRun> worker_run_decode(std::span<const uint8_t> payload);
+std::vector<uint8_t> worker_command_encode(const WorkerCommand& c);
+// Refuses an action outside checkpoint..stop, naming the number it got.
+Result<WorkerCommand> worker_command_decode(std::span<const uint8_t> payload);
 
 }  // namespace gantry

@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -27,6 +28,7 @@
 #include "engine/core/comm/store_server.h"
 #include "engine/core/config.h"
 #include "engine/core/parallel/parallel_dims.h"
+#include "engine/core/worker/rendezvous_server.h"
 #include "engine/core/worker/worker_frames.h"
 #include "telemetry/record_codec.h"
 #include "telemetry/records.h"
@@ -74,99 +76,6 @@ std::string host_name() {
   return host;
 }
 
-std::string errno_text() {
-  return std::strerror(errno);
-}
-
-// ---- TCP, for external launchers only (gantry-engine run hands the worker a connected socket) ----------
-
-struct AddrList {
-  addrinfo* head = nullptr;
-  ~AddrList() {
-    if (head) ::freeaddrinfo(head);
-  }
-};
-
-Status resolve(const HostPort& at, bool passive, AddrList* out) {
-  addrinfo hints = {};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = passive ? AI_PASSIVE : 0;
-  const std::string port = std::to_string(at.port);
-  int rc = ::getaddrinfo(at.host.c_str(), port.c_str(), &hints, &out->head);
-  if (rc != 0) {
-    return Status::error("cannot resolve rendezvous host '" + at.host + "': " + ::gai_strerror(rc));
-  }
-  return Status();
-}
-
-Result<int> tcp_listen(const HostPort& at) {
-  AddrList addrs;
-  if (Status st = resolve(at, true, &addrs); !st.ok()) return st;
-  std::string last = "no address";
-  for (addrinfo* a = addrs.head; a != nullptr; a = a->ai_next) {
-    int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
-    if (fd < 0) {
-      last = errno_text();
-      continue;
-    }
-    int one = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);  // a restarted job reuses its port at once
-    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, 1024) == 0) return fd;
-    last = errno_text();
-    ::close(fd);
-  }
-  return Status::error("rank 0 cannot serve the rendezvous store on " + at.host + ":" +
-                       std::to_string(at.port) + ": " + last +
-                       " (is the port in use, or the address not this host's?)");
-}
-
-// Connects within the deadline, retrying while nobody listens yet: rank 0 may start its server after the
-// others start connecting.
-Result<int> tcp_connect(const HostPort& at, Clock::time_point deadline) {
-  std::string last = "no address";
-  for (;;) {
-    AddrList addrs;
-    Status resolved = resolve(at, false, &addrs);
-    if (resolved.ok()) {
-      for (addrinfo* a = addrs.head; a != nullptr; a = a->ai_next) {
-        int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
-        if (fd < 0) {
-          last = errno_text();
-          continue;
-        }
-        int rc = ::connect(fd, a->ai_addr, a->ai_addrlen);
-        if (rc != 0 && errno == EINPROGRESS) {
-          auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-          pollfd p = {fd, POLLOUT, 0};
-          int err = ETIMEDOUT;
-          if (left > 0 && ::poll(&p, 1, static_cast<int>(left)) == 1) {
-            socklen_t len = sizeof err;
-            ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-          }
-          rc = err == 0 ? 0 : -1;
-          errno = err;
-        }
-        if (rc == 0) {
-          // The store client polls itself; the rest of the worker expects a blocking socket.
-          ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-          int one = 1;
-          ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-          return fd;
-        }
-        last = errno_text();
-        ::close(fd);
-      }
-    } else {
-      last = resolved.message();
-    }
-    if (Clock::now() + 100ms >= deadline) break;
-    std::this_thread::sleep_for(100ms);
-  }
-  return Status::error("cannot reach the rendezvous store at " + at.host + ":" + std::to_string(at.port) +
-                       ": " + last + " (rank 0 serves it: is rank 0 running, and the address right?)");
-}
-
 // The numeric address of this end of a connected socket: the interface that reaches rank 0 is the one
 // the peers can reach this rank's Gloo pairs on.
 std::string local_address(int fd) {
@@ -184,56 +93,58 @@ std::string local_address(int fd) {
   return buf;
 }
 
-// Rank 0's store for external launchers: a StoreServer driven by a thread of its own, accepting peers on
-// a listening TCP socket. The worker frames that gantry-engine run's launcher would consume are dropped.
-class RendezvousServer {
+// ---- operator actions: the launcher's commands, for rank 0's TrainControl -----------------------------
+
+// Rank 0's answer to train_run's poll at each step boundary: the next command the launcher (or agent) sent,
+// one per boundary in the order they came. Read without blocking from the inherited socket, whose only
+// reader is the StoreClient (store_client.h keeps commands that arrive while a request waits).
+class CommandControl final : public TrainControl {
  public:
-  static Result<std::unique_ptr<RendezvousServer>> start(const HostPort& at) {
-    Result<int> fd = tcp_listen(at);
-    if (!fd.ok()) return fd.status();
-    return std::unique_ptr<RendezvousServer>(new RendezvousServer(fd.value()));
+  CommandControl(StoreClient* frames, int rank) : frames_(frames), rank_(rank) {}
+
+  TrainAction poll() override {
+    std::vector<Frame> got;
+    Status st = frames_->take_frames(&got);
+    if (!st.ok() && !warned_) {
+      warned_ = true;  // the launcher is gone: it killed us on its way out, or will; train on meanwhile
+      std::fprintf(stderr, "gantry-engine worker (rank %d): warning: no more commands: %s\n", rank_,
+                   st.message().c_str());
+    }
+    for (const Frame& f : got) {
+      if (f.type != static_cast<uint8_t>(FrameType::worker_command)) continue;  // a newer launcher's frame
+      Result<WorkerCommand> c = worker_command_decode(f.payload);
+      if (!c.ok()) {
+        std::fprintf(stderr, "gantry-engine worker (rank %d): warning: ignored a command: %s\n", rank_,
+                     c.error().c_str());
+        continue;
+      }
+      queue_.push_back(std::move(c.value()));
+    }
+    if (queue_.empty()) return TrainAction::none;
+    taken_ = std::move(queue_.front());
+    queue_.pop_front();
+    return taken_.action;
   }
-  ~RendezvousServer() {
-    stop_.store(true);
-    server_.wake();
-    thread_.join();
-    ::close(listen_fd_);
-  }
-  // Returns once every peer has disconnected, or after `limit`.
-  void wait_until_idle(std::chrono::milliseconds limit) {
-    const auto deadline = Clock::now() + limit;
-    while (clients_.load() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(20ms);
-  }
+  // The command whose action train_run took last: the event reporting it names its request.
+  const WorkerCommand& taken() const { return taken_; }
 
  private:
-  explicit RendezvousServer(int listen_fd)
-      : listen_fd_(listen_fd), server_({.on_frame = [](int, const Frame&) {}}) {
-    thread_ = std::thread([this] { loop(); });
-  }
-  void loop() {
-    int accepted = 0;
-    while (!stop_.load()) {
-      for (;;) {
-        int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-        if (fd < 0) break;
-        int one = 1;
-        ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        server_.add_client(fd, "peer " + std::to_string(accepted++));
-      }
-      // Short polls: new connections wait at most this long to be accepted (the listening socket is not
-      // in the server's poll set).
-      if (!server_.poll_once(20ms).ok()) std::this_thread::sleep_for(20ms);
-      server_.take_gone();
-      clients_.store(server_.client_count());
-    }
-  }
-
-  int listen_fd_;
-  StoreServer server_;
-  std::atomic<bool> stop_{false};
-  std::atomic<size_t> clients_{0};
-  std::thread thread_;
+  StoreClient* frames_;
+  int rank_;
+  std::deque<WorkerCommand> queue_;
+  WorkerCommand taken_;
+  bool warned_ = false;
 };
+
+std::string json_escape(const std::string& in) {
+  std::string out;
+  for (char ch : in) {
+    if (ch == '"' || ch == '\\') out += '\\';
+    if (static_cast<unsigned char>(ch) < 0x20) continue;  // control characters are dropped
+    out += ch;
+  }
+  return out;
+}
 
 // ---- the observer: reports to records, records to the launcher ----------------------------------------
 
@@ -328,7 +239,31 @@ class WorkerObserver final : public TrainObserver {
     if (local_) local_->on_checkpoint(c);
   }
 
+  // Every rank reports an action taking effect, so the events show it at one step on every rank.
+  void on_action(TrainAction action, int64_t step) override {
+    if (action == TrainAction::stop) stopped_by_action_ = true;
+    RecordBatch batch;
+    EventRecord e;
+    e.time_unix_s = now_unix_s();
+    e.step = step;
+    e.kind = std::string("action_") + train_action_name(action);
+    e.rank = env_.rank;
+    e.node = host_;
+    e.message = std::string(train_action_name(action)) + " took effect after step " + std::to_string(step);
+    e.payload = std::string("{\"action\":\"") + train_action_name(action) + "\"";
+    if (control_ != nullptr && control_->taken().action == action) {
+      e.payload += ",\"request\":" + std::to_string(control_->taken().id) + ",\"from\":\"" +
+                   json_escape(control_->taken().from) + "\"";
+    }
+    e.payload += "}";
+    batch.events.push_back(std::move(e));
+    send_batch(batch);
+    if (local_) local_->on_action(action, step);
+  }
+
+  void set_control(const CommandControl* control) { control_ = control; }
   bool steps_seen() const { return steps_seen_; }
+  bool stopped_by_action() const { return stopped_by_action_; }
 
  private:
   void send_batch(const RecordBatch& batch) {
@@ -358,7 +293,9 @@ class WorkerObserver final : public TrainObserver {
   std::string host_;
   std::string summary_;
   bool steps_seen_ = false;
+  bool stopped_by_action_ = false;
   bool warned_ = false;
+  const CommandControl* control_ = nullptr;
 };
 
 // CUDA: one device per rank. gantry-engine run already narrowed CUDA_VISIBLE_DEVICES to one device; under
@@ -453,6 +390,7 @@ WorkerResult worker_run(const WorkerOptions& options, const WorkerEnv& env) {
   // ---- reach the store -----------------------------------------------------------------------------
   const auto join_deadline = Clock::now() + options.join_timeout;
   int store_fd = -1;
+  int frames_fd = -1;     // the launcher's socket (frames both ways); -1 = none (external launchers)
   bool own_fd = false;
   bool attached = false;  // a gantry-engine launcher on the other end receives our frames
   std::string gloo_host = "127.0.0.1";
@@ -466,8 +404,20 @@ WorkerResult worker_run(const WorkerOptions& options, const WorkerEnv& env) {
     }
     // Anything this worker starts must not hold the launcher's socket open after the worker dies.
     ::fcntl(env.store_fd, F_SETFD, FD_CLOEXEC);
-    store_fd = env.store_fd;
+    frames_fd = env.store_fd;
     attached = true;
+    if (env.rendezvous.empty()) {
+      store_fd = env.store_fd;  // gantry-engine run: the launcher serves the store on the same socket
+    } else {
+      // A node agent's worker: the run's ranks on every node meet in the coordinator's store.
+      Result<HostPort> at = host_port_parse(env.rendezvous, kRendezvousVariable);
+      if (!at.ok()) return early(kWorkerExitBadInput, at.error());
+      Result<int> fd = rendezvous_connect(at.value(), join_deadline);
+      if (!fd.ok()) return early(kWorkerExitFailed, fd.error());
+      store_fd = fd.value();
+      own_fd = true;
+      gloo_host = local_address(store_fd);
+    }
   } else {
     HostPort at;
     if (!options.rendezvous.empty()) {
@@ -489,20 +439,32 @@ WorkerResult worker_run(const WorkerOptions& options, const WorkerEnv& env) {
       if (!s.ok()) return early(kWorkerExitFailed, s.error());
       server = std::move(s.value());
     }
-    Result<int> fd = tcp_connect(at, join_deadline);
+    Result<int> fd = rendezvous_connect(at, join_deadline);
     if (!fd.ok()) return early(kWorkerExitFailed, fd.error());
     store_fd = fd.value();
     own_fd = true;
     gloo_host = local_address(store_fd);
   }
   StoreClient store(store_fd);
+  // The launcher's frames share the store's client when they share its socket (the client serialises
+  // them with the requests); an agent's worker has a socket for each.
+  std::unique_ptr<StoreClient> frames_own;
+  StoreClient* frames = nullptr;
+  if (attached) {
+    if (frames_fd == store_fd) {
+      frames = &store;
+    } else {
+      frames_own = std::make_unique<StoreClient>(frames_fd);
+      frames = frames_own.get();
+    }
+  }
   WorkerResult result;
   auto finish = [&](int code, const std::string& message) {
     result.code = code;
     result.message = message;
     if (attached) {
       result.reported =
-          store.send(FrameType::worker_exit, worker_exit_encode({code, message}), kSendTimeout).ok();
+          frames->send(FrameType::worker_exit, worker_exit_encode({code, message}), kSendTimeout).ok();
     }
   };
 
@@ -523,7 +485,8 @@ WorkerResult worker_run(const WorkerOptions& options, const WorkerEnv& env) {
                       .pid = ::getpid(),
                       .device = device,
                       .host = host_name()};
-    if (Status st = store.send(FrameType::worker_hello, worker_hello_encode(hello), kSendTimeout); !st.ok()) {
+    StoreClient* to = frames != nullptr ? frames : &store;  // over TCP the hello only proves the connection
+    if (Status st = to->send(FrameType::worker_hello, worker_hello_encode(hello), kSendTimeout); !st.ok()) {
       finish(kWorkerExitFailed, who + ": cannot reach the launcher: " + st.message());
       if (own_fd) ::close(store_fd);
       return result;
@@ -552,12 +515,19 @@ WorkerResult worker_run(const WorkerOptions& options, const WorkerEnv& env) {
     // ---- train ------------------------------------------------------------------------------------------
     DistContext ctx{
         .dims = dims.value(), .dp = dp->get(), .store = &store, .timeout = options.collective_timeout};
-    WorkerObserver observer(env, attached ? &store : nullptr, device, fault.value(), options.local);
+    WorkerObserver observer(env, frames, device, fault.value(), options.local);
+    // Only rank 0's answer counts (train.h); the other ranks need no control at all.
+    std::unique_ptr<CommandControl> control;
+    if (frames != nullptr && env.rank == 0) {
+      control = std::make_unique<CommandControl>(frames, env.rank);
+      observer.set_control(control.get());
+    }
     TrainOptions topt{.out_dir = options.out_dir,
                       .resume = options.resume,
                       .max_steps = options.max_steps,
                       .stop = &g_stop,
-                      .dist = &ctx};
+                      .dist = &ctx,
+                      .control = control.get()};
     install_stop_handlers();
     Result<TrainSummary> s = train_run(cfg.value(), topt, &observer);
     if (!s.ok()) {
@@ -572,7 +542,9 @@ WorkerResult worker_run(const WorkerOptions& options, const WorkerEnv& env) {
                   s->last_val_loss ? (", val loss " + std::to_string(*s->last_val_loss)).c_str() : "",
                   s->checkpoint_dir.c_str());
     if (s->stopped_early) {
-      finish(kWorkerExitInterrupted, std::string("stopped by a signal at step ") +
+      finish(kWorkerExitInterrupted, std::string(observer.stopped_by_action() ? "stopped by the operator"
+                                                                              : "stopped by a signal") +
+                                         " at step " +
                                          std::to_string(s->last_step) + ", checkpoint " + s->checkpoint_dir);
     } else {
       finish(kWorkerExitOk, line);

@@ -110,6 +110,67 @@ TEST(StoreClientSend, OneWayFramesShareTheSocketWithStoreRequests) {
   ::close(sp[1]);
 }
 
+TEST(WorkerFrames, CommandRoundTripAndBadAction) {
+  Result<WorkerCommand> c =
+      worker_command_decode(worker_command_encode({.action = TrainAction::pause, .id = 42, .from = "ctl"}));
+  ASSERT_TRUE(c.ok()) << c.error();
+  EXPECT_EQ(c->action, TrainAction::pause);
+  EXPECT_EQ(c->id, 42u);
+  EXPECT_EQ(c->from, "ctl");
+  std::vector<uint8_t> bad = worker_command_encode({.action = TrainAction::stop, .id = 1, .from = ""});
+  bad[0] = 9;
+  Result<WorkerCommand> b = worker_command_decode(bad);
+  ASSERT_FALSE(b.ok());
+  EXPECT_THAT(b.error(), HasSubstr("action 9: expected 1 (checkpoint)"));
+  bad.pop_back();
+  EXPECT_THAT(worker_command_decode(bad).error(), HasSubstr("malformed"));
+}
+
+// A command that arrives while a store request waits for its reply is kept, not taken for a protocol
+// error; one that arrives between requests is read by take_frames without blocking.
+TEST(StoreClientTakeFrames, CommandsDuringARequestAreKeptAndLaterOnesRead) {
+  int sp[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
+  StoreServer server({.on_frame = [](int, const Frame&) {}});
+  const int client_id = server.add_client(sp[0], "rank 0");
+  server.set("k", {7});
+  StoreClient client(sp[1]);
+  std::vector<Frame> got;
+  ASSERT_TRUE(client.take_frames(&got).ok());
+  EXPECT_TRUE(got.empty());  // nothing sent: returns at once
+
+  // Queued before the get's reply, so it reaches the client while get() waits.
+  ASSERT_TRUE(server
+                  .send(client_id, static_cast<uint8_t>(FrameType::worker_command),
+                        worker_command_encode({.action = TrainAction::checkpoint, .id = 1, .from = "a"}))
+                  .ok());
+  std::atomic<bool> done{false};
+  std::thread loop([&] {
+    while (!done.load()) server.poll_once(10ms);
+  });
+  Result<std::vector<uint8_t>> v = client.get("k", 2s);
+  done.store(true);
+  server.wake();
+  loop.join();
+  ASSERT_TRUE(v.ok()) << v.error();
+  EXPECT_EQ(v.value(), std::vector<uint8_t>{7});
+
+  ASSERT_TRUE(server
+                  .send(client_id, static_cast<uint8_t>(FrameType::worker_command),
+                        worker_command_encode({.action = TrainAction::stop, .id = 2, .from = "b"}))
+                  .ok());
+  server.poll_once(10ms);  // flushes it
+  for (int i = 0; i < 100 && got.size() < 2; ++i) {
+    ASSERT_TRUE(client.take_frames(&got).ok());
+    if (got.size() < 2) std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(worker_command_decode(got[0].payload)->action, TrainAction::checkpoint);
+  EXPECT_EQ(worker_command_decode(got[1].payload)->action, TrainAction::stop);
+  EXPECT_EQ(worker_command_decode(got[1].payload)->from, "b");
+  ::close(sp[1]);
+}
+
 TEST(StoreClientSend, StoreFrameTypesAreRefused) {
   int sp[2];
   ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);

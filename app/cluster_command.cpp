@@ -1,0 +1,359 @@
+// gantry-engine coordinator | agent | up | down: the control plane's processes (docs/CLUSTER.md).
+//   coordinator  the API, the run database, placement, rendezvous; until SIGTERM
+//   agent        one per node: registers its slots, runs its share of placed jobs; until SIGTERM
+//   up           a coordinator and K agents on this machine, in the background; prints the URL
+//   down         stops what `up` started (pid files in its folder), leaving no process behind
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "app/commands.h"
+#include "engine/cluster/agent.h"
+#include "engine/cluster/coordinator.h"
+#include "engine/cluster/http_client.h"
+#include "engine/cluster/token.h"
+
+namespace gantry {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+std::atomic<bool> g_stop{false};
+extern "C" void cluster_on_stop_signal(int) { g_stop.store(true); }
+
+void install_stop_handlers() {
+  struct sigaction sa = {};
+  sa.sa_handler = cluster_on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// ---- coordinator -------------------------------------------------------------------------------------------
+
+struct CoordinatorArgs {
+  std::string dir, host = "127.0.0.1", token_file, url_file, rendezvous_host = "127.0.0.1", tls_cert, tls_key;
+  int port = 0;
+  double node_timeout_s = 5;
+};
+
+int coordinator_main(const CoordinatorArgs& a) {
+  Result<std::string> token = token_file_read(a.token_file);
+  if (!token.ok()) {
+    std::fprintf(stderr, "gantry-engine coordinator: %s\n", token.error().c_str());
+    return kExitBadInput;
+  }
+  Coordinator c({.dir = a.dir,
+                 .host = a.host,
+                 .port = a.port,
+                 .token = token.value(),
+                 .rendezvous_host = a.rendezvous_host,
+                 .node_timeout = std::chrono::milliseconds(static_cast<int64_t>(a.node_timeout_s * 1e3)),
+                 .tls_cert_file = a.tls_cert,
+                 .tls_key_file = a.tls_key});
+  install_stop_handlers();
+  if (Status s = c.start(); !s.ok()) {
+    std::fprintf(stderr, "gantry-engine coordinator: %s\n", s.message().c_str());
+    return kExitFailed;
+  }
+  std::fprintf(stderr, "gantry-engine coordinator: serving %s (state in %s)\n", c.url().c_str(), a.dir.c_str());
+  if (!a.url_file.empty()) {
+    // Written whole and renamed, so `up` never reads half a URL.
+    const std::string tmp = a.url_file + ".tmp";
+    std::ofstream(tmp) << c.url() << "\n";
+    fs::rename(tmp, a.url_file);
+  }
+  while (!g_stop.load()) std::this_thread::sleep_for(100ms);
+  std::fprintf(stderr, "gantry-engine coordinator: stopping\n");
+  c.stop();
+  return 0;
+}
+
+// ---- agent -------------------------------------------------------------------------------------------------
+
+struct AgentArgs {
+  std::string url, token_file, node, dir, ca_file;
+  int slots = 1;
+  double stop_grace_s = 30;
+};
+
+int agent_main(const AgentArgs& a) {
+  Result<std::string> token = token_file_read(a.token_file);
+  if (!token.ok()) {
+    std::fprintf(stderr, "gantry-engine agent: %s\n", token.error().c_str());
+    return kExitBadInput;
+  }
+  std::string node = a.node;
+  if (node.empty()) {
+    char host[256] = "";
+    ::gethostname(host, sizeof host - 1);
+    node = host;
+  }
+  Agent agent({.url = a.url,
+               .token = token.value(),
+               .ca_file = a.ca_file,
+               .node = node,
+               .slots = a.slots,
+               .dir = a.dir.empty() ? "gantry-agent-" + node : a.dir,
+               .stop_grace = std::chrono::milliseconds(static_cast<int64_t>(a.stop_grace_s * 1e3))});
+  install_stop_handlers();
+  Status s = agent.run(&g_stop);
+  if (!s.ok()) {
+    std::fprintf(stderr, "gantry-engine agent %s: %s\n", node.c_str(), s.message().c_str());
+    return kExitFailed;
+  }
+  return 0;
+}
+
+// ---- up / down ---------------------------------------------------------------------------------------------
+
+// A process `up` started, by its pid file: alive only if it still runs this binary (a pid file outliving a
+// reboot must not make `down` signal a stranger) and is not a zombie waiting for its reaper.
+bool ours_alive(pid_t pid) {
+  if (pid <= 0 || ::kill(pid, 0) != 0) return false;
+  const std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  const size_t close = stat.rfind(')');
+  if (close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'Z') return false;
+  return read_file("/proc/" + std::to_string(pid) + "/cmdline").find("gantry-engine") != std::string::npos;
+}
+
+pid_t read_pid(const fs::path& p) {
+  std::string t = read_file(p);
+  return static_cast<pid_t>(std::atol(t.c_str()));
+}
+
+// Starts `gantry-engine <args>` in a session of its own (so the terminal's Ctrl-C and `up` exiting leave it
+// alone), its output appended to `log`, and writes its pid file.
+Result<pid_t> spawn_daemon(const std::vector<std::string>& args, const fs::path& log, const fs::path& pid_file) {
+  char self[4096];
+  ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return Status::error("cannot find this binary (/proc/self/exe)");
+  self[n] = '\0';
+  std::vector<std::string> argv_s = {self};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& s : argv_s) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  const std::string log_s = log.string();
+  pid_t pid = ::fork();
+  if (pid < 0) return Status::error(std::string("fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    ::setsid();
+    int in = ::open("/dev/null", O_RDONLY);
+    int out = ::open(log_s.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (in < 0 || out < 0) ::_exit(126);
+    ::dup2(in, 0);
+    ::dup2(out, 1);
+    ::dup2(out, 2);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  std::ofstream(pid_file) << pid << "\n";
+  return pid;
+}
+
+struct UpArgs {
+  int nodes = 1, slots = 1, port = 0;
+  std::string dir = "gantry-cluster";
+  double timeout_s = 20;
+};
+
+std::string log_tail(const fs::path& p) {
+  std::string t = read_file(p);
+  if (t.size() > 2000) t = t.substr(t.size() - 2000);
+  return t;
+}
+
+int down_dir(const fs::path& dir, double grace_s, bool quiet);
+
+int up_main(const UpArgs& a) {
+  const fs::path dir = fs::absolute(a.dir);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) {
+    std::fprintf(stderr, "gantry-engine up: cannot create %s: %s\n", dir.c_str(), ec.message().c_str());
+    return kExitBadInput;
+  }
+  if (ours_alive(read_pid(dir / "coordinator.pid"))) {
+    std::fprintf(stderr,
+                 "gantry-engine up: a cluster is already up in %s (coordinator pid %d): `gantry-engine down --dir %s` "
+                 "first, or choose another --dir\n",
+                 dir.c_str(), read_pid(dir / "coordinator.pid"), dir.c_str());
+    return kExitBadInput;
+  }
+  Result<std::string> token = token_generate();
+  if (!token.ok()) {
+    std::fprintf(stderr, "gantry-engine up: %s\n", token.error().c_str());
+    return kExitFailed;
+  }
+  const fs::path token_file = dir / "token";
+  if (Status s = token_file_write(token_file.string(), token.value()); !s.ok()) {
+    std::fprintf(stderr, "gantry-engine up: %s\n", s.message().c_str());
+    return kExitFailed;
+  }
+  fs::remove(dir / "url", ec);
+  auto fail = [&](const std::string& why) {
+    std::fprintf(stderr, "gantry-engine up: %s\n", why.c_str());
+    down_dir(dir, 5, true);  // nothing half-started is left running
+    return kExitFailed;
+  };
+  Result<pid_t> coord = spawn_daemon({"coordinator", "--dir", dir.string(), "--token-file", token_file.string(),
+                                      "--url-file", (dir / "url").string(), "--port", std::to_string(a.port)},
+                                     dir / "coordinator.log", dir / "coordinator.pid");
+  if (!coord.ok()) return fail(coord.error());
+  const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(a.timeout_s * 1e3));
+  std::string url;
+  while (url.empty()) {
+    url = read_file(dir / "url");
+    while (!url.empty() && (url.back() == '\n' || url.back() == ' ')) url.pop_back();
+    if (!url.empty()) break;
+    if (!ours_alive(coord.value())) return fail("the coordinator exited at start; its log:\n" + log_tail(dir / "coordinator.log"));
+    if (Clock::now() > deadline) return fail("the coordinator did not start listening in time; its log:\n" + log_tail(dir / "coordinator.log"));
+    std::this_thread::sleep_for(20ms);
+  }
+  for (int i = 0; i < a.nodes; ++i) {
+    const std::string node = "node-" + std::to_string(i);
+    Result<pid_t> p = spawn_daemon({"agent", "--coordinator", url, "--token-file", token_file.string(), "--slots",
+                                    std::to_string(a.slots), "--node", node, "--dir", (dir / "agents" / node).string()},
+                                   dir / ("agent-" + node + ".log"), dir / ("agent-" + node + ".pid"));
+    if (!p.ok()) return fail(p.error());
+  }
+  HttpClient api({.url = url, .token = token.value()});
+  for (;;) {
+    Result<nlohmann::json> c = api.get_json("/v1/cluster");
+    if (c.ok() && static_cast<int>(c->at("nodes").size()) >= a.nodes) break;
+    if (Clock::now() > deadline) {
+      return fail("the agents did not all register in time (" + (c.ok() ? std::to_string(c->at("nodes").size()) : c.error()) +
+                  "); see " + dir.string() + "/agent-*.log");
+    }
+    std::this_thread::sleep_for(50ms);
+  }
+  std::printf("%s\n", url.c_str());
+  std::fprintf(stderr, "gantry-engine up: coordinator %s with %d nodes x %d slots; token in %s; stop with `gantry-engine down --dir %s`\n",
+               url.c_str(), a.nodes, a.slots, token_file.c_str(), dir.c_str());
+  return 0;
+}
+
+// Agents first (they stop their workers, which checkpoint, and report to the coordinator), then the
+// coordinator. SIGKILL for what outlives the grace; an agent's workers die with it (PR_SET_PDEATHSIG).
+int down_dir(const fs::path& dir, double grace_s, bool quiet) {
+  std::vector<std::pair<fs::path, pid_t>> agents, coordinator;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() > 4 && name.ends_with(".pid")) {
+      (name == "coordinator.pid" ? coordinator : agents).emplace_back(e.path(), read_pid(e.path()));
+    }
+  }
+  if (ec) {
+    if (!quiet) std::fprintf(stderr, "gantry-engine down: cannot read %s: %s\n", dir.c_str(), ec.message().c_str());
+    return kExitBadInput;
+  }
+  int stopped = 0, killed = 0;
+  for (auto* group : {&agents, &coordinator}) {
+    for (const auto& [file, pid] : *group)
+      if (ours_alive(pid)) ::kill(pid, SIGTERM), ++stopped;
+    const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1e3));
+    for (;;) {
+      bool any = false;
+      for (const auto& [file, pid] : *group) any = any || ours_alive(pid);
+      if (!any) break;
+      if (Clock::now() > deadline) {
+        for (const auto& [file, pid] : *group)
+          if (ours_alive(pid)) ::kill(pid, SIGKILL), ++killed;
+        std::this_thread::sleep_for(100ms);
+        break;
+      }
+      std::this_thread::sleep_for(50ms);
+    }
+    for (const auto& [file, pid] : *group) fs::remove(file, ec);
+  }
+  fs::remove(dir / "url", ec);
+  if (!quiet) {
+    std::fprintf(stderr, "gantry-engine down: stopped %d process%s in %s%s\n", stopped, stopped == 1 ? "" : "es",
+                 dir.c_str(), killed > 0 ? (" (" + std::to_string(killed) + " killed after the grace period)").c_str() : "");
+  }
+  return 0;
+}
+
+}  // namespace
+
+void cluster_commands_add(CLI::App& app, int* exit_code) {
+  {
+    auto a = std::make_shared<CoordinatorArgs>();
+    CLI::App* sub = app.add_subcommand("coordinator", "Serve the cluster's HTTP API, run database, placement and rendezvous");
+    sub->add_option("--dir", a->dir, "State folder: cluster.sqlite and runs/<id>/")->required();
+    sub->add_option("--token-file", a->token_file, "The bearer token's file (mode 0600)")->required();
+    sub->add_option("--host", a->host, "Address to serve on (default 127.0.0.1; another address wants TLS)");
+    sub->add_option("--port", a->port, "Port (0 = a free one)")->check(CLI::Range(0, 65535));
+    sub->add_option("--url-file", a->url_file, "Write the URL here once listening");
+    sub->add_option("--rendezvous-host", a->rendezvous_host,
+                    "Address of the runs' rendezvous stores (workers of every node must reach it)");
+    sub->add_option("--node-timeout", a->node_timeout_s, "Seconds without a heartbeat before a node is lost")
+        ->check(CLI::PositiveNumber);
+    sub->add_option("--tls-cert", a->tls_cert, "PEM certificate for HTTPS (with --tls-key)");
+    sub->add_option("--tls-key", a->tls_key, "PEM key for HTTPS");
+    sub->callback([a, exit_code] { *exit_code = coordinator_main(*a); });
+  }
+  {
+    auto a = std::make_shared<AgentArgs>();
+    CLI::App* sub = app.add_subcommand("agent", "Run this node's share of the cluster's jobs");
+    sub->add_option("--coordinator", a->url, "The coordinator's URL, e.g. http://127.0.0.1:7077")->required();
+    sub->add_option("--token-file", a->token_file, "The bearer token's file (mode 0600)")->required();
+    sub->add_option("--slots", a->slots, "Device slots this node offers (GPUs, or CPU worker slots)")
+        ->check(CLI::Range(1, 4096));
+    sub->add_option("--node", a->node, "This node's id, unique in the cluster (default the host name)");
+    sub->add_option("--dir", a->dir, "The agent's folder (default gantry-agent-<node>)");
+    sub->add_option("--ca-file", a->ca_file, "CA certificate for an HTTPS coordinator");
+    sub->add_option("--stop-grace", a->stop_grace_s, "Seconds workers have to checkpoint and exit when stopped")
+        ->check(CLI::PositiveNumber);
+    sub->callback([a, exit_code] { *exit_code = agent_main(*a); });
+  }
+  {
+    auto a = std::make_shared<UpArgs>();
+    CLI::App* sub = app.add_subcommand("up", "Start a coordinator and K agents on this machine; print the URL");
+    sub->add_option("--nodes", a->nodes, "Agents to start (each one node)")->check(CLI::Range(1, 256));
+    sub->add_option("--slots", a->slots, "Slots per node")->check(CLI::Range(1, 4096));
+    sub->add_option("--dir", a->dir, "Folder for the token, pid files, logs and state (default gantry-cluster)");
+    sub->add_option("--port", a->port, "The coordinator's port (0 = a free one)")->check(CLI::Range(0, 65535));
+    sub->add_option("--timeout", a->timeout_s, "Seconds to wait for everything to start")->check(CLI::PositiveNumber);
+    sub->callback([a, exit_code] { *exit_code = up_main(*a); });
+  }
+  {
+    auto dir = std::make_shared<std::string>("gantry-cluster");
+    auto grace = std::make_shared<double>(30);
+    CLI::App* sub = app.add_subcommand("down", "Stop what `gantry-engine up` started");
+    sub->add_option("--dir", *dir, "The folder given to up (default gantry-cluster)");
+    sub->add_option("--grace", *grace, "Seconds to wait for each process before SIGKILL")->check(CLI::PositiveNumber);
+    sub->callback([dir, grace, exit_code] {
+      if (!fs::is_directory(*dir)) {
+        std::fprintf(stderr, "gantry-engine down: %s is not a folder (give the --dir that up was given)\n", dir->c_str());
+        *exit_code = kExitBadInput;
+        return;
+      }
+      *exit_code = down_dir(fs::absolute(*dir), *grace, false);
+    });
+  }
+}
+
+}  // namespace gantry

@@ -1,0 +1,166 @@
+// gantry-engine ctl: the coordinator's API from a terminal (engine/cluster/http_client.h). Tables by
+// default, the API's JSON with --json.
+//   ctl --url U --token-file F status | runs | submit --config C --dp N | checkpoint|pause|resume|stop RUN |
+//       events RUN
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "app/commands.h"
+#include "engine/cluster/http_client.h"
+#include "engine/cluster/token.h"
+
+namespace gantry {
+namespace {
+
+using json = nlohmann::json;
+
+struct CtlArgs {
+  std::string url, token_file, ca_file;
+  bool json_out = false;
+  std::string config;
+  int dp = 1, zero = 0;
+  int64_t max_steps = -1;
+  std::string name;
+  int64_t run = 0;
+};
+
+std::string cell(const json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_null()) return "-";
+  return v.dump();
+}
+
+// A plain table: a header, then rows, columns padded to their widest cell.
+void print_table(const std::vector<std::string>& head, const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> w(head.size());
+  for (size_t c = 0; c < head.size(); ++c) w[c] = head[c].size();
+  for (const auto& r : rows)
+    for (size_t c = 0; c < r.size() && c < w.size(); ++c) w[c] = std::max(w[c], r[c].size());
+  auto line = [&](const std::vector<std::string>& r) {
+    std::string out;
+    for (size_t c = 0; c < r.size(); ++c) {
+      out += r[c];
+      if (c + 1 < r.size()) out += std::string(w[c] - r[c].size() + 2, ' ');
+    }
+    std::printf("%s\n", out.c_str());
+  };
+  line(head);
+  for (const auto& r : rows) line(r);
+}
+
+void print_runs(const json& runs) {
+  std::vector<std::vector<std::string>> rows;
+  for (const json& r : runs) {
+    const json& l = r.at("layout");
+    rows.push_back({cell(r.at("id")), cell(r.at("name")), cell(r.at("state")),
+                    "dp=" + cell(l.at("dp")) + " zero=" + cell(l.at("zero")), cell(r.at("last_step")), cell(r.at("message"))});
+  }
+  print_table({"RUN", "NAME", "STATE", "LAYOUT", "STEP", "MESSAGE"}, rows);
+}
+
+int ctl_main(const std::string& what, const CtlArgs& a) {
+  auto fail = [](const std::string& m, int code = kExitFailed) {
+    std::fprintf(stderr, "gantry-engine ctl: %s\n", m.c_str());
+    return code;
+  };
+  Result<std::string> token = token_file_read(a.token_file);
+  if (!token.ok()) return fail(token.error(), kExitBadInput);
+  HttpClientOptions o{.url = a.url, .token = token.value(), .ca_file = a.ca_file};
+  const std::string run = std::to_string(a.run);
+
+  if (what == "events") {
+    HttpEventStream s(o);
+    Status st = s.run("/v1/runs/" + run + "/events", [&](const SseEvent& e) {
+      if (a.json_out) {
+        std::printf("%s\n", e.data.c_str());
+      } else {
+        json j = json::parse(e.data, nullptr, false);
+        std::printf("%-6s %-18s step %-6s rank %-3s %s\n", e.id.c_str(), e.event.c_str(),
+                    j.is_object() ? cell(j.value("step", json())).c_str() : "-",
+                    j.is_object() ? cell(j.value("rank", json())).c_str() : "-",
+                    j.is_object() ? j.value("message", "").c_str() : e.data.c_str());
+      }
+      std::fflush(stdout);
+      return true;
+    });
+    return st.ok() ? 0 : fail(st.message());
+  }
+
+  HttpClient api(o);
+  Result<json> r = Status::error("");
+  if (what == "status") {
+    r = api.get_json("/v1/cluster");
+  } else if (what == "runs") {
+    r = api.get_json("/v1/runs");
+  } else if (what == "submit") {
+    std::ifstream in(a.config);
+    if (!in) return fail("cannot read --config " + a.config, kExitBadInput);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    json body = {{"config", ss.str()}, {"layout", {{"dp", a.dp}, {"zero", a.zero}}}};
+    if (a.max_steps >= 0) body["max_steps"] = a.max_steps;
+    if (!a.name.empty()) body["name"] = a.name;
+    r = api.post_json("/v1/runs", body);
+    if (!r.ok() && r.error().find(" 409 ") != std::string::npos) return fail(r.error(), 3);
+  } else {
+    r = api.post_json("/v1/runs/" + run + "/" + what, json::object());
+  }
+  if (!r.ok()) return fail(r.error());
+  if (a.json_out) {
+    std::printf("%s\n", r->dump().c_str());
+    return 0;
+  }
+  if (what == "status") {
+    std::vector<std::vector<std::string>> rows;
+    for (const json& n : r->at("nodes")) {
+      rows.push_back({cell(n.at("id")), cell(n.at("state")), cell(n.at("slots")), cell(n.at("busy_slots")), cell(n.at("runs"))});
+    }
+    std::printf("coordinator %s: %s slots, %s busy, %s live runs\n", a.url.c_str(), cell(r->at("slots")).c_str(),
+                cell(r->at("busy_slots")).c_str(), cell(r->at("runs_live")).c_str());
+    print_table({"NODE", "STATE", "SLOTS", "BUSY", "RUNS"}, rows);
+  } else if (what == "runs") {
+    print_runs(r->at("runs"));
+  } else if (what == "submit") {
+    print_runs(json::array({r.value()}));
+  } else {
+    std::printf("run %s: %s requested (request %s); it takes effect at the next step boundary\n", run.c_str(),
+                what.c_str(), cell(r->at("request")).c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+void ctl_command_add(CLI::App& app, int* exit_code) {
+  auto a = std::make_shared<CtlArgs>();
+  CLI::App* ctl = app.add_subcommand("ctl", "Talk to a coordinator: status, runs, submit, actions, events");
+  ctl->add_option("--url", a->url, "The coordinator's URL (`gantry-engine up` prints it)")->required();
+  ctl->add_option("--token-file", a->token_file, "The bearer token's file (up writes DIR/token)")->required();
+  ctl->add_option("--ca-file", a->ca_file, "CA certificate for an HTTPS coordinator");
+  ctl->add_flag("--json", a->json_out, "Print the API's JSON instead of tables");
+  ctl->require_subcommand(1);
+  auto add = [&](const std::string& name, const std::string& help) {
+    CLI::App* sub = ctl->add_subcommand(name, help);
+    sub->callback([a, exit_code, name] { *exit_code = ctl_main(name, *a); });
+    return sub;
+  };
+  add("status", "Nodes, slots and live runs");
+  add("runs", "Every run and its state");
+  CLI::App* submit = add("submit", "Submit a run (placed all-or-nothing; exit 3 when it cannot be placed)");
+  submit->add_option("--config", a->config, "Training config (TOML)")->required()->check(CLI::ExistingFile);
+  submit->add_option("--dp", a->dp, "Data-parallel ranks")->check(CLI::Range(1, 1 << 20));
+  submit->add_option("--zero", a->zero, "ZeRO stage 0-3")->check(CLI::Range(0, 3));
+  submit->add_option("--max-steps", a->max_steps, "Stop after this step")->check(CLI::NonNegativeNumber);
+  submit->add_option("--name", a->name, "The run's name");
+  for (const char* action : {"checkpoint", "pause", "resume", "stop"}) {
+    CLI::App* sub = add(action, std::string("Ask run RUN to ") + action + " at its next step boundary");
+    sub->add_option("run", a->run, "The run's id")->required();
+  }
+  CLI::App* events = add("events", "Follow a run's events until it ends");
+  events->add_option("run", a->run, "The run's id")->required();
+}
+
+}  // namespace gantry

@@ -1,0 +1,193 @@
+#include "engine/cluster/agent.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <list>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "engine/cluster/http_client.h"
+#include "engine/core/worker/gang.h"
+#include "telemetry/record_json.h"
+
+namespace gantry {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+}  // namespace
+
+struct Agent::Impl {
+  // One run's share on this node: a gang on a thread of its own (gang_run blocks until the gang is gone).
+  struct Share {
+    int64_t run = 0;
+    int first_rank = 0;
+    std::atomic<bool> stop{false};
+    std::atomic<bool> kill{false};
+    GangCommands commands;
+    std::thread thread;
+    std::atomic<bool> done{false};
+    GangResult result;
+  };
+
+  explicit Impl(AgentOptions o) : opt(std::move(o)) {}
+
+  AgentOptions opt;
+  std::mutex mu;            // pending
+  RecordBatch pending;      // records since the last beat, this node's batch
+  std::list<Share> shares;  // touched by the heartbeat thread only (besides each share's own thread)
+
+  void log(const std::string& line) { std::fprintf(stderr, "gantry-engine agent %s: %s\n", opt.node.c_str(), line.c_str()); }
+
+  void start_share(const json& a) {
+    Share& s = shares.emplace_back();
+    s.run = a.at("run").get<int64_t>();
+    s.first_rank = a.at("first_rank").get<int>();
+    const fs::path run_dir = fs::path(opt.dir) / ("run-" + std::to_string(s.run));
+    std::error_code ec;
+    fs::create_directories(run_dir, ec);
+    const std::string config = (run_dir / "config.toml").string();
+    std::ofstream(config) << a.at("config").get<std::string>();
+    GangOptions g;
+    g.nproc = a.at("ranks").get<int>();
+    g.first_rank = s.first_rank;
+    g.world = a.at("world").get<int>();
+    g.exe = opt.exe;
+    g.args = {"worker", "--config", config, "--out", a.at("out_dir").get<std::string>(), "--zero",
+              std::to_string(a.at("zero").get<int>()), "--max-steps", std::to_string(a.at("max_steps").get<int64_t>())};
+    g.env = {{"GANTRY_RENDEZVOUS", a.at("rendezvous").get<std::string>()}};
+    if (a.value("backend", "cpu") == "cuda") {
+      for (int slot : a.at("slots")) g.cuda_devices.push_back(std::to_string(slot));
+    }
+    g.stop = &s.stop;
+    g.kill_now = &s.kill;
+    g.stop_grace = opt.stop_grace;
+    g.commands = &s.commands;
+    const int64_t run = s.run;
+    g.on_records = [this, run](int, const RecordBatch& b) {
+      std::lock_guard<std::mutex> lock(mu);
+      for (RankStepRecord r : b.rank_steps) {
+        r.run_id = run;
+        pending.rank_steps.push_back(std::move(r));
+      }
+      for (StepRecord r : b.steps) {
+        r.run_id = run;
+        pending.steps.push_back(r);
+      }
+      for (EventRecord e : b.events) {
+        e.run_id = run;
+        pending.events.push_back(std::move(e));
+      }
+    };
+    log("run " + std::to_string(run) + ": starting ranks " + std::to_string(g.first_rank) + ".." +
+        std::to_string(g.first_rank + g.nproc - 1) + " of " + std::to_string(g.world));
+    s.thread = std::thread([&s, g = std::move(g)] {
+      s.result = gang_run(g);
+      s.done.store(true);
+    });
+  }
+
+  Share* find(int64_t run) {
+    for (Share& s : shares)
+      if (s.run == run && !s.done.load()) return &s;
+    return nullptr;
+  }
+};
+
+Agent::Agent(AgentOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+Agent::~Agent() = default;
+
+Status Agent::run(const std::atomic<bool>* stop) {
+  Impl& m = *impl_;
+  HttpClient api({.url = m.opt.url, .token = m.opt.token, .ca_file = m.opt.ca_file});
+  std::error_code ec;
+  fs::create_directories(m.opt.dir, ec);
+  if (ec) return Status::error("cannot create the agent's folder " + m.opt.dir + ": " + ec.message());
+
+  char host[256] = "";
+  ::gethostname(host, sizeof host - 1);
+  Result<json> reg = api.post_json("/v1/agents", {{"node", m.opt.node}, {"slots", m.opt.slots}, {"pid", ::getpid()}, {"host", host}});
+  if (!reg.ok()) return Status::error("cannot register with the coordinator: " + reg.error());
+  const auto beat = std::chrono::milliseconds(reg->value("heartbeat_ms", 200));
+  m.log("registered " + std::to_string(m.opt.slots) + " slots with " + m.opt.url);
+
+  auto last_ok = Clock::now();
+  Status result;
+  bool stopping = false;
+  json ended = json::array();
+  for (;;) {
+    const auto t0 = Clock::now();
+    if (!stopping && stop != nullptr && stop->load()) {
+      stopping = true;
+      for (Impl::Share& s : m.shares) s.stop.store(true);  // SIGTERM: a checkpoint at the next boundary
+    }
+    for (auto it = m.shares.begin(); it != m.shares.end();) {
+      if (!it->done.load()) {
+        ++it;
+        continue;
+      }
+      it->thread.join();
+      const GangResult& r = it->result;
+      ended.push_back({{"run", it->run}, {"code", r.code}, {"error", r.error}, {"final_message", r.final_message}});
+      m.log("run " + std::to_string(it->run) + ": gang ended with code " + std::to_string(r.code) +
+            (r.error.empty() ? "" : ": " + r.error));
+      it = m.shares.erase(it);
+    }
+    RecordBatch batch;
+    {
+      std::lock_guard<std::mutex> lock(m.mu);
+      std::swap(batch, m.pending);
+    }
+    json body = {{"ended", ended}};
+    if (!batch.empty()) body["records"] = json::parse(record_to_json(batch));
+    Result<json> reply = api.post_json("/v1/agents/" + m.opt.node + "/heartbeat", body);
+    if (reply.ok()) {
+      last_ok = Clock::now();
+      ended = json::array();
+      for (const json& a : reply->value("start", json::array())) {
+        if (stopping) continue;
+        try {
+          m.start_share(a);
+        } catch (const json::exception& e) {
+          m.log(std::string("ignored a malformed assignment: ") + e.what());
+        }
+      }
+      for (const json& c : reply->value("commands", json::array())) {
+        Impl::Share* s = m.find(c.value("run", int64_t{-1}));
+        if (s == nullptr) continue;  // the run ended here meanwhile
+        s->commands.send(c.value("rank", 0), {.action = static_cast<TrainAction>(c.value("action", 0)),
+                                              .id = c.value("request", uint64_t{0}),
+                                              .from = c.value("from", "")});
+      }
+      for (const json& r : reply->value("stop", json::array())) {
+        if (Impl::Share* s = m.find(r.get<int64_t>())) s->stop.store(true);
+      }
+    } else {
+      // Records of this beat are put back, so a short outage loses nothing.
+      std::lock_guard<std::mutex> lock(m.mu);
+      batch.rank_steps.insert(batch.rank_steps.end(), m.pending.rank_steps.begin(), m.pending.rank_steps.end());
+      batch.steps.insert(batch.steps.end(), m.pending.steps.begin(), m.pending.steps.end());
+      batch.events.insert(batch.events.end(), m.pending.events.begin(), m.pending.events.end());
+      std::swap(batch, m.pending);
+      if (!stopping && Clock::now() - last_ok > m.opt.coordinator_timeout) {
+        result = Status::error("lost the coordinator: " + reply.error() + "; stopped this node's runs");
+        m.log(result.message());
+        stopping = true;
+        for (Impl::Share& s : m.shares) s.stop.store(true);
+      }
+    }
+    // Stopping: once every gang has ended and the coordinator has heard so (or cannot), leave.
+    if (stopping && m.shares.empty() && (ended.empty() || !reply.ok())) break;
+    std::this_thread::sleep_until(t0 + beat);
+  }
+  return result;
+}
+
+}  // namespace gantry

@@ -1,0 +1,52 @@
+// The node agent (`gantry-engine agent`): one per node. It registers the node's slots with the coordinator,
+// then heartbeats; each beat carries the records its workers sent since the last one (one batch per node
+// per beat: DESIGN.md's O(nodes) ingest) and how its gangs ended, and each reply says what to do: start
+// this node's share of a placed run (a gang of workers through engine/core/worker/gang.h, meeting the
+// other nodes' workers in the coordinator's rendezvous store), deliver an operator's command to rank 0,
+// or stop a run.
+//
+//   Agent agent({.url = url, .token = token, .node = "node-0", .slots = 2, .dir = "/tmp/a0"});
+//   Status s = agent.run(&g_stop);   // until *stop (SIGTERM): then its gangs stop with a checkpoint
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "engine/core/status.h"
+
+namespace gantry {
+
+struct AgentOptions {
+  std::string url;    // the coordinator
+  std::string token;  // its bearer token
+  std::string ca_file;
+  std::string node;   // this node's id, unique in the cluster
+  int slots = 1;      // devices (GPUs, or CPU slots) the node offers
+  std::string dir;    // the agent's own files (configs of the runs it starts)
+  std::string exe = "/proc/self/exe";  // the worker binary
+  // The coordinator unreachable for this long: its runs cannot be steered or recorded, so they are stopped
+  // and the agent exits with an error.
+  std::chrono::milliseconds coordinator_timeout{std::chrono::seconds(30)};
+  std::chrono::milliseconds stop_grace{std::chrono::seconds(30)};  // workers' time to checkpoint on stop
+};
+
+class Agent {
+ public:
+  explicit Agent(AgentOptions options);
+  ~Agent();
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+
+  // Registers and serves until *stop becomes true (then stops every gang and returns ok) or the
+  // coordinator is lost (an error saying so). Every worker is reaped before it returns.
+  Status run(const std::atomic<bool>* stop);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gantry

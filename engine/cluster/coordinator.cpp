@@ -1,0 +1,740 @@
+#include "engine/cluster/coordinator.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "engine/cluster/http_server.h"
+#include "engine/cluster/json_fields.h"
+#include "engine/cluster/placement.h"
+#include "engine/core/config.h"
+#include "engine/core/train.h"  // TrainAction
+#include "engine/core/worker/rendezvous_server.h"
+#include "storage/history_db.h"
+#include "telemetry/prometheus.h"
+#include "telemetry/record_json.h"
+
+namespace gantry {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+double now_unix_s() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Runs end in one of these; the others are live.
+bool run_state_terminal(const std::string& s) {
+  return s == "finished" || s == "failed" || s == "stopped";
+}
+
+// A record as the API shows it: record_json.h's form, parsed so it nests in a larger reply.
+template <class R>
+json record_json(const R& r) {
+  return json::parse(record_to_json(r));
+}
+
+// "0,2,5" or "all" -> ranks; an error names the bad entry.
+Result<std::vector<int32_t>> parse_ranks(const std::string& text, int world) {
+  std::vector<int32_t> out;
+  if (text == "all") {
+    for (int r = 0; r < world; ++r) out.push_back(r);
+    return out;
+  }
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    char* end = nullptr;
+    long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 0 || v >= world) {
+      return Status::error("ranks: \"" + item + "\" is not a rank of this run (expected \"all\" or a list such as 0,1,3 of ranks 0.." +
+                           std::to_string(world - 1) + ")");
+    }
+    out.push_back(static_cast<int32_t>(v));
+  }
+  return out;
+}
+
+Result<int64_t> parse_int_query(const HttpRequest& req, const char* key, int64_t min, int64_t max, int64_t fallback) {
+  std::optional<std::string> v = req.query_value(key);
+  if (!v) return fallback;
+  char* end = nullptr;
+  long long x = std::strtoll(v->c_str(), &end, 10);
+  if (v->empty() || *end != '\0' || x < min || x > max) {
+    return Status::error(std::string(key) + "=\"" + *v + "\": expected an integer in [" + std::to_string(min) + ", " +
+                         std::to_string(max) + "]");
+  }
+  return static_cast<int64_t>(x);
+}
+
+}  // namespace
+
+struct Coordinator::Impl {
+  struct Node {
+    std::string id;
+    int slots = 0;
+    NodeState state = NodeState::healthy;
+    Clock::time_point last_seen;
+    double last_seen_unix = 0;
+    int64_t pid = 0;
+    std::string host;
+    // What the node must do, handed over in the reply to its next heartbeat.
+    json start = json::array(), commands = json::array(), stop = json::array();
+  };
+  struct NodeShare {
+    std::string node;
+    int first_rank = 0;
+    int ranks = 0;
+    std::vector<int> slots;
+    bool done = false;
+    int code = 0;
+    std::string error, final_message;
+  };
+  struct Run {
+    int64_t id = 0;
+    std::string name;
+    std::string state = "running";  // running, paused, stopping, finished, failed, stopped
+    int dp = 1, zero = 0;
+    int64_t max_steps = -1;
+    std::string config_toml, out_dir, backend;
+    std::vector<NodeShare> shares;  // in rank order
+    std::unique_ptr<RendezvousServer> store;
+    int64_t last_step = -1;
+    std::string message;
+    double created_unix = 0;
+    std::vector<RankStepRecord> latest;  // per rank, for /metrics
+    StepRecord latest_step;
+  };
+
+  explicit Impl(CoordinatorOptions o) : opt(std::move(o)) {}
+
+  CoordinatorOptions opt;
+  std::unique_ptr<HttpServer> server;
+  std::unique_ptr<HistoryDb> db;
+  std::mutex mu;  // everything below, db included (one connection, one thread at a time)
+  std::condition_variable events_cv;
+  std::map<std::string, Node> nodes;
+  std::map<int64_t, Run> runs;
+  uint64_t next_request = 1;
+  uint64_t records_total = 0;
+  std::atomic<bool> stopping{false};
+  std::thread watch;
+
+  // ---- helpers (hold mu) --------------------------------------------------------------------------------
+
+  void event(int64_t run, const std::string& kind, const std::string& message, json payload = json::object(),
+             int64_t step = -1, const std::string& node = "") {
+    RecordBatch b;
+    b.events.push_back({.run_id = run,
+                        .time_unix_s = now_unix_s(),
+                        .step = step,
+                        .kind = kind,
+                        .node = node,
+                        .message = message,
+                        .payload = payload.dump()});
+    if (!db->ingest(b)) std::fprintf(stderr, "gantry-engine coordinator: cannot record an event: %s\n", db->error().c_str());
+    events_cv.notify_all();
+  }
+
+  std::vector<PlacementNode> placement_nodes() const {
+    std::vector<PlacementNode> out;
+    for (const auto& [id, n] : nodes) {
+      PlacementNode p{.id = id, .slots = n.slots, .state = n.state};
+      for (const auto& [rid, r] : runs) {
+        if (run_state_terminal(r.state)) continue;
+        for (const NodeShare& s : r.shares) {
+          if (s.node == id && !s.done) p.busy.insert(p.busy.end(), s.slots.begin(), s.slots.end());
+        }
+      }
+      std::sort(p.busy.begin(), p.busy.end());
+      out.push_back(std::move(p));
+    }
+    return out;
+  }
+
+  json node_json(const Node& n) const {
+    int used = 0;
+    json run_ids = json::array();
+    for (const auto& [rid, r] : runs) {
+      if (run_state_terminal(r.state)) continue;
+      for (const NodeShare& s : r.shares) {
+        if (s.node == n.id && !s.done) {
+          used += static_cast<int>(s.slots.size());
+          run_ids.push_back(rid);
+        }
+      }
+    }
+    return {{"id", n.id},          {"slots", n.slots},  {"busy_slots", used},    {"state", node_state_name(n.state)},
+            {"last_seen_unix_s", n.last_seen_unix}, {"pid", n.pid}, {"host", n.host}, {"runs", run_ids}};
+  }
+
+  json run_json(const Run& r, bool full) const {
+    json shares = json::array();
+    for (const NodeShare& s : r.shares) {
+      shares.push_back({{"node", s.node},
+                        {"first_rank", s.first_rank},
+                        {"ranks", s.ranks},
+                        {"slots", s.slots},
+                        {"done", s.done},
+                        {"code", s.code}});
+    }
+    json j = {{"id", r.id},
+              {"name", r.name},
+              {"state", r.state},
+              {"layout", {{"dp", r.dp}, {"tp", 1}, {"pp", 1}, {"zero", r.zero}}},
+              {"world", r.dp},
+              {"last_step", r.last_step},
+              {"max_steps", r.max_steps},
+              {"message", r.message},
+              {"created_unix_s", r.created_unix},
+              {"placement", shares}};
+    if (full) {
+      j["config"] = r.config_toml;
+      j["out_dir"] = r.out_dir;
+      if (r.last_step >= 0) j["latest_step"] = record_json(r.latest_step);
+    }
+    return j;
+  }
+
+  Run* find_run(const HttpRequest& req, HttpResponse* err) {
+    const std::string& text = req.param("id");
+    char* end = nullptr;
+    long long id = std::strtoll(text.c_str(), &end, 10);
+    auto it = *end == '\0' ? runs.find(id) : runs.end();
+    if (it == runs.end()) {
+      *err = HttpResponse::error(404, "no run " + text + " (GET /v1/runs lists them)");
+      return nullptr;
+    }
+    return &it->second;
+  }
+
+  // Every share has reported: the run's end, from the worst of its gangs.
+  void maybe_finish(Run& r) {
+    if (run_state_terminal(r.state)) return;
+    for (const NodeShare& s : r.shares)
+      if (!s.done) return;
+    std::string state = "finished";
+    std::string message;
+    for (const NodeShare& s : r.shares) {
+      if (s.code == 130 && state == "finished") {
+        state = "stopped";
+        message = s.final_message;
+      }
+    }
+    for (const NodeShare& s : r.shares) {
+      if (s.code != 0 && s.code != 130) {
+        state = "failed";
+        message = s.node + ": " + s.error;
+        break;
+      }
+    }
+    if (state == "finished") message = r.shares.empty() ? "" : r.shares.front().final_message;
+    r.state = state;
+    r.message = message;
+    r.store.reset();  // nobody will meet there again
+    const RunStatus st = state == "failed" ? RunStatus::failed : state == "stopped" ? RunStatus::stopped : RunStatus::finished;
+    db->finish_run(r.id, st, message);
+    event(r.id, "run_" + state, "run " + std::to_string(r.id) + " " + state + (message.empty() ? "" : ": " + message),
+          {{"state", state}});
+  }
+
+  // Tells every node still running a share of the run to stop it (SIGTERM: a checkpoint, then exit).
+  void stop_shares(Run& r, const std::string& except_node) {
+    for (NodeShare& s : r.shares) {
+      if (s.done || s.node == except_node) continue;
+      auto it = nodes.find(s.node);
+      if (it != nodes.end()) it->second.stop.push_back(r.id);
+    }
+  }
+
+  // ---- routes -------------------------------------------------------------------------------------------
+
+  HttpResponse cluster() {
+    std::lock_guard<std::mutex> lock(mu);
+    json ns = json::array();
+    int slots = 0, busy = 0;
+    for (const auto& [id, n] : nodes) {
+      json j = node_json(n);
+      slots += n.slots;
+      busy += j["busy_slots"].get<int>();
+      ns.push_back(std::move(j));
+    }
+    int live = 0;
+    for (const auto& [id, r] : runs) live += !run_state_terminal(r.state);
+    return HttpResponse::ok({{"nodes", ns}, {"slots", slots}, {"busy_slots", busy}, {"runs_live", live},
+                             {"runs", runs.size()}, {"url", server->url()}});
+  }
+
+  HttpResponse submit(const HttpRequest& req) {
+    JsonFields f(req.body);
+    std::optional<std::string> toml = f.string("config");
+    std::optional<std::string> name = f.string("name", JsonFields::optional);
+    std::optional<int64_t> max_steps = f.integer("max_steps", 0, int64_t{1} << 40, JsonFields::optional);
+    const json* layout = f.object("layout");
+    std::optional<int64_t> dp, zero, tp, pp;
+    if (layout != nullptr) {
+      JsonFields l(*layout, "layout.");
+      dp = l.integer("dp", 1, 1 << 20);
+      zero = l.integer("zero", 0, 3, JsonFields::optional);
+      tp = l.integer("tp", 1, 1, JsonFields::optional);  // tp and pp are not trained yet: only 1 is accepted
+      pp = l.integer("pp", 1, 1, JsonFields::optional);
+      if (Status s = l.finish(); !s.ok()) return HttpResponse::error(400, s.message());
+    }
+    if (Status s = f.finish(); !s.ok()) return HttpResponse::error(400, s.message());
+    Result<Config> cfg = config_parse(*toml, "config");
+    if (!cfg.ok()) return HttpResponse::error(400, "field \"config\": " + cfg.error());
+
+    std::lock_guard<std::mutex> lock(mu);
+    std::vector<PlacementNode> pn = placement_nodes();
+    Result<Placement> p = placement_assign(pn, {.dp = static_cast<int>(*dp)});
+    if (!p.ok()) return HttpResponse::error(409, p.error());  // nothing started, nothing recorded
+
+    const std::string run_name = name.value_or(std::string("run"));
+    const std::string layout_text = "dp=" + std::to_string(*dp) + " tp=1 pp=1 zero=" + std::to_string(zero.value_or(0));
+    const int64_t id = db->begin_run({.name = run_name, .world_size = static_cast<int32_t>(*dp), .config = *toml,
+                                      .layout = layout_text});
+    if (id < 0) return HttpResponse::error(500, "cannot record the run: " + db->error());
+    Run& r = runs[id];
+    r.id = id;
+    r.name = run_name;
+    r.dp = static_cast<int>(*dp);
+    r.zero = static_cast<int>(zero.value_or(0));
+    r.max_steps = max_steps.value_or(-1);
+    r.config_toml = *toml;
+    r.backend = cfg->train.backend;
+    r.created_unix = now_unix_s();
+    r.out_dir = (fs::absolute(opt.dir) / "runs" / std::to_string(id)).string();
+    r.latest.resize(static_cast<size_t>(r.dp));
+    std::error_code ec;
+    fs::create_directories(r.out_dir, ec);
+    if (ec) return HttpResponse::error(500, "cannot create the run folder " + r.out_dir + ": " + ec.message());
+    std::ofstream(r.out_dir + "/config.toml") << *toml;
+    Result<std::unique_ptr<RendezvousServer>> store = RendezvousServer::start({opt.rendezvous_host, 0});
+    if (!store.ok()) {
+      r.state = "failed";
+      r.message = store.error();
+      db->finish_run(id, RunStatus::failed, r.message);
+      return HttpResponse::error(500, "cannot serve the run's rendezvous store: " + store.error());
+    }
+    r.store = std::move(store.value());
+    const std::string rendezvous = opt.rendezvous_host + ":" + std::to_string(r.store->port());
+
+    for (const PlacedNode& pnode : p->nodes) {
+      NodeShare s;
+      s.node = pn[static_cast<size_t>(pnode.node)].id;
+      s.first_rank = pnode.first_rank;
+      s.ranks = pnode.ranks;
+      for (int k = 0; k < pnode.ranks; ++k) s.slots.push_back(p->ranks[static_cast<size_t>(pnode.first_rank + k)].slot);
+      nodes[s.node].start.push_back({{"run", id},
+                                     {"first_rank", s.first_rank},
+                                     {"ranks", s.ranks},
+                                     {"world", r.dp},
+                                     {"slots", s.slots},
+                                     {"rendezvous", rendezvous},
+                                     {"config", *toml},
+                                     {"out_dir", r.out_dir},
+                                     {"zero", r.zero},
+                                     {"max_steps", r.max_steps},
+                                     {"backend", r.backend}});
+      r.shares.push_back(std::move(s));
+    }
+    event(id, "submitted", "run " + std::to_string(id) + " submitted by " + req.remote + ": " + layout_text,
+          {{"from", req.remote}, {"layout", layout_text}});
+    std::string where = placement_describe(pn, p.value());  // a line per node; an event message is one line
+    for (size_t k; (k = where.find('\n')) != std::string::npos;) where.replace(k, 1, "; ");
+    while (!where.empty() && (where.back() == ' ' || where.back() == ';')) where.pop_back();
+    event(id, "placed", where, {{"spares_used", p->spares_used()}});
+    return HttpResponse::ok(run_json(r, false), 201);
+  }
+
+  HttpResponse action(const HttpRequest& req, TrainAction a) {
+    std::lock_guard<std::mutex> lock(mu);
+    HttpResponse err;
+    Run* r = find_run(req, &err);
+    if (r == nullptr) return err;
+    const char* what = train_action_name(a);
+    if (run_state_terminal(r->state) || r->state == "stopping") {
+      return HttpResponse::error(409, std::string("cannot ") + what + " run " + std::to_string(r->id) + ": it is " +
+                                          r->state);
+    }
+    if (a == TrainAction::resume && r->state != "paused") {
+      return HttpResponse::error(409, "cannot resume run " + std::to_string(r->id) + ": it is " + r->state +
+                                          ", not paused");
+    }
+    if (a == TrainAction::pause && r->state == "paused") {
+      return HttpResponse::error(409, "cannot pause run " + std::to_string(r->id) + ": it is already paused");
+    }
+    const uint64_t request = next_request++;
+    // Rank 0 decides for the gang (train.h), so the command goes to the node that holds rank 0.
+    const NodeShare& first = r->shares.front();
+    nodes[first.node].commands.push_back({{"run", r->id}, {"rank", 0}, {"action", static_cast<int>(a)},
+                                          {"request", request}, {"from", "api@" + req.remote}});
+    if (a == TrainAction::stop) r->state = "stopping";
+    event(r->id, "action_requested", std::string(what) + " requested from " + req.remote + " (request " +
+                                         std::to_string(request) + ")",
+          {{"action", what}, {"request", request}, {"from", req.remote}});
+    return HttpResponse::ok({{"run", r->id}, {"action", what}, {"request", request}}, 202);
+  }
+
+  HttpResponse steps(const HttpRequest& req) {
+    std::lock_guard<std::mutex> lock(mu);
+    HttpResponse err;
+    Run* r = find_run(req, &err);
+    if (r == nullptr) return err;
+    Result<int64_t> after = parse_int_query(req, "after", -1, kStepEnd - 1, 0);
+    Result<int64_t> buckets = parse_int_query(req, "buckets", 1, 100000, 0);
+    Result<int64_t> limit = parse_int_query(req, "limit", 1, 100000, 1000);
+    for (const auto* x : {&after, &buckets, &limit})
+      if (!x->ok()) return HttpResponse::error(400, x->error());
+    std::vector<int32_t> ranks;
+    const std::optional<std::string> ranks_text = req.query_value("ranks");
+    if (ranks_text) {
+      Result<std::vector<int32_t>> rk = parse_ranks(*ranks_text, r->dp);
+      if (!rk.ok()) return HttpResponse::error(400, rk.error());
+      ranks = rk.value();
+    }
+    const int64_t begin = after.value() + 1;  // steps after `after`
+    json out = {{"run", r->id}, {"after", after.value()}};
+    if (buckets.value() > 0) {
+      BandResult loss, total;
+      if (!db->query_step_band(r->id, StepMetric::loss, begin, kStepEnd, static_cast<int32_t>(buckets.value()), &loss) ||
+          !db->query_band({.run_id = r->id, .metric = RankMetric::total, .step_begin = begin, .ranks = ranks,
+                           .max_buckets = static_cast<int32_t>(buckets.value())},
+                          &total)) {
+        return HttpResponse::error(500, "cannot read the run's steps: " + db->error());
+      }
+      auto buckets_json = [](const BandResult& b) {
+        json a = json::array();
+        for (const Bucket& k : b.buckets) {
+          a.push_back({{"step_begin", k.step_begin}, {"step_end", k.step_end}, {"count", k.count}, {"min", k.min},
+                       {"max", k.max}, {"max_rank", k.max_rank}, {"mean", k.mean}, {"last", k.last}});
+        }
+        return a;
+      };
+      out["bucket_steps"] = loss.bucket_steps;
+      out["loss"] = buckets_json(loss);
+      out["step_seconds"] = buckets_json(total);
+      return HttpResponse::ok(out);
+    }
+    std::vector<StepRecord> st;
+    if (!db->read_steps(r->id, begin, kStepEnd, static_cast<size_t>(limit.value()), &st))
+      return HttpResponse::error(500, "cannot read the run's steps: " + db->error());
+    out["steps"] = json::array();
+    for (const StepRecord& s : st) out["steps"].push_back(record_json(s));
+    if (ranks_text) {
+      std::vector<RankStepRecord> rs;
+      if (!db->read_rank_steps(r->id, begin, kStepEnd, ranks, static_cast<size_t>(limit.value()), &rs))
+        return HttpResponse::error(500, "cannot read the run's rank steps: " + db->error());
+      out["rank_steps"] = json::array();
+      for (const RankStepRecord& s : rs) out["rank_steps"].push_back(record_json(s));
+    }
+    return HttpResponse::ok(out);
+  }
+
+  HttpResponse ranks(const HttpRequest& req) {
+    std::lock_guard<std::mutex> lock(mu);
+    HttpResponse err;
+    Run* r = find_run(req, &err);
+    if (r == nullptr) return err;
+    json out = json::array();
+    for (const NodeShare& s : r->shares) {
+      for (int k = 0; k < s.ranks; ++k) {
+        const int rank = s.first_rank + k;
+        const RankStepRecord& last = r->latest[static_cast<size_t>(rank)];
+        out.push_back({{"rank", rank}, {"node", s.node}, {"slot", s.slots[static_cast<size_t>(k)]}, {"local_rank", k},
+                       {"last_step", last.step}, {"host", last.host}, {"step_seconds", last.total_s},
+                       {"done", s.done}});
+      }
+    }
+    return HttpResponse::ok({{"run", r->id}, {"ranks", out}});
+  }
+
+  HttpResponse checkpoints(const HttpRequest& req) {
+    std::lock_guard<std::mutex> lock(mu);
+    HttpResponse err;
+    Run* r = find_run(req, &err);
+    if (r == nullptr) return err;
+    std::vector<CheckpointInfo> cs;
+    if (!db->list_checkpoints(r->id, &cs)) return HttpResponse::error(500, "cannot list checkpoints: " + db->error());
+    json out = json::array();
+    for (const CheckpointInfo& c : cs) {
+      out.push_back({{"step", c.step}, {"path", c.path}, {"bytes", c.bytes}, {"write_s", c.write_s},
+                     {"state", c.state}, {"time_unix_s", c.time_unix_s}});
+    }
+    return HttpResponse::ok({{"run", r->id}, {"checkpoints", out}});
+  }
+
+  HttpResponse events(const HttpRequest& req) {
+    int64_t run_id = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      HttpResponse err;
+      Run* r = find_run(req, &err);
+      if (r == nullptr) return err;
+      run_id = r->id;
+    }
+    int64_t cursor = 0;
+    if (!req.last_event_id.empty()) cursor = std::strtoll(req.last_event_id.c_str(), nullptr, 10);
+    return HttpResponse::stream([this, run_id, cursor](SseWriter& w) mutable {
+      std::vector<EventRow> rows;
+      bool ended = false;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        db->read_events(run_id, cursor, 256, &rows);
+        if (rows.empty()) {
+          ended = run_state_terminal(runs[run_id].state);
+          if (!ended) {
+            events_cv.wait_for(lock, 250ms);
+            db->read_events(run_id, cursor, 256, &rows);
+          }
+        }
+      }
+      for (const EventRow& e : rows) {
+        if (!w.send({.id = std::to_string(e.id), .event = e.event.kind, .data = record_to_json(e.event)})) return false;
+        cursor = e.id;
+      }
+      // A finished run's stream ends once it has sent everything, so `ctl events` returns.
+      return !ended;
+    });
+  }
+
+  HttpResponse metrics() {
+    std::lock_guard<std::mutex> lock(mu);
+    PrometheusWriter w;
+    w.family("gantry_cluster_nodes", MetricType::gauge, "Registered nodes by state.");
+    for (NodeState s : {NodeState::healthy, NodeState::quarantined, NodeState::lost, NodeState::spare}) {
+      int n = 0;
+      for (const auto& [id, node] : nodes) n += node.state == s;
+      w.sample({{"state", node_state_name(s)}}, n);
+    }
+    w.family("gantry_cluster_slots", MetricType::gauge, "Device slots on registered nodes.");
+    int slots = 0;
+    for (const auto& [id, node] : nodes) slots += node.slots;
+    w.sample({}, slots);
+    w.family("gantry_runs", MetricType::gauge, "Runs by state.");
+    for (const char* s : {"running", "paused", "stopping", "finished", "failed", "stopped"}) {
+      int n = 0;
+      for (const auto& [id, r] : runs) n += r.state == s;
+      w.sample({{"state", s}}, n);
+    }
+    w.family("gantry_ingest_records_total", MetricType::counter, "Records received from agents.");
+    w.sample({}, static_cast<double>(records_total));
+    w.family("gantry_run_step", MetricType::gauge, "Latest optimizer step of each live run.");
+    for (const auto& [id, r] : runs)
+      if (!run_state_terminal(r.state)) w.sample({{"run", std::to_string(id)}}, static_cast<double>(r.last_step));
+    w.family("gantry_run_loss", MetricType::gauge, "Training loss at the latest step of each live run.");
+    for (const auto& [id, r] : runs)
+      if (!run_state_terminal(r.state) && r.last_step >= 0) w.sample({{"run", std::to_string(id)}}, r.latest_step.loss);
+    if (!w.ok()) return HttpResponse::error(500, "metrics: " + w.error());
+    return HttpResponse::plain(w.text(), std::string(kPrometheusContentType));
+  }
+
+  // ---- the agents' side ---------------------------------------------------------------------------------
+
+  HttpResponse agent_register(const HttpRequest& req) {
+    JsonFields f(req.body);
+    std::optional<std::string> id = f.string("node");
+    std::optional<int64_t> slots = f.integer("slots", 1, 4096);
+    std::optional<int64_t> pid = f.integer("pid", 0, INT64_MAX, JsonFields::optional);
+    std::optional<std::string> host = f.string("host", JsonFields::optional);
+    if (Status s = f.finish(); !s.ok()) return HttpResponse::error(400, s.message());
+    if (id->empty() || id->size() > 128) return HttpResponse::error(400, "field \"node\": expected 1-128 characters");
+    std::lock_guard<std::mutex> lock(mu);
+    Node& n = nodes[*id];
+    const bool back = n.id == *id;
+    if (back && n.state != NodeState::lost && pid.value_or(0) != n.pid) {
+      return HttpResponse::error(409, "node \"" + *id + "\" is already registered by another agent (pid " +
+                                          std::to_string(n.pid) + "): give each agent its own --node");
+    }
+    n.id = *id;
+    n.slots = static_cast<int>(*slots);
+    n.pid = pid.value_or(0);
+    n.host = host.value_or("");
+    if (n.state == NodeState::lost) n.state = NodeState::healthy;
+    n.last_seen = Clock::now();
+    n.last_seen_unix = now_unix_s();
+    db->upsert_node({.host = n.id, .devices = n.slots, .device_name = "slot", .state = "ok", .last_seen_unix_s = n.last_seen_unix});
+    return HttpResponse::ok({{"node", n.id}, {"heartbeat_ms", opt.heartbeat.count()}});
+  }
+
+  HttpResponse agent_heartbeat(const HttpRequest& req) {
+    const std::string& id = req.param("node");
+    JsonFields f(req.body);
+    const json* records = f.object("records", JsonFields::optional);
+    const json* ended = f.any("ended", JsonFields::optional);
+    if (Status s = f.finish(); !s.ok()) return HttpResponse::error(400, s.message());
+    RecordBatch batch;
+    if (records != nullptr) {
+      std::string error;
+      if (!record_from_json(records->dump(), &batch, &error)) return HttpResponse::error(400, "field \"records\": " + error);
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = nodes.find(id);
+    if (it == nodes.end()) return HttpResponse::error(404, "node \"" + id + "\" is not registered (register first)");
+    Node& n = it->second;
+    n.last_seen = Clock::now();
+    n.last_seen_unix = now_unix_s();
+    if (n.state == NodeState::lost) n.state = NodeState::healthy;
+    ingest(batch);
+    if (ended != nullptr && ended->is_array()) {
+      for (const json& e : *ended) {
+        const int64_t run_id = e.value("run", int64_t{-1});
+        auto rit = runs.find(run_id);
+        if (rit == runs.end()) continue;
+        Run& r = rit->second;
+        for (NodeShare& s : r.shares) {
+          if (s.node != id || s.done) continue;
+          s.done = true;
+          s.code = e.value("code", 1);
+          s.error = e.value("error", "");
+          s.final_message = e.value("final_message", "");
+          if (s.code != 0 && s.code != 130) {
+            // One node's gang failed: the others cannot finish a collective without it.
+            event(r.id, "node_failed", id + ": " + s.error, {{"code", s.code}}, -1, id);
+            stop_shares(r, id);
+          }
+        }
+        maybe_finish(r);
+      }
+    }
+    json reply = {{"start", std::exchange(n.start, json::array())},
+                  {"commands", std::exchange(n.commands, json::array())},
+                  {"stop", std::exchange(n.stop, json::array())}};
+    return HttpResponse::ok(reply);
+  }
+
+  // Records from an agent (hold mu): into the database, and the run's live state from its events.
+  void ingest(RecordBatch& batch) {
+    if (batch.empty()) return;
+    records_total += batch.size();
+    RecordBatch keep;
+    for (RankStepRecord& rs : batch.rank_steps) {
+      auto it = runs.find(rs.run_id);
+      if (it == runs.end() || rs.rank < 0 || rs.rank >= it->second.dp) continue;
+      it->second.latest[static_cast<size_t>(rs.rank)] = rs;
+      keep.rank_steps.push_back(std::move(rs));
+    }
+    for (StepRecord& s : batch.steps) {
+      auto it = runs.find(s.run_id);
+      if (it == runs.end()) continue;
+      it->second.last_step = std::max(it->second.last_step, s.step);
+      it->second.latest_step = s;
+      keep.steps.push_back(s);
+    }
+    for (EventRecord& e : batch.events) {
+      auto it = runs.find(e.run_id);
+      if (it == runs.end()) continue;
+      Run& r = it->second;
+      if (e.rank == 0) {
+        if (e.kind == "action_pause" && r.state == "running") r.state = "paused";
+        if (e.kind == "action_resume" && r.state == "paused") r.state = "running";
+        if (e.kind == "checkpoint") {
+          json p = json::parse(e.payload, nullptr, false);
+          if (p.is_object() && p.value("dir", "") != "") {
+            db->record_checkpoint({.run_id = r.id, .step = e.step, .path = p.value("dir", ""),
+                                   .bytes = p.value("bytes", uint64_t{0}), .write_s = p.value("seconds", 0.0),
+                                   .time_unix_s = e.time_unix_s});
+          }
+        }
+      }
+      keep.events.push_back(std::move(e));
+    }
+    if (!db->ingest(keep)) std::fprintf(stderr, "gantry-engine coordinator: cannot record %zu records: %s\n", keep.size(), db->error().c_str());
+    if (!keep.events.empty()) events_cv.notify_all();
+  }
+
+  // Marks nodes lost whose heartbeats stopped, and stops their runs (automatic recovery is a later issue).
+  void watch_loop() {
+    while (!stopping.load()) {
+      std::this_thread::sleep_for(100ms);
+      std::lock_guard<std::mutex> lock(mu);
+      const auto now = Clock::now();
+      for (auto& [id, n] : nodes) {
+        if (n.state == NodeState::lost || now - n.last_seen < opt.node_timeout) continue;
+        n.state = NodeState::lost;
+        db->upsert_node({.host = n.id, .devices = n.slots, .device_name = "slot", .state = "lost", .last_seen_unix_s = n.last_seen_unix});
+        for (auto& [rid, r] : runs) {
+          if (run_state_terminal(r.state)) continue;
+          for (NodeShare& s : r.shares) {
+            if (s.node != id || s.done) continue;
+            s.done = true;
+            s.code = 1;
+            s.error = "node lost (no heartbeat for " + std::to_string(opt.node_timeout.count()) + " ms)";
+            event(rid, "node_lost", id + ": " + s.error, json::object(), -1, id);
+            stop_shares(r, id);
+          }
+          maybe_finish(r);
+        }
+      }
+    }
+  }
+};
+
+Coordinator::Coordinator(CoordinatorOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+Coordinator::~Coordinator() { stop(); }
+
+Status Coordinator::start() {
+  Impl& m = *impl_;
+  std::error_code ec;
+  fs::create_directories(fs::path(m.opt.dir) / "runs", ec);
+  if (ec) return Status::error("cannot create the coordinator's folder " + m.opt.dir + ": " + ec.message());
+  std::string error;
+  m.db = HistoryDb::open((fs::path(m.opt.dir) / "cluster.sqlite").string(), {}, &error);
+  if (!m.db) return Status::error("cannot open the run database: " + error);
+  m.server = std::make_unique<HttpServer>(HttpServerOptions{.host = m.opt.host,
+                                                            .port = m.opt.port,
+                                                            .token = m.opt.token,
+                                                            .max_body_bytes = m.opt.max_body_bytes,
+                                                            .tls_cert_file = m.opt.tls_cert_file,
+                                                            .tls_key_file = m.opt.tls_key_file});
+  HttpServer& s = *m.server;
+  s.get("/v1/cluster", [&m](const HttpRequest&) { return m.cluster(); });
+  s.get("/v1/runs", [&m](const HttpRequest&) {
+    std::lock_guard<std::mutex> lock(m.mu);
+    json out = json::array();
+    for (const auto& [id, r] : m.runs) out.push_back(m.run_json(r, false));
+    return HttpResponse::ok({{"runs", out}});
+  });
+  s.post("/v1/runs", [&m](const HttpRequest& req) { return m.submit(req); });
+  s.get("/v1/runs/{id}", [&m](const HttpRequest& req) {
+    std::lock_guard<std::mutex> lock(m.mu);
+    HttpResponse err;
+    Impl::Run* r = m.find_run(req, &err);
+    return r == nullptr ? err : HttpResponse::ok(m.run_json(*r, true));
+  });
+  s.get("/v1/runs/{id}/steps", [&m](const HttpRequest& req) { return m.steps(req); });
+  s.get("/v1/runs/{id}/ranks", [&m](const HttpRequest& req) { return m.ranks(req); });
+  s.get("/v1/runs/{id}/checkpoints", [&m](const HttpRequest& req) { return m.checkpoints(req); });
+  s.get("/v1/runs/{id}/events", [&m](const HttpRequest& req) { return m.events(req); });
+  for (TrainAction a : {TrainAction::checkpoint, TrainAction::pause, TrainAction::resume, TrainAction::stop}) {
+    s.post(std::string("/v1/runs/{id}/") + train_action_name(a), [&m, a](const HttpRequest& req) { return m.action(req, a); });
+  }
+  s.get("/metrics", [&m](const HttpRequest&) { return m.metrics(); });
+  s.post("/v1/agents", [&m](const HttpRequest& req) { return m.agent_register(req); });
+  s.post("/v1/agents/{node}/heartbeat", [&m](const HttpRequest& req) { return m.agent_heartbeat(req); });
+  if (Status st = s.start(); !st.ok()) return st;
+  m.watch = std::thread([&m] { m.watch_loop(); });
+  return Status();
+}
+
+void Coordinator::stop() {
+  Impl& m = *impl_;
+  if (m.server) m.server->stop();
+  m.stopping.store(true);
+  if (m.watch.joinable()) m.watch.join();
+}
+
+std::string Coordinator::url() const { return impl_->server ? impl_->server->url() : ""; }
+
+}  // namespace gantry

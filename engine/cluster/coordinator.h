@@ -1,0 +1,61 @@
+// The coordinator: the cluster's one control process (`gantry-engine coordinator`). It serves the HTTP API
+// (docs/CLUSTER.md lists the routes), keeps the run database (storage/HistoryDb in <dir>/cluster.sqlite),
+// registers node agents and watches their heartbeats, places submitted jobs all-or-nothing
+// (placement.h), serves each run's rendezvous store on a TCP port of its own, and turns operator
+// actions into commands that the agents hand to rank 0.
+//
+// Agents talk to it over the same API with the same token: they register, then heartbeat (every 200 ms by
+// default) with their node's records since the last beat (one batch per node per beat) and how their
+// gangs ended; the reply carries what the node must do (start its share of a run, deliver a command to
+// rank 0, stop a run). Nothing is pushed to an agent, so an agent behind NAT or a slow link needs no
+// listening socket.
+//
+//   Coordinator c({.dir = "/tmp/cluster", .token = token});
+//   if (Status s = c.start(); !s.ok()) return fail(s.message());
+//   std::printf("%s\n", c.url().c_str());
+//   ... until SIGTERM ...
+//   c.stop();
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "engine/core/status.h"
+
+namespace gantry {
+
+struct CoordinatorOptions {
+  std::string dir;                 // state: cluster.sqlite, runs/<id>/ (config, checkpoints, data)
+  std::string host = "127.0.0.1";  // the API's address
+  int port = 0;                    // 0 = a free port (url() says which)
+  std::string token;               // the bearer token (token.h)
+  // Where each run's rendezvous store listens; the workers of every node must reach it.
+  std::string rendezvous_host = "127.0.0.1";
+  std::chrono::milliseconds heartbeat{200};           // what agents are told to use
+  std::chrono::milliseconds node_timeout{5000};       // no heartbeat for this long: the node is lost
+  size_t max_body_bytes = 16u << 20;                  // agents' record batches ride in request bodies
+  std::string tls_cert_file, tls_key_file;            // HTTPS (optional)
+};
+
+class Coordinator {
+ public:
+  explicit Coordinator(CoordinatorOptions options);
+  ~Coordinator();  // stop()
+  Coordinator(const Coordinator&) = delete;
+  Coordinator& operator=(const Coordinator&) = delete;
+
+  // Opens the database, starts the API and the health watch. The error names what failed.
+  Status start();
+  // Stops serving. Runs still going are told nothing (their agents stop them when they lose the
+  // coordinator); the database keeps what was recorded.
+  void stop();
+  std::string url() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gantry

@@ -1,0 +1,327 @@
+// The control plane end to end, as an operator uses it: `gantry-engine up` starts a coordinator and two
+// agents of two slots each (real processes on loopback); a dp-4 run of assets/configs/tiny.toml is
+// submitted through the API, its steps arrive through the API, and checkpoint, pause, resume and stop
+// take effect at one step on every rank (the events say so); a job that cannot be placed is refused with
+// 409 and starts nothing; requests without the token get 401; `down` leaves no process behind.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/prctl.h>  // PR_SET_CHILD_SUBREAPER: the daemons `up` starts become ours to reap
+#include <sys/wait.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/cluster/http_client.h"
+#include "engine/cluster/token.h"
+#include "tests/app/engine_process.h"
+
+namespace gantry {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+using ::testing::HasSubstr;
+using testing_support::run_engine;
+using testing_support::slurp;
+
+// Polls `pred` every 50 ms until it holds or `limit` passes.
+template <class F>
+bool eventually(F pred, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(50ms);
+  }
+  return pred();
+}
+
+// Gone: reaped (we are their subreaper), or no such process.
+bool gone(pid_t pid) {
+  int status = 0;
+  if (::waitpid(pid, &status, WNOHANG) == pid) return true;
+  errno = 0;
+  return ::kill(pid, 0) == -1 && errno == ESRCH;
+}
+
+// Every pid under `dir`'s pid files, and the workers: children of the agents, found in /proc.
+std::vector<pid_t> cluster_pids(const fs::path& dir) {
+  std::vector<pid_t> out;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() == ".pid") out.push_back(static_cast<pid_t>(std::stol(slurp(e.path().string()))));
+  }
+  return out;
+}
+
+std::vector<pid_t> children_of(const std::vector<pid_t>& parents) {
+  std::vector<pid_t> out;
+  for (const fs::directory_entry& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string stat = slurp(e.path().string() + "/stat");
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 2));
+    std::string state;
+    long ppid = 0;
+    rest >> state >> ppid;
+    for (pid_t p : parents)
+      if (ppid == p && state != "Z") out.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return out;
+}
+
+class ClusterCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+    dir_ = fs::path(::testing::TempDir()) / ("gantry_cluster_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    testing_support::Outcome up = run_engine("up --nodes 2 --slots 2 --dir " + dir_.string());
+    ASSERT_EQ(up.code, 0) << up.err;
+    url_ = up.out.substr(0, up.out.find('\n'));
+    ASSERT_THAT(url_, HasSubstr("http://127.0.0.1:"));
+    Result<std::string> token = token_file_read((dir_ / "token").string());
+    ASSERT_TRUE(token.ok()) << token.error();
+    EXPECT_EQ(fs::status(dir_ / "token").permissions() & fs::perms::all, fs::perms::owner_read | fs::perms::owner_write);
+    token_ = token.value();
+    api_ = std::make_unique<HttpClient>(HttpClientOptions{.url = url_, .token = token_});
+    pids_ = cluster_pids(dir_);
+    ASSERT_EQ(pids_.size(), 3u);  // the coordinator and two agents
+  }
+
+  void TearDown() override {
+    api_.reset();  // an idle kept-alive connection would hold the coordinator's stop for its keep-alive
+    testing_support::Outcome down = run_engine("down --dir " + dir_.string());
+    EXPECT_EQ(down.code, 0) << down.err;
+    for (pid_t p : pids_) EXPECT_TRUE(eventually([&] { return gone(p); }, 5s)) << "pid " << p << " left behind";
+    for (pid_t p : workers_) EXPECT_TRUE(eventually([&] { return gone(p); }, 5s)) << "worker " << p << " left behind";
+    if (HasFailure()) {
+      for (const char* log : {"coordinator.log", "agent-node-0.log", "agent-node-1.log"})
+        std::fprintf(stderr, "---- %s\n%s\n", log, slurp((dir_ / log).string()).c_str());
+    }
+  }
+
+  json get(const std::string& path) {
+    Result<json> r = api_->get_json(path);
+    EXPECT_TRUE(r.ok()) << r.error();
+    return r.ok() ? r.value() : json::object();
+  }
+  json run_state(int64_t id) { return get("/v1/runs/" + std::to_string(id)); }
+  int64_t last_step(int64_t id) { return run_state(id).value("last_step", int64_t{-1}); }
+
+  std::string tiny_config(int64_t max_steps) {
+    // tiny.toml as it is, but one thread a rank and no periodic validation or checkpoints: four ranks share
+    // two cores, and the checkpoints under test are the operator's.
+    std::ifstream in(GANTRY_TINY_CONFIG);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::string t = ss.str();
+    t = std::regex_replace(t, std::regex("max_steps = \\d+"), "max_steps = " + std::to_string(max_steps));
+    t = std::regex_replace(t, std::regex("checkpoint_every = \\d+"), "checkpoint_every = 0");
+    t = std::regex_replace(t, std::regex("val_every = \\d+"), "val_every = 0");
+    t = std::regex_replace(t, std::regex("\\[train\\]"), "[train]\nthreads = 1");
+    return t;
+  }
+
+  // The events of a run so far, read through the event stream until it has nothing more for a moment.
+  std::vector<json> events(int64_t id, const std::string& kind_prefix) {
+    Result<json> all = Status::error("");
+    std::vector<json> out;
+    HttpEventStream s({.url = url_, .token = token_});
+    std::thread stopper([&] {
+      std::this_thread::sleep_for(400ms);
+      s.stop();
+    });
+    Status st = s.run("/v1/runs/" + std::to_string(id) + "/events", [&](const SseEvent& e) {
+      json j = json::parse(e.data);
+      if (j.value("kind", "").rfind(kind_prefix, 0) == 0) out.push_back(j);
+      return true;
+    });
+    stopper.join();
+    EXPECT_TRUE(st.ok()) << st.message();
+    return out;
+  }
+
+  // Every rank reported `kind` at one and the same step; returns it.
+  int64_t one_step_on_every_rank(int64_t id, const std::string& kind, int world) {
+    std::map<int, int64_t> step_of_rank;
+    EXPECT_TRUE(eventually(
+        [&] {
+          step_of_rank.clear();
+          for (const json& e : events(id, kind)) step_of_rank[e.value("rank", -1)] = e.value("step", int64_t{-1});
+          return static_cast<int>(step_of_rank.size()) == world;
+        },
+        10s))
+        << kind << " reached " << step_of_rank.size() << " of " << world << " ranks";
+    std::set<int64_t> steps;
+    for (const auto& [rank, step] : step_of_rank) steps.insert(step);
+    EXPECT_EQ(steps.size(), 1u) << kind << " took effect at different steps on different ranks";
+    return steps.empty() ? -1 : *steps.begin();
+  }
+
+  fs::path dir_;
+  std::string url_, token_;
+  std::unique_ptr<HttpClient> api_;
+  std::vector<pid_t> pids_, workers_;
+};
+
+TEST_F(ClusterCli, Dp4RunStepsAndActionsThroughTheApi) {
+  json c = get("/v1/cluster");
+  ASSERT_EQ(c["nodes"].size(), 2u);
+  EXPECT_EQ(c["slots"], 4);
+
+  // 6 ranks on 4 slots: refused with the reason, nothing started, nothing recorded.
+  Result<HttpReply> refused = api_->post("/v1/runs", {{"config", tiny_config(10)}, {"layout", {{"dp", 6}}}});
+  ASSERT_TRUE(refused.ok()) << refused.error();
+  EXPECT_EQ(refused->status, 409);
+  EXPECT_THAT(refused->error_message(), HasSubstr("cannot place dp 6"));
+  EXPECT_THAT(refused->error_message(), HasSubstr("needs 6 free slots"));
+  EXPECT_EQ(get("/v1/runs")["runs"].size(), 0u);
+  EXPECT_TRUE(children_of({pids_[0], pids_[1], pids_[2]}).empty()) << "a refused job started workers";
+
+  // A dp-4 run: two ranks on each node.
+  Result<json> sub = api_->post_json("/v1/runs", {{"config", tiny_config(100000)}, {"layout", {{"dp", 4}, {"zero", 1}}}});
+  ASSERT_TRUE(sub.ok()) << sub.error();
+  const int64_t id = sub->at("id").get<int64_t>();
+  ASSERT_EQ(sub->at("placement").size(), 2u);
+  ASSERT_TRUE(eventually([&] { return last_step(id) >= 3; }, 30s)) << run_state(id).dump();
+  json steps = get("/v1/runs/" + std::to_string(id) + "/steps?after=0&ranks=all");
+  ASSERT_GE(steps["steps"].size(), 3u);
+  EXPECT_EQ(steps["steps"][0]["step"], 1);
+  EXPECT_GT(steps["steps"][0]["loss"].get<double>(), 4.0);  // ln 256 = 5.5 at the start
+  std::set<int> ranks_seen;
+  for (const json& r : steps["rank_steps"]) ranks_seen.insert(r["rank"].get<int>());
+  EXPECT_EQ(ranks_seen, (std::set<int>{0, 1, 2, 3}));
+  workers_ = children_of({pids_[0], pids_[1], pids_[2]});
+  EXPECT_EQ(workers_.size(), 4u);
+  EXPECT_EQ(get("/v1/runs/" + std::to_string(id) + "/ranks")["ranks"].size(), 4u);
+  json band = get("/v1/runs/" + std::to_string(id) + "/steps?buckets=4");
+  EXPECT_FALSE(band["loss"].empty());
+
+  // Pause: no step advances; every rank paused at the same step.
+  ASSERT_TRUE(api_->post_json("/v1/runs/" + std::to_string(id) + "/pause", json::object()).ok());
+  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "paused"; }, 10s));
+  const int64_t paused_at = one_step_on_every_rank(id, "action_pause", 4);
+  std::this_thread::sleep_for(600ms);
+  EXPECT_EQ(last_step(id), paused_at) << "a step advanced while paused";
+
+  // Checkpoint while paused: one committed checkpoint, at that step, on every rank's event.
+  ASSERT_TRUE(api_->post_json("/v1/runs/" + std::to_string(id) + "/checkpoint", json::object()).ok());
+  EXPECT_EQ(one_step_on_every_rank(id, "action_checkpoint", 4), paused_at);
+  json ckpts = get("/v1/runs/" + std::to_string(id) + "/checkpoints");
+  ASSERT_EQ(ckpts["checkpoints"].size(), 1u);
+  EXPECT_EQ(ckpts["checkpoints"][0]["step"], paused_at);
+  EXPECT_TRUE(fs::exists(ckpts["checkpoints"][0]["path"].get<std::string>() + "/manifest.json") ||
+              fs::is_directory(ckpts["checkpoints"][0]["path"].get<std::string>()));
+
+  // Resume: it advances again.
+  ASSERT_TRUE(api_->post_json("/v1/runs/" + std::to_string(id) + "/resume", json::object()).ok());
+  EXPECT_EQ(one_step_on_every_rank(id, "action_resume", 4), paused_at);
+  ASSERT_TRUE(eventually([&] { return last_step(id) > paused_at + 1; }, 10s));
+
+  // Stop: every rank stops at one step, checkpoints, and the run ends as stopped.
+  Result<HttpReply> stop = api_->post("/v1/runs/" + std::to_string(id) + "/stop", json::object());
+  ASSERT_TRUE(stop.ok());
+  EXPECT_EQ(stop->status, 202);
+  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 20s)) << run_state(id).dump();
+  const int64_t stopped_at = one_step_on_every_rank(id, "action_stop", 4);
+  EXPECT_GT(stopped_at, paused_at);
+  EXPECT_THAT(run_state(id)["message"].get<std::string>(), HasSubstr("stopped by the operator"));
+  EXPECT_EQ(get("/v1/runs/" + std::to_string(id) + "/checkpoints")["checkpoints"].size(), 2u);
+  for (pid_t w : workers_) EXPECT_TRUE(eventually([&] { return gone(w) || ::kill(w, 0) != 0; }, 5s));
+
+  // Each request is an event with what, and from where.
+  std::vector<json> asked = events(id, "action_requested");
+  ASSERT_EQ(asked.size(), 4u);
+  for (const json& e : asked) {
+    json p = json::parse(e["payload"].get<std::string>());
+    EXPECT_THAT(p["from"].get<std::string>(), HasSubstr("127.0.0.1:"));
+  }
+  // An action on a run that has ended is refused.
+  Result<HttpReply> late = api_->post("/v1/runs/" + std::to_string(id) + "/pause", json::object());
+  ASSERT_TRUE(late.ok());
+  EXPECT_EQ(late->status, 409);
+
+  // The whole cluster is free again; /metrics and /healthz answer.
+  EXPECT_EQ(get("/v1/cluster")["busy_slots"], 0);
+  Result<HttpReply> m = api_->get("/metrics");
+  ASSERT_TRUE(m.ok());
+  EXPECT_THAT(m->body, HasSubstr("gantry_runs{state=\"stopped\"} 1"));
+}
+
+// An agent killed: its node is lost within the heartbeat timeout (5 s) and its run ends as failed, with
+// an event naming the node; the other node's workers do not outlive it.
+TEST_F(ClusterCli, KilledAgentLosesItsNodeAndStopsTheRun) {
+  Result<json> sub = api_->post_json("/v1/runs", {{"config", tiny_config(100000)}, {"layout", {{"dp", 4}}}});
+  ASSERT_TRUE(sub.ok()) << sub.error();
+  const int64_t id = sub->at("id").get<int64_t>();
+  ASSERT_TRUE(eventually([&] { return last_step(id) >= 2; }, 30s)) << run_state(id).dump();
+  workers_ = children_of({pids_[0], pids_[1], pids_[2]});
+  const pid_t agent1 = static_cast<pid_t>(std::stol(slurp((dir_ / "agent-node-1.pid").string())));
+  ASSERT_EQ(::kill(agent1, SIGKILL), 0);
+  ASSERT_TRUE(eventually(
+      [&] {
+        const json cluster = get("/v1/cluster");  // named: a temporary would die before the loop body
+        for (const json& n : cluster["nodes"])
+          if (n["id"] == "node-1") return n["state"] == "lost";
+        return false;
+      },
+      10s));
+  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "failed"; }, 10s)) << run_state(id).dump();
+  std::vector<json> lost = events(id, "node_lost");
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0]["node"], "node-1");
+  for (pid_t w : workers_) EXPECT_TRUE(eventually([&] { return gone(w); }, 10s)) << "worker " << w << " outlived the run";
+}
+
+TEST_F(ClusterCli, TokenIsRequiredAndBadInputChangesNothing) {
+  HttpClient none({.url = url_, .token = "0123456789abcdef0123456789abcdef"});
+  for (const char* path : {"/v1/cluster", "/v1/runs", "/metrics"}) {
+    Result<HttpReply> r = none.get(path);
+    ASSERT_TRUE(r.ok()) << r.error();
+    EXPECT_EQ(r->status, 401) << path;
+  }
+  Result<HttpReply> sub = none.post("/v1/runs", {{"config", tiny_config(5)}, {"layout", {{"dp", 1}}}});
+  ASSERT_TRUE(sub.ok());
+  EXPECT_EQ(sub->status, 401);
+  Result<HttpReply> health = none.get("/healthz");
+  ASSERT_TRUE(health.ok());
+  EXPECT_EQ(health->status, 200);
+  // A bad config or layout: 400 naming the field; nothing recorded.
+  Result<HttpReply> bad = api_->post("/v1/runs", {{"config", "[model]\nn_head = 0\n"}, {"layout", {{"dp", 1}}}});
+  ASSERT_TRUE(bad.ok());
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_THAT(bad->error_message(), HasSubstr("config"));
+  Result<HttpReply> bad_dp = api_->post("/v1/runs", {{"config", tiny_config(5)}, {"layout", {{"dp", "four"}}}});
+  ASSERT_TRUE(bad_dp.ok());
+  EXPECT_EQ(bad_dp->status, 400);
+  EXPECT_THAT(bad_dp->error_message(), HasSubstr("layout.dp"));
+  EXPECT_EQ(get("/v1/runs")["runs"].size(), 0u);
+
+  // ctl: a refusal exits 3 with the reason; status prints the nodes.
+  const std::string cfg = (dir_ / "tiny.toml").string();
+  std::ofstream(cfg) << tiny_config(5);
+  const std::string ctl = "ctl --url " + url_ + " --token-file " + (dir_ / "token").string() + " ";
+  testing_support::Outcome refused = run_engine(ctl + "submit --config " + cfg + " --dp 5");
+  EXPECT_EQ(refused.code, 3);
+  EXPECT_THAT(refused.err, HasSubstr("409"));
+  testing_support::Outcome status = run_engine(ctl + "status");
+  EXPECT_EQ(status.code, 0) << status.err;
+  EXPECT_THAT(status.out, HasSubstr("node-0"));
+  EXPECT_THAT(status.out, HasSubstr("node-1"));
+}
+
+}  // namespace
+}  // namespace gantry
