@@ -7,16 +7,11 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>  // checkpoint events' payload
 
+#include "engine/core/step_records.h"
 #include "storage/history_db.h"
 #include "telemetry/records.h"
 
 namespace gantry {
-namespace {
-double now_unix_s() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-}  // namespace
-
 HistoryWriter::HistoryWriter(std::string out_dir, std::string run_name, int world_size, std::string layout)
     : out_dir_(std::move(out_dir)),
       run_name_(std::move(run_name)),
@@ -55,38 +50,16 @@ void HistoryWriter::on_run(const RunDescription& run) {
 void HistoryWriter::on_step(const StepReport& r) {
   if (!db_ || run_id_ < 0) return;
   RecordBatch batch;
-  RankStepRecord rank;
-  rank.run_id = run_id_;
-  rank.step = r.step;
-  rank.rank = 0;
-  rank.host = host_;
-  rank.device = device_;
-  rank.phases.data_wait = r.data_wait_s;
-  if (r.phases.measured) {
-    rank.phases.forward = r.phases.forward_s;
-    rank.phases.backward = r.phases.backward_s;
-    rank.phases.optimizer = r.phases.optimizer_s;
-  }
-  rank.total_s = r.ms / 1e3;
-  rank.tokens = r.tokens;
-  batch.rank_steps.push_back(rank);
-  StepRecord step;
-  step.run_id = run_id_;
-  step.step = r.step;
-  step.time_unix_s = now_unix_s();
-  step.loss = r.loss;
-  step.grad_norm = r.grad_norm;
-  step.lr = r.lr;
-  step.tokens_per_s = r.tokens_per_s;
-  step.step_s = r.ms / 1e3;
-  step.val_loss = r.val_loss;
-  batch.steps.push_back(step);
+  batch.rank_steps.push_back(rank_step_record(r, host_, device_, 1));
+  batch.steps.push_back(step_record(r, unix_now_s()));
+  batch.rank_steps.back().run_id = run_id_;
+  batch.steps.back().run_id = run_id_;
   if (!db_->ingest(batch)) warn("cannot record step " + std::to_string(r.step) + ": " + db_->error());
 }
 
 void HistoryWriter::on_checkpoint(const CheckpointReport& c) {
   if (!db_ || run_id_ < 0) return;
-  const double now = now_unix_s();
+  const double now = unix_now_s();
   if (!db_->record_checkpoint({.run_id = run_id_,
                                .step = c.step,
                                .path = c.dir,

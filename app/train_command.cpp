@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>  // --json lines
 
 #include "app/commands.h"
+#include "app/step_lines.h"
 #include "engine/core/checkpoint.h"
 #include "engine/core/config.h"
 #include "engine/core/train.h"
@@ -26,18 +27,15 @@ class StepPrinter final : public TrainObserver {
   explicit StepPrinter(bool json) : json_(json) {}
   void on_start(const std::string& summary) override { std::fprintf(stderr, "%s\n", summary.c_str()); }
   void on_step(const StepReport& r) override {
-    std::fprintf(stderr, "step %6lld/%lld | loss %.6f | grad norm %.4f | lr %.3e | %9.0f tok/s | %8.1f ms",
-                 static_cast<long long>(r.step), static_cast<long long>(r.last_step), r.loss, r.grad_norm, r.lr,
-                 r.tokens_per_s, r.ms);
-    if (r.val_loss) std::fprintf(stderr, " | val loss %.6f", *r.val_loss);
-    std::fprintf(stderr, "\n");
-    if (json_) {
-      nlohmann::json j = {{"step", r.step},  {"loss", r.loss},          {"grad_norm", r.grad_norm},
-                          {"lr", r.lr},      {"tokens_per_s", r.tokens_per_s}, {"ms", r.ms}};
-      if (r.val_loss) j["val_loss"] = *r.val_loss;
-      std::printf("%s\n", j.dump().c_str());
-      std::fflush(stdout);
-    }
+    step_line_print({.step = r.step,
+                     .last_step = r.last_step,
+                     .loss = r.loss,
+                     .grad_norm = r.grad_norm,
+                     .lr = r.lr,
+                     .tokens_per_s = r.tokens_per_s,
+                     .ms = r.ms,
+                     .val_loss = r.val_loss},
+                    json_);
   }
   void on_checkpoint(const CheckpointReport& c) override {
     std::fprintf(stderr, "checkpoint step %lld -> %s (%.1f MB, %.2f s)\n", static_cast<long long>(c.step),

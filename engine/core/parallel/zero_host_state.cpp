@@ -408,6 +408,19 @@ bool is_full(const ShardPlan& p, StateBuffer which) {
 }
 }  // namespace
 
+size_t ZeroHostState::for_each_owned(size_t offset, size_t count,
+                                     const std::function<void(size_t, size_t, size_t)>& fn) const {
+  size_t covered = 0;
+  for (size_t b = 0; b < plan_.owned.size(); ++b) {
+    const FlatRange& own = plan_.owned[b];
+    const size_t lo = std::max(offset, own.offset), hi = std::min(offset + count, own.end());
+    if (lo >= hi) continue;
+    fn(lo, plan_.owned_shard_offset[b] + (lo - own.offset), hi - lo);
+    covered += hi - lo;
+  }
+  return covered;
+}
+
 void ZeroHostState::read(StateBuffer which, size_t offset, size_t count, float* out) {
   wait_all();
   float* base = full_or_shard(which);
@@ -416,14 +429,9 @@ void ZeroHostState::read(StateBuffer which, size_t offset, size_t count, float* 
     std::memcpy(out, base + offset, count * sizeof(float));
     return;
   }
-  size_t copied = 0;
-  for (size_t b = 0; b < plan_.owned.size(); ++b) {
-    const FlatRange& own = plan_.owned[b];
-    const size_t lo = std::max(offset, own.offset), hi = std::min(offset + count, own.end());
-    if (lo >= hi) continue;
-    std::memcpy(out + (lo - offset), base + plan_.owned_shard_offset[b] + (lo - own.offset), (hi - lo) * sizeof(float));
-    copied += hi - lo;
-  }
+  const size_t copied = for_each_owned(offset, count, [&](size_t at, size_t shard_at, size_t n) {
+    std::memcpy(out + (at - offset), base + shard_at, n * sizeof(float));
+  });
   GANTRY_CHECK(copied == count, std::string("read of ") + state_buffer_name(which) + " outside the rank's shard");
 }
 
@@ -439,14 +447,9 @@ void ZeroHostState::write(StateBuffer which, size_t offset, size_t count, const 
     std::memcpy(base + offset, in, count * sizeof(float));
     return;
   }
-  size_t copied = 0;
-  for (size_t b = 0; b < plan_.owned.size(); ++b) {
-    const FlatRange& own = plan_.owned[b];
-    const size_t lo = std::max(offset, own.offset), hi = std::min(offset + count, own.end());
-    if (lo >= hi) continue;
-    std::memcpy(base + plan_.owned_shard_offset[b] + (lo - own.offset), in + (lo - offset), (hi - lo) * sizeof(float));
-    copied += hi - lo;
-  }
+  const size_t copied = for_each_owned(offset, count, [&](size_t at, size_t shard_at, size_t n) {
+    std::memcpy(base + shard_at, in + (at - offset), n * sizeof(float));
+  });
   GANTRY_CHECK(copied == count, std::string("write of ") + state_buffer_name(which) + " outside the rank's shard");
 }
 

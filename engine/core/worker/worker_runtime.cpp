@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/core/step_records.h"
 #include "engine/core/comm/communicator.h"
 #include "engine/core/comm/store_client.h"
 #include "engine/core/comm/store_server.h"
@@ -64,10 +65,6 @@ void install_stop_handlers() {
   sa.sa_flags = SA_RESTART;  // a blocking read in the training loop must not fail with EINTR
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
-}
-
-double now_unix_s() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 std::string host_name() {
@@ -172,39 +169,10 @@ class WorkerObserver final : public TrainObserver {
   void on_step(const StepReport& r) override {
     steps_seen_ = true;
     RecordBatch batch;
-    RankStepRecord rank;
-    rank.step = r.step;
-    rank.rank = env_.rank;
-    rank.host = host_;
-    rank.device = device_;  // the node's index, not the in-process one (always 0 after pinning)
-    rank.phases.data_wait = r.data_wait_s;
-    if (r.phases.measured) {
-      rank.phases.forward = r.phases.forward_s;
-      rank.phases.backward = r.phases.backward_s;
-      rank.phases.optimizer = r.phases.optimizer_s;
-      rank.phases.comm_exposed = r.phases.comm_exposed_s;
-    }
-    rank.total_s = r.ms / 1e3;
-    // rank_tokens is this rank's share; a loop that does not fill it in splits the batch evenly.
-    rank.tokens = r.rank_tokens > 0 ? r.rank_tokens : r.tokens / env_.world;
-    rank.mem_allocated_bytes = r.device.mem_allocated_bytes;
-    rank.mem_peak_bytes = r.device.mem_peak_bytes;
-    rank.temperature_celsius = r.device.temperature_celsius;
-    rank.sm_clock_hertz = r.device.sm_clock_hertz;
-    rank.power_watts = r.device.power_watts;
-    batch.rank_steps.push_back(std::move(rank));
-    if (env_.rank == 0) {  // the global figures are the same on every rank: one copy is enough
-      StepRecord step;
-      step.step = r.step;
-      step.time_unix_s = now_unix_s();
-      step.loss = r.loss;
-      step.grad_norm = r.grad_norm;
-      step.lr = r.lr;
-      step.tokens_per_s = r.tokens_per_s;
-      step.step_s = r.ms / 1e3;
-      step.val_loss = r.val_loss;
-      batch.steps.push_back(step);
-    }
+    // The node's device index, not the in-process one (always 0 after pinning).
+    batch.rank_steps.push_back(rank_step_record(r, host_, device_, env_.world));
+    // The global figures are the same on every rank: one copy is enough.
+    if (env_.rank == 0) batch.steps.push_back(step_record(r, unix_now_s()));
     send_batch(batch);
     if (local_) local_->on_step(r);
     if (fault_.kind == WorkerFault::exit_after_step && r.step >= fault_.step) {
@@ -217,7 +185,7 @@ class WorkerObserver final : public TrainObserver {
   void on_checkpoint(const CheckpointReport& c) override {
     RecordBatch batch;
     EventRecord e;
-    e.time_unix_s = now_unix_s();
+    e.time_unix_s = unix_now_s();
     e.step = c.step;
     e.kind = "checkpoint";
     e.rank = env_.rank;
@@ -244,7 +212,7 @@ class WorkerObserver final : public TrainObserver {
     if (action == TrainAction::stop) stopped_by_action_ = true;
     RecordBatch batch;
     EventRecord e;
-    e.time_unix_s = now_unix_s();
+    e.time_unix_s = unix_now_s();
     e.step = step;
     e.kind = std::string("action_") + train_action_name(action);
     e.rank = env_.rank;

@@ -95,10 +95,15 @@ struct Tee : TrainObserver {
 Result<Curve> train_rank(const RankRun& run, int rank, int world, int fd) {
   Result<ParallelDims> dims = ParallelDims::make({.world = world, .rank = rank, .dp = world, .zero = run.zero});
   if (!dims.ok()) return dims.status();
-  Result<std::unique_ptr<Communicator>> comm = gloo_communicator_create(rank, world, fd, "dp/", 30s);
-  if (!comm.ok()) return comm.status();
+  // One rank needs no communicator: the ZeRO machinery then runs its local equivalents of the collectives.
+  std::unique_ptr<Communicator> comm;
+  if (world > 1) {
+    Result<std::unique_ptr<Communicator>> made = gloo_communicator_create(rank, world, fd, "dp/", 30s);
+    if (!made.ok()) return made.status();
+    comm = std::move(made.value());
+  }
   StoreClient store(fd);
-  DistContext ctx{.dims = dims.value(), .dp = comm->get(), .store = &store, .timeout = 30s};
+  DistContext ctx{.dims = dims.value(), .dp = comm.get(), .store = &store, .timeout = 30s};
   Curve curve;
   Tee tee(&curve, run.also != nullptr ? run.also : &curve);
   Result<TrainSummary> s = train_run(run.config,
