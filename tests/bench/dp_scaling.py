@@ -4,7 +4,7 @@
 on the built-in synthetic corpus. Prints one JSON line per N with the median tokens/s over the timed steps
 and the scaling efficiency against N = 1 (tokens/s at N / (N x tokens/s at 1)).
 
-  python3 tests/bench/dp_scaling.py --engine build/app/gantry-engine --gpus 1 2 [--zero 0] [--steps 30]
+  python3 tests/bench/dp_scaling.py --engine build/app/gantry-engine --gpus 1 2 [--zero 0] [--steps 30] [--bucket-mb 25]
 
 Run it in the same device call as `torchrun --nproc_per_node N ../shared/bench/torch_gpt2.py --ddp 1` so
 the two efficiencies come from the same card and minutes.
@@ -17,7 +17,7 @@ MODELS = {
 }
 
 
-def config_text(model, nproc, steps, micro):
+def config_text(model, nproc, steps, micro, bucket_mb):
     m = MODELS[model]
     return f"""
 [model]
@@ -39,6 +39,7 @@ max_steps = {steps}
 checkpoint_every = 0
 val_every = 0
 backend = "cuda"
+dp_bucket_mb = {bucket_mb}
 
 [data]
 kind = "synthetic"
@@ -48,10 +49,10 @@ synthetic_val_tokens = 65536
 """
 
 
-def run(engine, model, nproc, zero, steps, warmup, micro, work):
+def run(engine, model, nproc, zero, steps, warmup, micro, bucket_mb, work):
     cfg = os.path.join(work, f"{model}_n{nproc}_z{zero}.toml")
     with open(cfg, "w") as f:
-        f.write(config_text(model, nproc, steps, micro))
+        f.write(config_text(model, nproc, steps, micro, bucket_mb))
     out = os.path.join(work, f"run_{model}_n{nproc}_z{zero}")
     cmd = [engine, "run", "--nproc", str(nproc), "--zero", str(zero), "--config", cfg, "--out", out, "--json"]
     p = subprocess.run(cmd, capture_output=True, text=True)
@@ -62,8 +63,8 @@ def run(engine, model, nproc, zero, steps, warmup, micro, work):
     timed = [s for s in steps_seen if s["step"] > warmup]
     tps = statistics.median(s["tokens_per_s"] for s in timed)
     ms = statistics.median(s["ms"] for s in timed)
-    return {"nproc": nproc, "zero": zero, "model": model, "tokens_per_s": round(tps), "step_ms": round(ms, 2),
-            "timed_steps": len(timed)}
+    return {"nproc": nproc, "zero": zero, "model": model, "bucket_mb": bucket_mb, "tokens_per_s": round(tps),
+            "step_ms": round(ms, 2), "timed_steps": len(timed)}
 
 
 def main():
@@ -74,12 +75,13 @@ def main():
     ap.add_argument("--model", default="124m", choices=sorted(MODELS))
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--bucket-mb", type=float, default=25)
     a = ap.parse_args()
     micro = MODELS[a.model]["micro"]
     with tempfile.TemporaryDirectory() as work:
         base = None
         for n in a.gpus:
-            r = run(a.engine, a.model, n, a.zero, a.steps, a.warmup, micro, work)
+            r = run(a.engine, a.model, n, a.zero, a.steps, a.warmup, micro, a.bucket_mb, work)
             if "tokens_per_s" in r:
                 if n == 1:
                     base = r["tokens_per_s"]
