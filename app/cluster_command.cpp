@@ -94,6 +94,7 @@ int coordinator_main(const CoordinatorArgs& a) {
 struct AgentArgs {
   std::string url, token_file, node, dir, ca_file;
   int slots = 1;
+  bool spare = false;
   double stop_grace_s = 30;
 };
 
@@ -114,6 +115,7 @@ int agent_main(const AgentArgs& a) {
                .ca_file = a.ca_file,
                .node = node,
                .slots = a.slots,
+               .spare = a.spare,
                .dir = a.dir.empty() ? "gantry-agent-" + node : a.dir,
                .stop_grace = std::chrono::milliseconds(static_cast<int64_t>(a.stop_grace_s * 1e3))});
   install_stop_handlers();
@@ -174,6 +176,7 @@ Result<pid_t> spawn_daemon(const std::vector<std::string>& args, const fs::path&
 
 struct UpArgs {
   int nodes = 1, slots = 1, port = 0;
+  int spares = 0;  // extra nodes registered as spares, named spare-0.. (placement holds them back)
   std::string dir = "gantry-cluster";
   double timeout_s = 20;
 };
@@ -231,17 +234,19 @@ int up_main(const UpArgs& a) {
     if (Clock::now() > deadline) return fail("the coordinator did not start listening in time; its log:\n" + log_tail(dir / "coordinator.log"));
     std::this_thread::sleep_for(20ms);
   }
-  for (int i = 0; i < a.nodes; ++i) {
-    const std::string node = "node-" + std::to_string(i);
-    Result<pid_t> p = spawn_daemon({"agent", "--coordinator", url, "--token-file", token_file.string(), "--slots",
-                                    std::to_string(a.slots), "--node", node, "--dir", (dir / "agents" / node).string()},
-                                   dir / ("agent-" + node + ".log"), dir / ("agent-" + node + ".pid"));
+  for (int i = 0; i < a.nodes + a.spares; ++i) {
+    const bool spare = i >= a.nodes;
+    const std::string node = spare ? "spare-" + std::to_string(i - a.nodes) : "node-" + std::to_string(i);
+    std::vector<std::string> args = {"agent", "--coordinator", url, "--token-file", token_file.string(), "--slots",
+                                     std::to_string(a.slots), "--node", node, "--dir", (dir / "agents" / node).string()};
+    if (spare) args.push_back("--spare");
+    Result<pid_t> p = spawn_daemon(args, dir / ("agent-" + node + ".log"), dir / ("agent-" + node + ".pid"));
     if (!p.ok()) return fail(p.error());
   }
   HttpClient api({.url = url, .token = token.value()});
   for (;;) {
     Result<nlohmann::json> c = api.get_json("/v1/cluster");
-    if (c.ok() && static_cast<int>(c->at("nodes").size()) >= a.nodes) break;
+    if (c.ok() && static_cast<int>(c->at("nodes").size()) >= a.nodes + a.spares) break;
     if (Clock::now() > deadline) {
       return fail("the agents did not all register in time (" + (c.ok() ? std::to_string(c->at("nodes").size()) : c.error()) +
                   "); see " + dir.string() + "/agent-*.log");
@@ -327,6 +332,7 @@ void cluster_commands_add(CLI::App& app, int* exit_code) {
     sub->add_option("--ca-file", a->ca_file, "CA certificate for an HTTPS coordinator");
     sub->add_option("--stop-grace", a->stop_grace_s, "Seconds workers have to checkpoint and exit when stopped")
         ->check(CLI::PositiveNumber);
+    sub->add_flag("--spare", a->spare, "Register as a spare: used only when the other nodes cannot hold a job");
     sub->callback([a, exit_code] { *exit_code = agent_main(*a); });
   }
   {
@@ -334,6 +340,8 @@ void cluster_commands_add(CLI::App& app, int* exit_code) {
     CLI::App* sub = app.add_subcommand("up", "Start a coordinator and K agents on this machine; print the URL");
     sub->add_option("--nodes", a->nodes, "Agents to start (each one node)")->check(CLI::Range(1, 256));
     sub->add_option("--slots", a->slots, "Slots per node")->check(CLI::Range(1, 4096));
+    sub->add_option("--spares", a->spares, "Spare nodes to start besides (spare-0..; held back until needed)")
+        ->check(CLI::Range(0, 256));
     sub->add_option("--dir", a->dir, "Folder for the token, pid files, logs and state (default gantry-cluster)");
     sub->add_option("--port", a->port, "The coordinator's port (0 = a free one)")->check(CLI::Range(0, 65535));
     sub->add_option("--timeout", a->timeout_s, "Seconds to wait for everything to start")->check(CLI::PositiveNumber);

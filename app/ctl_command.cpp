@@ -1,7 +1,7 @@
 // gantry-engine ctl: the coordinator's API from a terminal (engine/cluster/http_client.h). Tables by
 // default, the API's JSON with --json.
 //   ctl --url U --token-file F status | runs | submit --config C --dp N | checkpoint|pause|resume|stop RUN |
-//       events RUN
+//       events RUN | quarantine|release NODE | resume-from RUN [--checkpoint latest|STEP|step_N] [--dp N] [--zero Z]
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>
@@ -25,6 +25,9 @@ struct CtlArgs {
   int64_t max_steps = -1;
   std::string name;
   int64_t run = 0;
+  std::string node;
+  std::string checkpoint = "latest";
+  int resume_dp = 0, resume_zero = -1;  // 0 / -1: the run's own
 };
 
 std::string cell(const json& v) {
@@ -105,6 +108,19 @@ int ctl_main(const std::string& what, const CtlArgs& a) {
     if (!a.name.empty()) body["name"] = a.name;
     r = api.post_json("/v1/runs", body);
     if (!r.ok() && r.error().find(" 409 ") != std::string::npos) return fail(r.error(), 3);
+  } else if (what == "quarantine" || what == "release") {
+    r = api.post_json("/v1/nodes/" + a.node + "/" + what, json::object());
+  } else if (what == "resume-from") {
+    // A step number travels as a number, so that "42" names step 42 rather than a directory called "42".
+    json ckpt = a.checkpoint;
+    if (!a.checkpoint.empty() && a.checkpoint.find_first_not_of("0123456789") == std::string::npos) {
+      ckpt = std::stoll(a.checkpoint);
+    }
+    json body = {{"checkpoint", ckpt}};
+    if (a.resume_dp > 0) body["layout"]["dp"] = a.resume_dp;
+    if (a.resume_zero >= 0) body["layout"]["zero"] = a.resume_zero;
+    r = api.post_json("/v1/runs/" + run + "/resume-from", body);
+    if (!r.ok() && r.error().find(" 409 ") != std::string::npos) return fail(r.error(), 3);
   } else {
     r = api.post_json("/v1/runs/" + run + "/" + what, json::object());
   }
@@ -124,6 +140,15 @@ int ctl_main(const std::string& what, const CtlArgs& a) {
   } else if (what == "runs") {
     print_runs(r->at("runs"));
   } else if (what == "submit") {
+    print_runs(json::array({r.value()}));
+  } else if (what == "quarantine") {
+    std::printf("node %s quarantined; runs moving off it: %s (follow with `ctl events RUN`)\n", a.node.c_str(),
+                r->at("moving_runs").empty() ? "none" : r->at("moving_runs").dump().c_str());
+  } else if (what == "release") {
+    std::printf("node %s released: %s\n", a.node.c_str(), cell(r->at("state")).c_str());
+  } else if (what == "resume-from") {
+    std::printf("run %s resumes from %s (step %s)\n", run.c_str(), cell(r->at("checkpoint")).c_str(),
+                cell(r->at("from_step")).c_str());
     print_runs(json::array({r.value()}));
   } else {
     std::printf("run %s: %s requested (request %s); it takes effect at the next step boundary\n", run.c_str(),
@@ -159,6 +184,17 @@ void ctl_command_add(CLI::App& app, int* exit_code) {
     CLI::App* sub = add(action, std::string("Ask run RUN to ") + action + " at its next step boundary");
     sub->add_option("run", a->run, "The run's id")->required();
   }
+  for (const char* action : {"quarantine", "release"}) {
+    CLI::App* sub = add(action, std::string(action) == "quarantine"
+                                    ? "Exclude node NODE; its runs checkpoint, stop and resume elsewhere"
+                                    : "Let node NODE take work again");
+    sub->add_option("node", a->node, "The node's id (ctl status lists them)")->required();
+  }
+  CLI::App* resume_from = add("resume-from", "Resume a stopped or failed run from one of its checkpoints (exit 3 when it cannot be placed)");
+  resume_from->add_option("run", a->run, "The run's id")->required();
+  resume_from->add_option("--checkpoint", a->checkpoint, "latest (default), a step number, or a step_* directory name of the run");
+  resume_from->add_option("--dp", a->resume_dp, "Data-parallel ranks (default the run's)")->check(CLI::Range(1, 1 << 20));
+  resume_from->add_option("--zero", a->resume_zero, "ZeRO stage 0-3 (default the run's)")->check(CLI::Range(0, 3));
   CLI::App* events = add("events", "Follow a run's events until it ends");
   events->add_option("run", a->run, "The run's id")->required();
 }

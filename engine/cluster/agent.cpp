@@ -28,6 +28,7 @@ struct Agent::Impl {
   // One run's share on this node: a gang on a thread of its own (gang_run blocks until the gang is gone).
   struct Share {
     int64_t run = 0;
+    int generation = 0;  // which placement of the run this is: echoed when the gang ends
     int first_rank = 0;
     std::atomic<bool> stop{false};
     std::atomic<bool> kill{false};
@@ -50,6 +51,7 @@ struct Agent::Impl {
     Share& s = shares.emplace_back();
     s.run = a.at("run").get<int64_t>();
     s.first_rank = a.at("first_rank").get<int>();
+    s.generation = a.value("generation", 0);
     const fs::path run_dir = fs::path(opt.dir) / ("run-" + std::to_string(s.run));
     std::error_code ec;
     fs::create_directories(run_dir, ec);
@@ -62,6 +64,12 @@ struct Agent::Impl {
     g.exe = opt.exe;
     g.args = {"worker", "--config", config, "--out", a.at("out_dir").get<std::string>(), "--zero",
               std::to_string(a.at("zero").get<int>()), "--max-steps", std::to_string(a.at("max_steps").get<int64_t>())};
+    // A run placed again (a quarantine's move, resume-from) starts from the checkpoint the coordinator
+    // chose inside the run's folder; the ranks reshard it to this layout.
+    if (const std::string resume = a.value("resume", ""); !resume.empty()) {
+      g.args.push_back("--resume");
+      g.args.push_back(resume);
+    }
     g.env = {{"GANTRY_RENDEZVOUS", a.at("rendezvous").get<std::string>()}};
     if (a.value("backend", "cpu") == "cuda") {
       for (int slot : a.at("slots")) g.cuda_devices.push_back(std::to_string(slot));
@@ -113,7 +121,8 @@ Status Agent::run(const std::atomic<bool>* stop) {
 
   char host[256] = "";
   ::gethostname(host, sizeof host - 1);
-  Result<json> reg = api.post_json("/v1/agents", {{"node", m.opt.node}, {"slots", m.opt.slots}, {"pid", ::getpid()}, {"host", host}});
+  Result<json> reg = api.post_json(
+      "/v1/agents", {{"node", m.opt.node}, {"slots", m.opt.slots}, {"pid", ::getpid()}, {"host", host}, {"spare", m.opt.spare}});
   if (!reg.ok()) return Status::error("cannot register with the coordinator: " + reg.error());
   const auto beat = std::chrono::milliseconds(reg->value("heartbeat_ms", 200));
   m.log("registered " + std::to_string(m.opt.slots) + " slots with " + m.opt.url);
@@ -135,7 +144,7 @@ Status Agent::run(const std::atomic<bool>* stop) {
       }
       it->thread.join();
       const GangResult& r = it->result;
-      ended.push_back({{"run", it->run}, {"code", r.code}, {"error", r.error}, {"final_message", r.final_message}});
+      ended.push_back({{"run", it->run}, {"generation", it->generation}, {"code", r.code}, {"error", r.error}, {"final_message", r.final_message}});
       m.log("run " + std::to_string(it->run) + ": gang ended with code " + std::to_string(r.code) +
             (r.error.empty() ? "" : ": " + r.error));
       it = m.shares.erase(it);

@@ -16,6 +16,7 @@
 #include "engine/cluster/http_server.h"
 #include "engine/cluster/json_fields.h"
 #include "engine/cluster/placement.h"
+#include "engine/core/checkpoint.h"  // checkpoint_list, checkpoint_latest: what a run can resume from
 #include "engine/core/config.h"
 #include "engine/core/train.h"  // TrainAction
 #include "engine/core/worker/rendezvous_server.h"
@@ -85,6 +86,7 @@ struct Coordinator::Impl {
     std::string id;
     int slots = 0;
     NodeState state = NodeState::healthy;
+    bool spare = false;  // registered as a spare: its state when healthy, and again when released
     Clock::time_point last_seen;
     double last_seen_unix = 0;
     int64_t pid = 0;
@@ -115,6 +117,17 @@ struct Coordinator::Impl {
     double created_unix = 0;
     std::vector<RankStepRecord> latest;  // per rank, for /metrics
     StepRecord latest_step;
+    int db_world = 0;  // the world the database sized this run for: a resumed layout may not exceed it
+    // Each placement of the run is a generation; an agent's report of a gang's end names its generation,
+    // so a late report of the previous one cannot end the shares of the next.
+    int generation = 0;
+    // A move in progress (a quarantine of one of its nodes): the run is stopping with a checkpoint, and
+    // once every share has ended it is placed again and resumed instead of ending. "" = none.
+    std::string relocate_node;
+    std::string relocate_checkpoint;  // the stop's checkpoint, from rank 0's event
+    // Placed again from a checkpoint at this step: the first step record past it is the "resumed" event.
+    int64_t resumed_from = -1;
+    std::string resume_kind;  // "quarantine" or "resume": the events' prefix
   };
 
   explicit Impl(CoordinatorOptions o) : opt(std::move(o)) {}
@@ -198,6 +211,7 @@ struct Coordinator::Impl {
               {"max_steps", r.max_steps},
               {"message", r.message},
               {"created_unix_s", r.created_unix},
+              {"generation", r.generation},
               {"placement", shares}};
     if (full) {
       j["config"] = r.config_toml;
@@ -224,6 +238,14 @@ struct Coordinator::Impl {
     if (run_state_terminal(r.state)) return;
     for (const NodeShare& s : r.shares)
       if (!s.done) return;
+    if (!r.relocate_node.empty()) {
+      // A move: every gang stopped in order (130 after its checkpoint) and the run goes on elsewhere. A gang
+      // that finished (0: max_steps came first) or failed ends the run as usual.
+      bool all_stopped = !r.shares.empty();
+      for (const NodeShare& s : r.shares) all_stopped = all_stopped && s.code == 130;
+      if (all_stopped) return relocate(r);
+      r.relocate_node.clear();
+    }
     std::string state = "finished";
     std::string message;
     for (const NodeShare& s : r.shares) {
@@ -256,6 +278,133 @@ struct Coordinator::Impl {
       auto it = nodes.find(s.node);
       if (it != nodes.end()) it->second.stop.push_back(r.id);
     }
+  }
+
+  // Places run `r` (its shares all ended or none yet) on `p`, on a fresh rendezvous store, and queues each
+  // node's share; `resume_dir` is the checkpoint the workers start from ("" = a fresh run).
+  Status start_generation(Run& r, const std::vector<PlacementNode>& pn, const Placement& p, const std::string& resume_dir) {
+    Result<std::unique_ptr<RendezvousServer>> store = RendezvousServer::start({opt.rendezvous_host, 0});
+    if (!store.ok()) return Status::error("cannot start the run's rendezvous store: " + store.error());
+    r.store = std::move(store.value());
+    const std::string rendezvous = opt.rendezvous_host + ":" + std::to_string(r.store->port());
+    ++r.generation;
+    r.shares.clear();
+    r.latest.assign(static_cast<size_t>(r.dp), RankStepRecord{});
+    for (const PlacedNode& pnode : p.nodes) {
+      NodeShare s;
+      s.node = pn[static_cast<size_t>(pnode.node)].id;
+      s.first_rank = pnode.first_rank;
+      s.ranks = pnode.ranks;
+      for (int k = 0; k < pnode.ranks; ++k) s.slots.push_back(p.ranks[static_cast<size_t>(pnode.first_rank + k)].slot);
+      nodes[s.node].start.push_back({{"run", r.id},
+                                     {"generation", r.generation},
+                                     {"first_rank", s.first_rank},
+                                     {"ranks", s.ranks},
+                                     {"world", r.dp},
+                                     {"slots", s.slots},
+                                     {"rendezvous", rendezvous},
+                                     {"config", r.config_toml},
+                                     {"out_dir", r.out_dir},
+                                     {"zero", r.zero},
+                                     {"max_steps", r.max_steps},
+                                     {"backend", r.backend},
+                                     {"resume", resume_dir}});
+      r.shares.push_back(std::move(s));
+    }
+    return Status();
+  }
+
+  static std::string one_line(std::string text) {
+    for (size_t k; (k = text.find('\n')) != std::string::npos;) text.replace(k, 1, "; ");
+    while (!text.empty() && (text.back() == ' ' || text.back() == ';')) text.pop_back();
+    return text;
+  }
+
+  // The checkpoint a caller names, resolved inside the run's own checkpoints folder and nowhere else: "latest",
+  // a step number, or the name of one committed step_* directory there. A path, "..", or anything not among
+  // the run's committed checkpoints is refused (the API never reads a path the caller names).
+  Result<std::pair<std::string, int64_t>> resolve_checkpoint(const Run& r, const json& spec) const {
+    const std::string root = r.out_dir + "/checkpoints";
+    const std::vector<std::string> all = checkpoint_list(root);  // committed, oldest first
+    const std::string hint = "; GET /v1/runs/" + std::to_string(r.id) + "/checkpoints lists them";
+    auto step_of = [](const std::string& dir) -> int64_t {
+      const std::string name = fs::path(dir).filename().string();
+      return std::strtoll(name.c_str() + 5, nullptr, 10);  // "step_00000042"
+    };
+    if (all.empty()) return Status::error("run " + std::to_string(r.id) + " has no committed checkpoint to resume from");
+    if (spec.is_number_integer()) {
+      const int64_t want = spec.get<int64_t>();
+      for (const std::string& d : all)
+        if (step_of(d) == want) return std::pair{d, want};
+      return Status::error("field \"checkpoint\": run " + std::to_string(r.id) + " has no committed checkpoint at step " +
+                           std::to_string(want) + " (it has steps " + std::to_string(step_of(all.front())) + ".." +
+                           std::to_string(step_of(all.back())) + ")" + hint);
+    }
+    if (!spec.is_string()) {
+      return Status::error("field \"checkpoint\": expected \"latest\", a step number or a checkpoint's directory name, got " +
+                           json_type_phrase(spec));
+    }
+    const std::string name = spec.get<std::string>();
+    if (name == "latest") return std::pair{all.back(), step_of(all.back())};
+    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == ".." ||
+        name.find('\0') != std::string::npos) {
+      return Status::error("field \"checkpoint\": \"" + name + "\" is not a checkpoint of run " + std::to_string(r.id) +
+                           ": give \"latest\", a step number, or the name of a directory under the run's checkpoints "
+                           "(such as \"" + fs::path(all.back()).filename().string() + "\"), never a path" + hint);
+    }
+    for (const std::string& d : all)
+      if (fs::path(d).filename() == name) return std::pair{d, step_of(d)};
+    return Status::error("field \"checkpoint\": run " + std::to_string(r.id) + " has no committed checkpoint named \"" +
+                         name + "\"" + hint);
+  }
+
+  // After every share of a moving run has ended: place it again without the quarantined node (a spare if
+  // one is registered, else the largest dp that fits and divides train.global_batch) and resume it from
+  // the stop's checkpoint. A run that cannot be placed fails, saying why.
+  void relocate(Run& r) {
+    const std::string node = std::exchange(r.relocate_node, "");
+    r.store.reset();
+    event(r.id, "quarantine_stopped", "run " + std::to_string(r.id) + " stopped to leave quarantined node " + node,
+          {{"node", node}}, r.last_step, node);
+    auto fail = [&](const std::string& why) {
+      r.state = "failed";
+      r.message = "could not be moved off quarantined node " + node + ": " + why;
+      db->finish_run(r.id, RunStatus::failed, r.message);
+      event(r.id, "run_failed", "run " + std::to_string(r.id) + " failed: " + r.message, {{"state", "failed"}});
+    };
+    std::string dir = std::exchange(r.relocate_checkpoint, "");
+    if (dir.empty()) {
+      Result<std::string> latest = checkpoint_latest(r.out_dir + "/checkpoints");
+      if (!latest.ok()) return fail(latest.error());
+      dir = latest.value();
+    }
+    Result<Config> cfg = config_parse(r.config_toml, "config");
+    if (!cfg.ok()) return fail(cfg.error());
+    const std::vector<PlacementNode> pn = placement_nodes();
+    Result<Placement> p = placement_assign(pn, {.dp = r.dp});
+    int dp = r.dp;
+    for (int d = r.dp - 1; !p.ok() && d >= 1; --d) {
+      if (cfg->train.global_batch % d != 0) continue;
+      Result<Placement> q = placement_assign(pn, {.dp = d});
+      if (q.ok()) {
+        p = std::move(q);
+        dp = d;
+      }
+    }
+    if (!p.ok()) return fail(p.error());
+    const int old_dp = r.dp;
+    r.dp = dp;
+    if (Status s = start_generation(r, pn, p.value(), dir); !s.ok()) return fail(s.message());
+    r.state = "running";
+    r.message.clear();
+    const int64_t step = std::strtoll(fs::path(dir).filename().string().c_str() + 5, nullptr, 10);
+    db->rewind_run(r.id, step);
+    r.last_step = step;
+    r.resumed_from = step;
+    r.resume_kind = "quarantine";
+    event(r.id, "quarantine_placed",
+          "dp " + std::to_string(old_dp) + " -> " + std::to_string(dp) + ": " + one_line(placement_describe(pn, p.value())),
+          {{"dp", dp}, {"previous_dp", old_dp}, {"spares_used", p->spares_used()}, {"checkpoint", dir}}, step);
   }
 
   // ---- routes -------------------------------------------------------------------------------------------
@@ -315,46 +464,21 @@ struct Coordinator::Impl {
     r.backend = cfg->train.backend;
     r.created_unix = now_unix_s();
     r.out_dir = (fs::absolute(opt.dir) / "runs" / std::to_string(id)).string();
-    r.latest.resize(static_cast<size_t>(r.dp));
     std::error_code ec;
     fs::create_directories(r.out_dir, ec);
     if (ec) return HttpResponse::error(500, "cannot create the run folder " + r.out_dir + ": " + ec.message());
     std::ofstream(r.out_dir + "/config.toml") << *toml;
-    Result<std::unique_ptr<RendezvousServer>> store = RendezvousServer::start({opt.rendezvous_host, 0});
-    if (!store.ok()) {
+    r.db_world = r.dp;
+    if (Status st = start_generation(r, pn, p.value(), ""); !st.ok()) {
       r.state = "failed";
-      r.message = store.error();
+      r.message = st.message();
       db->finish_run(id, RunStatus::failed, r.message);
-      return HttpResponse::error(500, "cannot serve the run's rendezvous store: " + store.error());
-    }
-    r.store = std::move(store.value());
-    const std::string rendezvous = opt.rendezvous_host + ":" + std::to_string(r.store->port());
-
-    for (const PlacedNode& pnode : p->nodes) {
-      NodeShare s;
-      s.node = pn[static_cast<size_t>(pnode.node)].id;
-      s.first_rank = pnode.first_rank;
-      s.ranks = pnode.ranks;
-      for (int k = 0; k < pnode.ranks; ++k) s.slots.push_back(p->ranks[static_cast<size_t>(pnode.first_rank + k)].slot);
-      nodes[s.node].start.push_back({{"run", id},
-                                     {"first_rank", s.first_rank},
-                                     {"ranks", s.ranks},
-                                     {"world", r.dp},
-                                     {"slots", s.slots},
-                                     {"rendezvous", rendezvous},
-                                     {"config", *toml},
-                                     {"out_dir", r.out_dir},
-                                     {"zero", r.zero},
-                                     {"max_steps", r.max_steps},
-                                     {"backend", r.backend}});
-      r.shares.push_back(std::move(s));
+      return HttpResponse::error(500, st.message());
     }
     event(id, "submitted", "run " + std::to_string(id) + " submitted by " + req.remote + ": " + layout_text,
           {{"from", req.remote}, {"layout", layout_text}});
-    std::string where = placement_describe(pn, p.value());  // a line per node; an event message is one line
-    for (size_t k; (k = where.find('\n')) != std::string::npos;) where.replace(k, 1, "; ");
-    while (!where.empty() && (where.back() == ' ' || where.back() == ';')) where.pop_back();
-    event(id, "placed", where, {{"spares_used", p->spares_used()}});
+    // placement_describe gives a line per node; an event message is one line.
+    event(id, "placed", one_line(placement_describe(pn, p.value())), {{"spares_used", p->spares_used()}});
     return HttpResponse::ok(run_json(r, false), 201);
   }
 
@@ -540,6 +664,128 @@ struct Coordinator::Impl {
     return HttpResponse::plain(w.text(), std::string(kPrometheusContentType));
   }
 
+  // ---- nodes and resumes ---------------------------------------------------------------------------------
+
+  // Quarantine: the node takes no new work, and each live run on it moves: a stop at the next step
+  // boundary (whose checkpoint every rank writes), then, once every gang has ended, placement without the
+  // node and a resume from that checkpoint (relocate()). 202: the move is under way; its stages are events.
+  HttpResponse quarantine(const HttpRequest& req) {
+    JsonFields f(req.body);
+    if (Status s = f.finish(); !s.ok()) return HttpResponse::error(400, s.message());
+    std::lock_guard<std::mutex> lock(mu);
+    const std::string& id = req.param("id");
+    auto it = nodes.find(id);
+    if (it == nodes.end()) return HttpResponse::error(404, "no node \"" + id + "\" (GET /v1/cluster lists them)");
+    Node& n = it->second;
+    if (n.state == NodeState::quarantined) return HttpResponse::error(409, "node \"" + id + "\" is already quarantined");
+    n.state = NodeState::quarantined;
+    db->upsert_node({.host = n.id, .devices = n.slots, .device_name = "slot", .state = "quarantined", .last_seen_unix_s = n.last_seen_unix});
+    json moving = json::array();
+    for (auto& [rid, r] : runs) {
+      if (run_state_terminal(r.state) || r.state == "stopping") continue;  // ending anyway: nothing to move
+      bool here = false;
+      for (const NodeShare& s : r.shares) here = here || (s.node == id && !s.done);
+      if (!here) continue;
+      const uint64_t request = next_request++;
+      nodes[r.shares.front().node].commands.push_back({{"run", r.id}, {"rank", 0}, {"action", static_cast<int>(TrainAction::stop)},
+                                                       {"request", request}, {"from", "quarantine of " + id}});
+      r.state = "stopping";
+      r.relocate_node = id;
+      r.relocate_checkpoint.clear();
+      event(r.id, "quarantine_requested",
+            "node " + id + " quarantined from " + req.remote + ": run " + std::to_string(r.id) +
+                " checkpoints and stops at the next step boundary, then moves",
+            {{"node", id}, {"from", req.remote}, {"request", request}}, r.last_step, id);
+      moving.push_back(r.id);
+    }
+    return HttpResponse::ok({{"node", id}, {"state", "quarantined"}, {"moving_runs", moving}}, 202);
+  }
+
+  HttpResponse release(const HttpRequest& req) {
+    JsonFields f(req.body);
+    if (Status s = f.finish(); !s.ok()) return HttpResponse::error(400, s.message());
+    std::lock_guard<std::mutex> lock(mu);
+    const std::string& id = req.param("id");
+    auto it = nodes.find(id);
+    if (it == nodes.end()) return HttpResponse::error(404, "no node \"" + id + "\" (GET /v1/cluster lists them)");
+    Node& n = it->second;
+    if (n.state != NodeState::quarantined) {
+      return HttpResponse::error(409, "node \"" + id + "\" is " + std::string(node_state_name(n.state)) + ", not quarantined");
+    }
+    n.state = n.spare ? NodeState::spare : NodeState::healthy;
+    db->upsert_node({.host = n.id, .devices = n.slots, .device_name = "slot", .state = "ok", .last_seen_unix_s = n.last_seen_unix});
+    return HttpResponse::ok({{"node", id}, {"state", node_state_name(n.state)}});
+  }
+
+  // A stopped or failed run goes on from one of its own checkpoints, under the same run id (its steps
+  // continue the same curve; steps past the checkpoint are forgotten and trained again), on the same
+  // layout or another one: the checkpoint reshards to any dp and ZeRO stage.
+  HttpResponse resume_from(const HttpRequest& req) {
+    JsonFields f(req.body);
+    const json* ckpt = f.any("checkpoint");
+    const json* layout = f.object("layout", JsonFields::optional);
+    std::optional<int64_t> dp, zero;
+    if (layout != nullptr) {
+      JsonFields l(*layout, "layout.");
+      dp = l.integer("dp", 1, 1 << 20, JsonFields::optional);
+      zero = l.integer("zero", 0, 3, JsonFields::optional);
+      l.integer("tp", 1, 1, JsonFields::optional);  // tp and pp are not trained yet: only 1 is accepted
+      l.integer("pp", 1, 1, JsonFields::optional);
+      if (Status s = l.finish(); !s.ok()) return HttpResponse::error(400, s.message());
+    }
+    if (Status s = f.finish(); !s.ok()) return HttpResponse::error(400, s.message());
+    std::lock_guard<std::mutex> lock(mu);
+    HttpResponse err;
+    Run* r = find_run(req, &err);
+    if (r == nullptr) return err;
+    if (r->state != "stopped" && r->state != "failed") {
+      return HttpResponse::error(409, "cannot resume run " + std::to_string(r->id) + " from a checkpoint: it is " + r->state +
+                                          " (only a stopped or failed run can; stop it first)");
+    }
+    Result<std::pair<std::string, int64_t>> c = resolve_checkpoint(*r, *ckpt);
+    if (!c.ok()) return HttpResponse::error(400, c.error());
+    const int new_dp = static_cast<int>(dp.value_or(r->dp));
+    Result<Config> cfg = config_parse(r->config_toml, "config");
+    if (!cfg.ok()) return HttpResponse::error(500, "the run's config no longer parses: " + cfg.error());
+    if (cfg->train.global_batch % new_dp != 0) {
+      return HttpResponse::error(400, "field \"layout.dp\": " + std::to_string(new_dp) + " does not divide the run's train.global_batch = " +
+                                          std::to_string(cfg->train.global_batch));
+    }
+    if (new_dp > r->db_world) {
+      return HttpResponse::error(400, "field \"layout.dp\": run " + std::to_string(r->id) + " was recorded for at most " +
+                                          std::to_string(r->db_world) + " ranks; resume it on dp <= " + std::to_string(r->db_world) +
+                                          ", or submit a new run for a larger layout");
+    }
+    const std::vector<PlacementNode> pn = placement_nodes();
+    Result<Placement> p = placement_assign(pn, {.dp = new_dp});
+    if (!p.ok()) return HttpResponse::error(409, p.error());  // nothing started, nothing changed
+    const int old_dp = r->dp, old_zero = r->zero;
+    r->dp = new_dp;
+    r->zero = static_cast<int>(zero.value_or(r->zero));
+    if (Status s = start_generation(*r, pn, p.value(), c->first); !s.ok()) {
+      r->dp = old_dp;
+      r->zero = old_zero;
+      return HttpResponse::error(500, s.message());
+    }
+    const int64_t step = c->second;
+    db->rewind_run(r->id, step);
+    r->state = "running";
+    r->message.clear();
+    r->last_step = step;
+    r->resumed_from = step;
+    r->resume_kind = "resume";
+    const std::string layout_text = "dp=" + std::to_string(r->dp) + " zero=" + std::to_string(r->zero);
+    event(r->id, "resume_requested",
+          "resume from " + fs::path(c->first).filename().string() + " on " + layout_text + " requested from " + req.remote,
+          {{"from", req.remote}, {"checkpoint", c->first}, {"step", step}, {"layout", layout_text}}, step);
+    event(r->id, "resume_placed", one_line(placement_describe(pn, p.value())),
+          {{"dp", r->dp}, {"previous_dp", old_dp}, {"spares_used", p->spares_used()}}, step);
+    json out = run_json(*r, false);
+    out["checkpoint"] = c->first;
+    out["from_step"] = step;
+    return HttpResponse::ok(out, 202);
+  }
+
   // ---- the agents' side ---------------------------------------------------------------------------------
 
   HttpResponse agent_register(const HttpRequest& req) {
@@ -548,6 +794,7 @@ struct Coordinator::Impl {
     std::optional<int64_t> slots = f.integer("slots", 1, 4096);
     std::optional<int64_t> pid = f.integer("pid", 0, INT64_MAX, JsonFields::optional);
     std::optional<std::string> host = f.string("host", JsonFields::optional);
+    std::optional<bool> spare = f.boolean("spare", JsonFields::optional);
     if (Status s = f.finish(); !s.ok()) return HttpResponse::error(400, s.message());
     if (id->empty() || id->size() > 128) return HttpResponse::error(400, "field \"node\": expected 1-128 characters");
     std::lock_guard<std::mutex> lock(mu);
@@ -561,7 +808,9 @@ struct Coordinator::Impl {
     n.slots = static_cast<int>(*slots);
     n.pid = pid.value_or(0);
     n.host = host.value_or("");
-    if (n.state == NodeState::lost) n.state = NodeState::healthy;
+    n.spare = spare.value_or(false);
+    if (!back) n.state = n.spare ? NodeState::spare : NodeState::healthy;
+    if (n.state == NodeState::lost) n.state = n.spare ? NodeState::spare : NodeState::healthy;  // a quarantine stays
     n.last_seen = Clock::now();
     n.last_seen_unix = now_unix_s();
     db->upsert_node({.host = n.id, .devices = n.slots, .device_name = "slot", .state = "ok", .last_seen_unix_s = n.last_seen_unix});
@@ -585,7 +834,7 @@ struct Coordinator::Impl {
     Node& n = it->second;
     n.last_seen = Clock::now();
     n.last_seen_unix = now_unix_s();
-    if (n.state == NodeState::lost) n.state = NodeState::healthy;
+    if (n.state == NodeState::lost) n.state = n.spare ? NodeState::spare : NodeState::healthy;
     ingest(batch);
     if (ended != nullptr && ended->is_array()) {
       for (const json& e : *ended) {
@@ -593,6 +842,7 @@ struct Coordinator::Impl {
         auto rit = runs.find(run_id);
         if (rit == runs.end()) continue;
         Run& r = rit->second;
+        if (e.value("generation", 0) != r.generation) continue;  // a late word of an earlier placement
         for (NodeShare& s : r.shares) {
           if (s.node != id || s.done) continue;
           s.done = true;
@@ -628,6 +878,14 @@ struct Coordinator::Impl {
     for (StepRecord& s : batch.steps) {
       auto it = runs.find(s.run_id);
       if (it == runs.end()) continue;
+      Run& r = it->second;
+      if (r.resumed_from >= 0 && s.step > r.resumed_from && r.state != "stopping") {
+        event(r.id, r.resume_kind + "_resumed",
+              "run " + std::to_string(r.id) + " resumed at step " + std::to_string(s.step) + " on dp " + std::to_string(r.dp) +
+                  " (from the checkpoint at step " + std::to_string(r.resumed_from) + ")",
+              {{"dp", r.dp}, {"zero", r.zero}, {"from_step", r.resumed_from}}, s.step);
+        r.resumed_from = -1;
+      }
       it->second.last_step = std::max(it->second.last_step, s.step);
       it->second.latest_step = s;
       keep.steps.push_back(s);
@@ -645,6 +903,13 @@ struct Coordinator::Impl {
             db->record_checkpoint({.run_id = r.id, .step = e.step, .path = p.value("dir", ""),
                                    .bytes = p.value("bytes", uint64_t{0}), .write_s = p.value("seconds", 0.0),
                                    .time_unix_s = e.time_unix_s});
+            if (!r.relocate_node.empty()) {
+              r.relocate_checkpoint = p.value("dir", "");
+              event(r.id, "quarantine_checkpointed",
+                    "run " + std::to_string(r.id) + " checkpointed at step " + std::to_string(e.step) + " to leave node " +
+                        r.relocate_node,
+                    {{"dir", r.relocate_checkpoint}, {"node", r.relocate_node}}, e.step);
+            }
           }
         }
       }
@@ -720,6 +985,9 @@ Status Coordinator::start() {
   for (TrainAction a : {TrainAction::checkpoint, TrainAction::pause, TrainAction::resume, TrainAction::stop}) {
     s.post(std::string("/v1/runs/{id}/") + train_action_name(a), [&m, a](const HttpRequest& req) { return m.action(req, a); });
   }
+  s.post("/v1/runs/{id}/resume-from", [&m](const HttpRequest& req) { return m.resume_from(req); });
+  s.post("/v1/nodes/{id}/quarantine", [&m](const HttpRequest& req) { return m.quarantine(req); });
+  s.post("/v1/nodes/{id}/release", [&m](const HttpRequest& req) { return m.release(req); });
   s.get("/metrics", [&m](const HttpRequest&) { return m.metrics(); });
   s.post("/v1/agents", [&m](const HttpRequest& req) { return m.agent_register(req); });
   s.post("/v1/agents/{node}/heartbeat", [&m](const HttpRequest& req) { return m.agent_heartbeat(req); });

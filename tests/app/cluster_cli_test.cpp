@@ -2,12 +2,18 @@
 // agents of two slots each (real processes on loopback); a dp-4 run of assets/configs/tiny.toml is
 // submitted through the API, its steps arrive through the API, and checkpoint, pause, resume and stop
 // take effect at one step on every rank (the events say so); a job that cannot be placed is refused with
-// 409 and starts nothing; requests without the token get 401; `down` leaves no process behind.
+// 409 and starts nothing; requests without the token get 401; `down` leaves no process behind. A
+// quarantined node's run moves to the other node at dp 2 from its checkpoint, on the same loss curve, and
+// a stopped run resumes from its latest checkpoint; resume-from never takes a path outside the run.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/prctl.h>  // PR_SET_CHILD_SUBREAPER: the daemons `up` starts become ours to reap
+#include <arpa/inet.h>   // a raw request: what HttpClient never sends (malformed JSON, a lying Content-Length)
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <filesystem>
@@ -79,6 +85,27 @@ std::vector<pid_t> children_of(const std::vector<pid_t>& parents) {
       if (ppid == p && state != "Z") out.push_back(static_cast<pid_t>(std::stol(name)));
   }
   return out;
+}
+
+// One raw HTTP/1.1 request to 127.0.0.1:port; returns the status (0 when there was no answer).
+int raw_status(int port, const std::string& request) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string reply;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      ::send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size())) {
+    char buf[4096];
+    ssize_t n = 0;
+    while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) reply.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  int status = 0;
+  std::sscanf(reply.c_str(), "HTTP/1.%*d %d", &status);
+  return status;
 }
 
 class ClusterCli : public ::testing::Test {
@@ -321,6 +348,144 @@ TEST_F(ClusterCli, TokenIsRequiredAndBadInputChangesNothing) {
   EXPECT_EQ(status.code, 0) << status.err;
   EXPECT_THAT(status.out, HasSubstr("node-0"));
   EXPECT_THAT(status.out, HasSubstr("node-1"));
+}
+
+// Quarantine of a node that holds half of a dp-4 run: the run checkpoints and stops at one step, is
+// placed again without the node (no spare: dp 2, the largest that fits node-0 and divides
+// global_batch = 16) and resumes from that checkpoint, under the same run id, every stage an event. The
+// loss curve goes on: the steps continue the numbering without a gap, and the losses after the move match a
+// dp-2 run trained from scratch on the released node (the checkpoint reshards exactly; only the order of
+// the gradient sums differs). Then stop, refusals that change nothing, and resume-from latest.
+TEST_F(ClusterCli, QuarantineMovesTheRunAndResumeFromContinues) {
+  Result<json> sub = api_->post_json("/v1/runs", {{"config", tiny_config(100000)}, {"layout", {{"dp", 4}, {"zero", 1}}}});
+  ASSERT_TRUE(sub.ok()) << sub.error();
+  const int64_t id = sub->at("id").get<int64_t>();
+  const std::string run = "/v1/runs/" + std::to_string(id);
+  ASSERT_TRUE(eventually([&] { return last_step(id) >= 3; }, 30s)) << run_state(id).dump();
+
+  Result<HttpReply> q = api_->post("/v1/nodes/node-1/quarantine", json::object());
+  ASSERT_TRUE(q.ok()) << q.error();
+  ASSERT_EQ(q->status, 202) << q->body;
+  EXPECT_EQ(json::parse(q->body)["moving_runs"], json::array({id}));
+  EXPECT_EQ(api_->post("/v1/nodes/node-1/quarantine", json::object())->status, 409);  // already
+  EXPECT_EQ(api_->post("/v1/nodes/node-9/quarantine", json::object())->status, 404);
+
+  // Polled through the run's state, not its event stream: each stream holds one of the server's few
+  // stream places until it notices the client left.
+  ASSERT_TRUE(eventually([&] { const json r = run_state(id); return r["generation"] == 2 && r["state"] == "running"; }, 40s))
+      << run_state(id).dump();
+  const int64_t placed_at = last_step(id);
+  ASSERT_TRUE(eventually([&] { return last_step(id) > placed_at; }, 30s)) << run_state(id).dump();
+  const json moved = run_state(id);
+  EXPECT_EQ(moved["layout"]["dp"], 2);
+  ASSERT_EQ(moved["placement"].size(), 1u);
+  EXPECT_EQ(moved["placement"][0]["node"], "node-0");
+  const std::vector<json> all = events(id, "");
+  auto of_kind = [](const std::vector<json>& evs, const std::string& kind) {
+    std::vector<json> out;
+    for (const json& e : evs)
+      if (e.value("kind", "") == kind) out.push_back(e);
+    return out;
+  };
+  for (const char* stage : {"quarantine_requested", "quarantine_checkpointed", "quarantine_stopped", "quarantine_placed",
+                            "quarantine_resumed"}) {
+    ASSERT_EQ(of_kind(all, stage).size(), 1u) << stage;
+  }
+  const int64_t ckpt_step = of_kind(all, "quarantine_checkpointed")[0]["step"].get<int64_t>();
+  EXPECT_EQ(placed_at, ckpt_step);
+  EXPECT_EQ(of_kind(all, "quarantine_resumed")[0]["step"], ckpt_step + 1);
+  std::set<int> stop_ranks;
+  for (const json& e : of_kind(all, "action_stop")) {
+    EXPECT_EQ(e["step"], ckpt_step) << "rank " << e["rank"] << " stopped at another step";
+    stop_ranks.insert(e["rank"].get<int>());
+  }
+  EXPECT_EQ(stop_ranks, (std::set<int>{0, 1, 2, 3}));
+  EXPECT_THAT(of_kind(all, "quarantine_placed")[0]["message"].get<std::string>(), HasSubstr("dp 4 -> 2"));
+  const json cluster = get("/v1/cluster");
+  for (const json& n : cluster["nodes"]) {
+    if (n["id"] == "node-1") {
+      EXPECT_EQ(n["state"], "quarantined");
+      EXPECT_EQ(n["busy_slots"], 0);
+    }
+  }
+
+  // The curve: steps 1.. without a gap across the move.
+  ASSERT_TRUE(eventually([&] { return last_step(id) >= ckpt_step + 3; }, 30s));
+  json steps = get(run + "/steps?after=0&limit=1000")["steps"];
+  std::map<int64_t, double> loss;
+  for (const json& s : steps) loss[s["step"].get<int64_t>()] = s["loss"].get<double>();
+  for (int64_t k = 1; k <= ckpt_step + 3; ++k) EXPECT_TRUE(loss.count(k)) << "step " << k << " missing";
+
+  // The reference: dp 2 from scratch on the released node, to two steps past the move.
+  Result<HttpReply> rel = api_->post("/v1/nodes/node-1/release", json::object());
+  ASSERT_TRUE(rel.ok());
+  EXPECT_EQ(rel->status, 200) << rel->body;
+  Result<json> ref = api_->post_json("/v1/runs", {{"config", tiny_config(100000)}, {"layout", {{"dp", 2}}},
+                                                 {"max_steps", ckpt_step + 2}});
+  ASSERT_TRUE(ref.ok()) << ref.error();
+  const int64_t ref_id = ref->at("id").get<int64_t>();
+  EXPECT_EQ(ref->at("placement")[0]["node"], "node-1");
+  ASSERT_TRUE(eventually([&] { return run_state(ref_id)["state"] == "finished"; }, 60s)) << run_state(ref_id).dump();
+  json ref_steps = get("/v1/runs/" + std::to_string(ref_id) + "/steps?after=0&limit=1000")["steps"];
+  std::map<int64_t, double> ref_loss;
+  for (const json& s : ref_steps) ref_loss[s["step"].get<int64_t>()] = s["loss"].get<double>();
+  for (int64_t k : {ckpt_step, ckpt_step + 1, ckpt_step + 2}) {
+    ASSERT_TRUE(ref_loss.count(k) && loss.count(k)) << k;
+    EXPECT_NEAR(loss[k], ref_loss[k], 1e-4) << "step " << k << ": the moved run left the reference curve";
+  }
+
+  // Stop, then refusals that change nothing: malformed JSON (400), an oversized body (413), a path
+  // outside the run's checkpoints (400), a run that is not stopped (409).
+  ASSERT_TRUE(api_->post_json(run + "/stop", json::object()).ok());
+  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 20s)) << run_state(id).dump();
+  const int64_t stopped_at = last_step(id);
+  const int port = std::stoi(url_.substr(url_.rfind(':') + 1));
+  const std::string head = "Host: x\r\nAuthorization: Bearer " + token_ + "\r\nContent-Type: application/json\r\nConnection: close\r\n";
+  for (const std::string& path : {run + "/resume-from", std::string("/v1/nodes/node-0/quarantine"), std::string("/v1/runs")}) {
+    const std::string bad = "{\"checkpoint\": ";
+    EXPECT_EQ(raw_status(port, "POST " + path + " HTTP/1.1\r\n" + head + "Content-Length: " + std::to_string(bad.size()) +
+                                   "\r\n\r\n" + bad),
+              400)
+        << path;
+    EXPECT_EQ(raw_status(port, "POST " + path + " HTTP/1.1\r\n" + head + "Content-Length: " + std::to_string(64u << 20) +
+                                   "\r\n\r\n{}"),
+              413)
+        << path;
+  }
+  for (const json& outside : {json("../../etc"), json("/etc"), json(dir_.string() + "/runs/1/checkpoints/step_00000001"),
+                              json(".."), json(json::array())}) {
+    Result<HttpReply> r = api_->post(run + "/resume-from", {{"checkpoint", outside}});
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->status, 400) << outside.dump() << ": " << r->body;
+  }
+  Result<HttpReply> no_step = api_->post(run + "/resume-from", {{"checkpoint", 99999}});
+  EXPECT_EQ(no_step->status, 400);
+  EXPECT_THAT(no_step->error_message(), HasSubstr("no committed checkpoint at step 99999"));
+  EXPECT_EQ(api_->post(run + "/resume-from", {{"checkpoint", "latest"}, {"layout", {{"dp", 3}}}})->status, 400);
+  EXPECT_EQ(api_->post("/v1/runs/" + std::to_string(ref_id + 1) + "/resume-from", {{"checkpoint", "latest"}})->status, 404);
+  EXPECT_EQ(run_state(id)["state"], "stopped");
+  EXPECT_EQ(run_state(id)["generation"], 2);
+  for (const json& n : get("/v1/cluster")["nodes"]) EXPECT_EQ(n["state"], "healthy") << n.dump();
+  EXPECT_EQ(get("/v1/runs")["runs"].size(), 2u);
+
+  // resume-from latest, on dp 4 over both nodes again (through ctl): it continues where it stopped.
+  const std::string ctl = "ctl --url " + url_ + " --token-file " + (dir_ / "token").string() + " ";
+  testing_support::Outcome res = run_engine(ctl + "resume-from " + std::to_string(id) + " --dp 4");
+  ASSERT_EQ(res.code, 0) << res.err;
+  EXPECT_THAT(res.out, HasSubstr("step " + std::to_string(stopped_at)));
+  ASSERT_TRUE(eventually([&] { return last_step(id) > stopped_at; }, 30s)) << run_state(id).dump();
+  const std::vector<json> later = events(id, "resume_");
+  ASSERT_EQ(of_kind(later, "resume_resumed").size(), 1u);
+  EXPECT_EQ(of_kind(later, "resume_resumed")[0]["step"], stopped_at + 1);
+  EXPECT_EQ(of_kind(later, "resume_requested").size(), 1u);
+  EXPECT_EQ(of_kind(later, "resume_placed").size(), 1u);
+  EXPECT_EQ(run_state(id)["layout"]["dp"], 4);
+  EXPECT_EQ(run_state(id)["generation"], 3);
+  Result<HttpReply> busy = api_->post(run + "/resume-from", {{"checkpoint", "latest"}});
+  EXPECT_EQ(busy->status, 409);  // it runs
+  ASSERT_TRUE(api_->post_json(run + "/stop", json::object()).ok());
+  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 20s)) << run_state(id).dump();
+  EXPECT_GT(last_step(id), stopped_at);
 }
 
 }  // namespace
