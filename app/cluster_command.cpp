@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -92,8 +93,8 @@ int coordinator_main(const CoordinatorArgs& a) {
 // ---- agent -------------------------------------------------------------------------------------------------
 
 struct AgentArgs {
-  std::string url, token_file, node, dir, ca_file;
-  int slots = 1;
+  std::string url, token_file, node, dir, ca_file, metrics_host = "127.0.0.1";
+  int slots = 1, metrics_port = 0;
   bool spare = false;
   double stop_grace_s = 30;
 };
@@ -117,7 +118,9 @@ int agent_main(const AgentArgs& a) {
                .slots = a.slots,
                .spare = a.spare,
                .dir = a.dir.empty() ? "gantry-agent-" + node : a.dir,
-               .stop_grace = std::chrono::milliseconds(static_cast<int64_t>(a.stop_grace_s * 1e3))});
+               .stop_grace = std::chrono::milliseconds(static_cast<int64_t>(a.stop_grace_s * 1e3)),
+               .metrics_host = a.metrics_host,
+               .metrics_port = a.metrics_port});
   install_stop_handlers();
   Status s = agent.run(&g_stop);
   if (!s.ok()) {
@@ -230,7 +233,12 @@ int up_main(const UpArgs& a) {
     url = read_file(dir / "url");
     while (!url.empty() && (url.back() == '\n' || url.back() == ' ')) url.pop_back();
     if (!url.empty()) break;
-    if (!ours_alive(coord.value())) return fail("the coordinator exited at start; its log:\n" + log_tail(dir / "coordinator.log"));
+    // The coordinator is still our child here: ask waitpid, not /proc (whose cmdline reads empty while the
+    // child is in the middle of exec, which made a healthy start look like an exit).
+    int status = 0;
+    if (::waitpid(coord.value(), &status, WNOHANG) == coord.value()) {
+      return fail("the coordinator exited at start; its log:\n" + log_tail(dir / "coordinator.log"));
+    }
     if (Clock::now() > deadline) return fail("the coordinator did not start listening in time; its log:\n" + log_tail(dir / "coordinator.log"));
     std::this_thread::sleep_for(20ms);
   }
@@ -332,6 +340,10 @@ void cluster_commands_add(CLI::App& app, int* exit_code) {
     sub->add_option("--ca-file", a->ca_file, "CA certificate for an HTTPS coordinator");
     sub->add_option("--stop-grace", a->stop_grace_s, "Seconds workers have to checkpoint and exit when stopped")
         ->check(CLI::PositiveNumber);
+    sub->add_option("--metrics-port", a->metrics_port, "Port of this node's /metrics (0 = a free one; default 0)")
+        ->check(CLI::Range(0, 65535));
+    sub->add_option("--metrics-host", a->metrics_host,
+                    "Address of this node's /metrics (default 127.0.0.1); the URL is logged and written to <dir>/metrics_url");
     sub->add_flag("--spare", a->spare, "Register as a spare: used only when the other nodes cannot hold a job");
     sub->callback([a, exit_code] { *exit_code = agent_main(*a); });
   }

@@ -2,16 +2,21 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <list>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <tuple>
 
 #include "engine/cluster/http_client.h"
+#include "engine/cluster/http_server.h"
 #include "engine/core/worker/gang.h"
+#include "telemetry/prometheus.h"
 #include "telemetry/record_json.h"
 
 namespace gantry {
@@ -21,6 +26,10 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
+
+// Per-rank series past this many go unlabelled (prometheus.h): a node holds few ranks, but --slots allows
+// thousands.
+constexpr size_t kMaxRankSeries = 64;
 
 }  // namespace
 
@@ -41,8 +50,13 @@ struct Agent::Impl {
   explicit Impl(AgentOptions o) : opt(std::move(o)) {}
 
   AgentOptions opt;
-  std::mutex mu;            // pending
+  std::mutex mu;            // pending, latest
   RecordBatch pending;      // records since the last beat, this node's batch
+  // The latest step record of each local rank, by run, for /metrics; a run's entry goes when its gang ends.
+  std::map<int64_t, std::map<int, RankStepRecord>> latest;
+  // The agent's own counters, for /metrics.
+  std::atomic<uint64_t> workers_started{0}, frames_received{0}, records_relayed{0}, heartbeats_sent{0},
+      heartbeats_failed{0};
   std::list<Share> shares;  // touched by the heartbeat thread only (besides each share's own thread)
 
   void log(const std::string& line) { std::fprintf(stderr, "gantry-engine agent %s: %s\n", opt.node.c_str(), line.c_str()); }
@@ -80,9 +94,12 @@ struct Agent::Impl {
     g.commands = &s.commands;
     const int64_t run = s.run;
     g.on_records = [this, run](int, const RecordBatch& b) {
+      frames_received.fetch_add(1);
       std::lock_guard<std::mutex> lock(mu);
       for (RankStepRecord r : b.rank_steps) {
         r.run_id = run;
+        RankStepRecord& last = latest[run][r.rank];
+        if (r.step >= last.step) last = r;
         pending.rank_steps.push_back(std::move(r));
       }
       for (StepRecord r : b.steps) {
@@ -96,10 +113,65 @@ struct Agent::Impl {
     };
     log("run " + std::to_string(run) + ": starting ranks " + std::to_string(g.first_rank) + ".." +
         std::to_string(g.first_rank + g.nproc - 1) + " of " + std::to_string(g.world));
+    workers_started.fetch_add(static_cast<uint64_t>(g.nproc));
     s.thread = std::thread([&s, g = std::move(g)] {
       s.result = gang_run(g);
       s.done.store(true);
     });
+  }
+
+  // The node's exposition. Every local rank of every run here is one of this node's ranks, so the rank
+  // labels are bounded by its slots (and by kMaxRankSeries besides). The shared per-rank gauges
+  // (prometheus_write_rank_steps) carry no run label, so they describe the newest run with records; the
+  // step and tokens gauges carry the run and cover every run on the node.
+  HttpResponse metrics() {
+    PrometheusWriter w;
+    std::vector<RankStepRecord> all, newest;
+    size_t runs = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      runs = latest.size();
+      for (const auto& [run, ranks] : latest)
+        for (const auto& [rank, r] : ranks) all.push_back(r);
+      if (!latest.empty())
+        for (const auto& [rank, r] : latest.rbegin()->second) newest.push_back(r);
+    }
+    const auto counter = [&](std::string_view name, std::string_view help, uint64_t v) {
+      w.family(name, MetricType::counter, help);
+      w.sample({}, static_cast<double>(v));
+    };
+    counter("gantry_agent_workers_started_total", "Worker processes this agent started.", workers_started.load());
+    counter("gantry_agent_worker_frames_total", "Record frames received from this node's workers.", frames_received.load());
+    counter("gantry_agent_records_relayed_total", "Records delivered to the coordinator in heartbeats.", records_relayed.load());
+    counter("gantry_agent_heartbeats_total", "Heartbeats sent to the coordinator (answered or not).", heartbeats_sent.load());
+    counter("gantry_agent_heartbeat_failures_total", "Heartbeats the coordinator did not answer.", heartbeats_failed.load());
+    w.family("gantry_agent_runs", MetricType::gauge, "Runs with ranks reporting on this node.");
+    w.sample({}, static_cast<double>(runs));
+
+    std::vector<double> seconds(all.size());
+    for (size_t i = 0; i < all.size(); ++i) seconds[i] = all[i].total_s;
+    std::vector<size_t> chosen = prometheus_bounded_ranks(seconds, kMaxRankSeries);
+    std::sort(chosen.begin(), chosen.end(), [&](size_t a, size_t b) {
+      return std::tie(all[a].run_id, all[a].rank) < std::tie(all[b].run_id, all[b].rank);
+    });
+    if (!chosen.empty()) {
+      std::vector<std::string> run_text, rank_text;
+      for (size_t i : chosen) {
+        run_text.push_back(std::to_string(all[i].run_id));
+        rank_text.push_back(std::to_string(all[i].rank));
+      }
+      w.family("gantry_rank_step", MetricType::gauge, "Optimizer steps done by this rank (its latest step record).");
+      for (size_t k = 0; k < chosen.size(); ++k)
+        w.sample({{"run", run_text[k]}, {"rank", rank_text[k]}, {"host", all[chosen[k]].host}},
+                 static_cast<double>(all[chosen[k]].step));
+      w.family("gantry_rank_step_tokens", MetricType::gauge, "Tokens this rank processed in its latest step.");
+      for (size_t k = 0; k < chosen.size(); ++k)
+        w.sample({{"run", run_text[k]}, {"rank", rank_text[k]}, {"host", all[chosen[k]].host}},
+                 static_cast<double>(all[chosen[k]].tokens));
+    }
+    prometheus_write_rank_steps(w, newest, kMaxRankSeries);
+    if (!w.ok()) return HttpResponse::error(500, "metrics: " + w.error());
+    return HttpResponse::plain(w.text(), std::string(kPrometheusContentType));
   }
 
   Share* find(int64_t run) {
@@ -118,6 +190,21 @@ Status Agent::run(const std::atomic<bool>* stop) {
   std::error_code ec;
   fs::create_directories(m.opt.dir, ec);
   if (ec) return Status::error("cannot create the agent's folder " + m.opt.dir + ": " + ec.message());
+
+  // /metrics first: a port that cannot be bound is a bad option, reported before the node registers.
+  HttpServer metrics({.host = m.opt.metrics_host, .port = m.opt.metrics_port, .token = m.opt.token, .threads = 4,
+                      .max_event_streams = 0, .keep_alive_timeout = std::chrono::seconds(2)});
+  metrics.get("/metrics", [&m](const HttpRequest&) { return m.metrics(); });
+  if (Status s = metrics.start(); !s.ok()) return Status::error("cannot serve /metrics: " + s.message());
+  {
+    // Written whole and renamed, so a reader never sees half a URL.
+    const fs::path file = fs::path(m.opt.dir) / "metrics_url";
+    const fs::path tmp = fs::path(m.opt.dir) / "metrics_url.tmp";
+    std::ofstream(tmp) << metrics.url() << "/metrics\n";
+    fs::rename(tmp, file, ec);
+    if (ec) m.log("cannot write " + file.string() + ": " + ec.message());
+  }
+  m.log("serving " + metrics.url() + "/metrics");
 
   char host[256] = "";
   ::gethostname(host, sizeof host - 1);
@@ -147,7 +234,12 @@ Status Agent::run(const std::atomic<bool>* stop) {
       ended.push_back({{"run", it->run}, {"generation", it->generation}, {"code", r.code}, {"error", r.error}, {"final_message", r.final_message}});
       m.log("run " + std::to_string(it->run) + ": gang ended with code " + std::to_string(r.code) +
             (r.error.empty() ? "" : ": " + r.error));
+      const int64_t ended_run = it->run;
       it = m.shares.erase(it);
+      if (m.find(ended_run) == nullptr) {
+        std::lock_guard<std::mutex> lock(m.mu);
+        m.latest.erase(ended_run);  // its ranks are no longer this node's
+      }
     }
     RecordBatch batch;
     {
@@ -157,7 +249,9 @@ Status Agent::run(const std::atomic<bool>* stop) {
     json body = {{"ended", ended}};
     if (!batch.empty()) body["records"] = json::parse(record_to_json(batch));
     Result<json> reply = api.post_json("/v1/agents/" + m.opt.node + "/heartbeat", body);
+    m.heartbeats_sent.fetch_add(1);
     if (reply.ok()) {
+      m.records_relayed.fetch_add(batch.rank_steps.size() + batch.steps.size() + batch.events.size());
       last_ok = Clock::now();
       ended = json::array();
       for (const json& a : reply->value("start", json::array())) {
@@ -179,6 +273,7 @@ Status Agent::run(const std::atomic<bool>* stop) {
         if (Impl::Share* s = m.find(r.get<int64_t>())) s->stop.store(true);
       }
     } else {
+      m.heartbeats_failed.fetch_add(1);
       // Records of this beat are put back, so a short outage loses nothing.
       std::lock_guard<std::mutex> lock(m.mu);
       batch.rank_steps.insert(batch.rank_steps.end(), m.pending.rank_steps.begin(), m.pending.rank_steps.end());
@@ -196,6 +291,7 @@ Status Agent::run(const std::atomic<bool>* stop) {
     if (stopping && m.shares.empty() && (ended.empty() || !reply.ok())) break;
     std::this_thread::sleep_until(t0 + beat);
   }
+  metrics.stop();
   return result;
 }
 

@@ -3,7 +3,8 @@
 // per beat: DESIGN.md's O(nodes) ingest) and how its gangs ended, and each reply says what to do: start
 // this node's share of a placed run (a gang of workers through engine/core/worker/gang.h, meeting the
 // other nodes' workers in the coordinator's rendezvous store), deliver an operator's command to rank 0,
-// or stop a run.
+// or stop a run. It also serves the node's Prometheus /metrics (and an open /healthz) on a port of its
+// own: the latest step record of each local rank of the runs it executes, and its own counters.
 //
 //   Agent agent({.url = url, .token = token, .node = "node-0", .slots = 2, .dir = "/tmp/a0"});
 //   Status s = agent.run(&g_stop);   // until *stop (SIGTERM): then its gangs stop with a checkpoint
@@ -31,6 +32,10 @@ struct AgentOptions {
   // and the agent exits with an error.
   std::chrono::milliseconds coordinator_timeout{std::chrono::seconds(30)};
   std::chrono::milliseconds stop_grace{std::chrono::seconds(30)};  // workers' time to checkpoint on stop
+  // /metrics (bearer `token`, like the coordinator's routes) and /healthz. Port 0 = a free one; the URL is
+  // logged at start and written to <dir>/metrics_url. Another host than loopback exposes the node's figures.
+  std::string metrics_host = "127.0.0.1";
+  int metrics_port = 0;
 };
 
 class Agent {

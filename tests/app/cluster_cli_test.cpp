@@ -288,6 +288,72 @@ TEST_F(ClusterCli, Dp4RunStepsAndActionsThroughTheApi) {
   EXPECT_THAT(m->body, HasSubstr("gantry_runs{state=\"stopped\"} 1"));
 }
 
+// Each agent serves its node's /metrics (the URL in <up dir>/agents/<node>/metrics_url): during a dp-4
+// run, node-0's exposition names node-0's two ranks and no other, with steps past 0 and the agent's own
+// counters; without the token it is 401, /healthz is open.
+TEST_F(ClusterCli, AgentServesItsNodesMetrics) {
+  Result<json> sub = api_->post_json("/v1/runs", {{"config", tiny_config(100000)}, {"layout", {{"dp", 4}}}});
+  ASSERT_TRUE(sub.ok()) << sub.error();
+  const int64_t id = sub->at("id").get<int64_t>();
+  ASSERT_TRUE(eventually([&] { return last_step(id) >= 2; }, 30s)) << run_state(id).dump();
+  workers_ = children_of({pids_[0], pids_[1], pids_[2]});
+  std::set<std::string> node0_ranks;
+  const json placed = run_state(id);  // named: a temporary would die before the loop body
+  for (const json& share : placed["placement"]) {
+    if (share["node"] != "node-0") continue;
+    for (int k = 0; k < share["ranks"].get<int>(); ++k) node0_ranks.insert(std::to_string(share["first_rank"].get<int>() + k));
+  }
+  ASSERT_EQ(node0_ranks.size(), 2u);
+
+  std::string url = slurp((dir_ / "agents" / "node-0" / "metrics_url").string());
+  while (!url.empty() && url.back() == '\n') url.pop_back();
+  ASSERT_THAT(url, ::testing::StartsWith("http://127.0.0.1:"));
+  ASSERT_THAT(url, ::testing::EndsWith("/metrics"));
+  const std::string base = url.substr(0, url.size() - std::string("/metrics").size());
+  EXPECT_THAT(slurp((dir_ / "agent-node-0.log").string()), HasSubstr("serving " + url));
+
+  std::string body;
+  std::set<std::string> ranks_named;
+  ASSERT_TRUE(eventually(
+      [&] {
+        HttpClient agent({.url = base, .token = token_});
+        Result<HttpReply> m = agent.get("/metrics");
+        if (!m.ok() || m->status != 200) return false;
+        body = m->body;
+        ranks_named.clear();
+        static const std::regex rank_label("rank=\"(\\d+)\"");
+        for (auto it = std::sregex_iterator(body.begin(), body.end(), rank_label); it != std::sregex_iterator(); ++it)
+          ranks_named.insert((*it)[1].str());
+        return ranks_named == node0_ranks;
+      },
+      5s))
+      << body;
+  // Every sample line is a gantry_ metric; each local rank's step is past 0.
+  std::istringstream lines(body);
+  for (std::string line; std::getline(lines, line);)
+    if (!line.empty() && line[0] != '#') {
+      EXPECT_EQ(line.rfind("gantry_", 0), 0u) << line;
+    }
+  for (const std::string& rank : node0_ranks) {
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(body, m, std::regex("gantry_rank_step\\{run=\"" + std::to_string(id) + "\",rank=\"" + rank + "\"[^}]*\\} (\\S+)")))
+        << "rank " << rank << ":\n" << body;
+    EXPECT_GT(std::stod(m[1].str()), 0) << "rank " << rank;
+  }
+  EXPECT_THAT(body, HasSubstr("gantry_rank_step_seconds{"));
+  EXPECT_THAT(body, HasSubstr("gantry_agent_workers_started_total 2"));
+  EXPECT_THAT(body, HasSubstr("gantry_agent_heartbeats_total "));
+  EXPECT_THAT(body, HasSubstr("gantry_agent_records_relayed_total "));
+
+  HttpClient wrong({.url = base, .token = "0123456789abcdef0123456789abcdef"});
+  Result<HttpReply> denied = wrong.get("/metrics");
+  ASSERT_TRUE(denied.ok()) << denied.error();
+  EXPECT_EQ(denied->status, 401);
+  const int port = std::stoi(base.substr(base.rfind(':') + 1));
+  EXPECT_EQ(raw_status(port, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"), 401);
+  EXPECT_EQ(raw_status(port, "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"), 200);
+}
+
 // An agent killed: its node is lost within the heartbeat timeout (5 s) and its run ends as failed, with
 // an event naming the node; the other node's workers do not outlive it.
 TEST_F(ClusterCli, KilledAgentLosesItsNodeAndStopsTheRun) {
