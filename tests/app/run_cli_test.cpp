@@ -158,15 +158,16 @@ TEST(RunCli, WorkerNeverJoiningFailsTheGangAtTheJoinTimeout) {
   const std::string dir = fresh_dir("hang_at_start");
   const std::string cfg = write_config(dir, 4, true);
   EngineChild run = EngineChild::start(
-      {"run", "--nproc", "2", "--config", cfg, "--out", dir + "/run", "--join-timeout", "2"},
+      {"run", "--nproc", "2", "--config", cfg, "--out", dir + "/run", "--join-timeout", "10"},
       {{"GANTRY_TEST_WORKER_FAULT", "1:hang_at_start"}});
   EngineChild::Exit e = run.wait(60s);
   EXPECT_EQ(e.code, 1) << run.err();
-  EXPECT_GE(e.seconds, 2.0);
-  EXPECT_LT(e.seconds, 12.0) << "the join timeout (2 s) plus the grace period bound it";
+  // 10 s, not less: on a loaded 2-core machine a healthy rank can take seconds to start and say hello, and
+  // must not be the one blamed. The wait's own limit (60 s) is what catches a launcher that never gives up.
+  EXPECT_GE(e.seconds, 10.0);
   const std::vector<pid_t> pids = run.worker_pids();
   ASSERT_EQ(pids.size(), 2u) << run.err();
-  EXPECT_THAT(run.err(), HasSubstr("rank 1 (pid " + std::to_string(pids[1]) + ") did not join within 2 s"));
+  EXPECT_THAT(run.err(), HasSubstr("rank 1 (pid " + std::to_string(pids[1]) + ") did not join within 10 s"));
   expect_gone(pids);
 }
 
