@@ -13,6 +13,9 @@ packages=(
   # engine/cluster: the HTTP API's server (cpp-httplib), its client (libcurl), HTTPS for both (OpenSSL).
   # Not needed for GANTRY_ENGINE_ONLY builds.
   libcpp-httplib-dev libcurl4-openssl-dev libssl-dev
+  # ui/ and the `gantry` console: Dear ImGui (with its GLFW and OpenGL3 backends), GLFW, stb's PNG writer,
+  # DejaVu fonts found at build time, and Xvfb with Mesa's software OpenGL for the window tests.
+  libimgui-dev libglfw3-dev libstb-dev fonts-dejavu-core xvfb xauth libgl1-mesa-dri
 )
 
 missing=()
