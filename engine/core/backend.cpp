@@ -14,9 +14,8 @@ Result<std::unique_ptr<Backend>> backend_create(const std::string& kind, const M
   if (kind == "cpu") return backend_cpu_create(m, max_batch, options);
   if (kind == "cuda") {
 #ifdef GANTRY_HAVE_CUDA
-    if (options.dp != nullptr && options.dp->size() > 1 && options.zero != 0) {
-      return Status::error("the cuda backend shards nothing yet: data parallelism on GPUs runs with --zero 0 "
-                           "(ZeRO " + std::to_string(options.zero) + " runs on train.backend = \"cpu\")");
+    if (options.zero < 0 || options.zero > 3) {
+      return Status::error("zero stage " + std::to_string(options.zero) + ": allowed 0, 1, 2 or 3");
     }
     if (cuda_device_count() == 0) {
       return Status::error("train.backend = \"cuda\" but this machine has no usable GPU (no device or no driver); "
@@ -29,7 +28,10 @@ Result<std::unique_ptr<Backend>> backend_create(const std::string& kind, const M
                            std::to_string(m.n_embd) + ", head size " + std::to_string(hs));
     }
     return backend_cuda_create(m, max_batch, options.cuda_graphs, options.deterministic,
-                               {.comm = options.dp, .bucket_bytes = options.bucket_bytes, .timeout = options.comm_timeout});
+                               {.comm = options.dp,
+                                .zero = options.zero,
+                                .bucket_bytes = options.bucket_bytes,
+                                .timeout = options.comm_timeout});
 #else
     return Status::error("train.backend = \"cuda\" but this build has no CUDA backend (nvcc was not found when it "
                          "was configured); use train.backend = \"cpu\" or rebuild with CUDA");

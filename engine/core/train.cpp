@@ -165,6 +165,15 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
     if (dims.world > 1) {
       summary_text += "\nlayout " + dims.describe() + " | " +
                       shard_memory_text(shard_plan_make(table, dp, dp_rank, dims.zero, bucket_bytes));
+      if (backend->name() != "cpu") {
+        // The GPU keeps a bf16 copy beside the fp32 master weights: its own bytes, not the fp32 formula's.
+        const StateBytes held = backend->state_bytes();
+        char line[200];
+        std::snprintf(line, sizeof line, "\n%s state on this rank: params %.3f MB, grads %.3f MB, AdamW %.3f MB",
+                      backend->name().c_str(), static_cast<double>(held.params) / 1e6,
+                      static_cast<double>(held.grads) / 1e6, static_cast<double>(held.optimizer) / 1e6);
+        summary_text += line;
+      }
     }
     observer->on_start(summary_text);
     char version[24];
@@ -256,6 +265,7 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
     }
     const auto t0 = std::chrono::steady_clock::now();
     double data_wait = 0;
+    double test_delay_s = 0;  // opt.test_forward_delay, as slept
     backend->begin_step(accum);
     for (int micro = 0; micro < accum; ++micro) {
       const auto d0 = std::chrono::steady_clock::now();
@@ -265,6 +275,11 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
         train->window(w, inputs.data() + k * T, targets.data() + k * T);
       }
       data_wait += seconds_since(d0);
+      if (micro == 0 && opt.test_forward_delay.count() > 0) {
+        const auto s0 = std::chrono::steady_clock::now();
+        std::this_thread::sleep_for(opt.test_forward_delay);
+        test_delay_s = seconds_since(s0);
+      }
       // Each sequence weighs 1/global_batch, so summing the ranks' gradients gives the global mean.
       backend->forward_backward(inputs.data(), targets.data(), static_cast<int>(r.count),
                                 static_cast<float>(r.count) / static_cast<float>(c.train.global_batch));
@@ -299,6 +314,7 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
                    .data_wait_s = data_wait,
                    .phases = backend->phase_times(),
                    .device = backend->device_health()};
+    rep.phases.forward_s += test_delay_s;
     if (c.train.val_every > 0 && step % c.train.val_every == 0) {
       // The same val_batches x micro_batch windows whatever the layout, in chunks the backend takes; every
       // rank evaluates all of them (ZeRO 3's gathers need every rank in each forward pass anyway).

@@ -99,6 +99,9 @@ struct TrainOptions {
                                             // in a gang, any rank's flag stops every rank at the same step
   const DistContext* dist = nullptr;        // null: one process
   TrainControl* control = nullptr;          // operator actions; null: none
+  // Test-only (GANTRY_TEST_WORKER_FAULT slow_forward, worker_env.h): sleep this long before each step's
+  // first forward pass and count it as forward time, so that this rank is a straggler with a slow device.
+  std::chrono::milliseconds test_forward_delay{0};
 };
 
 struct TrainSummary {

@@ -15,7 +15,7 @@ constexpr uint64_t kF32 = 4, kBf16 = 2, kI32 = 4;
 constexpr uint64_t kNormPartials = 2048;            // kernels.cu: layernorm backward row groups
 constexpr uint64_t kNormBlocks = 1024;              // kernels.cu: global norm partials
 constexpr uint64_t kAdamwChunkElements = 1u << 16;  // kernels.cuh: adamw_chunk_elements()
-constexpr uint64_t kAdamwChunkBytes = 16;           // sizeof(AdamWChunk): uint64 offset, uint32 count, decay
+constexpr uint64_t kAdamwChunkBytes = 32;           // sizeof(AdamWChunk): 3 uint64 offsets, uint32 count, decay
 constexpr uint64_t kAttnKvQueryTile128 = 32;        // attention.cu kKvQueryTile<128>
 constexpr uint64_t kAttnKvQueryTileSmall = 64;      // kKvQueryTile<64> (GANTRY_ATTN_BWD_KV_QTILE's default)
 constexpr uint64_t kClassifierChunkBytes = 256u << 20;  // backend_cuda.cu: logits for ~256 MB of rows
@@ -143,12 +143,12 @@ Table cuda_table(const PlanModel& m, uint64_t b) {
   tb.add("dfch", "(N, 4C) bf16", MB::kBuffers, n * 4 * c * kBf16);
   tb.add("scratch", "(max of the kernels' scratch) fp32", MB::kBuffers,
          plan_cuda_scratch_floats(m, static_cast<int>(b)).total() * kF32);
-  tb.add("loss_sum, eval_sum, norm", "(1) fp32 each", MB::kBuffers, kF32, 3);
+  tb.add("loss_sum, sum_squares, eval_sum, norm", "(1) fp32 each", MB::kBuffers, kF32, 4);
   tb.add("inputs, targets, bucket_token, positions", "(N) int32 each", MB::kBuffers, n * kI32, 4);
   tb.add("bucket_start", "(N + 1) int32", MB::kBuffers, (n + 1) * kI32);
   uint64_t chunks = 0;
   for (uint64_t k : param_tensors(m)) chunks += ceil_div(k, kAdamwChunkElements);
-  tb.add("adamw_chunks", "(one per 64K elements a tensor) 16 B", MB::kBuffers, chunks * kAdamwChunkBytes);
+  tb.add("adamw_chunks", "(one per 64K elements a tensor) 32 B", MB::kBuffers, chunks * kAdamwChunkBytes);
   tb.add("cublaslt_workspace", "32 MiB", MB::kBuffers, kCudaMatmulWorkspaceBytes, 1, false);
   return tb;
 }
@@ -228,7 +228,7 @@ uint64_t CudaScratch::total() const {
 CudaScratch plan_cuda_scratch_floats(const PlanModel& m, int micro_batch) {
   const uint64_t b = static_cast<uint64_t>(micro_batch), t = m.seq, c = m.hidden, nh = m.heads, n = b * t;
   CudaScratch s;
-  s.layernorm = std::min(n, kNormPartials) * 2 * c;
+  s.layernorm = std::min(n, kNormPartials) * 3 * c;  // partial sums of dw, db and the fused bias gradient
   s.bias = std::max({bias_groups(n, c) * c, bias_groups(n, 3 * c) * 3 * c, bias_groups(n, 4 * c) * 4 * c});
   s.attention_deterministic = b * t * nh;
   // attention_backward_scratch_floats(B, T, NH, HS = C / NH): the fast scratch of every head size up to HS.

@@ -6,10 +6,12 @@ and the scaling efficiency against N = 1 (tokens/s at N / (N x tokens/s at 1)).
 
   python3 tests/bench/dp_scaling.py --engine build/app/gantry-engine --gpus 1 2 [--zero 0] [--steps 30] [--bucket-mb 25]
 
+Each line also carries rank 0's device memory allocated up front (GB) and its training state by category.
+
 Run it in the same device call as `torchrun --nproc_per_node N ../shared/bench/torch_gpt2.py --ddp 1` so
 the two efficiencies come from the same card and minutes.
 """
-import argparse, json, os, statistics, subprocess, sys, tempfile
+import argparse, json, os, re, statistics, subprocess, sys, tempfile
 
 MODELS = {
     "124m": dict(n_layer=12, n_head=12, n_embd=768, micro=32),
@@ -63,8 +65,17 @@ def run(engine, model, nproc, zero, steps, warmup, micro, bucket_mb, work):
     timed = [s for s in steps_seen if s["step"] > warmup]
     tps = statistics.median(s["tokens_per_s"] for s in timed)
     ms = statistics.median(s["ms"] for s in timed)
-    return {"nproc": nproc, "zero": zero, "model": model, "bucket_mb": bucket_mb, "tokens_per_s": round(tps),
-            "step_ms": round(ms, 2), "timed_steps": len(timed)}
+    r = {"nproc": nproc, "zero": zero, "model": model, "bucket_mb": bucket_mb, "tokens_per_s": round(tps),
+         "step_ms": round(ms, 2), "timed_steps": len(timed)}
+    # Rank 0's start-up summary: the device memory its backend allocated up front (everything it holds for
+    # the run, activations included) and, data parallel, its training state by category.
+    m = re.search(r"([0-9.]+) GB allocated up front", p.stderr)
+    if m:
+        r["rank0_gb_allocated"] = float(m.group(1))
+    m = re.search(r"params ([0-9.]+) MB, grads ([0-9.]+) MB, AdamW ([0-9.]+) MB", p.stderr)
+    if m:
+        r["rank0_state_mb"] = {"params": float(m.group(1)), "grads": float(m.group(2)), "adamw": float(m.group(3))}
+    return r
 
 
 def main():

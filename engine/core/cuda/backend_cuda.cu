@@ -4,6 +4,8 @@
 //
 // Phase times (forward, backward, optimizer) come from CUDA events on the stream, read in step_stats() after
 // its one wait; device_health() adds this backend's memory and NVML's sensors (engine/core/cuda/device.h).
+// The training state (parameters, gradients, AdamW moments) and its data parallel traffic live in
+// ZeroDeviceState (zero_device_state.cuh): the kernels ask it where a unit's parameters and gradients are.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -18,6 +20,7 @@
 #include "engine/core/cuda/device.h"  // DeviceSensorMonitor
 #include "engine/core/cuda/kernels.cuh"
 #include "engine/core/cuda/matmul.cuh"
+#include "engine/core/cuda/zero_device_state.cuh"
 #include "engine/core/comm/communicator.h"
 #include "engine/core/fatal.h"
 #include "engine/core/gpt.h"
@@ -42,12 +45,21 @@ struct LayerActs {
   bf16* res3;       // (N, C)
 };
 
-struct BlockParams {
-  const bf16 *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b, *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
+// A block's tensors in the tensor table's order (gpt.h), as parameters or as gradients.
+constexpr int kBlockTensors = 12;
+template <class T>
+struct BlockTensors {
+  T *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b, *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
 };
-struct BlockGrads {
-  float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b, *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
-};
+using BlockParams = BlockTensors<const bf16>;
+using BlockGrads = BlockTensors<float>;
+// Elements from a block's unit start to each of its tensors: the same for every block.
+using BlockLayout = std::array<size_t, kBlockTensors>;
+template <class T>
+BlockTensors<T> block_at(T* unit, const BlockLayout& at) {
+  return {unit + at[0], unit + at[1], unit + at[2], unit + at[3], unit + at[4],  unit + at[5],
+          unit + at[6], unit + at[7], unit + at[8], unit + at[9], unit + at[10], unit + at[11]};
+}
 
 // Events bounding one micro-batch's forward and backward on the stream.
 struct MicroEvents {
@@ -74,6 +86,7 @@ class CudaBackend final : public Backend {
         deterministic_(deterministic),
         dp_(dp.comm != nullptr && dp.comm->size() > 1 ? dp.comm : nullptr),
         dp_timeout_(dp.timeout) {
+    GANTRY_CHECK(dp.zero >= 0 && dp.zero <= 3, "zero stage " + std::to_string(dp.zero) + " (allowed 0-3)");
     CUDA_CHECK(cudaGetDevice(&device_));
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     for (cudaEvent_t& e : upload_done_) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -81,19 +94,12 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaEventCreate(&opt_end_));
     matmul_ = std::make_unique<Matmul>(stream_);
     allocate();
-    build_adamw_chunks();
+    // One GPU shards nothing: ZeRO 0 whatever was asked.
+    ShardPlan plan = dp_ != nullptr ? shard_plan_make(table_, dp_->size(), dp_->rank(), dp.zero, dp.bucket_bytes)
+                                    : shard_plan_make(table_, 1, 0, 0, dp.bucket_bytes);
+    state_ = std::make_unique<ZeroDeviceState>(table_, std::move(plan), dp_, dp_timeout_, stream_, scratch_,
+                                               [this](size_t bytes) { return device<char>(bytes); });
     layout_params();
-    if (dp_ != nullptr) {
-      plan_ = shard_plan_make(table_, dp_->size(), dp_->rank(), 0, dp.bucket_bytes);
-      CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
-      bucket_ready_.resize(plan_.buckets.size());
-      for (cudaEvent_t& e : bucket_ready_) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-      CUDA_CHECK(cudaEventCreateWithFlags(&loss_ready_, cudaEventDisableTiming));
-      CUDA_CHECK(cudaEventCreateWithFlags(&comm_done_, cudaEventDisableTiming));
-      bucket_units_.assign(plan_.buckets.size(), 0);
-      for (int b : plan_.unit_bucket) ++bucket_units_[b];
-      bucket_done_.assign(plan_.buckets.size(), 0);
-    }
   }
 
   ~CudaBackend() override {
@@ -109,17 +115,11 @@ class CudaBackend final : public Backend {
     }
     cudaEventDestroy(opt_begin_);
     cudaEventDestroy(opt_end_);
+    state_.reset();  // waits for its communication stream before the memory goes
     matmul_.reset();
     for (void* p : device_allocations_) cudaFree(p);
     for (void* p : host_allocations_) cudaFreeHost(p);
     for (cudaEvent_t e : upload_done_) cudaEventDestroy(e);
-    if (dp_ != nullptr) {
-      cudaStreamSynchronize(comm_stream_);
-      for (cudaEvent_t e : bucket_ready_) cudaEventDestroy(e);
-      cudaEventDestroy(loss_ready_);
-      cudaEventDestroy(comm_done_);
-      cudaStreamDestroy(comm_stream_);
-    }
     cudaStreamDestroy(stream_);
   }
 
@@ -129,9 +129,7 @@ class CudaBackend final : public Backend {
   void forward_backward(const int32_t* inputs, const int32_t* targets, int B, float grad_scale) override {
     upload(inputs, targets, B, true);
     tokens_ += static_cast<int64_t>(B) * m_.seq_len;
-    // Data parallel: the last micro-batch of the step reduces each bucket as its backward fills it.
-    reducing_ = dp_ != nullptr && micro_in_step_ == micro_batches_ - 1;
-    std::fill(bucket_done_.begin(), bucket_done_.end(), 0);
+    state_->begin_micro_batch();
     const MicroEvents& ev = micro_events(micro_in_step_++);
     if (!graphs_) {
       micro_batch(B, grad_scale, ev);
@@ -173,46 +171,27 @@ class CudaBackend final : public Backend {
     return sum / static_cast<float>(N);
   }
 
-  void zero_grads() override {
-    CUDA_CHECK(cudaMemsetAsync(grads_, 0, table_.numel() * sizeof(float), stream_));
-    CUDA_CHECK(cudaMemsetAsync(loss_sum_, 0, sizeof(float), stream_));
+  void zero_grads() override { begin_step(1); }
+
+  void begin_step(int micro_batches) override {
+    state_->begin_step(micro_batches);
     tokens_ = 0;
     micro_in_step_ = 0;
-    micro_batches_ = 1;
     optimizer_timed_ = false;
   }
 
-  void begin_step(int micro_batches) override {
-    zero_grads();
-    micro_batches_ = std::max(1, micro_batches);
-  }
-
   void optimizer_step(const AdamWStep& s) override {
-    if (dp_ != nullptr) {
-      // The loss sum joins the bucket reductions on the communication stream (one NCCL stream per
-      // communicator keeps every rank's operations in one order); the update waits for all of them. What
-      // the backward pass did not hide shows as the gap between its end and opt_begin_.
-      CUDA_CHECK(cudaEventRecord(loss_ready_, stream_));
-      CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, loss_ready_));
-      check(dp_->all_reduce_enqueue(loss_sum_, 1, comm_stream_));
-      CUDA_CHECK(cudaEventRecord(comm_done_, comm_stream_));
-      CUDA_CHECK(cudaStreamWaitEvent(stream_, comm_done_));
-    }
+    // What the backward pass did not hide of the reductions shows as the gap between its end and opt_begin_.
+    state_->finish_reductions();
     CUDA_CHECK(cudaEventRecord(opt_begin_, stream_));
-    global_norm_cuda(norm_, scratch_, grads_, table_.numel(), stream_);
-    const float c1 = static_cast<float>(1.0 - std::pow(s.beta1, static_cast<double>(s.step)));
-    const float c2 = static_cast<float>(1.0 - std::pow(s.beta2, static_cast<double>(s.step)));
-    adamw_cuda(master_, params_bf16_, adam_m_, adam_v_, grads_, norm_, adamw_chunks_,
-               static_cast<int>(adamw_chunk_count_), static_cast<float>(s.lr), static_cast<float>(s.beta1),
-               static_cast<float>(s.beta2), static_cast<float>(s.eps), static_cast<float>(s.weight_decay),
-               static_cast<float>(s.grad_clip), c1, c2, stream_);
+    state_->update(s);
     CUDA_CHECK(cudaEventRecord(opt_end_, stream_));
     optimizer_timed_ = true;
   }
 
   StepStats step_stats() override {
-    CUDA_CHECK(cudaMemcpyAsync(&host_stats_[0], loss_sum_, sizeof(float), cudaMemcpyDeviceToHost, stream_));
-    CUDA_CHECK(cudaMemcpyAsync(&host_stats_[1], norm_, sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaMemcpyAsync(&host_stats_[0], state_->loss_sum(), sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaMemcpyAsync(&host_stats_[1], state_->norm(), sizeof(float), cudaMemcpyDeviceToHost, stream_));
     // A collective that never finishes (a dead peer) must fail at the timeout, not hang in a stream wait.
     if (dp_ != nullptr) check(dp_->sync(stream_, dp_timeout_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -227,11 +206,10 @@ class CudaBackend final : public Backend {
 
   PhaseTimes phase_times() const override { return phases_; }
 
-  // Every rank holds every element; under data parallelism rank 0 alone writes them into checkpoints.
-  std::vector<FlatRange> written_ranges(StateBuffer which) const override {
-    if (which == StateBuffer::kGrads || (dp_ != nullptr && dp_->rank() != 0)) return {};
-    return {{0, table_.numel()}};
-  }
+  std::vector<FlatRange> held_ranges(StateBuffer which) const override { return state_->held(which); }
+  std::vector<FlatRange> written_ranges(StateBuffer which) const override { return state_->written(which); }
+  void gather_params(float* out) override { state_->gather_params(out); }
+  StateBytes state_bytes() const override { return state_->bytes(); }
 
   DeviceHealth device_health() override {
     // Memory is this backend's own accounting (every cudaMalloc it made, the cuBLASLt workspace included), not
@@ -249,23 +227,14 @@ class CudaBackend final : public Backend {
     return h;
   }
 
-  double grad_norm() override {
-    global_norm_cuda(norm_, scratch_, grads_, table_.numel(), stream_);
-    float n = 0;
-    CUDA_CHECK(cudaMemcpyAsync(&n, norm_, sizeof(float), cudaMemcpyDeviceToHost, stream_));
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
-    return n;
-  }
+  double grad_norm() override { return state_->grad_norm(); }
 
   void read_state(StateBuffer which, size_t offset, size_t count, float* out) override {
-    CUDA_CHECK(cudaMemcpyAsync(out, buffer(which) + offset, count * sizeof(float), cudaMemcpyDeviceToHost, stream_));
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    state_->read(which, offset, count, out);
   }
 
   void write_state(StateBuffer which, size_t offset, size_t count, const float* in) override {
-    CUDA_CHECK(cudaMemcpyAsync(buffer(which) + offset, in, count * sizeof(float), cudaMemcpyHostToDevice, stream_));
-    if (which == StateBuffer::kParams) float_to_bf16_cuda(params_bf16_ + offset, master_ + offset, count, stream_);
-    CUDA_CHECK(cudaStreamSynchronize(stream_));  // `in` may be freed when this returns
+    state_->write(which, offset, count, in);
   }
 
   uint64_t memory_bytes() const override { return device_bytes_; }
@@ -354,20 +323,6 @@ class CudaBackend final : public Backend {
     }
   }
 
-  float* buffer(StateBuffer which) {
-    switch (which) {
-      case StateBuffer::kParams:
-        return master_;
-      case StateBuffer::kGrads:
-        return grads_;
-      case StateBuffer::kAdamM:
-        return adam_m_;
-      case StateBuffer::kAdamV:
-        return adam_v_;
-    }
-    return master_;
-  }
-
   template <class T>
   T* device(size_t count) {
     void* p = nullptr;
@@ -389,15 +344,6 @@ class CudaBackend final : public Backend {
     const size_t P = table_.numel();
     const size_t B = max_batch_, T = m_.seq_len, C = m_.n_embd, NH = m_.n_head, V = m_.vocab_size;
     const size_t N = B * T;
-    master_ = device<float>(P);
-    params_bf16_ = device<bf16>(P);
-    grads_ = device<float>(P);
-    adam_m_ = device<float>(P);
-    adam_v_ = device<float>(P);
-    CUDA_CHECK(cudaMemset(adam_m_, 0, P * sizeof(float)));
-    CUDA_CHECK(cudaMemset(adam_v_, 0, P * sizeof(float)));
-    CUDA_CHECK(cudaMemset(grads_, 0, P * sizeof(float)));
-
     encoded_ = device<bf16>(N * C);
     layers_.resize(m_.n_layer);
     for (LayerActs& l : layers_) {
@@ -436,9 +382,7 @@ class CudaBackend final : public Backend {
                                                                        static_cast<int>(NH), static_cast<int>(C / NH)),
                                      global_norm_scratch_floats(P)});
     scratch_ = device<float>(scratch);
-    loss_sum_ = device<float>(1);
     eval_sum_ = device<float>(1);
-    norm_ = device<float>(1);
     inputs_ = device<int32_t>(N);
     targets_ = device<int32_t>(N);
     bucket_token_ = device<int32_t>(N);
@@ -449,40 +393,30 @@ class CudaBackend final : public Backend {
     token_count_.assign(V, 0);
   }
 
-  void build_adamw_chunks() {
-    std::vector<AdamWChunk> chunks;
-    for (const TensorInfo& t : table_.tensors()) {
-      for (size_t off = 0; off < t.numel; off += adamw_chunk_elements()) {
-        chunks.push_back({t.offset + off, static_cast<uint32_t>(std::min<size_t>(adamw_chunk_elements(), t.numel - off)),
-                          t.decay ? 1u : 0u});
+  // Where each tensor sits inside its unit: units are contiguous in the table (shard_plan.h), so these
+  // offsets hold wherever a unit's parameters or gradients are kept.
+  void layout_params() {
+    const ShardPlan& plan = state_->plan();
+    const int L = m_.n_layer;
+    GANTRY_CHECK(table_.size() == static_cast<size_t>(4 + kBlockTensors * L), "GPT-2's tensor table expected");
+    auto in_unit = [&](size_t tensor, int unit) { return table_[tensor].offset - plan.units[unit].offset; };
+    wpe_at_ = in_unit(1, plan.embedding_unit());
+    GANTRY_CHECK(in_unit(0, plan.embedding_unit()) == 0, "wte begins the embeddings");
+    lnf_w_at_ = in_unit(2 + kBlockTensors * L, plan.final_unit());
+    lnf_b_at_ = in_unit(3 + kBlockTensors * L, plan.final_unit());
+    for (int l = 0; l < L; ++l) {
+      for (int k = 0; k < kBlockTensors; ++k) {
+        const size_t at = in_unit(2 + kBlockTensors * l + k, 1 + l);
+        GANTRY_CHECK(l == 0 || at == block_at_[k], "every block has the same layout");
+        block_at_[k] = at;
       }
     }
-    adamw_chunk_count_ = chunks.size();
-    adamw_chunks_ = device<AdamWChunk>(chunks.size());
-    CUDA_CHECK(cudaMemcpy(adamw_chunks_, chunks.data(), chunks.size() * sizeof(AdamWChunk), cudaMemcpyHostToDevice));
   }
 
-  void layout_params() {
-    // The fp32 master layout gives each tensor's offset; the bf16 copy and the gradients share it.
-    GptTensors p = gpt_tensors(m_, table_, master_);
-    GptTensors& g = p;
-    auto pb = [&](const float* f) { return params_bf16_ + (f - master_); };
-    auto gb = [&](const float* f) { return grads_ + (f - master_); };
-    wte_ = pb(p.wte);
-    wpe_ = pb(p.wpe);
-    lnf_w_ = pb(p.lnf_w);
-    lnf_b_ = pb(p.lnf_b);
-    dwte_ = gb(g.wte);
-    dwpe_ = gb(g.wpe);
-    dlnf_w_ = gb(g.lnf_w);
-    dlnf_b_ = gb(g.lnf_b);
-    for (const GptBlock& b : p.blocks) {
-      block_params_.push_back({pb(b.ln1_w), pb(b.ln1_b), pb(b.qkv_w), pb(b.qkv_b), pb(b.proj_w), pb(b.proj_b),
-                               pb(b.ln2_w), pb(b.ln2_b), pb(b.fc_w), pb(b.fc_b), pb(b.fcproj_w), pb(b.fcproj_b)});
-      block_grads_.push_back({gb(b.ln1_w), gb(b.ln1_b), gb(b.qkv_w), gb(b.qkv_b), gb(b.proj_w), gb(b.proj_b),
-                              gb(b.ln2_w), gb(b.ln2_b), gb(b.fc_w), gb(b.fc_b), gb(b.fcproj_w), gb(b.fcproj_b)});
-    }
-  }
+  // Units: 0 the embeddings, 1 + l block l, L + 1 the final norm.
+  int final_unit() const { return m_.n_layer + 1; }
+  BlockParams block_params(int l) { return block_at(state_->params(1 + l), block_at_); }
+  BlockGrads block_grads(int l) { return block_at(state_->grads(1 + l), block_at_); }
 
   // Copies the batch to the device; with `buckets`, also the token-sorted positions the deterministic
   // embedding backward needs (a counting sort over the vocabulary, on the host, while the GPU works).
@@ -531,9 +465,14 @@ class CudaBackend final : public Backend {
 
   void forward(int B) {
     const int T = m_.seq_len, C = m_.n_embd, NH = m_.n_head, HS = C / NH, N = B * T, L = m_.n_layer;
-    encoder_forward_cuda(encoded_, inputs_, wte_, wpe_, N, T, C, stream_);
+    // Under ZeRO 3 each unit's parameters are gathered just before use (the next one while this one
+    // computes) and released after its last reader is enqueued.
+    const bf16* embeddings = state_->params(0);
+    state_->prefetch(1);
+    encoder_forward_cuda(encoded_, inputs_, embeddings, embeddings + wpe_at_, N, T, C, stream_);
     for (int l = 0; l < L; ++l) {
-      const BlockParams& p = block_params_[l];
+      const BlockParams p = block_params(l);
+      state_->prefetch(2 + l);
       LayerActs& a = layers_[l];
       // This block's first norm also finishes the previous block: res3 = res2 + its MLP output.
       if (l == 0) {
@@ -551,13 +490,16 @@ class CudaBackend final : public Backend {
                                       stream_);
       matmul_->forward(a.fch_gelu, a.ln2, p.fc_w, p.fc_b, N, C, 4 * C, a.fch_pre);
       matmul_->forward(tmp_nc_, a.fch_gelu, p.fcproj_w, p.fcproj_b, N, 4 * C, C, nullptr);
+      state_->release(1 + l);
     }
+    const bf16* lnf = state_->params(final_unit());
     if (L == 0) {
-      residual_layernorm_forward_cuda(nullptr, lnf_, lnf_mean_, lnf_rstd_, encoded_, nullptr, lnf_w_, lnf_b_, N, C,
+      residual_layernorm_forward_cuda(nullptr, lnf_, lnf_mean_, lnf_rstd_, encoded_, nullptr, lnf + lnf_w_at_,
+                                      lnf + lnf_b_at_, N, C,
                                       stream_);
     } else {
       residual_layernorm_forward_cuda(layers_[L - 1].res3, lnf_, lnf_mean_, lnf_rstd_, layers_[L - 1].res2, tmp_nc_,
-                                      lnf_w_, lnf_b_, N, C, stream_);
+                                      lnf + lnf_w_at_, lnf + lnf_b_at_, N, C, stream_);
     }
   }
 
@@ -569,7 +511,7 @@ class CudaBackend final : public Backend {
     forward(B);
     mark(ev.mid);
     classifier(B, grad_scale / static_cast<float>(N), true);
-    sum_accumulate_cuda(loss_sum_, losses_, N, stream_);
+    sum_accumulate_cuda(state_->loss_sum(), losses_, N, stream_);
     backward(B);
     mark(ev.end);
   }
@@ -577,14 +519,16 @@ class CudaBackend final : public Backend {
   // Logits, loss and (with backward) dlogits → dlnf and dwte, a chunk of rows at a time.
   void classifier(int B, float dloss, bool backward) {
     const int C = m_.n_embd, V = m_.vocab_size, N = B * m_.seq_len;
+    const bf16* wte = state_->params(0);
+    float* dwte = backward ? state_->grads(0) : nullptr;  // wte begins the embeddings
     for (int r0 = 0; r0 < N; r0 += chunk_rows_) {
       const int rows = std::min(chunk_rows_, N - r0);
       const bf16* x = lnf_ + static_cast<size_t>(r0) * C;
-      matmul_->forward(logits_, x, wte_, nullptr, rows, C, V, nullptr);
+      matmul_->forward(logits_, x, wte, nullptr, rows, C, V, nullptr);
       classifier_cuda(logits_, losses_ + r0, targets_ + r0, dloss, backward, rows, V, stream_);
       if (!backward) continue;
-      matmul_->backward_input(dln_ + static_cast<size_t>(r0) * C, logits_, wte_, rows, C, V, nullptr);
-      matmul_->backward_weight(dwte_, logits_, x, rows, C, V);
+      matmul_->backward_input(dln_ + static_cast<size_t>(r0) * C, logits_, wte, rows, C, V, nullptr);
+      matmul_->backward_weight(dwte, logits_, x, rows, C, V);
     }
   }
 
@@ -594,13 +538,16 @@ class CudaBackend final : public Backend {
     // residual stream is (no separate bias pass). The final norm writes dres (no memset first); dres is then
     // d(res3) of the last block, whose MLP projection bias it is.
     const bf16* top = L > 0 ? layers_[L - 1].res3 : encoded_;
-    float* top_bias = L > 0 ? block_grads_[L - 1].fcproj_b : nullptr;
-    layernorm_backward_cuda(dres_, dlnf_w_, dlnf_b_, top_bias, scratch_, dln_, top, lnf_w_, lnf_mean_, lnf_rstd_, N, C,
-                            false, stream_);
-    unit_done(L + 1);  // the final norm
+    float* top_bias = L > 0 ? block_grads(L - 1).fcproj_b : nullptr;
+    const bf16* lnf = state_->params(final_unit());
+    float* dlnf = state_->grads(final_unit());
+    layernorm_backward_cuda(dres_, dlnf + lnf_w_at_, dlnf + lnf_b_at_, top_bias, scratch_, dln_, top, lnf + lnf_w_at_,
+                            lnf_mean_, lnf_rstd_, N, C, false, stream_);
+    state_->grads_done(final_unit());
     for (int l = L - 1; l >= 0; --l) {
-      const BlockParams& p = block_params_[l];
-      const BlockGrads& g = block_grads_[l];
+      const BlockParams p = block_params(l);
+      state_->prefetch(l);  // the block below (or the embeddings, which stay gathered for the step)
+      const BlockGrads g = block_grads(l);
       LayerActs& a = layers_[l];
       const bf16* residual = l == 0 ? encoded_ : layers_[l - 1].res3;
       // MLP branch, reading d(res3) before the second norm's contribution turns dres into d(res2).
@@ -620,27 +567,18 @@ class CudaBackend final : public Backend {
       bias_backward_cuda(g.qkv_b, scratch_, dqkv_, N, 3 * C, stream_);
       matmul_->backward_input(dln_, dqkv_, p.qkv_w, N, C, 3 * C, nullptr);
       // dres becomes d(res3) of the block below: its MLP projection's bias gradient.
-      float* below_bias = l > 0 ? block_grads_[l - 1].fcproj_b : nullptr;
+      float* below_bias = l > 0 ? block_grads(l - 1).fcproj_b : nullptr;
       layernorm_backward_cuda(dres_, g.ln1_w, g.ln1_b, below_bias, scratch_, dln_, residual, p.ln1_w, a.ln1_mean,
                               a.ln1_rstd, N, C, true, stream_);
-      unit_done(1 + l);  // block l's gradients are complete (block l + 1 wrote its MLP projection bias's)
+      state_->release(1 + l);
+      state_->grads_done(1 + l);  // block l's gradients are complete (block l + 1 wrote its MLP projection bias's)
     }
     // A fixed grid of N buckets (the most a batch can have; spare ones are empty) keeps this launch the
     // same for every batch of a shape, as graph replay needs.
-    encoder_backward_cuda(dwte_, dwpe_, dres_, bucket_token_, bucket_start_, positions_, N, B, T, C, stream_);
-    unit_done(0);  // the embeddings: the classifier wrote wte's gradient first, the encoder last
-  }
-
-  // Data parallel: when a unit completes its bucket on the last micro-batch, the communication stream waits
-  // for the compute stream to get there and all-reduces the bucket, while the compute stream goes on with
-  // the layers below (whose gradients live in other buckets).
-  void unit_done(int unit) {
-    if (!reducing_) return;
-    const int b = plan_.unit_bucket[unit];
-    if (++bucket_done_[b] < bucket_units_[b]) return;
-    CUDA_CHECK(cudaEventRecord(bucket_ready_[b], stream_));
-    CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, bucket_ready_[b]));
-    check(dp_->all_reduce_enqueue(grads_ + plan_.buckets[b].offset, plan_.buckets[b].count, comm_stream_));
+    float* dembeddings = state_->grads(0);
+    encoder_backward_cuda(dembeddings, dembeddings + wpe_at_, dres_, bucket_token_, bucket_start_, positions_, N, B, T,
+                          C, stream_);
+    state_->grads_done(0);  // the embeddings: the classifier wrote wte's gradient first, the encoder last
   }
 
   static void check(const Status& st) {
@@ -657,15 +595,9 @@ class CudaBackend final : public Backend {
   std::vector<void*> device_allocations_, host_allocations_;
   size_t device_bytes_ = 0;
 
-  float *master_ = nullptr, *grads_ = nullptr, *adam_m_ = nullptr, *adam_v_ = nullptr;
-  bf16* params_bf16_ = nullptr;
-  AdamWChunk* adamw_chunks_ = nullptr;
-  size_t adamw_chunk_count_ = 0;
-
-  const bf16 *wte_ = nullptr, *wpe_ = nullptr, *lnf_w_ = nullptr, *lnf_b_ = nullptr;
-  float *dwte_ = nullptr, *dwpe_ = nullptr, *dlnf_w_ = nullptr, *dlnf_b_ = nullptr;
-  std::vector<BlockParams> block_params_;
-  std::vector<BlockGrads> block_grads_;
+  std::unique_ptr<ZeroDeviceState> state_;
+  size_t wpe_at_ = 0, lnf_w_at_ = 0, lnf_b_at_ = 0;  // inside the embeddings' and the final norm's units
+  BlockLayout block_at_{};
 
   bf16* encoded_ = nullptr;
   std::vector<LayerActs> layers_;
@@ -677,7 +609,7 @@ class CudaBackend final : public Backend {
   bf16* tmp_nc_ = nullptr;
   bf16 *dres_ = nullptr, *dln_ = nullptr, *datty_ = nullptr, *dqkv_ = nullptr, *dfch_ = nullptr;
   float* scratch_ = nullptr;
-  float *loss_sum_ = nullptr, *eval_sum_ = nullptr, *norm_ = nullptr;
+  float* eval_sum_ = nullptr;
   int32_t *inputs_ = nullptr, *targets_ = nullptr;
   int32_t *bucket_token_ = nullptr, *bucket_start_ = nullptr, *positions_ = nullptr;
   bool graphs_;
@@ -697,17 +629,9 @@ class CudaBackend final : public Backend {
   std::vector<int32_t> token_count_;
   int64_t tokens_ = 0;
 
-  // Data parallel (ZeRO 0): every rank holds everything; gradients are all-reduced bucket by bucket.
+  // Data parallel: the dp communicator (null on one GPU) and its collectives' timeout.
   Communicator* dp_ = nullptr;
   std::chrono::milliseconds dp_timeout_{0};
-  ShardPlan plan_;
-  cudaStream_t comm_stream_ = nullptr;
-  std::vector<cudaEvent_t> bucket_ready_;
-  cudaEvent_t loss_ready_ = nullptr, comm_done_ = nullptr;
-  std::vector<int> bucket_units_, bucket_done_;
-  int micro_batches_ = 1;
-  bool reducing_ = false;
-
 };
 
 }  // namespace

@@ -484,6 +484,33 @@ __global__ void norm_final_kernel(float* norm, const float* partials, int n) {
   if (threadIdx.x == 0) *norm = sqrtf(s);
 }
 
+__global__ void chunk_squares_kernel(float* partials, const float* g, const AdamWChunk* chunks) {
+  __shared__ float shared[32];
+  const AdamWChunk ch = chunks[blockIdx.x];
+  float s = 0.0f;
+  for (uint32_t j = threadIdx.x; j < ch.count; j += blockDim.x) {
+    const float x = g[ch.grad_offset + j];
+    s += x * x;
+  }
+  s = block_sum(s, shared);
+  if (threadIdx.x == 0) partials[blockIdx.x] = s;
+}
+
+__global__ void sum_kernel(float* out, const float* partials, int n) {
+  __shared__ float shared[32];
+  float s = 0.0f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) s += partials[i];
+  s = block_sum(s, shared);
+  if (threadIdx.x == 0) *out = s;
+}
+
+__global__ void sqrt_kernel(float* x) { *x = sqrtf(*x); }
+
+__global__ void add_kernel(float* dst, const float* src, size_t n) {
+  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) dst[i] += src[i];
+}
+
 __global__ void adamw_kernel(float* master, bf16* params_bf16, float* m, float* v, const float* grads,
                              const float* norm, const AdamWChunk* chunks, float lr, float beta1, float beta2,
                              float eps, float weight_decay, float grad_clip, float c1, float c2) {
@@ -498,38 +525,41 @@ __global__ void adamw_kernel(float* master, bf16* params_bf16, float* m, float* 
     vi = beta2 * vi + (1.0f - beta2) * g * g;
     p -= lr * ((mi / c1) / (sqrtf(vi / c2) + eps) + wd * p);
   };
-  if ((ch.offset | ch.count) % 4 == 0) {
+  float* const mc = m + ch.state_offset;
+  float* const vc = v + ch.state_offset;
+  float* const pc = master + ch.state_offset;
+  const float* const gc = grads + ch.grad_offset;
+  bf16* const bc = params_bf16 + ch.param_offset;
+  if ((ch.grad_offset | ch.param_offset | ch.state_offset | ch.count) % 4 == 0) {
     // 16-byte accesses (the model's tensors all have C, a multiple of 8, as a factor): the same arithmetic per
     // element as below, ~30 bytes moved per parameter at a higher fraction of the bandwidth.
 #pragma unroll 2
     for (uint32_t j = threadIdx.x * 4; j < ch.count; j += blockDim.x * 4) {
-      const size_t i = ch.offset + j;
-      const float4 g = *reinterpret_cast<const float4*>(grads + i);
-      float4 mi = *reinterpret_cast<float4*>(m + i), vi = *reinterpret_cast<float4*>(v + i);
-      float4 p = *reinterpret_cast<float4*>(master + i);
+      const float4 g = *reinterpret_cast<const float4*>(gc + j);
+      float4 mi = *reinterpret_cast<float4*>(mc + j), vi = *reinterpret_cast<float4*>(vc + j);
+      float4 p = *reinterpret_cast<float4*>(pc + j);
       update(g.x, mi.x, vi.x, p.x);
       update(g.y, mi.y, vi.y, p.y);
       update(g.z, mi.z, vi.z, p.z);
       update(g.w, mi.w, vi.w, p.w);
-      *reinterpret_cast<float4*>(m + i) = mi;
-      *reinterpret_cast<float4*>(v + i) = vi;
-      *reinterpret_cast<float4*>(master + i) = p;
+      *reinterpret_cast<float4*>(mc + j) = mi;
+      *reinterpret_cast<float4*>(vc + j) = vi;
+      *reinterpret_cast<float4*>(pc + j) = p;
       __nv_bfloat162 lo = __floats2bfloat162_rn(p.x, p.y), hi = __floats2bfloat162_rn(p.z, p.w);
       uint2 packed;
       packed.x = *reinterpret_cast<uint32_t*>(&lo);
       packed.y = *reinterpret_cast<uint32_t*>(&hi);
-      *reinterpret_cast<uint2*>(params_bf16 + i) = packed;
+      *reinterpret_cast<uint2*>(bc + j) = packed;
     }
     return;
   }
   for (uint32_t j = threadIdx.x; j < ch.count; j += blockDim.x) {
-    const size_t i = ch.offset + j;
-    float mi = m[i], vi = v[i], p = master[i];
-    update(grads[i], mi, vi, p);
-    m[i] = mi;
-    v[i] = vi;
-    master[i] = p;
-    params_bf16[i] = __float2bfloat16(p);
+    float mi = mc[j], vi = vc[j], p = pc[j];
+    update(gc[j], mi, vi, p);
+    mc[j] = mi;
+    vc[j] = vi;
+    pc[j] = p;
+    bc[j] = __float2bfloat16(p);
   }
 }
 
@@ -711,6 +741,27 @@ void adamw_cuda(float* master, bf16* params_bf16, float* m, float* v, const floa
   GANTRY_CHECK(master && params_bf16 && m && v && grads && norm && chunks && n_chunks > 0, "adamw_cuda arguments");
   adamw_kernel<<<n_chunks, 512, 0, stream>>>(master, params_bf16, m, v, grads, norm, chunks, lr, beta1, beta2, eps,
                                              weight_decay, grad_clip, bias_correction1, bias_correction2);
+  CUDA_CHECK_LAUNCH();
+}
+
+void chunk_sum_squares_cuda(float* sum_squares, float* scratch, const float* grads, const AdamWChunk* chunks,
+                            int n_chunks, cudaStream_t stream) {
+  GANTRY_CHECK(sum_squares && scratch && grads && chunks && n_chunks > 0, "chunk_sum_squares_cuda arguments");
+  chunk_squares_kernel<<<n_chunks, kNormThreads, 0, stream>>>(scratch, grads, chunks);
+  CUDA_CHECK_LAUNCH();
+  sum_kernel<<<1, 1024, 0, stream>>>(sum_squares, scratch, n_chunks);
+  CUDA_CHECK_LAUNCH();
+}
+
+void sqrt_in_place_cuda(float* x, cudaStream_t stream) {
+  sqrt_kernel<<<1, 1, 0, stream>>>(x);
+  CUDA_CHECK_LAUNCH();
+}
+
+void add_in_place_cuda(float* dst, const float* src, size_t n, cudaStream_t stream) {
+  GANTRY_CHECK(dst && src, "add_in_place_cuda arguments");
+  if (n == 0) return;
+  add_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(dst, src, n);
   CUDA_CHECK_LAUNCH();
 }
 

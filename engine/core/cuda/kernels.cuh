@@ -65,11 +65,15 @@ void sum_accumulate_cuda(float* accumulator, const float* values, int n, cudaStr
 size_t global_norm_scratch_floats(size_t n);
 void global_norm_cuda(float* norm, float* scratch, const float* g, size_t n, cudaStream_t stream);
 
-// AdamW over the whole flat buffer in one launch. chunks: (offset, count, decay) triples covering the
-// buffer, at most adamw_chunk_elements() each. Reads *norm on the device: a non-finite norm skips the
-// update; a norm above grad_clip (> 0) scales gradients to it. Writes the bf16 copy of every parameter.
+// AdamW in one launch over chunks of at most adamw_chunk_elements() elements each. A chunk names where its
+// elements are in each buffer: the gradients, the bf16 parameter copy, and the master weights and moments
+// (the same offset three times on one GPU; under ZeRO some of the buffers are the rank's packed shard).
+// Reads *norm on the device: a non-finite norm skips the update; a norm above grad_clip (> 0) scales
+// gradients to it. Writes the bf16 copy of every parameter it updates.
 struct AdamWChunk {
-  uint64_t offset;
+  uint64_t grad_offset;
+  uint64_t param_offset;
+  uint64_t state_offset;
   uint32_t count;
   uint32_t decay;
 };
@@ -78,6 +82,15 @@ void adamw_cuda(float* master, bf16* params_bf16, float* m, float* v, const floa
                 const AdamWChunk* chunks, int n_chunks, float lr, float beta1, float beta2, float eps,
                 float weight_decay, float grad_clip, float bias_correction1, float bias_correction2,
                 cudaStream_t stream);
+
+// *sum_squares = Σ g² over the chunks' gradient ranges, in a fixed order (n_chunks floats of scratch): a
+// rank's share of the squared global norm under ZeRO, summed over ranks by an all-reduce.
+void chunk_sum_squares_cuda(float* sum_squares, float* scratch, const float* grads, const AdamWChunk* chunks,
+                            int n_chunks, cudaStream_t stream);
+// *x = sqrt(*x) on the device.
+void sqrt_in_place_cuda(float* x, cudaStream_t stream);
+// dst[0..n) += src[0..n).
+void add_in_place_cuda(float* dst, const float* src, size_t n, cudaStream_t stream);
 
 // fp32 → bf16 copy (after loading parameters).
 void float_to_bf16_cuda(bf16* out, const float* in, size_t n, cudaStream_t stream);

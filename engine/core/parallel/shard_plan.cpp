@@ -23,6 +23,32 @@ size_t ShardPlan::largest_nonembedding_bucket() const {
   return m;
 }
 
+std::vector<FlatRange> ShardPlan::owned_ranges() const {
+  std::vector<FlatRange> out;
+  for (const FlatRange& r : owned) {
+    if (r.count == 0) continue;
+    if (!out.empty() && out.back().end() == r.offset) {
+      out.back().count += r.count;
+    } else {
+      out.push_back(r);
+    }
+  }
+  return out;
+}
+
+size_t ShardPlan::for_each_owned(size_t offset, size_t count,
+                                 const std::function<void(size_t, size_t, size_t)>& fn) const {
+  size_t covered = 0;
+  for (size_t b = 0; b < owned.size(); ++b) {
+    const FlatRange& own = owned[b];
+    const size_t lo = std::max(offset, own.offset), hi = std::min(offset + count, own.end());
+    if (lo >= hi) continue;
+    fn(lo, owned_shard_offset[b] + (lo - own.offset), hi - lo);
+    covered += hi - lo;
+  }
+  return covered;
+}
+
 namespace {
 
 // Units from the table's layer indices: tensors before the first block, each block, tensors after.

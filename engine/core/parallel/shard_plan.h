@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,11 @@ struct ShardPlan {
   bool is_block(int unit) const { return unit > 0 && unit < final_unit(); }
   size_t largest_block_unit() const;     // elements; 0 without blocks
   size_t largest_nonembedding_bucket() const;
+  // The owned ranges with neighbours merged (what a rank reports as held or written).
+  std::vector<FlatRange> owned_ranges() const;
+  // Calls fn(global offset, shard offset, count) for each part of [offset, offset + count) inside the owned
+  // blocks, in flat order; returns how many elements that covered.
+  size_t for_each_owned(size_t offset, size_t count, const std::function<void(size_t, size_t, size_t)>& fn) const;
 };
 
 // `table` must be gpt_param_table's (units are found from the tensors' layer index). bucket_bytes is

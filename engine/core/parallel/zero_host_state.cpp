@@ -31,19 +31,6 @@ double sum_squares(const float* x, size_t n, ThreadPool* pool) {
   return total;
 }
 
-std::vector<FlatRange> merged(const std::vector<FlatRange>& ranges) {
-  std::vector<FlatRange> out;
-  for (const FlatRange& r : ranges) {
-    if (r.count == 0) continue;
-    if (!out.empty() && out.back().end() == r.offset) {
-      out.back().count += r.count;
-    } else {
-      out.push_back(r);
-    }
-  }
-  return out;
-}
-
 }  // namespace
 
 ZeroHostState::ZeroHostState(const TensorTable& table, ShardPlan plan, Communicator* dp,
@@ -365,12 +352,12 @@ std::vector<FlatRange> ZeroHostState::held(StateBuffer which) const {
   const std::vector<FlatRange> all{{0, plan_.numel}};
   switch (which) {
     case StateBuffer::kParams:
-      return plan_.zero < 3 ? all : merged(plan_.owned);
+      return plan_.zero < 3 ? all : plan_.owned_ranges();
     case StateBuffer::kGrads:
-      return plan_.zero < 2 ? all : merged(plan_.owned);
+      return plan_.zero < 2 ? all : plan_.owned_ranges();
     case StateBuffer::kAdamM:
     case StateBuffer::kAdamV:
-      return merged(plan_.owned);
+      return plan_.owned_ranges();
   }
   return {};
 }
@@ -378,7 +365,7 @@ std::vector<FlatRange> ZeroHostState::held(StateBuffer which) const {
 std::vector<FlatRange> ZeroHostState::written(StateBuffer which) const {
   if (which == StateBuffer::kGrads) return {};
   if (plan_.zero == 0) return plan_.rank == 0 ? std::vector<FlatRange>{{0, plan_.numel}} : std::vector<FlatRange>{};
-  return merged(plan_.owned);
+  return plan_.owned_ranges();
 }
 
 float* ZeroHostState::full_or_shard(StateBuffer which) {
@@ -408,19 +395,6 @@ bool is_full(const ShardPlan& p, StateBuffer which) {
 }
 }  // namespace
 
-size_t ZeroHostState::for_each_owned(size_t offset, size_t count,
-                                     const std::function<void(size_t, size_t, size_t)>& fn) const {
-  size_t covered = 0;
-  for (size_t b = 0; b < plan_.owned.size(); ++b) {
-    const FlatRange& own = plan_.owned[b];
-    const size_t lo = std::max(offset, own.offset), hi = std::min(offset + count, own.end());
-    if (lo >= hi) continue;
-    fn(lo, plan_.owned_shard_offset[b] + (lo - own.offset), hi - lo);
-    covered += hi - lo;
-  }
-  return covered;
-}
-
 void ZeroHostState::read(StateBuffer which, size_t offset, size_t count, float* out) {
   wait_all();
   float* base = full_or_shard(which);
@@ -429,7 +403,7 @@ void ZeroHostState::read(StateBuffer which, size_t offset, size_t count, float* 
     std::memcpy(out, base + offset, count * sizeof(float));
     return;
   }
-  const size_t copied = for_each_owned(offset, count, [&](size_t at, size_t shard_at, size_t n) {
+  const size_t copied = plan_.for_each_owned(offset, count, [&](size_t at, size_t shard_at, size_t n) {
     std::memcpy(out + (at - offset), base + shard_at, n * sizeof(float));
   });
   GANTRY_CHECK(copied == count, std::string("read of ") + state_buffer_name(which) + " outside the rank's shard");
@@ -447,7 +421,7 @@ void ZeroHostState::write(StateBuffer which, size_t offset, size_t count, const 
     std::memcpy(base + offset, in, count * sizeof(float));
     return;
   }
-  const size_t copied = for_each_owned(offset, count, [&](size_t at, size_t shard_at, size_t n) {
+  const size_t copied = plan_.for_each_owned(offset, count, [&](size_t at, size_t shard_at, size_t n) {
     std::memcpy(base + shard_at, in + (at - offset), n * sizeof(float));
   });
   GANTRY_CHECK(copied == count, std::string("write of ") + state_buffer_name(which) + " outside the rank's shard");

@@ -100,9 +100,6 @@ class ZeroHostState {
   Status reduce_bucket_staged(int b, float* staging);              // ZeRO 2 / 3: into the shard
   Status gather_bucket(int b, const float* mine, float* out);      // all blocks of bucket b into out
 
-  // Calls fn(global offset, shard offset, count) for each part of [offset, offset + count) inside the
-  // owned blocks; returns how many elements that covered.
-  size_t for_each_owned(size_t offset, size_t count, const std::function<void(size_t, size_t, size_t)>& fn) const;
   float* full_or_shard(StateBuffer which);
 
   const TensorTable& table_;

@@ -284,8 +284,8 @@ TEST(KernelsCuda, AdamWWithClippingAndDecay) {
   std::vector<AdamWChunk> chunks;
   const size_t split = 150'000;
   for (size_t off = 0; off < split; off += adamw_chunk_elements())
-    chunks.push_back({off, static_cast<uint32_t>(std::min<size_t>(adamw_chunk_elements(), split - off)), 1});
-  chunks.push_back({split, static_cast<uint32_t>(n - split), 0});
+    chunks.push_back({off, off, off, static_cast<uint32_t>(std::min<size_t>(adamw_chunk_elements(), split - off)), 1});
+  chunks.push_back({split, split, split, static_cast<uint32_t>(n - split), 0});
   const float norm = 10.0f, clip = 1.0f, lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
   const float c1 = 1 - std::pow(b1, 3.0f), c2 = 1 - std::pow(b2, 3.0f);
   DeviceBuffer<float> d_p(p), d_m(m0), d_v(v0), d_g(g), d_norm(std::vector<float>{norm});
@@ -307,6 +307,59 @@ TEST(KernelsCuda, AdamWWithClippingAndDecay) {
   adamw_cuda(d_p2.get(), d_pb.get(), d_m.get(), d_v.get(), d_g.get(), d_nan.get(), d_chunks.get(),
              static_cast<int>(chunks.size()), lr, b1, b2, eps, wd, clip, c1, c2, nullptr);
   EXPECT_EQ(d_p2.download(), p);
+}
+
+// ZeRO's layout: the chunks update two owned ranges of a full gradient buffer and bf16 copy, with the
+// master weights and moments packed in a shard. One range starts at an odd offset (the scalar path).
+TEST(KernelsCuda, AdamWOnAShardAndItsSumOfSquares) {
+  GANTRY_REQUIRE_GPU();
+  Rng rng{11};
+  const size_t n = 300'000;
+  const std::vector<std::pair<size_t, size_t>> owned = {{1'001, 90'000}, {200'000, 70'000}};  // (offset, count)
+  const size_t shard_n = 160'000;
+  auto g = random_floats(rng, n), p = random_floats(rng, shard_n), m0 = random_floats(rng, shard_n, 0.1);
+  auto v0 = random_floats(rng, shard_n, 0.1);
+  for (float& x : v0) x = x * x;
+  std::vector<AdamWChunk> chunks;
+  size_t shard_at = 0;
+  for (const auto& [offset, count] : owned) {
+    for (size_t off = 0; off < count; off += adamw_chunk_elements()) {
+      chunks.push_back({offset + off, offset + off, shard_at + off,
+                        static_cast<uint32_t>(std::min<size_t>(adamw_chunk_elements(), count - off)), 1});
+    }
+    shard_at += count;
+  }
+  const float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
+  DeviceBuffer<float> d_p(p), d_m(m0), d_v(v0), d_g(g), d_sum(1), d_scratch(chunks.size());
+  DeviceBuffer<bf16> d_pb(n);
+  CUDA_CHECK(cudaMemset(d_pb.get(), 0, n * sizeof(bf16)));
+  DeviceBuffer<AdamWChunk> d_chunks(chunks);
+  const int n_chunks = static_cast<int>(chunks.size());
+  chunk_sum_squares_cuda(d_sum.get(), d_scratch.get(), d_g.get(), d_chunks.get(), n_chunks, nullptr);
+  double expect_sq = 0;
+  for (const auto& [offset, count] : owned) {
+    for (size_t i = offset; i < offset + count; ++i) expect_sq += static_cast<double>(g[i]) * g[i];
+  }
+  EXPECT_NEAR(d_sum.download()[0], expect_sq, 1e-5 * expect_sq);
+  sqrt_in_place_cuda(d_sum.get(), nullptr);
+  const float norm = d_sum.download()[0];
+  adamw_cuda(d_p.get(), d_pb.get(), d_m.get(), d_v.get(), d_g.get(), d_sum.get(), d_chunks.get(), n_chunks, lr, b1,
+             b2, eps, wd, /*grad_clip=*/1.0f, 1 - b1, 1 - b2, nullptr);
+  std::vector<float> ref = p;
+  std::vector<float> ref_bf16(n, 0.0f);
+  shard_at = 0;
+  for (const auto& [offset, count] : owned) {
+    for (size_t k = 0; k < count; ++k) {
+      const size_t i = offset + k, j = shard_at + k;
+      const float gi = g[i] * (1.0f / norm);
+      const float mi = b1 * m0[j] + (1 - b1) * gi, vi = b2 * v0[j] + (1 - b2) * gi * gi;
+      ref[j] -= lr * ((mi / (1 - b1)) / (std::sqrt(vi / (1 - b2)) + eps) + wd * ref[j]);
+      ref_bf16[i] = ref[j];
+    }
+    shard_at += count;
+  }
+  EXPECT_LT(rel_error(d_p.download(), ref), kFp32Bound);
+  EXPECT_LT(rel_error(to_float(d_pb.download()), ref_bf16), kBf16Bound) << "owned places updated, others untouched";
 }
 
 }  // namespace

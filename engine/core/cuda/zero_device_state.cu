@@ -1,0 +1,480 @@
+#include "engine/core/cuda/zero_device_state.cuh"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/core/comm/communicator.h"
+#include "engine/core/cuda/cuda_check.h"
+#include "engine/core/fatal.h"
+
+namespace gantry {
+
+ZeroDeviceState::ZeroDeviceState(const TensorTable& table, ShardPlan plan, Communicator* dp,
+                                 std::chrono::milliseconds timeout, cudaStream_t compute, float* norm_scratch,
+                                 const Allocate& allocate)
+    : plan_(std::move(plan)),
+      comm_(dp),
+      timeout_(timeout),
+      compute_(compute),
+      zero_(plan_.zero),
+      norm_scratch_(norm_scratch) {
+  GANTRY_CHECK(plan_.dp == 1 || (comm_ != nullptr && comm_->size() == plan_.dp),
+               "data parallel over more than one rank needs a communicator of the plan's size");
+  GANTRY_CHECK(plan_.dp > 1 || zero_ == 0, "a plan over one rank shards nothing: ZeRO 0");
+  if (plan_.dp == 1) comm_ = nullptr;
+  auto floats = [&](size_t n) { return static_cast<float*>(allocate(std::max<size_t>(n, 1) * sizeof(float))); };
+  auto halves = [&](size_t n) { return static_cast<bf16*>(allocate(std::max<size_t>(n, 1) * sizeof(bf16))); };
+  const size_t P = plan_.numel, S = plan_.shard_numel;
+  const size_t held = zero_ == 0 ? P : S;
+  master_ = floats(held);
+  m_ = floats(held);
+  v_ = floats(held);
+  grads_ = floats(zero_ < 2 ? P : S);
+  params_ = halves(zero_ < 3 ? P : S);
+  CUDA_CHECK(cudaMemset(m_, 0, held * sizeof(float)));
+  CUDA_CHECK(cudaMemset(v_, 0, held * sizeof(float)));
+  CUDA_CHECK(cudaMemset(grads_, 0, (zero_ < 2 ? P : S) * sizeof(float)));
+  stats_ = floats(2);
+  norm_ = floats(1);
+  CUDA_CHECK(cudaMemset(stats_, 0, 2 * sizeof(float)));
+  CUDA_CHECK(cudaMemset(norm_, 0, sizeof(float)));
+  build_chunks(table, allocate);
+
+  const size_t n_buckets = plan_.buckets.size();
+  bucket_units_.assign(n_buckets, 0);
+  for (int b : plan_.unit_bucket) ++bucket_units_[b];
+  bucket_done_.assign(n_buckets, 0);
+  if (comm_ == nullptr) return;
+
+  CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaEventCreateWithFlags(&compute_mark_, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventCreateWithFlags(&comm_mark_, cudaEventDisableTiming));
+  bucket_gathered_.resize(n_buckets);
+  for (cudaEvent_t& e : bucket_gathered_) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  bucket_gather_pending_.assign(n_buckets, 0);
+  auto make_grad_slot = [&](GradSlot& s, size_t n) {
+    s.data = floats(n);
+    CUDA_CHECK(cudaEventCreateWithFlags(&s.free, cudaEventDisableTiming));
+  };
+  auto make_param_slot = [&](ParamSlot& s, size_t n) {
+    s.data = halves(n);
+    CUDA_CHECK(cudaEventCreateWithFlags(&s.gathered, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&s.free, cudaEventDisableTiming));
+  };
+  if (zero_ >= 2) {
+    make_grad_slot(embedding_grads_, plan_.buckets[plan_.unit_bucket[plan_.embedding_unit()]].count);
+    for (GradSlot& s : grad_slots_) make_grad_slot(s, plan_.largest_nonembedding_bucket());
+  }
+  if (zero_ == 3) {
+    make_param_slot(embedding_params_, plan_.units[plan_.embedding_unit()].count);
+    make_param_slot(final_params_, plan_.units[plan_.final_unit()].count);
+    for (ParamSlot& s : block_slots_) make_param_slot(s, plan_.largest_block_unit());
+  }
+}
+
+ZeroDeviceState::~ZeroDeviceState() {
+  if (comm_ == nullptr) return;
+  cudaStreamSynchronize(comm_stream_);
+  for (cudaEvent_t e : bucket_gathered_) cudaEventDestroy(e);
+  for (GradSlot* s : {&embedding_grads_, &grad_slots_[0], &grad_slots_[1]}) {
+    if (s->free != nullptr) cudaEventDestroy(s->free);
+  }
+  for (ParamSlot* s : {&embedding_params_, &final_params_, &block_slots_[0], &block_slots_[1]}) {
+    if (s->gathered != nullptr) cudaEventDestroy(s->gathered);
+    if (s->free != nullptr) cudaEventDestroy(s->free);
+  }
+  cudaEventDestroy(compute_mark_);
+  cudaEventDestroy(comm_mark_);
+  cudaStreamDestroy(comm_stream_);
+}
+
+void ZeroDeviceState::build_chunks(const TensorTable& table, const Allocate& allocate) {
+  // ZeRO 0 updates every tensor; ZeRO 1-3 the owned segments (already cut at tensor boundaries). Each
+  // range is cut into chunks of at most adamw_chunk_elements(), each naming its place in every buffer.
+  std::vector<ShardSegment> ranges;
+  if (zero_ == 0) {
+    for (size_t i = 0; i < table.size(); ++i) {
+      const TensorInfo& t = table[i];
+      ranges.push_back({.offset = t.offset, .shard_offset = t.offset, .count = t.numel, .tensor = i, .decay = t.decay});
+    }
+  } else {
+    ranges = plan_.segments;
+  }
+  std::vector<AdamWChunk> chunks;
+  for (const ShardSegment& r : ranges) {
+    for (size_t off = 0; off < r.count; off += adamw_chunk_elements()) {
+      const uint64_t global = r.offset + off, shard = r.shard_offset + off;
+      chunks.push_back({.grad_offset = zero_ >= 2 ? shard : global,
+                        .param_offset = zero_ == 3 ? shard : global,
+                        .state_offset = shard,
+                        .count = static_cast<uint32_t>(std::min<size_t>(adamw_chunk_elements(), r.count - off)),
+                        .decay = r.decay ? 1u : 0u});
+    }
+  }
+  n_chunks_ = static_cast<int>(chunks.size());
+  chunks_ = static_cast<AdamWChunk*>(allocate(std::max<size_t>(chunks.size(), 1) * sizeof(AdamWChunk)));
+  CUDA_CHECK(cudaMemcpy(chunks_, chunks.data(), chunks.size() * sizeof(AdamWChunk), cudaMemcpyHostToDevice));
+  if (zero_ > 0) {
+    chunk_scratch_ = static_cast<float*>(allocate(std::max<size_t>(chunks.size(), 1) * sizeof(float)));
+  }
+}
+
+void ZeroDeviceState::check(const Status& st) const {
+  if (!st.ok()) fatal_error(__FILE__, __LINE__, st.message());
+}
+
+void ZeroDeviceState::comm_follows_compute() {
+  CUDA_CHECK(cudaEventRecord(compute_mark_, compute_));
+  CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, compute_mark_));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Steps and micro-batches.
+
+void ZeroDeviceState::begin_step(int micro_batches) {
+  micro_batches_ = std::max(1, micro_batches);
+  micro_index_ = -1;
+  CUDA_CHECK(cudaMemsetAsync(stats_, 0, sizeof(float), compute_));
+  // ZeRO 0/1 accumulate into the full gradient buffer; ZeRO 2/3 write the shard on the first micro-batch.
+  if (zero_ < 2) CUDA_CHECK(cudaMemsetAsync(grads_, 0, plan_.numel * sizeof(float), compute_));
+}
+
+void ZeroDeviceState::begin_micro_batch() {
+  ++micro_index_;
+  std::fill(bucket_done_.begin(), bucket_done_.end(), 0);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Parameters.
+
+void ZeroDeviceState::gather_all_buckets() {
+  comm_follows_compute();
+  for (size_t b = 0; b < plan_.buckets.size(); ++b) {
+    const FlatRange& bucket = plan_.buckets[b];
+    check(comm_->all_gather_enqueue(params_ + plan_.owned[b].offset, params_ + bucket.offset, bucket.count,
+                                    sizeof(bf16), comm_stream_));
+    CUDA_CHECK(cudaEventRecord(bucket_gathered_[b], comm_stream_));
+    bucket_gather_pending_[b] = 1;
+  }
+  params_stale_ = false;
+}
+
+void ZeroDeviceState::gather_into(ParamSlot& slot, int unit) {
+  const int b = plan_.unit_bucket[unit];  // under ZeRO 3 every unit is a bucket
+  // The slot's last readers, and the update that wrote the shards, come first.
+  if (slot.free_recorded) CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, slot.free));
+  comm_follows_compute();
+  check(comm_->all_gather_enqueue(params_ + plan_.owned_shard_offset[b], slot.data, plan_.buckets[b].count,
+                                  sizeof(bf16), comm_stream_));
+  CUDA_CHECK(cudaEventRecord(slot.gathered, comm_stream_));
+  slot.unit = unit;
+  slot.must_wait = true;
+}
+
+ZeroDeviceState::ParamSlot& ZeroDeviceState::resident_slot(int unit) {
+  return unit == plan_.embedding_unit() ? embedding_params_ : final_params_;
+}
+
+const bf16* ZeroDeviceState::params(int unit) {
+  if (zero_ < 3) {
+    if (comm_ != nullptr) {
+      if (params_stale_) gather_all_buckets();
+      const int b = plan_.unit_bucket[unit];
+      if (bucket_gather_pending_[b]) {
+        CUDA_CHECK(cudaStreamWaitEvent(compute_, bucket_gathered_[b]));
+        bucket_gather_pending_[b] = 0;
+      }
+    }
+    return params_ + plan_.units[unit].offset;
+  }
+  ParamSlot* slot = nullptr;
+  if (!plan_.is_block(unit)) {
+    slot = &resident_slot(unit);
+    if (slot->unit != unit) gather_into(*slot, unit);
+  } else {
+    prefetch(unit);
+    for (ParamSlot& s : block_slots_) {
+      if (s.unit == unit) slot = &s;
+    }
+  }
+  if (slot->must_wait) {
+    CUDA_CHECK(cudaStreamWaitEvent(compute_, slot->gathered));
+    slot->must_wait = false;
+  }
+  slot->pinned = true;
+  return slot->data;
+}
+
+void ZeroDeviceState::prefetch(int unit) {
+  if (zero_ < 3 || unit < 0 || unit > plan_.final_unit()) return;
+  if (!plan_.is_block(unit)) {
+    ParamSlot& slot = resident_slot(unit);
+    if (slot.unit != unit) gather_into(slot, unit);
+    return;
+  }
+  for (const ParamSlot& s : block_slots_) {
+    if (s.unit == unit) return;
+  }
+  // The slot not in use; of two free ones, the one holding the unit farther from this one (a block the
+  // backward pass may find still there is worth keeping).
+  ParamSlot* victim = nullptr;
+  for (ParamSlot& s : block_slots_) {
+    if (s.pinned) continue;
+    if (victim == nullptr || std::abs(s.unit - unit) > std::abs(victim->unit - unit)) victim = &s;
+  }
+  GANTRY_CHECK(victim != nullptr, "ZeRO-3: both parameter slots are in use (prefetch before release)");
+  gather_into(*victim, unit);
+}
+
+void ZeroDeviceState::release(int unit) {
+  if (zero_ < 3 || !plan_.is_block(unit)) return;
+  for (ParamSlot& s : block_slots_) {
+    if (s.unit != unit || !s.pinned) continue;
+    CUDA_CHECK(cudaEventRecord(s.free, compute_));
+    s.free_recorded = true;
+    s.pinned = false;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Gradients.
+
+ZeroDeviceState::GradSlot& ZeroDeviceState::open_grad_slot(int bucket) {
+  GradSlot* slot = nullptr;
+  if (bucket == plan_.unit_bucket[plan_.embedding_unit()]) {
+    slot = &embedding_grads_;
+  } else {
+    for (GradSlot& s : grad_slots_) {
+      if (s.open && s.bucket == bucket) return s;
+    }
+    for (GradSlot& s : grad_slots_) {
+      if (!s.open) slot = &s;
+    }
+    GANTRY_CHECK(slot != nullptr, "ZeRO 2/3: more than two gradient buckets open at once");
+  }
+  if (slot->open) return *slot;
+  // The slot's previous reduction must have read it before it is zeroed and filled again.
+  if (slot->free_recorded) CUDA_CHECK(cudaStreamWaitEvent(compute_, slot->free));
+  CUDA_CHECK(cudaMemsetAsync(slot->data, 0, plan_.buckets[bucket].count * sizeof(float), compute_));
+  slot->bucket = bucket;
+  slot->open = true;
+  return *slot;
+}
+
+float* ZeroDeviceState::grads(int unit) {
+  if (zero_ < 2) return grads_ + plan_.units[unit].offset;
+  const int b = plan_.unit_bucket[unit];
+  return open_grad_slot(b).data + (plan_.units[unit].offset - plan_.buckets[b].offset);
+}
+
+void ZeroDeviceState::grads_done(int unit) {
+  if (comm_ == nullptr) return;
+  const int b = plan_.unit_bucket[unit];
+  if (++bucket_done_[b] < bucket_units_[b]) return;
+  const FlatRange& bucket = plan_.buckets[b];
+  const FlatRange& own = plan_.owned[b];
+  if (zero_ < 2) {
+    // Reduced once per step, on the last micro-batch, in the full buffer.
+    if (micro_index_ != micro_batches_ - 1) return;
+    comm_follows_compute();
+    if (zero_ == 0) {
+      check(comm_->all_reduce_enqueue(grads_ + bucket.offset, bucket.count, comm_stream_));
+    } else {
+      check(comm_->reduce_scatter_enqueue(grads_ + bucket.offset, grads_ + own.offset, bucket.count, comm_stream_));
+    }
+    return;
+  }
+  // ZeRO 2/3: every micro-batch's bucket is reduce-scattered in its slot and added into the shard.
+  GradSlot& slot = open_grad_slot(b);
+  comm_follows_compute();
+  float* mine = slot.data + (own.offset - bucket.offset);
+  check(comm_->reduce_scatter_enqueue(slot.data, mine, bucket.count, comm_stream_));
+  float* shard = grads_ + plan_.owned_shard_offset[b];
+  if (micro_index_ == 0) {
+    CUDA_CHECK(cudaMemcpyAsync(shard, mine, own.count * sizeof(float), cudaMemcpyDeviceToDevice, comm_stream_));
+  } else {
+    add_in_place_cuda(shard, mine, own.count, comm_stream_);
+  }
+  CUDA_CHECK(cudaEventRecord(slot.free, comm_stream_));
+  slot.free_recorded = true;
+  slot.open = false;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The update.
+
+void ZeroDeviceState::finish_reductions() {
+  if (comm_ == nullptr) return;
+  if (zero_ == 0) {
+    // The loss sum joins the queue behind the buckets (ZeRO 1-3 reduce it with the norm, in update()).
+    comm_follows_compute();
+    check(comm_->all_reduce_enqueue(stats_, 1, comm_stream_));
+  }
+  CUDA_CHECK(cudaEventRecord(comm_mark_, comm_stream_));
+  CUDA_CHECK(cudaStreamWaitEvent(compute_, comm_mark_));
+}
+
+void ZeroDeviceState::update(const AdamWStep& s) {
+  if (zero_ == 0) {
+    global_norm_cuda(norm_, norm_scratch_, grads_, plan_.numel, compute_);
+  } else {
+    // Each rank's share of Σg², summed with the loss in one all-reduce of two floats.
+    chunk_sum_squares_cuda(stats_ + 1, chunk_scratch_, grads_, chunks_, n_chunks_, compute_);
+    comm_follows_compute();
+    check(comm_->all_reduce_enqueue(stats_, 2, comm_stream_));
+    CUDA_CHECK(cudaEventRecord(comm_mark_, comm_stream_));
+    CUDA_CHECK(cudaStreamWaitEvent(compute_, comm_mark_));
+    CUDA_CHECK(cudaMemcpyAsync(norm_, stats_ + 1, sizeof(float), cudaMemcpyDeviceToDevice, compute_));
+    sqrt_in_place_cuda(norm_, compute_);
+  }
+  const float c1 = static_cast<float>(1.0 - std::pow(s.beta1, static_cast<double>(s.step)));
+  const float c2 = static_cast<float>(1.0 - std::pow(s.beta2, static_cast<double>(s.step)));
+  adamw_cuda(master_, params_, m_, v_, grads_, norm_, chunks_, n_chunks_, static_cast<float>(s.lr),
+             static_cast<float>(s.beta1), static_cast<float>(s.beta2), static_cast<float>(s.eps),
+             static_cast<float>(s.weight_decay), static_cast<float>(s.grad_clip), c1, c2, compute_);
+  if (zero_ == 1 || zero_ == 2) gather_all_buckets();
+  if (zero_ == 3) {
+    // Every gathered copy is stale now; the next forward gathers again.
+    for (ParamSlot* slot : {&embedding_params_, &final_params_, &block_slots_[0], &block_slots_[1]}) slot->unit = -1;
+  }
+}
+
+float ZeroDeviceState::grad_norm() {
+  float n = 0;
+  if (zero_ == 0) {
+    global_norm_cuda(norm_, norm_scratch_, grads_, plan_.numel, compute_);
+    CUDA_CHECK(cudaMemcpyAsync(&n, norm_, sizeof(float), cudaMemcpyDeviceToHost, compute_));
+    CUDA_CHECK(cudaStreamSynchronize(compute_));
+    return n;
+  }
+  chunk_sum_squares_cuda(norm_, chunk_scratch_, grads_, chunks_, n_chunks_, compute_);
+  comm_follows_compute();
+  check(comm_->all_reduce_enqueue(norm_, 1, comm_stream_));
+  check(comm_->sync(comm_stream_, timeout_));
+  CUDA_CHECK(cudaMemcpy(&n, norm_, sizeof(float), cudaMemcpyDeviceToHost));
+  return std::sqrt(n);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// State in global coordinates.
+
+bool ZeroDeviceState::sharded(StateBuffer which) const {
+  switch (which) {
+    case StateBuffer::kParams:
+    case StateBuffer::kAdamM:
+    case StateBuffer::kAdamV:
+      return zero_ >= 1;
+    case StateBuffer::kGrads:
+      return zero_ >= 2;
+  }
+  return false;
+}
+
+float* ZeroDeviceState::buffer(StateBuffer which) {
+  switch (which) {
+    case StateBuffer::kParams:
+      return master_;
+    case StateBuffer::kGrads:
+      return grads_;
+    case StateBuffer::kAdamM:
+      return m_;
+    case StateBuffer::kAdamV:
+      return v_;
+  }
+  return master_;
+}
+
+std::vector<FlatRange> ZeroDeviceState::held(StateBuffer which) const {
+  if (!sharded(which)) return {{0, plan_.numel}};
+  return plan_.owned_ranges();
+}
+
+std::vector<FlatRange> ZeroDeviceState::written(StateBuffer which) const {
+  if (which == StateBuffer::kGrads) return {};
+  if (zero_ == 0) return plan_.rank == 0 ? std::vector<FlatRange>{{0, plan_.numel}} : std::vector<FlatRange>{};
+  return plan_.owned_ranges();
+}
+
+void ZeroDeviceState::read(StateBuffer which, size_t offset, size_t count, float* out) {
+  if (comm_ != nullptr) check(comm_->sync(comm_stream_, timeout_));
+  float* base = buffer(which);
+  if (!sharded(which)) {
+    GANTRY_CHECK(offset + count <= plan_.numel, "read past the end of the buffer");
+    CUDA_CHECK(cudaMemcpyAsync(out, base + offset, count * sizeof(float), cudaMemcpyDeviceToHost, compute_));
+  } else {
+    const size_t copied = plan_.for_each_owned(offset, count, [&](size_t at, size_t shard_at, size_t n) {
+      CUDA_CHECK(cudaMemcpyAsync(out + (at - offset), base + shard_at, n * sizeof(float), cudaMemcpyDeviceToHost,
+                                 compute_));
+    });
+    GANTRY_CHECK(copied == count, std::string("read of ") + state_buffer_name(which) + " outside this rank's shard");
+  }
+  CUDA_CHECK(cudaStreamSynchronize(compute_));
+}
+
+void ZeroDeviceState::write(StateBuffer which, size_t offset, size_t count, const float* in) {
+  if (comm_ != nullptr) check(comm_->sync(comm_stream_, timeout_));
+  float* base = buffer(which);
+  auto copy = [&](size_t at, size_t held_at, size_t n) {
+    CUDA_CHECK(cudaMemcpyAsync(base + held_at, in + (at - offset), n * sizeof(float), cudaMemcpyHostToDevice,
+                               compute_));
+    if (which != StateBuffer::kParams) return;
+    // The bf16 copy of what was written: at its global place (ZeRO 0-2) or in the shard (ZeRO 3).
+    float_to_bf16_cuda(params_ + (zero_ == 3 ? held_at : at), base + held_at, n, compute_);
+  };
+  if (!sharded(which)) {
+    GANTRY_CHECK(offset + count <= plan_.numel, "write past the end of the buffer");
+    copy(offset, offset, count);
+  } else {
+    const size_t copied = plan_.for_each_owned(offset, count, copy);
+    GANTRY_CHECK(copied == count, std::string("write of ") + state_buffer_name(which) + " outside this rank's shard");
+  }
+  CUDA_CHECK(cudaStreamSynchronize(compute_));  // `in` may be freed when this returns
+  if (which == StateBuffer::kParams && comm_ != nullptr) {
+    // The other ranks' parts of the bf16 copy are stale: gathered before the next use. Every rank writes its
+    // parameters at the same points (initialisation, a checkpoint load), so the gathers stay in step.
+    if (zero_ == 1 || zero_ == 2) params_stale_ = true;
+    if (zero_ == 3) {
+      for (ParamSlot* slot : {&embedding_params_, &final_params_, &block_slots_[0], &block_slots_[1]}) slot->unit = -1;
+    }
+  }
+}
+
+void ZeroDeviceState::gather_params(float* out) {
+  if (zero_ == 0) {
+    read(StateBuffer::kParams, 0, plan_.numel, out);
+    return;
+  }
+  // Bucket by bucket through a transient buffer of the largest bucket (called once, at the end of
+  // training), so the gather never needs room for the whole model.
+  size_t largest = 0;
+  for (const FlatRange& b : plan_.buckets) largest = std::max(largest, b.count);
+  float* bucket = nullptr;
+  CUDA_CHECK(cudaMalloc(&bucket, largest * sizeof(float)));
+  comm_follows_compute();
+  Status st;
+  for (size_t b = 0; b < plan_.buckets.size() && st.ok(); ++b) {
+    st = comm_->all_gather_enqueue(master_ + plan_.owned_shard_offset[b], bucket, plan_.buckets[b].count,
+                                   sizeof(float), comm_stream_);
+    if (st.ok()) st = comm_->sync(comm_stream_, timeout_);
+    if (st.ok()) {
+      CUDA_CHECK(cudaMemcpy(out + plan_.buckets[b].offset, bucket, plan_.buckets[b].count * sizeof(float),
+                            cudaMemcpyDeviceToHost));
+    }
+  }
+  cudaFree(bucket);
+  check(st);
+}
+
+StateBytes ZeroDeviceState::bytes() const {
+  const uint64_t P = plan_.numel, S = plan_.shard_numel;
+  const uint64_t E = plan_.units[plan_.embedding_unit()].count, F = plan_.units[plan_.final_unit()].count;
+  const uint64_t U = plan_.largest_block_unit(), B = plan_.largest_nonembedding_bucket();
+  const uint64_t held = zero_ == 0 ? P : S;
+  StateBytes b;
+  b.params = held * sizeof(float) + (zero_ < 3 ? P : S + E + F + 2 * U) * sizeof(bf16);
+  b.grads = (zero_ < 2 ? P : S + E + 2 * B) * sizeof(float);
+  b.optimizer = 2 * held * sizeof(float);
+  return b;
+}
+
+}  // namespace gantry
