@@ -3,6 +3,9 @@
 #include <cerrno>
 #include <cstdlib>
 #include <limits>
+#include <string_view>
+
+#include "engine/core/worker/slurm_nodelist.h"
 
 namespace gantry {
 namespace {
@@ -121,6 +124,16 @@ Result<WorkerEnv> worker_env_read(const EnvLookup& getenv) {
       return Status::error("MASTER_ADDR is set but empty: expected the host name or address of rank 0");
     w.master_addr = addr;
   }
+  if (w.master_addr.empty() && std::string_view(w.source) == "slurm") {
+    // srun starts rank 0 on the first host of the job's node list.
+    const char* list = getenv("SLURM_JOB_NODELIST");
+    if (list == nullptr) list = getenv("SLURM_NODELIST");
+    if (list != nullptr) {
+      Result<std::string> first = slurm_first_host(list);
+      if (!first.ok()) return first.status();
+      w.master_addr = first.value();
+    }
+  }
   if (env.has("MASTER_PORT")) {
     Result<int> port = env.integer("MASTER_PORT", 1, 65535, "");
     if (!port.ok()) return port.status();
@@ -171,7 +184,8 @@ Result<WorkerFault> worker_fault_parse(const std::string& text, int rank) {
     auto bad = [&](const std::string& why) {
       return Status::error(
           std::string(kWorkerFaultVariable) + " item '" + item + "': " + why +
-          " (expected <rank>:exit_at_start, <rank>:hang_at_start or <rank>:exit_after_step:<k>)");
+          " (expected <rank>:exit_at_start, <rank>:hang_at_start, <rank>:exit_after_step:<k> or "
+          "<rank>:slow_forward:<ms>)");
     };
     size_t colon = item.find(':');
     long long r = 0;
@@ -189,6 +203,11 @@ Result<WorkerFault> worker_fault_parse(const std::string& text, int rank) {
         return bad("step must be >= 1");
       f.kind = WorkerFault::exit_after_step;
       f.step = k;
+    } else if (fault.rfind("slow_forward:", 0) == 0) {
+      long long ms = 0;
+      if (!parse_int(fault.substr(13), 1, 60000, &ms)) return bad("the delay must be 1..60000 ms");
+      f.kind = WorkerFault::slow_forward;
+      f.delay_ms = ms;
     } else {
       return bad("unknown fault '" + fault + "'");
     }

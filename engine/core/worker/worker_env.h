@@ -8,7 +8,8 @@
 //   Slurm (srun)        SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID (SLURM_NTASKS_PER_NODE when plain)
 //
 // torchrun's names win where both are set (torchrun under srun sets its own). Without GANTRY_STORE_FD the
-// worker needs a rendezvous address: --rendezvous HOST:PORT, else MASTER_ADDR:MASTER_PORT.
+// worker needs a rendezvous address: --rendezvous HOST:PORT, else MASTER_ADDR:MASTER_PORT; under Slurm
+// MASTER_ADDR defaults to the first host of SLURM_JOB_NODELIST (where srun starts rank 0).
 //
 //   Result<WorkerEnv> env = worker_env_read();
 //   if (!env.ok()) return fail(env.error());   // "WORLD_SIZE = 'four': expected an integer ..."
@@ -30,7 +31,7 @@ struct WorkerEnv {
   const char* source = "";  // "torchrun" (RANK...; also gantry-engine run) or "slurm"
   int store_fd = -1;        // GANTRY_STORE_FD; -1 = not launched by gantry-engine run or agent
   std::string rendezvous;   // GANTRY_RENDEZVOUS (HOST:PORT, checked); "" = the store is on store_fd
-  std::string master_addr;  // MASTER_ADDR; "" = not set
+  std::string master_addr;  // MASTER_ADDR (Slurm: else the node list's first host); "" = not set
   int master_port = 0;      // MASTER_PORT; 0 = not set
 };
 
@@ -54,10 +55,14 @@ Result<HostPort> host_port_parse(const std::string& text, const std::string& wha
 //   exit_at_start        the worker exits with code 1 before it reaches the launcher (a crash in start-up)
 //   hang_at_start        the worker sleeps before it reaches the launcher (it never joins)
 //   exit_after_step:<k>  the worker exits abruptly (code 3, no goodbye) right after reporting step k
-// The tests of the launcher's gang semantics use it to make one rank fail in a known way.
+//   slow_forward:<ms>    the worker sleeps <ms> milliseconds in the forward pass of every step (a slow
+//                        device: the other ranks wait for it in their collectives), 1..60000
+// The tests of the launcher's gang semantics use it to make one rank fail in a known way, the
+// coordinator's straggler tests to make one rank slow.
 struct WorkerFault {
-  enum Kind { none, exit_at_start, hang_at_start, exit_after_step } kind = none;
-  int64_t step = 0;  // exit_after_step
+  enum Kind { none, exit_at_start, hang_at_start, exit_after_step, slow_forward } kind = none;
+  int64_t step = 0;      // exit_after_step
+  int64_t delay_ms = 0;  // slow_forward
 };
 inline constexpr const char* kWorkerFaultVariable = "GANTRY_TEST_WORKER_FAULT";
 // The fault for `rank` (none when the text names other ranks only); an error for malformed text.

@@ -71,6 +71,22 @@ TEST(WorkerEnv, SlurmVariables) {
   EXPECT_EQ(e->local_world, 0);
 }
 
+TEST(WorkerEnv, SlurmRendezvousHostIsTheNodeListsFirst) {
+  Vars v = {{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"},
+            {"SLURM_JOB_NODELIST", "gpu[07-08],login3"}, {"MASTER_PORT", "29500"}};
+  Result<WorkerEnv> e = read(v);
+  ASSERT_TRUE(e.ok()) << e.error();
+  EXPECT_EQ(e->master_addr, "gpu07");
+  EXPECT_EQ(e->master_port, 29500);
+  v["MASTER_ADDR"] = "10.0.0.5";  // an explicit address wins
+  EXPECT_EQ(read(v)->master_addr, "10.0.0.5");
+  v.erase("MASTER_ADDR");
+  v["SLURM_JOB_NODELIST"] = "gpu[07-08";
+  e = read(v);
+  ASSERT_FALSE(e.ok());
+  EXPECT_THAT(e.error(), HasSubstr("Slurm node list 'gpu[07-08'"));
+}
+
 TEST(WorkerEnv, TorchrunWinsOverSlurm) {
   Vars v = kTorchrun;
   v["SLURM_PROCID"] = "0";
