@@ -476,12 +476,14 @@ __global__ void norm_partial_kernel(float* partials, const float* g, size_t n) {
   if (threadIdx.x == 0) partials[blockIdx.x] = s;
 }
 
-__global__ void norm_final_kernel(float* norm, const float* partials, int n) {
+// *out = Σ partials (with kRoot, its square root: the norm), in a fixed order.
+template <bool kRoot>
+__global__ void partials_sum_kernel(float* out, const float* partials, int n) {
   __shared__ float shared[32];
   float s = 0.0f;
   for (int i = threadIdx.x; i < n; i += blockDim.x) s += partials[i];
   s = block_sum(s, shared);
-  if (threadIdx.x == 0) *norm = sqrtf(s);
+  if (threadIdx.x == 0) *out = kRoot ? sqrtf(s) : s;
 }
 
 __global__ void chunk_squares_kernel(float* partials, const float* g, const AdamWChunk* chunks) {
@@ -496,13 +498,6 @@ __global__ void chunk_squares_kernel(float* partials, const float* g, const Adam
   if (threadIdx.x == 0) partials[blockIdx.x] = s;
 }
 
-__global__ void sum_kernel(float* out, const float* partials, int n) {
-  __shared__ float shared[32];
-  float s = 0.0f;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) s += partials[i];
-  s = block_sum(s, shared);
-  if (threadIdx.x == 0) *out = s;
-}
 
 __global__ void sqrt_kernel(float* x) { *x = sqrtf(*x); }
 
@@ -730,7 +725,7 @@ void global_norm_cuda(float* norm, float* scratch, const float* g, size_t n, cud
   GANTRY_CHECK(norm && scratch && g, "global_norm_cuda arguments");
   norm_partial_kernel<<<kNormBlocks, kNormThreads, 0, stream>>>(scratch, g, n);
   CUDA_CHECK_LAUNCH();
-  norm_final_kernel<<<1, 1024, 0, stream>>>(norm, scratch, kNormBlocks);
+  partials_sum_kernel<true><<<1, 1024, 0, stream>>>(norm, scratch, kNormBlocks);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -749,7 +744,7 @@ void chunk_sum_squares_cuda(float* sum_squares, float* scratch, const float* gra
   GANTRY_CHECK(sum_squares && scratch && grads && chunks && n_chunks > 0, "chunk_sum_squares_cuda arguments");
   chunk_squares_kernel<<<n_chunks, kNormThreads, 0, stream>>>(scratch, grads, chunks);
   CUDA_CHECK_LAUNCH();
-  sum_kernel<<<1, 1024, 0, stream>>>(sum_squares, scratch, n_chunks);
+  partials_sum_kernel<false><<<1, 1024, 0, stream>>>(sum_squares, scratch, n_chunks);
   CUDA_CHECK_LAUNCH();
 }
 
