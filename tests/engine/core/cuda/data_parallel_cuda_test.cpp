@@ -43,6 +43,7 @@ std::vector<double> losses_of(const std::string& args, const std::string& dir, i
 struct Layout {
   int gpus;
   int zero;
+  int micro_batch = 8;  // tiny.toml's; 4 gives each rank two micro-batches a step at 2 GPUs (accumulation)
 };
 
 class DataParallelCuda : public ::testing::TestWithParam<Layout> {};
@@ -53,7 +54,7 @@ TEST_P(DataParallelCuda, TracksOneGpuAndItsCheckpointLoadsOnOne) {
     GTEST_SKIP() << "needs " << layout.gpus << " GPUs (found " << cuda_device_count() << ")";
   }
   const std::string root = ::testing::TempDir() + "/gantry_dp_cuda_" + std::to_string(layout.gpus) + "_zero" +
-                           std::to_string(layout.zero);
+                           std::to_string(layout.zero) + "_micro" + std::to_string(layout.micro_batch);
   std::filesystem::remove_all(root);
   std::filesystem::create_directories(root + "/one");
   std::filesystem::create_directories(root + "/many");
@@ -61,6 +62,7 @@ TEST_P(DataParallelCuda, TracksOneGpuAndItsCheckpointLoadsOnOne) {
   // 8 on one GPU, one of 8 on each of two, one of 4 on each of four.
   std::string cfg = slurp(std::string(GANTRY_SOURCE_DIR) + "/assets/configs/tiny.toml");
   cfg.replace(cfg.find("backend = \"cpu\""), 15, "backend = \"cuda\"\ndp_bucket_mb = 0.05");
+  cfg.replace(cfg.find("micro_batch = 8"), 15, "micro_batch = " + std::to_string(layout.micro_batch));
   const std::string path = root + "/tiny_cuda.toml";
   std::ofstream(path) << cfg;
 
@@ -105,10 +107,11 @@ TEST_P(DataParallelCuda, TracksOneGpuAndItsCheckpointLoadsOnOne) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, DataParallelCuda,
-                         ::testing::Values(Layout{2, 0}, Layout{2, 1}, Layout{2, 2}, Layout{2, 3}, Layout{4, 1},
-                                           Layout{4, 3}),
+                         ::testing::Values(Layout{2, 0}, Layout{2, 1}, Layout{2, 2}, Layout{2, 3}, Layout{2, 1, 4},
+                                           Layout{2, 2, 4}, Layout{2, 3, 4}, Layout{4, 1}, Layout{4, 3}),
                          [](const ::testing::TestParamInfo<Layout>& i) {
-                           return "gpus" + std::to_string(i.param.gpus) + "_zero" + std::to_string(i.param.zero);
+                           return "gpus" + std::to_string(i.param.gpus) + "_zero" + std::to_string(i.param.zero) +
+                                  "_micro" + std::to_string(i.param.micro_batch);
                          });
 
 }  // namespace
