@@ -54,6 +54,7 @@ std::string read_file(const fs::path& p) {
 
 struct CoordinatorArgs {
   std::string dir, host = "127.0.0.1", token_file, url_file, rendezvous_host = "127.0.0.1", tls_cert, tls_key;
+  std::string agent_token_file;  // "" = only the operator's token registers agents
   int port = 0;
   double node_timeout_s = 5;
 };
@@ -64,10 +65,20 @@ int coordinator_main(const CoordinatorArgs& a) {
     std::fprintf(stderr, "gantry-engine coordinator: %s\n", token.error().c_str());
     return kExitBadInput;
   }
+  std::string agent_token;
+  if (!a.agent_token_file.empty()) {
+    Result<std::string> t = token_file_read(a.agent_token_file);
+    if (!t.ok()) {
+      std::fprintf(stderr, "gantry-engine coordinator: --agent-token-file: %s\n", t.error().c_str());
+      return kExitBadInput;
+    }
+    agent_token = t.value();
+  }
   Coordinator c({.dir = a.dir,
                  .host = a.host,
                  .port = a.port,
                  .token = token.value(),
+                 .agent_token = agent_token,
                  .rendezvous_host = a.rendezvous_host,
                  .node_timeout = std::chrono::milliseconds(static_cast<int64_t>(a.node_timeout_s * 1e3)),
                  .tls_cert_file = a.tls_cert,
@@ -217,6 +228,17 @@ int up_main(const UpArgs& a) {
     std::fprintf(stderr, "gantry-engine up: %s\n", s.message().c_str());
     return kExitFailed;
   }
+  // The agents get a token of their own: it registers nodes and opens their /metrics, and steers nothing.
+  Result<std::string> agent_token = token_generate();
+  const fs::path agent_token_file = dir / "agent_token";
+  if (!agent_token.ok()) {
+    std::fprintf(stderr, "gantry-engine up: %s\n", agent_token.error().c_str());
+    return kExitFailed;
+  }
+  if (Status s = token_file_write(agent_token_file.string(), agent_token.value()); !s.ok()) {
+    std::fprintf(stderr, "gantry-engine up: %s\n", s.message().c_str());
+    return kExitFailed;
+  }
   fs::remove(dir / "url", ec);
   auto fail = [&](const std::string& why) {
     std::fprintf(stderr, "gantry-engine up: %s\n", why.c_str());
@@ -224,7 +246,8 @@ int up_main(const UpArgs& a) {
     return kExitFailed;
   };
   Result<pid_t> coord = spawn_daemon({"coordinator", "--dir", dir.string(), "--token-file", token_file.string(),
-                                      "--url-file", (dir / "url").string(), "--port", std::to_string(a.port)},
+                                      "--agent-token-file", agent_token_file.string(), "--url-file",
+                                      (dir / "url").string(), "--port", std::to_string(a.port)},
                                      dir / "coordinator.log", dir / "coordinator.pid");
   if (!coord.ok()) return fail(coord.error());
   const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(a.timeout_s * 1e3));
@@ -245,7 +268,7 @@ int up_main(const UpArgs& a) {
   for (int i = 0; i < a.nodes + a.spares; ++i) {
     const bool spare = i >= a.nodes;
     const std::string node = spare ? "spare-" + std::to_string(i - a.nodes) : "node-" + std::to_string(i);
-    std::vector<std::string> args = {"agent", "--coordinator", url, "--token-file", token_file.string(), "--slots",
+    std::vector<std::string> args = {"agent", "--coordinator", url, "--token-file", agent_token_file.string(), "--slots",
                                      std::to_string(a.slots), "--node", node, "--dir", (dir / "agents" / node).string()};
     if (spare) args.push_back("--spare");
     Result<pid_t> p = spawn_daemon(args, dir / ("agent-" + node + ".log"), dir / ("agent-" + node + ".pid"));
@@ -317,6 +340,9 @@ void cluster_commands_add(CLI::App& app, int* exit_code) {
     CLI::App* sub = app.add_subcommand("coordinator", "Serve the cluster's HTTP API, run database, placement and rendezvous");
     sub->add_option("--dir", a->dir, "State folder: cluster.sqlite and runs/<id>/")->required();
     sub->add_option("--token-file", a->token_file, "The bearer token's file (mode 0600)")->required();
+    sub->add_option("--agent-token-file", a->agent_token_file,
+                    "The agents' token's file (mode 0600): it registers nodes and nothing else; each node then "
+                    "gets a credential for its own heartbeats (default: only --token-file registers)");
     sub->add_option("--host", a->host, "Address to serve on (default 127.0.0.1; another address wants TLS)");
     sub->add_option("--port", a->port, "Port (0 = a free one)")->check(CLI::Range(0, 65535));
     sub->add_option("--url-file", a->url_file, "Write the URL here once listening");

@@ -1,7 +1,8 @@
 // gantry-engine ctl: the coordinator's API from a terminal (engine/cluster/http_client.h). Tables by
 // default, the API's JSON with --json.
-//   ctl --url U --token-file F status | runs | submit --config C --dp N | checkpoint|pause|resume|stop RUN |
-//       events RUN | quarantine|release NODE | resume-from RUN [--checkpoint latest|STEP|step_N] [--dp N] [--zero Z]
+//   ctl --url U --token-file F status | runs | submit --config C --dp N [--checkpoint-every N] [--keep-last K] |
+//       checkpoint|pause|resume|stop RUN | ranks RUN | events RUN | quarantine|release NODE |
+//       resume-from RUN [--checkpoint latest|STEP|step_N] [--dp N] [--zero Z]
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>
@@ -23,6 +24,8 @@ struct CtlArgs {
   std::string config;
   int dp = 1, zero = 0;
   int64_t max_steps = -1;
+  int64_t checkpoint_every = 0;  // 0: no checkpoint policy
+  int keep_last = 0;             // 0: keep every checkpoint
   std::string name;
   int64_t run = 0;
   std::string node;
@@ -64,6 +67,36 @@ void print_runs(const json& runs) {
   print_table({"RUN", "NAME", "STATE", "LAYOUT", "STEP", "MESSAGE"}, rows);
 }
 
+std::string fixed(const json& v, int digits) {
+  if (!v.is_number()) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v.get<double>());
+  return buf;
+}
+
+// GET /v1/runs/{id}/ranks: each rank's place and latest step, and its straggler scores.
+void print_ranks(const json& r) {
+  std::vector<std::vector<std::string>> rows;
+  for (const json& k : r.at("ranks")) {
+    const json& s = k.at("straggler");
+    const bool scored = s.is_object();
+    std::string slow = "-";
+    if (scored && s.value("slow_phase_excess_s", 0.0) > 0) {
+      slow = s.value("slow_phase", "") + " +" + fixed(s.at("slow_phase_excess_s"), 4) + " s";
+    }
+    rows.push_back({cell(k.at("rank")), cell(k.at("node")), cell(k.at("slot")), cell(k.at("last_step")),
+                    fixed(k.at("step_seconds"), 4), scored ? fixed(s.at("median_s"), 4) : "-",
+                    scored ? fixed(s.at("relative"), 3) : "-", scored ? fixed(s.at("individual"), 3) : "-",
+                    scored && s.value("flagged", false) ? "STRAGGLER" : (scored ? "ok" : "-"), slow});
+  }
+  const json& sum = r.at("straggler");
+  const json& o = sum.at("options");
+  std::printf("run %s: straggler scores on the %s basis, window %s steps, evaluated at step %s (%s evaluations)\n",
+              cell(r.at("run")).c_str(), cell(o.at("basis")).c_str(), cell(o.at("window_steps")).c_str(),
+              cell(sum.at("evaluated_at_step")).c_str(), cell(sum.at("evaluations")).c_str());
+  print_table({"RANK", "NODE", "SLOT", "STEP", "STEP_S", "MEDIAN_S", "RELATIVE", "INDIVIDUAL", "FLAG", "SLOW PHASE"}, rows);
+}
+
 int ctl_main(const std::string& what, const CtlArgs& a) {
   auto fail = [](const std::string& m, int code = kExitFailed) {
     std::fprintf(stderr, "gantry-engine ctl: %s\n", m.c_str());
@@ -98,6 +131,8 @@ int ctl_main(const std::string& what, const CtlArgs& a) {
     r = api.get_json("/v1/cluster");
   } else if (what == "runs") {
     r = api.get_json("/v1/runs");
+  } else if (what == "ranks") {
+    r = api.get_json("/v1/runs/" + run + "/ranks");
   } else if (what == "submit") {
     std::ifstream in(a.config);
     if (!in) return fail("cannot read --config " + a.config, kExitBadInput);
@@ -105,6 +140,8 @@ int ctl_main(const std::string& what, const CtlArgs& a) {
     ss << in.rdbuf();
     json body = {{"config", ss.str()}, {"layout", {{"dp", a.dp}, {"zero", a.zero}}}};
     if (a.max_steps >= 0) body["max_steps"] = a.max_steps;
+    if (a.checkpoint_every > 0) body["checkpoint_every_steps"] = a.checkpoint_every;
+    if (a.keep_last > 0) body["keep_last"] = a.keep_last;
     if (!a.name.empty()) body["name"] = a.name;
     r = api.post_json("/v1/runs", body);
     if (!r.ok() && r.error().find(" 409 ") != std::string::npos) return fail(r.error(), 3);
@@ -139,6 +176,8 @@ int ctl_main(const std::string& what, const CtlArgs& a) {
     print_table({"NODE", "STATE", "SLOTS", "BUSY", "RUNS"}, rows);
   } else if (what == "runs") {
     print_runs(r->at("runs"));
+  } else if (what == "ranks") {
+    print_ranks(r.value());
   } else if (what == "submit") {
     print_runs(json::array({r.value()}));
   } else if (what == "quarantine") {
@@ -180,6 +219,11 @@ void ctl_command_add(CLI::App& app, int* exit_code) {
   submit->add_option("--zero", a->zero, "ZeRO stage 0-3")->check(CLI::Range(0, 3));
   submit->add_option("--max-steps", a->max_steps, "Stop after this step")->check(CLI::NonNegativeNumber);
   submit->add_option("--name", a->name, "The run's name");
+  submit->add_option("--checkpoint-every", a->checkpoint_every,
+                     "The coordinator asks for a checkpoint every N steps (the checkpoint action, from policy)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  submit->add_option("--keep-last", a->keep_last, "Keep the newest K committed checkpoints; the coordinator deletes older ones")
+      ->check(CLI::Range(1, 100000));
   for (const char* action : {"checkpoint", "pause", "resume", "stop"}) {
     CLI::App* sub = add(action, std::string("Ask run RUN to ") + action + " at its next step boundary");
     sub->add_option("run", a->run, "The run's id")->required();
@@ -195,6 +239,8 @@ void ctl_command_add(CLI::App& app, int* exit_code) {
   resume_from->add_option("--checkpoint", a->checkpoint, "latest (default), a step number, or a step_* directory name of the run");
   resume_from->add_option("--dp", a->resume_dp, "Data-parallel ranks (default the run's)")->check(CLI::Range(1, 1 << 20));
   resume_from->add_option("--zero", a->resume_zero, "ZeRO stage 0-3 (default the run's)")->check(CLI::Range(0, 3));
+  CLI::App* ranks = add("ranks", "A run's ranks: node, slot, latest step, straggler scores");
+  ranks->add_option("run", a->run, "The run's id")->required();
   CLI::App* events = add("events", "Follow a run's events until it ends");
   events->add_option("run", a->run, "The run's id")->required();
 }

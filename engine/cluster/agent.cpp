@@ -209,9 +209,13 @@ Status Agent::run(const std::atomic<bool>* stop) {
   char host[256] = "";
   ::gethostname(host, sizeof host - 1);
   Result<json> reg = api.post_json(
-      "/v1/agents", {{"node", m.opt.node}, {"slots", m.opt.slots}, {"pid", ::getpid()}, {"host", host}, {"spare", m.opt.spare}});
+      "/v1/agents", {{"node", m.opt.node}, {"slots", m.opt.slots}, {"pid", ::getpid()}, {"host", host}, {"spare", m.opt.spare},
+                      {"metrics_url", metrics.url() + "/metrics"}});
   if (!reg.ok()) return Status::error("cannot register with the coordinator: " + reg.error());
   const auto beat = std::chrono::milliseconds(reg->value("heartbeat_ms", 200));
+  // Heartbeats carry the node's own credential from the reply (a coordinator without one takes our token).
+  const std::string credential = reg->value("credential", "");
+  HttpClient beats({.url = m.opt.url, .token = credential.empty() ? m.opt.token : credential, .ca_file = m.opt.ca_file});
   m.log("registered " + std::to_string(m.opt.slots) + " slots with " + m.opt.url);
 
   auto last_ok = Clock::now();
@@ -248,7 +252,7 @@ Status Agent::run(const std::atomic<bool>* stop) {
     }
     json body = {{"ended", ended}};
     if (!batch.empty()) body["records"] = json::parse(record_to_json(batch));
-    Result<json> reply = api.post_json("/v1/agents/" + m.opt.node + "/heartbeat", body);
+    Result<json> reply = beats.post_json("/v1/agents/" + m.opt.node + "/heartbeat", body);
     m.heartbeats_sent.fetch_add(1);
     if (reply.ok()) {
       m.records_relayed.fetch_add(batch.rank_steps.size() + batch.steps.size() + batch.events.size());

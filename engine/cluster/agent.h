@@ -21,7 +21,7 @@ namespace gantry {
 
 struct AgentOptions {
   std::string url;    // the coordinator
-  std::string token;  // its bearer token
+  std::string token;  // what it registers with: the agents' join token (or the operator's); /metrics needs it too
   std::string ca_file;
   std::string node;   // this node's id, unique in the cluster
   int slots = 1;      // devices (GPUs, or CPU slots) the node offers

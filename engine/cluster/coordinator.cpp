@@ -13,9 +13,13 @@
 #include <thread>
 #include <vector>
 
+#include "engine/cluster/checkpoint_policy.h"
 #include "engine/cluster/http_server.h"
+#include "engine/cluster/ingest_writer.h"
 #include "engine/cluster/json_fields.h"
 #include "engine/cluster/placement.h"
+#include "engine/cluster/straggler_watch.h"
+#include "engine/cluster/token.h"  // token_generate, token_equal: the agents' credentials
 #include "engine/core/checkpoint.h"  // checkpoint_list, checkpoint_latest: what a run can resume from
 #include "engine/core/config.h"
 #include "engine/core/train.h"  // TrainAction
@@ -91,6 +95,8 @@ struct Coordinator::Impl {
     double last_seen_unix = 0;
     int64_t pid = 0;
     std::string host;
+    std::string metrics_url;  // the agent's own /metrics, for whoever scrapes the node
+    std::string credential;   // issued at registration: this node's heartbeats, and nothing else
     // What the node must do, handed over in the reply to its next heartbeat.
     json start = json::array(), commands = json::array(), stop = json::array();
   };
@@ -128,6 +134,15 @@ struct Coordinator::Impl {
     // Placed again from a checkpoint at this step: the first step record past it is the "resumed" event.
     int64_t resumed_from = -1;
     std::string resume_kind;  // "quarantine" or "resume": the events' prefix
+    StragglerWatch straggler;   // the straggler policy: scores of the current placement's ranks
+    CheckpointPolicy checkpoint_policy;
+
+    // The node that holds `rank` in the current placement ("" when none does).
+    std::string node_of(int32_t rank) const {
+      for (const NodeShare& s : shares)
+        if (rank >= s.first_rank && rank < s.first_rank + s.ranks) return s.node;
+      return "";
+    }
   };
 
   explicit Impl(CoordinatorOptions o) : opt(std::move(o)) {}
@@ -135,8 +150,13 @@ struct Coordinator::Impl {
   CoordinatorOptions opt;
   std::unique_ptr<HttpServer> server;
   std::unique_ptr<HistoryDb> db;
-  std::mutex mu;  // everything below, db included (one connection, one thread at a time)
+  // Lock order: mu, then db_mu. HTTP handlers that change state hold mu and never db_mu: their writes are
+  // queued to `writer`, the one thread that writes; reads of the database hold db_mu only.
+  std::mutex db_mu;                      // db: one connection, one thread at a time
+  std::unique_ptr<IngestWriter> writer;  // every write of the database but begin_run
+  std::mutex events_mu;                  // with events_cv: new events were written
   std::condition_variable events_cv;
+  std::mutex mu;  // everything below
   std::map<std::string, Node> nodes;
   std::map<int64_t, Run> runs;
   uint64_t next_request = 1;
@@ -156,8 +176,34 @@ struct Coordinator::Impl {
                         .node = node,
                         .message = message,
                         .payload = payload.dump()});
-    if (!db->ingest(b)) std::fprintf(stderr, "gantry-engine coordinator: cannot record an event: %s\n", db->error().c_str());
-    events_cv.notify_all();
+    writer->push_own(std::move(b));
+  }
+
+  void upsert_node(const Node& n, const char* state) {
+    writer->push_op([info = NodeInfo{.host = n.id, .devices = n.slots, .device_name = "slot", .state = state,
+                                     .last_seen_unix_s = n.last_seen_unix}](HistoryDb& d) { d.upsert_node(info); });
+  }
+
+  // An event built elsewhere (the straggler policy's), into the run's history.
+  void record(std::vector<EventRecord> events) {
+    if (events.empty()) return;
+    RecordBatch b;
+    b.events = std::move(events);
+    writer->push_own(std::move(b));
+  }
+
+  // Queues `a` for rank 0 (which decides for the gang at its next step boundary, train.h) and records the
+  // request: `source` is "api" (an operator) or "policy" (the coordinator's own), `from` who asked.
+  uint64_t queue_action(Run& r, TrainAction a, const std::string& source, const std::string& from) {
+    const uint64_t request = next_request++;
+    const char* what = train_action_name(a);
+    nodes[r.shares.front().node].commands.push_back({{"run", r.id}, {"rank", 0}, {"action", static_cast<int>(a)},
+                                                     {"request", request}, {"from", source == "api" ? "api@" + from : from}});
+    event(r.id, "action_requested",
+          std::string(what) + " requested " + (source == "policy" ? "by the " + from : "from " + from) + " (request " +
+              std::to_string(request) + ")",
+          {{"action", what}, {"request", request}, {"from", from}, {"source", source}});
+    return request;
   }
 
   std::vector<PlacementNode> placement_nodes() const {
@@ -189,7 +235,8 @@ struct Coordinator::Impl {
       }
     }
     return {{"id", n.id},          {"slots", n.slots},  {"busy_slots", used},    {"state", node_state_name(n.state)},
-            {"last_seen_unix_s", n.last_seen_unix}, {"pid", n.pid}, {"host", n.host}, {"runs", run_ids}};
+            {"last_seen_unix_s", n.last_seen_unix}, {"pid", n.pid}, {"host", n.host}, {"runs", run_ids},
+            {"metrics_url", n.metrics_url}};
   }
 
   json run_json(const Run& r, bool full) const {
@@ -212,7 +259,10 @@ struct Coordinator::Impl {
               {"message", r.message},
               {"created_unix_s", r.created_unix},
               {"generation", r.generation},
-              {"placement", shares}};
+              {"placement", shares},
+              {"straggler", straggler_watch_options_json(r.straggler.options())},
+              {"checkpoint_policy", {{"checkpoint_every_steps", r.checkpoint_policy.options().every_steps},
+                                     {"keep_last", r.checkpoint_policy.options().keep_last}}}};
     if (full) {
       j["config"] = r.config_toml;
       j["out_dir"] = r.out_dir;
@@ -266,7 +316,7 @@ struct Coordinator::Impl {
     r.message = message;
     r.store.reset();  // nobody will meet there again
     const RunStatus st = state == "failed" ? RunStatus::failed : state == "stopped" ? RunStatus::stopped : RunStatus::finished;
-    db->finish_run(r.id, st, message);
+    writer->push_op([id = r.id, st, message](HistoryDb& d) { d.finish_run(id, st, message); });
     event(r.id, "run_" + state, "run " + std::to_string(r.id) + " " + state + (message.empty() ? "" : ": " + message),
           {{"state", state}});
   }
@@ -288,6 +338,8 @@ struct Coordinator::Impl {
     r.store = std::move(store.value());
     const std::string rendezvous = opt.rendezvous_host + ":" + std::to_string(r.store->port());
     ++r.generation;
+    // The ranks land on other devices: their straggler scores start over (flags of the last placement end).
+    record(r.straggler.reset(r.id, now_unix_s(), [&r](int32_t rank) { return r.node_of(rank); }));
     r.shares.clear();
     r.latest.assign(static_cast<size_t>(r.dp), RankStepRecord{});
     for (const PlacedNode& pnode : p.nodes) {
@@ -369,7 +421,7 @@ struct Coordinator::Impl {
     auto fail = [&](const std::string& why) {
       r.state = "failed";
       r.message = "could not be moved off quarantined node " + node + ": " + why;
-      db->finish_run(r.id, RunStatus::failed, r.message);
+      writer->push_op([id = r.id, m = r.message](HistoryDb& d) { d.finish_run(id, RunStatus::failed, m); });
       event(r.id, "run_failed", "run " + std::to_string(r.id) + " failed: " + r.message, {{"state", "failed"}});
     };
     std::string dir = std::exchange(r.relocate_checkpoint, "");
@@ -398,10 +450,11 @@ struct Coordinator::Impl {
     r.state = "running";
     r.message.clear();
     const int64_t step = std::strtoll(fs::path(dir).filename().string().c_str() + 5, nullptr, 10);
-    db->rewind_run(r.id, step);
+    writer->push_op([id = r.id, step](HistoryDb& d) { d.rewind_run(id, step); });
     r.last_step = step;
     r.resumed_from = step;
     r.resume_kind = "quarantine";
+    r.checkpoint_policy.restart_at(step);
     event(r.id, "quarantine_placed",
           "dp " + std::to_string(old_dp) + " -> " + std::to_string(dp) + ": " + one_line(placement_describe(pn, p.value())),
           {{"dp", dp}, {"previous_dp", old_dp}, {"spares_used", p->spares_used()}, {"checkpoint", dir}}, step);
@@ -431,6 +484,9 @@ struct Coordinator::Impl {
     std::optional<std::string> name = f.string("name", JsonFields::optional);
     std::optional<int64_t> max_steps = f.integer("max_steps", 0, int64_t{1} << 40, JsonFields::optional);
     const json* layout = f.object("layout");
+    const json* straggler = f.object("straggler", JsonFields::optional);
+    std::optional<int64_t> every = f.integer("checkpoint_every_steps", 1, int64_t{1} << 40, JsonFields::optional);
+    std::optional<int64_t> keep_last = f.integer("keep_last", 1, 100000, JsonFields::optional);
     std::optional<int64_t> dp, zero, tp, pp;
     if (layout != nullptr) {
       JsonFields l(*layout, "layout.");
@@ -441,6 +497,8 @@ struct Coordinator::Impl {
       if (Status s = l.finish(); !s.ok()) return HttpResponse::error(400, s.message());
     }
     if (Status s = f.finish(); !s.ok()) return HttpResponse::error(400, s.message());
+    Result<StragglerWatchOptions> straggler_options = straggler_watch_parse(straggler);
+    if (!straggler_options.ok()) return HttpResponse::error(400, straggler_options.error());
     Result<Config> cfg = config_parse(*toml, "config");
     if (!cfg.ok()) return HttpResponse::error(400, "field \"config\": " + cfg.error());
 
@@ -451,15 +509,21 @@ struct Coordinator::Impl {
 
     const std::string run_name = name.value_or(std::string("run"));
     const std::string layout_text = "dp=" + std::to_string(*dp) + " tp=1 pp=1 zero=" + std::to_string(zero.value_or(0));
-    const int64_t id = db->begin_run({.name = run_name, .world_size = static_cast<int32_t>(*dp), .config = *toml,
-                                      .layout = layout_text});
-    if (id < 0) return HttpResponse::error(500, "cannot record the run: " + db->error());
+    int64_t id = -1;
+    {
+      // The one write not queued: the run's id comes from the database. Records of the run come later.
+      std::lock_guard<std::mutex> db_lock(db_mu);
+      id = db->begin_run({.name = run_name, .world_size = static_cast<int32_t>(*dp), .config = *toml, .layout = layout_text});
+      if (id < 0) return HttpResponse::error(500, "cannot record the run: " + db->error());
+    }
     Run& r = runs[id];
     r.id = id;
     r.name = run_name;
     r.dp = static_cast<int>(*dp);
     r.zero = static_cast<int>(zero.value_or(0));
     r.max_steps = max_steps.value_or(-1);
+    r.straggler = StragglerWatch(straggler_options.value());
+    r.checkpoint_policy = CheckpointPolicy({.every_steps = every.value_or(0), .keep_last = static_cast<int>(keep_last.value_or(0))});
     r.config_toml = *toml;
     r.backend = cfg->train.backend;
     r.created_unix = now_unix_s();
@@ -472,7 +536,7 @@ struct Coordinator::Impl {
     if (Status st = start_generation(r, pn, p.value(), ""); !st.ok()) {
       r.state = "failed";
       r.message = st.message();
-      db->finish_run(id, RunStatus::failed, r.message);
+      writer->push_op([id, m = r.message](HistoryDb& d) { d.finish_run(id, RunStatus::failed, m); });
       return HttpResponse::error(500, st.message());
     }
     event(id, "submitted", "run " + std::to_string(id) + " submitted by " + req.remote + ": " + layout_text,
@@ -499,23 +563,33 @@ struct Coordinator::Impl {
     if (a == TrainAction::pause && r->state == "paused") {
       return HttpResponse::error(409, "cannot pause run " + std::to_string(r->id) + ": it is already paused");
     }
-    const uint64_t request = next_request++;
-    // Rank 0 decides for the gang (train.h), so the command goes to the node that holds rank 0.
-    const NodeShare& first = r->shares.front();
-    nodes[first.node].commands.push_back({{"run", r->id}, {"rank", 0}, {"action", static_cast<int>(a)},
-                                          {"request", request}, {"from", "api@" + req.remote}});
+    const uint64_t request = queue_action(*r, a, "api", req.remote);
     if (a == TrainAction::stop) r->state = "stopping";
-    event(r->id, "action_requested", std::string(what) + " requested from " + req.remote + " (request " +
-                                         std::to_string(request) + ")",
-          {{"action", what}, {"request", request}, {"from", req.remote}});
     return HttpResponse::ok({{"run", r->id}, {"action", what}, {"request", request}}, 202);
   }
 
-  HttpResponse steps(const HttpRequest& req) {
+  // The run's id and world, under mu; the database is then read without it (reads take db_mu only).
+  struct RunKey {
+    int64_t id = -1;
+    int dp = 0;
+  };
+  RunKey run_key(const HttpRequest& req, HttpResponse* err) {
     std::lock_guard<std::mutex> lock(mu);
+    Run* r = find_run(req, err);
+    return r == nullptr ? RunKey{} : RunKey{r->id, r->dp};
+  }
+
+  // A read sees every write the coordinator accepted before it (the writer's queue is drained up to now).
+  std::unique_lock<std::mutex> read_lock() {
+    writer->flush();
+    return std::unique_lock<std::mutex>(db_mu);
+  }
+
+  HttpResponse steps(const HttpRequest& req) {
     HttpResponse err;
-    Run* r = find_run(req, &err);
-    if (r == nullptr) return err;
+    const RunKey key = run_key(req, &err);
+    if (key.id < 0) return err;
+    const RunKey* r = &key;
     Result<int64_t> after = parse_int_query(req, "after", -1, kStepEnd - 1, 0);
     Result<int64_t> buckets = parse_int_query(req, "buckets", 1, 100000, 0);
     Result<int64_t> limit = parse_int_query(req, "limit", 1, 100000, 1000);
@@ -530,6 +604,7 @@ struct Coordinator::Impl {
     }
     const int64_t begin = after.value() + 1;  // steps after `after`
     json out = {{"run", r->id}, {"after", after.value()}};
+    std::unique_lock<std::mutex> db_lock = read_lock();
     if (buckets.value() > 0) {
       BandResult loss, total;
       if (!db->query_step_band(r->id, StepMetric::loss, begin, kStepEnd, static_cast<int32_t>(buckets.value()), &loss) ||
@@ -578,25 +653,28 @@ struct Coordinator::Impl {
         const RankStepRecord& last = r->latest[static_cast<size_t>(rank)];
         out.push_back({{"rank", rank}, {"node", s.node}, {"slot", s.slots[static_cast<size_t>(k)]}, {"local_rank", k},
                        {"last_step", last.step}, {"host", last.host}, {"step_seconds", last.total_s},
-                       {"done", s.done}});
+                       {"done", s.done}, {"straggler", r->straggler.rank_json(rank)}});
       }
     }
-    return HttpResponse::ok({{"run", r->id}, {"ranks", out}});
+    return HttpResponse::ok({{"run", r->id}, {"generation", r->generation}, {"ranks", out},
+                             {"straggler", r->straggler.summary_json()}});
   }
 
   HttpResponse checkpoints(const HttpRequest& req) {
-    std::lock_guard<std::mutex> lock(mu);
     HttpResponse err;
-    Run* r = find_run(req, &err);
-    if (r == nullptr) return err;
+    const RunKey r = run_key(req, &err);
+    if (r.id < 0) return err;
     std::vector<CheckpointInfo> cs;
-    if (!db->list_checkpoints(r->id, &cs)) return HttpResponse::error(500, "cannot list checkpoints: " + db->error());
+    {
+      std::unique_lock<std::mutex> db_lock = read_lock();
+      if (!db->list_checkpoints(r.id, &cs)) return HttpResponse::error(500, "cannot list checkpoints: " + db->error());
+    }
     json out = json::array();
     for (const CheckpointInfo& c : cs) {
       out.push_back({{"step", c.step}, {"path", c.path}, {"bytes", c.bytes}, {"write_s", c.write_s},
                      {"state", c.state}, {"time_unix_s", c.time_unix_s}});
     }
-    return HttpResponse::ok({{"run", r->id}, {"checkpoints", out}});
+    return HttpResponse::ok({{"run", r.id}, {"checkpoints", out}});
   }
 
   HttpResponse events(const HttpRequest& req) {
@@ -613,15 +691,26 @@ struct Coordinator::Impl {
     return HttpResponse::stream([this, run_id, cursor](SseWriter& w) mutable {
       std::vector<EventRow> rows;
       bool ended = false;
-      {
-        std::unique_lock<std::mutex> lock(mu);
+      auto read = [&] {
+        std::lock_guard<std::mutex> db_lock(db_mu);
         db->read_events(run_id, cursor, 256, &rows);
-        if (rows.empty()) {
+      };
+      read();
+      if (rows.empty()) {
+        {
+          std::lock_guard<std::mutex> lock(mu);
           ended = run_state_terminal(runs[run_id].state);
-          if (!ended) {
-            events_cv.wait_for(lock, 250ms);
-            db->read_events(run_id, cursor, 256, &rows);
-          }
+        }
+        if (ended) {
+          // Its last events may still be queued: the stream ends only once they are written and sent.
+          writer->flush();
+          read();
+          ended = rows.empty();
+        } else {
+          std::unique_lock<std::mutex> lock(events_mu);
+          events_cv.wait_for(lock, 250ms);
+          lock.unlock();
+          read();
         }
       }
       for (const EventRow& e : rows) {
@@ -654,12 +743,26 @@ struct Coordinator::Impl {
     }
     w.family("gantry_ingest_records_total", MetricType::counter, "Records received from agents.");
     w.sample({}, static_cast<double>(records_total));
+    const IngestWriterStats ws = writer->stats();
+    w.family("gantry_ingest_queued_records", MetricType::gauge, "Agents' records waiting for the database writer.");
+    w.sample({}, static_cast<double>(ws.queued_records));
+    w.family("gantry_ingest_transactions_total", MetricType::counter, "Database transactions of records committed.");
+    w.sample({}, static_cast<double>(ws.transactions));
+    w.family("gantry_ingest_written_records_total", MetricType::counter, "Records written to the run database.");
+    w.sample({}, static_cast<double>(ws.records));
+    w.family("gantry_ingest_refused_beats_total", MetricType::counter, "Heartbeats refused (503) while the writer was behind.");
+    w.sample({}, static_cast<double>(ws.refused_batches));
+    w.family("gantry_ingest_failed_records_total", MetricType::counter, "Records the database refused.");
+    w.sample({}, static_cast<double>(ws.failed_records));
     w.family("gantry_run_step", MetricType::gauge, "Latest optimizer step of each live run.");
     for (const auto& [id, r] : runs)
       if (!run_state_terminal(r.state)) w.sample({{"run", std::to_string(id)}}, static_cast<double>(r.last_step));
     w.family("gantry_run_loss", MetricType::gauge, "Training loss at the latest step of each live run.");
     for (const auto& [id, r] : runs)
       if (!run_state_terminal(r.state) && r.last_step >= 0) w.sample({{"run", std::to_string(id)}}, r.latest_step.loss);
+    w.family("gantry_run_stragglers", MetricType::gauge, "Ranks of each live run flagged as stragglers.");
+    for (const auto& [id, r] : runs)
+      if (!run_state_terminal(r.state)) w.sample({{"run", std::to_string(id)}}, r.straggler.flagged_count());
     if (!w.ok()) return HttpResponse::error(500, "metrics: " + w.error());
     return HttpResponse::plain(w.text(), std::string(kPrometheusContentType));
   }
@@ -679,7 +782,7 @@ struct Coordinator::Impl {
     Node& n = it->second;
     if (n.state == NodeState::quarantined) return HttpResponse::error(409, "node \"" + id + "\" is already quarantined");
     n.state = NodeState::quarantined;
-    db->upsert_node({.host = n.id, .devices = n.slots, .device_name = "slot", .state = "quarantined", .last_seen_unix_s = n.last_seen_unix});
+    upsert_node(n, "quarantined");
     json moving = json::array();
     for (auto& [rid, r] : runs) {
       if (run_state_terminal(r.state) || r.state == "stopping") continue;  // ending anyway: nothing to move
@@ -713,7 +816,7 @@ struct Coordinator::Impl {
       return HttpResponse::error(409, "node \"" + id + "\" is " + std::string(node_state_name(n.state)) + ", not quarantined");
     }
     n.state = n.spare ? NodeState::spare : NodeState::healthy;
-    db->upsert_node({.host = n.id, .devices = n.slots, .device_name = "slot", .state = "ok", .last_seen_unix_s = n.last_seen_unix});
+    upsert_node(n, "ok");
     return HttpResponse::ok({{"node", id}, {"state", node_state_name(n.state)}});
   }
 
@@ -768,12 +871,13 @@ struct Coordinator::Impl {
       return HttpResponse::error(500, s.message());
     }
     const int64_t step = c->second;
-    db->rewind_run(r->id, step);
+    writer->push_op([id = r->id, step](HistoryDb& d) { d.rewind_run(id, step); });
     r->state = "running";
     r->message.clear();
     r->last_step = step;
     r->resumed_from = step;
     r->resume_kind = "resume";
+    r->checkpoint_policy.restart_at(step);
     const std::string layout_text = "dp=" + std::to_string(r->dp) + " zero=" + std::to_string(r->zero);
     event(r->id, "resume_requested",
           "resume from " + fs::path(c->first).filename().string() + " on " + layout_text + " requested from " + req.remote,
@@ -788,6 +892,22 @@ struct Coordinator::Impl {
 
   // ---- the agents' side ---------------------------------------------------------------------------------
 
+  // The server's second chance for a request the operator's token did not open (HttpServerOptions::
+  // also_accept): the join token registers a node; a node's credential sends that node's heartbeats.
+  bool agent_may(const std::string& method, const std::string& path, std::string_view token) {
+    if (method != "POST") return false;
+    if (path == "/v1/agents") return !opt.agent_token.empty() && token_equal(token, opt.agent_token);
+    static const std::string prefix = "/v1/agents/", suffix = "/heartbeat";
+    if (path.size() <= prefix.size() + suffix.size() || path.rfind(prefix, 0) != 0 ||
+        path.compare(path.size() - suffix.size(), suffix.size(), suffix) != 0) {
+      return false;
+    }
+    const std::string node = path.substr(prefix.size(), path.size() - prefix.size() - suffix.size());
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = nodes.find(node);
+    return it != nodes.end() && !it->second.credential.empty() && token_equal(token, it->second.credential);
+  }
+
   HttpResponse agent_register(const HttpRequest& req) {
     JsonFields f(req.body);
     std::optional<std::string> id = f.string("node");
@@ -795,8 +915,12 @@ struct Coordinator::Impl {
     std::optional<int64_t> pid = f.integer("pid", 0, INT64_MAX, JsonFields::optional);
     std::optional<std::string> host = f.string("host", JsonFields::optional);
     std::optional<bool> spare = f.boolean("spare", JsonFields::optional);
+    std::optional<std::string> metrics_url = f.string("metrics_url", JsonFields::optional);
     if (Status s = f.finish(); !s.ok()) return HttpResponse::error(400, s.message());
     if (id->empty() || id->size() > 128) return HttpResponse::error(400, "field \"node\": expected 1-128 characters");
+    if (metrics_url && (metrics_url->size() > 2048 || (metrics_url->rfind("http://", 0) != 0 && metrics_url->rfind("https://", 0) != 0))) {
+      return HttpResponse::error(400, "field \"metrics_url\": expected an http:// or https:// URL of at most 2048 characters");
+    }
     std::lock_guard<std::mutex> lock(mu);
     Node& n = nodes[*id];
     const bool back = n.id == *id;
@@ -808,13 +932,18 @@ struct Coordinator::Impl {
     n.slots = static_cast<int>(*slots);
     n.pid = pid.value_or(0);
     n.host = host.value_or("");
+    n.metrics_url = metrics_url.value_or("");
+    // A fresh credential each registration: a restarted agent's predecessor's is void.
+    Result<std::string> credential = token_generate();
+    if (!credential.ok()) return HttpResponse::error(500, "cannot make the node's credential: " + credential.error());
+    n.credential = credential.value();
     n.spare = spare.value_or(false);
     if (!back) n.state = n.spare ? NodeState::spare : NodeState::healthy;
     if (n.state == NodeState::lost) n.state = n.spare ? NodeState::spare : NodeState::healthy;  // a quarantine stays
     n.last_seen = Clock::now();
     n.last_seen_unix = now_unix_s();
-    db->upsert_node({.host = n.id, .devices = n.slots, .device_name = "slot", .state = "ok", .last_seen_unix_s = n.last_seen_unix});
-    return HttpResponse::ok({{"node", n.id}, {"heartbeat_ms", opt.heartbeat.count()}});
+    upsert_node(n, "ok");
+    return HttpResponse::ok({{"node", n.id}, {"heartbeat_ms", opt.heartbeat.count()}, {"credential", n.credential}});
   }
 
   HttpResponse agent_heartbeat(const HttpRequest& req) {
@@ -835,7 +964,15 @@ struct Coordinator::Impl {
     n.last_seen = Clock::now();
     n.last_seen_unix = now_unix_s();
     if (n.state == NodeState::lost) n.state = n.spare ? NodeState::spare : NodeState::healthy;
-    ingest(batch);
+    // Backpressure: with the database writer this far behind, the beat is refused whole (its records and
+    // its gangs' ends; the agent keeps both for its next beat) rather than queued without bound.
+    const size_t reserved = batch.size();
+    if (!writer->reserve(reserved)) {
+      return HttpResponse::error(503, "the coordinator's database writer is behind (" +
+                                          std::to_string(writer->stats().queued_records) +
+                                          " records queued): this beat was not taken; send it again");
+    }
+    ingest(batch, reserved);
     if (ended != nullptr && ended->is_array()) {
       for (const json& e : *ended) {
         const int64_t run_id = e.value("run", int64_t{-1});
@@ -864,15 +1001,17 @@ struct Coordinator::Impl {
     return HttpResponse::ok(reply);
   }
 
-  // Records from an agent (hold mu): into the database, and the run's live state from its events.
-  void ingest(RecordBatch& batch) {
-    if (batch.empty()) return;
+  // Records from an agent (hold mu): the run's live state from them, then to the database writer's queue
+  // (`reserved` records were reserved there for them).
+  void ingest(RecordBatch& batch, size_t reserved) {
+    if (batch.empty()) return writer->push(RecordBatch(), reserved);
     records_total += batch.size();
     RecordBatch keep;
     for (RankStepRecord& rs : batch.rank_steps) {
       auto it = runs.find(rs.run_id);
       if (it == runs.end() || rs.rank < 0 || rs.rank >= it->second.dp) continue;
       it->second.latest[static_cast<size_t>(rs.rank)] = rs;
+      it->second.straggler.add(rs);
       keep.rank_steps.push_back(std::move(rs));
     }
     for (StepRecord& s : batch.steps) {
@@ -888,6 +1027,11 @@ struct Coordinator::Impl {
       }
       it->second.last_step = std::max(it->second.last_step, s.step);
       it->second.latest_step = s;
+      // The checkpoint policy: only while the run trains (a pause holds it, a stop or a move checkpoints anyway).
+      if (r.state == "running" && r.relocate_node.empty() && r.checkpoint_policy.due(s.step)) {
+        queue_action(r, TrainAction::checkpoint, "policy",
+                     "checkpoint policy (every " + std::to_string(r.checkpoint_policy.options().every_steps) + " steps)");
+      }
       keep.steps.push_back(s);
     }
     for (EventRecord& e : batch.events) {
@@ -900,9 +1044,10 @@ struct Coordinator::Impl {
         if (e.kind == "checkpoint") {
           json p = json::parse(e.payload, nullptr, false);
           if (p.is_object() && p.value("dir", "") != "") {
-            db->record_checkpoint({.run_id = r.id, .step = e.step, .path = p.value("dir", ""),
-                                   .bytes = p.value("bytes", uint64_t{0}), .write_s = p.value("seconds", 0.0),
-                                   .time_unix_s = e.time_unix_s});
+            writer->push_op([c = CheckpointInfo{.run_id = r.id, .step = e.step, .path = p.value("dir", ""),
+                                                .bytes = p.value("bytes", uint64_t{0}), .write_s = p.value("seconds", 0.0),
+                                                .time_unix_s = e.time_unix_s}](HistoryDb& d) { d.record_checkpoint(c); });
+            prune_checkpoints(r);
             if (!r.relocate_node.empty()) {
               r.relocate_checkpoint = p.value("dir", "");
               event(r.id, "quarantine_checkpointed",
@@ -915,8 +1060,45 @@ struct Coordinator::Impl {
       }
       keep.events.push_back(std::move(e));
     }
-    if (!db->ingest(keep)) std::fprintf(stderr, "gantry-engine coordinator: cannot record %zu records: %s\n", keep.size(), db->error().c_str());
-    if (!keep.events.empty()) events_cv.notify_all();
+    writer->push(std::move(keep), reserved);
+    // The straggler policy: a run whose records reached its next evaluation step is scored now.
+    for (auto& [id, r] : runs) {
+      if (run_state_terminal(r.state)) continue;
+      record(r.straggler.maybe_evaluate(id, now_unix_s(), [&r](int32_t rank) { return r.node_of(rank); }));
+    }
+  }
+
+  // keep_last: once a newer checkpoint has committed, the run's older ones go, from its own folder only;
+  // the catalog marks them deleted and each is an event. On the writer thread, after the new checkpoint's
+  // catalog entry (queued just before): deleting files is no work for a heartbeat's handler.
+  void prune_checkpoints(Run& r) {
+    const int keep = r.checkpoint_policy.options().keep_last;
+    if (keep <= 0) return;
+    writer->push_op([id = r.id, root = r.out_dir + "/checkpoints", keep](HistoryDb& d) {
+      RecordBatch b;
+      auto ev = [&](const std::string& kind, const std::string& message, const json& payload, int64_t step) {
+        b.events.push_back({.run_id = id, .time_unix_s = now_unix_s(), .step = step, .kind = kind, .message = message,
+                            .payload = payload.dump()});
+      };
+      Result<std::vector<std::string>> gone = checkpoint_prune(root, keep);
+      if (!gone.ok()) {
+        ev("checkpoint_delete_failed", gone.error(), {{"source", "policy"}}, -1);
+      } else {
+        std::vector<CheckpointInfo> catalog;
+        d.list_checkpoints(id, &catalog);
+        for (const std::string& dir : gone.value()) {
+          const int64_t step = std::strtoll(fs::path(dir).filename().string().c_str() + 5, nullptr, 10);  // "step_00000042"
+          for (CheckpointInfo c : catalog) {
+            if (c.step != step) continue;
+            c.state = "deleted";
+            d.record_checkpoint(c);
+          }
+          ev("checkpoint_deleted", "deleted " + dir + " (keep_last " + std::to_string(keep) + ": newer checkpoints have committed)",
+             {{"dir", dir}, {"step", step}, {"keep_last", keep}, {"source", "policy"}}, step);
+        }
+      }
+      if (!b.empty() && !d.ingest(b)) std::fprintf(stderr, "gantry-engine coordinator: cannot record an event: %s\n", d.error().c_str());
+    });
   }
 
   // Marks nodes lost whose heartbeats stopped, and stops their runs (automatic recovery is a later issue).
@@ -928,7 +1110,7 @@ struct Coordinator::Impl {
       for (auto& [id, n] : nodes) {
         if (n.state == NodeState::lost || now - n.last_seen < opt.node_timeout) continue;
         n.state = NodeState::lost;
-        db->upsert_node({.host = n.id, .devices = n.slots, .device_name = "slot", .state = "lost", .last_seen_unix_s = n.last_seen_unix});
+        upsert_node(n, "lost");
         for (auto& [rid, r] : runs) {
           if (run_state_terminal(r.state)) continue;
           for (NodeShare& s : r.shares) {
@@ -951,18 +1133,33 @@ Coordinator::~Coordinator() { stop(); }
 
 Status Coordinator::start() {
   Impl& m = *impl_;
+  if (!m.opt.agent_token.empty()) {
+    if (Status s = token_check(m.opt.agent_token); !s.ok()) return Status::error("the agents' token: " + s.message());
+    if (token_equal(m.opt.agent_token, m.opt.token)) {
+      return Status::error("the agents' token is the operator's: give agents a token of their own (gantry-engine up writes one)");
+    }
+  }
   std::error_code ec;
   fs::create_directories(fs::path(m.opt.dir) / "runs", ec);
   if (ec) return Status::error("cannot create the coordinator's folder " + m.opt.dir + ": " + ec.message());
   std::string error;
   m.db = HistoryDb::open((fs::path(m.opt.dir) / "cluster.sqlite").string(), {}, &error);
   if (!m.db) return Status::error("cannot open the run database: " + error);
+  m.writer = std::make_unique<IngestWriter>(m.db.get(), &m.db_mu, IngestWriterOptions{}, [&m] {
+    // A stream that misses this (it was between its read and its wait) reads again within 250 ms.
+    std::lock_guard<std::mutex> lock(m.events_mu);
+    m.events_cv.notify_all();
+  });
   m.server = std::make_unique<HttpServer>(HttpServerOptions{.host = m.opt.host,
                                                             .port = m.opt.port,
                                                             .token = m.opt.token,
                                                             .max_body_bytes = m.opt.max_body_bytes,
                                                             .tls_cert_file = m.opt.tls_cert_file,
-                                                            .tls_key_file = m.opt.tls_key_file});
+                                                            .tls_key_file = m.opt.tls_key_file,
+                                                            .also_accept = [&m](const std::string& method, const std::string& path,
+                                                                                std::string_view token) {
+                                                              return m.agent_may(method, path, token);
+                                                            }});
   HttpServer& s = *m.server;
   s.get("/v1/cluster", [&m](const HttpRequest&) { return m.cluster(); });
   s.get("/v1/runs", [&m](const HttpRequest&) {
@@ -1001,6 +1198,7 @@ void Coordinator::stop() {
   if (m.server) m.server->stop();
   m.stopping.store(true);
   if (m.watch.joinable()) m.watch.join();
+  if (m.writer) m.writer->stop();  // what was accepted is written before the database closes
 }
 
 std::string Coordinator::url() const { return impl_->server ? impl_->server->url() : ""; }

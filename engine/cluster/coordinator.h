@@ -29,7 +29,12 @@ struct CoordinatorOptions {
   std::string dir;                 // state: cluster.sqlite, runs/<id>/ (config, checkpoints, data)
   std::string host = "127.0.0.1";  // the API's address
   int port = 0;                    // 0 = a free port (url() says which)
-  std::string token;               // the bearer token (token.h)
+  std::string token;               // the operator's bearer token (token.h): every route
+  // The agents' join token: good for registering a node (POST /v1/agents) and nothing else; "" = only the
+  // operator's token registers. Each registration is answered with a credential of that node's own, good for
+  // that node's heartbeats only, so an agent's host need hold neither the operator's token nor another
+  // node's credential.
+  std::string agent_token;
   // Where each run's rendezvous store listens; the workers of every node must reach it.
   std::string rendezvous_host = "127.0.0.1";
   std::chrono::milliseconds heartbeat{200};           // what agents are told to use

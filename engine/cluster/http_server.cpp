@@ -278,7 +278,9 @@ std::optional<HttpResponse> HttpServer::Impl::gate(const httplib::Request& req) 
   } else {
     presented = std::string_view(auth).substr(7);
     while (!presented.empty() && presented.front() == ' ') presented.remove_prefix(1);
-    if (!token_equal(presented, opt.token)) refusal = "invalid bearer token";
+    if (!token_equal(presented, opt.token) && !(opt.also_accept && opt.also_accept(req.method, req.path, presented))) {
+      refusal = "invalid bearer token";
+    }
   }
   if (refusal) {
     HttpResponse r = HttpResponse::error(401, *refusal);

@@ -62,6 +62,11 @@ struct HttpServerOptions {
   // HTTPS: both PEM files, or neither. A build whose cpp-httplib lacks OpenSSL refuses them at start().
   std::string tls_cert_file;
   std::string tls_key_file;
+  // Other credentials than `token`, each good for some requests only (the coordinator's agents: a join
+  // token for registering, a per-node credential for that node's heartbeats). Called, after `token` did not
+  // match, with the request's method, decoded path and the bearer token presented; true lets the request
+  // through. Compare in constant time (token_equal). Null: `token` alone.
+  std::function<bool(const std::string& method, const std::string& path, std::string_view token)> also_accept;
 };
 
 struct HttpRequest {

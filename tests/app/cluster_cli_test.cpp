@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
@@ -110,12 +111,21 @@ int raw_status(int port, const std::string& request) {
 
 class ClusterCli : public ::testing::Test {
  protected:
+  // What `up` starts: two nodes of two slots; a derived fixture adds spares or a worker fault.
+  virtual std::string up_args() const { return "--nodes 2 --slots 2"; }
+  virtual size_t daemons() const { return 3; }  // the coordinator and the agents
+  // GANTRY_TEST_WORKER_FAULT for every worker of the cluster ("" = none): `up`'s agents inherit it, and
+  // their workers from them.
+  virtual std::string worker_fault() const { return ""; }
+
   void SetUp() override {
     ::prctl(PR_SET_CHILD_SUBREAPER, 1);
     dir_ = fs::path(::testing::TempDir()) / ("gantry_cluster_" + std::to_string(::getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    testing_support::Outcome up = run_engine("up --nodes 2 --slots 2 --dir " + dir_.string());
+    if (!worker_fault().empty()) ::setenv("GANTRY_TEST_WORKER_FAULT", worker_fault().c_str(), 1);
+    testing_support::Outcome up = run_engine("up " + up_args() + " --dir " + dir_.string());
+    ::unsetenv("GANTRY_TEST_WORKER_FAULT");
     ASSERT_EQ(up.code, 0) << up.err;
     url_ = up.out.substr(0, up.out.find('\n'));
     ASSERT_THAT(url_, HasSubstr("http://127.0.0.1:"));
@@ -125,7 +135,7 @@ class ClusterCli : public ::testing::Test {
     token_ = token.value();
     api_ = std::make_unique<HttpClient>(HttpClientOptions{.url = url_, .token = token_});
     pids_ = cluster_pids(dir_);
-    ASSERT_EQ(pids_.size(), 3u);  // the coordinator and two agents
+    ASSERT_EQ(pids_.size(), daemons());
   }
 
   void TearDown() override {
@@ -135,7 +145,7 @@ class ClusterCli : public ::testing::Test {
     for (pid_t p : pids_) EXPECT_TRUE(eventually([&] { return gone(p); }, 5s)) << "pid " << p << " left behind";
     for (pid_t p : workers_) EXPECT_TRUE(eventually([&] { return gone(p); }, 5s)) << "worker " << p << " left behind";
     if (HasFailure()) {
-      for (const char* log : {"coordinator.log", "agent-node-0.log", "agent-node-1.log"})
+      for (const char* log : {"coordinator.log", "agent-node-0.log", "agent-node-1.log", "agent-spare-0.log"})
         std::fprintf(stderr, "---- %s\n%s\n", log, slurp((dir_ / log).string()).c_str());
     }
   }
@@ -288,8 +298,8 @@ TEST_F(ClusterCli, Dp4RunStepsAndActionsThroughTheApi) {
   EXPECT_THAT(m->body, HasSubstr("gantry_runs{state=\"stopped\"} 1"));
 }
 
-// Each agent serves its node's /metrics (the URL in <up dir>/agents/<node>/metrics_url): during a dp-4
-// run, node-0's exposition names node-0's two ranks and no other, with steps past 0 and the agent's own
+// Each agent serves its node's /metrics (the URL in <up dir>/agents/<node>/metrics_url, and in
+// /v1/cluster's node list; the agents' token <up dir>/agent_token opens it): during a dp-4 run, node-0's exposition names node-0's two ranks and no other, with steps past 0 and the agent's own
 // counters; without the token it is 401, /healthz is open.
 TEST_F(ClusterCli, AgentServesItsNodesMetrics) {
   Result<json> sub = api_->post_json("/v1/runs", {{"config", tiny_config(100000)}, {"layout", {{"dp", 4}}}});
@@ -310,13 +320,26 @@ TEST_F(ClusterCli, AgentServesItsNodesMetrics) {
   ASSERT_THAT(url, ::testing::StartsWith("http://127.0.0.1:"));
   ASSERT_THAT(url, ::testing::EndsWith("/metrics"));
   const std::string base = url.substr(0, url.size() - std::string("/metrics").size());
+  // The agents hold their own token (up writes it beside the operator's), and their /metrics take it.
+  Result<std::string> agent_token_read = token_file_read((dir_ / "agent_token").string());
+  ASSERT_TRUE(agent_token_read.ok()) << agent_token_read.error();
+  const std::string agent_token = agent_token_read.value();
   EXPECT_THAT(slurp((dir_ / "agent-node-0.log").string()), HasSubstr("serving " + url));
+  // The coordinator lists each node's metrics URL, as its agent registered it.
+  const json cluster = get("/v1/cluster");
+  std::map<std::string, std::string> metrics_urls;
+  for (const json& n : cluster["nodes"]) metrics_urls[n["id"].get<std::string>()] = n.value("metrics_url", "");
+  EXPECT_EQ(metrics_urls["node-0"], url);
+  std::string url1 = slurp((dir_ / "agents" / "node-1" / "metrics_url").string());
+  while (!url1.empty() && url1.back() == '\n') url1.pop_back();
+  EXPECT_EQ(metrics_urls["node-1"], url1);
+  EXPECT_NE(url1, url);
 
   std::string body;
   std::set<std::string> ranks_named;
   ASSERT_TRUE(eventually(
       [&] {
-        HttpClient agent({.url = base, .token = token_});
+        HttpClient agent({.url = base, .token = agent_token});
         Result<HttpReply> m = agent.get("/metrics");
         if (!m.ok() || m->status != 200) return false;
         body = m->body;
@@ -552,6 +575,339 @@ TEST_F(ClusterCli, QuarantineMovesTheRunAndResumeFromContinues) {
   ASSERT_TRUE(api_->post_json(run + "/stop", json::object()).ok());
   ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 20s)) << run_state(id).dump();
   EXPECT_GT(last_step(id), stopped_at);
+}
+
+// The straggler policy end to end: rank 2 (node-1) sleeps 500 ms in every forward pass (the test fault
+// slow_forward), the other ranks wait for it in their collectives. Scored on the busy basis, rank 2 alone is
+// flagged in /v1/runs/{id}/ranks, with forward as its slow phase, one straggler event names it and its node,
+// and `ctl ranks` shows it; moved off its node by a quarantine, the flag is cleared with an event; straggler
+// options that do not fit are refused naming the field.
+class ClusterCliSlowRank : public ClusterCli {
+ protected:
+  std::string worker_fault() const override { return "2:slow_forward:500"; }
+};
+
+TEST_F(ClusterCliSlowRank, TheSlowRankIsFlaggedWithItsNodeAndPhase) {
+  // Bad options: 400 naming the field, nothing recorded.
+  for (const auto& [bad, field] : std::vector<std::pair<json, std::string>>{
+           {{{"window_steps", 10}, {"min_samples", 20}}, "straggler.min_samples"},
+           {{{"windw_steps", 4}}, "straggler.windw_steps"},
+           {{{"relative_threshold", "high"}}, "straggler.relative_threshold"},
+           {json::array(), "straggler"}}) {
+    Result<HttpReply> r = api_->post("/v1/runs", {{"config", tiny_config(5)}, {"layout", {{"dp", 4}}}, {"straggler", bad}});
+    ASSERT_TRUE(r.ok()) << r.error();
+    EXPECT_EQ(r->status, 400) << bad.dump();
+    EXPECT_THAT(r->error_message(), HasSubstr(field)) << bad.dump();
+  }
+  EXPECT_EQ(get("/v1/runs")["runs"].size(), 0u);
+
+  // Windows of 5 steps, flagged after two evaluations in a row under 0.4: the slow rank's busy time is the
+  // others' plus 500 ms. The individual score (against the rank's own best) is left out: it is meant for a
+  // rank that slows down during the run, and rank 2 is slow from its first step.
+  const json straggler = {{"window_steps", 5}, {"min_samples", 5}, {"windows_to_flag", 2}, {"relative_threshold", 0.4},
+                          {"individual_threshold", 0}};
+  Result<json> sub = api_->post_json("/v1/runs", {{"config", tiny_config(100000)}, {"layout", {{"dp", 4}}}, {"straggler", straggler}});
+  ASSERT_TRUE(sub.ok()) << sub.error();
+  const int64_t id = sub->at("id").get<int64_t>();
+  const std::string run = "/v1/runs/" + std::to_string(id);
+  EXPECT_EQ(sub->at("straggler")["basis"], "busy");
+  EXPECT_EQ(sub->at("straggler")["window_steps"], 5);
+  workers_ = children_of(pids_);
+
+  json ranks;
+  ASSERT_TRUE(eventually(
+      [&] {
+        ranks = get(run + "/ranks");
+        return ranks["straggler"]["flagged"] == json::array({2});
+      },
+      90s))
+      << ranks.dump();
+  workers_ = children_of(pids_);
+  EXPECT_GE(ranks["straggler"]["evaluations"].get<int>(), 2);
+  ASSERT_EQ(ranks["ranks"].size(), 4u);
+  for (const json& k : ranks["ranks"]) {
+    const int rank = k["rank"].get<int>();
+    const json& s = k["straggler"];
+    ASSERT_TRUE(s.is_object()) << k.dump();
+    EXPECT_EQ(s["samples"], 5) << k.dump();
+    if (rank == 2) {
+      EXPECT_EQ(k["node"], "node-1");
+      EXPECT_EQ(s["flagged"], true);
+      EXPECT_LT(s["relative"].get<double>(), 0.4);
+      EXPECT_EQ(s["slow_phase"], "forward");
+      EXPECT_GT(s["slow_phase_excess_s"].get<double>(), 0.25);  // 500 ms slept against the median rank's forward
+      EXPECT_GT(s["median_s"].get<double>(), 0.5);
+    } else {
+      EXPECT_EQ(s["flagged"], false) << k.dump();
+      EXPECT_GT(s["relative"].get<double>(), 0.4) << k.dump();
+    }
+  }
+
+  // One straggler event: rank 2, its node, its slow phase and scores.
+  std::vector<json> flagged = events(id, "straggler");
+  ASSERT_EQ(flagged.size(), 1u) << flagged.size();
+  EXPECT_EQ(flagged[0]["kind"], "straggler");
+  EXPECT_EQ(flagged[0]["rank"], 2);
+  EXPECT_EQ(flagged[0]["node"], "node-1");
+  json p = json::parse(flagged[0]["payload"].get<std::string>());
+  EXPECT_EQ(p["node"], "node-1");
+  EXPECT_EQ(p["slow_phase"], "forward");
+  EXPECT_LT(p["relative"].get<double>(), 0.4);
+  EXPECT_THAT(flagged[0]["message"].get<std::string>(), HasSubstr("slow phase forward"));
+
+  // ctl ranks: a table with rank 2 flagged, and the API's JSON with --json.
+  const std::string ctl = "ctl --url " + url_ + " --token-file " + (dir_ / "token").string() + " ";
+  testing_support::Outcome table = run_engine(ctl + "ranks " + std::to_string(id));
+  ASSERT_EQ(table.code, 0) << table.err;
+  std::istringstream lines(table.out);
+  int straggler_rows = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("STRAGGLER") == std::string::npos) continue;
+    ++straggler_rows;
+    EXPECT_EQ(line.rfind("2 ", 0), 0u) << line;
+    EXPECT_THAT(line, HasSubstr("node-1"));
+    EXPECT_THAT(line, HasSubstr("forward +"));
+  }
+  EXPECT_EQ(straggler_rows, 1) << table.out;
+  testing_support::Outcome js = run_engine("ctl --json --url " + url_ + " --token-file " + (dir_ / "token").string() +
+                                           " ranks " + std::to_string(id));
+  ASSERT_EQ(js.code, 0) << js.err;
+  EXPECT_EQ(json::parse(js.out)["ranks"][2]["straggler"]["flagged"], true);
+  Result<HttpReply> m = api_->get("/metrics");
+  ASSERT_TRUE(m.ok());
+  EXPECT_THAT(m->body, HasSubstr("gantry_run_stragglers{run=\"" + std::to_string(id) + "\"} 1"));
+
+  // Quarantine node-1: the run moves to node-0 at dp 2, its ranks on other devices, so the flag ends with a
+  // straggler_cleared event saying why, and the scores start over.
+  ASSERT_EQ(api_->post("/v1/nodes/node-1/quarantine", json::object())->status, 202);
+  ASSERT_TRUE(eventually([&] { const json r = run_state(id); return r["generation"] == 2 && r["state"] == "running"; }, 40s))
+      << run_state(id).dump();
+  for (pid_t w : children_of(pids_)) workers_.push_back(w);
+  std::vector<json> cleared = events(id, "straggler_cleared");
+  ASSERT_EQ(cleared.size(), 1u);
+  EXPECT_EQ(cleared[0]["rank"], 2);
+  EXPECT_EQ(cleared[0]["node"], "node-1");
+  EXPECT_THAT(cleared[0]["message"].get<std::string>(), HasSubstr("placed again"));
+  const json after = get(run + "/ranks");
+  EXPECT_EQ(after["straggler"]["flagged"], json::array());
+  EXPECT_EQ(after["ranks"].size(), 2u);
+
+  ASSERT_TRUE(api_->post_json(run + "/stop", json::object()).ok());
+  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 30s)) << run_state(id).dump();
+}
+
+// The checkpoint policy: a run submitted with checkpoint_every_steps 3 and keep_last 2 is checkpointed by
+// the coordinator itself (the checkpoint action, its request an event whose source is "policy") at or after
+// every third step, and once a newer checkpoint commits the older ones are deleted from the run's folder
+// (the catalog marks them deleted, each deletion an event), leaving the newest two. Bad values are 400s
+// naming the field.
+TEST_F(ClusterCli, CheckpointPolicyCheckpointsEveryNStepsAndKeepsTheLastK) {
+  for (const auto& [field, value] : std::vector<std::pair<std::string, json>>{
+           {"checkpoint_every_steps", 0}, {"checkpoint_every_steps", "3"}, {"keep_last", 0}, {"keep_last", 1.5}}) {
+    Result<HttpReply> r = api_->post("/v1/runs", {{"config", tiny_config(5)}, {"layout", {{"dp", 2}}}, {field, value}});
+    ASSERT_TRUE(r.ok()) << r.error();
+    EXPECT_EQ(r->status, 400) << field << " = " << value.dump();
+    EXPECT_THAT(r->error_message(), HasSubstr(field));
+  }
+  EXPECT_EQ(get("/v1/runs")["runs"].size(), 0u);
+
+  Result<json> sub = api_->post_json(
+      "/v1/runs", {{"config", tiny_config(100000)}, {"layout", {{"dp", 2}}}, {"checkpoint_every_steps", 3}, {"keep_last", 2}});
+  ASSERT_TRUE(sub.ok()) << sub.error();
+  const int64_t id = sub->at("id").get<int64_t>();
+  const std::string run = "/v1/runs/" + std::to_string(id);
+  EXPECT_EQ(sub->at("checkpoint_policy")["checkpoint_every_steps"], 3);
+  EXPECT_EQ(sub->at("checkpoint_policy")["keep_last"], 2);
+  workers_ = children_of(pids_);
+
+  json catalog;
+  ASSERT_TRUE(eventually(
+      [&] {
+        catalog = get(run + "/checkpoints")["checkpoints"];
+        return catalog.size() >= 4;
+      },
+      90s))
+      << catalog.dump();
+  // Stopped (with the stop's own checkpoint, pruned like the others), so nothing changes while we look.
+  ASSERT_TRUE(api_->post_json(run + "/stop", json::object()).ok());
+  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 30s)) << run_state(id).dump();
+  const int64_t stopped_at = last_step(id);
+  catalog = get(run + "/checkpoints")["checkpoints"];
+
+  // Committed: the newest two, on disk; deleted: every older one, gone from disk.
+  std::vector<int64_t> committed, deleted;
+  for (const json& c : catalog) {
+    const std::string path = c["path"].get<std::string>();
+    EXPECT_EQ(path.rfind((dir_ / "runs" / std::to_string(id) / "checkpoints").string(), 0), 0u) << path;
+    if (c["state"] == "committed") {
+      committed.push_back(c["step"].get<int64_t>());
+      EXPECT_TRUE(fs::exists(path + "/manifest.json")) << path;
+    } else {
+      EXPECT_EQ(c["state"], "deleted") << c.dump();
+      deleted.push_back(c["step"].get<int64_t>());
+      EXPECT_FALSE(fs::exists(path)) << path;
+    }
+  }
+  ASSERT_EQ(committed.size(), 2u) << catalog.dump();
+  ASSERT_GE(deleted.size(), 2u) << catalog.dump();
+  for (int64_t d : deleted) EXPECT_LT(d, committed.front()) << "a newer checkpoint was deleted";
+  int on_disk = 0;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir_ / "runs" / std::to_string(id) / "checkpoints"))
+    on_disk += e.path().filename().string().rfind("step_", 0) == 0 && fs::exists(e.path() / "manifest.json");
+  EXPECT_EQ(on_disk, 2);
+
+  // The checkpoints but the stop's came from the policy: each request is an event with source "policy", at
+  // most one per multiple of 3 the run reached.
+  std::vector<json> asked = events(id, "action_requested");
+  int from_policy = 0;
+  for (const json& e : asked) {
+    json p = json::parse(e["payload"].get<std::string>());
+    if (p["source"] == "policy") {
+      ++from_policy;
+      EXPECT_EQ(p["action"], "checkpoint");
+      EXPECT_THAT(p["from"].get<std::string>(), HasSubstr("every 3 steps"));
+    }
+  }
+  EXPECT_GE(from_policy, static_cast<int>(catalog.size()) - 1);
+  EXPECT_LE(from_policy, stopped_at / 3);
+  for (const json& c : catalog) EXPECT_GE(c["step"].get<int64_t>(), 3);
+  std::vector<json> gone = events(id, "checkpoint_deleted");
+  EXPECT_EQ(gone.size(), deleted.size());
+  for (const json& e : gone) EXPECT_EQ(json::parse(e["payload"].get<std::string>())["source"], "policy");
+}
+
+// Quarantine with a spare registered (`up --spares 1`): the run leaves node-1 for spare-0 at the same dp 4,
+// resumes from the stop's checkpoint on node-0 and spare-0, and the events say so (dp 4 -> 4, one spare
+// used); the spare was held back until then.
+class ClusterCliSpare : public ClusterCli {
+ protected:
+  std::string up_args() const override { return "--nodes 2 --slots 2 --spares 1"; }
+  size_t daemons() const override { return 4; }
+};
+
+TEST_F(ClusterCliSpare, QuarantineMovesTheRunOntoTheSpareAtTheSameDp) {
+  Result<json> sub = api_->post_json("/v1/runs", {{"config", tiny_config(100000)}, {"layout", {{"dp", 4}, {"zero", 1}}}});
+  ASSERT_TRUE(sub.ok()) << sub.error();
+  const int64_t id = sub->at("id").get<int64_t>();
+  std::set<std::string> first_nodes;
+  for (const json& share : sub->at("placement")) first_nodes.insert(share["node"].get<std::string>());
+  EXPECT_EQ(first_nodes, (std::set<std::string>{"node-0", "node-1"}));  // the spare held back
+  ASSERT_TRUE(eventually([&] { return last_step(id) >= 3; }, 30s)) << run_state(id).dump();
+  workers_ = children_of(pids_);
+
+  Result<HttpReply> q = api_->post("/v1/nodes/node-1/quarantine", json::object());
+  ASSERT_TRUE(q.ok()) << q.error();
+  ASSERT_EQ(q->status, 202) << q->body;
+  ASSERT_TRUE(eventually([&] { const json r = run_state(id); return r["generation"] == 2 && r["state"] == "running"; }, 40s))
+      << run_state(id).dump();
+  const int64_t placed_at = last_step(id);
+  ASSERT_TRUE(eventually([&] { return last_step(id) > placed_at + 1; }, 30s)) << run_state(id).dump();
+  for (pid_t w : children_of(pids_)) workers_.push_back(w);
+
+  const json moved = run_state(id);
+  EXPECT_EQ(moved["layout"]["dp"], 4);
+  std::map<std::string, int> ranks_on;
+  for (const json& share : moved["placement"]) ranks_on[share["node"].get<std::string>()] = share["ranks"].get<int>();
+  EXPECT_EQ(ranks_on, (std::map<std::string, int>{{"node-0", 2}, {"spare-0", 2}})) << moved.dump();
+
+  const std::vector<json> all = events(id, "quarantine_");
+  std::map<std::string, std::vector<json>> by_kind;
+  for (const json& e : all) by_kind[e["kind"].get<std::string>()].push_back(e);
+  for (const char* stage : {"quarantine_requested", "quarantine_checkpointed", "quarantine_stopped", "quarantine_placed",
+                            "quarantine_resumed"}) {
+    ASSERT_EQ(by_kind[stage].size(), 1u) << stage;
+  }
+  const json& placed = by_kind["quarantine_placed"][0];
+  EXPECT_THAT(placed["message"].get<std::string>(), HasSubstr("dp 4 -> 4"));
+  EXPECT_THAT(placed["message"].get<std::string>(), HasSubstr("spare-0"));
+  const json pp = json::parse(placed["payload"].get<std::string>());
+  EXPECT_EQ(pp["spares_used"], 1);
+  EXPECT_EQ(pp["dp"], 4);
+  EXPECT_EQ(pp["previous_dp"], 4);
+  const int64_t ckpt_step = by_kind["quarantine_checkpointed"][0]["step"].get<int64_t>();
+  EXPECT_EQ(by_kind["quarantine_resumed"][0]["step"], ckpt_step + 1);
+  std::set<int> resumed_ranks;
+  const json rank_steps = get("/v1/runs/" + std::to_string(id) + "/steps?after=" + std::to_string(ckpt_step) + "&ranks=all");
+  for (const json& r : rank_steps["rank_steps"]) resumed_ranks.insert(r["rank"].get<int>());
+  EXPECT_EQ(resumed_ranks, (std::set<int>{0, 1, 2, 3})) << "every rank of dp 4 trains after the move";
+
+  const json cluster = get("/v1/cluster");
+  for (const json& n : cluster["nodes"]) {
+    if (n["id"] == "node-1") {
+      EXPECT_EQ(n["state"], "quarantined");
+      EXPECT_EQ(n["busy_slots"], 0);
+    }
+    if (n["id"] == "spare-0") {
+      EXPECT_EQ(n["busy_slots"], 2);
+    }
+  }
+  json steps = get("/v1/runs/" + std::to_string(id) + "/steps?after=0&limit=1000")["steps"];
+  std::set<int64_t> seen;
+  for (const json& st : steps) seen.insert(st["step"].get<int64_t>());
+  for (int64_t k = 1; k <= ckpt_step + 2; ++k) EXPECT_TRUE(seen.count(k)) << "step " << k << " missing";
+
+  ASSERT_TRUE(api_->post_json("/v1/runs/" + std::to_string(id) + "/stop", json::object()).ok());
+  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 30s)) << run_state(id).dump();
+}
+
+// Agents hold no operator token: `up` gives them a token of their own (0600, not the operator's), which
+// registers a node and nothing else, and each registration is answered with a credential good for that
+// node's heartbeats only. The agents `up` started run on those (their command lines name agent_token), and
+// neither credential reads or steers anything.
+TEST_F(ClusterCli, AgentsHoldOnlyTheirOwnCredentials) {
+  Result<std::string> agent_token = token_file_read((dir_ / "agent_token").string());
+  ASSERT_TRUE(agent_token.ok()) << agent_token.error();
+  EXPECT_NE(agent_token.value(), token_);
+  EXPECT_EQ(fs::status(dir_ / "agent_token").permissions() & fs::perms::all, fs::perms::owner_read | fs::perms::owner_write);
+  for (pid_t p : pids_) {
+    std::string cmdline = slurp("/proc/" + std::to_string(p) + "/cmdline");
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    if (cmdline.find(" agent ") == std::string::npos) continue;
+    EXPECT_THAT(cmdline, HasSubstr((dir_ / "agent_token").string())) << cmdline;
+    EXPECT_THAT(cmdline, ::testing::Not(HasSubstr((dir_ / "token").string() + " "))) << cmdline;
+  }
+
+  // The agents' token: registers, and nothing else.
+  HttpClient agent({.url = url_, .token = agent_token.value()});
+  EXPECT_EQ(agent.get("/v1/cluster")->status, 401);
+  EXPECT_EQ(agent.get("/v1/runs")->status, 401);
+  EXPECT_EQ(agent.post("/v1/runs", {{"config", tiny_config(5)}, {"layout", {{"dp", 1}}}})->status, 401);
+  EXPECT_EQ(agent.post("/v1/nodes/node-0/quarantine", json::object())->status, 401);
+  EXPECT_EQ(agent.post("/v1/agents/node-0/heartbeat", json::object())->status, 401);  // node-0's own credential only
+  Result<json> reg = agent.post_json("/v1/agents", {{"node", "probe"}, {"slots", 1}, {"pid", 1}});
+  ASSERT_TRUE(reg.ok()) << reg.error();
+  const std::string credential = reg->value("credential", "");
+  ASSERT_EQ(credential.size(), 64u) << reg->dump();
+
+  // The node's credential: its own heartbeats, and nothing else.
+  HttpClient node({.url = url_, .token = credential});
+  Result<HttpReply> beat = node.post("/v1/agents/probe/heartbeat", json::object());
+  ASSERT_TRUE(beat.ok()) << beat.error();
+  EXPECT_EQ(beat->status, 200) << beat->body;
+  EXPECT_EQ(node.post("/v1/agents/node-0/heartbeat", json::object())->status, 401);
+  EXPECT_EQ(node.post("/v1/agents", {{"node", "probe2"}, {"slots", 1}})->status, 401);
+  EXPECT_EQ(node.get("/v1/cluster")->status, 401);
+  EXPECT_EQ(node.post("/v1/runs", {{"config", tiny_config(5)}, {"layout", {{"dp", 1}}}})->status, 401);
+  // Registering again voids the old credential.
+  Result<json> again = agent.post_json("/v1/agents", {{"node", "probe"}, {"slots", 1}, {"pid", 1}});
+  ASSERT_TRUE(again.ok()) << again.error();
+  EXPECT_NE(again->value("credential", ""), credential);
+  EXPECT_EQ(node.post("/v1/agents/probe/heartbeat", json::object())->status, 401);
+
+  // The real agents beat on their credentials: both nodes stay healthy and a run trains on them.
+  Result<json> sub = api_->post_json("/v1/runs", {{"config", tiny_config(100000)}, {"layout", {{"dp", 4}}}});
+  ASSERT_TRUE(sub.ok()) << sub.error();
+  const int64_t id = sub->at("id").get<int64_t>();
+  ASSERT_TRUE(eventually([&] { return last_step(id) >= 2; }, 30s)) << run_state(id).dump();
+  workers_ = children_of(pids_);
+  const json cluster = get("/v1/cluster");
+  for (const json& n : cluster["nodes"]) {
+    if (n["id"] != "probe") {
+      EXPECT_EQ(n["state"], "healthy") << n.dump();
+    }
+  }
+  ASSERT_TRUE(api_->post_json("/v1/runs/" + std::to_string(id) + "/stop", json::object()).ok());
+  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 30s)) << run_state(id).dump();
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // cluster_ingest_bench: how many records per second the coordinator takes in from its agents' heartbeats,
-// over real HTTP on loopback (engine/cluster/coordinator.h: each beat is one request and one database
-// transaction under the coordinator's lock).
+// over real HTTP on loopback (engine/cluster/coordinator.h: each beat is one request; its records go to the
+// database writer's queue, engine/cluster/ingest_writer.h, which commits many beats per transaction).
 //
 //   cluster_ingest_bench [--agents 64,256] [--ranks-per-node 8] [--steps-per-beat 4] [--seconds 4]
 //
@@ -11,7 +11,10 @@
 // --steps-per-beat steps, and node 0's beats the step records too. Records are built before the clock
 // starts (the client still serialises each one: on a 2-core machine the clients take CPU from the
 // coordinator, so the figure is a lower bound). The first second is warm-up; records/s counts the beats
-// answered 200 after it; #wrong counts beats not answered 200. One JSON line per agent count.
+// answered 200 after it, over the time from the start of counting until the writer's queue has drained
+// (gantry_ingest_queued_records reaches 0 in /metrics; a coordinator without that gauge writes before it
+// answers), so records accepted but not yet written never count; `refused` counts beats answered 503 (the
+// writer behind: the agent would send them again), #wrong any other failure. One JSON line per agent count.
 #include <unistd.h>
 
 #include <algorithm>
@@ -50,9 +53,17 @@ std::vector<int> parse_list(const char* s) {
 
 struct Totals {
   double seconds = 0;
-  uint64_t records = 0, beats = 0, wrong = 0;
+  uint64_t records = 0, beats = 0, wrong = 0, refused = 0;
   double p50_ms = 0, p99_ms = 0;
+  double drain_ms = 0;               // after the clients stopped, until the writer's queue was empty
+  double records_per_transaction = -1;  // from /metrics; -1 = the coordinator does not say
 };
+
+// A sample's value from a Prometheus text body; -1 when absent.
+double metric(const std::string& body, const std::string& name) {
+  const size_t at = body.find("\n" + name + " ");
+  return at == std::string::npos ? -1 : std::atof(body.c_str() + at + name.size() + 2);
+}
 
 }  // namespace
 
@@ -143,7 +154,7 @@ int main(int argc, char** argv) {
         HttpClient client({.url = c.url(), .token = token.value()});
         const std::string path = "/v1/agents/" + share[a].first + "/heartbeat";
         std::vector<double> mine;
-        uint64_t records = 0, beats = 0, wrong = 0;
+        uint64_t records = 0, beats = 0, wrong = 0, refused = 0;
         const uint64_t per_beat =
             static_cast<uint64_t>(per_node * steps_per_beat + (a == 0 ? steps_per_beat : 0));
         while (!go.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -153,6 +164,10 @@ int main(int argc, char** argv) {
           Result<HttpReply> r = client.post(path, body);
           const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
           if (!counting.load() || done.load()) continue;
+          if (r.ok() && r->status == 503) {
+            ++refused;
+            continue;
+          }
           if (!r.ok() || r->status != 200) {
             ++wrong;
             continue;
@@ -165,6 +180,7 @@ int main(int argc, char** argv) {
         res.records += records;
         res.beats += beats;
         res.wrong += wrong;
+        res.refused += refused;
         lat_ms.insert(lat_ms.end(), mine.begin(), mine.end());
       });
     }
@@ -174,7 +190,27 @@ int main(int argc, char** argv) {
     const auto t0 = Clock::now();
     std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int64_t>(seconds * 1e3)));
     done.store(true);
-    res.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    // Accepted is not written: the window ends when the writer has caught up (the beats still in flight
+    // at the stop are not counted but are waited for: the figure errs low). Polled before the clients are
+    // joined, so that waiting for 256 threads' last replies does not count.
+    const auto t_stop = Clock::now();
+    bool queue = false;  // the coordinator has a writer queue to wait for
+    HttpClient probe({.url = c.url(), .token = token.value()});
+    for (;;) {
+      Result<HttpReply> m = probe.get("/metrics");
+      if (!m.ok()) break;
+      const double queued = metric(m->body, "gantry_ingest_queued_records");
+      queue = queue || queued >= 0;
+      if (queued <= 0) {
+        const double tx = metric(m->body, "gantry_ingest_transactions_total");
+        const double written = metric(m->body, "gantry_ingest_written_records_total");
+        if (tx > 0 && written > 0) res.records_per_transaction = written / tx;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    res.drain_ms = queue ? std::chrono::duration<double, std::milli>(Clock::now() - t_stop).count() : 0;
+    res.seconds = std::chrono::duration<double>(t_stop - t0).count() + res.drain_ms / 1e3;
     for (std::thread& t : threads) t.join();
     std::sort(lat_ms.begin(), lat_ms.end());
     if (!lat_ms.empty()) {
@@ -185,11 +221,12 @@ int main(int argc, char** argv) {
         "{\"bench\":\"coordinator_ingest\",\"agents\":%d,\"ranks_per_node\":%d,\"steps_per_beat\":%d,"
         "\"seconds\":%.2f,"
         "\"beats\":%llu,\"records\":%llu,\"records_per_s\":%.0f,\"beats_per_s\":%.0f,\"beat_ms_p50\":%.2f,"
-        "\"beat_ms_p99\":%.2f,\"wrong\":%llu,\"device\":\"cpu\"}\n",
+        "\"beat_ms_p99\":%.2f,\"drain_ms\":%.1f,\"records_per_transaction\":%.1f,\"refused\":%llu,\"wrong\":%llu,"
+        "\"device\":\"cpu\"}\n",
         agents, per_node, steps_per_beat, res.seconds, static_cast<unsigned long long>(res.beats),
         static_cast<unsigned long long>(res.records), static_cast<double>(res.records) / res.seconds,
-        static_cast<double>(res.beats) / res.seconds, res.p50_ms, res.p99_ms,
-        static_cast<unsigned long long>(res.wrong));
+        static_cast<double>(res.beats) / res.seconds, res.p50_ms, res.p99_ms, res.drain_ms, res.records_per_transaction,
+        static_cast<unsigned long long>(res.refused), static_cast<unsigned long long>(res.wrong));
     std::fflush(stdout);
     std::error_code ec;
     fs::remove_all(dir, ec);

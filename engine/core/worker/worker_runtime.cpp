@@ -495,7 +495,9 @@ WorkerResult worker_run(const WorkerOptions& options, const WorkerEnv& env) {
                       .max_steps = options.max_steps,
                       .stop = &g_stop,
                       .dist = &ctx,
-                      .control = control.get()};
+                      .control = control.get(),
+                      .test_forward_delay = std::chrono::milliseconds(
+                          fault->kind == WorkerFault::slow_forward ? fault->delay_ms : 0)};
     install_stop_handlers();
     Result<TrainSummary> s = train_run(cfg.value(), topt, &observer);
     if (!s.ok()) {

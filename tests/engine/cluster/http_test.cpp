@@ -598,6 +598,35 @@ TEST_F(Api, AccessLogSeesEveryRequest) {
 // --- starting
 // -----------------------------------------------------------------------------------------------
 
+// also_accept: another credential opens only what the callback allows (here POST /v1/only for one token),
+// is asked only after the server's own token failed, and a refusal is the same 401 as a wrong token.
+TEST(HttpServerAuth, AlsoAcceptOpensOnlyWhatItAllows) {
+  const std::string narrow = "narrow-token-0123456789abcdef0123456789";
+  int asked = 0;
+  HttpServer s({.token = kToken,
+                .also_accept = [&](const std::string& method, const std::string& path, std::string_view token) {
+                  ++asked;
+                  return method == "POST" && path == "/v1/only" && token_equal(token, narrow);
+                }});
+  s.post("/v1/only", [](const HttpRequest&) { return HttpResponse::ok({{"ok", true}}); });
+  s.get("/v1/only", [](const HttpRequest&) { return HttpResponse::ok({{"ok", true}}); });
+  s.post("/v1/other", [](const HttpRequest&) { return HttpResponse::ok({{"ok", true}}); });
+  ASSERT_TRUE(s.start().ok());
+  HttpClient n({.url = s.url(), .token = narrow});
+  EXPECT_EQ(n.post("/v1/only", json::object())->status, 200);
+  EXPECT_EQ(n.get("/v1/only")->status, 401);
+  EXPECT_EQ(n.post("/v1/other", json::object())->status, 401);
+  EXPECT_EQ(n.post("/v1/nothing", json::object())->status, 401);  // no route is told to it either
+  HttpClient wrong({.url = s.url(), .token = narrow + "x"});
+  EXPECT_EQ(wrong.post("/v1/only", json::object())->status, 401);
+  const int before = asked;
+  HttpClient full({.url = s.url(), .token = kToken});
+  EXPECT_EQ(full.get("/v1/only")->status, 200);
+  EXPECT_EQ(full.post("/v1/other", json::object())->status, 200);
+  EXPECT_EQ(asked, before) << "the server's own token needs no second opinion";
+  s.stop();
+}
+
 TEST(HttpServerStart, BindsLoopbackByDefault) {
   HttpServer s({.token = kToken});
   ASSERT_TRUE(s.start().ok());
