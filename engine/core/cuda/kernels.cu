@@ -762,6 +762,7 @@ void add_in_place_cuda(float* dst, const float* src, size_t n, cudaStream_t stre
 
 void float_to_bf16_cuda(bf16* out, const float* in, size_t n, cudaStream_t stream) {
   GANTRY_CHECK(out && in, "float_to_bf16_cuda arguments");
+  if (n == 0) return;
   float_to_bf16_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(out, in, n);
   CUDA_CHECK_LAUNCH();
 }

@@ -74,7 +74,8 @@ ZeroDeviceState::ZeroDeviceState(const TensorTable& table, ShardPlan plan, Commu
 
 ZeroDeviceState::~ZeroDeviceState() {
   if (comm_ == nullptr) return;
-  cudaStreamSynchronize(comm_stream_);
+  // Bounded: collectives still queued behind a dead peer must not hang the teardown.
+  (void)comm_->sync(comm_stream_, timeout_);
   for (cudaEvent_t e : bucket_gathered_) cudaEventDestroy(e);
   for (GradSlot* s : {&embedding_grads_, &grad_slots_[0], &grad_slots_[1]}) {
     if (s->free != nullptr) cudaEventDestroy(s->free);
@@ -135,12 +136,18 @@ void ZeroDeviceState::begin_step(int micro_batches) {
   micro_batches_ = std::max(1, micro_batches);
   micro_index_ = -1;
   CUDA_CHECK(cudaMemsetAsync(stats_, 0, sizeof(float), compute_));
-  // ZeRO 0/1 accumulate into the full gradient buffer; ZeRO 2/3 write the shard on the first micro-batch.
-  if (zero_ < 2) CUDA_CHECK(cudaMemsetAsync(grads_, 0, plan_.numel * sizeof(float), compute_));
+  // The full buffer (ZeRO 0/1) or the shard (ZeRO 2/3, whose reductions add into it); the previous step's
+  // reductions are done (the compute stream waited for them before its update).
+  CUDA_CHECK(cudaMemsetAsync(grads_, 0, (zero_ < 2 ? plan_.numel : plan_.shard_numel) * sizeof(float), compute_));
 }
 
 void ZeroDeviceState::begin_micro_batch() {
   ++micro_index_;
+  // Data parallel, the step's last micro-batch reduces: a count that differs from the announced one would
+  // reduce too early (and add unreduced gradients after) or never.
+  GANTRY_CHECK(comm_ == nullptr || micro_index_ < micro_batches_,
+               "a data parallel step ran more micro-batches than begin_step(" + std::to_string(micro_batches_) +
+                   ") announced");
   std::fill(bucket_done_.begin(), bucket_done_.end(), 0);
 }
 
@@ -289,12 +296,7 @@ void ZeroDeviceState::grads_done(int unit) {
   comm_follows_compute();
   float* mine = slot.data + (own.offset - bucket.offset);
   check(comm_->reduce_scatter_enqueue(slot.data, mine, bucket.count, comm_stream_));
-  float* shard = grads_ + plan_.owned_shard_offset[b];
-  if (micro_index_ == 0) {
-    CUDA_CHECK(cudaMemcpyAsync(shard, mine, own.count * sizeof(float), cudaMemcpyDeviceToDevice, comm_stream_));
-  } else {
-    add_in_place_cuda(shard, mine, own.count, comm_stream_);
-  }
+  add_in_place_cuda(grads_ + plan_.owned_shard_offset[b], mine, own.count, comm_stream_);
   CUDA_CHECK(cudaEventRecord(slot.free, comm_stream_));
   slot.free_recorded = true;
   slot.open = false;
@@ -305,6 +307,9 @@ void ZeroDeviceState::grads_done(int unit) {
 
 void ZeroDeviceState::finish_reductions() {
   if (comm_ == nullptr) return;
+  GANTRY_CHECK(micro_index_ == micro_batches_ - 1,
+               "a data parallel step ran " + std::to_string(micro_index_ + 1) + " micro-batches of the " +
+                   std::to_string(micro_batches_) + " begin_step announced: its gradients were not all reduced");
   if (zero_ == 0) {
     // The loss sum joins the queue behind the buckets (ZeRO 1-3 reduce it with the norm, in update()).
     comm_follows_compute();
@@ -332,7 +337,10 @@ void ZeroDeviceState::update(const AdamWStep& s) {
   adamw_cuda(master_, params_, m_, v_, grads_, norm_, chunks_, n_chunks_, static_cast<float>(s.lr),
              static_cast<float>(s.beta1), static_cast<float>(s.beta2), static_cast<float>(s.eps),
              static_cast<float>(s.weight_decay), static_cast<float>(s.grad_clip), c1, c2, compute_);
-  if (zero_ == 1 || zero_ == 2) gather_all_buckets();
+  // ZeRO 1/2: the bf16 copy is gathered when the next forward first asks for parameters, not now: the train
+  // loop's between-step agreement (all_reduce_host) would queue behind the gathers and hold the host until
+  // they finish, where the next forward can overlap them bucket by bucket.
+  if (zero_ == 1 || zero_ == 2) params_stale_ = true;
   if (zero_ == 3) {
     // Every gathered copy is stale now; the next forward gathers again.
     for (ParamSlot* slot : {&embedding_params_, &final_params_, &block_slots_[0], &block_slots_[1]}) slot->unit = -1;
@@ -340,18 +348,24 @@ void ZeroDeviceState::update(const AdamWStep& s) {
 }
 
 float ZeroDeviceState::grad_norm() {
+  // After every queued reduction. The result goes through stats_[1] (rewritten by each update), so norm_
+  // keeps the step's norm for step_stats.
+  if (comm_ != nullptr) {
+    CUDA_CHECK(cudaEventRecord(comm_mark_, comm_stream_));
+    CUDA_CHECK(cudaStreamWaitEvent(compute_, comm_mark_));
+  }
   float n = 0;
   if (zero_ == 0) {
-    global_norm_cuda(norm_, norm_scratch_, grads_, plan_.numel, compute_);
-    CUDA_CHECK(cudaMemcpyAsync(&n, norm_, sizeof(float), cudaMemcpyDeviceToHost, compute_));
+    global_norm_cuda(stats_ + 1, norm_scratch_, grads_, plan_.numel, compute_);
+    CUDA_CHECK(cudaMemcpyAsync(&n, stats_ + 1, sizeof(float), cudaMemcpyDeviceToHost, compute_));
     CUDA_CHECK(cudaStreamSynchronize(compute_));
     return n;
   }
-  chunk_sum_squares_cuda(norm_, chunk_scratch_, grads_, chunks_, n_chunks_, compute_);
+  chunk_sum_squares_cuda(stats_ + 1, chunk_scratch_, grads_, chunks_, n_chunks_, compute_);
   comm_follows_compute();
-  check(comm_->all_reduce_enqueue(norm_, 1, comm_stream_));
+  check(comm_->all_reduce_enqueue(stats_ + 1, 1, comm_stream_));
   check(comm_->sync(comm_stream_, timeout_));
-  CUDA_CHECK(cudaMemcpy(&n, norm_, sizeof(float), cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(&n, stats_ + 1, sizeof(float), cudaMemcpyDeviceToHost));
   return std::sqrt(n);
 }
 

@@ -16,11 +16,11 @@
 // ZeRO 0: every rank holds everything; each bucket is all-reduced on the last micro-batch and every rank
 //         updates every parameter, identically.
 // ZeRO 1: master weights and moments are the rank's shard; each bucket is reduce-scattered in place on the
-//         last micro-batch, the shard updated, and the bf16 copy all-gathered bucket by bucket (the next
-//         forward waits for each bucket only where it first reads it).
+//         last micro-batch, the shard updated, and the bf16 copy all-gathered bucket by bucket when the next
+//         forward first asks for parameters (it then waits for each bucket only where it first reads it).
 // ZeRO 2: gradients too: each micro-batch's bucket is accumulated in one of two staging slots (the
 //         embeddings in one of their own, filled at both ends of the backward), reduce-scattered in place
-//         and added into the gradient shard.
+//         and added into the gradient shard (zeroed at begin_step).
 // ZeRO 3: the bf16 copy too: each block is all-gathered into one of two slots just before use (the next
 //         one prefetched) and its slot reused after release; the embeddings and final norm are gathered
 //         once per step and stay (the model uses them at both ends).
@@ -153,7 +153,7 @@ class ZeroDeviceState {
   // ZeRO 1/2: a bucket's bf16 gather the compute stream has yet to wait for.
   std::vector<cudaEvent_t> bucket_gathered_;
   std::vector<char> bucket_gather_pending_;
-  bool params_stale_ = false;  // ZeRO 1/2: written shards not yet gathered
+  bool params_stale_ = false;  // ZeRO 1/2: updated or written shards not yet gathered
 
   std::vector<int> bucket_units_, bucket_done_;
   int micro_batches_ = 1;
