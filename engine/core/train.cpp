@@ -248,9 +248,14 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
   };
 
   while (step < last_step) {
+    // The step's time starts here: the boundary's agreement is a collective that also waits for whatever
+    // the communicator still has queued from the step before (unless an action holds the gang here: a
+    // checkpoint to write, a pause).
+    auto t0 = std::chrono::steady_clock::now();
     Result<Decision> d = decide();
     if (!d.ok()) return d.status();
     Result<bool> stop = apply(d.value());
+    const bool held = d->action != TrainAction::none;
     // Paused: the gang holds at this boundary, deciding again every 50 ms until resume or stop.
     while (stop.ok() && !stop.value() && paused) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -263,7 +268,7 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
       summary.stopped_early = true;
       break;
     }
-    const auto t0 = std::chrono::steady_clock::now();
+    if (held) t0 = std::chrono::steady_clock::now();
     double data_wait = 0;
     double test_delay_s = 0;  // opt.test_forward_delay, as slept
     backend->begin_step(accum);
