@@ -1,0 +1,27 @@
+// The console main's helpers (app/console_*.cpp): the embedded local cluster and the framebuffer's PNG.
+#pragma once
+
+#include <string>
+
+#include "engine/core/status.h"
+#include "ui/console/data_source.h"
+
+namespace gantry {
+
+// The gantry-engine beside this gantry binary (same folder), as `up` and `down` must match the console.
+std::string console_engine_path();
+// Where the console keeps its state: $XDG_STATE_HOME/gantry, else ~/.local/state/gantry.
+std::string console_state_dir();
+
+// Starts `gantry-engine up --nodes N --slots S --dir DIR` (or finds one already answering there, which is
+// then not ours: *started stays false) and returns its URL and token. Runs on the console's network
+// thread: it takes a few seconds.
+Result<console::Endpoint> console_cluster_up(const std::string& engine, const std::string& dir, int nodes, int slots,
+                                             bool* started);
+// `gantry-engine down --dir DIR`: stops the coordinator, the agents and their workers.
+Status console_cluster_down(const std::string& engine, const std::string& dir);
+
+// Reads the current GL framebuffer (width × height, from the back buffer) and writes it as a PNG.
+Status console_screenshot_write(const std::string& path, int width, int height);
+
+}  // namespace gantry

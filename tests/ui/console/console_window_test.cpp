@@ -1,0 +1,255 @@
+// The console in a real window: `gantry` under Xvfb (xvfb-run), with Mesa's OpenGL, against a real
+// cluster. The screenshot's plot areas must show drawn data (not the plot background), the state dump
+// must list the panels and non-empty series, and a scripted click on "Checkpoint now" must produce a
+// checkpoint that the coordinator's API reports. No process may outlive the test.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stb_image.h>  // stbi_load (Debian's libstb): reading the screenshot back
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "engine/cluster/http_client.h"
+#include "engine/cluster/token.h"
+#include "tests/ui/console/local_cluster.h"
+
+namespace gantry::console {
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+using namespace testing_support;
+using ::testing::HasSubstr;
+
+bool have_xvfb_run() { return run_shell("command -v xvfb-run >/dev/null 2>&1") == 0; }
+
+// `gantry ARGS` under a fresh virtual display; its exit code, stderr in `err`.
+int run_gantry_in_xvfb(const std::string& args, const fs::path& err) {
+  return run_shell("xvfb-run -a -s '-screen 0 1600x1000x24' " + std::string(GANTRY_BIN) + " --width 1400 --height 900 " +
+                   args + " </dev/null >/dev/null 2>" + err.string());
+}
+
+struct Image {
+  int w = 0, h = 0;
+  std::vector<unsigned char> rgba;
+  const unsigned char* at(int x, int y) const { return &rgba[(static_cast<size_t>(y) * w + x) * 4]; }
+};
+
+Image load_png(const fs::path& p) {
+  Image img;
+  int n = 0;
+  unsigned char* data = stbi_load(p.c_str(), &img.w, &img.h, &n, 4);
+  if (data != nullptr) {
+    img.rgba.assign(data, data + static_cast<size_t>(img.w) * img.h * 4);
+    stbi_image_free(data);
+  }
+  return img;
+}
+
+// Within a rectangle: how many pixels differ from the rectangle's most common colour (its background),
+// and how many are close to `colour` (a series' line colour).
+struct Census {
+  size_t pixels = 0, off_background = 0, of_colour = 0;
+};
+Census census(const Image& img, const json& rect, const unsigned char colour[3]) {
+  const int x0 = std::max(0, static_cast<int>(rect[0].get<double>()) + 1);
+  const int y0 = std::max(0, static_cast<int>(rect[1].get<double>()) + 1);
+  const int x1 = std::min(img.w, static_cast<int>(rect[2].get<double>()) - 1);
+  const int y1 = std::min(img.h, static_cast<int>(rect[3].get<double>()) - 1);
+  std::map<uint32_t, size_t> counts;
+  for (int y = y0; y < y1; ++y)
+    for (int x = x0; x < x1; ++x) {
+      const unsigned char* p = img.at(x, y);
+      ++counts[static_cast<uint32_t>(p[0]) << 16 | static_cast<uint32_t>(p[1]) << 8 | p[2]];
+    }
+  Census c;
+  size_t most = 0;
+  for (const auto& [rgb, n] : counts) {
+    c.pixels += n;
+    most = std::max(most, n);
+  }
+  c.off_background = c.pixels - most;
+  for (int y = y0; y < y1; ++y)
+    for (int x = x0; x < x1; ++x) {
+      const unsigned char* p = img.at(x, y);
+      if (std::abs(p[0] - colour[0]) < 40 && std::abs(p[1] - colour[1]) < 40 && std::abs(p[2] - colour[2]) < 40) ++c.of_colour;
+    }
+  return c;
+}
+
+const json* series_named(const json& state, const std::string& name) {
+  for (const json& s : state["series"])
+    if (s["name"] == name) return &s;
+  return nullptr;
+}
+
+TEST(ConsoleWindow, NoDisplayPointsToTheHeadlessCommands) {
+  const fs::path dir = scratch_dir("console_nodisplay");
+  const int code = run_shell("env -u DISPLAY -u WAYLAND_DISPLAY " + std::string(GANTRY_BIN) + " --state-dir " +
+                             dir.string() + " </dev/null >/dev/null 2>" + (dir / "err").string());
+  EXPECT_EQ(code, 2);
+  const std::string err = slurp(dir / "err");
+  EXPECT_THAT(err, HasSubstr("cannot open a window"));
+  EXPECT_THAT(err, HasSubstr("gantry-engine up"));
+  EXPECT_THAT(err, HasSubstr("gantry-engine ctl"));
+  EXPECT_FALSE(fs::exists(dir / "cluster" / "url")) << "a cluster was started without a window to show it";
+}
+
+TEST(ConsoleWindow, BadInputIsRefusedBeforeAnythingStarts) {
+  const fs::path dir = scratch_dir("console_badinput");
+  std::ofstream(dir / "bad.script") << "wait_steps 3\nclick Checkpoint now\n";
+  const std::string base = std::string(GANTRY_BIN) + " --state-dir " + dir.string();
+  EXPECT_EQ(run_shell(base + " --script " + (dir / "bad.script").string() + " 2>" + (dir / "err").string()), 2);
+  EXPECT_THAT(slurp(dir / "err"), HasSubstr("bad.script:2: click takes one argument"));
+  EXPECT_EQ(run_shell(base + " --connect http://127.0.0.1:1 2>" + (dir / "err").string()), 2);
+  EXPECT_THAT(slurp(dir / "err"), HasSubstr("--connect and --token-file go together"));
+  EXPECT_EQ(run_shell(base + " --connect http://127.0.0.1:1 --token-file " + (dir / "none").string() + " 2>" +
+                      (dir / "err").string()),
+            2);
+  EXPECT_THAT(slurp(dir / "err"), HasSubstr("token file"));
+  EXPECT_FALSE(fs::exists(dir / "cluster"));
+}
+
+// Against a cluster the test starts (`--connect`): the run is submitted through the API, the console's
+// script clicks "Checkpoint now", and the API then lists the checkpoint and its event.
+TEST(ConsoleWindow, ScreenshotStateAndAScriptedCheckpointAgainstARemoteCluster) {
+  if (!have_xvfb_run()) GTEST_SKIP() << "xvfb-run is not installed (Debian: xvfb)";
+  become_subreaper();
+  const fs::path dir = scratch_dir("console_window");
+  const fs::path cluster = dir / "cluster";
+  ASSERT_EQ(run_shell(std::string(GANTRY_ENGINE_BIN) + " up --nodes 2 --slots 2 --dir " + cluster.string() + " >" +
+                      (dir / "up.out").string() + " 2>" + (dir / "up.err").string()),
+            0)
+      << slurp(dir / "up.err");
+  const std::vector<pid_t> daemons = pid_files(cluster);
+  ASSERT_EQ(daemons.size(), 3u);
+  std::string url = slurp(dir / "up.out");
+  url = url.substr(0, url.find('\n'));
+  Result<std::string> token = token_file_read((cluster / "token").string());
+  ASSERT_TRUE(token.ok()) << token.error();
+  std::vector<pid_t> workers;
+  int64_t run = -1;
+  {
+    HttpClient api({.url = url, .token = token.value()});
+    Result<json> sub = api.post_json("/v1/runs", {{"config", slurp(GANTRY_CONSOLE_TINY_CONFIG)},
+                                                  {"layout", {{"dp", 4}}},
+                                                  {"name", "window-test"}});
+    ASSERT_TRUE(sub.ok()) << sub.error();
+    run = sub->at("id").get<int64_t>();
+  }
+
+  std::ofstream(dir / "script") << "# as an operator would: watch a few steps, then ask for a checkpoint\n"
+                                   "wait_connected\n"
+                                   "wait_steps 4\n"
+                                   "click \"Checkpoint now\"\n"
+                                   "wait_action\n"
+                                   "wait_event checkpoint\n"
+                                   "wait_steps 8\n";
+  const int code = run_gantry_in_xvfb("--connect " + url + " --token-file " + (cluster / "token").string() +
+                                          " --state-dir " + (dir / "state").string() + " --screenshot " +
+                                          (dir / "out.png").string() + " --frames 20 --dump-state " +
+                                          (dir / "state.json").string() + " --script " + (dir / "script").string(),
+                                      dir / "gantry.err");
+  EXPECT_EQ(code, 0) << slurp(dir / "gantry.err");
+  workers = children_of(daemons);
+
+  // The state: every panel, non-empty series, the steps seen, the run live (a remote run is never stopped).
+  json state = json::parse(slurp(dir / "state.json"), nullptr, false);
+  ASSERT_FALSE(state.is_discarded()) << slurp(dir / "state.json");
+  for (const char* panel : {"Cluster", "Run", "Stragglers", "Actions", "Checkpoints", "Events"})
+    EXPECT_THAT(state["panels"].get<std::vector<std::string>>(), ::testing::Contains(panel));
+  EXPECT_GE(state["last_step"].get<int64_t>(), 8);
+  EXPECT_EQ(state["run"]["id"], run);
+  EXPECT_EQ(state["run"]["state"], "running");
+  EXPECT_EQ(state["embedded"], false);
+  for (const char* name : {"loss", "grad norm", "tokens/s", "MFU", "max", "median", "min", "step time heatmap"}) {
+    const json* s = series_named(state, name);
+    ASSERT_NE(s, nullptr) << name << " was not plotted";
+    EXPECT_GE((*s)["length"].get<size_t>(), 4u) << name;
+  }
+  EXPECT_GE(state["events"].value("checkpoint", 0), 1);
+
+  // The screenshot: the loss line (its colour) and the heatmap's cells are drawn over their backgrounds.
+  Image img = load_png(dir / "out.png");
+  ASSERT_EQ(img.w, 1400);
+  ASSERT_EQ(img.h, 900);
+  const unsigned char loss_blue[3] = {90, 170, 255};
+  // The right half of the loss plot: the legend (a chip of the same blue) sits at the top left.
+  json loss_rect = (*series_named(state, "loss"))["rect"];
+  loss_rect[0] = (loss_rect[0].get<double>() + loss_rect[2].get<double>()) / 2;
+  const Census loss = census(img, loss_rect, loss_blue);
+  EXPECT_GT(loss.pixels, 5000u);
+  EXPECT_GT(loss.of_colour, 30u) << "no loss line in the loss plot";
+  EXPECT_GT(loss.off_background, 60u);
+  const Census heat = census(img, (*series_named(state, "step time heatmap"))["rect"], loss_blue);
+  EXPECT_GT(heat.off_background, heat.pixels / 10) << "the heatmap shows no cells";
+
+  // Through the API: the console's click is a checkpoint action with its event and a catalog entry.
+  {
+    HttpClient api({.url = url, .token = token.value()});
+    Result<json> ckpts = api.get_json("/v1/runs/" + std::to_string(run) + "/checkpoints");
+    ASSERT_TRUE(ckpts.ok()) << ckpts.error();
+    EXPECT_GE(ckpts->at("checkpoints").size(), 1u);
+    std::multiset<std::string> kinds;
+    HttpEventStream events({.url = url, .token = token.value()});
+    std::thread stopper([&] {
+      std::this_thread::sleep_for(500ms);  // read what is there; the run is live and the stream would go on
+      events.stop();
+    });
+    Status st = events.run("/v1/runs/" + std::to_string(run) + "/events", [&](const SseEvent& e) {
+      json j = json::parse(e.data);
+      kinds.insert(j.value("kind", ""));
+      if (j.value("kind", "") == "action_requested") {
+        EXPECT_THAT(j.value("message", ""), HasSubstr("checkpoint requested"));
+      }
+      return true;
+    });
+    stopper.join();
+    EXPECT_TRUE(st.ok()) << st.message();
+    EXPECT_EQ(kinds.count("action_requested"), 1u);
+    EXPECT_EQ(kinds.count("action_checkpoint"), 4u);  // every rank, at one step
+    EXPECT_GE(kinds.count("checkpoint"), 1u);
+  }
+
+  EXPECT_EQ(run_shell(std::string(GANTRY_ENGINE_BIN) + " down --dir " + cluster.string() + " >/dev/null 2>&1"), 0);
+  for (pid_t p : daemons) EXPECT_TRUE(eventually([&] { return gone(p); }, 10s)) << "pid " << p << " left behind";
+  for (pid_t p : workers) EXPECT_TRUE(eventually([&] { return gone(p); }, 10s)) << "worker " << p << " left behind";
+}
+
+// `gantry` with no --connect: it starts its own cluster, submits the tiny run from the script, and on exit
+// stops that cluster: nothing it started is left running.
+TEST(ConsoleWindow, EmbeddedClusterStartsRunsTheTinyRunAndIsStoppedOnExit) {
+  if (!have_xvfb_run()) GTEST_SKIP() << "xvfb-run is not installed (Debian: xvfb)";
+  become_subreaper();
+  const fs::path dir = scratch_dir("console_embedded");
+  std::ofstream(dir / "script") << "wait_connected\nclick \"Submit tiny run\"\nwait_action\nwait_steps 3\n";
+  const int code = run_gantry_in_xvfb("--state-dir " + dir.string() + " --frames 5 --dump-state " +
+                                          (dir / "state.json").string() + " --script " + (dir / "script").string(),
+                                      dir / "gantry.err");
+  EXPECT_EQ(code, 0) << slurp(dir / "gantry.err");
+  json state = json::parse(slurp(dir / "state.json"), nullptr, false);
+  ASSERT_FALSE(state.is_discarded());
+  EXPECT_EQ(state["embedded"], true);
+  EXPECT_THAT(state["url"].get<std::string>(), HasSubstr("http://127.0.0.1:"));
+  EXPECT_EQ(state["nodes"].size(), 2u);
+  EXPECT_EQ(state["run"]["name"], "tiny");
+  EXPECT_EQ(state["run"]["dp"], 4);
+  EXPECT_GE(state["last_step"].get<int64_t>(), 3);
+  // `down` ran: the pid files are gone, and so is every process `up` started. This test is their
+  // subreaper, so a coordinator, agent or worker that outlived the console would be a child of ours now.
+  const fs::path cluster = dir / "cluster";
+  EXPECT_TRUE(fs::exists(cluster / "token"));
+  EXPECT_TRUE(pid_files(cluster).empty()) << "the embedded cluster was not stopped";
+  EXPECT_TRUE(eventually(
+      [] {
+        while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+        }
+        return children_of({::getpid()}).empty();
+      },
+      10s))
+      << children_of({::getpid()}).size() << " processes left behind";
+}
+
+}  // namespace
+}  // namespace gantry::console

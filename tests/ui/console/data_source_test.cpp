@@ -1,0 +1,199 @@
+// The data path against a real cluster (`gantry-engine up`, real processes on loopback): the DataSource
+// submits the tiny run, follows its steps and events, carries out "Checkpoint now", and after its
+// connections are dropped mid-run catches up from the last step it held, with no gap and no repeat; the
+// local cache (a real SQLite file) holds the same steps.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <set>
+
+#include "engine/cluster/token.h"
+#include "storage/history_db.h"
+#include "tests/ui/console/local_cluster.h"
+#include "ui/console/data_source.h"
+
+namespace gantry::console {
+namespace {
+
+using namespace std::chrono_literals;
+using namespace testing_support;
+
+class DataSourceCluster : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    become_subreaper();
+    dir_ = scratch_dir("data_source");
+    cluster_ = dir_ / "cluster";
+    ASSERT_EQ(run_shell(std::string(GANTRY_ENGINE_BIN) + " up --nodes 2 --slots 2 --dir " + cluster_.string() + " >" +
+                        (dir_ / "up.out").string() + " 2>" + (dir_ / "up.err").string()),
+              0)
+        << slurp(dir_ / "up.err");
+    pids_ = pid_files(cluster_);
+    ASSERT_EQ(pids_.size(), 3u);
+    std::string url = slurp(dir_ / "up.out");
+    url = url.substr(0, url.find('\n'));
+    Result<std::string> token = token_file_read((cluster_ / "token").string());
+    ASSERT_TRUE(token.ok()) << token.error();
+    endpoint_ = {url, token.value()};
+  }
+
+  void TearDown() override {
+    if (source_) source_->stop();
+    EXPECT_EQ(run_shell(std::string(GANTRY_ENGINE_BIN) + " down --dir " + cluster_.string() + " >/dev/null 2>&1"), 0);
+    for (pid_t p : pids_) EXPECT_TRUE(eventually([&] { return gone(p); }, 10s)) << "pid " << p << " left behind";
+    for (pid_t p : workers_) EXPECT_TRUE(eventually([&] { return gone(p); }, 10s)) << "worker " << p << " left behind";
+  }
+
+  std::shared_ptr<const ConsoleSnapshot> snap() const { return source_->snapshot(); }
+
+  fs::path dir_, cluster_;
+  Endpoint endpoint_;
+  std::vector<pid_t> pids_, workers_;
+  std::unique_ptr<DataSource> source_;
+};
+
+TEST_F(DataSourceCluster, FollowsTheTinyRunActsAndCatchesUpWithoutAGap) {
+  source_ = std::make_unique<DataSource>(
+      DataSourceOptions{.cache_path = (dir_ / "console.sqlite").string(),
+                        .tiny_config = slurp(GANTRY_CONSOLE_TINY_CONFIG),
+                        .tiny_dp = 4},
+      [this]() -> Result<Endpoint> { return endpoint_; });
+  source_->start();
+  ASSERT_TRUE(eventually([&] { return snap()->connected; }, 20s)) << snap()->error;
+  EXPECT_EQ(snap()->nodes.size(), 2u);
+  EXPECT_EQ(snap()->run.id, -1);
+
+  source_->request_submit_tiny();
+  ASSERT_TRUE(eventually([&] { return snap()->steps->last_step() >= 4; }, 60s)) << snap()->last_action.message;
+  EXPECT_TRUE(snap()->last_action.ok) << snap()->last_action.message;
+  const int64_t run = snap()->run.id;
+  EXPECT_GE(run, 0);
+  EXPECT_EQ(snap()->run.dp, 4);
+  workers_ = children_of(pids_);
+  EXPECT_EQ(workers_.size(), 4u);
+
+  // Drop both connections while the run goes on; the model continues from where it was.
+  const int64_t before = snap()->steps->last_step();
+  source_->reconnect();
+  ASSERT_TRUE(eventually([&] { return snap()->steps->last_step() >= before + 6; }, 60s));
+
+  // "Checkpoint now": accepted, and rank 0's checkpoint event arrives on the event stream.
+  source_->request_action(run, Action::checkpoint);
+  ASSERT_TRUE(eventually(
+      [&] {
+        for (const EventView& e : snap()->events)
+          if (e.record.kind == "checkpoint") return true;
+        return false;
+      },
+      60s));
+  EXPECT_TRUE(snap()->last_action.ok) << snap()->last_action.message;
+  ASSERT_TRUE(eventually([&] { return !snap()->checkpoints.empty(); }, 20s));
+
+  // Every step from 1 on, once, in order; every rank's step time for the steps the grid calls complete.
+  std::shared_ptr<const ConsoleSnapshot> s = snap();
+  const std::vector<StepRecord>& steps = s->steps->records();
+  ASSERT_GE(steps.size(), 10u);
+  for (size_t k = 0; k < steps.size(); ++k) ASSERT_EQ(steps[k].step, static_cast<int64_t>(k) + 1);
+  EXPECT_EQ(s->steps->gap_steps(), 0);
+  EXPECT_GT(steps.front().loss, 4.0);  // ln 256 = 5.5 at the start
+  const int64_t complete = s->grid->complete_through(4);
+  EXPECT_GE(complete, 5);
+  for (int64_t st = 1; st <= complete; ++st)
+    for (int r = 0; r < 4; ++r) EXPECT_GT(s->grid->at(st, r), 0.0f) << "step " << st << " rank " << r;
+  std::set<int64_t> ids;
+  for (const EventView& e : s->events) EXPECT_TRUE(ids.insert(e.id).second) << "event " << e.id << " twice";
+  EXPECT_EQ(s->ranks.size(), 4u);
+
+  // Stop the run through the same path; then the local cache holds what the model held.
+  source_->request_action(run, Action::stop);
+  ASSERT_TRUE(eventually([&] { return snap()->run.state == "stopped"; }, 60s)) << snap()->run.state;
+  const int64_t last = snap()->run.last_step;
+  ASSERT_TRUE(eventually([&] { return snap()->steps->last_step() == last; }, 20s));
+  source_->stop();
+  std::string error;
+  std::unique_ptr<HistoryDb> db = HistoryDb::open((dir_ / "console.sqlite").string(), {.read_only = true}, &error);
+  ASSERT_TRUE(db) << error;
+  std::vector<RunRow> runs;
+  ASSERT_TRUE(db->list_runs(&runs));
+  ASSERT_EQ(runs.size(), 1u);
+  std::vector<StepRecord> cached;
+  ASSERT_TRUE(db->read_steps(runs[0].id, 0, kStepEnd, 100000, &cached));
+  ASSERT_EQ(cached.size(), static_cast<size_t>(last));
+  for (size_t k = 0; k < cached.size(); ++k) EXPECT_EQ(cached[k].step, static_cast<int64_t>(k) + 1);
+  EXPECT_EQ(runs[0].status, RunStatus::stopped);
+  std::vector<CheckpointInfo> ckpts;
+  ASSERT_TRUE(db->list_checkpoints(runs[0].id, &ckpts));
+  EXPECT_GE(ckpts.size(), 1u);
+}
+
+bool saw(const ConsoleSnapshot& s, const std::string& kind) {
+  for (const EventView& e : s.events)
+    if (e.record.kind == kind) return true;
+  return false;
+}
+
+// A quarantine moves the run to dp 2 on the other node, a stop ends it, a resume-from brings it back:
+// one run id, one step history with no gap and no repeat, and the event stream reopened after the run
+// had ended and lived again.
+TEST_F(DataSourceCluster, QuarantineStopAndResumeFromKeepOneHistoryWithoutAGap) {
+  source_ = std::make_unique<DataSource>(
+      DataSourceOptions{.tiny_config = slurp(GANTRY_CONSOLE_TINY_CONFIG), .tiny_dp = 4},
+      [this]() -> Result<Endpoint> { return endpoint_; });
+  source_->start();
+  source_->request_submit_tiny();
+  ASSERT_TRUE(eventually([&] { return snap()->steps->last_step() >= 4; }, 60s)) << snap()->last_action.message;
+  const int64_t run = snap()->run.id;
+  workers_ = children_of(pids_);
+
+  source_->request_quarantine("node-1");
+  ASSERT_TRUE(eventually([&] { return saw(*snap(), "quarantine_resumed"); }, 60s)) << snap()->last_action.message;
+  EXPECT_TRUE(eventually([&] { return snap()->run.dp == 2; }, 20s)) << snap()->run.dp;  // the next poll's view
+  const int64_t moved = snap()->steps->last_step();
+  ASSERT_TRUE(eventually([&] { return snap()->steps->last_step() >= moved + 3; }, 60s));
+
+  source_->request_action(run, Action::stop);
+  ASSERT_TRUE(eventually([&] { return snap()->run.state == "stopped"; }, 60s));
+  ASSERT_TRUE(eventually([&] { return saw(*snap(), "run_stopped"); }, 20s));
+  source_->request_resume_from(run, "latest", 0);
+  ASSERT_TRUE(eventually([&] { return saw(*snap(), "resume_resumed"); }, 60s)) << snap()->last_action.message;
+  EXPECT_TRUE(snap()->last_action.ok) << snap()->last_action.message;
+  const int64_t resumed = snap()->steps->last_step();
+  ASSERT_TRUE(eventually([&] { return snap()->steps->last_step() >= resumed + 3; }, 60s));
+  for (pid_t p : children_of(pids_)) workers_.push_back(p);
+
+  std::shared_ptr<const ConsoleSnapshot> s = snap();
+  EXPECT_EQ(s->run.id, run);
+  const std::vector<StepRecord>& steps = s->steps->records();
+  for (size_t k = 0; k < steps.size(); ++k) ASSERT_EQ(steps[k].step, static_cast<int64_t>(k) + 1);
+  EXPECT_EQ(s->steps->gap_steps(), 0);
+  std::set<int64_t> ids;
+  for (const EventView& e : s->events) EXPECT_TRUE(ids.insert(e.id).second) << "event " << e.id << " twice";
+  bool quarantined = false;
+  for (const NodeView& n : s->nodes) quarantined = quarantined || (n.id == "node-1" && n.state == "quarantined");
+  EXPECT_TRUE(quarantined);
+  source_->request_action(run, Action::stop);
+  ASSERT_TRUE(eventually([&] { return snap()->run.state == "stopped"; }, 60s));
+}
+
+TEST(DataSource, AnUnreachableCoordinatorIsShownNotWaitedOn) {
+  // Port 9 (discard) on loopback: nothing listens there in a test environment.
+  DataSource source({.poll_interval = 50ms, .retry_interval = 50ms},
+                    []() -> Result<Endpoint> { return Endpoint{"http://127.0.0.1:9", std::string(64, 'a')}; });
+  source.start();
+  ASSERT_TRUE(eventually([&] { return !source.snapshot()->error.empty(); }, 20s));
+  EXPECT_FALSE(source.snapshot()->connected);
+  EXPECT_NE(source.snapshot()->error.find("cannot reach coordinator at http://127.0.0.1:9"), std::string::npos)
+      << source.snapshot()->error;
+  source.stop();
+}
+
+TEST(DataSource, AFailedStartIsShownAndEndsTheNetworkThread) {
+  DataSource source({}, []() -> Result<Endpoint> { return Status::error("gantry-engine up failed: no slots"); });
+  source.start();
+  ASSERT_TRUE(eventually([&] { return source.snapshot()->phase == "failed"; }, 20s));
+  EXPECT_EQ(source.snapshot()->error, "gantry-engine up failed: no slots");
+  source.stop();
+}
+
+}  // namespace
+}  // namespace gantry::console

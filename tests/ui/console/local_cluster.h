@@ -1,0 +1,99 @@
+// A real local cluster for the console's integration tests: `gantry-engine up` in a fresh folder
+// (a coordinator and two agents of two slots, real processes on loopback), and on teardown `down` and a
+// check, by pid, that none of them nor any worker is left. The test process makes itself their
+// subreaper, so the daemons `up` detaches are reaped here and "gone" means gone.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace gantry::console::testing_support {
+
+namespace fs = std::filesystem;
+
+inline std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Polls `pred` every 50 ms until it holds or `limit` passes (a guard against hanging, not a measurement).
+template <class F>
+bool eventually(F pred, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return pred();
+}
+
+// Reaped (we are the subreaper), or no such process.
+inline bool gone(pid_t pid) {
+  int status = 0;
+  if (::waitpid(pid, &status, WNOHANG) == pid) return true;
+  errno = 0;
+  return ::kill(pid, 0) == -1 && errno == ESRCH;
+}
+
+// Live (not zombie) children of `parents`, from /proc.
+inline std::vector<pid_t> children_of(const std::vector<pid_t>& parents) {
+  std::vector<pid_t> out;
+  for (const fs::directory_entry& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string stat = slurp(e.path() / "stat");
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos || close + 2 >= stat.size()) continue;
+    std::istringstream rest(stat.substr(close + 2));
+    std::string state;
+    long ppid = 0;
+    rest >> state >> ppid;
+    for (pid_t p : parents)
+      if (ppid == p && state != "Z") out.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return out;
+}
+
+// The pids in `dir`'s *.pid files (the coordinator's and the agents').
+inline std::vector<pid_t> pid_files(const fs::path& dir) {
+  std::vector<pid_t> out;
+  if (!fs::exists(dir)) return out;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".pid") out.push_back(static_cast<pid_t>(std::stol(slurp(e.path()))));
+  return out;
+}
+
+// Runs a shell command line; its exit code (-1 when it did not exit).
+inline int run_shell(const std::string& cmd) {
+  const int status = std::system(cmd.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// A unique scratch folder per test.
+inline fs::path scratch_dir(const char* what) {
+  const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();
+  fs::path d = fs::path(::testing::TempDir()) /
+               (std::string("gantry_") + what + "_" + t->name() + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+inline void become_subreaper() { ::prctl(PR_SET_CHILD_SUBREAPER, 1); }
+
+}  // namespace gantry::console::testing_support

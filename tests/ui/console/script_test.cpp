@@ -1,0 +1,149 @@
+// The --script format and its runner. Clicks go through a real Dear ImGui context (no window: ImGui needs
+// none to lay out and handle input), so a scripted click is shown to press the button an operator would.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <imgui.h>
+
+#include "ui/console/script.h"
+
+namespace gantry::console {
+namespace {
+
+using ::testing::HasSubstr;
+using K = ScriptCommand::Kind;
+
+TEST(ScriptParse, CommandsArgumentsCommentsAndQuotes) {
+  Result<std::vector<ScriptCommand>> s = script_parse(
+      "# a comment\n"
+      "\n"
+      "wait_connected\n"
+      "submit_tiny\r\n"
+      "wait_steps 3\n"
+      "  click   \"Checkpoint now\"  \n"
+      "wait_event checkpoint\n"
+      "wait_state paused\n"
+      "wait_frames 0\n"
+      "quit",
+      "s.txt");
+  ASSERT_TRUE(s.ok()) << s.error();
+  ASSERT_EQ(s->size(), 8u);
+  EXPECT_EQ(s.value()[0].kind, K::wait_connected);
+  EXPECT_EQ(s.value()[1].kind, K::submit_tiny);
+  EXPECT_EQ(s.value()[2].kind, K::wait_steps);
+  EXPECT_EQ(s.value()[2].number, 3);
+  EXPECT_EQ(s.value()[3].kind, K::click);
+  EXPECT_EQ(s.value()[3].text, "Checkpoint now");
+  EXPECT_EQ(s.value()[3].line, 6);
+  EXPECT_EQ(s.value()[4].text, "checkpoint");
+  EXPECT_EQ(s.value()[7].kind, K::quit);
+}
+
+TEST(ScriptParse, ErrorsNameFileLineAndWhatIsExpected) {
+  auto error = [](const char* text) {
+    Result<std::vector<ScriptCommand>> s = script_parse(text, "s.txt");
+    EXPECT_FALSE(s.ok()) << text;
+    return s.ok() ? std::string() : s.error();
+  };
+  EXPECT_THAT(error("wait_steps 2\nclik \"Pause\""), HasSubstr("s.txt:2: unknown command \"clik\" (known: wait_connected"));
+  EXPECT_THAT(error("wait_steps three"), HasSubstr("s.txt:1: wait_steps: \"three\" is not a count"));
+  EXPECT_THAT(error("wait_steps -1"), HasSubstr("is not a count"));
+  EXPECT_THAT(error("click"), HasSubstr("click takes one argument, e.g. click \"Checkpoint now\", got 0"));
+  EXPECT_THAT(error("click \"Checkpoint now"), HasSubstr("s.txt:1: a quoted label has no closing \""));
+  EXPECT_THAT(error("quit now"), HasSubstr("quit takes no argument, got 1"));
+}
+
+// A headless ImGui frame loop with one button drawn through Clickables.
+class ScriptClick : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ImGui::CreateContext();
+    ImGuiIO& io = ImGui::GetIO();
+    io.DisplaySize = ImVec2(800, 600);
+    io.IniFilename = nullptr;
+    unsigned char* pixels = nullptr;
+    int w = 0, h = 0;
+    io.Fonts->GetTexDataAsRGBA32(&pixels, &w, &h);  // builds the font atlas, as a renderer would
+  }
+  void TearDown() override { ImGui::DestroyContext(); }
+
+  // One frame: the script's orders become the mouse, then the button is drawn; returns whether it fired.
+  bool frame(ScriptRunner& runner, const ConsoleSnapshot& s, bool enabled = true) {
+    ScriptOrders o = runner.step(s, clicks_);
+    ImGuiIO& io = ImGui::GetIO();
+    io.DeltaTime = 1.0f / 60;
+    io.MousePos = o.move_mouse ? o.mouse : ImVec2(-1, -1);
+    io.MouseDown[0] = o.mouse_down;
+    clicks_.begin_frame();
+    ImGui::NewFrame();
+    ImGui::SetNextWindowPos(ImVec2(100, 100));
+    ImGui::Begin("Actions");
+    const bool pressed = clicks_.button("Checkpoint now", enabled);
+    ImGui::End();
+    ImGui::Render();
+    return pressed;
+  }
+
+  Clickables clicks_;
+};
+
+TEST_F(ScriptClick, PressesTheButtonThroughImGuiInputOnce) {
+  Result<std::vector<ScriptCommand>> cmds = script_parse("click \"Checkpoint now\"", "s");
+  ASSERT_TRUE(cmds.ok());
+  ScriptRunner runner(cmds.value());
+  ConsoleSnapshot s;
+  int presses = 0;
+  for (int f = 0; f < 10; ++f) presses += frame(runner, s);
+  EXPECT_EQ(presses, 1);
+  EXPECT_TRUE(runner.done());
+  EXPECT_FALSE(runner.failed());
+}
+
+TEST_F(ScriptClick, WaitsForADisabledButtonToBeEnabled) {
+  Result<std::vector<ScriptCommand>> cmds = script_parse("click \"Checkpoint now\"", "s");
+  ScriptRunner runner(cmds.value());
+  ConsoleSnapshot s;
+  for (int f = 0; f < 10; ++f) EXPECT_FALSE(frame(runner, s, /*enabled=*/false));
+  EXPECT_FALSE(runner.done());
+  int presses = 0;
+  for (int f = 0; f < 10; ++f) presses += frame(runner, s);
+  EXPECT_EQ(presses, 1);
+  EXPECT_TRUE(runner.done());
+}
+
+TEST(ScriptRunner, WaitsOnTheModelAndFailsWhenTheRunEndsFirst) {
+  Result<std::vector<ScriptCommand>> cmds = script_parse("wait_connected\nwait_event checkpoint\nwait_steps 5", "s");
+  ScriptRunner runner(cmds.value());
+  Clickables none;
+  ConsoleSnapshot s;
+  runner.step(s, none);
+  EXPECT_EQ(runner.current(), "line 1: wait_connected");
+  s.connected = true;
+  s.events.push_back({.id = 7, .record = {.kind = "action_requested"}});
+  runner.step(s, none);
+  EXPECT_EQ(runner.current(), "line 2: wait_event \"checkpoint\"");
+  s.events.push_back({.id = 8, .record = {.step = 3, .kind = "checkpoint"}});
+  runner.step(s, none);
+  EXPECT_EQ(runner.current(), "line 3: wait_steps 5");
+  s.run = {.id = 1, .state = "stopped", .last_step = 4};
+  runner.step(s, none);
+  EXPECT_TRUE(runner.failed());
+  EXPECT_THAT(runner.failure(), HasSubstr("line 3: wait_steps 5: run 1 is stopped at step 4"));
+}
+
+TEST(ScriptRunner, WaitEventCountsOnlyEventsAfterTheLastAction) {
+  Result<std::vector<ScriptCommand>> cmds = script_parse("submit_tiny\nwait_event checkpoint", "s");
+  ScriptRunner runner(cmds.value());
+  Clickables none;
+  ConsoleSnapshot s;
+  s.events.push_back({.id = 1, .record = {.kind = "checkpoint"}});  // an old checkpoint: does not count
+  ScriptOrders o = runner.step(s, none);
+  EXPECT_TRUE(o.submit_tiny);
+  runner.step(s, none);
+  EXPECT_FALSE(runner.done());
+  s.events.push_back({.id = 2, .record = {.kind = "checkpoint"}});
+  runner.step(s, none);
+  EXPECT_TRUE(runner.done());
+}
+
+}  // namespace
+}  // namespace gantry::console

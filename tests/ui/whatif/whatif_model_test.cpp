@@ -1,0 +1,283 @@
+// The what-if view model against the real planner: candidates come out ranked and each is exactly what
+// plan_evaluate says of its layout; a layout that does not fit is listed after those that do, with the
+// reason; a run loads from its config TOML and layout as the API returns them; Apply is offered exactly
+// for the layouts resume-from takes, with exactly its fields.
+#include "ui/whatif/whatif_model.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace gantry::whatif {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+std::string tiny_config() {
+  std::ifstream in(std::string(GANTRY_SOURCE_DIR) + "/assets/configs/tiny.toml");
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Each candidate against plan_evaluate of the model's input with that candidate's layout.
+void expect_matches_plan_evaluate(const WhatIfModel& m) {
+  for (const Candidate& c : m.candidates()) {
+    PlanInput in = m.input();
+    in.layout = c.plan.layout;
+    Result<Plan> p = plan_evaluate(in);
+    ASSERT_TRUE(p.ok()) << c.label() << ": " << p.error();
+    EXPECT_EQ(p->step_s, c.plan.step_s) << c.label();
+    EXPECT_EQ(p->tokens_per_s, c.plan.tokens_per_s) << c.label();
+    EXPECT_EQ(p->mfu, c.plan.mfu) << c.label();
+    EXPECT_EQ(p->memory.total(), c.plan.memory.total()) << c.label();
+    EXPECT_EQ(p->bubble_s, c.plan.bubble_s) << c.label();
+    EXPECT_EQ(p->exposed_comm_s, c.plan.exposed_comm_s) << c.label();
+    EXPECT_EQ(p->fits, c.plan.fits) << c.label();
+    EXPECT_EQ(c.score, p->tokens_per_s) << c.label();  // ranked by tokens/s (the form's default)
+  }
+}
+
+TEST(WhatIfModel, CandidatesAreRankedAndEqualPlanEvaluate) {
+  WhatIfModel m;
+  m.form.preset = "gpt2-350m";
+  m.form.gpus = 16;
+  m.form.global_batch = 256;
+  m.form.top = 6;
+  m.evaluate();
+  ASSERT_TRUE(m.issues().empty()) << m.issues()[0].message;
+  ASSERT_GE(m.candidates().size(), 6u);
+  EXPECT_GT(m.search_evaluated(), 100);
+  for (size_t i = 1; i < m.candidates().size(); ++i) {
+    const Candidate &a = m.candidates()[i - 1], &b = m.candidates()[i];
+    ASSERT_TRUE(a.plan.fits || !b.plan.fits) << "a layout that does not fit ranks above one that does";
+    if (a.plan.fits == b.plan.fits) {
+      EXPECT_GE(a.score, b.score) << a.label() << " before " << b.label();
+    }
+  }
+  expect_matches_plan_evaluate(m);
+  // The best is the search's best, and the form's own layout is among the candidates.
+  Result<SearchResult> s = plan_search(m.input(), SearchOptions{.top = 1});
+  ASSERT_TRUE(s.ok());
+  ASSERT_EQ(s->plans.size(), 1u);
+  EXPECT_EQ(m.candidates()[0].plan.tokens_per_s, s->plans[0].tokens_per_s);
+  int from_form = 0;
+  for (const Candidate& c : m.candidates()) from_form += (c.sources & kFromForm) != 0;
+  EXPECT_EQ(from_form, 1);
+  EXPECT_EQ(m.selected(), 0);
+}
+
+TEST(WhatIfModel, ALayoutThatDoesNotFitRanksLastAndSaysWhy) {
+  WhatIfModel m;
+  m.form.preset = "llama3-70b";
+  m.form.gpus = 64;
+  m.form.global_batch = 512;
+  m.form.top = 3;
+  m.evaluate();  // the form's layout, tp = pp = 1 without ZeRO: a whole 70B model's state on each GPU
+  ASSERT_TRUE(m.issues().empty()) << m.issues()[0].message;
+  ASSERT_EQ(m.candidates().size(), 4u);
+  const Candidate& last = m.candidates().back();
+  EXPECT_EQ(last.sources, static_cast<unsigned>(kFromForm));
+  EXPECT_FALSE(last.plan.fits);
+  EXPECT_THAT(last.fit_note, HasSubstr("does not fit: needs"));
+  EXPECT_THAT(last.fit_note, HasSubstr("of 79.6 GiB (optimizer"));  // 12 B/param of 70B: the largest bucket
+  for (size_t i = 0; i + 1 < m.candidates().size(); ++i) {
+    EXPECT_TRUE(m.candidates()[i].plan.fits);
+    EXPECT_THAT(m.candidates()[i].fit_note, HasSubstr("fits: "));
+  }
+  expect_matches_plan_evaluate(m);
+  // Memory bars: the buckets in order, summing to the plan's total.
+  const std::vector<MemoryBar> bars = whatif_memory_bars(last.plan);
+  ASSERT_EQ(bars.size(), 5u);
+  EXPECT_EQ(bars[2].name, "optimizer");
+  double sum = 0;
+  for (const MemoryBar& b : bars) sum += b.bytes;
+  EXPECT_DOUBLE_EQ(sum, last.plan.memory.total());
+  double parts = 0;
+  for (const TimePart& t : whatif_time_parts(m.candidates()[0].plan)) parts += t.seconds;
+  EXPECT_DOUBLE_EQ(parts, m.candidates()[0].plan.step_s);
+}
+
+TEST(WhatIfModel, ARefusedLayoutIsAnIssueAndTheSearchStillRuns) {
+  WhatIfModel m;
+  m.form.gpus = 7;
+  m.form.layout.tp = 2;
+  m.evaluate();
+  ASSERT_EQ(m.issues().size(), 1u);
+  EXPECT_EQ(m.issues()[0].field, "gpus");
+  ASSERT_FALSE(m.candidates().empty());
+  for (const Candidate& c : m.candidates()) {
+    EXPECT_EQ(c.sources, static_cast<unsigned>(kFromSearch));
+    EXPECT_EQ(c.plan.gpus, 7);
+  }
+  expect_matches_plan_evaluate(m);
+}
+
+TEST(WhatIfModel, AFormWithoutAClusterHasNoCandidates) {
+  WhatIfModel m;
+  m.evaluate();
+  ASSERT_FALSE(m.candidates().empty());
+  m.form.gpu = "tpu-v9";
+  m.evaluate();
+  EXPECT_TRUE(m.candidates().empty());
+  EXPECT_EQ(m.selection(), nullptr);
+  ASSERT_EQ(m.issues().size(), 1u);
+  EXPECT_EQ(m.issues()[0].field, "gpu");
+}
+
+TEST(WhatIfModel, TheSelectionFollowsItsLayoutAcrossEvaluations) {
+  WhatIfModel m;
+  m.form.gpus = 16;
+  m.form.global_batch = 512;
+  m.evaluate();
+  ASSERT_GE(m.candidates().size(), 3u);
+  m.select(2);
+  const std::string chosen = m.candidates()[2].label();
+  m.form.rank = SearchRank::kGoodput;  // another order, the same layouts among them
+  m.evaluate();
+  ASSERT_NE(m.selection(), nullptr);
+  EXPECT_EQ(m.selection()->label(), chosen);
+  m.select(99);
+  EXPECT_EQ(m.selection(), nullptr);
+}
+
+TEST(WhatIfRun, LoadsTheConfigAndEitherLayoutForm) {
+  const std::string toml = tiny_config();
+  Result<WhatIfRun> a = whatif_run_parse(7, "tiny", toml, R"({"dp":2,"tp":1,"pp":1,"zero":1})");
+  ASSERT_TRUE(a.ok()) << a.error();
+  EXPECT_EQ(a->model.layers, 2);
+  EXPECT_EQ(a->model.hidden, 64);
+  EXPECT_EQ(a->model.heads, 4);
+  EXPECT_EQ(a->model.vocab, 256);
+  EXPECT_EQ(a->model.seq, 64);
+  EXPECT_EQ(a->global_batch, 16);
+  EXPECT_EQ(a->micro_batch, 8);
+  EXPECT_EQ(a->backend, "cpu");
+  EXPECT_EQ(a->dp, 2);
+  EXPECT_EQ(a->zero, 1);
+  Result<WhatIfRun> b = whatif_run_parse(7, "tiny", toml, "dp=2 tp=1 pp=1 zero=1");
+  ASSERT_TRUE(b.ok()) << b.error();
+  EXPECT_EQ(b->dp, 2);
+  EXPECT_EQ(b->zero, 1);
+  // A key the coordinator may add later is skipped; a bad value of a known one is named.
+  EXPECT_TRUE(whatif_run_parse(7, "", toml, R"({"dp":2,"cp":1})").ok());
+  Result<WhatIfRun> bad = whatif_run_parse(7, "", toml, R"({"dp":0})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error(), "layout.dp = 0: allowed 1..1048576");
+  EXPECT_EQ(whatif_run_parse(7, "", toml, "dp=two").error(), "layout.dp: 'two' is not an integer");
+  EXPECT_THAT(whatif_run_parse(7, "", toml, "dp 2").error(), HasSubstr("is not key=value"));
+  Result<WhatIfRun> bad_toml = whatif_run_parse(7, "", "[model]\nn_layer = 0\n", "dp=1");
+  ASSERT_FALSE(bad_toml.ok());
+  EXPECT_THAT(bad_toml.error(), HasSubstr("model.n_layer"));
+}
+
+TEST(WhatIfRun, TheWholeRunObjectLoadsIntoTheForm) {
+  const json run = {{"id", 7},
+                    {"name", "tiny"},
+                    {"state", "stopped"},
+                    {"config", tiny_config()},
+                    {"layout", {{"dp", 2}, {"tp", 1}, {"pp", 1}, {"zero", 1}}},
+                    {"world", 2}};
+  WhatIfModel m;
+  ASSERT_TRUE(m.load_run(run).ok());
+  ASSERT_TRUE(m.run().has_value());
+  EXPECT_EQ(m.run()->state, "stopped");
+  EXPECT_TRUE(m.form.custom_model);
+  EXPECT_EQ(m.form.model.layers, 2);
+  EXPECT_EQ(m.form.gpus, 2);
+  EXPECT_EQ(m.form.global_batch, 16);
+  EXPECT_EQ(m.form.layout.micro_batch, 8);
+  EXPECT_EQ(m.form.layout.zero, 1);
+  ASSERT_TRUE(m.issues().empty()) << m.issues()[0].message;
+  // The run's own layout is a candidate that came from the form and from the engine, and applies.
+  bool found = false;
+  for (int i = 0; i < static_cast<int>(m.candidates().size()); ++i) {
+    const Candidate& c = m.candidates()[i];
+    if ((c.sources & kFromForm) == 0) continue;
+    found = true;
+    EXPECT_NE(c.sources & kFromEngine, 0u);
+    EXPECT_EQ(c.apply_blocker, "");
+    ASSERT_TRUE(m.apply(i).has_value());
+    EXPECT_EQ(m.apply(i)->layout(), json({{"dp", 2}, {"tp", 1}, {"pp", 1}, {"zero", 1}}));
+  }
+  EXPECT_TRUE(found);
+  // The state follows the API without touching the form; Apply stays the caller's to carry out.
+  m.form.gpus = 4;
+  m.set_run_state("running");
+  EXPECT_EQ(m.run()->state, "running");
+  EXPECT_EQ(m.form.gpus, 4);
+  // The list of runs carries no config: refused by name.
+  EXPECT_THAT(m.load_run(json{{"id", 7}, {"name", "tiny"}}).message(), HasSubstr("no \"config\""));
+}
+
+TEST(WhatIfApply, OfferedExactlyForLayoutsResumeFromTakes) {
+  WhatIfModel m;
+  ASSERT_TRUE(m.load_run(7, "tiny", tiny_config(), R"({"dp":2,"tp":1,"pp":1,"zero":1})").ok());
+  m.form.gpus = 4;  // what if the run went on on 4 ranks?
+  m.evaluate();
+  // 4 ranks × the run's micro-batch of 8 overshoot its global batch of 16: the form says so, by field.
+  ASSERT_EQ(m.issues().size(), 1u);
+  EXPECT_EQ(m.issues()[0].field, "global_batch");
+  for (const Candidate& c : m.candidates()) EXPECT_EQ(c.sources & kFromForm, 0u);
+  m.form.layout.micro_batch = 4;
+  m.evaluate();
+  ASSERT_TRUE(m.issues().empty()) << m.issues()[0].message;
+  int applicable = 0, engine = 0;
+  for (int i = 0; i < static_cast<int>(m.candidates().size()); ++i) {
+    const Candidate& c = m.candidates()[i];
+    const PlanLayout& l = c.plan.layout;
+    const bool resumable = l.tp == 1 && l.pp == 1 && l.cp == 1 && l.vp == 1 && l.hsdp == 0 &&
+                           l.recompute == Recompute::kNone && l.micro_batch == 4 && l.dp == 4 && c.plan.fits;
+    EXPECT_EQ(m.apply(i).has_value(), resumable) << c.label() << ": " << c.apply_blocker;
+    EXPECT_EQ(c.apply_blocker.empty(), resumable) << c.label();
+    if (c.sources & kFromEngine) ++engine;
+    if (!resumable) {
+      if (l.tp != 1 || l.pp != 1) {
+        EXPECT_THAT(c.apply_blocker, HasSubstr("the engine trains tp = 1, pp = 1 only"));
+      }
+      continue;
+    }
+    ++applicable;
+    const WhatIfApply a = *m.apply(i);
+    EXPECT_EQ(a.run_id, 7);
+    EXPECT_EQ(a.path(), "/v1/runs/7/resume-from");
+    // Exactly resume-from's layout fields, nothing else.
+    EXPECT_EQ(a.layout(), json({{"dp", 4}, {"tp", 1}, {"pp", 1}, {"zero", l.zero}}));
+    EXPECT_EQ(a.body(), json({{"checkpoint", "latest"}, {"layout", a.layout()}}));
+    EXPECT_EQ(a.text(), "dp=4 tp=1 pp=1 zero=" + std::to_string(l.zero));
+  }
+  EXPECT_EQ(engine, 4);  // ZeRO 0..3 on dp 4, micro-batches of 16 / 4 = 4 as the engine cuts them
+  EXPECT_EQ(applicable, 4);
+
+  // A global batch other than the run's cannot be applied: resume-from keeps the config.
+  m.form.global_batch = 32;
+  m.evaluate();
+  for (int i = 0; i < static_cast<int>(m.candidates().size()); ++i) {
+    EXPECT_FALSE(m.apply(i).has_value());
+    EXPECT_THAT(m.candidates()[i].apply_blocker, HasSubstr("the run's train.global_batch is 16"));
+  }
+  // Nor a plan for another model than the run's.
+  m.form.global_batch = 16;
+  m.form.model.layers = 4;
+  m.evaluate();
+  ASSERT_FALSE(m.candidates().empty());
+  for (int i = 0; i < static_cast<int>(m.candidates().size()); ++i) {
+    EXPECT_FALSE(m.apply(i).has_value());
+    EXPECT_THAT(m.candidates()[i].apply_blocker, HasSubstr("planned for another model"));
+  }
+  m.form.model.layers = 2;
+  // Nor anything without a run.
+  m.forget_run();
+  m.form.global_batch = 16;
+  m.evaluate();
+  ASSERT_FALSE(m.candidates().empty());
+  EXPECT_FALSE(m.apply(0).has_value());
+  EXPECT_THAT(m.candidates()[0].apply_blocker, HasSubstr("no run is loaded"));
+}
+
+}  // namespace
+}  // namespace gantry::whatif

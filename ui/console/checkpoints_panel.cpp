@@ -1,0 +1,39 @@
+// The Checkpoints panel: the followed run's checkpoint catalog.
+#include <imgui.h>
+
+#include <ctime>
+
+#include "ui/console/panels.h"
+
+namespace gantry::console {
+
+void CheckpointsPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
+  ctx.frame.panels.push_back("Checkpoints");
+  if (s.checkpoints.empty()) {
+    ImGui::TextDisabled(s.run.id >= 0 ? "no checkpoints yet" : "no run followed");
+    return;
+  }
+  if (!ImGui::BeginTable("##checkpoints", 5, ImGuiTableFlags_RowBg | ImGuiTableFlags_Borders | ImGuiTableFlags_ScrollY))
+    return;
+  for (const char* h : {"step", "state", "MiB", "write s", "age"}) ImGui::TableSetupColumn(h);
+  ImGui::TableSetupScrollFreeze(0, 1);
+  ImGui::TableHeadersRow();
+  for (auto it = s.checkpoints.rbegin(); it != s.checkpoints.rend(); ++it) {
+    ImGui::TableNextRow();
+    ImGui::TableNextColumn();
+    ImGui::Text("%lld", static_cast<long long>(it->step));
+    if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", it->path.c_str());
+    ImGui::TableNextColumn();
+    ImGui::TextUnformatted(it->state.c_str());
+    ImGui::TableNextColumn();
+    ImGui::Text("%.1f", static_cast<double>(it->bytes) / (1 << 20));
+    ImGui::TableNextColumn();
+    ImGui::Text("%.2f", it->write_s);
+    ImGui::TableNextColumn();
+    if (it->time_unix_s > 0) ImGui::Text("%.0f s", ctx.now_unix_s - it->time_unix_s);
+    else ImGui::TextDisabled("-");
+  }
+  ImGui::EndTable();
+}
+
+}  // namespace gantry::console

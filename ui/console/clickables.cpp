@@ -1,0 +1,35 @@
+#include "ui/console/clickables.h"
+
+namespace gantry::console {
+namespace {
+
+std::string_view visible_part(std::string_view label) {
+  const size_t k = label.find("##");
+  return k == std::string_view::npos ? label : label.substr(0, k);
+}
+
+}  // namespace
+
+void Clickables::begin_frame() {
+  last_.swap(current_);
+  current_.clear();
+}
+
+bool Clickables::button(const char* label, bool enabled, ImVec2 size) {
+  ImGui::BeginDisabled(!enabled);
+  const bool pressed = ImGui::Button(label, size);
+  ImGui::EndDisabled();
+  record_last_item(visible_part(label), enabled);
+  return pressed && enabled;
+}
+
+void Clickables::record_last_item(std::string_view label, bool enabled) {
+  current_[std::string(label)] = ClickTarget{ImGui::GetItemRectMin(), ImGui::GetItemRectMax(), enabled};
+}
+
+const ClickTarget* Clickables::find(std::string_view label) const {
+  auto it = last_.find(label);
+  return it == last_.end() ? nullptr : &it->second;
+}
+
+}  // namespace gantry::console

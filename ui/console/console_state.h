@@ -1,0 +1,119 @@
+// What the console knows at one moment, as the UI thread sees it: one immutable ConsoleSnapshot per frame,
+// published by the network thread (data_source.h) whenever something changed. The big parts (the step log
+// and the rank grid) are shared between snapshots until they change, so taking a snapshot costs a
+// pointer copy and the UI never waits on the network or on a lock held across a request.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "telemetry/records.h"
+#include "ui/console/step_log.h"
+
+namespace gantry::console {
+
+// A node of /v1/cluster.
+struct NodeView {
+  std::string id;
+  std::string state;  // healthy, quarantined, lost, spare
+  std::string host;
+  int slots = 0;
+  int busy_slots = 0;
+  double last_seen_unix_s = 0;
+  std::vector<int64_t> runs;
+};
+
+// One node's share of a run (the run's placement).
+struct ShareView {
+  std::string node;
+  int first_rank = 0;
+  int ranks = 0;
+  std::vector<int> slots;
+  bool done = false;
+};
+
+// A run of /v1/runs (and /v1/runs/{id} for the followed one).
+struct RunView {
+  int64_t id = -1;
+  std::string name;
+  std::string state;  // running, paused, stopping, finished, stopped, failed
+  std::string message;
+  int dp = 0;
+  int zero = 0;
+  int world = 0;
+  int generation = 0;
+  int64_t last_step = -1;
+  int64_t max_steps = -1;
+  double created_unix_s = 0;
+  std::vector<ShareView> placement;
+};
+
+// A rank of /v1/runs/{id}/ranks. The straggler fields come from the coordinator where it scores ranks;
+// absent fields stay empty and the console scores the ranks itself from the step records it holds.
+struct RankView {
+  int32_t rank = 0;
+  std::string node;
+  std::string host;
+  int slot = 0;
+  int local_rank = 0;
+  int64_t last_step = 0;
+  double step_seconds = 0;
+  bool done = false;
+  std::optional<double> score;       // "straggler.relative": 1 = as fast as the fastest rank
+  std::optional<double> individual;  // "straggler.individual": against the rank's own best
+  std::optional<bool> flagged;       // "straggler.flagged"
+  std::string slow_phase;            // "straggler.slow_phase"; "" = not named
+};
+
+struct CheckpointView {
+  int64_t step = 0;
+  std::string path;
+  std::string state;
+  uint64_t bytes = 0;
+  double write_s = 0;
+  double time_unix_s = 0;
+};
+
+struct EventView {
+  int64_t id = 0;  // the server's event id: increasing
+  EventRecord record;
+};
+
+// What the last request the operator made came to: shown under the action buttons.
+struct ActionOutcome {
+  uint64_t serial = 0;  // increases with every outcome, so a script can wait for the next one
+  std::string what;     // "checkpoint run 3"
+  bool ok = false;
+  std::string message;  // the server's answer or the error
+};
+
+struct ConsoleSnapshot {
+  uint64_t version = 0;  // increases with every published change
+
+  // The connection.
+  std::string url;
+  bool embedded = false;          // a cluster this console started (stopped on exit)
+  std::string phase;              // "starting the local cluster", "connecting", "connected", ...
+  bool connected = false;
+  std::string error;              // the last connection error, "" while healthy
+  double cluster_seen_unix_s = 0;
+
+  std::vector<NodeView> nodes;
+  std::vector<RunView> runs;
+  RunView run;  // the run followed; id -1 = none
+  std::vector<RankView> ranks;
+  std::vector<CheckpointView> checkpoints;
+  std::vector<EventView> events;  // the followed run's, oldest first
+  ActionOutcome last_action;
+
+  std::shared_ptr<const StepLog> steps = std::make_shared<StepLog>();
+  std::shared_ptr<const RankStepGrid> grid = std::make_shared<RankStepGrid>();
+
+  // The tiny run on the built-in corpus that this console can submit (embedded clusters only).
+  bool can_submit_tiny = false;
+};
+
+}  // namespace gantry::console

@@ -1,0 +1,481 @@
+#include "ui/console/data_source.h"
+
+#include <algorithm>
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "engine/cluster/http_client.h"
+#include "telemetry/record_json.h"
+#include "ui/console/local_cache.h"
+
+namespace gantry::console {
+namespace {
+
+using json = nlohmann::json;
+
+double now_unix_s() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// The API's objects, read leniently: a field a newer or older coordinator lacks keeps its default.
+template <class T>
+T field(const json& j, const char* key, T fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  try {
+    return it->get<T>();
+  } catch (const json::exception&) {
+    return fallback;
+  }
+}
+
+NodeView node_from_json(const json& j) {
+  NodeView n{.id = field<std::string>(j, "id", ""),
+             .state = field<std::string>(j, "state", ""),
+             .host = field<std::string>(j, "host", ""),
+             .slots = field<int>(j, "slots", 0),
+             .busy_slots = field<int>(j, "busy_slots", 0),
+             .last_seen_unix_s = field<double>(j, "last_seen_unix_s", 0)};
+  if (auto it = j.find("runs"); it != j.end() && it->is_array())
+    for (const json& r : *it)
+      if (r.is_number_integer()) n.runs.push_back(r.get<int64_t>());
+  return n;
+}
+
+RunView run_from_json(const json& j) {
+  RunView r{.id = field<int64_t>(j, "id", -1),
+            .name = field<std::string>(j, "name", ""),
+            .state = field<std::string>(j, "state", ""),
+            .message = field<std::string>(j, "message", ""),
+            .world = field<int>(j, "world", 0),
+            .generation = field<int>(j, "generation", 0),
+            .last_step = field<int64_t>(j, "last_step", -1),
+            .max_steps = field<int64_t>(j, "max_steps", -1),
+            .created_unix_s = field<double>(j, "created_unix_s", 0)};
+  if (auto it = j.find("layout"); it != j.end() && it->is_object()) {
+    r.dp = field<int>(*it, "dp", 0);
+    r.zero = field<int>(*it, "zero", 0);
+  }
+  if (r.world == 0) r.world = r.dp;
+  if (auto it = j.find("placement"); it != j.end() && it->is_array()) {
+    for (const json& s : *it) {
+      ShareView v{.node = field<std::string>(s, "node", ""),
+                  .first_rank = field<int>(s, "first_rank", 0),
+                  .ranks = field<int>(s, "ranks", 0),
+                  .done = field<bool>(s, "done", false)};
+      v.slots = field<std::vector<int>>(s, "slots", {});
+      r.placement.push_back(std::move(v));
+    }
+  }
+  return r;
+}
+
+RankView rank_from_json(const json& j) {
+  RankView r{.rank = field<int32_t>(j, "rank", 0),
+             .node = field<std::string>(j, "node", ""),
+             .host = field<std::string>(j, "host", ""),
+             .slot = field<int>(j, "slot", 0),
+             .local_rank = field<int>(j, "local_rank", 0),
+             .last_step = field<int64_t>(j, "last_step", 0),
+             .step_seconds = field<double>(j, "step_seconds", 0),
+             .done = field<bool>(j, "done", false)};
+  // The coordinator's straggler policy, where it has one (null until the rank has been scored).
+  if (auto it = j.find("straggler"); it != j.end() && it->is_object()) {
+    if (auto v = it->find("relative"); v != it->end() && v->is_number()) r.score = v->get<double>();
+    if (auto v = it->find("individual"); v != it->end() && v->is_number()) r.individual = v->get<double>();
+    if (auto v = it->find("flagged"); v != it->end() && v->is_boolean()) r.flagged = v->get<bool>();
+    r.slow_phase = field<std::string>(*it, "slow_phase", "");
+  }
+  return r;
+}
+
+CheckpointView checkpoint_from_json(const json& j) {
+  return {.step = field<int64_t>(j, "step", 0),
+          .path = field<std::string>(j, "path", ""),
+          .state = field<std::string>(j, "state", ""),
+          .bytes = field<uint64_t>(j, "bytes", 0),
+          .write_s = field<double>(j, "write_s", 0),
+          .time_unix_s = field<double>(j, "time_unix_s", 0)};
+}
+
+bool run_ended(const std::string& state) { return state == "finished" || state == "stopped" || state == "failed"; }
+
+}  // namespace
+
+DataSource::DataSource(DataSourceOptions options, std::function<Result<Endpoint>()> endpoint)
+    : opt_(std::move(options)), endpoint_fn_(std::move(endpoint)) {
+  master_.embedded = opt_.embedded;
+  master_.phase = opt_.embedded ? "starting the local cluster" : "connecting";
+  master_.can_submit_tiny = !opt_.tiny_config.empty();
+  published_ = std::make_shared<const ConsoleSnapshot>(master_);
+}
+
+DataSource::~DataSource() { stop(); }
+
+void DataSource::start() {
+  net_ = std::thread([this] { net_main(); });
+  events_ = std::thread([this] { events_main(); });
+}
+
+void DataSource::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+    if (stream_ != nullptr) stream_->stop();
+  }
+  cv_.notify_all();
+  if (net_.joinable()) net_.join();
+  if (events_.joinable()) events_.join();
+}
+
+std::shared_ptr<const ConsoleSnapshot> DataSource::snapshot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return published_;
+}
+
+void DataSource::follow(int64_t run_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  follow_ = run_id;
+  cv_.notify_all();
+}
+
+void DataSource::request_action(int64_t run_id, Action a) {
+  const std::string route(action_route(a));
+  std::lock_guard<std::mutex> lock(mu_);
+  requests_.push_back({.what = route + " run " + std::to_string(run_id),
+                       .path = "/v1/runs/" + std::to_string(run_id) + "/" + route,
+                       .body = "{}"});
+  cv_.notify_all();
+}
+
+void DataSource::request_resume_from(int64_t run_id, const std::string& checkpoint, int dp) {
+  json body = {{"checkpoint", checkpoint}};
+  if (dp > 0) body["layout"] = {{"dp", dp}};
+  std::lock_guard<std::mutex> lock(mu_);
+  requests_.push_back({.what = "resume run " + std::to_string(run_id) + " from " + checkpoint,
+                       .path = "/v1/runs/" + std::to_string(run_id) + "/resume-from",
+                       .body = body.dump()});
+  cv_.notify_all();
+}
+
+void DataSource::request_quarantine(const std::string& node) {
+  std::lock_guard<std::mutex> lock(mu_);
+  requests_.push_back({.what = "quarantine node " + node, .path = "/v1/nodes/" + node + "/quarantine", .body = "{}"});
+  cv_.notify_all();
+}
+
+void DataSource::request_submit_tiny() {
+  json body = {{"config", opt_.tiny_config}, {"layout", {{"dp", opt_.tiny_dp}}}, {"name", "tiny"}};
+  if (opt_.tiny_max_steps > 0) body["max_steps"] = opt_.tiny_max_steps;
+  std::lock_guard<std::mutex> lock(mu_);
+  requests_.push_back({.what = "submit the tiny run (dp " + std::to_string(opt_.tiny_dp) + ")",
+                       .path = "/v1/runs",
+                       .body = body.dump(),
+                       .submit = true});
+  cv_.notify_all();
+}
+
+void DataSource::reconnect() {
+  std::lock_guard<std::mutex> lock(mu_);
+  reconnect_ = true;
+  events_restart_ = true;
+  if (stream_ != nullptr) stream_->stop();
+  cv_.notify_all();
+}
+
+// ---- the model (hold mu_) -------------------------------------------------------------------------------
+
+void DataSource::publish_locked() {
+  auto s = std::make_shared<ConsoleSnapshot>(master_);
+  s->version = published_->version + 1;
+  s->steps = steps_dirty_ ? std::make_shared<const StepLog>(steps_) : published_->steps;
+  s->grid = grid_dirty_ ? std::make_shared<const RankStepGrid>(grid_) : published_->grid;
+  steps_dirty_ = grid_dirty_ = false;
+  published_ = std::move(s);
+}
+
+void DataSource::fail_locked(const std::string& error) {
+  master_.connected = false;
+  master_.error = error;
+  publish_locked();
+}
+
+bool DataSource::wait_locked(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds d) {
+  cv_.wait_for(lock, d, [&] { return stop_ || reconnect_ || !requests_.empty(); });
+  return !stop_;
+}
+
+void DataSource::reset_run_locked(int64_t id) {
+  master_.run = RunView{.id = id};
+  master_.ranks.clear();
+  master_.checkpoints.clear();
+  master_.events.clear();
+  steps_ = StepLog();
+  grid_ = RankStepGrid();
+  steps_dirty_ = grid_dirty_ = true;
+  last_event_id_ = 0;
+  pending_rewind_ = -1;
+  pending_cache_events_.clear();
+  events_restart_ = true;
+  events_ended_ = false;
+  if (stream_ != nullptr) stream_->stop();
+  cv_.notify_all();  // the event thread follows the new run
+}
+
+// ---- the network thread ---------------------------------------------------------------------------------
+
+void DataSource::net_main() {
+  Result<Endpoint> ep = endpoint_fn_();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!ep.ok()) {
+      master_.phase = "failed";
+      fail_locked(ep.error());
+      return;
+    }
+    endpoint_ = ep.value();
+    have_endpoint_ = true;
+    master_.url = endpoint_.url;
+    master_.phase = "connecting";
+    publish_locked();
+  }
+  cv_.notify_all();  // the event thread waits for the endpoint
+  if (!opt_.cache_path.empty()) {
+    std::string error;
+    cache_ = LocalCache::open(opt_.cache_path, &error);
+    if (!cache_) {
+      std::lock_guard<std::mutex> lock(mu_);
+      master_.error = "local cache off: " + error;
+      publish_locked();
+    }
+  }
+  std::unique_ptr<HttpClient> api;
+  for (;;) {
+    std::deque<Request> todo;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stop_) return;
+      if (reconnect_) {
+        api.reset();
+        reconnect_ = false;
+      }
+      todo.swap(requests_);
+    }
+    if (!api) api = std::make_unique<HttpClient>(HttpClientOptions{.url = endpoint_.url, .token = endpoint_.token});
+    for (const Request& r : todo) carry_out(*api, r);
+    const bool ok = poll_once(*api);
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!ok) api.reset();  // a fresh connection next time
+    if (!wait_locked(lock, ok ? opt_.poll_interval : opt_.retry_interval)) return;
+  }
+}
+
+void DataSource::carry_out(HttpClient& api, const Request& r) {
+  Result<HttpReply> reply = api.post(r.path, json::parse(r.body));
+  std::lock_guard<std::mutex> lock(mu_);
+  ActionOutcome& o = master_.last_action;
+  o.serial += 1;
+  o.what = r.what;
+  if (!reply.ok()) {
+    o.ok = false;
+    o.message = reply.error();
+  } else if (!reply->ok()) {
+    o.ok = false;
+    o.message = std::to_string(reply->status) + ": " + reply->error_message();
+  } else {
+    o.ok = true;
+    o.message = "accepted (" + std::to_string(reply->status) + ")";
+    if (r.submit) {
+      Result<json> j = reply->json();
+      if (j.ok() && j->contains("id")) {
+        follow_ = j->at("id").get<int64_t>();
+        o.message = "run " + std::to_string(follow_) + " submitted";
+      }
+    }
+  }
+  publish_locked();
+}
+
+bool DataSource::poll_once(HttpClient& api) {
+  Result<json> cluster = api.get_json("/v1/cluster");
+  Result<json> runs = cluster.ok() ? api.get_json("/v1/runs") : Result<json>(cluster.status());
+  if (!runs.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    master_.phase = "reconnecting";
+    fail_locked(runs.error());
+    return false;
+  }
+  std::vector<NodeView> nodes;
+  for (const json& n : field<json>(cluster.value(), "nodes", json::array())) nodes.push_back(node_from_json(n));
+  std::vector<RunView> run_list;
+  for (const json& r : field<json>(runs.value(), "runs", json::array())) run_list.push_back(run_from_json(r));
+
+  int64_t id = -1, after = 0;
+  int world = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    master_.nodes = std::move(nodes);
+    master_.runs = run_list;
+    master_.connected = true;
+    master_.phase = "connected";
+    master_.error.clear();
+    master_.cluster_seen_unix_s = now_unix_s();
+    // The run to follow: the one asked for; else the one followed while it exists; else the newest live
+    // run; else the newest.
+    auto exists = [&](int64_t x) {
+      return std::any_of(run_list.begin(), run_list.end(), [&](const RunView& r) { return r.id == x; });
+    };
+    int64_t want = -1;
+    if (follow_ >= 0 && exists(follow_)) {
+      want = follow_;
+    } else if (master_.run.id >= 0 && exists(master_.run.id)) {
+      want = master_.run.id;
+    } else {
+      for (const RunView& r : run_list)
+        if (!run_ended(r.state) && r.id > want) want = r.id;
+      if (want < 0)
+        for (const RunView& r : run_list) want = std::max(want, r.id);
+    }
+    if (want != master_.run.id) reset_run_locked(want);
+    for (const RunView& r : run_list)
+      if (r.id == want) master_.run = r;
+    id = master_.run.id;
+    world = std::max(1, master_.run.world);
+    if (events_ended_ && !run_ended(master_.run.state)) {
+      // Resumed from a checkpoint after it ended: the same run id has new events to follow.
+      events_ended_ = false;
+      events_restart_ = true;
+      cv_.notify_all();
+    }
+    // Step records after the last one held; rank records after the last step every rank has reported,
+    // unless that lags the newest rank row by more than a few steps (a rank that will never report
+    // again, e.g. after a move to fewer ranks): then the grid stops waiting for it.
+    int64_t rank_after = grid_.complete_through(world);
+    if (grid_.rows() > 0 && grid_.last_step() - rank_after > 8) rank_after = grid_.last_step() - 8;
+    after = std::min(steps_.last_step(), rank_after);
+    publish_locked();
+  }
+  if (id < 0) return true;
+
+  const std::string base = "/v1/runs/" + std::to_string(id);
+  const int64_t limit = std::min<int64_t>(100000, 256 * static_cast<int64_t>(world));
+  Result<json> steps = api.get_json(base + "/steps?after=" + std::to_string(after) + "&ranks=all&limit=" +
+                                    std::to_string(limit));
+  Result<json> ranks = steps.ok() ? api.get_json(base + "/ranks") : Result<json>(steps.status());
+  Result<json> ckpts = ranks.ok() ? api.get_json(base + "/checkpoints") : Result<json>(ranks.status());
+  if (!ckpts.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    fail_locked(ckpts.error());
+    return false;
+  }
+  std::vector<StepRecord> step_records;
+  std::vector<RankStepRecord> rank_records;
+  std::string error;
+  for (const json& s : field<json>(steps.value(), "steps", json::array())) {
+    StepRecord r;
+    if (record_from_json(s.dump(), &r, &error)) step_records.push_back(std::move(r));
+  }
+  for (const json& s : field<json>(steps.value(), "rank_steps", json::array())) {
+    RankStepRecord r;
+    if (record_from_json(s.dump(), &r, &error)) rank_records.push_back(std::move(r));
+  }
+  std::vector<RankView> rank_views;
+  for (const json& r : field<json>(ranks.value(), "ranks", json::array())) rank_views.push_back(rank_from_json(r));
+  std::vector<CheckpointView> checkpoint_views;
+  for (const json& c : field<json>(ckpts.value(), "checkpoints", json::array()))
+    checkpoint_views.push_back(checkpoint_from_json(c));
+
+  std::vector<StepRecord> new_steps;
+  std::vector<EventRecord> new_events;
+  int64_t rewind = -1;
+  RunView run;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (master_.run.id != id) return true;  // the followed run changed meanwhile; the next poll starts it
+    const int64_t before = steps_.last_step();
+    steps_.append(step_records);
+    for (const StepRecord& s : steps_.records())
+      if (s.step > before) new_steps.push_back(s);
+    steps_dirty_ = steps_dirty_ || !new_steps.empty();
+    if (!rank_records.empty()) {
+      grid_.add(rank_records);
+      grid_dirty_ = true;
+    }
+    master_.ranks = std::move(rank_views);
+    master_.checkpoints = checkpoint_views;
+    new_events.swap(pending_cache_events_);
+    rewind = std::exchange(pending_rewind_, -1);
+    run = master_.run;
+    publish_locked();
+  }
+
+  if (cache_) {
+    if (cache_run_remote_ != id) {
+      cache_run_ = cache_->local_run(endpoint_.url, run);
+      cache_run_remote_ = id;
+      cache_finished_ = false;
+    }
+    bool ok = cache_run_ >= 0;
+    if (ok && rewind >= 0) ok = cache_->rewind(cache_run_, rewind);
+    if (ok) ok = cache_->ingest(cache_run_, std::move(new_steps), std::move(rank_records), std::move(new_events));
+    if (ok) ok = cache_->record_checkpoints(cache_run_, checkpoint_views);
+    if (ok && run_ended(run.state) && !cache_finished_) ok = cache_finished_ = cache_->finish(cache_run_, run);
+    if (!ok) {
+      std::lock_guard<std::mutex> lock(mu_);
+      master_.error = cache_run_ < 0 || !cache_ ? "local cache failed" : cache_->error();
+      publish_locked();
+    }
+  }
+  return true;
+}
+
+// ---- the event thread -----------------------------------------------------------------------------------
+
+void DataSource::events_main() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stop_ || (have_endpoint_ && master_.run.id >= 0 && events_restart_); });
+    if (stop_) return;
+    events_restart_ = false;
+    const int64_t id = master_.run.id;
+    const std::string resume = last_event_id_ > 0 ? std::to_string(last_event_id_) : "";
+    HttpEventStream stream({.url = endpoint_.url, .token = endpoint_.token});
+    stream_ = &stream;
+    lock.unlock();
+    Status st = stream.run("/v1/runs/" + std::to_string(id) + "/events", [&](const SseEvent& e) {
+      EventView v;
+      v.id = std::strtoll(e.id.c_str(), nullptr, 10);
+      std::string error;
+      if (!record_from_json(e.data, &v.record, &error)) return true;  // not a record: skip it, keep reading
+      std::lock_guard<std::mutex> g(mu_);
+      if (stop_ || master_.run.id != id) return false;
+      if (v.id <= last_event_id_) return true;  // seen before a reconnect
+      last_event_id_ = v.id;
+      const std::string& kind = v.record.kind;
+      if ((kind == "quarantine_placed" || kind == "resume_placed") && v.record.step >= 0) {
+        // The server forgot the steps after the checkpoint the run resumed from; they will be trained again.
+        steps_.rewind(v.record.step);
+        grid_.rewind(v.record.step);
+        steps_dirty_ = grid_dirty_ = true;
+        pending_rewind_ = v.record.step;
+      }
+      pending_cache_events_.push_back(v.record);
+      master_.events.push_back(std::move(v));
+      publish_locked();
+      return true;
+    }, resume);
+    lock.lock();
+    stream_ = nullptr;
+    if (stop_) return;
+    if (!st.ok()) {
+      // Broken or refused: try again after a pause, from the last event seen.
+      cv_.wait_for(lock, opt_.retry_interval, [&] { return stop_; });
+      events_restart_ = true;
+    } else if (!events_restart_ && master_.run.id == id) {
+      events_ended_ = true;  // the server ended it: everything of an ended run was sent
+    }
+    // Ended cleanly (the run ended and everything was sent, or stopped for a new run): wait for a restart.
+  }
+}
+
+}  // namespace gantry::console

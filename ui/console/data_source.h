@@ -1,0 +1,127 @@
+// The console's data path: a network thread that polls the coordinator (cluster, runs, the followed run's
+// steps after the last one held, its ranks and checkpoints) and carries out the operator's requests, and a
+// second thread that follows the run's event stream (Server-Sent Events). Both write into one model and
+// publish an immutable ConsoleSnapshot; the UI thread takes snapshot() once per frame and never waits on
+// the network. Everything seen also goes to the local cache (local_cache.h) when one is given.
+//
+// Catch-up: steps are asked for as "after N" where N is the last step held (and, for the per-rank grid,
+// the last step every rank has reported), so after a broken connection, a reconnect or a coordinator
+// that was unreachable for a while the next answer continues exactly there: no gap, no repeat
+// (step_log.h drops overlaps). Events resume after the last event id seen (Last-Event-ID).
+//
+//   DataSource source(options, [] { return Endpoint{url, token}; });
+//   source.start();
+//   per frame: std::shared_ptr<const ConsoleSnapshot> s = source.snapshot();
+//   on a click: source.request_action(s->run.id, Action::checkpoint);
+//   source.stop();   // joins both threads (also in the destructor)
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "engine/core/status.h"
+#include "ui/console/actions.h"
+#include "ui/console/console_state.h"
+
+namespace gantry {
+class HttpClient;
+class HttpEventStream;
+}
+
+namespace gantry::console {
+
+class LocalCache;
+
+struct Endpoint {
+  std::string url;
+  std::string token;
+};
+
+struct DataSourceOptions {
+  std::string cache_path;      // the local history file; "" = none
+  std::string tiny_config;     // TOML of the tiny run request_submit_tiny() submits; "" = none offered
+  int tiny_dp = 4;
+  int64_t tiny_max_steps = 0;  // 0 = the config's own
+  bool embedded = false;       // the cluster is this console's (shown; stopped by the caller on exit)
+  std::chrono::milliseconds poll_interval{250};
+  std::chrono::milliseconds retry_interval{1000};  // after a failed request
+};
+
+class DataSource {
+ public:
+  // `endpoint` runs first on the network thread (starting an embedded cluster may take seconds); its
+  // error is shown and nothing is polled.
+  DataSource(DataSourceOptions options, std::function<Result<Endpoint>()> endpoint);
+  ~DataSource();
+  DataSource(const DataSource&) = delete;
+  DataSource& operator=(const DataSource&) = delete;
+
+  void start();
+  void stop();  // prompt: wakes both threads and stops the event stream; joins them
+
+  std::shared_ptr<const ConsoleSnapshot> snapshot() const;
+
+  // Requests, carried out in order on the network thread; each one's outcome becomes
+  // snapshot()->last_action.
+  void follow(int64_t run_id);  // -1: the newest live run (the default)
+  void request_action(int64_t run_id, Action a);  // checkpoint, pause, resume, stop
+  void request_resume_from(int64_t run_id, const std::string& checkpoint, int dp);
+  void request_quarantine(const std::string& node);
+  void request_submit_tiny();
+  // Drops both connections; the next poll opens new ones and catches up from where the model ends.
+  void reconnect();
+
+ private:
+  struct Request {
+    std::string what;  // for the outcome: "checkpoint run 3"
+    std::string path;
+    std::string body;  // JSON
+    bool submit = false;
+  };
+  void net_main();
+  void events_main();
+  bool poll_once(HttpClient& api);
+  void carry_out(HttpClient& api, const Request& r);
+  void publish_locked();
+  void fail_locked(const std::string& error);
+  bool wait_locked(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds d);
+  void reset_run_locked(int64_t id);
+
+  DataSourceOptions opt_;
+  std::function<Result<Endpoint>()> endpoint_fn_;
+  std::thread net_, events_;
+
+  mutable std::mutex mu_;  // everything below
+  std::condition_variable cv_;
+  bool stop_ = false;
+  bool reconnect_ = false;
+  bool events_restart_ = false;
+  bool events_ended_ = false;  // the server ended the run's stream (the run had ended): reopen if it lives again
+  Endpoint endpoint_;
+  bool have_endpoint_ = false;
+  std::deque<Request> requests_;
+  int64_t follow_ = -1;           // asked for; -1 = automatic
+  ConsoleSnapshot master_;        // the model, less the two shared parts below
+  StepLog steps_;
+  RankStepGrid grid_;
+  bool steps_dirty_ = false, grid_dirty_ = false;
+  std::shared_ptr<const ConsoleSnapshot> published_;
+  int64_t last_event_id_ = 0;
+  int64_t pending_rewind_ = -1;   // a step the local cache must rewind to (from an event)
+  std::vector<EventRecord> pending_cache_events_;
+  HttpEventStream* stream_ = nullptr;  // the open event stream, so stop() and follow() can end it
+
+  std::unique_ptr<LocalCache> cache_;  // network thread only
+  int64_t cache_run_ = -1;
+  int64_t cache_run_remote_ = -1;
+  bool cache_finished_ = false;
+};
+
+}  // namespace gantry::console

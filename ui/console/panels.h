@@ -1,0 +1,99 @@
+// The console's panels. Each is a struct with draw(), one per .cpp file; everything a panel keeps between
+// frames (plot views, a filter, a confirmation in progress) lives in its struct, and everything it shows
+// comes from the frame's snapshot. Requests go to the DataSource, which carries them out on its thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ui/console/clickables.h"
+#include "ui/console/console_state.h"
+#include "ui/console/data_source.h"
+#include "ui/plot/heatmap.h"
+#include "ui/plot/plot_widget.h"
+
+namespace gantry::console {
+
+// One plotted series as drawn: its name, its points and the plot's data area in window pixels.
+struct SeriesRecord {
+  std::string name;
+  size_t length = 0;
+  float x0 = 0, y0 = 0, x1 = 0, y1 = 0;
+};
+
+// What one frame drew, for --dump-state and for tests: the panels shown and each plotted series.
+struct FrameRecord {
+  std::vector<std::string> panels;
+  std::vector<SeriesRecord> series;
+};
+
+struct PanelContext {
+  DataSource& source;
+  Clickables& clicks;
+  FrameRecord& frame;
+  double now_unix_s = 0;
+};
+
+// Nodes × devices, coloured by state (healthy, straggler, quarantined, lost, spare), heartbeat age, and
+// per device the rank it holds with its temperature and clock where the device reports them.
+struct ClusterPanel {
+  void draw(const ConsoleSnapshot& s, PanelContext& ctx);
+};
+
+// The followed run: loss, grad norm, tokens/s and MFU against step; the step-time band across ranks
+// (min, median, max) with the slowest ranks; the rank × step heatmap; the timing breakdown per rank.
+struct RunPanel {
+  void draw(const ConsoleSnapshot& s, PanelContext& ctx);
+
+ private:
+  void sync(const ConsoleSnapshot& s);  // brings the band and heatmap up to the snapshot's grid
+
+  plot::PlotView loss_view{.follow_latest = false, .x_label = "step", .y_label = "loss"};
+  plot::PlotView grad_view{.x_label = "step", .y_label = "grad norm"};
+  plot::PlotView tokens_view{.x_label = "step", .y_label = "tokens/s"};
+  plot::PlotView mfu_view{.x_label = "step", .y_label = "MFU"};
+  plot::PlotView band_view{.x_label = "step", .y_label = "step time (s)"};
+  plot::HeatmapView heat_view{.value_label = "step time", .unit = "s"};
+
+  int64_t run_id_ = -1;
+  const RankStepGrid* synced_grid_ = nullptr;
+  std::shared_ptr<const RankStepGrid> grid_hold_;  // keeps synced_grid_ alive
+  size_t final_rows_ = 0;  // grid rows whose every rank was in when last synced: never recomputed
+  std::vector<double> band_step_, band_min_, band_median_, band_max_;
+  std::unique_ptr<plot::HeatmapModel> heat_;
+};
+
+// Ranks ordered slowest first (stragglers.h), and "Quarantine node…" with a confirmation.
+struct StragglersPanel {
+  void draw(const ConsoleSnapshot& s, PanelContext& ctx);
+
+ private:
+  std::string confirm_node_;  // the node a confirmation is open for
+};
+
+// Checkpoint now, pause, resume, stop, and resume from a chosen checkpoint on a chosen dp.
+struct ActionsPanel {
+  void draw(const ConsoleSnapshot& s, PanelContext& ctx);
+
+ private:
+  int checkpoint_index_ = -1;  // into the snapshot's checkpoints; -1 = latest
+  int dp_ = 0;                 // 0 = the run's
+};
+
+struct CheckpointsPanel {
+  void draw(const ConsoleSnapshot& s, PanelContext& ctx);
+};
+
+// The followed run's events, newest last, filtered by a substring of kind or message.
+struct EventsPanel {
+  void draw(const ConsoleSnapshot& s, PanelContext& ctx);
+
+ private:
+  char filter_[128] = "";
+  size_t seen_ = 0;  // events drawn last frame: scroll to the bottom when new ones arrive
+};
+
+}  // namespace gantry::console

@@ -1,0 +1,176 @@
+// The Run panel: the followed run's curves against step, the step-time band across ranks, the rank × step
+// heatmap and the per-rank timing breakdown.
+#include <imgui.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "ui/console/panels.h"
+
+namespace gantry::console {
+namespace {
+
+constexpr uint32_t kBlue = IM_COL32(90, 170, 255, 255);
+constexpr uint32_t kOrange = IM_COL32(255, 160, 60, 255);
+constexpr uint32_t kGreen = IM_COL32(120, 220, 120, 255);
+constexpr uint32_t kRed = IM_COL32(240, 90, 90, 255);
+constexpr uint32_t kViolet = IM_COL32(190, 140, 255, 255);
+
+// Checkpoints and moves as markers on every plot of the run.
+std::vector<plot::PlotMarker> event_markers(const ConsoleSnapshot& s) {
+  std::vector<plot::PlotMarker> out;
+  for (const EventView& e : s.events) {
+    const std::string& k = e.record.kind;
+    if (e.record.step < 0) continue;
+    if (k == "checkpoint" && e.record.rank <= 0) {
+      out.push_back({static_cast<double>(e.record.step), "ckpt", kGreen});
+    } else if (k == "quarantine_placed" || k == "resume_placed") {
+      out.push_back({static_cast<double>(e.record.step), k == "resume_placed" ? "resumed" : "moved", kViolet});
+    } else if (k == "straggler") {
+      out.push_back({static_cast<double>(e.record.step), "straggler r" + std::to_string(e.record.rank), kRed});
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void RunPanel::sync(const ConsoleSnapshot& s) {
+  const RankStepGrid& g = *s.grid;
+  if (s.run.id != run_id_ || g.rows() < band_step_.size() || (heat_ && heat_->ranks() < g.width()) ||
+      (heat_ && g.rows() > 0 && heat_->first_step() != g.first_step())) {
+    // Another run, a rewind or a wider grid: start over.
+    run_id_ = s.run.id;
+    final_rows_ = 0;
+    band_step_.clear();
+    band_min_.clear();
+    band_median_.clear();
+    band_max_.clear();
+    heat_.reset();
+  }
+  if (g.width() > 0 && !heat_) heat_ = std::make_unique<plot::HeatmapModel>(g.width(), g.first_step());
+  grid_hold_ = s.grid;
+  synced_grid_ = grid_hold_.get();
+  // Rows from the first that was incomplete last time: a late rank's cell may have filled in since.
+  band_step_.resize(final_rows_);
+  band_min_.resize(final_rows_);
+  band_median_.resize(final_rows_);
+  band_max_.resize(final_rows_);
+  std::vector<float> values;
+  const int world = std::max(1, s.run.world);
+  size_t final_rows = final_rows_;
+  bool still_final = true;
+  for (size_t row = final_rows_; row < g.rows(); ++row) {
+    const int64_t step = g.first_step() + static_cast<int64_t>(row);
+    const float* cells = g.row(row);
+    values.clear();
+    for (int k = 0; k < g.width(); ++k) {
+      if (!std::isnan(cells[k])) values.push_back(cells[k]);
+      if (heat_) heat_->set(k, step, cells[k]);
+    }
+    const bool complete = static_cast<int>(values.size()) >= std::min(world, g.width());
+    if (still_final && complete) final_rows = row + 1;
+    still_final = still_final && complete;
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    band_step_.push_back(static_cast<double>(step));
+    if (values.empty()) {
+      band_min_.push_back(nan);
+      band_median_.push_back(nan);
+      band_max_.push_back(nan);
+      continue;
+    }
+    std::sort(values.begin(), values.end());
+    band_min_.push_back(values.front());
+    band_max_.push_back(values.back());
+    const size_t m = values.size() / 2;
+    band_median_.push_back(values.size() % 2 ? values[m] : 0.5 * (values[m - 1] + values[m]));
+  }
+  final_rows_ = final_rows;
+}
+
+void RunPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
+  ctx.frame.panels.push_back("Run");
+  if (s.run.id < 0) {
+    ImGui::TextDisabled(s.connected ? "no run yet: submit one (toolbar, or gantry-engine ctl submit)" : "not connected");
+    return;
+  }
+  const StepLog& log = *s.steps;
+  ImGui::Text("run %lld \"%s\"  %s  step %lld  dp %d  zero %d  generation %d", static_cast<long long>(s.run.id),
+              s.run.name.c_str(), s.run.state.c_str(), static_cast<long long>(log.last_step()), s.run.dp, s.run.zero,
+              s.run.generation);
+  if (!s.run.message.empty()) ImGui::TextWrapped("%s", s.run.message.c_str());
+  if (log.gap_steps() > 0)
+    ImGui::TextColored(ImVec4(1, 0.6f, 0.2f, 1), "%lld steps the coordinator does not have",
+                       static_cast<long long>(log.gap_steps()));
+  if (s.grid.get() != synced_grid_ || s.run.id != run_id_) sync(s);
+
+  const std::vector<plot::PlotMarker> markers = event_markers(s);
+  const StepColumns& c = log.columns();
+  const float avail = ImGui::GetContentRegionAvail().x;
+  const float plot_h = std::max(120.0f, ImGui::GetContentRegionAvail().y / 4.2f);
+  auto line = [&](const char* id, plot::PlotView& view, std::vector<plot::PlotSeries> series, float w) {
+    plot::plot_lines(id, view, series, markers, ImVec2(w, plot_h));
+    for (const plot::PlotSeries& p : series)
+      ctx.frame.series.push_back({p.name, p.n, view.plot_min.x, view.plot_min.y, view.plot_max.x, view.plot_max.y});
+  };
+  const float half = (avail - ImGui::GetStyle().ItemSpacing.x) / 2;
+  line("##loss", loss_view, {{"loss", c.step.data(), c.loss.data(), c.size(), kBlue}}, half);
+  ImGui::SameLine();
+  line("##grad", grad_view, {{"grad norm", c.step.data(), c.grad_norm.data(), c.size(), kOrange}}, half);
+  line("##tokens", tokens_view, {{"tokens/s", c.step.data(), c.tokens_per_s.data(), c.size(), kGreen}}, half);
+  ImGui::SameLine();
+  line("##mfu", mfu_view, {{"MFU", c.step.data(), c.mfu.data(), c.size(), kViolet}}, half);
+  if (mfu_view.hovered) {
+    ImGui::SetTooltip(
+        "MFU = achieved FLOP/s / the device's dense bf16 peak (H100 SXM and H200 989 TFLOP/s, A100 312)\n"
+        "FLOPs per token = 6 N + 6 L d T (N parameters, L layers, d width, T sequence length)\n"
+        "CPU runs have no peak to compare with and report 0.");
+  }
+
+  // Step time across ranks: the band (min, median, max) and the slowest ranks now.
+  line("##band", band_view,
+       {{"max", band_step_.data(), band_max_.data(), band_step_.size(), kRed},
+        {"median", band_step_.data(), band_median_.data(), band_step_.size(), kBlue},
+        {"min", band_step_.data(), band_min_.data(), band_step_.size(), kGreen}},
+       half);
+  ImGui::SameLine();
+  if (heat_) {
+    plot::heatmap_widget("##heat", heat_view, *heat_, ImVec2(half, plot_h));
+    ctx.frame.series.push_back({"step time heatmap", static_cast<size_t>(heat_->step_end() - heat_->first_step()),
+                                heat_view.map_min.x, heat_view.map_min.y, heat_view.map_max.x, heat_view.map_max.y});
+  } else {
+    ImGui::Dummy(ImVec2(half, plot_h));
+  }
+
+  // The timing breakdown per rank, from each rank's latest step record, slowest first.
+  const std::vector<RankStepRecord>& latest = s.grid->latest();
+  std::vector<const RankStepRecord*> order;
+  for (const RankStepRecord& r : latest)
+    if (r.step > 0 && r.rank < s.run.world) order.push_back(&r);  // ranks of the current placement only
+  std::stable_sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->total_s > b->total_s; });
+  if (!order.empty() &&
+      ImGui::BeginTable("##breakdown", 9, ImGuiTableFlags_RowBg | ImGuiTableFlags_Borders | ImGuiTableFlags_ScrollY,
+                        ImVec2(0, std::max(60.0f, ImGui::GetContentRegionAvail().y)))) {
+    for (const char* h : {"rank", "step", "total ms", "data", "forward", "backward", "optimizer", "comm", "ckpt"})
+      ImGui::TableSetupColumn(h);
+    ImGui::TableSetupScrollFreeze(0, 1);
+    ImGui::TableHeadersRow();
+    for (const RankStepRecord* r : order) {
+      ImGui::TableNextRow();
+      ImGui::TableNextColumn();
+      ImGui::Text("%d", r->rank);
+      ImGui::TableNextColumn();
+      ImGui::Text("%lld", static_cast<long long>(r->step));
+      for (double v : {r->total_s, r->phases.data_wait, r->phases.forward, r->phases.backward, r->phases.optimizer,
+                       r->phases.comm_exposed, r->phases.checkpoint_stall}) {
+        ImGui::TableNextColumn();
+        ImGui::Text("%.1f", v * 1e3);
+      }
+    }
+    ImGui::EndTable();
+  }
+}
+
+}  // namespace gantry::console

@@ -1,0 +1,198 @@
+#include "ui/console/script.h"
+
+#include <cstdlib>
+
+namespace gantry::console {
+namespace {
+
+// Splits a line into words; "a quoted label" is one word (without its quotes).
+Result<std::vector<std::string>> split_words(std::string_view line) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (i < line.size()) {
+    if (line[i] == ' ' || line[i] == '\t') {
+      ++i;
+      continue;
+    }
+    if (line[i] == '"') {
+      const size_t close = line.find('"', i + 1);
+      if (close == std::string_view::npos) return Status::error("a quoted label has no closing \"");
+      out.emplace_back(line.substr(i + 1, close - i - 1));
+      i = close + 1;
+      continue;
+    }
+    size_t end = i;
+    while (end < line.size() && line[end] != ' ' && line[end] != '\t') ++end;
+    out.emplace_back(line.substr(i, end - i));
+    i = end;
+  }
+  return out;
+}
+
+bool parse_count(const std::string& s, int64_t* out) {
+  if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos || s.size() > 12) return false;
+  *out = std::strtoll(s.c_str(), nullptr, 10);
+  return true;
+}
+
+}  // namespace
+
+Result<std::vector<ScriptCommand>> script_parse(std::string_view text, std::string_view file_name) {
+  using K = ScriptCommand::Kind;
+  struct Spec {
+    const char* word;
+    K kind;
+    char arg;  // 0: none, 'n': a count, 's': a word or quoted label
+  };
+  static const Spec kSpecs[] = {{"wait_connected", K::wait_connected, 0}, {"wait_frames", K::wait_frames, 'n'},
+                                {"wait_steps", K::wait_steps, 'n'},       {"wait_state", K::wait_state, 's'},
+                                {"wait_event", K::wait_event, 's'},       {"wait_action", K::wait_action, 0},
+                                {"click", K::click, 's'},                 {"submit_tiny", K::submit_tiny, 0},
+                                {"reconnect", K::reconnect, 0},           {"quit", K::quit, 0}};
+  std::vector<ScriptCommand> out;
+  int line_no = 0;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(pos, end - pos);
+    pos = end + 1;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    const std::string where = std::string(file_name) + ":" + std::to_string(line_no) + ": ";
+    Result<std::vector<std::string>> words = split_words(line);
+    if (!words.ok()) return Status::error(where + words.error());
+    if (words->empty() || words->front()[0] == '#') continue;
+    const std::string& cmd = words->front();
+    const Spec* spec = nullptr;
+    for (const Spec& s : kSpecs)
+      if (cmd == s.word) spec = &s;
+    if (spec == nullptr) {
+      std::string known;
+      for (const Spec& s : kSpecs) known += (known.empty() ? "" : ", ") + std::string(s.word);
+      return Status::error(where + "unknown command \"" + cmd + "\" (known: " + known + ")");
+    }
+    const size_t want = spec->arg == 0 ? 1 : 2;
+    if (words->size() != want) {
+      return Status::error(where + cmd + " takes " +
+                           (spec->arg == 0 ? std::string("no argument")
+                            : spec->arg == 'n' ? std::string("one count, e.g. ") + cmd + " 3"
+                                               : std::string("one argument, e.g. ") + cmd + " \"Checkpoint now\"") +
+                           ", got " + std::to_string(words->size() - 1));
+    }
+    ScriptCommand c{.kind = spec->kind, .line = line_no};
+    if (spec->arg == 'n' && !parse_count(words.value()[1], &c.number)) {
+      return Status::error(where + cmd + ": \"" + words.value()[1] + "\" is not a count (a whole number >= 0)");
+    }
+    if (spec->arg == 's') c.text = words.value()[1];
+    out.push_back(std::move(c));
+    if (end == text.size()) break;
+  }
+  return out;
+}
+
+std::string ScriptRunner::current() const {
+  if (next_ >= commands_.size()) return "";
+  const ScriptCommand& c = commands_[next_];
+  static const char* const kNames[] = {"wait_connected", "wait_frames", "wait_steps", "wait_state", "wait_event",
+                                       "wait_action",    "click",       "submit_tiny", "reconnect", "quit"};
+  std::string s = "line " + std::to_string(c.line) + ": " + kNames[static_cast<int>(c.kind)];
+  if (c.kind == ScriptCommand::Kind::wait_frames || c.kind == ScriptCommand::Kind::wait_steps)
+    s += " " + std::to_string(c.number);
+  if (!c.text.empty()) s += " \"" + c.text + "\"";
+  return s;
+}
+
+size_t ScriptRunner::count_events(const ConsoleSnapshot& s, const std::string& kind) const {
+  size_t n = 0;
+  for (const EventView& e : s.events)
+    if (e.id > mark_event_id_ && e.record.kind == kind) ++n;
+  return n;
+}
+
+void ScriptRunner::mark(const ConsoleSnapshot& s) {
+  mark_event_id_ = s.events.empty() ? 0 : s.events.back().id;
+  mark_action_serial_ = s.last_action.serial;
+}
+
+ScriptOrders ScriptRunner::step(const ConsoleSnapshot& s, const Clickables& clicks) {
+  using K = ScriptCommand::Kind;
+  ScriptOrders o;
+  if (next_ == 0 && frames_waited_ == 0 && click_phase_ == 0) mark(s);
+  // Several commands that need no frame of their own (a wait already met) run in one frame.
+  for (int guard = 0; guard < 64 && !done(); ++guard) {
+    const ScriptCommand& c = commands_[next_];
+    auto fail = [&](const std::string& why) { failure_ = current() + ": " + why; };
+    if (s.phase == "failed" && c.kind != K::quit) {
+      fail("the console could not connect: " + s.error);
+      return o;
+    }
+    bool finished = false;
+    switch (c.kind) {
+      case K::wait_connected:
+        finished = s.connected;
+        break;
+      case K::wait_frames:
+        finished = frames_waited_++ >= c.number;
+        break;
+      case K::wait_steps:
+        finished = s.steps->last_step() >= c.number;
+        if (!finished && s.run.id >= 0 && (s.run.state == "finished" || s.run.state == "stopped" || s.run.state == "failed") &&
+            s.run.last_step >= 0 && s.run.last_step < c.number) {
+          fail("run " + std::to_string(s.run.id) + " is " + s.run.state + " at step " + std::to_string(s.run.last_step));
+          return o;
+        }
+        break;
+      case K::wait_state:
+        finished = s.run.state == c.text;
+        break;
+      case K::wait_event:
+        finished = count_events(s, c.text) > 0;
+        break;
+      case K::wait_action:
+        if (s.last_action.serial > mark_action_serial_) {
+          if (!s.last_action.ok) {
+            fail(s.last_action.what + " was refused: " + s.last_action.message);
+            return o;
+          }
+          finished = true;
+        }
+        break;
+      case K::click: {
+        const ClickTarget* t = clicks.find(c.text);
+        if (t == nullptr || !t->enabled) {
+          click_phase_ = 0;  // not there (yet): wait for it to be drawn and enabled
+          return o;
+        }
+        o.move_mouse = true;
+        o.mouse = ImVec2((t->min.x + t->max.x) / 2, (t->min.y + t->max.y) / 2);
+        o.mouse_down = click_phase_ == 1;  // frame 0: hover, frame 1: press, frame 2: release
+        if (click_phase_ == 0) mark(s);
+        if (++click_phase_ < 3) return o;
+        click_phase_ = 0;
+        finished = true;
+        break;
+      }
+      case K::submit_tiny:
+        mark(s);
+        o.submit_tiny = true;
+        finished = true;
+        break;
+      case K::reconnect:
+        mark(s);
+        o.reconnect = true;
+        finished = true;
+        break;
+      case K::quit:
+        next_ = commands_.size();
+        return o;
+    }
+    if (!finished) return o;
+    ++next_;
+    frames_waited_ = 0;
+    if (o.move_mouse || o.submit_tiny || o.reconnect) return o;  // one input per frame
+  }
+  return o;
+}
+
+}  // namespace gantry::console

@@ -1,0 +1,102 @@
+#include "ui/console/step_log.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace gantry::console {
+
+void StepColumns::push(const StepRecord& r) {
+  step.push_back(static_cast<double>(r.step));
+  loss.push_back(r.loss);
+  grad_norm.push_back(r.grad_norm);
+  tokens_per_s.push_back(r.tokens_per_s);
+  mfu.push_back(r.mfu);
+  step_s.push_back(r.step_s);
+}
+
+void StepColumns::pop() {
+  for (std::vector<double>* c : {&step, &loss, &grad_norm, &tokens_per_s, &mfu, &step_s}) c->pop_back();
+}
+
+size_t StepLog::append(std::vector<StepRecord> records) {
+  std::sort(records.begin(), records.end(), [](const StepRecord& a, const StepRecord& b) { return a.step < b.step; });
+  size_t appended = 0;
+  for (StepRecord& r : records) {
+    const int64_t last = last_step();
+    if (r.step <= last) continue;  // already held (an overlap, a retry) or a repeat within this batch
+    if (r.step > last + 1) gap_steps_ += r.step - last - 1;
+    columns_.push(r);
+    records_.push_back(std::move(r));
+    ++appended;
+  }
+  return appended;
+}
+
+void StepLog::rewind(int64_t step) {
+  while (!records_.empty() && records_.back().step > step) {
+    records_.pop_back();
+    columns_.pop();
+  }
+}
+
+void RankStepGrid::widen(int width) {
+  if (width <= width_) return;
+  std::vector<float> cells(rows_ * static_cast<size_t>(width), std::numeric_limits<float>::quiet_NaN());
+  for (size_t r = 0; r < rows_; ++r) {
+    std::copy_n(&cells_[r * static_cast<size_t>(width_)], width_, &cells[r * static_cast<size_t>(width)]);
+  }
+  cells_ = std::move(cells);
+  width_ = width;
+  latest_.resize(static_cast<size_t>(width));
+}
+
+void RankStepGrid::add(const std::vector<RankStepRecord>& records) {
+  for (const RankStepRecord& r : records) {
+    if (r.rank < 0 || r.step < 1) continue;
+    widen(r.rank + 1);
+    if (rows_ == 0) first_step_ = r.step;
+    if (r.step < first_step_) continue;
+    const size_t row = static_cast<size_t>(r.step - first_step_);
+    if (row >= rows_) {
+      cells_.resize((row + 1) * static_cast<size_t>(width_), std::numeric_limits<float>::quiet_NaN());
+      rows_ = row + 1;
+    }
+    cells_[row * static_cast<size_t>(width_) + static_cast<size_t>(r.rank)] = static_cast<float>(r.total_s);
+    RankStepRecord& latest = latest_[static_cast<size_t>(r.rank)];
+    if (r.step >= latest.step) latest = r;
+  }
+}
+
+void RankStepGrid::rewind(int64_t step) {
+  if (rows_ == 0 || step >= last_step()) return;
+  rows_ = step < first_step_ ? 0 : static_cast<size_t>(step - first_step_ + 1);
+  cells_.resize(rows_ * static_cast<size_t>(width_));
+  complete_rows_ = std::min(complete_rows_, rows_);
+  for (RankStepRecord& r : latest_)
+    if (r.step > step) r = RankStepRecord{};
+}
+
+int64_t RankStepGrid::complete_through(int world) const {
+  if (rows_ == 0) return 0;
+  const int w = std::min(world, width_);
+  if (w < world) return first_step_ - 1;  // some rank has never reported
+  if (hint_world_ != world || complete_rows_ > rows_) complete_rows_ = 0;
+  hint_world_ = world;
+  for (; complete_rows_ < rows_; ++complete_rows_) {
+    for (int k = 0; k < w; ++k) {
+      if (std::isnan(cells_[complete_rows_ * static_cast<size_t>(width_) + static_cast<size_t>(k)])) {
+        return first_step_ + static_cast<int64_t>(complete_rows_) - 1;
+      }
+    }
+  }
+  return last_step();
+}
+
+float RankStepGrid::at(int64_t step, int rank) const {
+  if (rows_ == 0 || step < first_step_ || step > last_step() || rank < 0 || rank >= width_)
+    return std::numeric_limits<float>::quiet_NaN();
+  return cells_[static_cast<size_t>(step - first_step_) * static_cast<size_t>(width_) + static_cast<size_t>(rank)];
+}
+
+}  // namespace gantry::console

@@ -1,0 +1,74 @@
+// The Stragglers panel: ranks slowest first, and a confirmed quarantine of a node.
+#include <imgui.h>
+
+#include <cmath>
+
+#include "ui/console/panels.h"
+#include "ui/console/stragglers.h"
+
+namespace gantry::console {
+
+void StragglersPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
+  ctx.frame.panels.push_back("Stragglers");
+  if (s.ranks.empty()) {
+    ImGui::TextDisabled("no ranks (no run followed)");
+    return;
+  }
+  const std::vector<StragglerRow> rows = straggler_rows(s.ranks);
+  bool any_coordinator = false;
+  for (const StragglerRow& r : rows) any_coordinator = any_coordinator || r.scored_by_coordinator;
+  if (!any_coordinator)
+    ImGui::TextDisabled("not scored by the coordinator yet: scores from each rank's latest step");
+  if (ImGui::BeginTable("##stragglers", 6, ImGuiTableFlags_RowBg | ImGuiTableFlags_Borders | ImGuiTableFlags_ScrollY,
+                        ImVec2(0, std::max(80.0f, ImGui::GetContentRegionAvail().y - ImGui::GetFrameHeightWithSpacing() * 2)))) {
+    for (const char* h : {"rank", "node", "score", "own best", "slow phase", "step ms"}) ImGui::TableSetupColumn(h);
+    ImGui::TableSetupScrollFreeze(0, 1);
+    ImGui::TableHeadersRow();
+    for (const StragglerRow& r : rows) {
+      ImGui::TableNextRow();
+      if (r.flagged) ImGui::TableSetBgColor(ImGuiTableBgTarget_RowBg0, IM_COL32(120, 70, 20, 200));
+      ImGui::TableNextColumn();
+      ImGui::Text("%d%s", r.rank, r.flagged ? " !" : "");
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(r.node.c_str());
+      ImGui::TableNextColumn();
+      if (std::isnan(r.score)) ImGui::TextDisabled("-");
+      else ImGui::Text("%.2f%s", r.score, r.scored_by_coordinator ? "" : "*");
+      ImGui::TableNextColumn();
+      if (std::isnan(r.individual)) ImGui::TextDisabled("-");
+      else ImGui::Text("%.2f", r.individual);
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(r.slow_phase.empty() ? "-" : r.slow_phase.c_str());
+      ImGui::TableNextColumn();
+      ImGui::Text("%.1f", r.step_seconds * 1e3);
+    }
+    ImGui::EndTable();
+  }
+
+  // Quarantine: offered for the node of the slowest rank (the list's first), confirmed in a modal.
+  const std::string node = rows.front().node;
+  bool quarantined = false;
+  for (const NodeView& n : s.nodes) quarantined = quarantined || (n.id == node && n.state == "quarantined");
+  const bool can = s.connected && !node.empty() && !quarantined;
+  if (ctx.clicks.button("Quarantine node...", can)) {
+    confirm_node_ = node;
+    ImGui::OpenPopup("Quarantine?");
+  }
+  ImGui::SameLine();
+  ImGui::TextDisabled("%s", node.c_str());
+  if (ImGui::BeginPopupModal("Quarantine?", nullptr, ImGuiWindowFlags_AlwaysAutoResize)) {
+    ImGui::Text("Quarantine node %s?", confirm_node_.c_str());
+    ImGui::TextWrapped(
+        "Its runs checkpoint and stop at the next step, and are placed again without it (at a smaller dp if need be) "
+        "and resumed from that checkpoint. The node takes no more work until released.");
+    if (ctx.clicks.button("Quarantine")) {
+      ctx.source.request_quarantine(confirm_node_);
+      ImGui::CloseCurrentPopup();
+    }
+    ImGui::SameLine();
+    if (ctx.clicks.button("Cancel##quarantine")) ImGui::CloseCurrentPopup();
+    ImGui::EndPopup();
+  }
+}
+
+}  // namespace gantry::console

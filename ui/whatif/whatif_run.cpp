@@ -1,0 +1,207 @@
+#include "ui/whatif/whatif_run.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <string>
+
+#include "engine/core/config.h"  // config_parse: the run's TOML, read by the engine's own strict parser
+
+namespace gantry::whatif {
+
+namespace {
+
+using nlohmann::json;
+
+// One "key=value" or JSON member of the layout into the run; unknown keys are skipped (see the header).
+Status set_layout_field(WhatIfRun& r, const std::string& key, long long v) {
+  int* field = key == "dp"     ? &r.dp
+               : key == "tp"   ? &r.tp
+               : key == "pp"   ? &r.pp
+               : key == "zero" ? &r.zero
+                               : nullptr;
+  if (field == nullptr) return {};
+  const long long lo = key == "zero" ? 0 : 1, hi = key == "zero" ? 3 : (1 << 20);
+  if (v < lo || v > hi) {
+    return Status::error("layout." + key + " = " + std::to_string(v) + ": allowed " + std::to_string(lo) +
+                         ".." + std::to_string(hi));
+  }
+  *field = static_cast<int>(v);
+  return {};
+}
+
+Status parse_layout_json(WhatIfRun& r, std::string_view text) {
+  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object())
+    return Status::error("layout: not a JSON object: " + std::string(text));
+  for (const auto& [key, value] : j.items()) {
+    if (key != "dp" && key != "tp" && key != "pp" && key != "zero") continue;
+    if (!value.is_number_integer())
+      return Status::error("layout." + key + ": expected an integer, got " + value.dump());
+    if (Status s = set_layout_field(r, key, value.get<long long>()); !s.ok()) return s;
+  }
+  return {};
+}
+
+// "dp=4 tp=2 pp=1 zero=1" (storage's RunInfo::layout, the coordinator's event wording).
+Status parse_layout_text(WhatIfRun& r, std::string_view text) {
+  size_t i = 0;
+  while (i < text.size()) {
+    while (i < text.size() && (std::isspace(static_cast<unsigned char>(text[i])) || text[i] == ',')) ++i;
+    if (i == text.size()) break;
+    size_t end = i;
+    while (end < text.size() && !std::isspace(static_cast<unsigned char>(text[end])) && text[end] != ',')
+      ++end;
+    const std::string_view word = text.substr(i, end - i);
+    i = end;
+    const size_t eq = word.find('=');
+    if (eq == std::string_view::npos) {
+      return Status::error("layout: '" + std::string(word) +
+                           "' is not key=value (expected e.g. \"dp=4 zero=1\")");
+    }
+    const std::string key(word.substr(0, eq));
+    const std::string_view value = word.substr(eq + 1);
+    long long v = 0;
+    const auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+    if (key != "dp" && key != "tp" && key != "pp" && key != "zero") continue;
+    if (ec != std::errc() || p != value.data() + value.size()) {
+      return Status::error("layout." + key + ": '" + std::string(value) + "' is not an integer");
+    }
+    if (Status s = set_layout_field(r, key, v); !s.ok()) return s;
+  }
+  return {};
+}
+
+std::string itos(long long v) {
+  return std::to_string(v);
+}
+
+}  // namespace
+
+Result<WhatIfRun> whatif_run_parse(int64_t id, std::string_view name, std::string_view config_toml,
+                                   std::string_view layout) {
+  Result<Config> cfg = config_parse(std::string(config_toml), "the run's config");
+  if (!cfg.ok()) return cfg.status();
+  WhatIfRun r;
+  r.id = id;
+  r.name = std::string(name);
+  r.backend = cfg->train.backend;
+  // Gantry's model is GPT-2 shaped: PlanModel's defaults (learned positions, LayerNorm, biases, GELU with
+  // ffn = 4d, tied embeddings, no dropout) are that shape; only the dimensions come from the config.
+  r.model.name = r.name.empty() ? "run " + itos(id) : r.name;
+  r.model.layers = cfg->model.n_layer;
+  r.model.hidden = cfg->model.n_embd;
+  r.model.heads = cfg->model.n_head;
+  r.model.vocab = cfg->model.vocab_size;
+  r.model.seq = cfg->model.seq_len;
+  r.global_batch = cfg->train.global_batch;
+  r.micro_batch = cfg->train.micro_batch;
+  size_t first = 0;
+  while (first < layout.size() && std::isspace(static_cast<unsigned char>(layout[first]))) ++first;
+  const Status s = first < layout.size() && layout[first] == '{' ? parse_layout_json(r, layout)
+                                                                 : parse_layout_text(r, layout);
+  if (!s.ok()) return s;
+  return r;
+}
+
+Result<WhatIfRun> whatif_run_parse(const json& run) {
+  if (!run.is_object()) return Status::error("run: expected the JSON object of GET /v1/runs/{id}");
+  const auto id = run.find("id");
+  const auto config = run.find("config");
+  if (id == run.end() || !id->is_number_integer()) return Status::error("run: no integer \"id\"");
+  if (config == run.end() || !config->is_string()) {
+    return Status::error("run " + id->dump() +
+                         ": no \"config\" (GET /v1/runs/{id} has it; the list does not)");
+  }
+  const auto layout = run.find("layout");
+  const std::string layout_text = layout == run.end()   ? ""
+                                  : layout->is_string() ? layout->get<std::string>()
+                                                        : layout->dump();
+  Result<WhatIfRun> r = whatif_run_parse(id->get<int64_t>(), run.value("name", std::string()),
+                                         config->get<std::string>(), layout_text);
+  if (r.ok()) r->state = run.value("state", std::string());
+  return r;
+}
+
+void whatif_form_from_run(WhatIfForm& f, const WhatIfRun& run) {
+  f.custom_model = true;
+  f.model = run.model;
+  f.global_batch = run.global_batch;
+  f.gpus = run.tp * run.pp * run.dp;
+  f.layout = PlanLayout{};
+  f.layout.tp = run.tp;
+  f.layout.pp = run.pp;
+  f.layout.dp = 0;  // derived from the GPUs, so changing their number alone asks "what if on N GPUs"
+  f.layout.zero = run.zero;
+  f.layout.recompute = Recompute::kNone;
+  f.layout.sequence_parallel = run.tp > 1;
+  // The engine runs micro-batches of at most train.micro_batch sequences out of each rank's share
+  // (engine/core/train.cpp): with a share smaller than that, the share is the micro-batch.
+  f.layout.micro_batch = std::max(1, std::min(run.micro_batch, run.global_batch / std::max(1, run.dp)));
+}
+
+std::string whatif_apply_blocker(const Plan& plan, const WhatIfRun* run, int form_global_batch) {
+  if (run == nullptr) return "no run is loaded: load the current run to resume it on a planned layout";
+  const PlanLayout& l = plan.layout;
+  // The batch first: it is the form's, not the row's, and every row shares it.
+  if (form_global_batch != run->global_batch || plan.global_batch != run->global_batch) {
+    return "planned for a global batch of " + itos(plan.global_batch) +
+           " sequences; the run's train.global_batch is " + itos(run->global_batch) +
+           ", which resume-from keeps";
+  }
+  if (plan.params != plan_param_counts(run->model).total) {
+    return "planned for another model (" + itos(static_cast<long long>(plan.params)) +
+           " parameters) than the run's (" +
+           itos(static_cast<long long>(plan_param_counts(run->model).total)) + "): load the run again";
+  }
+  if (!plan.fits) return "this layout does not fit in the GPUs' memory";
+  if (l.tp != 1 || l.pp != 1) {
+    return "tp = " + itos(l.tp) + ", pp = " + itos(l.pp) +
+           ": the engine trains tp = 1, pp = 1 only (resume-from accepts no other)";
+  }
+  if (l.cp != 1 || l.vp != 1) return "the engine has no context parallelism or virtual stages (cp = vp = 1)";
+  if (l.recompute != Recompute::kNone) return "the engine keeps every activation: recompute must be none";
+  if (l.hsdp != 0) return "the engine shards ZeRO over all of dp: hsdp must be 0";
+  if (run->global_batch % l.dp != 0) {
+    return "dp = " + itos(l.dp) +
+           " does not divide the run's train.global_batch = " + itos(run->global_batch);
+  }
+  const int share = run->global_batch / l.dp;
+  const int engine_micro = std::min(run->micro_batch, share);
+  if (share % engine_micro != 0) {
+    return "on dp = " + itos(l.dp) + " each rank gets " + itos(share) +
+           " sequences, which the run's train.micro_batch = " + itos(run->micro_batch) + " does not divide";
+  }
+  if (l.micro_batch != engine_micro) {
+    return "micro-batch " + itos(l.micro_batch) + ": on dp = " + itos(l.dp) +
+           " the engine runs micro-batches of " + itos(engine_micro) +
+           " (train.micro_batch = " + itos(run->micro_batch) + ", which resume-from keeps)";
+  }
+  return "";
+}
+
+WhatIfApply whatif_apply_of(const Plan& plan, const WhatIfRun& run) {
+  return WhatIfApply{.run_id = run.id,
+                     .dp = plan.layout.dp,
+                     .zero = plan.layout.zero,
+                     .tp = plan.layout.tp,
+                     .pp = plan.layout.pp};
+}
+
+json WhatIfApply::layout() const {
+  return {{"dp", dp}, {"tp", tp}, {"pp", pp}, {"zero", zero}};
+}
+
+json WhatIfApply::body() const {
+  return {{"checkpoint", checkpoint}, {"layout", layout()}};
+}
+
+std::string WhatIfApply::path() const {
+  return "/v1/runs/" + itos(run_id) + "/resume-from";
+}
+
+std::string WhatIfApply::text() const {
+  return "dp=" + itos(dp) + " tp=" + itos(tp) + " pp=" + itos(pp) + " zero=" + itos(zero);
+}
+
+}  // namespace gantry::whatif
