@@ -69,6 +69,9 @@ struct Options {
   int tiny_dp = 4;
   int64_t tiny_max_steps = 0;
   bool keep_cluster = false;
+  int bench_frames = 0;  // > 0: the frame-time benchmark instead of a console
+  int bench_ranks = 1024;
+  int64_t bench_steps = 100000;
 };
 
 }  // namespace
@@ -91,6 +94,15 @@ int main(int argc, char** argv) {
   cli.add_option("--tiny-dp", o.tiny_dp, "data-parallel ranks of the tiny run")->check(CLI::Range(1, 64));
   cli.add_option("--tiny-max-steps", o.tiny_max_steps, "stop the tiny run after this step (0: the config's)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  cli.add_option("--bench-frames", o.bench_frames,
+                 "benchmark: draw N frames (default 600) of the Run panel over a synthetic run, no network; "
+                 "prints one JSON line of frame times")
+      ->expected(0, 1)
+      ->default_str("600")
+      ->check(CLI::Range(1, 1000000));
+  cli.add_option("--bench-ranks", o.bench_ranks, "benchmark: ranks of the synthetic run")->check(CLI::Range(1, 65536));
+  cli.add_option("--bench-steps", o.bench_steps, "benchmark: steps of the synthetic run")
+      ->check(CLI::Range(int64_t{1}, int64_t{10000000}));
   cli.add_flag("--keep-cluster", o.keep_cluster, "leave the local cluster running on exit");
   try {
     cli.parse(argc, argv);
@@ -102,7 +114,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gantry: --connect and --token-file go together (the URL and token `gantry-engine up` wrote)\n");
     return kExitBadInput;
   }
-  const bool batch = !o.screenshot.empty() || !o.dump_state.empty() || o.frames > 0;
+  const bool bench = o.bench_frames > 0;
+  const bool batch = bench || !o.screenshot.empty() || !o.dump_state.empty() || o.frames > 0;
   if (batch && o.frames == 0) o.frames = 1;
 
   // Everything that can be refused is read before a window or a cluster exists.
@@ -130,7 +143,7 @@ int main(int argc, char** argv) {
     }
     token = t.value();
   }
-  const bool embedded = o.connect.empty();
+  const bool embedded = o.connect.empty() && !bench;  // the benchmark starts no cluster
   const std::string state_dir = o.state_dir.empty() ? console_state_dir() : o.state_dir;
   std::error_code ec;
   fs::create_directories(state_dir, ec);
@@ -185,6 +198,16 @@ int main(int argc, char** argv) {
   if (font == nullptr) io.Fonts->AddFontDefault();  // ImGui's own bitmap font when DejaVu is missing
   ImGui_ImplGlfw_InitForOpenGL(window, true);
   ImGui_ImplOpenGL3_Init("#version 130");
+  if (bench) {
+    const int rc =
+        console_bench_frames(window, {.frames = o.bench_frames, .ranks = o.bench_ranks, .steps = o.bench_steps});
+    ImGui_ImplOpenGL3_Shutdown();
+    ImGui_ImplGlfw_Shutdown();
+    ImGui::DestroyContext();
+    glfwDestroyWindow(window);
+    glfwTerminate();
+    return rc;
+  }
 
   // The data path: an embedded cluster is started on the network thread, so the window shows progress.
   const std::string engine = console_engine_path();

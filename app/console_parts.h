@@ -1,10 +1,13 @@
 // The console main's helpers (app/console_*.cpp): the embedded local cluster and the framebuffer's PNG.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "engine/core/status.h"
 #include "ui/console/data_source.h"
+
+struct GLFWwindow;
 
 namespace gantry {
 
@@ -23,5 +26,15 @@ Status console_cluster_down(const std::string& engine, const std::string& dir);
 
 // Reads the current GL framebuffer (width × height, from the back buffer) and writes it as a PNG.
 Status console_screenshot_write(const std::string& path, int width, int height);
+
+// --bench-frames: fills the console's model with a synthetic run of `ranks` × `steps` (no network), draws
+// `frames` frames of the Run panel in `window` (its GL context current, ImGui and its backends set up) and
+// prints one JSON line of frame-time figures. Returns the exit code.
+struct ConsoleBenchOptions {
+  int frames = 600;
+  int ranks = 1024;
+  int64_t steps = 100000;
+};
+int console_bench_frames(GLFWwindow* window, const ConsoleBenchOptions& o);
 
 }  // namespace gantry

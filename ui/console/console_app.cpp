@@ -72,18 +72,23 @@ void ConsoleApp::draw(const ConsoleSnapshot& s) {
   frame_ = FrameRecord();
   PanelContext ctx{.source = source_, .clicks = clicks_, .frame = frame_, .now_unix_s = now_unix_s()};
   toolbar(s);
-  // Left: cluster, actions, stragglers. Middle: the run. Right: checkpoints, events.
-  if (begin_panel("Cluster", 0.0f, 0.0f, 0.26f, 0.34f)) cluster_.draw(s, ctx);
+  // Left: cluster, actions, stragglers, what-if. Middle: the run. Right: checkpoints, events, history.
+  if (begin_panel("Cluster", 0.0f, 0.0f, 0.26f, 0.28f)) cluster_.draw(s, ctx);
   ImGui::End();
-  if (begin_panel("Actions", 0.0f, 0.34f, 0.26f, 0.22f)) actions_.draw(s, ctx);
+  if (begin_panel("Actions", 0.0f, 0.28f, 0.26f, 0.18f)) actions_.draw(s, ctx);
   ImGui::End();
-  if (begin_panel("Stragglers", 0.0f, 0.56f, 0.26f, 0.44f)) stragglers_.draw(s, ctx);
+  if (begin_panel("Stragglers", 0.0f, 0.46f, 0.26f, 0.2f)) stragglers_.draw(s, ctx);
+  ImGui::End();
+  if (begin_panel("What-if", 0.0f, 0.66f, 0.26f, 0.34f)) whatif_.draw(s, ctx);
   ImGui::End();
   if (begin_panel("Run", 0.26f, 0.0f, 0.50f, 1.0f, ImGuiWindowFlags_NoScrollWithMouse)) run_.draw(s, ctx);
   ImGui::End();
-  if (begin_panel("Checkpoints", 0.76f, 0.0f, 0.24f, 0.3f)) checkpoints_.draw(s, ctx);
+  if (begin_panel("Checkpoints", 0.76f, 0.0f, 0.24f, 0.22f)) checkpoints_.draw(s, ctx);
   ImGui::End();
-  if (begin_panel("Events", 0.76f, 0.3f, 0.24f, 0.7f)) events_.draw(s, ctx);
+  if (begin_panel("Events", 0.76f, 0.22f, 0.24f, 0.4f)) events_.draw(s, ctx);
+  ImGui::End();
+  // The wheel zooms the overlay plot, so it must not scroll the window.
+  if (begin_panel("History", 0.76f, 0.62f, 0.24f, 0.38f, ImGuiWindowFlags_NoScrollWithMouse)) history_.draw(s, ctx);
   ImGui::End();
   close_dialog(s);
 }
@@ -95,6 +100,9 @@ nlohmann::json ConsoleApp::state_json(const ConsoleSnapshot& s) const {
     series.push_back({{"name", r.name}, {"length", r.length}, {"rect", {r.x0, r.y0, r.x1, r.y1}}});
   json nodes = json::array();
   for (const NodeView& n : s.nodes) nodes.push_back({{"id", n.id}, {"state", n.state}, {"slots", n.slots}});
+  json overlay = json::array();
+  for (const history::OverlaySeries& o : history_.model().overlay())
+    overlay.push_back({{"run", o.run_id}, {"name", o.name}, {"length", o.step.size()}});
   json events = json::object();
   for (const EventView& e : s.events) events[e.record.kind] = events.value(e.record.kind, 0) + 1;
   return {{"panels", frame_.panels},
@@ -111,6 +119,10 @@ nlohmann::json ConsoleApp::state_json(const ConsoleSnapshot& s) const {
           {"nodes", nodes},
           {"events", events},
           {"checkpoints", s.checkpoints.size()},
+          {"whatif", {{"run", whatif_.loaded_run()}, {"candidates", whatif_.model().candidates().size()},
+                      {"apply_enabled", whatif_.apply_enabled()}}},
+          {"history",
+           {{"open", history_.model().is_open()}, {"runs", history_.model().runs().size()}, {"overlay", overlay}}},
           {"last_action", {{"what", s.last_action.what}, {"ok", s.last_action.ok}, {"message", s.last_action.message}}}};
 }
 

@@ -45,6 +45,8 @@ class ConsoleApp {
   ActionsPanel actions_;
   CheckpointsPanel checkpoints_;
   EventsPanel events_;
+  WhatIfPanel whatif_;
+  HistoryPanel history_;
 };
 
 }  // namespace gantry::console

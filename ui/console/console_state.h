@@ -49,6 +49,8 @@ struct RunView {
   int64_t max_steps = -1;
   double created_unix_s = 0;
   std::vector<ShareView> placement;
+  std::string layout;  // the API's "layout" object as JSON text, e.g. {"dp":4,"pp":1,"tp":1,"zero":1}
+  std::string config;  // the run's config TOML (GET /v1/runs/{id} only; "" until fetched)
 };
 
 // A rank of /v1/runs/{id}/ranks. The straggler fields come from the coordinator where it scores ranks;

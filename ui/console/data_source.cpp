@@ -55,7 +55,9 @@ RunView run_from_json(const json& j) {
   if (auto it = j.find("layout"); it != j.end() && it->is_object()) {
     r.dp = field<int>(*it, "dp", 0);
     r.zero = field<int>(*it, "zero", 0);
+    r.layout = it->dump();
   }
+  r.config = field<std::string>(j, "config", "");
   if (r.world == 0) r.world = r.dp;
   if (auto it = j.find("placement"); it != j.end() && it->is_array()) {
     for (const json& s : *it) {
@@ -148,9 +150,14 @@ void DataSource::request_action(int64_t run_id, Action a) {
   cv_.notify_all();
 }
 
-void DataSource::request_resume_from(int64_t run_id, const std::string& checkpoint, int dp) {
+void DataSource::request_resume_from(int64_t run_id, const std::string& checkpoint, const ResumeLayout& layout) {
   json body = {{"checkpoint", checkpoint}};
-  if (dp > 0) body["layout"] = {{"dp", dp}};
+  json l = json::object();
+  if (layout.dp > 0) l["dp"] = layout.dp;
+  if (layout.zero) l["zero"] = *layout.zero;
+  if (layout.tp) l["tp"] = *layout.tp;
+  if (layout.pp) l["pp"] = *layout.pp;
+  if (!l.empty()) body["layout"] = std::move(l);
   std::lock_guard<std::mutex> lock(mu_);
   requests_.push_back({.what = "resume run " + std::to_string(run_id) + " from " + checkpoint,
                        .path = "/v1/runs/" + std::to_string(run_id) + "/resume-from",
@@ -312,6 +319,7 @@ bool DataSource::poll_once(HttpClient& api) {
 
   int64_t id = -1, after = 0;
   int world = 0;
+  bool need_config = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     master_.nodes = std::move(nodes);
@@ -339,7 +347,9 @@ bool DataSource::poll_once(HttpClient& api) {
     if (want != master_.run.id) reset_run_locked(want);
     for (const RunView& r : run_list)
       if (r.id == want) master_.run = r;
+    if (config_run_ == want) master_.run.config = config_;
     id = master_.run.id;
+    need_config = id >= 0 && config_run_ != id;
     world = std::max(1, master_.run.world);
     if (events_ended_ && !run_ended(master_.run.state)) {
       // Resumed from a checkpoint after it ended: the same run id has new events to follow.
@@ -358,6 +368,16 @@ bool DataSource::poll_once(HttpClient& api) {
   if (id < 0) return true;
 
   const std::string base = "/v1/runs/" + std::to_string(id);
+  if (need_config) {
+    // The list leaves the config out; the run's own route has it (the what-if panel plans from it). A
+    // run's config never changes, so once a run is enough; a failure is retried on the next poll.
+    if (Result<json> detail = api.get_json(base); detail.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      config_run_ = id;
+      config_ = field<std::string>(detail.value(), "config", "");
+      if (master_.run.id == id) master_.run.config = config_;
+    }
+  }
   const int64_t limit = std::min<int64_t>(100000, 256 * static_cast<int64_t>(world));
   Result<json> steps = api.get_json(base + "/steps?after=" + std::to_string(after) + "&ranks=all&limit=" +
                                     std::to_string(limit));

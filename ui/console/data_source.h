@@ -23,6 +23,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -42,6 +43,13 @@ class LocalCache;
 struct Endpoint {
   std::string url;
   std::string token;
+};
+
+// The layout of a resume-from request: each field that is set is sent (zero = 0 included), the others
+// stay the run's. dp 0 = the run's.
+struct ResumeLayout {
+  int dp = 0;
+  std::optional<int> zero, tp, pp;
 };
 
 struct DataSourceOptions {
@@ -72,9 +80,14 @@ class DataSource {
   // snapshot()->last_action.
   void follow(int64_t run_id);  // -1: the newest live run (the default)
   void request_action(int64_t run_id, Action a);  // checkpoint, pause, resume, stop
-  void request_resume_from(int64_t run_id, const std::string& checkpoint, int dp);
+  void request_resume_from(int64_t run_id, const std::string& checkpoint, int dp) {
+    request_resume_from(run_id, checkpoint, ResumeLayout{.dp = dp});
+  }
+  void request_resume_from(int64_t run_id, const std::string& checkpoint, const ResumeLayout& layout);
   void request_quarantine(const std::string& node);
   void request_submit_tiny();
+  // The local history file (options' cache_path; "" = none), for panels that read it back.
+  const std::string& cache_path() const { return opt_.cache_path; }
   // Drops both connections; the next poll opens new ones and catches up from where the model ends.
   void reconnect();
 
@@ -108,6 +121,8 @@ class DataSource {
   bool have_endpoint_ = false;
   std::deque<Request> requests_;
   int64_t follow_ = -1;           // asked for; -1 = automatic
+  int64_t config_run_ = -1;       // the run whose config TOML config_ holds (GET /v1/runs/{id}, once a run)
+  std::string config_;
   ConsoleSnapshot master_;        // the model, less the two shared parts below
   StepLog steps_;
   RankStepGrid grid_;

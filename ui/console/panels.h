@@ -12,8 +12,12 @@
 #include "ui/console/clickables.h"
 #include "ui/console/console_state.h"
 #include "ui/console/data_source.h"
+#include "ui/history/history_model.h"
+#include "ui/history/history_panel.h"
 #include "ui/plot/heatmap.h"
 #include "ui/plot/plot_widget.h"
+#include "ui/whatif/whatif_model.h"
+#include "ui/whatif/whatif_panel.h"
 
 namespace gantry::console {
 
@@ -94,6 +98,40 @@ struct EventsPanel {
  private:
   char filter_[128] = "";
   size_t seen_ = 0;  // events drawn last frame: scroll to the bottom when new ones arrive
+};
+
+// The planner (ui/whatif) on the followed run: its config and layout go into the form once per run, and
+// Apply becomes a resume-from request (latest checkpoint, the chosen dp and ZeRO) on the DataSource.
+struct WhatIfPanel {
+  void draw(const ConsoleSnapshot& s, PanelContext& ctx);
+  // The run Apply would resume; -1 = none.
+  int64_t loaded_run() const { return model_.run() ? model_.run()->id : -1; }
+  const whatif::WhatIfModel& model() const { return model_; }
+  bool apply_enabled() const { return view_.apply_enabled; }
+
+ private:
+  whatif::WhatIfModel model_;
+  whatif::WhatIfPanelView view_;
+  bool evaluated_ = false;
+  int64_t loaded_run_ = -1;  // the run whose config was loaded into the form (or failed to load)
+  std::string load_error_;
+};
+
+// The local cache's runs (ui/history) with two runs' loss curves overlaid. The cache file is opened
+// read-only once it exists (the network thread creates it with the first run), and re-read when the
+// followed run ends or on Refresh.
+struct HistoryPanel {
+  void draw(const ConsoleSnapshot& s, PanelContext& ctx);
+  const history::HistoryModel& model() const { return model_; }
+
+ private:
+  history::HistoryModel model_;
+  history::HistoryPanelView view_;
+  double next_open_unix_s_ = 0;  // when to try opening the cache again
+  double refresh_at_unix_s_ = 0;  // a second read after a run ended; 0 = none due
+  std::string open_error_;
+  int64_t seen_run_ = -1;        // the followed run and whether it had ended, last frame
+  bool seen_ended_ = false;
 };
 
 }  // namespace gantry::console

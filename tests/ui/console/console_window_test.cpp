@@ -111,6 +111,29 @@ TEST(ConsoleWindow, BadInputIsRefusedBeforeAnythingStarts) {
   EXPECT_FALSE(fs::exists(dir / "cluster"));
 }
 
+// The frame-time benchmark's smoke run (its figures are not judged here): a tiny synthetic run, three
+// frames, one JSON line with the figures the benchmark promises, and no cluster started.
+TEST(ConsoleWindow, BenchFramesPrintsOneJsonLine) {
+  if (!have_xvfb_run()) GTEST_SKIP() << "xvfb-run is not installed (Debian: xvfb)";
+  const fs::path dir = scratch_dir("console_bench");
+  const int code = run_shell("xvfb-run -a -s '-screen 0 1600x1000x24' " + std::string(GANTRY_BIN) + " --state-dir " +
+                             dir.string() + " --bench-frames 3 --bench-ranks 8 --bench-steps 100 </dev/null >" +
+                             (dir / "out").string() + " 2>" + (dir / "err").string());
+  ASSERT_EQ(code, 0) << slurp(dir / "err");
+  const json j = json::parse(slurp(dir / "out"), nullptr, false);
+  ASSERT_TRUE(j.is_object()) << slurp(dir / "out");
+  EXPECT_EQ(j["frames"], 3);
+  EXPECT_EQ(j["ranks"], 8);
+  EXPECT_EQ(j["steps"], 100);
+  for (const char* k : {"median_ms", "p99_ms", "max_ms", "rss_mb", "load_s"}) {
+    ASSERT_TRUE(j.contains(k)) << k;
+    EXPECT_GT(j[k].get<double>(), 0.0) << k;
+  }
+  EXPECT_LE(j["median_ms"].get<double>(), j["p99_ms"].get<double>());
+  EXPECT_LE(j["p99_ms"].get<double>(), j["max_ms"].get<double>());
+  EXPECT_FALSE(fs::exists(dir / "cluster")) << "the benchmark started a cluster";
+}
+
 // Against a cluster the test starts (`--connect`): the run is submitted through the API, the console's
 // script clicks "Checkpoint now", and the API then lists the checkpoint and its event.
 TEST(ConsoleWindow, ScreenshotStateAndAScriptedCheckpointAgainstARemoteCluster) {
@@ -157,8 +180,11 @@ TEST(ConsoleWindow, ScreenshotStateAndAScriptedCheckpointAgainstARemoteCluster) 
   // The state: every panel, non-empty series, the steps seen, the run live (a remote run is never stopped).
   json state = json::parse(slurp(dir / "state.json"), nullptr, false);
   ASSERT_FALSE(state.is_discarded()) << slurp(dir / "state.json");
-  for (const char* panel : {"Cluster", "Run", "Stragglers", "Actions", "Checkpoints", "Events"})
+  for (const char* panel : {"Cluster", "Run", "Stragglers", "Actions", "Checkpoints", "Events", "What-if", "History"})
     EXPECT_THAT(state["panels"].get<std::vector<std::string>>(), ::testing::Contains(panel));
+  EXPECT_EQ(state["whatif"]["run"], run) << "the what-if form holds the followed run's config";
+  EXPECT_GT(state["whatif"]["candidates"].get<size_t>(), 0u);
+  EXPECT_EQ(state["history"]["open"], true) << "the history reads the console's cache";
   EXPECT_GE(state["last_step"].get<int64_t>(), 8);
   EXPECT_EQ(state["run"]["id"], run);
   EXPECT_EQ(state["run"]["state"], "running");
