@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/ui/headless_imgui.h"
 #include "tests/ui/history/history_test_db.h"
 
 namespace gantry::history {
@@ -28,32 +29,13 @@ class Panel : public ::testing::Test {
     b_ = h_.begin("long", 4, "dp=4 tp=1 pp=1 zero=1", 1.7e9 + 60);
     ASSERT_TRUE(h_.write(a_, 0, a, 2, true)) << h_.db().error();
     ASSERT_TRUE(h_.write(b_, 0, b, 4, true)) << h_.db().error();
-
-    ctx_ = ImGui::CreateContext();
-    ImGuiIO& io = ImGui::GetIO();
-    io.DisplaySize = ImVec2(1200, 900);
-    io.DeltaTime = 1.0f / 60;
-    io.IniFilename = nullptr;
-    io.BackendFlags |= ImGuiBackendFlags_RendererHasVtxOffset;
-    unsigned char* pixels = nullptr;
-    int w = 0, h = 0;
-    io.Fonts->GetTexDataAsRGBA32(&pixels, &w, &h);
   }
-  void TearDown() override { ImGui::DestroyContext(ctx_); }
 
   ImDrawList* frame(HistoryModel& m, HistoryPanelView& view, bool* changed = nullptr) {
-    ImGui::NewFrame();
-    ImGui::SetNextWindowPos(ImVec2(0, 0));
-    ImGui::SetNextWindowSize(ImGui::GetIO().DisplaySize);
-    ImGui::Begin("history", nullptr,
-                 ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoMove | ImGuiWindowFlags_NoSavedSettings |
-                     ImGuiWindowFlags_NoScrollWithMouse);
-    ImDrawList* dl = ImGui::GetWindowDrawList();
-    const bool c = history_panel(m, view);
-    if (changed != nullptr) *changed = *changed || c;
-    ImGui::End();
-    ImGui::Render();
-    return dl;
+    return ui_.frame("history", [&] {
+      const bool c = history_panel(m, view);
+      if (changed != nullptr) *changed = *changed || c;
+    });
   }
 
   // Clicks the row of `run` (press and release, one frame each). Returns whether the panel reported a change.
@@ -78,7 +60,7 @@ class Panel : public ::testing::Test {
 
   TestHistory h_{"panel"};
   int64_t a_ = -1, b_ = -1;
-  ImGuiContext* ctx_ = nullptr;
+  HeadlessImGui ui_{ImVec2(1200, 900)};
 };
 
 int vertices_inside(const ImDrawList* dl, uint32_t colour, ImVec2 min, ImVec2 max) {

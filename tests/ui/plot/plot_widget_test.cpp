@@ -2,6 +2,8 @@
 // vertices the widgets put into the window's draw list, and drive them with mouse input.
 #include "ui/plot/plot_widget.h"
 
+#include "tests/ui/headless_imgui.h"
+
 #include <gtest/gtest.h>
 #include <imgui.h>
 
@@ -19,37 +21,11 @@ constexpr uint32_t kGreen = IM_COL32(40, 230, 90, 255);
 
 class Widgets : public ::testing::Test {
  protected:
-  void SetUp() override {
-    ctx_ = ImGui::CreateContext();
-    ImGuiIO& io = ImGui::GetIO();
-    io.DisplaySize = ImVec2(1280, 800);
-    io.DeltaTime = 1.0f / 60;
-    io.IniFilename = nullptr;
-    // As the OpenGL 3 backend declares: draw lists may pass 65,536 vertices (the heatmap can).
-    io.BackendFlags |= ImGuiBackendFlags_RendererHasVtxOffset;
-    unsigned char* pixels = nullptr;
-    int w = 0, h = 0;
-    io.Fonts->GetTexDataAsRGBA32(&pixels, &w, &h);
-  }
-  void TearDown() override { ImGui::DestroyContext(ctx_); }
-
   // One frame with `body` inside a fixed full-screen window; returns that window's draw list, which
   // stays readable until the next frame.
-  ImDrawList* frame(const std::function<void()>& body) {
-    ImGui::NewFrame();
-    ImGui::SetNextWindowPos(ImVec2(0, 0));
-    ImGui::SetNextWindowSize(ImGui::GetIO().DisplaySize);
-    ImGui::Begin("plots", nullptr,
-                 ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoMove | ImGuiWindowFlags_NoSavedSettings |
-                     ImGuiWindowFlags_NoScrollWithMouse);
-    ImDrawList* dl = ImGui::GetWindowDrawList();
-    body();
-    ImGui::End();
-    ImGui::Render();
-    return dl;
-  }
+  ImDrawList* frame(const std::function<void()>& body) { return ui_.frame("plots", body); }
 
-  ImGuiContext* ctx_ = nullptr;
+  HeadlessImGui ui_{ImVec2(1280, 800)};
 };
 
 struct Box {

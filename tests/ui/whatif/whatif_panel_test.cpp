@@ -3,6 +3,8 @@
 // bar against HBM) and press its Apply button with mouse input.
 #include "ui/whatif/whatif_panel.h"
 
+#include "tests/ui/headless_imgui.h"
+
 #include <gtest/gtest.h>
 #include <imgui.h>
 
@@ -24,32 +26,8 @@ std::string tiny_config() {
 
 class Panel : public ::testing::Test {
  protected:
-  void SetUp() override {
-    ctx_ = ImGui::CreateContext();
-    ImGuiIO& io = ImGui::GetIO();
-    io.DisplaySize = ImVec2(1600, 1600);
-    io.DeltaTime = 1.0f / 60;
-    io.IniFilename = nullptr;
-    io.BackendFlags |= ImGuiBackendFlags_RendererHasVtxOffset;
-    unsigned char* pixels = nullptr;
-    int w = 0, h = 0;
-    io.Fonts->GetTexDataAsRGBA32(&pixels, &w, &h);
-  }
-  void TearDown() override { ImGui::DestroyContext(ctx_); }
-
   // One frame of the panel in a fixed full-screen window; returns that window's draw list.
-  ImDrawList* frame(const std::function<void()>& body) {
-    ImGui::NewFrame();
-    ImGui::SetNextWindowPos(ImVec2(0, 0));
-    ImGui::SetNextWindowSize(ImGui::GetIO().DisplaySize);
-    ImGui::Begin("what-if", nullptr,
-                 ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoMove | ImGuiWindowFlags_NoSavedSettings);
-    ImDrawList* dl = ImGui::GetWindowDrawList();
-    body();
-    ImGui::End();
-    ImGui::Render();
-    return dl;
-  }
+  ImDrawList* frame(const std::function<void()>& body) { return ui_.frame("what-if", body); }
 
   // Presses the left button at p and releases it, one frame each (as an operator's click arrives).
   std::optional<WhatIfApply> click(WhatIfModel& m, WhatIfPanelView& view, ImVec2 p) {
@@ -69,7 +47,7 @@ class Panel : public ::testing::Test {
     return got;
   }
 
-  ImGuiContext* ctx_ = nullptr;
+  HeadlessImGui ui_{ImVec2(1600, 1600)};
 };
 
 // The horizontal extent of the vertices of one colour inside a box.
