@@ -167,13 +167,7 @@ int console_bench_frames(GLFWwindow* window, const ConsoleBenchOptions& o) {
     if (ImGui::Begin("Run", nullptr, ImGuiWindowFlags_NoScrollWithMouse | ImGuiWindowFlags_NoCollapse))
       panel.draw(snap, ctx);
     ImGui::End();
-    ImGui::Render();
-    int w = 0, h = 0;
-    glfwGetFramebufferSize(window, &w, &h);
-    glViewport(0, 0, w, h);
-    glClearColor(0.08f, 0.08f, 0.10f, 1.0f);
-    glClear(GL_COLOR_BUFFER_BIT);
-    ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+    console_render(window);
     const double c1 = thread_cpu_s(), w1 = wall_s();
     vertices = ImGui::GetDrawData()->TotalVtxCount;
     glfwSwapBuffers(window);

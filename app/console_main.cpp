@@ -263,13 +263,7 @@ int main(int argc, char** argv) {
     app.clicks().begin_frame();
     ImGui::NewFrame();
     app.draw(*snap);
-    ImGui::Render();
-    int w = 0, h = 0;
-    glfwGetFramebufferSize(window, &w, &h);
-    glViewport(0, 0, w, h);
-    glClearColor(0.08f, 0.08f, 0.10f, 1.0f);
-    glClear(GL_COLOR_BUFFER_BIT);
-    ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+    console_render(window);
     ++frames;
 
     if (script.failed()) {
@@ -279,6 +273,8 @@ int main(int argc, char** argv) {
     const bool batch_done = batch && frames >= o.frames && script.done();
     if (batch_done || script.failed()) {
       if (!o.screenshot.empty()) {
+        int w = 0, h = 0;
+        glfwGetFramebufferSize(window, &w, &h);
         if (Status st = console_screenshot_write(o.screenshot, w, h); !st.ok()) {
           std::fprintf(stderr, "gantry: %s\n", st.message().c_str());
           exit_code = kExitScriptFailed;

@@ -24,6 +24,9 @@ Result<console::Endpoint> console_cluster_up(const std::string& engine, const st
 // `gantry-engine down --dir DIR`: stops the coordinator, the agents and their workers.
 Status console_cluster_down(const std::string& engine, const std::string& dir);
 
+// Ends the ImGui frame and draws it into the window's framebuffer: ImGui::Render, the viewport, the clear
+// colour, the OpenGL 3 backend's draw calls (no buffer swap).
+void console_render(GLFWwindow* window);
 // Reads the current GL framebuffer (width × height, from the back buffer) and writes it as a PNG.
 Status console_screenshot_write(const std::string& path, int width, int height);
 

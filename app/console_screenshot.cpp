@@ -1,5 +1,9 @@
-// --screenshot: the framebuffer as the operator would see it, read back after the frame is drawn.
+// The frame into the window's framebuffer, and --screenshot: that framebuffer as the operator would see it,
+// read back after the frame is drawn.
 #include <GL/gl.h>
+#include <GLFW/glfw3.h>
+#include <backends/imgui_impl_opengl3.h>
+#include <imgui.h>
 #include <stb_image_write.h>  // stbi_write_png (Debian's libstb)
 
 #include <vector>
@@ -7,6 +11,16 @@
 #include "app/console_parts.h"
 
 namespace gantry {
+
+void console_render(GLFWwindow* window) {
+  ImGui::Render();
+  int w = 0, h = 0;
+  glfwGetFramebufferSize(window, &w, &h);
+  glViewport(0, 0, w, h);
+  glClearColor(0.08f, 0.08f, 0.10f, 1.0f);
+  glClear(GL_COLOR_BUFFER_BIT);
+  ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+}
 
 Status console_screenshot_write(const std::string& path, int width, int height) {
   if (width <= 0 || height <= 0) return Status::error("the window has no pixels to capture");
