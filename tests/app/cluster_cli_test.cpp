@@ -40,6 +40,7 @@ using json = nlohmann::json;
 using namespace std::chrono_literals;
 using ::testing::HasSubstr;
 using testing_support::run_engine;
+using testing_support::children_of;
 using testing_support::slurp;
 
 // Polls `pred` every 50 ms until it holds or `limit` passes.
@@ -66,24 +67,6 @@ std::vector<pid_t> cluster_pids(const fs::path& dir) {
   std::vector<pid_t> out;
   for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
     if (e.path().extension() == ".pid") out.push_back(static_cast<pid_t>(std::stol(slurp(e.path().string()))));
-  }
-  return out;
-}
-
-std::vector<pid_t> children_of(const std::vector<pid_t>& parents) {
-  std::vector<pid_t> out;
-  for (const fs::directory_entry& e : fs::directory_iterator("/proc")) {
-    const std::string name = e.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    const std::string stat = slurp(e.path().string() + "/stat");
-    const size_t close = stat.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(stat.substr(close + 2));
-    std::string state;
-    long ppid = 0;
-    rest >> state >> ppid;
-    for (pid_t p : parents)
-      if (ppid == p && state != "Z") out.push_back(static_cast<pid_t>(std::stol(name)));
   }
   return out;
 }

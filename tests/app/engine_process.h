@@ -8,9 +8,11 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace gantry::testing_support {
 
@@ -25,6 +27,25 @@ inline std::string slurp(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// Live (not zombie) children of `parents`, from /proc: the workers a launcher or an agent started.
+inline std::vector<pid_t> children_of(const std::vector<pid_t>& parents) {
+  std::vector<pid_t> out;
+  for (const std::filesystem::directory_entry& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string stat = slurp(e.path().string() + "/stat");
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos || close + 2 >= stat.size()) continue;
+    std::istringstream rest(stat.substr(close + 2));
+    std::string state;
+    long ppid = 0;
+    rest >> state >> ppid;
+    for (pid_t p : parents)
+      if (ppid == p && state != "Z") out.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return out;
 }
 
 // `gantry-engine <args>` with stdin closed; the exit code, stdout and stderr.

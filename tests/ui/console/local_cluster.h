@@ -20,6 +20,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/app/engine_process.h"
+
 namespace gantry::console::testing_support {
 
 namespace fs = std::filesystem;
@@ -50,24 +52,7 @@ inline bool gone(pid_t pid) {
   return ::kill(pid, 0) == -1 && errno == ESRCH;
 }
 
-// Live (not zombie) children of `parents`, from /proc.
-inline std::vector<pid_t> children_of(const std::vector<pid_t>& parents) {
-  std::vector<pid_t> out;
-  for (const fs::directory_entry& e : fs::directory_iterator("/proc")) {
-    const std::string name = e.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    const std::string stat = slurp(e.path() / "stat");
-    const size_t close = stat.rfind(')');
-    if (close == std::string::npos || close + 2 >= stat.size()) continue;
-    std::istringstream rest(stat.substr(close + 2));
-    std::string state;
-    long ppid = 0;
-    rest >> state >> ppid;
-    for (pid_t p : parents)
-      if (ppid == p && state != "Z") out.push_back(static_cast<pid_t>(std::stol(name)));
-  }
-  return out;
-}
+using gantry::testing_support::children_of;  // tests/app/engine_process.h
 
 // The pids in `dir`'s *.pid files (the coordinator's and the agents').
 inline std::vector<pid_t> pid_files(const fs::path& dir) {
