@@ -769,17 +769,33 @@ struct Coordinator::Impl {
 
   // ---- nodes and resumes ---------------------------------------------------------------------------------
 
+  // The node a POST /v1/nodes/{id}/... names (its body must be empty JSON); null with the answer in *fail.
+  // Called with mu held.
+  Node* requested_node(const HttpRequest& req, HttpResponse* fail) {
+    JsonFields f(req.body);
+    if (Status s = f.finish(); !s.ok()) {
+      *fail = HttpResponse::error(400, s.message());
+      return nullptr;
+    }
+    const std::string& id = req.param("id");
+    auto it = nodes.find(id);
+    if (it == nodes.end()) {
+      *fail = HttpResponse::error(404, "no node \"" + id + "\" (GET /v1/cluster lists them)");
+      return nullptr;
+    }
+    return &it->second;
+  }
+
   // Quarantine: the node takes no new work, and each live run on it moves: a stop at the next step
   // boundary (whose checkpoint every rank writes), then, once every gang has ended, placement without the
   // node and a resume from that checkpoint (relocate()). 202: the move is under way; its stages are events.
   HttpResponse quarantine(const HttpRequest& req) {
-    JsonFields f(req.body);
-    if (Status s = f.finish(); !s.ok()) return HttpResponse::error(400, s.message());
     std::lock_guard<std::mutex> lock(mu);
+    HttpResponse fail;
+    Node* node = requested_node(req, &fail);
+    if (node == nullptr) return fail;
+    Node& n = *node;
     const std::string& id = req.param("id");
-    auto it = nodes.find(id);
-    if (it == nodes.end()) return HttpResponse::error(404, "no node \"" + id + "\" (GET /v1/cluster lists them)");
-    Node& n = it->second;
     if (n.state == NodeState::quarantined) return HttpResponse::error(409, "node \"" + id + "\" is already quarantined");
     n.state = NodeState::quarantined;
     upsert_node(n, "quarantined");
@@ -805,13 +821,12 @@ struct Coordinator::Impl {
   }
 
   HttpResponse release(const HttpRequest& req) {
-    JsonFields f(req.body);
-    if (Status s = f.finish(); !s.ok()) return HttpResponse::error(400, s.message());
     std::lock_guard<std::mutex> lock(mu);
+    HttpResponse fail;
+    Node* node = requested_node(req, &fail);
+    if (node == nullptr) return fail;
+    Node& n = *node;
     const std::string& id = req.param("id");
-    auto it = nodes.find(id);
-    if (it == nodes.end()) return HttpResponse::error(404, "no node \"" + id + "\" (GET /v1/cluster lists them)");
-    Node& n = it->second;
     if (n.state != NodeState::quarantined) {
       return HttpResponse::error(409, "node \"" + id + "\" is " + std::string(node_state_name(n.state)) + ", not quarantined");
     }
