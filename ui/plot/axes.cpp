@@ -20,10 +20,17 @@ double AxisMap::to_data(float px) const {
   return d0 + (static_cast<double>(px) - p0) / static_cast<double>(p1 - p0) * (d1 - d0);
 }
 
-ImVec2 axes_widget_size(ImVec2 requested) {
+AxesItem axes_item(const char* id, ImVec2 requested) {
   const ImVec2 avail = ImGui::GetContentRegionAvail();
-  return ImVec2(requested.x > 0 ? requested.x : std::max(avail.x, 64.0f),
-                requested.y > 0 ? requested.y : std::max(avail.y, 48.0f));
+  AxesItem it;
+  it.size = ImVec2(requested.x > 0 ? requested.x : std::max(avail.x, 64.0f),
+                   requested.y > 0 ? requested.y : std::max(avail.y, 48.0f));
+  it.min = ImGui::GetCursorScreenPos();
+  it.max = ImVec2(it.min.x + it.size.x, it.min.y + it.size.y);
+  ImGui::InvisibleButton(id, it.size, ImGuiButtonFlags_MouseButtonLeft);
+  it.hovered = ImGui::IsItemHovered();
+  it.active = ImGui::IsItemActive();
+  return it;
 }
 
 void axes_draw_x(ImDrawList* dl, const AxisMap& x, const std::vector<Tick>& ticks, ImVec2 pmin, ImVec2 pmax,

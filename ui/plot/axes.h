@@ -20,8 +20,13 @@ struct AxisMap {
   double data_per_px() const { return (d1 - d0) / static_cast<double>(p1 - p0); }
 };
 
-// The rectangle a widget takes for `requested`: a component ≤ 0 fills the content region left.
-ImVec2 axes_widget_size(ImVec2 requested);
+// A plot widget's item: the rectangle it takes for `requested` (a component ≤ 0 fills the content region
+// left), claimed as an invisible button so the widget gets hover and drag.
+struct AxesItem {
+  ImVec2 size, min, max;
+  bool hovered = false, active = false;
+};
+AxesItem axes_item(const char* id, ImVec2 requested);
 
 // Ticks, grid lines inside [pmin, pmax] and labels below (x) or left of (y) the rectangle.
 // `offset` moves each tick within the data (0.5 centres integer ticks in their row, for ranks).

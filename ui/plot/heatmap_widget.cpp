@@ -56,12 +56,9 @@ void draw_scale_bar(ImDrawList* dl, const HeatmapView& view, ImVec2 bmin, ImVec2
 
 bool heatmap_widget(const char* id, HeatmapView& view, const HeatmapModel& model, ImVec2 size) {
   const ImGuiIO& io = ImGui::GetIO();
-  const ImVec2 sz = axes_widget_size(size);
-  const ImVec2 wmin = ImGui::GetCursorScreenPos();
-  const ImVec2 wmax(wmin.x + sz.x, wmin.y + sz.y);
-  ImGui::InvisibleButton(id, sz, ImGuiButtonFlags_MouseButtonLeft);
-  const bool item_hovered = ImGui::IsItemHovered();
-  const bool item_active = ImGui::IsItemActive();
+  const AxesItem item = axes_item(id, size);
+  const ImVec2 wmin = item.min, wmax = item.max;
+  const bool item_hovered = item.hovered, item_active = item.active;
 
   const float line_h = ImGui::GetTextLineHeight();
   const float left = ImGui::CalcTextSize("00000").x + kAxisTickLen + 2 * kAxisGap;

@@ -217,12 +217,9 @@ void PlotView::set_hidden(std::string_view name, bool hide) {
 bool plot_lines(const char* id, PlotView& view, std::span<const PlotSeries> series,
                 std::span<const PlotMarker> markers, ImVec2 size) {
   const ImGuiIO& io = ImGui::GetIO();
-  const ImVec2 sz = axes_widget_size(size);
-  const ImVec2 wmin = ImGui::GetCursorScreenPos();
-  const ImVec2 wmax(wmin.x + sz.x, wmin.y + sz.y);
-  ImGui::InvisibleButton(id, sz, ImGuiButtonFlags_MouseButtonLeft);
-  const bool item_hovered = ImGui::IsItemHovered();
-  const bool item_active = ImGui::IsItemActive();
+  const AxesItem item = axes_item(id, size);
+  const ImVec2 wmin = item.min, wmax = item.max;
+  const bool item_hovered = item.hovered, item_active = item.active;
 
   // Layout: fixed margins sized for compact labels ("-888.8k"), so the plot does not shift as values do.
   const float line_h = ImGui::GetTextLineHeight();
