@@ -447,12 +447,12 @@ void HttpServer::Impl::dispatch(const httplib::Request& req, httplib::Response& 
     if (req.body.empty()) {
       r.body = nlohmann::json::object();
     } else {
-      try {
-        r.body = nlohmann::json::parse(req.body);
-      } catch (const nlohmann::json::parse_error& e) {
-        write_error(res, 400, "request body is not valid JSON: " + json_error_text(e));
+      Result<nlohmann::json> body = json_parse_bounded(req.body);
+      if (!body.ok()) {
+        write_error(res, 400, "request body is not valid JSON: " + body.error());
         return;
       }
+      r.body = std::move(body.value());
       if (!r.body.is_object()) {
         write_error(res, 400, "request body must be a JSON object, got " + json_type_phrase(r.body));
         return;

@@ -27,7 +27,39 @@ std::string range(double min, double max) {
   return "[" + fmt(min) + ", " + fmt(max) + "]";
 }
 
+// nlohmann's what() starts with "[json.exception.parse_error.101] ": the reader wants what follows.
+std::string parse_error_text(const std::exception& e) {
+  std::string s = e.what();
+  if (!s.empty() && s.front() == '[') {
+    const size_t close = s.find("] ");
+    if (close != std::string::npos) s.erase(0, close + 2);
+  }
+  return s;
+}
+
+struct TooDeep {};
+
 }  // namespace
+
+Result<nlohmann::json> json_parse_bounded(std::string_view text, int max_depth) {
+  // The callback sees each value's depth as it opens, so the parse stops at the first level too many,
+  // before anything that deep exists.
+  auto guard = [max_depth](int depth, nlohmann::json::parse_event_t event, nlohmann::json&) {
+    if ((event == nlohmann::json::parse_event_t::object_start ||
+         event == nlohmann::json::parse_event_t::array_start) &&
+        depth >= max_depth) {
+      throw TooDeep{};
+    }
+    return true;
+  };
+  try {
+    return nlohmann::json::parse(text.begin(), text.end(), guard);
+  } catch (const TooDeep&) {
+    return Status::error("nested deeper than " + std::to_string(max_depth) + " levels of arrays and objects");
+  } catch (const nlohmann::json::exception& e) {
+    return Status::error(parse_error_text(e));
+  }
+}
 
 std::string json_type_phrase(const nlohmann::json& v) {
   switch (v.type()) {

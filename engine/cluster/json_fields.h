@@ -57,4 +57,13 @@ class JsonFields {
 // "a string", "an integer", "an object", ... : how an error names what it got.
 std::string json_type_phrase(const nlohmann::json& v);
 
+// Nesting deeper than this is refused when a document is read. nlohmann parses deep documents
+// iteratively, but copying, comparing and dumping them recurse: an 80,000-deep array would overflow the
+// stack long after the parse succeeded. No request or reply of ours nests deeper than 8.
+inline constexpr int kJsonMaxDepth = 64;
+
+// Parses JSON that came from outside (a request body, a reply, a manifest): at most `max_depth` levels
+// of arrays and objects. The error says where it broke ("at byte 17: ...") or that it nests too deep.
+Result<nlohmann::json> json_parse_bounded(std::string_view text, int max_depth = kJsonMaxDepth);
+
 }  // namespace gantry
