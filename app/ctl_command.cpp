@@ -161,7 +161,14 @@ int ctl_main(const std::string& what, const CtlArgs& a) {
   } else {
     r = api.post_json("/v1/runs/" + run + "/" + what, json::object());
   }
-  if (!r.ok()) return fail(r.error());
+  if (!r.ok()) {
+    // The coordinator's word that the request itself was wrong (a bad field, no such run or node, a body
+    // too large) is bad input, as everywhere else: exit 2.
+    const bool bad_input = r.error().find(": 400 ") != std::string::npos ||
+                           r.error().find(": 404 ") != std::string::npos ||
+                           r.error().find(": 413 ") != std::string::npos;
+    return fail(r.error(), bad_input ? kExitBadInput : kExitFailed);
+  }
   if (a.json_out) {
     std::printf("%s\n", r->dump().c_str());
     return 0;
@@ -234,7 +241,7 @@ void ctl_command_add(CLI::App& app, int* exit_code) {
                                     : "Let node NODE take work again");
     sub->add_option("node", a->node, "The node's id (ctl status lists them)")->required();
   }
-  CLI::App* resume_from = add("resume-from", "Resume a stopped or failed run from one of its checkpoints (exit 3 when it cannot be placed)");
+  CLI::App* resume_from = add("resume-from", "Resume a stopped, failed or interrupted run from one of its checkpoints (exit 3 when it cannot be placed)");
   resume_from->add_option("run", a->run, "The run's id")->required();
   resume_from->add_option("--checkpoint", a->checkpoint, "latest (default), a step number, or a step_* directory name of the run");
   resume_from->add_option("--dp", a->resume_dp, "Data-parallel ranks (default the run's)")->check(CLI::Range(1, 1 << 20));

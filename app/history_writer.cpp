@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>  // checkpoint events' payload
 
+#include "engine/core/checkpoint.h"  // checkpoint_list: which checkpoints are still on disk
 #include "engine/core/step_records.h"
 #include "storage/history_db.h"
 #include "telemetry/records.h"
@@ -57,11 +59,19 @@ void HistoryWriter::on_step(const StepReport& r) {
   if (!db_->ingest(batch)) warn("cannot record step " + std::to_string(r.step) + ": " + db_->error());
 }
 
+bool HistoryWriter::record_checkpoint(const CheckpointInfo& c) {
+  if (!db_->record_checkpoint(c)) return false;
+  std::vector<int64_t> on_disk;
+  for (const std::string& dir : checkpoint_list(std::filesystem::path(c.path).parent_path().string()))
+    on_disk.push_back(checkpoint_dir_step(dir));
+  return db_->reconcile_checkpoints(run_id_, on_disk);
+}
+
 void HistoryWriter::on_checkpoint(const CheckpointReport& c) {
   if (!db_ || run_id_ < 0) return;
   const double now = unix_now_s();
-  if (!db_->record_checkpoint({.run_id = run_id_,
-                               .step = c.step,
+  if (!record_checkpoint({.run_id = run_id_,
+                          .step = c.step,
                                .path = c.dir,
                                .bytes = c.bytes,
                                .write_s = c.seconds,
@@ -95,8 +105,8 @@ void HistoryWriter::ingest(const RecordBatch& batch) {
     if (e.kind == "checkpoint" && e.rank <= 0) {
       nlohmann::json p = nlohmann::json::parse(e.payload, nullptr, /*allow_exceptions=*/false);
       if (p.is_object() && p.value("dir", "") != "") {
-        if (!db_->record_checkpoint({.run_id = run_id_,
-                                     .step = e.step,
+        if (!record_checkpoint({.run_id = run_id_,
+                                .step = e.step,
                                      .path = p.value("dir", ""),
                                      .bytes = p.value("bytes", uint64_t{0}),
                                      .write_s = p.value("seconds", 0.0),

@@ -17,6 +17,7 @@
 namespace gantry {
 
 class HistoryDb;
+struct CheckpointInfo;
 
 class HistoryWriter final : public TrainObserver {
  public:
@@ -37,6 +38,9 @@ class HistoryWriter final : public TrainObserver {
   void finish(bool ok, bool stopped, const std::string& message);
 
  private:
+  // Catalogues a committed checkpoint, and marks the run's earlier ones that are gone from disk (pruned to
+  // train.keep_checkpoints) as deleted.
+  bool record_checkpoint(const CheckpointInfo& c);
   void warn(const std::string& what);
 
   std::string out_dir_, run_name_, path_;

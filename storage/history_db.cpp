@@ -21,7 +21,7 @@
 namespace gantry {
 namespace {
 
-constexpr std::string_view kRunStatusNames[] = {"running", "finished", "failed", "stopped"};
+constexpr std::string_view kRunStatusNames[] = {"running", "finished", "failed", "stopped", "interrupted"};
 constexpr std::string_view kRankMetricNames[kRankMetricCount] = {
     "total_s",     "data_wait_s",         "forward_s",           "backward_s",
     "optimizer_s", "comm_exposed_s",      "checkpoint_stall_s",  "mem_peak_bytes",
@@ -320,7 +320,8 @@ int64_t HistoryDb::begin_run(const RunInfo& info) {
   sqlite3_stmt* st = nullptr;
   const char* sql =
       "INSERT INTO runs (name, world_size, config, code_version, data_version, layout, out_dir, peak_name, "
-      "peak_flops, flops_per_token, mfu_formula, created_unix_s) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+      "peak_flops, flops_per_token, mfu_formula, created_unix_s, options) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+      "?)";
   int64_t id = -1;
   if (sqlite3_prepare_v2(db_, sql, -1, &st, nullptr) == SQLITE_OK) {
     bind_text(st, 1, info.name);
@@ -335,6 +336,7 @@ int64_t HistoryDb::begin_run(const RunInfo& info) {
     sqlite3_bind_double(st, 10, info.flops_per_token);
     bind_text(st, 11, info.mfu_formula);
     sqlite3_bind_double(st, 12, info.created_unix_s > 0 ? info.created_unix_s : now_unix_s());
+    bind_text(st, 13, info.options);
     if (sqlite3_step(st) == SQLITE_DONE) id = sqlite3_last_insert_rowid(db_);
   }
   if (id < 0) fail_sqlite("creating a run");
@@ -349,6 +351,38 @@ int64_t HistoryDb::begin_run(const RunInfo& info) {
     return -1;
   }
   return id;
+}
+
+bool HistoryDb::update_run(int64_t run_id, RunStatus status, std::string_view message, std::string_view options) {
+  sqlite3_stmt* st = nullptr;
+  bool ok = sqlite3_prepare_v2(db_,
+                               "UPDATE runs SET status = ?, finished_unix_s = CASE WHEN ? THEN NULL ELSE "
+                               "finished_unix_s END, message = ?, options = ? WHERE id = ?",
+                               -1, &st, nullptr) == SQLITE_OK;
+  if (ok) {
+    bind_text(st, 1, run_status_name(status));
+    sqlite3_bind_int(st, 2, status == RunStatus::running ? 1 : 0);
+    bind_text(st, 3, message);
+    bind_text(st, 4, options);
+    sqlite3_bind_int64(st, 5, run_id);
+    ok = sqlite3_step(st) == SQLITE_DONE && sqlite3_changes(db_) == 1;
+  }
+  sqlite3_finalize(st);
+  return ok || fail_sqlite("updating run " + std::to_string(run_id));
+}
+
+bool HistoryDb::reconcile_checkpoints(int64_t run_id, const std::vector<int64_t>& committed_steps) {
+  std::vector<CheckpointInfo> catalog;
+  if (!list_checkpoints(run_id, &catalog)) return false;
+  for (CheckpointInfo c : catalog) {
+    if (c.state != "committed" ||
+        std::find(committed_steps.begin(), committed_steps.end(), c.step) != committed_steps.end()) {
+      continue;
+    }
+    c.state = "deleted";
+    if (!record_checkpoint(c)) return false;
+  }
+  return true;
 }
 
 bool HistoryDb::finish_run(int64_t run_id, RunStatus status, std::string_view message,

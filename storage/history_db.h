@@ -41,7 +41,8 @@ struct sqlite3;
 
 namespace gantry {
 
-enum class RunStatus { running, finished, failed, stopped };
+// interrupted: the run was live when its coordinator went away (a crash, a kill, `down`); it can be resumed.
+enum class RunStatus { running, finished, failed, stopped, interrupted };
 std::string_view run_status_name(RunStatus s);
 
 // What a run is; fixed when it begins.
@@ -59,6 +60,9 @@ struct RunInfo {
   double peak_flops = 0;
   double flops_per_token = 0;
   std::string mfu_formula;
+  // What the run's launcher needs to place it again, beyond the config (the coordinator's layout, step
+  // limit and policies), as JSON; "" where the launcher keeps nothing. Updated with update_run.
+  std::string options;
 };
 
 struct RunRow {
@@ -198,6 +202,8 @@ class HistoryDb {
   int64_t begin_run(const RunInfo& info);
   // Final state; also builds the tiles of the run's last, partial blocks.
   bool finish_run(int64_t run_id, RunStatus status, std::string_view message, double finished_unix_s = 0);
+  // A run's state while it is not final (a resume makes a stopped run running again), with its options.
+  bool update_run(int64_t run_id, RunStatus status, std::string_view message, std::string_view options);
   bool get_run(int64_t run_id, RunRow* out);
   bool list_runs(std::vector<RunRow>* out);
 
@@ -212,6 +218,9 @@ class HistoryDb {
   bool list_nodes(std::vector<NodeInfo>* out);
   bool record_checkpoint(const CheckpointInfo& c);  // insert, or update the run's checkpoint at that step
   bool list_checkpoints(int64_t run_id, std::vector<CheckpointInfo>* out);
+  // The run's catalogued checkpoints that are no longer committed on disk (their step is not among
+  // `committed_steps`: pruned by keep-last, deleted by hand) are marked "deleted".
+  bool reconcile_checkpoints(int64_t run_id, const std::vector<int64_t>& committed_steps);
 
   // Decimated range queries: work proportional to buckets (and to the ranks' tree decomposition), not to
   // rows. The step-metric band has max_rank = -1.

@@ -13,7 +13,8 @@ namespace {
 
 // An unknown word in the file reads as failed: the run did not end well, as far as anyone knows.
 RunStatus run_status_from(std::string_view s) {
-  for (RunStatus st : {RunStatus::running, RunStatus::finished, RunStatus::failed, RunStatus::stopped}) {
+  for (RunStatus st : {RunStatus::running, RunStatus::finished, RunStatus::failed, RunStatus::stopped,
+                        RunStatus::interrupted}) {
     if (run_status_name(st) == s) return st;
   }
   return RunStatus::failed;
@@ -38,12 +39,13 @@ void read_run_row(sqlite3_stmt* st, RunRow* r) {
   r->message = column_text(st, 15);
   r->last_step = sqlite3_column_int64(st, 16);
   r->raw_from_step = sqlite3_column_int64(st, 17);
+  r->info.options = column_text(st, 18);
 }
 
 constexpr const char* kRunColumns =
     "SELECT id, name, status, world_size, config, code_version, data_version, layout, out_dir, peak_name, "
     "peak_flops, flops_per_token, mfu_formula, created_unix_s, finished_unix_s, message, last_step, "
-    "raw_from_step "
+    "raw_from_step, options "
     "FROM runs";
 
 }  // namespace

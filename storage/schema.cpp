@@ -112,6 +112,12 @@ CREATE TABLE checkpoints (
 );
 )sql";
 
+// Version 2: runs.options, what a coordinator needs to place a run again after a restart (its layout, step
+// limit and policies, as JSON).
+constexpr const char* kSchemaV2 = R"sql(
+ALTER TABLE runs ADD COLUMN options TEXT NOT NULL DEFAULT '';
+)sql";
+
 int pragma_int(sqlite3* db, const char* sql) {
   sqlite3_stmt* st = nullptr;
   int v = -1;
@@ -135,6 +141,7 @@ bool exec(sqlite3* db, const std::string& sql, std::string* error) {
 const std::vector<Migration>& schema_migrations() {
   static const std::vector<Migration> kMigrations = {
       {1, kSchemaV1},
+      {2, kSchemaV2},
   };
   return kMigrations;
 }

@@ -31,6 +31,29 @@ using namespace std::chrono_literals;
 // thousands.
 constexpr size_t kMaxRankSeries = 64;
 
+// One beat carries at most this many records (about 0.5 MB of JSON, under the coordinator's 1 MiB request
+// limit), so a backlog after an outage drains over several beats instead of being refused whole forever.
+constexpr size_t kMaxRecordsPerBeat = 1024;
+// Records held while the coordinator cannot be reached: past this, the oldest rank-step records go (and
+// are counted) so that a long outage cannot take the node's memory.
+constexpr size_t kMaxPendingRecords = 262144;
+
+// Moves up to `max` of the oldest records of each kind off the front of `from`, events first (few, and
+// they carry the actions' outcomes), then step records, then rank-step records.
+RecordBatch take_records(RecordBatch& from, size_t max) {
+  RecordBatch out;
+  auto take = [&max](auto& src, auto& dst) {
+    const size_t n = std::min(max, src.size());
+    dst.assign(std::make_move_iterator(src.begin()), std::make_move_iterator(src.begin() + static_cast<ptrdiff_t>(n)));
+    src.erase(src.begin(), src.begin() + static_cast<ptrdiff_t>(n));
+    max -= n;
+  };
+  take(from.events, out.events);
+  take(from.steps, out.steps);
+  take(from.rank_steps, out.rank_steps);
+  return out;
+}
+
 }  // namespace
 
 struct Agent::Impl {
@@ -55,6 +78,7 @@ struct Agent::Impl {
   // The latest step record of each local rank, by run, for /metrics; a run's entry goes when its gang ends.
   std::map<int64_t, std::map<int, RankStepRecord>> latest;
   // The agent's own counters, for /metrics.
+  std::atomic<uint64_t> records_dropped{0};  // past kMaxPendingRecords during an outage
   std::atomic<uint64_t> workers_started{0}, frames_received{0}, records_relayed{0}, heartbeats_sent{0},
       heartbeats_failed{0};
   std::list<Share> shares;  // touched by the heartbeat thread only (besides each share's own thread)
@@ -110,6 +134,11 @@ struct Agent::Impl {
         e.run_id = run;
         pending.events.push_back(std::move(e));
       }
+      if (pending.size() > kMaxPendingRecords && !pending.rank_steps.empty()) {
+        const size_t drop = std::min(pending.size() - kMaxPendingRecords, pending.rank_steps.size());
+        pending.rank_steps.erase(pending.rank_steps.begin(), pending.rank_steps.begin() + static_cast<ptrdiff_t>(drop));
+        records_dropped.fetch_add(drop);
+      }
     };
     log("run " + std::to_string(run) + ": starting ranks " + std::to_string(g.first_rank) + ".." +
         std::to_string(g.first_rank + g.nproc - 1) + " of " + std::to_string(g.world));
@@ -144,6 +173,9 @@ struct Agent::Impl {
     counter("gantry_agent_worker_frames_total", "Record frames received from this node's workers.", frames_received.load());
     counter("gantry_agent_records_relayed_total", "Records delivered to the coordinator in heartbeats.", records_relayed.load());
     counter("gantry_agent_heartbeats_total", "Heartbeats sent to the coordinator (answered or not).", heartbeats_sent.load());
+    counter("gantry_agent_records_dropped_total",
+            "Rank-step records dropped while the coordinator could not be reached (the oldest first).",
+            records_dropped.load());
     counter("gantry_agent_heartbeat_failures_total", "Heartbeats the coordinator did not answer.", heartbeats_failed.load());
     w.family("gantry_agent_runs", MetricType::gauge, "Runs with ranks reporting on this node.");
     w.sample({}, static_cast<double>(runs));
@@ -235,7 +267,10 @@ Status Agent::run(const std::atomic<bool>* stop) {
       }
       it->thread.join();
       const GangResult& r = it->result;
-      ended.push_back({{"run", it->run}, {"generation", it->generation}, {"code", r.code}, {"error", r.error}, {"final_message", r.final_message}});
+      // agent_stopping: the gang ended because this agent was told to stop (`down`, SIGTERM), not by itself.
+      ended.push_back({{"run", it->run}, {"generation", it->generation}, {"code", r.code}, {"error", r.error},
+                       {"final_message", r.final_message}, {"failed_rank", r.failed_rank},
+                       {"cause_rank", r.failed_cause_rank}, {"agent_stopping", stopping}});
       m.log("run " + std::to_string(it->run) + ": gang ended with code " + std::to_string(r.code) +
             (r.error.empty() ? "" : ": " + r.error));
       const int64_t ended_run = it->run;
@@ -248,7 +283,7 @@ Status Agent::run(const std::atomic<bool>* stop) {
     RecordBatch batch;
     {
       std::lock_guard<std::mutex> lock(m.mu);
-      std::swap(batch, m.pending);
+      batch = take_records(m.pending, kMaxRecordsPerBeat);
     }
     json body = {{"ended", ended}};
     if (!batch.empty()) body["records"] = json::parse(record_to_json(batch));

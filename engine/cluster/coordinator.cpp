@@ -40,9 +40,27 @@ double now_unix_s() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// Runs end in one of these; the others are live.
+// Runs end in one of these; the others are live. An interrupted run was live when its coordinator or its
+// agents went away: it trains no more, and resume-from continues it.
 bool run_state_terminal(const std::string& s) {
-  return s == "finished" || s == "failed" || s == "stopped";
+  return s == "finished" || s == "failed" || s == "stopped" || s == "interrupted";
+}
+
+constexpr size_t kMaxRunName = 128;
+constexpr size_t kMaxNodeName = 128;
+
+// Names: a run's (shown in every list and event) and a node's. Printable ASCII, bounded, so that neither a
+// listing nor an event message can be made huge or control a terminal.
+Status check_name(std::string_view field, const std::string& name, size_t max) {
+  const bool printable =
+      std::all_of(name.begin(), name.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
+  if (name.empty() || name.size() > max || !printable) {
+    return Status::error("field \"" + std::string(field) + "\": expected 1-" + std::to_string(max) +
+                         " printable ASCII characters, got " +
+                         (name.empty() ? std::string("an empty name") : std::to_string(name.size()) + " bytes") +
+                         (printable ? "" : " with control or non-ASCII characters"));
+  }
+  return Status();
 }
 
 // A record as the API shows it: record_json.h's form, parsed so it nests in a larger reply.
@@ -108,6 +126,8 @@ struct Coordinator::Impl {
     bool done = false;
     int code = 0;
     std::string error, final_message;
+    int cause_rank = -1;          // gang.h: how likely this gang's failure is the run's root cause
+    bool agent_stopping = false;  // it ended because its agent was told to stop (`down`), not by itself
   };
   struct Run {
     int64_t id = 0;
@@ -304,18 +324,33 @@ struct Coordinator::Impl {
         message = s.final_message;
       }
     }
+    // Of several failed gangs, the root cause (a rank killed by a signal takes its peers down, not the
+    // reverse); among equals, the first in rank order.
+    const NodeShare* failed = nullptr;
     for (const NodeShare& s : r.shares) {
-      if (s.code != 0 && s.code != 130) {
-        state = "failed";
-        message = s.node + ": " + s.error;
-        break;
-      }
+      if (s.code == 0 || s.code == 130) continue;
+      const int rank = s.cause_rank < 0 ? 1000 : s.cause_rank;
+      if (failed == nullptr || rank < (failed->cause_rank < 0 ? 1000 : failed->cause_rank)) failed = &s;
+    }
+    if (failed != nullptr) {
+      state = "failed";
+      message = failed->node + ": " + failed->error;
+    }
+    for (const NodeShare& s : r.shares) {
+      if (!s.agent_stopping || s.code == 0) continue;
+      state = "interrupted";
+      message = "the agent of " + s.node + " was stopped while the run was live (at step " + std::to_string(r.last_step) +
+                "): resume-from continues it from its newest checkpoint";
+      break;
     }
     if (state == "finished") message = r.shares.empty() ? "" : r.shares.front().final_message;
     r.state = state;
     r.message = message;
     r.store.reset();  // nobody will meet there again
-    const RunStatus st = state == "failed" ? RunStatus::failed : state == "stopped" ? RunStatus::stopped : RunStatus::finished;
+    const RunStatus st = state == "failed"        ? RunStatus::failed
+                         : state == "stopped"     ? RunStatus::stopped
+                         : state == "interrupted" ? RunStatus::interrupted
+                                                  : RunStatus::finished;
     writer->push_op([id = r.id, st, message](HistoryDb& d) { d.finish_run(id, st, message); });
     event(r.id, "run_" + state, "run " + std::to_string(r.id) + " " + state + (message.empty() ? "" : ": " + message),
           {{"state", state}});
@@ -338,6 +373,9 @@ struct Coordinator::Impl {
     r.store = std::move(store.value());
     const std::string rendezvous = opt.rendezvous_host + ":" + std::to_string(r.store->port());
     ++r.generation;
+    writer->push_op([id = r.id, options = run_options(r).dump()](HistoryDb& d) {
+      d.update_run(id, RunStatus::running, "", options);
+    });
     // The ranks land on other devices: their straggler scores start over (flags of the last placement end).
     record(r.straggler.reset(r.id, now_unix_s(), [&r](int32_t rank) { return r.node_of(rank); }));
     r.shares.clear();
@@ -366,6 +404,91 @@ struct Coordinator::Impl {
     return Status();
   }
 
+  // What a restarted coordinator needs to know of the run beyond its config (runs.options).
+  static json run_options(const Run& r) {
+    return {{"dp", r.dp},
+            {"zero", r.zero},
+            {"max_steps", r.max_steps},
+            {"db_world", r.db_world},
+            {"generation", r.generation},
+            {"straggler", straggler_watch_options_json(r.straggler.options())},
+            {"checkpoint_every_steps", r.checkpoint_policy.options().every_steps},
+            {"keep_last", r.checkpoint_policy.options().keep_last}};
+  }
+
+  // The runs of the database, as they were when the last coordinator on this folder ended. A run that was
+  // live then (running, paused or stopping: a crash, a kill -9) is interrupted now, with why; its steps,
+  // events and checkpoints are all there, and resume-from continues it. Called by start(), before serving.
+  Status restore_runs() {
+    std::vector<RunRow> rows;
+    {
+      std::lock_guard<std::mutex> db_lock(db_mu);
+      if (!db->list_runs(&rows)) return Status::error("cannot read the runs of the database: " + db->error());
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    for (const RunRow& row : rows) {
+      Run& r = runs[row.id];
+      r.id = row.id;
+      r.name = row.info.name;
+      r.config_toml = row.info.config;
+      r.out_dir = row.info.out_dir.empty() ? (fs::absolute(opt.dir) / "runs" / std::to_string(row.id)).string()
+                                            : row.info.out_dir;
+      r.created_unix = row.info.created_unix_s;
+      r.last_step = row.last_step;
+      r.message = row.message;
+      r.db_world = row.info.world_size;
+      r.dp = row.info.world_size;
+      const json o = json::parse(row.info.options, nullptr, false);
+      if (o.is_object()) {
+        r.dp = o.value("dp", r.dp);
+        r.zero = o.value("zero", 0);
+        r.max_steps = o.value("max_steps", int64_t{-1});
+        r.db_world = o.value("db_world", r.db_world);
+        r.generation = o.value("generation", 0);
+        const json straggler = o.value("straggler", json::object());
+        Result<StragglerWatchOptions> so = straggler_watch_parse(&straggler);
+        if (so.ok()) r.straggler = StragglerWatch(so.value());
+        r.checkpoint_policy = CheckpointPolicy({.every_steps = o.value("checkpoint_every_steps", int64_t{0}),
+                                                .keep_last = o.value("keep_last", 0)});
+      }
+      Result<Config> cfg = config_parse(r.config_toml, "config");
+      r.backend = cfg.ok() ? cfg->train.backend : "cpu";
+      r.latest.assign(static_cast<size_t>(std::max(r.dp, 1)), RankStepRecord{});
+      if (r.last_step >= 0) {
+        std::vector<StepRecord> last;
+        std::lock_guard<std::mutex> db_lock(db_mu);
+        if (db->read_steps(r.id, r.last_step, r.last_step + 1, 1, &last) && !last.empty()) r.latest_step = last.front();
+      }
+      if (row.status != RunStatus::running) {
+        r.state = std::string(run_status_name(row.status));
+        continue;
+      }
+      r.state = "interrupted";
+      r.message = "the coordinator went away while the run was live (at step " + std::to_string(r.last_step) +
+                  "), and a new one started on " + opt.dir + ": resume-from continues it from its newest checkpoint";
+      writer->push_op([id = r.id, m = r.message](HistoryDb& d) { d.finish_run(id, RunStatus::interrupted, m); });
+      event(r.id, "run_interrupted", "run " + std::to_string(r.id) + " interrupted: " + r.message,
+            {{"state", "interrupted"}}, r.last_step);
+    }
+    return Status();
+  }
+
+  // A coordinator told to stop (SIGTERM, `down`): its live runs are interrupted, so that the next one on
+  // this folder shows them so at once; their agents stop them.
+  void interrupt_live_runs() {
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto& [id, r] : runs) {
+      if (run_state_terminal(r.state)) continue;
+      r.state = "interrupted";
+      r.message = "the coordinator was stopped while the run was live (at step " + std::to_string(r.last_step) +
+                  "): resume-from continues it from its newest checkpoint";
+      r.store.reset();
+      writer->push_op([id = r.id, m = r.message](HistoryDb& d) { d.finish_run(id, RunStatus::interrupted, m); });
+      event(r.id, "run_interrupted", "run " + std::to_string(r.id) + " interrupted: " + r.message,
+            {{"state", "interrupted"}}, r.last_step);
+    }
+  }
+
   static std::string one_line(std::string text) {
     for (size_t k; (k = text.find('\n')) != std::string::npos;) text.replace(k, 1, "; ");
     while (!text.empty() && (text.back() == ' ' || text.back() == ';')) text.pop_back();
@@ -379,10 +502,7 @@ struct Coordinator::Impl {
     const std::string root = r.out_dir + "/checkpoints";
     const std::vector<std::string> all = checkpoint_list(root);  // committed, oldest first
     const std::string hint = "; GET /v1/runs/" + std::to_string(r.id) + "/checkpoints lists them";
-    auto step_of = [](const std::string& dir) -> int64_t {
-      const std::string name = fs::path(dir).filename().string();
-      return std::strtoll(name.c_str() + 5, nullptr, 10);  // "step_00000042"
-    };
+    const auto step_of = checkpoint_dir_step;
     if (all.empty()) return Status::error("run " + std::to_string(r.id) + " has no committed checkpoint to resume from");
     if (spec.is_number_integer()) {
       const int64_t want = spec.get<int64_t>();
@@ -449,7 +569,7 @@ struct Coordinator::Impl {
     if (Status s = start_generation(r, pn, p.value(), dir); !s.ok()) return fail(s.message());
     r.state = "running";
     r.message.clear();
-    const int64_t step = std::strtoll(fs::path(dir).filename().string().c_str() + 5, nullptr, 10);
+    const int64_t step = checkpoint_dir_step(dir);
     writer->push_op([id = r.id, step](HistoryDb& d) { d.rewind_run(id, step); });
     r.last_step = step;
     r.resumed_from = step;
@@ -501,6 +621,12 @@ struct Coordinator::Impl {
     if (!straggler_options.ok()) return HttpResponse::error(400, straggler_options.error());
     Result<Config> cfg = config_parse(*toml, "config");
     if (!cfg.ok()) return HttpResponse::error(400, "field \"config\": " + cfg.error());
+    if (name) {
+      if (Status s = check_name("name", *name, kMaxRunName); !s.ok()) return HttpResponse::error(400, s.message());
+    }
+    if (Status s = train_layout_check(cfg.value(), static_cast<int>(*dp)); !s.ok()) {
+      return HttpResponse::error(400, "field \"layout.dp\": " + s.message());
+    }
 
     std::lock_guard<std::mutex> lock(mu);
     std::vector<PlacementNode> pn = placement_nodes();
@@ -513,7 +639,18 @@ struct Coordinator::Impl {
     {
       // The one write not queued: the run's id comes from the database. Records of the run come later.
       std::lock_guard<std::mutex> db_lock(db_mu);
-      id = db->begin_run({.name = run_name, .world_size = static_cast<int32_t>(*dp), .config = *toml, .layout = layout_text});
+      Run draft;  // the options as run_options() writes them; the run itself is made once it has its id
+      draft.dp = draft.db_world = static_cast<int>(*dp);
+      draft.zero = static_cast<int>(zero.value_or(0));
+      draft.max_steps = max_steps.value_or(-1);
+      draft.straggler = StragglerWatch(straggler_options.value());
+      draft.checkpoint_policy =
+          CheckpointPolicy({.every_steps = every.value_or(0), .keep_last = static_cast<int>(keep_last.value_or(0))});
+      id = db->begin_run({.name = run_name,
+                          .world_size = static_cast<int32_t>(*dp),
+                          .config = *toml,
+                          .layout = layout_text,
+                          .options = run_options(draft).dump()});
       if (id < 0) return HttpResponse::error(500, "cannot record the run: " + db->error());
     }
     Run& r = runs[id];
@@ -736,7 +873,7 @@ struct Coordinator::Impl {
     for (const auto& [id, node] : nodes) slots += node.slots;
     w.sample({}, slots);
     w.family("gantry_runs", MetricType::gauge, "Runs by state.");
-    for (const char* s : {"running", "paused", "stopping", "finished", "failed", "stopped"}) {
+    for (const char* s : {"running", "paused", "stopping", "finished", "failed", "stopped", "interrupted"}) {
       int n = 0;
       for (const auto& [id, r] : runs) n += r.state == s;
       w.sample({{"state", s}}, n);
@@ -856,9 +993,9 @@ struct Coordinator::Impl {
     HttpResponse err;
     Run* r = find_run(req, &err);
     if (r == nullptr) return err;
-    if (r->state != "stopped" && r->state != "failed") {
+    if (r->state != "stopped" && r->state != "failed" && r->state != "interrupted") {
       return HttpResponse::error(409, "cannot resume run " + std::to_string(r->id) + " from a checkpoint: it is " + r->state +
-                                          " (only a stopped or failed run can; stop it first)");
+                                          " (only a stopped, failed or interrupted run can; stop it first)");
     }
     Result<std::pair<std::string, int64_t>> c = resolve_checkpoint(*r, *ckpt);
     if (!c.ok()) return HttpResponse::error(400, c.error());
@@ -932,7 +1069,7 @@ struct Coordinator::Impl {
     std::optional<bool> spare = f.boolean("spare", JsonFields::optional);
     std::optional<std::string> metrics_url = f.string("metrics_url", JsonFields::optional);
     if (Status s = f.finish(); !s.ok()) return HttpResponse::error(400, s.message());
-    if (id->empty() || id->size() > 128) return HttpResponse::error(400, "field \"node\": expected 1-128 characters");
+    if (Status s = check_name("node", *id, kMaxNodeName); !s.ok()) return HttpResponse::error(400, s.message());
     if (metrics_url && (metrics_url->size() > 2048 || (metrics_url->rfind("http://", 0) != 0 && metrics_url->rfind("https://", 0) != 0))) {
       return HttpResponse::error(400, "field \"metrics_url\": expected an http:// or https:// URL of at most 2048 characters");
     }
@@ -1001,6 +1138,8 @@ struct Coordinator::Impl {
           s.code = e.value("code", 1);
           s.error = e.value("error", "");
           s.final_message = e.value("final_message", "");
+          s.cause_rank = e.value("cause_rank", -1);
+          s.agent_stopping = e.value("agent_stopping", false);
           if (s.code != 0 && s.code != 130) {
             // One node's gang failed: the others cannot finish a collective without it.
             event(r.id, "node_failed", id + ": " + s.error, {{"code", s.code}}, -1, id);
@@ -1061,7 +1200,14 @@ struct Coordinator::Impl {
           if (p.is_object() && p.value("dir", "") != "") {
             writer->push_op([c = CheckpointInfo{.run_id = r.id, .step = e.step, .path = p.value("dir", ""),
                                                 .bytes = p.value("bytes", uint64_t{0}), .write_s = p.value("seconds", 0.0),
-                                                .time_unix_s = e.time_unix_s}](HistoryDb& d) { d.record_checkpoint(c); });
+                                                .time_unix_s = e.time_unix_s},
+                             root = r.out_dir + "/checkpoints"](HistoryDb& d) {
+              // The workers keep their last train.keep_checkpoints: the catalog says which went.
+              std::vector<int64_t> on_disk;
+              for (const std::string& dir : checkpoint_list(root)) on_disk.push_back(checkpoint_dir_step(dir));
+              d.record_checkpoint(c);
+              d.reconcile_checkpoints(c.run_id, on_disk);
+            });
             prune_checkpoints(r);
             if (!r.relocate_node.empty()) {
               r.relocate_checkpoint = p.value("dir", "");
@@ -1099,15 +1245,11 @@ struct Coordinator::Impl {
       if (!gone.ok()) {
         ev("checkpoint_delete_failed", gone.error(), {{"source", "policy"}}, -1);
       } else {
-        std::vector<CheckpointInfo> catalog;
-        d.list_checkpoints(id, &catalog);
+        std::vector<int64_t> on_disk;
+        for (const std::string& dir : checkpoint_list(root)) on_disk.push_back(checkpoint_dir_step(dir));
+        d.reconcile_checkpoints(id, on_disk);
         for (const std::string& dir : gone.value()) {
-          const int64_t step = std::strtoll(fs::path(dir).filename().string().c_str() + 5, nullptr, 10);  // "step_00000042"
-          for (CheckpointInfo c : catalog) {
-            if (c.step != step) continue;
-            c.state = "deleted";
-            d.record_checkpoint(c);
-          }
+          const int64_t step = checkpoint_dir_step(dir);
           ev("checkpoint_deleted", "deleted " + dir + " (keep_last " + std::to_string(keep) + ": newer checkpoints have committed)",
              {{"dir", dir}, {"step", step}, {"keep_last", keep}, {"source", "policy"}}, step);
         }
@@ -1165,10 +1307,13 @@ Status Coordinator::start() {
     std::lock_guard<std::mutex> lock(m.events_mu);
     m.events_cv.notify_all();
   });
+  if (Status st = m.restore_runs(); !st.ok()) return st;
   m.server = std::make_unique<HttpServer>(HttpServerOptions{.host = m.opt.host,
                                                             .port = m.opt.port,
                                                             .token = m.opt.token,
                                                             .max_body_bytes = m.opt.max_body_bytes,
+                                                            // heartbeats never wait behind the public API
+                                                            .private_lane_prefix = "/v1/agents",
                                                             .tls_cert_file = m.opt.tls_cert_file,
                                                             .tls_key_file = m.opt.tls_key_file,
                                                             .also_accept = [&m](const std::string& method, const std::string& path,
@@ -1211,6 +1356,7 @@ Status Coordinator::start() {
 void Coordinator::stop() {
   Impl& m = *impl_;
   if (m.server) m.server->stop();
+  if (m.writer && !m.stopping.load()) m.interrupt_live_runs();
   m.stopping.store(true);
   if (m.watch.joinable()) m.watch.join();
   if (m.writer) m.writer->stop();  // what was accepted is written before the database closes

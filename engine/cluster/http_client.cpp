@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "engine/cluster/http_status.h"
+#include "engine/cluster/json_fields.h"  // json_parse_bounded: replies are outside bytes too
 #include "engine/cluster/token.h"
 
 namespace gantry {
@@ -139,18 +140,15 @@ std::string status_words(int status) {
 // Replies
 
 Result<nlohmann::json> HttpReply::json() const {
-  try {
-    return nlohmann::json::parse(body);
-  } catch (const nlohmann::json::parse_error& e) {
-    return Status::error("reply (" + status_words(status) + ") is not JSON: " + e.what());
-  }
+  Result<nlohmann::json> j = json_parse_bounded(body);
+  if (!j.ok()) return Status::error("reply (" + status_words(status) + ") is not JSON: " + j.error());
+  return j;
 }
 
 std::string HttpReply::error_message() const {
-  try {
-    nlohmann::json j = nlohmann::json::parse(body);
-    if (j.is_object() && j.contains("error") && j["error"].is_string()) return j["error"].get<std::string>();
-  } catch (const nlohmann::json::exception&) {
+  Result<nlohmann::json> j = json_parse_bounded(body);
+  if (j.ok() && j->is_object() && j->contains("error") && j->at("error").is_string()) {
+    return j->at("error").get<std::string>();
   }
   std::string line = body.substr(0, body.find('\n'));
   while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();

@@ -1,6 +1,8 @@
 #include "engine/cluster/http_server.h"
 
-#include <httplib.h>  // cpp-httplib, compiled with the definitions its pkg-config file gives (OpenSSL, ...)
+#include <arpa/inet.h>  // inet_ntop: the client's address for the access log
+#include <httplib.h>    // cpp-httplib, compiled with the definitions its pkg-config file gives (OpenSSL, ...)
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -12,6 +14,7 @@
 #include <mutex>
 #include <thread>
 
+#include "engine/cluster/connection_gate.h"
 #include "engine/cluster/http_status.h"
 #include "engine/cluster/json_fields.h"
 #include "engine/cluster/token.h"
@@ -91,6 +94,148 @@ std::string media_type(const std::string& content_type) {
   return t;
 }
 
+// One request's connection, handed over by the gate with its header waiting whole on the socket. The header
+// is taken off in one read (the gate saw exactly how long it is), so httplib's byte-at-a-time header
+// parsing costs no system calls; the body is read as httplib asks, each read within read_timeout and all
+// of them within the request's deadline. Nothing past this request is ever read: the next one stays on
+// the socket for the gate.
+class GatedStream final : public httplib::Stream {
+ public:
+  GatedStream(int fd, size_t header_bytes, const HttpServerOptions& o)
+      : fd_(fd), read_timeout_(o.read_timeout), write_timeout_(o.write_timeout),
+        deadline_(Clock::now() + o.request_timeout) {
+    head_.resize(header_bytes);
+    size_t got = 0;
+    while (got < header_bytes) {
+      const ssize_t n = ::recv(fd, head_.data() + got, header_bytes - got, MSG_DONTWAIT);
+      if (n <= 0) break;
+      got += static_cast<size_t>(n);
+    }
+    head_.resize(got);
+  }
+
+  bool is_readable() const override { return pos_ < head_.size() || wait(POLLIN, read_timeout_); }
+  bool is_writable() const override { return wait(POLLOUT, write_timeout_); }
+
+  ssize_t read(char* ptr, size_t size) override {
+    if (pos_ < head_.size()) {
+      const size_t n = std::min(size, head_.size() - pos_);
+      std::memcpy(ptr, head_.data() + pos_, n);
+      pos_ += n;
+      return static_cast<ssize_t>(n);
+    }
+    if (!wait(POLLIN, read_timeout_)) return -1;
+    const ssize_t n = ::recv(fd_, ptr, size, 0);
+    if (n > 0) body_read_ += static_cast<size_t>(n);
+    return n;
+  }
+
+  // After the response: whether the connection is fit for the next request. A request answered before its
+  // body was read (a 401, a 413) leaves the body on the socket, where it would be taken for the next
+  // request: a small one that has arrived is read off and dropped, anything else ends the connection.
+  bool finish_request() {
+    const std::string_view head(head_);
+    std::string lower_head(head);
+    for (char& ch : lower_head) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (lower_head.find("\r\ntransfer-encoding:") != std::string::npos) return false;
+    const size_t at = lower_head.find("\r\ncontent-length:");
+    if (at == std::string::npos) return true;
+    const size_t length = std::strtoull(head_.c_str() + at + 17, nullptr, 10);
+    if (length <= body_read_) return true;
+    size_t left = length - body_read_;
+    constexpr size_t kMaxDrain = 64 * 1024;
+    if (left > kMaxDrain) return false;
+    char sink[4096];
+    while (left > 0) {
+      const ssize_t n = ::recv(fd_, sink, std::min(left, sizeof sink), MSG_DONTWAIT);
+      if (n <= 0) return false;
+      left -= static_cast<size_t>(n);
+    }
+    return true;
+  }
+
+  ssize_t write(const char* ptr, size_t size) override {
+    if (!is_writable()) return -1;
+    return ::send(fd_, ptr, size, MSG_NOSIGNAL);
+  }
+
+  void get_remote_ip_and_port(std::string& ip, int& port) const override { address(::getpeername, ip, port); }
+  void get_local_ip_and_port(std::string& ip, int& port) const override { address(::getsockname, ip, port); }
+  socket_t socket() const override { return fd_; }
+
+ private:
+  // Waits up to `limit` for the socket to be ready; reads also stop at the request's deadline.
+  bool wait(short events, std::chrono::milliseconds limit) const {
+    if (events == POLLIN) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now());
+      limit = std::min(limit, std::max(left, std::chrono::milliseconds(0)));
+    }
+    pollfd p{.fd = fd_, .events = events, .revents = 0};
+    int n;
+    do {
+      n = ::poll(&p, 1, static_cast<int>(limit.count()));
+    } while (n < 0 && errno == EINTR);
+    return n > 0 && (p.revents & (events | POLLHUP)) != 0;
+  }
+
+  template <class Get>
+  void address(Get get, std::string& ip, int& port) const {
+    sockaddr_storage a{};
+    socklen_t len = sizeof a;
+    ip.clear();
+    port = 0;
+    if (get(fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0) return;
+    char text[INET6_ADDRSTRLEN] = {};
+    if (a.ss_family == AF_INET) {
+      const auto* v4 = reinterpret_cast<const sockaddr_in*>(&a);
+      ::inet_ntop(AF_INET, &v4->sin_addr, text, sizeof text);
+      port = ntohs(v4->sin_port);
+    } else if (a.ss_family == AF_INET6) {
+      const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&a);
+      ::inet_ntop(AF_INET6, &v6->sin6_addr, text, sizeof text);
+      port = ntohs(v6->sin6_port);
+    }
+    ip = text;
+  }
+
+  int fd_;
+  std::string head_;
+  size_t pos_ = 0;
+  size_t body_read_ = 0;
+  std::chrono::milliseconds read_timeout_, write_timeout_;
+  Clock::time_point deadline_;
+};
+
+// httplib's own accept loop, with every accepted connection passed to the gate instead of to a thread
+// that would wait on it. The accept loop hands each connection to its task queue; an inline queue makes
+// that hand-over (process_and_close_socket, overridden here) run on the accept thread and return at once.
+class GatedServer final : public httplib::Server {
+ public:
+  void set_gate(ConnectionGate* gate) { gate_ = gate; }
+
+  // One request on a connection the gate found ready; true keeps the connection for its next request.
+  bool serve(int fd, size_t header_bytes, const HttpServerOptions& o, bool stopping) {
+    GatedStream stream(fd, header_bytes, o);
+    bool closed = false;
+    const bool ok = process_request(stream, /*close_connection=*/stopping, closed, nullptr);
+    return ok && !closed && stream.finish_request();
+  }
+
+ private:
+  bool process_and_close_socket(socket_t sock) override {
+    gate_->admit(sock);
+    return true;
+  }
+
+  ConnectionGate* gate_ = nullptr;
+};
+
+class InlineTaskQueue final : public httplib::TaskQueue {
+ public:
+  void enqueue(std::function<void()> fn) override { fn(); }
+  void shutdown() override {}
+};
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------------------
@@ -153,6 +298,7 @@ struct HttpServer::Impl {
   std::function<void(const HttpAccess&)> access;
 
   std::unique_ptr<httplib::Server> server;
+  std::unique_ptr<ConnectionGate> connections;  // plain HTTP: where connections wait for their requests
   std::thread thread;
   int port = 0;
   bool tls = false;
@@ -538,7 +684,25 @@ Status HttpServer::start() {
     return fail("TLS was asked for, but this build's cpp-httplib has no OpenSSL support");
 #endif
   } else {
-    s.server = std::make_unique<httplib::Server>();
+    auto gated = std::make_unique<GatedServer>();
+    GatedServer* g = gated.get();
+    const std::string prefix = o.private_lane_prefix;
+    ConnectionGateOptions gate_options{.max_waiting = o.max_waiting_connections,
+                                       .header_timeout = o.header_timeout,
+                                       .keep_alive_timeout = o.keep_alive_timeout,
+                                       .threads = {o.threads, std::max(1, o.private_lane_threads)},
+                                       .lane_of = [prefix](std::string_view head) {
+                                         // "POST /v1/agents/n1/heartbeat HTTP/1.1": the target after the method
+                                         const size_t space = head.find(' ');
+                                         if (prefix.empty() || space == std::string_view::npos) return 0;
+                                         return head.substr(space + 1).starts_with(prefix) ? 1 : 0;
+                                       }};
+    s.connections = std::make_unique<ConnectionGate>(std::move(gate_options), [&s, g](int fd, size_t header_bytes) {
+      return g->serve(fd, header_bytes, s.opt, s.stopping.load());
+    });
+    if (Status st = s.connections->start(); !st.ok()) return fail(st.message());
+    g->set_gate(s.connections.get());
+    s.server = std::move(gated);
   }
   httplib::Server& h = *s.server;
 
@@ -555,7 +719,11 @@ Status HttpServer::start() {
   // The gate refuses an oversized Content-Length before reading; this is httplib's own backstop.
   h.set_payload_max_length(o.max_body_bytes);
   const size_t threads = static_cast<size_t>(o.threads);
-  h.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  if (s.connections) {
+    h.new_task_queue = [] { return new InlineTaskQueue(); };
+  } else {
+    h.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  }
 
   // A request answered here has its body (if any) still unread on the socket, where httplib would take
   // it for the next request; "Connection: close" makes the client open a new connection instead.
@@ -614,6 +782,7 @@ Status HttpServer::start() {
   if (!bound) {
     const int e = errno;
     s.server.reset();
+    s.connections.reset();
     const std::string where = o.host + ":" + std::to_string(o.port);
     if (e == EADDRINUSE) {
       return fail("cannot listen on " + where +
@@ -643,7 +812,9 @@ void HttpServer::stop() {
   s.stop_cv.notify_all();
   s.server->stop();
   if (s.thread.joinable()) s.thread.join();
+  if (s.connections) s.connections->stop();  // after the accept loop: nothing is admitted behind its back
   s.server.reset();
+  s.connections.reset();
   s.running = false;
 }
 

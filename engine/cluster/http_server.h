@@ -25,9 +25,12 @@
 //   if (Status s = server.start(); !s.ok()) return fail(s.message());
 //   std::printf("listening on %s\n", server.url().c_str());
 //
-// Threads: handlers run on the server's pool (HttpServerOptions::threads), several at once; they must be
-// thread-safe. An event stream holds one pool thread while it is open, so streams are capped
-// (max_event_streams, 503 past it) to leave threads for ordinary requests.
+// Threads: handlers run on the server's threads (HttpServerOptions::threads, plus private_lane_threads for
+// the private lane), several at once; they must be thread-safe. A connection gets a thread only once its
+// request header has arrived whole, so idle or slow clients cannot starve the server (connection_gate.h;
+// plain HTTP only: a TLS server still gives each connection a thread from its first byte). An event
+// stream holds one thread while it is open, so streams are capped (max_event_streams, 503 past it) to
+// leave threads for ordinary requests.
 #pragma once
 
 #include <atomic>
@@ -51,13 +54,20 @@ struct HttpServerOptions {
   int port = 0;                    // 0 = a free port, chosen at start(); port() says which
   std::string token;               // the bearer token (token.h); start() refuses to serve without one
   size_t max_body_bytes = 1u << 20;
-  int threads = 16;           // connections served at once
+  int threads = 16;           // requests served at once (the public lane)
   int max_event_streams = 8;  // event streams open at once; must leave threads for other requests
-  std::chrono::milliseconds read_timeout{5000};   // per read of a request
-  std::chrono::milliseconds write_timeout{5000};  // per write of a response (a stalled stream reader)
-  // An idle kept-alive connection is closed after this. stop() waits for such connections too
-  // (cpp-httplib cannot end them early), so it can take this long while a client keeps one open.
-  std::chrono::seconds keep_alive_timeout{5};
+  // Requests under this path prefix are served by threads of their own, never behind the public lane's
+  // (the coordinator's agents: heartbeats and records). "" = one lane for everything.
+  std::string private_lane_prefix;
+  int private_lane_threads = 4;
+  // Connections waiting for a request (connected and silent, mid-header, or idle between requests) hold
+  // no thread (connection_gate.h); at most this many wait, the oldest closed first past it.
+  size_t max_waiting_connections = 512;
+  std::chrono::milliseconds header_timeout{10000};   // a new connection's first request header, whole
+  std::chrono::milliseconds request_timeout{30000};  // a request's body, whole, once its header is in
+  std::chrono::milliseconds read_timeout{5000};      // per read of a request
+  std::chrono::milliseconds write_timeout{5000};     // per write of a response (a stalled stream reader)
+  std::chrono::seconds keep_alive_timeout{5};        // an idle kept-alive connection is closed after this
   std::chrono::milliseconds sse_keepalive{15000};  // a comment on an idle stream, so dead peers are noticed
   // HTTPS: both PEM files, or neither. A build whose cpp-httplib lacks OpenSSL refuses them at start().
   std::string tls_cert_file;

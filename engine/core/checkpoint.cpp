@@ -100,6 +100,17 @@ std::vector<std::string> checkpoint_list(const std::string& root) {
   return out;
 }
 
+int64_t checkpoint_dir_step(const std::string& dir) {
+  const std::string name = fs::path(dir).filename().string();
+  if (name.size() <= 5 || name.rfind("step_", 0) != 0) return -1;
+  int64_t step = 0;
+  for (size_t i = 5; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9' || step > (int64_t{1} << 50)) return -1;
+    step = step * 10 + (name[i] - '0');
+  }
+  return step;
+}
+
 Result<std::string> checkpoint_latest(const std::string& root) {
   std::vector<std::string> all = checkpoint_list(root);
   if (all.empty()) {

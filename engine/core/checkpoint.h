@@ -70,6 +70,8 @@ Result<CheckpointWritten> checkpoint_write(const std::string& root, Backend& bac
 std::vector<std::string> checkpoint_list(const std::string& root);
 // The newest committed checkpoint under root; an error naming root when there is none.
 Result<std::string> checkpoint_latest(const std::string& root);
+// The step a checkpoint directory's name gives ("…/step_00000042" -> 42); -1 for any other name.
+int64_t checkpoint_dir_step(const std::string& dir);
 
 // Verifies everything this rank needs, then loads parameters and AdamW state into the backend and returns
 // the metadata. `config` is the run's current config (must be compatible); `data_version` of the current

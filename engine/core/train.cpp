@@ -98,18 +98,9 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
   const ParallelDims dims = dist != nullptr ? dist->dims : ParallelDims{};
   if (dims.dp > 1 && dist->dp == nullptr) return Status::error("a data-parallel run needs its dp communicator");
   const int T = c.model.seq_len, dp = dims.dp, dp_rank = dims.dp_rank();
-  if (c.train.global_batch % dp != 0) {
-    return Status::error("train.global_batch = " + std::to_string(c.train.global_batch) + " cannot be split over " +
-                         std::to_string(dp) + " data-parallel ranks: make it a multiple of " + std::to_string(dp));
-  }
+  if (Status s = train_layout_check(c, dp); !s.ok()) return s;
   const int share = c.train.global_batch / dp;
   const int B = std::min(c.train.micro_batch, share);
-  if (share % B != 0) {
-    return Status::error("train.global_batch = " + std::to_string(c.train.global_batch) + " over " +
-                         std::to_string(dp) + " ranks gives " + std::to_string(share) +
-                         " sequences per rank, which train.micro_batch = " + std::to_string(B) +
-                         " does not divide: choose a micro-batch that divides " + std::to_string(share));
-  }
   const int accum = share / B;
   const std::chrono::milliseconds comm_timeout = dist != nullptr ? dist->timeout : std::chrono::milliseconds(0);
   const size_t bucket_bytes = static_cast<size_t>(c.train.dp_bucket_mb * 1024.0 * 1024.0);
@@ -375,6 +366,24 @@ const char* train_action_name(TrainAction a) {
       return "stop";
   }
   return "?";
+}
+
+Status train_layout_check(const Config& c, int dp) {
+  if (dp < 1) return Status::error("dp " + std::to_string(dp) + " must be at least 1");
+  if (c.train.global_batch % dp != 0) {
+    return Status::error("train.global_batch = " + std::to_string(c.train.global_batch) + " cannot be split over " +
+                         std::to_string(dp) + " data-parallel ranks: make it a multiple of " + std::to_string(dp) +
+                         ", or choose a dp that divides " + std::to_string(c.train.global_batch));
+  }
+  const int share = c.train.global_batch / dp;
+  const int B = std::min(c.train.micro_batch, share);
+  if (share % B != 0) {
+    return Status::error("train.global_batch = " + std::to_string(c.train.global_batch) + " over " +
+                         std::to_string(dp) + " ranks gives " + std::to_string(share) +
+                         " sequences per rank, which train.micro_batch = " + std::to_string(B) +
+                         " does not divide: choose a micro-batch that divides " + std::to_string(share));
+  }
+  return Status();
 }
 
 Result<TrainSummary> train_run(const Config& c, const TrainOptions& opt, TrainObserver* observer) {

@@ -117,4 +117,9 @@ struct TrainSummary {
 
 Result<TrainSummary> train_run(const Config& config, const TrainOptions& options, TrainObserver* observer);
 
+// Whether `dp` data-parallel ranks can split the config's batch: dp divides train.global_batch, and the
+// micro-batch divides each rank's share. Launchers check it before they start anything; the error names
+// the numbers and what would fit.
+Status train_layout_check(const Config& config, int dp);
+
 }  // namespace gantry

@@ -40,7 +40,7 @@ ActionAvailability action_availability(Action a, std::string_view state, size_t 
   if (!connected) return no("not connected to the coordinator");
   if (state.empty()) return no("no run selected");
   const bool live = state == "running" || state == "paused";
-  const bool ended = state == "finished" || state == "stopped" || state == "failed";
+  const bool ended = state == "finished" || state == "stopped" || state == "failed" || state == "interrupted";
   const std::string is = "the run is " + std::string(state);
   switch (a) {
     case Action::checkpoint:
@@ -51,8 +51,8 @@ ActionAvailability action_availability(Action a, std::string_view state, size_t 
     case Action::resume:
       return state == "paused" ? ActionAvailability{true, ""} : no(is + ", not paused");
     case Action::resume_from:
-      if (state != "stopped" && state != "failed") {
-        return no(ended ? is + ": only a stopped or failed run resumes" : is + ": stop it first");
+      if (state != "stopped" && state != "failed" && state != "interrupted") {
+        return no(ended ? is + ": only a stopped, failed or interrupted run resumes" : is + ": stop it first");
       }
       if (committed_checkpoints == 0) return no("the run has no committed checkpoint");
       return {true, ""};

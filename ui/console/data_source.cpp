@@ -100,7 +100,9 @@ CheckpointView checkpoint_from_json(const json& j) {
           .time_unix_s = field<double>(j, "time_unix_s", 0)};
 }
 
-bool run_ended(const std::string& state) { return state == "finished" || state == "stopped" || state == "failed"; }
+bool run_ended(const std::string& state) {
+  return state == "finished" || state == "stopped" || state == "failed" || state == "interrupted";
+}
 
 }  // namespace
 

@@ -10,7 +10,7 @@ namespace gantry::console {
 namespace {
 
 bool ended(const std::string& state) {
-  return state == "finished" || state == "stopped" || state == "failed";
+  return state == "finished" || state == "stopped" || state == "failed" || state == "interrupted";
 }
 
 }  // namespace

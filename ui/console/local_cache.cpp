@@ -88,9 +88,10 @@ bool LocalCache::rewind(int64_t local, int64_t step) {
 }
 
 bool LocalCache::finish(int64_t local, const RunView& run) {
-  const RunStatus st = run.state == "failed"    ? RunStatus::failed
-                       : run.state == "stopped" ? RunStatus::stopped
-                                                : RunStatus::finished;
+  const RunStatus st = run.state == "failed"        ? RunStatus::failed
+                       : run.state == "stopped"     ? RunStatus::stopped
+                       : run.state == "interrupted" ? RunStatus::interrupted
+                                                    : RunStatus::finished;
   if (db_->finish_run(local, st, run.message)) return true;
   error_ = "local cache: " + db_->error();
   return false;

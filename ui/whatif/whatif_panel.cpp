@@ -322,9 +322,9 @@ std::optional<WhatIfApply> whatif_panel(WhatIfModel& m, WhatIfPanelView& view, c
       ImGui::Text("resume run %lld from its latest checkpoint on %s", static_cast<long long>(a->run_id),
                   a->text().c_str());
       const std::string& state = m.run()->state;
-      if (!state.empty() && state != "stopped" && state != "failed") {
+      if (!state.empty() && state != "stopped" && state != "failed" && state != "interrupted") {
         ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(kDimColour),
-                           "the run is %s: resume-from takes a stopped or failed run (stop it first)",
+                           "the run is %s: resume-from takes a stopped, failed or interrupted run (stop it first)",
                            state.c_str());
       }
     } else {

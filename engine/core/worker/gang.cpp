@@ -435,6 +435,7 @@ GangResult gang_run(const GangOptions& o) {
   if (failure) {
     const Failure& f = *failure;
     res.failed_rank = f.rank < 0 ? -1 : base + f.rank;
+    res.failed_cause_rank = rank_of_cause(f.cause);
     res.code = kWorkerExitFailed;
     if (f.rank < 0) {
       res.error = "cannot start the gang: " + f.detail;

@@ -111,6 +111,9 @@ struct GangResult {
   // code is then 130 as for an interruption.
   bool stopped = false;
   int failed_rank = -1;       // global rank
+  // How likely the failure is the root cause when several gangs of one run fail together (a rank killed
+  // by a signal takes its peers down, never the reverse): lower is likelier; -1 when nothing failed.
+  int failed_cause_rank = -1;
   std::string error;          // names the failed rank and the cause; "" when code is 0 or 130
   std::string final_message;  // rank 0's last word (worker_exit): "done: step ..." on success
   std::vector<GangWorker> workers;

@@ -1,0 +1,196 @@
+// The control plane's test fixture: `gantry-engine up` on loopback in a folder of this process's own, the
+// API's client with the token `up` wrote, and `down` at the end with a check that no process is left.
+// Shared by the cluster's end-to-end suites (cluster_cli_test, cluster_hardening_test).
+#pragma once
+
+#include <arpa/inet.h>  // a raw request: what HttpClient never sends (malformed JSON, a lying Content-Length)
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>  // PR_SET_CHILD_SUBREAPER: the daemons `up` starts become ours to reap
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/cluster/http_client.h"
+#include "engine/cluster/token.h"
+#include "tests/app/engine_process.h"
+
+namespace gantry::cluster_testing {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+using ::testing::HasSubstr;
+using testing_support::children_of;
+using testing_support::run_engine;
+using testing_support::slurp;
+
+// Polls `pred` every 50 ms until it holds or `limit` passes.
+template <class F>
+inline bool eventually(F pred, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(50ms);
+  }
+  return pred();
+}
+
+// Gone: reaped (we are their subreaper), or no such process.
+inline bool gone(pid_t pid) {
+  int status = 0;
+  if (::waitpid(pid, &status, WNOHANG) == pid) return true;
+  errno = 0;
+  return ::kill(pid, 0) == -1 && errno == ESRCH;
+}
+
+// Every pid under `dir`'s pid files, and the workers: children of the agents, found in /proc.
+inline std::vector<pid_t> cluster_pids(const fs::path& dir) {
+  std::vector<pid_t> out;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() == ".pid") out.push_back(static_cast<pid_t>(std::stol(slurp(e.path().string()))));
+  }
+  return out;
+}
+
+// One raw HTTP/1.1 request to 127.0.0.1:port; returns the status (0 when there was no answer).
+inline int raw_status(int port, const std::string& request) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string reply;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      ::send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size())) {
+    char buf[4096];
+    ssize_t n = 0;
+    while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) reply.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  int status = 0;
+  std::sscanf(reply.c_str(), "HTTP/1.%*d %d", &status);
+  return status;
+}
+
+class ClusterCli : public ::testing::Test {
+ protected:
+  // What `up` starts: two nodes of two slots; a derived fixture adds spares or a worker fault.
+  virtual std::string up_args() const { return "--nodes 2 --slots 2"; }
+  virtual size_t daemons() const { return 3; }  // the coordinator and the agents
+  // GANTRY_TEST_WORKER_FAULT for every worker of the cluster ("" = none): `up`'s agents inherit it, and
+  // their workers from them.
+  virtual std::string worker_fault() const { return ""; }
+
+  void SetUp() override {
+    ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+    dir_ = fs::path(::testing::TempDir()) / ("gantry_cluster_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    if (!worker_fault().empty()) ::setenv("GANTRY_TEST_WORKER_FAULT", worker_fault().c_str(), 1);
+    testing_support::Outcome up = run_engine("up " + up_args() + " --dir " + dir_.string());
+    ::unsetenv("GANTRY_TEST_WORKER_FAULT");
+    ASSERT_EQ(up.code, 0) << up.err;
+    url_ = up.out.substr(0, up.out.find('\n'));
+    ASSERT_THAT(url_, HasSubstr("http://127.0.0.1:"));
+    Result<std::string> token = token_file_read((dir_ / "token").string());
+    ASSERT_TRUE(token.ok()) << token.error();
+    EXPECT_EQ(fs::status(dir_ / "token").permissions() & fs::perms::all, fs::perms::owner_read | fs::perms::owner_write);
+    token_ = token.value();
+    api_ = std::make_unique<HttpClient>(HttpClientOptions{.url = url_, .token = token_});
+    pids_ = cluster_pids(dir_);
+    ASSERT_EQ(pids_.size(), daemons());
+  }
+
+  void TearDown() override {
+    api_.reset();  // an idle kept-alive connection would hold the coordinator's stop for its keep-alive
+    testing_support::Outcome down = run_engine("down --dir " + dir_.string());
+    EXPECT_EQ(down.code, 0) << down.err;
+    for (pid_t p : pids_) EXPECT_TRUE(eventually([&] { return gone(p); }, 5s)) << "pid " << p << " left behind";
+    for (pid_t p : workers_) EXPECT_TRUE(eventually([&] { return gone(p); }, 5s)) << "worker " << p << " left behind";
+    if (HasFailure()) {
+      for (const char* log : {"coordinator.log", "agent-node-0.log", "agent-node-1.log", "agent-spare-0.log"})
+        std::fprintf(stderr, "---- %s\n%s\n", log, slurp((dir_ / log).string()).c_str());
+    }
+  }
+
+  json get(const std::string& path) {
+    Result<json> r = api_->get_json(path);
+    EXPECT_TRUE(r.ok()) << r.error();
+    return r.ok() ? r.value() : json::object();
+  }
+  json run_state(int64_t id) { return get("/v1/runs/" + std::to_string(id)); }
+  int64_t last_step(int64_t id) { return run_state(id).value("last_step", int64_t{-1}); }
+
+  std::string tiny_config(int64_t max_steps) {
+    // tiny.toml as it is, but one thread a rank and no periodic validation or checkpoints: four ranks share
+    // two cores, and the checkpoints under test are the operator's.
+    std::ifstream in(GANTRY_TINY_CONFIG);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::string t = ss.str();
+    t = std::regex_replace(t, std::regex("max_steps = \\d+"), "max_steps = " + std::to_string(max_steps));
+    t = std::regex_replace(t, std::regex("checkpoint_every = \\d+"), "checkpoint_every = 0");
+    t = std::regex_replace(t, std::regex("val_every = \\d+"), "val_every = 0");
+    t = std::regex_replace(t, std::regex("\\[train\\]"), "[train]\nthreads = 1");
+    return t;
+  }
+
+  // The events of a run so far, read through the event stream until it has nothing more for a moment.
+  std::vector<json> events(int64_t id, const std::string& kind_prefix) {
+    Result<json> all = Status::error("");
+    std::vector<json> out;
+    HttpEventStream s({.url = url_, .token = token_});
+    std::thread stopper([&] {
+      std::this_thread::sleep_for(400ms);
+      s.stop();
+    });
+    Status st = s.run("/v1/runs/" + std::to_string(id) + "/events", [&](const SseEvent& e) {
+      json j = json::parse(e.data);
+      if (j.value("kind", "").rfind(kind_prefix, 0) == 0) out.push_back(j);
+      return true;
+    });
+    stopper.join();
+    EXPECT_TRUE(st.ok()) << st.message();
+    return out;
+  }
+
+  // Every rank reported `kind` at one and the same step; returns it.
+  int64_t one_step_on_every_rank(int64_t id, const std::string& kind, int world) {
+    std::map<int, int64_t> step_of_rank;
+    EXPECT_TRUE(eventually(
+        [&] {
+          step_of_rank.clear();
+          for (const json& e : events(id, kind)) step_of_rank[e.value("rank", -1)] = e.value("step", int64_t{-1});
+          return static_cast<int>(step_of_rank.size()) == world;
+        },
+        10s))
+        << kind << " reached " << step_of_rank.size() << " of " << world << " ranks";
+    std::set<int64_t> steps;
+    for (const auto& [rank, step] : step_of_rank) steps.insert(step);
+    EXPECT_EQ(steps.size(), 1u) << kind << " took effect at different steps on different ranks";
+    return steps.empty() ? -1 : *steps.begin();
+  }
+
+  fs::path dir_;
+  std::string url_, token_;
+  std::unique_ptr<HttpClient> api_;
+  std::vector<pid_t> pids_, workers_;
+};
+
+}  // namespace gantry::cluster_testing

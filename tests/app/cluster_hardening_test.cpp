@@ -1,0 +1,271 @@
+// The control plane under attack and bad luck (issue "Hardening"), each against a real `up` cluster on
+// loopback: a deeply nested JSON body is a 400 and the coordinator and its live run carry on; 200 idle
+// and trickling connections hold no thread, so heartbeats go on and no node is lost; a coordinator killed
+// with -9, or stopped with `down`, comes back with its runs (interrupted, with why), their events and
+// checkpoints, and resume-from continues them; a failed run names the rank that died, not a peer that
+// fell with it; bad submissions (a dp that does not divide the batch, an oversized name or body) are
+// refused with the numbers, changing nothing.
+#include <fcntl.h>
+#include <netinet/tcp.h>
+
+#include <algorithm>
+
+#include "tests/app/cluster_fixture.h"
+
+namespace gantry {
+namespace {
+
+using namespace cluster_testing;  // NOLINT: the fixture and its helpers are this suite's vocabulary
+
+// A connection to 127.0.0.1:port that sends `prefix` (maybe nothing) and then holds still; -1 on failure.
+int open_idle(int port, const std::string& prefix) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      (!prefix.empty() && ::send(fd, prefix.data(), prefix.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(prefix.size()))) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+int port_of(const std::string& url) { return std::stoi(url.substr(url.rfind(':') + 1)); }
+
+// A raw POST with the given bearer token and body; the status and the reply's body.
+std::pair<int, std::string> raw_post(int port, const std::string& path, const std::string& token,
+                                     const std::string& body) {
+  const std::string request = "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + token +
+                              "\r\nContent-Type: application/json\r\nContent-Length: " +
+                              std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+  const int fd = open_idle(port, request);
+  std::string reply;
+  if (fd >= 0) {
+    char buf[4096];
+    ssize_t n = 0;
+    while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) reply.append(buf, static_cast<size_t>(n));
+    ::close(fd);
+  }
+  int status = 0;
+  std::sscanf(reply.c_str(), "HTTP/1.%*d %d", &status);
+  const size_t body_at = reply.find("\r\n\r\n");
+  return {status, body_at == std::string::npos ? "" : reply.substr(body_at + 4)};
+}
+
+// The pid whose environment says RANK=<rank>, among `pids`; 0 if none.
+pid_t pid_of_rank(const std::vector<pid_t>& pids, int rank) {
+  for (pid_t p : pids) {
+    std::string env = slurp("/proc/" + std::to_string(p) + "/environ");
+    std::replace(env.begin(), env.end(), '\0', '\n');
+    if (("\n" + env).find("\nRANK=" + std::to_string(rank) + "\n") != std::string::npos) return p;
+  }
+  return 0;
+}
+
+class ClusterHardening : public ClusterCli {
+ protected:
+  int64_t submit_dp4(const json& extra = json::object()) {
+    json body = {{"config", tiny_config(100000)}, {"layout", {{"dp", 4}}}};
+    body.update(extra);
+    Result<json> sub = api_->post_json("/v1/runs", body);
+    EXPECT_TRUE(sub.ok()) << sub.error();
+    if (!sub.ok()) return -1;
+    const int64_t id = sub->at("id").get<int64_t>();
+    EXPECT_TRUE(eventually([&] { return last_step(id) >= 2; }, 60s)) << run_state(id).dump();
+    workers_ = children_of({pids_[0], pids_[1], pids_[2]});
+    return id;
+  }
+
+  void expect_nodes_healthy() {
+    for (const json& n : get("/v1/cluster")["nodes"]) EXPECT_EQ(n["state"], "healthy") << n.dump();
+  }
+
+  // `down`, then `up` on the same folder: a new coordinator (and new agents) on the old database.
+  void restart_cluster() {
+    api_.reset();
+    testing_support::Outcome down = run_engine("down --dir " + dir_.string());
+    ASSERT_EQ(down.code, 0) << down.err;
+    for (pid_t p : pids_) ASSERT_TRUE(eventually([&] { return gone(p); }, 10s)) << "pid " << p << " survived down";
+    for (pid_t p : workers_) ASSERT_TRUE(eventually([&] { return gone(p); }, 10s)) << "worker " << p << " survived down";
+    testing_support::Outcome up = run_engine("up " + up_args() + " --dir " + dir_.string());
+    ASSERT_EQ(up.code, 0) << up.err;
+    url_ = up.out.substr(0, up.out.find('\n'));
+    Result<std::string> token = token_file_read((dir_ / "token").string());
+    ASSERT_TRUE(token.ok()) << token.error();
+    token_ = token.value();
+    api_ = std::make_unique<HttpClient>(HttpClientOptions{.url = url_, .token = token_});
+    pids_ = cluster_pids(dir_);
+    workers_.clear();
+  }
+};
+
+// ~80,000 nested '[' in a field (160 KB, under the body limit) used to overflow the coordinator's stack
+// when an error message quoted the value; the agents' join token reached the same code through
+// POST /v1/agents. Now each is a 400 naming the nesting, and the live run goes on.
+TEST_F(ClusterHardening, DeeplyNestedJsonIsRefusedAndTheRunGoesOn) {
+  const int64_t id = submit_dp4();
+  ASSERT_GE(id, 0);
+  const std::string deep = "{\"config\": " + std::string(80000, '[') + std::string(80000, ']') + "}";
+  const int port = port_of(url_);
+  auto [status, body] = raw_post(port, "/v1/runs", token_, deep);
+  EXPECT_EQ(status, 400) << body;
+  EXPECT_THAT(body, HasSubstr("nested deeper than 64"));
+  Result<std::string> agent_token = token_file_read((dir_ / "agent_token").string());
+  ASSERT_TRUE(agent_token.ok()) << agent_token.error();
+  const std::string deep_node = "{\"node\": " + std::string(80000, '[') + std::string(80000, ']') + ", \"slots\": 1}";
+  auto [status2, body2] = raw_post(port, "/v1/agents", agent_token.value(), deep_node);
+  EXPECT_EQ(status2, 400) << body2;
+  EXPECT_THAT(body2, HasSubstr("nested deeper than 64"));
+
+  // Nothing changed: the coordinator is the same process, the run trains on, both nodes are healthy.
+  EXPECT_EQ(::kill(static_cast<pid_t>(std::stol(slurp((dir_ / "coordinator.pid").string()))), 0), 0);
+  const int64_t before = last_step(id);
+  ASSERT_TRUE(eventually([&] { return last_step(id) > before + 2; }, 30s)) << run_state(id).dump();
+  EXPECT_EQ(run_state(id)["state"], "running");
+  expect_nodes_healthy();
+  EXPECT_EQ(get("/v1/runs")["runs"].size(), 1u);
+  ASSERT_TRUE(api_->post_json("/v1/runs/" + std::to_string(id) + "/stop", json::object()).ok());
+  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 30s)) << run_state(id).dump();
+}
+
+// 200 connections that say nothing, and 20 that trickle half a header, held for longer than the node
+// timeout (5 s): they used to take every server thread, so heartbeats queued behind them and both nodes
+// were lost with the run. Now they wait at the gate holding no thread.
+TEST_F(ClusterHardening, IdleConnectionsNeitherLoseNodesNorStallTheApi) {
+  const int64_t id = submit_dp4();
+  ASSERT_GE(id, 0);
+  const int port = port_of(url_);
+  std::vector<int> held;
+  for (int i = 0; i < 200; ++i) held.push_back(open_idle(port, ""));
+  for (int i = 0; i < 20; ++i) held.push_back(open_idle(port, "GET /v1/cluster HTTP/1.1\r\nHost: x\r\n"));
+  ASSERT_EQ(std::count(held.begin(), held.end(), -1), 0) << "could not open the connections";
+  const int64_t before = last_step(id);
+  const auto hold_until = std::chrono::steady_clock::now() + 8s;
+  int answered = 0;
+  while (std::chrono::steady_clock::now() < hold_until) {
+    // An authenticated caller is answered while the strangers hold on.
+    Result<HttpReply> r = api_->get("/v1/cluster");
+    answered += r.ok() && r->status == 200;
+    std::this_thread::sleep_for(500ms);
+  }
+  EXPECT_GE(answered, 10);
+  expect_nodes_healthy();
+  json state = run_state(id);
+  EXPECT_EQ(state["state"], "running") << state.dump();
+  EXPECT_GT(state["last_step"].get<int64_t>(), before) << "the run did not advance while the connections were held";
+  for (int fd : held) ::close(fd);
+  EXPECT_TRUE(events(id, "node_lost").empty());
+  ASSERT_TRUE(api_->post_json("/v1/runs/" + std::to_string(id) + "/stop", json::object()).ok());
+  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 30s)) << run_state(id).dump();
+}
+
+// A coordinator killed with -9 mid-run, and one stopped cleanly by `down`: `up` on the same folder comes
+// back with the run (interrupted, saying why), its events and its checkpoint catalog (the ones the workers
+// pruned marked deleted), and resume-from continues it each time.
+TEST_F(ClusterHardening, RestartedCoordinatorKeepsItsRunsAndResumesThem) {
+  const int64_t id = submit_dp4({{"checkpoint_every_steps", 2}, {"name", "survivor"}});
+  ASSERT_GE(id, 0);
+  const std::string run = "/v1/runs/" + std::to_string(id);
+  // tiny.toml keeps 3 checkpoints on disk: wait for more than that to have committed.
+  ASSERT_TRUE(eventually([&] { return get(run + "/checkpoints")["checkpoints"].size() >= 5; }, 60s))
+      << get(run + "/checkpoints").dump();
+  json catalog = get(run + "/checkpoints")["checkpoints"];
+  int deleted = 0, committed = 0;
+  for (const json& c : catalog) {
+    const bool on_disk = fs::exists(c["path"].get<std::string>() + "/manifest.json");
+    if (c["state"] == "committed") {
+      ++committed;
+      EXPECT_TRUE(on_disk) << "catalogued as committed but gone: " << c.dump();
+    } else {
+      EXPECT_EQ(c["state"], "deleted") << c.dump();
+      ++deleted;
+    }
+  }
+  EXPECT_GE(deleted, 1) << catalog.dump();
+  EXPECT_LE(committed, 3) << catalog.dump();
+
+  // The crash: kill -9 of the coordinator, then the rest of the cluster goes down and comes back up.
+  const pid_t coordinator = static_cast<pid_t>(std::stol(slurp((dir_ / "coordinator.pid").string())));
+  ASSERT_EQ(::kill(coordinator, SIGKILL), 0);
+  ASSERT_TRUE(eventually([&] { return gone(coordinator); }, 5s));
+  ASSERT_NO_FATAL_FAILURE(restart_cluster());
+  json runs = get("/v1/runs")["runs"];
+  ASSERT_EQ(runs.size(), 1u) << runs.dump();
+  json state = run_state(id);
+  EXPECT_EQ(state["state"], "interrupted") << state.dump();
+  EXPECT_EQ(state["name"], "survivor");
+  EXPECT_EQ(state["layout"]["dp"], 4);
+  EXPECT_THAT(state["message"].get<std::string>(), HasSubstr("coordinator went away while the run was live"));
+  EXPECT_FALSE(events(id, "submitted").empty()) << "the run's events were not kept";
+  EXPECT_FALSE(events(id, "run_interrupted").empty());
+  EXPECT_GE(get(run + "/checkpoints")["checkpoints"].size(), 5u);
+  EXPECT_GT(get(run + "/steps?after=0")["steps"].size(), 2u);
+
+  Result<HttpReply> resumed = api_->post(run + "/resume-from", {{"checkpoint", "latest"}});
+  ASSERT_TRUE(resumed.ok()) << resumed.error();
+  ASSERT_EQ(resumed->status, 202) << resumed->body;
+  const int64_t from = json::parse(resumed->body)["from_step"].get<int64_t>();
+  ASSERT_TRUE(eventually([&] { return last_step(id) > from + 2; }, 60s)) << run_state(id).dump();
+  EXPECT_EQ(run_state(id)["state"], "running");
+  workers_ = children_of({pids_[0], pids_[1], pids_[2]});
+
+  // A clean `down` while it trains: interrupted again (not failed), and resumable again.
+  ASSERT_NO_FATAL_FAILURE(restart_cluster());
+  state = run_state(id);
+  EXPECT_EQ(state["state"], "interrupted") << state.dump();
+  Result<HttpReply> again = api_->post(run + "/resume-from", {{"checkpoint", "latest"}});
+  ASSERT_TRUE(again.ok()) << again.error();
+  EXPECT_EQ(again->status, 202) << again->body;
+  const int64_t from2 = json::parse(again->body)["from_step"].get<int64_t>();
+  EXPECT_GT(from2, from);
+  ASSERT_TRUE(eventually([&] { return last_step(id) > from2; }, 60s)) << run_state(id).dump();
+  workers_ = children_of({pids_[0], pids_[1], pids_[2]});
+  ASSERT_TRUE(api_->post_json(run + "/stop", json::object()).ok());
+  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 30s)) << run_state(id).dump();
+}
+
+// kill -9 of rank 2 (on node-1): its node's gang fails by a signal, node-0's ranks fail after it on broken
+// collectives; the run's message names the one that died.
+TEST_F(ClusterHardening, FailedRunNamesTheRankThatDied) {
+  const int64_t id = submit_dp4();
+  ASSERT_GE(id, 0);
+  const pid_t victim = pid_of_rank(workers_, 2);
+  ASSERT_GT(victim, 0) << "no worker with RANK=2 among " << workers_.size();
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "failed"; }, 60s)) << run_state(id).dump();
+  const std::string message = run_state(id)["message"].get<std::string>();
+  EXPECT_THAT(message, HasSubstr("node-1"));
+  EXPECT_THAT(message, HasSubstr("rank 2"));
+  EXPECT_THAT(message, HasSubstr("SIGKILL"));
+}
+
+// Refused with the numbers, and nothing recorded or started: a dp that does not divide the global batch
+// (it used to be accepted and then fail), a 900 KB name, a body past the documented 1 MiB.
+TEST_F(ClusterHardening, BadSubmissionsAreRefusedWithTheNumbers) {
+  Result<HttpReply> dp3 = api_->post("/v1/runs", {{"config", tiny_config(10)}, {"layout", {{"dp", 3}}}});
+  ASSERT_TRUE(dp3.ok()) << dp3.error();
+  EXPECT_EQ(dp3->status, 400);
+  EXPECT_THAT(dp3->error_message(), HasSubstr("train.global_batch = 16"));
+  EXPECT_THAT(dp3->error_message(), HasSubstr("3 data-parallel ranks"));
+
+  Result<HttpReply> named = api_->post(
+      "/v1/runs", {{"config", tiny_config(10)}, {"layout", {{"dp", 2}}}, {"name", std::string(900 * 1024, 'n')}});
+  ASSERT_TRUE(named.ok()) << named.error();
+  EXPECT_EQ(named->status, 400);
+  EXPECT_THAT(named->error_message(), HasSubstr("field \"name\": expected 1-128 printable ASCII characters"));
+  EXPECT_LT(named->body.size(), 1000u) << "the refusal echoed the name";
+
+  auto [status, body] = raw_post(port_of(url_), "/v1/runs", token_, "{\"config\": \"" + std::string(1536 * 1024, 'x') + "\"}");
+  EXPECT_EQ(status, 413) << body;
+  EXPECT_THAT(body, HasSubstr("over the limit of 1048576 bytes"));
+
+  EXPECT_EQ(get("/v1/runs")["runs"].size(), 0u);
+  EXPECT_TRUE(children_of({pids_[0], pids_[1], pids_[2]}).empty()) << "a refused job started workers";
+  EXPECT_FALSE(fs::exists(dir_ / "runs" / "1"));
+}
+
+}  // namespace
+}  // namespace gantry
