@@ -13,6 +13,7 @@
 
 #include "app/commands.h"
 #include "app/step_lines.h"
+#include "engine/core/checkpoint.h"
 #include "engine/core/config.h"
 #include "engine/core/parallel/parallel_dims.h"
 #include "engine/core/worker/gang.h"
@@ -94,9 +95,24 @@ int run_main(const RunArgs& a) {
             std::to_string(a.max_steps),
             "--join-timeout",
             seconds_arg(a.join_timeout_s)};
-  if (!a.resume.empty()) {
+  // The checkpoint every rank resumes from, resolved once here: the ranks agree on it, `latest` says what
+  // it passed over, and a refused checkpoint is named with the one before it.
+  std::string resume;
+  if (a.resume == "latest") {
+    Result<CheckpointLatest> latest = checkpoint_latest_explained((out / "checkpoints").string());
+    if (!latest.ok()) {
+      std::fprintf(stderr, "gantry-engine run: --resume latest: %s\n", latest.error().c_str());
+      return kExitBadInput;
+    }
+    const std::string note = checkpoint_latest_note(latest.value());
+    if (!note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
+    resume = latest->dir;
+  } else if (!a.resume.empty()) {
+    resume = fs::absolute(a.resume).string();
+  }
+  if (!resume.empty()) {
     g.args.push_back("--resume");
-    g.args.push_back(a.resume == "latest" ? a.resume : fs::absolute(a.resume).string());
+    g.args.push_back(resume);
   }
   if (cfg->train.backend == "cuda") {
     // One device per worker, counted without initialising CUDA here (it would not survive the fork).
@@ -202,6 +218,11 @@ int run_main(const RunArgs& a) {
       if (w.said_goodbye && !w.goodbye.message.empty()) how += ": " + w.goodbye.message;
       std::fprintf(stderr, "  rank %d (pid %lld) %s\n", w.rank, static_cast<long long>(w.pid), how.c_str());
     }
+    // A checkpoint the workers refused (exit code 2 before any step) is named by them; point at the one
+    // before it, as `train` does, last, where the operator looks.
+    const std::string hint =
+        r.code == kExitBadInput && !resume.empty() ? checkpoint_earlier_hint(resume) : "";
+    if (!hint.empty()) std::fprintf(stderr, "%s\n", hint.c_str() + 1);  // without its leading newline
     return r.code;
   }
   std::fprintf(stderr, "%s\n", r.final_message.empty() ? "done" : r.final_message.c_str());

@@ -80,17 +80,6 @@ struct TrainArgs {
   bool json = false;
 };
 
-// A failed resume names its checkpoint; point at the one before it, which is still there.
-std::string previous_checkpoint_hint(const std::string& out_dir, const std::string& failed) {
-  std::vector<std::string> all = checkpoint_list((std::filesystem::path(out_dir) / "checkpoints").string());
-  std::string prev;
-  for (const std::string& d : all) {
-    if (std::filesystem::path(d).filename() == std::filesystem::path(failed).filename()) break;
-    prev = d;
-  }
-  return prev.empty() ? "" : "\nan earlier checkpoint is still there: --resume " + prev;
-}
-
 int train_main(const TrainArgs& a) {
   Result<Config> cfg = config_load(a.config);
   if (!cfg.ok()) {
@@ -100,6 +89,18 @@ int train_main(const TrainArgs& a) {
   TrainOptions opt;
   opt.out_dir = a.out.empty() ? "runs/" + std::filesystem::path(a.config).stem().string() : a.out;
   opt.resume = a.resume;
+  if (a.resume == "latest") {
+    // Resolved here, so that what `latest` passed over on the way is said, and a failure names the directory.
+    Result<CheckpointLatest> latest =
+        checkpoint_latest_explained((std::filesystem::path(opt.out_dir) / "checkpoints").string());
+    if (!latest.ok()) {
+      std::fprintf(stderr, "gantry-engine train: --resume latest: %s\n", latest.error().c_str());
+      return kExitBadInput;
+    }
+    const std::string note = checkpoint_latest_note(latest.value());
+    if (!note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
+    opt.resume = latest->dir;
+  }
   opt.max_steps = a.max_steps;
   opt.stop = &g_stop;
   std::signal(SIGINT, on_stop_signal);
@@ -119,15 +120,8 @@ int train_main(const TrainArgs& a) {
   history.finish(s.ok(), s.ok() && s->stopped_early, s.ok() ? "" : s.error());
 #endif
   if (!s.ok()) {
-    std::string hint;
-    if (!a.resume.empty()) {
-      std::string failed = a.resume;
-      if (a.resume == "latest") {
-        Result<std::string> latest = checkpoint_latest((std::filesystem::path(opt.out_dir) / "checkpoints").string());
-        failed = latest.ok() ? latest.value() : "";
-      }
-      if (!failed.empty()) hint = previous_checkpoint_hint(opt.out_dir, failed);
-    }
+    // A failed resume names its checkpoint; point at the one before it, which is still there.
+    const std::string hint = opt.resume.empty() ? "" : checkpoint_earlier_hint(opt.resume);
     std::fprintf(stderr, "gantry-engine train: %s%s\n", s.error().c_str(), hint.c_str());
     return a.resume.empty() ? kExitFailed : kExitBadInput;
   }

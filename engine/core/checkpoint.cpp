@@ -4,9 +4,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cinttypes>
-#include <cstdio>
+#include <cstdio>  // renameat2 (glibc >= 2.28): the commit's atomic rename and exchange
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -86,6 +87,21 @@ StateBuffer buffer_from_name(const std::string& name, bool* ok) {
   return StateBuffer::kParams;
 }
 
+// The step of a checkpoint directory or of a staging or aside directory of one; -1 for any other name.
+int64_t step_of_name(const std::string& name) {
+  std::string digits;
+  if (name.rfind("step_", 0) == 0) {
+    digits = name.substr(5);
+  } else if (name.rfind(".step_", 0) == 0) {
+    const size_t dot = name.find('.', 1);
+    if (dot == std::string::npos) return -1;
+    digits = name.substr(6, dot - 6);
+  }
+  if (digits.empty() || digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos)
+    return -1;
+  return std::stoll(digits);
+}
+
 }  // namespace
 
 std::vector<std::string> checkpoint_list(const std::string& root) {
@@ -112,12 +128,69 @@ int64_t checkpoint_dir_step(const std::string& dir) {
 }
 
 Result<std::string> checkpoint_latest(const std::string& root) {
+  Result<CheckpointLatest> latest = checkpoint_latest_explained(root);
+  if (!latest.ok()) return latest.status();
+  return latest->dir;
+}
+
+Result<CheckpointLatest> checkpoint_latest_explained(const std::string& root) {
+  CheckpointLatest latest;
   std::vector<std::string> all = checkpoint_list(root);
-  if (all.empty()) {
-    return Status::error("no committed checkpoint under '" + root +
-                         "' (a checkpoint is a step_* directory holding manifest.json)");
+  const int64_t newest = all.empty() ? -1 : step_of_name(fs::path(all.back()).filename().string());
+  std::error_code ec;
+  std::vector<std::pair<int64_t, CheckpointSkipped>> passed;
+  if (fs::is_directory(root, ec)) {
+    for (const fs::directory_entry& e : fs::directory_iterator(root, ec)) {
+      const std::string name = e.path().filename().string();
+      const int64_t step = step_of_name(name);
+      if (step <= newest || !e.is_directory(ec)) continue;
+      if (name.rfind("step_", 0) == 0) {
+        passed.push_back(
+            {step,
+             {e.path().string(),
+              "it has no manifest.json: it was never committed (its writer stopped before the commit)"}});
+      } else if (name.ends_with(".replaced")) {
+        passed.push_back({step,
+                          {e.path().string(),
+                           "a checkpoint moved aside while a new one of its step was committed (a file "
+                           "system without renameat2's flags): rename it back to step_... to use it"}});
+      } else if (name.ends_with(".writing")) {
+        passed.push_back(
+            {step, {e.path().string(), "a write of step " + std::to_string(step) + " that never finished"}});
+      }
+    }
   }
-  return all.back();
+  std::sort(passed.begin(), passed.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (auto& p : passed) latest.skipped.push_back(std::move(p.second));
+  if (all.empty()) {
+    std::string msg = "no committed checkpoint under '" + root +
+                      "' (a checkpoint is a step_* directory holding manifest.json)";
+    for (const CheckpointSkipped& s : latest.skipped) msg += "\n  passed over " + s.dir + ": " + s.why;
+    return Status::error(msg);
+  }
+  latest.dir = all.back();
+  return latest;
+}
+
+std::string checkpoint_latest_note(const CheckpointLatest& latest) {
+  if (latest.skipped.empty()) return "";
+  std::string note;
+  for (const CheckpointSkipped& s : latest.skipped)
+    note += "--resume latest: passing over " + s.dir + ": " + s.why + "\n";
+  return note + "--resume latest: resuming from " + latest.dir + " instead, the newest committed checkpoint";
+}
+
+std::string checkpoint_earlier_hint(const std::string& dir) {
+  fs::path failed = fs::path(dir).lexically_normal();
+  if (!failed.has_filename()) failed = failed.parent_path();  // "step_00000100/"
+  const int64_t failed_step = step_of_name(failed.filename().string());
+  std::string earlier;
+  for (const std::string& d : checkpoint_list(failed.parent_path().string())) {
+    const int64_t step = step_of_name(fs::path(d).filename().string());
+    if (failed_step < 0 || step >= failed_step) break;
+    earlier = d;
+  }
+  return earlier.empty() ? "" : "\nan earlier checkpoint is still there: --resume " + earlier;
 }
 
 namespace {
@@ -182,16 +255,26 @@ Result<json> write_shard(const fs::path& dir, int rank, Backend& backend) {
   return json{{"file", name}, {"rank", rank}, {"bytes", file_offset}, {"slices", slices}};
 }
 
-std::string store_text(const Result<std::vector<uint8_t>>& v) { return {v->begin(), v->end()}; }
-std::vector<uint8_t> store_bytes(const std::string& s) { return {s.begin(), s.end()}; }
-std::string gang_key(int64_t step, const std::string& what) { return "checkpoint/" + std::to_string(step) + "/" + what; }
+std::string store_text(const Result<std::vector<uint8_t>>& v) {
+  return {v->begin(), v->end()};
+}
+std::vector<uint8_t> store_bytes(const std::string& s) {
+  return {s.begin(), s.end()};
+}
+
+// Where the ranks of a gang meet for one write: the step and how many checkpoints the gang wrote before,
+// since one step may be written twice in a run (a periodic checkpoint, then the one at a stop).
+std::string gang_prefix(int64_t step, int64_t write) {
+  return "checkpoint/" + std::to_string(step) + "/" + std::to_string(write) + "/";
+}
 
 // Rank 0 of a gang: every rank's report in rank order, or the first failure (a rank's own error, or the
 // ranks that never reported).
-Result<std::vector<json>> collect_reports(const CheckpointGang& g, int64_t step, const json& mine) {
+Result<std::vector<json>> collect_reports(const CheckpointGang& g, const std::string& prefix, int64_t step,
+                                          const json& mine) {
   std::vector<json> shards{mine};
   std::vector<std::string> keys;
-  for (int r = 1; r < g.layout.world; ++r) keys.push_back(gang_key(step, "rank/" + std::to_string(r)));
+  for (int r = 1; r < g.layout.world; ++r) keys.push_back(prefix + "rank/" + std::to_string(r));
   if (!keys.empty()) {
     Status st = g.store->wait(keys, g.timeout);
     if (!st.ok()) return Status::error("checkpoint step " + std::to_string(step) + ": not every rank reported: " + st.message());
@@ -208,46 +291,107 @@ Result<std::vector<json>> collect_reports(const CheckpointGang& g, int64_t step,
   return shards;
 }
 
+// A fresh, empty staging directory. Whatever a killed writer left under its name goes first: it was never
+// committed, and this write replaces it.
+Status staging_make(const fs::path& root, const fs::path& staging) {
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (!ec) fs::remove_all(staging, ec);
+  if (!ec) fs::create_directory(staging, ec);
+  if (ec)
+    return Status::error("cannot create checkpoint directory '" + staging.string() + "': " + ec.message());
+  return {};
+}
+
+// Puts the complete `staging` directory in place as `dir` in one atomic step: a rename when `dir` does
+// not exist, else an exchange of the two names, after which the old directory, now under the staging
+// name, is removed. At every instant `dir` is either the old directory or the new one, whole.
+Status staging_commit(const fs::path& staging, const fs::path& dir) {
+  if (::renameat2(AT_FDCWD, staging.c_str(), AT_FDCWD, dir.c_str(), RENAME_NOREPLACE) == 0) return {};
+  if (errno == EEXIST) {
+    if (::renameat2(AT_FDCWD, staging.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0) {
+      std::error_code ec;
+      fs::remove_all(staging, ec);  // the replaced directory; a leftover is swept by a later write
+      return {};
+    }
+  }
+  if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP) {
+    return Status::error("cannot commit checkpoint '" + dir.string() + "': " + std::strerror(errno));
+  }
+  // A file system without renameat2's flags: move the old directory aside first, so the new one can take
+  // its name. In between, the old one is whole under the aside name; a later write sweeps it.
+  std::error_code ec;
+  const fs::path aside = dir.parent_path() / ("." + dir.filename().string() + ".replaced");
+  if (fs::exists(dir, ec)) {
+    fs::remove_all(aside, ec);
+    fs::rename(dir, aside, ec);
+    if (ec)
+      return Status::error("cannot move the old checkpoint '" + dir.string() + "' aside: " + ec.message());
+  }
+  fs::rename(staging, dir, ec);
+  if (ec) return Status::error("cannot commit checkpoint '" + dir.string() + "': " + ec.message());
+  fs::remove_all(aside, ec);
+  return {};
+}
+
 }  // namespace
 
-Result<CheckpointWritten> checkpoint_write(const std::string& root, Backend& backend, const CheckpointMeta& meta,
-                                           int keep, const CheckpointGang* gang) {
+Result<CheckpointWritten> checkpoint_write(const std::string& root, Backend& backend,
+                                           const CheckpointMeta& meta, int keep, CheckpointGang* gang) {
   const auto t0 = std::chrono::steady_clock::now();
   const fs::path dir = fs::path(root) / step_dir_name(meta.step);
+  // Every rank writes into a staging directory beside the final one, and rank 0 renames it into place
+  // once it is complete: a directory already under the final name (a committed checkpoint of this step,
+  // perhaps damaged, or an uncommitted leftover) is replaced, never trusted, and never half-overwritten.
+  const fs::path staging = fs::path(root) / ("." + step_dir_name(meta.step) + ".writing");
   const int rank = gang != nullptr ? gang->layout.rank : 0;
-  std::error_code ec;
-  // Every rank looks before any rank can commit (rank 0 commits only after every report), so all agree.
-  if (is_committed(dir)) return CheckpointWritten{dir.string(), 0, 0.0};
-  // One writer may clear an uncommitted leftover of a crashed writer; in a gang the same-named files are
-  // simply overwritten, since another rank may already be writing into the directory.
-  if (gang == nullptr) fs::remove_all(dir, ec);
-  fs::create_directories(dir, ec);
-  Result<json> shard = ec ? Result<json>(Status::error("cannot create checkpoint directory '" + dir.string() +
-                                                       "': " + ec.message()))
-                          : write_shard(dir, rank, backend);
+  const std::string prefix = gang != nullptr ? gang_prefix(meta.step, gang->writes++) : "";
+  const std::string step_text = "checkpoint step " + std::to_string(meta.step);
 
-  std::vector<json> shards;
+  // Rank 0 makes the staging directory; the others write into it only once it says so.
+  if (rank == 0) {
+    Status made = staging_make(root, staging);
+    if (gang != nullptr) {
+      const std::string word = made.ok() ? "ok" : "rank 0: " + made.message();
+      Status st = gang->store->set(prefix + "dir", store_bytes(word), gang->timeout);
+      if (made.ok() && !st.ok()) made = st;
+    }
+    if (!made.ok()) return made;
+  } else {
+    Result<std::vector<uint8_t>> word = gang->store->get(prefix + "dir", gang->timeout);
+    if (!word.ok()) return Status::error(step_text + ": no word from rank 0: " + word.error());
+    if (store_text(word) != "ok") return Status::error(store_text(word));
+  }
+  Result<json> shard = write_shard(staging, rank, backend);
+
   if (gang != nullptr && rank != 0) {
-    const std::string report = shard.ok() ? "ok\n" + shard->dump() : "error\nrank " + std::to_string(rank) + ": " + shard.error();
-    Status st = gang->store->set(gang_key(meta.step, "rank/" + std::to_string(rank)), store_bytes(report), gang->timeout);
+    const std::string report =
+        shard.ok() ? "ok\n" + shard->dump() : "error\nrank " + std::to_string(rank) + ": " + shard.error();
+    Status st = gang->store->set(prefix + "rank/" + std::to_string(rank), store_bytes(report), gang->timeout);
     if (!st.ok()) return st;
-    Result<std::vector<uint8_t>> outcome = gang->store->get(gang_key(meta.step, "commit"), gang->timeout);
-    if (!outcome.ok()) return Status::error("checkpoint step " + std::to_string(meta.step) + ": no word from rank 0: " + outcome.error());
+    Result<std::vector<uint8_t>> outcome = gang->store->get(prefix + "commit", gang->timeout);
+    if (!outcome.ok()) return Status::error(step_text + ": no word from rank 0: " + outcome.error());
     const std::string text = store_text(outcome);
     if (text.rfind("ok ", 0) != 0) return Status::error(text);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return CheckpointWritten{dir.string(), std::stoull(text.substr(3)), seconds};
   }
-  if (!shard.ok()) {
-    if (gang != nullptr) (void)gang->store->set(gang_key(meta.step, "commit"), store_bytes("rank 0: " + shard.error()), gang->timeout);
-    return shard.status();
-  }
+
+  // Rank 0 (or the only writer) from here on. A failure announces itself to the gang and removes the
+  // staging directory; the final name keeps whatever it held before.
+  // `who` names rank 0 to the other ranks when the failure is its own.
+  auto fail = [&](const Status& s, const std::string& who) -> Status {
+    if (gang != nullptr)
+      (void)gang->store->set(prefix + "commit", store_bytes(who + s.message()), gang->timeout);
+    std::error_code ec;
+    fs::remove_all(staging, ec);
+    return s;
+  };
+  if (!shard.ok()) return fail(shard.status(), "rank 0: ");
+  std::vector<json> shards;
   if (gang != nullptr) {
-    Result<std::vector<json>> all = collect_reports(*gang, meta.step, shard.value());
-    if (!all.ok()) {
-      (void)gang->store->set(gang_key(meta.step, "commit"), store_bytes(all.error()), gang->timeout);
-      return all.status();
-    }
+    Result<std::vector<json>> all = collect_reports(*gang, prefix, meta.step, shard.value());
+    if (!all.ok()) return fail(all.status(), "");
     shards = std::move(all.value());
   } else {
     shards.push_back(std::move(shard.value()));
@@ -276,29 +420,28 @@ Result<CheckpointWritten> checkpoint_write(const std::string& root, Backend& bac
       {"tensors", tensors},
       {"shards", shards},
   };
-  const std::string tmp = (dir / "manifest.json.tmp").string();
-  Status s = write_file_durable(tmp, manifest.dump(1));
-  if (s.ok()) {
-    fs::rename(tmp, dir / "manifest.json", ec);  // the commit
-    if (ec) s = Status::error("cannot commit checkpoint '" + dir.string() + "': " + ec.message());
-  }
-  if (gang != nullptr) {
-    const std::string outcome = s.ok() ? "ok " + std::to_string(total_bytes) : "rank 0: " + s.message();
-    Status st = gang->store->set(gang_key(meta.step, "commit"), store_bytes(outcome), gang->timeout);
-    if (s.ok() && !st.ok()) s = st;
-  }
-  if (!s.ok()) return s;
-  fsync_dir(dir.string());
+  Status s = write_file_durable((staging / "manifest.json").string(), manifest.dump(1));
+  if (!s.ok()) return fail(s, "rank 0: ");
+  fsync_dir(staging.string());
+  s = staging_commit(staging, dir);  // the commit
+  if (!s.ok()) return fail(s, "rank 0: ");
   fsync_dir(root);
+  if (gang != nullptr) {
+    Status st =
+        gang->store->set(prefix + "commit", store_bytes("ok " + std::to_string(total_bytes)), gang->timeout);
+    if (!st.ok()) return st;
+  }
 
-  // Keep the newest `keep`; drop uncommitted leftovers older than this one.
+  // Keep the newest `keep`; drop what writers of older steps left behind (uncommitted step_* directories
+  // of an older build, staging and aside directories of a killed write).
+  std::error_code ec;
   std::vector<std::string> committed = checkpoint_list(root);
   for (size_t i = 0; i + static_cast<size_t>(keep) < committed.size(); ++i) fs::remove_all(committed[i], ec);
   for (const fs::directory_entry& e : fs::directory_iterator(root, ec)) {
     const std::string name = e.path().filename().string();
-    if (name.rfind("step_", 0) == 0 && name < dir.filename().string() && !is_committed(e.path())) {
-      fs::remove_all(e.path(), ec);
-    }
+    const int64_t step = step_of_name(name);
+    if (step < 0 || step >= meta.step || !e.is_directory(ec)) continue;
+    if (name[0] == '.' || !is_committed(e.path())) fs::remove_all(e.path(), ec);
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return CheckpointWritten{dir.string(), total_bytes, seconds};
@@ -361,7 +504,8 @@ Result<CheckpointMeta> checkpoint_load(const std::string& dir_str, Backend& back
     if (meta.data_version != data_version) {
       return bad("written for other training data (data version " + hex64(meta.data_version) +
                  ", the configured shards have " + hex64(data_version) +
-                 "): resume with the shards it was trained on");
+                 "; it covers every shard's name, size and contents): resume with the shards it was trained "
+                 "on, or start a fresh run without --resume");
     }
     const json& tensors = m.at("tensors");
     if (tensors.size() != table.size()) {

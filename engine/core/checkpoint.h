@@ -1,10 +1,12 @@
-// Checkpoints, format v1: one directory per step under a root, shard file(s) first, then manifest.json
-// written to a temporary name and renamed: the rename is the commit, and a directory without a manifest
-// is not a checkpoint. Every slice of every tensor carries an xxHash64.
+// Checkpoints, format v1: one directory per step under a root. The shard file(s) and then manifest.json
+// are written into a staging directory beside it (.step_00000100.writing), which is renamed into place
+// when complete: that rename is the commit. A step_* directory without a manifest is not a checkpoint.
+// Every slice of every tensor carries an xxHash64.
 //
 //   <root>/step_00000100/shard_r00000.bin   header + raw fp32 slices (params, adam_m, adam_v)
 //   <root>/step_00000100/manifest.json      format version, step, config, layout, tensor table, slice index
-//                                           (file, offset, hash), data cursor, RNG state, code and data versions
+//                                           (file, offset, hash), data cursor, RNG state, code and data
+//                                           versions
 //
 // Slices are ranges of a tensor in its global row-major coordinates, so a checkpoint written under one
 // layout (ZeRO shards, tensor/pipeline splits) loads under another by range overlap.
@@ -13,8 +15,8 @@
 //
 //   CheckpointMeta meta{.step = 100, ...};
 //   Result<CheckpointWritten> w = checkpoint_write(root, *backend, meta, /*keep=*/3);
-//   Result<std::string> dir = checkpoint_latest(root);
-//   Result<CheckpointMeta> m = checkpoint_load(dir.value(), *backend, config, data_version);
+//   Result<CheckpointLatest> latest = checkpoint_latest_explained(root);  // and what it passed over
+//   Result<CheckpointMeta> m = checkpoint_load(latest->dir, *backend, config, data_version);
 #pragma once
 
 #include <chrono>
@@ -38,7 +40,7 @@ struct CheckpointMeta {
   uint64_t sampler_seed = 0;     // data cursor: (seed, step) is all the sampler needs
   uint64_t rng_state = 0;        // the train loop's RNG
   Config config;
-  uint64_t data_version = 0;     // hash of the training shards' names and sizes
+  uint64_t data_version = 0;  // of the training shards' names, sizes and contents (TokenDataset)
   std::string code_version;
   double loss = 0;               // training loss of the last step, for the catalog
 };
@@ -53,18 +55,24 @@ struct CheckpointWritten {
 // ranges its backend writes (Backend::written_ranges) and reports its slice index, or its error, through
 // the launcher's store; rank 0 writes and renames the manifest only once every rank reported success,
 // then announces the outcome, which every rank returns. A rank that fails or never reports leaves the
-// checkpoint uncommitted and every rank with an error naming it.
+// checkpoint uncommitted and every rank with an error naming it. Rank 0 also makes the staging directory
+// and says so before any rank writes into it.
 struct CheckpointGang {
   StoreClient* store = nullptr;
   ParallelDims layout;  // rank and size, recorded in the manifest
   std::chrono::milliseconds timeout{std::chrono::seconds(120)};
+  // Checkpoints this gang has written: it names each write's store keys, since one step may be written
+  // twice in a run (a periodic checkpoint, then the one at a stop). Every rank writes equally often.
+  int64_t writes = 0;
 };
 
 // Writes step `meta.step` under root, commits it, then keeps the newest `keep` committed checkpoints.
-// A committed checkpoint of the same step is left as it is (the state at a step is deterministic).
+// A directory of that step already there (committed, perhaps damaged, or not) is replaced atomically:
+// a kill at any moment leaves it either as it was or as the complete new checkpoint.
 // gang == nullptr: one process writes everything.
-Result<CheckpointWritten> checkpoint_write(const std::string& root, Backend& backend, const CheckpointMeta& meta,
-                                           int keep, const CheckpointGang* gang = nullptr);
+Result<CheckpointWritten> checkpoint_write(const std::string& root, Backend& backend,
+                                           const CheckpointMeta& meta, int keep,
+                                           CheckpointGang* gang = nullptr);
 
 // Committed checkpoint directories under root, oldest first.
 std::vector<std::string> checkpoint_list(const std::string& root);
@@ -72,6 +80,26 @@ std::vector<std::string> checkpoint_list(const std::string& root);
 Result<std::string> checkpoint_latest(const std::string& root);
 // The step a checkpoint directory's name gives ("…/step_00000042" -> 42); -1 for any other name.
 int64_t checkpoint_dir_step(const std::string& dir);
+
+// A directory newer than the latest committed checkpoint that checkpoint_latest passed over, and why.
+struct CheckpointSkipped {
+  std::string dir;
+  std::string why;  // e.g. "it has no manifest.json: it was never committed (...)"
+};
+struct CheckpointLatest {
+  std::string dir;                         // the newest committed checkpoint
+  std::vector<CheckpointSkipped> skipped;  // newest first
+};
+// checkpoint_latest, and what it passed over to get there, for the operator: --resume latest must not
+// fall back to an older step in silence. With no committed checkpoint, the error names them too.
+Result<CheckpointLatest> checkpoint_latest_explained(const std::string& root);
+// The operator's note on `latest`: each directory passed over and why, and the checkpoint taken instead;
+// "" when nothing was passed over.
+std::string checkpoint_latest_note(const CheckpointLatest& latest);
+
+// A resume from `dir` failed: the hint to the newest committed checkpoint beside it with an older step,
+// "\nan earlier checkpoint is still there: --resume <path>", or "" when there is none.
+std::string checkpoint_earlier_hint(const std::string& dir);
 
 // Verifies everything this rank needs, then loads parameters and AdamW state into the backend and returns
 // the metadata. `config` is the run's current config (must be compatible); `data_version` of the current

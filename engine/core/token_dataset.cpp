@@ -1,10 +1,14 @@
 #include "engine/core/token_dataset.h"
 
 #include <algorithm>
+#include <cinttypes>
+#include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <utility>
 
+#include "engine/core/token_shard_digest.h"
 #include "engine/core/xxhash64.h"
 
 namespace gantry {
@@ -39,7 +43,8 @@ Result<TokenDataset> TokenDataset::open(std::vector<std::string> shard_paths, in
   ds.seq_len_ = seq_len;
   ds.first_window_.push_back(0);
   std::string version_text;
-  std::vector<int32_t> buf(size_t{1} << 16);
+  // One digest cache per folder, loaded once and saved once, however many shards it holds.
+  std::map<std::string, TokenShardDigestCache> caches;
   for (const std::string& path : shard_paths) {
     Result<TokenShard> shard = TokenShard::open(path);
     if (!shard.ok()) return shard.status();
@@ -49,26 +54,23 @@ Result<TokenDataset> TokenDataset::open(std::vector<std::string> shard_paths, in
                            " tokens, fewer than seq_len + 1 = " + std::to_string(seq_len + 1) +
                            " needed for one window; use a shorter seq_len or a longer shard");
     }
-    // uint32 so that a version 2 id above INT32_MAX is seen here rather than turning negative in read().
-    uint32_t shard_max = 0;
-    for (uint64_t first = 0; first < n; first += buf.size()) {
-      uint64_t count = std::min<uint64_t>(buf.size(), n - first);
-      if (shard->version() == 1) {
-        shard->read(first, count, buf.data());
-        for (uint64_t i = 0; i < count; ++i) shard_max = std::max(shard_max, static_cast<uint32_t>(buf[i]));
-      } else {
-        for (uint64_t i = 0; i < count; ++i) shard_max = std::max(shard_max, shard->at(first + i));
-      }
-    }
-    if (shard_max > static_cast<uint32_t>(std::numeric_limits<int32_t>::max())) {
-      return Status::error("token shard " + path + ": holds token id " + std::to_string(shard_max) +
+    const std::string dir = std::filesystem::path(path).parent_path().string();
+    auto cache = caches.find(dir);
+    if (cache == caches.end())
+      cache = caches.emplace(dir, TokenShardDigestCache::load(dir.empty() ? "." : dir)).first;
+    const TokenShardDigest digest = cache->second.get(shard.value());
+    if (digest.max_token > static_cast<uint32_t>(std::numeric_limits<int32_t>::max())) {
+      return Status::error("token shard " + path + ": holds token id " + std::to_string(digest.max_token) +
                            ", above the largest id the engine takes (2147483647)");
     }
-    ds.max_token_ = std::max(ds.max_token_, shard_max);
+    ds.max_token_ = std::max(ds.max_token_, digest.max_token);
     ds.first_window_.push_back(ds.first_window_.back() + (n - 1) / static_cast<uint64_t>(seq_len));
-    version_text += basename_of(path) + ":" + std::to_string(shard->file_bytes()) + "\n";
+    char hash[24];
+    std::snprintf(hash, sizeof hash, "%016" PRIx64, digest.xxh64);
+    version_text += basename_of(path) + ":" + std::to_string(shard->file_bytes()) + ":" + hash + "\n";
     ds.shards_.push_back(std::move(shard).value());
   }
+  for (const auto& [dir, cache] : caches) cache.save();
   ds.data_version_ = xxhash64(version_text.data(), version_text.size());
   ds.paths_ = std::move(shard_paths);
   return ds;

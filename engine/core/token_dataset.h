@@ -27,7 +27,8 @@ class TokenDataset {
   // Sorts the paths by file name (then by full path), so the window numbering does not depend on the
   // order the caller listed them in. Refuses an empty list, a path listed twice, seq_len < 1, a shard
   // shorter than seq_len + 1 tokens and a token id above INT32_MAX (windows are handed out as int32).
-  // Reads every token once to find max_token().
+  // Reads every byte of a shard once for its digest (token_shard_digest.h), unless the folder's digest
+  // cache holds it for the shard's current size and mtime.
   static Result<TokenDataset> open(std::vector<std::string> shard_paths, int seq_len);
 
   uint64_t num_windows() const { return first_window_.back(); }
@@ -40,8 +41,9 @@ class TokenDataset {
   // The largest token id in all shards, to check against the model's vocabulary.
   uint32_t max_token() const { return max_token_; }
 
-  // xxhash64 of "basename:file_bytes\n" for every shard in order: cheap, and it changes when a shard is
-  // added, removed, renamed or resized. It does not see a same-size rewrite of a shard's contents.
+  // xxhash64 of "basename:file_bytes:xxh64\n" for every shard in order, xxh64 being the 16 hex digits of
+  // the XXH64 of the shard's whole file: it changes when a shard is added, removed, renamed, resized or
+  // rewritten with other bytes.
   uint64_t data_version() const { return data_version_; }
 
   const std::vector<std::string>& paths() const { return paths_; }

@@ -150,6 +150,7 @@ Result<TokenShard> TokenShard::open(const std::string& path) {
   shard.path_ = path;
   shard.map_ = static_cast<const unsigned char*>(map);
   shard.file_bytes_ = file_bytes;
+  shard.mtime_ns_ = static_cast<int64_t>(info.st_mtim.tv_sec) * 1000000000 + info.st_mtim.tv_nsec;
 
   const int32_t magic = static_cast<int32_t>(get_le32(shard.map_));
   if (magic != kTokenShardMagic) {
@@ -187,6 +188,7 @@ TokenShard::TokenShard(TokenShard&& other) noexcept
     : path_(std::move(other.path_)),
       map_(std::exchange(other.map_, nullptr)),
       file_bytes_(std::exchange(other.file_bytes_, 0)),
+      mtime_ns_(std::exchange(other.mtime_ns_, 0)),
       size_(std::exchange(other.size_, 0)),
       version_(std::exchange(other.version_, 0)) {}
 
@@ -196,6 +198,7 @@ TokenShard& TokenShard::operator=(TokenShard&& other) noexcept {
     path_ = std::move(other.path_);
     map_ = std::exchange(other.map_, nullptr);
     file_bytes_ = std::exchange(other.file_bytes_, 0);
+    mtime_ns_ = std::exchange(other.mtime_ns_, 0);
     size_ = std::exchange(other.size_, 0);
     version_ = std::exchange(other.version_, 0);
   }

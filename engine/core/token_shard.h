@@ -43,6 +43,11 @@ class TokenShard {
   int version() const { return version_; }
   const std::string& path() const { return path_; }
   uint64_t file_bytes() const { return file_bytes_; }
+  // The modification time of the file that was mapped (not of whatever the path names later), in ns
+  // since the epoch: with file_bytes(), what tells a cached digest of the contents from a stale one.
+  int64_t mtime_ns() const { return mtime_ns_; }
+  // The whole mapped file, header included: the bytes its content digest is taken over.
+  std::span<const unsigned char> file() const { return {map_, static_cast<size_t>(file_bytes_)}; }
 
   // Token i; requires i < size().
   uint32_t at(uint64_t i) const;
@@ -57,6 +62,7 @@ class TokenShard {
   std::string path_;
   const unsigned char* map_ = nullptr;  // the whole file, header included
   uint64_t file_bytes_ = 0;
+  int64_t mtime_ns_ = 0;
   uint64_t size_ = 0;
   int version_ = 0;
 };

@@ -116,9 +116,9 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
   if (!created.ok()) return created.status();
   std::unique_ptr<Backend> backend = std::move(created.value());
   const TensorTable& table = backend->params();
-  const CheckpointGang gang{.store = dist != nullptr ? dist->store : nullptr, .layout = dims, .timeout = comm_timeout};
+  CheckpointGang gang{.store = dist != nullptr ? dist->store : nullptr, .layout = dims, .timeout = comm_timeout};
   if (dims.world > 1 && gang.store == nullptr) return Status::error("a gang of ranks needs the launcher's store");
-  const CheckpointGang* ckpt_gang = dims.world > 1 ? &gang : nullptr;
+  CheckpointGang* ckpt_gang = dims.world > 1 ? &gang : nullptr;
 
   Rng rng{c.train.seed};
   int64_t step = 0;

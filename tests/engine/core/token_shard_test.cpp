@@ -324,14 +324,21 @@ TEST(TokenDataset, MaxTokenSeesVersion2) {
   EXPECT_EQ(y, (std::vector<int32_t>{70000, 5}));
 }
 
-TEST(TokenDataset, DataVersionFollowsNamesAndSizes) {
+TEST(TokenDataset, DataVersionFollowsNamesSizesAndContents) {
   const std::string dir = make_temp_dir();
   const std::string a = dir + "/train_000000.bin", b = dir + "/train_000001.bin";
   ASSERT_TRUE(token_shard_write(a, iota_tokens(0, 10), 1).ok());
   ASSERT_TRUE(token_shard_write(b, iota_tokens(0, 8), 1).ok());
   Result<TokenDataset> first = TokenDataset::open({a, b}, 3);
   ASSERT_TRUE(first.ok()) << first.error();
-  const std::string text = "train_000000.bin:1044\ntrain_000001.bin:1040\n";
+  auto hex = [](const std::vector<unsigned char>& bytes) {
+    char buf[24];
+    std::snprintf(buf, sizeof buf, "%016llx",
+                  static_cast<unsigned long long>(xxhash64(bytes.data(), bytes.size())));
+    return std::string(buf);
+  };
+  const std::string text =
+      "train_000000.bin:1044:" + hex(read_bytes(a)) + "\ntrain_000001.bin:1040:" + hex(read_bytes(b)) + "\n";
   EXPECT_EQ(first->data_version(), xxhash64(text.data(), text.size()));
 
   Result<TokenDataset> again = TokenDataset::open({b, a}, 5);
@@ -346,6 +353,16 @@ TEST(TokenDataset, DataVersionFollowsNamesAndSizes) {
   Result<TokenDataset> fewer = TokenDataset::open({a}, 3);
   ASSERT_TRUE(fewer.ok());
   EXPECT_NE(fewer->data_version(), first->data_version());
+
+  // The defect: other tokens in a shard of the same name and size went unseen.
+  ASSERT_TRUE(token_shard_write(b, iota_tokens(0, 8), 1).ok());
+  Result<TokenDataset> same = TokenDataset::open({a, b}, 3);
+  ASSERT_TRUE(same.ok());
+  EXPECT_EQ(same->data_version(), first->data_version());
+  ASSERT_TRUE(token_shard_write(b, iota_tokens(1, 8), 1).ok());
+  Result<TokenDataset> rewritten = TokenDataset::open({a, b}, 3);
+  ASSERT_TRUE(rewritten.ok());
+  EXPECT_NE(rewritten->data_version(), first->data_version());
 }
 
 TEST(TokenDataset, Errors) {

@@ -4,10 +4,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>  // setrlimit: a rank that cannot write its shard
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <cstdio>
 #include <string>
@@ -238,16 +240,20 @@ TEST(DataParallelCheckpoint, SavedAtDp4Zero3ResumesAtDp2Zero1) {
 }
 
 TEST(DataParallelCheckpoint, ARankThatCannotWriteLeavesItUncommittedAndEveryRankNamesIt) {
-  // Rank 1's shard path is taken by a directory, so only rank 1's write fails. Rank 0 must not commit,
-  // and both ranks must fail with rank 1's cause.
+  // Rank 1 may not grow a file past 64 bytes: its shard's header fits, its first slice does not, so
+  // only rank 1's write fails. Rank 0 must not commit, and both ranks must fail with rank 1's cause.
   Config c = tiny20();
   const std::string out = fresh_dir("ckpt_rank_fails");
   const std::string step_dir = out + "/checkpoints/step_00000002";
-  std::filesystem::create_directories(step_dir + "/shard_r00001.bin");
   const RankRun run{.config = c, .out_dir = out, .zero = 1, .max_steps = 2};
   comm_test::RunResult res = run_workers(
       2,
       [&](int rank, int n, int fd) -> std::string {
+        if (rank == 1) {
+          std::signal(SIGXFSZ, SIG_IGN);  // the write fails with EFBIG instead of ending the process
+          const rlimit limit{.rlim_cur = 64, .rlim_max = 64};
+          if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) return "setrlimit failed";
+        }
         Result<Curve> curve = train_rank(run, rank, n, fd);
         if (curve.ok()) return "rank " + std::to_string(rank) + ": the run succeeded although rank 1 could not write";
         if (curve.error().find("rank 1") == std::string::npos ||
@@ -258,8 +264,9 @@ TEST(DataParallelCheckpoint, ARankThatCannotWriteLeavesItUncommittedAndEveryRank
       },
       60s);
   expect_all_passed(res);
-  EXPECT_FALSE(std::filesystem::exists(step_dir + "/manifest.json")) << "committed although a rank failed";
-  EXPECT_TRUE(std::filesystem::exists(step_dir + "/shard_r00000.bin")) << "rank 0 wrote its shard";
+  EXPECT_FALSE(std::filesystem::exists(step_dir)) << "committed although a rank failed";
+  EXPECT_FALSE(std::filesystem::exists(out + "/checkpoints/.step_00000002.writing"))
+      << "the failed write's staging directory was left behind";
 }
 
 // Answers a fixed script, one action per poll.
