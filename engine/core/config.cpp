@@ -6,6 +6,7 @@
 #include <functional>
 #include <sstream>
 
+#include "engine/core/input_excerpt.h"
 #include "engine/core/toml.h"
 
 namespace gantry {
@@ -69,6 +70,8 @@ const std::vector<Field>& fields() {
        [](Config& c) -> void* { return &c.train.deterministic; }},
       {"train.dp_bucket_mb", FieldKind::kDouble, 1e-6, 1e6, false,
        [](Config& c) -> void* { return &c.train.dp_bucket_mb; }},
+      {"train.collective_timeout_s", FieldKind::kDouble, kCollectiveTimeoutMinS, kCollectiveTimeoutMaxS,
+       false, [](Config& c) -> void* { return &c.train.collective_timeout_s; }},
       {"data.kind", FieldKind::kString, 0, 0, true, [](Config& c) -> void* { return &c.data.kind; },
        {"synthetic", "shards"}},
       {"data.dir", FieldKind::kString, 0, 0, false, [](Config& c) -> void* { return &c.data.dir; }},
@@ -125,6 +128,19 @@ std::string value_text(const Field& f, const Config& c) {
   }
   return "";
 }
+
+// The sections a run cannot do without, and what each must say. [optim] is not among them: AdamW's usual
+// settings are a sound default, while a default model or data set would train something the user never
+// asked for without saying so.
+struct RequiredSection {
+  const char* name;
+  const char* holds;
+};
+constexpr RequiredSection kRequiredSections[] = {
+    {"model", "the network's shape (n_layer, n_head, n_embd, vocab_size, seq_len)"},
+    {"train", "the run's length and batch (max_steps, global_batch, micro_batch, ...)"},
+    {"data", "what to train on (kind = \"synthetic\", or kind = \"shards\" with dir)"},
+};
 
 std::string known_keys_of(const std::string& section) {
   std::string out;
@@ -188,7 +204,9 @@ Status set_field(const Field& f, const TomlValue& v, Config& c, const std::strin
           found = found || ch == v.s;
           allowed += (allowed.empty() ? "\"" : ", \"") + ch + "\"";
         }
-        if (!found) return Status::error(head + "\"" + v.s + "\" is not allowed: use one of " + allowed);
+        if (!found) {
+          return Status::error(head + "\"" + input_excerpt(v.s) + "\" is not allowed: use one of " + allowed);
+        }
       }
       *static_cast<std::string*>(f.at(c)) = v.s;
       return {};
@@ -237,16 +255,26 @@ Result<Config> config_parse(const std::string& toml_text, const std::string& sou
       const std::string section = key.substr(0, key.find('.'));
       std::string known = known_keys_of(section);
       if (known.empty()) {
-        return Status::error(where + ": unknown key '" + key +
+        return Status::error(where + ": unknown key '" + input_excerpt(key) +
                              "': sections are [model], [optim], [train] and [data]");
       }
-      return Status::error(where + ": unknown key '" + key + "': known keys in [" + section + "] are " + known);
+      return Status::error(where + ": unknown key '" + input_excerpt(key) + "': known keys in [" + section +
+                           "] are " + known);
     }
     Status s = set_field(*field, value, c, where);
     if (!s.ok()) return s;
   }
   Status s = config_validate(c);
   if (!s.ok()) return Status::error(source_name + ": " + s.message());
+  for (const RequiredSection& r : kRequiredSections) {
+    bool present = false;
+    for (const std::string& t : doc->tables)
+      present = present || t == r.name || t.rfind(std::string(r.name) + ".", 0) == 0;
+    if (!present) {
+      return Status::error(source_name + ": no [" + r.name + "] section: a run needs one, holding " +
+                           r.holds + " (assets/configs/tiny.toml has an example)");
+    }
+  }
   return c;
 }
 
