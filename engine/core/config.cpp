@@ -19,7 +19,7 @@ struct Field {
   const char* key;
   FieldKind kind;
   double min;
-  double max;
+  double max;  // strings: their longest length in bytes, 0 = any (a path or a file name has the OS's)
   bool must_match_on_resume;
   std::function<void*(Config&)> at;
   std::vector<std::string> choices = {};  // strings only; empty = any
@@ -29,6 +29,11 @@ template <class T>
 const T& field_ref(const Field& f, const Config& c) {
   return *static_cast<const T*>(f.at(const_cast<Config&>(c)));
 }
+
+// Linux's PATH_MAX and NAME_MAX: a longer path or name could never be opened, and every message that
+// names the data would quote it.
+constexpr double kPathMaxBytes = 4096;
+constexpr double kNameMaxBytes = 255;
 
 const std::vector<Field>& fields() {
   constexpr double kBig = 9223372036854775807.0;  // TOML integers are int64
@@ -74,10 +79,11 @@ const std::vector<Field>& fields() {
        false, [](Config& c) -> void* { return &c.train.collective_timeout_s; }},
       {"data.kind", FieldKind::kString, 0, 0, true, [](Config& c) -> void* { return &c.data.kind; },
        {"synthetic", "shards"}},
-      {"data.dir", FieldKind::kString, 0, 0, false, [](Config& c) -> void* { return &c.data.dir; }},
-      {"data.train_prefix", FieldKind::kString, 0, 0, false,
+      {"data.dir", FieldKind::kString, 0, kPathMaxBytes, false,
+       [](Config& c) -> void* { return &c.data.dir; }},
+      {"data.train_prefix", FieldKind::kString, 0, kNameMaxBytes, false,
        [](Config& c) -> void* { return &c.data.train_prefix; }},
-      {"data.val_prefix", FieldKind::kString, 0, 0, false,
+      {"data.val_prefix", FieldKind::kString, 0, kNameMaxBytes, false,
        [](Config& c) -> void* { return &c.data.val_prefix; }},
       {"data.synthetic_branching", FieldKind::kInt, 1, 1 << 20, true,
        [](Config& c) -> void* { return &c.data.synthetic_branching; }},
@@ -196,6 +202,12 @@ Status set_field(const Field& f, const TomlValue& v, Config& c, const std::strin
     case FieldKind::kString: {
       if (v.kind != TomlValue::Kind::kString) {
         return Status::error(head + "expected a string, got a " + toml_kind_name(v.kind));
+      }
+      if (f.max > 0 && static_cast<double>(v.s.size()) > f.max) {
+        char limit[32];
+        std::snprintf(limit, sizeof limit, "%.0f", f.max);
+        return Status::error(head + "\"" + input_excerpt(v.s) + "\" is too long: allowed at most " + limit +
+                             " bytes");
       }
       if (!f.choices.empty()) {
         bool found = false;

@@ -140,6 +140,14 @@ TEST(GantryEngineCli, HugeConfigValueGivesABoundedMessage) {
   EXPECT_EQ(n.code, 2);
   EXPECT_LT(n.err.size(), 2048u) << n.err.substr(0, 2048);
   EXPECT_THAT(n.err, HasSubstr("huge_number.toml:4"));
+  // A path no file system accepts used to reach the data code, which quoted it twice (20 MB of stderr).
+  std::ofstream(dir + "/huge_dir.toml")
+      << "[model]\n[train]\n[data]\nkind = \"shards\"\ndir = \"/tmp/" << huge << "\"\n";
+  Outcome d = run("train --config " + dir + "/huge_dir.toml --out " + dir + "/run");
+  EXPECT_EQ(d.code, 2);
+  EXPECT_LT(d.err.size(), 2048u) << d.err.substr(0, 2048);
+  EXPECT_THAT(d.err, HasSubstr("data.dir"));
+  EXPECT_THAT(d.err, HasSubstr("allowed at most 4096 bytes"));
 }
 
 // CLI11 quotes a flag's bad value whole; the message keeps the flag's name and a bounded excerpt.
@@ -150,6 +158,10 @@ TEST(GantryEngineCli, HugeFlagValueGivesABoundedMessage) {
   EXPECT_EQ(r.code, 2);
   EXPECT_LT(r.err.size(), 2048u) << r.err.substr(0, 2048);
   EXPECT_THAT(r.err, HasSubstr("--max-steps"));
+  Outcome d = run("data synthetic --out " + dir + "/" + huge);
+  EXPECT_EQ(d.code, 2);
+  EXPECT_LT(d.err.size(), 2048u) << d.err.substr(0, 2048);
+  EXPECT_THAT(d.err, HasSubstr("--out"));
 }
 
 // Data that cannot be read is bad input like a bad config (exit 2), not a failure while running (1).
