@@ -16,6 +16,14 @@ struct TextArgs {
   int version = 1;
 };
 
+// Longer than Linux's PATH_MAX, a path cannot be opened; refused here, it never reaches the corpus code's
+// messages, which quote it (the usage error itself is cut to an excerpt in main).
+std::string path_length_check(std::string& path) {
+  constexpr size_t kPathMax = 4096;
+  if (path.size() <= kPathMax) return "";
+  return "a path of at most " + std::to_string(kPathMax) + " bytes, got " + std::to_string(path.size());
+}
+
 void print_stats(const CorpusStats& s) {
   std::printf("train: %llu tokens in %zu shard(s)\n", static_cast<unsigned long long>(s.train_tokens),
               s.train_paths.size());
@@ -33,7 +41,9 @@ void data_command_add(CLI::App& app, int* exit_code) {
   auto text = std::make_shared<TextArgs>();
   CLI::App* t = data->add_subcommand("text", "Tokenize a text file byte by byte (vocab 256) into train/val shards");
   t->add_option("--input", text->input, "Text file")->required()->check(CLI::ExistingFile);
-  t->add_option("--out", text->out, "Output folder for train_*.bin and val_*.bin")->required();
+  t->add_option("--out", text->out, "Output folder for train_*.bin and val_*.bin")
+      ->required()
+      ->check(CLI::Validator(path_length_check, "PATH"));
   t->add_option("--val-fraction", text->val_fraction, "Share of the text (its end) that goes to val, 0..0.5");
   t->add_option("--shard-tokens", text->shard_tokens, "Tokens per shard at most");
   t->add_option("--version", text->version, "Shard version: 1 (uint16 tokens) or 2 (uint32)")
@@ -54,7 +64,9 @@ void data_command_add(CLI::App& app, int* exit_code) {
   auto out = std::make_shared<std::string>();
   CLI::App* syn = data->add_subcommand(
       "synthetic", "Write the built-in synthetic corpus: a Markov chain with a known entropy of ln(branching) nats");
-  syn->add_option("--out", *out, "Output folder")->required();
+  syn->add_option("--out", *out, "Output folder")
+      ->required()
+      ->check(CLI::Validator(path_length_check, "PATH"));
   syn->add_option("--vocab", spec->vocab, "Vocabulary size");
   syn->add_option("--branching", spec->branching, "Successors per token");
   syn->add_option("--seed", spec->seed, "Seed");

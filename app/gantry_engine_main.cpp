@@ -2,8 +2,11 @@
 // parallel), worker (one rank, as run or torchrun/srun starts it), data (make token shards), plan (the
 // what-if planner), and the control plane where it is built: coordinator, agent, up, down, ctl.
 #include <CLI/CLI.hpp>
+#include <iostream>
+#include <sstream>
 
 #include "app/commands.h"
+#include "engine/core/input_excerpt.h"
 #include "engine/core/version.h"
 
 int main(int argc, char** argv) {
@@ -23,7 +26,12 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);  // prints help, version or the usage error
+    // Help, version or the usage error. CLI11 quotes the offending value whole: an error's words are cut
+    // to a bounded excerpt, so a huge argument cannot flood stderr. Help and version pass unchanged.
+    std::ostringstream out, err;
+    const int rc = app.exit(e, out, err);
+    std::cout << out.str() << std::flush;
+    std::cerr << (rc == 0 ? err.str() : gantry::input_excerpt_words(err.str())) << std::flush;
     return rc == 0 ? 0 : gantry::kExitBadInput;
   }
   return exit_code;

@@ -46,6 +46,7 @@ struct RunArgs {
   bool json = false;
   double join_timeout_s = 60;
   double stop_grace_s = 60;
+  double collective_timeout_s = 0;  // 0 = the config's train.collective_timeout_s
 };
 
 std::chrono::milliseconds ms_of(double seconds) {
@@ -95,6 +96,10 @@ int run_main(const RunArgs& a) {
             std::to_string(a.max_steps),
             "--join-timeout",
             seconds_arg(a.join_timeout_s)};
+  if (a.collective_timeout_s > 0) {
+    g.args.push_back("--collective-timeout");
+    g.args.push_back(seconds_arg(a.collective_timeout_s));
+  }
   // The checkpoint every rank resumes from, resolved once here: the ranks agree on it, `latest` says what
   // it passed over, and a refused checkpoint is named with the one before it.
   std::string resume;
@@ -258,6 +263,10 @@ void run_command_add(CLI::App& app, int* exit_code) {
          "--join-timeout", args->join_timeout_s,
          "Seconds every worker has to start and join; a rank that has not joined by then fails the gang")
       ->check(CLI::PositiveNumber);
+  sub->add_option("--collective-timeout", args->collective_timeout_s,
+                  "Seconds any collective or store wait may take before the gang fails, naming the rank that "
+                  "stopped answering (default: the config's train.collective_timeout_s, 120 s if unset)")
+      ->check(CLI::Range(kCollectiveTimeoutMinS, kCollectiveTimeoutMaxS));
   sub->add_option(
          "--stop-grace", args->stop_grace_s,
          "After Ctrl-C or SIGTERM, seconds the workers have to checkpoint and exit before they are killed "

@@ -103,6 +103,8 @@ int train_main(const TrainArgs& a) {
   }
   opt.max_steps = a.max_steps;
   opt.stop = &g_stop;
+  TrainProgress progress;  // after a failure: whether it was the data (bad input)
+  opt.progress = &progress;
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
 
@@ -123,7 +125,8 @@ int train_main(const TrainArgs& a) {
     // A failed resume names its checkpoint; point at the one before it, which is still there.
     const std::string hint = opt.resume.empty() ? "" : checkpoint_earlier_hint(opt.resume);
     std::fprintf(stderr, "gantry-engine train: %s%s\n", s.error().c_str(), hint.c_str());
-    return a.resume.empty() ? kExitFailed : kExitBadInput;
+    const bool bad_data = progress.phase.load() == TrainPhase::kData;
+    return a.resume.empty() && !bad_data ? kExitFailed : kExitBadInput;
   }
   std::fprintf(stderr, "done: step %lld, loss %.6f%s, checkpoint %s\n", static_cast<long long>(s->last_step),
                s->last_loss, s->last_val_loss ? (", val loss " + std::to_string(*s->last_val_loss)).c_str() : "",

@@ -8,6 +8,7 @@
 
 #include "app/commands.h"
 #include "app/step_lines.h"
+#include "engine/core/config.h"  // kCollectiveTimeoutMinS/MaxS
 #include "engine/core/worker/worker_env.h"
 #include "engine/core/worker/worker_runtime.h"
 
@@ -23,7 +24,7 @@ struct WorkerArgs {
   std::string rendezvous;
   bool json = false;
   double join_timeout_s = 60;
-  double timeout_s = 120;
+  double collective_timeout_s = 0;  // 0 = the config's train.collective_timeout_s
 };
 
 // Rank 0's lines when no launcher prints them (external launchers).
@@ -66,7 +67,7 @@ int worker_main(const WorkerArgs& a) {
   o.zero = a.zero;
   o.rendezvous = a.rendezvous;
   o.join_timeout = std::chrono::milliseconds(static_cast<int64_t>(a.join_timeout_s * 1e3));
-  o.collective_timeout = std::chrono::milliseconds(static_cast<int64_t>(a.timeout_s * 1e3));
+  o.collective_timeout = std::chrono::milliseconds(static_cast<int64_t>(a.collective_timeout_s * 1e3));
   o.local = !launched && env->rank == 0 ? &printer : nullptr;
   WorkerResult r = worker_run(o, env.value());
   // The launcher prints what it received; without one (or when it could not be told), say it here.
@@ -104,9 +105,11 @@ void worker_command_add(CLI::App& app, int* exit_code) {
   sub->add_option("--join-timeout", args->join_timeout_s,
                   "Seconds to reach the store and meet the other ranks")
       ->check(CLI::PositiveNumber);
-  sub->add_option("--timeout", args->timeout_s,
-                  "Seconds any collective or store wait may take before the gang fails")
-      ->check(CLI::PositiveNumber);
+  // --timeout: the flag's name before train.collective_timeout_s existed, kept for scripts that use it.
+  sub->add_option("--collective-timeout,--timeout", args->collective_timeout_s,
+                  "Seconds any collective or store wait may take before the gang fails (default: the "
+                  "config's train.collective_timeout_s)")
+      ->check(CLI::Range(kCollectiveTimeoutMinS, kCollectiveTimeoutMaxS));
   sub->callback([args, exit_code] { *exit_code = worker_main(*args); });
 }
 

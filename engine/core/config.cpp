@@ -6,6 +6,7 @@
 #include <functional>
 #include <sstream>
 
+#include "engine/core/input_excerpt.h"
 #include "engine/core/toml.h"
 
 namespace gantry {
@@ -18,7 +19,7 @@ struct Field {
   const char* key;
   FieldKind kind;
   double min;
-  double max;
+  double max;  // strings: their longest length in bytes, 0 = any (a path or a file name has the OS's)
   bool must_match_on_resume;
   std::function<void*(Config&)> at;
   std::vector<std::string> choices = {};  // strings only; empty = any
@@ -28,6 +29,11 @@ template <class T>
 const T& field_ref(const Field& f, const Config& c) {
   return *static_cast<const T*>(f.at(const_cast<Config&>(c)));
 }
+
+// Linux's PATH_MAX and NAME_MAX: a longer path or name could never be opened, and every message that
+// names the data would quote it.
+constexpr double kPathMaxBytes = 4096;
+constexpr double kNameMaxBytes = 255;
 
 const std::vector<Field>& fields() {
   constexpr double kBig = 9223372036854775807.0;  // TOML integers are int64
@@ -69,12 +75,15 @@ const std::vector<Field>& fields() {
        [](Config& c) -> void* { return &c.train.deterministic; }},
       {"train.dp_bucket_mb", FieldKind::kDouble, 1e-6, 1e6, false,
        [](Config& c) -> void* { return &c.train.dp_bucket_mb; }},
+      {"train.collective_timeout_s", FieldKind::kDouble, kCollectiveTimeoutMinS, kCollectiveTimeoutMaxS,
+       false, [](Config& c) -> void* { return &c.train.collective_timeout_s; }},
       {"data.kind", FieldKind::kString, 0, 0, true, [](Config& c) -> void* { return &c.data.kind; },
        {"synthetic", "shards"}},
-      {"data.dir", FieldKind::kString, 0, 0, false, [](Config& c) -> void* { return &c.data.dir; }},
-      {"data.train_prefix", FieldKind::kString, 0, 0, false,
+      {"data.dir", FieldKind::kString, 0, kPathMaxBytes, false,
+       [](Config& c) -> void* { return &c.data.dir; }},
+      {"data.train_prefix", FieldKind::kString, 0, kNameMaxBytes, false,
        [](Config& c) -> void* { return &c.data.train_prefix; }},
-      {"data.val_prefix", FieldKind::kString, 0, 0, false,
+      {"data.val_prefix", FieldKind::kString, 0, kNameMaxBytes, false,
        [](Config& c) -> void* { return &c.data.val_prefix; }},
       {"data.synthetic_branching", FieldKind::kInt, 1, 1 << 20, true,
        [](Config& c) -> void* { return &c.data.synthetic_branching; }},
@@ -125,6 +134,19 @@ std::string value_text(const Field& f, const Config& c) {
   }
   return "";
 }
+
+// The sections a run cannot do without, and what each must say. [optim] is not among them: AdamW's usual
+// settings are a sound default, while a default model or data set would train something the user never
+// asked for without saying so.
+struct RequiredSection {
+  const char* name;
+  const char* holds;
+};
+constexpr RequiredSection kRequiredSections[] = {
+    {"model", "the network's shape (n_layer, n_head, n_embd, vocab_size, seq_len)"},
+    {"train", "the run's length and batch (max_steps, global_batch, micro_batch, ...)"},
+    {"data", "what to train on (kind = \"synthetic\", or kind = \"shards\" with dir)"},
+};
 
 std::string known_keys_of(const std::string& section) {
   std::string out;
@@ -181,6 +203,12 @@ Status set_field(const Field& f, const TomlValue& v, Config& c, const std::strin
       if (v.kind != TomlValue::Kind::kString) {
         return Status::error(head + "expected a string, got a " + toml_kind_name(v.kind));
       }
+      if (f.max > 0 && static_cast<double>(v.s.size()) > f.max) {
+        char limit[32];
+        std::snprintf(limit, sizeof limit, "%.0f", f.max);
+        return Status::error(head + "\"" + input_excerpt(v.s) + "\" is too long: allowed at most " + limit +
+                             " bytes");
+      }
       if (!f.choices.empty()) {
         bool found = false;
         std::string allowed;
@@ -188,7 +216,9 @@ Status set_field(const Field& f, const TomlValue& v, Config& c, const std::strin
           found = found || ch == v.s;
           allowed += (allowed.empty() ? "\"" : ", \"") + ch + "\"";
         }
-        if (!found) return Status::error(head + "\"" + v.s + "\" is not allowed: use one of " + allowed);
+        if (!found) {
+          return Status::error(head + "\"" + input_excerpt(v.s) + "\" is not allowed: use one of " + allowed);
+        }
       }
       *static_cast<std::string*>(f.at(c)) = v.s;
       return {};
@@ -237,16 +267,26 @@ Result<Config> config_parse(const std::string& toml_text, const std::string& sou
       const std::string section = key.substr(0, key.find('.'));
       std::string known = known_keys_of(section);
       if (known.empty()) {
-        return Status::error(where + ": unknown key '" + key +
+        return Status::error(where + ": unknown key '" + input_excerpt(key) +
                              "': sections are [model], [optim], [train] and [data]");
       }
-      return Status::error(where + ": unknown key '" + key + "': known keys in [" + section + "] are " + known);
+      return Status::error(where + ": unknown key '" + input_excerpt(key) + "': known keys in [" + section +
+                           "] are " + known);
     }
     Status s = set_field(*field, value, c, where);
     if (!s.ok()) return s;
   }
   Status s = config_validate(c);
   if (!s.ok()) return Status::error(source_name + ": " + s.message());
+  for (const RequiredSection& r : kRequiredSections) {
+    bool present = false;
+    for (const std::string& t : doc->tables)
+      present = present || t == r.name || t.rfind(std::string(r.name) + ".", 0) == 0;
+    if (!present) {
+      return Status::error(source_name + ": no [" + r.name + "] section: a run needs one, holding " +
+                           r.holds + " (assets/configs/tiny.toml has an example)");
+    }
+  }
   return c;
 }
 

@@ -49,7 +49,14 @@ struct TrainConfig {
                                // the attention backward add dQ with atomics, a few percent faster
   double dp_bucket_mb = 25;    // data parallel: gradients are reduced in buckets of about this many MiB,
                                // each as soon as the backward pass has filled it
+  double collective_timeout_s = 120;  // a gang: seconds any collective or store wait may take before the gang
+                                      // fails naming the rank that stopped answering; 1..86400. The flag
+                                      // --collective-timeout (run, worker) overrides it
 };
+
+// train.collective_timeout_s's range, shared with the flags that override it.
+inline constexpr double kCollectiveTimeoutMinS = 1;
+inline constexpr double kCollectiveTimeoutMaxS = 86400;
 
 struct DataConfig {
   std::string kind = "synthetic";  // "synthetic" (built-in corpus, written under the run's out dir) or "shards"
@@ -70,6 +77,8 @@ struct Config {
 };
 
 // Parse and validate. Errors name the source, line, key and the allowed values; the first error wins.
+// [model], [train] and [data] are required (a config without them would train a toy model, or the
+// synthetic corpus, without saying so); [optim] may be left out for AdamW's usual settings.
 Result<Config> config_parse(const std::string& toml_text, const std::string& source_name);
 Result<Config> config_load(const std::string& path);
 

@@ -6,6 +6,8 @@
 #include <system_error>
 #include <unordered_map>
 
+#include "engine/core/input_excerpt.h"
+
 namespace gantry {
 namespace {
 
@@ -93,9 +95,7 @@ class Parser {
     if (at_end()) return "end of line";
     std::string_view rest = line_.substr(pos_);
     while (!rest.empty() && is_space(rest.back())) rest.remove_suffix(1);
-    constexpr size_t kMax = 24;
-    if (rest.size() > kMax) return "'" + std::string(rest.substr(0, kMax)) + "...'";
-    return "'" + std::string(rest) + "'";
+    return "'" + input_excerpt(rest) + "'";
   }
 
   std::string bare_key_scan() {
@@ -139,28 +139,32 @@ class Parser {
         ++pos_;
         break;
       }
-      if (at_end()) return fail("unterminated table header [" + name + ": expected ']' before end of line");
-      return fail("expected '.' or ']' in table header [" + name + ", found " + excerpt());
+      if (at_end())
+        return fail("unterminated table header [" + input_excerpt(name) +
+                    ": expected ']' before end of line");
+      return fail("expected '.' or ']' in table header [" + input_excerpt(name) + ", found " + excerpt());
     }
     spaces_skip();
     if (!at_line_end_or_comment())
-      return fail("unexpected " + excerpt() + " after table header [" + name +
+      return fail("unexpected " + excerpt() + " after table header [" + input_excerpt(name) +
                   "]; expected a comment (#) or end of line");
 
     if (auto it = explicit_tables_.find(name); it != explicit_tables_.end())
-      return fail("duplicate table [" + name + "] (first defined on line " + std::to_string(it->second) +
-                  ")");
+      return fail("duplicate table [" + input_excerpt(name) + "] (first defined on line " +
+                  std::to_string(it->second) + ")");
     // Every prefix of the name is a table; none of them may already hold a value.
     for (size_t dot = 0;; ++dot) {
       dot = name.find('.', dot);
       const std::string prefix = name.substr(0, dot);
       if (auto it = value_lines_.find(prefix); it != value_lines_.end())
-        return fail("table [" + name + "] conflicts with key '" + prefix + "' set on line " +
-                    std::to_string(it->second) + "; a name cannot be both a value and a table");
+        return fail("table [" + input_excerpt(name) + "] conflicts with key '" + input_excerpt(prefix) +
+                    "' set on line " + std::to_string(it->second) +
+                    "; a name cannot be both a value and a table");
       if (dot == std::string::npos) break;
       implied_tables_.emplace(prefix, line_no_);
     }
     explicit_tables_.emplace(name, line_no_);
+    doc_.tables.push_back(name);
     table_ = name;
     return Status();
   }
@@ -176,29 +180,31 @@ class Parser {
     if (peek() == '.') {
       std::string_view dotted = line_.substr(key_begin, line_.find('=', key_begin) - key_begin);
       while (!dotted.empty() && is_space(dotted.back())) dotted.remove_suffix(1);
-      return fail("dotted key '" + std::string(dotted) +
+      return fail("dotted key '" + input_excerpt(dotted) +
                   "' is unsupported in this subset; put the key under a [" +
-                  (table_.empty() ? key : table_ + "." + key) + "] table header");
+                  input_excerpt(table_.empty() ? key : table_ + "." + key) + "] table header");
     }
-    if (peek() != '=') return fail("expected '=' after key '" + key + "', found " + excerpt());
+    if (peek() != '=') return fail("expected '=' after key '" + input_excerpt(key) + "', found " + excerpt());
     ++pos_;
     spaces_skip();
     if (at_line_end_or_comment())
-      return fail("missing value after '" + key + " ='; " + std::string(kValueHint));
+      return fail("missing value after '" + input_excerpt(key) + " ='; " + std::string(kValueHint));
 
     Result<TomlValue> value = value_parse(/*in_array=*/false);
     if (!value.ok()) return value.status();
     spaces_skip();
     if (!at_line_end_or_comment())
-      return fail("unexpected " + excerpt() + " after the value of '" + key +
+      return fail("unexpected " + excerpt() + " after the value of '" + input_excerpt(key) +
                   "'; expected a comment (#) or end of line");
 
     std::string full = table_.empty() ? key : table_ + "." + key;
     if (auto it = value_lines_.find(full); it != value_lines_.end())
-      return fail("duplicate key '" + full + "' (first set on line " + std::to_string(it->second) + ")");
+      return fail("duplicate key '" + input_excerpt(full) + "' (first set on line " +
+                  std::to_string(it->second) + ")");
     if (const int table_line = table_line_find(full); table_line > 0)
-      return fail("key '" + full + "' conflicts with table [" + full + "] from the header on line " +
-                  std::to_string(table_line) + "; a name cannot be both a value and a table");
+      return fail("key '" + input_excerpt(full) + "' conflicts with table [" + input_excerpt(full) +
+                  "] from the header on line " + std::to_string(table_line) +
+                  "; a name cannot be both a value and a table");
     value_lines_.emplace(full, line_no_);
     doc_.entries.emplace_back(std::move(full), std::move(value).value());
     return Status();
@@ -246,19 +252,19 @@ class Parser {
     }
     if ((starts_with_digits(tok, 4) && tok.size() > 4 && tok[4] == '-') ||
         (starts_with_digits(tok, 2) && tok.size() > 2 && tok[2] == ':'))
-      return fail("dates and times (found '" + std::string(tok) +
+      return fail("dates and times (found '" + input_excerpt(tok) +
                   "') are unsupported in this subset; quote it if a string will do");
     // Anything shaped like a number goes to the number grammar, so its mistakes read "malformed number".
     const char c = tok[0];
     if (is_digit(c) || c == '+' || c == '-' || c == '.' || c == '_' || tok == "inf" || tok == "nan")
       return number_parse(tok);
-    return fail("unknown value '" + std::string(tok) + "'; " + std::string(kValueHint) +
+    return fail("unknown value '" + input_excerpt(tok) + "'; " + std::string(kValueHint) +
                 " (strings need quotes; booleans are lowercase)");
   }
 
   Result<TomlValue> number_parse(std::string_view tok) {
     const auto malformed = [&](std::string_view why) {
-      return fail("malformed number '" + std::string(tok) + "'" + std::string(why) + "; " +
+      return fail("malformed number '" + input_excerpt(tok) + "'" + std::string(why) + "; " +
                   std::string(kNumberHint));
     };
     size_t pos = 0;
@@ -271,9 +277,9 @@ class Parser {
     }
     const std::string_view body = tok.substr(pos);
     if (body == "inf" || body == "nan")
-      return fail("'" + std::string(tok) + "' is unsupported in this subset; configs take finite numbers");
+      return fail("'" + input_excerpt(tok) + "' is unsupported in this subset; configs take finite numbers");
     if (body.size() >= 2 && body[0] == '0' && (body[1] == 'x' || body[1] == 'o' || body[1] == 'b'))
-      return fail("hexadecimal, octal and binary integers ('" + std::string(tok) +
+      return fail("hexadecimal, octal and binary integers ('" + input_excerpt(tok) +
                   "') are unsupported in this subset; write it in decimal");
 
     const size_t int_begin = digits.size();
@@ -302,7 +308,7 @@ class Parser {
       const char* last = digits.data() + digits.size();
       const auto [end, ec] = std::from_chars(first, last, v.f);
       if (ec == std::errc::result_out_of_range)
-        return fail("float '" + std::string(tok) + "' is out of range for a 64-bit double");
+        return fail("float '" + input_excerpt(tok) + "' is out of range for a 64-bit double");
       if (ec != std::errc() || end != last) return malformed("");
       return v;
     }
@@ -312,7 +318,7 @@ class Parser {
     for (size_t k = negative ? 1 : 0; k < digits.size(); ++k) {
       const uint64_t d = static_cast<uint64_t>(digits[k] - '0');
       if (magnitude > (limit - d) / 10)
-        return fail("integer '" + std::string(tok) +
+        return fail("integer '" + input_excerpt(tok) +
                     "' does not fit in 64 bits; expected -9223372036854775808 to 9223372036854775807");
       magnitude = magnitude * 10 + d;
     }

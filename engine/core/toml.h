@@ -42,6 +42,8 @@ struct TomlDocument {
   std::string source;  // the name messages use, e.g. the file path
   // Fully qualified keys ("model.n_layer"), in file order, each exactly once.
   std::vector<std::pair<std::string, TomlValue>> entries;
+  // The [table] headers, in file order ("model", "a.b"), including those with no key under them.
+  std::vector<std::string> tables;
 
   // The value for a fully qualified key, or null. A linear scan: config files hold tens of keys.
   const TomlValue* find(std::string_view key) const;

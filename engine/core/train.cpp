@@ -69,6 +69,10 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 namespace {
 
 Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& opt, TrainObserver* observer) {
+  TrainProgress own_progress;
+  TrainProgress& progress = opt.progress != nullptr ? *opt.progress : own_progress;
+  auto enter = [&](TrainPhase p) { progress.phase.store(p); };
+  enter(TrainPhase::kSetup);
   Status valid = config_validate(c);
   if (!valid.ok()) return valid;
   TrainObserver quiet;
@@ -80,11 +84,15 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
   // In a gang, rank 0 writes the synthetic corpus while the others wait, so no two ranks write one file.
   const DistContext* gang_ctx = opt.dist != nullptr && opt.dist->dims.world > 1 ? opt.dist : nullptr;
   if (gang_ctx != nullptr && gang_ctx->dp == nullptr) return Status::error("a gang of ranks needs its dp communicator");
+  // Only the data's own failures count as kData (bad input); the barrier between is the gang's.
+  enter(TrainPhase::kData);
   Result<std::string> data_dir =
       gang_ctx == nullptr || gang_ctx->dims.rank == 0 ? prepare_data_dir(c, opt.out_dir) : Result<std::string>("");
   if (gang_ctx != nullptr) {
+    enter(TrainPhase::kSetup);
     Status st = gang_ctx->dp->barrier(gang_ctx->timeout);
     if (!st.ok()) return st;
+    enter(TrainPhase::kData);
     if (gang_ctx->dims.rank != 0) data_dir = prepare_data_dir(c, opt.out_dir);
   }
   if (!data_dir.ok()) return data_dir.status();
@@ -92,6 +100,7 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
   if (!train.ok()) return train.status();
   Result<TokenDataset> val = open_split(c, data_dir.value(), c.data.val_prefix);
   if (!val.ok()) return val.status();
+  enter(TrainPhase::kSetup);
 
   // The layout: dp ranks split the global batch; each runs micro-batches of at most train.micro_batch.
   const DistContext* dist = opt.dist;
@@ -138,6 +147,7 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
     step = meta->step;
     rng.state = meta->rng_state;
   }
+  progress.step.store(step);
 
   const int64_t last_step = opt.max_steps >= 0 ? opt.max_steps : c.train.max_steps;
   TrainSummary summary;
@@ -178,6 +188,7 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
 
   std::vector<int32_t> inputs(static_cast<size_t>(B) * T), targets(static_cast<size_t>(B) * T);
   auto write_checkpoint = [&](double loss) -> Status {
+    enter(TrainPhase::kCheckpoint);
     CheckpointMeta meta{.step = step,
                         .sampler_seed = c.train.seed,
                         .rng_state = rng.state,
@@ -243,6 +254,7 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
     // the communicator still has queued from the step before (unless an action holds the gang here: a
     // checkpoint to write, a pause).
     auto t0 = std::chrono::steady_clock::now();
+    enter(TrainPhase::kBoundary);
     Result<Decision> d = decide();
     if (!d.ok()) return d.status();
     Result<bool> stop = apply(d.value());
@@ -260,6 +272,7 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
       break;
     }
     if (held) t0 = std::chrono::steady_clock::now();
+    enter(TrainPhase::kStep);
     double data_wait = 0;
     double test_delay_s = 0;  // opt.test_forward_delay, as slept
     backend->begin_step(accum);
@@ -297,6 +310,7 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
                            "set optim.grad_clip, and resume from the last checkpoint");
     }
     ++step;
+    progress.step.store(step);
     last_loss = loss;
 
     StepReport rep{.step = step,
@@ -312,6 +326,7 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
                    .device = backend->device_health()};
     rep.phases.forward_s += test_delay_s;
     if (c.train.val_every > 0 && step % c.train.val_every == 0) {
+      enter(TrainPhase::kValidation);
       // The same val_batches x micro_batch windows whatever the layout, in chunks the backend takes; every
       // rank evaluates all of them (ZeRO 3's gathers need every rank in each forward pass anyway).
       const int windows = c.train.val_batches * c.train.micro_batch;
@@ -347,10 +362,31 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
   summary.params_xxh64 = xxhash64(final_params.data(), final_params.size() * sizeof(float));
   summary.last_step = step;
   summary.last_loss = last_loss;
+  enter(TrainPhase::kDone);
   return summary;
 }
 
 }  // namespace
+
+const char* train_phase_name(TrainPhase p) {
+  switch (p) {
+    case TrainPhase::kSetup:
+      return "setup";
+    case TrainPhase::kData:
+      return "data";
+    case TrainPhase::kBoundary:
+      return "step boundary";
+    case TrainPhase::kStep:
+      return "step";
+    case TrainPhase::kValidation:
+      return "validation";
+    case TrainPhase::kCheckpoint:
+      return "checkpoint";
+    case TrainPhase::kDone:
+      return "done";
+  }
+  return "?";
+}
 
 const char* train_action_name(TrainAction a) {
   switch (a) {

@@ -91,6 +91,25 @@ class TrainObserver {
   virtual void on_action(TrainAction /*action*/, int64_t /*step*/) {}
 };
 
+// Where a rank is in train_run. A watchdog thread reads it while the loop runs (the worker's heartbeat
+// tells the launcher, which names the rank a hung gang waits for); the caller reads it after a failure:
+// one in kData is the user's input (a missing or bad shard, a vocabulary too small), exit code 2.
+enum class TrainPhase : uint32_t {
+  kSetup = 0,       // building the backend, meeting the gang, restoring a checkpoint
+  kData = 1,        // preparing and opening the token data
+  kBoundary = 2,    // the gang's decision at a step boundary (a small all-reduce), or paused there
+  kStep = 3,        // forward, backward, gradient reduction and the optimizer
+  kValidation = 4,  // the validation pass
+  kCheckpoint = 5,  // writing a checkpoint (shards, then rank 0's commit)
+  kDone = 6,
+};
+const char* train_phase_name(TrainPhase p);  // "setup", "data", "boundary", "step", ...
+
+struct TrainProgress {
+  std::atomic<int64_t> step{0};  // optimizer steps done
+  std::atomic<TrainPhase> phase{TrainPhase::kSetup};
+};
+
 struct TrainOptions {
   std::string out_dir;             // run folder: checkpoints/ and, for the synthetic corpus, data/
   std::string resume;              // "" (fresh), "latest" (newest under out_dir/checkpoints) or a checkpoint dir
@@ -99,6 +118,7 @@ struct TrainOptions {
                                             // in a gang, any rank's flag stops every rank at the same step
   const DistContext* dist = nullptr;        // null: one process
   TrainControl* control = nullptr;          // operator actions; null: none
+  TrainProgress* progress = nullptr;        // where the loop is, for other threads and after a failure
   // Test-only (GANTRY_TEST_WORKER_FAULT slow_forward, worker_env.h): sleep this long before each step's
   // first forward pass and count it as forward time, so that this rank is a straggler with a slow device.
   std::chrono::milliseconds test_forward_delay{0};

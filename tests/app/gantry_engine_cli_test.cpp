@@ -1,6 +1,7 @@
 // gantry-engine as a user runs it: exit codes, messages, one line per step, JSON lines, data commands.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -23,7 +24,8 @@ using testing_support::Outcome;
 Outcome run(const std::string& args) { return testing_support::run_engine(args); }
 
 std::string fresh_dir(const std::string& name) {
-  fs::path p = fs::path(::testing::TempDir()) / ("gantry_cli_" + name);
+  // The pid keeps two copies of the suite (ctest -j, a rerun beside a hung one) out of each other's files.
+  fs::path p = fs::path(::testing::TempDir()) / ("gantry_cli_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(p);
   fs::create_directories(p);
   return p.string();
@@ -102,6 +104,99 @@ TEST(GantryEngineCli, BadConfigExitsTwoNamingTheKey) {
   Outcome missing = run("train --config " + dir + "/nope.toml");
   EXPECT_EQ(missing.code, 2);
   EXPECT_THAT(missing.err, HasSubstr("nope.toml"));
+}
+
+// An empty config, or one without [model], used to train the defaults and exit 0.
+TEST(GantryEngineCli, ConfigWithoutARequiredSectionExitsTwoNamingFileAndSection) {
+  const std::string dir = fresh_dir("sections");
+  std::ofstream(dir + "/empty.toml") << "";
+  Outcome empty = run("train --config " + dir + "/empty.toml --out " + dir + "/run");
+  EXPECT_EQ(empty.code, 2) << empty.err;
+  EXPECT_THAT(empty.err, HasSubstr(dir + "/empty.toml: no [model] section"));
+  EXPECT_THAT(empty.err, HasSubstr("n_layer, n_head, n_embd, vocab_size, seq_len"));
+  std::ofstream(dir + "/no_model.toml") << "[train]\nmax_steps = 2\n[data]\n";
+  Outcome no_model = run("train --config " + dir + "/no_model.toml --out " + dir + "/run");
+  EXPECT_EQ(no_model.code, 2) << no_model.err;
+  EXPECT_THAT(no_model.err, HasSubstr("no_model.toml: no [model] section"));
+  Outcome in_run = run("run --nproc 2 --config " + dir + "/no_model.toml --out " + dir + "/run");
+  EXPECT_EQ(in_run.code, 2) << in_run.err;
+  EXPECT_THAT(in_run.err, HasSubstr("no [model] section"));
+  EXPECT_FALSE(fs::exists(dir + "/run/checkpoints")) << "nothing may have trained";
+}
+
+// A 10 MB value used to come back whole in the error (twice for some keys): stderr stays small and still
+// names the key.
+TEST(GantryEngineCli, HugeConfigValueGivesABoundedMessage) {
+  const std::string dir = fresh_dir("huge_value");
+  const std::string huge(10u << 20, 'c');
+  std::ofstream(dir + "/huge.toml") << "[model]\n[data]\n[train]\nbackend = \"" << huge << "\"\n";
+  Outcome r = run("train --config " + dir + "/huge.toml --out " + dir + "/run");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_LT(r.err.size(), 2048u) << r.err.substr(0, 2048);
+  EXPECT_THAT(r.err, HasSubstr("train.backend"));
+  EXPECT_THAT(r.err, HasSubstr("(" + std::to_string(huge.size()) + " bytes)"));
+  std::ofstream(dir + "/huge_number.toml") << "[model]\n[data]\n[train]\nmax_steps = 1" << huge << "\n";
+  Outcome n = run("run --nproc 2 --config " + dir + "/huge_number.toml --out " + dir + "/run");
+  EXPECT_EQ(n.code, 2);
+  EXPECT_LT(n.err.size(), 2048u) << n.err.substr(0, 2048);
+  EXPECT_THAT(n.err, HasSubstr("huge_number.toml:4"));
+  // A path no file system accepts used to reach the data code, which quoted it twice (20 MB of stderr).
+  std::ofstream(dir + "/huge_dir.toml")
+      << "[model]\n[train]\n[data]\nkind = \"shards\"\ndir = \"/tmp/" << huge << "\"\n";
+  Outcome d = run("train --config " + dir + "/huge_dir.toml --out " + dir + "/run");
+  EXPECT_EQ(d.code, 2);
+  EXPECT_LT(d.err.size(), 2048u) << d.err.substr(0, 2048);
+  EXPECT_THAT(d.err, HasSubstr("data.dir"));
+  EXPECT_THAT(d.err, HasSubstr("allowed at most 4096 bytes"));
+}
+
+// CLI11 quotes a flag's bad value whole; the message keeps the flag's name and a bounded excerpt.
+TEST(GantryEngineCli, HugeFlagValueGivesABoundedMessage) {
+  const std::string dir = fresh_dir("huge_flag");
+  const std::string huge(60000, '7');
+  Outcome r = run("train --config " + write_small_config(dir) + " --max-steps x" + huge);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_LT(r.err.size(), 2048u) << r.err.substr(0, 2048);
+  EXPECT_THAT(r.err, HasSubstr("--max-steps"));
+  Outcome d = run("data synthetic --out " + dir + "/" + huge);
+  EXPECT_EQ(d.code, 2);
+  EXPECT_LT(d.err.size(), 2048u) << d.err.substr(0, 2048);
+  EXPECT_THAT(d.err, HasSubstr("--out"));
+}
+
+// Data that cannot be read is bad input like a bad config (exit 2), not a failure while running (1).
+TEST(GantryEngineCli, UnreadableDataExitsTwo) {
+  const std::string dir = fresh_dir("bad_data");
+  const std::string missing = dir + "/missing.toml";
+  std::ofstream(missing) << "[model]\nn_layer = 1\nn_head = 2\nn_embd = 16\nvocab_size = 32\nseq_len = 8\n"
+                            "[train]\nglobal_batch = 2\nmicro_batch = 2\nmax_steps = 2\nval_every = 0\n"
+                            "[data]\nkind = \"shards\"\ndir = \"" +
+                                dir + "/no_such_folder\"\n";
+  Outcome m = run("train --config " + missing + " --out " + dir + "/run");
+  EXPECT_EQ(m.code, 2) << m.err;
+  EXPECT_THAT(m.err, HasSubstr("no_such_folder"));
+  Outcome mr = run("run --nproc 2 --config " + missing + " --out " + dir + "/run");
+  EXPECT_EQ(mr.code, 2) << mr.err;
+  EXPECT_THAT(mr.err, HasSubstr("no_such_folder"));
+
+  fs::create_directories(dir + "/garbage");
+  std::ofstream(dir + "/garbage/train_000000.bin") << "this is not a token shard";
+  std::ofstream(dir + "/garbage/val_000000.bin") << "nor is this";
+  const std::string garbage = dir + "/garbage.toml";
+  std::ofstream(garbage) << "[model]\nn_layer = 1\nn_head = 2\nn_embd = 16\nvocab_size = 32\nseq_len = 8\n"
+                            "[train]\nglobal_batch = 2\nmicro_batch = 2\nmax_steps = 2\nval_every = 0\n"
+                            "[data]\nkind = \"shards\"\ndir = \"" +
+                                dir + "/garbage\"\n";
+  Outcome g = run("train --config " + garbage + " --out " + dir + "/run");
+  EXPECT_EQ(g.code, 2) << g.err;
+  EXPECT_THAT(g.err, HasSubstr("train_000000.bin"));
+  Outcome gr = run("run --nproc 2 --config " + garbage + " --out " + dir + "/run");
+  EXPECT_EQ(gr.code, 2) << gr.err;
+  EXPECT_THAT(gr.err, HasSubstr("train_000000.bin"));
+
+  Outcome t = run("data text --input " + dir + "/missing.txt --out " + dir + "/shards");
+  EXPECT_EQ(t.code, 2) << t.err;
+  EXPECT_THAT(t.err, HasSubstr("missing.txt"));
 }
 
 TEST(GantryEngineCli, CorruptLatestCheckpointIsRefusedAndTheEarlierOneNamed) {

@@ -201,6 +201,48 @@ TEST(RunCli, WorkerExitingMidRunIsNamedWithItsExitCode) {
   expect_gone(pids);
 }
 
+// A SIGSTOPped worker used to be found after a fixed 120 s, and the failure was blamed on a healthy peer
+// ("rank 1 ... timeout sending to rank 2"). The timeout is a flag now, and the launcher names the rank
+// that stopped answering, with the peer that gave up on it as the witness.
+TEST(RunCli, StoppedWorkerIsNamedAsTheRankThatStoppedAnswering) {
+  const std::string dir = fresh_dir("sigstop");
+  const std::string cfg = write_config(dir, 1000000, true);
+  EngineChild run = EngineChild::start(
+      {"run", "--nproc", "4", "--config", cfg, "--out", dir + "/run", "--collective-timeout", "3"});
+  ASSERT_TRUE(run.wait_for_stderr([](const std::string& err) { return step_lines(err) >= 3; }, 120s))
+      << run.err();
+  const std::vector<pid_t> pids = run.worker_pids();
+  ASSERT_EQ(pids.size(), 4u) << run.err();
+  ASSERT_EQ(::kill(pids[2], SIGSTOP), 0);
+  EngineChild::Exit e = run.wait(120s);
+  ::kill(pids[2], SIGCONT);  // in case the launcher left it (it must not): let the check below see it
+  EXPECT_FALSE(e.timed_out) << run.err();
+  EXPECT_EQ(e.code, 1) << run.err();
+  const std::string who = "rank 2 (pid " + std::to_string(pids[2]) + ")";
+  EXPECT_THAT(run.err(),
+              HasSubstr("gantry-engine run: " + who + " stopped answering: its process is stopped"))
+      << run.err();
+  EXPECT_THAT(run.err(), HasSubstr("after the collective timeout of 3 s")) << run.err();
+  for (int peer : {0, 1, 3}) {
+    EXPECT_THAT(run.err(), Not(HasSubstr("gantry-engine run: rank " + std::to_string(peer))))
+        << "a peer that merely timed out waiting is not the failure\n"
+        << run.err();
+  }
+  expect_gone(pids);
+}
+
+// Data that cannot be read is bad input (exit 2) in a gang too: every rank says so before its first step.
+TEST(RunCli, MissingShardsExitTwo) {
+  const std::string dir = fresh_dir("missing_shards");
+  const std::string cfg = write_config(dir, 4, true);
+  fs::remove_all(dir + "/data");
+  EngineChild run = EngineChild::start({"run", "--nproc", "2", "--config", cfg, "--out", dir + "/run"});
+  EngineChild::Exit e = run.wait(60s);
+  EXPECT_EQ(e.code, 2) << run.err();
+  EXPECT_THAT(run.err(), HasSubstr(dir + "/data"));
+  expect_gone(run.worker_pids());
+}
+
 TEST(RunCli, SigintStopsEveryWorkerAndExits130) {
   const std::string dir = fresh_dir("sigint");
   const std::string cfg = write_config(dir, 1000000, true);

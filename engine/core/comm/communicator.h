@@ -45,6 +45,16 @@ inline CommBlock comm_block(size_t count, int size, int rank) {
   return {r * base + (r < extra ? r : extra), base + (r < extra ? 1 : 0)};
 }
 
+// Where a rank is in its sequence of collectives, for a watchdog on another thread (the worker's heartbeat):
+// ranks stuck in collective #N wait for the rank that has not entered it. Every rank numbers its
+// collectives alike, since every rank calls the same ones in the same order (the contract below).
+struct CommProgress {
+  uint64_t entered =
+      0;  // collectives begun so far, the current one included; 0 where a backend keeps no count
+  bool inside = false;     // inside collective #entered now
+  bool timed_out = false;  // the communicator broke because a wait on a peer outlasted its timeout
+};
+
 class Communicator {
  public:
   using Timeout = std::chrono::milliseconds;
@@ -95,6 +105,8 @@ class Communicator {
   virtual void abort() = 0;
   // Ok, or the first failure that broke the communicator.
   virtual Status health() const = 0;
+  // Safe from any thread, while an operation runs. Backends that keep no count report {}.
+  virtual CommProgress progress() const { return {}; }
 };
 
 // How an operation's error message begins: "gloo all_reduce (rank 1 of 4, 1000 floats): ".

@@ -54,7 +54,8 @@ enum class FrameType : uint8_t {
   worker_records = 0x21,  // a telemetry RecordBatch (record_codec.h): this rank's step, rank 0's global step
   worker_exit = 0x22,     // the worker's final status and message, sent just before it exits
   worker_run = 0x23,      // rank 0, once before the first step: what the run is (for the history)
-  worker_command = 0x30,  // launcher -> worker: an operator action (checkpoint, pause, resume, stop)
+  worker_heartbeat = 0x24,  // step, phase and collective sequence number, from a thread that never blocks
+  worker_command = 0x30,    // launcher -> worker: an operator action (checkpoint, pause, resume, stop)
 };
 
 // Why a frame operation failed; the Status message says the same in words.

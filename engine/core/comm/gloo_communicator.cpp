@@ -82,6 +82,7 @@ struct Deadline {
 // Thrown inside an operation to leave it with a cause; run() turns it into the Status. Never escapes.
 struct OpError {
   std::string cause;
+  bool timeout = false;  // a wait on a peer outlasted the operation's deadline
 };
 
 void add_into(float* dst, const float* a, const float* b, size_t n) {
@@ -111,6 +112,10 @@ class GlooCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   const char* backend() const override { return "gloo"; }
+
+  CommProgress progress() const override {
+    return {.entered = entered_.load(), .inside = inside_.load(), .timed_out = timed_out_.load()};
+  }
 
   Status health() const override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -301,14 +306,14 @@ class GlooCommunicator final : public Communicator {
                                       : " waiting for data from rank " + std::to_string(peer);
     auto left = d.left();
     if (left.count() == 0) {
-      throw OpError{"timeout after " + std::to_string(d.timeout.count()) + " ms" + where};
+      throw OpError{"timeout after " + std::to_string(d.timeout.count()) + " ms" + where, true};
     }
     bool done;
     try {
       done = is_send ? b->waitSend(nullptr, left) : b->waitRecv(nullptr, left);
     } catch (const gloo::Exception& e) {
       if (contains(e.what(), "Timed out")) {
-        throw OpError{"timeout after " + std::to_string(d.timeout.count()) + " ms" + where};
+        throw OpError{"timeout after " + std::to_string(d.timeout.count()) + " ms" + where, true};
       }
       throw OpError{cause_of(e.what(), where)};
     }
@@ -416,11 +421,17 @@ class GlooCommunicator final : public Communicator {
     // Only collectives take a sequence number: every rank calls them, in the same order. Point-to-point
     // calls involve two ranks and are numbered per peer instead (send_seq_/recv_seq_).
     const uint32_t seq = collective ? seq_++ : 0;
+    if (collective) {
+      entered_.fetch_add(1);
+      inside_.store(true);
+    }
     std::string cause;
+    bool timed_out = false;
     try {
       body(d, seq);
     } catch (const OpError& e) {
       cause = e.cause;
+      timed_out = e.timeout;
     } catch (const gloo::Exception& e) {
       cause = cause_of(e.what(), "");
     } catch (const std::exception& e) {
@@ -428,6 +439,8 @@ class GlooCommunicator final : public Communicator {
     }
     std::lock_guard<std::mutex> lock(mu_);
     in_op_ = false;
+    inside_.store(false);
+    if (timed_out && broken_.empty()) timed_out_.store(true);
     if (aborted_ && (cause.empty() || !contains(cause, "aborted"))) {
       // abort() raced with a finishing operation: report it as aborted, as the caller asked.
       cause = cause.empty() ? "aborted" : "aborted (" + cause + ")";
@@ -464,6 +477,10 @@ class GlooCommunicator final : public Communicator {
   mutable std::mutex mu_;
   std::set<UnboundBuffer*> inflight_;
   std::atomic<bool> aborted_{false};  // also read without the lock, to label a failure's cause
+  // progress(), for the heartbeat thread.
+  std::atomic<uint64_t> entered_{0};
+  std::atomic<bool> inside_{false};
+  std::atomic<bool> timed_out_{false};
   bool in_op_ = false;
   bool closed_ = false;
   std::string broken_;

@@ -34,26 +34,39 @@ uint64_t store_next_request_id() {
   return next.fetch_add(1);
 }
 
+void StoreClient::set_broken(const std::string& why) {
+  std::lock_guard<std::mutex> lock(broken_mu_);
+  if (broken_.empty()) broken_ = why;
+}
+
+std::string StoreClient::broken() const {
+  std::lock_guard<std::mutex> lock(broken_mu_);
+  return broken_;
+}
+
 Result<Frame> StoreClient::request(FrameType type, uint64_t id, std::span<const uint8_t> payload,
                                    std::chrono::milliseconds timeout, const char* what) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(read_mu_);
   auto fail = [&](const std::string& why) {
     return Status::error(std::string("store ") + what + ": " + why);
   };
-  if (!broken_.empty()) return fail("store connection unusable: " + broken_);
+  if (std::string b = broken(); !b.empty()) return fail("store connection unusable: " + b);
 
   const auto deadline = Clock::now() + timeout + kReplyGrace;
-  FrameErrc errc;
-  Status sent = frame_send(fd_, type, payload, timeout + kReplyGrace, &errc);
-  if (!sent.ok()) {
-    // A partly written request leaves the server's decoder mid-frame: nothing later can be trusted.
-    broken_ = sent.message();
-    return fail(sent.message());
+  {
+    std::lock_guard<std::mutex> write(write_mu_);
+    FrameErrc errc;
+    Status sent = frame_send(fd_, type, payload, timeout + kReplyGrace, &errc);
+    if (!sent.ok()) {
+      // A partly written request leaves the server's decoder mid-frame: nothing later can be trusted.
+      set_broken(sent.message());
+      return fail(sent.message());
+    }
   }
   for (;;) {
     Result<std::optional<Frame>> next = decoder_.next();
     if (!next.ok()) {
-      broken_ = next.error();
+      set_broken(next.error());
       return fail(next.error());
     }
     if (next.value()) {
@@ -67,8 +80,10 @@ Result<Frame> StoreClient::request(FrameType type, uint64_t id, std::span<const 
       if (!in.ok() || (f.type != static_cast<uint8_t>(FrameType::store_ok) &&
                        f.type != static_cast<uint8_t>(FrameType::store_value) &&
                        f.type != static_cast<uint8_t>(FrameType::store_error))) {
-        broken_ = "unexpected frame type " + std::to_string(f.type) + " on the store connection";
-        return fail(broken_);
+        const std::string why =
+            "unexpected frame type " + std::to_string(f.type) + " on the store connection";
+        set_broken(why);
+        return fail(why);
       }
       if (reply_id == id) return f;
       continue;  // a late reply to a request we already gave up on
@@ -86,9 +101,10 @@ Result<Frame> StoreClient::request(FrameType type, uint64_t id, std::span<const 
     if (r > 0) {
       decoder_.feed(buf, static_cast<size_t>(r));
     } else if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-      broken_ = r == 0 ? "peer closed (the launcher's end of the socket is gone)"
-                       : std::string("peer closed (") + std::strerror(errno) + ")";
-      return fail(broken_);
+      const std::string why = r == 0 ? "peer closed (the launcher's end of the socket is gone)"
+                                     : std::string("peer closed (") + std::strerror(errno) + ")";
+      set_broken(why);
+      return fail(why);
     }
   }
 }
@@ -160,11 +176,12 @@ Status StoreClient::send(FrameType type, std::span<const uint8_t> payload,
         "store send: frame type " + std::to_string(t) +
         " is a store request or reply; use set/get/wait (send is for one-way frames, 0x20 and up)");
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!broken_.empty()) return Status::error("store send: store connection unusable: " + broken_);
+  std::lock_guard<std::mutex> lock(write_mu_);
+  if (std::string b = broken(); !b.empty())
+    return Status::error("store send: store connection unusable: " + b);
   Status sent = frame_send(fd_, type, payload, timeout);
   if (!sent.ok()) {
-    broken_ = sent.message();
+    set_broken(sent.message());
     return Status::error("store send: " + sent.message());
   }
   return Status();
@@ -180,27 +197,27 @@ bool StoreClient::read_available() {
     }
     if (r < 0 && errno == EINTR) continue;
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
-    broken_ = r == 0 ? "peer closed (the launcher's end of the socket is gone)"
-                     : std::string("peer closed (") + std::strerror(errno) + ")";
+    set_broken(r == 0 ? "peer closed (the launcher's end of the socket is gone)"
+                      : std::string("peer closed (") + std::strerror(errno) + ")");
     return false;
   }
 }
 
 Status StoreClient::take_frames(std::vector<Frame>* out) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(read_mu_);
   auto hand_out = [&] {
     for (Frame& f : unsolicited_) out->push_back(std::move(f));
     unsolicited_.clear();
   };
-  if (!broken_.empty()) {
+  if (std::string b = broken(); !b.empty()) {
     hand_out();  // what arrived before the break still counts
-    return Status::error("store connection unusable: " + broken_);
+    return Status::error("store connection unusable: " + b);
   }
   const bool open = read_available();
   for (;;) {
     Result<std::optional<Frame>> next = decoder_.next();
     if (!next.ok()) {
-      broken_ = next.error();
+      set_broken(next.error());
       break;
     }
     if (!next.value()) break;
@@ -212,7 +229,7 @@ Status StoreClient::take_frames(std::vector<Frame>* out) {
     // request() drops it.
   }
   hand_out();
-  if (!open || !broken_.empty()) return Status::error("store connection unusable: " + broken_);
+  if (std::string b = broken(); !open || !b.empty()) return Status::error("store connection unusable: " + b);
   return Status();
 }
 

@@ -7,10 +7,12 @@
 //   Result<std::vector<uint8_t>> id = store.get("nccl/id", 30s);  // blocks until some rank set it
 //
 // One request at a time per socket (a mutex serialises callers). The worker runtime multiplexes the same
-// socket with one-way frames to the launcher (send(): hello, step records, exit); the mutex serialises
-// them with the requests, so a frame never lands inside another. The store client stays the socket's
-// only reader: the launcher's commands (frame.h 0x30-0x3f) that arrive while a request waits for its reply
-// are kept, and take_frames() hands them out, with any that arrived since, without blocking.
+// socket with one-way frames to the launcher (send(): hello, step records, heartbeats, exit); a second
+// mutex serialises every write, so a frame never lands inside another, and is held only while bytes are
+// written: a heartbeat goes out while a request waits for its reply (a checkpoint's store wait). The store
+// client stays the socket's only reader: the launcher's commands (frame.h 0x30-0x3f) that arrive while a
+// request waits for its reply are kept, and take_frames() hands them out, with any that arrived since,
+// without blocking.
 #pragma once
 
 #include <chrono>
@@ -55,8 +57,14 @@ class StoreClient {
   Result<Frame> request(FrameType type, uint64_t id, std::span<const uint8_t> payload,
                         std::chrono::milliseconds timeout, const char* what);
 
+  // Marks the connection broken (the first cause stays) / the cause, or "" while it is usable.
+  void set_broken(const std::string& why);
+  std::string broken() const;
+
   int fd_;
-  std::mutex mu_;
+  std::mutex read_mu_;   // one request or take_frames() at a time: the socket's only reader
+  std::mutex write_mu_;  // one frame written at a time, from any thread
+  mutable std::mutex broken_mu_;
   // Bytes of a reply not yet complete survive a timed-out call, so the stream never gets out of step.
   FrameDecoder decoder_;
   // After the server closed the socket or sent garbage, every later call fails with the first cause.

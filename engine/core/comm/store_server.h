@@ -77,6 +77,8 @@ class StoreServer {
   std::optional<std::vector<uint8_t>> get(const std::string& key) const;
 
   size_t client_count() const { return clients_.size(); }
+  // Blocked get/wait requests now, all clients together.
+  size_t waiter_count() const { return waiters_.size(); }
   std::vector<StoreClientGone> take_gone();
 
  private:

@@ -19,6 +19,7 @@
 #include <utility>  // std::exchange
 
 #include "engine/core/comm/store_server.h"
+#include "engine/core/worker/hang_blame.h"
 #include "engine/core/worker/worker_runtime.h"  // the worker's exit codes
 #include "telemetry/record_codec.h"
 
@@ -79,6 +80,11 @@ struct Slot {
   int client = -1;
   std::optional<Clock::time_point> gone_at;  // its socket closed
   std::string gone_reason;
+  Clock::time_point beat_at;  // when its newest heartbeat arrived
+  // As the launcher saw it when the gang failed: for hang_blame.
+  bool running_at_failure = false;
+  char state_at_failure = 0;
+  std::chrono::milliseconds silent_at_failure{0};
 };
 
 std::string seconds_text(std::chrono::milliseconds ms) {
@@ -98,6 +104,61 @@ void child_fail(const char* what, int err) {
   for (const char* p : parts) {
     [[maybe_unused]] ssize_t w = ::write(2, p, std::strlen(p));
   }
+}
+
+std::string rank_text(const GangWorker& w) {
+  return "rank " + std::to_string(w.rank) + " (pid " + std::to_string(w.pid) + ")";
+}
+
+// A rank failed with an error or lost its connection: if the others were waiting for a rank that stopped
+// answering, that rank is the failure, and the one that gave up is named as the witness.
+void blame_hang(const std::vector<Slot>& slots, int base, const Failure& f, GangResult& res) {
+  std::vector<RankWatch> watch;
+  for (const Slot& s : slots) {
+    watch.push_back({.rank = s.w.rank,
+                     .pid = s.w.pid,
+                     .running = s.running_at_failure,
+                     .process_state = s.state_at_failure,
+                     .has_heartbeat = s.w.has_heartbeat,
+                     .last = s.w.heartbeat,
+                     .silent_for = s.silent_at_failure});
+  }
+  const std::vector<HangCulprit> culprits = hang_blame(watch);
+  if (culprits.empty()) return;
+  const GangWorker& hung = slots[static_cast<size_t>(culprits[0].rank - base)].w;
+  res.hang = true;
+  res.failed_rank = hung.rank;
+  res.code = kWorkerExitFailed;
+  res.error = rank_text(hung) + " stopped answering: " + culprits[0].reason;
+  for (size_t k = 1; k < culprits.size(); ++k)
+    res.error += "; also rank " + std::to_string(culprits[k].rank) + ": " + culprits[k].reason;
+  // The witnesses: every rank whose collective timed out (each waited for the culprit, directly or through
+  // a neighbour that did), else the rank whose failure came first.
+  std::vector<const GangWorker*> witnesses;
+  for (const Slot& s : slots) {
+    if (s.w.has_heartbeat && s.w.heartbeat.timed_out && s.w.rank != hung.rank) witnesses.push_back(&s.w);
+  }
+  const bool timed_out = !witnesses.empty();
+  if (!timed_out && f.rank + base != hung.rank) witnesses.push_back(&slots[static_cast<size_t>(f.rank)].w);
+  if (!witnesses.empty()) {
+    res.error += witnesses.size() == 1 ? ". rank " : ". ranks ";
+    for (size_t k = 0; k < witnesses.size(); ++k) {
+      if (k > 0) res.error += k + 1 == witnesses.size() ? " and " : ", ";
+      res.error += std::to_string(witnesses[k]->rank) + " (pid " + std::to_string(witnesses[k]->pid) + ")";
+    }
+    res.error += timed_out ? " gave up waiting for it after the collective timeout of " +
+                                 seconds_text(std::chrono::milliseconds(witnesses[0]->heartbeat.timeout_ms)) +
+                                 " (--collective-timeout, train.collective_timeout_s)"
+                           : " failed first";
+    const GangWorker& first = *witnesses[0];
+    if (first.said_goodbye && !first.goodbye.message.empty())
+      res.error += "; rank " + std::to_string(first.rank) + " said: " + first.goodbye.message;
+  }
+  int others = 0;
+  for (const Slot& s : slots) others += s.w.rank != hung.rank && s.w.pid > 0;
+  if (others > 0)
+    res.error +=
+        "; the other " + std::to_string(others) + (others == 1 ? " rank was" : " ranks were") + " stopped";
 }
 
 }  // namespace
@@ -216,6 +277,15 @@ GangResult gang_run(const GangOptions& o) {
         if (!e.ok()) return round.push_back({rank, Cause::protocol, e.error()});
         s.w.said_goodbye = true;
         s.w.goodbye = e.value();
+        return;
+      }
+      case FrameType::worker_heartbeat: {
+        Result<WorkerHeartbeat> h = worker_heartbeat_decode(payload);
+        if (!h.ok()) return round.push_back({rank, Cause::protocol, h.error()});
+        s.w.has_heartbeat = true;
+        s.w.heartbeat = h.value();
+        s.beat_at = Clock::now();
+        if (o.on_heartbeat) o.on_heartbeat(base + rank, h.value());
         return;
       }
       case FrameType::worker_run: {
@@ -404,6 +474,12 @@ GangResult gang_run(const GangOptions& o) {
           return std::make_pair(rank_of_cause(a.cause), a.rank) <
                  std::make_pair(rank_of_cause(b.cause), b.rank);
         });
+        // Before the stop changes anything: which ranks are still running, stopped, or silent.
+        for (Slot& s : slots) {
+          s.running_at_failure = s.alive;
+          s.state_at_failure = s.alive ? hang_process_state(s.w.pid) : 0;
+          s.silent_at_failure = std::chrono::duration_cast<std::chrono::milliseconds>(now - s.beat_at);
+        }
         begin_stop(o.fail_grace);
       }
       round.clear();
@@ -432,7 +508,11 @@ GangResult gang_run(const GangOptions& o) {
   // ---- the verdict ----------------------------------------------------------------------------------------
   for (Slot& s : slots) res.workers.push_back(s.w);
   if (!slots.empty() && slots[0].w.said_goodbye) res.final_message = slots[0].w.goodbye.message;
-  if (failure) {
+  if (failure && (failure->cause == Cause::failed || failure->cause == Cause::crashed ||
+                  failure->cause == Cause::closed)) {
+    blame_hang(slots, base, *failure, res);
+  }
+  if (failure && !res.hang) {
     const Failure& f = *failure;
     res.failed_rank = f.rank < 0 ? -1 : base + f.rank;
     res.failed_cause_rank = rank_of_cause(f.cause);
@@ -475,7 +555,7 @@ GangResult gang_run(const GangOptions& o) {
         res.error += "; the other " + std::to_string(others) + (others == 1 ? " rank was" : " ranks were") +
                      " stopped";
     }
-  } else if (res.interrupted || res.stopped) {
+  } else if (!failure && (res.interrupted || res.stopped)) {
     res.code = kWorkerExitInterrupted;
   }
   return res;

@@ -11,10 +11,13 @@
 // Gang semantics: every worker must say hello within the join timeout. If one exits non-zero, dies by a
 // signal, closes its socket while still running, breaks the protocol, or fails to join in time, the
 // launcher stops the others (SIGTERM, a grace period, SIGKILL), reaps every one, and the result names the
-// rank and the cause. When *stop becomes true (the caller's SIGINT/SIGTERM handler) the workers get
-// SIGTERM (they stop together at the next step boundary and checkpoint), a longer grace, then SIGKILL.
-// Every path reaps every child; workers also die with the launcher (PR_SET_PDEATHSIG), so none outlives
-// even a SIGKILLed launcher.
+// rank and the cause. A rank that failed because a collective timed out, or because its peers vanished,
+// is a victim: when the gang fails that way, the launcher names the rank the others waited for instead
+// (hang_blame.h: a stopped process, heartbeats that stopped, a rank that never entered the collective),
+// from what it saw when the failure came: /proc/PID/stat and each worker's heartbeats. When *stop becomes
+// true (the caller's SIGINT/SIGTERM handler) the workers get SIGTERM (they stop together at the next step
+// boundary and checkpoint), a longer grace, then SIGKILL. Every path reaps every child; workers also die with
+// the launcher (PR_SET_PDEATHSIG), so none outlives even a SIGKILLed launcher.
 //
 //   GangOptions g{.nproc = 4, .args = {"worker", "--config", cfg}, .join_timeout = 60s, .stop = &g_stop};
 //   g.on_records = [&](int rank, const RecordBatch& b) { history.ingest(b); };
@@ -88,6 +91,7 @@ struct GangOptions {
   std::function<void(const WorkerHello&)> on_hello;
   std::function<void(int rank, const WorkerRun&)> on_run;
   std::function<void(int rank, const RecordBatch&)> on_records;
+  std::function<void(int rank, const WorkerHeartbeat&)> on_heartbeat;
 };
 
 struct GangWorker {
@@ -101,6 +105,8 @@ struct GangWorker {
   bool killed_by_launcher = false;     // it outlived the grace period and was SIGKILLed
   bool said_goodbye = false;           // a worker_exit frame arrived
   WorkerExit goodbye;                  // its code and message
+  bool has_heartbeat = false;          // a worker_heartbeat frame arrived
+  WorkerHeartbeat heartbeat;           // the newest
   std::string host;
 };
 
@@ -110,11 +116,12 @@ struct GangResult {
   // The workers stopped together at an operator's stop action (each exited 130 after its goodbye); the
   // code is then 130 as for an interruption.
   bool stopped = false;
-  int failed_rank = -1;       // global rank
+  int failed_rank = -1;       // global rank: the culprit, when a hang was blamed on another rank
   // How likely the failure is the root cause when several gangs of one run fail together (a rank killed
   // by a signal takes its peers down, never the reverse): lower is likelier; -1 when nothing failed.
   int failed_cause_rank = -1;
   std::string error;          // names the failed rank and the cause; "" when code is 0 or 130
+  bool hang = false;          // the gang failed waiting for failed_rank, which stopped answering
   std::string final_message;  // rank 0's last word (worker_exit): "done: step ..." on success
   std::vector<GangWorker> workers;
 };

@@ -100,4 +100,35 @@ Result<WorkerCommand> worker_command_decode(std::span<const uint8_t> payload) {
   return c;
 }
 
+std::vector<uint8_t> worker_heartbeat_encode(const WorkerHeartbeat& h) {
+  StoreWriter w;
+  w.u64(static_cast<uint64_t>(h.step));
+  w.u32(static_cast<uint32_t>(h.phase));
+  w.u64(h.collectives);
+  w.u32((h.in_collective ? 1u : 0u) | (h.timed_out ? 2u : 0u));
+  w.u32(h.interval_ms);
+  w.u32(h.timeout_ms);
+  return std::move(w.out());
+}
+
+Result<WorkerHeartbeat> worker_heartbeat_decode(std::span<const uint8_t> payload) {
+  StoreReader in(payload.data(), payload.size());
+  WorkerHeartbeat h;
+  h.step = static_cast<int64_t>(in.u64());
+  const uint32_t phase = in.u32();
+  h.collectives = in.u64();
+  const uint32_t flags = in.u32();
+  h.interval_ms = in.u32();
+  h.timeout_ms = in.u32();
+  if (!in.ok() || in.left() != 0) return bad("worker_heartbeat", payload.size());
+  if (phase > static_cast<uint32_t>(TrainPhase::kDone)) {
+    return Status::error("worker_heartbeat frame names phase " + std::to_string(phase) + ": expected 0.." +
+                         std::to_string(static_cast<uint32_t>(TrainPhase::kDone)));
+  }
+  h.phase = static_cast<TrainPhase>(phase);
+  h.in_collective = (flags & 1u) != 0;
+  h.timed_out = (flags & 2u) != 0;
+  return h;
+}
+
 }  // namespace gantry

@@ -10,6 +10,8 @@
 //   worker_run      summary str | config_toml str | code_version str | data_version str | backend str |
 //                   params u64
 //   worker_command  action u32 (TrainAction: 1 checkpoint, 2 pause, 3 resume, 4 stop) | id u64 | from str
+//   worker_heartbeat step u64 | phase u32 (TrainPhase) | collectives u64 | flags u32 (1 inside a collective,
+//                   2 its communicator timed out) | interval_ms u32 | timeout_ms u32
 //
 //   std::vector<uint8_t> p = worker_hello_encode({.rank = 1, .world = 4, .pid = getpid(), .host = "n1"});
 //   store.send(FrameType::worker_hello, p, 5s);
@@ -63,6 +65,18 @@ struct WorkerCommand {
   std::string from;  // who asked: "ctl@127.0.0.1:51234", "gantry-engine run", ...
 };
 
+// Sent every interval_ms from a thread of the worker's own that never waits on a collective, and once more
+// just before a failed worker's exit: the launcher names a hung gang's culprit from these (hang_blame.h).
+struct WorkerHeartbeat {
+  int64_t step = 0;  // optimizer steps done
+  TrainPhase phase = TrainPhase::kSetup;
+  uint64_t collectives = 0;    // CommProgress::entered: the number of the collective it is in, or last left
+  bool in_collective = false;  // inside collective #collectives now
+  bool timed_out = false;      // its communicator broke on a collective timeout: it waited in vain
+  uint32_t interval_ms = 0;    // the next heartbeat is due this long after this one
+  uint32_t timeout_ms = 0;     // its collective timeout
+};
+
 std::vector<uint8_t> worker_hello_encode(const WorkerHello& h);
 Result<WorkerHello> worker_hello_decode(std::span<const uint8_t> payload);
 std::vector<uint8_t> worker_exit_encode(const WorkerExit& e);
@@ -72,5 +86,8 @@ Result<WorkerRun> worker_run_decode(std::span<const uint8_t> payload);
 std::vector<uint8_t> worker_command_encode(const WorkerCommand& c);
 // Refuses an action outside checkpoint..stop, naming the number it got.
 Result<WorkerCommand> worker_command_decode(std::span<const uint8_t> payload);
+std::vector<uint8_t> worker_heartbeat_encode(const WorkerHeartbeat& h);
+// Refuses a phase this launcher does not know, naming the number it got.
+Result<WorkerHeartbeat> worker_heartbeat_decode(std::span<const uint8_t> payload);
 
 }  // namespace gantry

@@ -15,20 +15,22 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
-#include "engine/core/step_records.h"
 #include "engine/core/comm/communicator.h"
 #include "engine/core/comm/store_client.h"
 #include "engine/core/comm/store_server.h"
 #include "engine/core/config.h"
 #include "engine/core/parallel/parallel_dims.h"
+#include "engine/core/step_records.h"
 #include "engine/core/worker/rendezvous_server.h"
 #include "engine/core/worker/worker_frames.h"
 #include "telemetry/record_codec.h"
@@ -142,6 +144,78 @@ std::string json_escape(const std::string& in) {
   }
   return out;
 }
+
+// ---- the heartbeat: where this rank is, from a thread that never waits on a collective ------------------
+
+// A rank that stops answering (SIGSTOP, a stalled device, a deadlock) is the one whose heartbeats stop or
+// fall behind in collectives, whatever its peers are stuck in: the launcher names it from these
+// (hang_blame.h). The frames share the launcher's socket; StoreClient::send does not wait behind a store
+// request in flight, so a rank in a checkpoint's store wait keeps beating. It starts once the
+// communicator exists: creating one writes to the same socket through a StoreClient of its own, which a
+// beat must not cut into.
+class Heartbeat {
+ public:
+  Heartbeat(StoreClient* to, const TrainProgress* progress, const Communicator* comm,
+            std::chrono::milliseconds timeout)
+      : to_(to),
+        progress_(progress),
+        comm_(comm),
+        timeout_(timeout),
+        // Several beats within half a timeout, so a silent rank stands out before its peers give up; at
+        // most one a second, so a long timeout costs the launcher nothing.
+        interval_(std::clamp(timeout / 4, std::chrono::milliseconds(100), std::chrono::milliseconds(1000))) {
+    thread_ = std::thread([this] {
+      std::unique_lock<std::mutex> lock(wake_mu_);
+      while (!quit_) {
+        lock.unlock();
+        beat();
+        lock.lock();
+        wake_.wait_for(lock, interval_, [this] { return quit_; });
+      }
+    });
+  }
+  ~Heartbeat() {
+    {
+      std::lock_guard<std::mutex> lock(wake_mu_);
+      quit_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+  Heartbeat(const Heartbeat&) = delete;
+  Heartbeat& operator=(const Heartbeat&) = delete;
+
+  // Sends one beat now (the thread's, and a failing worker's last before its goodbye). A failed send is
+  // left to the records' warning: the launcher is slow or gone.
+  void beat() {
+    WorkerHeartbeat h{.step = progress_->step.load(),
+                      .phase = progress_->phase.load(),
+                      .interval_ms = static_cast<uint32_t>(interval_.count()),
+                      .timeout_ms = static_cast<uint32_t>(std::min<int64_t>(timeout_.count(), UINT32_MAX))};
+    const CommProgress p = comm_->progress();
+    h.collectives = p.entered;
+    h.in_collective = p.inside;
+    h.timed_out = p.timed_out;
+    (void)to_->send(FrameType::worker_heartbeat, worker_heartbeat_encode(h), kSendTimeout);
+  }
+
+ private:
+  StoreClient* to_;
+  const TrainProgress* progress_;
+  const Communicator* comm_;  // outlives this (HeartbeatStop)
+  const std::chrono::milliseconds timeout_;
+  const std::chrono::milliseconds interval_;
+  std::mutex wake_mu_;
+  std::condition_variable wake_;
+  bool quit_ = false;
+  std::thread thread_;
+};
+
+// Stops the heartbeat before the communicator it reads is destroyed.
+struct HeartbeatStop {
+  std::unique_ptr<Heartbeat>& heartbeat;
+  ~HeartbeatStop() { heartbeat.reset(); }
+};
 
 // ---- the observer: reports to records, records to the launcher ----------------------------------------
 
@@ -427,9 +501,13 @@ WorkerResult worker_run(const WorkerOptions& options, const WorkerEnv& env) {
     }
   }
   WorkerResult result;
+  TrainProgress progress;
+  std::unique_ptr<Heartbeat> heartbeat;  // while attached to a launcher and the communicator exists
   auto finish = [&](int code, const std::string& message) {
     result.code = code;
     result.message = message;
+    // The launcher judges a hang from the newest beats: this one says whether our collective timed out.
+    if (heartbeat && code != kWorkerExitOk) heartbeat->beat();
     if (attached) {
       result.reported =
           frames->send(FrameType::worker_exit, worker_exit_encode({code, message}), kSendTimeout).ok();
@@ -460,6 +538,7 @@ WorkerResult worker_run(const WorkerOptions& options, const WorkerEnv& env) {
       return result;
     }
   }
+
   [&] {
     if (!cfg.ok()) return finish(kWorkerExitBadInput, who + ": " + cfg.error());
     if (cfg->train.backend == "cpu" && cfg->train.threads == 0 && env.local_world > 1) {
@@ -479,10 +558,17 @@ WorkerResult worker_run(const WorkerOptions& options, const WorkerEnv& env) {
     Result<std::unique_ptr<Communicator>> dp =
         create_dp(cfg.value(), dims.value(), store_fd, gloo_host, left, &bad_input);
     if (!dp.ok()) return finish(bad_input ? kWorkerExitBadInput : kWorkerExitFailed, who + ": " + dp.error());
+    // The flag overrides the config.
+    const std::chrono::milliseconds collective_timeout =
+        options.collective_timeout.count() > 0
+            ? options.collective_timeout
+            : std::chrono::milliseconds(static_cast<int64_t>(cfg->train.collective_timeout_s * 1e3));
+    if (frames != nullptr)
+      heartbeat = std::make_unique<Heartbeat>(frames, &progress, dp->get(), collective_timeout);
+    const HeartbeatStop stop_heartbeat{heartbeat};
 
     // ---- train ------------------------------------------------------------------------------------------
-    DistContext ctx{
-        .dims = dims.value(), .dp = dp->get(), .store = &store, .timeout = options.collective_timeout};
+    DistContext ctx{.dims = dims.value(), .dp = dp->get(), .store = &store, .timeout = collective_timeout};
     WorkerObserver observer(env, frames, device, fault.value(), options.local);
     // Only rank 0's answer counts (train.h); the other ranks need no control at all.
     std::unique_ptr<CommandControl> control;
@@ -496,15 +582,17 @@ WorkerResult worker_run(const WorkerOptions& options, const WorkerEnv& env) {
                       .stop = &g_stop,
                       .dist = &ctx,
                       .control = control.get(),
+                      .progress = &progress,
                       .test_forward_delay = std::chrono::milliseconds(
                           fault->kind == WorkerFault::slow_forward ? fault->delay_ms : 0)};
     install_stop_handlers();
     Result<TrainSummary> s = train_run(cfg.value(), topt, &observer);
     if (!s.ok()) {
-      // A checkpoint that cannot be resumed is the caller's choice gone wrong; anything after the first
-      // step is a failure of the run.
+      // A checkpoint that cannot be resumed is the caller's choice gone wrong, as is data that cannot be
+      // read; anything after the first step is a failure of the run.
       const bool bad_resume = !options.resume.empty() && !observer.steps_seen();
-      return finish(bad_resume ? kWorkerExitBadInput : kWorkerExitFailed, who + ": " + s.error());
+      const bool bad_data = progress.phase.load() == TrainPhase::kData;
+      return finish(bad_resume || bad_data ? kWorkerExitBadInput : kWorkerExitFailed, who + ": " + s.error());
     }
     char line[512];
     std::snprintf(line, sizeof line, "done: step %lld, loss %.6f%s, checkpoint %s",

@@ -46,7 +46,8 @@ struct WorkerOptions {
   std::string
       rendezvous;  // HOST:PORT for external launchers; "" = GANTRY_STORE_FD or MASTER_ADDR:MASTER_PORT
   std::chrono::milliseconds join_timeout{std::chrono::seconds(60)};  // reaching the store, meeting the peers
-  std::chrono::milliseconds collective_timeout{std::chrono::seconds(120)};  // DistContext::timeout
+  // DistContext::timeout: every collective and store wait. 0 = the config's train.collective_timeout_s.
+  std::chrono::milliseconds collective_timeout{0};
   // Also receives this rank's reports, e.g. the step printer when no launcher prints them (external
   // launchers). May be null.
   TrainObserver* local = nullptr;

@@ -8,6 +8,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// The sections every config must have (config.h), empty: what a test adds to them is what it tests.
+constexpr const char* kRequired = "[model]\n[train]\n[data]\n";
+
 std::string error_of(const std::string& toml) {
   Result<Config> c = config_parse(toml, "test.toml");
   EXPECT_FALSE(c.ok()) << "expected an error for:\n" << toml;
@@ -27,7 +30,8 @@ TEST(Config, ShippedConfigsLoad) {
 }
 
 TEST(Config, ValuesOverrideDefaults) {
-  Result<Config> c = config_parse("[model]\nn_layer = 3\n[optim]\nlr = 2e-4\nwarmup_steps = 7\n", "t");
+  Result<Config> c =
+      config_parse("[model]\nn_layer = 3\n[optim]\nlr = 2e-4\nwarmup_steps = 7\n[train]\n[data]\n", "t");
   ASSERT_TRUE(c.ok()) << c.error();
   EXPECT_EQ(c->model.n_layer, 3);
   EXPECT_DOUBLE_EQ(c->optim.lr, 2e-4);
@@ -36,7 +40,7 @@ TEST(Config, ValuesOverrideDefaults) {
 }
 
 TEST(Config, IntegerAcceptedForFloatField) {
-  Result<Config> c = config_parse("[optim]\ngrad_clip = 2\n", "t");
+  Result<Config> c = config_parse(std::string(kRequired) + "[optim]\ngrad_clip = 2\n", "t");
   ASSERT_TRUE(c.ok()) << c.error();
   EXPECT_DOUBLE_EQ(c->optim.grad_clip, 2.0);
 }
@@ -75,7 +79,7 @@ TEST(Config, FractionalIntegerRefused) {
 }
 
 TEST(Config, BooleansAreTrueOrFalse) {
-  Result<Config> c = config_parse("[train]\ncuda_graphs = false\n", "t");
+  Result<Config> c = config_parse("[model]\n[data]\n[train]\ncuda_graphs = false\n", "t");
   ASSERT_TRUE(c.ok()) << c.error();
   EXPECT_FALSE(c->train.cuda_graphs);
   EXPECT_THAT(error_of("[train]\ncuda_graphs = 1\n"), HasSubstr("expected true or false"));
@@ -91,6 +95,45 @@ TEST(Config, CrossFieldRules) {
   EXPECT_THAT(error_of("[train]\nglobal_batch = 10\nmicro_batch = 4\n"), HasSubstr("must divide train.global_batch"));
   EXPECT_THAT(error_of("[optim]\nlr = 1e-4\nmin_lr = 1e-3\n"), HasSubstr("optim.min_lr"));
   EXPECT_THAT(error_of("[data]\nkind = \"shards\"\n"), HasSubstr("data.dir"));
+}
+
+// An empty config, or one without [model], used to train the defaults (a toy model) and exit 0.
+TEST(Config, RequiredSectionsAreNamedWithWhatTheyHold) {
+  std::string empty = error_of("");
+  EXPECT_THAT(empty, HasSubstr("test.toml: no [model] section"));
+  EXPECT_THAT(empty, HasSubstr("n_layer, n_head, n_embd, vocab_size, seq_len"));
+  EXPECT_THAT(error_of("[train]\nmax_steps = 5\n[data]\n"), HasSubstr("test.toml: no [model] section"));
+  EXPECT_THAT(error_of("[model]\n[data]\n"), HasSubstr("no [train] section"));
+  EXPECT_THAT(error_of("[model]\n[train]\n"), HasSubstr("no [data] section"));
+  // [optim] may be left out, and a section may be present with no key in it.
+  Result<Config> c = config_parse(kRequired, "t");
+  ASSERT_TRUE(c.ok()) << c.error();
+  EXPECT_DOUBLE_EQ(c->optim.beta2, OptimConfig{}.beta2);
+}
+
+TEST(Config, CollectiveTimeoutIsAFieldWithARange) {
+  Result<Config> c = config_parse(kRequired, "t");
+  ASSERT_TRUE(c.ok()) << c.error();
+  EXPECT_DOUBLE_EQ(c->train.collective_timeout_s, 120.0);
+  Result<Config> set = config_parse("[model]\n[data]\n[train]\ncollective_timeout_s = 3\n", "t");
+  ASSERT_TRUE(set.ok()) << set.error();
+  EXPECT_DOUBLE_EQ(set->train.collective_timeout_s, 3.0);
+  std::string e = error_of("[model]\n[data]\n[train]\ncollective_timeout_s = 0\n");
+  EXPECT_THAT(e, HasSubstr("train.collective_timeout_s"));
+  EXPECT_THAT(e, HasSubstr("[1, 86400]"));
+}
+
+// A 100 MB value used to be echoed whole (twice, in some messages): every quote of input is cut.
+TEST(Config, HugeValuesAreQuotedBounded) {
+  const std::string huge(10u << 20, 'x');
+  for (const std::string& toml :
+       {"[train]\nbackend = \"" + huge + "\"\n", "[train]\nmax_steps = 1" + huge + "\n",
+        "[train]\n" + huge + " = 1\n", "[train]\nmax_steps = " + huge + "\n"}) {
+    std::string e = error_of(toml);
+    EXPECT_LT(e.size(), 512u) << e.substr(0, 512);
+    EXPECT_THAT(e, HasSubstr(" bytes)"));  // says how much it left out
+  }
+  EXPECT_THAT(error_of("[train]\nbackend = \"" + huge + "\"\n"), HasSubstr("train.backend"));
 }
 
 TEST(Config, TomlSyntaxErrorsPassThrough) {

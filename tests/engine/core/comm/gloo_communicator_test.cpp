@@ -250,6 +250,33 @@ TEST(GlooFailures, StalledPeerTimesOutAndThePeerLearnsPromptly) {
   expect_all_passed(res);
 }
 
+// What the worker's heartbeat reports: the number of collectives entered, and which rank's collective
+// timed out (the one that waited) as opposed to the peer that merely lost its connection after.
+TEST(GlooFailures, ProgressCountsCollectivesAndMarksATimedOutOne) {
+  RunResult res = run_workers(2, [](int rank, int size, int fd) -> std::string {
+    auto made = gloo_communicator_create(rank, size, fd, "dp/", 10s);
+    if (!made.ok()) return made.error();
+    Communicator& comm = *made.value();
+    if (comm.progress().entered != 0) return "entered before any collective";
+    if (Status st = comm.barrier(10s); !st.ok()) return st.message();
+    CommProgress p = comm.progress();
+    if (p.entered != 1 || p.inside || p.timed_out) return "after one barrier: unexpected progress";
+    std::vector<float> data(100, 1.0f);
+    if (rank == 0) {
+      if (comm.all_reduce(data.data(), data.size(), 300ms).ok()) return "all_reduce succeeded alone";
+      p = comm.progress();
+      if (p.entered != 2 || p.inside || !p.timed_out) return "the timed-out all_reduce is not marked";
+      return "";
+    }
+    std::this_thread::sleep_for(1000ms);  // stalled: never joins the all_reduce
+    if (comm.barrier(5s).ok()) return "barrier succeeded after the peer gave up";
+    p = comm.progress();
+    if (p.entered != 2 || p.timed_out) return "the peer that lost its connection is marked as timed out";
+    return "";
+  });
+  expect_all_passed(res);
+}
+
 TEST(GlooFailures, AbortFromAnotherThreadStopsTheOperation) {
   RunResult res = run_workers(2, [](int rank, int size, int fd) -> std::string {
     auto made = gloo_communicator_create(rank, size, fd, "dp/", 10s);
