@@ -49,23 +49,27 @@ run_target() {
   local left=$seconds execs=0 runs=0 start=$SECONDS
   while ((left > 0)); do
     runs=$((runs + 1))
+    local before after n
+    before=$(find "$crashes" -type f | wc -l)
     # -timeout: an input that takes 10 s is a hang worth keeping. Each target makes its own scratch
     # directory under TMPDIR, unique to its pid.
     "$bin" -max_total_time="$left" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
       -artifact_prefix="$crashes/" "$work/corpus" >"$work/log.$runs" 2>&1 || true
-    local n
     n=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/log.$runs" | tail -1)
     execs=$((execs + ${n:-0}))
     left=$((seconds - (SECONDS - start)))
-    local found
-    found=$(find "$crashes" -type f | wc -l)
-    if ! grep -q '^Done [0-9]* runs' "$work/log.$runs" && ((found == 0)); then
-      echo "fuzz: fuzz_$name stopped without a result; its log is $work/log.$runs" >&2
-      found=1
-      cp "$work/log.$runs" "$crashes/log-without-result"
-    fi
-    ((found >= 20)) && break
     grep -q '^Done [0-9]* runs' "$work/log.$runs" && break  # ran its full time without a crash
+    after=$(find "$crashes" -type f | wc -l)
+    if ((after == before)); then
+      # Stopped without a new input: the same crash again (libFuzzer names inputs by their hash), or
+      # something that left no input at all, which counts as a crash with its log kept.
+      if ((after == 0)); then
+        echo "fuzz: fuzz_$name stopped without a result; its log is $work/log.$runs" >&2
+        cp "$work/log.$runs" "$crashes/log-without-result"
+      fi
+      break
+    fi
+    ((after >= 20)) && break
   done
   local corpus
   corpus=$(find "$work/corpus" -type f | wc -l)
