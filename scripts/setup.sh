@@ -16,6 +16,8 @@ packages=(
   # ui/ and the `gantry` console: Dear ImGui (with its GLFW and OpenGL3 backends), GLFW, stb's PNG writer,
   # DejaVu fonts found at build time, and Xvfb with Mesa's software OpenGL for the window tests.
   libimgui-dev libglfw3-dev libstb-dev fonts-dejavu-core xvfb xauth libgl1-mesa-dri
+  # scripts/fuzz.sh: clang and its runtimes (libFuzzer, ASan, UBSan) for the fuzz targets in tests/fuzz.
+  clang libclang-rt-14-dev
 )
 
 missing=()

@@ -12,13 +12,14 @@ constexpr uint64_t kPrime3 = 0x165667B19E3779F9ULL;
 constexpr uint64_t kPrime4 = 0x85EBCA77C2B2AE63ULL;
 constexpr uint64_t kPrime5 = 0x27D4EB2F165667C5ULL;
 
-constexpr uint64_t byte_swap64(uint64_t x) {
+// Only the big-endian branches below call these: [[maybe_unused]] keeps clang quiet on little-endian hosts.
+[[maybe_unused]] constexpr uint64_t byte_swap64(uint64_t x) {
   uint64_t out = 0;
   for (int i = 0; i < 8; ++i) out = (out << 8) | ((x >> (8 * i)) & 0xFF);
   return out;
 }
 
-constexpr uint32_t byte_swap32(uint32_t x) {
+[[maybe_unused]] constexpr uint32_t byte_swap32(uint32_t x) {
   return (x >> 24) | ((x >> 8) & 0xFF00U) | ((x << 8) & 0xFF0000U) | (x << 24);
 }
 

@@ -33,9 +33,10 @@ double sum_squares(const float* x, size_t n, ThreadPool* pool) {
 
 }  // namespace
 
-ZeroHostState::ZeroHostState(const TensorTable& table, ShardPlan plan, Communicator* dp,
+// The table is not kept: the plan already holds every offset and size the state needs.
+ZeroHostState::ZeroHostState(const TensorTable& /*table*/, ShardPlan plan, Communicator* dp,
                              std::chrono::milliseconds timeout, ThreadPool* pool)
-    : table_(table), plan_(std::move(plan)), comm_(dp), timeout_(timeout), pool_(pool) {
+    : plan_(std::move(plan)), comm_(dp), timeout_(timeout), pool_(pool) {
   GANTRY_CHECK(plan_.dp == 1 || comm_ != nullptr, "data parallel over more than one rank needs a communicator");
   GANTRY_CHECK(comm_ == nullptr || comm_->size() == plan_.dp, "the communicator's size differs from the plan's dp");
   const size_t P = plan_.numel, S = plan_.shard_numel;

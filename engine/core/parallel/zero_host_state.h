@@ -102,7 +102,6 @@ class ZeroHostState {
 
   float* full_or_shard(StateBuffer which);
 
-  const TensorTable& table_;
   ShardPlan plan_;
   Communicator* comm_;
   std::chrono::milliseconds timeout_;
