@@ -168,8 +168,9 @@ struct ConnectionGate::Impl {
     }
     ++counts.admitted;
     if (waiting.size() >= opt.max_waiting) {
-      auto oldest = std::min_element(waiting.begin(), waiting.end(),
-                                     [](const auto& a, const auto& b) { return a.second.order < b.second.order; });
+      auto oldest = std::min_element(waiting.begin(), waiting.end(), [](const auto& a, const auto& b) {
+        return a.second.order < b.second.order;
+      });
       const int victim = oldest->first;
       forget(victim);
       close_socket(victim);
@@ -205,14 +206,16 @@ Status ConnectionGate::start() {
   Impl& g = *impl_;
   if (g.started) return Status::error("connection gate: already started");
   for (int lane = 0; lane < 2; ++lane) {
-    if (g.opt.threads[lane] < 1) return Status::error("connection gate: every lane needs at least one thread");
+    if (g.opt.threads[lane] < 1)
+      return Status::error("connection gate: every lane needs at least one thread");
   }
   if (g.opt.max_waiting < 1 || g.opt.max_header_bytes < 64) {
     return Status::error("connection gate: max_waiting must be at least 1 and max_header_bytes at least 64");
   }
   g.epoll_fd = ::epoll_create1(EPOLL_CLOEXEC);
   g.wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (g.epoll_fd < 0 || g.wake_fd < 0) return Status::error(std::string("connection gate: ") + std::strerror(errno));
+  if (g.epoll_fd < 0 || g.wake_fd < 0)
+    return Status::error(std::string("connection gate: ") + std::strerror(errno));
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.fd = g.wake_fd;
@@ -220,7 +223,8 @@ Status ConnectionGate::start() {
   g.started = true;
   g.poller = std::thread([&g] { g.poll_loop(); });
   for (int lane = 0; lane < 2; ++lane) {
-    for (int t = 0; t < g.opt.threads[lane]; ++t) g.lanes[lane].threads.emplace_back([&g, lane] { g.lane_loop(lane); });
+    for (int t = 0; t < g.opt.threads[lane]; ++t)
+      g.lanes[lane].threads.emplace_back([&g, lane] { g.lane_loop(lane); });
   }
   return Status();
 }

@@ -5,7 +5,8 @@
 // deadline or when too many wait. Requests go to one of two lanes, each with threads of its own, so the
 // agents' heartbeats never queue behind the public API's callers (a slow query, an event stream).
 //
-//   ConnectionGate gate({.lane_of = [](std::string_view head) { return head.starts_with("POST /v1/agents") ? 1 : 0; }},
+//   ConnectionGate gate({.lane_of = [](std::string_view head) { return head.starts_with("POST /v1/agents") ?
+//   1 : 0; }},
 //                       [&](int fd, size_t header_bytes) { return serve_one_request(fd, header_bytes); });
 //   gate.start();
 //   ... for each accepted socket: gate.admit(fd) ...
@@ -27,22 +28,22 @@
 namespace gantry {
 
 struct ConnectionGateOptions {
-  size_t max_waiting = 512;                          // connections held without a whole header; past it the oldest goes
-  std::chrono::milliseconds header_timeout{10000};   // a new connection's whole first header
+  size_t max_waiting = 512;  // connections held without a whole header; past it the oldest goes
+  std::chrono::milliseconds header_timeout{10000};     // a new connection's whole first header
   std::chrono::milliseconds keep_alive_timeout{5000};  // a kept-alive connection's next header
-  size_t max_header_bytes = 16384;                   // a longer header is refused (431) and closed
-  int threads[2] = {16, 4};                          // serving threads per lane: [0] public, [1] agents
+  size_t max_header_bytes = 16384;                     // a longer header is refused (431) and closed
+  int threads[2] = {16, 4};                            // serving threads per lane: [0] public, [1] agents
   // Picks the lane from the start of the request ("POST /v1/agents/n1/heartbeat HTTP/1.1\r\n..."); 0 or 1.
   std::function<int(std::string_view head)> lane_of;
 };
 
 struct ConnectionGateStats {
-  uint64_t admitted = 0;        // connections taken (accepted, or back after a kept-alive request)
-  uint64_t served = 0;          // requests handed to a lane
-  uint64_t timed_out = 0;       // closed at their deadline without a whole header
-  uint64_t evicted = 0;         // closed because too many waited
-  uint64_t too_large = 0;       // closed for a header past max_header_bytes
-  uint64_t waiting = 0;         // held now
+  uint64_t admitted = 0;   // connections taken (accepted, or back after a kept-alive request)
+  uint64_t served = 0;     // requests handed to a lane
+  uint64_t timed_out = 0;  // closed at their deadline without a whole header
+  uint64_t evicted = 0;    // closed because too many waited
+  uint64_t too_large = 0;  // closed for a header past max_header_bytes
+  uint64_t waiting = 0;    // held now
 };
 
 class ConnectionGate {

@@ -1223,9 +1223,10 @@ struct Coordinator::Impl {
     }
     writer->push(std::move(keep), reserved);
     // The straggler policy: a run whose records reached its next evaluation step is scored now.
-    for (auto& [id, r] : runs) {
+    for (auto& entry : runs) {
+      Run& r = entry.second;  // a named reference: lambdas may not capture a structured binding (C++17)
       if (run_state_terminal(r.state)) continue;
-      record(r.straggler.maybe_evaluate(id, now_unix_s(), [&r](int32_t rank) { return r.node_of(rank); }));
+      record(r.straggler.maybe_evaluate(r.id, now_unix_s(), [&r](int32_t rank) { return r.node_of(rank); }));
     }
   }
 

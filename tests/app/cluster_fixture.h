@@ -62,7 +62,8 @@ inline bool gone(pid_t pid) {
 inline std::vector<pid_t> cluster_pids(const fs::path& dir) {
   std::vector<pid_t> out;
   for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
-    if (e.path().extension() == ".pid") out.push_back(static_cast<pid_t>(std::stol(slurp(e.path().string()))));
+    if (e.path().extension() == ".pid")
+      out.push_back(static_cast<pid_t>(std::stol(slurp(e.path().string()))));
   }
   return out;
 }
@@ -110,7 +111,8 @@ class ClusterCli : public ::testing::Test {
     ASSERT_THAT(url_, HasSubstr("http://127.0.0.1:"));
     Result<std::string> token = token_file_read((dir_ / "token").string());
     ASSERT_TRUE(token.ok()) << token.error();
-    EXPECT_EQ(fs::status(dir_ / "token").permissions() & fs::perms::all, fs::perms::owner_read | fs::perms::owner_write);
+    EXPECT_EQ(fs::status(dir_ / "token").permissions() & fs::perms::all,
+              fs::perms::owner_read | fs::perms::owner_write);
     token_ = token.value();
     api_ = std::make_unique<HttpClient>(HttpClientOptions{.url = url_, .token = token_});
     pids_ = cluster_pids(dir_);
@@ -121,8 +123,10 @@ class ClusterCli : public ::testing::Test {
     api_.reset();  // an idle kept-alive connection would hold the coordinator's stop for its keep-alive
     testing_support::Outcome down = run_engine("down --dir " + dir_.string());
     EXPECT_EQ(down.code, 0) << down.err;
-    for (pid_t p : pids_) EXPECT_TRUE(eventually([&] { return gone(p); }, 5s)) << "pid " << p << " left behind";
-    for (pid_t p : workers_) EXPECT_TRUE(eventually([&] { return gone(p); }, 5s)) << "worker " << p << " left behind";
+    for (pid_t p : pids_)
+      EXPECT_TRUE(eventually([&] { return gone(p); }, 5s)) << "pid " << p << " left behind";
+    for (pid_t p : workers_)
+      EXPECT_TRUE(eventually([&] { return gone(p); }, 5s)) << "worker " << p << " left behind";
     if (HasFailure()) {
       for (const char* log : {"coordinator.log", "agent-node-0.log", "agent-node-1.log", "agent-spare-0.log"})
         std::fprintf(stderr, "---- %s\n%s\n", log, slurp((dir_ / log).string()).c_str());
@@ -176,7 +180,8 @@ class ClusterCli : public ::testing::Test {
     EXPECT_TRUE(eventually(
         [&] {
           step_of_rank.clear();
-          for (const json& e : events(id, kind)) step_of_rank[e.value("rank", -1)] = e.value("step", int64_t{-1});
+          for (const json& e : events(id, kind))
+            step_of_rank[e.value("rank", -1)] = e.value("step", int64_t{-1});
           return static_cast<int>(step_of_rank.size()) == world;
         },
         10s))

@@ -26,21 +26,25 @@ int open_idle(int port, const std::string& prefix) {
   a.sin_port = htons(static_cast<uint16_t>(port));
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      (!prefix.empty() && ::send(fd, prefix.data(), prefix.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(prefix.size()))) {
+      (!prefix.empty() &&
+       ::send(fd, prefix.data(), prefix.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(prefix.size()))) {
     ::close(fd);
     return -1;
   }
   return fd;
 }
 
-int port_of(const std::string& url) { return std::stoi(url.substr(url.rfind(':') + 1)); }
+int port_of(const std::string& url) {
+  return std::stoi(url.substr(url.rfind(':') + 1));
+}
 
 // A raw POST with the given bearer token and body; the status and the reply's body.
 std::pair<int, std::string> raw_post(int port, const std::string& path, const std::string& token,
                                      const std::string& body) {
-  const std::string request = "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + token +
-                              "\r\nContent-Type: application/json\r\nContent-Length: " +
-                              std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+  const std::string request =
+      "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + token +
+      "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+      "\r\nConnection: close\r\n\r\n" + body;
   const int fd = open_idle(port, request);
   std::string reply;
   if (fd >= 0) {
@@ -88,8 +92,10 @@ class ClusterHardening : public ClusterCli {
     api_.reset();
     testing_support::Outcome down = run_engine("down --dir " + dir_.string());
     ASSERT_EQ(down.code, 0) << down.err;
-    for (pid_t p : pids_) ASSERT_TRUE(eventually([&] { return gone(p); }, 10s)) << "pid " << p << " survived down";
-    for (pid_t p : workers_) ASSERT_TRUE(eventually([&] { return gone(p); }, 10s)) << "worker " << p << " survived down";
+    for (pid_t p : pids_)
+      ASSERT_TRUE(eventually([&] { return gone(p); }, 10s)) << "pid " << p << " survived down";
+    for (pid_t p : workers_)
+      ASSERT_TRUE(eventually([&] { return gone(p); }, 10s)) << "worker " << p << " survived down";
     testing_support::Outcome up = run_engine("up " + up_args() + " --dir " + dir_.string());
     ASSERT_EQ(up.code, 0) << up.err;
     url_ = up.out.substr(0, up.out.find('\n'));
@@ -115,7 +121,8 @@ TEST_F(ClusterHardening, DeeplyNestedJsonIsRefusedAndTheRunGoesOn) {
   EXPECT_THAT(body, HasSubstr("nested deeper than 64"));
   Result<std::string> agent_token = token_file_read((dir_ / "agent_token").string());
   ASSERT_TRUE(agent_token.ok()) << agent_token.error();
-  const std::string deep_node = "{\"node\": " + std::string(80000, '[') + std::string(80000, ']') + ", \"slots\": 1}";
+  const std::string deep_node =
+      "{\"node\": " + std::string(80000, '[') + std::string(80000, ']') + ", \"slots\": 1}";
   auto [status2, body2] = raw_post(port, "/v1/agents", agent_token.value(), deep_node);
   EXPECT_EQ(status2, 400) << body2;
   EXPECT_THAT(body2, HasSubstr("nested deeper than 64"));
@@ -155,7 +162,8 @@ TEST_F(ClusterHardening, IdleConnectionsNeitherLoseNodesNorStallTheApi) {
   expect_nodes_healthy();
   json state = run_state(id);
   EXPECT_EQ(state["state"], "running") << state.dump();
-  EXPECT_GT(state["last_step"].get<int64_t>(), before) << "the run did not advance while the connections were held";
+  EXPECT_GT(state["last_step"].get<int64_t>(), before)
+      << "the run did not advance while the connections were held";
   for (int fd : held) ::close(fd);
   EXPECT_TRUE(events(id, "node_lost").empty());
   ASSERT_TRUE(api_->post_json("/v1/runs/" + std::to_string(id) + "/stop", json::object()).ok());
@@ -242,6 +250,28 @@ TEST_F(ClusterHardening, FailedRunNamesTheRankThatDied) {
   EXPECT_THAT(message, HasSubstr("SIGKILL"));
 }
 
+// SIGSTOP of rank 2 (on node-1) with a collective timeout of 3 s: every other rank times out waiting for
+// it, on both nodes; node-1's gang names rank 2 as the rank that stopped answering, and the run's message
+// is that one, not node-0's ranks that gave up waiting.
+TEST_F(ClusterHardening, HungRankIsNamedNotThePeersThatTimedOut) {
+  std::string config = tiny_config(100000);
+  config = std::regex_replace(config, std::regex("\\[train\\]"), "[train]\ncollective_timeout_s = 3");
+  Result<json> sub = api_->post_json("/v1/runs", {{"config", config}, {"layout", {{"dp", 4}}}});
+  ASSERT_TRUE(sub.ok()) << sub.error();
+  const int64_t id = sub->at("id").get<int64_t>();
+  ASSERT_TRUE(eventually([&] { return last_step(id) >= 2; }, 60s)) << run_state(id).dump();
+  workers_ = children_of({pids_[0], pids_[1], pids_[2]});
+  const pid_t victim = pid_of_rank(workers_, 2);
+  ASSERT_GT(victim, 0);
+  ASSERT_EQ(::kill(victim, SIGSTOP), 0);
+  const bool failed = eventually([&] { return run_state(id)["state"] == "failed"; }, 60s);
+  ::kill(victim, SIGCONT);  // whatever happened, leave nothing stopped behind
+  ASSERT_TRUE(failed) << run_state(id).dump();
+  const std::string message = run_state(id)["message"].get<std::string>();
+  EXPECT_THAT(message, HasSubstr("node-1: rank 2"));
+  EXPECT_THAT(message, HasSubstr("stopped answering"));
+}
+
 // Refused with the numbers, and nothing recorded or started: a dp that does not divide the global batch
 // (it used to be accepted and then fail), a 900 KB name, a body past the documented 1 MiB.
 TEST_F(ClusterHardening, BadSubmissionsAreRefusedWithTheNumbers) {
@@ -252,13 +282,15 @@ TEST_F(ClusterHardening, BadSubmissionsAreRefusedWithTheNumbers) {
   EXPECT_THAT(dp3->error_message(), HasSubstr("3 data-parallel ranks"));
 
   Result<HttpReply> named = api_->post(
-      "/v1/runs", {{"config", tiny_config(10)}, {"layout", {{"dp", 2}}}, {"name", std::string(900 * 1024, 'n')}});
+      "/v1/runs",
+      {{"config", tiny_config(10)}, {"layout", {{"dp", 2}}}, {"name", std::string(900 * 1024, 'n')}});
   ASSERT_TRUE(named.ok()) << named.error();
   EXPECT_EQ(named->status, 400);
   EXPECT_THAT(named->error_message(), HasSubstr("field \"name\": expected 1-128 printable ASCII characters"));
   EXPECT_LT(named->body.size(), 1000u) << "the refusal echoed the name";
 
-  auto [status, body] = raw_post(port_of(url_), "/v1/runs", token_, "{\"config\": \"" + std::string(1536 * 1024, 'x') + "\"}");
+  auto [status, body] =
+      raw_post(port_of(url_), "/v1/runs", token_, "{\"config\": \"" + std::string(1536 * 1024, 'x') + "\"}");
   EXPECT_EQ(status, 413) << body;
   EXPECT_THAT(body, HasSubstr("over the limit of 1048576 bytes"));
 

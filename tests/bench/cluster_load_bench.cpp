@@ -11,7 +11,8 @@
 // run stopped advancing or ended, or an authenticated request went unanswered. Everything it started is
 // stopped (`down`) before it exits.
 //
-//   cluster_load_bench [--seconds 20] [--idle 100] [--slow 100] [--pollers 50] [--poll-ms 200] [--engine PATH]
+//   cluster_load_bench [--seconds 20] [--idle 100] [--slow 100] [--pollers 50] [--poll-ms 200] [--engine
+//   PATH]
 //
 // --engine runs another gantry-engine binary (an older build, for a before/after in one sitting).
 #include <arpa/inet.h>
@@ -113,7 +114,9 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; ++i)
     if (std::strcmp(argv[i], "--engine") == 0) engine = argv[i + 1];
   const std::string out_file = (dir / "up.out").string();
-  if (std::system((engine + " up --nodes 2 --slots 2 --dir " + dir.string() + " >" + out_file + " 2>/dev/null").c_str()) != 0) {
+  if (std::system(
+          (engine + " up --nodes 2 --slots 2 --dir " + dir.string() + " >" + out_file + " 2>/dev/null")
+              .c_str()) != 0) {
     std::fprintf(stderr, "cluster_load_bench: gantry-engine up failed\n");
     return 1;
   }
@@ -170,7 +173,10 @@ int main(int argc, char** argv) {
         while (!done.load()) {
           const auto t0 = Clock::now();
           Result<HttpReply> r = agent.post("/v1/agents/probe/heartbeat", json::object());
-          if (r.ok() && r->status == 200) beat.add(elapsed_ms(t0)); else beat.fail();
+          if (r.ok() && r->status == 200)
+            beat.add(elapsed_ms(t0));
+          else
+            beat.fail();
           std::this_thread::sleep_until(t0 + 200ms);
         }
       });
@@ -180,7 +186,10 @@ int main(int argc, char** argv) {
           while (!done.load()) {
             const auto t0 = Clock::now();
             Result<HttpReply> r = client.get("/v1/runs/" + std::to_string(id) + "/steps?after=0&limit=100");
-            if (r.ok() && r->status == 200) steps.add(elapsed_ms(t0)); else steps.fail();
+            if (r.ok() && r->status == 200)
+              steps.add(elapsed_ms(t0));
+            else
+              steps.fail();
             std::this_thread::sleep_until(t0 + std::chrono::milliseconds(poll_ms));
           }
         });
@@ -219,7 +228,9 @@ int main(int argc, char** argv) {
                    {"run_state", state},
                    {"run_advanced_steps", advanced}};
       std::printf("%s\n", line.dump().c_str());
-      if (lost > 0 || state != "running" || advanced <= 0 || beat.failed > 0 || steps.failed > 0 || !cluster.ok()) code = 1;
+      if (lost > 0 || state != "running" || advanced <= 0 || beat.failed > 0 || steps.failed > 0 ||
+          !cluster.ok())
+        code = 1;
       api.post("/v1/runs/" + std::to_string(id) + "/stop", json::object());
     }
   }

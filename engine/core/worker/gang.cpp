@@ -128,6 +128,9 @@ void blame_hang(const std::vector<Slot>& slots, int base, const Failure& f, Gang
   const GangWorker& hung = slots[static_cast<size_t>(culprits[0].rank - base)].w;
   res.hang = true;
   res.failed_rank = hung.rank;
+  // A rank that stopped answering is as much the root cause as one killed by a signal: across nodes the
+  // coordinator prefers it to the peers whose collectives timed out waiting for it.
+  res.failed_cause_rank = rank_of_cause(Cause::signal);
   res.code = kWorkerExitFailed;
   res.error = rank_text(hung) + " stopped answering: " + culprits[0].reason;
   for (size_t k = 1; k < culprits.size(); ++k)
