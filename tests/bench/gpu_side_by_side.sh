@@ -3,11 +3,13 @@
 # runs NEW's gemm_bench (the sm90 product experiment), then gpt_bench of NEW and BASE before and after the
 # peers (PyTorch + compile: torch_gpt2.py; llm.c + cuDNN), then NEW's GPU tests. Not a test; logs under $OUT.
 #
-#   bash tests/bench/gpu_side_by_side.sh BASE_DIR NEW_DIR PEERS_DIR
+#   bash tests/bench/gpu_side_by_side.sh BASE_DIR NEW_DIR PEERS_DIR [VAR=VALUE ...]
+# Each VAR=VALUE adds a run of NEW under that environment setting before and after the peers (label on<k>_<i>),
+# and a run of NEW's backend GPU tests under it.
 # PEERS_DIR holds the shared bench scripts (torch_gpt2.py, make_llmc_data.py, llmc_summary.py) and copies of
 # llm.c (llmc/) and cudnn-frontend (fe/include): ../shared/bench/README.md says how to fetch them.
 set -u -o pipefail
-BASE=$(cd "$1" && pwd); NEW=$(cd "$2" && pwd); P=$(cd "$3" && pwd); OUTD=${OUT:-/tmp}
+BASE=$(cd "$1" && pwd); NEW=$(cd "$2" && pwd); P=$(cd "$3" && pwd); OUTD=${OUT:-/tmp}; shift 3; SWITCHES=("$@")
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.limit,temperature.gpu --format=csv,noheader
@@ -33,7 +35,15 @@ for l in sys.stdin:
   else: print(l.strip())"
 el "gemm_bench done"
 gb() { timeout 100 "$1"/tests/bench/gpt_bench --label "$2" 2>&1 | grep '^{' | tee -a "$OUTD/gpt_bench.jsonl"; }
-gb /tmp/sbs_new new1; gb /tmp/sbs_base base1
+grep -q "^# wrong 0" "$OUTD/gemm_bench.jsonl" || { echo "gemm_bench not clean: no switch runs"; SWITCHES=(); }
+sw() {
+  local k=0
+  for s in "${SWITCHES[@]}"; do
+    k=$((k + 1))
+    env "$s" timeout 100 /tmp/sbs_new/tests/bench/gpt_bench --label "on${k}_$1" 2>&1 | grep '^{' | tee -a "$OUTD/gpt_bench.jsonl"
+  done
+}
+gb /tmp/sbs_new new1; sw 1; gb /tmp/sbs_base base1
 el "gantry before the peers done"
 for cfg in "12 768 12 32" "24 1024 16 16"; do set -- $cfg
   timeout 150 python3 "$P/torch_gpt2.py" --layers $1 --dim $2 --heads $3 --batch $4 --seq 1024 2>&1 | grep '^{' | tee -a "$OUTD/torch.jsonl"
@@ -46,9 +56,13 @@ for cfg in "d12 32" "d24 16"; do set -- $cfg
   python3 "$P/llmc_summary.py" "$OUTD/llmc_$1.log" $1 $2 1024 0 "llm.c+cudnn" | tee -a "$OUTD/llmc.jsonl"
 done
 el "llm.c done"
-gb /tmp/sbs_base base2; gb /tmp/sbs_new new2
+gb /tmp/sbs_base base2; sw 2; gb /tmp/sbs_new new2
 el "gantry after the peers done"
 timeout 70 ctest --test-dir /tmp/sbs_new -L gpu --output-on-failure > "$OUTD/ctest_gpu.log" 2>&1
 echo "gpu tests rc=$?"; grep -E "tests passed|\*\*\*Failed|Timeout" "$OUTD/ctest_gpu.log" | tail -6
+for s in "${SWITCHES[@]}"; do
+  env "$s" timeout 60 ctest --test-dir /tmp/sbs_new -R "backend_cuda|kernels_cuda" --output-on-failure > "$OUTD/ctest_switch.log" 2>&1
+  echo "backend/kernel GPU tests under $s: rc=$?"; grep -E "tests passed|\*\*\*Failed|Timeout" "$OUTD/ctest_switch.log" | tail -4
+done
 nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheader
 el "end"

@@ -46,13 +46,14 @@ __global__ void transpose_bf16_kernel(__nv_bfloat16* out, const __nv_bfloat16* i
 Matmul::Matmul(cudaStream_t stream, size_t workspace_bytes) : stream_(stream), workspace_bytes_(workspace_bytes) {
   CUBLAS_CHECK(cublasLtCreate(&handle_));
   CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
-  // Experiment (issue 19): the GELU products by our own Hopper kernel instead of cuBLASLt's epilogues
-  // (GANTRY_CUDA_SM90_GEMM=1, or 2 for clusters of two CTAs sharing B).
+  // Experiment (issue 19): the GELU products by our own Hopper kernel instead of cuBLASLt's epilogues.
   const char* e = std::getenv("GANTRY_CUDA_SM90_GEMM");
   int dev = 0, major = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  if (e != nullptr && std::atoi(e) != 0 && major == 9) sm90_ = std::make_unique<sm90::GemmSm90>(std::atoi(e));
+  // 1: the GELU and GELU-derivative products; 2: also every other forward product whose shape it takes.
+  sm90_mode_ = e != nullptr && major == 9 ? std::atoi(e) : 0;
+  if (sm90_mode_ > 0) sm90_ = std::make_unique<sm90::GemmSm90>();
 }
 
 Matmul::~Matmul() {
@@ -129,6 +130,10 @@ void Matmul::forward(__nv_bfloat16* out, const __nv_bfloat16* inp, const __nv_bf
   // Column-major view: outᵀ (OC×N) = W (stored C×OC, transposed) · inpᵀ (C×N).
   if (gelu_pre != nullptr && sm90_ != nullptr &&
       sm90_->run(sm90::GemmEpilogue::kBiasGelu, out, gelu_pre, inp, w, bias, N, OC, C, stream_)) {
+    return;
+  }
+  if (gelu_pre == nullptr && sm90_mode_ >= 2 &&
+      sm90_->run(sm90::GemmEpilogue::kBias, out, nullptr, inp, w, bias, N, OC, C, stream_)) {
     return;
   }
   cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
