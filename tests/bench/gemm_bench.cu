@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "engine/core/cuda/matmul.cuh"
-#include "engine/core/cuda/gemm_sm90.cuh"
+#include "tests/bench/gemm_sm90.cuh"
 
 namespace {
 
@@ -175,10 +175,10 @@ void run_shape(const char* name, int M, int N, int K, int reps) {
   report(name, "cublaslt_gelu_aux_bias", M, N, K, t_gelu, 0, rel_err(pick(gelu_cublas), cpu_gelu),
          nans(gelu_cublas) + nans(pre_cublas), 1e-2);
 
-  // Ours.
-  {
-    gantry::sm90::GemmSm90 g;
-    const std::string tag = "sm90_";
+  // Ours, without and with clusters of two (B multicast).
+  for (int cl : {1, 2}) {
+    gantry::sm90::GemmSm90 g(cl);
+    const std::string tag = "sm90_c" + std::to_string(cl) + "_";
     {
       const float t = time_ms([&] { g.run(GemmEpilogue::kNone, out, nullptr, a, w, bias, M, N, K, s); }, reps, s);
       report(name, (tag + "mainloop_only").c_str(), M, N, K, t, 0, 0, 0, 1e-2);
@@ -235,9 +235,9 @@ void run_shape(const char* name, int M, int N, int K, int reps) {
     return acc * dgelu_ref(pre_cublas[static_cast<size_t>(r) * N + n]);
   });
   report(name, "cublaslt_dgelu", M, N, K, t_dgelu, 0, rel_err(pick(dg_cublas), cpu_dg), nans(dg_cublas), 1e-2);
-  {
-    gantry::sm90::GemmSm90 g;
-    const std::string tag = "sm90_dgelu";
+  for (int cl : {1, 2}) {
+    gantry::sm90::GemmSm90 g(cl);
+    const std::string tag = "sm90_c" + std::to_string(cl) + "_dgelu";
     poison(out);
     g.run(GemmEpilogue::kDgelu, out, pre_ref, dres, wpt, nullptr, M, N, K, s);
     CK(cudaStreamSynchronize(s));

@@ -15,13 +15,9 @@
 
 #include <cstdint>
 #include <map>
-#include <memory>
 #include <tuple>
 
 namespace gantry {
-namespace sm90 {
-class GemmSm90;
-}
 
 class Matmul {
  public:
@@ -57,8 +53,6 @@ class Matmul {
   };
   // (kind, m, n, k, epilogue) → descriptors and algorithm, made on first use.
   std::map<std::tuple<int, int, int, int, int>, Plan> plans_;
-  std::unique_ptr<sm90::GemmSm90> sm90_;  // set under GANTRY_CUDA_SM90_GEMM=1 or 2 on sm_90 (experiment)
-  int sm90_mode_ = 0;
 };
 
 }  // namespace gantry

@@ -1,17 +1,19 @@
-// Experiment (issue 19): a Hopper product with fused epilogues, D (M, N) = A (M, K) · B (N, K)ᵀ, bf16 in,
-// fp32 accumulation, bf16 out. TMA loads into a 4-stage shared-memory ring (k-blocks of 32, 64-byte swizzle);
-// one producer thread; two consumer warpgroups issuing wgmma m64n256k16 on a 128 × 256 tile; persistent over
-// the tiles. The epilogue stages the whole tile's outputs in shared memory (128 KB, 64 × 64 boxes, 128-byte
-// swizzle) and writes them by TMA stores, which drain while the next tile's products run; the GELU derivative's
-// pre-activation comes in the same way, loaded by TMA while the tile's products run. Epilogues: none (timing
-// only), bias, bias then GELU (tanh form) keeping the pre-activation, the GELU derivative times the product.
-// Checked and timed against cuBLASLt by tests/bench/gemm_bench.cu; Matmul uses it only under
-// GANTRY_CUDA_SM90_GEMM=1 while it is an experiment.
+// Experiment (issue 19), not used by the engine: a Hopper product with fused epilogues, D (M, N) = A (M, K) ·
+// B (N, K)ᵀ, bf16 in, fp32 accumulation, bf16 out. TMA loads into a 4-stage shared-memory ring (k-blocks of 64,
+// 128-byte swizzle); one producer thread; two consumer warpgroups issuing wgmma m64n256k16 on a 128 × 256
+// tile; persistent over the tiles. With kCluster 2, two CTAs (tiles m, m+1 of one column) each load half of B
+// and multicast it to both (measured slower). The epilogue stages each warpgroup's rows in shared memory
+// (128-byte swizzle) and writes them by TMA stores, in rounds of 64 × 128 that wait for the previous round's
+// store: that wait is why the GELU epilogue still costs 17 % over the plain product (docs/PERF.md, issue 19).
+// Epilogues: none (timing only), bias, bias then GELU (tanh form) keeping the pre-activation, the GELU
+// derivative times the product (pre-activation read from global memory: slow). Checked and timed against
+// cuBLASLt and a float64 CPU reference by gemm_bench.cu beside it. A later version (git history: "sm90 product
+// v3") staged the whole tile with k-blocks of 32 and lost more in the main loop than it gained.
 //
 //   GemmSm90 g;                                    // finds cuTensorMapEncodeTiled once
 //   g.run(GemmEpilogue::kBiasGelu, out, pre, a, b, bias, M, N, K, stream);
 //
-// Shapes: M % 128 == 0, N % 256 == 0, K % 32 == 0 (the GPT-2 MLP's products: M = B·T, N = 4C, K = C).
+// Shapes: M % 256 == 0, N % 256 == 0, K % 64 == 0 (the GPT-2 MLP's products: M = B·T, N = 4C, K = C).
 #pragma once
 
 #include <cuda.h>          // CUtensorMap
@@ -27,11 +29,11 @@ namespace gantry::sm90 {
 
 enum class GemmEpilogue { kNone, kBias, kBiasGelu, kDgelu };
 
-constexpr int kBM = 128, kBN = 256, kBK = 32, kStages = 4, kThreads = 384;
+constexpr int kBM = 128, kBN = 256, kBK = 64, kStages = 4, kThreads = 384;
 constexpr uint32_t kSmemA = kBM * kBK * 2, kSmemB = kBN * kBK * 2, kStageBytes = kSmemA + kSmemB;
-// Epilogue staging, per consumer warpgroup: two outputs × four boxes of 64 rows × 64 columns (8 KB each).
-constexpr uint32_t kBoxBytes = 64 * 64 * 2, kOutBytes = 4 * kBoxBytes, kStageOutPerWg = 2 * kOutBytes;
-constexpr size_t kSmemBytes = kStages * kStageBytes + 2 * kStageOutPerWg + 1024 + (2 * kStages + 2) * sizeof(uint64_t);
+// Epilogue staging: per consumer warpgroup, 64 rows × 128 columns (two 64 × 64 boxes of 8 KB).
+constexpr uint32_t kStageOut = 2 * 2 * 64 * 64 * 2;
+constexpr size_t kSmemBytes = kStages * kStageBytes + kStageOut + 1024 + 2 * kStages * sizeof(uint64_t);
 
 struct GemmArgs {
   int M, N, K;
@@ -52,6 +54,14 @@ __device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
 __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
 }
+// Arrive on the barrier at the same offset in CTA `rank` of this cluster.
+__device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t rank) {
+  asm volatile(
+      "{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(smem_u32(bar)),
+      "r"(rank)
+      : "memory");
+}
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, int parity) {
   uint32_t done = 0;
   do {
@@ -62,11 +72,28 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, int parity) {
         : "memory");
   } while (!done);
 }
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
 __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(
           smem_u32(dst)),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1)
+      : "memory");
+}
+// The same box into the same offset of every CTA in `mask`, each one's barrier at `bar`'s offset told.
+__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1,
+                                                      uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%3, "
+      "%4}], [%2], %5;" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "h"(mask)
       : "memory");
 }
 __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void* src, int c0, int c1) {
@@ -84,10 +111,10 @@ __device__ __forceinline__ void fence_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 __device__ __forceinline__ void warpgroup_bar(int id) { asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory"); }
-// Shared-memory matrix descriptor: K-major, 64-byte swizzle (rows of 32 bf16), 8-row groups 512 bytes apart.
-__device__ __forceinline__ uint64_t desc_sw64(const void* p) {
+// Shared-memory matrix descriptor: K-major, 128-byte swizzle, 8-row groups 1,024 bytes apart.
+__device__ __forceinline__ uint64_t desc_sw128(const void* p) {
   const uint64_t a = smem_u32(p);
-  return ((a & 0x3FFFF) >> 4) | (1ull << 16) | (32ull << 32) | (2ull << 62);
+  return ((a & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
 }
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
@@ -122,7 +149,7 @@ __device__ __forceinline__ float dgelu_of(float x) {
   return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * 0.7978845608f * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
-template <GemmEpilogue E>
+template <GemmEpilogue E, int kCluster>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
                      const __grid_constant__ CUtensorMap tm_out, const __grid_constant__ CUtensorMap tm_pre,
@@ -131,59 +158,66 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
   __nv_bfloat16* s_a = reinterpret_cast<__nv_bfloat16*>(smem);                      // kStages × (kBM, kBK)
   __nv_bfloat16* s_b = reinterpret_cast<__nv_bfloat16*>(smem + kStages * kSmemA);  // kStages × (kBN, kBK)
-  uint8_t* s_out = smem + kStages * kStageBytes;                                    // 2 × [2][4] boxes
-  uint64_t* full = reinterpret_cast<uint64_t*>(s_out + 2 * kStageOutPerWg);
+  uint8_t* s_out = smem + kStages * kStageBytes;                                    // 2 × (64, 128) staging
+  uint64_t* full = reinterpret_cast<uint64_t*>(s_out + kStageOut);
   uint64_t* empty = full + kStages;
-  uint64_t* epi = empty + kStages;  // per consumer warpgroup: the pre-activation boxes have landed (kDgelu)
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+  const uint32_t rank = kCluster > 1 ? cluster_rank() : 0;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbar_init(&full[s], 1);
-      mbar_init(&empty[s], 8);  // one arrival per consumer warp
+      mbar_init(&empty[s], 8 * kCluster);  // one arrival per consumer warp of every CTA that reads the stage
     }
-    mbar_init(&epi[0], 1);
-    mbar_init(&epi[1], 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  __syncthreads();
-  const int tiles_n = g.N / kBN, tiles = (g.M / kBM) * tiles_n, kt = g.K / kBK;
+  if constexpr (kCluster > 1) {
+    cluster_sync();
+  } else {
+    __syncthreads();
+  }
+  const int tiles_n = g.N / kBN, kt = g.K / kBK;
+  // A unit is kCluster m-tiles of one column; this CTA takes the rank-th.
+  const int units = (g.M / (kBM * kCluster)) * tiles_n;
+  const int first = static_cast<int>(blockIdx.x) / kCluster, stride = static_cast<int>(gridDim.x) / kCluster;
   if (wg == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
     if (tid == 0) {
       int it = 0;
-      for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-        const int m0 = (t / tiles_n) * kBM, n0 = (t % tiles_n) * kBN;
+      for (int u = first; u < units; u += stride) {
+        const int m0 = ((u / tiles_n) * kCluster + static_cast<int>(rank)) * kBM, n0 = (u % tiles_n) * kBN;
         for (int kb = 0; kb < kt; ++kb, ++it) {
           const int s = it % kStages;
           mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
           mbar_expect_tx(&full[s], kStageBytes);
           tma_load_2d(s_a + s * kBM * kBK, &tm_a, &full[s], kb * kBK, m0);
-          tma_load_2d(s_b + s * kBN * kBK, &tm_b, &full[s], kb * kBK, n0);
+          if constexpr (kCluster == 1) {
+            tma_load_2d(s_b + s * kBN * kBK, &tm_b, &full[s], kb * kBK, n0);
+          } else {
+            constexpr int half = kBN / 2;
+            tma_load_2d_multicast(s_b + s * kBN * kBK + rank * half * kBK, &tm_b, &full[s], kb * kBK,
+                                  n0 + static_cast<int>(rank) * half, 0x3);
+          }
         }
       }
     }
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
     const int c = wg - 1, warp = tid / 32, lane = tid % 32;  // c: this warpgroup's 64 rows of the tile
-    uint8_t* stage_out = s_out + c * kStageOutPerWg;
-    float d[128];
-    int it = 0, epi_phase = 0;
-    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-      const int m0 = (t / tiles_n) * kBM, n0 = (t % tiles_n) * kBN;
-      if constexpr (E == GemmEpilogue::kDgelu) {
-        // The pre-activation boxes of this warpgroup's rows come in while the products run.
-        if (tid == 0) {
-          tma_store_wait_read();  // the last tile's stores have read the staging boxes
-          mbar_expect_tx(&epi[c], kOutBytes);
-          for (int j = 0; j < 4; ++j) {
-            tma_load_2d(stage_out + j * kBoxBytes, &tm_pre, &epi[c], n0 + 64 * j, m0 + c * 64);
-          }
-        }
+    uint8_t* stage_out = s_out + c * (kStageOut / 2);
+    auto release = [&](int idx) {
+      if (lane == 0) {
+        mbar_arrive(&empty[idx % kStages]);
+        if constexpr (kCluster > 1) mbar_arrive_cluster(&empty[idx % kStages], rank ^ 1);
       }
+    };
+    float d[128];
+    int it = 0;
+    for (int u = first; u < units; u += stride) {
+      const int m0 = ((u / tiles_n) * kCluster + static_cast<int>(rank)) * kBM, n0 = (u % tiles_n) * kBN;
       for (int kb = 0; kb < kt; ++kb, ++it) {
         const int s = it % kStages;
         mbar_wait(&full[s], (it / kStages) & 1);
-        const uint64_t da = desc_sw64(s_a + s * kBM * kBK + c * 64 * kBK), db = desc_sw64(s_b + s * kBN * kBK);
+        const uint64_t da = desc_sw128(s_a + s * kBM * kBK + c * 64 * kBK), db = desc_sw128(s_b + s * kBN * kBK);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < kBK / 16; ++kk) {
@@ -191,72 +225,76 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         wgmma_commit();
         if (kb > 0) {
-          wgmma_wait<1>();  // the previous k-block's products are done: its stage goes back to the producer
-          if (lane == 0) mbar_arrive(&empty[(it - 1) % kStages]);
+          wgmma_wait<1>();  // the previous k-block's products are done: its stage goes back to the producers
+          release(it - 1);
         }
       }
       wgmma_wait<0>();
-      if (lane == 0) mbar_arrive(&empty[(it - 1) % kStages]);
+      release(it - 1);
 #pragma unroll
       for (int i = 0; i < 128; ++i) fence_operand(d[i]);
       if constexpr (E == GemmEpilogue::kNone) continue;
       // Accumulator fragment: d[4i + {0,1}] at (rr, 8i + 2q + {0,1}), d[4i + {2,3}] at (rr + 8, same columns).
-      // In the staging: box i / 8 (64 columns), row rr of 128 bytes whose 16-byte chunk (i % 8) sits at
-      // (i % 8) ^ (rr % 8) (TMA's 128-byte swizzle), so a warp's 8 rows hit 32 distinct banks.
       const int q = lane % 4, rr = warp * 16 + lane / 4;
-      auto at = [&](int o, int i, int row) {
-        return stage_out + o * kOutBytes + (i / 8) * kBoxBytes + row * 128 + (((i % 8) ^ (row % 8)) * 16) + 4 * q;
-      };
       if constexpr (E == GemmEpilogue::kDgelu) {
-        mbar_wait(&epi[c], epi_phase);
-        epi_phase ^= 1;
+        const size_t row0 = static_cast<size_t>(m0 + c * 64 + rr) * g.N, row8 = row0 + 8 * static_cast<size_t>(g.N);
 #pragma unroll
         for (int i = 0; i < kBN / 8; ++i) {
-          __nv_bfloat162* p0 = reinterpret_cast<__nv_bfloat162*>(at(0, i, rr));
-          __nv_bfloat162* p8 = reinterpret_cast<__nv_bfloat162*>(at(0, i, rr + 8));
-          const float2 x0 = __bfloat1622float2(*p0), x8 = __bfloat1622float2(*p8);
-          *p0 = __floats2bfloat162_rn(d[4 * i] * dgelu_of(x0.x), d[4 * i + 1] * dgelu_of(x0.y));
-          *p8 = __floats2bfloat162_rn(d[4 * i + 2] * dgelu_of(x8.x), d[4 * i + 3] * dgelu_of(x8.y));
+          const int col = n0 + 8 * i + 2 * q;
+          const float2 p0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(g.pre + row0 + col));
+          const float2 p8 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(g.pre + row8 + col));
+          d[4 * i] *= dgelu_of(p0.x), d[4 * i + 1] *= dgelu_of(p0.y);
+          d[4 * i + 2] *= dgelu_of(p8.x), d[4 * i + 3] *= dgelu_of(p8.y);
         }
-      } else {
-        if (tid == 0) tma_store_wait_read();  // the last tile's stores have read the staging boxes
-        warpgroup_bar(1 + c);
+      } else if (g.bias != nullptr) {
 #pragma unroll
         for (int i = 0; i < kBN / 8; ++i) {
-          float x0 = d[4 * i], x1 = d[4 * i + 1], x2 = d[4 * i + 2], x3 = d[4 * i + 3];
-          if (g.bias != nullptr) {
-            const float2 b =
-                __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(g.bias + n0 + 8 * i + 2 * q));
-            x0 += b.x, x1 += b.y, x2 += b.x, x3 += b.y;
-          }
-          *reinterpret_cast<__nv_bfloat162*>(at(0, i, rr)) = __floats2bfloat162_rn(x0, x1);
-          *reinterpret_cast<__nv_bfloat162*>(at(0, i, rr + 8)) = __floats2bfloat162_rn(x2, x3);
-          if constexpr (E == GemmEpilogue::kBiasGelu) {
-            *reinterpret_cast<__nv_bfloat162*>(at(1, i, rr)) = __floats2bfloat162_rn(gelu_of(x0), gelu_of(x1));
-            *reinterpret_cast<__nv_bfloat162*>(at(1, i, rr + 8)) = __floats2bfloat162_rn(gelu_of(x2), gelu_of(x3));
-          }
+          const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(g.bias + n0 + 8 * i + 2 * q));
+          d[4 * i] += b.x, d[4 * i + 1] += b.y, d[4 * i + 2] += b.x, d[4 * i + 3] += b.y;
         }
       }
-      fence_async_shared();
-      warpgroup_bar(1 + c);
-      if (tid == 0) {
-        // kBiasGelu: box set 0 is the pre-activation, set 1 the output; otherwise set 0 is the output.
-        constexpr int kSets = E == GemmEpilogue::kBiasGelu ? 2 : 1;
-        for (int o = 0; o < kSets; ++o) {
-          const CUtensorMap* map = (E == GemmEpilogue::kBiasGelu && o == 0) ? &tm_pre : &tm_out;
-          for (int j = 0; j < 4; ++j) tma_store_2d(map, stage_out + o * kOutBytes + j * kBoxBytes, n0 + 64 * j, m0 + c * 64);
+      // Out through the staging boxes: 64 rows × 64 columns, rows of 128 bytes whose 16-byte chunks are
+      // swizzled by the row (as TMA's 128-byte swizzle expects), so a warp's 8 rows hit 32 distinct banks.
+      constexpr int kPasses = E == GemmEpilogue::kBiasGelu ? 2 : 1;
+#pragma unroll
+      for (int pass = 0; pass < kPasses; ++pass) {
+        const CUtensorMap* map = (E == GemmEpilogue::kBiasGelu && pass == 0) ? &tm_pre : &tm_out;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          if (tid == 0) tma_store_wait_read();  // the staging boxes' last store has read them
+          warpgroup_bar(1 + c);
+#pragma unroll
+          for (int j = 0; j < 16; ++j) {
+            const int i = 16 * h + j;
+            float x0 = d[4 * i], x1 = d[4 * i + 1], x2 = d[4 * i + 2], x3 = d[4 * i + 3];
+            if (E == GemmEpilogue::kBiasGelu && pass == 1) {
+              x0 = gelu_of(x0), x1 = gelu_of(x1), x2 = gelu_of(x2), x3 = gelu_of(x3);
+            }
+            uint8_t* box = stage_out + (j / 8) * 8192;
+            const int chunk = (j % 8) ^ (rr % 8);
+            *reinterpret_cast<__nv_bfloat162*>(box + rr * 128 + chunk * 16 + 4 * q) = __floats2bfloat162_rn(x0, x1);
+            *reinterpret_cast<__nv_bfloat162*>(box + (rr + 8) * 128 + chunk * 16 + 4 * q) =
+                __floats2bfloat162_rn(x2, x3);
+          }
+          fence_async_shared();
+          warpgroup_bar(1 + c);
+          if (tid == 0) {
+            tma_store_2d(map, stage_out, n0 + 128 * h, m0 + c * 64);
+            tma_store_2d(map, stage_out + 8192, n0 + 128 * h + 64, m0 + c * 64);
+            tma_store_commit();
+          }
         }
-        tma_store_commit();
       }
     }
     if (tid == 0) tma_store_wait_all();  // stores drained before the CTA's shared memory goes
   }
+  if constexpr (kCluster > 1) cluster_sync();  // no CTA leaves while its peer may still arrive on its barriers
 }
 
 // Host side: tensor maps are made per call (cheap, host only); the driver's encoder is found once.
 class GemmSm90 {
  public:
-  GemmSm90() {
+  explicit GemmSm90(int cluster = 1) : cluster_(cluster == 2 ? 2 : 1) {
     cudaDriverEntryPointQueryResult q{};
     void* fn = nullptr;
     if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
@@ -268,56 +306,92 @@ class GemmSm90 {
     int dev = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, dev);
-    for (const void* k : {reinterpret_cast<const void*>(gemm_sm90_kernel<GemmEpilogue::kNone>),
-                          reinterpret_cast<const void*>(gemm_sm90_kernel<GemmEpilogue::kBias>),
-                          reinterpret_cast<const void*>(gemm_sm90_kernel<GemmEpilogue::kBiasGelu>),
-                          reinterpret_cast<const void*>(gemm_sm90_kernel<GemmEpilogue::kDgelu>)}) {
-      cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes));
+    prepare<GemmEpilogue::kNone>();
+    prepare<GemmEpilogue::kBias>();
+    prepare<GemmEpilogue::kBiasGelu>();
+    prepare<GemmEpilogue::kDgelu>();
+    if (cluster_ == 2) {
+      cudaLaunchConfig_t cfg{};
+      cudaLaunchAttribute attr{};
+      attr.id = cudaLaunchAttributeClusterDimension;
+      attr.val.clusterDim.x = 2, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
+      cfg.gridDim = dim3(2 * sms_), cfg.blockDim = dim3(kThreads), cfg.dynamicSmemBytes = kSmemBytes;
+      cfg.attrs = &attr, cfg.numAttrs = 1;
+      int clusters = 0;
+      if (cudaOccupancyMaxActiveClusters(&clusters, gemm_sm90_kernel<GemmEpilogue::kBiasGelu, 2>, &cfg) ==
+              cudaSuccess &&
+          clusters > 0) {
+        max_ctas_ = 2 * clusters;
+      } else {
+        max_ctas_ = sms_ / 2 * 2;
+      }
+    } else {
+      max_ctas_ = sms_;
     }
   }
 
-  static bool supports(int M, int N, int K) { return M % kBM == 0 && N % kBN == 0 && K % kBK == 0; }
+  int cluster() const { return cluster_; }
+  int ctas() const { return max_ctas_; }
+  static bool supports(int M, int N, int K) { return M % (2 * kBM) == 0 && N % kBN == 0 && K % kBK == 0; }
 
   // out (M, N) = epilogue(a (M, K) · b (N, K)ᵀ). Returns false for a shape it does not take or a failed launch.
   bool run(GemmEpilogue e, __nv_bfloat16* out, __nv_bfloat16* pre, const __nv_bfloat16* a, const __nv_bfloat16* b,
            const __nv_bfloat16* bias, int M, int N, int K, cudaStream_t stream) {
     if (!supports(M, N, K)) return false;
-    const bool has_pre = e == GemmEpilogue::kBiasGelu || e == GemmEpilogue::kDgelu;
-    const CUtensorMap ta = map(a, M, K, kBK, kBM, CU_TENSOR_MAP_SWIZZLE_64B),
-                      tb = map(b, N, K, kBK, kBN, CU_TENSOR_MAP_SWIZZLE_64B),
-                      to = map(out, M, N, 64, 64, CU_TENSOR_MAP_SWIZZLE_128B),
-                      tp = has_pre ? map(pre, M, N, 64, 64, CU_TENSOR_MAP_SWIZZLE_128B) : to;
+    const CUtensorMap ta = map(a, M, K, kBK, kBM), tb = map(b, N, K, kBK, kBN / cluster_),
+                      to = map(out, M, N, 64, 64), tp = e == GemmEpilogue::kBiasGelu ? map(pre, M, N, 64, 64) : to;
     const GemmArgs g{M, N, K, out, pre, bias};
-    const int tiles = (M / kBM) * (N / kBN), ctas = tiles < sms_ ? tiles : sms_;
     switch (e) {
       case GemmEpilogue::kNone:
-        gemm_sm90_kernel<GemmEpilogue::kNone><<<ctas, kThreads, kSmemBytes, stream>>>(ta, tb, to, tp, g);
-        break;
+        return launch<GemmEpilogue::kNone>(ta, tb, to, tp, g, stream);
       case GemmEpilogue::kBias:
-        gemm_sm90_kernel<GemmEpilogue::kBias><<<ctas, kThreads, kSmemBytes, stream>>>(ta, tb, to, tp, g);
-        break;
+        return launch<GemmEpilogue::kBias>(ta, tb, to, tp, g, stream);
       case GemmEpilogue::kBiasGelu:
-        gemm_sm90_kernel<GemmEpilogue::kBiasGelu><<<ctas, kThreads, kSmemBytes, stream>>>(ta, tb, to, tp, g);
-        break;
+        return launch<GemmEpilogue::kBiasGelu>(ta, tb, to, tp, g, stream);
       case GemmEpilogue::kDgelu:
-        gemm_sm90_kernel<GemmEpilogue::kDgelu><<<ctas, kThreads, kSmemBytes, stream>>>(ta, tb, to, tp, g);
-        break;
+        return launch<GemmEpilogue::kDgelu>(ta, tb, to, tp, g, stream);
     }
-    return cudaGetLastError() == cudaSuccess;
+    return false;
   }
 
  private:
-  // A row-major (rows, cols) bf16 matrix in (box_rows, box_cols) boxes.
-  CUtensorMap map(const __nv_bfloat16* p, int rows, int cols, int box_cols, int box_rows,
-                  CUtensorMapSwizzle swizzle) const {
+  template <GemmEpilogue E>
+  void prepare() {
+    cudaFuncSetAttribute(gemm_sm90_kernel<E, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         static_cast<int>(kSmemBytes));
+    cudaFuncSetAttribute(gemm_sm90_kernel<E, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         static_cast<int>(kSmemBytes));
+  }
+
+  template <GemmEpilogue E>
+  bool launch(const CUtensorMap& ta, const CUtensorMap& tb, const CUtensorMap& to, const CUtensorMap& tp,
+              const GemmArgs& g, cudaStream_t stream) {
+    const int units = (g.M / (kBM * cluster_)) * (g.N / kBN);
+    int ctas = units * cluster_;
+    if (ctas > max_ctas_) ctas = max_ctas_;
+    if (cluster_ == 1) {
+      gemm_sm90_kernel<E, 1><<<ctas, kThreads, kSmemBytes, stream>>>(ta, tb, to, tp, g);
+      return cudaGetLastError() == cudaSuccess;
+    }
+    cudaLaunchConfig_t cfg{};
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = 2, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
+    cfg.gridDim = dim3(ctas), cfg.blockDim = dim3(kThreads), cfg.dynamicSmemBytes = kSmemBytes, cfg.stream = stream;
+    cfg.attrs = &attr, cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, gemm_sm90_kernel<E, 2>, ta, tb, to, tp, g) == cudaSuccess;
+  }
+
+  // A row-major (rows, cols) bf16 matrix in (box_rows, box_cols) boxes with the 128-byte swizzle.
+  CUtensorMap map(const __nv_bfloat16* p, int rows, int cols, int box_cols, int box_rows) const {
     CUtensorMap m{};
     const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
     const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * 2};
     const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows)};
     const cuuint32_t elem[2] = {1, 1};
     const CUresult r = encode_(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<__nv_bfloat16*>(p), dims, strides,
-                               box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                               box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS) {
       std::fprintf(stderr, "gemm_sm90: cuTensorMapEncodeTiled failed (%d)\n", static_cast<int>(r));
       std::abort();
@@ -326,7 +400,9 @@ class GemmSm90 {
   }
 
   PFN_cuTensorMapEncodeTiled_v12000 encode_ = nullptr;
+  int cluster_ = 1;
   int sms_ = 132;
+  int max_ctas_ = 132;
 };
 
 }  // namespace gantry::sm90
