@@ -24,13 +24,13 @@ namespace {
 using bf16 = __nv_bfloat16;
 using gantry::sm90::GemmEpilogue;
 
-#define CK(x)                                                                                   \
-  do {                                                                                          \
-    cudaError_t e_ = (x);                                                                       \
-    if (e_ != cudaSuccess) {                                                                    \
+#define CK(x)                                                                                 \
+  do {                                                                                        \
+    cudaError_t e_ = (x);                                                                     \
+    if (e_ != cudaSuccess) {                                                                  \
       std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                             \
-    }                                                                                           \
+      std::exit(1);                                                                           \
+    }                                                                                         \
   } while (0)
 
 std::vector<bf16> random_bf16(size_t n, float scale, uint64_t seed) {
@@ -65,7 +65,9 @@ double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
   }
   return std::sqrt(num / std::max(den, 1e-300));
 }
-double gelu_ref(double x) { return 0.5 * x * (1 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
+double gelu_ref(double x) {
+  return 0.5 * x * (1 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
 double dgelu_ref(double x) {
   const double u = 0.7978845608028654 * (x + 0.044715 * x * x * x), t = std::tanh(u);
   return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * 0.7978845608028654 * (1 + 3 * 0.044715 * x * x);
@@ -75,12 +77,14 @@ __global__ void transpose_kernel(bf16* out, const bf16* in, int rows, int cols) 
   __shared__ bf16 tile[32][33];
   const int x = blockIdx.x * 32 + threadIdx.x, y = blockIdx.y * 32 + threadIdx.y;
   for (int j = 0; j < 32; j += 8) {
-    if (x < cols && y + j < rows) tile[threadIdx.y + j][threadIdx.x] = in[static_cast<size_t>(y + j) * cols + x];
+    if (x < cols && y + j < rows)
+      tile[threadIdx.y + j][threadIdx.x] = in[static_cast<size_t>(y + j) * cols + x];
   }
   __syncthreads();
   const int tx = blockIdx.y * 32 + threadIdx.x, ty = blockIdx.x * 32 + threadIdx.y;
   for (int j = 0; j < 32; j += 8) {
-    if (tx < rows && ty + j < cols) out[static_cast<size_t>(ty + j) * rows + tx] = tile[threadIdx.x][threadIdx.y + j];
+    if (tx < rows && ty + j < cols)
+      out[static_cast<size_t>(ty + j) * rows + tx] = tile[threadIdx.x][threadIdx.y + j];
   }
 }
 
@@ -107,12 +111,13 @@ float time_ms(const std::function<void()>& f, int reps, cudaStream_t s) {
 }
 
 int wrong_total = 0;
-void report(const char* shape, const char* variant, int M, int N, int K, float ms, double err_cublas, double err_cpu,
-            size_t unwritten, double tol) {
+void report(const char* shape, const char* variant, int M, int N, int K, float ms, double err_cublas,
+            double err_cpu, size_t unwritten, double tol) {
   const bool bad = unwritten > 0 || !(err_cublas < tol) || !(err_cpu < tol);
   wrong_total += bad;
   std::printf(
-      "{\"bench\":\"gemm\",\"shape\":\"%s\",\"variant\":\"%s\",\"M\":%d,\"N\":%d,\"K\":%d,\"ms\":%.4f,\"tflops\":%.1f,"
+      "{\"bench\":\"gemm\",\"shape\":\"%s\",\"variant\":\"%s\",\"M\":%d,\"N\":%d,\"K\":%d,\"ms\":%.4f,"
+      "\"tflops\":%.1f,"
       "\"err_vs_cublas\":%.2e,\"err_vs_cpu\":%.2e,\"unwritten\":%zu,\"wrong\":%d}\n",
       shape, variant, M, N, K, ms, 2.0 * M * N * K / (ms * 1e9), err_cublas, err_cpu, unwritten, bad ? 1 : 0);
   std::fflush(stdout);
@@ -122,7 +127,8 @@ void run_shape(const char* name, int M, int N, int K, int reps) {
   cudaStream_t s;
   CK(cudaStreamCreate(&s));
   gantry::Matmul mm(s);
-  const size_t MN = static_cast<size_t>(M) * N, MK = static_cast<size_t>(M) * K, NK = static_cast<size_t>(N) * K;
+  const size_t MN = static_cast<size_t>(M) * N, MK = static_cast<size_t>(M) * K,
+               NK = static_cast<size_t>(N) * K;
   // Forward: x (M, N) = a (M, K) · w (N, K)ᵀ + bias, out = gelu(x).
   const std::vector<bf16> ha = random_bf16(MK, 1.0f, 1), hw = random_bf16(NK, 1.0f / std::sqrt(K), 2),
                           hbias = random_bf16(N, 0.5f, 3);
@@ -135,7 +141,8 @@ void run_shape(const char* name, int M, int N, int K, int reps) {
   auto poison = [&](bf16* p) { CK(cudaMemsetAsync(p, 0xFF, MN * 2, s)); };
   // Sampled rows for the CPU reference.
   std::vector<int> rows;
-  for (int i = 0; i < 48; ++i) rows.push_back(static_cast<int>((static_cast<int64_t>(i) * 7919 * 131 + 17) % M));
+  for (int i = 0; i < 48; ++i)
+    rows.push_back(static_cast<int>((static_cast<int64_t>(i) * 7919 * 131 + 17) % M));
   auto cpu_rows = [&](const std::vector<bf16>& A, const std::vector<bf16>& B, auto&& f) {
     std::vector<float> ref;
     for (int r : rows) {
@@ -152,7 +159,8 @@ void run_shape(const char* name, int M, int N, int K, int reps) {
   };
   auto pick = [&](const std::vector<float>& full) {
     std::vector<float> v;
-    for (int r : rows) v.insert(v.end(), full.begin() + static_cast<size_t>(r) * N, full.begin() + (r + 1) * size_t(N));
+    for (int r : rows)
+      v.insert(v.end(), full.begin() + static_cast<size_t>(r) * N, full.begin() + (r + 1) * size_t(N));
     return v;
   };
 
@@ -165,7 +173,8 @@ void run_shape(const char* name, int M, int N, int K, int reps) {
       cpu_rows(ha, hw, [&](int, int n, double acc) { return acc + __bfloat162float(hbias[n]); });
   std::vector<float> cpu_gelu(cpu_pre.size());
   for (size_t i = 0; i < cpu_pre.size(); ++i) cpu_gelu[i] = static_cast<float>(gelu_ref(cpu_pre[i]));
-  report(name, "cublaslt_bias", M, N, K, t_plain, 0, rel_err(pick(plain_ref), cpu_pre), nans(plain_ref), 1e-2);
+  report(name, "cublaslt_bias", M, N, K, t_plain, 0, rel_err(pick(plain_ref), cpu_pre), nans(plain_ref),
+         1e-2);
 
   poison(out_ref);
   poison(pre_ref);
@@ -180,7 +189,8 @@ void run_shape(const char* name, int M, int N, int K, int reps) {
     gantry::sm90::GemmSm90 g(cl);
     const std::string tag = "sm90_c" + std::to_string(cl) + "_";
     {
-      const float t = time_ms([&] { g.run(GemmEpilogue::kNone, out, nullptr, a, w, bias, M, N, K, s); }, reps, s);
+      const float t =
+          time_ms([&] { g.run(GemmEpilogue::kNone, out, nullptr, a, w, bias, M, N, K, s); }, reps, s);
       report(name, (tag + "mainloop_only").c_str(), M, N, K, t, 0, 0, 0, 1e-2);
     }
     poison(out);
@@ -189,9 +199,10 @@ void run_shape(const char* name, int M, int N, int K, int reps) {
     CK(cudaGetLastError());
     {
       const std::vector<float> o = download(out, MN);
-      const float t = time_ms([&] { g.run(GemmEpilogue::kBias, out, nullptr, a, w, bias, M, N, K, s); }, reps, s);
-      report(name, (tag + "bias").c_str(), M, N, K, t, rel_err(o, plain_ref), rel_err(pick(o), cpu_pre), nans(o),
-             1e-2);
+      const float t =
+          time_ms([&] { g.run(GemmEpilogue::kBias, out, nullptr, a, w, bias, M, N, K, s); }, reps, s);
+      report(name, (tag + "bias").c_str(), M, N, K, t, rel_err(o, plain_ref), rel_err(pick(o), cpu_pre),
+             nans(o), 1e-2);
     }
     poison(out);
     poison(pre);
@@ -199,8 +210,10 @@ void run_shape(const char* name, int M, int N, int K, int reps) {
     CK(cudaStreamSynchronize(s));
     {
       const std::vector<float> o = download(out, MN), p = download(pre, MN);
-      const float t = time_ms([&] { g.run(GemmEpilogue::kBiasGelu, out, pre, a, w, bias, M, N, K, s); }, reps, s);
-      report(name, (tag + "bias_gelu").c_str(), M, N, K, t, std::max(rel_err(o, gelu_cublas), rel_err(p, pre_cublas)),
+      const float t =
+          time_ms([&] { g.run(GemmEpilogue::kBiasGelu, out, pre, a, w, bias, M, N, K, s); }, reps, s);
+      report(name, (tag + "bias_gelu").c_str(), M, N, K, t,
+             std::max(rel_err(o, gelu_cublas), rel_err(p, pre_cublas)),
              std::max(rel_err(pick(o), cpu_gelu), rel_err(pick(p), cpu_pre)), nans(o) + nans(p), 1e-2);
     }
   }
@@ -219,7 +232,8 @@ void run_shape(const char* name, int M, int N, int K, int reps) {
   size_t tr_bad = 0;
   for (int k = 0; k < K; ++k)
     for (int n = 0; n < N; ++n)
-      tr_bad += std::memcmp(&hwpt[static_cast<size_t>(n) * K + k], &hwp[static_cast<size_t>(k) * N + n], 2) != 0;
+      tr_bad +=
+          std::memcmp(&hwpt[static_cast<size_t>(n) * K + k], &hwp[static_cast<size_t>(k) * N + n], 2) != 0;
   report(name, "transpose_wp", K, N, 1, t_tr, 0, 0, tr_bad, 1e-2);
 
   poison(out_ref);
@@ -234,7 +248,8 @@ void run_shape(const char* name, int M, int N, int K, int reps) {
   const std::vector<float> cpu_dg = cpu_rows(hd, hwpt, [&](int r, int n, double acc) {
     return acc * dgelu_ref(pre_cublas[static_cast<size_t>(r) * N + n]);
   });
-  report(name, "cublaslt_dgelu", M, N, K, t_dgelu, 0, rel_err(pick(dg_cublas), cpu_dg), nans(dg_cublas), 1e-2);
+  report(name, "cublaslt_dgelu", M, N, K, t_dgelu, 0, rel_err(pick(dg_cublas), cpu_dg), nans(dg_cublas),
+         1e-2);
   for (int cl : {1, 2}) {
     gantry::sm90::GemmSm90 g(cl);
     const std::string tag = "sm90_c" + std::to_string(cl) + "_dgelu";
@@ -260,7 +275,8 @@ int main(int argc, char** argv) {
   }
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("# device %s, %d SMs; TFLOP/s = 2MNK / median of %d\n", prop.name, prop.multiProcessorCount, reps);
+  std::printf("# device %s, %d SMs; TFLOP/s = 2MNK / median of %d\n", prop.name, prop.multiProcessorCount,
+              reps);
   run_shape("124m_fc", 32768, 3072, 768, reps);
   run_shape("350m_fc", 16384, 4096, 1024, reps);
   std::printf("# wrong %d\n", wrong_total);

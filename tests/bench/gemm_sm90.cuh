@@ -1,14 +1,14 @@
 // Experiment (issue 19), not used by the engine: a Hopper product with fused epilogues, D (M, N) = A (M, K) ·
-// B (N, K)ᵀ, bf16 in, fp32 accumulation, bf16 out. TMA loads into a 4-stage shared-memory ring (k-blocks of 64,
-// 128-byte swizzle); one producer thread; two consumer warpgroups issuing wgmma m64n256k16 on a 128 × 256
+// B (N, K)ᵀ, bf16 in, fp32 accumulation, bf16 out. TMA loads into a 4-stage shared-memory ring (k-blocks of
+// 64, 128-byte swizzle); one producer thread; two consumer warpgroups issuing wgmma m64n256k16 on a 128 × 256
 // tile; persistent over the tiles. With kCluster 2, two CTAs (tiles m, m+1 of one column) each load half of B
 // and multicast it to both (measured slower). The epilogue stages each warpgroup's rows in shared memory
 // (128-byte swizzle) and writes them by TMA stores, in rounds of 64 × 128 that wait for the previous round's
 // store: that wait is why the GELU epilogue still costs 17 % over the plain product (docs/PERF.md, issue 19).
 // Epilogues: none (timing only), bias, bias then GELU (tanh form) keeping the pre-activation, the GELU
 // derivative times the product (pre-activation read from global memory: slow). Checked and timed against
-// cuBLASLt and a float64 CPU reference by gemm_bench.cu beside it. A later version (git history: "sm90 product
-// v3") staged the whole tile with k-blocks of 32 and lost more in the main loop than it gained.
+// cuBLASLt and a float64 CPU reference by gemm_bench.cu beside it. A later version (git history: "sm90
+// product v3") staged the whole tile with k-blocks of 32 and lost more in the main loop than it gained.
 //
 //   GemmSm90 g;                                    // finds cuTensorMapEncodeTiled once
 //   g.run(GemmEpilogue::kBiasGelu, out, pre, a, b, bias, M, N, K, stream);
@@ -37,9 +37,9 @@ constexpr size_t kSmemBytes = kStages * kStageBytes + kStageOut + 1024 + 2 * kSt
 
 struct GemmArgs {
   int M, N, K;
-  __nv_bfloat16* out;          // (M, N)
-  __nv_bfloat16* pre;          // kBiasGelu: (M, N) written (x = A·Bᵀ + bias); kDgelu: (M, N) read
-  const __nv_bfloat16* bias;   // (N) or null (kBias, kBiasGelu)
+  __nv_bfloat16* out;         // (M, N)
+  __nv_bfloat16* pre;         // kBiasGelu: (M, N) written (x = A·Bᵀ + bias); kDgelu: (M, N) read
+  const __nv_bfloat16* bias;  // (N) or null (kBias, kBiasGelu)
 };
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
@@ -49,7 +49,8 @@ __device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count));
 }
 __device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes)
+               : "memory");
 }
 __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
@@ -80,18 +81,20 @@ __device__ __forceinline__ uint32_t cluster_rank() {
   asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
   return r;
 }
-__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1) {
+__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0,
+                                            int c1) {
   asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(
-          smem_u32(dst)),
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], "
+      "[%2];" ::"r"(smem_u32(dst)),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1)
       : "memory");
 }
 // The same box into the same offset of every CTA in `mask`, each one's barrier at `bar`'s offset told.
-__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1,
-                                                      uint16_t mask) {
+__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const CUtensorMap* map, uint64_t* bar,
+                                                      int c0, int c1, uint16_t mask) {
   asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%3, "
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], "
+      "[%1, {%3, "
       "%4}], [%2], %5;" ::"r"(smem_u32(dst)),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "h"(mask)
       : "memory");
@@ -102,34 +105,70 @@ __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void*
                "r"(smem_u32(src)), "r"(c0), "r"(c1)
                : "memory");
 }
-__device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void tma_store_commit() {
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
 __device__ __forceinline__ void tma_store_wait_read() {
   asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
 }
-__device__ __forceinline__ void tma_store_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+__device__ __forceinline__ void tma_store_wait_all() {
+  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
 __device__ __forceinline__ void fence_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
-__device__ __forceinline__ void warpgroup_bar(int id) { asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory"); }
+__device__ __forceinline__ void warpgroup_bar(int id) {
+  asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory");
+}
 // Shared-memory matrix descriptor: K-major, 128-byte swizzle, 8-row groups 1,024 bytes apart.
 __device__ __forceinline__ uint64_t desc_sw128(const void* p) {
   const uint64_t a = smem_u32(p);
   return ((a & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
 }
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
 template <int N>
 __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
-__device__ __forceinline__ void fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+__device__ __forceinline__ void fence_operand(float& r) {
+  asm volatile("" : "+f"(r)::"memory");
+}
 
 // wgmma m64n256k16, bf16 × bf16 → fp32, A and B from shared memory (K-major, 128-byte swizzle).
-__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b,
+                                                 int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127}, %128, %129, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%"
+      "27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%"
+      "52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%"
+      "77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,%98,%99,%100,%101,%"
+      "102,%103,%104,%105,%106,%107,%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%"
+      "122,%123,%124,%125,%126,%127}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
+        "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
+        "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),
+        "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
+        "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]),
+        "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]),
+        "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]),
+        "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]),
+        "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]),
+        "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]),
+        "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]),
+        "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]),
+        "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
@@ -155,10 +194,11 @@ __global__ void __launch_bounds__(kThreads, 1)
                      const __grid_constant__ CUtensorMap tm_out, const __grid_constant__ CUtensorMap tm_pre,
                      GemmArgs g) {
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
-  __nv_bfloat16* s_a = reinterpret_cast<__nv_bfloat16*>(smem);                      // kStages × (kBM, kBK)
+  uint8_t* smem =
+      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  __nv_bfloat16* s_a = reinterpret_cast<__nv_bfloat16*>(smem);                     // kStages × (kBM, kBK)
   __nv_bfloat16* s_b = reinterpret_cast<__nv_bfloat16*>(smem + kStages * kSmemA);  // kStages × (kBN, kBK)
-  uint8_t* s_out = smem + kStages * kStageBytes;                                    // 2 × (64, 128) staging
+  uint8_t* s_out = smem + kStages * kStageBytes;                                   // 2 × (64, 128) staging
   uint64_t* full = reinterpret_cast<uint64_t*>(s_out + kStageOut);
   uint64_t* empty = full + kStages;
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
@@ -217,7 +257,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int kb = 0; kb < kt; ++kb, ++it) {
         const int s = it % kStages;
         mbar_wait(&full[s], (it / kStages) & 1);
-        const uint64_t da = desc_sw128(s_a + s * kBM * kBK + c * 64 * kBK), db = desc_sw128(s_b + s * kBN * kBK);
+        const uint64_t da = desc_sw128(s_a + s * kBM * kBK + c * 64 * kBK),
+                       db = desc_sw128(s_b + s * kBN * kBK);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < kBK / 16; ++kk) {
@@ -234,10 +275,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int i = 0; i < 128; ++i) fence_operand(d[i]);
       if constexpr (E == GemmEpilogue::kNone) continue;
-      // Accumulator fragment: d[4i + {0,1}] at (rr, 8i + 2q + {0,1}), d[4i + {2,3}] at (rr + 8, same columns).
+      // Accumulator fragment: d[4i + {0,1}] at (rr, 8i + 2q + {0,1}), d[4i + {2,3}] at (rr + 8, same
+      // columns).
       const int q = lane % 4, rr = warp * 16 + lane / 4;
       if constexpr (E == GemmEpilogue::kDgelu) {
-        const size_t row0 = static_cast<size_t>(m0 + c * 64 + rr) * g.N, row8 = row0 + 8 * static_cast<size_t>(g.N);
+        const size_t row0 = static_cast<size_t>(m0 + c * 64 + rr) * g.N,
+                     row8 = row0 + 8 * static_cast<size_t>(g.N);
 #pragma unroll
         for (int i = 0; i < kBN / 8; ++i) {
           const int col = n0 + 8 * i + 2 * q;
@@ -249,7 +292,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       } else if (g.bias != nullptr) {
 #pragma unroll
         for (int i = 0; i < kBN / 8; ++i) {
-          const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(g.bias + n0 + 8 * i + 2 * q));
+          const float2 b =
+              __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(g.bias + n0 + 8 * i + 2 * q));
           d[4 * i] += b.x, d[4 * i + 1] += b.y, d[4 * i + 2] += b.x, d[4 * i + 3] += b.y;
         }
       }
@@ -272,7 +316,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
             uint8_t* box = stage_out + (j / 8) * 8192;
             const int chunk = (j % 8) ^ (rr % 8);
-            *reinterpret_cast<__nv_bfloat162*>(box + rr * 128 + chunk * 16 + 4 * q) = __floats2bfloat162_rn(x0, x1);
+            *reinterpret_cast<__nv_bfloat162*>(box + rr * 128 + chunk * 16 + 4 * q) =
+                __floats2bfloat162_rn(x0, x1);
             *reinterpret_cast<__nv_bfloat162*>(box + (rr + 8) * 128 + chunk * 16 + 4 * q) =
                 __floats2bfloat162_rn(x2, x3);
           }
@@ -288,7 +333,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     if (tid == 0) tma_store_wait_all();  // stores drained before the CTA's shared memory goes
   }
-  if constexpr (kCluster > 1) cluster_sync();  // no CTA leaves while its peer may still arrive on its barriers
+  if constexpr (kCluster > 1)
+    cluster_sync();  // no CTA leaves while its peer may still arrive on its barriers
 }
 
 // Host side: tensor maps are made per call (cheap, host only); the driver's encoder is found once.
@@ -297,7 +343,8 @@ class GemmSm90 {
   explicit GemmSm90(int cluster = 1) : cluster_(cluster == 2 ? 2 : 1) {
     cudaDriverEntryPointQueryResult q{};
     void* fn = nullptr;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) !=
+            cudaSuccess ||
         q != cudaDriverEntryPointSuccess || fn == nullptr) {
       std::fprintf(stderr, "gemm_sm90: no cuTensorMapEncodeTiled\n");
       std::abort();
@@ -334,12 +381,14 @@ class GemmSm90 {
   int ctas() const { return max_ctas_; }
   static bool supports(int M, int N, int K) { return M % (2 * kBM) == 0 && N % kBN == 0 && K % kBK == 0; }
 
-  // out (M, N) = epilogue(a (M, K) · b (N, K)ᵀ). Returns false for a shape it does not take or a failed launch.
-  bool run(GemmEpilogue e, __nv_bfloat16* out, __nv_bfloat16* pre, const __nv_bfloat16* a, const __nv_bfloat16* b,
-           const __nv_bfloat16* bias, int M, int N, int K, cudaStream_t stream) {
+  // out (M, N) = epilogue(a (M, K) · b (N, K)ᵀ). Returns false for a shape it does not take or a failed
+  // launch.
+  bool run(GemmEpilogue e, __nv_bfloat16* out, __nv_bfloat16* pre, const __nv_bfloat16* a,
+           const __nv_bfloat16* b, const __nv_bfloat16* bias, int M, int N, int K, cudaStream_t stream) {
     if (!supports(M, N, K)) return false;
     const CUtensorMap ta = map(a, M, K, kBK, kBM), tb = map(b, N, K, kBK, kBN / cluster_),
-                      to = map(out, M, N, 64, 64), tp = e == GemmEpilogue::kBiasGelu ? map(pre, M, N, 64, 64) : to;
+                      to = map(out, M, N, 64, 64),
+                      tp = e == GemmEpilogue::kBiasGelu ? map(pre, M, N, 64, 64) : to;
     const GemmArgs g{M, N, K, out, pre, bias};
     switch (e) {
       case GemmEpilogue::kNone:
@@ -377,7 +426,8 @@ class GemmSm90 {
     cudaLaunchAttribute attr{};
     attr.id = cudaLaunchAttributeClusterDimension;
     attr.val.clusterDim.x = 2, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
-    cfg.gridDim = dim3(ctas), cfg.blockDim = dim3(kThreads), cfg.dynamicSmemBytes = kSmemBytes, cfg.stream = stream;
+    cfg.gridDim = dim3(ctas), cfg.blockDim = dim3(kThreads), cfg.dynamicSmemBytes = kSmemBytes,
+    cfg.stream = stream;
     cfg.attrs = &attr, cfg.numAttrs = 1;
     return cudaLaunchKernelEx(&cfg, gemm_sm90_kernel<E, 2>, ta, tb, to, tp, g) == cudaSuccess;
   }
@@ -389,8 +439,8 @@ class GemmSm90 {
     const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * 2};
     const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows)};
     const cuuint32_t elem[2] = {1, 1};
-    const CUresult r = encode_(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<__nv_bfloat16*>(p), dims, strides,
-                               box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+    const CUresult r = encode_(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<__nv_bfloat16*>(p), dims,
+                               strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS) {
       std::fprintf(stderr, "gemm_sm90: cuTensorMapEncodeTiled failed (%d)\n", static_cast<int>(r));
