@@ -15,9 +15,13 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <tuple>
 
 namespace gantry {
+namespace hopper {
+class Gemm;
+}
 
 class Matmul {
  public:
@@ -53,6 +57,8 @@ class Matmul {
   };
   // (kind, m, n, k, epilogue) → descriptors and algorithm, made on first use.
   std::map<std::tuple<int, int, int, int, int>, Plan> plans_;
+  std::unique_ptr<hopper::Gemm> sm90_;  // under GANTRY_CUDA_SM90_GEMM on sm_90 (experiment, gemm_sm90.cuh)
+  int sm90_mode_ = 0;
 };
 
 }  // namespace gantry
