@@ -185,11 +185,11 @@ void run_shape(const char* name, int M, int N, int K, int reps) {
   report(name, "cublaslt_gelu_aux_bias", M, N, K, t_gelu, 0, rel_err(pick(gelu_cublas), cpu_gelu),
          nans(gelu_cublas) + nans(pre_cublas), 1e-2);
 
-  // Ping-pong (engine/core/cuda/gemm_sm90.cuh), 4 and 5 stages.
-  for (int st : {4, 5}) {
-    gantry::hopper::Gemm g(st);
+  // Ping-pong (engine/core/cuda/gemm_sm90.cuh), without and with clusters of two (B multicast).
+  for (int cl : {1, 2}) {
+    gantry::hopper::Gemm g(cl);
     using gantry::hopper::Epilogue;
-    const std::string tag = "pp" + std::to_string(st) + "_";
+    const std::string tag = "pp_c" + std::to_string(cl) + "_";
     {
       const float t = time_ms([&] { g.run(Epilogue::kNone, out, nullptr, a, w, bias, M, N, K, s); }, reps, s);
       report(name, (tag + "mainloop_only").c_str(), M, N, K, t, 0, 0, 0, 1e-2);
@@ -288,9 +288,9 @@ void run_shape(const char* name, int M, int N, int K, int reps) {
   });
   report(name, "cublaslt_dgelu", M, N, K, t_dgelu, 0, rel_err(pick(dg_cublas), cpu_dg), nans(dg_cublas),
          1e-2);
-  for (int st : {4, 5}) {
-    gantry::hopper::Gemm g(st);
-    const std::string tag = "pp" + std::to_string(st) + "_dgelu";
+  for (int cl : {1, 2}) {
+    gantry::hopper::Gemm g(cl);
+    const std::string tag = "pp_c" + std::to_string(cl) + "_dgelu";
     poison(out);
     g.run(gantry::hopper::Epilogue::kDgelu, out, pre_ref, dres, wpt, nullptr, M, N, K, s);
     CK(cudaStreamSynchronize(s));

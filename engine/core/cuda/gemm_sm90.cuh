@@ -10,10 +10,10 @@
 // Epilogues: none (timing only), bias, bias then GELU (tanh form) keeping the pre-activation, and the GELU
 // derivative times the product (pre-activation loaded by TMA into the staging slots during the main loop).
 //
-//   hopper::Gemm g;                                   // finds cuTensorMapEncodeTiled once
+//   hopper::Gemm g;                                   // finds cuTensorMapEncodeTiled once (Gemm g(2): clusters)
 //   g.run(hopper::Epilogue::kBiasGelu, out, pre, a, b, bias, M, N, K, stream);
 //
-// Shapes: M % 128 == 0, N % 128 == 0, K % 64 == 0, 16-byte aligned rows (the GPT-2 MLP products).
+// Shapes: M % 128 == 0 (256 with clusters), N % 128 == 0, K % 64 == 0 (the GPT-2 MLP products).
 #pragma once
 
 #include <cuda.h>          // CUtensorMap
@@ -73,6 +73,30 @@ __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, uint
       "[%2];" ::"r"(smem_u32(dst)),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1)
       : "memory");
+}
+// The same box into the same offset of both CTAs of the cluster, each one's barrier at `bar`'s offset told.
+__device__ __forceinline__ void tma_load_multicast(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%3, "
+      "%4}], [%2], %5;" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "h"(static_cast<uint16_t>(0x3))
+      : "memory");
+}
+// Arrive on the barrier at the same offset in CTA `rank` of this cluster.
+__device__ __forceinline__ void mbar_arrive_remote(uint64_t* bar, uint32_t rank) {
+  asm volatile(
+      "{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(smem_u32(bar)),
+      "r"(rank)
+      : "memory");
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
 }
 __device__ __forceinline__ void tma_store(const CUtensorMap* map, const void* src, int c0, int c1) {
   asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
@@ -143,9 +167,12 @@ __device__ __forceinline__ float dgelu_of(float x) {
 
 }  // namespace detail
 
-// tm_a: A (M, K) in 64 × 128 boxes; tm_b: B (N, K) in 64 × 128 boxes; tm_out, tm_pre: (M, N) in 64-column ×
+// With kCluster 2, the two CTAs of a cluster take tiles m, m+1 of one column in step, and each loads half of
+// the B tile and multicasts it to both (a quarter less read from L2); a stage is refilled once both CTAs'
+// consumers have released it.
+// tm_a: A (M, K) in 64 × 128 boxes; tm_b: B (N, K) in 64 × (128 / kCluster) boxes; tm_out, tm_pre: (M, N) in 64-column ×
 // 128-row boxes (kBiasGelu writes the pre-activation through tm_pre, kDgelu reads it).
-template <Epilogue E, int kStages>
+template <Epilogue E, int kStages, int kCluster>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_pingpong_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
                          const __grid_constant__ CUtensorMap tm_out, const __grid_constant__ CUtensorMap tm_pre,
@@ -163,27 +190,40 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbar_init(&full[s], 1);
-      mbar_init(&empty[s], 4);  // one arrival per warp of the warpgroup that read the stage
+      mbar_init(&empty[s], 4 * kCluster);  // one arrival per warp of the warpgroup that read it, each CTA
     }
     mbar_init(&pre_bar[0], 1);
     mbar_init(&pre_bar[1], 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  __syncthreads();
-  const int tiles_n = g.N / kTN, tiles = (g.M / kTM) * tiles_n, kt = g.K / kBK;
-  const int first = static_cast<int>(blockIdx.x), stride = static_cast<int>(gridDim.x);
+  if constexpr (kCluster > 1) {
+    cluster_sync();
+  } else {
+    __syncthreads();
+  }
+  const uint32_t rank = kCluster > 1 ? cluster_rank() : 0;
+  // A unit is kCluster m-tiles of one column; this CTA takes the rank-th. "tiles" counts units below.
+  const int tiles_n = g.N / kTN, tiles = (g.M / (kTM * kCluster)) * tiles_n, kt = g.K / kBK;
+  const int first = static_cast<int>(blockIdx.x) / kCluster, stride = static_cast<int>(gridDim.x) / kCluster;
+  auto tile_m0 = [&](int u) { return ((u / tiles_n) * kCluster + static_cast<int>(rank)) * kTM; };
   if (wg == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
     if (tid == 0) {
       int it = 0;
       for (int u = first; u < tiles; u += stride) {
-        const int m0 = (u / tiles_n) * kTM, n0 = (u % tiles_n) * kTN;
+        const int m0 = tile_m0(u), n0 = (u % tiles_n) * kTN;
         for (int kb = 0; kb < kt; ++kb, ++it) {
           const int s = it % kStages;
           mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
           mbar_expect_tx(&full[s], kStageBytes);
           tma_load(s_a + s * kSmemA, &tm_a, &full[s], kb * kBK, m0);
-          tma_load(s_b + s * kSmemB, &tm_b, &full[s], kb * kBK, n0);
+          if constexpr (kCluster == 1) {
+            tma_load(s_b + s * kSmemB, &tm_b, &full[s], kb * kBK, n0);
+          } else {
+            constexpr int half = kTN / 2;
+            tma_load_multicast(s_b + s * kSmemB + rank * half * kBK * 2, &tm_b, &full[s], kb * kBK,
+                               n0 + static_cast<int>(rank) * half);
+          }
         }
       }
     }
@@ -194,13 +234,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     float d0[64], d1[64];  // rows 0-63 and 64-127 of the tile
     int slot = 0;          // the staging slot written next
     int local = 0;         // this warpgroup's tiles so far (kDgelu's barrier parity)
+    auto release = [&](uint64_t* bar) {  // the stage goes back to this CTA's producer and the peer's
+      mbar_arrive(bar);
+      if constexpr (kCluster > 1) mbar_arrive_remote(bar, rank ^ 1);
+    };
     // The CTA's j-th tile is this warpgroup's when j % 2 == c; its k-blocks are the ring's j·kt onwards.
     // Main loops run in tile order: warpgroup c starts tile j's after the other has issued tile j-1's
     // (named barrier 3 + c). Besides the ping-pong order, this keeps each `full` wait within one phase of
     // the barrier's state (a parity wait cannot tell phases two apart).
     if (c == 1) order_arrive(3);  // tile 0 (warpgroup 0's) needs no predecessor
     for (int u = first + c * stride, j = c; u < tiles; u += 2 * stride, j += 2, ++local) {
-      const int m0 = (u / tiles_n) * kTM, n0 = (u % tiles_n) * kTN;
+      const int m0 = tile_m0(u), n0 = (u % tiles_n) * kTN;
       order_wait(3 + c);
       int it = j * kt;
       for (int kb = 0; kb < kt; ++kb, ++it) {
@@ -217,7 +261,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma_commit();
         if (kb > 0) {
           wgmma_wait<1>();  // the previous k-block's products are done: its stage goes back
-          if (lane == 0) mbar_arrive(&empty[(it - 1) % kStages]);
+          if (lane == 0) release(&empty[(it - 1) % kStages]);
         }
         if constexpr (E == Epilogue::kDgelu) {
           // Half way through, this tile's pre-activation goes into both slots (their last stores have read).
@@ -231,7 +275,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       if (u + stride < tiles) order_arrive(3 + (c ^ 1));  // the CTA's next tile is the other warpgroup's
       wgmma_wait<0>();
-      if (lane == 0) mbar_arrive(&empty[(it - 1) % kStages]);
+      if (lane == 0) release(&empty[(it - 1) % kStages]);
 #pragma unroll
       for (int i = 0; i < 64; ++i) fence_operand(d0[i]), fence_operand(d1[i]);
       if constexpr (E == Epilogue::kNone) continue;
@@ -315,13 +359,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     if (tid == 0) store_wait_all();  // stores drained before the CTA's shared memory goes
   }
+  if constexpr (kCluster > 1) cluster_sync();  // no CTA leaves while its peer may still write or arrive here
 }
 
 // Host side: tensor maps are made per call (host only, a few µs; captured by value in CUDA graphs); the
-// driver's encoder is found once.
+// driver's encoder is found once. cluster 2: pairs of CTAs sharing the B tile (M % 256 == 0 then).
 class Gemm {
  public:
-  explicit Gemm(int stages = 4) : stages_(stages == 5 ? 5 : 4) {
+  static constexpr int kStages = 4;
+
+  explicit Gemm(int cluster = 1) : cluster_(cluster == 2 ? 2 : 1) {
     cudaDriverEntryPointQueryResult q{};
     void* fn = nullptr;
     if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) !=
@@ -334,12 +381,29 @@ class Gemm {
     int dev = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, dev);
-    prepare<4>();
-    prepare<5>();
+    prepare<1>();
+    prepare<2>();
+    max_ctas_ = sms_;
+    if (cluster_ == 2) {
+      cudaLaunchConfig_t cfg{};
+      cudaLaunchAttribute attr{};
+      attr.id = cudaLaunchAttributeClusterDimension;
+      attr.val.clusterDim.x = 2, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
+      cfg.gridDim = dim3(2 * sms_), cfg.blockDim = dim3(kThreads), cfg.dynamicSmemBytes = smem_bytes<kStages>();
+      cfg.attrs = &attr, cfg.numAttrs = 1;
+      int clusters = 0;
+      max_ctas_ = (cudaOccupancyMaxActiveClusters(&clusters, gemm_pingpong_kernel<Epilogue::kBiasGelu, kStages, 2>,
+                                                  &cfg) == cudaSuccess &&
+                   clusters > 0)
+                      ? 2 * clusters
+                      : sms_ / 2 * 2;
+    }
   }
 
-  static bool supports(int M, int N, int K) {
-    return M > 0 && N > 0 && K > 0 && M % kTM == 0 && N % kTN == 0 && K % kBK == 0;
+  int cluster() const { return cluster_; }
+  int ctas() const { return max_ctas_; }
+  bool supports(int M, int N, int K) const {
+    return M > 0 && N > 0 && K > 0 && M % (kTM * cluster_) == 0 && N % kTN == 0 && K % kBK == 0;
   }
 
   // out (M, N) = epilogue(a (M, K) · b (N, K)ᵀ); kBiasGelu also writes pre, kDgelu reads it. Returns false
@@ -347,11 +411,12 @@ class Gemm {
   bool run(Epilogue e, __nv_bfloat16* out, __nv_bfloat16* pre, const __nv_bfloat16* a, const __nv_bfloat16* b,
            const __nv_bfloat16* bias, int M, int N, int K, cudaStream_t stream) const {
     if (!supports(M, N, K)) return false;
-    const CUtensorMap ta = map(a, M, K, kBK, kTM), tb = map(b, N, K, kBK, kTN), to = map(out, M, N, 64, kTM),
+    const CUtensorMap ta = map(a, M, K, kBK, kTM), tb = map(b, N, K, kBK, kTN / cluster_),
+                      to = map(out, M, N, 64, kTM),
                       tp = (e == Epilogue::kBiasGelu || e == Epilogue::kDgelu) ? map(pre, M, N, 64, kTM) : to;
     const Args g{M, N, K, bias};
     const int tiles = (M / kTM) * (N / kTN);
-    const int ctas = tiles < sms_ ? tiles : sms_;
+    const int ctas = tiles < max_ctas_ ? tiles : max_ctas_;
     switch (e) {
       case Epilogue::kNone: return launch<Epilogue::kNone>(ta, tb, to, tp, g, ctas, stream);
       case Epilogue::kBias: return launch<Epilogue::kBias>(ta, tb, to, tp, g, ctas, stream);
@@ -362,23 +427,29 @@ class Gemm {
   }
 
  private:
-  template <int S>
+  template <int C>
   static void prepare() {
-    for (auto* f : {gemm_pingpong_kernel<Epilogue::kNone, S>, gemm_pingpong_kernel<Epilogue::kBias, S>,
-                    gemm_pingpong_kernel<Epilogue::kBiasGelu, S>, gemm_pingpong_kernel<Epilogue::kDgelu, S>}) {
-      cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes<S>()));
+    for (auto* f : {gemm_pingpong_kernel<Epilogue::kNone, kStages, C>, gemm_pingpong_kernel<Epilogue::kBias, kStages, C>,
+                    gemm_pingpong_kernel<Epilogue::kBiasGelu, kStages, C>,
+                    gemm_pingpong_kernel<Epilogue::kDgelu, kStages, C>}) {
+      cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes<kStages>()));
     }
   }
 
   template <Epilogue E>
   bool launch(const CUtensorMap& ta, const CUtensorMap& tb, const CUtensorMap& to, const CUtensorMap& tp,
               const Args& g, int ctas, cudaStream_t stream) const {
-    if (stages_ == 5) {
-      gemm_pingpong_kernel<E, 5><<<ctas, kThreads, smem_bytes<5>(), stream>>>(ta, tb, to, tp, g);
-    } else {
-      gemm_pingpong_kernel<E, 4><<<ctas, kThreads, smem_bytes<4>(), stream>>>(ta, tb, to, tp, g);
+    if (cluster_ == 1) {
+      gemm_pingpong_kernel<E, kStages, 1><<<ctas, kThreads, smem_bytes<kStages>(), stream>>>(ta, tb, to, tp, g);
+      return cudaGetLastError() == cudaSuccess;
     }
-    return cudaGetLastError() == cudaSuccess;
+    cudaLaunchConfig_t cfg{};
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = 2, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
+    cfg.gridDim = dim3(ctas / 2 * 2), cfg.blockDim = dim3(kThreads), cfg.dynamicSmemBytes = smem_bytes<kStages>();
+    cfg.stream = stream, cfg.attrs = &attr, cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, gemm_pingpong_kernel<E, kStages, 2>, ta, tb, to, tp, g) == cudaSuccess;
   }
 
   // A row-major (rows, cols) bf16 matrix in (box_rows, box_cols) boxes with the 128-byte swizzle.
@@ -399,8 +470,9 @@ class Gemm {
   }
 
   PFN_cuTensorMapEncodeTiled_v12000 encode_ = nullptr;
-  int stages_ = 4;
+  int cluster_ = 1;
   int sms_ = 132;
+  int max_ctas_ = 132;
 };
 
 }  // namespace gantry::hopper

@@ -47,13 +47,14 @@ Matmul::Matmul(cudaStream_t stream, size_t workspace_bytes) : stream_(stream), w
   CUBLAS_CHECK(cublasLtCreate(&handle_));
   CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
   // Experiment (issue 19): the GELU products by our own Hopper ping-pong kernel instead of cuBLASLt's
-  // epilogues: GANTRY_CUDA_SM90_GEMM=1 the forward, 2 the forward and the DGELU input gradient.
+  // epilogues: GANTRY_CUDA_SM90_GEMM=1 the forward, 2 the forward and the DGELU input gradient; 3 and 4 the
+  // same with clusters of two CTAs sharing the B tile.
   const char* e = std::getenv("GANTRY_CUDA_SM90_GEMM");
   int dev = 0, major = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
   sm90_mode_ = (e != nullptr && major == 9) ? std::atoi(e) : 0;
-  if (sm90_mode_ > 0) sm90_ = std::make_unique<hopper::Gemm>(4);
+  if (sm90_mode_ > 0) sm90_ = std::make_unique<hopper::Gemm>(sm90_mode_ >= 3 ? 2 : 1);
 }
 
 Matmul::~Matmul() {
@@ -145,7 +146,7 @@ void Matmul::backward_input(__nv_bfloat16* dinp, const __nv_bfloat16* dout, cons
                             int OC, const __nv_bfloat16* gelu_pre) {
   GANTRY_CHECK(dinp && dout && w && N > 0 && C > 0 && OC > 0, "Matmul::backward_input arguments");
   // Ours takes W transposed, (C, OC), made in the cuBLASLt workspace (idle while ours runs; one stream).
-  if (gelu_pre != nullptr && sm90_ != nullptr && sm90_mode_ >= 2 && hopper::Gemm::supports(N, C, OC) &&
+  if (gelu_pre != nullptr && sm90_ != nullptr && sm90_mode_ % 2 == 0 && sm90_->supports(N, C, OC) &&
       static_cast<size_t>(C) * OC * sizeof(__nv_bfloat16) <= workspace_bytes_) {
     auto* wt = static_cast<__nv_bfloat16*>(workspace_);
     transpose_bf16_kernel<<<dim3((C + 31) / 32, (OC + 31) / 32), dim3(32, 8), 0, stream_>>>(wt, w, OC, C);
