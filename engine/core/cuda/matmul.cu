@@ -46,14 +46,15 @@ __global__ void transpose_bf16_kernel(__nv_bfloat16* out, const __nv_bfloat16* i
 Matmul::Matmul(cudaStream_t stream, size_t workspace_bytes) : stream_(stream), workspace_bytes_(workspace_bytes) {
   CUBLAS_CHECK(cublasLtCreate(&handle_));
   CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
-  // Experiment (issue 19): the GELU products by our own Hopper ping-pong kernel instead of cuBLASLt's
-  // epilogues: GANTRY_CUDA_SM90_GEMM=1 the forward, 2 the forward and the DGELU input gradient; 3 and 4 the
-  // same with clusters of two CTAs sharing the B tile.
+  // On Hopper the GELU forward product is our own ping-pong kernel (gemm_sm90.cuh) instead of cuBLASLt's
+  // GELU_AUX_BIAS epilogue (issue 19: 9-10 % faster alone). GANTRY_CUDA_SM90_GEMM: 0 cuBLASLt for all; 1
+  // (default) the GELU forward; 2 also the DGELU input gradient; 3 and 4 as 1 and 2 with clusters of two
+  // CTAs sharing the B tile (experiments: slower, docs/PERF.md).
   const char* e = std::getenv("GANTRY_CUDA_SM90_GEMM");
   int dev = 0, major = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  sm90_mode_ = (e != nullptr && major == 9) ? std::atoi(e) : 0;
+  sm90_mode_ = major == 9 ? (e != nullptr ? std::atoi(e) : 1) : 0;
   if (sm90_mode_ > 0) sm90_ = std::make_unique<hopper::Gemm>(sm90_mode_ >= 3 ? 2 : 1);
 }
 
