@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "engine/core/cuda/matmul.cuh"
-#include "engine/core/cuda/gemm_sm90.cuh"
+#include "tests/bench/gemm_sm90_pp.cuh"
 #include "tests/bench/gemm_sm90.cuh"
 
 namespace {
@@ -185,11 +185,13 @@ void run_shape(const char* name, int M, int N, int K, int reps) {
   report(name, "cublaslt_gelu_aux_bias", M, N, K, t_gelu, 0, rel_err(pick(gelu_cublas), cpu_gelu),
          nans(gelu_cublas) + nans(pre_cublas), 1e-2);
 
-  // Ping-pong (engine/core/cuda/gemm_sm90.cuh), without and with clusters of two (B multicast).
-  for (int cl : {1, 2}) {
+  // Ping-pong (tests/bench/gemm_sm90_pp.cuh): no clusters (1), clusters of two sharing B by multicast (2),
+  // clusters of two each loading its own B (3: the cluster launch alone).
+  for (int cl : {1, 2, 3}) {
     gantry::hopper::Gemm g(cl);
     using gantry::hopper::Epilogue;
     const std::string tag = "pp_c" + std::to_string(cl) + "_";
+    std::printf("# %s %s: %d CTAs\n", name, tag.c_str(), g.ctas());
     {
       const float t = time_ms([&] { g.run(Epilogue::kNone, out, nullptr, a, w, bias, M, N, K, s); }, reps, s);
       report(name, (tag + "mainloop_only").c_str(), M, N, K, t, 0, 0, 0, 1e-2);

@@ -1,7 +1,4 @@
-#include <cstdlib>
-
 #include "engine/core/cuda/cuda_check.h"
-#include "engine/core/cuda/gemm_sm90.cuh"
 #include "engine/core/cuda/matmul.cuh"
 
 namespace gantry {
@@ -25,37 +22,9 @@ struct Matmul::Gemm {
   int ld_aux;
 };
 
-namespace {
-
-// out (cols, rows) = in (rows, cols)ᵀ, bf16: the weight our product takes K-major (gemm_sm90.cuh).
-__global__ void transpose_bf16_kernel(__nv_bfloat16* out, const __nv_bfloat16* in, int rows, int cols) {
-  __shared__ __nv_bfloat16 tile[32][33];
-  const int x = blockIdx.x * 32 + threadIdx.x, y = blockIdx.y * 32 + threadIdx.y;
-  for (int j = 0; j < 32; j += 8) {
-    if (x < cols && y + j < rows) tile[threadIdx.y + j][threadIdx.x] = in[static_cast<size_t>(y + j) * cols + x];
-  }
-  __syncthreads();
-  const int tx = blockIdx.y * 32 + threadIdx.x, ty = blockIdx.x * 32 + threadIdx.y;
-  for (int j = 0; j < 32; j += 8) {
-    if (tx < rows && ty + j < cols) out[static_cast<size_t>(ty + j) * rows + tx] = tile[threadIdx.x][threadIdx.y + j];
-  }
-}
-
-}  // namespace
-
 Matmul::Matmul(cudaStream_t stream, size_t workspace_bytes) : stream_(stream), workspace_bytes_(workspace_bytes) {
   CUBLAS_CHECK(cublasLtCreate(&handle_));
   CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
-  // On Hopper the GELU forward product is our own ping-pong kernel (gemm_sm90.cuh) instead of cuBLASLt's
-  // GELU_AUX_BIAS epilogue (issue 19: 9-10 % faster alone). GANTRY_CUDA_SM90_GEMM: 0 cuBLASLt for all; 1
-  // (default) the GELU forward; 2 also the DGELU input gradient; 3 and 4 as 1 and 2 with clusters of two
-  // CTAs sharing the B tile (experiments: slower, docs/PERF.md).
-  const char* e = std::getenv("GANTRY_CUDA_SM90_GEMM");
-  int dev = 0, major = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  sm90_mode_ = major == 9 ? (e != nullptr ? std::atoi(e) : 1) : 0;
-  if (sm90_mode_ > 0) sm90_ = std::make_unique<hopper::Gemm>(sm90_mode_ >= 3 ? 2 : 1);
 }
 
 Matmul::~Matmul() {
@@ -129,10 +98,6 @@ void Matmul::forward(__nv_bfloat16* out, const __nv_bfloat16* inp, const __nv_bf
                      int N, int C, int OC, __nv_bfloat16* gelu_pre) {
   GANTRY_CHECK(out && inp && w && N > 0 && C > 0 && OC > 0, "Matmul::forward arguments");
   GANTRY_CHECK(gelu_pre == nullptr || bias != nullptr, "the GELU epilogue is used with a bias");
-  if (gelu_pre != nullptr && sm90_ != nullptr &&
-      sm90_->run(hopper::Epilogue::kBiasGelu, out, gelu_pre, inp, w, bias, N, OC, C, stream_)) {
-    return;
-  }
   // Column-major view: outᵀ (OC×N) = W (stored C×OC, transposed) · inpᵀ (C×N).
   cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
   if (gelu_pre) {
@@ -146,17 +111,6 @@ void Matmul::forward(__nv_bfloat16* out, const __nv_bfloat16* inp, const __nv_bf
 void Matmul::backward_input(__nv_bfloat16* dinp, const __nv_bfloat16* dout, const __nv_bfloat16* w, int N, int C,
                             int OC, const __nv_bfloat16* gelu_pre) {
   GANTRY_CHECK(dinp && dout && w && N > 0 && C > 0 && OC > 0, "Matmul::backward_input arguments");
-  // Ours takes W transposed, (C, OC), made in the cuBLASLt workspace (idle while ours runs; one stream).
-  if (gelu_pre != nullptr && sm90_ != nullptr && sm90_mode_ % 2 == 0 && sm90_->supports(N, C, OC) &&
-      static_cast<size_t>(C) * OC * sizeof(__nv_bfloat16) <= workspace_bytes_) {
-    auto* wt = static_cast<__nv_bfloat16*>(workspace_);
-    transpose_bf16_kernel<<<dim3((C + 31) / 32, (OC + 31) / 32), dim3(32, 8), 0, stream_>>>(wt, w, OC, C);
-    CUDA_CHECK(cudaGetLastError());
-    GANTRY_CHECK(sm90_->run(hopper::Epilogue::kDgelu, dinp, const_cast<__nv_bfloat16*>(gelu_pre), dout, wt, nullptr,
-                            N, C, OC, stream_),
-                 "hopper::Gemm DGELU launch");
-    return;
-  }
   // dinpᵀ (C×N) = W (stored C×OC) · doutᵀ (OC×N).
   const cublasLtEpilogue_t epi = gelu_pre ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_DEFAULT;
   run({1, false, false, C, N, OC, w, C, dout, OC, dinp, C, CUDA_R_16BF, 0.0f, epi, nullptr,

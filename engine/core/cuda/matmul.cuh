@@ -1,8 +1,6 @@
 // Linear layers through cuBLASLt, row-major PyTorch convention (weights (OC, C)), bf16 inputs, fp32
 // accumulation, fused epilogues: bias, GELU (keeping the pre-activation as the epilogue's aux output) and
 // its derivative in the input-gradient product. Descriptors and the algorithm of each shape are made once.
-// On Hopper the GELU forward product runs our own kernel instead (gemm_sm90.cuh; GANTRY_CUDA_SM90_GEMM=0
-// turns it off).
 //
 //   Matmul mm(stream);
 //   mm.forward(out, inp, w, bias, N, C, OC, nullptr);               // out = inp·wᵀ + bias
@@ -17,13 +15,9 @@
 
 #include <cstdint>
 #include <map>
-#include <memory>
 #include <tuple>
 
 namespace gantry {
-namespace hopper {
-class Gemm;
-}
 
 class Matmul {
  public:
@@ -59,8 +53,6 @@ class Matmul {
   };
   // (kind, m, n, k, epilogue) → descriptors and algorithm, made on first use.
   std::map<std::tuple<int, int, int, int, int>, Plan> plans_;
-  std::unique_ptr<hopper::Gemm> sm90_;  // on sm_90 unless GANTRY_CUDA_SM90_GEMM=0 (gemm_sm90.cuh)
-  int sm90_mode_ = 0;
 };
 
 }  // namespace gantry

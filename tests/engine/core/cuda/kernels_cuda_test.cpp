@@ -169,7 +169,7 @@ TEST_P(MatmulCuda, ForwardBackwardAgainstCpu) {
   gelu_forward(gelu_ref.data(), ref.data(), ref.size());
   EXPECT_LT(rel_error(to_float(d_pre.download()), ref), kBf16Bound) << "GELU epilogue's pre-activation";
   EXPECT_LT(rel_error(to_float(d_out.download()), gelu_ref), kBf16Bound) << "GELU epilogue (tanh approximation)";
-  {  // bitwise repeatable (cuBLASLt's epilogue, or our Hopper product under GANTRY_CUDA_SM90_GEMM)
+  {  // bitwise repeatable
     const auto first = d_out.download(), first_pre = d_pre.download();
     d_out.poison();
     mm.forward(d_out.get(), d_inp.get(), d_w.get(), d_bias.get(), N, C, OC, d_pre.get());

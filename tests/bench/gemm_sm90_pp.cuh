@@ -1,4 +1,6 @@
-// Hopper product with fused epilogues (issue 19), "ping-pong" schedule: D (M, N) = A (M, K) · B (N, K)ᵀ,
+// Experiment (issue 19), not used by the engine: it beat cuBLASLt's GELU epilogue alone by up to 10 % but moved
+// the training step by less than the spread (docs/PERF.md, issue 19 second session, calls P1-P3).
+// Hopper product with fused epilogues, "ping-pong" schedule: D (M, N) = A (M, K) · B (N, K)ᵀ,
 // bf16 in, fp32 accumulation, bf16 out. One producer warp loads k-blocks of 64 by TMA into a shared ring
 // (128-byte swizzle); two consumer warpgroups each own a whole 128 × 128 output tile (two wgmma m64n128k16
 // per k-step) and take the CTA's tiles in turn, so one warpgroup's epilogue (bias, GELU, stores) runs while
@@ -172,7 +174,7 @@ __device__ __forceinline__ float dgelu_of(float x) {
 // consumers have released it.
 // tm_a: A (M, K) in 64 × 128 boxes; tm_b: B (N, K) in 64 × (128 / kCluster) boxes; tm_out, tm_pre: (M, N) in 64-column ×
 // 128-row boxes (kBiasGelu writes the pre-activation through tm_pre, kDgelu reads it).
-template <Epilogue E, int kStages, int kCluster>
+template <Epilogue E, int kStages, int kCluster, bool kShareB = kCluster == 2>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_pingpong_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
                          const __grid_constant__ CUtensorMap tm_out, const __grid_constant__ CUtensorMap tm_pre,
@@ -190,7 +192,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbar_init(&full[s], 1);
-      mbar_init(&empty[s], 4 * kCluster);  // one arrival per warp of the warpgroup that read it, each CTA
+      mbar_init(&empty[s], kShareB ? 4 * kCluster : 4);  // one arrival per warp of the warpgroup that read it, each CTA
     }
     mbar_init(&pre_bar[0], 1);
     mbar_init(&pre_bar[1], 1);
@@ -217,7 +219,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
           mbar_expect_tx(&full[s], kStageBytes);
           tma_load(s_a + s * kSmemA, &tm_a, &full[s], kb * kBK, m0);
-          if constexpr (kCluster == 1) {
+          if constexpr (!kShareB) {
             tma_load(s_b + s * kSmemB, &tm_b, &full[s], kb * kBK, n0);
           } else {
             constexpr int half = kTN / 2;
@@ -236,7 +238,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     int local = 0;         // this warpgroup's tiles so far (kDgelu's barrier parity)
     auto release = [&](uint64_t* bar) {  // the stage goes back to this CTA's producer and the peer's
       mbar_arrive(bar);
-      if constexpr (kCluster > 1) mbar_arrive_remote(bar, rank ^ 1);
+      if constexpr (kShareB) mbar_arrive_remote(bar, rank ^ 1);
     };
     // The CTA's j-th tile is this warpgroup's when j % 2 == c; its k-blocks are the ring's j·kt onwards.
     // Main loops run in tile order: warpgroup c starts tile j's after the other has issued tile j-1's
@@ -368,7 +370,9 @@ class Gemm {
  public:
   static constexpr int kStages = 4;
 
-  explicit Gemm(int cluster = 1) : cluster_(cluster == 2 ? 2 : 1) {
+  // mode 1: no clusters; 2: clusters of two sharing B by multicast; 3: clusters of two, each CTA loading its
+  // own B (a diagnostic: the cluster launch without the sharing).
+  explicit Gemm(int mode = 1) : cluster_(mode >= 2 ? 2 : 1), share_(mode == 2) {
     cudaDriverEntryPointQueryResult q{};
     void* fn = nullptr;
     if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) !=
@@ -381,8 +385,9 @@ class Gemm {
     int dev = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, dev);
-    prepare<1>();
-    prepare<2>();
+    prepare<1, false>();
+    prepare<2, true>();
+    prepare<2, false>();
     max_ctas_ = sms_;
     if (cluster_ == 2) {
       cudaLaunchConfig_t cfg{};
@@ -411,7 +416,7 @@ class Gemm {
   bool run(Epilogue e, __nv_bfloat16* out, __nv_bfloat16* pre, const __nv_bfloat16* a, const __nv_bfloat16* b,
            const __nv_bfloat16* bias, int M, int N, int K, cudaStream_t stream) const {
     if (!supports(M, N, K)) return false;
-    const CUtensorMap ta = map(a, M, K, kBK, kTM), tb = map(b, N, K, kBK, kTN / cluster_),
+    const CUtensorMap ta = map(a, M, K, kBK, kTM), tb = map(b, N, K, kBK, share_ ? kTN / 2 : kTN),
                       to = map(out, M, N, 64, kTM),
                       tp = (e == Epilogue::kBiasGelu || e == Epilogue::kDgelu) ? map(pre, M, N, 64, kTM) : to;
     const Args g{M, N, K, bias};
@@ -427,11 +432,11 @@ class Gemm {
   }
 
  private:
-  template <int C>
+  template <int C, bool S>
   static void prepare() {
-    for (auto* f : {gemm_pingpong_kernel<Epilogue::kNone, kStages, C>, gemm_pingpong_kernel<Epilogue::kBias, kStages, C>,
-                    gemm_pingpong_kernel<Epilogue::kBiasGelu, kStages, C>,
-                    gemm_pingpong_kernel<Epilogue::kDgelu, kStages, C>}) {
+    for (auto* f : {gemm_pingpong_kernel<Epilogue::kNone, kStages, C, S>, gemm_pingpong_kernel<Epilogue::kBias, kStages, C, S>,
+                    gemm_pingpong_kernel<Epilogue::kBiasGelu, kStages, C, S>,
+                    gemm_pingpong_kernel<Epilogue::kDgelu, kStages, C, S>}) {
       cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes<kStages>()));
     }
   }
@@ -449,7 +454,8 @@ class Gemm {
     attr.val.clusterDim.x = 2, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
     cfg.gridDim = dim3(ctas / 2 * 2), cfg.blockDim = dim3(kThreads), cfg.dynamicSmemBytes = smem_bytes<kStages>();
     cfg.stream = stream, cfg.attrs = &attr, cfg.numAttrs = 1;
-    return cudaLaunchKernelEx(&cfg, gemm_pingpong_kernel<E, kStages, 2>, ta, tb, to, tp, g) == cudaSuccess;
+    return share_ ? cudaLaunchKernelEx(&cfg, gemm_pingpong_kernel<E, kStages, 2, true>, ta, tb, to, tp, g) == cudaSuccess
+                  : cudaLaunchKernelEx(&cfg, gemm_pingpong_kernel<E, kStages, 2, false>, ta, tb, to, tp, g) == cudaSuccess;
   }
 
   // A row-major (rows, cols) bf16 matrix in (box_rows, box_cols) boxes with the 128-byte swizzle.
@@ -471,6 +477,7 @@ class Gemm {
 
   PFN_cuTensorMapEncodeTiled_v12000 encode_ = nullptr;
   int cluster_ = 1;
+  bool share_ = false;
   int sms_ = 132;
   int max_ctas_ = 132;
 };
