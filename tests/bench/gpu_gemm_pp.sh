@@ -15,10 +15,13 @@ nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu --format=csv,no
 el "build"
 echo "HGMMA in gemm_bench: $(cuobjdump --dump-sass $B/tests/bench/gemm_bench 2>/dev/null | grep -c HGMMA)," \
      "LDL/STL: $(cuobjdump --dump-sass $B/tests/bench/gemm_bench 2>/dev/null | grep -cE 'LDL|STL')"
-timeout 150 $B/tests/bench/gemm_bench 2>&1 | tee "$OUTD/gemm_bench.jsonl" | python3 -c "import sys,json
+nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw --format=csv,noheader -lms 100 > "$OUTD/smi.log" & SMI=$!
+timeout 150 $B/tests/bench/gemm_bench ${GEMM_ARGS:-} 2>&1 | tee "$OUTD/gemm_bench.jsonl" | python3 -c "import sys,json,time
 for l in sys.stdin:
-  if l.startswith('{'): d=json.loads(l); print('%-8s %-26s %8.4f ms %6.1f TF  err %.1e %.1e wrong %d' % (d['shape'], d['variant'], d['ms'], d['tflops'], d['err_vs_cublas'], d['err_vs_cpu'], d['wrong']))
-  else: print(l.strip())"
+  t=time.strftime('%H:%M:%S')
+  if l.startswith('{'): d=json.loads(l); print('%s %-8s %-26s %8.4f ms %6.1f TF  err %.1e %.1e wrong %d' % (t, d['shape'], d['variant'], d['ms'], d['tflops'], d['err_vs_cublas'], d['err_vs_cpu'], d['wrong']))
+  else: print(t, l.strip())"
+kill $SMI
 el "gemm_bench"
 timeout 120 $B/tests/engine/core/cuda/kernels_cuda_test > "$OUTD/kt.log" 2>&1
 echo "kernels_cuda_test: rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUTD/kt.log" | tr '\n' ' ')"
