@@ -84,11 +84,13 @@ __device__ __forceinline__ void tma_load_multicast(void* dst, const CUtensorMap*
       "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "h"(static_cast<uint16_t>(0x3))
       : "memory");
 }
-// Arrive on the barrier at the same offset in CTA `rank` of this cluster.
+// Arrive on the barrier at the same offset in CTA `rank` of this cluster. Default semantics (release, CTA
+// scope): the stage's reads were wgmma's, finished by wgmma.wait before this. (P2-P3 used
+// .release.cluster here.)
 __device__ __forceinline__ void mbar_arrive_remote(uint64_t* bar, uint32_t rank) {
   asm volatile(
       "{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(smem_u32(bar)),
+      "mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(smem_u32(bar)),
       "r"(rank)
       : "memory");
 }
