@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "engine/core/cuda/matmul.cuh"
-#include "tests/bench/gemm_sm90_pp.cuh"
 #include "tests/bench/gemm_sm90.cuh"
+#include "tests/bench/gemm_sm90_pp.cuh"
 
 namespace {
 
@@ -203,8 +203,8 @@ void run_shape(const char* name, int M, int N, int K, int reps) {
     {
       const std::vector<float> o = download(out, MN);
       const float t = time_ms([&] { g.run(Epilogue::kBias, out, nullptr, a, w, bias, M, N, K, s); }, reps, s);
-      report(name, (tag + "bias").c_str(), M, N, K, t, rel_err(o, plain_ref), rel_err(pick(o), cpu_pre), nans(o),
-             1e-2);
+      report(name, (tag + "bias").c_str(), M, N, K, t, rel_err(o, plain_ref), rel_err(pick(o), cpu_pre),
+             nans(o), 1e-2);
     }
     poison(out);
     poison(pre);
@@ -219,8 +219,10 @@ void run_shape(const char* name, int M, int N, int K, int reps) {
       CK(cudaStreamSynchronize(s));
       const std::vector<float> o2 = download(out, MN);
       const size_t differ = std::memcmp(o.data(), o2.data(), o.size() * sizeof(float)) != 0 ? 1 : 0;
-      report(name, (tag + "bias_gelu").c_str(), M, N, K, t, std::max(rel_err(o, gelu_cublas), rel_err(p, pre_cublas)),
-             std::max(rel_err(pick(o), cpu_gelu), rel_err(pick(p), cpu_pre)), nans(o) + nans(p) + differ, 1e-2);
+      report(name, (tag + "bias_gelu").c_str(), M, N, K, t,
+             std::max(rel_err(o, gelu_cublas), rel_err(p, pre_cublas)),
+             std::max(rel_err(pick(o), cpu_gelu), rel_err(pick(p), cpu_pre)), nans(o) + nans(p) + differ,
+             1e-2);
     }
   }
 
@@ -299,7 +301,8 @@ void run_shape(const char* name, int M, int N, int K, int reps) {
     CK(cudaGetLastError());
     const std::vector<float> o = download(out, MN);
     const float t = time_ms(
-        [&] { g.run(gantry::hopper::Epilogue::kDgelu, out, pre_ref, dres, wpt, nullptr, M, N, K, s); }, reps, s);
+        [&] { g.run(gantry::hopper::Epilogue::kDgelu, out, pre_ref, dres, wpt, nullptr, M, N, K, s); }, reps,
+        s);
     report(name, tag.c_str(), M, N, K, t, rel_err(o, dg_cublas), rel_err(pick(o), cpu_dg), nans(o), 1e-2);
   }
   for (int cl : {1}) {

@@ -1,5 +1,5 @@
-// Experiment (issue 19), not used by the engine: it beat cuBLASLt's GELU epilogue alone by up to 10 % but moved
-// the training step by less than the spread (docs/PERF.md, issue 19 second session, calls P1-P3).
+// Experiment (issue 19), not used by the engine: it beat cuBLASLt's GELU epilogue alone by up to 10 % but
+// moved the training step by less than the spread (docs/PERF.md, issue 19 second session, calls P1-P3).
 // Hopper product with fused epilogues, "ping-pong" schedule: D (M, N) = A (M, K) · B (N, K)ᵀ,
 // bf16 in, fp32 accumulation, bf16 out. One producer warp loads k-blocks of 64 by TMA into a shared ring
 // (128-byte swizzle); two consumer warpgroups each own a whole 128 × 128 output tile (two wgmma m64n128k16
@@ -12,8 +12,8 @@
 // Epilogues: none (timing only), bias, bias then GELU (tanh form) keeping the pre-activation, and the GELU
 // derivative times the product (pre-activation loaded by TMA into the staging slots during the main loop).
 //
-//   hopper::Gemm g;                                   // finds cuTensorMapEncodeTiled once (Gemm g(2): clusters)
-//   g.run(hopper::Epilogue::kBiasGelu, out, pre, a, b, bias, M, N, K, stream);
+//   hopper::Gemm g;                                   // finds cuTensorMapEncodeTiled once (Gemm g(2):
+//   clusters) g.run(hopper::Epilogue::kBiasGelu, out, pre, a, b, bias, M, N, K, stream);
 //
 // Shapes: M % 128 == 0 (256 with clusters), N % 128 == 0, K % 64 == 0 (the GPT-2 MLP products).
 #pragma once
@@ -77,11 +77,14 @@ __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, uint
       : "memory");
 }
 // The same box into the same offset of both CTAs of the cluster, each one's barrier at `bar`'s offset told.
-__device__ __forceinline__ void tma_load_multicast(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1) {
+__device__ __forceinline__ void tma_load_multicast(void* dst, const CUtensorMap* map, uint64_t* bar, int c0,
+                                                   int c1) {
   asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%3, "
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], "
+      "[%1, {%3, "
       "%4}], [%2], %5;" ::"r"(smem_u32(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "h"(static_cast<uint16_t>(0x3))
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1),
+      "h"(static_cast<uint16_t>(0x3))
       : "memory");
 }
 // Arrive on the barrier at the same offset in CTA `rank` of this cluster. Default semantics (release, CTA
@@ -108,48 +111,68 @@ __device__ __forceinline__ void tma_store(const CUtensorMap* map, const void* sr
                "r"(smem_u32(src)), "r"(c0), "r"(c1)
                : "memory");
 }
-__device__ __forceinline__ void store_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void store_commit() {
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
 template <int N>
 __device__ __forceinline__ void store_wait_read() {  // at most N committed store groups still reading
   asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
 }
-__device__ __forceinline__ void store_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+__device__ __forceinline__ void store_wait_all() {
+  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
 __device__ __forceinline__ void fence_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
-__device__ __forceinline__ void warpgroup_bar(int id) { asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory"); }
+__device__ __forceinline__ void warpgroup_bar(int id) {
+  asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory");
+}
 // The two consumer warpgroups' hand-off (256 threads: one warpgroup waits, the other arrives).
-__device__ __forceinline__ void order_wait(int id) { asm volatile("bar.sync %0, 256;" ::"r"(id) : "memory"); }
-__device__ __forceinline__ void order_arrive(int id) { asm volatile("bar.arrive %0, 256;" ::"r"(id) : "memory"); }
+__device__ __forceinline__ void order_wait(int id) {
+  asm volatile("bar.sync %0, 256;" ::"r"(id) : "memory");
+}
+__device__ __forceinline__ void order_arrive(int id) {
+  asm volatile("bar.arrive %0, 256;" ::"r"(id) : "memory");
+}
 // Shared-memory matrix descriptor: K-major, 128-byte swizzle, 8-row groups 1,024 bytes apart.
 __device__ __forceinline__ uint64_t desc_sw128(const void* p) {
   const uint64_t a = smem_u32(p);
   return ((a & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
 }
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
 template <int N>
 __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
-__device__ __forceinline__ void fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+__device__ __forceinline__ void fence_operand(float& r) {
+  asm volatile("" : "+f"(r)::"memory");
+}
 
 // wgmma m64n128k16, bf16 × bf16 → fp32, A and B from shared memory (K-major, 128-byte swizzle).
-__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
+                                                 int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,"
-      "%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,"
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%"
+      "27,"
+      "%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%"
+      "53,"
       "%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
+        "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
+        "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),
+        "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
+        "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
@@ -174,19 +197,20 @@ __device__ __forceinline__ float dgelu_of(float x) {
 // With kCluster 2, the two CTAs of a cluster take tiles m, m+1 of one column in step, and each loads half of
 // the B tile and multicasts it to both (a quarter less read from L2); a stage is refilled once both CTAs'
 // consumers have released it.
-// tm_a: A (M, K) in 64 × 128 boxes; tm_b: B (N, K) in 64 × (128 / kCluster) boxes; tm_out, tm_pre: (M, N) in 64-column ×
-// 128-row boxes (kBiasGelu writes the pre-activation through tm_pre, kDgelu reads it).
+// tm_a: A (M, K) in 64 × 128 boxes; tm_b: B (N, K) in 64 × (128 / kCluster) boxes; tm_out, tm_pre: (M, N) in
+// 64-column × 128-row boxes (kBiasGelu writes the pre-activation through tm_pre, kDgelu reads it).
 template <Epilogue E, int kStages, int kCluster, bool kShareB = kCluster == 2>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_pingpong_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
-                         const __grid_constant__ CUtensorMap tm_out, const __grid_constant__ CUtensorMap tm_pre,
-                         Args g) {
+                         const __grid_constant__ CUtensorMap tm_out,
+                         const __grid_constant__ CUtensorMap tm_pre, Args g) {
   using namespace detail;
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
-  uint8_t* s_a = smem;                                // kStages × (128, 64)
-  uint8_t* s_b = smem + kStages * kSmemA;             // kStages × (128, 64)
-  uint8_t* s_out = smem + kStages * kStageBytes;      // 2 warpgroups × 2 slots × (128, 64)
+  uint8_t* smem =
+      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  uint8_t* s_a = smem;                            // kStages × (128, 64)
+  uint8_t* s_b = smem + kStages * kSmemA;         // kStages × (128, 64)
+  uint8_t* s_out = smem + kStages * kStageBytes;  // 2 warpgroups × 2 slots × (128, 64)
   uint64_t* full = reinterpret_cast<uint64_t*>(s_out + 4 * kSlotBytes);
   uint64_t* empty = full + kStages;
   uint64_t* pre_bar = empty + kStages;  // kDgelu: one per consumer warpgroup
@@ -194,7 +218,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbar_init(&full[s], 1);
-      mbar_init(&empty[s], kShareB ? 4 * kCluster : 4);  // one arrival per warp of the warpgroup that read it, each CTA
+      mbar_init(&empty[s],
+                kShareB ? 4 * kCluster : 4);  // one arrival per warp of the warpgroup that read it, each CTA
     }
     mbar_init(&pre_bar[0], 1);
     mbar_init(&pre_bar[1], 1);
@@ -235,9 +260,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
     const int c = wg - 1, warp = tid / 32, lane = tid % 32;
     uint8_t* slots = s_out + c * 2 * kSlotBytes;
-    float d0[64], d1[64];  // rows 0-63 and 64-127 of the tile
-    int slot = 0;          // the staging slot written next
-    int local = 0;         // this warpgroup's tiles so far (kDgelu's barrier parity)
+    float d0[64], d1[64];                // rows 0-63 and 64-127 of the tile
+    int slot = 0;                        // the staging slot written next
+    int local = 0;                       // this warpgroup's tiles so far (kDgelu's barrier parity)
     auto release = [&](uint64_t* bar) {  // the stage goes back to this CTA's producer and the peer's
       mbar_arrive(bar);
       if constexpr (kShareB) mbar_arrive_remote(bar, rank ^ 1);
@@ -283,20 +308,23 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int i = 0; i < 64; ++i) fence_operand(d0[i]), fence_operand(d1[i]);
       if constexpr (E == Epilogue::kNone) continue;
-      // Fragment: d[4i + {0,1}] at (rr, 8i + 2q + {0,1}), d[4i + {2,3}] at (rr + 8, same columns); d1 64 rows on.
+      // Fragment: d[4i + {0,1}] at (rr, 8i + 2q + {0,1}), d[4i + {2,3}] at (rr + 8, same columns); d1 64 rows
+      // on.
       const int q = lane % 4, rr = warp * 16 + lane / 4;
       if constexpr (E == Epilogue::kBias || E == Epilogue::kBiasGelu) {
         if (g.bias != nullptr) {
 #pragma unroll
           for (int i = 0; i < 16; ++i) {
-            const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(g.bias + n0 + 8 * i + 2 * q));
+            const float2 b =
+                __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(g.bias + n0 + 8 * i + 2 * q));
             d0[4 * i] += b.x, d0[4 * i + 1] += b.y, d0[4 * i + 2] += b.x, d0[4 * i + 3] += b.y;
             d1[4 * i] += b.x, d1[4 * i + 1] += b.y, d1[4 * i + 2] += b.x, d1[4 * i + 3] += b.y;
           }
         }
       }
-      // Staging slot layout: 128 rows of 128 bytes whose 16-byte chunks are swizzled by the row (TMA's 128-byte
-      // swizzle), so a warp's 8 rows × 16 bytes hit 32 distinct banks. Offset of (row, 8j + 2q) in a slot:
+      // Staging slot layout: 128 rows of 128 bytes whose 16-byte chunks are swizzled by the row (TMA's
+      // 128-byte swizzle), so a warp's 8 rows × 16 bytes hit 32 distinct banks. Offset of (row, 8j + 2q) in a
+      // slot:
       auto at = [&](int row, int j8) { return row * 128 + ((j8 ^ (row % 8)) * 16) + 4 * q; };
       if constexpr (E == Epilogue::kDgelu) {
         mbar_wait(&pre_bar[c], local & 1);
@@ -396,14 +424,16 @@ class Gemm {
       cudaLaunchAttribute attr{};
       attr.id = cudaLaunchAttributeClusterDimension;
       attr.val.clusterDim.x = 2, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
-      cfg.gridDim = dim3(2 * sms_), cfg.blockDim = dim3(kThreads), cfg.dynamicSmemBytes = smem_bytes<kStages>();
+      cfg.gridDim = dim3(2 * sms_), cfg.blockDim = dim3(kThreads),
+      cfg.dynamicSmemBytes = smem_bytes<kStages>();
       cfg.attrs = &attr, cfg.numAttrs = 1;
       int clusters = 0;
-      max_ctas_ = (cudaOccupancyMaxActiveClusters(&clusters, gemm_pingpong_kernel<Epilogue::kBiasGelu, kStages, 2>,
-                                                  &cfg) == cudaSuccess &&
-                   clusters > 0)
-                      ? 2 * clusters
-                      : sms_ / 2 * 2;
+      max_ctas_ =
+          (cudaOccupancyMaxActiveClusters(&clusters, gemm_pingpong_kernel<Epilogue::kBiasGelu, kStages, 2>,
+                                          &cfg) == cudaSuccess &&
+           clusters > 0)
+              ? 2 * clusters
+              : sms_ / 2 * 2;
     }
   }
 
@@ -425,10 +455,14 @@ class Gemm {
     const int tiles = (M / kTM) * (N / kTN);
     const int ctas = tiles < max_ctas_ ? tiles : max_ctas_;
     switch (e) {
-      case Epilogue::kNone: return launch<Epilogue::kNone>(ta, tb, to, tp, g, ctas, stream);
-      case Epilogue::kBias: return launch<Epilogue::kBias>(ta, tb, to, tp, g, ctas, stream);
-      case Epilogue::kBiasGelu: return launch<Epilogue::kBiasGelu>(ta, tb, to, tp, g, ctas, stream);
-      case Epilogue::kDgelu: return launch<Epilogue::kDgelu>(ta, tb, to, tp, g, ctas, stream);
+      case Epilogue::kNone:
+        return launch<Epilogue::kNone>(ta, tb, to, tp, g, ctas, stream);
+      case Epilogue::kBias:
+        return launch<Epilogue::kBias>(ta, tb, to, tp, g, ctas, stream);
+      case Epilogue::kBiasGelu:
+        return launch<Epilogue::kBiasGelu>(ta, tb, to, tp, g, ctas, stream);
+      case Epilogue::kDgelu:
+        return launch<Epilogue::kDgelu>(ta, tb, to, tp, g, ctas, stream);
     }
     return false;
   }
@@ -436,10 +470,12 @@ class Gemm {
  private:
   template <int C, bool S>
   static void prepare() {
-    for (auto* f : {gemm_pingpong_kernel<Epilogue::kNone, kStages, C, S>, gemm_pingpong_kernel<Epilogue::kBias, kStages, C, S>,
+    for (auto* f : {gemm_pingpong_kernel<Epilogue::kNone, kStages, C, S>,
+                    gemm_pingpong_kernel<Epilogue::kBias, kStages, C, S>,
                     gemm_pingpong_kernel<Epilogue::kBiasGelu, kStages, C, S>,
                     gemm_pingpong_kernel<Epilogue::kDgelu, kStages, C, S>}) {
-      cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes<kStages>()));
+      cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(smem_bytes<kStages>()));
     }
   }
 
@@ -447,17 +483,21 @@ class Gemm {
   bool launch(const CUtensorMap& ta, const CUtensorMap& tb, const CUtensorMap& to, const CUtensorMap& tp,
               const Args& g, int ctas, cudaStream_t stream) const {
     if (cluster_ == 1) {
-      gemm_pingpong_kernel<E, kStages, 1><<<ctas, kThreads, smem_bytes<kStages>(), stream>>>(ta, tb, to, tp, g);
+      gemm_pingpong_kernel<E, kStages, 1>
+          <<<ctas, kThreads, smem_bytes<kStages>(), stream>>>(ta, tb, to, tp, g);
       return cudaGetLastError() == cudaSuccess;
     }
     cudaLaunchConfig_t cfg{};
     cudaLaunchAttribute attr{};
     attr.id = cudaLaunchAttributeClusterDimension;
     attr.val.clusterDim.x = 2, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
-    cfg.gridDim = dim3(ctas / 2 * 2), cfg.blockDim = dim3(kThreads), cfg.dynamicSmemBytes = smem_bytes<kStages>();
+    cfg.gridDim = dim3(ctas / 2 * 2), cfg.blockDim = dim3(kThreads),
+    cfg.dynamicSmemBytes = smem_bytes<kStages>();
     cfg.stream = stream, cfg.attrs = &attr, cfg.numAttrs = 1;
-    return share_ ? cudaLaunchKernelEx(&cfg, gemm_pingpong_kernel<E, kStages, 2, true>, ta, tb, to, tp, g) == cudaSuccess
-                  : cudaLaunchKernelEx(&cfg, gemm_pingpong_kernel<E, kStages, 2, false>, ta, tb, to, tp, g) == cudaSuccess;
+    return share_ ? cudaLaunchKernelEx(&cfg, gemm_pingpong_kernel<E, kStages, 2, true>, ta, tb, to, tp, g) ==
+                        cudaSuccess
+                  : cudaLaunchKernelEx(&cfg, gemm_pingpong_kernel<E, kStages, 2, false>, ta, tb, to, tp, g) ==
+                        cudaSuccess;
   }
 
   // A row-major (rows, cols) bf16 matrix in (box_rows, box_cols) boxes with the 128-byte swizzle.
@@ -467,8 +507,8 @@ class Gemm {
     const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * 2};
     const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows)};
     const cuuint32_t elem[2] = {1, 1};
-    const CUresult r = encode_(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<__nv_bfloat16*>(p), dims, strides,
-                               box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+    const CUresult r = encode_(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<__nv_bfloat16*>(p), dims,
+                               strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS) {
       std::fprintf(stderr, "hopper::Gemm: cuTensorMapEncodeTiled failed (%d)\n", static_cast<int>(r));
