@@ -18,7 +18,7 @@ constexpr uint64_t kAdamwChunkElements = 1u << 16;  // kernels.cuh: adamw_chunk_
 constexpr uint64_t kAdamwChunkBytes = 32;           // sizeof(AdamWChunk): 3 uint64 offsets, uint32 count, decay
 constexpr uint64_t kAttnKvQueryTile128 = 32;        // attention.cu kKvQueryTile<128>
 constexpr uint64_t kAttnKvQueryTileSmall = 64;      // kKvQueryTile<64> (GANTRY_ATTN_BWD_KV_QTILE's default)
-constexpr uint64_t kClassifierChunkBytes = 256u << 20;  // backend_cuda.cu: logits for ~256 MB of rows
+constexpr uint64_t kClassifierChunkBytes = 256u << 20;  // backend_cuda.cu classifier_region: least chunk
 
 uint64_t ceil_div(uint64_t a, uint64_t b) {
   return (a + b - 1) / b;
@@ -131,16 +131,16 @@ Table cuda_table(const PlanModel& m, uint64_t b) {
   tb.add("lnf", "(N, C) bf16", MB::kActivations, n * c * kBf16);
   tb.add("lnf_mean", "(N) fp32", MB::kActivations, n * kF32);
   tb.add("lnf_rstd", "(N) fp32", MB::kActivations, n * kF32);
-  // The classifier works through the rows in chunks of at most 256 MB of bf16 logits.
-  const uint64_t rows = std::clamp<uint64_t>(kClassifierChunkBytes / (v * kBf16), 1, n);
-  tb.add("logits", "(min(N, 256 MiB / 2V), V) bf16", MB::kBuffers, rows * v * kBf16);
   tb.add("losses", "(N) fp32", MB::kActivations, n * kF32);
-  tb.add("tmp_nc", "(N, C) bf16", MB::kBuffers, n * c * kBf16);
-  tb.add("dres", "(N, C) bf16", MB::kBuffers, n * c * kBf16);
   tb.add("dln", "(N, C) bf16", MB::kBuffers, n * c * kBf16);
-  tb.add("datty", "(N, C) bf16", MB::kBuffers, n * c * kBf16);
-  tb.add("dqkv", "(N, 3C) bf16", MB::kBuffers, n * 3 * c * kBf16);
-  tb.add("dfch", "(N, 4C) bf16", MB::kBuffers, n * 4 * c * kBf16);
+  // One allocation holds the classifier's logits chunk and, after it, the backward's dres, dfch, dqkv,
+  // datty and tmp_nc (each padded to 128 elements): as large as those buffers, at least ~256 MB of rows.
+  auto pad = [](uint64_t e) { return ceil_div(e, 128) * 128; };
+  const uint64_t buffers = pad(n * c) * 3 + pad(n * 4 * c) + pad(n * 3 * c);
+  const uint64_t rows = std::clamp<uint64_t>(kClassifierChunkBytes / (v * kBf16), 1, n);
+  tb.add("logits_and_backward_buffers",
+         "max(dres, dfch, dqkv, datty, tmp_nc; (min(N, 256 MiB / 2V), V)) bf16", MB::kBuffers,
+         std::max(buffers, rows * v) * kBf16);
   tb.add("scratch", "(max of the kernels' scratch) fp32", MB::kBuffers,
          plan_cuda_scratch_floats(m, static_cast<int>(b)).total() * kF32);
   tb.add("loss_sum, sum_squares, eval_sum, norm", "(1) fp32 each", MB::kBuffers, kF32, 4);

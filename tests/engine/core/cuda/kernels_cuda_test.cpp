@@ -3,6 +3,7 @@
 // (fp32 sums of the same bf16-rounded inputs, in another order).
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <map>
 #include <vector>
 
@@ -168,6 +169,14 @@ TEST_P(MatmulCuda, ForwardBackwardAgainstCpu) {
   gelu_forward(gelu_ref.data(), ref.data(), ref.size());
   EXPECT_LT(rel_error(to_float(d_pre.download()), ref), kBf16Bound) << "GELU epilogue's pre-activation";
   EXPECT_LT(rel_error(to_float(d_out.download()), gelu_ref), kBf16Bound) << "GELU epilogue (tanh approximation)";
+  {  // bitwise repeatable
+    const auto first = d_out.download(), first_pre = d_pre.download();
+    d_out.poison();
+    mm.forward(d_out.get(), d_inp.get(), d_w.get(), d_bias.get(), N, C, OC, d_pre.get());
+    const auto again = d_out.download(), again_pre = d_pre.download();
+    EXPECT_EQ(std::memcmp(first.data(), again.data(), first.size() * sizeof(first[0])), 0) << "GELU output repeats";
+    EXPECT_EQ(std::memcmp(first_pre.data(), again_pre.data(), first_pre.size() * sizeof(first_pre[0])), 0);
+  }
 
   std::vector<float> dinp(static_cast<size_t>(N) * C, 0.0f), dw = dw0;
   matmul_backward(nullptr, dinp.data(), dw.data(), nullptr, dout.data(), inp.data(), w.data(), N, C, OC);
@@ -190,7 +199,8 @@ TEST_P(MatmulCuda, ForwardBackwardAgainstCpu) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, MatmulCuda,
                          ::testing::Values(MatmulCase{64, 64, 192}, MatmulCase{512, 128, 512},
-                                           MatmulCase{1024, 256, 64}, MatmulCase{200, 96, 160}),
+                                           MatmulCase{1024, 256, 64}, MatmulCase{200, 96, 160},
+                                           MatmulCase{768, 256, 640}),
                          [](const ::testing::TestParamInfo<MatmulCase>& i) {
                            return "N" + std::to_string(i.param.N) + "_C" + std::to_string(i.param.C) + "_OC" +
                                   std::to_string(i.param.OC);
