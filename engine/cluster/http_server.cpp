@@ -62,16 +62,6 @@ std::string lower(std::string_view s) {
   return out;
 }
 
-// nlohmann's what() starts with "[json.exception.parse_error.101] ": the reader wants what follows.
-std::string json_error_text(const std::exception& e) {
-  std::string s = e.what();
-  if (!s.empty() && s.front() == '[') {
-    const size_t close = s.find("] ");
-    if (close != std::string::npos) s.erase(0, close + 2);
-  }
-  return s;
-}
-
 std::string dump(const nlohmann::json& j) {
   // Error messages may quote what a client sent, which need not be UTF-8: replace, never throw.
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);

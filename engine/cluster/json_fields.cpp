@@ -27,8 +27,11 @@ std::string range(double min, double max) {
   return "[" + fmt(min) + ", " + fmt(max) + "]";
 }
 
-// nlohmann's what() starts with "[json.exception.parse_error.101] ": the reader wants what follows.
-std::string parse_error_text(const std::exception& e) {
+struct TooDeep {};
+
+}  // namespace
+
+std::string json_error_text(const std::exception& e) {
   std::string s = e.what();
   if (!s.empty() && s.front() == '[') {
     const size_t close = s.find("] ");
@@ -36,10 +39,6 @@ std::string parse_error_text(const std::exception& e) {
   }
   return s;
 }
-
-struct TooDeep {};
-
-}  // namespace
 
 Result<nlohmann::json> json_parse_bounded(std::string_view text, int max_depth) {
   // The callback sees each value's depth as it opens, so the parse stops at the first level too many,
@@ -57,7 +56,7 @@ Result<nlohmann::json> json_parse_bounded(std::string_view text, int max_depth) 
   } catch (const TooDeep&) {
     return Status::error("nested deeper than " + std::to_string(max_depth) + " levels of arrays and objects");
   } catch (const nlohmann::json::exception& e) {
-    return Status::error(parse_error_text(e));
+    return Status::error(json_error_text(e));
   }
 }
 

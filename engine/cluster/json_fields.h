@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <nlohmann/json.hpp>  // nlohmann::json
 #include <optional>
 #include <string>
@@ -56,6 +57,9 @@ class JsonFields {
 
 // "a string", "an integer", "an object", ... : how an error names what it got.
 std::string json_type_phrase(const nlohmann::json& v);
+
+// nlohmann's what() starts with "[json.exception.parse_error.101] ": the reader wants what follows.
+std::string json_error_text(const std::exception& e);
 
 // Nesting deeper than this is refused when a document is read. nlohmann parses deep documents
 // iteratively, but copying, comparing and dumping them recurse: an 80,000-deep array would overflow the

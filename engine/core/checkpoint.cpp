@@ -34,19 +34,6 @@ std::string step_dir_name(int64_t step) {
   return buf;
 }
 
-std::string hex64(uint64_t v) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "%016" PRIx64, v);
-  return buf;
-}
-
-bool parse_hex64(const std::string& s, uint64_t* out) {
-  if (s.empty() || s.size() > 16) return false;
-  char* end = nullptr;
-  *out = std::strtoull(s.c_str(), &end, 16);
-  return end == s.c_str() + s.size();
-}
-
 Status write_all(int fd, const void* data, size_t bytes, const std::string& path) {
   const char* p = static_cast<const char*>(data);
   while (bytes > 0) {
@@ -246,7 +233,7 @@ Result<json> write_shard(const fs::path& dir, int rank, Backend& backend) {
                       {"start", p.start},
                       {"count", p.count},
                       {"file_offset", file_offset},
-                      {"xxh64", hex64(xxhash64(staging.data(), bytes))}});
+                      {"xxh64", xxhash64_hex(xxhash64(staging.data(), bytes))}});
     file_offset += bytes;
   }
   if (s.ok() && ::fsync(fd) != 0) s = Status::error("cannot fsync '" + shard_path + "': " + std::strerror(errno));
@@ -411,9 +398,9 @@ Result<CheckpointWritten> checkpoint_write(const std::string& root, Backend& bac
       {"step", meta.step},
       {"loss", meta.loss},
       {"code_version", meta.code_version},
-      {"data_version", hex64(meta.data_version)},
+      {"data_version", xxhash64_hex(meta.data_version)},
       {"data_cursor", {{"seed", meta.sampler_seed}, {"step", meta.step}}},
-      {"rng_state", hex64(meta.rng_state)},
+      {"rng_state", xxhash64_hex(meta.rng_state)},
       {"layout",
        {{"world_size", layout.world}, {"dp", layout.dp}, {"tp", layout.tp}, {"pp", layout.pp}, {"zero", layout.zero}}},
       {"config", config_dump(meta.config)},
@@ -497,13 +484,13 @@ Result<CheckpointMeta> checkpoint_load(const std::string& dir_str, Backend& back
     meta.loss = m.value("loss", 0.0);
     meta.code_version = m.value("code_version", "");
     meta.sampler_seed = m.at("data_cursor").at("seed").get<uint64_t>();
-    if (!parse_hex64(m.at("rng_state").get<std::string>(), &meta.rng_state)) return bad("rng_state is not hex");
-    if (!parse_hex64(m.at("data_version").get<std::string>(), &meta.data_version)) {
+    if (!xxhash64_parse_hex(m.at("rng_state").get<std::string>(), &meta.rng_state)) return bad("rng_state is not hex");
+    if (!xxhash64_parse_hex(m.at("data_version").get<std::string>(), &meta.data_version)) {
       return bad("data_version is not hex");
     }
     if (meta.data_version != data_version) {
-      return bad("written for other training data (data version " + hex64(meta.data_version) +
-                 ", the configured shards have " + hex64(data_version) +
+      return bad("written for other training data (data version " + xxhash64_hex(meta.data_version) +
+                 ", the configured shards have " + xxhash64_hex(data_version) +
                  "; it covers every shard's name, size and contents): resume with the shards it was trained "
                  "on, or start a fresh run without --resume");
     }
@@ -542,7 +529,7 @@ Result<CheckpointMeta> checkpoint_load(const std::string& dir_str, Backend& back
         r.start = sl.at("start").get<uint64_t>();
         r.count = sl.at("count").get<uint64_t>();
         r.file_offset = sl.at("file_offset").get<uint64_t>();
-        if (!parse_hex64(sl.at("xxh64").get<std::string>(), &r.hash)) return bad("a slice hash is not hex");
+        if (!xxhash64_parse_hex(sl.at("xxh64").get<std::string>(), &r.hash)) return bad("a slice hash is not hex");
         if (r.start + r.count > r.tensor->numel || r.file_offset + r.count * sizeof(float) > actual ||
             r.file_offset < kShardHeaderBytes) {
           return bad("slice " + r.tensor->name + " lies outside its tensor or file");
@@ -606,7 +593,7 @@ Result<CheckpointMeta> checkpoint_load(const std::string& dir_str, Backend& back
     if (h != r.hash) {
       ::close(fd);
       return Status::error("checkpoint shard '" + r.file + "' is corrupt: " + state_buffer_name(r.buffer) + " " +
-                           r.tensor->name + " has checksum " + hex64(h) + ", the manifest says " + hex64(r.hash));
+                           r.tensor->name + " has checksum " + xxhash64_hex(h) + ", the manifest says " + xxhash64_hex(r.hash));
     }
     for (size_t k = 0; k < nd.ranges.size(); ++k) {
       const FlatRange& held = nd.ranges[k];

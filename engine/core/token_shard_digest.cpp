@@ -22,19 +22,6 @@ namespace {
 
 constexpr int64_t kSettledNs = 2'000'000'000;
 
-std::string hex64(uint64_t v) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "%016" PRIx64, v);
-  return buf;
-}
-
-bool parse_hex64(const std::string& s, uint64_t* out) {
-  if (s.empty() || s.size() > 16) return false;
-  char* end = nullptr;
-  *out = std::strtoull(s.c_str(), &end, 16);
-  return end == s.c_str() + s.size();
-}
-
 std::string absolute_path(const std::string& path) {
   std::error_code ec;
   fs::path p = fs::absolute(path, ec);
@@ -85,7 +72,7 @@ TokenShardDigestCache TokenShardDigestCache::load(const std::string& dir) {
       Entry entry{.bytes = e.at("bytes").get<uint64_t>(),
                   .mtime_ns = e.at("mtime_ns").get<int64_t>(),
                   .digest = {.max_token = e.at("max_token").get<uint32_t>()}};
-      if (!parse_hex64(e.at("xxh64").get<std::string>(), &entry.digest.xxh64)) {
+      if (!xxhash64_parse_hex(e.at("xxh64").get<std::string>(), &entry.digest.xxh64)) {
         cache.entries_.clear();
         return cache;
       }
@@ -128,7 +115,7 @@ void TokenShardDigestCache::save() const {
     shards.push_back({{"path", path},
                       {"bytes", e.bytes},
                       {"mtime_ns", e.mtime_ns},
-                      {"xxh64", hex64(e.digest.xxh64)},
+                      {"xxh64", xxhash64_hex(e.digest.xxh64)},
                       {"max_token", e.digest.max_token}});
   }
   const json j = {{"format", "gantry-shard-digests"},

@@ -1,6 +1,9 @@
 #include "engine/core/xxhash64.h"
 
-#include <bit>      // std::endian, std::rotl
+#include <bit>       // std::endian, std::rotl
+#include <cinttypes>  // PRIx64
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>  // std::memcpy
 
 namespace gantry {
@@ -160,6 +163,19 @@ uint64_t XxHash64Stream::digest() const {
   uint64_t h = total_bytes_ >= kStripeBytes ? accumulators_merge(acc_) : seed_ + kPrime5;
   h += total_bytes_;
   return tail_finish(h, pending_, pending_bytes_);
+}
+
+std::string xxhash64_hex(uint64_t digest) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%016" PRIx64, digest);
+  return buf;
+}
+
+bool xxhash64_parse_hex(const std::string& text, uint64_t* digest) {
+  if (text.empty() || text.size() > 16) return false;
+  char* end = nullptr;
+  *digest = std::strtoull(text.c_str(), &end, 16);
+  return end == text.c_str() + text.size();
 }
 
 }  // namespace gantry

@@ -11,11 +11,16 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace gantry {
 
 // Hashes `bytes` bytes at `data` (any alignment; `data` may be null when `bytes` is 0).
 uint64_t xxhash64(const void* data, size_t bytes, uint64_t seed = 0);
+
+// A digest as manifests and caches write it (16 lower-case hex digits), and back; false for anything else.
+std::string xxhash64_hex(uint64_t digest);
+bool xxhash64_parse_hex(const std::string& text, uint64_t* digest);
 
 // Incremental XXH64: any sequence of update() calls gives the same digest as one xxhash64() call over the
 // concatenated bytes. digest() does not end the stream; more updates may follow.

@@ -23,6 +23,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "engine/cluster/http_client.h"
@@ -68,25 +69,40 @@ inline std::vector<pid_t> cluster_pids(const fs::path& dir) {
   return out;
 }
 
-// One raw HTTP/1.1 request to 127.0.0.1:port; returns the status (0 when there was no answer).
-inline int raw_status(int port, const std::string& request) {
+// A connection to 127.0.0.1:port that has sent `prefix` (maybe nothing); -1 on failure.
+inline int raw_connect(int port, const std::string& prefix = "") {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 0;
+  if (fd < 0) return -1;
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<uint16_t>(port));
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      (!prefix.empty() &&
+       ::send(fd, prefix.data(), prefix.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(prefix.size()))) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// One raw HTTP/1.1 request to 127.0.0.1:port: the reply's status (0 when there was no answer) and body.
+inline std::pair<int, std::string> raw_request(int port, const std::string& request) {
   std::string reply;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-      ::send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size())) {
+  if (const int fd = raw_connect(port, request); fd >= 0) {
     char buf[4096];
     ssize_t n = 0;
     while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) reply.append(buf, static_cast<size_t>(n));
+    ::close(fd);
   }
-  ::close(fd);
   int status = 0;
   std::sscanf(reply.c_str(), "HTTP/1.%*d %d", &status);
-  return status;
+  const size_t body_at = reply.find("\r\n\r\n");
+  return {status, body_at == std::string::npos ? "" : reply.substr(body_at + 4)};
+}
+
+inline int raw_status(int port, const std::string& request) {
+  return raw_request(port, request).first;
 }
 
 class ClusterCli : public ::testing::Test {

@@ -17,23 +17,6 @@ namespace {
 
 using namespace cluster_testing;  // NOLINT: the fixture and its helpers are this suite's vocabulary
 
-// A connection to 127.0.0.1:port that sends `prefix` (maybe nothing) and then holds still; -1 on failure.
-int open_idle(int port, const std::string& prefix) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      (!prefix.empty() &&
-       ::send(fd, prefix.data(), prefix.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(prefix.size()))) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 int port_of(const std::string& url) {
   return std::stoi(url.substr(url.rfind(':') + 1));
 }
@@ -41,22 +24,9 @@ int port_of(const std::string& url) {
 // A raw POST with the given bearer token and body; the status and the reply's body.
 std::pair<int, std::string> raw_post(int port, const std::string& path, const std::string& token,
                                      const std::string& body) {
-  const std::string request =
-      "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + token +
-      "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
-      "\r\nConnection: close\r\n\r\n" + body;
-  const int fd = open_idle(port, request);
-  std::string reply;
-  if (fd >= 0) {
-    char buf[4096];
-    ssize_t n = 0;
-    while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) reply.append(buf, static_cast<size_t>(n));
-    ::close(fd);
-  }
-  int status = 0;
-  std::sscanf(reply.c_str(), "HTTP/1.%*d %d", &status);
-  const size_t body_at = reply.find("\r\n\r\n");
-  return {status, body_at == std::string::npos ? "" : reply.substr(body_at + 4)};
+  return raw_request(port, "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + token +
+                               "\r\nContent-Type: application/json\r\nContent-Length: " +
+                               std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body);
 }
 
 // The pid whose environment says RANK=<rank>, among `pids`; 0 if none.
@@ -146,8 +116,8 @@ TEST_F(ClusterHardening, IdleConnectionsNeitherLoseNodesNorStallTheApi) {
   ASSERT_GE(id, 0);
   const int port = port_of(url_);
   std::vector<int> held;
-  for (int i = 0; i < 200; ++i) held.push_back(open_idle(port, ""));
-  for (int i = 0; i < 20; ++i) held.push_back(open_idle(port, "GET /v1/cluster HTTP/1.1\r\nHost: x\r\n"));
+  for (int i = 0; i < 200; ++i) held.push_back(raw_connect(port));
+  for (int i = 0; i < 20; ++i) held.push_back(raw_connect(port, "GET /v1/cluster HTTP/1.1\r\nHost: x\r\n"));
   ASSERT_EQ(std::count(held.begin(), held.end(), -1), 0) << "could not open the connections";
   const int64_t before = last_step(id);
   const auto hold_until = std::chrono::steady_clock::now() + 8s;
