@@ -1,6 +1,7 @@
 // gantry-engine ctl: the coordinator's API from a terminal (engine/cluster/http_client.h). Tables by
 // default, the API's JSON with --json.
-//   ctl --url U --token-file F status | runs | submit --config C --dp N [--checkpoint-every N] [--keep-last K] |
+//   ctl --url U --token-file F status | runs | submit --config C --dp N [--checkpoint-every N] [--keep-last
+//   K] |
 //       checkpoint|pause|resume|stop RUN | ranks RUN | events RUN | quarantine|release NODE |
 //       resume-from RUN [--checkpoint latest|STEP|step_N] [--dp N] [--zero Z]
 #include <CLI/CLI.hpp>
@@ -62,7 +63,8 @@ void print_runs(const json& runs) {
   for (const json& r : runs) {
     const json& l = r.at("layout");
     rows.push_back({cell(r.at("id")), cell(r.at("name")), cell(r.at("state")),
-                    "dp=" + cell(l.at("dp")) + " zero=" + cell(l.at("zero")), cell(r.at("last_step")), cell(r.at("message"))});
+                    "dp=" + cell(l.at("dp")) + " zero=" + cell(l.at("zero")), cell(r.at("last_step")),
+                    cell(r.at("message"))});
   }
   print_table({"RUN", "NAME", "STATE", "LAYOUT", "STEP", "MESSAGE"}, rows);
 }
@@ -91,10 +93,13 @@ void print_ranks(const json& r) {
   }
   const json& sum = r.at("straggler");
   const json& o = sum.at("options");
-  std::printf("run %s: straggler scores on the %s basis, window %s steps, evaluated at step %s (%s evaluations)\n",
-              cell(r.at("run")).c_str(), cell(o.at("basis")).c_str(), cell(o.at("window_steps")).c_str(),
-              cell(sum.at("evaluated_at_step")).c_str(), cell(sum.at("evaluations")).c_str());
-  print_table({"RANK", "NODE", "SLOT", "STEP", "STEP_S", "MEDIAN_S", "RELATIVE", "INDIVIDUAL", "FLAG", "SLOW PHASE"}, rows);
+  std::printf(
+      "run %s: straggler scores on the %s basis, window %s steps, evaluated at step %s (%s evaluations)\n",
+      cell(r.at("run")).c_str(), cell(o.at("basis")).c_str(), cell(o.at("window_steps")).c_str(),
+      cell(sum.at("evaluated_at_step")).c_str(), cell(sum.at("evaluations")).c_str());
+  print_table(
+      {"RANK", "NODE", "SLOT", "STEP", "STEP_S", "MEDIAN_S", "RELATIVE", "INDIVIDUAL", "FLAG", "SLOW PHASE"},
+      rows);
 }
 
 int ctl_main(const std::string& what, const CtlArgs& a) {
@@ -176,10 +181,12 @@ int ctl_main(const std::string& what, const CtlArgs& a) {
   if (what == "status") {
     std::vector<std::vector<std::string>> rows;
     for (const json& n : r->at("nodes")) {
-      rows.push_back({cell(n.at("id")), cell(n.at("state")), cell(n.at("slots")), cell(n.at("busy_slots")), cell(n.at("runs"))});
+      rows.push_back({cell(n.at("id")), cell(n.at("state")), cell(n.at("slots")), cell(n.at("busy_slots")),
+                      cell(n.at("runs"))});
     }
-    std::printf("coordinator %s: %s slots, %s busy, %s live runs\n", a.url.c_str(), cell(r->at("slots")).c_str(),
-                cell(r->at("busy_slots")).c_str(), cell(r->at("runs_live")).c_str());
+    std::printf("coordinator %s: %s slots, %s busy, %s live runs\n", a.url.c_str(),
+                cell(r->at("slots")).c_str(), cell(r->at("busy_slots")).c_str(),
+                cell(r->at("runs_live")).c_str());
     print_table({"NODE", "STATE", "SLOTS", "BUSY", "RUNS"}, rows);
   } else if (what == "runs") {
     print_runs(r->at("runs"));
@@ -188,8 +195,8 @@ int ctl_main(const std::string& what, const CtlArgs& a) {
   } else if (what == "submit") {
     print_runs(json::array({r.value()}));
   } else if (what == "quarantine") {
-    std::printf("node %s quarantined; runs moving off it: %s (follow with `ctl events RUN`)\n", a.node.c_str(),
-                r->at("moving_runs").empty() ? "none" : r->at("moving_runs").dump().c_str());
+    std::printf("node %s quarantined; runs moving off it: %s (follow with `ctl events RUN`)\n",
+                a.node.c_str(), r->at("moving_runs").empty() ? "none" : r->at("moving_runs").dump().c_str());
   } else if (what == "release") {
     std::printf("node %s released: %s\n", a.node.c_str(), cell(r->at("state")).c_str());
   } else if (what == "resume-from") {
@@ -226,10 +233,13 @@ void ctl_command_add(CLI::App& app, int* exit_code) {
   submit->add_option("--zero", a->zero, "ZeRO stage 0-3")->check(CLI::Range(0, 3));
   submit->add_option("--max-steps", a->max_steps, "Stop after this step")->check(CLI::NonNegativeNumber);
   submit->add_option("--name", a->name, "The run's name");
-  submit->add_option("--checkpoint-every", a->checkpoint_every,
-                     "The coordinator asks for a checkpoint every N steps (the checkpoint action, from policy)")
+  submit
+      ->add_option("--checkpoint-every", a->checkpoint_every,
+                   "The coordinator asks for a checkpoint every N steps (the checkpoint action, from policy)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
-  submit->add_option("--keep-last", a->keep_last, "Keep the newest K committed checkpoints; the coordinator deletes older ones")
+  submit
+      ->add_option("--keep-last", a->keep_last,
+                   "Keep the newest K committed checkpoints; the coordinator deletes older ones")
       ->check(CLI::Range(1, 100000));
   for (const char* action : {"checkpoint", "pause", "resume", "stop"}) {
     CLI::App* sub = add(action, std::string("Ask run RUN to ") + action + " at its next step boundary");
@@ -241,11 +251,16 @@ void ctl_command_add(CLI::App& app, int* exit_code) {
                                     : "Let node NODE take work again");
     sub->add_option("node", a->node, "The node's id (ctl status lists them)")->required();
   }
-  CLI::App* resume_from = add("resume-from", "Resume a stopped, failed or interrupted run from one of its checkpoints (exit 3 when it cannot be placed)");
+  CLI::App* resume_from = add("resume-from",
+                              "Resume a stopped, failed or interrupted run from one of its checkpoints (exit "
+                              "3 when it cannot be placed)");
   resume_from->add_option("run", a->run, "The run's id")->required();
-  resume_from->add_option("--checkpoint", a->checkpoint, "latest (default), a step number, or a step_* directory name of the run");
-  resume_from->add_option("--dp", a->resume_dp, "Data-parallel ranks (default the run's)")->check(CLI::Range(1, 1 << 20));
-  resume_from->add_option("--zero", a->resume_zero, "ZeRO stage 0-3 (default the run's)")->check(CLI::Range(0, 3));
+  resume_from->add_option("--checkpoint", a->checkpoint,
+                          "latest (default), a step number, or a step_* directory name of the run");
+  resume_from->add_option("--dp", a->resume_dp, "Data-parallel ranks (default the run's)")
+      ->check(CLI::Range(1, 1 << 20));
+  resume_from->add_option("--zero", a->resume_zero, "ZeRO stage 0-3 (default the run's)")
+      ->check(CLI::Range(0, 3));
   CLI::App* ranks = add("ranks", "A run's ranks: node, slot, latest step, straggler scores");
   ranks->add_option("run", a->run, "The run's id")->required();
   CLI::App* events = add("events", "Follow a run's events until it ends");

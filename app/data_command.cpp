@@ -28,7 +28,8 @@ void print_stats(const CorpusStats& s) {
   std::printf("train: %llu tokens in %zu shard(s)\n", static_cast<unsigned long long>(s.train_tokens),
               s.train_paths.size());
   for (const std::string& p : s.train_paths) std::printf("  %s\n", p.c_str());
-  std::printf("val: %llu tokens in %zu shard(s)\n", static_cast<unsigned long long>(s.val_tokens), s.val_paths.size());
+  std::printf("val: %llu tokens in %zu shard(s)\n", static_cast<unsigned long long>(s.val_tokens),
+              s.val_paths.size());
   for (const std::string& p : s.val_paths) std::printf("  %s\n", p.c_str());
 }
 
@@ -39,7 +40,8 @@ void data_command_add(CLI::App& app, int* exit_code) {
   data->require_subcommand(1);
 
   auto text = std::make_shared<TextArgs>();
-  CLI::App* t = data->add_subcommand("text", "Tokenize a text file byte by byte (vocab 256) into train/val shards");
+  CLI::App* t =
+      data->add_subcommand("text", "Tokenize a text file byte by byte (vocab 256) into train/val shards");
   t->add_option("--input", text->input, "Text file")->required()->check(CLI::ExistingFile);
   t->add_option("--out", text->out, "Output folder for train_*.bin and val_*.bin")
       ->required()
@@ -63,7 +65,8 @@ void data_command_add(CLI::App& app, int* exit_code) {
   auto spec = std::make_shared<SyntheticSpec>();
   auto out = std::make_shared<std::string>();
   CLI::App* syn = data->add_subcommand(
-      "synthetic", "Write the built-in synthetic corpus: a Markov chain with a known entropy of ln(branching) nats");
+      "synthetic",
+      "Write the built-in synthetic corpus: a Markov chain with a known entropy of ln(branching) nats");
   syn->add_option("--out", *out, "Output folder")
       ->required()
       ->check(CLI::Validator(path_length_check, "PATH"));

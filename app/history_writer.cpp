@@ -30,8 +30,8 @@ HistoryWriter::~HistoryWriter() = default;
 void HistoryWriter::warn(const std::string& what) {
   if (warned_) return;
   warned_ = true;
-  std::fprintf(stderr, "warning: run history %s: %s (training goes on; checkpoints are unaffected)\n", path_.c_str(),
-               what.c_str());
+  std::fprintf(stderr, "warning: run history %s: %s (training goes on; checkpoints are unaffected)\n",
+               path_.c_str(), what.c_str());
 }
 
 void HistoryWriter::on_run(const RunDescription& run) {
@@ -72,10 +72,10 @@ void HistoryWriter::on_checkpoint(const CheckpointReport& c) {
   const double now = unix_now_s();
   if (!record_checkpoint({.run_id = run_id_,
                           .step = c.step,
-                               .path = c.dir,
-                               .bytes = c.bytes,
-                               .write_s = c.seconds,
-                               .time_unix_s = now})) {
+                          .path = c.dir,
+                          .bytes = c.bytes,
+                          .write_s = c.seconds,
+                          .time_unix_s = now})) {
     return warn("cannot record the checkpoint of step " + std::to_string(c.step) + ": " + db_->error());
   }
   RecordBatch batch;
@@ -107,10 +107,10 @@ void HistoryWriter::ingest(const RecordBatch& batch) {
       if (p.is_object() && p.value("dir", "") != "") {
         if (!record_checkpoint({.run_id = run_id_,
                                 .step = e.step,
-                                     .path = p.value("dir", ""),
-                                     .bytes = p.value("bytes", uint64_t{0}),
-                                     .write_s = p.value("seconds", 0.0),
-                                     .time_unix_s = e.time_unix_s})) {
+                                .path = p.value("dir", ""),
+                                .bytes = p.value("bytes", uint64_t{0}),
+                                .write_s = p.value("seconds", 0.0),
+                                .time_unix_s = e.time_unix_s})) {
           warn("cannot record the checkpoint of step " + std::to_string(e.step) + ": " + db_->error());
         }
       }

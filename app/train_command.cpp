@@ -20,7 +20,9 @@ namespace gantry {
 namespace {
 
 std::atomic<bool> g_stop{false};
-extern "C" void on_stop_signal(int) { g_stop.store(true); }
+extern "C" void on_stop_signal(int) {
+  g_stop.store(true);
+}
 
 class StepPrinter final : public TrainObserver {
  public:
@@ -129,7 +131,8 @@ int train_main(const TrainArgs& a) {
     return a.resume.empty() && !bad_data ? kExitFailed : kExitBadInput;
   }
   std::fprintf(stderr, "done: step %lld, loss %.6f%s, checkpoint %s\n", static_cast<long long>(s->last_step),
-               s->last_loss, s->last_val_loss ? (", val loss " + std::to_string(*s->last_val_loss)).c_str() : "",
+               s->last_loss,
+               s->last_val_loss ? (", val loss " + std::to_string(*s->last_val_loss)).c_str() : "",
                s->checkpoint_dir.c_str());
   return s->stopped_early ? kExitInterrupted : 0;
 }
@@ -142,7 +145,8 @@ void train_command_add(CLI::App& app, int* exit_code) {
   sub->add_option("--config", args->config, "Training config (TOML), e.g. assets/configs/tiny.toml")
       ->required()
       ->check(CLI::ExistingFile);
-  sub->add_option("--resume", args->resume, "Resume from 'latest' (newest under OUT/checkpoints) or a checkpoint dir");
+  sub->add_option("--resume", args->resume,
+                  "Resume from 'latest' (newest under OUT/checkpoints) or a checkpoint dir");
   sub->add_option("--max-steps", args->max_steps,
                   "Stop after this optimizer step (the LR schedule still spans train.max_steps)")
       ->check(CLI::NonNegativeNumber);

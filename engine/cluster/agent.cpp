@@ -44,7 +44,8 @@ RecordBatch take_records(RecordBatch& from, size_t max) {
   RecordBatch out;
   auto take = [&max](auto& src, auto& dst) {
     const size_t n = std::min(max, src.size());
-    dst.assign(std::make_move_iterator(src.begin()), std::make_move_iterator(src.begin() + static_cast<ptrdiff_t>(n)));
+    dst.assign(std::make_move_iterator(src.begin()),
+               std::make_move_iterator(src.begin() + static_cast<ptrdiff_t>(n)));
     src.erase(src.begin(), src.begin() + static_cast<ptrdiff_t>(n));
     max -= n;
   };
@@ -73,8 +74,8 @@ struct Agent::Impl {
   explicit Impl(AgentOptions o) : opt(std::move(o)) {}
 
   AgentOptions opt;
-  std::mutex mu;            // pending, latest
-  RecordBatch pending;      // records since the last beat, this node's batch
+  std::mutex mu;        // pending, latest
+  RecordBatch pending;  // records since the last beat, this node's batch
   // The latest step record of each local rank, by run, for /metrics; a run's entry goes when its gang ends.
   std::map<int64_t, std::map<int, RankStepRecord>> latest;
   // The agent's own counters, for /metrics.
@@ -83,7 +84,9 @@ struct Agent::Impl {
       heartbeats_failed{0};
   std::list<Share> shares;  // touched by the heartbeat thread only (besides each share's own thread)
 
-  void log(const std::string& line) { std::fprintf(stderr, "gantry-engine agent %s: %s\n", opt.node.c_str(), line.c_str()); }
+  void log(const std::string& line) {
+    std::fprintf(stderr, "gantry-engine agent %s: %s\n", opt.node.c_str(), line.c_str());
+  }
 
   void start_share(const json& a) {
     Share& s = shares.emplace_back();
@@ -100,8 +103,15 @@ struct Agent::Impl {
     g.first_rank = s.first_rank;
     g.world = a.at("world").get<int>();
     g.exe = opt.exe;
-    g.args = {"worker", "--config", config, "--out", a.at("out_dir").get<std::string>(), "--zero",
-              std::to_string(a.at("zero").get<int>()), "--max-steps", std::to_string(a.at("max_steps").get<int64_t>())};
+    g.args = {"worker",
+              "--config",
+              config,
+              "--out",
+              a.at("out_dir").get<std::string>(),
+              "--zero",
+              std::to_string(a.at("zero").get<int>()),
+              "--max-steps",
+              std::to_string(a.at("max_steps").get<int64_t>())};
     // A run placed again (a quarantine's move, resume-from) starts from the checkpoint the coordinator
     // chose inside the run's folder; the ranks reshard it to this layout.
     if (const std::string resume = a.value("resume", ""); !resume.empty()) {
@@ -136,7 +146,8 @@ struct Agent::Impl {
       }
       if (pending.size() > kMaxPendingRecords && !pending.rank_steps.empty()) {
         const size_t drop = std::min(pending.size() - kMaxPendingRecords, pending.rank_steps.size());
-        pending.rank_steps.erase(pending.rank_steps.begin(), pending.rank_steps.begin() + static_cast<ptrdiff_t>(drop));
+        pending.rank_steps.erase(pending.rank_steps.begin(),
+                                 pending.rank_steps.begin() + static_cast<ptrdiff_t>(drop));
         records_dropped.fetch_add(drop);
       }
     };
@@ -169,14 +180,19 @@ struct Agent::Impl {
       w.family(name, MetricType::counter, help);
       w.sample({}, static_cast<double>(v));
     };
-    counter("gantry_agent_workers_started_total", "Worker processes this agent started.", workers_started.load());
-    counter("gantry_agent_worker_frames_total", "Record frames received from this node's workers.", frames_received.load());
-    counter("gantry_agent_records_relayed_total", "Records delivered to the coordinator in heartbeats.", records_relayed.load());
-    counter("gantry_agent_heartbeats_total", "Heartbeats sent to the coordinator (answered or not).", heartbeats_sent.load());
+    counter("gantry_agent_workers_started_total", "Worker processes this agent started.",
+            workers_started.load());
+    counter("gantry_agent_worker_frames_total", "Record frames received from this node's workers.",
+            frames_received.load());
+    counter("gantry_agent_records_relayed_total", "Records delivered to the coordinator in heartbeats.",
+            records_relayed.load());
+    counter("gantry_agent_heartbeats_total", "Heartbeats sent to the coordinator (answered or not).",
+            heartbeats_sent.load());
     counter("gantry_agent_records_dropped_total",
             "Rank-step records dropped while the coordinator could not be reached (the oldest first).",
             records_dropped.load());
-    counter("gantry_agent_heartbeat_failures_total", "Heartbeats the coordinator did not answer.", heartbeats_failed.load());
+    counter("gantry_agent_heartbeat_failures_total", "Heartbeats the coordinator did not answer.",
+            heartbeats_failed.load());
     w.family("gantry_agent_runs", MetricType::gauge, "Runs with ranks reporting on this node.");
     w.sample({}, static_cast<double>(runs));
 
@@ -192,11 +208,13 @@ struct Agent::Impl {
         run_text.push_back(std::to_string(all[i].run_id));
         rank_text.push_back(std::to_string(all[i].rank));
       }
-      w.family("gantry_rank_step", MetricType::gauge, "Optimizer steps done by this rank (its latest step record).");
+      w.family("gantry_rank_step", MetricType::gauge,
+               "Optimizer steps done by this rank (its latest step record).");
       for (size_t k = 0; k < chosen.size(); ++k)
         w.sample({{"run", run_text[k]}, {"rank", rank_text[k]}, {"host", all[chosen[k]].host}},
                  static_cast<double>(all[chosen[k]].step));
-      w.family("gantry_rank_step_tokens", MetricType::gauge, "Tokens this rank processed in its latest step.");
+      w.family("gantry_rank_step_tokens", MetricType::gauge,
+               "Tokens this rank processed in its latest step.");
       for (size_t k = 0; k < chosen.size(); ++k)
         w.sample({{"run", run_text[k]}, {"rank", rank_text[k]}, {"host", all[chosen[k]].host}},
                  static_cast<double>(all[chosen[k]].tokens));
@@ -224,8 +242,12 @@ Status Agent::run(const std::atomic<bool>* stop) {
   if (ec) return Status::error("cannot create the agent's folder " + m.opt.dir + ": " + ec.message());
 
   // /metrics first: a port that cannot be bound is a bad option, reported before the node registers.
-  HttpServer metrics({.host = m.opt.metrics_host, .port = m.opt.metrics_port, .token = m.opt.token, .threads = 4,
-                      .max_event_streams = 0, .keep_alive_timeout = std::chrono::seconds(2)});
+  HttpServer metrics({.host = m.opt.metrics_host,
+                      .port = m.opt.metrics_port,
+                      .token = m.opt.token,
+                      .threads = 4,
+                      .max_event_streams = 0,
+                      .keep_alive_timeout = std::chrono::seconds(2)});
   metrics.get("/metrics", [&m](const HttpRequest&) { return m.metrics(); });
   if (Status s = metrics.start(); !s.ok()) return Status::error("cannot serve /metrics: " + s.message());
   {
@@ -240,14 +262,18 @@ Status Agent::run(const std::atomic<bool>* stop) {
 
   char host[256] = "";
   ::gethostname(host, sizeof host - 1);
-  Result<json> reg = api.post_json(
-      "/v1/agents", {{"node", m.opt.node}, {"slots", m.opt.slots}, {"pid", ::getpid()}, {"host", host}, {"spare", m.opt.spare},
-                      {"metrics_url", metrics.url() + "/metrics"}});
+  Result<json> reg = api.post_json("/v1/agents", {{"node", m.opt.node},
+                                                  {"slots", m.opt.slots},
+                                                  {"pid", ::getpid()},
+                                                  {"host", host},
+                                                  {"spare", m.opt.spare},
+                                                  {"metrics_url", metrics.url() + "/metrics"}});
   if (!reg.ok()) return Status::error("cannot register with the coordinator: " + reg.error());
   const auto beat = std::chrono::milliseconds(reg->value("heartbeat_ms", 200));
   // Heartbeats carry the node's own credential from the reply (a coordinator without one takes our token).
   const std::string credential = reg->value("credential", "");
-  HttpClient beats({.url = m.opt.url, .token = credential.empty() ? m.opt.token : credential, .ca_file = m.opt.ca_file});
+  HttpClient beats(
+      {.url = m.opt.url, .token = credential.empty() ? m.opt.token : credential, .ca_file = m.opt.ca_file});
   m.log("registered " + std::to_string(m.opt.slots) + " slots with " + m.opt.url);
 
   auto last_ok = Clock::now();
@@ -268,9 +294,14 @@ Status Agent::run(const std::atomic<bool>* stop) {
       it->thread.join();
       const GangResult& r = it->result;
       // agent_stopping: the gang ended because this agent was told to stop (`down`, SIGTERM), not by itself.
-      ended.push_back({{"run", it->run}, {"generation", it->generation}, {"code", r.code}, {"error", r.error},
-                       {"final_message", r.final_message}, {"failed_rank", r.failed_rank},
-                       {"cause_rank", r.failed_cause_rank}, {"agent_stopping", stopping}});
+      ended.push_back({{"run", it->run},
+                       {"generation", it->generation},
+                       {"code", r.code},
+                       {"error", r.error},
+                       {"final_message", r.final_message},
+                       {"failed_rank", r.failed_rank},
+                       {"cause_rank", r.failed_cause_rank},
+                       {"agent_stopping", stopping}});
       m.log("run " + std::to_string(it->run) + ": gang ended with code " + std::to_string(r.code) +
             (r.error.empty() ? "" : ": " + r.error));
       const int64_t ended_run = it->run;
@@ -315,7 +346,8 @@ Status Agent::run(const std::atomic<bool>* stop) {
       m.heartbeats_failed.fetch_add(1);
       // Records of this beat are put back, so a short outage loses nothing.
       std::lock_guard<std::mutex> lock(m.mu);
-      batch.rank_steps.insert(batch.rank_steps.end(), m.pending.rank_steps.begin(), m.pending.rank_steps.end());
+      batch.rank_steps.insert(batch.rank_steps.end(), m.pending.rank_steps.begin(),
+                              m.pending.rank_steps.end());
       batch.steps.insert(batch.steps.end(), m.pending.steps.begin(), m.pending.steps.end());
       batch.events.insert(batch.events.end(), m.pending.events.begin(), m.pending.events.end());
       std::swap(batch, m.pending);

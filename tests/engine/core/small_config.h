@@ -1,6 +1,8 @@
 // A model small enough that tests train it for tens of steps in well under a second per step.
 #pragma once
 
+#include <unistd.h>  // getpid: a scratch path of this process's own
+
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -26,9 +28,10 @@ inline Config small_config() {
   return c;
 }
 
-// A fresh empty directory under the test temp dir.
+// A fresh empty directory under the test temp dir, this process's own (ctest runs tests in parallel).
 inline std::string fresh_dir(const std::string& name) {
-  std::filesystem::path p = std::filesystem::path(::testing::TempDir()) / ("gantry_" + name);
+  std::filesystem::path p =
+      std::filesystem::path(::testing::TempDir()) / ("gantry_" + name + "_" + std::to_string(::getpid()));
   std::filesystem::remove_all(p);
   std::filesystem::create_directories(p);
   return p.string();
