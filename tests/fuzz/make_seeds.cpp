@@ -53,6 +53,8 @@ RecordBatch sample_batch() {
   r.mem_peak_bytes = 3u << 29;
   r.temperature_celsius = 61.5;
   r.power_watts = 412.0;
+  r.mfu = 0.38;
+  r.hfu = 0.43;
   b.rank_steps.push_back(r);
   b.rank_steps.push_back({.run_id = 3, .step = 42, .rank = 2, .host = "node-b"});
   b.steps.push_back({.run_id = 3,

@@ -131,7 +131,7 @@ void RunPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
   line("##grad", grad_view, {{"grad norm", c.step.data(), c.grad_norm.data(), c.size(), kOrange}}, half);
   line("##tokens", tokens_view, {{"tokens/s", c.step.data(), c.tokens_per_s.data(), c.size(), kGreen}}, half);
   ImGui::SameLine();
-  line("##mfu", mfu_view, {{"MFU", c.step.data(), c.mfu.data(), c.size(), kViolet}}, half);
+  line("##mfu", mfu_view, {{"MFU", c.step.data(), c.mfu_percent.data(), c.size(), kViolet}}, half);
   if (mfu_view.hovered) {
     ImGui::SetTooltip(
         "MFU = achieved FLOP/s / the device's dense bf16 peak (H100 SXM and H200 989 TFLOP/s, A100 312)\n"
