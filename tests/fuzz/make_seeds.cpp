@@ -125,7 +125,11 @@ void frame_seeds(const fs::path& frame_dir, const fs::path& worker_dir) {
                                                       .code_version = "v1",
                                                       .data_version = "00ff",
                                                       .backend = "cpu",
-                                                      .params = 123456});
+                                                      .params = 123456,
+                                                      .peak_name = "cpu (configured)",
+                                                      .peak_flops = 134.4e9,
+                                                      .flops_per_token = 772608,
+                                                      .mfu_formula = "MFU = ..."});
   const std::vector<uint8_t> command =
       worker_command_encode({.action = TrainAction::checkpoint, .id = 9, .from = "ctl@127.0.0.1:51234"});
   write_seed(worker_dir, "hello.bin", text_of(hello));
