@@ -45,7 +45,11 @@ void HistoryWriter::on_run(const RunDescription& run) {
                             .code_version = run.code_version,
                             .data_version = run.data_version,
                             .layout = layout_,
-                            .out_dir = out_dir_});
+                            .out_dir = out_dir_,
+                            .peak_name = run.peak_name,
+                            .peak_flops = run.peak_flops,
+                            .flops_per_token = run.flops_per_token,
+                            .mfu_formula = run.mfu_formula});
   if (run_id_ < 0) warn("cannot begin the run: " + db_->error());
 }
 

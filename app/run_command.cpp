@@ -154,7 +154,11 @@ int run_main(const RunArgs& a) {
                     .code_version = run.code_version,
                     .data_version = run.data_version,
                     .backend = run.backend,
-                    .params = run.params});
+                    .params = run.params,
+                    .peak_name = run.peak_name,
+                    .peak_flops = run.peak_flops,
+                    .flops_per_token = run.flops_per_token,
+                    .mfu_formula = run.mfu_formula});
 #endif
   };
   g.on_records = [&](int, const RecordBatch& batch) {
@@ -166,7 +170,8 @@ int run_main(const RunArgs& a) {
                        .lr = s.lr,
                        .tokens_per_s = s.tokens_per_s,
                        .ms = s.step_s * 1e3,
-                       .val_loss = s.val_loss},
+                       .val_loss = s.val_loss,
+                       .mfu = s.mfu},
                       a.json);
     }
     for (const EventRecord& e : batch.events) {

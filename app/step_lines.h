@@ -22,12 +22,19 @@ struct StepLine {
   double tokens_per_s = 0;
   double ms = 0;
   std::optional<double> val_loss;
+  std::optional<double> mfu;  // 0..1; absent when the device's peak is unknown: printed "n/a", JSON null
 };
 
 inline void step_line_print(const StepLine& r, bool json) {
   std::fprintf(stderr, "step %6lld/%lld | loss %.6f | grad norm %.4f | lr %.3e | %9.0f tok/s | %8.1f ms",
                static_cast<long long>(r.step), static_cast<long long>(r.last_step), r.loss, r.grad_norm, r.lr,
                r.tokens_per_s, r.ms);
+  // Never 0 for unknown: a CPU without train.peak_tflops has no peak to divide by.
+  if (r.mfu) {
+    std::fprintf(stderr, " | mfu %.1f%%", 100 * *r.mfu);
+  } else {
+    std::fprintf(stderr, " | mfu n/a");
+  }
   if (r.val_loss) std::fprintf(stderr, " | val loss %.6f", *r.val_loss);
   std::fprintf(stderr, "\n");
   if (json) {
@@ -36,7 +43,8 @@ inline void step_line_print(const StepLine& r, bool json) {
                         {"grad_norm", r.grad_norm},
                         {"lr", r.lr},
                         {"tokens_per_s", r.tokens_per_s},
-                        {"ms", r.ms}};
+                        {"ms", r.ms},
+                        {"mfu", r.mfu ? nlohmann::json(*r.mfu) : nlohmann::json(nullptr)}};
     if (r.val_loss) j["val_loss"] = *r.val_loss;
     std::printf("%s\n", j.dump().c_str());
     std::fflush(stdout);

@@ -36,7 +36,8 @@ class StepPrinter final : public TrainObserver {
                      .lr = r.lr,
                      .tokens_per_s = r.tokens_per_s,
                      .ms = r.ms,
-                     .val_loss = r.val_loss},
+                     .val_loss = r.val_loss,
+                     .mfu = r.mfu},
                     json_);
   }
   void on_checkpoint(const CheckpointReport& c) override {

@@ -320,7 +320,8 @@ int64_t HistoryDb::begin_run(const RunInfo& info) {
   sqlite3_stmt* st = nullptr;
   const char* sql =
       "INSERT INTO runs (name, world_size, config, code_version, data_version, layout, out_dir, peak_name, "
-      "peak_flops, flops_per_token, mfu_formula, created_unix_s, options) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+      "peak_flops, flops_per_token, mfu_formula, created_unix_s, options) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, "
+      "?, ?, ?, "
       "?)";
   int64_t id = -1;
   if (sqlite3_prepare_v2(db_, sql, -1, &st, nullptr) == SQLITE_OK) {
@@ -353,7 +354,8 @@ int64_t HistoryDb::begin_run(const RunInfo& info) {
   return id;
 }
 
-bool HistoryDb::update_run(int64_t run_id, RunStatus status, std::string_view message, std::string_view options) {
+bool HistoryDb::update_run(int64_t run_id, RunStatus status, std::string_view message,
+                           std::string_view options) {
   sqlite3_stmt* st = nullptr;
   bool ok = sqlite3_prepare_v2(db_,
                                "UPDATE runs SET status = ?, finished_unix_s = CASE WHEN ? THEN NULL ELSE "
@@ -624,10 +626,12 @@ bool HistoryDb::ingest(const RecordBatch& batch) {
     StmtUse st(st_->step_put);
     sqlite3_bind_int64(*st, 1, s.run_id);
     sqlite3_bind_int64(*st, 2, s.step);
-    const double values[] = {s.time_unix_s,  s.loss,   s.grad_norm, s.lr,
-                             s.tokens_per_s, s.step_s, s.mfu,       s.hfu};
+    const double values[] = {s.time_unix_s, s.loss, s.grad_norm, s.lr, s.tokens_per_s, s.step_s};
     for (size_t k = 0; k < std::size(values); ++k)
       sqlite3_bind_double(*st, static_cast<int>(k) + 3, values[k]);
+    // Unbound parameters are NULL: an unknown utilisation (no peak) or no validation at this step.
+    if (s.mfu) sqlite3_bind_double(*st, 9, *s.mfu);
+    if (s.hfu) sqlite3_bind_double(*st, 10, *s.hfu);
     if (s.val_loss) sqlite3_bind_double(*st, 11, *s.val_loss);
     ok = sqlite3_step(*st) == SQLITE_DONE || fail_sqlite("writing steps");
   }

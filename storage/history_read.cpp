@@ -14,7 +14,7 @@ namespace {
 // An unknown word in the file reads as failed: the run did not end well, as far as anyone knows.
 RunStatus run_status_from(std::string_view s) {
   for (RunStatus st : {RunStatus::running, RunStatus::finished, RunStatus::failed, RunStatus::stopped,
-                        RunStatus::interrupted}) {
+                       RunStatus::interrupted}) {
     if (run_status_name(st) == s) return st;
   }
   return RunStatus::failed;
@@ -191,8 +191,8 @@ bool HistoryDb::read_steps(int64_t run_id, int64_t step_begin, int64_t step_end,
     s.lr = column_double(st, 4);
     s.tokens_per_s = column_double(st, 5);
     s.step_s = column_double(st, 6);
-    s.mfu = column_double(st, 7);
-    s.hfu = column_double(st, 8);
+    if (sqlite3_column_type(st, 7) != SQLITE_NULL) s.mfu = sqlite3_column_double(st, 7);
+    if (sqlite3_column_type(st, 8) != SQLITE_NULL) s.hfu = sqlite3_column_double(st, 8);
     if (sqlite3_column_type(st, 9) != SQLITE_NULL) s.val_loss = sqlite3_column_double(st, 9);
   }
   sqlite3_finalize(st);

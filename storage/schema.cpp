@@ -118,6 +118,12 @@ constexpr const char* kSchemaV2 = R"sql(
 ALTER TABLE runs ADD COLUMN options TEXT NOT NULL DEFAULT '';
 )sql";
 
+// Version 3: a step's mfu and hfu are NULL when unknown (no peak). Before, no run computed them and every
+// row holds 0 for both; that 0 meant "unknown", so it becomes NULL rather than a plotted 0% utilisation.
+constexpr const char* kSchemaV3 = R"sql(
+UPDATE steps SET mfu = NULL, hfu = NULL WHERE mfu = 0 AND hfu = 0;
+)sql";
+
 int pragma_int(sqlite3* db, const char* sql) {
   sqlite3_stmt* st = nullptr;
   int v = -1;
@@ -142,6 +148,7 @@ const std::vector<Migration>& schema_migrations() {
   static const std::vector<Migration> kMigrations = {
       {1, kSchemaV1},
       {2, kSchemaV2},
+      {3, kSchemaV3},
   };
   return kMigrations;
 }

@@ -58,7 +58,7 @@ MfuFigure mfu(double tokens_per_s, double flops_per_token_value, const DevicePea
 std::string mfu_formula(const MfuFigure& m) {
   char buf[256];
   std::snprintf(buf, sizeof buf,
-                "MFU = tokens/s x (6N + 6LdT = %.4g FLOP/token) / peak; peak = %.*s %.0f TFLOP/s bf16 dense",
+                "MFU = tokens/s x (6N + 6LdT = %.4g FLOP/token) / peak; peak = %.*s %.4g TFLOP/s bf16 dense",
                 m.flops_per_token, static_cast<int>(m.peak.name.size()), m.peak.name.data(),
                 m.peak.bf16_flops / 1e12);
   return buf;
@@ -85,7 +85,7 @@ std::string hfu_formula(const HfuFigure& h) {
   char buf[320];
   std::snprintf(buf, sizeof buf,
                 "HFU = tokens/s x (6N + 6LdT = %.4g FLOP/token) x (1 + r/3), r = %.3g recomputed forward "
-                "= %.4g FLOP/token / peak; peak = %.*s %.0f TFLOP/s bf16 dense",
+                "= %.4g FLOP/token / peak; peak = %.*s %.4g TFLOP/s bf16 dense",
                 h.model_flops_per_token, h.recompute_fraction, h.hardware_flops_per_token,
                 static_cast<int>(h.peak.name.size()), h.peak.name.data(), h.peak.bf16_flops / 1e12);
   return buf;

@@ -201,6 +201,13 @@ void prometheus_write_rank_steps(PrometheusWriter& w, const std::vector<RankStep
            [](const RankStepRecord& r) { return r.sm_clock_hertz; });
   per_rank("gantry_rank_power_watts", "GPU power draw (NVML).",
            [](const RankStepRecord& r) { return r.power_watts; });
+  // Absent where the device's peak is unknown: no sample rather than a 0 that reads as idle hardware.
+  per_rank("gantry_rank_mfu_ratio",
+           "Model FLOP utilisation 0-1 of this rank's latest step (telemetry/flops.h).",
+           [](const RankStepRecord& r) { return r.mfu; });
+  per_rank("gantry_rank_hfu_ratio",
+           "Hardware FLOP utilisation 0-1 of this rank's latest step, recomputation counted.",
+           [](const RankStepRecord& r) { return r.hfu; });
 
   std::vector<double> finite;
   for (double t : totals) {
@@ -235,11 +242,17 @@ void prometheus_write_step(PrometheusWriter& w, const StepRecord& s, std::string
   gauge("gantry_tokens_per_second", "Global training throughput of the latest step.", s.tokens_per_s);
   gauge("gantry_step_duration_seconds", "Wall time of the latest step.", s.step_s);
   if (s.val_loss) gauge("gantry_validation_loss", "Latest validation loss.", *s.val_loss);
-  w.family("gantry_mfu_ratio", MetricType::gauge, "Model FLOP utilisation 0-1: " + std::string(mfu_formula));
-  w.sample({{"peak", peak_name}}, s.mfu);
-  w.family("gantry_hfu_ratio", MetricType::gauge,
-           "Hardware FLOP utilisation 0-1: " + std::string(hfu_formula));
-  w.sample({{"peak", peak_name}}, s.hfu);
+  // An unknown utilisation (no peak) is left out, never exported as 0.
+  if (s.mfu) {
+    w.family("gantry_mfu_ratio", MetricType::gauge,
+             "Model FLOP utilisation 0-1: " + std::string(mfu_formula));
+    w.sample({{"peak", peak_name}}, *s.mfu);
+  }
+  if (s.hfu) {
+    w.family("gantry_hfu_ratio", MetricType::gauge,
+             "Hardware FLOP utilisation 0-1: " + std::string(hfu_formula));
+    w.sample({{"peak", peak_name}}, *s.hfu);
+  }
 }
 
 }  // namespace gantry

@@ -65,14 +65,16 @@ std::vector<size_t> prometheus_bounded_ranks(const std::vector<double>& seconds,
 
 // The latest record of each rank (any order) as gauges: per-rank series for the bounded selection
 // (gantry_rank_step_seconds, gantry_rank_phase_seconds{phase}, gantry_rank_memory_*_bytes and the NVML
-// readings where present) and across all ranks gantry_step_seconds{stat="min|median|max"} and
-// gantry_ranks_reporting; gantry_rank_series_omitted counts the ranks left without their own series.
+// readings and gantry_rank_mfu_ratio / gantry_rank_hfu_ratio where present) and across all ranks
+// gantry_step_seconds{stat="min|median|max"} and gantry_ranks_reporting; gantry_rank_series_omitted counts
+// the ranks left without their own series.
 void prometheus_write_rank_steps(PrometheusWriter& w, const std::vector<RankStepRecord>& latest,
                                  size_t max_rank_series);
 
 // The job's latest step: gantry_step, gantry_loss, gantry_grad_norm, gantry_learning_rate,
 // gantry_tokens_per_second, gantry_step_duration_seconds, and gantry_mfu_ratio / gantry_hfu_ratio with
-// the peak as a label and the formula in the HELP text (flops.h's mfu_formula / hfu_formula).
+// the peak as a label and the formula in the HELP text (flops.h's mfu_formula / hfu_formula); the two
+// ratios are left out when the record has none (the peak is unknown).
 void prometheus_write_step(PrometheusWriter& w, const StepRecord& s, std::string_view peak_name,
                            std::string_view mfu_formula, std::string_view hfu_formula);
 

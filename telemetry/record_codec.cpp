@@ -7,6 +7,7 @@
 #include "telemetry/record_codec.h"
 
 #include <cstring>
+#include <optional>
 #include <string_view>
 #include <unordered_map>
 
@@ -16,10 +17,16 @@ namespace {
 // Smallest encoding of each record: a count claiming more records than bytes remain is rejected before
 // anything is allocated for it.
 constexpr size_t kMinRankStepBytes = 3 + 1 + 1 + 7 * 8 + 1 + 1 + 1 + 1;
-constexpr size_t kMinStepBytes = 2 + 8 * 8 + 1;
+constexpr size_t kMinStepBytes = 2 + 6 * 8 + 1;
 constexpr size_t kMinEventBytes = 1 + 8 + 1 + 1 + 1 + 1 + 1 + 1;
-constexpr uint8_t kRankStepTemperature = 1, kRankStepClock = 2, kRankStepPower = 4;
-constexpr uint8_t kStepValLoss = 1;
+// Version 2 added the utilisation bits (rank-step mfu/hfu; the step's mfu/hfu moved from fixed f64s to
+// flagged optionals, absent = the peak is unknown).
+constexpr uint8_t kRankStepTemperature = 1, kRankStepClock = 2, kRankStepPower = 4, kRankStepMfu = 8,
+                  kRankStepHfu = 16;
+constexpr uint8_t kRankStepFlags =
+    kRankStepTemperature | kRankStepClock | kRankStepPower | kRankStepMfu | kRankStepHfu;
+constexpr uint8_t kStepValLoss = 1, kStepMfu = 2, kStepHfu = 4;
+constexpr uint8_t kStepFlags = kStepValLoss | kStepMfu | kStepHfu;
 
 class Writer {
  public:
@@ -212,12 +219,13 @@ bool decode_body(Reader& r, RecordBatch* out) {
       return false;
     }
     x.tokens = tokens;
-    if (flags & ~(kRankStepTemperature | kRankStepClock | kRankStepPower)) {
+    if (flags & ~kRankStepFlags) {
       return r.fail("rank-step record has unknown flag bits");
     }
     if (!optional_f64(r, flags, kRankStepTemperature, &x.temperature_celsius) ||
         !optional_f64(r, flags, kRankStepClock, &x.sm_clock_hertz) ||
-        !optional_f64(r, flags, kRankStepPower, &x.power_watts)) {
+        !optional_f64(r, flags, kRankStepPower, &x.power_watts) ||
+        !optional_f64(r, flags, kRankStepMfu, &x.mfu) || !optional_f64(r, flags, kRankStepHfu, &x.hfu)) {
       return false;
     }
   }
@@ -230,13 +238,16 @@ bool decode_body(Reader& r, RecordBatch* out) {
     uint8_t flags;
     if (!r.delta(&run, run) || !r.delta(&step, step) || !r.f64(&x.time_unix_s) || !r.f64(&x.loss) ||
         !r.f64(&x.grad_norm) || !r.f64(&x.lr) || !r.f64(&x.tokens_per_s) || !r.f64(&x.step_s) ||
-        !r.f64(&x.mfu) || !r.f64(&x.hfu) || !r.u8(&flags)) {
+        !r.u8(&flags)) {
       return false;
     }
     x.run_id = run;
     x.step = step;
-    if (flags & ~kStepValLoss) return r.fail("step record has unknown flag bits");
-    if (!optional_f64(r, flags, kStepValLoss, &x.val_loss)) return false;
+    if (flags & ~kStepFlags) return r.fail("step record has unknown flag bits");
+    if (!optional_f64(r, flags, kStepValLoss, &x.val_loss) || !optional_f64(r, flags, kStepMfu, &x.mfu) ||
+        !optional_f64(r, flags, kStepHfu, &x.hfu)) {
+      return false;
+    }
   }
 
   if (!r.count(kMinEventBytes, "event", &n)) return false;
@@ -298,11 +309,13 @@ bool record_batch_encode(const RecordBatch& batch, std::vector<uint8_t>* out, st
     w.varint(x.mem_allocated_bytes);
     w.varint(x.mem_peak_bytes);
     const uint8_t flags = (x.temperature_celsius ? kRankStepTemperature : 0) |
-                          (x.sm_clock_hertz ? kRankStepClock : 0) | (x.power_watts ? kRankStepPower : 0);
+                          (x.sm_clock_hertz ? kRankStepClock : 0) | (x.power_watts ? kRankStepPower : 0) |
+                          (x.mfu ? kRankStepMfu : 0) | (x.hfu ? kRankStepHfu : 0);
     w.u8(flags);
-    if (x.temperature_celsius) w.f64(*x.temperature_celsius);
-    if (x.sm_clock_hertz) w.f64(*x.sm_clock_hertz);
-    if (x.power_watts) w.f64(*x.power_watts);
+    for (const std::optional<double>* v :
+         {&x.temperature_celsius, &x.sm_clock_hertz, &x.power_watts, &x.mfu, &x.hfu}) {
+      if (*v) w.f64(**v);
+    }
   }
 
   w.varint(batch.steps.size());
@@ -313,10 +326,11 @@ bool record_batch_encode(const RecordBatch& batch, std::vector<uint8_t>* out, st
     w.delta(x.step, step);
     run = x.run_id;
     step = x.step;
-    for (double v : {x.time_unix_s, x.loss, x.grad_norm, x.lr, x.tokens_per_s, x.step_s, x.mfu, x.hfu})
-      w.f64(v);
-    w.u8(x.val_loss ? kStepValLoss : 0);
-    if (x.val_loss) w.f64(*x.val_loss);
+    for (double v : {x.time_unix_s, x.loss, x.grad_norm, x.lr, x.tokens_per_s, x.step_s}) w.f64(v);
+    w.u8((x.val_loss ? kStepValLoss : 0) | (x.mfu ? kStepMfu : 0) | (x.hfu ? kStepHfu : 0));
+    for (const std::optional<double>* v : {&x.val_loss, &x.mfu, &x.hfu}) {
+      if (*v) w.f64(**v);
+    }
   }
 
   w.varint(batch.events.size());
@@ -356,8 +370,10 @@ size_t record_batch_frame_size(const uint8_t* data, size_t size, std::string* er
   if (magic != kRecordCodecMagic) {
     why = "not a telemetry batch (bad magic)";
   } else if (version != kRecordCodecVersion) {
+    // Batches live only between processes of one build (nothing stores them), so an older version is a
+    // mixed deployment: refused, never guessed at.
     why = "telemetry batch version " + std::to_string(version) + " is not supported (this build reads " +
-          std::to_string(kRecordCodecVersion) + ")";
+          std::to_string(kRecordCodecVersion) + "; the sender is a different Gantry build)";
   } else if (reserved != 0) {
     why = "reserved header field is " + std::to_string(reserved) + ", expected 0";
   } else if (body > kRecordCodecMaxBodyBytes) {

@@ -167,6 +167,8 @@ void record_write_json(JsonWriter& w, const RankStepRecord& r) {
   optional_double(w, "temperature_celsius", r.temperature_celsius);
   optional_double(w, "sm_clock_hertz", r.sm_clock_hertz);
   optional_double(w, "power_watts", r.power_watts);
+  optional_double(w, "mfu", r.mfu);
+  optional_double(w, "hfu", r.hfu);
   w.end_object();
 }
 
@@ -188,10 +190,8 @@ void record_write_json(JsonWriter& w, const StepRecord& r) {
   w.value_double(r.tokens_per_s);
   w.key("step_s");
   w.value_double(r.step_s);
-  w.key("mfu");
-  w.value_double(r.mfu);
-  w.key("hfu");
-  w.value_double(r.hfu);
+  optional_double(w, "mfu", r.mfu);
+  optional_double(w, "hfu", r.hfu);
   optional_double(w, "val_loss", r.val_loss);
   w.end_object();
 }
@@ -220,17 +220,28 @@ void record_write_json(JsonWriter& w, const EventRecord& r) {
 bool record_read_json(const JsonValue& v, RankStepRecord* out, std::string* error) {
   RankStepRecord r;
   PhaseSeconds& p = r.phases;
-  if (!read_object(
-          v, "rank-step record",
-          {req("run_id", &r.run_id), req("step", &r.step), req("rank", &r.rank), req("host", &r.host),
-           req("device", &r.device), req("data_wait_s", &p.data_wait), req("forward_s", &p.forward),
-           req("backward_s", &p.backward), req("optimizer_s", &p.optimizer),
-           req("comm_exposed_s", &p.comm_exposed), req("checkpoint_stall_s", &p.checkpoint_stall),
-           req("total_s", &r.total_s), req("tokens", &r.tokens),
-           req("mem_allocated_bytes", &r.mem_allocated_bytes), req("mem_peak_bytes", &r.mem_peak_bytes),
-           opt("temperature_celsius", &r.temperature_celsius), opt("sm_clock_hertz", &r.sm_clock_hertz),
-           opt("power_watts", &r.power_watts)},
-          error)) {
+  if (!read_object(v, "rank-step record",
+                   {req("run_id", &r.run_id),
+                    req("step", &r.step),
+                    req("rank", &r.rank),
+                    req("host", &r.host),
+                    req("device", &r.device),
+                    req("data_wait_s", &p.data_wait),
+                    req("forward_s", &p.forward),
+                    req("backward_s", &p.backward),
+                    req("optimizer_s", &p.optimizer),
+                    req("comm_exposed_s", &p.comm_exposed),
+                    req("checkpoint_stall_s", &p.checkpoint_stall),
+                    req("total_s", &r.total_s),
+                    req("tokens", &r.tokens),
+                    req("mem_allocated_bytes", &r.mem_allocated_bytes),
+                    req("mem_peak_bytes", &r.mem_peak_bytes),
+                    opt("temperature_celsius", &r.temperature_celsius),
+                    opt("sm_clock_hertz", &r.sm_clock_hertz),
+                    opt("power_watts", &r.power_watts),
+                    opt("mfu", &r.mfu),
+                    opt("hfu", &r.hfu)},
+                   error)) {
     return false;
   }
   *out = std::move(r);
@@ -242,8 +253,8 @@ bool record_read_json(const JsonValue& v, StepRecord* out, std::string* error) {
   if (!read_object(v, "step record",
                    {req("run_id", &r.run_id), req("step", &r.step), req("time_unix_s", &r.time_unix_s),
                     req("loss", &r.loss), req("grad_norm", &r.grad_norm), req("lr", &r.lr),
-                    req("tokens_per_s", &r.tokens_per_s), req("step_s", &r.step_s), req("mfu", &r.mfu),
-                    req("hfu", &r.hfu), opt("val_loss", &r.val_loss)},
+                    req("tokens_per_s", &r.tokens_per_s), req("step_s", &r.step_s), opt("mfu", &r.mfu),
+                    opt("hfu", &r.hfu), opt("val_loss", &r.val_loss)},
                    error)) {
     return false;
   }

@@ -79,7 +79,7 @@ bool operator==(const RankStepRecord& a, const RankStepRecord& b) {
          a.device == b.device && a.phases == b.phases && same(a.total_s, b.total_s) && a.tokens == b.tokens &&
          a.mem_allocated_bytes == b.mem_allocated_bytes && a.mem_peak_bytes == b.mem_peak_bytes &&
          same(a.temperature_celsius, b.temperature_celsius) && same(a.sm_clock_hertz, b.sm_clock_hertz) &&
-         same(a.power_watts, b.power_watts);
+         same(a.power_watts, b.power_watts) && same(a.mfu, b.mfu) && same(a.hfu, b.hfu);
 }
 
 bool operator==(const StepRecord& a, const StepRecord& b) {

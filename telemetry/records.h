@@ -71,6 +71,10 @@ struct RankStepRecord {
   std::optional<double> temperature_celsius;
   std::optional<double> sm_clock_hertz;
   std::optional<double> power_watts;
+  // Model and hardware FLOP utilisation of this rank's step, 0..1 (telemetry/flops.h); absent when the
+  // device's peak is not known (a CPU without a configured peak), shown as "n/a".
+  std::optional<double> mfu;
+  std::optional<double> hfu;
 };
 
 // The job as a whole, one optimizer step. Written by rank 0 (or the coordinator).
@@ -83,8 +87,10 @@ struct StepRecord {
   double lr = 0;
   double tokens_per_s = 0;  // global
   double step_s = 0;        // wall time of the step
-  double mfu = 0;           // model FLOP utilisation 0..1 (flops.h: the formula and peak live with the run)
-  double hfu = 0;           // hardware FLOP utilisation 0..1, counting recomputation
+  // Model and hardware (recomputation counted) FLOP utilisation of the job, 0..1: global tokens/s over
+  // world × peak (flops.h; the formula and peak live with the run). Absent when the peak is not known.
+  std::optional<double> mfu;
+  std::optional<double> hfu;
   std::optional<double> val_loss;
 };
 

@@ -22,7 +22,9 @@
 #include "engine/cluster/token.h"  // token_generate, token_equal: the agents' credentials
 #include "engine/core/checkpoint.h"  // checkpoint_list, checkpoint_latest: what a run can resume from
 #include "engine/core/config.h"
+#include "engine/core/gpt.h"    // gpt_param_table: N for the run's FLOPs per token
 #include "engine/core/train.h"  // TrainAction
+#include "engine/core/utilisation.h"  // how the run's MFU is computed, for its runs row and the console
 #include "engine/core/worker/rendezvous_server.h"
 #include "storage/history_db.h"
 #include "telemetry/prometheus.h"
@@ -156,6 +158,9 @@ struct Coordinator::Impl {
     std::string resume_kind;  // "quarantine" or "resume": the events' prefix
     StragglerWatch straggler;   // the straggler policy: scores of the current placement's ranks
     CheckpointPolicy checkpoint_policy;
+    // How its MFU is computed (RunInfo); peak_flops 0 = each GPU's own, or unknown.
+    std::string peak_name, mfu_formula;
+    double peak_flops = 0, flops_per_token = 0;
 
     // The node that holds `rank` in the current placement ("" when none does).
     std::string node_of(int32_t rank) const {
@@ -279,6 +284,10 @@ struct Coordinator::Impl {
               {"message", r.message},
               {"created_unix_s", r.created_unix},
               {"generation", r.generation},
+              {"peak_name", r.peak_name},
+              {"peak_flops", r.peak_flops},
+              {"flops_per_token", r.flops_per_token},
+              {"mfu_formula", r.mfu_formula},
               {"placement", shares},
               {"straggler", straggler_watch_options_json(r.straggler.options())},
               {"checkpoint_policy", {{"checkpoint_every_steps", r.checkpoint_policy.options().every_steps},
@@ -434,6 +443,10 @@ struct Coordinator::Impl {
       r.out_dir = row.info.out_dir.empty() ? (fs::absolute(opt.dir) / "runs" / std::to_string(row.id)).string()
                                             : row.info.out_dir;
       r.created_unix = row.info.created_unix_s;
+      r.peak_name = row.info.peak_name;
+      r.peak_flops = row.info.peak_flops;
+      r.flops_per_token = row.info.flops_per_token;
+      r.mfu_formula = row.info.mfu_formula;
       r.last_step = row.last_step;
       r.message = row.message;
       r.db_world = row.info.world_size;
@@ -634,6 +647,7 @@ struct Coordinator::Impl {
     if (!p.ok()) return HttpResponse::error(409, p.error());  // nothing started, nothing recorded
 
     const std::string run_name = name.value_or(std::string("run"));
+    const RunUtilisation util = run_utilisation_planned(cfg.value(), gpt_param_table(cfg->model).numel());
     const std::string layout_text = "dp=" + std::to_string(*dp) + " tp=1 pp=1 zero=" + std::to_string(zero.value_or(0));
     int64_t id = -1;
     {
@@ -650,6 +664,10 @@ struct Coordinator::Impl {
                           .world_size = static_cast<int32_t>(*dp),
                           .config = *toml,
                           .layout = layout_text,
+                          .peak_name = util.peak_name,
+                          .peak_flops = util.peak_flops,
+                          .flops_per_token = util.flops_per_token,
+                          .mfu_formula = util.formula,
                           .options = run_options(draft).dump()});
       if (id < 0) return HttpResponse::error(500, "cannot record the run: " + db->error());
     }
@@ -663,6 +681,10 @@ struct Coordinator::Impl {
     r.checkpoint_policy = CheckpointPolicy({.every_steps = every.value_or(0), .keep_last = static_cast<int>(keep_last.value_or(0))});
     r.config_toml = *toml;
     r.backend = cfg->train.backend;
+    r.peak_name = util.peak_name;
+    r.peak_flops = util.peak_flops;
+    r.flops_per_token = util.flops_per_token;
+    r.mfu_formula = util.formula;
     r.created_unix = now_unix_s();
     r.out_dir = (fs::absolute(opt.dir) / "runs" / std::to_string(id)).string();
     std::error_code ec;

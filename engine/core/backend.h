@@ -79,6 +79,9 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  // The device as its driver names it ("NVIDIA H100 80GB HBM3"): the key to its peak for MFU
+  // (engine/core/utilisation.h). "" on CPU.
+  virtual std::string device_name() const { return ""; }
   virtual const TensorTable& params() const = 0;
 
   // Adds d(mean cross-entropy over the batch's B*T tokens × grad_scale)/dθ to the gradients and the

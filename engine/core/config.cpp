@@ -77,6 +77,8 @@ const std::vector<Field>& fields() {
        [](Config& c) -> void* { return &c.train.dp_bucket_mb; }},
       {"train.collective_timeout_s", FieldKind::kDouble, kCollectiveTimeoutMinS, kCollectiveTimeoutMaxS,
        false, [](Config& c) -> void* { return &c.train.collective_timeout_s; }},
+      {"train.peak_tflops", FieldKind::kDouble, 0, 100000, false,
+       [](Config& c) -> void* { return &c.train.peak_tflops; }},
       {"data.kind", FieldKind::kString, 0, 0, true, [](Config& c) -> void* { return &c.data.kind; },
        {"synthetic", "shards"}},
       {"data.dir", FieldKind::kString, 0, kPathMaxBytes, false,

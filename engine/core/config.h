@@ -52,6 +52,9 @@ struct TrainConfig {
   double collective_timeout_s = 120;  // a gang: seconds any collective or store wait may take before the gang
                                       // fails naming the rank that stopped answering; 1..86400. The flag
                                       // --collective-timeout (run, worker) overrides it
+  double peak_tflops = 0;  // one device's dense bf16 peak in TFLOP/s, for MFU (engine/core/utilisation.h);
+                           // 0..100000, 0 = not set: a CUDA device's from its name (telemetry/flops.h's
+                           // table), a CPU's unknown (MFU shown as "n/a"); set, it wins over the table
 };
 
 // train.collective_timeout_s's range, shared with the flags that override it.

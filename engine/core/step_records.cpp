@@ -22,6 +22,8 @@ RankStepRecord rank_step_record(const StepReport& r, const std::string& host, in
   rank.temperature_celsius = r.device.temperature_celsius;
   rank.sm_clock_hertz = r.device.sm_clock_hertz;
   rank.power_watts = r.device.power_watts;
+  rank.mfu = r.rank_mfu;
+  rank.hfu = r.rank_hfu;
   return rank;
 }
 
@@ -35,6 +37,8 @@ StepRecord step_record(const StepReport& r, double time_unix_s) {
   step.tokens_per_s = r.tokens_per_s;
   step.step_s = r.ms / 1e3;
   step.val_loss = r.val_loss;
+  step.mfu = r.mfu;
+  step.hfu = r.hfu;
   return step;
 }
 

@@ -19,6 +19,7 @@
 #include "engine/core/rng.h"
 #include "engine/core/sampler.h"
 #include "engine/core/token_dataset.h"
+#include "engine/core/utilisation.h"
 #include "engine/core/version.h"
 #include "engine/core/xxhash64.h"
 
@@ -125,6 +126,7 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
   if (!created.ok()) return created.status();
   std::unique_ptr<Backend> backend = std::move(created.value());
   const TensorTable& table = backend->params();
+  const RunUtilisation util = run_utilisation(c, table.numel(), backend->device_name());
   CheckpointGang gang{.store = dist != nullptr ? dist->store : nullptr, .layout = dims, .timeout = comm_timeout};
   if (dims.world > 1 && gang.store == nullptr) return Status::error("a gang of ranks needs the launcher's store");
   CheckpointGang* ckpt_gang = dims.world > 1 ? &gang : nullptr;
@@ -163,6 +165,7 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
                   c.train.global_batch, dp, B, accum, static_cast<unsigned long long>(train->num_windows()),
                   static_cast<long long>(step), static_cast<long long>(last_step));
     std::string summary_text = buf;
+    summary_text += "\n" + util.formula;
     if (dims.world > 1) {
       summary_text += "\nlayout " + dims.describe() + " | " +
                       shard_memory_text(shard_plan_make(table, dp, dp_rank, dims.zero, bucket_bytes));
@@ -183,7 +186,11 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
                       .code_version = code_version(),
                       .data_version = version,
                       .backend = backend->name(),
-                      .params = table.numel()});
+                      .params = table.numel(),
+                      .peak_name = util.peak_name,
+                      .peak_flops = util.peak_flops,
+                      .flops_per_token = util.flops_per_token,
+                      .mfu_formula = util.formula});
   }
 
   std::vector<int32_t> inputs(static_cast<size_t>(B) * T), targets(static_cast<size_t>(B) * T);
@@ -345,6 +352,12 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
     const double secs = seconds_since(t0);
     rep.ms = secs * 1e3;
     rep.tokens_per_s = static_cast<double>(rep.tokens) / secs;
+    const double per_device = rep.tokens_per_s / std::max(1, dims.world);
+    rep.mfu = util.mfu(per_device);
+    rep.hfu = util.hfu(per_device);
+    const double rank_rate = static_cast<double>(rep.rank_tokens) / secs;
+    rep.rank_mfu = util.mfu(rank_rate);
+    rep.rank_hfu = util.hfu(rank_rate);
     observer->on_step(rep);
 
     if (c.train.checkpoint_every > 0 && step % c.train.checkpoint_every == 0 && step < last_step) {

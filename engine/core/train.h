@@ -47,6 +47,10 @@ struct StepReport {
   PhaseTimes phases;       // forward, backward, optimizer, exposed communication, where the backend measures them
   DeviceHealth device;     // this rank's device after the step
   std::optional<double> val_loss;
+  // FLOP utilisation 0..1 (engine/core/utilisation.h), absent when the device's peak is unknown. The job's:
+  // global tokens/s over world × peak; the rank's: its own tokens over its step time and one peak.
+  std::optional<double> mfu, hfu;
+  std::optional<double> rank_mfu, rank_hfu;
 };
 
 struct CheckpointReport {
@@ -63,6 +67,11 @@ struct RunDescription {
   std::string data_version;  // hex
   std::string backend;
   uint64_t params = 0;
+  // How the run's MFU is computed (engine/core/utilisation.h); peak_flops 0 = unknown.
+  std::string peak_name;
+  double peak_flops = 0;
+  double flops_per_token = 0;
+  std::string mfu_formula;
 };
 
 // Operator actions (checkpoint now, pause, resume, stop) that take effect at a step boundary on every rank

@@ -6,6 +6,7 @@
 // quarantined node's run moves to the other node at dp 2 from its checkpoint, on the same loss curve, and
 // a stopped run resumes from its latest checkpoint; resume-from never takes a path outside the run.
 #include <algorithm>
+#include <regex>
 
 #include "tests/app/cluster_fixture.h"
 
@@ -96,6 +97,47 @@ TEST_F(ClusterCli, Dp4RunStepsAndActionsThroughTheApi) {
   Result<HttpReply> m = api_->get("/metrics");
   ASSERT_TRUE(m.ok());
   EXPECT_THAT(m->body, HasSubstr("gantry_runs{state=\"stopped\"} 1"));
+}
+
+// Honest numbers through the control plane: with train.peak_tflops set, every step record the workers send
+// through their agents carries the job's MFU (global tokens/s over world × peak), and the run carries the
+// formula and peak the console shows beside it; without a peak the step records have no MFU at all (not 0).
+TEST_F(ClusterCli, StepRecordsCarryMfuWhenAPeakIsConfigured) {
+  std::string cfg = tiny_config(100000);
+  cfg = std::regex_replace(cfg, std::regex("\\[train\\]"), "[train]\npeak_tflops = 0.05");
+  Result<json> sub = api_->post_json("/v1/runs", {{"config", cfg}, {"layout", {{"dp", 2}}}});
+  ASSERT_TRUE(sub.ok()) << sub.error();
+  const int64_t id = sub->at("id").get<int64_t>();
+  EXPECT_EQ(sub->at("peak_name"), "cpu (configured)");
+  EXPECT_DOUBLE_EQ(sub->at("peak_flops").get<double>(), 0.05e12);
+  EXPECT_THAT(sub->at("mfu_formula").get<std::string>(), HasSubstr("peak = cpu (configured) 0.05 TFLOP/s"));
+  ASSERT_TRUE(eventually([&] { return last_step(id) >= 3; }, 30s)) << run_state(id).dump();
+  json steps = get("/v1/runs/" + std::to_string(id) + "/steps?after=0");
+  ASSERT_GE(steps["steps"].size(), 3u);
+  for (const json& s : steps["steps"]) {
+    ASSERT_TRUE(s.contains("mfu") && s["mfu"].is_number()) << s.dump();
+    EXPECT_GT(s["mfu"].get<double>(), 0) << s.dump();
+    // Job MFU = global tokens/s × FLOPs per token ÷ (2 ranks × peak).
+    const double want =
+        s["tokens_per_s"].get<double>() * sub->at("flops_per_token").get<double>() / (2 * 0.05e12);
+    EXPECT_NEAR(s["mfu"].get<double>(), want, 1e-9 * want) << s.dump();
+    EXPECT_TRUE(s["hfu"].is_number()) << s.dump();
+  }
+  api_->post("/v1/runs/" + std::to_string(id) + "/stop", json::object());
+  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 20s)) << run_state(id).dump();
+
+  // The same run without a peak: the records say nothing about MFU.
+  sub = api_->post_json("/v1/runs", {{"config", tiny_config(100000)}, {"layout", {{"dp", 2}}}});
+  ASSERT_TRUE(sub.ok()) << sub.error();
+  const int64_t id2 = sub->at("id").get<int64_t>();
+  EXPECT_DOUBLE_EQ(sub->at("peak_flops").get<double>(), 0);
+  EXPECT_THAT(sub->at("mfu_formula").get<std::string>(), HasSubstr("MFU n/a"));
+  ASSERT_TRUE(eventually([&] { return last_step(id2) >= 2; }, 30s)) << run_state(id2).dump();
+  steps = get("/v1/runs/" + std::to_string(id2) + "/steps?after=0");
+  ASSERT_GE(steps["steps"].size(), 2u);
+  for (const json& s : steps["steps"]) EXPECT_TRUE(!s.contains("mfu") || s["mfu"].is_null()) << s.dump();
+  api_->post("/v1/runs/" + std::to_string(id2) + "/stop", json::object());
+  ASSERT_TRUE(eventually([&] { return run_state(id2)["state"] == "stopped"; }, 20s));
 }
 
 // Each agent serves its node's /metrics (the URL in <up dir>/agents/<node>/metrics_url, and in

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>  // parses the --json lines
+#include <regex>
 #include <sstream>
 #include <string>
 
@@ -75,6 +76,68 @@ TEST(GantryEngineCli, TrainPrintsOneLinePerStepAndJsonLines) {
   EXPECT_EQ(steps[3]["step"], 4);
   EXPECT_GT(steps[0]["loss"].get<double>(), 2.0);
   EXPECT_TRUE(fs::exists(dir + "/run/checkpoints/step_00000004/manifest.json"));
+}
+
+// tiny.toml as shipped, with `extra` lines at the top of its [train] section.
+std::string tiny_config(const std::string& dir, const std::string& extra) {
+  std::ifstream in(GANTRY_TINY_CONFIG);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string t = ss.str();
+  const size_t at = t.find("[train]\n");
+  EXPECT_NE(at, std::string::npos) << "tiny.toml has no [train] section";
+  if (at != std::string::npos) t.insert(at + 8, extra);
+  const std::string path = dir + "/tiny.toml";
+  std::ofstream(path) << t;
+  return path;
+}
+
+// MFU on a CPU: without a configured peak it is unknown and says so ("n/a", JSON null), never 0; with
+// train.peak_tflops it is a percentage, and the JSON line carries the ratio.
+TEST(GantryEngineCli, TrainPrintsMfuNaWithoutAPeakAndAPercentageWithOne) {
+  const std::string dir = fresh_dir("mfu");
+  const auto json_steps = [](const std::string& out) {
+    std::vector<nlohmann::json> steps;
+    std::istringstream in(out);
+    for (std::string line; std::getline(in, line);) {
+      nlohmann::json j = nlohmann::json::parse(line);
+      if (j.contains("step") && j.contains("loss") && !j.contains("event")) steps.push_back(j);
+    }
+    return steps;
+  };
+
+  Outcome none =
+      run("train --config " + tiny_config(dir, "") + " --out " + dir + "/none --max-steps 2 --json");
+  ASSERT_EQ(none.code, 0) << none.err;
+  EXPECT_THAT(none.err, HasSubstr("| mfu n/a"));
+  EXPECT_THAT(none.err, ::testing::Not(HasSubstr("mfu 0.0%")));
+  EXPECT_THAT(none.err, HasSubstr("MFU n/a: no dense bf16 peak for a CPU"));
+  std::vector<nlohmann::json> steps = json_steps(none.out);
+  ASSERT_EQ(steps.size(), 2u);
+  ASSERT_TRUE(steps[0].contains("mfu")) << steps[0].dump();
+  EXPECT_TRUE(steps[0]["mfu"].is_null()) << steps[0].dump();
+
+  Outcome peak = run("train --config " + tiny_config(dir, "peak_tflops = 0.05\n") + " --out " + dir +
+                     "/peak --max-steps 2 --json");
+  ASSERT_EQ(peak.code, 0) << peak.err;
+  EXPECT_THAT(peak.err, ::testing::ContainsRegex("\\| mfu [0-9]+\\.[0-9]%"));
+  EXPECT_THAT(peak.err, ::testing::Not(HasSubstr("mfu n/a")));
+  EXPECT_THAT(peak.err, HasSubstr("peak = cpu (configured) 0.05 TFLOP/s"));
+  steps = json_steps(peak.out);
+  ASSERT_EQ(steps.size(), 2u);
+  ASSERT_TRUE(steps[1]["mfu"].is_number()) << steps[1].dump();
+  // The arithmetic of DESIGN.md: tokens/s × (6N + 6LdT) ÷ peak, one process; N from the summary line.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(peak.err, m, std::regex("([0-9]+) parameters"))) << peak.err;
+  const double params = std::stod(m[1].str());
+  const double want = steps[1]["tokens_per_s"].get<double>() * (6 * params + 6.0 * 2 * 64 * 64) / 0.05e12;
+  EXPECT_NEAR(steps[1]["mfu"].get<double>(), want, 1e-9 * want) << steps[1].dump();
+
+  // A peak out of range is refused naming the key and the range.
+  Outcome bad = run("train --config " + tiny_config(dir, "peak_tflops = -1\n") + " --out " + dir + "/bad");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("train.peak_tflops"));
+  EXPECT_THAT(bad.err, HasSubstr("[0, 100000]"));
 }
 
 TEST(GantryEngineCli, ResumeContinuesWhereItStopped) {

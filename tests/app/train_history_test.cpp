@@ -16,9 +16,11 @@ namespace {
 TEST(TrainHistory, TrainWritesTheRunsHistory) {
   const std::filesystem::path dir = testing_support::scratch_dir();
   const std::string cfg = (dir / "small.toml").string();
-  std::ofstream(cfg) << "[model]\nn_layer = 1\nn_head = 2\nn_embd = 16\nvocab_size = 32\nseq_len = 8\n"
-                        "[train]\nglobal_batch = 4\nmicro_batch = 2\nmax_steps = 5\nval_every = 5\nval_batches = 1\n"
-                        "[data]\nsynthetic_train_tokens = 8192\nsynthetic_val_tokens = 1024\n";
+  std::ofstream(cfg)
+      << "[model]\nn_layer = 1\nn_head = 2\nn_embd = 16\nvocab_size = 32\nseq_len = 8\n"
+         "[train]\nglobal_batch = 4\nmicro_batch = 2\nmax_steps = 5\nval_every = 5\nval_batches = 1\n"
+         "peak_tflops = 0.01\n"
+         "[data]\nsynthetic_train_tokens = 8192\nsynthetic_val_tokens = 1024\n";
   testing_support::Outcome r =
       testing_support::run_engine("train --config " + cfg + " --out " + (dir / "run").string());
   ASSERT_EQ(r.code, 0) << r.err;
@@ -32,6 +34,12 @@ TEST(TrainHistory, TrainWritesTheRunsHistory) {
   EXPECT_EQ(runs[0].status, RunStatus::finished);
   EXPECT_EQ(runs[0].last_step, 5);
   EXPECT_NE(runs[0].info.config.find("n_embd = 16"), std::string::npos);
+  // How the run's MFU is computed travels with it (the console's tooltip reads it).
+  EXPECT_EQ(runs[0].info.peak_name, "cpu (configured)");
+  EXPECT_EQ(runs[0].info.peak_flops, 0.01e12);
+  EXPECT_GT(runs[0].info.flops_per_token, 0);
+  EXPECT_NE(runs[0].info.mfu_formula.find("peak = cpu (configured) 0.01 TFLOP/s"), std::string::npos)
+      << runs[0].info.mfu_formula;
 
   std::vector<StepRecord> steps;
   ASSERT_TRUE(db->read_steps(runs[0].id, 0, 100, 100, &steps)) << db->error();
@@ -39,6 +47,9 @@ TEST(TrainHistory, TrainWritesTheRunsHistory) {
   EXPECT_EQ(steps.front().step, 1);
   EXPECT_GT(steps.front().loss, 2.0);
   ASSERT_TRUE(steps.back().val_loss.has_value());
+  ASSERT_TRUE(steps.front().mfu.has_value());
+  const double want = steps.front().tokens_per_s * runs[0].info.flops_per_token / 0.01e12;
+  EXPECT_NEAR(*steps.front().mfu, want, 1e-9 * want);
 
   std::vector<RankStepRecord> rank_steps;
   ASSERT_TRUE(db->read_rank_steps(runs[0].id, 0, 100, {0}, 100, &rank_steps)) << db->error();

@@ -53,6 +53,8 @@ RecordBatch sample_batch() {
   r.mem_peak_bytes = 3u << 29;
   r.temperature_celsius = 61.5;
   r.power_watts = 412.0;
+  r.mfu = 0.38;
+  r.hfu = 0.43;
   b.rank_steps.push_back(r);
   b.rank_steps.push_back({.run_id = 3, .step = 42, .rank = 2, .host = "node-b"});
   b.steps.push_back({.run_id = 3,
@@ -123,7 +125,11 @@ void frame_seeds(const fs::path& frame_dir, const fs::path& worker_dir) {
                                                       .code_version = "v1",
                                                       .data_version = "00ff",
                                                       .backend = "cpu",
-                                                      .params = 123456});
+                                                      .params = 123456,
+                                                      .peak_name = "cpu (configured)",
+                                                      .peak_flops = 134.4e9,
+                                                      .flops_per_token = 772608,
+                                                      .mfu_formula = "MFU = ..."});
   const std::vector<uint8_t> command =
       worker_command_encode({.action = TrainAction::checkpoint, .id = 9, .from = "ctl@127.0.0.1:51234"});
   write_seed(worker_dir, "hello.bin", text_of(hello));

@@ -521,6 +521,8 @@ TEST(HistoryDb, RecordsStepsEventsRoundTrip) {
   s.step = 6;
   s.loss = 2.5;
   s.val_loss = 2.75;
+  s.mfu.reset();  // no peak known: stored as NULL, read back absent (never 0)
+  s.hfu.reset();
   batch.steps.push_back(s);
   batch.events.push_back({.run_id = run,
                           .time_unix_s = 1.8e9,
@@ -547,6 +549,8 @@ TEST(HistoryDb, RecordsStepsEventsRoundTrip) {
   ASSERT_EQ(steps.size(), 2u);
   EXPECT_EQ(steps[0], batch.steps[0]);  // NaN loss came back as NaN
   EXPECT_EQ(steps[1], batch.steps[1]);
+  EXPECT_FALSE(steps[1].mfu.has_value());
+  EXPECT_EQ(steps[0].mfu.value_or(-1), 0.4);
 
   std::vector<EventRow> events;
   ASSERT_TRUE(db->read_events(run, 0, 10, &events));

@@ -136,6 +136,33 @@ TEST(Schema, MigratesFromEveryEarlierVersion) {
   }
 }
 
+// Before version 3 no run computed MFU, so every step row held mfu = hfu = 0 for "unknown": the migration
+// makes those NULL (read back as absent, shown as n/a) and keeps a real figure.
+TEST(Schema, Version3MakesTheOldZeroUtilisationUnknown) {
+  const std::string path = temp_file("v3_mfu.sqlite");
+  {
+    Db raw(path);
+    std::string error;
+    ASSERT_TRUE(schema_migrate(raw.db, schema_migrations(), 2, &error)) << error;
+    ASSERT_TRUE(
+        raw.exec("INSERT INTO runs (id, name, world_size, created_unix_s) VALUES (3, 'r', 1, 1.7e9);"
+                 "INSERT INTO steps (run_id, step, loss, mfu, hfu) VALUES (3, 0, 4.5, 0, 0),"
+                 " (3, 1, 4.25, 0.4, 0.5);"));
+  }
+  std::string error;
+  auto db = HistoryDb::open(path, {}, &error);
+  ASSERT_NE(db, nullptr) << error;
+  ASSERT_GE(db->schema_version(), 3);
+  std::vector<StepRecord> steps;
+  ASSERT_TRUE(db->read_steps(3, 0, kStepEnd, 10, &steps)) << db->error();
+  ASSERT_EQ(steps.size(), 2u);
+  EXPECT_FALSE(steps[0].mfu.has_value());
+  EXPECT_FALSE(steps[0].hfu.has_value());
+  ASSERT_TRUE(steps[1].mfu.has_value());
+  EXPECT_EQ(*steps[1].mfu, 0.4);
+  EXPECT_EQ(steps[1].hfu.value_or(-1), 0.5);
+}
+
 TEST(Schema, ReopeningIsANoOp) {
   const std::string path = temp_file("reopen.sqlite");
   for (int i = 0; i < 3; ++i) {

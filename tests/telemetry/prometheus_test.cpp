@@ -100,6 +100,7 @@ TEST(Prometheus, RankStepsAreBoundedAndAggregated) {
     x.phases.forward = x.total_s / 2;
     x.mem_peak_bytes = 1u << 30;
     if (r == 123) x.power_watts = 700;
+    if (r == 123) x.mfu = 0.25;  // the only rank whose peak is known
     latest.push_back(x);
   }
   PrometheusWriter w;
@@ -112,6 +113,9 @@ TEST(Prometheus, RankStepsAreBoundedAndAggregated) {
   EXPECT_NE(t.find("gantry_rank_power_watts{rank=\"123\",host=\"n15\"} 700\n"), std::string::npos);
   EXPECT_EQ(count_lines_starting(t, "gantry_rank_power_watts{"), 1);
   EXPECT_EQ(t.find("gantry_rank_temperature_celsius"), std::string::npos) << "no NVML readings, no family";
+  EXPECT_NE(t.find("gantry_rank_mfu_ratio{rank=\"123\",host=\"n15\"} 0.25\n"), std::string::npos) << t;
+  EXPECT_EQ(count_lines_starting(t, "gantry_rank_mfu_ratio{"), 1) << "an unknown MFU is no sample, not 0";
+  EXPECT_EQ(t.find("gantry_rank_hfu_ratio"), std::string::npos);
   EXPECT_NE(t.find("gantry_ranks_reporting 1000\n"), std::string::npos);
   EXPECT_NE(t.find("gantry_rank_series_omitted 984\n"), std::string::npos);
   EXPECT_NE(t.find("gantry_step_seconds{stat=\"max\"} 2\n"), std::string::npos);
@@ -140,6 +144,17 @@ TEST(Prometheus, StepFamiliesCarryThePeakAndFormula) {
   EXPECT_NE(w.text().find("gantry_step 42\n"), std::string::npos);
   EXPECT_NE(w.text().find("gantry_tokens_per_second 500000\n"), std::string::npos);
   EXPECT_EQ(w.text().find("gantry_validation_loss"), std::string::npos);
+}
+
+TEST(Prometheus, UnknownUtilisationIsLeftOutNotZero) {
+  StepRecord s;
+  s.step = 7;
+  PrometheusWriter w;
+  prometheus_write_step(w, s, "unknown", "", "");
+  ASSERT_TRUE(w.ok()) << w.error();
+  EXPECT_EQ(w.text().find("gantry_mfu_ratio"), std::string::npos) << w.text();
+  EXPECT_EQ(w.text().find("gantry_hfu_ratio"), std::string::npos) << w.text();
+  EXPECT_NE(w.text().find("gantry_step 7\n"), std::string::npos);
 }
 
 }  // namespace

@@ -33,6 +33,10 @@ RankStepRecord sample_rank_step(int rank, int64_t step) {
     r.sm_clock_hertz = 1.98e9;
     r.power_watts = 651.25;
   }
+  if (rank < 4) {  // a peak known for some ranks only: both present and absent utilisation travel
+    r.mfu = 0.4 + 0.01 * rank;
+    r.hfu = 0.5 + 0.01 * rank;
+  }
   return r;
 }
 
@@ -70,6 +74,8 @@ RecordBatch sample_batch() {
   s.loss = 2.5;
   s.grad_norm = 1.0;
   s.val_loss = 2.75;
+  s.mfu.reset();  // the peak is unknown: absent, not 0
+  s.hfu.reset();
   b.steps.push_back(s);
 
   EventRecord e;
@@ -113,7 +119,16 @@ TEST(RecordCodec, EmptyBatchRoundTrips) {
 TEST(RecordCodec, CompactForANodeBatch) {
   // One node's eight ranks at one step: the size budget of the worker → agent → coordinator path.
   RecordBatch b;
-  for (int r = 0; r < 8; ++r) b.rank_steps.push_back(sample_rank_step(r, 123456));
+  // Each with its MFU and HFU (a known peak), without NVML readings.
+  for (int r = 0; r < 8; ++r) {
+    RankStepRecord x = sample_rank_step(r, 123456);
+    x.temperature_celsius.reset();
+    x.sm_clock_hertz.reset();
+    x.power_watts.reset();
+    x.mfu = 0.41;
+    x.hfu = 0.47;
+    b.rank_steps.push_back(x);
+  }
   std::vector<uint8_t> wire;
   ASSERT_TRUE(record_batch_encode(b, &wire));
   EXPECT_LT(wire.size(), 8u * 100u) << "bytes per rank-step record grew past 100";
@@ -131,9 +146,16 @@ TEST(RecordCodec, RejectsBadHeaders) {
   EXPECT_NE(error.find("magic"), std::string::npos) << error;
 
   bad = wire;
-  bad[4] = 2;  // version 2
+  bad[4] = 3;  // a version from the future
   EXPECT_FALSE(record_batch_decode(bad.data(), bad.size(), &out, &error));
-  EXPECT_NE(error.find("version 2"), std::string::npos) << error;
+  EXPECT_NE(error.find("version 3"), std::string::npos) << error;
+
+  // Version 1 (step mfu/hfu as fixed doubles, none on rank steps) comes only from an older build: refused
+  // by name rather than misread.
+  bad = wire;
+  bad[4] = 1;
+  EXPECT_FALSE(record_batch_decode(bad.data(), bad.size(), &out, &error));
+  EXPECT_NE(error.find("version 1 is not supported (this build reads 2"), std::string::npos) << error;
 
   bad = wire;
   bad[6] = 1;  // reserved
@@ -210,7 +232,7 @@ TEST(RecordCodec, FuzzRandomBytesAndMutationsNeverCrash) {
 
 TEST(RecordCodec, HostileCountIsRefusedBeforeAllocating) {
   // Header + body "0 strings, 2^60 rank steps": must fail on the count, not try to allocate.
-  std::vector<uint8_t> buf = {0x47, 0x54, 0x4C, 0x4D, 1, 0, 0, 0, 0, 0, 0, 0, 0};
+  std::vector<uint8_t> buf = {0x47, 0x54, 0x4C, 0x4D, kRecordCodecVersion, 0, 0, 0, 0, 0, 0, 0, 0};
   const uint64_t huge = uint64_t{1} << 60;
   for (uint64_t v = huge; v >= 0x80; v >>= 7) buf.push_back(static_cast<uint8_t>(v | 0x80));
   buf.push_back(static_cast<uint8_t>(huge >> 56));
@@ -248,6 +270,9 @@ TEST(RecordJson, WritesUnitsInKeysAndNaNAsString) {
   const std::string j = record_to_json(s);
   EXPECT_NE(j.find("\"loss\":\"NaN\""), std::string::npos) << j;
   EXPECT_EQ(j.find("val_loss"), std::string::npos) << "absent optionals are not written";
+  EXPECT_EQ(j.find("mfu"), std::string::npos) << "an unknown MFU is absent, never 0: " << j;
+  s.mfu = 0.25;
+  EXPECT_NE(record_to_json(s).find("\"mfu\":0.25"), std::string::npos) << record_to_json(s);
   const std::string r = record_to_json(sample_rank_step(1, 5));
   EXPECT_NE(r.find("\"forward_s\":0.100000005"), std::string::npos) << r;
   EXPECT_NE(r.find("\"mem_peak_bytes\":79999999999"), std::string::npos) << r;
@@ -288,6 +313,11 @@ TEST(RecordJson, StrictReader) {
   t = good;
   ASSERT_TRUE(record_from_json(t.insert(t.size() - 1, ",\"power_watts\":null"), &r, &error)) << error;
   EXPECT_FALSE(r.power_watts.has_value());
+  t = record_to_json(sample_rank_step(5, 9));
+  ASSERT_EQ(t.find("\"mfu\""), std::string::npos) << t;
+  ASSERT_TRUE(record_from_json(t.insert(t.size() - 1, ",\"mfu\":null,\"hfu\":0.5"), &r, &error)) << error;
+  EXPECT_FALSE(r.mfu.has_value());
+  EXPECT_EQ(r.hfu.value_or(-1), 0.5);
 }
 
 TEST(RecordJson, ParserEdgeCases) {

@@ -51,6 +51,10 @@ struct RunView {
   std::vector<ShareView> placement;
   std::string layout;  // the API's "layout" object as JSON text, e.g. {"dp":4,"pp":1,"tp":1,"zero":1}
   std::string config;  // the run's config TOML (GET /v1/runs/{id} only; "" until fetched)
+  // How its MFU is computed (RunInfo): the MFU plot's tooltip. peak_flops 0 = per device, or unknown.
+  std::string peak_name;
+  double peak_flops = 0;
+  std::string mfu_formula;
 };
 
 // A rank of /v1/runs/{id}/ranks. The straggler fields come from the coordinator where it scores ranks;

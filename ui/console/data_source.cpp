@@ -58,6 +58,9 @@ RunView run_from_json(const json& j) {
     r.layout = it->dump();
   }
   r.config = field<std::string>(j, "config", "");
+  r.peak_name = field<std::string>(j, "peak_name", "");
+  r.peak_flops = field<double>(j, "peak_flops", 0);
+  r.mfu_formula = field<std::string>(j, "mfu_formula", "");
   if (r.world == 0) r.world = r.dp;
   if (auto it = j.find("placement"); it != j.end() && it->is_array()) {
     for (const json& s : *it) {

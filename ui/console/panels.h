@@ -55,11 +55,11 @@ struct RunPanel {
  private:
   void sync(const ConsoleSnapshot& s);  // brings the band and heatmap up to the snapshot's grid
 
-  plot::PlotView loss_view{.follow_latest = false, .x_label = "step", .y_label = "loss"};
-  plot::PlotView grad_view{.x_label = "step", .y_label = "grad norm"};
-  plot::PlotView tokens_view{.x_label = "step", .y_label = "tokens/s"};
-  plot::PlotView mfu_view{.x_label = "step", .y_label = "MFU"};
-  plot::PlotView band_view{.x_label = "step", .y_label = "step time (s)"};
+  plot::PlotView loss_view{.follow_latest = false, .x_label = "step", .y_label = "loss", .x_integer = true};
+  plot::PlotView grad_view{.x_label = "step", .y_label = "grad norm", .x_integer = true};
+  plot::PlotView tokens_view{.x_label = "step", .y_label = "tokens/s", .x_integer = true};
+  plot::PlotView mfu_view{.x_label = "step", .y_label = "MFU (%)", .x_integer = true};
+  plot::PlotView band_view{.x_label = "step", .y_label = "step time (s)", .x_integer = true};
   plot::HeatmapView heat_view{.value_label = "step time", .unit = "s"};
 
   int64_t run_id_ = -1;

@@ -8,6 +8,7 @@
 #include <limits>
 #include <span>
 
+#include "ui/console/mfu_caption.h"
 #include "ui/console/panels.h"
 
 namespace gantry::console {
@@ -131,12 +132,21 @@ void RunPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
   line("##grad", grad_view, {{"grad norm", c.step.data(), c.grad_norm.data(), c.size(), kOrange}}, half);
   line("##tokens", tokens_view, {{"tokens/s", c.step.data(), c.tokens_per_s.data(), c.size(), kGreen}}, half);
   ImGui::SameLine();
-  line("##mfu", mfu_view, {{"MFU", c.step.data(), c.mfu.data(), c.size(), kViolet}}, half);
+  // Percent on the axis; an unknown MFU (no peak) is NaN, a gap, and the title says "MFU n/a".
+  const MfuCaption mfu = mfu_caption(c, s.run);
+  line("##mfu", mfu_view, {{"MFU", c.step.data(), c.mfu_percent.data(), c.size(), kViolet}}, half);
+  {
+    // The latest figure (or "MFU n/a") at the plot's top right, where a flat line cannot hide it.
+    const float w = ImGui::CalcTextSize(mfu.title.c_str()).x;
+    ImGui::GetWindowDrawList()->AddText(
+        ImVec2(mfu_view.plot_max.x - w - 4, mfu_view.plot_min.y + 2),
+        mfu.latest_percent ? kViolet : ImGui::GetColorU32(ImGuiCol_TextDisabled), mfu.title.c_str());
+  }
   if (mfu_view.hovered) {
-    ImGui::SetTooltip(
-        "MFU = achieved FLOP/s / the device's dense bf16 peak (H100 SXM and H200 989 TFLOP/s, A100 312)\n"
-        "FLOPs per token = 6 N + 6 L d T (N parameters, L layers, d width, T sequence length)\n"
-        "CPU runs have no peak to compare with and report 0.");
+    // After the widget's own readout (plot_widget.h): add lines to its tooltip rather than replace it.
+    ImGui::BeginTooltip();
+    ImGui::TextUnformatted(mfu.tooltip.c_str());
+    ImGui::EndTooltip();
   }
 
   // Step time across ranks: the band (min, median, max) and the slowest ranks now.

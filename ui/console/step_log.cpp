@@ -11,12 +11,14 @@ void StepColumns::push(const StepRecord& r) {
   loss.push_back(r.loss);
   grad_norm.push_back(r.grad_norm);
   tokens_per_s.push_back(r.tokens_per_s);
-  mfu.push_back(r.mfu);
+  // Percent, the plot's unit; NaN (a gap, never 0) when the peak is unknown.
+  mfu_percent.push_back(r.mfu ? 100 * *r.mfu : std::numeric_limits<double>::quiet_NaN());
   step_s.push_back(r.step_s);
 }
 
 void StepColumns::pop() {
-  for (std::vector<double>* c : {&step, &loss, &grad_norm, &tokens_per_s, &mfu, &step_s}) c->pop_back();
+  for (std::vector<double>* c : {&step, &loss, &grad_norm, &tokens_per_s, &mfu_percent, &step_s})
+    c->pop_back();
 }
 
 size_t StepLog::append(std::vector<StepRecord> records) {

@@ -20,9 +20,10 @@
 
 namespace gantry::console {
 
-// The step records as columns of doubles, ready for the plot widget (x = step).
+// The step records as columns of doubles, ready for the plot widget (x = step). mfu_percent is MFU × 100,
+// NaN where the record has none (the device's peak is unknown), which the plot leaves as a gap.
 struct StepColumns {
-  std::vector<double> step, loss, grad_norm, tokens_per_s, mfu, step_s;
+  std::vector<double> step, loss, grad_norm, tokens_per_s, mfu_percent, step_s;
   void push(const StepRecord& r);
   void pop();
   size_t size() const { return step.size(); }

@@ -25,7 +25,7 @@ namespace gantry::history {
 using PanelButton = std::function<bool(const char* label, bool enabled)>;
 
 struct HistoryPanelView {
-  plot::PlotView plot{.x_label = "step", .y_label = "loss"};
+  plot::PlotView plot{.x_label = "step", .y_label = "loss", .x_integer = true};
   // Outputs of the last call, for tests and scripted input: each run row's rectangle (table order).
   struct Row {
     int64_t run_id = 0;

@@ -208,12 +208,11 @@ bool heatmap_widget(const char* id, HeatmapView& view, const HeatmapModel& model
 
   // Axes: steps below, ranks at the left (whole ranks only, centred in their rows).
   axes_draw_x(dl, xm,
-              ticks_nice(static_cast<double>(view.step_lo), static_cast<double>(view.step_hi),
-                         std::max(2, static_cast<int>(width / 90))),
+              ticks_integer(static_cast<double>(view.step_lo), static_cast<double>(view.step_hi),
+                            std::max(2, static_cast<int>(width / 90))),
               pmin, pmax, false);
-  std::vector<Tick> rank_ticks =
-      ticks_nice(0, std::max(0, ranks - 1), std::max(2, static_cast<int>(height / 30)));
-  std::erase_if(rank_ticks, [](const Tick& t) { return t.value != std::floor(t.value); });
+  const std::vector<Tick> rank_ticks =
+      ticks_integer(0, std::max(0, ranks - 1), std::max(2, static_cast<int>(height / 30)));
   axes_draw_y(dl, ym, rank_ticks, pmin, pmax, false, 0.5);
 
   const ImVec2 bmin(pmax.x + 2 * kAxisGap, pmin.y), bmax(pmax.x + 2 * kAxisGap + kBarWidth, pmax.y);

@@ -345,7 +345,11 @@ bool plot_lines(const char* id, PlotView& view, std::span<const PlotSeries> seri
   const AxisMap xm{view.x_min, view.x_max, pmin.x, pmin.x + static_cast<float>(width_px)};
   const AxisMap ym{view.y_min, view.y_max, pmax.y, pmin.y};
   dl->AddRectFilled(pmin, pmax, ImGui::GetColorU32(ImGuiCol_FrameBg));
-  axes_draw_x(dl, xm, ticks_nice(view.x_min, view.x_max, std::max(2, width_px / 90)), pmin, pmax, true);
+  const int x_target = std::max(2, width_px / 90);
+  axes_draw_x(dl, xm,
+              view.x_integer ? ticks_integer(view.x_min, view.x_max, x_target)
+                             : ticks_nice(view.x_min, view.x_max, x_target),
+              pmin, pmax, true);
   axes_draw_y(dl, ym, ticks_nice(view.y_min, view.y_max, std::max(2, static_cast<int>(height_px / 40))), pmin,
               pmax, true);
   const ImU32 text = ImGui::GetColorU32(ImGuiCol_Text);

@@ -75,6 +75,7 @@ struct PlotView {
   double follow_width = 0;          // ≤ 0: the width at the moment following takes over
   std::vector<std::string> hidden;  // names of hidden series; clicking a legend entry toggles its name
   std::string x_label, y_label;     // axis titles; empty: none
+  bool x_integer = false;           // x is a whole number (steps): integer ticks only (ticks_integer)
   bool show_legend = true;
 
   // Outputs of the last call.

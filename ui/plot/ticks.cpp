@@ -49,14 +49,10 @@ double ticks_step(double span, int target) {
   return nice * mag;
 }
 
-std::vector<Tick> ticks_nice(double lo, double hi, int target) {
+namespace {
+
+std::vector<Tick> ticks_every(double lo, double hi, double step) {
   std::vector<Tick> out;
-  if (!std::isfinite(lo) || !std::isfinite(hi) || lo > hi) return out;
-  if (lo == hi) {
-    out.push_back({lo, format_value(lo)});
-    return out;
-  }
-  const double step = ticks_step(hi - lo, target);
   // Multiples k·step (not a running sum, which drifts); the slack keeps ends that are exact multiples.
   const double k0 = std::ceil(lo / step - 1e-9);
   const double k1 = std::floor(hi / step + 1e-9);
@@ -66,6 +62,25 @@ std::vector<Tick> ticks_nice(double lo, double hi, int target) {
     out.push_back({v, tick_label(v, step)});
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<Tick> ticks_nice(double lo, double hi, int target) {
+  std::vector<Tick> out;
+  if (!std::isfinite(lo) || !std::isfinite(hi) || lo > hi) return out;
+  if (lo == hi) {
+    out.push_back({lo, format_value(lo)});
+    return out;
+  }
+  return ticks_every(lo, hi, ticks_step(hi - lo, target));
+}
+
+std::vector<Tick> ticks_integer(double lo, double hi, int target) {
+  std::vector<Tick> out;
+  if (!std::isfinite(lo) || !std::isfinite(hi) || lo > hi) return out;
+  // A step below 1 would put ticks between two ranks (or steps) and label them "1.5".
+  return ticks_every(lo, hi, std::max(1.0, ticks_step(hi - lo, target)));
 }
 
 std::string tick_label(double value, double step) {

@@ -27,6 +27,11 @@ double ticks_step(double span, int target);
 // Empty when the range is empty or not finite. A zero-width range (lo == hi) gives the one tick lo.
 std::vector<Tick> ticks_nice(double lo, double hi, int target);
 
+// Ticks for a quantity that is a whole number (steps, ranks): as ticks_nice, with a step of at least 1, so
+// every tick is an integer and its label has no decimals ("3", never "3.0" or "2.5"). Empty when the range
+// holds no integer.
+std::vector<Tick> ticks_integer(double lo, double hi, int target);
+
 // Label for a tick value on an axis with this step: as few characters as keep neighbouring ticks distinct.
 // Below 1e3 every label of an axis has the same decimals (0.05, 0.10); from 1e3 an SI suffix (k, M, G, T,
 // P) with trailing zeros dropped (1k, 1.2k); an exponent when the step is below 1e-4 or the value is 1e18

@@ -17,7 +17,7 @@
 #include "engine/core/cuda/attention.cuh"
 #include "engine/core/cuda/backend_cuda.h"
 #include "engine/core/cuda/cuda_check.h"
-#include "engine/core/cuda/device.h"  // DeviceSensorMonitor
+#include "engine/core/cuda/device.h"  // DeviceSensorMonitor, cuda_device_name
 #include "engine/core/cuda/kernels.cuh"
 #include "engine/core/cuda/matmul.cuh"
 #include "engine/core/cuda/zero_device_state.cuh"
@@ -144,6 +144,7 @@ class CudaBackend final : public Backend {
   }
 
   std::string name() const override { return "cuda"; }
+  std::string device_name() const override { return cuda_device_name(device_); }
   const TensorTable& params() const override { return table_; }
 
   void forward_backward(const int32_t* inputs, const int32_t* targets, int B, float grad_scale) override {

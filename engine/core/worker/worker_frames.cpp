@@ -1,5 +1,7 @@
 #include "engine/core/worker/worker_frames.h"
 
+#include <bit>  // std::bit_cast: doubles travel as their bits
+
 #include "engine/core/comm/store_protocol.h"  // StoreWriter / StoreReader: little-endian fields
 
 namespace gantry {
@@ -61,6 +63,10 @@ std::vector<uint8_t> worker_run_encode(const WorkerRun& r) {
   w.str(r.data_version);
   w.str(r.backend);
   w.u64(r.params);
+  w.str(r.peak_name);
+  w.u64(std::bit_cast<uint64_t>(r.peak_flops));
+  w.u64(std::bit_cast<uint64_t>(r.flops_per_token));
+  w.str(r.mfu_formula);
   return std::move(w.out());
 }
 
@@ -73,6 +79,10 @@ Result<WorkerRun> worker_run_decode(std::span<const uint8_t> payload) {
   r.data_version = in.str();
   r.backend = in.str();
   r.params = in.u64();
+  r.peak_name = in.str();
+  r.peak_flops = std::bit_cast<double>(in.u64());
+  r.flops_per_token = std::bit_cast<double>(in.u64());
+  r.mfu_formula = in.str();
   if (!in.ok() || in.left() != 0) return bad("worker_run", payload.size());
   return r;
 }

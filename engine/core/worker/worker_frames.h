@@ -55,6 +55,11 @@ struct WorkerRun {
   std::string data_version;
   std::string backend;
   uint64_t params = 0;
+  // How the run's MFU is computed (engine/core/utilisation.h), for the launcher's history; 0 = unknown peak.
+  std::string peak_name;
+  double peak_flops = 0;
+  double flops_per_token = 0;
+  std::string mfu_formula;
 };
 
 // An operator action for rank 0's TrainControl (train.h), sent by the launcher or agent. `id` and `from`

@@ -236,7 +236,11 @@ class WorkerObserver final : public TrainObserver {
                                                      .code_version = run.code_version,
                                                      .data_version = run.data_version,
                                                      .backend = run.backend,
-                                                     .params = run.params}));
+                                                     .params = run.params,
+                                                     .peak_name = run.peak_name,
+                                                     .peak_flops = run.peak_flops,
+                                                     .flops_per_token = run.flops_per_token,
+                                                     .mfu_formula = run.mfu_formula}));
     }
     if (local_) local_->on_run(run);
   }

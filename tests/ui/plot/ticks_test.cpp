@@ -104,6 +104,29 @@ TEST(Ticks, LabelsAreCompact) {
   }
 }
 
+// Ranks and steps are whole numbers: 4 ranks on a tall axis gave ticks every 0.5 and, once the halves were
+// dropped, labels "1.0", "2.0". Integer ticks step by at least 1 and carry no decimals.
+TEST(Ticks, IntegerAxesHaveWholeTicksWithoutDecimals) {
+  const std::vector<Tick> nice = ticks_nice(0, 3, 10);
+  ASSERT_GT(nice.size(), 4u);  // the old rank axis: halves
+  EXPECT_EQ(nice[2].label, "1.0");
+  const std::vector<Tick> ranks = ticks_integer(0, 3, 10);
+  ASSERT_EQ(ranks.size(), 4u);
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    EXPECT_EQ(ranks[i].value, static_cast<double>(i));
+    EXPECT_EQ(ranks[i].label, std::to_string(i));
+  }
+  const std::vector<Tick> steps = ticks_integer(1, 1000, 5);
+  ASSERT_FALSE(steps.empty());
+  EXPECT_EQ(steps[1].label, "200");
+  for (const Tick& t : ticks_integer(2.3, 7.9, 20)) {
+    EXPECT_EQ(t.value, std::floor(t.value));
+    EXPECT_EQ(t.label.find('.'), std::string::npos) << t.label;
+  }
+  ASSERT_EQ(ticks_integer(5, 5, 3).size(), 1u);     // one rank: one tick
+  EXPECT_TRUE(ticks_integer(0.2, 0.8, 3).empty());  // no whole number in range
+}
+
 TEST(Ticks, ValuesReadWithFourSignificantDigits) {
   EXPECT_EQ(format_value(0.0123456), "0.01235");
   EXPECT_EQ(format_value(12.5), "12.5");

@@ -42,7 +42,11 @@ TEST(WorkerFrames, ExitAndRunRoundTrip) {
               .code_version = "abc",
               .data_version = "00ff",
               .backend = "cpu",
-              .params = 3952};
+              .params = 3952,
+              .peak_name = "cpu (configured)",
+              .peak_flops = 134.4e9,
+              .flops_per_token = 772608,
+              .mfu_formula = "MFU = tokens/s x ..."};
   Result<WorkerRun> got = worker_run_decode(worker_run_encode(r));
   ASSERT_TRUE(got.ok()) << got.error();
   EXPECT_EQ(got->summary, "gantry x");
@@ -51,6 +55,10 @@ TEST(WorkerFrames, ExitAndRunRoundTrip) {
   EXPECT_EQ(got->data_version, "00ff");
   EXPECT_EQ(got->backend, "cpu");
   EXPECT_EQ(got->params, 3952u);
+  EXPECT_EQ(got->peak_name, "cpu (configured)");
+  EXPECT_EQ(got->peak_flops, 134.4e9);
+  EXPECT_EQ(got->flops_per_token, 772608.0);
+  EXPECT_EQ(got->mfu_formula, "MFU = tokens/s x ...");
 }
 
 TEST(WorkerFrames, MalformedPayloadsAreRefused) {
