@@ -24,7 +24,7 @@ inline constexpr int kGroupRanks = 8;
 inline constexpr int kStepLevels = 6;
 inline constexpr int64_t kStepBlock[kStepLevels] = {1, 64, 512, 4096, 32768, 262144};
 inline constexpr int kRankLevels = 6;    // rows of up to 8^6 = 262,144 ranks
-inline constexpr int kTiledMetrics = 8;  // RankMetric::total .. RankMetric::mem_peak (rank_metric_tiled)
+inline constexpr int kTiledMetrics = 9;  // RankMetric::total .. RankMetric::busy (rank_metric_tiled)
 
 inline int tile_level(int step_level, int rank_level) {
   return step_level * 8 + rank_level;
@@ -93,9 +93,15 @@ struct Cell {
   void merge(const Cell& o);
 };
 // A cell in a blob: count, last_count (u32), last_step (i64), then per metric min, max, max_rank (i32),
-// sum, last_sum (f64). The seven time metrics come from float32 measurements, so their min and max are
-// float32 too, exactly; peak memory is in bytes and keeps float64. 248 bytes: two 8-cell rows fit a
-// 4 KiB page.
+// sum, last_sum (f64). The eight time metrics come from float32 measurements (busy is their float32
+// sum), so their min and max are float32 too, exactly; peak memory is in bytes and keeps float64.
+// 276 bytes, a row of 8 cells 2,210 (one per 4 KiB page; tiles stay a few percent of the frames).
+//
+// Tile blob formats (the blob's first byte): 1 = the first eight metrics (248-byte cells, schema versions
+// 1 and 2), 2 = nine, with busy. Both are read: a run whose raw rows were downsampled before busy existed
+// keeps its format-1 tiles there (they cannot be rebuilt), and those cells have no busy value.
+inline constexpr uint8_t kTileFormat = 2;
+inline constexpr int kTiledMetricsV1 = 8;
 inline constexpr bool metric_wide(int metric) {
   return metric == static_cast<int>(RankMetric::mem_peak);
 }
@@ -108,7 +114,15 @@ inline constexpr size_t metric_agg_offset(int metric) {
   return off;
 }
 inline constexpr size_t kCellBytes = metric_agg_offset(kTiledMetrics);
-static_assert(kCellBytes == 248);
+static_assert(kCellBytes == 276);
+inline constexpr size_t kCellBytesV1 = metric_agg_offset(kTiledMetricsV1);
+static_assert(kCellBytesV1 == 248);
+inline constexpr size_t tile_cell_bytes(uint8_t format) {
+  return format == 1 ? kCellBytesV1 : kCellBytes;
+}
+inline constexpr int tile_metrics(uint8_t format) {
+  return format == 1 ? kTiledMetricsV1 : kTiledMetrics;
+}
 
 struct TileRow {
   uint8_t mask = 0;
@@ -126,6 +140,7 @@ struct CellMetric {
   MetricAgg agg;
 };
 // Calls visit(slot, const CellMetric&) for each present slot in `want`; false if the blob is malformed.
+// A metric the blob's format does not hold (busy in a format-1 tile) visits nothing.
 template <class Visit>
 bool tile_visit(const void* data, size_t size, uint8_t want, int metric, Visit&& visit);
 
@@ -152,9 +167,11 @@ inline int popcount8(uint8_t m) {
 template <class Visit>
 bool tile_visit(const void* data, size_t size, uint8_t want, int metric, Visit&& visit) {
   const auto* p = static_cast<const unsigned char*>(data);
-  if (size < 2 || p[0] != 1) return false;
+  if (size < 2 || (p[0] != 1 && p[0] != kTileFormat)) return false;
   const uint8_t mask = p[1];
-  if (size != 2 + static_cast<size_t>(popcount8(mask)) * kCellBytes) return false;
+  const size_t cell_bytes = tile_cell_bytes(p[0]);
+  if (size != 2 + static_cast<size_t>(popcount8(mask)) * cell_bytes) return false;
+  if (metric >= tile_metrics(p[0])) return true;
   const unsigned char* cell = p + 2;
   for (int slot = 0; slot < kGroupRanks; ++slot) {
     if (!(mask & (1u << slot))) continue;
@@ -178,7 +195,7 @@ bool tile_visit(const void* data, size_t size, uint8_t want, int metric, Visit&&
       c.agg.last_sum = load<double>(a + 12);
       visit(slot, c);
     }
-    cell += kCellBytes;
+    cell += cell_bytes;
   }
   return true;
 }
