@@ -175,20 +175,22 @@ void tile_encode(const TileRow& t, std::string* out) {
     store(p + 4, c.last_count);
     store(p + 8, c.last_step);
     for (int k = 0; k < kTiledMetrics; ++k) {
-      unsigned char* a = p + metric_agg_offset(k);
+      unsigned char* a = p + metric_agg_offset(kTileFormat, k);
+      const MetricAgg& m = c.m[k];
       if (metric_wide(k)) {
-        store(a, c.m[k].min);
-        store(a + 8, c.m[k].max);
-        a += 16;
+        store(a, m.min);
+        store(a + 8, m.max);
+        store(a + 16, m.max_rank);
+        store(a + 20, m.sum);
+        store(a + 28, m.last_sum);
       } else {
-        // Exact: the time metrics are float32 measurements (frames hold them so).
-        store(a, static_cast<float>(c.m[k].min));
-        store(a + 4, static_cast<float>(c.m[k].max));
-        a += 8;
+        // Min and max exact: the time metrics are float32 measurements (frames hold them so).
+        store(a, static_cast<float>(m.min));
+        store(a + 4, static_cast<float>(m.max));
+        store(a + 8, m.max_rank);
+        store(a + 12, static_cast<float>(m.sum));
+        store(a + 16, static_cast<float>(m.last_sum));
       }
-      store(a, c.m[k].max_rank);
-      store(a + 4, c.m[k].sum);
-      store(a + 12, c.m[k].last_sum);
     }
     p += kCellBytes;
   }

@@ -202,9 +202,10 @@ void expect_same_buckets(const std::vector<Bucket>& got, const std::vector<Bucke
     EXPECT_EQ(g.min, w.min);  // exact: the point of this test
     EXPECT_EQ(g.max, w.max);
     EXPECT_EQ(g.max_rank, w.max_rank);
-    EXPECT_NEAR(g.mean, w.mean, 1e-9 * std::max(1.0, std::fabs(w.mean)));
+    // Tiles keep time sums in float32 (storage/pack.h), rounded once per level of the pyramid.
+    EXPECT_NEAR(g.mean, w.mean, 1e-6 * std::max(1.0, std::fabs(w.mean)));
     EXPECT_EQ(g.last_step, w.last_step);
-    EXPECT_NEAR(g.last, w.last, 1e-9 * std::max(1.0, std::fabs(w.last)));
+    EXPECT_NEAR(g.last, w.last, 1e-6 * std::max(1.0, std::fabs(w.last)));
   }
 }
 
@@ -477,7 +478,23 @@ TEST(HistoryDb, UpgradeRebuildsOldTilesWithBusyTime) {
       const std::string blob(p, static_cast<size_t>(sqlite3_column_bytes(st, 1)));
       ASSERT_EQ(blob[0], 2);
       std::string old = {char{1}, blob[1]};
-      for (size_t c = 2; c < blob.size(); c += pack::kCellBytes) old += blob.substr(c, pack::kCellBytesV1);
+      for (size_t c = 2; c < blob.size(); c += pack::kCellBytes) {
+        const auto* cell = reinterpret_cast<const unsigned char*>(blob.data() + c);
+        old.append(blob, c, 16);  // counts and last step
+        for (int k = 0; k < pack::kTiledMetricsV1; ++k) {
+          const size_t at = c + pack::metric_agg_offset(pack::kTileFormat, k);
+          if (pack::metric_wide(k)) {
+            old.append(blob, at, 36);
+            continue;
+          }
+          old.append(blob, at, 12);    // min, max (float32), max_rank
+          for (size_t f : {12, 16}) {  // the sums were float64
+            const double v = pack::load<float>(cell + (at - c) + f);
+            old.append(reinterpret_cast<const char*>(&v), sizeof v);
+          }
+        }
+      }
+      ASSERT_EQ(old.size(), 2 + (blob.size() - 2) / pack::kCellBytes * pack::kCellBytesV1);
       tiles.emplace_back(sqlite3_column_int64(st, 0), old);
     }
     sqlite3_finalize(st);

@@ -20,7 +20,8 @@ void StepColumns::pop() {
 }
 
 size_t StepLog::append(std::vector<StepRecord> records) {
-  std::sort(records.begin(), records.end(), [](const StepRecord& a, const StepRecord& b) { return a.step < b.step; });
+  std::sort(records.begin(), records.end(),
+            [](const StepRecord& a, const StepRecord& b) { return a.step < b.step; });
   size_t appended = 0;
   for (StepRecord& r : records) {
     const int64_t last = last_step();
@@ -62,7 +63,8 @@ void RankStepGrid::add(const std::vector<RankStepRecord>& records) {
       cells_.resize((row + 1) * static_cast<size_t>(width_), std::numeric_limits<float>::quiet_NaN());
       rows_ = row + 1;
     }
-    cells_[row * static_cast<size_t>(width_) + static_cast<size_t>(r.rank)] = static_cast<float>(r.total_s);
+    cells_[row * static_cast<size_t>(width_) + static_cast<size_t>(r.rank)] =
+        static_cast<float>(rank_time_value(r, metric_));
     RankStepRecord& latest = latest_[static_cast<size_t>(r.rank)];
     if (r.step >= latest.step) latest = r;
   }
@@ -96,7 +98,8 @@ int64_t RankStepGrid::complete_through(int world) const {
 float RankStepGrid::at(int64_t step, int rank) const {
   if (rows_ == 0 || step < first_step_ || step > last_step() || rank < 0 || rank >= width_)
     return std::numeric_limits<float>::quiet_NaN();
-  return cells_[static_cast<size_t>(step - first_step_) * static_cast<size_t>(width_) + static_cast<size_t>(rank)];
+  return cells_[static_cast<size_t>(step - first_step_) * static_cast<size_t>(width_) +
+                static_cast<size_t>(rank)];
 }
 
 }  // namespace gantry::console

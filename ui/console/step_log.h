@@ -8,8 +8,8 @@
 //   log.append(records_from_api);               // steps <= last_step() are skipped, the rest sorted in
 //   next_query_after = log.last_step();         // "after=N" resumes exactly where the log ends
 //
-//   RankStepGrid grid;
-//   grid.add(rank_records, /*world=*/4);
+//   RankStepGrid grid(RankTimeMetric::kBusy);
+//   grid.add(rank_records);
 //   grid.complete_through(4);                   // every rank has reported each step up to here
 #pragma once
 
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "telemetry/records.h"
+#include "ui/console/rank_metric.h"
 
 namespace gantry::console {
 
@@ -50,11 +51,14 @@ class StepLog {
   int64_t gap_steps_ = 0;
 };
 
-// Step time (total_s) of every rank at every step seen, as float rows of `width()` ranks starting at
-// first_step(); a cell not reported yet is NaN. Also keeps each rank's latest record (temperature, clock,
-// phases) for the cluster grid and the straggler scores.
+// One time metric (rank_metric.h: busy by default) of every rank at every step seen, as float rows of
+// `width()` ranks starting at first_step(); a cell not reported yet is NaN. Also keeps each rank's latest
+// record (temperature, clock, phases) for the cluster grid, the breakdown and the straggler scores.
 class RankStepGrid {
  public:
+  explicit RankStepGrid(RankTimeMetric metric = RankTimeMetric::kBusy) : metric_(metric) {}
+  RankTimeMetric metric() const { return metric_; }
+
   // Writes each record's cell (a repeat overwrites with the same value). Records at steps before
   // first_step() are dropped once the grid has rows (a late record of a step already scrolled past).
   void add(const std::vector<RankStepRecord>& records);
@@ -76,6 +80,7 @@ class RankStepGrid {
 
  private:
   void widen(int width);
+  RankTimeMetric metric_;
   int64_t first_step_ = 0;
   size_t rows_ = 0;
   int width_ = 0;
