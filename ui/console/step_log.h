@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "telemetry/records.h"
@@ -54,8 +55,14 @@ class StepLog {
 // One time metric (rank_metric.h: busy by default) of every rank at every step seen, as float rows of
 // `width()` ranks starting at first_step(); a cell not reported yet is NaN. Also keeps each rank's latest
 // record (temperature, clock, phases) for the cluster grid, the breakdown and the straggler scores.
+//
+// Rows live in chunks of kRowsPerChunk, each shared between copies until one of them writes it: a copy of the
+// grid (a published snapshot) costs a pointer per chunk, not the grid (0.4 GB at 1,024 ranks × 100,000
+// steps), and a live run's new rows copy at most the chunk they land in.
 class RankStepGrid {
  public:
+  static constexpr size_t kRowsPerChunk = 256;
+
   explicit RankStepGrid(RankTimeMetric metric = RankTimeMetric::kBusy) : metric_(metric) {}
   RankTimeMetric metric() const { return metric_; }
 
@@ -75,16 +82,23 @@ class RankStepGrid {
   int width() const { return width_; }
   // NaN when not reported.
   float at(int64_t step, int rank) const;
-  const float* row(size_t index) const { return &cells_[index * static_cast<size_t>(width_)]; }
+  const float* row(size_t index) const {
+    return chunks_[index / kRowsPerChunk]->data() + (index % kRowsPerChunk) * static_cast<size_t>(width_);
+  }
   const std::vector<RankStepRecord>& latest() const { return latest_; }  // indexed by rank; step 0 = none
+  // The chunks' storage, for tests of the sharing: equal pointers in two grids are one chunk.
+  size_t chunks() const { return chunks_.size(); }
+  const float* chunk_data(size_t i) const { return chunks_[i]->data(); }
 
  private:
+  using Chunk = std::vector<float>;  // kRowsPerChunk × width_, row-major; NaN where not reported
   void widen(int width);
+  float* writable_row(size_t index);  // copies the row's chunk first if another grid shares it
   RankTimeMetric metric_;
   int64_t first_step_ = 0;
   size_t rows_ = 0;
   int width_ = 0;
-  std::vector<float> cells_;  // rows_ × width_, row-major
+  std::vector<std::shared_ptr<Chunk>> chunks_;
   std::vector<RankStepRecord> latest_;
   // Rows known complete for hint_world_ ranks: cells are only ever filled, so a scan resumes here.
   mutable size_t complete_rows_ = 0;
