@@ -13,6 +13,7 @@
 #include "app/commands.h"
 #include "engine/cluster/http_client.h"
 #include "engine/cluster/token.h"
+#include "telemetry/straggler.h"  // straggler_excess_text: the words the console uses too
 
 namespace gantry {
 namespace {
@@ -82,10 +83,9 @@ void print_ranks(const json& r) {
   for (const json& k : r.at("ranks")) {
     const json& s = k.at("straggler");
     const bool scored = s.is_object();
-    std::string slow = "-";
-    if (scored && s.value("slow_phase_excess_s", 0.0) > 0) {
-      slow = s.value("slow_phase", "") + " +" + fixed(s.at("slow_phase_excess_s"), 4) + " s";
-    }
+    // The same words as the console's Stragglers panel: the slow phase and its time over the other ranks'.
+    const std::string slow =
+        scored ? straggler_excess_text(s.value("slow_phase", ""), s.value("slow_phase_excess_s", 0.0)) : "-";
     rows.push_back({cell(k.at("rank")), cell(k.at("node")), cell(k.at("slot")), cell(k.at("last_step")),
                     fixed(k.at("step_seconds"), 4), scored ? fixed(s.at("median_s"), 4) : "-",
                     scored ? fixed(s.at("relative"), 3) : "-", scored ? fixed(s.at("individual"), 3) : "-",
@@ -98,7 +98,7 @@ void print_ranks(const json& r) {
       cell(r.at("run")).c_str(), cell(o.at("basis")).c_str(), cell(o.at("window_steps")).c_str(),
       cell(sum.at("evaluated_at_step")).c_str(), cell(sum.at("evaluations")).c_str());
   print_table(
-      {"RANK", "NODE", "SLOT", "STEP", "STEP_S", "MEDIAN_S", "RELATIVE", "INDIVIDUAL", "FLAG", "SLOW PHASE"},
+      {"RANK", "NODE", "SLOT", "STEP", "STEP_S", "MEDIAN_S", "RELATIVE", "INDIVIDUAL", "FLAG", "EXCESS"},
       rows);
 }
 

@@ -23,10 +23,10 @@ namespace {
 
 constexpr std::string_view kRunStatusNames[] = {"running", "finished", "failed", "stopped", "interrupted"};
 constexpr std::string_view kRankMetricNames[kRankMetricCount] = {
-    "total_s",     "data_wait_s",         "forward_s",           "backward_s",
-    "optimizer_s", "comm_exposed_s",      "checkpoint_stall_s",  "mem_peak_bytes",
-    "tokens",      "mem_allocated_bytes", "temperature_celsius", "sm_clock_hertz",
-    "power_watts"};
+    "total_s",        "data_wait_s",    "forward_s",           "backward_s",
+    "optimizer_s",    "comm_exposed_s", "checkpoint_stall_s",  "mem_peak_bytes",
+    "busy_s",         "tokens",         "mem_allocated_bytes", "temperature_celsius",
+    "sm_clock_hertz", "power_watts"};
 constexpr std::string_view kStepMetricNames[] = {"loss",   "grad_norm", "lr",  "tokens_per_s",
                                                  "step_s", "mfu",       "hfu", "val_loss"};
 
@@ -216,6 +216,7 @@ std::unique_ptr<HistoryDb> HistoryDb::open(const std::string& path, const Histor
     if (!stmt->prepare(h->db_, sql))
       return fail(std::string("preparing a statement: ") + sqlite3_errmsg(h->db_));
   }
+  if (!options.read_only && !h->upgrade_tiles()) return fail(h->error_);
   if (!options.read_only && options.background_checkpoint) {
     // Replaces SQLite's inline autocheckpoint (sqlite3_wal_hook takes its place); without the thread,
     // the autocheckpoint set above stays.

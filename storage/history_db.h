@@ -98,9 +98,14 @@ struct EventRow {
   EventRecord event;
 };
 
-// What a rank-step range query aggregates. The first eight are kept in the tile pyramid, so they answer
+// What a rank-step range query aggregates. The first nine are kept in the tile pyramid, so they answer
 // fast at any resolution and where the raw rows were downsampled away; the rest (tokens, allocated
-// memory, the NVML readings) are read from the rank_steps rows only.
+// memory, the NVML readings) are read from the rank_steps rows only. A tiled metric's value is its index
+// in the tile cell (storage/pack.h), so new tiled metrics go after the last tiled one, never between.
+//
+// busy = data_wait + forward + backward + optimizer: the time a rank needed itself. In synchronous data
+// parallelism every rank's total is the same (the fast ranks wait in their collectives, as exposed
+// communication), so a slow rank shows on busy and not on total.
 enum class RankMetric : uint8_t {
   total,
   data_wait,
@@ -110,17 +115,18 @@ enum class RankMetric : uint8_t {
   comm_exposed,
   checkpoint_stall,
   mem_peak,
+  busy,  // tiled since schema version 3
   tokens,
   mem_allocated,
   temperature,
   sm_clock,
   power,
 };
-inline constexpr int kRankMetricCount = 13;
+inline constexpr int kRankMetricCount = 14;
 inline constexpr bool rank_metric_tiled(RankMetric m) {
-  return static_cast<int>(m) < 8;
+  return static_cast<int>(m) < 9;
 }
-std::string_view rank_metric_name(RankMetric m);  // "total_s", "forward_s", ..., "power_watts"
+std::string_view rank_metric_name(RankMetric m);  // "total_s", "forward_s", ..., "busy_s", ..., "power_watts"
 bool rank_metric_from_name(std::string_view name, RankMetric* out);
 
 enum class StepMetric : uint8_t { loss, grad_norm, lr, tokens_per_s, step_s, mfu, hfu, val_loss };
@@ -261,6 +267,8 @@ class HistoryDb {
   bool begin_write();
   bool commit();
   void rollback();
+  // rollup.cpp: rebuilds, from the rank_steps rows, the tiles of runs whose tiles are in an older format.
+  bool upgrade_tiles();
   // rollup.cpp: builds the tiles of what became final (and rebuilds those `late` records touched).
   bool finalize(RunState& run, std::vector<int64_t> late_steps, bool seal);
   bool build_steps(const RunState& run, int64_t step_begin, int64_t step_end);

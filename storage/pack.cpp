@@ -5,7 +5,7 @@
 namespace gantry::pack {
 namespace {
 
-constexpr uint8_t kFormat = 1;  // first byte of every blob; a layout change bumps it (with a migration)
+constexpr uint8_t kFrameFormat = 1;  // first byte of a frame; a layout change bumps it (with a migration)
 
 float to_f32(const std::optional<double>& v) {
   return v ? static_cast<float>(*v) : NAN;
@@ -52,6 +52,9 @@ double raw_metric(const RawRank& r, RankMetric m) {
       return r.phase[5];
     case RankMetric::mem_peak:
       return static_cast<double>(r.mem_peak);
+    case RankMetric::busy:
+      // Summed in float32, as the tiles keep it, so a cell's min and max are exact.
+      return r.phase[0] + r.phase[1] + r.phase[2] + r.phase[3];
     case RankMetric::tokens:
       return r.tokens;
     case RankMetric::mem_allocated:
@@ -69,7 +72,7 @@ double raw_metric(const RawRank& r, RankMetric m) {
 void frame_encode(const Frame& f, std::string* out) {
   out->assign(2 + static_cast<size_t>(popcount8(f.mask)) * kRawRankBytes, '\0');
   auto* p = reinterpret_cast<unsigned char*>(out->data());
-  p[0] = kFormat;
+  p[0] = kFrameFormat;
   p[1] = f.mask;
   p += 2;
   for (int i = 0; i < kGroupRanks; ++i) {
@@ -91,7 +94,7 @@ void frame_encode(const Frame& f, std::string* out) {
 
 bool frame_decode(const void* data, size_t size, Frame* out) {
   const auto* p = static_cast<const unsigned char*>(data);
-  if (size < 2 || p[0] != kFormat) return false;
+  if (size < 2 || p[0] != kFrameFormat) return false;
   out->mask = p[1];
   if (size != 2 + static_cast<size_t>(popcount8(out->mask)) * kRawRankBytes) return false;
   p += 2;
@@ -162,7 +165,7 @@ void Cell::merge(const Cell& o) {
 void tile_encode(const TileRow& t, std::string* out) {
   out->assign(2 + static_cast<size_t>(popcount8(t.mask)) * kCellBytes, '\0');
   auto* p = reinterpret_cast<unsigned char*>(out->data());
-  p[0] = kFormat;
+  p[0] = kTileFormat;
   p[1] = t.mask;
   p += 2;
   for (int i = 0; i < kGroupRanks; ++i) {
@@ -172,20 +175,22 @@ void tile_encode(const TileRow& t, std::string* out) {
     store(p + 4, c.last_count);
     store(p + 8, c.last_step);
     for (int k = 0; k < kTiledMetrics; ++k) {
-      unsigned char* a = p + metric_agg_offset(k);
+      unsigned char* a = p + metric_agg_offset(kTileFormat, k);
+      const MetricAgg& m = c.m[k];
       if (metric_wide(k)) {
-        store(a, c.m[k].min);
-        store(a + 8, c.m[k].max);
-        a += 16;
+        store(a, m.min);
+        store(a + 8, m.max);
+        store(a + 16, m.max_rank);
+        store(a + 20, m.sum);
+        store(a + 28, m.last_sum);
       } else {
-        // Exact: the time metrics are float32 measurements (frames hold them so).
-        store(a, static_cast<float>(c.m[k].min));
-        store(a + 4, static_cast<float>(c.m[k].max));
-        a += 8;
+        // Min and max exact: the time metrics are float32 measurements (frames hold them so).
+        store(a, static_cast<float>(m.min));
+        store(a + 4, static_cast<float>(m.max));
+        store(a + 8, m.max_rank);
+        store(a + 12, static_cast<float>(m.sum));
+        store(a + 16, static_cast<float>(m.last_sum));
       }
-      store(a, c.m[k].max_rank);
-      store(a + 4, c.m[k].sum);
-      store(a + 12, c.m[k].last_sum);
     }
     p += kCellBytes;
   }
@@ -194,7 +199,7 @@ void tile_encode(const TileRow& t, std::string* out) {
 bool tile_decode(const void* data, size_t size, TileRow* out) {
   *out = TileRow();
   const auto* p = static_cast<const unsigned char*>(data);
-  if (size < 2 || p[0] != kFormat) return false;
+  if (size < 2 || (p[0] != 1 && p[0] != kTileFormat)) return false;
   out->mask = p[1];
   bool ok = true;
   for (int k = 0; k < kTiledMetrics && ok; ++k) {

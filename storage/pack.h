@@ -24,7 +24,7 @@ inline constexpr int kGroupRanks = 8;
 inline constexpr int kStepLevels = 6;
 inline constexpr int64_t kStepBlock[kStepLevels] = {1, 64, 512, 4096, 32768, 262144};
 inline constexpr int kRankLevels = 6;    // rows of up to 8^6 = 262,144 ranks
-inline constexpr int kTiledMetrics = 8;  // RankMetric::total .. RankMetric::mem_peak (rank_metric_tiled)
+inline constexpr int kTiledMetrics = 9;  // RankMetric::total .. RankMetric::busy (rank_metric_tiled)
 
 inline int tile_level(int step_level, int rank_level) {
   return step_level * 8 + rank_level;
@@ -93,22 +93,38 @@ struct Cell {
   void merge(const Cell& o);
 };
 // A cell in a blob: count, last_count (u32), last_step (i64), then per metric min, max, max_rank (i32),
-// sum, last_sum (f64). The seven time metrics come from float32 measurements, so their min and max are
-// float32 too, exactly; peak memory is in bytes and keeps float64. 248 bytes: two 8-cell rows fit a
-// 4 KiB page.
+// sum, last_sum. The eight time metrics come from float32 measurements (busy is their float32 sum), so their
+// min and max are float32 too, exactly, and their sums float32 (7 significant digits, as the measurements
+// have: a mean or a last value is read to that); peak memory is in bytes and keeps float64 throughout.
+// 212 bytes, a row of 8 cells 1,698: two rows fit a 4 KiB page.
+//
+// Tile blob formats (the blob's first byte): 1 = the first eight metrics with float64 sums (248-byte cells,
+// schema versions 1 and 2), 2 = nine, with busy, time sums float32. Both are read: a run whose raw rows were
+// downsampled before busy existed keeps its format-1 tiles there (they cannot be rebuilt), and those cells
+// have no busy value.
+inline constexpr uint8_t kTileFormat = 2;
+inline constexpr int kTiledMetricsV1 = 8;
 inline constexpr bool metric_wide(int metric) {
   return metric == static_cast<int>(RankMetric::mem_peak);
 }
-inline constexpr size_t metric_agg_bytes(int metric) {
-  return metric_wide(metric) ? 36 : 28;
+inline constexpr size_t metric_agg_bytes(uint8_t format, int metric) {
+  return metric_wide(metric) ? 36 : (format == 1 ? 28 : 20);
 }
-inline constexpr size_t metric_agg_offset(int metric) {
+inline constexpr size_t metric_agg_offset(uint8_t format, int metric) {
   size_t off = 16;
-  for (int k = 0; k < metric; ++k) off += metric_agg_bytes(k);
+  for (int k = 0; k < metric; ++k) off += metric_agg_bytes(format, k);
   return off;
 }
-inline constexpr size_t kCellBytes = metric_agg_offset(kTiledMetrics);
-static_assert(kCellBytes == 248);
+inline constexpr size_t kCellBytes = metric_agg_offset(kTileFormat, kTiledMetrics);
+static_assert(kCellBytes == 212);
+inline constexpr size_t kCellBytesV1 = metric_agg_offset(1, kTiledMetricsV1);
+static_assert(kCellBytesV1 == 248);
+inline constexpr size_t tile_cell_bytes(uint8_t format) {
+  return format == 1 ? kCellBytesV1 : kCellBytes;
+}
+inline constexpr int tile_metrics(uint8_t format) {
+  return format == 1 ? kTiledMetricsV1 : kTiledMetrics;
+}
 
 struct TileRow {
   uint8_t mask = 0;
@@ -126,6 +142,7 @@ struct CellMetric {
   MetricAgg agg;
 };
 // Calls visit(slot, const CellMetric&) for each present slot in `want`; false if the blob is malformed.
+// A metric the blob's format does not hold (busy in a format-1 tile) visits nothing.
 template <class Visit>
 bool tile_visit(const void* data, size_t size, uint8_t want, int metric, Visit&& visit);
 
@@ -152,9 +169,11 @@ inline int popcount8(uint8_t m) {
 template <class Visit>
 bool tile_visit(const void* data, size_t size, uint8_t want, int metric, Visit&& visit) {
   const auto* p = static_cast<const unsigned char*>(data);
-  if (size < 2 || p[0] != 1) return false;
+  if (size < 2 || (p[0] != 1 && p[0] != kTileFormat)) return false;
   const uint8_t mask = p[1];
-  if (size != 2 + static_cast<size_t>(popcount8(mask)) * kCellBytes) return false;
+  const size_t cell_bytes = tile_cell_bytes(p[0]);
+  if (size != 2 + static_cast<size_t>(popcount8(mask)) * cell_bytes) return false;
+  if (metric >= tile_metrics(p[0])) return true;
   const unsigned char* cell = p + 2;
   for (int slot = 0; slot < kGroupRanks; ++slot) {
     if (!(mask & (1u << slot))) continue;
@@ -163,22 +182,28 @@ bool tile_visit(const void* data, size_t size, uint8_t want, int metric, Visit&&
       c.count = load<uint32_t>(cell);
       c.last_count = load<uint32_t>(cell + 4);
       c.last_step = load<int64_t>(cell + 8);
-      const unsigned char* a = cell + metric_agg_offset(metric);
+      const unsigned char* a = cell + metric_agg_offset(p[0], metric);
       if (metric_wide(metric)) {
         c.agg.min = load<double>(a);
         c.agg.max = load<double>(a + 8);
-        a += 16;
+        c.agg.max_rank = load<int32_t>(a + 16);
+        c.agg.sum = load<double>(a + 20);
+        c.agg.last_sum = load<double>(a + 28);
       } else {
         c.agg.min = load<float>(a);
         c.agg.max = load<float>(a + 4);
-        a += 8;
+        c.agg.max_rank = load<int32_t>(a + 8);
+        if (p[0] == 1) {
+          c.agg.sum = load<double>(a + 12);
+          c.agg.last_sum = load<double>(a + 20);
+        } else {
+          c.agg.sum = load<float>(a + 12);
+          c.agg.last_sum = load<float>(a + 16);
+        }
       }
-      c.agg.max_rank = load<int32_t>(a);
-      c.agg.sum = load<double>(a + 4);
-      c.agg.last_sum = load<double>(a + 12);
       visit(slot, c);
     }
-    cell += kCellBytes;
+    cell += cell_bytes;
   }
   return true;
 }

@@ -611,6 +611,52 @@ bool HistoryDb::query_step_band(int64_t run_id, StepMetric metric, int64_t step_
   return true;
 }
 
+// ---- upgrading: tiles of an older format, built again from the rows ----
+
+bool HistoryDb::upgrade_tiles() {
+  std::vector<int64_t> runs;
+  {
+    sqlite3_stmt* st = nullptr;
+    if (sqlite3_prepare_v2(db_, "SELECT id FROM runs WHERE tile_format < 2 AND raw_from_step = 0", -1, &st,
+                           nullptr) != SQLITE_OK) {
+      return fail_sqlite("finding runs with old tiles");
+    }
+    while (sqlite3_step(st) == SQLITE_ROW) runs.push_back(sqlite3_column_int64(st, 0));
+    sqlite3_finalize(st);
+  }
+  // One transaction per run: an interrupted upgrade leaves every run either done or as it was, and the next
+  // open carries on.
+  for (const int64_t id : runs) {
+    if (!begin_write()) return false;
+    RunState run;
+    bool ok = load_run(id, &run);
+    if (ok) {
+      const bool sealed = run.sealed;
+      ok = delete_tiles(pack::tile_key(id, 0, 0, 0), pack::tile_key(id + 1, 0, 0, 0)) ||
+           fail_sqlite("dropping old tiles");
+      run.frontier = 0;
+      run.sealed = false;
+      ok = ok && finalize(run, {}, sealed) && save_run(run);
+    }
+    if (ok) {
+      sqlite3_stmt* st = nullptr;
+      ok = sqlite3_prepare_v2(db_, "UPDATE runs SET tile_format = 2 WHERE id = ?", -1, &st, nullptr) ==
+           SQLITE_OK;
+      if (ok) {
+        sqlite3_bind_int64(st, 1, id);
+        ok = sqlite3_step(st) == SQLITE_DONE;
+      }
+      sqlite3_finalize(st);
+      if (!ok) fail_sqlite("marking run " + std::to_string(id) + "'s tiles");
+    }
+    if (!ok || !commit()) {
+      rollback();
+      return false;
+    }
+  }
+  return true;
+}
+
 // ---- retention: it must leave the pyramid consistent with the rows ----
 
 int64_t HistoryDb::downsample_rank_steps(int64_t run_id, int64_t before_step) {

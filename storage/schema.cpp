@@ -124,6 +124,14 @@ constexpr const char* kSchemaV3 = R"sql(
 UPDATE steps SET mfu = NULL, hfu = NULL WHERE mfu = 0 AND hfu = 0;
 )sql";
 
+// Version 4: rank tiles gain busy time (storage/pack.h, tile format 2). runs.tile_format says which format a
+// run's tiles are in: the runs of an older file are marked 1, and HistoryDb::open rebuilds their tiles from
+// the rank_steps rows (where those were downsampled away, the format-1 tiles stay, without busy time).
+constexpr const char* kSchemaV4 = R"sql(
+ALTER TABLE runs ADD COLUMN tile_format INTEGER NOT NULL DEFAULT 2;
+UPDATE runs SET tile_format = 1;
+)sql";
+
 int pragma_int(sqlite3* db, const char* sql) {
   sqlite3_stmt* st = nullptr;
   int v = -1;
@@ -149,6 +157,7 @@ const std::vector<Migration>& schema_migrations() {
       {1, kSchemaV1},
       {2, kSchemaV2},
       {3, kSchemaV3},
+      {4, kSchemaV4},
   };
   return kMigrations;
 }

@@ -138,11 +138,15 @@ StragglerReport StragglerScorer::evaluate() {
       across.push_back(sc.phase_median_s.get(static_cast<Phase>(p)));
     rep.phase_reference_s.at(static_cast<Phase>(p)) = median_of(across);
   }
+  across.clear();
+  for (const StragglerScore& sc : rep.scores) across.push_back(sc.median_s);
+  rep.reference_median_s = median_of(across);
 
   // Pass 2: scores, streaks, flags, slow phase.
   for (StragglerScore& sc : rep.scores) {
     RankState& s = ranks_[static_cast<size_t>(sc.rank)];
     // A zero median (an idle rank, or a test) is as fast as can be: score 1 rather than divide by zero.
+    sc.excess_s = sc.median_s - rep.reference_median_s;
     sc.relative = sc.median_s > 0 ? std::min(1.0, rep.fastest_median_s / sc.median_s) : 1.0;
     if (s.best_median <= 0 || sc.median_s < s.best_median) {
       s.best_median = sc.median_s;
@@ -164,6 +168,16 @@ StragglerReport StragglerScorer::evaluate() {
     if (sc.flagged) rep.flagged.push_back(sc.rank);
   }
   return rep;
+}
+
+std::string straggler_excess_text(std::string_view phase, double excess_s) {
+  if (!(excess_s > 0) || phase.empty()) return "-";
+  char buf[48];
+  if (excess_s >= 0.1)
+    std::snprintf(buf, sizeof buf, " +%.2f s", excess_s);
+  else
+    std::snprintf(buf, sizeof buf, " +%.1f ms", excess_s * 1e3);
+  return std::string(phase) + buf;
 }
 
 EventRecord straggler_event(const StragglerReport& report, int32_t rank, int64_t run_id, double time_unix_s,

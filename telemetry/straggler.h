@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "telemetry/records.h"
@@ -61,12 +62,14 @@ struct StragglerScore {
   bool slow_phase_vs_self = false;    // true: no phase stood out against the other ranks, so the
                                       // reference is the rank's own phase medians at its best window
   PhaseSeconds phase_median_s;        // this rank's per-phase medians over the window
+  double excess_s = 0;                // median_s minus the median across scored ranks (reference_median_s)
 };
 
 struct StragglerReport {
   int64_t evaluation = 0;  // 1 for the first evaluate()
   int32_t fastest_rank = -1;
   double fastest_median_s = 0;
+  double reference_median_s = 0;       // the median across scored ranks of their basis medians
   PhaseSeconds phase_reference_s;      // per phase, the median across scored ranks of their medians
   std::vector<StragglerScore> scores;  // one per scored rank, in rank order
   std::vector<int32_t> flagged;        // ranks flagged in this evaluation, in rank order
@@ -110,6 +113,11 @@ class StragglerScorer {
   int64_t evaluations_ = 0;
   std::vector<float> scratch_;
 };
+
+// A rank's excess as an operator reads it, the same in `ctl ranks` and the console's Stragglers panel: the
+// slow phase and its time over the reference, "forward +0.24 s" (milliseconds under a tenth of a second:
+// "backward +12.5 ms"); "-" when nothing exceeds it.
+std::string straggler_excess_text(std::string_view phase, double excess_s);
 
 // An event for a flagged rank: kind "straggler", the message names the scores and the slow phase, the
 // payload is JSON with the numbers.

@@ -103,6 +103,31 @@ Result<int64_t> parse_int_query(const HttpRequest& req, const char* key, int64_t
   return static_cast<int64_t>(x);
 }
 
+// The rank metric of the bucketed steps form ("metric=busy"): the step time or one of its parts, all kept in
+// the tile pyramid. Busy (compute: data wait, forward, backward, optimizer) is the default: in synchronous
+// data parallelism every rank's total is the same, the fast ranks waiting in their collectives.
+constexpr std::pair<const char*, RankMetric> kStepsRankMetrics[] = {
+    {"busy", RankMetric::busy},
+    {"total", RankMetric::total},
+    {"data_wait", RankMetric::data_wait},
+    {"forward", RankMetric::forward},
+    {"backward", RankMetric::backward},
+    {"optimizer", RankMetric::optimizer},
+    {"comm_exposed", RankMetric::comm_exposed},
+    {"checkpoint_stall", RankMetric::checkpoint_stall},
+};
+
+Result<std::pair<std::string, RankMetric>> parse_rank_metric_query(const HttpRequest& req) {
+  const std::optional<std::string> v = req.query_value("metric");
+  if (!v) return std::pair<std::string, RankMetric>("busy", RankMetric::busy);
+  std::string allowed;
+  for (const auto& [name, m] : kStepsRankMetrics) {
+    if (*v == name) return std::pair<std::string, RankMetric>(name, m);
+    allowed += std::string(allowed.empty() ? "" : ", ") + name;
+  }
+  return Status::error("metric=\"" + v->substr(0, 64) + "\": expected one of " + allowed);
+}
+
 }  // namespace
 
 struct Coordinator::Impl {
@@ -754,6 +779,8 @@ struct Coordinator::Impl {
     Result<int64_t> limit = parse_int_query(req, "limit", 1, 100000, 1000);
     for (const auto* x : {&after, &buckets, &limit})
       if (!x->ok()) return HttpResponse::error(400, x->error());
+    Result<std::pair<std::string, RankMetric>> metric = parse_rank_metric_query(req);
+    if (!metric.ok()) return HttpResponse::error(400, metric.error());
     std::vector<int32_t> ranks;
     const std::optional<std::string> ranks_text = req.query_value("ranks");
     if (ranks_text) {
@@ -765,11 +792,11 @@ struct Coordinator::Impl {
     json out = {{"run", r->id}, {"after", after.value()}};
     std::unique_lock<std::mutex> db_lock = read_lock();
     if (buckets.value() > 0) {
-      BandResult loss, total;
+      BandResult loss, band;
       if (!db->query_step_band(r->id, StepMetric::loss, begin, kStepEnd, static_cast<int32_t>(buckets.value()), &loss) ||
-          !db->query_band({.run_id = r->id, .metric = RankMetric::total, .step_begin = begin, .ranks = ranks,
+          !db->query_band({.run_id = r->id, .metric = metric->second, .step_begin = begin, .ranks = ranks,
                            .max_buckets = static_cast<int32_t>(buckets.value())},
-                          &total)) {
+                          &band)) {
         return HttpResponse::error(500, "cannot read the run's steps: " + db->error());
       }
       auto buckets_json = [](const BandResult& b) {
@@ -782,7 +809,8 @@ struct Coordinator::Impl {
       };
       out["bucket_steps"] = loss.bucket_steps;
       out["loss"] = buckets_json(loss);
-      out["step_seconds"] = buckets_json(total);
+      out["metric"] = metric->first;
+      out["rank_seconds"] = buckets_json(band);  // the metric over the ranks: min, max and its rank, mean
       return HttpResponse::ok(out);
     }
     std::vector<StepRecord> st;
@@ -812,6 +840,8 @@ struct Coordinator::Impl {
         const RankStepRecord& last = r->latest[static_cast<size_t>(rank)];
         out.push_back({{"rank", rank}, {"node", s.node}, {"slot", s.slots[static_cast<size_t>(k)]}, {"local_rank", k},
                        {"last_step", last.step}, {"host", last.host}, {"step_seconds", last.total_s},
+                       {"busy_seconds", last.phases.data_wait + last.phases.forward + last.phases.backward +
+                                            last.phases.optimizer},
                        {"done", s.done}, {"straggler", r->straggler.rank_json(rank)}});
       }
     }

@@ -24,6 +24,8 @@ json score_json(const StragglerScore& s) {
           {"flagged", s.flagged},
           {"slow_phase", std::string(phase_name(s.slow_phase))},
           {"slow_phase_excess_s", s.slow_phase_excess_s},
+          {"excess_s", s.excess_s},
+          {"excess", straggler_excess_text(phase_name(s.slow_phase), s.slow_phase_excess_s)},
           {"slow_phase_reference", s.slow_phase_vs_self ? "self" : "ranks"}};
 }
 

@@ -85,6 +85,9 @@ double metric_of(const RankStepRecord& r, RankMetric m) {
       return r.phases.checkpoint_stall;
     case RankMetric::mem_peak:
       return static_cast<double>(r.mem_peak_bytes);
+    case RankMetric::busy:  // the four compute phases, summed in float32 as storage keeps them
+      return static_cast<float>(r.phases.data_wait) + static_cast<float>(r.phases.forward) +
+             static_cast<float>(r.phases.backward) + static_cast<float>(r.phases.optimizer);
     case RankMetric::tokens:
       return static_cast<double>(r.tokens);
     case RankMetric::mem_allocated:
@@ -197,9 +200,10 @@ void expect_same_buckets(const std::vector<Bucket>& got, const std::vector<Bucke
     EXPECT_EQ(g.min, w.min);  // exact: the point of this test
     EXPECT_EQ(g.max, w.max);
     EXPECT_EQ(g.max_rank, w.max_rank);
-    EXPECT_NEAR(g.mean, w.mean, 1e-9 * std::max(1.0, std::fabs(w.mean)));
+    // Tiles keep time sums in float32 (storage/pack.h), rounded once per level of the pyramid.
+    EXPECT_NEAR(g.mean, w.mean, 1e-6 * std::max(1.0, std::fabs(w.mean)));
     EXPECT_EQ(g.last_step, w.last_step);
-    EXPECT_NEAR(g.last, w.last, 1e-9 * std::max(1.0, std::fabs(w.last)));
+    EXPECT_NEAR(g.last, w.last, 1e-6 * std::max(1.0, std::fabs(w.last)));
   }
 }
 
@@ -274,6 +278,7 @@ void check_battery(HistoryDb& db, const Truth& truth, int64_t run, int32_t world
         check_band(db, truth, run, RankMetric::total, lo, hi, ranks, buckets, last_step, skip_before);
       }
       check_band(db, truth, run, RankMetric::comm_exposed, lo, hi, ranks, 30, last_step, skip_before);
+      check_band(db, truth, run, RankMetric::busy, lo, hi, ranks, 40, last_step, skip_before);
       check_band(db, truth, run, RankMetric::mem_peak, lo, hi, ranks, 3, last_step, skip_before);
       check_band(db, truth, run, RankMetric::tokens, lo, hi, ranks, 9, last_step, skip_before);
       check_band(db, truth, run, RankMetric::power, lo, hi, ranks, 50, last_step, skip_before);
@@ -368,6 +373,180 @@ TEST(HistoryDb, IngestThenQueryExactMinMaxHundredRanks) {
 }
 TEST(HistoryDb, IngestThenQueryExactMinMaxBeyondOneTopRow) {
   ingest_and_check(600, 300, true, 4);
+}
+
+// Busy time is a tiled metric: where every rank's total is equal (a synchronous job, the fast ranks waiting
+// in their collectives), the slow rank is the busy band's max_rank in every bucket and at every resolution,
+// and the per-rank series puts its maxima above every other rank's.
+TEST(HistoryDb, BusyTilesNameTheSlowRank) {
+  TempDir dir;
+  auto db = open_db(dir.file("h.sqlite"));
+  const int32_t world = 80;  // past 64 ranks: per-step tiles over rank spans too
+  const int64_t run = db->begin_run({.name = "slow", .world_size = world});
+  for (int64_t s = 0; s < 1500; ++s) {
+    RecordBatch batch;
+    for (int32_t r = 0; r < world; ++r) {
+      RankStepRecord& x = batch.rank_steps.emplace_back();
+      x.run_id = run;
+      x.step = s;
+      x.rank = r;
+      x.phases.data_wait = 0.001;
+      x.phases.forward = r == 37 ? 0.25 : 0.0125;
+      x.phases.backward = 0.025;
+      x.phases.optimizer = 0.005;
+      x.phases.comm_exposed = r == 37 ? 0.0 : 0.2375;  // they wait for rank 37
+      x.total_s = 0.2815;
+    }
+    ASSERT_TRUE(db->ingest(batch)) << db->error();
+  }
+  for (const bool sealed : {false, true}) {
+    if (sealed) {
+      ASSERT_TRUE(db->finish_run(run, RunStatus::finished, ""));
+    }
+    for (int32_t buckets : {1, 3, 50, 2000}) {
+      BandResult busy, total;
+      ASSERT_TRUE(db->query_band({.run_id = run, .metric = RankMetric::busy, .max_buckets = buckets}, &busy))
+          << db->error();
+      ASSERT_TRUE(
+          db->query_band({.run_id = run, .metric = RankMetric::total, .max_buckets = buckets}, &total));
+      ASSERT_FALSE(busy.buckets.empty());
+      for (const Bucket& b : busy.buckets) {
+        EXPECT_EQ(b.max_rank, 37) << "bucket at " << b.step_begin << ", " << buckets << " buckets";
+        EXPECT_FLOAT_EQ(b.max, 0.281f);
+        EXPECT_FLOAT_EQ(b.min, 0.0435f);
+      }
+      for (const Bucket& b : total.buckets) EXPECT_EQ(b.min, b.max);  // nothing to see on total
+    }
+    SeriesResult series;
+    ASSERT_TRUE(db->query_series({.run_id = run, .metric = RankMetric::busy, .max_buckets = 20}, &series))
+        << db->error();
+    ASSERT_EQ(series.ranks.size(), static_cast<size_t>(world));
+    for (const RankSeries& rs : series.ranks) {
+      for (const Bucket& b : rs.buckets) EXPECT_FLOAT_EQ(b.max, rs.rank == 37 ? 0.281f : 0.0435f);
+    }
+  }
+  RankMetric m;
+  ASSERT_TRUE(rank_metric_from_name("busy_s", &m));
+  EXPECT_EQ(m, RankMetric::busy);
+  EXPECT_TRUE(rank_metric_tiled(RankMetric::busy));
+}
+
+// A file from before busy time (schema version 2, format-1 tiles) is upgraded on open: its runs' tiles are
+// rebuilt from the raw rows, so busy time answers exactly, live and sealed runs alike; a run whose raw rows
+// were downsampled keeps its old tiles (they cannot be rebuilt), and still answers for the old metrics.
+TEST(HistoryDb, UpgradeRebuildsOldTilesWithBusyTime) {
+  TempDir dir;
+  const std::string path = dir.file("h.sqlite");
+  std::mt19937_64 rng(11);
+  Truth sealed_truth, live_truth, cut_truth;
+  int64_t sealed_run = 0, live_run = 0, cut_run = 0;
+  {
+    auto db = open_db(path, {.background_checkpoint = false});
+    sealed_run = db->begin_run({.name = "sealed", .world_size = 70});
+    live_run = db->begin_run({.name = "live", .world_size = 9});
+    cut_run = db->begin_run({.name = "cut", .world_size = 3});
+    for (int64_t s = 0; s < 600; ++s) {
+      RecordBatch batch;
+      for (int32_t r = 0; r < 70; ++r) {
+        batch.rank_steps.push_back(make_record(sealed_run, s, r, rng));
+        sealed_truth.add(batch.rank_steps.back());
+      }
+      for (int32_t r = 0; r < 9; ++r) {
+        batch.rank_steps.push_back(make_record(live_run, s, r, rng));
+        live_truth.add(batch.rank_steps.back());
+      }
+      for (int32_t r = 0; r < 3; ++r) {
+        batch.rank_steps.push_back(make_record(cut_run, s, r, rng));
+        cut_truth.add(batch.rank_steps.back());
+      }
+      ASSERT_TRUE(db->ingest(batch)) << db->error();
+    }
+    ASSERT_TRUE(db->finish_run(sealed_run, RunStatus::finished, ""));
+    ASSERT_EQ(db->downsample_rank_steps(cut_run, 256), 256);
+  }
+  // Back to what a schema-2 build wrote: every tile in format 1 (its cells without busy), no tile_format.
+  {
+    sqlite3* raw = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
+    std::vector<std::pair<int64_t, std::string>> tiles;
+    sqlite3_stmt* st = nullptr;
+    ASSERT_EQ(sqlite3_prepare_v2(raw, "SELECT id, data FROM rank_tiles", -1, &st, nullptr), SQLITE_OK);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+      const auto* p = static_cast<const char*>(sqlite3_column_blob(st, 1));
+      const std::string blob(p, static_cast<size_t>(sqlite3_column_bytes(st, 1)));
+      ASSERT_EQ(blob[0], 2);
+      std::string old = {char{1}, blob[1]};
+      for (size_t c = 2; c < blob.size(); c += pack::kCellBytes) {
+        const auto* cell = reinterpret_cast<const unsigned char*>(blob.data() + c);
+        old.append(blob, c, 16);  // counts and last step
+        for (int k = 0; k < pack::kTiledMetricsV1; ++k) {
+          const size_t at = c + pack::metric_agg_offset(pack::kTileFormat, k);
+          if (pack::metric_wide(k)) {
+            old.append(blob, at, 36);
+            continue;
+          }
+          old.append(blob, at, 12);    // min, max (float32), max_rank
+          for (size_t f : {12, 16}) {  // the sums were float64
+            const double v = pack::load<float>(cell + (at - c) + f);
+            old.append(reinterpret_cast<const char*>(&v), sizeof v);
+          }
+        }
+      }
+      ASSERT_EQ(old.size(), 2 + (blob.size() - 2) / pack::kCellBytes * pack::kCellBytesV1);
+      tiles.emplace_back(sqlite3_column_int64(st, 0), old);
+    }
+    sqlite3_finalize(st);
+    ASSERT_FALSE(tiles.empty());
+    ASSERT_EQ(sqlite3_prepare_v2(raw, "UPDATE rank_tiles SET data = ? WHERE id = ?", -1, &st, nullptr),
+              SQLITE_OK);
+    for (const auto& [id, blob] : tiles) {
+      sqlite3_reset(st);
+      sqlite3_bind_blob(st, 1, blob.data(), static_cast<int>(blob.size()), SQLITE_STATIC);
+      sqlite3_bind_int64(st, 2, id);
+      ASSERT_EQ(sqlite3_step(st), SQLITE_DONE);
+    }
+    sqlite3_finalize(st);
+    ASSERT_EQ(sqlite3_exec(raw, "ALTER TABLE runs DROP COLUMN tile_format; PRAGMA user_version = 2;", nullptr,
+                           nullptr, nullptr),
+              SQLITE_OK)
+        << sqlite3_errmsg(raw);
+    sqlite3_close(raw);
+  }
+  {
+    // A read-only reader refuses the old version, as for any migration.
+    std::string error;
+    EXPECT_EQ(HistoryDb::open(path, {.read_only = true}, &error), nullptr);
+  }
+  auto db = open_db(path);
+  ASSERT_NE(db, nullptr);
+  EXPECT_EQ(db->schema_version(), schema_latest_version());
+  sqlite3_stmt* st = nullptr;
+  ASSERT_EQ(
+      sqlite3_prepare_v2(db->handle(), "SELECT id, tile_format FROM runs ORDER BY id", -1, &st, nullptr),
+      SQLITE_OK);
+  std::map<int64_t, int> format;
+  while (sqlite3_step(st) == SQLITE_ROW) format[sqlite3_column_int64(st, 0)] = sqlite3_column_int(st, 1);
+  sqlite3_finalize(st);
+  EXPECT_EQ(format[sealed_run], 2);
+  EXPECT_EQ(format[live_run], 2);
+  EXPECT_EQ(format[cut_run], 1);  // downsampled: its old tiles stay
+  for (RankMetric m : {RankMetric::busy, RankMetric::total, RankMetric::forward}) {
+    for (int32_t buckets : {1, 9, 700}) {
+      check_band(*db, sealed_truth, sealed_run, m, 0, kStepEnd, {}, buckets, 599);
+      check_band(*db, sealed_truth, sealed_run, m, 100, 500, {3, 64, 69}, buckets, 599);
+      check_band(*db, live_truth, live_run, m, 0, kStepEnd, {}, buckets, 599);
+    }
+  }
+  check_band(*db, cut_truth, cut_run, RankMetric::total, 0, kStepEnd, {}, 20, 599, 256);
+  // The live run goes on: its tiles keep growing in the new format.
+  RecordBatch batch;
+  for (int32_t r = 0; r < 9; ++r) {
+    batch.rank_steps.push_back(make_record(live_run, 600, r, rng));
+    live_truth.add(batch.rank_steps.back());
+  }
+  ASSERT_TRUE(db->ingest(batch)) << db->error();
+  ASSERT_TRUE(db->finish_run(live_run, RunStatus::finished, ""));
+  check_band(*db, live_truth, live_run, RankMetric::busy, 0, kStepEnd, {}, 5, 600);
 }
 
 TEST(HistoryDb, AllRanksQueryReadsFewRows) {

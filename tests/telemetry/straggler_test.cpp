@@ -79,6 +79,20 @@ TEST(Straggler, RankTenPercentSlowerInForwardIsFlaggedWithForward) {
   EXPECT_NEAR(sc->relative, 0.96 / 1.01, 0.01);
   EXPECT_GE(sc->relative_windows, 5);
   EXPECT_NE(rep.fastest_rank, 5);
+  // Its excess over the median rank: the 50 ms it spends more in forward; a typical rank's is about 0.
+  EXPECT_NEAR(rep.reference_median_s, 0.96, 0.02);
+  EXPECT_NEAR(sc->excess_s, 0.05, 0.015);
+  EXPECT_NEAR(rep.find(1)->excess_s, 0.0, 0.015);
+}
+
+// The words `ctl ranks` and the console's Stragglers panel both print.
+TEST(Straggler, ExcessTextNamesThePhaseAndTheTimeOver) {
+  EXPECT_EQ(straggler_excess_text("forward", 0.2437), "forward +0.24 s");
+  EXPECT_EQ(straggler_excess_text("backward", 1.5), "backward +1.50 s");
+  EXPECT_EQ(straggler_excess_text("comm_exposed", 0.0125), "comm_exposed +12.5 ms");
+  EXPECT_EQ(straggler_excess_text("forward", 0), "-");
+  EXPECT_EQ(straggler_excess_text("forward", -0.3), "-");
+  EXPECT_EQ(straggler_excess_text("", 0.3), "-");
 }
 
 TEST(Straggler, NoiseAloneIsNotFlagged) {

@@ -67,11 +67,14 @@ struct RankView {
   int local_rank = 0;
   int64_t last_step = 0;
   double step_seconds = 0;
+  double busy_seconds = 0;  // "busy_seconds": data wait + forward + backward + optimizer; 0 = not given
   bool done = false;
   std::optional<double> score;       // "straggler.relative": 1 = as fast as the fastest rank
   std::optional<double> individual;  // "straggler.individual": against the rank's own best
   std::optional<bool> flagged;       // "straggler.flagged"
   std::string slow_phase;            // "straggler.slow_phase"; "" = not named
+  std::optional<double> excess_s;    // "straggler.excess_s": busy time over the median rank's
+  std::string excess;                // "straggler.excess": "forward +0.24 s", as `ctl ranks` prints it
 };
 
 struct CheckpointView {
@@ -101,10 +104,10 @@ struct ConsoleSnapshot {
 
   // The connection.
   std::string url;
-  bool embedded = false;          // a cluster this console started (stopped on exit)
-  std::string phase;              // "starting the local cluster", "connecting", "connected", ...
+  bool embedded = false;  // a cluster this console started (stopped on exit)
+  std::string phase;      // "starting the local cluster", "connecting", "connected", ...
   bool connected = false;
-  std::string error;              // the last connection error, "" while healthy
+  std::string error;  // the last connection error, "" while healthy
   double cluster_seen_unix_s = 0;
 
   std::vector<NodeView> nodes;

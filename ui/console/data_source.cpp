@@ -83,6 +83,7 @@ RankView rank_from_json(const json& j) {
              .local_rank = field<int>(j, "local_rank", 0),
              .last_step = field<int64_t>(j, "last_step", 0),
              .step_seconds = field<double>(j, "step_seconds", 0),
+             .busy_seconds = field<double>(j, "busy_seconds", 0),
              .done = field<bool>(j, "done", false)};
   // The coordinator's straggler policy, where it has one (null until the rank has been scored).
   if (auto it = j.find("straggler"); it != j.end() && it->is_object()) {
@@ -90,6 +91,8 @@ RankView rank_from_json(const json& j) {
     if (auto v = it->find("individual"); v != it->end() && v->is_number()) r.individual = v->get<double>();
     if (auto v = it->find("flagged"); v != it->end() && v->is_boolean()) r.flagged = v->get<bool>();
     r.slow_phase = field<std::string>(*it, "slow_phase", "");
+    if (auto v = it->find("excess_s"); v != it->end() && v->is_number()) r.excess_s = v->get<double>();
+    r.excess = field<std::string>(*it, "excess", "");
   }
   return r;
 }
@@ -187,6 +190,17 @@ void DataSource::request_submit_tiny() {
   cv_.notify_all();
 }
 
+void DataSource::set_rank_metric(RankTimeMetric m) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (m == rank_metric_) return;
+  rank_metric_ = m;
+  ++grid_epoch_;
+  grid_ = RankStepGrid(m);
+  grid_dirty_ = true;
+  publish_locked();
+  cv_.notify_all();
+}
+
 void DataSource::reconnect() {
   std::lock_guard<std::mutex> lock(mu_);
   reconnect_ = true;
@@ -223,7 +237,7 @@ void DataSource::reset_run_locked(int64_t id) {
   master_.checkpoints.clear();
   master_.events.clear();
   steps_ = StepLog();
-  grid_ = RankStepGrid();
+  grid_ = RankStepGrid(rank_metric_);
   steps_dirty_ = grid_dirty_ = true;
   last_event_id_ = 0;
   pending_rewind_ = -1;
@@ -323,6 +337,7 @@ bool DataSource::poll_once(HttpClient& api) {
   for (const json& r : field<json>(runs.value(), "runs", json::array())) run_list.push_back(run_from_json(r));
 
   int64_t id = -1, after = 0;
+  uint64_t grid_epoch = 0;
   int world = 0;
   bool need_config = false;
   {
@@ -368,6 +383,7 @@ bool DataSource::poll_once(HttpClient& api) {
     int64_t rank_after = grid_.complete_through(world);
     if (grid_.rows() > 0 && grid_.last_step() - rank_after > 8) rank_after = grid_.last_step() - 8;
     after = std::min(steps_.last_step(), rank_after);
+    grid_epoch = grid_epoch_;
     publish_locked();
   }
   if (id < 0) return true;
@@ -422,7 +438,7 @@ bool DataSource::poll_once(HttpClient& api) {
     for (const StepRecord& s : steps_.records())
       if (s.step > before) new_steps.push_back(s);
     steps_dirty_ = steps_dirty_ || !new_steps.empty();
-    if (!rank_records.empty()) {
+    if (!rank_records.empty() && grid_epoch == grid_epoch_) {  // else asked for before a restart of the grid
       grid_.add(rank_records);
       grid_dirty_ = true;
     }

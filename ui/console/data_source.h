@@ -86,6 +86,9 @@ class DataSource {
   void request_resume_from(int64_t run_id, const std::string& checkpoint, const ResumeLayout& layout);
   void request_quarantine(const std::string& node);
   void request_submit_tiny();
+  // The time metric the rank grid keeps (busy by default): another one starts the grid over, and the next
+  // polls fetch the run's rank records again for it.
+  void set_rank_metric(RankTimeMetric m);
   // The local history file (options' cache_path; "" = none), for panels that read it back.
   const std::string& cache_path() const { return opt_.cache_path; }
   // Drops both connections; the next poll opens new ones and catches up from where the model ends.
@@ -125,6 +128,8 @@ class DataSource {
   std::string config_;
   ConsoleSnapshot master_;        // the model, less the two shared parts below
   StepLog steps_;
+  RankTimeMetric rank_metric_ = RankTimeMetric::kBusy;
+  uint64_t grid_epoch_ = 0;  // counts set_rank_metric's restarts: a poll asked for before one is not added
   RankStepGrid grid_;
   bool steps_dirty_ = false, grid_dirty_ = false;
   std::shared_ptr<const ConsoleSnapshot> published_;

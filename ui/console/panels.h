@@ -47,20 +47,27 @@ struct ClusterPanel {
   void draw(const ConsoleSnapshot& s, PanelContext& ctx);
 };
 
-// The followed run: loss, grad norm, tokens/s and MFU against step; the step-time band across ranks
-// (min, median, max) with the slowest ranks; the rank × step heatmap; the timing breakdown per rank.
+// The followed run: loss, grad norm, tokens/s and MFU against step; the band across ranks (min, median,
+// max) and the rank × step heatmap of busy time (or of the total, a phase, or the excess over the step's
+// median: a selector); the timing breakdown per rank, the most excess first.
 struct RunPanel {
   void draw(const ConsoleSnapshot& s, PanelContext& ctx);
 
  private:
   void sync(const ConsoleSnapshot& s);  // brings the band and heatmap up to the snapshot's grid
+  // The selector: which time the heatmap and band show (the grid's metric, kept by the DataSource), and
+  // whether as the excess over each step's median rank.
+  RankTimeMetric metric_ = RankTimeMetric::kBusy;
+  bool excess_ = false;
+  bool synced_excess_ = false;
+  RankTimeMetric synced_metric_ = RankTimeMetric::kBusy;
 
   plot::PlotView loss_view{.follow_latest = false, .x_label = "step", .y_label = "loss", .x_integer = true};
   plot::PlotView grad_view{.x_label = "step", .y_label = "grad norm", .x_integer = true};
   plot::PlotView tokens_view{.x_label = "step", .y_label = "tokens/s", .x_integer = true};
   plot::PlotView mfu_view{.x_label = "step", .y_label = "MFU (%)", .x_integer = true};
-  plot::PlotView band_view{.x_label = "step", .y_label = "step time (s)", .x_integer = true};
-  plot::HeatmapView heat_view{.value_label = "step time", .unit = "s"};
+  plot::PlotView band_view{.x_label = "step", .y_label = "busy time (s)", .x_integer = true};
+  plot::HeatmapView heat_view{.value_label = "busy time", .unit = "s"};
 
   int64_t run_id_ = -1;
   const RankStepGrid* synced_grid_ = nullptr;
@@ -127,10 +134,10 @@ struct HistoryPanel {
  private:
   history::HistoryModel model_;
   history::HistoryPanelView view_;
-  double next_open_unix_s_ = 0;  // when to try opening the cache again
+  double next_open_unix_s_ = 0;   // when to try opening the cache again
   double refresh_at_unix_s_ = 0;  // a second read after a run ended; 0 = none due
   std::string open_error_;
-  int64_t seen_run_ = -1;        // the followed run and whether it had ended, last frame
+  int64_t seen_run_ = -1;  // the followed run and whether it had ended, last frame
   bool seen_ended_ = false;
 };
 

@@ -29,9 +29,11 @@ std::vector<plot::PlotMarker> event_markers(const ConsoleSnapshot& s) {
     if (k == "checkpoint" && e.record.rank <= 0) {
       out.push_back({static_cast<double>(e.record.step), "ckpt", kGreen});
     } else if (k == "quarantine_placed" || k == "resume_placed") {
-      out.push_back({static_cast<double>(e.record.step), k == "resume_placed" ? "resumed" : "moved", kViolet});
+      out.push_back(
+          {static_cast<double>(e.record.step), k == "resume_placed" ? "resumed" : "moved", kViolet});
     } else if (k == "straggler") {
-      out.push_back({static_cast<double>(e.record.step), "straggler r" + std::to_string(e.record.rank), kRed});
+      out.push_back(
+          {static_cast<double>(e.record.step), "straggler r" + std::to_string(e.record.rank), kRed});
     }
   }
   return out;
@@ -42,8 +44,11 @@ std::vector<plot::PlotMarker> event_markers(const ConsoleSnapshot& s) {
 void RunPanel::sync(const ConsoleSnapshot& s) {
   const RankStepGrid& g = *s.grid;
   if (s.run.id != run_id_ || g.rows() < band_step_.size() || (heat_ && heat_->ranks() < g.width()) ||
-      (heat_ && g.rows() > 0 && heat_->first_step() != g.first_step())) {
-    // Another run, a rewind or a wider grid: start over.
+      (heat_ && g.rows() > 0 && heat_->first_step() != g.first_step()) || g.metric() != synced_metric_ ||
+      excess_ != synced_excess_) {
+    // Another run, a rewind, a wider grid or another view: start over.
+    synced_metric_ = g.metric();
+    synced_excess_ = excess_;
     run_id_ = s.run.id;
     final_rows_ = 0;
     band_step_.clear();
@@ -61,13 +66,19 @@ void RunPanel::sync(const ConsoleSnapshot& s) {
   band_median_.resize(final_rows_);
   band_max_.resize(final_rows_);
   if (heat_ && g.rows() > final_rows_) heat_->reserve(static_cast<int64_t>(g.rows()));
-  std::vector<float> values;
+  std::vector<float> values, excess_row;
   const int world = std::max(1, s.run.world);
   size_t final_rows = final_rows_;
   bool still_final = true;
   for (size_t row = final_rows_; row < g.rows(); ++row) {
     const int64_t step = g.first_step() + static_cast<int64_t>(row);
     const float* cells = g.row(row);
+    if (excess_) {
+      // Each rank's excess over the step's median rank: the step's own pace taken out.
+      excess_row.assign(cells, cells + g.width());
+      excess_over_median(excess_row);
+      cells = excess_row.data();
+    }
     values.clear();
     for (int k = 0; k < g.width(); ++k)
       if (!std::isnan(cells[k])) values.push_back(cells[k]);
@@ -95,7 +106,8 @@ void RunPanel::sync(const ConsoleSnapshot& s) {
     std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(m), values.end());
     double median = values[m];
     if (values.size() % 2 == 0)
-      median = 0.5 * (median + *std::max_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(m)));
+      median =
+          0.5 * (median + *std::max_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(m)));
     band_median_.push_back(median);
   }
   final_rows_ = final_rows;
@@ -104,18 +116,19 @@ void RunPanel::sync(const ConsoleSnapshot& s) {
 void RunPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
   ctx.frame.panels.push_back("Run");
   if (s.run.id < 0) {
-    ImGui::TextDisabled(s.connected ? "no run yet: submit one (toolbar, or gantry-engine ctl submit)" : "not connected");
+    ImGui::TextDisabled(s.connected ? "no run yet: submit one (toolbar, or gantry-engine ctl submit)"
+                                    : "not connected");
     return;
   }
   const StepLog& log = *s.steps;
-  ImGui::Text("run %lld \"%s\"  %s  step %lld  dp %d  zero %d  generation %d", static_cast<long long>(s.run.id),
-              s.run.name.c_str(), s.run.state.c_str(), static_cast<long long>(log.last_step()), s.run.dp, s.run.zero,
-              s.run.generation);
+  ImGui::Text("run %lld \"%s\"  %s  step %lld  dp %d  zero %d  generation %d",
+              static_cast<long long>(s.run.id), s.run.name.c_str(), s.run.state.c_str(),
+              static_cast<long long>(log.last_step()), s.run.dp, s.run.zero, s.run.generation);
   if (!s.run.message.empty()) ImGui::TextWrapped("%s", s.run.message.c_str());
   if (log.gap_steps() > 0)
     ImGui::TextColored(ImVec4(1, 0.6f, 0.2f, 1), "%lld steps the coordinator does not have",
                        static_cast<long long>(log.gap_steps()));
-  if (s.grid.get() != synced_grid_ || s.run.id != run_id_) sync(s);
+  if (s.grid.get() != synced_grid_ || s.run.id != run_id_ || excess_ != synced_excess_) sync(s);
 
   const std::vector<plot::PlotMarker> markers = event_markers(s);
   const StepColumns& c = log.columns();
@@ -124,7 +137,8 @@ void RunPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
   auto line = [&](const char* id, plot::PlotView& view, std::vector<plot::PlotSeries> series, float w) {
     plot::plot_lines(id, view, series, markers, ImVec2(w, plot_h));
     for (const plot::PlotSeries& p : series)
-      ctx.frame.series.push_back({p.name, p.n, view.plot_min.x, view.plot_min.y, view.plot_max.x, view.plot_max.y});
+      ctx.frame.series.push_back(
+          {p.name, p.n, view.plot_min.x, view.plot_min.y, view.plot_max.x, view.plot_max.y});
   };
   const float half = (avail - ImGui::GetStyle().ItemSpacing.x) / 2;
   line("##loss", loss_view, {{"loss", c.step.data(), c.loss.data(), c.size(), kBlue}}, half);
@@ -149,7 +163,32 @@ void RunPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
     ImGui::EndTooltip();
   }
 
-  // Step time across ranks: the band (min, median, max) and the slowest ranks now.
+  // The selector: busy time by default, since in synchronous data parallelism every rank's total is the
+  // same (the fast ranks wait for the slow one in their collectives); the grid is the DataSource's, kept in
+  // the chosen metric, so another one is fetched again.
+  ImGui::SetNextItemWidth(180);
+  if (ImGui::BeginCombo("rank time", std::string(rank_time_metric_label(metric_)).c_str())) {
+    for (int k = 0; k < kRankTimeMetricCount; ++k) {
+      const auto m = static_cast<RankTimeMetric>(k);
+      if (ImGui::Selectable(std::string(rank_time_metric_label(m)).c_str(), m == metric_)) {
+        metric_ = m;
+        ctx.source.set_rank_metric(m);
+      }
+    }
+    ImGui::EndCombo();
+  }
+  ImGui::SameLine();
+  ImGui::Checkbox("excess over the step's median", &excess_);
+  if (s.grid->metric() != metric_) {
+    ImGui::SameLine();
+    ImGui::TextDisabled("(fetching)");
+  }
+  const std::string shown =
+      std::string(rank_time_metric_label(s.grid->metric())) + (excess_ ? " excess" : " time");
+  band_view.y_label = shown + " (s)";
+  heat_view.value_label = shown;
+
+  // The chosen time across ranks: the band (min, median, max) and the heatmap.
   line("##band", band_view,
        {{"max", band_step_.data(), band_max_.data(), band_step_.size(), kRed},
         {"median", band_step_.data(), band_median_.data(), band_step_.size(), kBlue},
@@ -158,22 +197,23 @@ void RunPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
   ImGui::SameLine();
   if (heat_) {
     plot::heatmap_widget("##heat", heat_view, *heat_, ImVec2(half, plot_h));
-    ctx.frame.series.push_back({"step time heatmap", static_cast<size_t>(heat_->step_end() - heat_->first_step()),
-                                heat_view.map_min.x, heat_view.map_min.y, heat_view.map_max.x, heat_view.map_max.y});
+    ctx.frame.series.push_back(
+        {shown + " heatmap", static_cast<size_t>(heat_->step_end() - heat_->first_step()),
+         heat_view.map_min.x, heat_view.map_min.y, heat_view.map_max.x, heat_view.map_max.y});
   } else {
     ImGui::Dummy(ImVec2(half, plot_h));
   }
 
-  // The timing breakdown per rank, from each rank's latest step record, slowest first.
-  const std::vector<RankStepRecord>& latest = s.grid->latest();
-  std::vector<const RankStepRecord*> order;
-  for (const RankStepRecord& r : latest)
-    if (r.step > 0 && r.rank < s.run.world) order.push_back(&r);  // ranks of the current placement only
-  std::stable_sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->total_s > b->total_s; });
+  // The timing breakdown per rank, from each rank's latest step record, the most excess time (of the chosen
+  // metric, over the median rank's) first.
+  const std::vector<BreakdownRow> order = breakdown_rows(s.grid->latest(), s.run.world, s.grid->metric());
   if (!order.empty() &&
-      ImGui::BeginTable("##breakdown", 9, ImGuiTableFlags_RowBg | ImGuiTableFlags_Borders | ImGuiTableFlags_ScrollY,
+      ImGui::BeginTable("##breakdown", 11,
+                        ImGuiTableFlags_RowBg | ImGuiTableFlags_Borders | ImGuiTableFlags_ScrollY,
                         ImVec2(0, std::max(60.0f, ImGui::GetContentRegionAvail().y)))) {
-    for (const char* h : {"rank", "step", "total ms", "data", "forward", "backward", "optimizer", "comm", "ckpt"})
+    const std::string excess_head = std::string(rank_time_metric_label(s.grid->metric())) + " excess ms";
+    for (const char* h : {"rank", "step", excess_head.c_str(), "busy ms", "total ms", "data", "forward",
+                          "backward", "optimizer", "comm", "ckpt"})
       ImGui::TableSetupColumn(h);
     ImGui::TableSetupScrollFreeze(0, 1);
     ImGui::TableHeadersRow();
@@ -182,14 +222,17 @@ void RunPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
     clipper.Begin(static_cast<int>(order.size()));
     while (clipper.Step()) {
       for (int i = clipper.DisplayStart; i < clipper.DisplayEnd; ++i) {
-        const RankStepRecord* r = order[static_cast<size_t>(i)];
+        const RankStepRecord* r = order[static_cast<size_t>(i)].record;
         ImGui::TableNextRow();
         ImGui::TableNextColumn();
         ImGui::Text("%d", r->rank);
         ImGui::TableNextColumn();
         ImGui::Text("%lld", static_cast<long long>(r->step));
-        for (double v : {r->total_s, r->phases.data_wait, r->phases.forward, r->phases.backward,
-                         r->phases.optimizer, r->phases.comm_exposed, r->phases.checkpoint_stall}) {
+        ImGui::TableNextColumn();
+        ImGui::Text("%+.1f", order[static_cast<size_t>(i)].excess * 1e3);
+        for (double v :
+             {rank_time_value(*r, RankTimeMetric::kBusy), r->total_s, r->phases.data_wait, r->phases.forward,
+              r->phases.backward, r->phases.optimizer, r->phases.comm_exposed, r->phases.checkpoint_stall}) {
           ImGui::TableNextColumn();
           ImGui::Text("%.1f", v * 1e3);
         }

@@ -1,6 +1,7 @@
 #include "ui/console/step_log.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 
@@ -22,7 +23,8 @@ void StepColumns::pop() {
 }
 
 size_t StepLog::append(std::vector<StepRecord> records) {
-  std::sort(records.begin(), records.end(), [](const StepRecord& a, const StepRecord& b) { return a.step < b.step; });
+  std::sort(records.begin(), records.end(),
+            [](const StepRecord& a, const StepRecord& b) { return a.step < b.step; });
   size_t appended = 0;
   for (StepRecord& r : records) {
     const int64_t last = last_step();
@@ -44,16 +46,33 @@ void StepLog::rewind(int64_t step) {
 
 void RankStepGrid::widen(int width) {
   if (width <= width_) return;
-  std::vector<float> cells(rows_ * static_cast<size_t>(width), std::numeric_limits<float>::quiet_NaN());
-  for (size_t r = 0; r < rows_; ++r) {
-    std::copy_n(&cells_[r * static_cast<size_t>(width_)], width_, &cells[r * static_cast<size_t>(width)]);
+  // Rare (a rank beyond all seen so far): every chunk is laid out again at the new width.
+  constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+  for (std::shared_ptr<Chunk>& c : chunks_) {
+    auto wide = std::make_shared<Chunk>(kRowsPerChunk * static_cast<size_t>(width), kNaN);
+    for (size_t r = 0; r < kRowsPerChunk; ++r) {
+      std::copy_n(c->data() + r * static_cast<size_t>(width_), width_,
+                  wide->data() + r * static_cast<size_t>(width));
+    }
+    c = std::move(wide);
   }
-  cells_ = std::move(cells);
   width_ = width;
   latest_.resize(static_cast<size_t>(width));
 }
 
+float* RankStepGrid::writable_row(size_t index) {
+  std::shared_ptr<Chunk>& c = chunks_[index / kRowsPerChunk];
+  if (c.use_count() > 1) {
+    c = std::make_shared<Chunk>(*c);  // a published snapshot holds it: it stays as it was
+  } else {
+    // The last other holder let go of it (with a release decrement): see its reads before our writes.
+    std::atomic_thread_fence(std::memory_order_acquire);
+  }
+  return c->data() + (index % kRowsPerChunk) * static_cast<size_t>(width_);
+}
+
 void RankStepGrid::add(const std::vector<RankStepRecord>& records) {
+  constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
   for (const RankStepRecord& r : records) {
     if (r.rank < 0 || r.step < 1) continue;
     widen(r.rank + 1);
@@ -61,10 +80,11 @@ void RankStepGrid::add(const std::vector<RankStepRecord>& records) {
     if (r.step < first_step_) continue;
     const size_t row = static_cast<size_t>(r.step - first_step_);
     if (row >= rows_) {
-      cells_.resize((row + 1) * static_cast<size_t>(width_), std::numeric_limits<float>::quiet_NaN());
+      while (chunks_.size() * kRowsPerChunk <= row)
+        chunks_.push_back(std::make_shared<Chunk>(kRowsPerChunk * static_cast<size_t>(width_), kNaN));
       rows_ = row + 1;
     }
-    cells_[row * static_cast<size_t>(width_) + static_cast<size_t>(r.rank)] = static_cast<float>(r.total_s);
+    writable_row(row)[static_cast<size_t>(r.rank)] = static_cast<float>(rank_time_value(r, metric_));
     RankStepRecord& latest = latest_[static_cast<size_t>(r.rank)];
     if (r.step >= latest.step) latest = r;
   }
@@ -73,7 +93,12 @@ void RankStepGrid::add(const std::vector<RankStepRecord>& records) {
 void RankStepGrid::rewind(int64_t step) {
   if (rows_ == 0 || step >= last_step()) return;
   rows_ = step < first_step_ ? 0 : static_cast<size_t>(step - first_step_ + 1);
-  cells_.resize(rows_ * static_cast<size_t>(width_));
+  chunks_.resize((rows_ + kRowsPerChunk - 1) / kRowsPerChunk);
+  // The kept chunk's rows past the end become unreported again: the steps will be trained anew.
+  for (size_t r = rows_; r < chunks_.size() * kRowsPerChunk; ++r) {
+    float* cells = writable_row(r);
+    std::fill(cells, cells + width_, std::numeric_limits<float>::quiet_NaN());
+  }
   complete_rows_ = std::min(complete_rows_, rows_);
   for (RankStepRecord& r : latest_)
     if (r.step > step) r = RankStepRecord{};
@@ -86,10 +111,9 @@ int64_t RankStepGrid::complete_through(int world) const {
   if (hint_world_ != world || complete_rows_ > rows_) complete_rows_ = 0;
   hint_world_ = world;
   for (; complete_rows_ < rows_; ++complete_rows_) {
+    const float* cells = row(complete_rows_);
     for (int k = 0; k < w; ++k) {
-      if (std::isnan(cells_[complete_rows_ * static_cast<size_t>(width_) + static_cast<size_t>(k)])) {
-        return first_step_ + static_cast<int64_t>(complete_rows_) - 1;
-      }
+      if (std::isnan(cells[k])) return first_step_ + static_cast<int64_t>(complete_rows_) - 1;
     }
   }
   return last_step();
@@ -98,7 +122,7 @@ int64_t RankStepGrid::complete_through(int world) const {
 float RankStepGrid::at(int64_t step, int rank) const {
   if (rows_ == 0 || step < first_step_ || step > last_step() || rank < 0 || rank >= width_)
     return std::numeric_limits<float>::quiet_NaN();
-  return cells_[static_cast<size_t>(step - first_step_) * static_cast<size_t>(width_) + static_cast<size_t>(rank)];
+  return row(static_cast<size_t>(step - first_step_))[rank];
 }
 
 }  // namespace gantry::console

@@ -1,4 +1,5 @@
-// The Stragglers panel: ranks slowest first, and a confirmed quarantine of a node.
+// The Stragglers panel: ranks with the most excess time first (what `ctl ranks` prints: "forward +0.24 s"),
+// and a confirmed quarantine of a node.
 #include <imgui.h>
 
 #include <cmath>
@@ -19,9 +20,13 @@ void StragglersPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
   for (const StragglerRow& r : rows) any_coordinator = any_coordinator || r.scored_by_coordinator;
   if (!any_coordinator)
     ImGui::TextDisabled("not scored by the coordinator yet: scores from each rank's latest step");
-  if (ImGui::BeginTable("##stragglers", 6, ImGuiTableFlags_RowBg | ImGuiTableFlags_Borders | ImGuiTableFlags_ScrollY,
-                        ImVec2(0, std::max(80.0f, ImGui::GetContentRegionAvail().y - ImGui::GetFrameHeightWithSpacing() * 2)))) {
-    for (const char* h : {"rank", "node", "score", "own best", "slow phase", "step ms"}) ImGui::TableSetupColumn(h);
+  if (ImGui::BeginTable("##stragglers", 6,
+                        ImGuiTableFlags_RowBg | ImGuiTableFlags_Borders | ImGuiTableFlags_ScrollY,
+                        ImVec2(0, std::max(80.0f, ImGui::GetContentRegionAvail().y -
+                                                      ImGui::GetFrameHeightWithSpacing() * 2)))) {
+    // Busy time rather than step time: in a synchronous job every rank's step takes as long as the slowest's.
+    for (const char* h : {"rank", "node", "score", "own best", "excess", "busy ms"})
+      ImGui::TableSetupColumn(h);
     ImGui::TableSetupScrollFreeze(0, 1);
     ImGui::TableHeadersRow();
     for (const StragglerRow& r : rows) {
@@ -32,15 +37,22 @@ void StragglersPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
       ImGui::TableNextColumn();
       ImGui::TextUnformatted(r.node.c_str());
       ImGui::TableNextColumn();
-      if (std::isnan(r.score)) ImGui::TextDisabled("-");
-      else ImGui::Text("%.2f%s", r.score, r.scored_by_coordinator ? "" : "*");
+      if (std::isnan(r.score))
+        ImGui::TextDisabled("-");
+      else
+        ImGui::Text("%.2f%s", r.score, r.scored_by_coordinator ? "" : "*");
       ImGui::TableNextColumn();
-      if (std::isnan(r.individual)) ImGui::TextDisabled("-");
-      else ImGui::Text("%.2f", r.individual);
+      if (std::isnan(r.individual))
+        ImGui::TextDisabled("-");
+      else
+        ImGui::Text("%.2f", r.individual);
       ImGui::TableNextColumn();
-      ImGui::TextUnformatted(r.slow_phase.empty() ? "-" : r.slow_phase.c_str());
+      ImGui::TextUnformatted(r.excess.c_str());
       ImGui::TableNextColumn();
-      ImGui::Text("%.1f", r.step_seconds * 1e3);
+      if (r.busy_seconds > 0)
+        ImGui::Text("%.1f", r.busy_seconds * 1e3);
+      else
+        ImGui::TextDisabled("-");
     }
     ImGui::EndTable();
   }
@@ -59,7 +71,8 @@ void StragglersPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
   if (ImGui::BeginPopupModal("Quarantine?", nullptr, ImGuiWindowFlags_AlwaysAutoResize)) {
     ImGui::Text("Quarantine node %s?", confirm_node_.c_str());
     ImGui::TextWrapped(
-        "Its runs checkpoint and stop at the next step, and are placed again without it (at a smaller dp if need be) "
+        "Its runs checkpoint and stop at the next step, and are placed again without it (at a smaller dp if "
+        "need be) "
         "and resumed from that checkpoint. The node takes no more work until released.");
     if (ctx.clicks.button("Quarantine")) {
       ctx.source.request_quarantine(confirm_node_);

@@ -1,19 +1,20 @@
 // The model's catch-up arithmetic: steps asked for "after N" arrive overlapping, repeated and out of
 // order (retries, reconnects, a poll racing an event); the log must hold each step once, in order, and
 // the rank grid must know which steps every rank has reported.
+#include "ui/console/step_log.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
-
-#include "ui/console/step_log.h"
 
 namespace gantry::console {
 namespace {
 
 std::vector<StepRecord> steps(int64_t first, int64_t last) {
   std::vector<StepRecord> out;
-  for (int64_t s = first; s <= last; ++s) out.push_back({.step = s, .loss = 10.0 - static_cast<double>(s) / 10});
+  for (int64_t s = first; s <= last; ++s)
+    out.push_back({.step = s, .loss = 10.0 - static_cast<double>(s) / 10});
   return out;
 }
 
@@ -84,10 +85,11 @@ RankStepRecord cell(int64_t step, int rank, double seconds) {
 }
 
 TEST(RankStepGrid, CompleteThroughWaitsForEveryRank) {
-  RankStepGrid g;
+  RankStepGrid g(RankTimeMetric::kTotal);
   EXPECT_EQ(g.complete_through(2), 0);
   // Node 0's batch (ranks 0, 1) of steps 1..3 arrives before node 1's (ranks 2, 3).
-  g.add({cell(1, 0, 0.1), cell(1, 1, 0.1), cell(2, 0, 0.1), cell(2, 1, 0.1), cell(3, 0, 0.1), cell(3, 1, 0.1)});
+  g.add(
+      {cell(1, 0, 0.1), cell(1, 1, 0.1), cell(2, 0, 0.1), cell(2, 1, 0.1), cell(3, 0, 0.1), cell(3, 1, 0.1)});
   EXPECT_EQ(g.complete_through(2), 3);
   EXPECT_EQ(g.complete_through(4), 0);  // ranks 2 and 3 have never reported
   g.add({cell(1, 2, 0.2), cell(1, 3, 0.3), cell(2, 2, 0.2)});
@@ -104,7 +106,7 @@ TEST(RankStepGrid, CompleteThroughWaitsForEveryRank) {
 }
 
 TEST(RankStepGrid, RewindDropsRowsAndLatest) {
-  RankStepGrid g;
+  RankStepGrid g(RankTimeMetric::kTotal);
   for (int64_t s = 1; s <= 5; ++s) g.add({cell(s, 0, 0.1 * static_cast<double>(s)), cell(s, 1, 0.1)});
   g.rewind(3);
   EXPECT_EQ(g.last_step(), 3);
@@ -113,6 +115,51 @@ TEST(RankStepGrid, RewindDropsRowsAndLatest) {
   g.add({cell(4, 0, 1.0), cell(4, 1, 1.0)});
   EXPECT_EQ(g.complete_through(2), 4);
   EXPECT_FLOAT_EQ(g.at(4, 0), 1.0f);
+}
+
+// A published snapshot is a copy of the grid: the copy shares the grid's chunks of rows (no cell is copied),
+// and later writes to the grid, a new step, a late cell, a rewind, copy only the chunk they land in, leaving
+// the snapshot as it was.
+TEST(RankStepGrid, CopiesShareChunksAndKeepTheirCells) {
+  RankStepGrid g(RankTimeMetric::kTotal);
+  const int64_t steps = 3 * static_cast<int64_t>(RankStepGrid::kRowsPerChunk);
+  for (int64_t s = 1; s <= steps; ++s) g.add({cell(s, 0, 1.0), cell(s, 1, 2.0)});
+  ASSERT_EQ(g.chunks(), 3u);
+  const RankStepGrid snapshot = g;
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(snapshot.chunk_data(i), g.chunk_data(i));
+
+  g.add({cell(steps + 1, 0, 5.0), cell(2, 1, 7.0)});  // a new chunk, and a write into the first
+  ASSERT_EQ(g.chunks(), 4u);
+  EXPECT_NE(snapshot.chunk_data(0), g.chunk_data(0));  // copied on write
+  EXPECT_EQ(snapshot.chunk_data(1), g.chunk_data(1));  // untouched: still shared
+  EXPECT_EQ(snapshot.chunk_data(2), g.chunk_data(2));
+  EXPECT_FLOAT_EQ(g.at(2, 1), 7.0f);
+  EXPECT_FLOAT_EQ(snapshot.at(2, 1), 2.0f);
+  EXPECT_TRUE(std::isnan(snapshot.at(steps + 1, 0)));
+  EXPECT_EQ(snapshot.rows(), static_cast<size_t>(steps));
+
+  // Writing the copied chunk again does not copy it again: nobody else holds it.
+  const float* first = g.chunk_data(0);
+  g.add({cell(3, 1, 8.0)});
+  EXPECT_EQ(g.chunk_data(0), first);
+
+  // A rewind into a shared chunk leaves the snapshot's rows there; the grid's come back unreported.
+  const RankStepGrid before_rewind = g;
+  g.rewind(300);
+  EXPECT_EQ(g.last_step(), 300);
+  EXPECT_EQ(g.chunks(), 2u);
+  EXPECT_FLOAT_EQ(before_rewind.at(301, 0), 1.0f);
+  g.add({cell(302, 0, 4.0)});
+  EXPECT_TRUE(std::isnan(g.at(301, 0)));  // not reported again yet
+  EXPECT_EQ(g.complete_through(2), 300);
+  EXPECT_FLOAT_EQ(before_rewind.at(302, 0), 1.0f);
+
+  // A wider grid (a rank beyond all seen) lays every chunk out again, the snapshot keeping its own.
+  g.add({cell(1, 5, 3.0)});
+  EXPECT_EQ(g.width(), 6);
+  EXPECT_FLOAT_EQ(g.at(1, 5), 3.0f);
+  EXPECT_FLOAT_EQ(g.at(2, 1), 7.0f);
+  EXPECT_EQ(before_rewind.width(), 2);
 }
 
 }  // namespace
