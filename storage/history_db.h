@@ -115,7 +115,7 @@ enum class RankMetric : uint8_t {
   comm_exposed,
   checkpoint_stall,
   mem_peak,
-  busy,  // tiled since schema version 3
+  busy,  // tiled since schema version 4
   tokens,
   mem_allocated,
   temperature,
