@@ -64,10 +64,10 @@ Status check_name(std::string_view field, const std::string& name, size_t max) {
   return Status();
 }
 
-// A record as the API shows it: record_json.h's form, parsed so it nests in a larger reply.
+// A record as the API shows it: record_json.h's serializers.
 template <class R>
 json record_json(const R& r) {
-  return json::parse(record_to_json(r));
+  return json(r);
 }
 
 // "0,2,5" or "all" -> ranks; an error names the bad entry.

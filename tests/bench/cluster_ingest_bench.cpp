@@ -65,6 +65,18 @@ double metric(const std::string& body, const std::string& name) {
   return at == std::string::npos ? -1 : std::atof(body.c_str() + at + name.size() + 2);
 }
 
+// The tiny config with a global batch that `dp` ranks can split (the coordinator refuses a dp that does not
+// divide it): one micro-batch of 8 sequences per rank. Nothing trains here; the run only has to be placed.
+std::string config_for_dp(std::string toml, int dp) {
+  const std::string key = "global_batch = ";
+  const size_t at = toml.find(key);
+  if (at != std::string::npos) {
+    const size_t end = toml.find('\n', at);
+    toml.replace(at, end - at, key + std::to_string(dp * 8));
+  }
+  return toml;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -112,7 +124,7 @@ int main(int argc, char** argv) {
       if (!r.ok()) return std::fprintf(stderr, "cluster_ingest_bench: register: %s\n", r.error().c_str()), 1;
     }
     Result<json> run =
-        api.post_json("/v1/runs", {{"config", cfg.str()}, {"layout", {{"dp", agents * per_node}}}});
+        api.post_json("/v1/runs", {{"config", config_for_dp(cfg.str(), agents * per_node)}, {"layout", {{"dp", agents * per_node}}}});
     if (!run.ok()) return std::fprintf(stderr, "cluster_ingest_bench: submit: %s\n", run.error().c_str()), 1;
     const int64_t run_id = run->at("id").get<int64_t>();
     // Which node holds which ranks: the placement's answer.
