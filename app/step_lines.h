@@ -20,14 +20,14 @@ struct StepLine {
   double grad_norm = 0;
   double lr = 0;
   double tokens_per_s = 0;
-  double ms = 0;
+  double step_s = 0;  // seconds; the human line shows milliseconds
   std::optional<double> val_loss;
 };
 
 inline void step_line_print(const StepLine& r, bool json) {
   std::fprintf(stderr, "step %6lld/%lld | loss %.6f | grad norm %.4f | lr %.3e | %9.0f tok/s | %8.1f ms",
                static_cast<long long>(r.step), static_cast<long long>(r.last_step), r.loss, r.grad_norm, r.lr,
-               r.tokens_per_s, r.ms);
+               r.tokens_per_s, r.step_s * 1e3);
   if (r.val_loss) std::fprintf(stderr, " | val loss %.6f", *r.val_loss);
   std::fprintf(stderr, "\n");
   if (json) {
@@ -36,7 +36,7 @@ inline void step_line_print(const StepLine& r, bool json) {
                         {"grad_norm", r.grad_norm},
                         {"lr", r.lr},
                         {"tokens_per_s", r.tokens_per_s},
-                        {"ms", r.ms}};
+                        {"step_s", r.step_s}};
     if (r.val_loss) j["val_loss"] = *r.val_loss;
     std::printf("%s\n", j.dump().c_str());
     std::fflush(stdout);

@@ -343,7 +343,7 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
       summary.last_val_loss = rep.val_loss;
     }
     const double secs = seconds_since(t0);
-    rep.ms = secs * 1e3;
+    rep.step_s = secs;
     rep.tokens_per_s = static_cast<double>(rep.tokens) / secs;
     observer->on_step(rep);
 
