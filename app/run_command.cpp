@@ -169,7 +169,7 @@ int run_main(const RunArgs& a) {
                        .grad_norm = s.grad_norm,
                        .lr = s.lr,
                        .tokens_per_s = s.tokens_per_s,
-                       .ms = s.step_s * 1e3,
+                       .step_s = s.step_s,
                        .val_loss = s.val_loss,
                        .mfu = s.mfu},
                       a.json);

@@ -20,7 +20,7 @@ struct StepLine {
   double grad_norm = 0;
   double lr = 0;
   double tokens_per_s = 0;
-  double ms = 0;
+  double step_s = 0;  // seconds; the human line shows milliseconds
   std::optional<double> val_loss;
   std::optional<double> mfu;  // 0..1; absent when the device's peak is unknown: printed "n/a", JSON null
 };
@@ -28,7 +28,7 @@ struct StepLine {
 inline void step_line_print(const StepLine& r, bool json) {
   std::fprintf(stderr, "step %6lld/%lld | loss %.6f | grad norm %.4f | lr %.3e | %9.0f tok/s | %8.1f ms",
                static_cast<long long>(r.step), static_cast<long long>(r.last_step), r.loss, r.grad_norm, r.lr,
-               r.tokens_per_s, r.ms);
+               r.tokens_per_s, r.step_s * 1e3);
   // Never 0 for unknown: a CPU without train.peak_tflops has no peak to divide by.
   if (r.mfu) {
     std::fprintf(stderr, " | mfu %.1f%%", 100 * *r.mfu);
@@ -43,7 +43,7 @@ inline void step_line_print(const StepLine& r, bool json) {
                         {"grad_norm", r.grad_norm},
                         {"lr", r.lr},
                         {"tokens_per_s", r.tokens_per_s},
-                        {"ms", r.ms},
+                        {"step_s", r.step_s},
                         {"mfu", r.mfu ? nlohmann::json(*r.mfu) : nlohmann::json(nullptr)}};
     if (r.val_loss) j["val_loss"] = *r.val_loss;
     std::printf("%s\n", j.dump().c_str());

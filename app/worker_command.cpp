@@ -39,7 +39,7 @@ class Rank0Printer final : public TrainObserver {
                      .grad_norm = r.grad_norm,
                      .lr = r.lr,
                      .tokens_per_s = r.tokens_per_s,
-                     .ms = r.ms,
+                     .step_s = r.step_s,
                      .val_loss = r.val_loss,
                      .mfu = r.mfu},
                     json_);

@@ -3,8 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-
-#include "telemetry/json.h"
+#include <nlohmann/json.hpp>  // the straggler event's payload
 
 namespace gantry {
 namespace {
@@ -201,30 +200,17 @@ EventRecord straggler_event(const StragglerReport& report, int32_t rank, int64_t
       phase_name(sc->slow_phase).data(), sc->slow_phase_excess_s,
       sc->slow_phase_vs_self ? "its best window" : "the median rank");
   e.message = buf;
-  JsonWriter w;
-  w.begin_object();
-  w.key("relative");
-  w.value_double(sc->relative);
-  w.key("individual");
-  w.value_double(sc->individual);
-  w.key("median_s");
-  w.value_double(sc->median_s);
-  w.key("fastest_rank");
-  w.value_int(report.fastest_rank);
-  w.key("fastest_median_s");
-  w.value_double(report.fastest_median_s);
-  w.key("slow_phase");
-  w.value_string(phase_name(sc->slow_phase));
-  w.key("slow_phase_excess_s");
-  w.value_double(sc->slow_phase_excess_s);
-  w.key("slow_phase_reference");
-  w.value_string(sc->slow_phase_vs_self ? "self" : "ranks");
-  w.key("relative_windows");
-  w.value_int(sc->relative_windows);
-  w.key("individual_windows");
-  w.value_int(sc->individual_windows);
-  w.end_object();
-  e.payload = w.take();
+  const nlohmann::json payload = {{"relative", sc->relative},
+                                  {"individual", sc->individual},
+                                  {"median_s", sc->median_s},
+                                  {"fastest_rank", report.fastest_rank},
+                                  {"fastest_median_s", report.fastest_median_s},
+                                  {"slow_phase", phase_name(sc->slow_phase)},
+                                  {"slow_phase_excess_s", sc->slow_phase_excess_s},
+                                  {"slow_phase_reference", sc->slow_phase_vs_self ? "self" : "ranks"},
+                                  {"relative_windows", sc->relative_windows},
+                                  {"individual_windows", sc->individual_windows}};
+  e.payload = payload.dump();
   return e;
 }
 

@@ -13,11 +13,11 @@
 #include <thread>
 #include <tuple>
 
+#include "engine/cluster/agent_beat.h"
 #include "engine/cluster/http_client.h"
 #include "engine/cluster/http_server.h"
 #include "engine/core/worker/gang.h"
 #include "telemetry/prometheus.h"
-#include "telemetry/record_json.h"
 
 namespace gantry {
 namespace {
@@ -31,8 +31,9 @@ using namespace std::chrono_literals;
 // thousands.
 constexpr size_t kMaxRankSeries = 64;
 
-// One beat carries at most this many records (about 0.5 MB of JSON, under the coordinator's 1 MiB request
-// limit), so a backlog after an outage drains over several beats instead of being refused whole forever.
+// One beat carries at most this many records (about 100 KB in the binary codec, far under the
+// coordinator's 1 MiB request limit), so a backlog after an outage drains over several beats instead of being
+// refused whole forever.
 constexpr size_t kMaxRecordsPerBeat = 1024;
 // Records held while the coordinator cannot be reached: past this, the oldest rank-step records go (and
 // are counted) so that a long outage cannot take the node's memory.
@@ -53,6 +54,19 @@ RecordBatch take_records(RecordBatch& from, size_t max) {
   take(from.steps, out.steps);
   take(from.rank_steps, out.rank_steps);
   return out;
+}
+
+// One heartbeat (agent_beat.h: the control part as JSON, the records in the binary codec) and the
+// coordinator's JSON reply; a non-2xx answer is an error naming the status and the coordinator's message.
+Result<json> send_beat(HttpClient& client, const std::string& path, const json& control,
+                       const RecordBatch& batch) {
+  Result<std::string> body = agent_beat_encode(control, batch);
+  if (!body.ok()) return body.status();
+  Result<HttpReply> r = client.post_bytes(path, body.value(), kAgentBeatMediaType);
+  if (!r.ok()) return r.status();
+  if (!r->ok())
+    return Status::error("POST " + path + ": " + std::to_string(r->status) + ": " + r->error_message());
+  return r->json();
 }
 
 }  // namespace
@@ -316,9 +330,8 @@ Status Agent::run(const std::atomic<bool>* stop) {
       std::lock_guard<std::mutex> lock(m.mu);
       batch = take_records(m.pending, kMaxRecordsPerBeat);
     }
-    json body = {{"ended", ended}};
-    if (!batch.empty()) body["records"] = json::parse(record_to_json(batch));
-    Result<json> reply = beats.post_json("/v1/agents/" + m.opt.node + "/heartbeat", body);
+    Result<json> reply =
+        send_beat(beats, "/v1/agents/" + m.opt.node + "/heartbeat", {{"ended", ended}}, batch);
     m.heartbeats_sent.fetch_add(1);
     if (reply.ok()) {
       m.records_relayed.fetch_add(batch.rank_steps.size() + batch.steps.size() + batch.events.size());

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/cluster/agent_beat.h"
 #include "engine/cluster/checkpoint_policy.h"
 #include "engine/cluster/http_server.h"
 #include "engine/cluster/ingest_writer.h"
@@ -65,10 +66,10 @@ Status check_name(std::string_view field, const std::string& name, size_t max) {
   return Status();
 }
 
-// A record as the API shows it: record_json.h's form, parsed so it nests in a larger reply.
+// A record as the API shows it: record_json.h's serializers.
 template <class R>
 json record_json(const R& r) {
-  return json::parse(record_to_json(r));
+  return json(r);
 }
 
 // "0,2,5" or "all" -> ranks; an error names the bad entry.
@@ -1152,15 +1153,12 @@ struct Coordinator::Impl {
 
   HttpResponse agent_heartbeat(const HttpRequest& req) {
     const std::string& id = req.param("node");
-    JsonFields f(req.body);
-    const json* records = f.object("records", JsonFields::optional);
+    AgentBeat beat;  // decoded before the lock: the binary records never become text (agent_beat.h)
+    if (Status s = agent_beat_decode(req.raw_body, &beat); !s.ok()) return HttpResponse::error(400, s.message());
+    JsonFields f(beat.control);
     const json* ended = f.any("ended", JsonFields::optional);
-    if (Status s = f.finish(); !s.ok()) return HttpResponse::error(400, s.message());
-    RecordBatch batch;
-    if (records != nullptr) {
-      std::string error;
-      if (!record_from_json(records->dump(), &batch, &error)) return HttpResponse::error(400, "field \"records\": " + error);
-    }
+    if (Status s = f.finish(); !s.ok()) return HttpResponse::error(400, "beat: control: " + s.message());
+    RecordBatch& batch = beat.records;
     std::lock_guard<std::mutex> lock(mu);
     auto it = nodes.find(id);
     if (it == nodes.end()) return HttpResponse::error(404, "node \"" + id + "\" is not registered (register first)");
@@ -1400,7 +1398,7 @@ Status Coordinator::start() {
   s.post("/v1/nodes/{id}/release", [&m](const HttpRequest& req) { return m.release(req); });
   s.get("/metrics", [&m](const HttpRequest&) { return m.metrics(); });
   s.post("/v1/agents", [&m](const HttpRequest& req) { return m.agent_register(req); });
-  s.post("/v1/agents/{node}/heartbeat", [&m](const HttpRequest& req) { return m.agent_heartbeat(req); });
+  s.post_bytes("/v1/agents/{node}/heartbeat", kAgentBeatMediaType, [&m](const HttpRequest& req) { return m.agent_heartbeat(req); });
   if (Status st = s.start(); !st.ok()) return st;
   m.watch = std::thread([&m] { m.watch_loop(); });
   return Status();

@@ -168,7 +168,8 @@ HttpClient::~HttpClient() {
   if (curl_) curl_easy_cleanup(static_cast<CURL*>(curl_));
 }
 
-Result<HttpReply> HttpClient::request(const char* method, std::string_view path, const std::string* body) {
+Result<HttpReply> HttpClient::request(const char* method, std::string_view path, const std::string_view* body,
+                                      std::string_view content_type) {
   if (Status s = check_options(opt_); !s.ok()) return s;
   if (path.empty() || path.front() != '/') {
     return Status::error(std::string(method) + " \"" + std::string(path) + "\": the path must start with /");
@@ -191,7 +192,7 @@ Result<HttpReply> HttpClient::request(const char* method, std::string_view path,
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, reply_write);
   curl_easy_setopt(c, CURLOPT_WRITEDATA, &sink);
   if (body) {
-    headers.add("Content-Type: application/json");
+    headers.add("Content-Type: " + std::string(content_type));
     curl_easy_setopt(c, CURLOPT_POST, 1L);
     curl_easy_setopt(c, CURLOPT_POSTFIELDS, body->data());
     curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body->size()));
@@ -224,7 +225,13 @@ Result<HttpReply> HttpClient::get(std::string_view path) {
 
 Result<HttpReply> HttpClient::post(std::string_view path, const nlohmann::json& body) {
   const std::string text = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  return request("POST", path, &text);
+  const std::string_view view = text;
+  return request("POST", path, &view);
+}
+
+Result<HttpReply> HttpClient::post_bytes(std::string_view path, std::string_view body,
+                                         std::string_view content_type) {
+  return request("POST", path, &body, content_type);
 }
 
 namespace {

@@ -73,6 +73,8 @@ class HttpClient {
   // a reply over max_reply_bytes) or bad options.
   Result<HttpReply> get(std::string_view path);
   Result<HttpReply> post(std::string_view path, const nlohmann::json& body);
+  // A body that is not JSON (an agent's binary heartbeat, agent_beat.h), sent as `content_type`.
+  Result<HttpReply> post_bytes(std::string_view path, std::string_view body, std::string_view content_type);
 
   // As above, but a non-2xx reply is an error too: "GET /v1/runs/9: 404 Not Found: no run 9".
   Result<nlohmann::json> get_json(std::string_view path);
@@ -81,7 +83,8 @@ class HttpClient {
   const HttpClientOptions& options() const { return opt_; }
 
  private:
-  Result<HttpReply> request(const char* method, std::string_view path, const std::string* body);
+  Result<HttpReply> request(const char* method, std::string_view path, const std::string_view* body,
+                            std::string_view content_type = "application/json");
 
   HttpClientOptions opt_;
   void* curl_ = nullptr;  // CURL*, reused so the connection stays open between requests

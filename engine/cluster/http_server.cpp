@@ -35,6 +35,7 @@ struct Route {
   std::string pattern;
   std::vector<Segment> segments;
   HttpHandler handler;
+  std::string body_type;  // "" = a JSON object; else the one media type taken, passed on unparsed
 };
 
 // "/v1/runs/7/" -> {"v1", "runs", "7"}; false for an empty segment ("//"), which no route has.
@@ -298,7 +299,7 @@ struct HttpServer::Impl {
   std::condition_variable stop_cv;
   std::atomic<int> streams{0};
 
-  void add(std::string method, std::string pattern, HttpHandler handler);
+  void add(std::string method, std::string pattern, HttpHandler handler, std::string body_type = "");
   // The route for method and path; else nullptr with *allow naming the methods the path has (for 405).
   const Route* match(std::string_view method, std::string_view path,
                      std::map<std::string, std::string, std::less<>>* params, std::string* allow) const;
@@ -310,11 +311,11 @@ struct HttpServer::Impl {
   void sleep(std::chrono::milliseconds d);
 };
 
-void HttpServer::Impl::add(std::string method, std::string pattern, HttpHandler handler) {
+void HttpServer::Impl::add(std::string method, std::string pattern, HttpHandler handler, std::string body_type) {
   auto bad = [&](const std::string& why) {
     if (route_error.empty()) route_error = "route " + method + " " + pattern + ": " + why;
   };
-  Route r{.method = method, .pattern = pattern, .handler = std::move(handler)};
+  Route r{.method = method, .pattern = pattern, .handler = std::move(handler), .body_type = std::move(body_type)};
   std::vector<std::string_view> segs;
   if (!split_path(pattern, &segs))
     return bad("must be an absolute path without empty segments, e.g. /v1/runs/{id}");
@@ -425,7 +426,8 @@ std::optional<HttpResponse> HttpServer::Impl::gate(const httplib::Request& req) 
   }
 
   std::string allow;
-  if (!match(req.method, req.path, nullptr, &allow)) {
+  const Route* route = match(req.method, req.path, nullptr, &allow);
+  if (!route) {
     if (allow.empty()) return HttpResponse::error(404, "no route " + req.method + " " + req.path);
     HttpResponse r = HttpResponse::error(405, req.method + " " + req.path + " is not served; " + allow +
                                                   (allow.find(',') == std::string::npos ? " is" : " are"));
@@ -462,7 +464,11 @@ std::optional<HttpResponse> HttpServer::Impl::gate(const httplib::Request& req) 
     }
     if (length > 0) {
       const std::string type = media_type(req.get_header_value("Content-Type"));
-      if (type != "application/json") {
+      if (!route->body_type.empty() && type != route->body_type) {
+        return HttpResponse::error(415, "request body must be " + route->body_type + ": send Content-Type: " +
+                                            route->body_type + (type.empty() ? std::string() : " (got " + type + ")"));
+      }
+      if (route->body_type.empty() && type != "application/json") {
         return HttpResponse::error(415, "request body must be JSON: send Content-Type: application/json" +
                                             (type.empty() ? std::string() : " (got " + type + ")"));
       }
@@ -579,7 +585,9 @@ void HttpServer::Impl::dispatch(const httplib::Request& req, httplib::Response& 
   for (const auto& [k, v] : req.headers) r.headers.emplace(k, v);
   r.last_event_id = req.get_header_value("Last-Event-ID");
   r.remote = req.remote_addr + ":" + std::to_string(req.remote_port);
-  if (req.method == "POST") {
+  if (req.method == "POST" && !route->body_type.empty()) {
+    r.raw_body = req.body;  // the route reads its own format
+  } else if (req.method == "POST") {
     if (req.body.empty()) {
       r.body = nlohmann::json::object();
     } else {
@@ -622,6 +630,10 @@ void HttpServer::get(std::string pattern, HttpHandler handler) {
 
 void HttpServer::post(std::string pattern, HttpHandler handler) {
   impl_->add("POST", std::move(pattern), std::move(handler));
+}
+
+void HttpServer::post_bytes(std::string pattern, std::string media_type, HttpHandler handler) {
+  impl_->add("POST", std::move(pattern), std::move(handler), std::move(media_type));
 }
 
 void HttpServer::on_access(std::function<void(const HttpAccess&)> log) {

@@ -5,7 +5,8 @@
 //     compare), checked before anything else, body included, is looked at;
 //   - request bodies: JSON only (415 otherwise), at most max_body_bytes (413), no chunked or compressed
 //     uploads (411/415: their size is not known before reading them); the body must parse to a JSON
-//     object (400 naming where it broke);
+//     object (400 naming where it broke). A route added with post_bytes() takes its own media type
+//     instead, handed over unparsed (HttpRequest::raw_body), under the same size and framing rules;
 //   - unknown paths 404, a known path with another method 405; every error is {"error": "<message>"};
 //   - a handler's nlohmann::json exception becomes 400 with its message, any other exception 500.
 //
@@ -68,7 +69,7 @@ struct HttpServerOptions {
   std::chrono::milliseconds read_timeout{5000};      // per read of a request
   std::chrono::milliseconds write_timeout{5000};     // per write of a response (a stalled stream reader)
   std::chrono::seconds keep_alive_timeout{5};        // an idle kept-alive connection is closed after this
-  std::chrono::milliseconds sse_keepalive{15000};  // a comment on an idle stream, so dead peers are noticed
+  std::chrono::milliseconds sse_keepalive{15000};    // a comment on an idle stream, so dead peers are noticed
   // HTTPS: both PEM files, or neither. A build whose cpp-httplib lacks OpenSSL refuses them at start().
   std::string tls_cert_file;
   std::string tls_key_file;
@@ -86,6 +87,7 @@ struct HttpRequest {
   std::multimap<std::string, std::string, std::less<>> query;   // decoded ?key=value pairs
   std::multimap<std::string, std::string> headers;  // as received (names as the client wrote them)
   nlohmann::json body;        // POST: the JSON object ({} when the body was empty); GET: null
+  std::string raw_body;       // a post_bytes() route's body as sent; empty for every other route
   std::string last_event_id;  // the Last-Event-ID header: where a reconnecting event stream resumes
   std::string remote;         // "127.0.0.1:51234": who asked (events record it as "from where")
 
@@ -157,6 +159,8 @@ class HttpServer {
   // duplicate is reported by start(). GET /healthz is built in and open.
   void get(std::string pattern, HttpHandler handler);
   void post(std::string pattern, HttpHandler handler);
+  // A POST whose body is `media_type` (e.g. "application/octet-stream"), not JSON: 415 for any other.
+  void post_bytes(std::string pattern, std::string media_type, HttpHandler handler);
 
   void on_access(std::function<void(const HttpAccess&)> log);
 

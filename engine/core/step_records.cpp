@@ -15,7 +15,7 @@ RankStepRecord rank_step_record(const StepReport& r, const std::string& host, in
     rank.phases.optimizer = r.phases.optimizer_s;
     rank.phases.comm_exposed = r.phases.comm_exposed_s;
   }
-  rank.total_s = r.ms / 1e3;
+  rank.total_s = r.step_s;
   rank.tokens = r.rank_tokens > 0 ? r.rank_tokens : r.tokens / (world > 0 ? world : 1);
   rank.mem_allocated_bytes = r.device.mem_allocated_bytes;
   rank.mem_peak_bytes = r.device.mem_peak_bytes;
@@ -35,7 +35,7 @@ StepRecord step_record(const StepReport& r, double time_unix_s) {
   step.grad_norm = r.grad_norm;
   step.lr = r.lr;
   step.tokens_per_s = r.tokens_per_s;
-  step.step_s = r.ms / 1e3;
+  step.step_s = r.step_s;
   step.val_loss = r.val_loss;
   step.mfu = r.mfu;
   step.hfu = r.hfu;

@@ -350,7 +350,7 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
       summary.last_val_loss = rep.val_loss;
     }
     const double secs = seconds_since(t0);
-    rep.ms = secs * 1e3;
+    rep.step_s = secs;
     rep.tokens_per_s = static_cast<double>(rep.tokens) / secs;
     const double per_device = rep.tokens_per_s / std::max(1, dims.world);
     rep.mfu = util.mfu(per_device);

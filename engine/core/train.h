@@ -39,11 +39,11 @@ struct StepReport {
   double grad_norm = 0;    // global L2 norm before clipping
   double lr = 0;
   double tokens_per_s = 0;
-  double ms = 0;           // wall time of this step
+  double step_s = 0;       // wall time of this step, seconds
   int64_t tokens = 0;      // tokens in the global batch
   int64_t rank_tokens = 0; // of those, the tokens this rank processed
   int rank = 0;            // global rank reporting (every rank reports its own phases; loss is global)
-  double data_wait_s = 0;  // of ms, the time spent reading the batch's windows
+  double data_wait_s = 0;  // of step_s, the time spent reading the batch's windows
   PhaseTimes phases;       // forward, backward, optimizer, exposed communication, where the backend measures them
   DeviceHealth device;     // this rank's device after the step
   std::optional<double> val_loss;

@@ -9,12 +9,18 @@
 #include <map>
 #include <regex>
 
+#include "engine/cluster/agent_beat.h"
 #include "tests/app/cluster_fixture.h"
 
 namespace gantry {
 namespace {
 
 using namespace cluster_testing;  // NOLINT: the fixture and its helpers are this suite's vocabulary
+
+// A heartbeat with nothing to say (agent_beat.h), as a probe's credential would send it.
+std::string empty_beat() {
+  return agent_beat_encode({{"ended", json::array()}}, RecordBatch()).value();
+}
 
 TEST_F(ClusterCli, Dp4RunStepsAndActionsThroughTheApi) {
   json c = get("/v1/cluster");
@@ -796,7 +802,7 @@ TEST_F(ClusterCli, AgentsHoldOnlyTheirOwnCredentials) {
   EXPECT_EQ(agent.get("/v1/runs")->status, 401);
   EXPECT_EQ(agent.post("/v1/runs", {{"config", tiny_config(5)}, {"layout", {{"dp", 1}}}})->status, 401);
   EXPECT_EQ(agent.post("/v1/nodes/node-0/quarantine", json::object())->status, 401);
-  EXPECT_EQ(agent.post("/v1/agents/node-0/heartbeat", json::object())->status, 401);  // node-0's own credential only
+  EXPECT_EQ(agent.post_bytes("/v1/agents/node-0/heartbeat", empty_beat(), kAgentBeatMediaType)->status, 401);  // node-0's own credential only
   Result<json> reg = agent.post_json("/v1/agents", {{"node", "probe"}, {"slots", 1}, {"pid", 1}});
   ASSERT_TRUE(reg.ok()) << reg.error();
   const std::string credential = reg->value("credential", "");
@@ -804,10 +810,10 @@ TEST_F(ClusterCli, AgentsHoldOnlyTheirOwnCredentials) {
 
   // The node's credential: its own heartbeats, and nothing else.
   HttpClient node({.url = url_, .token = credential});
-  Result<HttpReply> beat = node.post("/v1/agents/probe/heartbeat", json::object());
+  Result<HttpReply> beat = node.post_bytes("/v1/agents/probe/heartbeat", empty_beat(), kAgentBeatMediaType);
   ASSERT_TRUE(beat.ok()) << beat.error();
   EXPECT_EQ(beat->status, 200) << beat->body;
-  EXPECT_EQ(node.post("/v1/agents/node-0/heartbeat", json::object())->status, 401);
+  EXPECT_EQ(node.post_bytes("/v1/agents/node-0/heartbeat", empty_beat(), kAgentBeatMediaType)->status, 401);
   EXPECT_EQ(node.post("/v1/agents", {{"node", "probe2"}, {"slots", 1}})->status, 401);
   EXPECT_EQ(node.get("/v1/cluster")->status, 401);
   EXPECT_EQ(node.post("/v1/runs", {{"config", tiny_config(5)}, {"layout", {{"dp", 1}}}})->status, 401);
@@ -815,7 +821,7 @@ TEST_F(ClusterCli, AgentsHoldOnlyTheirOwnCredentials) {
   Result<json> again = agent.post_json("/v1/agents", {{"node", "probe"}, {"slots", 1}, {"pid", 1}});
   ASSERT_TRUE(again.ok()) << again.error();
   EXPECT_NE(again->value("credential", ""), credential);
-  EXPECT_EQ(node.post("/v1/agents/probe/heartbeat", json::object())->status, 401);
+  EXPECT_EQ(node.post_bytes("/v1/agents/probe/heartbeat", empty_beat(), kAgentBeatMediaType)->status, 401);
 
   // The real agents beat on their credentials: both nodes stay healthy and a run trains on them.
   Result<json> sub = api_->post_json("/v1/runs", {{"config", tiny_config(100000)}, {"layout", {{"dp", 4}}}});

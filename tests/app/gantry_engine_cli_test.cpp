@@ -75,6 +75,10 @@ TEST(GantryEngineCli, TrainPrintsOneLinePerStepAndJsonLines) {
   EXPECT_EQ(steps[0]["step"], 1);
   EXPECT_EQ(steps[3]["step"], 4);
   EXPECT_GT(steps[0]["loss"].get<double>(), 2.0);
+  // Base units on every machine-read path: the step's wall time in seconds, the unit in the key.
+  EXPECT_GT(steps[0].value("step_s", 0.0), 0.0) << steps[0].dump();
+  EXPECT_LT(steps[0].value("step_s", 0.0), 60.0) << steps[0].dump();
+  EXPECT_FALSE(steps[0].contains("ms")) << steps[0].dump();
   EXPECT_TRUE(fs::exists(dir + "/run/checkpoints/step_00000004/manifest.json"));
 }
 

@@ -9,8 +9,8 @@
 // thread with its own kept-alive HTTP client posting heartbeats back to back (no 200 ms pause: this is
 // the ceiling, not the load of a real cluster), each beat carrying its node's rank-step records for
 // --steps-per-beat steps, and node 0's beats the step records too. Records are built before the clock
-// starts (the client still serialises each one: on a 2-core machine the clients take CPU from the
-// coordinator, so the figure is a lower bound). The first second is warm-up; records/s counts the beats
+// starts, encoded as the agent encodes them (agent_beat.h: binary records); on a 2-core machine the clients
+// still take CPU from the coordinator, so the figure is a lower bound. The first second is warm-up; records/s counts the beats
 // answered 200 after it, over the time from the start of counting until the writer's queue has drained
 // (gantry_ingest_queued_records reaches 0 in /metrics; a coordinator without that gauge writes before it
 // answers), so records accepted but not yet written never count; `refused` counts beats answered 503 (the
@@ -35,7 +35,7 @@
 #include "engine/cluster/coordinator.h"
 #include "engine/cluster/http_client.h"
 #include "engine/cluster/token.h"
-#include "telemetry/record_json.h"
+#include "engine/cluster/agent_beat.h"
 
 namespace {
 
@@ -63,6 +63,18 @@ struct Totals {
 double metric(const std::string& body, const std::string& name) {
   const size_t at = body.find("\n" + name + " ");
   return at == std::string::npos ? -1 : std::atof(body.c_str() + at + name.size() + 2);
+}
+
+// The tiny config with a global batch that `dp` ranks can split (the coordinator refuses a dp that does not
+// divide it): one micro-batch of 8 sequences per rank. Nothing trains here; the run only has to be placed.
+std::string config_for_dp(std::string toml, int dp) {
+  const std::string key = "global_batch = ";
+  const size_t at = toml.find(key);
+  if (at != std::string::npos) {
+    const size_t end = toml.find('\n', at);
+    toml.replace(at, end - at, key + std::to_string(dp * 8));
+  }
+  return toml;
 }
 
 }  // namespace
@@ -112,7 +124,7 @@ int main(int argc, char** argv) {
       if (!r.ok()) return std::fprintf(stderr, "cluster_ingest_bench: register: %s\n", r.error().c_str()), 1;
     }
     Result<json> run =
-        api.post_json("/v1/runs", {{"config", cfg.str()}, {"layout", {{"dp", agents * per_node}}}});
+        api.post_json("/v1/runs", {{"config", config_for_dp(cfg.str(), agents * per_node)}, {"layout", {{"dp", agents * per_node}}}});
     if (!run.ok()) return std::fprintf(stderr, "cluster_ingest_bench: submit: %s\n", run.error().c_str()), 1;
     const int64_t run_id = run->at("id").get<int64_t>();
     // Which node holds which ranks: the placement's answer.
@@ -129,7 +141,7 @@ int main(int argc, char** argv) {
       threads.emplace_back([&, a] {
         // Records built before the clock: a batch per beat, steps advancing beat by beat.
         const int beats_prebuilt = 64;
-        std::vector<json> bodies;
+        std::vector<std::string> bodies;  // agent_beat.h's form, as the agent sends it
         for (int b = 0; b < beats_prebuilt; ++b) {
           RecordBatch batch;
           for (int k = 0; k < steps_per_beat; ++k) {
@@ -148,8 +160,7 @@ int main(int argc, char** argv) {
                                      .time_unix_s = 1.7e9 + static_cast<double>(step),
                                      .loss = 3.0});
           }
-          json body = {{"ended", json::array()}, {"records", json::parse(record_to_json(batch))}};
-          bodies.push_back(std::move(body));
+          bodies.push_back(agent_beat_encode({{"ended", json::array()}}, batch).value());
         }
         HttpClient client({.url = c.url(), .token = token.value()});
         const std::string path = "/v1/agents/" + share[a].first + "/heartbeat";
@@ -159,9 +170,9 @@ int main(int argc, char** argv) {
             static_cast<uint64_t>(per_node * steps_per_beat + (a == 0 ? steps_per_beat : 0));
         while (!go.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
         for (size_t b = 0; !done.load(); ++b) {
-          const json& body = bodies[b % bodies.size()];
+          const std::string& body = bodies[b % bodies.size()];
           const auto t0 = Clock::now();
-          Result<HttpReply> r = client.post(path, body);
+          Result<HttpReply> r = client.post_bytes(path, body, kAgentBeatMediaType);
           const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
           if (!counting.load() || done.load()) continue;
           if (r.ok() && r->status == 503) {

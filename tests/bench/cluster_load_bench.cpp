@@ -36,6 +36,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/cluster/agent_beat.h"
 #include "engine/cluster/http_client.h"
 #include "engine/cluster/token.h"
 
@@ -170,9 +171,11 @@ int main(int argc, char** argv) {
       });
       threads.emplace_back([&] {
         HttpClient agent({.url = url, .token = credential});
+        const std::string empty_beat = agent_beat_encode({{"ended", json::array()}}, RecordBatch()).value();
         while (!done.load()) {
           const auto t0 = Clock::now();
-          Result<HttpReply> r = agent.post("/v1/agents/probe/heartbeat", json::object());
+          Result<HttpReply> r =
+              agent.post_bytes("/v1/agents/probe/heartbeat", empty_beat, kAgentBeatMediaType);
           if (r.ok() && r->status == 200)
             beat.add(elapsed_ms(t0));
           else

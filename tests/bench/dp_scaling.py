@@ -64,7 +64,7 @@ def run(engine, model, nproc, zero, steps, warmup, micro, bucket_mb, work):
     steps_seen = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{") and '"step"' in l and "event" not in l]
     timed = [s for s in steps_seen if s["step"] > warmup]
     tps = statistics.median(s["tokens_per_s"] for s in timed)
-    ms = statistics.median(s["ms"] for s in timed)
+    ms = statistics.median(s["step_s"] * 1e3 for s in timed)
     r = {"nproc": nproc, "zero": zero, "model": model, "bucket_mb": bucket_mb, "tokens_per_s": round(tps),
          "step_ms": round(ms, 2), "timed_steps": len(timed)}
     # Rank 0's start-up summary: the device memory its backend allocated up front (everything it holds for

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/cluster/agent_beat.h"
 #include "engine/core/comm/frame.h"
 #include "engine/core/token_shard.h"
 #include "engine/core/worker/worker_frames.h"
@@ -116,6 +117,21 @@ void record_seeds(const fs::path& codec_dir, const fs::path& json_dir) {
   write_seed(json_dir, "batch.json", record_to_json(b));
 }
 
+void beat_seeds(const fs::path& dir) {
+  const RecordBatch b = sample_batch();
+  const nlohmann::json ended = {{"ended", nlohmann::json::array({{{"run", 3},
+                                                                  {"generation", 1},
+                                                                  {"code", 130},
+                                                                  {"error", ""},
+                                                                  {"final_message", "stopped at step 6"},
+                                                                  {"failed_rank", -1},
+                                                                  {"cause_rank", -1},
+                                                                  {"agent_stopping", true}}})}};
+  write_seed(dir, "records.bin", agent_beat_encode({{"ended", nlohmann::json::array()}}, b).value());
+  write_seed(dir, "ended.bin", agent_beat_encode(ended, RecordBatch{}).value());
+  write_seed(dir, "both.bin", agent_beat_encode(ended, b).value());
+}
+
 void frame_seeds(const fs::path& frame_dir, const fs::path& worker_dir) {
   const std::vector<uint8_t> hello = worker_hello_encode(
       {.rank = 1, .world = 4, .local_rank = 1, .pid = 4242, .device = 0, .host = "node-a"});
@@ -172,6 +188,7 @@ int main(int argc, char** argv) {
   const std::filesystem::path corpus = argv[1];
   token_shard_seeds(corpus / "token_shard");
   record_seeds(corpus / "record_codec", corpus / "record_json");
+  beat_seeds(corpus / "agent_beat");
   frame_seeds(corpus / "frame", corpus / "worker_frames");
   checkpoint_seeds(corpus / "checkpoint_manifest");
   return 0;

@@ -1,11 +1,11 @@
-// The records' JSON form (API uploads, SSE, JSON log lines), which also drives telemetry's own JSON
-// reader: each of the four record kinds read from the same bytes; what is accepted survives
-// record_to_json and record_from_json unchanged.
+// The records' JSON form (API uploads, SSE, JSON log lines): nlohmann's parser under record_json's
+// strict reading (duplicate keys, depth), each of the four record kinds read from the same bytes; what is
+// accepted survives record_to_json and record_from_json unchanged.
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 
-#include "telemetry/json.h"
 #include "telemetry/record_json.h"
 #include "tests/fuzz/fuzz_support.h"
 
@@ -29,11 +29,12 @@ void round_trip(std::string_view text) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  gantry::JsonValue v;
-  std::string error;
-  if (!gantry::json_parse(text, &v, &error)) {
+  if (!nlohmann::json::accept(text.begin(), text.end())) {
+    gantry::RecordBatch b;
+    std::string error;
+    FUZZ_CHECK(!gantry::record_from_json(text, &b, &error), "text nlohmann refuses was read as a batch");
     FUZZ_CHECK(!error.empty(), "a refused JSON text has no message");
-    return 0;  // every record reader starts with json_parse: nothing more to reach
+    return 0;  // every record reader starts with the parse: nothing more to reach
   }
   round_trip<gantry::RankStepRecord>(text);
   round_trip<gantry::StepRecord>(text);

@@ -305,9 +305,9 @@ TEST(RecordJson, StrictReader) {
   t = good;
   rejects(t.replace(t.find("\"mem_peak_bytes\":"), 17, "\"mem_peak_bytes\":-"), "mem_peak_bytes");
   rejects("[1,2]", "expected an object");
-  rejects(good + " x", "after the JSON value");
+  rejects(good + " x", "expected end of input");
   rejects(good.substr(0, good.size() - 1), "expected");
-  rejects("", "unexpected end");
+  rejects("", "unexpected end of input");
 
   // Optional keys may be null or absent.
   t = good;
@@ -320,39 +320,78 @@ TEST(RecordJson, StrictReader) {
   EXPECT_EQ(r.hfu.value_or(-1), 0.5);
 }
 
+// The text parser: RFC 8259 and no more (nlohmann's), with what nlohmann lets through refused on top.
 TEST(RecordJson, ParserEdgeCases) {
-  JsonValue v;
+  EventRecord e;
   std::string error;
-  EXPECT_TRUE(json_parse(R"({"a":"\u00e9\ud83d\ude00\n","b":[true,false,null,-0.5e-3,0]})", &v, &error))
+  ASSERT_TRUE(record_from_json(R"({"run_id":1,"time_unix_s":-0.5e-3,"kind":"x","message":"\u00e9\ud83d\ude00\n"})", &e,
+                               &error))
       << error;
-  std::string a;
-  ASSERT_TRUE(v.find("a")->get_string(&a));
-  EXPECT_EQ(a, "\xC3\xA9\xF0\x9F\x98\x80\n");
+  EXPECT_EQ(e.message, "\xC3\xA9\xF0\x9F\x98\x80\n");
   for (const char* bad : {"01", "1.", ".5", "+1", "\"\\ud800\"", "\"\\udc00\"", "\"a\x01\"", "\"\xC0\xAF\"",
-                          "\"\xED\xA0\x80\"", "[1,]", "{\"a\":1,}", "{\"a\" 1}", "nul", "\"\\x\"", "1e"}) {
-    EXPECT_FALSE(json_parse(bad, &v, &error)) << bad;
+                          "\"\xED\xA0\x80\"", "[1,]", "{\"a\":1,}", "{\"a\" 1}", "nul", "\"\\x\"", "1e",
+                          "{\"kind\":\"x\"} // comment"}) {
+    EXPECT_FALSE(record_from_json(bad, &e, &error)) << bad;
+    EXPECT_FALSE(error.empty()) << bad;
   }
-  std::string deep(100, '[');
-  deep += std::string(100, ']');
-  EXPECT_FALSE(json_parse(deep, &v, &error));
-  EXPECT_NE(error.find("deeper"), std::string::npos);
+  std::string deep = R"({"run_id":1,"time_unix_s":0,"kind":)" + std::string(100, '[') + std::string(100, ']') + "}";
+  EXPECT_FALSE(record_from_json(deep, &e, &error));
+  EXPECT_NE(error.find("deeper than 64"), std::string::npos) << error;
 
-  // Many keys: still rejects a duplicate (the set path), and in linear time.
-  std::string many = "{";
+  // Duplicate keys are refused at any depth, also among many keys (nlohmann alone keeps the last one).
+  EXPECT_FALSE(record_from_json(R"({"run_id":1,"time_unix_s":0,"kind":"x","kind":"y"})", &e, &error));
+  EXPECT_NE(error.find("duplicate key \"kind\""), std::string::npos) << error;
+  std::string many = R"({"events":[],"x":{)";
   for (int i = 0; i < 5000; ++i) many += "\"k" + std::to_string(i) + "\":" + std::to_string(i) + ",";
-  EXPECT_TRUE(json_parse(many.substr(0, many.size() - 1) + "}", &v, &error)) << error;
-  EXPECT_FALSE(json_parse(many + "\"k17\":0}", &v, &error));
+  RecordBatch b;
+  EXPECT_FALSE(record_from_json(many + "\"k17\":0}}", &b, &error));
+  EXPECT_NE(error.find("duplicate key \"k17\""), std::string::npos) << error;
+  // The same key in sibling objects is no duplicate.
+  ASSERT_TRUE(record_from_json(R"({"events":[{"run_id":1,"time_unix_s":0,"kind":"a"},{"run_id":2,"time_unix_s":0,"kind":"b"}]})",
+                               &b, &error))
+      << error;
+  EXPECT_EQ(b.events.size(), 2u);
 }
 
 TEST(RecordJson, WriterKeepsOutputValidForInvalidUtf8) {
-  JsonWriter w;
-  w.value_string(std::string("ok \xFF\xC3 end\x01", 10));
-  JsonValue v;
+  EventRecord e;
+  e.kind = "x";
+  e.message = std::string("ok \xFF\xC3 end\x01", 10);
+  const std::string text = record_to_json(e);
+  EventRecord back;
   std::string error;
-  ASSERT_TRUE(json_parse(w.text(), &v, &error)) << error << ": " << w.text();
-  std::string s;
-  ASSERT_TRUE(v.get_string(&s));
-  EXPECT_EQ(s, "ok \xEF\xBF\xBD\xEF\xBF\xBD end\x01");
+  ASSERT_TRUE(record_from_json(text, &back, &error)) << error << ": " << text;
+  EXPECT_EQ(back.message, "ok \xEF\xBF\xBD\xEF\xBF\xBD end\x01");
+}
+
+// The serializers nest records in a larger document, and from_json throws nlohmann's exception type (an
+// API handler's 400) naming the key.
+TEST(RecordJson, NlohmannSerializersNestAndThrowNamingTheKey) {
+  const RecordBatch b = sample_batch();
+  const nlohmann::json doc = {{"latest", b.steps[0]}, {"ranks", b.rank_steps}};
+  EXPECT_EQ(doc["latest"]["step"], b.steps[0].step);
+  EXPECT_EQ(doc["latest"].dump(), record_to_json(b.steps[0]));
+  EXPECT_EQ(doc["ranks"].get<std::vector<RankStepRecord>>(), b.rank_steps);
+  nlohmann::json bad = doc["latest"];
+  bad.erase("loss");
+  try {
+    (void)bad.get<StepRecord>();
+    ADD_FAILURE() << "a step record without its loss was read";
+  } catch (const nlohmann::json::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("missing key \"loss\""), std::string::npos) << e.what();
+  }
+  // Whole doubles stay exact and integers stay integers; 2.0 is no integer.
+  StepRecord s;
+  std::string error;
+  EXPECT_FALSE(record_from_json(R"({"run_id":1,"step":2.0,"time_unix_s":0,"loss":0,"grad_norm":0,"lr":0,"tokens_per_s":0,"step_s":0,"mfu":0,"hfu":0})",
+                                &s, &error));
+  EXPECT_NE(error.find("\"step\": expected an integer"), std::string::npos) << error;
+  ASSERT_TRUE(record_from_json(R"({"run_id":1,"step":2,"time_unix_s":1e300,"loss":"Infinity","grad_norm":3,"lr":0,"tokens_per_s":0,"step_s":0,"mfu":0,"hfu":0})",
+                               &s, &error))
+      << error;
+  EXPECT_EQ(s.time_unix_s, 1e300);
+  EXPECT_EQ(s.loss, std::numeric_limits<double>::infinity());
+  EXPECT_EQ(s.grad_norm, 3.0);
 }
 
 TEST(RecordJson, BatchRejectsUnknownSectionAndNamesTheElement) {

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <random>
 
-#include "telemetry/json.h"
+#include <nlohmann/json.hpp>
 
 namespace gantry {
 namespace {
@@ -236,14 +236,9 @@ TEST(Straggler, EventNamesRankScoresAndPhase) {
   EXPECT_EQ(e.rank, 4);
   EXPECT_EQ(e.step, 60);
   EXPECT_NE(e.message.find("slow phase comm_exposed"), std::string::npos) << e.message;
-  JsonValue v;
-  std::string error;
-  ASSERT_TRUE(json_parse(e.payload, &v, &error)) << error;
-  std::string phase;
-  ASSERT_TRUE(v.find("slow_phase")->get_string(&phase));
-  EXPECT_EQ(phase, "comm_exposed");
-  double rel = 0;
-  ASSERT_TRUE(v.find("relative")->get_double(&rel));
+  const nlohmann::json v = nlohmann::json::parse(e.payload);
+  EXPECT_EQ(v.at("slow_phase"), "comm_exposed");
+  const double rel = v.at("relative").get<double>();
   EXPECT_LT(rel, 0.97);
 }
 
