@@ -66,8 +66,8 @@ int run(int argc, char** argv) {
     }
   }
 #ifndef GANTRY_HAVE_CUDA
-  (void)steps, (void)warmup, (void)graphs, (void)deterministic,
-      (void)batch;  // parsed, so bad flags still get the usage line
+  // Parsed, so bad flags still get the usage line.
+  (void)steps, (void)warmup, (void)graphs, (void)deterministic, (void)batch;
   std::fprintf(stderr, "gpt_bench: this build has no CUDA backend\n");
   return 1;
 #else

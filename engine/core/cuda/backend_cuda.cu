@@ -1,7 +1,6 @@
 // The CUDA backend: GPT-2's forward and backward in bf16 with fp32 master weights, gradients and AdamW
 // state. Matmuls through cuBLASLt (matmul.cu), attention by our flash kernels (attention.cu), everything
-// else by kernels.cu. One stream, and a side stream that the classifier's weight-gradient product forks to
-// and joins back from (classifier()); the host waits only in step_stats(), forward_loss() and state copies.
+// else by kernels.cu. One stream; the host waits only in step_stats(), forward_loss() and state copies.
 //
 // Phase times (forward, backward, optimizer) come from CUDA events on the stream, read in step_stats() after
 // its one wait; device_health() adds this backend's memory and NVML's sensors (engine/core/cuda/device.h).
@@ -10,13 +9,11 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <set>
 #include <vector>
 
-#include "engine/core/comm/communicator.h"
 #include "engine/core/cuda/attention.cuh"
 #include "engine/core/cuda/backend_cuda.h"
 #include "engine/core/cuda/cuda_check.h"
@@ -24,6 +21,7 @@
 #include "engine/core/cuda/kernels.cuh"
 #include "engine/core/cuda/matmul.cuh"
 #include "engine/core/cuda/zero_device_state.cuh"
+#include "engine/core/comm/communicator.h"
 #include "engine/core/fatal.h"
 #include "engine/core/gpt.h"
 #include "engine/core/parallel/shard_plan.h"
@@ -98,8 +96,7 @@ struct CapturedMicroBatch {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(const ModelConfig& m, int max_batch, bool graphs, bool deterministic,
-              const CudaDataParallel& dp)
+  CudaBackend(const ModelConfig& m, int max_batch, bool graphs, bool deterministic, const CudaDataParallel& dp)
       : m_(m),
         max_batch_(max_batch),
         table_(gpt_param_table(m)),
@@ -117,11 +114,9 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaEventCreate(&opt_end_));
     matmul_ = std::make_unique<Matmul>(stream_);
     allocate();
-    make_classifier_products();
     // One GPU shards nothing: ZeRO 0 whatever was asked.
-    ShardPlan plan = dp_ != nullptr
-                         ? shard_plan_make(table_, dp_->size(), dp_->rank(), dp.zero, dp.bucket_bytes)
-                         : shard_plan_make(table_, 1, 0, 0, dp.bucket_bytes);
+    ShardPlan plan = dp_ != nullptr ? shard_plan_make(table_, dp_->size(), dp_->rank(), dp.zero, dp.bucket_bytes)
+                                    : shard_plan_make(table_, 1, 0, 0, dp.bucket_bytes);
     state_ = std::make_unique<ZeroDeviceState>(table_, std::move(plan), dp_, dp_timeout_, stream_, scratch_,
                                                [this](size_t bytes) { return device<char>(bytes); });
     layout_params();
@@ -141,13 +136,7 @@ class CudaBackend final : public Backend {
     cudaEventDestroy(opt_begin_);
     cudaEventDestroy(opt_end_);
     state_.reset();  // waits for its communication stream before the memory goes
-    if (side_) cudaStreamSynchronize(side_);
-    classifier_dw_.reset();
-    classifier_dx_.reset();
     matmul_.reset();
-    if (fork_) cudaEventDestroy(fork_);
-    if (join_) cudaEventDestroy(join_);
-    if (side_) cudaStreamDestroy(side_);
     for (void* p : device_allocations_) cudaFree(p);
     for (void* p : host_allocations_) cudaFreeHost(p);
     for (cudaEvent_t e : upload_done_) cudaEventDestroy(e);
@@ -181,8 +170,8 @@ class CudaBackend final : public Backend {
     const CapturedMicroBatch& g = it->second;
     // The phase events are recorded inside the graph (external event-record nodes), not around its launch:
     // the forward/backward boundary lies inside the captured micro-batch, and the begin/end marks then time
-    // the graph's own work, not the launch. Node parameters changed here apply to this and later launches
-    // only; a replay already queued keeps the events it had.
+    // the graph's own work, not the launch. Node parameters changed here apply to this and later launches only;
+    // a replay already queued keeps the events it had.
     CUDA_CHECK(cudaGraphExecEventRecordNodeSetEvent(g.exec, g.marks[0], ev.begin));
     CUDA_CHECK(cudaGraphExecEventRecordNodeSetEvent(g.exec, g.marks[1], ev.mid));
     CUDA_CHECK(cudaGraphExecEventRecordNodeSetEvent(g.exec, g.marks[2], ev.end));
@@ -221,10 +210,8 @@ class CudaBackend final : public Backend {
   }
 
   StepStats step_stats() override {
-    CUDA_CHECK(
-        cudaMemcpyAsync(&host_stats_[0], state_->loss_sum(), sizeof(float), cudaMemcpyDeviceToHost, stream_));
-    CUDA_CHECK(
-        cudaMemcpyAsync(&host_stats_[1], state_->norm(), sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaMemcpyAsync(&host_stats_[0], state_->loss_sum(), sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaMemcpyAsync(&host_stats_[1], state_->norm(), sizeof(float), cudaMemcpyDeviceToHost, stream_));
     // A collective that never finishes (a dead peer) must fail at the timeout, not hang in a stream wait.
     if (dp_ != nullptr) check(dp_->sync(stream_, dp_timeout_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -245,15 +232,14 @@ class CudaBackend final : public Backend {
   StateBytes state_bytes() const override { return state_->bytes(); }
 
   DeviceHealth device_health() override {
-    // Memory is this backend's own accounting (every cudaMalloc it made, the cuBLASLt workspace included),
-    // not cudaMemGetInfo, which counts the CUDA context and other processes on the card. All of it is
-    // allocated up front, so the peak equals what is held.
+    // Memory is this backend's own accounting (every cudaMalloc it made, the cuBLASLt workspace included), not
+    // cudaMemGetInfo, which counts the CUDA context and other processes on the card. All of it is allocated up
+    // front, so the peak equals what is held.
     DeviceHealth h;
     h.device = device_;
     h.mem_allocated_bytes = device_bytes_ + matmul_->workspace_bytes();
     h.mem_peak_bytes = h.mem_allocated_bytes;
-    if (!sensors_)
-      sensors_ = std::make_unique<DeviceSensorMonitor>(device_);  // opens NVML once, on first use
+    if (!sensors_) sensors_ = std::make_unique<DeviceSensorMonitor>(device_);  // opens NVML once, on first use
     const DeviceSensors d = sensors_->latest();
     h.temperature_celsius = d.temperature_celsius;
     h.sm_clock_hertz = d.sm_clock_hertz;
@@ -317,8 +303,7 @@ class CudaBackend final : public Backend {
         if (e == events[r]) g.marks[r] = node;
       }
     }
-    GANTRY_CHECK(g.marks[0] && g.marks[1] && g.marks[2],
-                 "the captured micro-batch lacks its phase-event nodes");
+    GANTRY_CHECK(g.marks[0] && g.marks[1] && g.marks[2], "the captured micro-batch lacks its phase-event nodes");
     // The graph stays alive beside its instance: the event nodes are addressed through it at every launch.
     CUDA_CHECK(cudaGraphInstantiate(&g.exec, g.graph, 0));
     return g;
@@ -415,16 +400,14 @@ class CudaBackend final : public Backend {
     tmp_nc_ = shared + region.tmp_nc;
     logits_ = shared;
     chunk_rows_ = static_cast<int>(std::min<size_t>(region.elements / V, N));
-    const size_t scratch =
-        std::max({layernorm_backward_scratch_floats(static_cast<int>(N), static_cast<int>(C)),
-                  bias_backward_scratch_floats(static_cast<int>(N), static_cast<int>(C)),
-                  bias_backward_scratch_floats(static_cast<int>(N), static_cast<int>(3 * C)),
-                  bias_backward_scratch_floats(static_cast<int>(N), static_cast<int>(4 * C)),
-                  attention_backward_scratch_floats(static_cast<int>(B), static_cast<int>(T),
-                                                    static_cast<int>(NH), static_cast<int>(C / NH)),
-                  global_norm_scratch_floats(P)});
+    const size_t scratch = std::max({layernorm_backward_scratch_floats(static_cast<int>(N), static_cast<int>(C)),
+                                     bias_backward_scratch_floats(static_cast<int>(N), static_cast<int>(C)),
+                                     bias_backward_scratch_floats(static_cast<int>(N), static_cast<int>(3 * C)),
+                                     bias_backward_scratch_floats(static_cast<int>(N), static_cast<int>(4 * C)),
+                                     attention_backward_scratch_floats(static_cast<int>(B), static_cast<int>(T),
+                                                                       static_cast<int>(NH), static_cast<int>(C / NH)),
+                                     global_norm_scratch_floats(P)});
     scratch_ = device<float>(scratch);
-    scratch_floats_ = scratch;
     eval_sum_ = device<float>(1);
     inputs_ = device<int32_t>(N);
     targets_ = device<int32_t>(N);
@@ -441,8 +424,7 @@ class CudaBackend final : public Backend {
   void layout_params() {
     const ShardPlan& plan = state_->plan();
     const int L = m_.n_layer;
-    GANTRY_CHECK(table_.size() == static_cast<size_t>(4 + kBlockTensors * L),
-                 "GPT-2's tensor table expected");
+    GANTRY_CHECK(table_.size() == static_cast<size_t>(4 + kBlockTensors * L), "GPT-2's tensor table expected");
     auto in_unit = [&](size_t tensor, int unit) { return table_[tensor].offset - plan.units[unit].offset; };
     wpe_at_ = in_unit(1, plan.embedding_unit());
     GANTRY_CHECK(in_unit(0, plan.embedding_unit()) == 0, "wte begins the embeddings");
@@ -465,14 +447,12 @@ class CudaBackend final : public Backend {
   // Copies the batch to the device; with `buckets`, also the token-sorted positions the deterministic
   // embedding backward needs (a counting sort over the vocabulary, on the host, while the GPU works).
   void upload(const int32_t* inputs, const int32_t* targets, int B, bool buckets) {
-    GANTRY_CHECK(
-        B > 0 && B <= max_batch_,
-        "batch " + std::to_string(B) + " exceeds the backend's max batch " + std::to_string(max_batch_));
+    GANTRY_CHECK(B > 0 && B <= max_batch_, "batch " + std::to_string(B) + " exceeds the backend's max batch " +
+                                                std::to_string(max_batch_));
     const int N = B * m_.seq_len;
     for (int i = 0; i < N; ++i) {
-      GANTRY_CHECK(
-          inputs[i] >= 0 && inputs[i] < m_.vocab_size && targets[i] >= 0 && targets[i] < m_.vocab_size,
-          "token id out of [0, vocab_size)");
+      GANTRY_CHECK(inputs[i] >= 0 && inputs[i] < m_.vocab_size && targets[i] >= 0 && targets[i] < m_.vocab_size,
+                   "token id out of [0, vocab_size)");
     }
     // Two staging slots in turn: the host fills one while the copy out of the other may still be queued,
     // and waits only for the copy issued two batches ago (long done), never for compute.
@@ -499,12 +479,11 @@ class CudaBackend final : public Backend {
         token_count_[v] = s_start[k];  // becomes the fill cursor
         ++k;
       }
-      for (int j = k; j <= N; ++j) s_start[j] = at;                      // spare buckets are empty
+      for (int j = k; j <= N; ++j) s_start[j] = at;  // spare buckets are empty
       for (int i = 0; i < N; ++i) s_pos[token_count_[inputs[i]]++] = i;  // positions ascend within a bucket
       for (int i = 0; i < N; ++i) token_count_[inputs[i]] = 0;
       CUDA_CHECK(cudaMemcpyAsync(bucket_token_, s_tok, k * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
-      CUDA_CHECK(cudaMemcpyAsync(bucket_start_, s_start, (N + 1) * sizeof(int32_t), cudaMemcpyHostToDevice,
-                                 stream_));
+      CUDA_CHECK(cudaMemcpyAsync(bucket_start_, s_start, (N + 1) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
       CUDA_CHECK(cudaMemcpyAsync(positions_, s_pos, N * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
     }
     CUDA_CHECK(cudaEventRecord(upload_done_[slot_], stream_));
@@ -523,18 +502,18 @@ class CudaBackend final : public Backend {
       LayerActs& a = layers_[l];
       // This block's first norm also finishes the previous block: res3 = res2 + its MLP output.
       if (l == 0) {
-        residual_layernorm_forward_cuda(nullptr, a.ln1, a.ln1_mean, a.ln1_rstd, encoded_, nullptr, p.ln1_w,
-                                        p.ln1_b, N, C, stream_);
+        residual_layernorm_forward_cuda(nullptr, a.ln1, a.ln1_mean, a.ln1_rstd, encoded_, nullptr, p.ln1_w, p.ln1_b,
+                                        N, C, stream_);
       } else {
-        residual_layernorm_forward_cuda(layers_[l - 1].res3, a.ln1, a.ln1_mean, a.ln1_rstd,
-                                        layers_[l - 1].res2, tmp_nc_, p.ln1_w, p.ln1_b, N, C, stream_);
+        residual_layernorm_forward_cuda(layers_[l - 1].res3, a.ln1, a.ln1_mean, a.ln1_rstd, layers_[l - 1].res2,
+                                        tmp_nc_, p.ln1_w, p.ln1_b, N, C, stream_);
       }
       const bf16* residual = l == 0 ? encoded_ : layers_[l - 1].res3;
       matmul_->forward(a.qkv, a.ln1, p.qkv_w, p.qkv_b, N, C, 3 * C, nullptr);
       attention_forward(a.atty, a.lse, a.qkv, B, T, NH, HS, stream_);
       matmul_->forward(tmp_nc_, a.atty, p.proj_w, p.proj_b, N, C, C, nullptr);
-      residual_layernorm_forward_cuda(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, residual, tmp_nc_, p.ln2_w,
-                                      p.ln2_b, N, C, stream_);
+      residual_layernorm_forward_cuda(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, residual, tmp_nc_, p.ln2_w, p.ln2_b, N, C,
+                                      stream_);
       matmul_->forward(a.fch_gelu, a.ln2, p.fc_w, p.fc_b, N, C, 4 * C, a.fch_pre);
       matmul_->forward(tmp_nc_, a.fch_gelu, p.fcproj_w, p.fcproj_b, N, 4 * C, C, nullptr);
       state_->release(1 + l);
@@ -542,10 +521,11 @@ class CudaBackend final : public Backend {
     const bf16* lnf = state_->params(final_unit());
     if (L == 0) {
       residual_layernorm_forward_cuda(nullptr, lnf_, lnf_mean_, lnf_rstd_, encoded_, nullptr, lnf + lnf_w_at_,
-                                      lnf + lnf_b_at_, N, C, stream_);
+                                      lnf + lnf_b_at_, N, C,
+                                      stream_);
     } else {
-      residual_layernorm_forward_cuda(layers_[L - 1].res3, lnf_, lnf_mean_, lnf_rstd_, layers_[L - 1].res2,
-                                      tmp_nc_, lnf + lnf_w_at_, lnf + lnf_b_at_, N, C, stream_);
+      residual_layernorm_forward_cuda(layers_[L - 1].res3, lnf_, lnf_mean_, lnf_rstd_, layers_[L - 1].res2, tmp_nc_,
+                                      lnf + lnf_w_at_, lnf + lnf_b_at_, N, C, stream_);
     }
   }
 
@@ -577,43 +557,9 @@ class CudaBackend final : public Backend {
       matmul_->forward(logits_, x, wte, nullptr, rows, C, V, nullptr);
       classifier_cuda(logits_, losses_ + r0, targets_ + r0, dloss, backward, rows, V, stream_);
       if (!backward) continue;
-      if (!classifier_dw_) {
-        matmul_->backward_input(dln_ + static_cast<size_t>(r0) * C, logits_, wte, rows, C, V, nullptr);
-        matmul_->backward_weight(dwte, logits_, x, rows, C, V);
-        continue;
-      }
-      // The two gradient products only read the chunk's dlogits and write disjoint outputs: dwte's runs on
-      // the side stream beside dln's, so its fp32 V × C accumulate (read and written once a chunk) overlaps
-      // the other product instead of following it. Both join back before the next chunk overwrites the
-      // logits. Each product is the same deterministic cuBLASLt algorithm whatever runs beside it.
-      CUDA_CHECK(cudaEventRecord(fork_, stream_));
-      CUDA_CHECK(cudaStreamWaitEvent(side_, fork_, 0));
-      classifier_dw_->backward_weight(dwte, logits_, x, rows, C, V);
-      classifier_dx_->backward_input(dln_ + static_cast<size_t>(r0) * C, logits_, wte, rows, C, V, nullptr);
-      CUDA_CHECK(cudaEventRecord(join_, side_));
-      CUDA_CHECK(cudaStreamWaitEvent(stream_, join_, 0));
+      matmul_->backward_input(dln_ + static_cast<size_t>(r0) * C, logits_, wte, rows, C, V, nullptr);
+      matmul_->backward_weight(dwte, logits_, x, rows, C, V);
     }
-  }
-
-  // GANTRY_CUDA_CLASSIFIER_OVERLAP: 1 (default) runs the classifier's dwte product on a side stream beside
-  // its dln product; 2 also asks cuBLASLt for algorithms suited to half the SMs each; 0 runs them one after
-  // the other on the main stream. The side product's workspace is the scratch buffer, idle while the
-  // classifier runs (its users are the backward's and the optimizer's kernels), so no memory is added.
-  void make_classifier_products() {
-    const char* env = std::getenv("GANTRY_CUDA_CLASSIFIER_OVERLAP");
-    const int mode = env && *env ? std::atoi(env) : 1;
-    if (mode <= 0) return;
-    int sms = 0;
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_));
-    const int target = mode >= 2 ? std::max(1, sms / 2) : 0;
-    CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
-    CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
-    CUDA_CHECK(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
-    // dln's product shares the main Matmul's workspace (same stream, never at once with its products).
-    classifier_dx_ =
-        std::make_unique<Matmul>(stream_, matmul_->workspace(), matmul_->workspace_bytes(), target);
-    const size_t side_bytes = std::min<size_t>(scratch_floats_ * sizeof(float), matmul_->workspace_bytes());
-    classifier_dw_ = std::make_unique<Matmul>(side_, scratch_, side_bytes, target);
   }
 
   void backward(int B) {
@@ -625,8 +571,8 @@ class CudaBackend final : public Backend {
     float* top_bias = L > 0 ? block_grads(L - 1).fcproj_b : nullptr;
     const bf16* lnf = state_->params(final_unit());
     float* dlnf = state_->grads(final_unit());
-    layernorm_backward_cuda(dres_, dlnf + lnf_w_at_, dlnf + lnf_b_at_, top_bias, scratch_, dln_, top,
-                            lnf + lnf_w_at_, lnf_mean_, lnf_rstd_, N, C, false, stream_);
+    layernorm_backward_cuda(dres_, dlnf + lnf_w_at_, dlnf + lnf_b_at_, top_bias, scratch_, dln_, top, lnf + lnf_w_at_,
+                            lnf_mean_, lnf_rstd_, N, C, false, stream_);
     state_->grads_done(final_unit());
     for (int l = L - 1; l >= 0; --l) {
       const BlockParams p = block_params(l);
@@ -646,24 +592,22 @@ class CudaBackend final : public Backend {
       // Attention branch, then the first norm turns dres into d(residual in).
       matmul_->backward_weight(g.proj_w, dres_, a.atty, N, C, C);
       matmul_->backward_input(datty_, dres_, p.proj_w, N, C, C, nullptr);
-      attention_backward(dqkv_, datty_, a.atty, a.lse, a.qkv, scratch_, B, T, NH, HS, stream_,
-                         deterministic_);
+      attention_backward(dqkv_, datty_, a.atty, a.lse, a.qkv, scratch_, B, T, NH, HS, stream_, deterministic_);
       matmul_->backward_weight(g.qkv_w, dqkv_, a.ln1, N, C, 3 * C);
       bias_backward_cuda(g.qkv_b, scratch_, dqkv_, N, 3 * C, stream_);
       matmul_->backward_input(dln_, dqkv_, p.qkv_w, N, C, 3 * C, nullptr);
       // dres becomes d(res3) of the block below: its MLP projection's bias gradient.
       float* below_bias = l > 0 ? block_grads(l - 1).fcproj_b : nullptr;
-      layernorm_backward_cuda(dres_, g.ln1_w, g.ln1_b, below_bias, scratch_, dln_, residual, p.ln1_w,
-                              a.ln1_mean, a.ln1_rstd, N, C, true, stream_);
+      layernorm_backward_cuda(dres_, g.ln1_w, g.ln1_b, below_bias, scratch_, dln_, residual, p.ln1_w, a.ln1_mean,
+                              a.ln1_rstd, N, C, true, stream_);
       state_->release(1 + l);
-      state_->grads_done(
-          1 + l);  // block l's gradients are complete (block l + 1 wrote its MLP projection bias's)
+      state_->grads_done(1 + l);  // block l's gradients are complete (block l + 1 wrote its MLP projection bias's)
     }
     // A fixed grid of N buckets (the most a batch can have; spare ones are empty) keeps this launch the
     // same for every batch of a shape, as graph replay needs.
     float* dembeddings = state_->grads(0);
-    encoder_backward_cuda(dembeddings, dembeddings + wpe_at_, dres_, bucket_token_, bucket_start_, positions_,
-                          N, B, T, C, stream_);
+    encoder_backward_cuda(dembeddings, dembeddings + wpe_at_, dres_, bucket_token_, bucket_start_, positions_, N, B, T,
+                          C, stream_);
     state_->grads_done(0);  // the embeddings: the classifier wrote wte's gradient first, the encoder last
   }
 
@@ -678,11 +622,6 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   cudaEvent_t upload_done_[2] = {nullptr, nullptr};
   std::unique_ptr<Matmul> matmul_;
-  // The classifier's gradient products when they overlap (make_classifier_products()): dln's on stream_,
-  // dwte's on side_, forked and joined by the two events. Null when they run one after the other.
-  std::unique_ptr<Matmul> classifier_dx_, classifier_dw_;
-  cudaStream_t side_ = nullptr;
-  cudaEvent_t fork_ = nullptr, join_ = nullptr;
   std::vector<void*> device_allocations_, host_allocations_;
   size_t device_bytes_ = 0;
 
@@ -700,7 +639,6 @@ class CudaBackend final : public Backend {
   bf16* tmp_nc_ = nullptr;
   bf16 *dres_ = nullptr, *dln_ = nullptr, *datty_ = nullptr, *dqkv_ = nullptr, *dfch_ = nullptr;
   float* scratch_ = nullptr;
-  size_t scratch_floats_ = 0;
   float* eval_sum_ = nullptr;
   int32_t *inputs_ = nullptr, *targets_ = nullptr;
   int32_t *bucket_token_ = nullptr, *bucket_start_ = nullptr, *positions_ = nullptr;
@@ -728,8 +666,8 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> backend_cuda_create(const ModelConfig& m, int max_batch, bool graphs,
-                                             bool deterministic, const CudaDataParallel& dp) {
+std::unique_ptr<Backend> backend_cuda_create(const ModelConfig& m, int max_batch, bool graphs, bool deterministic,
+                                            const CudaDataParallel& dp) {
   return std::make_unique<CudaBackend>(m, max_batch, graphs, deterministic, dp);
 }
 

@@ -4,13 +4,9 @@
 //
 //   Matmul mm(stream);
 //   mm.forward(out, inp, w, bias, N, C, OC, nullptr);               // out = inp·wᵀ + bias
-//   mm.forward(gelu_out, inp, w, bias, N, C, OC, pre_gelu);          // gelu_out = gelu(pre_gelu = inp·wᵀ +
-//   bias) mm.backward_input(dinp, dout, w, N, C, OC, nullptr);             // dinp = dout·w
+//   mm.forward(gelu_out, inp, w, bias, N, C, OC, pre_gelu);          // gelu_out = gelu(pre_gelu = inp·wᵀ + bias)
+//   mm.backward_input(dinp, dout, w, N, C, OC, nullptr);             // dinp = dout·w
 //   mm.backward_weight(dw, dout, inp, N, C, OC);                     // dw (fp32) += doutᵀ·inp
-//
-// A Matmul may borrow its workspace (one that nothing else uses while its products run) and may ask cuBLASLt
-// for algorithms that suit a share of the SMs (sm_count_target), for products meant to run beside another
-// stream's (the classifier's two gradient products, backend_cuda.cu).
 #pragma once
 
 #include <cublasLt.h>
@@ -26,24 +22,21 @@ namespace gantry {
 class Matmul {
  public:
   explicit Matmul(cudaStream_t stream, size_t workspace_bytes = 32u << 20);
-  // Borrowed workspace (not freed here; may be null with 0 bytes); sm_count_target 0 = the whole device.
-  Matmul(cudaStream_t stream, void* workspace, size_t workspace_bytes, int sm_count_target);
   ~Matmul();
   Matmul(const Matmul&) = delete;
   Matmul& operator=(const Matmul&) = delete;
 
   // out (N, OC) = inp (N, C) · w (OC, C)ᵀ + bias (OC, may be null). With gelu_pre (N, OC): out = gelu(x) and
   // gelu_pre = x, where x = inp·wᵀ + bias.
-  void forward(__nv_bfloat16* out, const __nv_bfloat16* inp, const __nv_bfloat16* w,
-               const __nv_bfloat16* bias, int N, int C, int OC, __nv_bfloat16* gelu_pre);
+  void forward(__nv_bfloat16* out, const __nv_bfloat16* inp, const __nv_bfloat16* w, const __nv_bfloat16* bias, int N,
+               int C, int OC, __nv_bfloat16* gelu_pre);
   // dinp (N, C) = dout (N, OC) · w (OC, C), written. With gelu_pre (N, C): dinp = (dout·w) ⊙ gelu'(gelu_pre).
-  void backward_input(__nv_bfloat16* dinp, const __nv_bfloat16* dout, const __nv_bfloat16* w, int N, int C,
-                      int OC, const __nv_bfloat16* gelu_pre);
+  void backward_input(__nv_bfloat16* dinp, const __nv_bfloat16* dout, const __nv_bfloat16* w, int N, int C, int OC,
+                      const __nv_bfloat16* gelu_pre);
   // dw (OC, C) fp32 += dout (N, OC)ᵀ · inp (N, C).
   void backward_weight(float* dw, const __nv_bfloat16* dout, const __nv_bfloat16* inp, int N, int C, int OC);
 
   size_t workspace_bytes() const { return workspace_bytes_; }
-  void* workspace() const { return workspace_; }
 
  private:
   struct Gemm;
@@ -53,8 +46,6 @@ class Matmul {
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_;
-  bool owns_workspace_ = true;
-  int sm_count_target_ = 0;
   struct Plan {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;

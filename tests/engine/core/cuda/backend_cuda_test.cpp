@@ -7,7 +7,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>  // setenv: the classifier's overlap switch
 #include <vector>
 
 #include "engine/core/backend.h"
@@ -104,56 +103,6 @@ TEST(BackendCuda, ClassifierInChunksMatchesTheCpuReference) {
   }
 }
 
-// The classifier's two gradient products run on two streams by default (GANTRY_CUDA_CLASSIFIER_OVERLAP 1; 2
-// also sizes their algorithms for half the SMs each; 0 runs them in turn on one stream). Over two chunks of
-// rows, every mode gives the sequential products' gradients (within bf16 rounding; the side product's smaller
-// workspace may pick another algorithm) and each mode repeats itself bit for bit.
-TEST(BackendCuda, OverlappedClassifierProductsMatchTheSequentialOnes) {
-  GANTRY_REQUIRE_GPU();
-  const ModelConfig m{.n_layer = 1, .n_head = 2, .n_embd = 64, .vocab_size = 50304, .seq_len = 1000};
-  const int B = 3;
-  std::vector<float> theta;
-  Rng rng{9};
-  std::vector<int32_t> in(B * m.seq_len), tg(B * m.seq_len);
-  for (size_t i = 0; i < in.size(); ++i) {
-    in[i] = static_cast<int32_t>(rng.next_u64() % m.vocab_size);
-    tg[i] = static_cast<int32_t>(rng.next_u64() % m.vocab_size);
-  }
-  auto grads_in_mode = [&](const char* mode) {
-    setenv("GANTRY_CUDA_CLASSIFIER_OVERLAP", mode, 1);
-    Result<std::unique_ptr<Backend>> g = backend_create("cuda", m, B, {.cuda_graphs = true});
-    unsetenv("GANTRY_CUDA_CLASSIFIER_OVERLAP");
-    EXPECT_TRUE(g.ok());
-    Backend& gpu = *g.value();
-    if (theta.empty()) {
-      theta.resize(gpu.params().numel());
-      gpt_init_params(m, gpu.params(), 10, theta.data());
-    }
-    gpu.write_state(StateBuffer::kParams, 0, theta.size(), theta.data());
-    std::vector<float> grads(theta.size());
-    // Three steps: the first runs plainly, the second is captured, the third replays the graph.
-    for (int step = 1; step <= 3; ++step) {
-      gpu.zero_grads();
-      gpu.forward_backward(in.data(), tg.data(), B, 1.0f);
-      gpu.optimizer_step({.lr = 0.0, .step = step});
-      gpu.step_stats();
-      std::vector<float> now(theta.size());
-      gpu.read_state(StateBuffer::kGrads, 0, now.size(), now.data());
-      if (step > 1) {
-        EXPECT_EQ(now, grads) << "mode " << mode << ", step " << step;
-      }
-      grads = now;
-    }
-    return grads;
-  };
-  const std::vector<float> sequential = grads_in_mode("0");
-  for (const char* mode : {"1", "2"}) {
-    const std::vector<float> a = grads_in_mode(mode), b = grads_in_mode(mode);
-    EXPECT_EQ(a, b) << "mode " << mode;
-    EXPECT_LT(rel_error(a, sequential), 1e-3) << "mode " << mode;
-  }
-}
-
 TEST(BackendCuda, StateRoundTripsThroughTheHost) {
   GANTRY_REQUIRE_GPU();
   const ModelConfig m{.n_layer = 1, .n_head = 2, .n_embd = 32, .vocab_size = 40, .seq_len = 8};
@@ -185,8 +134,7 @@ TEST(BackendCuda, TinyConfigTracksTheCpuLossCurveFor50Steps) {
   ASSERT_EQ(gpu.losses.size(), 50u);
   // bf16 compute drifts from the fp32 curve but must follow it: every step within 3%.
   double worst = 0;
-  for (size_t i = 0; i < 50; ++i)
-    worst = std::max(worst, std::abs(gpu.losses[i] - cpu.losses[i]) / cpu.losses[i]);
+  for (size_t i = 0; i < 50; ++i) worst = std::max(worst, std::abs(gpu.losses[i] - cpu.losses[i]) / cpu.losses[i]);
   EXPECT_LT(worst, 0.03);
   std::printf("tiny config, 50 steps: worst relative loss gap GPU vs CPU %.4f; final %.4f vs %.4f\n", worst,
               gpu.losses.back(), cpu.losses.back());
@@ -228,8 +176,7 @@ TEST(BackendCuda, FastModeTracksDeterministicMode) {
   ASSERT_TRUE(train_run(c, {.out_dir = fresh_dir("mode_fast"), .max_steps = 10}, &fast).ok());
   ASSERT_EQ(fast.losses.size(), det.losses.size());
   // Only the order of dQ's additions differs: the curves agree to float rounding, amplified over 10 steps.
-  for (size_t i = 0; i < det.losses.size(); ++i)
-    EXPECT_NEAR(fast.losses[i], det.losses[i], 1e-3 * det.losses[i]);
+  for (size_t i = 0; i < det.losses.size(); ++i) EXPECT_NEAR(fast.losses[i], det.losses[i], 1e-3 * det.losses[i]);
 }
 
 TEST(BackendCuda, ResumeOnGpuIsBitExact) {
@@ -249,8 +196,8 @@ TEST(BackendCuda, ResumeOnGpuIsBitExact) {
 }
 
 // The GPU's phase times, from events on the stream (inside the captured graph with graphs on), against the
-// host's clock around the whole step, for one and two micro-batches a step. The model is large enough that
-// the GPU, not the host, sets the step time, so the phases must cover most of it.
+// host's clock around the whole step, for one and two micro-batches a step. The model is large enough that the
+// GPU, not the host, sets the step time, so the phases must cover most of it.
 TEST(BackendCuda, PhaseTimesCoverTheStep) {
   GANTRY_REQUIRE_GPU();
   const ModelConfig m{.n_layer = 4, .n_head = 8, .n_embd = 512, .vocab_size = 4096, .seq_len = 512};
@@ -290,8 +237,7 @@ TEST(BackendCuda, PhaseTimesCoverTheStep) {
         EXPECT_EQ(p.comm_exposed_s, 0) << what;
         const double sum = p.forward_s + p.backward_s + p.optimizer_s;
         EXPECT_LE(sum, wall * 1.001 + 20e-6) << what << ": phases " << sum << " s, step " << wall << " s";
-        if (step >= 2)
-          coverage.push_back(sum / wall);  // steps 0 and 1 plan the products and capture the graph
+        if (step >= 2) coverage.push_back(sum / wall);  // steps 0 and 1 plan the products and capture the graph
       }
       std::sort(coverage.begin(), coverage.end());
       const double median = coverage[coverage.size() / 2];
@@ -320,16 +266,15 @@ TEST(BackendCuda, DeviceHealthIsPlausible) {
   void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
   if (nvml != nullptr) {
     dlclose(nvml);
-    ASSERT_TRUE(h.temperature_celsius && h.sm_clock_hertz && h.power_watts)
-        << "NVML is here but gave no readings";
+    ASSERT_TRUE(h.temperature_celsius && h.sm_clock_hertz && h.power_watts) << "NVML is here but gave no readings";
     EXPECT_GT(*h.temperature_celsius, 5);
     EXPECT_LT(*h.temperature_celsius, 120);
     EXPECT_GT(*h.sm_clock_hertz, 100e6);
     EXPECT_LT(*h.sm_clock_hertz, 4e9);
     EXPECT_GT(*h.power_watts, 5);
     EXPECT_LT(*h.power_watts, 2000);
-    std::printf("device %d: %.0f °C, SM clock %.0f MHz, %.1f W; %.2f GB held\n", h.device,
-                *h.temperature_celsius, *h.sm_clock_hertz / 1e6, *h.power_watts, h.mem_allocated_bytes / 1e9);
+    std::printf("device %d: %.0f °C, SM clock %.0f MHz, %.1f W; %.2f GB held\n", h.device, *h.temperature_celsius,
+                *h.sm_clock_hertz / 1e6, *h.power_watts, h.mem_allocated_bytes / 1e9);
   } else {
     EXPECT_FALSE(h.temperature_celsius || h.sm_clock_hertz || h.power_watts);
     std::printf("no NVML here: sensors absent, as they should be\n");
