@@ -2,9 +2,10 @@
 # One device call (issue 19): GPT-2 774M (36 layers, d 1280, 20 heads) and 1.5B (48 layers, d 1600, 25 heads)
 # on one GPU, Gantry before and after both peers (PyTorch + compile: torch_gpt2.py; llm.c + cuDNN), at the
 # largest power-of-two micro-batch that all three fit (64 / 32 on a card of > 100 GB, else 32 / 16), then
-# Gantry alone at the largest micro-batch it fits (a multiple of 8); the GPU tests last. (As run in call L1 of
-# docs/PERF.md it also timed the classifier experiment of commit b44a6fc at 124M and 350M.)
-# Not a test; logs in $OUT/gpu_large_logs.tgz; every stage is skipped once the call's time budget (BUDGET s) is near.
+# Gantry alone at a larger micro-batch (the first of a few candidates, largest first, that fits); the GPU
+# tests last. (As run in call L1 of docs/PERF.md it also timed the classifier experiment of commit b44a6fc at
+# 124M and 350M.) Not a test; logs in $OUT/gpu_large_logs.tgz; a stage is skipped once the call's time budget
+# (BUDGET s) is near.
 #
 #   bash tests/bench/gpu_large.sh SRC_DIR PEERS_DIR
 # PEERS_DIR holds the shared bench scripts (torch_gpt2.py, make_llmc_data.py, llmc_summary.py) and copies of
