@@ -1,5 +1,6 @@
-// Benchmark (issue 19): the wgmma + TMA causal attention forward (attention_sm90.cuh, an experiment) against
-// the engine's mma.sync kernel (gantry::attention_forward) at GPT-2 shapes, HS 64. Checks before timing, on
+// Benchmark (issue 19): the wgmma + TMA causal attention forward (attention_sm90.cuh, the experiment the
+// engine's attention_wgmma.cuh was taken from) against the engine's mma.sync kernel
+// (gantry::attention_forward_mma) at GPT-2 shapes, HS 64. Checks before timing, on
 // random inputs with the outputs poisoned first (an unwritten element stays NaN): ‖out − out_engine‖ /
 // ‖out_engine‖, the largest |lse − lse_engine|, NaNs, and whether a second run gives the same bytes; `wrong`
 // counts failed checks. Times are medians of 30 event-timed launches after 5. FLOPs as attention_bench's:
@@ -100,7 +101,7 @@ int run() {
     CK(cudaMalloc(&lse_ref, n_lse * 4));
     CK(cudaMalloc(&lse, n_lse * 4));
     CK(cudaMemcpy(qkv, h_qkv.data(), n_qkv * 2, cudaMemcpyHostToDevice));
-    gantry::attention_forward(out_ref, lse_ref, qkv, B, T, NH, HS, s);
+    gantry::attention_forward_mma(out_ref, lse_ref, qkv, B, T, NH, HS, s);
     CK(cudaMemsetAsync(out, 0xFF, n_out * 2, s));  // bf16 0xFFFF and fp32 0xFFFFFFFF are NaN
     CK(cudaMemsetAsync(lse, 0xFF, n_lse * 4, s));
     bool launched = att.transpose_v(vt, qkv, B, T, NH, s) && att.forward(out, lse, qkv, vt, B, T, NH, s);
@@ -162,7 +163,8 @@ int run() {
     const int wrong = (!launched) + (nan > 0) + (err > 2e-2) + (lse_diff > 2e-2) + (!repeat);
     wrong_total += wrong;
     const double flops = 4.0 * B * NH * static_cast<double>(T) * T * HS / 2;
-    float t_ref = median_ms(s, [&] { gantry::attention_forward(out_ref, lse_ref, qkv, B, T, NH, HS, s); });
+    float t_ref =
+        median_ms(s, [&] { gantry::attention_forward_mma(out_ref, lse_ref, qkv, B, T, NH, HS, s); });
     float t_new = median_ms(s, [&] { att.forward(out, lse, qkv, vt, B, T, NH, s); });
     float t_tr = median_ms(s, [&] { att.transpose_v(vt, qkv, B, T, NH, s); });
     float t_mn = median_ms(s, [&] { att.forward(out, lse, qkv, nullptr, B, T, NH, s); });
