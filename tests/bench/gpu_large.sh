@@ -7,7 +7,7 @@
 # 124M and 350M.) Not a test; logs in $OUT/gpu_large_logs.tgz; a stage is skipped once the call's time budget
 # (BUDGET s) is near.
 #
-#   bash tests/bench/gpu_large.sh SRC_DIR PEERS_DIR
+#   [OWN_MAX=0] [TESTS=0] bash tests/bench/gpu_large.sh SRC_DIR PEERS_DIR     (=0 skips those stages)
 # PEERS_DIR holds the shared bench scripts (torch_gpt2.py, make_llmc_data.py, llmc_summary.py) and copies of
 # llm.c (llmc/) and cudnn-frontend (fe/include): ../shared/bench/README.md says how to fetch them.
 set -u -o pipefail
@@ -62,10 +62,12 @@ done
 el "llm.c done"
 [ "$(left)" -gt 120 ] && { gb after 774m $B774 10 4; gb after 1.5b $B15 10 4; }
 el "gantry after the peers done"
-for b in $MAX774; do [ "$(left)" -gt 90 ] || break; gb own_max 774m $b 8 3 && break; done
-for b in $MAX15; do [ "$(left)" -gt 70 ] || break; gb own_max 1.5b $b 8 3 && break; done
-el "gantry at its own largest micro-batch done"
-[ "$(left)" -gt 40 ] && { timeout $(( $(left) - 10 )) ctest --test-dir /tmp/gl -L gpu --output-on-failure \
+if [ "${OWN_MAX:-1}" = 1 ]; then
+  for b in $MAX774; do [ "$(left)" -gt 90 ] || break; gb own_max 774m $b 8 3 && break; done
+  for b in $MAX15; do [ "$(left)" -gt 70 ] || break; gb own_max 1.5b $b 8 3 && break; done
+  el "gantry at its own largest micro-batch done"
+fi
+[ "${TESTS:-1}" = 1 ] && [ "$(left)" -gt 40 ] && { timeout $(( $(left) - 10 )) ctest --test-dir /tmp/gl -L gpu --output-on-failure \
   > "$OUTD/ctest.log" 2>&1; echo "GPU tests rc=$?"; grep -E "tests passed|\*\*\*Failed|Timeout" "$OUTD/ctest.log" | tail -5; }
 nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheader
 el "end"
