@@ -11,8 +11,9 @@
 #include <cstdint>
 
 #include "engine/core/cuda/attention.cuh"
-#include "engine/core/cuda/cuda_check.h"  // CUDA_CHECK, CUDA_CHECK_LAUNCH
-#include "engine/core/fatal.h"            // GANTRY_CHECK
+#include "engine/core/cuda/attention_wgmma.cuh"  // the forward on wgmma + TMA (Hopper, HS 64)
+#include "engine/core/cuda/cuda_check.h"         // CUDA_CHECK, CUDA_CHECK_LAUNCH
+#include "engine/core/fatal.h"                   // GANTRY_CHECK
 
 // Tuning knobs for head sizes up to 64 (HS = 128 has fixed choices, see below), kept as macros so the bench
 // can build variants side by side; the defaults are the measured winners (docs/ATTENTION.md).
@@ -454,9 +455,9 @@ __device__ __forceinline__ void load_stats(float* sl, float* sd, const float* gl
 // this thread).
 template <int D, int BQ, int BK>
 __device__ __forceinline__ void dkdv_query_tile(float (&ds)[BQ / 8][4], float (&dv)[D / 8][4], const bf16* sK,
-                                                const bf16* sV, const bf16* cQ, const bf16* cO, const float* cL,
-                                                const float* cD, int warp, int lane, int tq, int qs, int k0,
-                                                int key0, float scale_log2) {
+                                                const bf16* sV, const bf16* cQ, const bf16* cO,
+                                                const float* cL, const float* cD, int warp, int lane, int tq,
+                                                int qs, int k0, int key0, float scale_log2) {
   float s[BQ / 8][4];
   zero(s);
   mma_rows_nmajor<D, BQ / 8>(s, sK, warp * 16, cQ, lane);
@@ -966,6 +967,18 @@ void backward_launch(bf16* dqkv, const bf16* dout, const bf16* out, const float*
 
 void attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, int HS,
                        cudaStream_t stream) {
+  check_shape(B, T, NH, HS);
+  GANTRY_CHECK(out != nullptr && lse != nullptr && qkv != nullptr, "attention_forward: null pointer");
+  GANTRY_CHECK(aligned16(out) && aligned16(qkv), "attention_forward: bf16 buffers must be 16-byte aligned");
+  if (attention_wgmma::forward(out, lse, qkv, B, T, NH, HS, stream)) {
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
+  attention_forward_mma(out, lse, qkv, B, T, NH, HS, stream);
+}
+
+void attention_forward_mma(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, int HS,
+                           cudaStream_t stream) {
   check_shape(B, T, NH, HS);
   GANTRY_CHECK(out != nullptr && lse != nullptr && qkv != nullptr, "attention_forward: null pointer");
   GANTRY_CHECK(aligned16(out) && aligned16(qkv), "attention_forward: bf16 buffers must be 16-byte aligned");

@@ -1,7 +1,8 @@
 // Causal flash attention for bf16 on tensor cores (mma.sync m16n8k16, fp32 accumulate, online softmax in
-// fp32): forward, and a backward that is either deterministic (no atomics: one kernel owns dK/dV per key
-// block, another owns dQ per query block) or fast (one kernel per key block also adds dQ into an fp32
-// accumulator with atomics). Never materialises a T×T matrix. Design and timings: docs/ATTENTION.md.
+// fp32; the forward at HS 64 on Hopper by wgmma + TMA instead): forward, and a backward that is either
+// deterministic (no atomics: one kernel owns dK/dV per key block, another owns dQ per query block) or fast
+// (one kernel per key block also adds dQ into an fp32 accumulator with atomics). Never materialises a T×T
+// matrix. Design and timings: docs/ATTENTION.md.
 //
 // Layout, as the qkv linear layer writes it (C = NH·HS, scale = 1/sqrt(HS), query t sees keys 0..t):
 //   qkv  (B, T, 3C) bf16: q of head h at columns h·HS, k at C + h·HS, v at 2C + h·HS
@@ -25,8 +26,13 @@
 
 namespace gantry {
 
+// On a Hopper GPU at HS 64 with T % 64 == 0 the forward runs on wgmma + TMA (attention_wgmma.cuh; off with
+// GANTRY_CUDA_ATTENTION_WGMMA=0); elsewhere, and always through attention_forward_mma, on mma.sync. Both give
+// the same function (normalised difference ~3e-5: the bf16 rounding of P) and are bit-identical run to run.
 void attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int NH, int HS,
                        cudaStream_t stream);
+void attention_forward_mma(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int NH,
+                           int HS, cudaStream_t stream);
 
 // fp32 workspace the backward needs for every head size up to HS (the default, 128, covers all), both
 // variants: deterministic, D = rowsum(dout ∘ out), one float per (b, h, t); fast, D plus an fp32 dQ
