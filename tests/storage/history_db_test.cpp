@@ -379,7 +379,7 @@ TEST(HistoryDb, IngestThenQueryExactMinMaxBeyondOneTopRow) {
 // in their collectives), the slow rank is the busy band's max_rank in every bucket and at every resolution,
 // and the per-rank series puts its maxima above every other rank's.
 TEST(HistoryDb, BusyTilesNameTheSlowRank) {
-  TempDir dir;
+  ScratchFiles dir;
   auto db = open_db(dir.file("h.sqlite"));
   const int32_t world = 80;  // past 64 ranks: per-step tiles over rank spans too
   const int64_t run = db->begin_run({.name = "slow", .world_size = world});
@@ -435,7 +435,7 @@ TEST(HistoryDb, BusyTilesNameTheSlowRank) {
 // rebuilt from the raw rows, so busy time answers exactly, live and sealed runs alike; a run whose raw rows
 // were downsampled keeps its old tiles (they cannot be rebuilt), and still answers for the old metrics.
 TEST(HistoryDb, UpgradeRebuildsOldTilesWithBusyTime) {
-  TempDir dir;
+  ScratchFiles dir;
   const std::string path = dir.file("h.sqlite");
   std::mt19937_64 rng(11);
   Truth sealed_truth, live_truth, cut_truth;
