@@ -18,6 +18,7 @@
 #include "engine/cluster/ingest_writer.h"
 #include "engine/cluster/json_fields.h"
 #include "engine/cluster/placement.h"
+#include "engine/cluster/run_lifecycle.h"
 #include "engine/cluster/straggler_watch.h"
 #include "engine/cluster/token.h"  // token_generate, token_equal: the agents' credentials
 #include "engine/core/checkpoint.h"  // checkpoint_list, checkpoint_latest: what a run can resume from
@@ -40,10 +41,39 @@ double now_unix_s() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// Runs end in one of these; the others are live. An interrupted run was live when its coordinator or its
-// agents went away: it trains no more, and resume-from continues it.
-bool run_state_terminal(const std::string& s) {
-  return s == "finished" || s == "failed" || s == "stopped" || s == "interrupted";
+// The lifecycle's action for an operator's request on the run's own route.
+RunAction run_action_of(TrainAction a) {
+  switch (a) {
+    case TrainAction::checkpoint:
+      return RunAction::kCheckpoint;
+    case TrainAction::pause:
+      return RunAction::kPause;
+    case TrainAction::resume:
+      return RunAction::kResume;
+    case TrainAction::stop:
+    case TrainAction::none:  // no route asks for none
+      return RunAction::kStop;
+  }
+  return RunAction::kStop;
+}
+
+// How the run database records an ended (or live) run.
+RunStatus run_status_of(RunState s) {
+  switch (s) {
+    case RunState::kFinished:
+      return RunStatus::finished;
+    case RunState::kFailed:
+      return RunStatus::failed;
+    case RunState::kStopped:
+      return RunStatus::stopped;
+    case RunState::kInterrupted:
+      return RunStatus::interrupted;
+    case RunState::kRunning:
+    case RunState::kPaused:
+    case RunState::kStopping:
+      return RunStatus::running;
+  }
+  return RunStatus::running;
 }
 
 constexpr size_t kMaxRunName = 128;
@@ -132,7 +162,7 @@ struct Coordinator::Impl {
   struct Run {
     int64_t id = 0;
     std::string name;
-    std::string state = "running";  // running, paused, stopping, finished, failed, stopped
+    RunState state = RunState::kRunning;  // changed only through set_state (run_lifecycle.h's rules)
     int dp = 1, zero = 0;
     int64_t max_steps = -1;
     std::string config_toml, out_dir, backend;
@@ -197,6 +227,18 @@ struct Coordinator::Impl {
                         .message = message,
                         .payload = payload.dump()});
     writer->push_own(std::move(b));
+  }
+
+  // The one place a run's state changes: a change the lifecycle does not allow is a defect of the
+  // coordinator, reported and not made (the run keeps the state every client has seen).
+  bool set_state(Run& r, RunState to) {
+    if (Status s = run_transition_check(r.state, to); !s.ok()) {
+      std::fprintf(stderr, "gantry-engine coordinator: run %lld: refused a state change: %s\n",
+                   static_cast<long long>(r.id), s.message().c_str());
+      return false;
+    }
+    r.state = to;
+    return true;
   }
 
   void upsert_node(const Node& n, const char* state) {
@@ -271,7 +313,7 @@ struct Coordinator::Impl {
     }
     json j = {{"id", r.id},
               {"name", r.name},
-              {"state", r.state},
+              {"state", run_state_name(r.state)},
               {"layout", {{"dp", r.dp}, {"tp", 1}, {"pp", 1}, {"zero", r.zero}}},
               {"world", r.dp},
               {"last_step", r.last_step},
@@ -281,8 +323,9 @@ struct Coordinator::Impl {
               {"generation", r.generation},
               {"placement", shares},
               {"straggler", straggler_watch_options_json(r.straggler.options())},
-              {"checkpoint_policy", {{"checkpoint_every_steps", r.checkpoint_policy.options().every_steps},
-                                     {"keep_last", r.checkpoint_policy.options().keep_last}}}};
+              {"checkpoint_policy",
+               {{"checkpoint_every_steps", r.checkpoint_policy.options().every_steps},
+                {"keep_last", r.checkpoint_policy.options().keep_last}}}};
     if (full) {
       j["config"] = r.config_toml;
       j["out_dir"] = r.out_dir;
@@ -316,11 +359,11 @@ struct Coordinator::Impl {
       if (all_stopped) return relocate(r);
       r.relocate_node.clear();
     }
-    std::string state = "finished";
+    RunState state = RunState::kFinished;
     std::string message;
     for (const NodeShare& s : r.shares) {
-      if (s.code == 130 && state == "finished") {
-        state = "stopped";
+      if (s.code == 130 && state == RunState::kFinished) {
+        state = RunState::kStopped;
         message = s.final_message;
       }
     }
@@ -333,27 +376,26 @@ struct Coordinator::Impl {
       if (failed == nullptr || rank < (failed->cause_rank < 0 ? 1000 : failed->cause_rank)) failed = &s;
     }
     if (failed != nullptr) {
-      state = "failed";
+      state = RunState::kFailed;
       message = failed->node + ": " + failed->error;
     }
     for (const NodeShare& s : r.shares) {
       if (!s.agent_stopping || s.code == 0) continue;
-      state = "interrupted";
+      state = RunState::kInterrupted;
       message = "the agent of " + s.node + " was stopped while the run was live (at step " + std::to_string(r.last_step) +
                 "): resume-from continues it from its newest checkpoint";
       break;
     }
-    if (state == "finished") message = r.shares.empty() ? "" : r.shares.front().final_message;
-    r.state = state;
+    if (state == RunState::kFinished) message = r.shares.empty() ? "" : r.shares.front().final_message;
+    if (!set_state(r, state)) return;
     r.message = message;
     r.store.reset();  // nobody will meet there again
-    const RunStatus st = state == "failed"        ? RunStatus::failed
-                         : state == "stopped"     ? RunStatus::stopped
-                         : state == "interrupted" ? RunStatus::interrupted
-                                                  : RunStatus::finished;
+    const RunStatus st = run_status_of(state);
+    const std::string name(run_state_name(state));
     writer->push_op([id = r.id, st, message](HistoryDb& d) { d.finish_run(id, st, message); });
-    event(r.id, "run_" + state, "run " + std::to_string(r.id) + " " + state + (message.empty() ? "" : ": " + message),
-          {{"state", state}});
+    event(r.id, "run_" + name,
+          "run " + std::to_string(r.id) + " " + name + (message.empty() ? "" : ": " + message),
+          {{"state", name}});
   }
 
   // Tells every node still running a share of the run to stop it (SIGTERM: a checkpoint, then exit).
@@ -460,15 +502,16 @@ struct Coordinator::Impl {
         if (db->read_steps(r.id, r.last_step, r.last_step + 1, 1, &last) && !last.empty()) r.latest_step = last.front();
       }
       if (row.status != RunStatus::running) {
-        r.state = std::string(run_status_name(row.status));
+        // As recorded (loaded, not a change): the database's words are the lifecycle's ended states.
+        r.state = run_state_from_name(run_status_name(row.status)).value_or(RunState::kInterrupted);
         continue;
       }
-      r.state = "interrupted";
+      set_state(r, RunState::kInterrupted);
       r.message = "the coordinator went away while the run was live (at step " + std::to_string(r.last_step) +
                   "), and a new one started on " + opt.dir + ": resume-from continues it from its newest checkpoint";
       writer->push_op([id = r.id, m = r.message](HistoryDb& d) { d.finish_run(id, RunStatus::interrupted, m); });
       event(r.id, "run_interrupted", "run " + std::to_string(r.id) + " interrupted: " + r.message,
-            {{"state", "interrupted"}}, r.last_step);
+            {{"state", run_state_name(RunState::kInterrupted)}}, r.last_step);
     }
     return Status();
   }
@@ -479,13 +522,13 @@ struct Coordinator::Impl {
     std::lock_guard<std::mutex> lock(mu);
     for (auto& [id, r] : runs) {
       if (run_state_terminal(r.state)) continue;
-      r.state = "interrupted";
+      set_state(r, RunState::kInterrupted);
       r.message = "the coordinator was stopped while the run was live (at step " + std::to_string(r.last_step) +
                   "): resume-from continues it from its newest checkpoint";
       r.store.reset();
       writer->push_op([id = r.id, m = r.message](HistoryDb& d) { d.finish_run(id, RunStatus::interrupted, m); });
       event(r.id, "run_interrupted", "run " + std::to_string(r.id) + " interrupted: " + r.message,
-            {{"state", "interrupted"}}, r.last_step);
+            {{"state", run_state_name(RunState::kInterrupted)}}, r.last_step);
     }
   }
 
@@ -539,10 +582,11 @@ struct Coordinator::Impl {
     event(r.id, "quarantine_stopped", "run " + std::to_string(r.id) + " stopped to leave quarantined node " + node,
           {{"node", node}}, r.last_step, node);
     auto fail = [&](const std::string& why) {
-      r.state = "failed";
+      set_state(r, RunState::kFailed);
       r.message = "could not be moved off quarantined node " + node + ": " + why;
       writer->push_op([id = r.id, m = r.message](HistoryDb& d) { d.finish_run(id, RunStatus::failed, m); });
-      event(r.id, "run_failed", "run " + std::to_string(r.id) + " failed: " + r.message, {{"state", "failed"}});
+      event(r.id, "run_failed", "run " + std::to_string(r.id) + " failed: " + r.message,
+            {{"state", run_state_name(RunState::kFailed)}});
     };
     std::string dir = std::exchange(r.relocate_checkpoint, "");
     if (dir.empty()) {
@@ -567,7 +611,7 @@ struct Coordinator::Impl {
     const int old_dp = r.dp;
     r.dp = dp;
     if (Status s = start_generation(r, pn, p.value(), dir); !s.ok()) return fail(s.message());
-    r.state = "running";
+    set_state(r, RunState::kRunning);
     r.message.clear();
     const int64_t step = checkpoint_dir_step(dir);
     writer->push_op([id = r.id, step](HistoryDb& d) { d.rewind_run(id, step); });
@@ -671,7 +715,7 @@ struct Coordinator::Impl {
     std::ofstream(r.out_dir + "/config.toml") << *toml;
     r.db_world = r.dp;
     if (Status st = start_generation(r, pn, p.value(), ""); !st.ok()) {
-      r.state = "failed";
+      set_state(r, RunState::kFailed);
       r.message = st.message();
       writer->push_op([id, m = r.message](HistoryDb& d) { d.finish_run(id, RunStatus::failed, m); });
       return HttpResponse::error(500, st.message());
@@ -689,19 +733,13 @@ struct Coordinator::Impl {
     Run* r = find_run(req, &err);
     if (r == nullptr) return err;
     const char* what = train_action_name(a);
-    if (run_state_terminal(r->state) || r->state == "stopping") {
-      return HttpResponse::error(409, std::string("cannot ") + what + " run " + std::to_string(r->id) + ": it is " +
-                                          r->state);
-    }
-    if (a == TrainAction::resume && r->state != "paused") {
-      return HttpResponse::error(409, "cannot resume run " + std::to_string(r->id) + ": it is " + r->state +
-                                          ", not paused");
-    }
-    if (a == TrainAction::pause && r->state == "paused") {
-      return HttpResponse::error(409, "cannot pause run " + std::to_string(r->id) + ": it is already paused");
+    const RunAction ra = run_action_of(a);
+    if (Status s = run_action_check(ra, r->state); !s.ok()) {
+      return HttpResponse::error(
+          409, std::string("cannot ") + what + " run " + std::to_string(r->id) + ": " + s.message());
     }
     const uint64_t request = queue_action(*r, a, "api", req.remote);
-    if (a == TrainAction::stop) r->state = "stopping";
+    if (std::optional<RunState> to = run_action_target(ra)) set_state(*r, *to);
     return HttpResponse::ok({{"run", r->id}, {"action", what}, {"request", request}}, 202);
   }
 
@@ -873,10 +911,10 @@ struct Coordinator::Impl {
     for (const auto& [id, node] : nodes) slots += node.slots;
     w.sample({}, slots);
     w.family("gantry_runs", MetricType::gauge, "Runs by state.");
-    for (const char* s : {"running", "paused", "stopping", "finished", "failed", "stopped", "interrupted"}) {
+    for (RunState s : kRunStates) {
       int n = 0;
       for (const auto& [id, r] : runs) n += r.state == s;
-      w.sample({{"state", s}}, n);
+      w.sample({{"state", std::string(run_state_name(s))}}, n);
     }
     w.family("gantry_ingest_records_total", MetricType::counter, "Records received from agents.");
     w.sample({}, static_cast<double>(records_total));
@@ -938,14 +976,14 @@ struct Coordinator::Impl {
     upsert_node(n, "quarantined");
     json moving = json::array();
     for (auto& [rid, r] : runs) {
-      if (run_state_terminal(r.state) || r.state == "stopping") continue;  // ending anyway: nothing to move
+      if (!run_action_check(RunAction::kQuarantineMove, r.state).ok()) continue;  // ending anyway: no move
       bool here = false;
       for (const NodeShare& s : r.shares) here = here || (s.node == id && !s.done);
       if (!here) continue;
       const uint64_t request = next_request++;
       nodes[r.shares.front().node].commands.push_back({{"run", r.id}, {"rank", 0}, {"action", static_cast<int>(TrainAction::stop)},
                                                        {"request", request}, {"from", "quarantine of " + id}});
-      r.state = "stopping";
+      set_state(r, *run_action_target(RunAction::kQuarantineMove));
       r.relocate_node = id;
       r.relocate_checkpoint.clear();
       event(r.id, "quarantine_requested",
@@ -993,9 +1031,9 @@ struct Coordinator::Impl {
     HttpResponse err;
     Run* r = find_run(req, &err);
     if (r == nullptr) return err;
-    if (r->state != "stopped" && r->state != "failed" && r->state != "interrupted") {
-      return HttpResponse::error(409, "cannot resume run " + std::to_string(r->id) + " from a checkpoint: it is " + r->state +
-                                          " (only a stopped, failed or interrupted run can; stop it first)");
+    if (Status s = run_action_check(RunAction::kResumeFrom, r->state); !s.ok()) {
+      return HttpResponse::error(
+          409, "cannot resume run " + std::to_string(r->id) + " from a checkpoint: " + s.message());
     }
     Result<std::pair<std::string, int64_t>> c = resolve_checkpoint(*r, *ckpt);
     if (!c.ok()) return HttpResponse::error(400, c.error());
@@ -1024,7 +1062,7 @@ struct Coordinator::Impl {
     }
     const int64_t step = c->second;
     writer->push_op([id = r->id, step](HistoryDb& d) { d.rewind_run(id, step); });
-    r->state = "running";
+    set_state(*r, *run_action_target(RunAction::kResumeFrom));
     r->message.clear();
     r->last_step = step;
     r->resumed_from = step;
@@ -1172,7 +1210,7 @@ struct Coordinator::Impl {
       auto it = runs.find(s.run_id);
       if (it == runs.end()) continue;
       Run& r = it->second;
-      if (r.resumed_from >= 0 && s.step > r.resumed_from && r.state != "stopping") {
+      if (r.resumed_from >= 0 && s.step > r.resumed_from && r.state != RunState::kStopping) {
         event(r.id, r.resume_kind + "_resumed",
               "run " + std::to_string(r.id) + " resumed at step " + std::to_string(s.step) + " on dp " + std::to_string(r.dp) +
                   " (from the checkpoint at step " + std::to_string(r.resumed_from) + ")",
@@ -1182,7 +1220,7 @@ struct Coordinator::Impl {
       it->second.last_step = std::max(it->second.last_step, s.step);
       it->second.latest_step = s;
       // The checkpoint policy: only while the run trains (a pause holds it, a stop or a move checkpoints anyway).
-      if (r.state == "running" && r.relocate_node.empty() && r.checkpoint_policy.due(s.step)) {
+      if (r.state == RunState::kRunning && r.relocate_node.empty() && r.checkpoint_policy.due(s.step)) {
         queue_action(r, TrainAction::checkpoint, "policy",
                      "checkpoint policy (every " + std::to_string(r.checkpoint_policy.options().every_steps) + " steps)");
       }
@@ -1193,8 +1231,8 @@ struct Coordinator::Impl {
       if (it == runs.end()) continue;
       Run& r = it->second;
       if (e.rank == 0) {
-        if (e.kind == "action_pause" && r.state == "running") r.state = "paused";
-        if (e.kind == "action_resume" && r.state == "paused") r.state = "running";
+        if (e.kind == "action_pause" && r.state == RunState::kRunning) set_state(r, RunState::kPaused);
+        if (e.kind == "action_resume" && r.state == RunState::kPaused) set_state(r, RunState::kRunning);
         if (e.kind == "checkpoint") {
           json p = json::parse(e.payload, nullptr, false);
           if (p.is_object() && p.value("dir", "") != "") {
