@@ -247,7 +247,7 @@ int main(int argc, char** argv) {
       glfwWaitEventsTimeout(0.1);  // wake for input, or to show what the network brought
     }
     snap = source.snapshot();
-    ScriptOrders orders = script.step(*snap, app.clicks());
+    ScriptOrders orders = script.step(*snap, app.clicks().targets());
     if (orders.submit_tiny) source.request_submit_tiny();
     if (orders.reconnect) source.reconnect();
 
@@ -257,7 +257,7 @@ int main(int argc, char** argv) {
       // After the backend read the real pointer, so the script's input wins. Batch runs ignore the
       // pointer altogether: wherever the virtual display left it, it must not hover a plot into the
       // screenshot.
-      io.MousePos = orders.move_mouse ? orders.mouse : ImVec2(-FLT_MAX, -FLT_MAX);
+      io.MousePos = orders.move_mouse ? ImVec2(orders.mouse.x, orders.mouse.y) : ImVec2(-FLT_MAX, -FLT_MAX);
       io.MouseDown[0] = orders.move_mouse && orders.mouse_down;
     }
     app.clicks().begin_frame();

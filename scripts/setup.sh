@@ -18,6 +18,7 @@ packages=(
   libimgui-dev libglfw3-dev libstb-dev fonts-dejavu-core xvfb xauth libgl1-mesa-dri
   # scripts/fuzz.sh: clang and its runtimes (libFuzzer, ASan, UBSan) for the fuzz targets in tests/fuzz.
   clang libclang-rt-14-dev
+  clang-format                           # scripts/format.sh --check (CI): the one formatter version
 )
 
 missing=()

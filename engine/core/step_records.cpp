@@ -1,7 +1,5 @@
 #include "engine/core/step_records.h"
 
-#include <chrono>
-
 namespace gantry {
 
 RankStepRecord rank_step_record(const StepReport& r, const std::string& host, int device, int world) {
@@ -38,10 +36,6 @@ StepRecord step_record(const StepReport& r, double time_unix_s) {
   step.step_s = r.ms / 1e3;
   step.val_loss = r.val_loss;
   return step;
-}
-
-double unix_now_s() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace gantry

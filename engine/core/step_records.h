@@ -9,6 +9,7 @@
 #include <string>
 
 #include "engine/core/train.h"
+#include "telemetry/clock.h"  // unix_now_s: records carry wall-clock times
 #include "telemetry/records.h"
 
 namespace gantry {
@@ -17,7 +18,5 @@ namespace gantry {
 // the global tokens when the loop did not report the rank's own share.
 RankStepRecord rank_step_record(const StepReport& r, const std::string& host, int device, int world);
 StepRecord step_record(const StepReport& r, double time_unix_s);
-// Seconds since the Unix epoch, now (records carry wall-clock times).
-double unix_now_s();
 
 }  // namespace gantry

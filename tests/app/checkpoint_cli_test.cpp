@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "tests/app/engine_process.h"
+#include "tests/scratch_dir.h"
 
 namespace gantry {
 namespace {
@@ -28,11 +29,7 @@ using ::testing::Not;
 using testing_support::Outcome;
 
 std::string fresh_dir() {
-  const std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
-  fs::path p = fs::path(::testing::TempDir()) / ("gantry_ckpt_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
+  return testing_support::scratch_dir("ckpt").string();
 }
 
 // Six steps with checkpoints at 3 and 6, on the synthetic corpus the run writes into <out>/data.

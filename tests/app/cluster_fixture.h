@@ -29,6 +29,7 @@
 #include "engine/cluster/http_client.h"
 #include "engine/cluster/token.h"
 #include "tests/app/engine_process.h"
+#include "tests/scratch_dir.h"
 
 namespace gantry::cluster_testing {
 
@@ -116,9 +117,7 @@ class ClusterCli : public ::testing::Test {
 
   void SetUp() override {
     ::prctl(PR_SET_CHILD_SUBREAPER, 1);
-    dir_ = fs::path(::testing::TempDir()) / ("gantry_cluster_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = testing_support::scratch_dir("cluster");
     if (!worker_fault().empty()) ::setenv("GANTRY_TEST_WORKER_FAULT", worker_fault().c_str(), 1);
     testing_support::Outcome up = run_engine("up " + up_args() + " --dir " + dir_.string());
     ::unsetenv("GANTRY_TEST_WORKER_FAULT");

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "tests/app/engine_process.h"  // slurp
+#include "tests/scratch_dir.h"
 
 namespace gantry::testing_support {
 
@@ -40,9 +41,7 @@ class EngineChild {
                            const std::vector<std::pair<std::string, std::string>>& env = {}) {
     EngineChild c;
     static int serial = 0;
-    const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
-    const std::string base = ::testing::TempDir() + "/gantry_" + test->test_suite_name() + "_" +
-                             test->name() + "_" + std::to_string(getpid()) + "_" + std::to_string(serial++);
+    const std::string base = scratch_path("child" + std::to_string(serial++)).string();
     c.out_ = base + ".stdout";
     c.err_ = base + ".stderr";
     std::vector<std::string> argv_s = {GANTRY_ENGINE_BIN};

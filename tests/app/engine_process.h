@@ -13,6 +13,7 @@
 #include <sstream>
 #include <string>
 #include <vector>
+#include "tests/scratch_dir.h"
 
 namespace gantry::testing_support {
 
@@ -50,9 +51,7 @@ inline std::vector<pid_t> children_of(const std::vector<pid_t>& parents) {
 
 // `gantry-engine <args>` with stdin closed; the exit code, stdout and stderr.
 inline Outcome run_engine(const std::string& args) {
-  const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
-  const std::string base = ::testing::TempDir() + "/gantry_" + test->test_suite_name() + "_" + test->name() + "_" +
-                           std::to_string(getpid());
+  const std::string base = scratch_path("engine").string();
   const std::string out = base + ".stdout", err = base + ".stderr";
   const std::string cmd = std::string(GANTRY_ENGINE_BIN) + " " + args + " >" + out + " 2>" + err + " </dev/null";
   const int status = std::system(cmd.c_str());

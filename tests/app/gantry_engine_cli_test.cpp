@@ -12,6 +12,7 @@
 
 #include "engine/core/token_shard.h"
 #include "tests/app/engine_process.h"
+#include "tests/scratch_dir.h"
 
 namespace gantry {
 namespace {
@@ -24,11 +25,7 @@ using testing_support::Outcome;
 Outcome run(const std::string& args) { return testing_support::run_engine(args); }
 
 std::string fresh_dir(const std::string& name) {
-  // The pid keeps two copies of the suite (ctest -j, a rerun beside a hung one) out of each other's files.
-  fs::path p = fs::path(::testing::TempDir()) / ("gantry_cli_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
+  return testing_support::scratch_dir(name).string();
 }
 
 // A small config on the synthetic corpus: a few steps take well under a second.

@@ -21,6 +21,7 @@
 #include "tests/app/engine_process.h"
 #ifdef GANTRY_HAVE_STORAGE
 #include "storage/history_db.h"
+#include "tests/scratch_dir.h"
 #endif
 
 namespace gantry {
@@ -33,11 +34,7 @@ using ::testing::Not;
 using testing_support::EngineChild;
 
 std::string fresh_dir(const std::string& name) {
-  // The pid keeps two copies of the suite (ctest -j, a rerun beside a hung one) out of each other's runs.
-  fs::path p = fs::path(::testing::TempDir()) / ("gantry_run_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
+  return testing_support::scratch_dir(name).string();
 }
 
 // A model that trains a step in milliseconds. The tokens come from shards written beforehand (`data

@@ -8,14 +8,13 @@
 
 #include "storage/history_db.h"
 #include "tests/app/engine_process.h"
+#include "tests/scratch_dir.h"
 
 namespace gantry {
 namespace {
 
 TEST(TrainHistory, TrainWritesTheRunsHistory) {
-  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "gantry_history_train";
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  const std::filesystem::path dir = testing_support::scratch_dir();
   const std::string cfg = (dir / "small.toml").string();
   std::ofstream(cfg) << "[model]\nn_layer = 1\nn_head = 2\nn_embd = 16\nvocab_size = 32\nseq_len = 8\n"
                         "[train]\nglobal_batch = 4\nmicro_batch = 2\nmax_steps = 5\nval_every = 5\nval_batches = 1\n"

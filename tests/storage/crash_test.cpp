@@ -14,6 +14,7 @@
 #include <string>
 
 #include "storage/history_db.h"
+#include "tests/scratch_dir.h"
 
 namespace gantry {
 namespace {
@@ -151,9 +152,7 @@ void check_history(const std::string& path, int64_t acked) {
 }
 
 TEST(HistoryCrash, SigkilledWriterLosesNothingItCommitted) {
-  const fs::path dir = fs::temp_directory_path() / ("gantry_crash_test_" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const fs::path dir = testing_support::scratch_dir();
   const std::string path = (dir / "history.sqlite").string();
   std::mt19937_64 rng(20261126);
   // Kill the writer several times; each new writer reopens the same file and carries on.

@@ -13,21 +13,19 @@
 
 #include "storage/pack.h"  // the first tile level: the resolution left where raw rows were downsampled
 #include "storage/schema.h"
+#include "tests/scratch_dir.h"
 
 namespace gantry {
 namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
+class ScratchFiles {
  public:
-  TempDir() {
-    path_ = fs::temp_directory_path() /
-            ("gantry_history_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
+  ScratchFiles() {
+    path_ = testing_support::scratch_dir("db" + std::to_string(counter_++));
   }
-  ~TempDir() { fs::remove_all(path_); }
+  ~ScratchFiles() { fs::remove_all(path_); }
   std::string file(const std::string& name) const { return (path_ / name).string(); }
 
  private:
@@ -284,7 +282,7 @@ void check_battery(HistoryDb& db, const Truth& truth, int64_t run, int32_t world
 }
 
 TEST(HistoryDb, OpensWithWalAndCurrentSchema) {
-  TempDir dir;
+  ScratchFiles dir;
   auto db = open_db(dir.file("h.sqlite"));
   ASSERT_NE(db, nullptr);
   EXPECT_EQ(db->schema_version(), schema_latest_version());
@@ -296,7 +294,7 @@ TEST(HistoryDb, OpensWithWalAndCurrentSchema) {
 }
 
 TEST(HistoryDb, RunsLifecycle) {
-  TempDir dir;
+  ScratchFiles dir;
   auto db = open_db(dir.file("h.sqlite"));
   const int64_t a = db->begin_run({.name = "a",
                                    .world_size = 4,
@@ -335,7 +333,7 @@ TEST(HistoryDb, RunsLifecycle) {
 // The central property: whatever resolution, range and rank set, every bucket's min and max are exactly
 // those of the records in it, while the run is live (tails from raw rows) and after it is sealed.
 void ingest_and_check(int32_t world, int64_t steps, bool node_batches, uint64_t seed) {
-  TempDir dir;
+  ScratchFiles dir;
   auto db = open_db(dir.file("h.sqlite"));
   const int64_t run = db->begin_run({.name = "t", .world_size = world});
   std::mt19937_64 rng(seed);
@@ -375,7 +373,7 @@ TEST(HistoryDb, IngestThenQueryExactMinMaxBeyondOneTopRow) {
 TEST(HistoryDb, AllRanksQueryReadsFewRows) {
   // 1,024 ranks × 1,024 steps into 16 buckets: one row per 64-step block, not one per rank; and with
   // 1,024 buckets, one row per step.
-  TempDir dir;
+  ScratchFiles dir;
   auto db = open_db(dir.file("h.sqlite"));
   const int64_t run = db->begin_run({.name = "big", .world_size = 1024});
   std::mt19937_64 rng(5);
@@ -399,7 +397,7 @@ TEST(HistoryDb, AllRanksQueryReadsFewRows) {
 }
 
 TEST(HistoryDb, SeriesPerRankMatchesSingleRankBands) {
-  TempDir dir;
+  ScratchFiles dir;
   auto db = open_db(dir.file("h.sqlite"));
   const int64_t run = db->begin_run({.name = "s", .world_size = 20});
   std::mt19937_64 rng(6);
@@ -432,7 +430,7 @@ TEST(HistoryDb, SeriesPerRankMatchesSingleRankBands) {
 }
 
 TEST(HistoryDb, LateAndReplacedRecordsRebuildTheirTiles) {
-  TempDir dir;
+  ScratchFiles dir;
   auto db = open_db(dir.file("h.sqlite"));
   const int64_t run = db->begin_run({.name = "late", .world_size = 70});
   std::mt19937_64 rng(7);
@@ -469,7 +467,7 @@ TEST(HistoryDb, LateAndReplacedRecordsRebuildTheirTiles) {
 }
 
 TEST(HistoryDb, BatchIsAllOrNothing) {
-  TempDir dir;
+  ScratchFiles dir;
   auto db = open_db(dir.file("h.sqlite"));
   const int64_t run = db->begin_run({.name = "x", .world_size = 4});
   std::mt19937_64 rng(8);
@@ -498,7 +496,7 @@ TEST(HistoryDb, BatchIsAllOrNothing) {
 }
 
 TEST(HistoryDb, RecordsStepsEventsRoundTrip) {
-  TempDir dir;
+  ScratchFiles dir;
   auto db = open_db(dir.file("h.sqlite"));
   const int64_t run = db->begin_run({.name = "rt", .world_size = 16});
   std::mt19937_64 rng(9);
@@ -570,7 +568,7 @@ TEST(HistoryDb, RecordsStepsEventsRoundTrip) {
 }
 
 TEST(HistoryDb, StepBandDecimatesInOnePass) {
-  TempDir dir;
+  ScratchFiles dir;
   auto db = open_db(dir.file("h.sqlite"));
   const int64_t run = db->begin_run({.name = "steps", .world_size = 1});
   RecordBatch batch;
@@ -594,7 +592,7 @@ TEST(HistoryDb, StepBandDecimatesInOnePass) {
 }
 
 TEST(HistoryDb, DownsamplingKeepsCoarseAnswers) {
-  TempDir dir;
+  ScratchFiles dir;
   auto db = open_db(dir.file("h.sqlite"));
   const int64_t run = db->begin_run({.name = "ds", .world_size = 90});
   std::mt19937_64 rng(10);
@@ -628,7 +626,7 @@ TEST(HistoryDb, DownsamplingKeepsCoarseAnswers) {
 }
 
 TEST(HistoryDb, RewindForgetsTheFutureAndRebuilds) {
-  TempDir dir;
+  ScratchFiles dir;
   auto db = open_db(dir.file("h.sqlite"));
   const int64_t run = db->begin_run({.name = "rw", .world_size = 72});
   std::mt19937_64 rng(11);
@@ -659,7 +657,7 @@ TEST(HistoryDb, RewindForgetsTheFutureAndRebuilds) {
 }
 
 TEST(HistoryDb, NodesAndCheckpoints) {
-  TempDir dir;
+  ScratchFiles dir;
   auto db = open_db(dir.file("h.sqlite"));
   const int64_t run = db->begin_run({.name = "c", .world_size = 8});
   ASSERT_TRUE(db->upsert_node({.host = "gpu-001", .devices = 8, .device_name = "NVIDIA H100 80GB HBM3"}));
@@ -685,7 +683,7 @@ TEST(HistoryDb, NodesAndCheckpoints) {
 }
 
 TEST(HistoryDb, ReadOnlyReaderSeesTheWritersCommits) {
-  TempDir dir;
+  ScratchFiles dir;
   auto writer = open_db(dir.file("h.sqlite"));
   const int64_t run = writer->begin_run({.name = "shared", .world_size = 2});
   auto reader = open_db(dir.file("h.sqlite"), {.read_only = true});
@@ -704,7 +702,7 @@ TEST(HistoryDb, ReadOnlyReaderSeesTheWritersCommits) {
 }
 
 TEST(HistoryDb, RefusesForeignAndNewerFiles) {
-  TempDir dir;
+  ScratchFiles dir;
   std::string error;
   sqlite3* raw = nullptr;
   ASSERT_EQ(sqlite3_open(dir.file("other.sqlite").c_str(), &raw), SQLITE_OK);
@@ -726,7 +724,7 @@ TEST(HistoryDb, RefusesForeignAndNewerFiles) {
 }
 
 TEST(HistoryDb, QueryArgumentErrors) {
-  TempDir dir;
+  ScratchFiles dir;
   auto db = open_db(dir.file("h.sqlite"));
   const int64_t run = db->begin_run({.name = "q", .world_size = 4});
   BandResult band;

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "storage/history_db.h"
+#include "tests/scratch_dir.h"
 
 namespace gantry {
 namespace {
@@ -16,7 +17,7 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path temp_dir() {
-  return fs::temp_directory_path() / ("gantry_schema_test_" + std::to_string(::getpid()));
+  return testing_support::scratch_path("schema");
 }
 
 // Removes this process's files when the tests are done.

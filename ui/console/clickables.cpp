@@ -10,11 +10,6 @@ std::string_view visible_part(std::string_view label) {
 
 }  // namespace
 
-void Clickables::begin_frame() {
-  last_.swap(current_);
-  current_.clear();
-}
-
 bool Clickables::button(const char* label, bool enabled, ImVec2 size) {
   ImGui::BeginDisabled(!enabled);
   const bool pressed = ImGui::Button(label, size);
@@ -24,12 +19,8 @@ bool Clickables::button(const char* label, bool enabled, ImVec2 size) {
 }
 
 void Clickables::record_last_item(std::string_view label, bool enabled) {
-  current_[std::string(label)] = ClickTarget{ImGui::GetItemRectMin(), ImGui::GetItemRectMax(), enabled};
-}
-
-const ClickTarget* Clickables::find(std::string_view label) const {
-  auto it = last_.find(label);
-  return it == last_.end() ? nullptr : &it->second;
+  const ImVec2 min = ImGui::GetItemRectMin(), max = ImGui::GetItemRectMax();
+  targets_.record(label, {min.x, min.y}, {max.x, max.y}, enabled);
 }
 
 }  // namespace gantry::console

@@ -117,7 +117,7 @@ void ScriptRunner::mark(const ConsoleSnapshot& s) {
   mark_action_serial_ = s.last_action.serial;
 }
 
-ScriptOrders ScriptRunner::step(const ConsoleSnapshot& s, const Clickables& clicks) {
+ScriptOrders ScriptRunner::step(const ConsoleSnapshot& s, const ClickTargets& clicks) {
   using K = ScriptCommand::Kind;
   ScriptOrders o;
   if (next_ == 0 && frames_waited_ == 0 && click_phase_ == 0) mark(s);
@@ -167,7 +167,7 @@ ScriptOrders ScriptRunner::step(const ConsoleSnapshot& s, const Clickables& clic
           return o;
         }
         o.move_mouse = true;
-        o.mouse = ImVec2((t->min.x + t->max.x) / 2, (t->min.y + t->max.y) / 2);
+        o.mouse = {(t->min.x + t->max.x) / 2, (t->min.y + t->max.y) / 2};
         o.mouse_down = click_phase_ == 1;  // frame 0: hover, frame 1: press, frame 2: release
         if (click_phase_ == 0) mark(s);
         if (++click_phase_ < 3) return o;

@@ -24,10 +24,8 @@
 #include <string_view>
 #include <vector>
 
-#include <imgui.h>
-
 #include "engine/core/status.h"
-#include "ui/console/clickables.h"
+#include "ui/console/click_targets.h"
 #include "ui/console/console_state.h"
 
 namespace gantry::console {
@@ -46,7 +44,7 @@ Result<std::vector<ScriptCommand>> script_parse(std::string_view text, std::stri
 // What the script wants of this frame.
 struct ScriptOrders {
   bool move_mouse = false;  // override the mouse for this frame
-  ImVec2 mouse{0, 0};
+  ScreenPoint mouse;
   bool mouse_down = false;
   bool submit_tiny = false;
   bool reconnect = false;
@@ -56,8 +54,8 @@ class ScriptRunner {
  public:
   explicit ScriptRunner(std::vector<ScriptCommand> commands) : commands_(std::move(commands)) {}
 
-  // Once per frame, before ImGui::NewFrame(), with the frame's snapshot and the clickables of the last frame.
-  ScriptOrders step(const ConsoleSnapshot& s, const Clickables& clicks);
+  // Once per frame, before the UI's new frame, with the frame's snapshot and the buttons of the last frame.
+  ScriptOrders step(const ConsoleSnapshot& s, const ClickTargets& clicks);
 
   bool done() const { return next_ >= commands_.size() || failed(); }
   bool failed() const { return !failure_.empty(); }

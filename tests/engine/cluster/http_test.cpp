@@ -23,6 +23,7 @@
 #include "engine/cluster/http_server.h"
 #include "engine/cluster/json_fields.h"
 #include "engine/cluster/token.h"
+#include "tests/scratch_dir.h"
 
 namespace gantry {
 namespace {
@@ -667,8 +668,7 @@ TEST(HttpServerStart, RefusesWithoutATokenOrWithBadRoutes) {
 }
 
 TEST(HttpServerStart, TokenFromItsFile) {
-  const std::string path =
-      std::filesystem::temp_directory_path() / ("gantry_http_token_" + std::to_string(::getpid()));
+  const std::string path = (testing_support::scratch_dir() / "token").string();
   ASSERT_TRUE(token_file_write(path, token_generate().value()).ok());
   Result<std::string> token = token_file_read(path);
   ASSERT_TRUE(token.ok()) << token.error();
@@ -725,9 +725,7 @@ bool make_self_signed(const std::string& cert_path, const std::string& key_path)
 
 TEST(HttpTls, ServesHttpsToAClientThatTrustsTheCertificate) {
   if (!http_server_tls_available()) GTEST_SKIP() << "this cpp-httplib has no OpenSSL support";
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("gantry_tls_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  const std::filesystem::path dir = testing_support::scratch_dir("tls");
   const std::string cert = dir / "cert.pem", key = dir / "key.pem";
   ASSERT_TRUE(make_self_signed(cert, key));
 

@@ -3,6 +3,7 @@
 // the queue refuses agents' records past its bound but never the coordinator's own, a batch the database
 // refuses loses only itself, and flush() makes everything queued before it readable.
 #include "engine/cluster/ingest_writer.h"
+#include "tests/scratch_dir.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -20,9 +21,7 @@ namespace fs = std::filesystem;
 class IngestWriterTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::path(::testing::TempDir()) / ("gantry_writer_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = testing_support::scratch_dir("writer");
     std::string error;
     db_ = HistoryDb::open((dir_ / "cluster.sqlite").string(), {}, &error);
     ASSERT_TRUE(db_) << error;

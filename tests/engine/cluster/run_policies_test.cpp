@@ -11,6 +11,7 @@
 
 #include "engine/cluster/checkpoint_policy.h"
 #include "engine/cluster/straggler_watch.h"
+#include "tests/scratch_dir.h"
 
 namespace gantry {
 namespace {
@@ -152,8 +153,7 @@ TEST(CheckpointPolicy, DueOncePerPeriodAndAgainAfterARestart) {
 }
 
 TEST(CheckpointPolicy, PruneKeepsTheNewestCommittedAndTouchesNothingElse) {
-  const fs::path root = fs::path(::testing::TempDir()) / ("gantry_prune_" + std::to_string(::getpid()));
-  fs::remove_all(root);
+  const fs::path root = testing_support::scratch_dir("prune");
   const fs::path ck = root / "checkpoints";
   auto commit = [&](const std::string& name) {
     fs::create_directories(ck / name);

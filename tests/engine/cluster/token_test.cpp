@@ -1,5 +1,6 @@
 // The bearer token: generation, the 0600 file, refusal of a file others can read, constant-time compare.
 #include "engine/cluster/token.h"
+#include "tests/scratch_dir.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -18,10 +19,7 @@ using ::testing::HasSubstr;
 class TokenFile : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("gantry_token_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::create_directories(dir_);
+    dir_ = testing_support::scratch_dir("token");
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }

@@ -16,6 +16,7 @@
 
 #include "engine/core/token_dataset.h"
 #include "engine/core/token_shard.h"
+#include "tests/scratch_dir.h"
 
 namespace gantry {
 namespace {
@@ -23,10 +24,8 @@ namespace {
 using ::testing::HasSubstr;
 
 std::string make_temp_dir() {
-  std::string tmpl = ::testing::TempDir() + "/gantry_corpus_XXXXXX";
-  char* dir = ::mkdtemp(tmpl.data());
-  EXPECT_NE(dir, nullptr);
-  return tmpl;
+  static int serial = 0;  // several directories a test
+  return testing_support::scratch_dir("corpus" + std::to_string(serial++)).string();
 }
 
 void write_text(const std::string& path, const std::string& text) {

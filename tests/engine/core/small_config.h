@@ -8,6 +8,7 @@
 #include <string>
 
 #include "engine/core/config.h"
+#include "tests/scratch_dir.h"
 
 namespace gantry::testing_support {
 
@@ -30,11 +31,7 @@ inline Config small_config() {
 
 // A fresh empty directory under the test temp dir, this process's own (ctest runs tests in parallel).
 inline std::string fresh_dir(const std::string& name) {
-  std::filesystem::path p =
-      std::filesystem::path(::testing::TempDir()) / ("gantry_" + name + "_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(p);
-  std::filesystem::create_directories(p);
-  return p.string();
+  return scratch_dir(name).string();
 }
 
 }  // namespace gantry::testing_support

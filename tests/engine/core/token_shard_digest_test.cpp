@@ -18,6 +18,7 @@
 
 #include "engine/core/token_dataset.h"
 #include "engine/core/xxhash64.h"
+#include "tests/scratch_dir.h"
 
 namespace gantry {
 namespace {
@@ -26,11 +27,7 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
 std::string fresh_dir() {
-  const std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
-  fs::path p = fs::path(::testing::TempDir()) / ("gantry_digest_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return fs::absolute(p).lexically_normal().string();
+  return fs::absolute(testing_support::scratch_dir("digest")).lexically_normal().string();
 }
 
 std::string slurp(const std::string& path) {

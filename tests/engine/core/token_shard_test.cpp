@@ -13,6 +13,7 @@
 
 #include "engine/core/token_dataset.h"
 #include "engine/core/xxhash64.h"
+#include "tests/scratch_dir.h"
 
 namespace gantry {
 namespace {
@@ -20,10 +21,8 @@ namespace {
 using ::testing::HasSubstr;
 
 std::string make_temp_dir() {
-  std::string tmpl = ::testing::TempDir() + "/gantry_shard_XXXXXX";
-  char* dir = ::mkdtemp(tmpl.data());
-  EXPECT_NE(dir, nullptr);
-  return tmpl;
+  static int serial = 0;  // several directories a test
+  return testing_support::scratch_dir("shard" + std::to_string(serial++)).string();
 }
 
 void write_bytes(const std::string& path, const std::vector<unsigned char>& bytes) {

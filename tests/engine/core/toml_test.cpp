@@ -1,4 +1,5 @@
 #include "engine/core/toml.h"
+#include "tests/scratch_dir.h"
 
 #include <gtest/gtest.h>
 
@@ -387,7 +388,7 @@ TEST(TomlErrors, FirstErrorWinsAndEmptySourceNameIsNamed) {
 // ---- files ----
 
 TEST(TomlFile, ParsesAndNamesThePath) {
-  const std::filesystem::path path = std::filesystem::path(::testing::TempDir()) / "gantry_toml_test.toml";
+  const std::filesystem::path path = testing_support::scratch_dir() / "test.toml";
   {
     std::FILE* f = std::fopen(path.c_str(), "wb");
     ASSERT_NE(f, nullptr);
@@ -425,7 +426,7 @@ TEST(TomlFile, MissingFileNamesThePath) {
 }
 
 TEST(TomlFile, DirectoryIsRefusedNamingThePath) {
-  const std::string path = ::testing::TempDir();
+  const std::string path = testing_support::scratch_dir().string();
   Result<TomlDocument> doc = toml_parse_file(path);
   ASSERT_FALSE(doc.ok());
   EXPECT_NE(doc.error().find(path), std::string::npos) << doc.error();

@@ -13,6 +13,7 @@
 #include "engine/core/gpt.h"
 #include "engine/plan/planner.h"
 #include "telemetry/flops.h"
+#include "tests/scratch_dir.h"
 
 namespace gantry {
 namespace {
@@ -128,8 +129,7 @@ TEST(PlanCalibration, CheckpointPayloadMatchesACheckpointTheEngineWrites) {
   // Gantry's checkpoint: a small header, then fp32 parameters, AdamW m and v (12 bytes per parameter).
   const Config c = tiny();
   std::unique_ptr<Backend> be = backend_cpu_create(c.model, c.train.micro_batch, 1);
-  const fs::path root = fs::path(::testing::TempDir()) / "gantry_plan_calibration_ckpt";
-  fs::remove_all(root);
+  const fs::path root = testing_support::scratch_dir("ckpt");
   CheckpointMeta meta{.step = 1, .config = c, .code_version = "test"};
   Result<CheckpointWritten> w = checkpoint_write(root.string(), *be, meta, 1);
   ASSERT_TRUE(w.ok()) << w.error();

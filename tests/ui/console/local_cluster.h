@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "tests/app/engine_process.h"
+#include "tests/scratch_dir.h"
 
 namespace gantry::console::testing_support {
 
@@ -71,12 +72,7 @@ inline int run_shell(const std::string& cmd) {
 
 // A unique scratch folder per test.
 inline fs::path scratch_dir(const char* what) {
-  const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();
-  fs::path d = fs::path(::testing::TempDir()) /
-               (std::string("gantry_") + what + "_" + t->name() + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
+  return gantry::testing_support::scratch_dir(what);
 }
 
 inline void become_subreaper() { ::prctl(PR_SET_CHILD_SUBREAPER, 1); }

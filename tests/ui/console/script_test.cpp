@@ -68,10 +68,10 @@ class ScriptClick : public ::testing::Test {
 
   // One frame: the script's orders become the mouse, then the button is drawn; returns whether it fired.
   bool frame(ScriptRunner& runner, const ConsoleSnapshot& s, bool enabled = true) {
-    ScriptOrders o = runner.step(s, clicks_);
+    ScriptOrders o = runner.step(s, clicks_.targets());
     ImGuiIO& io = ImGui::GetIO();
     io.DeltaTime = 1.0f / 60;
-    io.MousePos = o.move_mouse ? o.mouse : ImVec2(-1, -1);
+    io.MousePos = o.move_mouse ? ImVec2(o.mouse.x, o.mouse.y) : ImVec2(-1, -1);
     io.MouseDown[0] = o.mouse_down;
     clicks_.begin_frame();
     ImGui::NewFrame();
@@ -113,7 +113,7 @@ TEST_F(ScriptClick, WaitsForADisabledButtonToBeEnabled) {
 TEST(ScriptRunner, WaitsOnTheModelAndFailsWhenTheRunEndsFirst) {
   Result<std::vector<ScriptCommand>> cmds = script_parse("wait_connected\nwait_event checkpoint\nwait_steps 5", "s");
   ScriptRunner runner(cmds.value());
-  Clickables none;
+  ClickTargets none;
   ConsoleSnapshot s;
   runner.step(s, none);
   EXPECT_EQ(runner.current(), "line 1: wait_connected");
@@ -133,7 +133,7 @@ TEST(ScriptRunner, WaitsOnTheModelAndFailsWhenTheRunEndsFirst) {
 TEST(ScriptRunner, WaitEventCountsOnlyEventsAfterTheLastAction) {
   Result<std::vector<ScriptCommand>> cmds = script_parse("submit_tiny\nwait_event checkpoint", "s");
   ScriptRunner runner(cmds.value());
-  Clickables none;
+  ClickTargets none;
   ConsoleSnapshot s;
   s.events.push_back({.id = 1, .record = {.kind = "checkpoint"}});  // an old checkpoint: does not count
   ScriptOrders o = runner.step(s, none);

@@ -12,16 +12,14 @@
 #include <vector>
 
 #include "storage/history_db.h"
+#include "tests/scratch_dir.h"
 
 namespace gantry::history::testing_support {
 
 class TestHistory {
  public:
   explicit TestHistory(const std::string& tag) {
-    dir_ =
-        std::filesystem::temp_directory_path() / ("gantry_history_" + tag + "_" + std::to_string(::getpid()));
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
+    dir_ = gantry::testing_support::scratch_dir("history_" + tag);
     std::string error;
     db_ = HistoryDb::open(path(), {}, &error);
     if (!db_) throw std::runtime_error(error);

@@ -15,6 +15,7 @@
 #include "engine/cluster/coordinator.h"
 #include "engine/cluster/token.h"
 #include "ui/whatif/whatif_run.h"
+#include "tests/scratch_dir.h"
 
 namespace gantry::whatif {
 namespace {
@@ -26,9 +27,7 @@ using ::testing::HasSubstr;
 class ApplyRoute : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("gantry_whatif_apply_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = gantry::testing_support::scratch_dir("whatif_apply");
     Result<std::string> t = token_generate();
     ASSERT_TRUE(t.ok()) << t.error();
     token_ = t.value();

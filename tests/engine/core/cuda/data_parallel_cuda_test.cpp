@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/core/cuda/device.h"
+#include "tests/scratch_dir.h"
 
 namespace gantry {
 namespace {
@@ -53,9 +54,7 @@ TEST_P(DataParallelCuda, TracksOneGpuAndItsCheckpointLoadsOnOne) {
   if (cuda_device_count() < layout.gpus) {
     GTEST_SKIP() << "needs " << layout.gpus << " GPUs (found " << cuda_device_count() << ")";
   }
-  const std::string root = ::testing::TempDir() + "/gantry_dp_cuda_" + std::to_string(layout.gpus) + "_zero" +
-                           std::to_string(layout.zero) + "_micro" + std::to_string(layout.micro_batch);
-  std::filesystem::remove_all(root);
+  const std::string root = testing_support::scratch_dir().string();
   std::filesystem::create_directories(root + "/one");
   std::filesystem::create_directories(root + "/many");
   // The tiny model on the GPU with small buckets (several per step); global batch 16 = 2 micro-batches of

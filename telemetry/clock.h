@@ -1,0 +1,18 @@
+// The one clock helper (CONVENTIONS.md): wall-clock seconds for records and events, which must agree
+// between processes and machines, and monotonic seconds for durations, which must never jump.
+//
+//   rec.time_unix_s = unix_now_s();
+//   const double t0 = monotonic_s();
+//   work();
+//   const double took_s = monotonic_s() - t0;
+#pragma once
+
+namespace gantry {
+
+// Seconds since the Unix epoch, now (system clock: comparable across machines, may jump under NTP).
+double unix_now_s();
+
+// Seconds since an arbitrary fixed point (steady clock): for intervals within one process only.
+double monotonic_s();
+
+}  // namespace gantry
