@@ -21,26 +21,31 @@ double Coordinator::Impl::now_unix_s() {
 // Names: a run's (shown in every list and event) and a node's. Printable ASCII, bounded, so that neither a
 // listing nor an event message can be made huge or control a terminal.
 Status Coordinator::Impl::check_name(std::string_view field, const std::string& name, size_t max) {
-  const bool printable =
-      std::all_of(name.begin(), name.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
+  const bool printable = std::all_of(name.begin(), name.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
   if (name.empty() || name.size() > max || !printable) {
-    return Status::error("field \"" + std::string(field) + "\": expected 1-" + std::to_string(max) +
-                         " printable ASCII characters, got " +
-                         (name.empty() ? std::string("an empty name") : std::to_string(name.size()) + " bytes") +
-                         (printable ? "" : " with control or non-ASCII characters"));
+    return Status::error(
+        "field \"" + std::string(field) + "\": expected 1-" + std::to_string(max) +
+        " printable ASCII characters, got " +
+        (name.empty() ? std::string("an empty name") : std::to_string(name.size()) + " bytes") +
+        (printable ? "" : " with control or non-ASCII characters"));
   }
   return Status();
 }
 
 Coordinator::Coordinator(CoordinatorOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
-Coordinator::~Coordinator() { stop(); }
+Coordinator::~Coordinator() {
+  stop();
+}
 
 Status Coordinator::start() {
   Impl& m = *impl_;
   if (!m.opt.agent_token.empty()) {
-    if (Status s = token_check(m.opt.agent_token); !s.ok()) return Status::error("the agents' token: " + s.message());
+    if (Status s = token_check(m.opt.agent_token); !s.ok())
+      return Status::error("the agents' token: " + s.message());
     if (token_equal(m.opt.agent_token, m.opt.token)) {
-      return Status::error("the agents' token is the operator's: give agents a token of their own (gantry-engine up writes one)");
+      return Status::error(
+          "the agents' token is the operator's: give agents a token of their own (gantry-engine up writes "
+          "one)");
     }
   }
   std::error_code ec;
@@ -55,18 +60,18 @@ Status Coordinator::start() {
     m.events_cv.notify_all();
   });
   if (Status st = m.restore_runs(); !st.ok()) return st;
-  m.server = std::make_unique<HttpServer>(HttpServerOptions{.host = m.opt.host,
-                                                            .port = m.opt.port,
-                                                            .token = m.opt.token,
-                                                            .max_body_bytes = m.opt.max_body_bytes,
-                                                            // heartbeats never wait behind the public API
-                                                            .private_lane_prefix = "/v1/agents",
-                                                            .tls_cert_file = m.opt.tls_cert_file,
-                                                            .tls_key_file = m.opt.tls_key_file,
-                                                            .also_accept = [&m](const std::string& method, const std::string& path,
-                                                                                std::string_view token) {
-                                                              return m.agent_may(method, path, token);
-                                                            }});
+  m.server = std::make_unique<HttpServer>(HttpServerOptions{
+      .host = m.opt.host,
+      .port = m.opt.port,
+      .token = m.opt.token,
+      .max_body_bytes = m.opt.max_body_bytes,
+      // heartbeats never wait behind the public API
+      .private_lane_prefix = "/v1/agents",
+      .tls_cert_file = m.opt.tls_cert_file,
+      .tls_key_file = m.opt.tls_key_file,
+      .also_accept = [&m](const std::string& method, const std::string& path, std::string_view token) {
+        return m.agent_may(method, path, token);
+      }});
   HttpServer& s = *m.server;
   s.get("/v1/cluster", [&m](const HttpRequest&) { return m.cluster(); });
   s.get("/v1/runs", [&m](const HttpRequest&) { return m.runs_list(); });
@@ -76,8 +81,10 @@ Status Coordinator::start() {
   s.get("/v1/runs/{id}/ranks", [&m](const HttpRequest& req) { return m.ranks(req); });
   s.get("/v1/runs/{id}/checkpoints", [&m](const HttpRequest& req) { return m.checkpoints(req); });
   s.get("/v1/runs/{id}/events", [&m](const HttpRequest& req) { return m.events(req); });
-  for (TrainAction a : {TrainAction::checkpoint, TrainAction::pause, TrainAction::resume, TrainAction::stop}) {
-    s.post(std::string("/v1/runs/{id}/") + train_action_name(a), [&m, a](const HttpRequest& req) { return m.action(req, a); });
+  for (TrainAction a :
+       {TrainAction::checkpoint, TrainAction::pause, TrainAction::resume, TrainAction::stop}) {
+    s.post(std::string("/v1/runs/{id}/") + train_action_name(a),
+           [&m, a](const HttpRequest& req) { return m.action(req, a); });
   }
   s.post("/v1/runs/{id}/resume-from", [&m](const HttpRequest& req) { return m.resume_from(req); });
   s.post("/v1/nodes/{id}/quarantine", [&m](const HttpRequest& req) { return m.quarantine(req); });
@@ -99,6 +106,8 @@ void Coordinator::stop() {
   if (m.writer) m.writer->stop();  // what was accepted is written before the database closes
 }
 
-std::string Coordinator::url() const { return impl_->server ? impl_->server->url() : ""; }
+std::string Coordinator::url() const {
+  return impl_->server ? impl_->server->url() : "";
+}
 
 }  // namespace gantry

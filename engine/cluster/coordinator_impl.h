@@ -96,8 +96,8 @@ struct Coordinator::Impl {
     std::string relocate_checkpoint;  // the stop's checkpoint, from rank 0's event
     // Placed again from a checkpoint at this step: the first step record past it is the "resumed" event.
     int64_t resumed_from = -1;
-    std::string resume_kind;  // "quarantine" or "resume": the events' prefix
-    StragglerWatch straggler;   // the straggler policy: scores of the current placement's ranks
+    std::string resume_kind;   // "quarantine" or "resume": the events' prefix
+    StragglerWatch straggler;  // the straggler policy: scores of the current placement's ranks
     CheckpointPolicy checkpoint_policy;
 
     // The node that holds `rank` in the current placement ("" when none does).
@@ -151,7 +151,8 @@ struct Coordinator::Impl {
 
   // Places run `r` (its shares all ended or none yet) on `p`, on a fresh rendezvous store, and queues each
   // node's share; `resume_dir` is the checkpoint the workers start from ("" = a fresh run).
-  Status start_generation(Run& r, const std::vector<PlacementNode>& pn, const Placement& p, const std::string& resume_dir);
+  Status start_generation(Run& r, const std::vector<PlacementNode>& pn, const Placement& p,
+                          const std::string& resume_dir);
 
   // What a restarted coordinator needs to know of the run beyond its config (runs.options).
   static json run_options(const Run& r);
@@ -167,9 +168,9 @@ struct Coordinator::Impl {
 
   static std::string one_line(std::string text);
 
-  // The checkpoint a caller names, resolved inside the run's own checkpoints folder and nowhere else: "latest",
-  // a step number, or the name of one committed step_* directory there. A path, "..", or anything not among
-  // the run's committed checkpoints is refused (the API never reads a path the caller names).
+  // The checkpoint a caller names, resolved inside the run's own checkpoints folder and nowhere else:
+  // "latest", a step number, or the name of one committed step_* directory there. A path, "..", or anything
+  // not among the run's committed checkpoints is refused (the API never reads a path the caller names).
   Result<std::pair<std::string, int64_t>> resolve_checkpoint(const Run& r, const json& spec) const;
 
   // After every share of a moving run has ended: place it again without the quarantined node (a spare if
@@ -246,7 +247,7 @@ struct Coordinator::Impl {
   // A read sees every write the coordinator accepted before it (the writer's queue is drained up to now).
   std::unique_lock<std::mutex> read_lock();
 
-  HttpResponse runs_list();                        // GET /v1/runs
+  HttpResponse runs_list();                         // GET /v1/runs
   HttpResponse run_detail(const HttpRequest& req);  // GET /v1/runs/{id}: the config and the latest step too
 
   HttpResponse steps(const HttpRequest& req);

@@ -1,10 +1,9 @@
 // Ingest (coordinator_impl.h): agents' records into each run's live state and the database writer's
 // queue, events, the checkpoint catalog and keep_last pruning.
-#include "engine/cluster/coordinator_impl.h"
-
 #include <algorithm>
 #include <cstdio>
 
+#include "engine/cluster/coordinator_impl.h"
 #include "engine/core/checkpoint.h"  // checkpoint_list, checkpoint_prune: the catalog against the disk
 
 namespace gantry {
@@ -15,7 +14,7 @@ using json = nlohmann::json;
 }  // namespace
 
 void Coordinator::Impl::event(int64_t run, const std::string& kind, const std::string& message, json payload,
-           int64_t step, const std::string& node) {
+                              int64_t step, const std::string& node) {
   RecordBatch b;
   b.events.push_back({.run_id = run,
                       .time_unix_s = now_unix_s(),
@@ -51,17 +50,20 @@ void Coordinator::Impl::ingest(RecordBatch& batch, size_t reserved) {
     Run& r = it->second;
     if (r.resumed_from >= 0 && s.step > r.resumed_from && r.state != RunState::kStopping) {
       event(r.id, r.resume_kind + "_resumed",
-            "run " + std::to_string(r.id) + " resumed at step " + std::to_string(s.step) + " on dp " + std::to_string(r.dp) +
-                " (from the checkpoint at step " + std::to_string(r.resumed_from) + ")",
+            "run " + std::to_string(r.id) + " resumed at step " + std::to_string(s.step) + " on dp " +
+                std::to_string(r.dp) + " (from the checkpoint at step " + std::to_string(r.resumed_from) +
+                ")",
             {{"dp", r.dp}, {"zero", r.zero}, {"from_step", r.resumed_from}}, s.step);
       r.resumed_from = -1;
     }
     it->second.last_step = std::max(it->second.last_step, s.step);
     it->second.latest_step = s;
-    // The checkpoint policy: only while the run trains (a pause holds it, a stop or a move checkpoints anyway).
+    // The checkpoint policy: only while the run trains (a pause holds it, a stop or a move checkpoints
+    // anyway).
     if (r.state == RunState::kRunning && r.relocate_node.empty() && r.checkpoint_policy.due(s.step)) {
       queue_action(r, TrainAction::checkpoint, "policy",
-                   "checkpoint policy (every " + std::to_string(r.checkpoint_policy.options().every_steps) + " steps)");
+                   "checkpoint policy (every " + std::to_string(r.checkpoint_policy.options().every_steps) +
+                       " steps)");
     }
     keep.steps.push_back(s);
   }
@@ -75,8 +77,11 @@ void Coordinator::Impl::ingest(RecordBatch& batch, size_t reserved) {
       if (e.kind == "checkpoint") {
         json p = json::parse(e.payload, nullptr, false);
         if (p.is_object() && p.value("dir", "") != "") {
-          writer->push_op([c = CheckpointInfo{.run_id = r.id, .step = e.step, .path = p.value("dir", ""),
-                                              .bytes = p.value("bytes", uint64_t{0}), .write_s = p.value("seconds", 0.0),
+          writer->push_op([c = CheckpointInfo{.run_id = r.id,
+                                              .step = e.step,
+                                              .path = p.value("dir", ""),
+                                              .bytes = p.value("bytes", uint64_t{0}),
+                                              .write_s = p.value("seconds", 0.0),
                                               .time_unix_s = e.time_unix_s},
                            root = r.out_dir + "/checkpoints"](HistoryDb& d) {
             // The workers keep their last train.keep_checkpoints: the catalog says which went.
@@ -89,8 +94,8 @@ void Coordinator::Impl::ingest(RecordBatch& batch, size_t reserved) {
           if (!r.relocate_node.empty()) {
             r.relocate_checkpoint = p.value("dir", "");
             event(r.id, "quarantine_checkpointed",
-                  "run " + std::to_string(r.id) + " checkpointed at step " + std::to_string(e.step) + " to leave node " +
-                      r.relocate_node,
+                  "run " + std::to_string(r.id) + " checkpointed at step " + std::to_string(e.step) +
+                      " to leave node " + r.relocate_node,
                   {{"dir", r.relocate_checkpoint}, {"node", r.relocate_node}}, e.step);
           }
         }
@@ -113,7 +118,11 @@ void Coordinator::Impl::prune_checkpoints(Run& r) {
   writer->push_op([id = r.id, root = r.out_dir + "/checkpoints", keep](HistoryDb& d) {
     RecordBatch b;
     auto ev = [&](const std::string& kind, const std::string& message, const json& payload, int64_t step) {
-      b.events.push_back({.run_id = id, .time_unix_s = now_unix_s(), .step = step, .kind = kind, .message = message,
+      b.events.push_back({.run_id = id,
+                          .time_unix_s = now_unix_s(),
+                          .step = step,
+                          .kind = kind,
+                          .message = message,
                           .payload = payload.dump()});
     };
     Result<std::vector<std::string>> gone = checkpoint_prune(root, keep);
@@ -125,11 +134,13 @@ void Coordinator::Impl::prune_checkpoints(Run& r) {
       d.reconcile_checkpoints(id, on_disk);
       for (const std::string& dir : gone.value()) {
         const int64_t step = checkpoint_dir_step(dir);
-        ev("checkpoint_deleted", "deleted " + dir + " (keep_last " + std::to_string(keep) + ": newer checkpoints have committed)",
+        ev("checkpoint_deleted",
+           "deleted " + dir + " (keep_last " + std::to_string(keep) + ": newer checkpoints have committed)",
            {{"dir", dir}, {"step", step}, {"keep_last", keep}, {"source", "policy"}}, step);
       }
     }
-    if (!b.empty() && !d.ingest(b)) std::fprintf(stderr, "gantry-engine coordinator: cannot record an event: %s\n", d.error().c_str());
+    if (!b.empty() && !d.ingest(b))
+      std::fprintf(stderr, "gantry-engine coordinator: cannot record an event: %s\n", d.error().c_str());
   });
 }
 

@@ -1,10 +1,9 @@
 // The node registry (coordinator_impl.h): agents register and heartbeat, nodes are quarantined and
 // released, and the health watch marks silent nodes lost.
-#include "engine/cluster/coordinator_impl.h"
-
 #include <algorithm>
 #include <thread>
 
+#include "engine/cluster/coordinator_impl.h"
 #include "engine/cluster/json_fields.h"
 #include "engine/cluster/token.h"  // token_generate, token_equal: the agents' credentials
 #include "telemetry/record_json.h"
@@ -18,8 +17,12 @@ using namespace std::chrono_literals;
 }  // namespace
 
 void Coordinator::Impl::upsert_node(const Node& n, const char* state) {
-  writer->push_op([info = NodeInfo{.host = n.id, .devices = n.slots, .device_name = "slot", .state = state,
-                                   .last_seen_unix_s = n.last_seen_unix}](HistoryDb& d) { d.upsert_node(info); });
+  writer->push_op(
+      [info = NodeInfo{.host = n.id,
+                       .devices = n.slots,
+                       .device_name = "slot",
+                       .state = state,
+                       .last_seen_unix_s = n.last_seen_unix}](HistoryDb& d) { d.upsert_node(info); });
 }
 
 std::vector<PlacementNode> Coordinator::Impl::placement_nodes() const {
@@ -60,7 +63,8 @@ HttpResponse Coordinator::Impl::quarantine(const HttpRequest& req) {
   if (node == nullptr) return fail;
   Node& n = *node;
   const std::string& id = req.param("id");
-  if (n.state == NodeState::quarantined) return HttpResponse::error(409, "node \"" + id + "\" is already quarantined");
+  if (n.state == NodeState::quarantined)
+    return HttpResponse::error(409, "node \"" + id + "\" is already quarantined");
   n.state = NodeState::quarantined;
   upsert_node(n, "quarantined");
   json moving = json::array();
@@ -70,8 +74,11 @@ HttpResponse Coordinator::Impl::quarantine(const HttpRequest& req) {
     for (const NodeShare& s : r.shares) here = here || (s.node == id && !s.done);
     if (!here) continue;
     const uint64_t request = next_request++;
-    nodes[r.shares.front().node].commands.push_back({{"run", r.id}, {"rank", 0}, {"action", static_cast<int>(TrainAction::stop)},
-                                                     {"request", request}, {"from", "quarantine of " + id}});
+    nodes[r.shares.front().node].commands.push_back({{"run", r.id},
+                                                     {"rank", 0},
+                                                     {"action", static_cast<int>(TrainAction::stop)},
+                                                     {"request", request},
+                                                     {"from", "quarantine of " + id}});
     set_state(r, *run_action_target(RunAction::kQuarantineMove));
     r.relocate_node = id;
     r.relocate_checkpoint.clear();
@@ -92,14 +99,16 @@ HttpResponse Coordinator::Impl::release(const HttpRequest& req) {
   Node& n = *node;
   const std::string& id = req.param("id");
   if (n.state != NodeState::quarantined) {
-    return HttpResponse::error(409, "node \"" + id + "\" is " + std::string(node_state_name(n.state)) + ", not quarantined");
+    return HttpResponse::error(
+        409, "node \"" + id + "\" is " + std::string(node_state_name(n.state)) + ", not quarantined");
   }
   n.state = n.spare ? NodeState::spare : NodeState::healthy;
   upsert_node(n, "ok");
   return HttpResponse::ok({{"node", id}, {"state", node_state_name(n.state)}});
 }
 
-bool Coordinator::Impl::agent_may(const std::string& method, const std::string& path, std::string_view token) {
+bool Coordinator::Impl::agent_may(const std::string& method, const std::string& path,
+                                  std::string_view token) {
   if (method != "POST") return false;
   if (path == "/v1/agents") return !opt.agent_token.empty() && token_equal(token, opt.agent_token);
   static const std::string prefix = "/v1/agents/", suffix = "/heartbeat";
@@ -123,8 +132,10 @@ HttpResponse Coordinator::Impl::agent_register(const HttpRequest& req) {
   std::optional<std::string> metrics_url = f.string("metrics_url", JsonFields::optional);
   if (Status s = f.finish(); !s.ok()) return HttpResponse::error(400, s.message());
   if (Status s = check_name("node", *id, kMaxNodeName); !s.ok()) return HttpResponse::error(400, s.message());
-  if (metrics_url && (metrics_url->size() > 2048 || (metrics_url->rfind("http://", 0) != 0 && metrics_url->rfind("https://", 0) != 0))) {
-    return HttpResponse::error(400, "field \"metrics_url\": expected an http:// or https:// URL of at most 2048 characters");
+  if (metrics_url && (metrics_url->size() > 2048 ||
+                      (metrics_url->rfind("http://", 0) != 0 && metrics_url->rfind("https://", 0) != 0))) {
+    return HttpResponse::error(
+        400, "field \"metrics_url\": expected an http:// or https:// URL of at most 2048 characters");
   }
   std::lock_guard<std::mutex> lock(mu);
   Node& n = nodes[*id];
@@ -140,15 +151,18 @@ HttpResponse Coordinator::Impl::agent_register(const HttpRequest& req) {
   n.metrics_url = metrics_url.value_or("");
   // A fresh credential each registration: a restarted agent's predecessor's is void.
   Result<std::string> credential = token_generate();
-  if (!credential.ok()) return HttpResponse::error(500, "cannot make the node's credential: " + credential.error());
+  if (!credential.ok())
+    return HttpResponse::error(500, "cannot make the node's credential: " + credential.error());
   n.credential = credential.value();
   n.spare = spare.value_or(false);
   if (!back) n.state = n.spare ? NodeState::spare : NodeState::healthy;
-  if (n.state == NodeState::lost) n.state = n.spare ? NodeState::spare : NodeState::healthy;  // a quarantine stays
+  if (n.state == NodeState::lost)
+    n.state = n.spare ? NodeState::spare : NodeState::healthy;  // a quarantine stays
   n.last_seen = Clock::now();
   n.last_seen_unix = now_unix_s();
   upsert_node(n, "ok");
-  return HttpResponse::ok({{"node", n.id}, {"heartbeat_ms", opt.heartbeat.count()}, {"credential", n.credential}});
+  return HttpResponse::ok(
+      {{"node", n.id}, {"heartbeat_ms", opt.heartbeat.count()}, {"credential", n.credential}});
 }
 
 HttpResponse Coordinator::Impl::agent_heartbeat(const HttpRequest& req) {
@@ -160,11 +174,13 @@ HttpResponse Coordinator::Impl::agent_heartbeat(const HttpRequest& req) {
   RecordBatch batch;
   if (records != nullptr) {
     std::string error;
-    if (!record_from_json(records->dump(), &batch, &error)) return HttpResponse::error(400, "field \"records\": " + error);
+    if (!record_from_json(records->dump(), &batch, &error))
+      return HttpResponse::error(400, "field \"records\": " + error);
   }
   std::lock_guard<std::mutex> lock(mu);
   auto it = nodes.find(id);
-  if (it == nodes.end()) return HttpResponse::error(404, "node \"" + id + "\" is not registered (register first)");
+  if (it == nodes.end())
+    return HttpResponse::error(404, "node \"" + id + "\" is not registered (register first)");
   Node& n = it->second;
   n.last_seen = Clock::now();
   n.last_seen_unix = now_unix_s();

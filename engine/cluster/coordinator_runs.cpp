@@ -1,12 +1,11 @@
 // The run lifecycle (coordinator_impl.h): submit, actions, state changes, placement generations, a run's
 // end, a quarantine's move, resume-from, and the runs a restarted coordinator finds in its database.
-#include "engine/cluster/coordinator_impl.h"
-
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 
+#include "engine/cluster/coordinator_impl.h"
 #include "engine/cluster/json_fields.h"
 #include "engine/core/checkpoint.h"  // checkpoint_list, checkpoint_latest: what a run can resume from
 #include "engine/core/config.h"
@@ -64,14 +63,18 @@ bool Coordinator::Impl::set_state(Run& r, RunState to) {
   return true;
 }
 
-uint64_t Coordinator::Impl::queue_action(Run& r, TrainAction a, const std::string& source, const std::string& from) {
+uint64_t Coordinator::Impl::queue_action(Run& r, TrainAction a, const std::string& source,
+                                         const std::string& from) {
   const uint64_t request = next_request++;
   const char* what = train_action_name(a);
-  nodes[r.shares.front().node].commands.push_back({{"run", r.id}, {"rank", 0}, {"action", static_cast<int>(a)},
-                                                   {"request", request}, {"from", source == "api" ? "api@" + from : from}});
+  nodes[r.shares.front().node].commands.push_back({{"run", r.id},
+                                                   {"rank", 0},
+                                                   {"action", static_cast<int>(a)},
+                                                   {"request", request},
+                                                   {"from", source == "api" ? "api@" + from : from}});
   event(r.id, "action_requested",
-        std::string(what) + " requested " + (source == "policy" ? "by the " + from : "from " + from) + " (request " +
-            std::to_string(request) + ")",
+        std::string(what) + " requested " + (source == "policy" ? "by the " + from : "from " + from) +
+            " (request " + std::to_string(request) + ")",
         {{"action", what}, {"request", request}, {"from", from}, {"source", source}});
   return request;
 }
@@ -111,8 +114,8 @@ void Coordinator::Impl::maybe_finish(Run& r) {
   for (const NodeShare& s : r.shares) {
     if (!s.agent_stopping || s.code == 0) continue;
     state = RunState::kInterrupted;
-    message = "the agent of " + s.node + " was stopped while the run was live (at step " + std::to_string(r.last_step) +
-              "): resume-from continues it from its newest checkpoint";
+    message = "the agent of " + s.node + " was stopped while the run was live (at step " +
+              std::to_string(r.last_step) + "): resume-from continues it from its newest checkpoint";
     break;
   }
   if (state == RunState::kFinished) message = r.shares.empty() ? "" : r.shares.front().final_message;
@@ -135,7 +138,8 @@ void Coordinator::Impl::stop_shares(Run& r, const std::string& except_node) {
   }
 }
 
-Status Coordinator::Impl::start_generation(Run& r, const std::vector<PlacementNode>& pn, const Placement& p, const std::string& resume_dir) {
+Status Coordinator::Impl::start_generation(Run& r, const std::vector<PlacementNode>& pn, const Placement& p,
+                                           const std::string& resume_dir) {
   Result<std::unique_ptr<RendezvousServer>> store = RendezvousServer::start({opt.rendezvous_host, 0});
   if (!store.ok()) return Status::error("cannot start the run's rendezvous store: " + store.error());
   r.store = std::move(store.value());
@@ -153,7 +157,8 @@ Status Coordinator::Impl::start_generation(Run& r, const std::vector<PlacementNo
     s.node = pn[static_cast<size_t>(pnode.node)].id;
     s.first_rank = pnode.first_rank;
     s.ranks = pnode.ranks;
-    for (int k = 0; k < pnode.ranks; ++k) s.slots.push_back(p.ranks[static_cast<size_t>(pnode.first_rank + k)].slot);
+    for (int k = 0; k < pnode.ranks; ++k)
+      s.slots.push_back(p.ranks[static_cast<size_t>(pnode.first_rank + k)].slot);
     nodes[s.node].start.push_back({{"run", r.id},
                                    {"generation", r.generation},
                                    {"first_rank", s.first_rank},
@@ -196,7 +201,7 @@ Status Coordinator::Impl::restore_runs() {
     r.name = row.info.name;
     r.config_toml = row.info.config;
     r.out_dir = row.info.out_dir.empty() ? (fs::absolute(opt.dir) / "runs" / std::to_string(row.id)).string()
-                                          : row.info.out_dir;
+                                         : row.info.out_dir;
     r.created_unix = row.info.created_unix_s;
     r.last_step = row.last_step;
     r.message = row.message;
@@ -221,7 +226,8 @@ Status Coordinator::Impl::restore_runs() {
     if (r.last_step >= 0) {
       std::vector<StepRecord> last;
       std::lock_guard<std::mutex> db_lock(db_mu);
-      if (db->read_steps(r.id, r.last_step, r.last_step + 1, 1, &last) && !last.empty()) r.latest_step = last.front();
+      if (db->read_steps(r.id, r.last_step, r.last_step + 1, 1, &last) && !last.empty())
+        r.latest_step = last.front();
     }
     if (row.status != RunStatus::running) {
       // As recorded (loaded, not a change): the database's words are the lifecycle's ended states.
@@ -230,8 +236,10 @@ Status Coordinator::Impl::restore_runs() {
     }
     set_state(r, RunState::kInterrupted);
     r.message = "the coordinator went away while the run was live (at step " + std::to_string(r.last_step) +
-                "), and a new one started on " + opt.dir + ": resume-from continues it from its newest checkpoint";
-    writer->push_op([id = r.id, m = r.message](HistoryDb& d) { d.finish_run(id, RunStatus::interrupted, m); });
+                "), and a new one started on " + opt.dir +
+                ": resume-from continues it from its newest checkpoint";
+    writer->push_op(
+        [id = r.id, m = r.message](HistoryDb& d) { d.finish_run(id, RunStatus::interrupted, m); });
     event(r.id, "run_interrupted", "run " + std::to_string(r.id) + " interrupted: " + r.message,
           {{"state", run_state_name(RunState::kInterrupted)}}, r.last_step);
   }
@@ -246,7 +254,8 @@ void Coordinator::Impl::interrupt_live_runs() {
     r.message = "the coordinator was stopped while the run was live (at step " + std::to_string(r.last_step) +
                 "): resume-from continues it from its newest checkpoint";
     r.store.reset();
-    writer->push_op([id = r.id, m = r.message](HistoryDb& d) { d.finish_run(id, RunStatus::interrupted, m); });
+    writer->push_op(
+        [id = r.id, m = r.message](HistoryDb& d) { d.finish_run(id, RunStatus::interrupted, m); });
     event(r.id, "run_interrupted", "run " + std::to_string(r.id) + " interrupted: " + r.message,
           {{"state", run_state_name(RunState::kInterrupted)}}, r.last_step);
   }
@@ -258,43 +267,50 @@ std::string Coordinator::Impl::one_line(std::string text) {
   return text;
 }
 
-Result<std::pair<std::string, int64_t>> Coordinator::Impl::resolve_checkpoint(const Run& r, const json& spec) const {
+Result<std::pair<std::string, int64_t>> Coordinator::Impl::resolve_checkpoint(const Run& r,
+                                                                              const json& spec) const {
   const std::string root = r.out_dir + "/checkpoints";
   const std::vector<std::string> all = checkpoint_list(root);  // committed, oldest first
   const std::string hint = "; GET /v1/runs/" + std::to_string(r.id) + "/checkpoints lists them";
   const auto step_of = checkpoint_dir_step;
-  if (all.empty()) return Status::error("run " + std::to_string(r.id) + " has no committed checkpoint to resume from");
+  if (all.empty())
+    return Status::error("run " + std::to_string(r.id) + " has no committed checkpoint to resume from");
   if (spec.is_number_integer()) {
     const int64_t want = spec.get<int64_t>();
     for (const std::string& d : all)
       if (step_of(d) == want) return std::pair{d, want};
-    return Status::error("field \"checkpoint\": run " + std::to_string(r.id) + " has no committed checkpoint at step " +
-                         std::to_string(want) + " (it has steps " + std::to_string(step_of(all.front())) + ".." +
-                         std::to_string(step_of(all.back())) + ")" + hint);
+    return Status::error("field \"checkpoint\": run " + std::to_string(r.id) +
+                         " has no committed checkpoint at step " + std::to_string(want) + " (it has steps " +
+                         std::to_string(step_of(all.front())) + ".." + std::to_string(step_of(all.back())) +
+                         ")" + hint);
   }
   if (!spec.is_string()) {
-    return Status::error("field \"checkpoint\": expected \"latest\", a step number or a checkpoint's directory name, got " +
-                         json_type_phrase(spec));
+    return Status::error(
+        "field \"checkpoint\": expected \"latest\", a step number or a checkpoint's directory name, got " +
+        json_type_phrase(spec));
   }
   const std::string name = spec.get<std::string>();
   if (name == "latest") return std::pair{all.back(), step_of(all.back())};
   if (name.empty() || name.find('/') != std::string::npos || name == "." || name == ".." ||
       name.find('\0') != std::string::npos) {
-    return Status::error("field \"checkpoint\": \"" + name + "\" is not a checkpoint of run " + std::to_string(r.id) +
-                         ": give \"latest\", a step number, or the name of a directory under the run's checkpoints "
-                         "(such as \"" + fs::path(all.back()).filename().string() + "\"), never a path" + hint);
+    return Status::error(
+        "field \"checkpoint\": \"" + name + "\" is not a checkpoint of run " + std::to_string(r.id) +
+        ": give \"latest\", a step number, or the name of a directory under the run's checkpoints "
+        "(such as \"" +
+        fs::path(all.back()).filename().string() + "\"), never a path" + hint);
   }
   for (const std::string& d : all)
     if (fs::path(d).filename() == name) return std::pair{d, step_of(d)};
-  return Status::error("field \"checkpoint\": run " + std::to_string(r.id) + " has no committed checkpoint named \"" +
-                       name + "\"" + hint);
+  return Status::error("field \"checkpoint\": run " + std::to_string(r.id) +
+                       " has no committed checkpoint named \"" + name + "\"" + hint);
 }
 
 void Coordinator::Impl::relocate(Run& r) {
   const std::string node = std::exchange(r.relocate_node, "");
   r.store.reset();
-  event(r.id, "quarantine_stopped", "run " + std::to_string(r.id) + " stopped to leave quarantined node " + node,
-        {{"node", node}}, r.last_step, node);
+  event(r.id, "quarantine_stopped",
+        "run " + std::to_string(r.id) + " stopped to leave quarantined node " + node, {{"node", node}},
+        r.last_step, node);
   auto fail = [&](const std::string& why) {
     set_state(r, RunState::kFailed);
     r.message = "could not be moved off quarantined node " + node + ": " + why;
@@ -334,7 +350,8 @@ void Coordinator::Impl::relocate(Run& r) {
   r.resume_kind = "quarantine";
   r.checkpoint_policy.restart_at(step);
   event(r.id, "quarantine_placed",
-        "dp " + std::to_string(old_dp) + " -> " + std::to_string(dp) + ": " + one_line(placement_describe(pn, p.value())),
+        "dp " + std::to_string(old_dp) + " -> " + std::to_string(dp) + ": " +
+            one_line(placement_describe(pn, p.value())),
         {{"dp", dp}, {"previous_dp", old_dp}, {"spares_used", p->spares_used()}, {"checkpoint", dir}}, step);
 }
 
@@ -345,7 +362,8 @@ HttpResponse Coordinator::Impl::submit(const HttpRequest& req) {
   std::optional<int64_t> max_steps = f.integer("max_steps", 0, int64_t{1} << 40, JsonFields::optional);
   const json* layout = f.object("layout");
   const json* straggler = f.object("straggler", JsonFields::optional);
-  std::optional<int64_t> every = f.integer("checkpoint_every_steps", 1, int64_t{1} << 40, JsonFields::optional);
+  std::optional<int64_t> every =
+      f.integer("checkpoint_every_steps", 1, int64_t{1} << 40, JsonFields::optional);
   std::optional<int64_t> keep_last = f.integer("keep_last", 1, 100000, JsonFields::optional);
   std::optional<int64_t> dp, zero, tp, pp;
   if (layout != nullptr) {
@@ -362,7 +380,8 @@ HttpResponse Coordinator::Impl::submit(const HttpRequest& req) {
   Result<Config> cfg = config_parse(*toml, "config");
   if (!cfg.ok()) return HttpResponse::error(400, "field \"config\": " + cfg.error());
   if (name) {
-    if (Status s = check_name("name", *name, kMaxRunName); !s.ok()) return HttpResponse::error(400, s.message());
+    if (Status s = check_name("name", *name, kMaxRunName); !s.ok())
+      return HttpResponse::error(400, s.message());
   }
   if (Status s = train_layout_check(cfg.value(), static_cast<int>(*dp)); !s.ok()) {
     return HttpResponse::error(400, "field \"layout.dp\": " + s.message());
@@ -374,7 +393,8 @@ HttpResponse Coordinator::Impl::submit(const HttpRequest& req) {
   if (!p.ok()) return HttpResponse::error(409, p.error());  // nothing started, nothing recorded
 
   const std::string run_name = name.value_or(std::string("run"));
-  const std::string layout_text = "dp=" + std::to_string(*dp) + " tp=1 pp=1 zero=" + std::to_string(zero.value_or(0));
+  const std::string layout_text =
+      "dp=" + std::to_string(*dp) + " tp=1 pp=1 zero=" + std::to_string(zero.value_or(0));
   int64_t id = -1;
   {
     // The one write not queued: the run's id comes from the database. Records of the run come later.
@@ -384,8 +404,8 @@ HttpResponse Coordinator::Impl::submit(const HttpRequest& req) {
     draft.zero = static_cast<int>(zero.value_or(0));
     draft.max_steps = max_steps.value_or(-1);
     draft.straggler = StragglerWatch(straggler_options.value());
-    draft.checkpoint_policy =
-        CheckpointPolicy({.every_steps = every.value_or(0), .keep_last = static_cast<int>(keep_last.value_or(0))});
+    draft.checkpoint_policy = CheckpointPolicy(
+        {.every_steps = every.value_or(0), .keep_last = static_cast<int>(keep_last.value_or(0))});
     id = db->begin_run({.name = run_name,
                         .world_size = static_cast<int32_t>(*dp),
                         .config = *toml,
@@ -400,7 +420,8 @@ HttpResponse Coordinator::Impl::submit(const HttpRequest& req) {
   r.zero = static_cast<int>(zero.value_or(0));
   r.max_steps = max_steps.value_or(-1);
   r.straggler = StragglerWatch(straggler_options.value());
-  r.checkpoint_policy = CheckpointPolicy({.every_steps = every.value_or(0), .keep_last = static_cast<int>(keep_last.value_or(0))});
+  r.checkpoint_policy = CheckpointPolicy(
+      {.every_steps = every.value_or(0), .keep_last = static_cast<int>(keep_last.value_or(0))});
   r.config_toml = *toml;
   r.backend = cfg->train.backend;
   r.created_unix = now_unix_s();
@@ -467,12 +488,14 @@ HttpResponse Coordinator::Impl::resume_from(const HttpRequest& req) {
   Result<Config> cfg = config_parse(r->config_toml, "config");
   if (!cfg.ok()) return HttpResponse::error(500, "the run's config no longer parses: " + cfg.error());
   if (cfg->train.global_batch % new_dp != 0) {
-    return HttpResponse::error(400, "field \"layout.dp\": " + std::to_string(new_dp) + " does not divide the run's train.global_batch = " +
+    return HttpResponse::error(400, "field \"layout.dp\": " + std::to_string(new_dp) +
+                                        " does not divide the run's train.global_batch = " +
                                         std::to_string(cfg->train.global_batch));
   }
   if (new_dp > r->db_world) {
-    return HttpResponse::error(400, "field \"layout.dp\": run " + std::to_string(r->id) + " was recorded for at most " +
-                                        std::to_string(r->db_world) + " ranks; resume it on dp <= " + std::to_string(r->db_world) +
+    return HttpResponse::error(400, "field \"layout.dp\": run " + std::to_string(r->id) +
+                                        " was recorded for at most " + std::to_string(r->db_world) +
+                                        " ranks; resume it on dp <= " + std::to_string(r->db_world) +
                                         ", or submit a new run for a larger layout");
   }
   const std::vector<PlacementNode> pn = placement_nodes();
@@ -496,7 +519,8 @@ HttpResponse Coordinator::Impl::resume_from(const HttpRequest& req) {
   r->checkpoint_policy.restart_at(step);
   const std::string layout_text = "dp=" + std::to_string(r->dp) + " zero=" + std::to_string(r->zero);
   event(r->id, "resume_requested",
-        "resume from " + fs::path(c->first).filename().string() + " on " + layout_text + " requested from " + req.remote,
+        "resume from " + fs::path(c->first).filename().string() + " on " + layout_text + " requested from " +
+            req.remote,
         {{"from", req.remote}, {"checkpoint", c->first}, {"step", step}, {"layout", layout_text}}, step);
   event(r->id, "resume_placed", one_line(placement_describe(pn, p.value())),
         {{"dp", r->dp}, {"previous_dp", old_dp}, {"spares_used", p->spares_used()}}, step);

@@ -1,9 +1,8 @@
 // The API's views (coordinator_impl.h): the JSON replies of the reads (cluster, runs, steps, ranks,
 // checkpoints, events) and the coordinator's /metrics.
-#include "engine/cluster/coordinator_impl.h"
-
 #include <sstream>
 
+#include "engine/cluster/coordinator_impl.h"
 #include "telemetry/prometheus.h"
 #include "telemetry/record_json.h"
 
@@ -31,22 +30,25 @@ Result<std::vector<int32_t>> parse_ranks(const std::string& text, int world) {
     char* end = nullptr;
     long v = std::strtol(item.c_str(), &end, 10);
     if (item.empty() || *end != '\0' || v < 0 || v >= world) {
-      return Status::error("ranks: \"" + item + "\" is not a rank of this run (expected \"all\" or a list such as 0,1,3 of ranks 0.." +
-                           std::to_string(world - 1) + ")");
+      return Status::error(
+          "ranks: \"" + item +
+          "\" is not a rank of this run (expected \"all\" or a list such as 0,1,3 of ranks 0.." +
+          std::to_string(world - 1) + ")");
     }
     out.push_back(static_cast<int32_t>(v));
   }
   return out;
 }
 
-Result<int64_t> parse_int_query(const HttpRequest& req, const char* key, int64_t min, int64_t max, int64_t fallback) {
+Result<int64_t> parse_int_query(const HttpRequest& req, const char* key, int64_t min, int64_t max,
+                                int64_t fallback) {
   std::optional<std::string> v = req.query_value(key);
   if (!v) return fallback;
   char* end = nullptr;
   long long x = std::strtoll(v->c_str(), &end, 10);
   if (v->empty() || *end != '\0' || x < min || x > max) {
-    return Status::error(std::string(key) + "=\"" + *v + "\": expected an integer in [" + std::to_string(min) + ", " +
-                         std::to_string(max) + "]");
+    return Status::error(std::string(key) + "=\"" + *v + "\": expected an integer in [" +
+                         std::to_string(min) + ", " + std::to_string(max) + "]");
   }
   return static_cast<int64_t>(x);
 }
@@ -65,8 +67,14 @@ json Coordinator::Impl::node_json(const Node& n) const {
       }
     }
   }
-  return {{"id", n.id},          {"slots", n.slots},  {"busy_slots", used},    {"state", node_state_name(n.state)},
-          {"last_seen_unix_s", n.last_seen_unix}, {"pid", n.pid}, {"host", n.host}, {"runs", run_ids},
+  return {{"id", n.id},
+          {"slots", n.slots},
+          {"busy_slots", used},
+          {"state", node_state_name(n.state)},
+          {"last_seen_unix_s", n.last_seen_unix},
+          {"pid", n.pid},
+          {"host", n.host},
+          {"runs", run_ids},
           {"metrics_url", n.metrics_url}};
 }
 
@@ -127,8 +135,12 @@ HttpResponse Coordinator::Impl::cluster() {
   }
   int live = 0;
   for (const auto& [id, r] : runs) live += !run_state_terminal(r.state);
-  return HttpResponse::ok({{"nodes", ns}, {"slots", slots}, {"busy_slots", busy}, {"runs_live", live},
-                           {"runs", runs.size()}, {"url", server->url()}});
+  return HttpResponse::ok({{"nodes", ns},
+                           {"slots", slots},
+                           {"busy_slots", busy},
+                           {"runs_live", live},
+                           {"runs", runs.size()},
+                           {"url", server->url()}});
 }
 
 Coordinator::Impl::RunKey Coordinator::Impl::run_key(const HttpRequest& req, HttpResponse* err) {
@@ -178,8 +190,12 @@ HttpResponse Coordinator::Impl::steps(const HttpRequest& req) {
   std::unique_lock<std::mutex> db_lock = read_lock();
   if (buckets.value() > 0) {
     BandResult loss, total;
-    if (!db->query_step_band(r->id, StepMetric::loss, begin, kStepEnd, static_cast<int32_t>(buckets.value()), &loss) ||
-        !db->query_band({.run_id = r->id, .metric = RankMetric::total, .step_begin = begin, .ranks = ranks,
+    if (!db->query_step_band(r->id, StepMetric::loss, begin, kStepEnd, static_cast<int32_t>(buckets.value()),
+                             &loss) ||
+        !db->query_band({.run_id = r->id,
+                         .metric = RankMetric::total,
+                         .step_begin = begin,
+                         .ranks = ranks,
                          .max_buckets = static_cast<int32_t>(buckets.value())},
                         &total)) {
       return HttpResponse::error(500, "cannot read the run's steps: " + db->error());
@@ -187,8 +203,14 @@ HttpResponse Coordinator::Impl::steps(const HttpRequest& req) {
     auto buckets_json = [](const BandResult& b) {
       json a = json::array();
       for (const Bucket& k : b.buckets) {
-        a.push_back({{"step_begin", k.step_begin}, {"step_end", k.step_end}, {"count", k.count}, {"min", k.min},
-                     {"max", k.max}, {"max_rank", k.max_rank}, {"mean", k.mean}, {"last", k.last}});
+        a.push_back({{"step_begin", k.step_begin},
+                     {"step_end", k.step_end},
+                     {"count", k.count},
+                     {"min", k.min},
+                     {"max", k.max},
+                     {"max_rank", k.max_rank},
+                     {"mean", k.mean},
+                     {"last", k.last}});
       }
       return a;
     };
@@ -222,12 +244,20 @@ HttpResponse Coordinator::Impl::ranks(const HttpRequest& req) {
     for (int k = 0; k < s.ranks; ++k) {
       const int rank = s.first_rank + k;
       const RankStepRecord& last = r->latest[static_cast<size_t>(rank)];
-      out.push_back({{"rank", rank}, {"node", s.node}, {"slot", s.slots[static_cast<size_t>(k)]}, {"local_rank", k},
-                     {"last_step", last.step}, {"host", last.host}, {"step_seconds", last.total_s},
-                     {"done", s.done}, {"straggler", r->straggler.rank_json(rank)}});
+      out.push_back({{"rank", rank},
+                     {"node", s.node},
+                     {"slot", s.slots[static_cast<size_t>(k)]},
+                     {"local_rank", k},
+                     {"last_step", last.step},
+                     {"host", last.host},
+                     {"step_seconds", last.total_s},
+                     {"done", s.done},
+                     {"straggler", r->straggler.rank_json(rank)}});
     }
   }
-  return HttpResponse::ok({{"run", r->id}, {"generation", r->generation}, {"ranks", out},
+  return HttpResponse::ok({{"run", r->id},
+                           {"generation", r->generation},
+                           {"ranks", out},
                            {"straggler", r->straggler.summary_json()}});
 }
 
@@ -238,12 +268,17 @@ HttpResponse Coordinator::Impl::checkpoints(const HttpRequest& req) {
   std::vector<CheckpointInfo> cs;
   {
     std::unique_lock<std::mutex> db_lock = read_lock();
-    if (!db->list_checkpoints(r.id, &cs)) return HttpResponse::error(500, "cannot list checkpoints: " + db->error());
+    if (!db->list_checkpoints(r.id, &cs))
+      return HttpResponse::error(500, "cannot list checkpoints: " + db->error());
   }
   json out = json::array();
   for (const CheckpointInfo& c : cs) {
-    out.push_back({{"step", c.step}, {"path", c.path}, {"bytes", c.bytes}, {"write_s", c.write_s},
-                   {"state", c.state}, {"time_unix_s", c.time_unix_s}});
+    out.push_back({{"step", c.step},
+                   {"path", c.path},
+                   {"bytes", c.bytes},
+                   {"write_s", c.write_s},
+                   {"state", c.state},
+                   {"time_unix_s", c.time_unix_s}});
   }
   return HttpResponse::ok({{"run", r.id}, {"checkpoints", out}});
 }
@@ -285,7 +320,8 @@ HttpResponse Coordinator::Impl::events(const HttpRequest& req) {
       }
     }
     for (const EventRow& e : rows) {
-      if (!w.send({.id = std::to_string(e.id), .event = e.event.kind, .data = record_to_json(e.event)})) return false;
+      if (!w.send({.id = std::to_string(e.id), .event = e.event.kind, .data = record_to_json(e.event)}))
+        return false;
       cursor = e.id;
     }
     // A finished run's stream ends once it has sent everything, so `ctl events` returns.
@@ -315,22 +351,28 @@ HttpResponse Coordinator::Impl::metrics() {
   w.family("gantry_ingest_records_total", MetricType::counter, "Records received from agents.");
   w.sample({}, static_cast<double>(records_total));
   const IngestWriterStats ws = writer->stats();
-  w.family("gantry_ingest_queued_records", MetricType::gauge, "Agents' records waiting for the database writer.");
+  w.family("gantry_ingest_queued_records", MetricType::gauge,
+           "Agents' records waiting for the database writer.");
   w.sample({}, static_cast<double>(ws.queued_records));
-  w.family("gantry_ingest_transactions_total", MetricType::counter, "Database transactions of records committed.");
+  w.family("gantry_ingest_transactions_total", MetricType::counter,
+           "Database transactions of records committed.");
   w.sample({}, static_cast<double>(ws.transactions));
-  w.family("gantry_ingest_written_records_total", MetricType::counter, "Records written to the run database.");
+  w.family("gantry_ingest_written_records_total", MetricType::counter,
+           "Records written to the run database.");
   w.sample({}, static_cast<double>(ws.records));
-  w.family("gantry_ingest_refused_beats_total", MetricType::counter, "Heartbeats refused (503) while the writer was behind.");
+  w.family("gantry_ingest_refused_beats_total", MetricType::counter,
+           "Heartbeats refused (503) while the writer was behind.");
   w.sample({}, static_cast<double>(ws.refused_batches));
   w.family("gantry_ingest_failed_records_total", MetricType::counter, "Records the database refused.");
   w.sample({}, static_cast<double>(ws.failed_records));
   w.family("gantry_run_step", MetricType::gauge, "Latest optimizer step of each live run.");
   for (const auto& [id, r] : runs)
-    if (!run_state_terminal(r.state)) w.sample({{"run", std::to_string(id)}}, static_cast<double>(r.last_step));
+    if (!run_state_terminal(r.state))
+      w.sample({{"run", std::to_string(id)}}, static_cast<double>(r.last_step));
   w.family("gantry_run_loss", MetricType::gauge, "Training loss at the latest step of each live run.");
   for (const auto& [id, r] : runs)
-    if (!run_state_terminal(r.state) && r.last_step >= 0) w.sample({{"run", std::to_string(id)}}, r.latest_step.loss);
+    if (!run_state_terminal(r.state) && r.last_step >= 0)
+      w.sample({{"run", std::to_string(id)}}, r.latest_step.loss);
   w.family("gantry_run_stragglers", MetricType::gauge, "Ranks of each live run flagged as stragglers.");
   for (const auto& [id, r] : runs)
     if (!run_state_terminal(r.state)) w.sample({{"run", std::to_string(id)}}, r.straggler.flagged_count());
