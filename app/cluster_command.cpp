@@ -21,8 +21,8 @@
 
 #include "app/commands.h"
 #include "engine/cluster/agent.h"
+#include "engine/cluster/api_client.h"
 #include "engine/cluster/coordinator.h"
-#include "engine/cluster/http_client.h"
 #include "engine/cluster/token.h"
 
 namespace gantry {
@@ -274,9 +274,9 @@ int up_main(const UpArgs& a) {
     Result<pid_t> p = spawn_daemon(args, dir / ("agent-" + node + ".log"), dir / ("agent-" + node + ".pid"));
     if (!p.ok()) return fail(p.error());
   }
-  HttpClient api({.url = url, .token = token.value()});
+  ApiClient api({.url = url, .token = token.value()});
   for (;;) {
-    Result<nlohmann::json> c = api.get_json("/v1/cluster");
+    Result<nlohmann::json> c = api.cluster();
     if (c.ok() && static_cast<int>(c->at("nodes").size()) >= a.nodes + a.spares) break;
     if (Clock::now() > deadline) {
       return fail("the agents did not all register in time (" + (c.ok() ? std::to_string(c->at("nodes").size()) : c.error()) +

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "app/console_parts.h"
-#include "engine/cluster/http_client.h"
+#include "engine/cluster/api_client.h"
 #include "engine/cluster/token.h"
 
 namespace gantry {
@@ -90,10 +90,11 @@ Result<console::Endpoint> console_cluster_up(const std::string& engine, const st
     const std::string url = first_line(slurp(url_file));
     Result<std::string> token = token_file_read(token_file.string());
     if (token.ok() && !url.empty()) {
-      HttpClient probe({.url = url, .token = token.value(), .connect_timeout = std::chrono::milliseconds(1000),
-                        .timeout = std::chrono::milliseconds(3000)});
-      Result<HttpReply> h = probe.get("/v1/cluster");
-      if (h.ok() && h->ok()) return console::Endpoint{url, token.value()};
+      ApiClient probe({.url = url,
+                       .token = token.value(),
+                       .connect_timeout = std::chrono::milliseconds(1000),
+                       .timeout = std::chrono::milliseconds(3000)});
+      if (probe.cluster().ok()) return console::Endpoint{url, token.value()};
     }
   }
   const fs::path out = fs::path(dir) / "up.out", err = fs::path(dir) / "up.err";

@@ -1,4 +1,4 @@
-// gantry-engine ctl: the coordinator's API from a terminal (engine/cluster/http_client.h). Tables by
+// gantry-engine ctl: the coordinator's API from a terminal (engine/cluster/api_client.h). Tables by
 // default, the API's JSON with --json.
 //   ctl --url U --token-file F status | runs | submit --config C --dp N [--checkpoint-every N] [--keep-last
 //   K] |
@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "app/commands.h"
-#include "engine/cluster/http_client.h"
+#include "engine/cluster/api_client.h"
 #include "engine/cluster/token.h"
 #include "telemetry/straggler.h"  // straggler_excess_text: the words the console uses too
 
@@ -114,7 +114,7 @@ int ctl_main(const std::string& what, const CtlArgs& a) {
 
   if (what == "events") {
     HttpEventStream s(o);
-    Status st = s.run("/v1/runs/" + run + "/events", [&](const SseEvent& e) {
+    Status st = ApiClient::follow_events(s, a.run, [&](const SseEvent& e) {
       if (a.json_out) {
         std::printf("%s\n", e.data.c_str());
       } else {
@@ -130,14 +130,14 @@ int ctl_main(const std::string& what, const CtlArgs& a) {
     return st.ok() ? 0 : fail(st.message());
   }
 
-  HttpClient api(o);
+  ApiClient api(o);
   Result<json> r = Status::error("");
   if (what == "status") {
-    r = api.get_json("/v1/cluster");
+    r = api.cluster();
   } else if (what == "runs") {
-    r = api.get_json("/v1/runs");
+    r = api.runs();
   } else if (what == "ranks") {
-    r = api.get_json("/v1/runs/" + run + "/ranks");
+    r = api.ranks(a.run);
   } else if (what == "submit") {
     std::ifstream in(a.config);
     if (!in) return fail("cannot read --config " + a.config, kExitBadInput);
@@ -148,10 +148,10 @@ int ctl_main(const std::string& what, const CtlArgs& a) {
     if (a.checkpoint_every > 0) body["checkpoint_every_steps"] = a.checkpoint_every;
     if (a.keep_last > 0) body["keep_last"] = a.keep_last;
     if (!a.name.empty()) body["name"] = a.name;
-    r = api.post_json("/v1/runs", body);
+    r = api.submit(body);
     if (!r.ok() && r.error().find(" 409 ") != std::string::npos) return fail(r.error(), 3);
   } else if (what == "quarantine" || what == "release") {
-    r = api.post_json("/v1/nodes/" + a.node + "/" + what, json::object());
+    r = what == "quarantine" ? api.quarantine(a.node) : api.release(a.node);
   } else if (what == "resume-from") {
     // A step number travels as a number, so that "42" names step 42 rather than a directory called "42".
     json ckpt = a.checkpoint;
@@ -161,10 +161,12 @@ int ctl_main(const std::string& what, const CtlArgs& a) {
     json body = {{"checkpoint", ckpt}};
     if (a.resume_dp > 0) body["layout"]["dp"] = a.resume_dp;
     if (a.resume_zero >= 0) body["layout"]["zero"] = a.resume_zero;
-    r = api.post_json("/v1/runs/" + run + "/resume-from", body);
+    r = api.resume_from(a.run, body);
     if (!r.ok() && r.error().find(" 409 ") != std::string::npos) return fail(r.error(), 3);
   } else {
-    r = api.post_json("/v1/runs/" + run + "/" + what, json::object());
+    const std::optional<RunAction> action = run_action_from_name(what);
+    if (!action) return fail("unknown command " + what, kExitBadInput);
+    r = api.action(a.run, *action);
   }
   if (!r.ok()) {
     // The coordinator's word that the request itself was wrong (a bad field, no such run or node, a body

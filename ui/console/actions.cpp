@@ -2,62 +2,37 @@
 
 namespace gantry::console {
 
-std::string_view action_label(Action a) {
+std::string_view action_label(RunAction a) {
   switch (a) {
-    case Action::checkpoint:
+    case RunAction::kCheckpoint:
       return "Checkpoint now";
-    case Action::pause:
+    case RunAction::kPause:
       return "Pause";
-    case Action::resume:
+    case RunAction::kResume:
       return "Resume";
-    case Action::stop:
+    case RunAction::kStop:
       return "Stop";
-    case Action::resume_from:
+    case RunAction::kResumeFrom:
       return "Resume from checkpoint";
+    case RunAction::kQuarantineMove:
+      return "Quarantine";
   }
   return "?";
 }
 
-std::string_view action_route(Action a) {
-  switch (a) {
-    case Action::checkpoint:
-      return "checkpoint";
-    case Action::pause:
-      return "pause";
-    case Action::resume:
-      return "resume";
-    case Action::stop:
-      return "stop";
-    case Action::resume_from:
-      return "resume-from";
-  }
-  return "?";
-}
-
-ActionAvailability action_availability(Action a, std::string_view state, size_t committed_checkpoints,
+ActionAvailability action_availability(RunAction a, std::string_view state, size_t committed_checkpoints,
                                        bool connected) {
   auto no = [](std::string why) { return ActionAvailability{.enabled = false, .why_not = std::move(why)}; };
   if (!connected) return no("not connected to the coordinator");
   if (state.empty()) return no("no run selected");
-  const bool live = state == "running" || state == "paused";
-  const bool ended = state == "finished" || state == "stopped" || state == "failed" || state == "interrupted";
-  const std::string is = "the run is " + std::string(state);
-  switch (a) {
-    case Action::checkpoint:
-    case Action::stop:
-      return live ? ActionAvailability{true, ""} : no(is);
-    case Action::pause:
-      return state == "running" ? ActionAvailability{true, ""} : no(is + ", not running");
-    case Action::resume:
-      return state == "paused" ? ActionAvailability{true, ""} : no(is + ", not paused");
-    case Action::resume_from:
-      if (state != "stopped" && state != "failed" && state != "interrupted") {
-        return no(ended ? is + ": only a stopped, failed or interrupted run resumes" : is + ": stop it first");
-      }
-      if (committed_checkpoints == 0) return no("the run has no committed checkpoint");
-      return {true, ""};
+  const std::optional<RunState> s = run_state_from_name(state);
+  if (!s) return no("the run's state \"" + std::string(state) + "\" is not one this console knows");
+  if (Status check = run_action_check(a, *s); !check.ok()) {
+    return no("cannot " + std::string(run_action_name(a)) + ": " + check.message());
   }
-  return no("unknown action");
+  if (a == RunAction::kResumeFrom && committed_checkpoints == 0)
+    return no("the run has no committed checkpoint");
+  return {true, ""};
 }
 
 }  // namespace gantry::console

@@ -14,16 +14,16 @@ void ActionsPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
   size_t committed = 0;
   for (const CheckpointView& c : s.checkpoints) committed += c.state == "committed";
   if (s.run.id >= 0) ImGui::Text("run %lld: %s", static_cast<long long>(s.run.id), state.c_str());
-  for (Action a : {Action::checkpoint, Action::pause, Action::resume, Action::stop}) {
+  for (RunAction a : {RunAction::kCheckpoint, RunAction::kPause, RunAction::kResume, RunAction::kStop}) {
     const ActionAvailability av = action_availability(a, state, committed, s.connected);
-    if (a != Action::checkpoint) ImGui::SameLine();
+    if (a != RunAction::kCheckpoint) ImGui::SameLine();
     const std::string label(action_label(a));
     if (ctx.clicks.button(label.c_str(), av.enabled)) ctx.source.request_action(s.run.id, a);
     if (!av.enabled && ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled)) ImGui::SetTooltip("%s", av.why_not.c_str());
   }
 
   // Resume from: a checkpoint of the run (latest by default) and a dp (the run's by default).
-  const ActionAvailability rf = action_availability(Action::resume_from, state, committed, s.connected);
+  const ActionAvailability rf = action_availability(RunAction::kResumeFrom, state, committed, s.connected);
   if (checkpoint_index_ >= static_cast<int>(s.checkpoints.size())) checkpoint_index_ = -1;
   const std::string preview = checkpoint_index_ < 0 ? std::string("latest")
                                                     : "step " + std::to_string(s.checkpoints[static_cast<size_t>(checkpoint_index_)].step);
@@ -42,7 +42,7 @@ void ActionsPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
   ImGui::SetNextItemWidth(ImGui::GetFontSize() * 6);
   ImGui::InputInt("dp (0 = same)", &dp_);
   dp_ = std::max(0, std::min(dp_, 1024));
-  if (ctx.clicks.button(std::string(action_label(Action::resume_from)).c_str(), rf.enabled)) {
+  if (ctx.clicks.button(std::string(action_label(RunAction::kResumeFrom)).c_str(), rf.enabled)) {
     const std::string which = checkpoint_index_ < 0 ? std::string("latest")
                                                     : std::to_string(s.checkpoints[static_cast<size_t>(checkpoint_index_)].step);
     ctx.source.request_resume_from(s.run.id, which, dp_);

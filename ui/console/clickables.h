@@ -5,7 +5,7 @@
 // through the same ImGui path as an operator's.
 //
 //   clicks.begin_frame();
-//   if (clicks.button("Checkpoint now", enabled)) source.request_action(run, Action::checkpoint);
+//   if (clicks.button("Checkpoint now", enabled)) source.request_action(run, RunAction::kCheckpoint);
 #pragma once
 
 #include <imgui.h>

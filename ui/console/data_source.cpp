@@ -4,7 +4,8 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
-#include "engine/cluster/http_client.h"
+#include "engine/cluster/api_client.h"
+#include "engine/cluster/run_lifecycle.h"
 #include "telemetry/record_json.h"
 #include "ui/console/local_cache.h"
 
@@ -107,7 +108,7 @@ CheckpointView checkpoint_from_json(const json& j) {
 }
 
 bool run_ended(const std::string& state) {
-  return state == "finished" || state == "stopped" || state == "failed" || state == "interrupted";
+  return run_state_terminal(state);
 }
 
 }  // namespace
@@ -149,12 +150,11 @@ void DataSource::follow(int64_t run_id) {
   cv_.notify_all();
 }
 
-void DataSource::request_action(int64_t run_id, Action a) {
-  const std::string route(action_route(a));
+void DataSource::request_action(int64_t run_id, RunAction a) {
+  const std::string route(run_action_name(a));
   std::lock_guard<std::mutex> lock(mu_);
-  requests_.push_back({.what = route + " run " + std::to_string(run_id),
-                       .path = "/v1/runs/" + std::to_string(run_id) + "/" + route,
-                       .body = "{}"});
+  requests_.push_back(
+      {.what = route + " run " + std::to_string(run_id), .request = ApiClient::action_request(run_id, a)});
   cv_.notify_all();
 }
 
@@ -168,14 +168,13 @@ void DataSource::request_resume_from(int64_t run_id, const std::string& checkpoi
   if (!l.empty()) body["layout"] = std::move(l);
   std::lock_guard<std::mutex> lock(mu_);
   requests_.push_back({.what = "resume run " + std::to_string(run_id) + " from " + checkpoint,
-                       .path = "/v1/runs/" + std::to_string(run_id) + "/resume-from",
-                       .body = body.dump()});
+                       .request = ApiClient::resume_from_request(run_id, body)});
   cv_.notify_all();
 }
 
 void DataSource::request_quarantine(const std::string& node) {
   std::lock_guard<std::mutex> lock(mu_);
-  requests_.push_back({.what = "quarantine node " + node, .path = "/v1/nodes/" + node + "/quarantine", .body = "{}"});
+  requests_.push_back({.what = "quarantine node " + node, .request = ApiClient::quarantine_request(node)});
   cv_.notify_all();
 }
 
@@ -184,8 +183,7 @@ void DataSource::request_submit_tiny() {
   if (opt_.tiny_max_steps > 0) body["max_steps"] = opt_.tiny_max_steps;
   std::lock_guard<std::mutex> lock(mu_);
   requests_.push_back({.what = "submit the tiny run (dp " + std::to_string(opt_.tiny_dp) + ")",
-                       .path = "/v1/runs",
-                       .body = body.dump(),
+                       .request = ApiClient::submit_request(body),
                        .submit = true});
   cv_.notify_all();
 }
@@ -275,7 +273,7 @@ void DataSource::net_main() {
       publish_locked();
     }
   }
-  std::unique_ptr<HttpClient> api;
+  std::unique_ptr<ApiClient> api;
   for (;;) {
     std::deque<Request> todo;
     {
@@ -287,7 +285,8 @@ void DataSource::net_main() {
       }
       todo.swap(requests_);
     }
-    if (!api) api = std::make_unique<HttpClient>(HttpClientOptions{.url = endpoint_.url, .token = endpoint_.token});
+    if (!api)
+      api = std::make_unique<ApiClient>(HttpClientOptions{.url = endpoint_.url, .token = endpoint_.token});
     for (const Request& r : todo) carry_out(*api, r);
     const bool ok = poll_once(*api);
     std::unique_lock<std::mutex> lock(mu_);
@@ -296,8 +295,8 @@ void DataSource::net_main() {
   }
 }
 
-void DataSource::carry_out(HttpClient& api, const Request& r) {
-  Result<HttpReply> reply = api.post(r.path, json::parse(r.body));
+void DataSource::carry_out(ApiClient& api, const Request& r) {
+  Result<HttpReply> reply = api.send(r.request);
   std::lock_guard<std::mutex> lock(mu_);
   ActionOutcome& o = master_.last_action;
   o.serial += 1;
@@ -322,9 +321,9 @@ void DataSource::carry_out(HttpClient& api, const Request& r) {
   publish_locked();
 }
 
-bool DataSource::poll_once(HttpClient& api) {
-  Result<json> cluster = api.get_json("/v1/cluster");
-  Result<json> runs = cluster.ok() ? api.get_json("/v1/runs") : Result<json>(cluster.status());
+bool DataSource::poll_once(ApiClient& api) {
+  Result<json> cluster = api.cluster();
+  Result<json> runs = cluster.ok() ? api.runs() : Result<json>(cluster.status());
   if (!runs.ok()) {
     std::lock_guard<std::mutex> lock(mu_);
     master_.phase = "reconnecting";
@@ -388,11 +387,10 @@ bool DataSource::poll_once(HttpClient& api) {
   }
   if (id < 0) return true;
 
-  const std::string base = "/v1/runs/" + std::to_string(id);
   if (need_config) {
     // The list leaves the config out; the run's own route has it (the what-if panel plans from it). A
     // run's config never changes, so once a run is enough; a failure is retried on the next poll.
-    if (Result<json> detail = api.get_json(base); detail.ok()) {
+    if (Result<json> detail = api.run(id); detail.ok()) {
       std::lock_guard<std::mutex> lock(mu_);
       config_run_ = id;
       config_ = field<std::string>(detail.value(), "config", "");
@@ -400,10 +398,9 @@ bool DataSource::poll_once(HttpClient& api) {
     }
   }
   const int64_t limit = std::min<int64_t>(100000, 256 * static_cast<int64_t>(world));
-  Result<json> steps = api.get_json(base + "/steps?after=" + std::to_string(after) + "&ranks=all&limit=" +
-                                    std::to_string(limit));
-  Result<json> ranks = steps.ok() ? api.get_json(base + "/ranks") : Result<json>(steps.status());
-  Result<json> ckpts = ranks.ok() ? api.get_json(base + "/checkpoints") : Result<json>(ranks.status());
+  Result<json> steps = api.steps(id, {.after = after, .ranks = "all", .limit = limit});
+  Result<json> ranks = steps.ok() ? api.ranks(id) : Result<json>(steps.status());
+  Result<json> ckpts = ranks.ok() ? api.checkpoints(id) : Result<json>(ranks.status());
   if (!ckpts.ok()) {
     std::lock_guard<std::mutex> lock(mu_);
     fail_locked(ckpts.error());
@@ -483,28 +480,33 @@ void DataSource::events_main() {
     HttpEventStream stream({.url = endpoint_.url, .token = endpoint_.token});
     stream_ = &stream;
     lock.unlock();
-    Status st = stream.run("/v1/runs/" + std::to_string(id) + "/events", [&](const SseEvent& e) {
-      EventView v;
-      v.id = std::strtoll(e.id.c_str(), nullptr, 10);
-      std::string error;
-      if (!record_from_json(e.data, &v.record, &error)) return true;  // not a record: skip it, keep reading
-      std::lock_guard<std::mutex> g(mu_);
-      if (stop_ || master_.run.id != id) return false;
-      if (v.id <= last_event_id_) return true;  // seen before a reconnect
-      last_event_id_ = v.id;
-      const std::string& kind = v.record.kind;
-      if ((kind == "quarantine_placed" || kind == "resume_placed") && v.record.step >= 0) {
-        // The server forgot the steps after the checkpoint the run resumed from; they will be trained again.
-        steps_.rewind(v.record.step);
-        grid_.rewind(v.record.step);
-        steps_dirty_ = grid_dirty_ = true;
-        pending_rewind_ = v.record.step;
-      }
-      pending_cache_events_.push_back(v.record);
-      master_.events.push_back(std::move(v));
-      publish_locked();
-      return true;
-    }, resume);
+    Status st = ApiClient::follow_events(
+        stream, id,
+        [&](const SseEvent& e) {
+          EventView v;
+          v.id = std::strtoll(e.id.c_str(), nullptr, 10);
+          std::string error;
+          if (!record_from_json(e.data, &v.record, &error))
+            return true;  // not a record: skip it, keep reading
+          std::lock_guard<std::mutex> g(mu_);
+          if (stop_ || master_.run.id != id) return false;
+          if (v.id <= last_event_id_) return true;  // seen before a reconnect
+          last_event_id_ = v.id;
+          const std::string& kind = v.record.kind;
+          if ((kind == "quarantine_placed" || kind == "resume_placed") && v.record.step >= 0) {
+            // The server forgot the steps after the checkpoint the run resumed from; they will be trained
+            // again.
+            steps_.rewind(v.record.step);
+            grid_.rewind(v.record.step);
+            steps_dirty_ = grid_dirty_ = true;
+            pending_rewind_ = v.record.step;
+          }
+          pending_cache_events_.push_back(v.record);
+          master_.events.push_back(std::move(v));
+          publish_locked();
+          return true;
+        },
+        resume);
     lock.lock();
     stream_ = nullptr;
     if (stop_) return;

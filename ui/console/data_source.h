@@ -12,7 +12,7 @@
 //   DataSource source(options, [] { return Endpoint{url, token}; });
 //   source.start();
 //   per frame: std::shared_ptr<const ConsoleSnapshot> s = source.snapshot();
-//   on a click: source.request_action(s->run.id, Action::checkpoint);
+//   on a click: source.request_action(s->run.id, RunAction::kCheckpoint);
 //   source.stop();   // joins both threads (also in the destructor)
 #pragma once
 
@@ -27,14 +27,10 @@
 #include <string>
 #include <thread>
 
+#include "engine/cluster/api_client.h"  // ApiRequest: the queued requests
 #include "engine/core/status.h"
 #include "ui/console/actions.h"
 #include "ui/console/console_state.h"
-
-namespace gantry {
-class HttpClient;
-class HttpEventStream;
-}
 
 namespace gantry::console {
 
@@ -79,7 +75,7 @@ class DataSource {
   // Requests, carried out in order on the network thread; each one's outcome becomes
   // snapshot()->last_action.
   void follow(int64_t run_id);  // -1: the newest live run (the default)
-  void request_action(int64_t run_id, Action a);  // checkpoint, pause, resume, stop
+  void request_action(int64_t run_id, RunAction a);  // checkpoint, pause, resume, stop
   void request_resume_from(int64_t run_id, const std::string& checkpoint, int dp) {
     request_resume_from(run_id, checkpoint, ResumeLayout{.dp = dp});
   }
@@ -97,14 +93,13 @@ class DataSource {
  private:
   struct Request {
     std::string what;  // for the outcome: "checkpoint run 3"
-    std::string path;
-    std::string body;  // JSON
+    ApiRequest request;
     bool submit = false;
   };
   void net_main();
   void events_main();
-  bool poll_once(HttpClient& api);
-  void carry_out(HttpClient& api, const Request& r);
+  bool poll_once(ApiClient& api);
+  void carry_out(ApiClient& api, const Request& r);
   void publish_locked();
   void fail_locked(const std::string& error);
   bool wait_locked(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds d);

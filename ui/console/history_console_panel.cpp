@@ -4,13 +4,14 @@
 #include <filesystem>
 #include <string>
 
+#include "engine/cluster/run_lifecycle.h"  // run_state_terminal
 #include "ui/console/panels.h"
 
 namespace gantry::console {
 namespace {
 
 bool ended(const std::string& state) {
-  return state == "finished" || state == "stopped" || state == "failed" || state == "interrupted";
+  return run_state_terminal(state);
 }
 
 }  // namespace

@@ -2,12 +2,15 @@
 
 #include <cstdio>
 
+#include "engine/cluster/api_client.h"     // ApiClient::run_path: the run's name in the key
+#include "engine/cluster/run_lifecycle.h"  // the API's run states
+
 namespace gantry::console {
 
 std::string local_cache_key(const std::string& url, const RunView& run) {
   char created[32];
   std::snprintf(created, sizeof created, "%.3f", run.created_unix_s);
-  return "gantry-console " + url + "/v1/runs/" + std::to_string(run.id) + " created " + created;
+  return "gantry-console " + url + ApiClient::run_path(run.id) + " created " + created;
 }
 
 std::unique_ptr<LocalCache> LocalCache::open(const std::string& path, std::string* error) {
@@ -88,10 +91,11 @@ bool LocalCache::rewind(int64_t local, int64_t step) {
 }
 
 bool LocalCache::finish(int64_t local, const RunView& run) {
-  const RunStatus st = run.state == "failed"        ? RunStatus::failed
-                       : run.state == "stopped"     ? RunStatus::stopped
-                       : run.state == "interrupted" ? RunStatus::interrupted
-                                                    : RunStatus::finished;
+  const std::optional<RunState> rs = run_state_from_name(run.state);
+  const RunStatus st = rs == RunState::kFailed        ? RunStatus::failed
+                       : rs == RunState::kStopped     ? RunStatus::stopped
+                       : rs == RunState::kInterrupted ? RunStatus::interrupted
+                                                      : RunStatus::finished;
   if (db_->finish_run(local, st, run.message)) return true;
   error_ = "local cache: " + db_->error();
   return false;

@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 
+#include "engine/cluster/run_lifecycle.h"  // run_state_terminal
+
 namespace gantry::console {
 namespace {
 
@@ -137,9 +139,8 @@ ScriptOrders ScriptRunner::step(const ConsoleSnapshot& s, const ClickTargets& cl
         break;
       case K::wait_steps:
         finished = s.steps->last_step() >= c.number;
-        if (!finished && s.run.id >= 0 && (s.run.state == "finished" || s.run.state == "stopped" || s.run.state == "failed" ||
-                                             s.run.state == "interrupted") &&
-            s.run.last_step >= 0 && s.run.last_step < c.number) {
+        if (!finished && s.run.id >= 0 && run_state_terminal(s.run.state) && s.run.last_step >= 0 &&
+            s.run.last_step < c.number) {
           fail("run " + std::to_string(s.run.id) + " is " + s.run.state + " at step " + std::to_string(s.run.last_step));
           return o;
         }

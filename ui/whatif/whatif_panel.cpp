@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <string>
 
+#include "engine/cluster/run_lifecycle.h"  // whether the run takes resume-from, in the coordinator's words
+
 namespace gantry::whatif {
 
 namespace {
@@ -322,10 +324,10 @@ std::optional<WhatIfApply> whatif_panel(WhatIfModel& m, WhatIfPanelView& view, c
       ImGui::Text("resume run %lld from its latest checkpoint on %s", static_cast<long long>(a->run_id),
                   a->text().c_str());
       const std::string& state = m.run()->state;
-      if (!state.empty() && state != "stopped" && state != "failed" && state != "interrupted") {
-        ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(kDimColour),
-                           "the run is %s: resume-from takes a stopped, failed or interrupted run (stop it first)",
-                           state.c_str());
+      const std::optional<RunState> st = run_state_from_name(state);
+      if (Status why = st ? run_action_check(RunAction::kResumeFrom, *st) : Status(); !why.ok()) {
+        ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(kDimColour), "cannot resume-from: %s",
+                           why.message().c_str());
       }
     } else {
       ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(kDimColour), "%s", c->apply_blocker.c_str());

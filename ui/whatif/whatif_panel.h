@@ -2,13 +2,13 @@
 // validation messages, the ranked candidate layouts, and for the selected one memory by bucket against
 // HBM, the step's time split (compute, bubble, exposed communication, optimizer) and communication per
 // axis. "Apply" never acts itself: it returns the layout to resume the loaded run on, and the caller
-// sends it (POST WhatIfApply::path() with WhatIfApply::body()).
+// sends it (resume-from of WhatIfApply::run_id with WhatIfApply::body()).
 //
 //   // once:  whatif::WhatIfModel model; whatif::WhatIfPanelView view; model.evaluate();
 //   // on a run's details (GET /v1/runs/{id}): model.load_run(run_json);
 //   if (ImGui::Begin("What-if")) {
 //     if (std::optional<whatif::WhatIfApply> a = whatif::whatif_panel(model, view))
-//       source.post(a->path(), a->body());   // the caller's own request path
+//       source.request_resume_from(a->run_id, a->checkpoint, {.dp = a->dp, .zero = a->zero});
 //   }
 //   ImGui::End();
 //

@@ -196,10 +196,6 @@ json WhatIfApply::body() const {
   return {{"checkpoint", checkpoint}, {"layout", layout()}};
 }
 
-std::string WhatIfApply::path() const {
-  return "/v1/runs/" + itos(run_id) + "/resume-from";
-}
-
 std::string WhatIfApply::text() const {
   return "dp=" + itos(dp) + " tp=" + itos(tp) + " pp=" + itos(pp) + " zero=" + itos(zero);
 }

@@ -11,7 +11,7 @@
 //   whatif_form_from_run(form, run.value());               // model, batch, dp and ZeRO into the form
 //   std::string why = whatif_apply_blocker(plan, &run.value(), form.global_batch);  // "" = applicable
 //   WhatIfApply a = whatif_apply_of(plan, run.value());
-//   api.post("/v1/runs/" + std::to_string(a.run_id) + "/resume-from", a.body());
+//   api.resume_from(a.run_id, a.body());                    // engine/cluster/api_client.h
 #pragma once
 
 #include <cstdint>
@@ -70,8 +70,6 @@ struct WhatIfApply {
   nlohmann::json layout() const;
   // {"checkpoint": "latest", "layout": {...}}: the whole request body.
   nlohmann::json body() const;
-  // "/v1/runs/{id}/resume-from"
-  std::string path() const;
   // "dp=4 tp=1 pp=1 zero=1": for a confirmation line and the events' wording
   std::string text() const;
 };

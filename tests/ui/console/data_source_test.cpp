@@ -78,7 +78,7 @@ TEST_F(DataSourceCluster, FollowsTheTinyRunActsAndCatchesUpWithoutAGap) {
   ASSERT_TRUE(eventually([&] { return snap()->steps->last_step() >= before + 6; }, 60s));
 
   // "Checkpoint now": accepted, and rank 0's checkpoint event arrives on the event stream.
-  source_->request_action(run, Action::checkpoint);
+  source_->request_action(run, RunAction::kCheckpoint);
   ASSERT_TRUE(eventually(
       [&] {
         for (const EventView& e : snap()->events)
@@ -105,7 +105,7 @@ TEST_F(DataSourceCluster, FollowsTheTinyRunActsAndCatchesUpWithoutAGap) {
   EXPECT_EQ(s->ranks.size(), 4u);
 
   // Stop the run through the same path; then the local cache holds what the model held.
-  source_->request_action(run, Action::stop);
+  source_->request_action(run, RunAction::kStop);
   ASSERT_TRUE(eventually([&] { return snap()->run.state == "stopped"; }, 60s)) << snap()->run.state;
   const int64_t last = snap()->run.last_step;
   ASSERT_TRUE(eventually([&] { return snap()->steps->last_step() == last; }, 20s));
@@ -151,7 +151,7 @@ TEST_F(DataSourceCluster, QuarantineStopAndResumeFromKeepOneHistoryWithoutAGap) 
   const int64_t moved = snap()->steps->last_step();
   ASSERT_TRUE(eventually([&] { return snap()->steps->last_step() >= moved + 3; }, 60s));
 
-  source_->request_action(run, Action::stop);
+  source_->request_action(run, RunAction::kStop);
   ASSERT_TRUE(eventually([&] { return snap()->run.state == "stopped"; }, 60s));
   ASSERT_TRUE(eventually([&] { return saw(*snap(), "run_stopped"); }, 20s));
   source_->request_resume_from(run, "latest", 0);
@@ -171,7 +171,7 @@ TEST_F(DataSourceCluster, QuarantineStopAndResumeFromKeepOneHistoryWithoutAGap) 
   bool quarantined = false;
   for (const NodeView& n : s->nodes) quarantined = quarantined || (n.id == "node-1" && n.state == "quarantined");
   EXPECT_TRUE(quarantined);
-  source_->request_action(run, Action::stop);
+  source_->request_action(run, RunAction::kStop);
   ASSERT_TRUE(eventually([&] { return snap()->run.state == "stopped"; }, 60s));
 }
 

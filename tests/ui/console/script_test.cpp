@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <imgui.h>
 
+#include "ui/console/clickables.h"  // Clickables: the button the script presses
 #include "ui/console/script.h"
 
 namespace gantry::console {

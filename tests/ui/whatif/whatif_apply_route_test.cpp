@@ -11,8 +11,8 @@
 #include <memory>
 #include <string>
 
+#include "engine/cluster/api_client.h"
 #include "engine/cluster/coordinator.h"
-#include "engine/cluster/http_client.h"
 #include "engine/cluster/token.h"
 #include "ui/whatif/whatif_run.h"
 #include "tests/scratch_dir.h"
@@ -34,7 +34,7 @@ class ApplyRoute : public ::testing::Test {
     coordinator_ = std::make_unique<Coordinator>(CoordinatorOptions{.dir = dir_.string(), .token = token_});
     Status s = coordinator_->start();
     ASSERT_TRUE(s.ok()) << s.message();
-    api_ = std::make_unique<HttpClient>(HttpClientOptions{.url = coordinator_->url(), .token = token_});
+    api_ = std::make_unique<ApiClient>(HttpClientOptions{.url = coordinator_->url(), .token = token_});
   }
   void TearDown() override {
     api_.reset();
@@ -43,8 +43,9 @@ class ApplyRoute : public ::testing::Test {
     fs::remove_all(dir_);
   }
 
-  HttpReply post(const std::string& path, const json& body) {
-    Result<HttpReply> r = api_->post(path, body);
+  // The request as the console sends it (ApiClient::resume_from_request), with its status.
+  HttpReply post(const WhatIfApply& a, const json& body) {
+    Result<HttpReply> r = api_->send(ApiClient::resume_from_request(a.run_id, body));
     EXPECT_TRUE(r.ok()) << r.error();
     return r.ok() ? r.value() : HttpReply{};
   }
@@ -52,13 +53,13 @@ class ApplyRoute : public ::testing::Test {
   fs::path dir_;
   std::string token_;
   std::unique_ptr<Coordinator> coordinator_;
-  std::unique_ptr<HttpClient> api_;
+  std::unique_ptr<ApiClient> api_;
 };
 
 TEST_F(ApplyRoute, TheAppliedLayoutPassesTheRoutesChecks) {
   for (int zero = 0; zero <= 3; ++zero) {
     const WhatIfApply a{.run_id = 41, .dp = 4, .zero = zero};
-    const HttpReply r = post(a.path(), a.body());
+    const HttpReply r = post(a, a.body());
     EXPECT_EQ(r.status, 404) << a.body().dump() << ": " << r.body;
     EXPECT_THAT(r.error_message(), HasSubstr("no run 41"));
   }
@@ -69,19 +70,19 @@ TEST_F(ApplyRoute, WhatTheRouteRefusesIsRefusedBeforeTheRunIsLookedUp) {
   // a field resume-from does not take, is a 400 that names the field.
   WhatIfApply a{.run_id = 41, .dp = 4, .zero = 1};
   a.tp = 2;
-  HttpReply r = post(a.path(), a.body());
+  HttpReply r = post(a, a.body());
   EXPECT_EQ(r.status, 400) << r.body;
   EXPECT_THAT(r.error_message(), HasSubstr("layout.tp"));
 
   a.tp = 1;
   json body = a.body();
   body["layout"]["micro_batch"] = 4;
-  r = post(a.path(), body);
+  r = post(a, body);
   EXPECT_EQ(r.status, 400) << r.body;
   EXPECT_THAT(r.error_message(), HasSubstr("micro_batch"));
 
   a.zero = 4;
-  r = post(a.path(), a.body());
+  r = post(a, a.body());
   EXPECT_EQ(r.status, 400) << r.body;
   EXPECT_THAT(r.error_message(), HasSubstr("layout.zero"));
 }

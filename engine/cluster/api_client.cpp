@@ -1,0 +1,80 @@
+#include "engine/cluster/api_client.h"
+
+#include <utility>
+
+namespace gantry {
+namespace {
+
+using nlohmann::json;
+
+std::string node_path(const std::string& node) {
+  return "/v1/nodes/" + node;
+}
+
+}  // namespace
+
+ApiClient::ApiClient(HttpClientOptions options) : http_(std::move(options)) {}
+
+std::string ApiClient::run_path(int64_t id) {
+  return "/v1/runs/" + std::to_string(id);
+}
+
+Result<json> ApiClient::cluster() {
+  return http_.get_json("/v1/cluster");
+}
+Result<json> ApiClient::runs() {
+  return http_.get_json("/v1/runs");
+}
+Result<json> ApiClient::run(int64_t id) {
+  return http_.get_json(run_path(id));
+}
+
+Result<json> ApiClient::steps(int64_t id, const StepsQuery& q) {
+  std::string path = run_path(id) + "/steps?after=" + std::to_string(q.after);
+  if (!q.ranks.empty()) path += "&ranks=" + q.ranks;
+  if (q.limit > 0) path += "&limit=" + std::to_string(q.limit);
+  if (q.buckets > 0) path += "&buckets=" + std::to_string(q.buckets);
+  return http_.get_json(path);
+}
+
+Result<json> ApiClient::ranks(int64_t id) {
+  return http_.get_json(run_path(id) + "/ranks");
+}
+Result<json> ApiClient::checkpoints(int64_t id) {
+  return http_.get_json(run_path(id) + "/checkpoints");
+}
+
+ApiRequest ApiClient::submit_request(const json& job) {
+  return {.path = "/v1/runs", .body = job};
+}
+
+ApiRequest ApiClient::action_request(int64_t run, RunAction a) {
+  return {.path = run_path(run) + "/" + std::string(run_action_name(a)), .body = json::object()};
+}
+
+ApiRequest ApiClient::resume_from_request(int64_t run, const json& body) {
+  return {.path = run_path(run) + "/" + std::string(run_action_name(RunAction::kResumeFrom)), .body = body};
+}
+
+ApiRequest ApiClient::quarantine_request(const std::string& node) {
+  return {.path = node_path(node) + "/quarantine", .body = json::object()};
+}
+
+ApiRequest ApiClient::release_request(const std::string& node) {
+  return {.path = node_path(node) + "/release", .body = json::object()};
+}
+
+Result<HttpReply> ApiClient::send(const ApiRequest& r) {
+  return http_.post(r.path, r.body);
+}
+Result<json> ApiClient::send_json(const ApiRequest& r) {
+  return http_.post_json(r.path, r.body);
+}
+
+Status ApiClient::follow_events(HttpEventStream& stream, int64_t run,
+                                const std::function<bool(const SseEvent&)>& on_event,
+                                std::string last_event_id) {
+  return stream.run(run_path(run) + "/events", on_event, std::move(last_event_id));
+}
+
+}  // namespace gantry

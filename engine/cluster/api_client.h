@@ -1,0 +1,94 @@
+// The coordinator's API as typed calls, in one place: every route the console and `gantry-engine ctl` use,
+// so that no caller spells a "/v1/..." path. Over http_client.h (libcurl); no server code. Reads and the
+// typed writes answer the reply's JSON, and a non-2xx reply is an error that names the request, its status
+// and the coordinator's message ("POST /v1/runs/9/pause: 409 Conflict: cannot pause run 9: it is stopped").
+// A caller that reports the status itself (the console's request queue) builds an ApiRequest and send()s it.
+//
+//   ApiClient api({.url = url, .token = token});
+//   Result<nlohmann::json> runs = api.runs();                     // {"runs": [...]}
+//   Result<nlohmann::json> r = api.action(7, RunAction::kPause);  // 202 {"run": 7, "action": "pause", ...}
+//   // the status is the caller's:
+//   Result<HttpReply> reply = api.send(ApiClient::quarantine_request("node-1"));
+//
+//   HttpEventStream events({.url = url, .token = token});
+//   Status s = ApiClient::follow_events(events, 7, [&](const SseEvent& e) { show(e); return true; });
+//
+// One ApiClient per thread, as for HttpClient (it keeps one connection alive between calls).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>  // nlohmann::json: the API's bodies and replies
+#include <string>
+
+#include "engine/cluster/http_client.h"
+#include "engine/cluster/run_lifecycle.h"  // RunAction: the run's action routes
+#include "engine/core/status.h"
+
+namespace gantry {
+
+// GET /v1/runs/{id}/steps: the steps after `after`; with `ranks` ("all" or "0,2,5") the ranks' rows too;
+// with `buckets` > 0 a decimated band instead of rows. Zero (or "") leaves a parameter out: the server's
+// default.
+struct StepsQuery {
+  int64_t after = 0;
+  std::string ranks;
+  int64_t limit = 0;
+  int64_t buckets = 0;
+};
+
+// A write as it goes on the wire: POST `path` with `body`, and what the operator reads of it.
+struct ApiRequest {
+  std::string path;
+  nlohmann::json body = nlohmann::json::object();
+};
+
+class ApiClient {
+ public:
+  explicit ApiClient(HttpClientOptions options);
+
+  // Reads.
+  Result<nlohmann::json> cluster();                                   // GET /v1/cluster
+  Result<nlohmann::json> runs();                                      // GET /v1/runs
+  Result<nlohmann::json> run(int64_t id);                             // GET /v1/runs/{id} (config included)
+  Result<nlohmann::json> steps(int64_t id, const StepsQuery& query);  // GET /v1/runs/{id}/steps?...
+  Result<nlohmann::json> ranks(int64_t id);                           // GET /v1/runs/{id}/ranks
+  Result<nlohmann::json> checkpoints(int64_t id);                     // GET /v1/runs/{id}/checkpoints
+
+  // Writes (non-2xx is an error).
+  Result<nlohmann::json> submit(const nlohmann::json& job) { return send_json(submit_request(job)); }
+  Result<nlohmann::json> action(int64_t run, RunAction a) { return send_json(action_request(run, a)); }
+  Result<nlohmann::json> resume_from(int64_t run, const nlohmann::json& body) {
+    return send_json(resume_from_request(run, body));
+  }
+  Result<nlohmann::json> quarantine(const std::string& node) { return send_json(quarantine_request(node)); }
+  Result<nlohmann::json> release(const std::string& node) { return send_json(release_request(node)); }
+
+  // The writes as requests, to queue or to send with the status left to the caller.
+  static ApiRequest submit_request(const nlohmann::json& job);  // POST /v1/runs
+  // POST /v1/runs/{id}/{checkpoint,pause,resume,stop}; resume-from and a quarantine's move have their own.
+  static ApiRequest action_request(int64_t run, RunAction a);
+  static ApiRequest resume_from_request(int64_t run,
+                                        const nlohmann::json& body);  // POST /v1/runs/{id}/resume-from
+  static ApiRequest quarantine_request(const std::string& node);      // POST /v1/nodes/{id}/quarantine
+  static ApiRequest release_request(const std::string& node);         // POST /v1/nodes/{id}/release
+  Result<HttpReply> send(const ApiRequest& r);  // any status the coordinator answered is a reply
+  Result<nlohmann::json> send_json(const ApiRequest& r);
+
+  // GET /v1/runs/{id}/events on `stream` (http_client.h's HttpEventStream::run: resumes after
+  // `last_event_id`, returns when the run's stream ends, on_event says stop, or stream.stop()).
+  static Status follow_events(HttpEventStream& stream, int64_t run,
+                              const std::function<bool(const SseEvent&)>& on_event,
+                              std::string last_event_id = "");
+
+  HttpClient& http() { return http_; }
+
+  // A run's resource, "/v1/runs/{id}": the routes above are under it; the console's cache also names a run
+  // by it (with the coordinator's URL).
+  static std::string run_path(int64_t id);
+
+ private:
+  HttpClient http_;
+};
+
+}  // namespace gantry

@@ -1,0 +1,267 @@
+// The coordinator's shared state, for its own files only (nothing outside engine/cluster includes this):
+//   coordinator.cpp         start, stop, the route table, the helpers every part uses
+//   coordinator_runs.cpp    the run lifecycle: submit, actions, state changes (run_lifecycle.h's rules),
+//                           placement generations, a run's end, a quarantine's move, resume-from, restarts
+//   coordinator_nodes.cpp   the node registry: agents' registration and heartbeats, quarantine and release,
+//                           the health watch
+//   coordinator_ingest.cpp  agents' records into each run's live state and the database writer, events,
+//                           the checkpoint catalog and keep_last pruning
+//   coordinator_views.cpp   the API's JSON replies: cluster, runs, steps, ranks, checkpoints, events, metrics
+// Member functions are called with `mu` held unless they say otherwise (the routes take it themselves).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "engine/cluster/checkpoint_policy.h"
+#include "engine/cluster/coordinator.h"
+#include "engine/cluster/http_server.h"
+#include "engine/cluster/ingest_writer.h"
+#include "engine/cluster/placement.h"
+#include "engine/cluster/run_lifecycle.h"
+#include "engine/cluster/straggler_watch.h"
+#include "engine/core/train.h"  // TrainAction
+#include "engine/core/worker/rendezvous_server.h"
+#include "storage/history_db.h"
+
+namespace gantry {
+
+struct Coordinator::Impl {
+  using json = nlohmann::json;
+  using Clock = std::chrono::steady_clock;
+
+  // Names: a run's (shown in every list and event) and a node's (coordinator.cpp).
+  static constexpr size_t kMaxRunName = 128;
+  static constexpr size_t kMaxNodeName = 128;
+  static double now_unix_s();
+  static Status check_name(std::string_view field, const std::string& name, size_t max);
+
+  struct Node {
+    std::string id;
+    int slots = 0;
+    NodeState state = NodeState::healthy;
+    bool spare = false;  // registered as a spare: its state when healthy, and again when released
+    Clock::time_point last_seen;
+    double last_seen_unix = 0;
+    int64_t pid = 0;
+    std::string host;
+    std::string metrics_url;  // the agent's own /metrics, for whoever scrapes the node
+    std::string credential;   // issued at registration: this node's heartbeats, and nothing else
+    // What the node must do, handed over in the reply to its next heartbeat.
+    json start = json::array(), commands = json::array(), stop = json::array();
+  };
+  struct NodeShare {
+    std::string node;
+    int first_rank = 0;
+    int ranks = 0;
+    std::vector<int> slots;
+    bool done = false;
+    int code = 0;
+    std::string error, final_message;
+    int cause_rank = -1;          // gang.h: how likely this gang's failure is the run's root cause
+    bool agent_stopping = false;  // it ended because its agent was told to stop (`down`), not by itself
+  };
+  struct Run {
+    int64_t id = 0;
+    std::string name;
+    RunState state = RunState::kRunning;  // changed only through set_state (run_lifecycle.h's rules)
+    int dp = 1, zero = 0;
+    int64_t max_steps = -1;
+    std::string config_toml, out_dir, backend;
+    std::vector<NodeShare> shares;  // in rank order
+    std::unique_ptr<RendezvousServer> store;
+    int64_t last_step = -1;
+    std::string message;
+    double created_unix = 0;
+    std::vector<RankStepRecord> latest;  // per rank, for /metrics
+    StepRecord latest_step;
+    int db_world = 0;  // the world the database sized this run for: a resumed layout may not exceed it
+    // Each placement of the run is a generation; an agent's report of a gang's end names its generation,
+    // so a late report of the previous one cannot end the shares of the next.
+    int generation = 0;
+    // A move in progress (a quarantine of one of its nodes): the run is stopping with a checkpoint, and
+    // once every share has ended it is placed again and resumed instead of ending. "" = none.
+    std::string relocate_node;
+    std::string relocate_checkpoint;  // the stop's checkpoint, from rank 0's event
+    // Placed again from a checkpoint at this step: the first step record past it is the "resumed" event.
+    int64_t resumed_from = -1;
+    std::string resume_kind;   // "quarantine" or "resume": the events' prefix
+    StragglerWatch straggler;  // the straggler policy: scores of the current placement's ranks
+    CheckpointPolicy checkpoint_policy;
+    // How its MFU is computed (RunInfo); peak_flops 0 = each GPU's own, or unknown.
+    std::string peak_name, mfu_formula;
+    double peak_flops = 0, flops_per_token = 0;
+
+    // The node that holds `rank` in the current placement ("" when none does).
+    std::string node_of(int32_t rank) const {
+      for (const NodeShare& s : shares)
+        if (rank >= s.first_rank && rank < s.first_rank + s.ranks) return s.node;
+      return "";
+    }
+  };
+
+  explicit Impl(CoordinatorOptions o) : opt(std::move(o)) {}
+
+  CoordinatorOptions opt;
+  std::unique_ptr<HttpServer> server;
+  std::unique_ptr<HistoryDb> db;
+  // Lock order: mu, then db_mu. HTTP handlers that change state hold mu and never db_mu: their writes are
+  // queued to `writer`, the one thread that writes; reads of the database hold db_mu only.
+  std::mutex db_mu;                      // db: one connection, one thread at a time
+  std::unique_ptr<IngestWriter> writer;  // every write of the database but begin_run
+  std::mutex events_mu;                  // with events_cv: new events were written
+  std::condition_variable events_cv;
+  std::mutex mu;  // everything below
+  std::map<std::string, Node> nodes;
+  std::map<int64_t, Run> runs;
+  uint64_t next_request = 1;
+  uint64_t records_total = 0;
+  std::atomic<bool> stopping{false};
+  std::thread watch;
+
+  // The run's id and world, under mu; the database is then read without it (reads take db_mu only).
+  struct RunKey {
+    int64_t id = -1;
+    int dp = 0;
+  };
+
+  // ---- the run lifecycle (coordinator_runs.cpp) -----------------------------------------------------------
+
+  // The one place a run's state changes: a change the lifecycle does not allow is a defect of the
+  // coordinator, reported and not made (the run keeps the state every client has seen).
+  bool set_state(Run& r, RunState to);
+
+  // Queues `a` for rank 0 (which decides for the gang at its next step boundary, train.h) and records the
+  // request: `source` is "api" (an operator) or "policy" (the coordinator's own), `from` who asked.
+  uint64_t queue_action(Run& r, TrainAction a, const std::string& source, const std::string& from);
+
+  // Every share has reported: the run's end, from the worst of its gangs.
+  void maybe_finish(Run& r);
+
+  // Tells every node still running a share of the run to stop it (SIGTERM: a checkpoint, then exit).
+  void stop_shares(Run& r, const std::string& except_node);
+
+  // Places run `r` (its shares all ended or none yet) on `p`, on a fresh rendezvous store, and queues each
+  // node's share; `resume_dir` is the checkpoint the workers start from ("" = a fresh run).
+  Status start_generation(Run& r, const std::vector<PlacementNode>& pn, const Placement& p,
+                          const std::string& resume_dir);
+
+  // What a restarted coordinator needs to know of the run beyond its config (runs.options).
+  static json run_options(const Run& r);
+
+  // The runs of the database, as they were when the last coordinator on this folder ended. A run that was
+  // live then (running, paused or stopping: a crash, a kill -9) is interrupted now, with why; its steps,
+  // events and checkpoints are all there, and resume-from continues it. Called by start(), before serving.
+  Status restore_runs();
+
+  // A coordinator told to stop (SIGTERM, `down`): its live runs are interrupted, so that the next one on
+  // this folder shows them so at once; their agents stop them.
+  void interrupt_live_runs();
+
+  static std::string one_line(std::string text);
+
+  // The checkpoint a caller names, resolved inside the run's own checkpoints folder and nowhere else:
+  // "latest", a step number, or the name of one committed step_* directory there. A path, "..", or anything
+  // not among the run's committed checkpoints is refused (the API never reads a path the caller names).
+  Result<std::pair<std::string, int64_t>> resolve_checkpoint(const Run& r, const json& spec) const;
+
+  // After every share of a moving run has ended: place it again without the quarantined node (a spare if
+  // one is registered, else the largest dp that fits and divides train.global_batch) and resume it from
+  // the stop's checkpoint. A run that cannot be placed fails, saying why.
+  void relocate(Run& r);
+
+  HttpResponse submit(const HttpRequest& req);
+
+  HttpResponse action(const HttpRequest& req, TrainAction a);
+
+  // A stopped or failed run goes on from one of its own checkpoints, under the same run id (its steps
+  // continue the same curve; steps past the checkpoint are forgotten and trained again), on the same
+  // layout or another one: the checkpoint reshards to any dp and ZeRO stage.
+  HttpResponse resume_from(const HttpRequest& req);
+
+  // ---- the node registry (coordinator_nodes.cpp) ----------------------------------------------------------
+
+  void upsert_node(const Node& n, const char* state);
+
+  std::vector<PlacementNode> placement_nodes() const;
+
+  // The node a POST /v1/nodes/{id}/... names (its body must be empty JSON); null with the answer in *fail.
+  // Called with mu held.
+  Node* requested_node(const HttpRequest& req, HttpResponse* fail);
+
+  // Quarantine: the node takes no new work, and each live run on it moves: a stop at the next step
+  // boundary (whose checkpoint every rank writes), then, once every gang has ended, placement without the
+  // node and a resume from that checkpoint (relocate()). 202: the move is under way; its stages are events.
+  HttpResponse quarantine(const HttpRequest& req);
+
+  HttpResponse release(const HttpRequest& req);
+
+  // The server's second chance for a request the operator's token did not open (HttpServerOptions::
+  // also_accept): the join token registers a node; a node's credential sends that node's heartbeats.
+  bool agent_may(const std::string& method, const std::string& path, std::string_view token);
+
+  HttpResponse agent_register(const HttpRequest& req);
+
+  HttpResponse agent_heartbeat(const HttpRequest& req);
+
+  // Marks nodes lost whose heartbeats stopped, and stops their runs (automatic recovery is a later issue).
+  void watch_loop();
+
+  // ---- ingest (coordinator_ingest.cpp) --------------------------------------------------------------------
+
+  void event(int64_t run, const std::string& kind, const std::string& message, json payload = json::object(),
+             int64_t step = -1, const std::string& node = "");
+
+  // An event built elsewhere (the straggler policy's), into the run's history.
+  void record(std::vector<EventRecord> events);
+
+  // Records from an agent (hold mu): the run's live state from them, then to the database writer's queue
+  // (`reserved` records were reserved there for them).
+  void ingest(RecordBatch& batch, size_t reserved);
+
+  // keep_last: once a newer checkpoint has committed, the run's older ones go, from its own folder only;
+  // the catalog marks them deleted and each is an event. On the writer thread, after the new checkpoint's
+  // catalog entry (queued just before): deleting files is no work for a heartbeat's handler.
+  void prune_checkpoints(Run& r);
+
+  // ---- the API's views (coordinator_views.cpp) ------------------------------------------------------------
+
+  json node_json(const Node& n) const;
+
+  json run_json(const Run& r, bool full) const;
+
+  Run* find_run(const HttpRequest& req, HttpResponse* err);
+
+  HttpResponse cluster();
+
+  RunKey run_key(const HttpRequest& req, HttpResponse* err);
+
+  // A read sees every write the coordinator accepted before it (the writer's queue is drained up to now).
+  std::unique_lock<std::mutex> read_lock();
+
+  HttpResponse runs_list();                         // GET /v1/runs
+  HttpResponse run_detail(const HttpRequest& req);  // GET /v1/runs/{id}: the config and the latest step too
+
+  HttpResponse steps(const HttpRequest& req);
+
+  HttpResponse ranks(const HttpRequest& req);
+
+  HttpResponse checkpoints(const HttpRequest& req);
+
+  HttpResponse events(const HttpRequest& req);
+
+  HttpResponse metrics();
+};
+
+}  // namespace gantry

@@ -1,0 +1,147 @@
+// Ingest (coordinator_impl.h): agents' records into each run's live state and the database writer's
+// queue, events, the checkpoint catalog and keep_last pruning.
+#include <algorithm>
+#include <cstdio>
+
+#include "engine/cluster/coordinator_impl.h"
+#include "engine/core/checkpoint.h"  // checkpoint_list, checkpoint_prune: the catalog against the disk
+
+namespace gantry {
+namespace {
+
+using json = nlohmann::json;
+
+}  // namespace
+
+void Coordinator::Impl::event(int64_t run, const std::string& kind, const std::string& message, json payload,
+                              int64_t step, const std::string& node) {
+  RecordBatch b;
+  b.events.push_back({.run_id = run,
+                      .time_unix_s = now_unix_s(),
+                      .step = step,
+                      .kind = kind,
+                      .node = node,
+                      .message = message,
+                      .payload = payload.dump()});
+  writer->push_own(std::move(b));
+}
+
+void Coordinator::Impl::record(std::vector<EventRecord> events) {
+  if (events.empty()) return;
+  RecordBatch b;
+  b.events = std::move(events);
+  writer->push_own(std::move(b));
+}
+
+void Coordinator::Impl::ingest(RecordBatch& batch, size_t reserved) {
+  if (batch.empty()) return writer->push(RecordBatch(), reserved);
+  records_total += batch.size();
+  RecordBatch keep;
+  for (RankStepRecord& rs : batch.rank_steps) {
+    auto it = runs.find(rs.run_id);
+    if (it == runs.end() || rs.rank < 0 || rs.rank >= it->second.dp) continue;
+    it->second.latest[static_cast<size_t>(rs.rank)] = rs;
+    it->second.straggler.add(rs);
+    keep.rank_steps.push_back(std::move(rs));
+  }
+  for (StepRecord& s : batch.steps) {
+    auto it = runs.find(s.run_id);
+    if (it == runs.end()) continue;
+    Run& r = it->second;
+    if (r.resumed_from >= 0 && s.step > r.resumed_from && r.state != RunState::kStopping) {
+      event(r.id, r.resume_kind + "_resumed",
+            "run " + std::to_string(r.id) + " resumed at step " + std::to_string(s.step) + " on dp " +
+                std::to_string(r.dp) + " (from the checkpoint at step " + std::to_string(r.resumed_from) +
+                ")",
+            {{"dp", r.dp}, {"zero", r.zero}, {"from_step", r.resumed_from}}, s.step);
+      r.resumed_from = -1;
+    }
+    it->second.last_step = std::max(it->second.last_step, s.step);
+    it->second.latest_step = s;
+    // The checkpoint policy: only while the run trains (a pause holds it, a stop or a move checkpoints
+    // anyway).
+    if (r.state == RunState::kRunning && r.relocate_node.empty() && r.checkpoint_policy.due(s.step)) {
+      queue_action(r, TrainAction::checkpoint, "policy",
+                   "checkpoint policy (every " + std::to_string(r.checkpoint_policy.options().every_steps) +
+                       " steps)");
+    }
+    keep.steps.push_back(s);
+  }
+  for (EventRecord& e : batch.events) {
+    auto it = runs.find(e.run_id);
+    if (it == runs.end()) continue;
+    Run& r = it->second;
+    if (e.rank == 0) {
+      if (e.kind == "action_pause" && r.state == RunState::kRunning) set_state(r, RunState::kPaused);
+      if (e.kind == "action_resume" && r.state == RunState::kPaused) set_state(r, RunState::kRunning);
+      if (e.kind == "checkpoint") {
+        json p = json::parse(e.payload, nullptr, false);
+        if (p.is_object() && p.value("dir", "") != "") {
+          writer->push_op([c = CheckpointInfo{.run_id = r.id,
+                                              .step = e.step,
+                                              .path = p.value("dir", ""),
+                                              .bytes = p.value("bytes", uint64_t{0}),
+                                              .write_s = p.value("seconds", 0.0),
+                                              .time_unix_s = e.time_unix_s},
+                           root = r.out_dir + "/checkpoints"](HistoryDb& d) {
+            // The workers keep their last train.keep_checkpoints: the catalog says which went.
+            std::vector<int64_t> on_disk;
+            for (const std::string& dir : checkpoint_list(root)) on_disk.push_back(checkpoint_dir_step(dir));
+            d.record_checkpoint(c);
+            d.reconcile_checkpoints(c.run_id, on_disk);
+          });
+          prune_checkpoints(r);
+          if (!r.relocate_node.empty()) {
+            r.relocate_checkpoint = p.value("dir", "");
+            event(r.id, "quarantine_checkpointed",
+                  "run " + std::to_string(r.id) + " checkpointed at step " + std::to_string(e.step) +
+                      " to leave node " + r.relocate_node,
+                  {{"dir", r.relocate_checkpoint}, {"node", r.relocate_node}}, e.step);
+          }
+        }
+      }
+    }
+    keep.events.push_back(std::move(e));
+  }
+  writer->push(std::move(keep), reserved);
+  // The straggler policy: a run whose records reached its next evaluation step is scored now.
+  for (auto& entry : runs) {
+    Run& r = entry.second;  // a named reference: lambdas may not capture a structured binding (C++17)
+    if (run_state_terminal(r.state)) continue;
+    record(r.straggler.maybe_evaluate(r.id, now_unix_s(), [&r](int32_t rank) { return r.node_of(rank); }));
+  }
+}
+
+void Coordinator::Impl::prune_checkpoints(Run& r) {
+  const int keep = r.checkpoint_policy.options().keep_last;
+  if (keep <= 0) return;
+  writer->push_op([id = r.id, root = r.out_dir + "/checkpoints", keep](HistoryDb& d) {
+    RecordBatch b;
+    auto ev = [&](const std::string& kind, const std::string& message, const json& payload, int64_t step) {
+      b.events.push_back({.run_id = id,
+                          .time_unix_s = now_unix_s(),
+                          .step = step,
+                          .kind = kind,
+                          .message = message,
+                          .payload = payload.dump()});
+    };
+    Result<std::vector<std::string>> gone = checkpoint_prune(root, keep);
+    if (!gone.ok()) {
+      ev("checkpoint_delete_failed", gone.error(), {{"source", "policy"}}, -1);
+    } else {
+      std::vector<int64_t> on_disk;
+      for (const std::string& dir : checkpoint_list(root)) on_disk.push_back(checkpoint_dir_step(dir));
+      d.reconcile_checkpoints(id, on_disk);
+      for (const std::string& dir : gone.value()) {
+        const int64_t step = checkpoint_dir_step(dir);
+        ev("checkpoint_deleted",
+           "deleted " + dir + " (keep_last " + std::to_string(keep) + ": newer checkpoints have committed)",
+           {{"dir", dir}, {"step", step}, {"keep_last", keep}, {"source", "policy"}}, step);
+      }
+    }
+    if (!b.empty() && !d.ingest(b))
+      std::fprintf(stderr, "gantry-engine coordinator: cannot record an event: %s\n", d.error().c_str());
+  });
+}
+
+}  // namespace gantry

@@ -1,0 +1,248 @@
+// The node registry (coordinator_impl.h): agents register and heartbeat, nodes are quarantined and
+// released, and the health watch marks silent nodes lost.
+#include <algorithm>
+#include <thread>
+
+#include "engine/cluster/agent_beat.h"
+#include "engine/cluster/coordinator_impl.h"
+#include "engine/cluster/json_fields.h"
+#include "engine/cluster/token.h"  // token_generate, token_equal: the agents' credentials
+
+namespace gantry {
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+}  // namespace
+
+void Coordinator::Impl::upsert_node(const Node& n, const char* state) {
+  writer->push_op(
+      [info = NodeInfo{.host = n.id,
+                       .devices = n.slots,
+                       .device_name = "slot",
+                       .state = state,
+                       .last_seen_unix_s = n.last_seen_unix}](HistoryDb& d) { d.upsert_node(info); });
+}
+
+std::vector<PlacementNode> Coordinator::Impl::placement_nodes() const {
+  std::vector<PlacementNode> out;
+  for (const auto& [id, n] : nodes) {
+    PlacementNode p{.id = id, .slots = n.slots, .state = n.state};
+    for (const auto& [rid, r] : runs) {
+      if (run_state_terminal(r.state)) continue;
+      for (const NodeShare& s : r.shares) {
+        if (s.node == id && !s.done) p.busy.insert(p.busy.end(), s.slots.begin(), s.slots.end());
+      }
+    }
+    std::sort(p.busy.begin(), p.busy.end());
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+Coordinator::Impl::Node* Coordinator::Impl::requested_node(const HttpRequest& req, HttpResponse* fail) {
+  JsonFields f(req.body);
+  if (Status s = f.finish(); !s.ok()) {
+    *fail = HttpResponse::error(400, s.message());
+    return nullptr;
+  }
+  const std::string& id = req.param("id");
+  auto it = nodes.find(id);
+  if (it == nodes.end()) {
+    *fail = HttpResponse::error(404, "no node \"" + id + "\" (GET /v1/cluster lists them)");
+    return nullptr;
+  }
+  return &it->second;
+}
+
+HttpResponse Coordinator::Impl::quarantine(const HttpRequest& req) {
+  std::lock_guard<std::mutex> lock(mu);
+  HttpResponse fail;
+  Node* node = requested_node(req, &fail);
+  if (node == nullptr) return fail;
+  Node& n = *node;
+  const std::string& id = req.param("id");
+  if (n.state == NodeState::quarantined)
+    return HttpResponse::error(409, "node \"" + id + "\" is already quarantined");
+  n.state = NodeState::quarantined;
+  upsert_node(n, "quarantined");
+  json moving = json::array();
+  for (auto& [rid, r] : runs) {
+    if (!run_action_check(RunAction::kQuarantineMove, r.state).ok()) continue;  // ending anyway: no move
+    bool here = false;
+    for (const NodeShare& s : r.shares) here = here || (s.node == id && !s.done);
+    if (!here) continue;
+    const uint64_t request = next_request++;
+    nodes[r.shares.front().node].commands.push_back({{"run", r.id},
+                                                     {"rank", 0},
+                                                     {"action", static_cast<int>(TrainAction::stop)},
+                                                     {"request", request},
+                                                     {"from", "quarantine of " + id}});
+    set_state(r, *run_action_target(RunAction::kQuarantineMove));
+    r.relocate_node = id;
+    r.relocate_checkpoint.clear();
+    event(r.id, "quarantine_requested",
+          "node " + id + " quarantined from " + req.remote + ": run " + std::to_string(r.id) +
+              " checkpoints and stops at the next step boundary, then moves",
+          {{"node", id}, {"from", req.remote}, {"request", request}}, r.last_step, id);
+    moving.push_back(r.id);
+  }
+  return HttpResponse::ok({{"node", id}, {"state", "quarantined"}, {"moving_runs", moving}}, 202);
+}
+
+HttpResponse Coordinator::Impl::release(const HttpRequest& req) {
+  std::lock_guard<std::mutex> lock(mu);
+  HttpResponse fail;
+  Node* node = requested_node(req, &fail);
+  if (node == nullptr) return fail;
+  Node& n = *node;
+  const std::string& id = req.param("id");
+  if (n.state != NodeState::quarantined) {
+    return HttpResponse::error(
+        409, "node \"" + id + "\" is " + std::string(node_state_name(n.state)) + ", not quarantined");
+  }
+  n.state = n.spare ? NodeState::spare : NodeState::healthy;
+  upsert_node(n, "ok");
+  return HttpResponse::ok({{"node", id}, {"state", node_state_name(n.state)}});
+}
+
+bool Coordinator::Impl::agent_may(const std::string& method, const std::string& path,
+                                  std::string_view token) {
+  if (method != "POST") return false;
+  if (path == "/v1/agents") return !opt.agent_token.empty() && token_equal(token, opt.agent_token);
+  static const std::string prefix = "/v1/agents/", suffix = "/heartbeat";
+  if (path.size() <= prefix.size() + suffix.size() || path.rfind(prefix, 0) != 0 ||
+      path.compare(path.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    return false;
+  }
+  const std::string node = path.substr(prefix.size(), path.size() - prefix.size() - suffix.size());
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = nodes.find(node);
+  return it != nodes.end() && !it->second.credential.empty() && token_equal(token, it->second.credential);
+}
+
+HttpResponse Coordinator::Impl::agent_register(const HttpRequest& req) {
+  JsonFields f(req.body);
+  std::optional<std::string> id = f.string("node");
+  std::optional<int64_t> slots = f.integer("slots", 1, 4096);
+  std::optional<int64_t> pid = f.integer("pid", 0, INT64_MAX, JsonFields::optional);
+  std::optional<std::string> host = f.string("host", JsonFields::optional);
+  std::optional<bool> spare = f.boolean("spare", JsonFields::optional);
+  std::optional<std::string> metrics_url = f.string("metrics_url", JsonFields::optional);
+  if (Status s = f.finish(); !s.ok()) return HttpResponse::error(400, s.message());
+  if (Status s = check_name("node", *id, kMaxNodeName); !s.ok()) return HttpResponse::error(400, s.message());
+  if (metrics_url && (metrics_url->size() > 2048 ||
+                      (metrics_url->rfind("http://", 0) != 0 && metrics_url->rfind("https://", 0) != 0))) {
+    return HttpResponse::error(
+        400, "field \"metrics_url\": expected an http:// or https:// URL of at most 2048 characters");
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  Node& n = nodes[*id];
+  const bool back = n.id == *id;
+  if (back && n.state != NodeState::lost && pid.value_or(0) != n.pid) {
+    return HttpResponse::error(409, "node \"" + *id + "\" is already registered by another agent (pid " +
+                                        std::to_string(n.pid) + "): give each agent its own --node");
+  }
+  n.id = *id;
+  n.slots = static_cast<int>(*slots);
+  n.pid = pid.value_or(0);
+  n.host = host.value_or("");
+  n.metrics_url = metrics_url.value_or("");
+  // A fresh credential each registration: a restarted agent's predecessor's is void.
+  Result<std::string> credential = token_generate();
+  if (!credential.ok())
+    return HttpResponse::error(500, "cannot make the node's credential: " + credential.error());
+  n.credential = credential.value();
+  n.spare = spare.value_or(false);
+  if (!back) n.state = n.spare ? NodeState::spare : NodeState::healthy;
+  if (n.state == NodeState::lost)
+    n.state = n.spare ? NodeState::spare : NodeState::healthy;  // a quarantine stays
+  n.last_seen = Clock::now();
+  n.last_seen_unix = now_unix_s();
+  upsert_node(n, "ok");
+  return HttpResponse::ok(
+      {{"node", n.id}, {"heartbeat_ms", opt.heartbeat.count()}, {"credential", n.credential}});
+}
+
+HttpResponse Coordinator::Impl::agent_heartbeat(const HttpRequest& req) {
+  const std::string& id = req.param("node");
+  AgentBeat beat;  // decoded before the lock: the binary records never become text (agent_beat.h)
+  if (Status s = agent_beat_decode(req.raw_body, &beat); !s.ok()) return HttpResponse::error(400, s.message());
+  JsonFields f(beat.control);
+  const json* ended = f.any("ended", JsonFields::optional);
+  if (Status s = f.finish(); !s.ok()) return HttpResponse::error(400, "beat: control: " + s.message());
+  RecordBatch& batch = beat.records;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = nodes.find(id);
+  if (it == nodes.end())
+    return HttpResponse::error(404, "node \"" + id + "\" is not registered (register first)");
+  Node& n = it->second;
+  n.last_seen = Clock::now();
+  n.last_seen_unix = now_unix_s();
+  if (n.state == NodeState::lost) n.state = n.spare ? NodeState::spare : NodeState::healthy;
+  // Backpressure: with the database writer this far behind, the beat is refused whole (its records and
+  // its gangs' ends; the agent keeps both for its next beat) rather than queued without bound.
+  const size_t reserved = batch.size();
+  if (!writer->reserve(reserved)) {
+    return HttpResponse::error(503, "the coordinator's database writer is behind (" +
+                                        std::to_string(writer->stats().queued_records) +
+                                        " records queued): this beat was not taken; send it again");
+  }
+  ingest(batch, reserved);
+  if (ended != nullptr && ended->is_array()) {
+    for (const json& e : *ended) {
+      const int64_t run_id = e.value("run", int64_t{-1});
+      auto rit = runs.find(run_id);
+      if (rit == runs.end()) continue;
+      Run& r = rit->second;
+      if (e.value("generation", 0) != r.generation) continue;  // a late word of an earlier placement
+      for (NodeShare& s : r.shares) {
+        if (s.node != id || s.done) continue;
+        s.done = true;
+        s.code = e.value("code", 1);
+        s.error = e.value("error", "");
+        s.final_message = e.value("final_message", "");
+        s.cause_rank = e.value("cause_rank", -1);
+        s.agent_stopping = e.value("agent_stopping", false);
+        if (s.code != 0 && s.code != 130) {
+          // One node's gang failed: the others cannot finish a collective without it.
+          event(r.id, "node_failed", id + ": " + s.error, {{"code", s.code}}, -1, id);
+          stop_shares(r, id);
+        }
+      }
+      maybe_finish(r);
+    }
+  }
+  json reply = {{"start", std::exchange(n.start, json::array())},
+                {"commands", std::exchange(n.commands, json::array())},
+                {"stop", std::exchange(n.stop, json::array())}};
+  return HttpResponse::ok(reply);
+}
+
+void Coordinator::Impl::watch_loop() {
+  while (!stopping.load()) {
+    std::this_thread::sleep_for(100ms);
+    std::lock_guard<std::mutex> lock(mu);
+    const auto now = Clock::now();
+    for (auto& [id, n] : nodes) {
+      if (n.state == NodeState::lost || now - n.last_seen < opt.node_timeout) continue;
+      n.state = NodeState::lost;
+      upsert_node(n, "lost");
+      for (auto& [rid, r] : runs) {
+        if (run_state_terminal(r.state)) continue;
+        for (NodeShare& s : r.shares) {
+          if (s.node != id || s.done) continue;
+          s.done = true;
+          s.code = 1;
+          s.error = "node lost (no heartbeat for " + std::to_string(opt.node_timeout.count()) + " ms)";
+          event(rid, "node_lost", id + ": " + s.error, json::object(), -1, id);
+          stop_shares(r, id);
+        }
+        maybe_finish(r);
+      }
+    }
+  }
+}
+
+}  // namespace gantry

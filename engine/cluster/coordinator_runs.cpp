@@ -1,0 +1,548 @@
+// The run lifecycle (coordinator_impl.h): submit, actions, state changes, placement generations, a run's
+// end, a quarantine's move, resume-from, and the runs a restarted coordinator finds in its database.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "engine/cluster/coordinator_impl.h"
+#include "engine/cluster/json_fields.h"
+#include "engine/core/checkpoint.h"  // checkpoint_list, checkpoint_latest: what a run can resume from
+#include "engine/core/config.h"
+#include "engine/core/gpt.h"          // gpt_param_table: N for the run's FLOPs per token
+#include "engine/core/utilisation.h"  // how the run's MFU is computed, for its runs row and the console
+
+namespace gantry {
+namespace {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+// The lifecycle's action for an operator's request on the run's own route.
+RunAction run_action_of(TrainAction a) {
+  switch (a) {
+    case TrainAction::checkpoint:
+      return RunAction::kCheckpoint;
+    case TrainAction::pause:
+      return RunAction::kPause;
+    case TrainAction::resume:
+      return RunAction::kResume;
+    case TrainAction::stop:
+    case TrainAction::none:  // no route asks for none
+      return RunAction::kStop;
+  }
+  return RunAction::kStop;
+}
+
+// How the run database records an ended (or live) run.
+RunStatus run_status_of(RunState s) {
+  switch (s) {
+    case RunState::kFinished:
+      return RunStatus::finished;
+    case RunState::kFailed:
+      return RunStatus::failed;
+    case RunState::kStopped:
+      return RunStatus::stopped;
+    case RunState::kInterrupted:
+      return RunStatus::interrupted;
+    case RunState::kRunning:
+    case RunState::kPaused:
+    case RunState::kStopping:
+      return RunStatus::running;
+  }
+  return RunStatus::running;
+}
+
+}  // namespace
+
+bool Coordinator::Impl::set_state(Run& r, RunState to) {
+  if (Status s = run_transition_check(r.state, to); !s.ok()) {
+    std::fprintf(stderr, "gantry-engine coordinator: run %lld: refused a state change: %s\n",
+                 static_cast<long long>(r.id), s.message().c_str());
+    return false;
+  }
+  r.state = to;
+  return true;
+}
+
+uint64_t Coordinator::Impl::queue_action(Run& r, TrainAction a, const std::string& source,
+                                         const std::string& from) {
+  const uint64_t request = next_request++;
+  const char* what = train_action_name(a);
+  nodes[r.shares.front().node].commands.push_back({{"run", r.id},
+                                                   {"rank", 0},
+                                                   {"action", static_cast<int>(a)},
+                                                   {"request", request},
+                                                   {"from", source == "api" ? "api@" + from : from}});
+  event(r.id, "action_requested",
+        std::string(what) + " requested " + (source == "policy" ? "by the " + from : "from " + from) +
+            " (request " + std::to_string(request) + ")",
+        {{"action", what}, {"request", request}, {"from", from}, {"source", source}});
+  return request;
+}
+
+void Coordinator::Impl::maybe_finish(Run& r) {
+  if (run_state_terminal(r.state)) return;
+  for (const NodeShare& s : r.shares)
+    if (!s.done) return;
+  if (!r.relocate_node.empty()) {
+    // A move: every gang stopped in order (130 after its checkpoint) and the run goes on elsewhere. A gang
+    // that finished (0: max_steps came first) or failed ends the run as usual.
+    bool all_stopped = !r.shares.empty();
+    for (const NodeShare& s : r.shares) all_stopped = all_stopped && s.code == 130;
+    if (all_stopped) return relocate(r);
+    r.relocate_node.clear();
+  }
+  RunState state = RunState::kFinished;
+  std::string message;
+  for (const NodeShare& s : r.shares) {
+    if (s.code == 130 && state == RunState::kFinished) {
+      state = RunState::kStopped;
+      message = s.final_message;
+    }
+  }
+  // Of several failed gangs, the root cause (a rank killed by a signal takes its peers down, not the
+  // reverse); among equals, the first in rank order.
+  const NodeShare* failed = nullptr;
+  for (const NodeShare& s : r.shares) {
+    if (s.code == 0 || s.code == 130) continue;
+    const int rank = s.cause_rank < 0 ? 1000 : s.cause_rank;
+    if (failed == nullptr || rank < (failed->cause_rank < 0 ? 1000 : failed->cause_rank)) failed = &s;
+  }
+  if (failed != nullptr) {
+    state = RunState::kFailed;
+    message = failed->node + ": " + failed->error;
+  }
+  for (const NodeShare& s : r.shares) {
+    if (!s.agent_stopping || s.code == 0) continue;
+    state = RunState::kInterrupted;
+    message = "the agent of " + s.node + " was stopped while the run was live (at step " +
+              std::to_string(r.last_step) + "): resume-from continues it from its newest checkpoint";
+    break;
+  }
+  if (state == RunState::kFinished) message = r.shares.empty() ? "" : r.shares.front().final_message;
+  if (!set_state(r, state)) return;
+  r.message = message;
+  r.store.reset();  // nobody will meet there again
+  const RunStatus st = run_status_of(state);
+  const std::string name(run_state_name(state));
+  writer->push_op([id = r.id, st, message](HistoryDb& d) { d.finish_run(id, st, message); });
+  event(r.id, "run_" + name,
+        "run " + std::to_string(r.id) + " " + name + (message.empty() ? "" : ": " + message),
+        {{"state", name}});
+}
+
+void Coordinator::Impl::stop_shares(Run& r, const std::string& except_node) {
+  for (NodeShare& s : r.shares) {
+    if (s.done || s.node == except_node) continue;
+    auto it = nodes.find(s.node);
+    if (it != nodes.end()) it->second.stop.push_back(r.id);
+  }
+}
+
+Status Coordinator::Impl::start_generation(Run& r, const std::vector<PlacementNode>& pn, const Placement& p,
+                                           const std::string& resume_dir) {
+  Result<std::unique_ptr<RendezvousServer>> store = RendezvousServer::start({opt.rendezvous_host, 0});
+  if (!store.ok()) return Status::error("cannot start the run's rendezvous store: " + store.error());
+  r.store = std::move(store.value());
+  const std::string rendezvous = opt.rendezvous_host + ":" + std::to_string(r.store->port());
+  ++r.generation;
+  writer->push_op([id = r.id, options = run_options(r).dump()](HistoryDb& d) {
+    d.update_run(id, RunStatus::running, "", options);
+  });
+  // The ranks land on other devices: their straggler scores start over (flags of the last placement end).
+  record(r.straggler.reset(r.id, now_unix_s(), [&r](int32_t rank) { return r.node_of(rank); }));
+  r.shares.clear();
+  r.latest.assign(static_cast<size_t>(r.dp), RankStepRecord{});
+  for (const PlacedNode& pnode : p.nodes) {
+    NodeShare s;
+    s.node = pn[static_cast<size_t>(pnode.node)].id;
+    s.first_rank = pnode.first_rank;
+    s.ranks = pnode.ranks;
+    for (int k = 0; k < pnode.ranks; ++k)
+      s.slots.push_back(p.ranks[static_cast<size_t>(pnode.first_rank + k)].slot);
+    nodes[s.node].start.push_back({{"run", r.id},
+                                   {"generation", r.generation},
+                                   {"first_rank", s.first_rank},
+                                   {"ranks", s.ranks},
+                                   {"world", r.dp},
+                                   {"slots", s.slots},
+                                   {"rendezvous", rendezvous},
+                                   {"config", r.config_toml},
+                                   {"out_dir", r.out_dir},
+                                   {"zero", r.zero},
+                                   {"max_steps", r.max_steps},
+                                   {"backend", r.backend},
+                                   {"resume", resume_dir}});
+    r.shares.push_back(std::move(s));
+  }
+  return Status();
+}
+
+json Coordinator::Impl::run_options(const Run& r) {
+  return {{"dp", r.dp},
+          {"zero", r.zero},
+          {"max_steps", r.max_steps},
+          {"db_world", r.db_world},
+          {"generation", r.generation},
+          {"straggler", straggler_watch_options_json(r.straggler.options())},
+          {"checkpoint_every_steps", r.checkpoint_policy.options().every_steps},
+          {"keep_last", r.checkpoint_policy.options().keep_last}};
+}
+
+Status Coordinator::Impl::restore_runs() {
+  std::vector<RunRow> rows;
+  {
+    std::lock_guard<std::mutex> db_lock(db_mu);
+    if (!db->list_runs(&rows)) return Status::error("cannot read the runs of the database: " + db->error());
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  for (const RunRow& row : rows) {
+    Run& r = runs[row.id];
+    r.id = row.id;
+    r.name = row.info.name;
+    r.config_toml = row.info.config;
+    r.out_dir = row.info.out_dir.empty() ? (fs::absolute(opt.dir) / "runs" / std::to_string(row.id)).string()
+                                         : row.info.out_dir;
+    r.created_unix = row.info.created_unix_s;
+    r.peak_name = row.info.peak_name;
+    r.peak_flops = row.info.peak_flops;
+    r.flops_per_token = row.info.flops_per_token;
+    r.mfu_formula = row.info.mfu_formula;
+    r.last_step = row.last_step;
+    r.message = row.message;
+    r.db_world = row.info.world_size;
+    r.dp = row.info.world_size;
+    const json o = json::parse(row.info.options, nullptr, false);
+    if (o.is_object()) {
+      r.dp = o.value("dp", r.dp);
+      r.zero = o.value("zero", 0);
+      r.max_steps = o.value("max_steps", int64_t{-1});
+      r.db_world = o.value("db_world", r.db_world);
+      r.generation = o.value("generation", 0);
+      const json straggler = o.value("straggler", json::object());
+      Result<StragglerWatchOptions> so = straggler_watch_parse(&straggler);
+      if (so.ok()) r.straggler = StragglerWatch(so.value());
+      r.checkpoint_policy = CheckpointPolicy({.every_steps = o.value("checkpoint_every_steps", int64_t{0}),
+                                              .keep_last = o.value("keep_last", 0)});
+    }
+    Result<Config> cfg = config_parse(r.config_toml, "config");
+    r.backend = cfg.ok() ? cfg->train.backend : "cpu";
+    r.latest.assign(static_cast<size_t>(std::max(r.dp, 1)), RankStepRecord{});
+    if (r.last_step >= 0) {
+      std::vector<StepRecord> last;
+      std::lock_guard<std::mutex> db_lock(db_mu);
+      if (db->read_steps(r.id, r.last_step, r.last_step + 1, 1, &last) && !last.empty())
+        r.latest_step = last.front();
+    }
+    if (row.status != RunStatus::running) {
+      // As recorded (loaded, not a change): the database's words are the lifecycle's ended states.
+      r.state = run_state_from_name(run_status_name(row.status)).value_or(RunState::kInterrupted);
+      continue;
+    }
+    set_state(r, RunState::kInterrupted);
+    r.message = "the coordinator went away while the run was live (at step " + std::to_string(r.last_step) +
+                "), and a new one started on " + opt.dir +
+                ": resume-from continues it from its newest checkpoint";
+    writer->push_op(
+        [id = r.id, m = r.message](HistoryDb& d) { d.finish_run(id, RunStatus::interrupted, m); });
+    event(r.id, "run_interrupted", "run " + std::to_string(r.id) + " interrupted: " + r.message,
+          {{"state", run_state_name(RunState::kInterrupted)}}, r.last_step);
+  }
+  return Status();
+}
+
+void Coordinator::Impl::interrupt_live_runs() {
+  std::lock_guard<std::mutex> lock(mu);
+  for (auto& [id, r] : runs) {
+    if (run_state_terminal(r.state)) continue;
+    set_state(r, RunState::kInterrupted);
+    r.message = "the coordinator was stopped while the run was live (at step " + std::to_string(r.last_step) +
+                "): resume-from continues it from its newest checkpoint";
+    r.store.reset();
+    writer->push_op(
+        [id = r.id, m = r.message](HistoryDb& d) { d.finish_run(id, RunStatus::interrupted, m); });
+    event(r.id, "run_interrupted", "run " + std::to_string(r.id) + " interrupted: " + r.message,
+          {{"state", run_state_name(RunState::kInterrupted)}}, r.last_step);
+  }
+}
+
+std::string Coordinator::Impl::one_line(std::string text) {
+  for (size_t k; (k = text.find('\n')) != std::string::npos;) text.replace(k, 1, "; ");
+  while (!text.empty() && (text.back() == ' ' || text.back() == ';')) text.pop_back();
+  return text;
+}
+
+Result<std::pair<std::string, int64_t>> Coordinator::Impl::resolve_checkpoint(const Run& r,
+                                                                              const json& spec) const {
+  const std::string root = r.out_dir + "/checkpoints";
+  const std::vector<std::string> all = checkpoint_list(root);  // committed, oldest first
+  const std::string hint = "; GET /v1/runs/" + std::to_string(r.id) + "/checkpoints lists them";
+  const auto step_of = checkpoint_dir_step;
+  if (all.empty())
+    return Status::error("run " + std::to_string(r.id) + " has no committed checkpoint to resume from");
+  if (spec.is_number_integer()) {
+    const int64_t want = spec.get<int64_t>();
+    for (const std::string& d : all)
+      if (step_of(d) == want) return std::pair{d, want};
+    return Status::error("field \"checkpoint\": run " + std::to_string(r.id) +
+                         " has no committed checkpoint at step " + std::to_string(want) + " (it has steps " +
+                         std::to_string(step_of(all.front())) + ".." + std::to_string(step_of(all.back())) +
+                         ")" + hint);
+  }
+  if (!spec.is_string()) {
+    return Status::error(
+        "field \"checkpoint\": expected \"latest\", a step number or a checkpoint's directory name, got " +
+        json_type_phrase(spec));
+  }
+  const std::string name = spec.get<std::string>();
+  if (name == "latest") return std::pair{all.back(), step_of(all.back())};
+  if (name.empty() || name.find('/') != std::string::npos || name == "." || name == ".." ||
+      name.find('\0') != std::string::npos) {
+    return Status::error(
+        "field \"checkpoint\": \"" + name + "\" is not a checkpoint of run " + std::to_string(r.id) +
+        ": give \"latest\", a step number, or the name of a directory under the run's checkpoints "
+        "(such as \"" +
+        fs::path(all.back()).filename().string() + "\"), never a path" + hint);
+  }
+  for (const std::string& d : all)
+    if (fs::path(d).filename() == name) return std::pair{d, step_of(d)};
+  return Status::error("field \"checkpoint\": run " + std::to_string(r.id) +
+                       " has no committed checkpoint named \"" + name + "\"" + hint);
+}
+
+void Coordinator::Impl::relocate(Run& r) {
+  const std::string node = std::exchange(r.relocate_node, "");
+  r.store.reset();
+  event(r.id, "quarantine_stopped",
+        "run " + std::to_string(r.id) + " stopped to leave quarantined node " + node, {{"node", node}},
+        r.last_step, node);
+  auto fail = [&](const std::string& why) {
+    set_state(r, RunState::kFailed);
+    r.message = "could not be moved off quarantined node " + node + ": " + why;
+    writer->push_op([id = r.id, m = r.message](HistoryDb& d) { d.finish_run(id, RunStatus::failed, m); });
+    event(r.id, "run_failed", "run " + std::to_string(r.id) + " failed: " + r.message,
+          {{"state", run_state_name(RunState::kFailed)}});
+  };
+  std::string dir = std::exchange(r.relocate_checkpoint, "");
+  if (dir.empty()) {
+    Result<std::string> latest = checkpoint_latest(r.out_dir + "/checkpoints");
+    if (!latest.ok()) return fail(latest.error());
+    dir = latest.value();
+  }
+  Result<Config> cfg = config_parse(r.config_toml, "config");
+  if (!cfg.ok()) return fail(cfg.error());
+  const std::vector<PlacementNode> pn = placement_nodes();
+  Result<Placement> p = placement_assign(pn, {.dp = r.dp});
+  int dp = r.dp;
+  for (int d = r.dp - 1; !p.ok() && d >= 1; --d) {
+    if (cfg->train.global_batch % d != 0) continue;
+    Result<Placement> q = placement_assign(pn, {.dp = d});
+    if (q.ok()) {
+      p = std::move(q);
+      dp = d;
+    }
+  }
+  if (!p.ok()) return fail(p.error());
+  const int old_dp = r.dp;
+  r.dp = dp;
+  if (Status s = start_generation(r, pn, p.value(), dir); !s.ok()) return fail(s.message());
+  set_state(r, RunState::kRunning);
+  r.message.clear();
+  const int64_t step = checkpoint_dir_step(dir);
+  writer->push_op([id = r.id, step](HistoryDb& d) { d.rewind_run(id, step); });
+  r.last_step = step;
+  r.resumed_from = step;
+  r.resume_kind = "quarantine";
+  r.checkpoint_policy.restart_at(step);
+  event(r.id, "quarantine_placed",
+        "dp " + std::to_string(old_dp) + " -> " + std::to_string(dp) + ": " +
+            one_line(placement_describe(pn, p.value())),
+        {{"dp", dp}, {"previous_dp", old_dp}, {"spares_used", p->spares_used()}, {"checkpoint", dir}}, step);
+}
+
+HttpResponse Coordinator::Impl::submit(const HttpRequest& req) {
+  JsonFields f(req.body);
+  std::optional<std::string> toml = f.string("config");
+  std::optional<std::string> name = f.string("name", JsonFields::optional);
+  std::optional<int64_t> max_steps = f.integer("max_steps", 0, int64_t{1} << 40, JsonFields::optional);
+  const json* layout = f.object("layout");
+  const json* straggler = f.object("straggler", JsonFields::optional);
+  std::optional<int64_t> every =
+      f.integer("checkpoint_every_steps", 1, int64_t{1} << 40, JsonFields::optional);
+  std::optional<int64_t> keep_last = f.integer("keep_last", 1, 100000, JsonFields::optional);
+  std::optional<int64_t> dp, zero, tp, pp;
+  if (layout != nullptr) {
+    JsonFields l(*layout, "layout.");
+    dp = l.integer("dp", 1, 1 << 20);
+    zero = l.integer("zero", 0, 3, JsonFields::optional);
+    tp = l.integer("tp", 1, 1, JsonFields::optional);  // tp and pp are not trained yet: only 1 is accepted
+    pp = l.integer("pp", 1, 1, JsonFields::optional);
+    if (Status s = l.finish(); !s.ok()) return HttpResponse::error(400, s.message());
+  }
+  if (Status s = f.finish(); !s.ok()) return HttpResponse::error(400, s.message());
+  Result<StragglerWatchOptions> straggler_options = straggler_watch_parse(straggler);
+  if (!straggler_options.ok()) return HttpResponse::error(400, straggler_options.error());
+  Result<Config> cfg = config_parse(*toml, "config");
+  if (!cfg.ok()) return HttpResponse::error(400, "field \"config\": " + cfg.error());
+  if (name) {
+    if (Status s = check_name("name", *name, kMaxRunName); !s.ok())
+      return HttpResponse::error(400, s.message());
+  }
+  if (Status s = train_layout_check(cfg.value(), static_cast<int>(*dp)); !s.ok()) {
+    return HttpResponse::error(400, "field \"layout.dp\": " + s.message());
+  }
+
+  std::lock_guard<std::mutex> lock(mu);
+  std::vector<PlacementNode> pn = placement_nodes();
+  Result<Placement> p = placement_assign(pn, {.dp = static_cast<int>(*dp)});
+  if (!p.ok()) return HttpResponse::error(409, p.error());  // nothing started, nothing recorded
+
+  const std::string run_name = name.value_or(std::string("run"));
+  const RunUtilisation util = run_utilisation_planned(cfg.value(), gpt_param_table(cfg->model).numel());
+  const std::string layout_text =
+      "dp=" + std::to_string(*dp) + " tp=1 pp=1 zero=" + std::to_string(zero.value_or(0));
+  int64_t id = -1;
+  {
+    // The one write not queued: the run's id comes from the database. Records of the run come later.
+    std::lock_guard<std::mutex> db_lock(db_mu);
+    Run draft;  // the options as run_options() writes them; the run itself is made once it has its id
+    draft.dp = draft.db_world = static_cast<int>(*dp);
+    draft.zero = static_cast<int>(zero.value_or(0));
+    draft.max_steps = max_steps.value_or(-1);
+    draft.straggler = StragglerWatch(straggler_options.value());
+    draft.checkpoint_policy = CheckpointPolicy(
+        {.every_steps = every.value_or(0), .keep_last = static_cast<int>(keep_last.value_or(0))});
+    id = db->begin_run({.name = run_name,
+                        .world_size = static_cast<int32_t>(*dp),
+                        .config = *toml,
+                        .layout = layout_text,
+                        .peak_name = util.peak_name,
+                        .peak_flops = util.peak_flops,
+                        .flops_per_token = util.flops_per_token,
+                        .mfu_formula = util.formula,
+                        .options = run_options(draft).dump()});
+    if (id < 0) return HttpResponse::error(500, "cannot record the run: " + db->error());
+  }
+  Run& r = runs[id];
+  r.id = id;
+  r.name = run_name;
+  r.dp = static_cast<int>(*dp);
+  r.zero = static_cast<int>(zero.value_or(0));
+  r.max_steps = max_steps.value_or(-1);
+  r.straggler = StragglerWatch(straggler_options.value());
+  r.checkpoint_policy = CheckpointPolicy(
+      {.every_steps = every.value_or(0), .keep_last = static_cast<int>(keep_last.value_or(0))});
+  r.config_toml = *toml;
+  r.backend = cfg->train.backend;
+  r.peak_name = util.peak_name;
+  r.peak_flops = util.peak_flops;
+  r.flops_per_token = util.flops_per_token;
+  r.mfu_formula = util.formula;
+  r.created_unix = now_unix_s();
+  r.out_dir = (fs::absolute(opt.dir) / "runs" / std::to_string(id)).string();
+  std::error_code ec;
+  fs::create_directories(r.out_dir, ec);
+  if (ec) return HttpResponse::error(500, "cannot create the run folder " + r.out_dir + ": " + ec.message());
+  std::ofstream(r.out_dir + "/config.toml") << *toml;
+  r.db_world = r.dp;
+  if (Status st = start_generation(r, pn, p.value(), ""); !st.ok()) {
+    set_state(r, RunState::kFailed);
+    r.message = st.message();
+    writer->push_op([id, m = r.message](HistoryDb& d) { d.finish_run(id, RunStatus::failed, m); });
+    return HttpResponse::error(500, st.message());
+  }
+  event(id, "submitted", "run " + std::to_string(id) + " submitted by " + req.remote + ": " + layout_text,
+        {{"from", req.remote}, {"layout", layout_text}});
+  // placement_describe gives a line per node; an event message is one line.
+  event(id, "placed", one_line(placement_describe(pn, p.value())), {{"spares_used", p->spares_used()}});
+  return HttpResponse::ok(run_json(r, false), 201);
+}
+
+HttpResponse Coordinator::Impl::action(const HttpRequest& req, TrainAction a) {
+  std::lock_guard<std::mutex> lock(mu);
+  HttpResponse err;
+  Run* r = find_run(req, &err);
+  if (r == nullptr) return err;
+  const char* what = train_action_name(a);
+  const RunAction ra = run_action_of(a);
+  if (Status s = run_action_check(ra, r->state); !s.ok()) {
+    return HttpResponse::error(
+        409, std::string("cannot ") + what + " run " + std::to_string(r->id) + ": " + s.message());
+  }
+  const uint64_t request = queue_action(*r, a, "api", req.remote);
+  if (std::optional<RunState> to = run_action_target(ra)) set_state(*r, *to);
+  return HttpResponse::ok({{"run", r->id}, {"action", what}, {"request", request}}, 202);
+}
+
+HttpResponse Coordinator::Impl::resume_from(const HttpRequest& req) {
+  JsonFields f(req.body);
+  const json* ckpt = f.any("checkpoint");
+  const json* layout = f.object("layout", JsonFields::optional);
+  std::optional<int64_t> dp, zero;
+  if (layout != nullptr) {
+    JsonFields l(*layout, "layout.");
+    dp = l.integer("dp", 1, 1 << 20, JsonFields::optional);
+    zero = l.integer("zero", 0, 3, JsonFields::optional);
+    l.integer("tp", 1, 1, JsonFields::optional);  // tp and pp are not trained yet: only 1 is accepted
+    l.integer("pp", 1, 1, JsonFields::optional);
+    if (Status s = l.finish(); !s.ok()) return HttpResponse::error(400, s.message());
+  }
+  if (Status s = f.finish(); !s.ok()) return HttpResponse::error(400, s.message());
+  std::lock_guard<std::mutex> lock(mu);
+  HttpResponse err;
+  Run* r = find_run(req, &err);
+  if (r == nullptr) return err;
+  if (Status s = run_action_check(RunAction::kResumeFrom, r->state); !s.ok()) {
+    return HttpResponse::error(
+        409, "cannot resume run " + std::to_string(r->id) + " from a checkpoint: " + s.message());
+  }
+  Result<std::pair<std::string, int64_t>> c = resolve_checkpoint(*r, *ckpt);
+  if (!c.ok()) return HttpResponse::error(400, c.error());
+  const int new_dp = static_cast<int>(dp.value_or(r->dp));
+  Result<Config> cfg = config_parse(r->config_toml, "config");
+  if (!cfg.ok()) return HttpResponse::error(500, "the run's config no longer parses: " + cfg.error());
+  if (cfg->train.global_batch % new_dp != 0) {
+    return HttpResponse::error(400, "field \"layout.dp\": " + std::to_string(new_dp) +
+                                        " does not divide the run's train.global_batch = " +
+                                        std::to_string(cfg->train.global_batch));
+  }
+  if (new_dp > r->db_world) {
+    return HttpResponse::error(400, "field \"layout.dp\": run " + std::to_string(r->id) +
+                                        " was recorded for at most " + std::to_string(r->db_world) +
+                                        " ranks; resume it on dp <= " + std::to_string(r->db_world) +
+                                        ", or submit a new run for a larger layout");
+  }
+  const std::vector<PlacementNode> pn = placement_nodes();
+  Result<Placement> p = placement_assign(pn, {.dp = new_dp});
+  if (!p.ok()) return HttpResponse::error(409, p.error());  // nothing started, nothing changed
+  const int old_dp = r->dp, old_zero = r->zero;
+  r->dp = new_dp;
+  r->zero = static_cast<int>(zero.value_or(r->zero));
+  if (Status s = start_generation(*r, pn, p.value(), c->first); !s.ok()) {
+    r->dp = old_dp;
+    r->zero = old_zero;
+    return HttpResponse::error(500, s.message());
+  }
+  const int64_t step = c->second;
+  writer->push_op([id = r->id, step](HistoryDb& d) { d.rewind_run(id, step); });
+  set_state(*r, *run_action_target(RunAction::kResumeFrom));
+  r->message.clear();
+  r->last_step = step;
+  r->resumed_from = step;
+  r->resume_kind = "resume";
+  r->checkpoint_policy.restart_at(step);
+  const std::string layout_text = "dp=" + std::to_string(r->dp) + " zero=" + std::to_string(r->zero);
+  event(r->id, "resume_requested",
+        "resume from " + fs::path(c->first).filename().string() + " on " + layout_text + " requested from " +
+            req.remote,
+        {{"from", req.remote}, {"checkpoint", c->first}, {"step", step}, {"layout", layout_text}}, step);
+  event(r->id, "resume_placed", one_line(placement_describe(pn, p.value())),
+        {{"dp", r->dp}, {"previous_dp", old_dp}, {"spares_used", p->spares_used()}}, step);
+  json out = run_json(*r, false);
+  out["checkpoint"] = c->first;
+  out["from_step"] = step;
+  return HttpResponse::ok(out, 202);
+}
+
+}  // namespace gantry
