@@ -5,7 +5,6 @@
 #include <imgui.h>
 
 #include "ui/console/clickables.h"  // Clickables: the button the script presses
-#include "ui/console/clickables.h"
 #include "ui/console/script.h"
 
 namespace gantry::console {
