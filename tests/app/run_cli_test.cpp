@@ -98,7 +98,9 @@ TEST(RunCli, TwoRanksTrainPrintJsonLinesAndKeepEveryRanksHistory) {
     EXPECT_GT(steps[i]["loss"].get<double>(), 2.0);  // ln 32 = 3.47 at the start
     EXPECT_TRUE(steps[i].contains("grad_norm"));
     EXPECT_TRUE(steps[i].contains("tokens_per_s"));
+    EXPECT_TRUE(steps[i].contains("mfu") && steps[i]["mfu"].is_null()) << "a CPU without a peak: n/a, not 0";
   }
+  EXPECT_THAT(run.err(), HasSubstr("| mfu n/a"));
   EXPECT_TRUE(steps[1].contains("val_loss"));
   EXPECT_TRUE(fs::exists(dir + "/run/checkpoints/step_00000004/manifest.json"));
 
@@ -113,6 +115,10 @@ TEST(RunCli, TwoRanksTrainPrintJsonLinesAndKeepEveryRanksHistory) {
   EXPECT_EQ(runs[0].info.world_size, 2);
   EXPECT_EQ(runs[0].info.layout, "dp=2 tp=1 pp=1 zero=0");
   EXPECT_EQ(runs[0].last_step, 4);
+  // The run's MFU basis reaches the launcher's history (from rank 0's worker_run frame): no peak here.
+  EXPECT_GT(runs[0].info.flops_per_token, 0);
+  EXPECT_EQ(runs[0].info.peak_flops, 0);
+  EXPECT_THAT(runs[0].info.mfu_formula, HasSubstr("MFU n/a"));
   for (int32_t rank : {0, 1}) {
     std::vector<RankStepRecord> rs;
     ASSERT_TRUE(db->read_rank_steps(runs[0].id, 0, 100, {rank}, 100, &rs)) << db->error();
@@ -127,6 +133,7 @@ TEST(RunCli, TwoRanksTrainPrintJsonLinesAndKeepEveryRanksHistory) {
   ASSERT_TRUE(db->read_steps(runs[0].id, 0, 100, 100, &global)) << db->error();
   ASSERT_EQ(global.size(), 4u);
   EXPECT_DOUBLE_EQ(global[0].loss, steps[0]["loss"].get<double>());
+  EXPECT_FALSE(global[0].mfu.has_value());
   std::vector<CheckpointInfo> ckpts;
   ASSERT_TRUE(db->list_checkpoints(runs[0].id, &ckpts)) << db->error();
   ASSERT_FALSE(ckpts.empty());

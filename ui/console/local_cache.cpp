@@ -38,7 +38,10 @@ int64_t LocalCache::local_run(const std::string& url, const RunView& run) {
                                      .world_size = world,
                                      .layout = "dp=" + std::to_string(run.dp) + " zero=" + std::to_string(run.zero),
                                      .out_dir = key,
-                                     .created_unix_s = run.created_unix_s});
+                                     .created_unix_s = run.created_unix_s,
+                                     .peak_name = run.peak_name,
+                                     .peak_flops = run.peak_flops,
+                                     .mfu_formula = run.mfu_formula});
   if (id < 0) {
     error_ = "cannot add run " + std::to_string(run.id) + " to the local cache: " + db_->error();
     return -1;
