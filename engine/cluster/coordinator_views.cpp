@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "engine/cluster/coordinator_impl.h"
+#include "engine/core/config.h"  // config_parse: the run's model and batch in its API object
 #include "telemetry/prometheus.h"
 #include "telemetry/record_json.h"
 
@@ -134,6 +135,17 @@ json Coordinator::Impl::run_json(const Run& r, bool full) const {
               {"keep_last", r.checkpoint_policy.options().keep_last}}}};
   if (full) {
     j["config"] = r.config_toml;
+    // The config as the engine reads it, so a client (the console's what-if panel) needs no TOML parser of
+    // its own: the model's dimensions and the batch.
+    if (Result<Config> cfg = config_parse(r.config_toml, "config"); cfg.ok()) {
+      j["backend"] = cfg->train.backend;
+      j["model"] = {{"n_layer", cfg->model.n_layer},
+                    {"n_head", cfg->model.n_head},
+                    {"n_embd", cfg->model.n_embd},
+                    {"vocab_size", cfg->model.vocab_size},
+                    {"seq_len", cfg->model.seq_len}};
+      j["batch"] = {{"global_batch", cfg->train.global_batch}, {"micro_batch", cfg->train.micro_batch}};
+    }
     j["out_dir"] = r.out_dir;
     if (r.last_step >= 0) j["latest_step"] = record_json(r.latest_step);
   }

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>  // RunView::detail: the run's own API object
 #include <optional>
 #include <string>
 #include <vector>
@@ -50,7 +51,9 @@ struct RunView {
   double created_unix_s = 0;
   std::vector<ShareView> placement;
   std::string layout;  // the API's "layout" object as JSON text, e.g. {"dp":4,"pp":1,"tp":1,"zero":1}
-  std::string config;  // the run's config TOML (GET /v1/runs/{id} only; "" until fetched)
+  // The run's own object (GET /v1/runs/{id}: its config, the model's dimensions and batch as the coordinator
+  // parsed them); null until fetched. The what-if panel plans from it.
+  nlohmann::json detail;
   // How its MFU is computed (RunInfo): the MFU plot's tooltip. peak_flops 0 = per device, or unknown.
   std::string peak_name;
   double peak_flops = 0;

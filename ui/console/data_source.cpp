@@ -58,7 +58,6 @@ RunView run_from_json(const json& j) {
     r.zero = field<int>(*it, "zero", 0);
     r.layout = it->dump();
   }
-  r.config = field<std::string>(j, "config", "");
   r.peak_name = field<std::string>(j, "peak_name", "");
   r.peak_flops = field<double>(j, "peak_flops", 0);
   r.mfu_formula = field<std::string>(j, "mfu_formula", "");
@@ -366,7 +365,7 @@ bool DataSource::poll_once(ApiClient& api) {
     if (want != master_.run.id) reset_run_locked(want);
     for (const RunView& r : run_list)
       if (r.id == want) master_.run = r;
-    if (config_run_ == want) master_.run.config = config_;
+    if (config_run_ == want) master_.run.detail = detail_;
     id = master_.run.id;
     need_config = id >= 0 && config_run_ != id;
     world = std::max(1, master_.run.world);
@@ -393,8 +392,8 @@ bool DataSource::poll_once(ApiClient& api) {
     if (Result<json> detail = api.run(id); detail.ok()) {
       std::lock_guard<std::mutex> lock(mu_);
       config_run_ = id;
-      config_ = field<std::string>(detail.value(), "config", "");
-      if (master_.run.id == id) master_.run.config = config_;
+      detail_ = std::move(detail.value());
+      if (master_.run.id == id) master_.run.detail = detail_;
     }
   }
   const int64_t limit = std::min<int64_t>(100000, 256 * static_cast<int64_t>(world));

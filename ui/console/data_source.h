@@ -119,8 +119,8 @@ class DataSource {
   bool have_endpoint_ = false;
   std::deque<Request> requests_;
   int64_t follow_ = -1;           // asked for; -1 = automatic
-  int64_t config_run_ = -1;       // the run whose config TOML config_ holds (GET /v1/runs/{id}, once a run)
-  std::string config_;
+  int64_t config_run_ = -1;       // the run whose own object detail_ holds (GET /v1/runs/{id}, once a run)
+  nlohmann::json detail_;
   ConsoleSnapshot master_;        // the model, less the two shared parts below
   StepLog steps_;
   RankTimeMetric rank_metric_ = RankTimeMetric::kBusy;

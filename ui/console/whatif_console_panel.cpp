@@ -15,9 +15,9 @@ void WhatIfPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
     loaded_run_ = -1;
     load_error_.clear();
   }
-  // The list of runs has no config; the form waits for the run's own route (fetched once per run).
-  if (s.run.id >= 0 && loaded_run_ < 0 && !s.run.config.empty()) {
-    Status st = model_.load_run(s.run.id, s.run.name, s.run.config, s.run.layout);
+  // The list of runs has no model or batch; the form waits for the run's own route (fetched once per run).
+  if (s.run.id >= 0 && loaded_run_ < 0 && s.run.detail.is_object()) {
+    Status st = model_.load_run(s.run.detail);
     load_error_ = st.ok() ? "" : st.message();
     loaded_run_ = s.run.id;  // tried: a config that does not parse is not tried again every frame
     evaluated_ = evaluated_ || st.ok();  // load_run evaluates

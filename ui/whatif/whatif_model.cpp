@@ -145,16 +145,6 @@ Status WhatIfModel::load_run(const nlohmann::json& run) {
   return {};
 }
 
-Status WhatIfModel::load_run(int64_t id, std::string_view name, std::string_view config_toml,
-                             std::string_view layout) {
-  Result<WhatIfRun> r = whatif_run_parse(id, name, config_toml, layout);
-  if (!r.ok()) return r.status();
-  run_ = std::move(r.value());
-  whatif_form_from_run(form, *run_);
-  evaluate();
-  return {};
-}
-
 std::optional<WhatIfApply> WhatIfModel::apply(int index) const {
   if (index < 0 || index >= static_cast<int>(candidates_.size()) || !run_) return std::nullopt;
   const Candidate& c = candidates_[index];

@@ -80,7 +80,6 @@ class WhatIfModel {
   // The run Apply resumes. Loading puts its model, batch and layout into the form (whatif_form_from_run)
   // and evaluates; an error leaves everything as it was.
   Status load_run(const nlohmann::json& run);
-  Status load_run(int64_t id, std::string_view name, std::string_view config_toml, std::string_view layout);
   void forget_run() { run_.reset(); }
   // The run's state as the API last reported it ("running", "stopped", ...), without reloading the form.
   // Apply stays the caller's to carry out: resume-from takes only a stopped, failed or interrupted run, so the panel

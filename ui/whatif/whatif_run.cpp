@@ -5,7 +5,6 @@
 #include <charconv>
 #include <string>
 
-#include "engine/core/config.h"  // config_parse: the run's TOML, read by the engine's own strict parser
 
 namespace gantry::whatif {
 
@@ -76,50 +75,60 @@ std::string itos(long long v) {
   return std::to_string(v);
 }
 
-}  // namespace
-
-Result<WhatIfRun> whatif_run_parse(int64_t id, std::string_view name, std::string_view config_toml,
-                                   std::string_view layout) {
-  Result<Config> cfg = config_parse(std::string(config_toml), "the run's config");
-  if (!cfg.ok()) return cfg.status();
-  WhatIfRun r;
-  r.id = id;
-  r.name = std::string(name);
-  r.backend = cfg->train.backend;
-  // Gantry's model is GPT-2 shaped: PlanModel's defaults (learned positions, LayerNorm, biases, GELU with
-  // ffn = 4d, tied embeddings, no dropout) are that shape; only the dimensions come from the config.
-  r.model.name = r.name.empty() ? "run " + itos(id) : r.name;
-  r.model.layers = cfg->model.n_layer;
-  r.model.hidden = cfg->model.n_embd;
-  r.model.heads = cfg->model.n_head;
-  r.model.vocab = cfg->model.vocab_size;
-  r.model.seq = cfg->model.seq_len;
-  r.global_batch = cfg->train.global_batch;
-  r.micro_batch = cfg->train.micro_batch;
-  size_t first = 0;
-  while (first < layout.size() && std::isspace(static_cast<unsigned char>(layout[first]))) ++first;
-  const Status s = first < layout.size() && layout[first] == '{' ? parse_layout_json(r, layout)
-                                                                 : parse_layout_text(r, layout);
-  if (!s.ok()) return s;
-  return r;
+// An integer member of `obj` in [lo, hi]; the error names "where.key".
+Status read_int(const json& obj, const char* where, const char* key, int lo, int hi, int* out) {
+  const auto it = obj.find(key);
+  if (it == obj.end() || !it->is_number_integer()) {
+    return Status::error(std::string(where) + "." + key + ": expected an integer, got " +
+                         (it == obj.end() ? std::string("nothing") : it->dump()));
+  }
+  const long long v = it->get<long long>();
+  if (v < lo || v > hi) {
+    return Status::error(std::string(where) + "." + key + " = " + std::to_string(v) + ": allowed " +
+                         std::to_string(lo) + ".." + std::to_string(hi));
+  }
+  *out = static_cast<int>(v);
+  return {};
 }
+
+}  // namespace
 
 Result<WhatIfRun> whatif_run_parse(const json& run) {
   if (!run.is_object()) return Status::error("run: expected the JSON object of GET /v1/runs/{id}");
   const auto id = run.find("id");
-  const auto config = run.find("config");
   if (id == run.end() || !id->is_number_integer()) return Status::error("run: no integer \"id\"");
-  if (config == run.end() || !config->is_string()) {
+  const auto model = run.find("model");
+  const auto batch = run.find("batch");
+  if (model == run.end() || !model->is_object() || batch == run.end() || !batch->is_object()) {
     return Status::error("run " + id->dump() +
-                         ": no \"config\" (GET /v1/runs/{id} has it; the list does not)");
+                         ": no \"model\" and \"batch\" objects (GET /v1/runs/{id} has them; the list does not)");
+  }
+  WhatIfRun r;
+  r.id = id->get<int64_t>();
+  r.name = run.value("name", std::string());
+  r.state = run.value("state", std::string());
+  r.backend = run.value("backend", std::string());
+  // Gantry's model is GPT-2 shaped: PlanModel's defaults (learned positions, LayerNorm, biases, GELU with
+  // ffn = 4d, tied embeddings, no dropout) are that shape; only the dimensions come from the run. The
+  // coordinator validated them with the engine's config rules at submit; these bounds only keep a planner
+  // from being asked about nonsense.
+  r.model.name = r.name.empty() ? "run " + itos(r.id) : r.name;
+  constexpr int kBig = 1 << 24;
+  for (const Status& s : {read_int(*model, "model", "n_layer", 1, kBig, &r.model.layers),
+                          read_int(*model, "model", "n_embd", 1, kBig, &r.model.hidden),
+                          read_int(*model, "model", "n_head", 1, kBig, &r.model.heads),
+                          read_int(*model, "model", "vocab_size", 1, kBig, &r.model.vocab),
+                          read_int(*model, "model", "seq_len", 1, kBig, &r.model.seq),
+                          read_int(*batch, "batch", "global_batch", 1, kBig, &r.global_batch),
+                          read_int(*batch, "batch", "micro_batch", 1, kBig, &r.micro_batch)}) {
+    if (!s.ok()) return Status::error("run " + itos(r.id) + ": " + s.message());
   }
   const auto layout = run.find("layout");
-  const std::string layout_text = layout == run.end()   ? ""
-                                  : layout->is_string() ? layout->get<std::string>()
-                                                        : layout->dump();
-  Result<WhatIfRun> r = whatif_run_parse(id->get<int64_t>(), run.value("name", std::string()),
-                                         config->get<std::string>(), layout_text);
-  if (r.ok()) r->state = run.value("state", std::string());
+  if (layout != run.end() && layout->is_object()) {
+    if (Status s = parse_layout_json(r, layout->dump()); !s.ok()) return s;
+  } else if (layout != run.end() && layout->is_string()) {
+    if (Status s = parse_layout_text(r, layout->get<std::string>()); !s.ok()) return s;
+  }
   return r;
 }
 

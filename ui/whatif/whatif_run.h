@@ -1,5 +1,5 @@
-// The what-if panel's link to a live run: reading the run as GET /v1/runs/{id} returns it (its config
-// TOML and its layout) into the form, deciding whether a planned layout is one the run can resume on, and
+// The what-if panel's link to a live run: reading the run as GET /v1/runs/{id} returns it (its model,
+// batch and layout) into the form, deciding whether a planned layout is one the run can resume on, and
 // the layout "Apply" hands to the console for POST /v1/runs/{id}/resume-from.
 //
 // What resume-from accepts (engine/cluster/coordinator.cpp): {"checkpoint": "latest" | STEP | "step_N",
@@ -37,13 +37,12 @@ struct WhatIfRun {
   int dp = 1, tp = 1, pp = 1, zero = 0;  // the layout it runs on
 };
 
-// From the run's config TOML (the API's "config") and its layout, either as the API's "layout" object
-// serialised ({"dp":4,"tp":1,"pp":1,"zero":1}) or as the history's layout text ("dp=4 tp=1 pp=1 zero=1").
-// Keys other than dp, tp, pp, zero are ignored, so a coordinator that reports more still loads. Errors name
-// what did not parse.
-Result<WhatIfRun> whatif_run_parse(int64_t id, std::string_view name, std::string_view config_toml,
-                                   std::string_view layout);
-// The same from the whole object of GET /v1/runs/{id} (id, name, state, config, layout).
+// From the object GET /v1/runs/{id} returns: its id, name, state and backend, the model's dimensions
+// ("model": n_layer, n_head, n_embd, vocab_size, seq_len) and batch ("batch": global_batch, micro_batch)
+// as the coordinator parsed them from the run's config, and its layout, either as the API's object
+// ({"dp":4,"tp":1,"pp":1,"zero":1}) or as the history's text ("dp=4 tp=1 pp=1 zero=1"). Layout keys other
+// than dp, tp, pp, zero are ignored, so a coordinator that reports more still loads. Errors name what did
+// not parse. (The console never reads the config TOML itself: that parser is the engine's.)
 Result<WhatIfRun> whatif_run_parse(const nlohmann::json& run);
 
 // Puts the run into the form: its model as custom dimensions named after the run, its global batch and

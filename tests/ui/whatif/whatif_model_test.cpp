@@ -3,6 +3,7 @@
 // reason; a run loads from its config TOML and layout as the API returns them; Apply is offered exactly
 // for the layouts resume-from takes, with exactly its fields.
 #include "ui/whatif/whatif_model.h"
+#include "tests/ui/whatif/tiny_run.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -14,15 +15,10 @@
 namespace gantry::whatif {
 namespace {
 
+using testing_support::tiny_run;
+
 using nlohmann::json;
 using ::testing::HasSubstr;
-
-std::string tiny_config() {
-  std::ifstream in(std::string(GANTRY_SOURCE_DIR) + "/assets/configs/tiny.toml");
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // Each candidate against plan_evaluate of the model's input with that candidate's layout.
 void expect_matches_plan_evaluate(const WhatIfModel& m) {
@@ -145,10 +141,10 @@ TEST(WhatIfModel, TheSelectionFollowsItsLayoutAcrossEvaluations) {
   EXPECT_EQ(m.selection(), nullptr);
 }
 
-TEST(WhatIfRun, LoadsTheConfigAndEitherLayoutForm) {
-  const std::string toml = tiny_config();
-  Result<WhatIfRun> a = whatif_run_parse(7, "tiny", toml, R"({"dp":2,"tp":1,"pp":1,"zero":1})");
+TEST(WhatIfRun, LoadsTheModelBatchAndEitherLayoutForm) {
+  Result<WhatIfRun> a = whatif_run_parse(tiny_run({{"dp", 2}, {"tp", 1}, {"pp", 1}, {"zero", 1}}));
   ASSERT_TRUE(a.ok()) << a.error();
+  EXPECT_EQ(a->id, 7);
   EXPECT_EQ(a->model.layers, 2);
   EXPECT_EQ(a->model.hidden, 64);
   EXPECT_EQ(a->model.heads, 4);
@@ -159,29 +155,30 @@ TEST(WhatIfRun, LoadsTheConfigAndEitherLayoutForm) {
   EXPECT_EQ(a->backend, "cpu");
   EXPECT_EQ(a->dp, 2);
   EXPECT_EQ(a->zero, 1);
-  Result<WhatIfRun> b = whatif_run_parse(7, "tiny", toml, "dp=2 tp=1 pp=1 zero=1");
+  Result<WhatIfRun> b = whatif_run_parse(tiny_run("dp=2 tp=1 pp=1 zero=1"));
   ASSERT_TRUE(b.ok()) << b.error();
   EXPECT_EQ(b->dp, 2);
   EXPECT_EQ(b->zero, 1);
   // A key the coordinator may add later is skipped; a bad value of a known one is named.
-  EXPECT_TRUE(whatif_run_parse(7, "", toml, R"({"dp":2,"cp":1})").ok());
-  Result<WhatIfRun> bad = whatif_run_parse(7, "", toml, R"({"dp":0})");
+  EXPECT_TRUE(whatif_run_parse(tiny_run({{"dp", 2}, {"cp", 1}})).ok());
+  Result<WhatIfRun> bad = whatif_run_parse(tiny_run({{"dp", 0}}));
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.error(), "layout.dp = 0: allowed 1..1048576");
-  EXPECT_EQ(whatif_run_parse(7, "", toml, "dp=two").error(), "layout.dp: 'two' is not an integer");
-  EXPECT_THAT(whatif_run_parse(7, "", toml, "dp 2").error(), HasSubstr("is not key=value"));
-  Result<WhatIfRun> bad_toml = whatif_run_parse(7, "", "[model]\nn_layer = 0\n", "dp=1");
-  ASSERT_FALSE(bad_toml.ok());
-  EXPECT_THAT(bad_toml.error(), HasSubstr("model.n_layer"));
+  EXPECT_EQ(whatif_run_parse(tiny_run("dp=two")).error(), "layout.dp: 'two' is not an integer");
+  EXPECT_THAT(whatif_run_parse(tiny_run("dp 2")).error(), HasSubstr("is not key=value"));
+  json zero_layers = tiny_run("dp=1");
+  zero_layers["model"]["n_layer"] = 0;
+  Result<WhatIfRun> bad_model = whatif_run_parse(zero_layers);
+  ASSERT_FALSE(bad_model.ok());
+  EXPECT_EQ(bad_model.error(), "run 7: model.n_layer = 0: allowed 1..16777216");
+  json no_batch = tiny_run("dp=1");
+  no_batch["batch"].erase("micro_batch");
+  EXPECT_EQ(whatif_run_parse(no_batch).error(), "run 7: batch.micro_batch: expected an integer, got nothing");
 }
 
 TEST(WhatIfRun, TheWholeRunObjectLoadsIntoTheForm) {
-  const json run = {{"id", 7},
-                    {"name", "tiny"},
-                    {"state", "stopped"},
-                    {"config", tiny_config()},
-                    {"layout", {{"dp", 2}, {"tp", 1}, {"pp", 1}, {"zero", 1}}},
-                    {"world", 2}};
+  json run = tiny_run({{"dp", 2}, {"tp", 1}, {"pp", 1}, {"zero", 1}});
+  run["world"] = 2;
   WhatIfModel m;
   ASSERT_TRUE(m.load_run(run).ok());
   ASSERT_TRUE(m.run().has_value());
@@ -210,13 +207,13 @@ TEST(WhatIfRun, TheWholeRunObjectLoadsIntoTheForm) {
   m.set_run_state("running");
   EXPECT_EQ(m.run()->state, "running");
   EXPECT_EQ(m.form.gpus, 4);
-  // The list of runs carries no config: refused by name.
-  EXPECT_THAT(m.load_run(json{{"id", 7}, {"name", "tiny"}}).message(), HasSubstr("no \"config\""));
+  // The list of runs carries no model or batch: refused by name.
+  EXPECT_THAT(m.load_run(json{{"id", 7}, {"name", "tiny"}}).message(), HasSubstr("no \"model\" and \"batch\""));
 }
 
 TEST(WhatIfApply, OfferedExactlyForLayoutsResumeFromTakes) {
   WhatIfModel m;
-  ASSERT_TRUE(m.load_run(7, "tiny", tiny_config(), R"({"dp":2,"tp":1,"pp":1,"zero":1})").ok());
+  ASSERT_TRUE(m.load_run(tiny_run({{"dp", 2}, {"tp", 1}, {"pp", 1}, {"zero", 1}})).ok());
   m.form.gpus = 4;  // what if the run went on on 4 ranks?
   m.evaluate();
   // 4 ranks × the run's micro-batch of 8 overshoot its global batch of 16: the form says so, by field.

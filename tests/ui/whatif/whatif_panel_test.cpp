@@ -4,6 +4,7 @@
 #include "ui/whatif/whatif_panel.h"
 
 #include "tests/ui/headless_imgui.h"
+#include "tests/ui/whatif/tiny_run.h"
 
 #include <gtest/gtest.h>
 #include <imgui.h>
@@ -17,12 +18,7 @@
 namespace gantry::whatif {
 namespace {
 
-std::string tiny_config() {
-  std::ifstream in(std::string(GANTRY_SOURCE_DIR) + "/assets/configs/tiny.toml");
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using testing_support::tiny_run;
 
 class Panel : public ::testing::Test {
  protected:
@@ -114,7 +110,7 @@ TEST_F(Panel, MemoryBarsStackEachBucketToScaleAgainstHbm) {
 
 TEST_F(Panel, ApplyReportsTheSelectedLayoutAndOnlyWhenTheRunCanResumeOnIt) {
   WhatIfModel m;
-  ASSERT_TRUE(m.load_run(7, "tiny", tiny_config(), R"({"dp":2,"tp":1,"pp":1,"zero":1})").ok());
+  ASSERT_TRUE(m.load_run(tiny_run({{"dp", 2}, {"tp", 1}, {"pp", 1}, {"zero", 1}})).ok());
   m.form.gpus = 4;
   m.form.layout.micro_batch = 4;
   m.evaluate();
@@ -149,7 +145,7 @@ TEST_F(Panel, ApplyReportsTheSelectedLayoutAndOnlyWhenTheRunCanResumeOnIt) {
 
 TEST_F(Panel, AButtonHookSeesApplyAndDecidesThePress) {
   WhatIfModel m;
-  ASSERT_TRUE(m.load_run(7, "tiny", tiny_config(), "dp=2 tp=1 pp=1 zero=0").ok());
+  ASSERT_TRUE(m.load_run(tiny_run("dp=2 tp=1 pp=1 zero=0")).ok());
   ASSERT_NE(m.selection(), nullptr);
   std::vector<std::string> labels;
   bool apply_enabled = false;
