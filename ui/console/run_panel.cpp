@@ -170,8 +170,9 @@ void RunPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
   ImGui::SameLine();
   if (heat_) {
     plot::heatmap_widget("##heat", heat_view, *heat_, ImVec2(half, plot_h));
+    // One name whatever the selector shows, for --dump-state's readers (scripts, tests).
     ctx.frame.series.push_back(
-        {shown + " heatmap", static_cast<size_t>(heat_->step_end() - heat_->first_step()),
+        {"rank time heatmap", static_cast<size_t>(heat_->step_end() - heat_->first_step()),
          heat_view.map_min.x, heat_view.map_min.y, heat_view.map_max.x, heat_view.map_max.y});
   } else {
     ImGui::Dummy(ImVec2(half, plot_h));
