@@ -1,7 +1,8 @@
 // gantry --bench-frames: the Run panel's frame time with a big run in memory (issue 8's benchmark). No
 // network and no cluster: the console's own model (the step log and the rank × step grid a DataSource
 // fills) is filled with a synthetic run, and the Run panel draws from it exactly as it does live, in the
-// real window and GL context that the console uses.
+// real window and GL context that the console uses. The fill includes what the network thread computes
+// with the grid (the band across ranks).
 //
 // Per frame it measures the UI thread's CPU time (CLOCK_THREAD_CPUTIME_ID) and the wall time of the same
 // span: ImGui's backends' NewFrame, ImGui::NewFrame, the Run panel's draw (decimation, heatmap grid,
@@ -131,6 +132,9 @@ int console_bench_frames(GLFWwindow* window, const ConsoleBenchOptions& o) {
   auto log = std::make_shared<StepLog>();
   auto grid = std::make_shared<RankStepGrid>();
   bench_fill(o.ranks, o.steps, log.get(), grid.get());
+  // The band is the network thread's work (DataSource publishes it with the grid), so it counts in the fill.
+  auto band = std::make_shared<RankBand>();
+  band->update(*grid, o.ranks);
   ConsoleSnapshot snap;
   snap.version = 1;
   snap.connected = true;
@@ -143,6 +147,7 @@ int console_bench_frames(GLFWwindow* window, const ConsoleBenchOptions& o) {
                      .max_steps = o.steps};
   snap.steps = log;
   snap.grid = grid;
+  snap.band = band;
   const double load_s = wall_s() - load0;
 
   ImGuiIO& io = ImGui::GetIO();

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "telemetry/records.h"
+#include "ui/console/rank_band.h"
 #include "ui/console/step_log.h"
 
 namespace gantry::console {
@@ -123,6 +124,8 @@ struct ConsoleSnapshot {
 
   std::shared_ptr<const StepLog> steps = std::make_shared<StepLog>();
   std::shared_ptr<const RankStepGrid> grid = std::make_shared<RankStepGrid>();
+  std::shared_ptr<const RankBand> band =
+      std::make_shared<RankBand>();  // the grid's min / median / max per step
 
   // The tiny run on the built-in corpus that this console can submit (embedded clusters only).
   bool can_submit_tiny = false;

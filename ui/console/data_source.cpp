@@ -193,6 +193,7 @@ void DataSource::set_rank_metric(RankTimeMetric m) {
   rank_metric_ = m;
   ++grid_epoch_;
   grid_ = RankStepGrid(m);
+  band_ = RankBand();
   grid_dirty_ = true;
   publish_locked();
   cv_.notify_all();
@@ -213,6 +214,13 @@ void DataSource::publish_locked() {
   s->version = published_->version + 1;
   s->steps = steps_dirty_ ? std::make_shared<const StepLog>(steps_) : published_->steps;
   s->grid = grid_dirty_ ? std::make_shared<const RankStepGrid>(grid_) : published_->grid;
+  if (grid_dirty_) {
+    // Here, on the network thread, so that the UI thread draws the band without computing it.
+    band_.update(grid_, std::max(1, master_.run.world));
+    s->band = std::make_shared<const RankBand>(band_);
+  } else {
+    s->band = published_->band;
+  }
   steps_dirty_ = grid_dirty_ = false;
   published_ = std::move(s);
 }
@@ -235,6 +243,7 @@ void DataSource::reset_run_locked(int64_t id) {
   master_.events.clear();
   steps_ = StepLog();
   grid_ = RankStepGrid(rank_metric_);
+  band_ = RankBand();
   steps_dirty_ = grid_dirty_ = true;
   last_event_id_ = 0;
   pending_rewind_ = -1;

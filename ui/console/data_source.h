@@ -126,6 +126,7 @@ class DataSource {
   RankTimeMetric rank_metric_ = RankTimeMetric::kBusy;
   uint64_t grid_epoch_ = 0;  // counts set_rank_metric's restarts: a poll asked for before one is not added
   RankStepGrid grid_;
+  RankBand band_;  // the grid's band, brought up to it at every publish that changed the grid
   bool steps_dirty_ = false, grid_dirty_ = false;
   std::shared_ptr<const ConsoleSnapshot> published_;
   int64_t last_event_id_ = 0;

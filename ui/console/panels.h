@@ -54,7 +54,7 @@ struct RunPanel {
   void draw(const ConsoleSnapshot& s, PanelContext& ctx);
 
  private:
-  void sync(const ConsoleSnapshot& s);  // brings the band and heatmap up to the snapshot's grid
+  void sync(const ConsoleSnapshot& s);  // brings the heatmap up to the snapshot's grid
   // The selector: which time the heatmap and band show (the grid's metric, kept by the DataSource), and
   // whether as the excess over each step's median rank.
   RankTimeMetric metric_ = RankTimeMetric::kBusy;
@@ -72,8 +72,8 @@ struct RunPanel {
   int64_t run_id_ = -1;
   const RankStepGrid* synced_grid_ = nullptr;
   std::shared_ptr<const RankStepGrid> grid_hold_;  // keeps synced_grid_ alive
-  size_t final_rows_ = 0;  // grid rows whose every rank was in when last synced: never recomputed
-  std::vector<double> band_step_, band_min_, band_median_, band_max_;
+  size_t final_rows_ = 0;   // grid rows whose every rank was in when last synced: never recomputed
+  size_t synced_rows_ = 0;  // the grid's rows when last synced (fewer now: a rewind)
   std::unique_ptr<plot::HeatmapModel> heat_;
 };
 

@@ -43,7 +43,7 @@ std::vector<plot::PlotMarker> event_markers(const ConsoleSnapshot& s) {
 
 void RunPanel::sync(const ConsoleSnapshot& s) {
   const RankStepGrid& g = *s.grid;
-  if (s.run.id != run_id_ || g.rows() < band_step_.size() || (heat_ && heat_->ranks() < g.width()) ||
+  if (s.run.id != run_id_ || g.rows() < synced_rows_ || (heat_ && heat_->ranks() < g.width()) ||
       (heat_ && g.rows() > 0 && heat_->first_step() != g.first_step()) || g.metric() != synced_metric_ ||
       excess_ != synced_excess_) {
     // Another run, a rewind, a wider grid or another view: start over.
@@ -51,64 +51,44 @@ void RunPanel::sync(const ConsoleSnapshot& s) {
     synced_excess_ = excess_;
     run_id_ = s.run.id;
     final_rows_ = 0;
-    band_step_.clear();
-    band_min_.clear();
-    band_median_.clear();
-    band_max_.clear();
     heat_.reset();
   }
   if (g.width() > 0 && !heat_) heat_ = std::make_unique<plot::HeatmapModel>(g.width(), g.first_step());
   grid_hold_ = s.grid;
   synced_grid_ = grid_hold_.get();
-  // Rows from the first that was incomplete last time: a late rank's cell may have filled in since.
-  band_step_.resize(final_rows_);
-  band_min_.resize(final_rows_);
-  band_median_.resize(final_rows_);
-  band_max_.resize(final_rows_);
+  synced_rows_ = g.rows();
   if (heat_ && g.rows() > final_rows_) heat_->reserve(static_cast<int64_t>(g.rows()));
-  std::vector<float> values, excess_row;
-  const int world = std::max(1, s.run.world);
+  // The band, computed with the grid on the network thread, has each step's median for the excess view.
+  const RankBand& band = *s.band;
+  const bool band_fits =
+      band.size() == g.rows() && (band.size() == 0 || band.step[0] == static_cast<double>(g.first_step()));
+  std::vector<float> excess_row;
+  const int want = std::min(std::max(1, s.run.world), g.width());
   size_t final_rows = final_rows_;
   bool still_final = true;
+  // Rows from the first that was incomplete last time: a late rank's cell may have filled in since.
   for (size_t row = final_rows_; row < g.rows(); ++row) {
     const int64_t step = g.first_step() + static_cast<int64_t>(row);
     const float* cells = g.row(row);
+    int reported = 0;
+    for (int k = 0; k < g.width(); ++k) reported += !std::isnan(cells[k]);
     if (excess_) {
       // Each rank's excess over the step's median rank: the step's own pace taken out.
       excess_row.assign(cells, cells + g.width());
-      excess_over_median(excess_row);
+      if (band_fits) {
+        for (float& v : excess_row) v = static_cast<float>(v - band.median[row]);
+      } else {
+        excess_over_median(excess_row);
+      }
       cells = excess_row.data();
     }
-    values.clear();
-    for (int k = 0; k < g.width(); ++k)
-      if (!std::isnan(cells[k])) values.push_back(cells[k]);
     // A whole row at once: one contiguous pass per pyramid level, where a cell at a time walks every level
     // per cell (catching up 100,000 steps × 1,024 ranks took 18 s in one frame that way).
     if (heat_ && !heat_->append_step(step, std::span<const float>(cells, static_cast<size_t>(g.width())))) {
       for (int k = 0; k < g.width(); ++k) heat_->set(k, step, cells[k]);
     }
-    const bool complete = static_cast<int>(values.size()) >= std::min(world, g.width());
-    if (still_final && complete) final_rows = row + 1;
-    still_final = still_final && complete;
-    const double nan = std::numeric_limits<double>::quiet_NaN();
-    band_step_.push_back(static_cast<double>(step));
-    if (values.empty()) {
-      band_min_.push_back(nan);
-      band_median_.push_back(nan);
-      band_max_.push_back(nan);
-      continue;
-    }
-    // Selection, not a sort: O(ranks) per step.
-    const auto [lo, hi] = std::minmax_element(values.begin(), values.end());
-    band_min_.push_back(*lo);
-    band_max_.push_back(*hi);
-    const size_t m = values.size() / 2;
-    std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(m), values.end());
-    double median = values[m];
-    if (values.size() % 2 == 0)
-      median =
-          0.5 * (median + *std::max_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(m)));
-    band_median_.push_back(median);
+    if (still_final && reported >= want) final_rows = row + 1;
+    still_final = still_final && reported >= want;
   }
   final_rows_ = final_rows;
 }
@@ -189,16 +169,20 @@ void RunPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
   heat_view.value_label = shown;
 
   // The chosen time across ranks: the band (min, median, max) and the heatmap.
+  // The band comes computed with the snapshot (rank_band.h): drawing it is decimation only.
+  const RankBand& band = *s.band;
+  const size_t nb = band.size();
   line("##band", band_view,
-       {{"max", band_step_.data(), band_max_.data(), band_step_.size(), kRed},
-        {"median", band_step_.data(), band_median_.data(), band_step_.size(), kBlue},
-        {"min", band_step_.data(), band_min_.data(), band_step_.size(), kGreen}},
+       {{"max", band.step.data(), excess_ ? band.excess_max.data() : band.max.data(), nb, kRed},
+        {"median", band.step.data(), excess_ ? band.zero.data() : band.median.data(), nb, kBlue},
+        {"min", band.step.data(), excess_ ? band.excess_min.data() : band.min.data(), nb, kGreen}},
        half);
   ImGui::SameLine();
   if (heat_) {
     plot::heatmap_widget("##heat", heat_view, *heat_, ImVec2(half, plot_h));
+    // One name whatever the selector shows, for --dump-state's readers (scripts, tests).
     ctx.frame.series.push_back(
-        {shown + " heatmap", static_cast<size_t>(heat_->step_end() - heat_->first_step()),
+        {"rank time heatmap", static_cast<size_t>(heat_->step_end() - heat_->first_step()),
          heat_view.map_min.x, heat_view.map_min.y, heat_view.map_max.x, heat_view.map_max.y});
   } else {
     ImGui::Dummy(ImVec2(half, plot_h));

@@ -189,7 +189,7 @@ TEST(ConsoleWindow, ScreenshotStateAndAScriptedCheckpointAgainstARemoteCluster) 
   EXPECT_EQ(state["run"]["id"], run);
   EXPECT_EQ(state["run"]["state"], "running");
   EXPECT_EQ(state["embedded"], false);
-  for (const char* name : {"loss", "grad norm", "tokens/s", "MFU", "max", "median", "min", "step time heatmap"}) {
+  for (const char* name : {"loss", "grad norm", "tokens/s", "MFU", "max", "median", "min", "rank time heatmap"}) {
     const json* s = series_named(state, name);
     ASSERT_NE(s, nullptr) << name << " was not plotted";
     EXPECT_GE((*s)["length"].get<size_t>(), 4u) << name;
@@ -208,7 +208,7 @@ TEST(ConsoleWindow, ScreenshotStateAndAScriptedCheckpointAgainstARemoteCluster) 
   EXPECT_GT(loss.pixels, 5000u);
   EXPECT_GT(loss.of_colour, 30u) << "no loss line in the loss plot";
   EXPECT_GT(loss.off_background, 60u);
-  const Census heat = census(img, (*series_named(state, "step time heatmap"))["rect"], loss_blue);
+  const Census heat = census(img, (*series_named(state, "rank time heatmap"))["rect"], loss_blue);
   EXPECT_GT(heat.off_background, heat.pixels / 10) << "the heatmap shows no cells";
 
   // Through the API: the console's click is a checkpoint action with its event and a catalog entry.

@@ -104,6 +104,29 @@ TEST_F(DataSourceCluster, FollowsTheTinyRunActsAndCatchesUpWithoutAGap) {
   for (const EventView& e : s->events) EXPECT_TRUE(ids.insert(e.id).second) << "event " << e.id << " twice";
   EXPECT_EQ(s->ranks.size(), 4u);
 
+  // The Run panel's selector: the grid holds busy time by default; another metric starts it over and the
+  // run's rank records are fetched again from step 1, each cell now that metric of the rank's step.
+  EXPECT_EQ(s->grid->metric(), RankTimeMetric::kBusy);
+  source_->set_rank_metric(RankTimeMetric::kForward);
+  ASSERT_TRUE(eventually(
+      [&] {
+        const std::shared_ptr<const RankStepGrid> g = snap()->grid;
+        return g->metric() == RankTimeMetric::kForward && g->first_step() == 1 && g->complete_through(4) >= complete;
+      },
+      60s));
+  const std::shared_ptr<const RankStepGrid> forward = snap()->grid;
+  for (int64_t st = 1; st <= complete; ++st) {
+    for (int r = 0; r < 4; ++r) {
+      EXPECT_GT(forward->at(st, r), 0.0f) << "step " << st << " rank " << r;
+      EXPECT_LT(forward->at(st, r), s->grid->at(st, r)) << "forward is part of busy: step " << st << " rank " << r;
+    }
+  }
+  for (const RankStepRecord& r : forward->latest()) {
+    if (r.step > 0) {
+      EXPECT_FLOAT_EQ(forward->at(r.step, r.rank), static_cast<float>(r.phases.forward));
+    }
+  }
+
   // Stop the run through the same path; then the local cache holds what the model held.
   source_->request_action(run, RunAction::kStop);
   ASSERT_TRUE(eventually([&] { return snap()->run.state == "stopped"; }, 60s)) << snap()->run.state;
