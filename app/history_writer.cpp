@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>  // checkpoint events' payload
 
+#include "engine/cluster/ingest_writer.h"
 #include "engine/core/checkpoint.h"  // checkpoint_list: which checkpoints are still on disk
 #include "engine/core/step_records.h"
 #include "storage/history_db.h"
@@ -25,7 +26,9 @@ HistoryWriter::HistoryWriter(std::string out_dir, std::string run_name, int worl
   host_ = host;
 }
 
-HistoryWriter::~HistoryWriter() = default;
+HistoryWriter::~HistoryWriter() {
+  if (writer_) writer_->stop();  // what is queued is written before the database closes
+}
 
 void HistoryWriter::warn(const std::string& what) {
   if (warned_) return;
@@ -60,26 +63,28 @@ void HistoryWriter::on_step(const StepReport& r) {
   batch.steps.push_back(step_record(r, unix_now_s()));
   batch.rank_steps.back().run_id = run_id_;
   batch.steps.back().run_id = run_id_;
+  std::lock_guard<std::mutex> lock(db_mu_);
   if (!db_->ingest(batch)) warn("cannot record step " + std::to_string(r.step) + ": " + db_->error());
 }
 
-bool HistoryWriter::record_checkpoint(const CheckpointInfo& c) {
-  if (!db_->record_checkpoint(c)) return false;
+bool HistoryWriter::record_checkpoint(HistoryDb& db, const CheckpointInfo& c) {
+  if (!db.record_checkpoint(c)) return false;
   std::vector<int64_t> on_disk;
   for (const std::string& dir : checkpoint_list(std::filesystem::path(c.path).parent_path().string()))
     on_disk.push_back(checkpoint_dir_step(dir));
-  return db_->reconcile_checkpoints(run_id_, on_disk);
+  return db.reconcile_checkpoints(c.run_id, on_disk);
 }
 
 void HistoryWriter::on_checkpoint(const CheckpointReport& c) {
   if (!db_ || run_id_ < 0) return;
   const double now = unix_now_s();
-  if (!record_checkpoint({.run_id = run_id_,
-                          .step = c.step,
-                          .path = c.dir,
-                          .bytes = c.bytes,
-                          .write_s = c.seconds,
-                          .time_unix_s = now})) {
+  std::lock_guard<std::mutex> lock(db_mu_);
+  if (!record_checkpoint(*db_, {.run_id = run_id_,
+                                .step = c.step,
+                                .path = c.dir,
+                                .bytes = c.bytes,
+                                .write_s = c.seconds,
+                                .time_unix_s = now})) {
     return warn("cannot record the checkpoint of step " + std::to_string(c.step) + ": " + db_->error());
   }
   RecordBatch batch;
@@ -95,54 +100,41 @@ void HistoryWriter::on_checkpoint(const CheckpointReport& c) {
 
 void HistoryWriter::ingest(const RecordBatch& batch) {
   if (!db_ || run_id_ < 0) return;
-  for (RankStepRecord r : batch.rank_steps) {
-    r.run_id = run_id_;
-    pending_.rank_steps.push_back(std::move(r));
-  }
-  for (StepRecord r : batch.steps) {
-    r.run_id = run_id_;
-    pending_.steps.push_back(r);
-  }
-  for (EventRecord e : batch.events) {
+  if (!writer_) writer_ = std::make_unique<IngestWriter>(db_.get(), &db_mu_);
+  RecordBatch b = batch;
+  for (RankStepRecord& r : b.rank_steps) r.run_id = run_id_;
+  for (StepRecord& r : b.steps) r.run_id = run_id_;
+  for (EventRecord& e : b.events) {
     e.run_id = run_id_;
     // Rank 0 commits a checkpoint (train.h): its event is the one the catalog keeps.
-    if (e.kind == "checkpoint" && e.rank <= 0) {
-      nlohmann::json p = nlohmann::json::parse(e.payload, nullptr, /*allow_exceptions=*/false);
-      if (p.is_object() && p.value("dir", "") != "") {
-        if (!record_checkpoint({.run_id = run_id_,
-                                .step = e.step,
-                                .path = p.value("dir", ""),
-                                .bytes = p.value("bytes", uint64_t{0}),
-                                .write_s = p.value("seconds", 0.0),
-                                .time_unix_s = e.time_unix_s})) {
-          warn("cannot record the checkpoint of step " + std::to_string(e.step) + ": " + db_->error());
-        }
-      }
-    }
-    pending_.events.push_back(std::move(e));
+    if (e.kind != "checkpoint" || e.rank > 0) continue;
+    nlohmann::json p = nlohmann::json::parse(e.payload, nullptr, /*allow_exceptions=*/false);
+    if (!p.is_object() || p.value("dir", "") == "") continue;
+    const CheckpointInfo c{.run_id = run_id_,
+                           .step = e.step,
+                           .path = p.value("dir", ""),
+                           .bytes = p.value("bytes", uint64_t{0}),
+                           .write_s = p.value("seconds", 0.0),
+                           .time_unix_s = e.time_unix_s};
+    // On the writer thread, in queue order with the records (as the coordinator does).
+    writer_->push_op([c](HistoryDb& db) {
+      if (!record_checkpoint(db, c))
+        std::fprintf(stderr, "warning: run history: cannot record the checkpoint of step %lld: %s\n",
+                     static_cast<long long>(c.step), db.error().c_str());
+    });
   }
-  // A whole step of every rank is in when the newest step has world_size records: then one transaction.
-  if (pending_.rank_steps.empty()) {
-    if (!pending_.empty()) flush();  // events between steps (the final checkpoint) need not wait
-    return;
-  }
-  const int64_t newest = pending_.rank_steps.back().step;
-  const auto of_newest = std::count_if(pending_.rank_steps.begin(), pending_.rank_steps.end(),
-                                       [&](const RankStepRecord& r) { return r.step == newest; });
-  if (of_newest >= world_size_ || pending_.rank_steps.size() >= static_cast<size_t>(world_size_) * 4) flush();
+  writer_->push_own(std::move(b));
 }
 
 void HistoryWriter::flush() {
-  if (!db_ || run_id_ < 0 || pending_.empty()) return;
-  if (!db_->ingest(pending_))
-    warn("cannot record " + std::to_string(pending_.size()) + " records: " + db_->error());
-  pending_.clear();
+  if (writer_) writer_->flush();
 }
 
 void HistoryWriter::finish(bool ok, bool stopped, const std::string& message) {
   if (!db_ || run_id_ < 0) return;
-  flush();
+  if (writer_) writer_->stop();  // everything queued is written
   const RunStatus status = !ok ? RunStatus::failed : stopped ? RunStatus::stopped : RunStatus::finished;
+  std::lock_guard<std::mutex> lock(db_mu_);
   if (!db_->finish_run(run_id_, status, message)) warn("cannot finish the run: " + db_->error());
 }
 

@@ -4,11 +4,13 @@
 //
 // Two ways to feed it: as the TrainObserver of a one-process run (`train`), or, in the launcher of a gang
 // (`run`), with the RecordBatches the workers send (ingest()): every rank's rank-step records, rank 0's
-// step records and checkpoint events. Those are buffered until a whole step of every rank is there, so a
-// step costs one transaction, not one per rank.
+// step records and checkpoint events. Those go through the coordinator's own ingest path
+// (engine/cluster/ingest_writer.h): a writer thread that merges whatever is queued into one transaction
+// and catalogues checkpoints in queue order, so `run` and a cluster write history the same way.
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "engine/core/train.h"
@@ -17,6 +19,7 @@
 namespace gantry {
 
 class HistoryDb;
+class IngestWriter;
 struct CheckpointInfo;
 
 class HistoryWriter final : public TrainObserver {
@@ -30,8 +33,8 @@ class HistoryWriter final : public TrainObserver {
   void on_step(const StepReport& r) override;
   void on_checkpoint(const CheckpointReport& c) override;
   // Records received from workers (their run_id is replaced by this run's). Checkpoint events also enter
-  // the checkpoint catalog (their payload carries dir, bytes and seconds). Written once every rank's
-  // record of the newest step is in, or at flush()/finish(). Ignored before on_run.
+  // the checkpoint catalog (their payload carries dir, bytes and seconds). Queued for the writer thread,
+  // never waited for; flush() waits. Ignored before on_run.
   void ingest(const RecordBatch& batch);
   void flush();
   // Marks the run finished, stopped or failed, with a message for the last two (flushes first).
@@ -40,7 +43,7 @@ class HistoryWriter final : public TrainObserver {
  private:
   // Catalogues a committed checkpoint, and marks the run's earlier ones that are gone from disk (pruned to
   // train.keep_checkpoints) as deleted.
-  bool record_checkpoint(const CheckpointInfo& c);
+  static bool record_checkpoint(HistoryDb& db, const CheckpointInfo& c);
   void warn(const std::string& what);
 
   std::string out_dir_, run_name_, path_;
@@ -51,7 +54,8 @@ class HistoryWriter final : public TrainObserver {
   std::string host_;
   int device_ = -1;
   bool warned_ = false;
-  RecordBatch pending_;  // ingest()ed, not yet written
+  std::mutex db_mu_;                      // db_, between this thread and the writer's
+  std::unique_ptr<IngestWriter> writer_;  // ingest()'s path, started by its first batch
 };
 
 }  // namespace gantry
