@@ -29,6 +29,7 @@ class HistoryWriter final : public TrainObserver {
   void on_run(const RunDescription& run) override;
   void on_step(const StepReport& r) override;
   void on_checkpoint(const CheckpointReport& c) override;
+  void on_step_skipped(int64_t step, const std::string& reason) override;
   // Records received from workers (their run_id is replaced by this run's). Checkpoint events also enter
   // the checkpoint catalog (their payload carries dir, bytes and seconds). Written once every rank's
   // record of the newest step is in, or at flush()/finish(). Ignored before on_run.
