@@ -98,6 +98,20 @@ void HistoryWriter::on_checkpoint(const CheckpointReport& c) {
   if (!db_->ingest(batch)) warn("cannot record an event: " + db_->error());
 }
 
+void HistoryWriter::on_step_skipped(int64_t step, const std::string& reason) {
+  if (!db_ || run_id_ < 0) return;
+  RecordBatch batch;
+  EventRecord e;
+  e.run_id = run_id_;
+  e.time_unix_s = unix_now_s();
+  e.step = step;
+  e.kind = "step_skipped";
+  e.message = "step " + std::to_string(step) + " skipped: " + reason;
+  e.payload = nlohmann::json{{"reason", reason}}.dump();
+  batch.events.push_back(e);
+  if (!db_->ingest(batch)) warn("cannot record an event: " + db_->error());
+}
+
 void HistoryWriter::ingest(const RecordBatch& batch) {
   if (!db_ || run_id_ < 0) return;
   if (!writer_) writer_ = std::make_unique<IngestWriter>(db_.get(), &db_mu_);

@@ -32,6 +32,7 @@ class HistoryWriter final : public TrainObserver {
   void on_run(const RunDescription& run) override;
   void on_step(const StepReport& r) override;
   void on_checkpoint(const CheckpointReport& c) override;
+  void on_step_skipped(int64_t step, const std::string& reason) override;
   // Records received from workers (their run_id is replaced by this run's). Checkpoint events also enter
   // the checkpoint catalog (their payload carries dir, bytes and seconds). Queued for the writer thread,
   // never waited for; flush() waits. Ignored before on_run.

@@ -175,6 +175,11 @@ int run_main(const RunArgs& a) {
                       a.json);
     }
     for (const EventRecord& e : batch.events) {
+      if (e.kind == "step_skipped" && e.rank <= 0) {
+        // Every rank skips together (the gang's reduced loss and norm decide): rank 0's event speaks for all.
+        nlohmann::json p = nlohmann::json::parse(e.payload, nullptr, /*allow_exceptions=*/false);
+        skipped_line_print(e.step, p.is_object() ? p.value("reason", "") : e.message, a.json);
+      }
       if (e.kind != "checkpoint" || e.rank > 0) continue;
       nlohmann::json p = nlohmann::json::parse(e.payload, nullptr, /*allow_exceptions=*/false);
       if (!p.is_object()) continue;

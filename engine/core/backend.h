@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <vector>
 #include <memory>
 #include <optional>
@@ -37,6 +38,9 @@ struct AdamWStep {
   double weight_decay = 0;  // applied to tensors whose table entry has decay = true
   double grad_clip = 0;     // scale gradients to this global L2 norm when above it; 0 = no clipping
   int64_t step = 1;         // 1-based, for bias correction
+  // The step guard's limit (engine/core/step_guard.h): a backend that honours_max_loss() leaves every
+  // parameter and moment untouched when the step's globally reduced loss is above it or not finite.
+  double max_loss = std::numeric_limits<double>::infinity();
 };
 
 struct StepStats {
@@ -102,6 +106,9 @@ class Backend {
   // Global gradient norm, clipping and AdamW in one go, without a host round trip. A non-finite norm
   // leaves every parameter and moment untouched (step_stats().updated == false).
   virtual void optimizer_step(const AdamWStep& s) = 0;
+  // Whether optimizer_step skips the update on AdamWStep::max_loss (the loss-spike guard needs it). The CUDA
+  // backend's fused update reads only the device's gradient norm so far: it skips on a non-finite norm only.
+  virtual bool honours_max_loss() const { return false; }
   // Waits for the step to finish and reports it.
   virtual StepStats step_stats() = 0;
   // Global L2 norm of the gradient buffer now (waits); for tests and tools.

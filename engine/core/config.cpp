@@ -79,6 +79,12 @@ const std::vector<Field>& fields() {
        false, [](Config& c) -> void* { return &c.train.collective_timeout_s; }},
       {"train.peak_tflops", FieldKind::kDouble, 0, 100000, false,
        [](Config& c) -> void* { return &c.train.peak_tflops; }},
+      {"train.guard_spike_factor", FieldKind::kDouble, 0, 1e6, false,
+       [](Config& c) -> void* { return &c.train.guard_spike_factor; }},
+      {"train.guard_window", FieldKind::kInt, 1, 100000, false,
+       [](Config& c) -> void* { return &c.train.guard_window; }},
+      {"train.guard_max_skips_in_row", FieldKind::kInt, 1, 1e6, false,
+       [](Config& c) -> void* { return &c.train.guard_max_skips_in_row; }},
       {"data.kind", FieldKind::kString, 0, 0, true, [](Config& c) -> void* { return &c.data.kind; },
        {"synthetic", "shards"}},
       {"data.dir", FieldKind::kString, 0, kPathMaxBytes, false,
@@ -244,6 +250,12 @@ Status config_validate(const Config& c) {
   }
   if (c.optim.min_lr > c.optim.lr) {
     return Status::error("optim.min_lr must be <= optim.lr (the cosine decays from lr down to min_lr)");
+  }
+  if (t.guard_spike_factor > 0 && t.guard_spike_factor <= 1) {
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "%g", t.guard_spike_factor);
+    return Status::error(std::string("train.guard_spike_factor = ") + buf +
+                         " must be 0 (no spike check) or above 1, at most 1e6 (a factor of the recent median loss)");
   }
   if (c.data.kind == "shards" && c.data.dir.empty()) {
     return Status::error("data.dir: required when data.kind = \"shards\" (a folder of .bin token shards)");

@@ -55,6 +55,12 @@ struct TrainConfig {
   double peak_tflops = 0;  // one device's dense bf16 peak in TFLOP/s, for MFU (engine/core/utilisation.h);
                            // 0..100000, 0 = not set: a CUDA device's from its name (telemetry/flops.h's
                            // table), a CPU's unknown (MFU shown as "n/a"); set, it wins over the table
+  // The step guard (engine/core/step_guard.h): a step whose loss or gradient norm is not finite, or whose
+  // loss is above guard_spike_factor x the median of the last guard_window updated steps, is skipped (no
+  // update, the batch consumed); guard_max_skips_in_row skipped steps in a row stop the run.
+  double guard_spike_factor = 0;   // 0 = no spike check, else in (1, 1e6]
+  int guard_window = 20;           // 1..100000 steps
+  int guard_max_skips_in_row = 5;  // 1..1000000
 };
 
 // train.collective_timeout_s's range, shared with the flags that override it.

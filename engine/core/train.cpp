@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <thread>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "engine/core/parallel/shard_plan.h"
 #include "engine/core/rng.h"
 #include "engine/core/sampler.h"
+#include "engine/core/step_guard.h"
 #include "engine/core/token_dataset.h"
 #include "engine/core/utilisation.h"
 #include "engine/core/version.h"
@@ -130,6 +132,12 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
   CheckpointGang gang{.store = dist != nullptr ? dist->store : nullptr, .layout = dims, .timeout = comm_timeout};
   if (dims.world > 1 && gang.store == nullptr) return Status::error("a gang of ranks needs the launcher's store");
   CheckpointGang* ckpt_gang = dims.world > 1 ? &gang : nullptr;
+  if (c.train.guard_spike_factor > 0 && !backend->honours_max_loss()) {
+    return Status::error("train.guard_spike_factor: the " + backend->name() +
+                         " backend cannot skip an update on the loss yet (its fused update reads only the gradient "
+                         "norm); set it to 0 (NaN/Inf steps are still skipped)");
+  }
+  StepGuard guard(c.train);
 
   Rng rng{c.train.seed};
   int64_t step = 0;
@@ -297,8 +305,9 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
         test_delay_s = seconds_since(s0);
       }
       // Each sequence weighs 1/global_batch, so summing the ranks' gradients gives the global mean.
-      backend->forward_backward(inputs.data(), targets.data(), static_cast<int>(r.count),
-                                static_cast<float>(r.count) / static_cast<float>(c.train.global_batch));
+      float grad_scale = static_cast<float>(r.count) / static_cast<float>(c.train.global_batch);
+      if (micro == 0 && opt.test_nan_grad_step == step + 1) grad_scale = std::numeric_limits<float>::quiet_NaN();
+      backend->forward_backward(inputs.data(), targets.data(), static_cast<int>(r.count), grad_scale);
     }
     const double lr = lr_at(c, step);
     backend->optimizer_step({.lr = lr,
@@ -307,18 +316,45 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
                              .eps = c.optim.eps,
                              .weight_decay = c.optim.weight_decay,
                              .grad_clip = c.optim.grad_clip,
-                             .step = step + 1});
+                             .step = step + 1,
+                             // -infinity: the test's reference skip, through the guard's own path.
+                             .max_loss = opt.test_skip_update_step == step + 1
+                                             ? -std::numeric_limits<double>::infinity()
+                                             : guard.loss_limit()});
     const StepStats stats = backend->step_stats();
     const double loss = stats.loss, norm = stats.grad_norm;
-    if (!stats.updated || !std::isfinite(loss)) {
-      return Status::error("step " + std::to_string(step + 1) + ": loss " + std::to_string(loss) + ", grad norm " +
-                           std::to_string(norm) +
-                           " is not finite: training diverged (the parameters were not updated); lower optim.lr or "
-                           "set optim.grad_clip, and resume from the last checkpoint");
+    // The loss and norm are the gang's reduced ones (the same bits on every rank): every rank skips together.
+    GuardVerdict verdict = guard.judge(loss, norm);
+    if (!verdict.skip && opt.test_skip_update_step == step + 1) verdict = {true, "test: update skipped"};
+    if (verdict.skip && stats.updated) {
+      // A backend that skips on the norm only (CUDA) with a non-finite loss and a finite norm.
+      return Status::error("step " + std::to_string(step + 1) + ": " + verdict.reason +
+                           " but the backend updated the parameters: training diverged; resume from the last "
+                           "checkpoint with a lower optim.lr");
     }
+    if (!verdict.skip && !stats.updated) {
+      return Status::error("step " + std::to_string(step + 1) + ": the backend skipped the update (loss " +
+                           std::to_string(loss) + ", grad norm " + std::to_string(norm) +
+                           ") where the step guard would not");
+    }
+    guard.record(loss, verdict.skip);
     ++step;
     progress.step.store(step);
-    last_loss = loss;
+    if (verdict.skip) {
+      summary.skipped_steps = guard.skips_total();
+      observer->on_step_skipped(step, verdict.reason);
+      if (guard.exhausted()) {
+        // Rolling back to the last checkpoint is the fault-tolerance machinery's, which does not exist yet.
+        return Status::error("step " + std::to_string(step) + ": " + std::to_string(guard.skips_in_row()) +
+                             " steps in a row skipped by the step guard (train.guard_max_skips_in_row = " +
+                             std::to_string(guard.max_skips_in_row()) + "), the last: " + verdict.reason +
+                             ": training diverged; stopping (automatic rollback to the last checkpoint is not "
+                             "implemented yet): resume from the last checkpoint, with a lower optim.lr or "
+                             "optim.grad_clip set");
+      }
+    } else {
+      last_loss = loss;
+    }
 
     StepReport rep{.step = step,
                    .last_step = last_step,
@@ -331,6 +367,7 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
                    .data_wait_s = data_wait,
                    .phases = backend->phase_times(),
                    .device = backend->device_health()};
+    rep.skipped = verdict.reason;
     rep.phases.forward_s += test_delay_s;
     if (c.train.val_every > 0 && step % c.train.val_every == 0) {
       enter(TrainPhase::kValidation);

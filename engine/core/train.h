@@ -47,6 +47,8 @@ struct StepReport {
   PhaseTimes phases;       // forward, backward, optimizer, exposed communication, where the backend measures them
   DeviceHealth device;     // this rank's device after the step
   std::optional<double> val_loss;
+  // The step guard skipped this step's update (engine/core/step_guard.h): why; empty when it updated.
+  std::string skipped;
   // FLOP utilisation 0..1 (engine/core/utilisation.h), absent when the device's peak is unknown. The job's:
   // global tokens/s over world × peak; the rank's: its own tokens over its step time and one peak.
   std::optional<double> mfu, hfu;
@@ -98,6 +100,8 @@ class TrainObserver {
   // An action took effect after `step` (every rank hears it; a checkpoint action's checkpoint is reported
   // through on_checkpoint first).
   virtual void on_action(TrainAction /*action*/, int64_t /*step*/) {}
+  // The step guard skipped step `step`'s update (every rank hears it, at the same step), before its on_step.
+  virtual void on_step_skipped(int64_t /*step*/, const std::string& /*reason*/) {}
 };
 
 // Where a rank is in train_run. A watchdog thread reads it while the loop runs (the worker's heartbeat
@@ -131,6 +135,12 @@ struct TrainOptions {
   // Test-only (GANTRY_TEST_WORKER_FAULT slow_forward, worker_env.h): sleep this long before each step's
   // first forward pass and count it as forward time, so that this rank is a straggler with a slow device.
   std::chrono::milliseconds test_forward_delay{0};
+  // Test-only (GANTRY_TEST_WORKER_FAULT nan_grad): this rank's gradients of step test_nan_grad_step (1-based)
+  // are NaN, so the gang's norm is NaN and the step guard skips the step. 0 = never.
+  int64_t test_nan_grad_step = 0;
+  // Test-only: the update of step test_skip_update_step is skipped as the guard skips one (the batch is
+  // consumed, nothing updated), the reference a guarded run must equal. 0 = never.
+  int64_t test_skip_update_step = 0;
 };
 
 struct TrainSummary {
@@ -142,6 +152,7 @@ struct TrainSummary {
   uint64_t params_xxh64 = 0;  // fingerprint of the final parameters
   std::string checkpoint_dir;  // the checkpoint written at the end
   bool stopped_early = false;  // by options.stop
+  int64_t skipped_steps = 0;   // updates the step guard skipped
 };
 
 Result<TrainSummary> train_run(const Config& config, const TrainOptions& options, TrainObserver* observer);

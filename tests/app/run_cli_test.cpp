@@ -191,6 +191,57 @@ TEST(RunCli, WorkerKilledMidRunStopsTheOthersAndIsNamed) {
   expect_gone(pids);
 }
 
+// The step guard in a gang: NaN gradients on one rank make the gang's norm NaN, so both ranks skip the same
+// step together (no hang), report it once, and end with the same parameters, whichever rank had the NaN.
+TEST(RunCli, NanGradientOnOneRankIsSkippedByEveryRank) {
+  const std::string dir = fresh_dir("nan_grad");
+  const std::string cfg = write_config(dir, 4, true);
+  std::vector<std::string> hashes;
+  for (const char* fault : {"1:nan_grad:2", "0:nan_grad:2"}) {
+    const std::string out = dir + "/run_" + std::string(1, fault[0]);
+    EngineChild run = EngineChild::start({"run", "--nproc", "2", "--config", cfg, "--out", out, "--json"},
+                                         {{"GANTRY_TEST_WORKER_FAULT", fault}});
+    EngineChild::Exit e = run.wait(60s);
+    ASSERT_EQ(e.code, 0) << run.err();
+    expect_gone(run.worker_pids());
+    EXPECT_THAT(run.err(), HasSubstr("step      2 skipped: grad norm nan")) << run.err();
+    EXPECT_THAT(run.out(), HasSubstr("{\"event\":\"step_skipped\",\"reason\":\"grad norm nan\",\"step\":2}"));
+    EXPECT_EQ(step_json_lines(run.out()).size(), 4u) << "the skipped step still counts: its batch is consumed";
+    // Each rank prints its parameters' fingerprint under this fault: the two ranks must agree.
+    std::vector<std::string> mine;
+    std::istringstream in(run.err());
+    for (std::string line; std::getline(in, line);) {
+      const size_t at = line.find("parameters xxh64 ");
+      if (at == std::string::npos) continue;
+      EXPECT_THAT(line, HasSubstr("after 1 skipped"));
+      mine.push_back(line.substr(at + 17, 16));
+    }
+    ASSERT_EQ(mine.size(), 2u) << run.err();
+    EXPECT_EQ(mine[0], mine[1]) << "the ranks' parameters differ: they did not skip together";
+    hashes.push_back(mine[0]);
+#ifdef GANTRY_HAVE_STORAGE
+    std::string error;
+    auto db = HistoryDb::open(out + "/history.sqlite", {}, &error);
+    ASSERT_TRUE(db) << error;
+    std::vector<RunRow> runs;
+    ASSERT_TRUE(db->list_runs(&runs)) << db->error();
+    ASSERT_EQ(runs.size(), 1u);
+    std::vector<EventRow> events;
+    ASSERT_TRUE(db->read_events(runs[0].id, 0, 1000, &events)) << db->error();
+    int skipped = 0;
+    for (const EventRow& row : events) {
+      const EventRecord& ev = row.event;
+      if (ev.kind != "step_skipped") continue;
+      ++skipped;
+      EXPECT_EQ(ev.step, 2);
+      EXPECT_THAT(ev.message, HasSubstr("grad norm nan"));
+    }
+    EXPECT_EQ(skipped, 2) << "one event per rank";
+#endif
+  }
+  EXPECT_EQ(hashes[0], hashes[1]) << "the NaN on rank 0 or on rank 1 must give the same run";
+}
+
 TEST(RunCli, WorkerExitingMidRunIsNamedWithItsExitCode) {
   const std::string dir = fresh_dir("exit_after_step");
   const std::string cfg = write_config(dir, 1000, true);

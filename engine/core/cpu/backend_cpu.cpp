@@ -101,12 +101,14 @@ class CpuBackend final : public Backend {
     const ZeroHostState::Reduced r = state_->reduce_stats(loss_count_ ? loss_sum_ / loss_count_ : 0.0);
     stats_.loss = r.loss;
     stats_.grad_norm = r.grad_norm;
-    stats_.updated = std::isfinite(r.grad_norm);
+    // max_loss is the step guard's: the loss is the gang's reduced one, so every rank skips together.
+    stats_.updated = std::isfinite(r.grad_norm) && std::isfinite(r.loss) && !(r.loss > s.max_loss);
     if (stats_.updated) state_->adamw(s, clip_scale(r.grad_norm, s.grad_clip));
     phases_.optimizer_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() -
                            (state_->exposed_comm_seconds() - exposed0);
   }
 
+  bool honours_max_loss() const override { return true; }
   StepStats step_stats() override { return stats_; }
 
   uint64_t memory_bytes() const override {

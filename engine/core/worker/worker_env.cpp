@@ -185,7 +185,7 @@ Result<WorkerFault> worker_fault_parse(const std::string& text, int rank) {
       return Status::error(
           std::string(kWorkerFaultVariable) + " item '" + item + "': " + why +
           " (expected <rank>:exit_at_start, <rank>:hang_at_start, <rank>:exit_after_step:<k> or "
-          "<rank>:slow_forward:<ms>)");
+          "<rank>:slow_forward:<ms> or <rank>:nan_grad:<k>)");
     };
     size_t colon = item.find(':');
     long long r = 0;
@@ -208,6 +208,11 @@ Result<WorkerFault> worker_fault_parse(const std::string& text, int rank) {
       if (!parse_int(fault.substr(13), 1, 60000, &ms)) return bad("the delay must be 1..60000 ms");
       f.kind = WorkerFault::slow_forward;
       f.delay_ms = ms;
+    } else if (fault.rfind("nan_grad:", 0) == 0) {
+      long long k = 0;
+      if (!parse_int(fault.substr(9), 1, std::numeric_limits<int64_t>::max(), &k)) return bad("step must be >= 1");
+      f.kind = WorkerFault::nan_grad;
+      f.step = k;
     } else {
       return bad("unknown fault '" + fault + "'");
     }

@@ -57,11 +57,13 @@ Result<HostPort> host_port_parse(const std::string& text, const std::string& wha
 //   exit_after_step:<k>  the worker exits abruptly (code 3, no goodbye) right after reporting step k
 //   slow_forward:<ms>    the worker sleeps <ms> milliseconds in the forward pass of every step (a slow
 //                        device: the other ranks wait for it in their collectives), 1..60000
+//   nan_grad:<k>         the worker's gradients of step k are NaN (the gang's norm is NaN): the step guard
+//                        must skip step k on every rank together
 // The tests of the launcher's gang semantics use it to make one rank fail in a known way, the
 // coordinator's straggler tests to make one rank slow.
 struct WorkerFault {
-  enum Kind { none, exit_at_start, hang_at_start, exit_after_step, slow_forward } kind = none;
-  int64_t step = 0;      // exit_after_step
+  enum Kind { none, exit_at_start, hang_at_start, exit_after_step, slow_forward, nan_grad } kind = none;
+  int64_t step = 0;      // exit_after_step, nan_grad
   int64_t delay_ms = 0;  // slow_forward
 };
 inline constexpr const char* kWorkerFaultVariable = "GANTRY_TEST_WORKER_FAULT";

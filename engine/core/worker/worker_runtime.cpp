@@ -285,6 +285,22 @@ class WorkerObserver final : public TrainObserver {
     if (local_) local_->on_checkpoint(c);
   }
 
+  // Every rank reports the skip (the gang decides it together), as it reports actions.
+  void on_step_skipped(int64_t step, const std::string& reason) override {
+    RecordBatch batch;
+    EventRecord e;
+    e.time_unix_s = unix_now_s();
+    e.step = step;
+    e.kind = "step_skipped";
+    e.rank = env_.rank;
+    e.node = host_;
+    e.message = "step " + std::to_string(step) + " skipped: " + reason;
+    e.payload = "{\"reason\":\"" + json_escape(reason) + "\"}";
+    batch.events.push_back(std::move(e));
+    send_batch(batch);
+    if (local_) local_->on_step_skipped(step, reason);
+  }
+
   // Every rank reports an action taking effect, so the events show it at one step on every rank.
   void on_action(TrainAction action, int64_t step) override {
     if (action == TrainAction::stop) stopped_by_action_ = true;
@@ -588,7 +604,8 @@ WorkerResult worker_run(const WorkerOptions& options, const WorkerEnv& env) {
                       .control = control.get(),
                       .progress = &progress,
                       .test_forward_delay = std::chrono::milliseconds(
-                          fault->kind == WorkerFault::slow_forward ? fault->delay_ms : 0)};
+                          fault->kind == WorkerFault::slow_forward ? fault->delay_ms : 0),
+                      .test_nan_grad_step = fault->kind == WorkerFault::nan_grad ? fault->step : 0};
     install_stop_handlers();
     Result<TrainSummary> s = train_run(cfg.value(), topt, &observer);
     if (!s.ok()) {
@@ -597,6 +614,13 @@ WorkerResult worker_run(const WorkerOptions& options, const WorkerEnv& env) {
       const bool bad_resume = !options.resume.empty() && !observer.steps_seen();
       const bool bad_data = progress.phase.load() == TrainPhase::kData;
       return finish(bad_resume || bad_data ? kWorkerExitBadInput : kWorkerExitFailed, who + ": " + s.error());
+    }
+    if (const char* faults = std::getenv(kWorkerFaultVariable); faults != nullptr && *faults != '\0') {
+      // Every rank under a test fault: the tests compare the ranks' parameters (a gang whose ranks decided
+      // a skip apart would differ).
+      std::fprintf(stderr, "gantry-engine worker (rank %d): %s: parameters xxh64 %016llx after %lld skipped\n",
+                   env.rank, kWorkerFaultVariable, static_cast<unsigned long long>(s->params_xxh64),
+                   static_cast<long long>(s->skipped_steps));
     }
     char line[512];
     std::snprintf(line, sizeof line, "done: step %lld, loss %.6f%s, checkpoint %s",

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <string>
 #include <vector>
 
 #include "engine/core/checkpoint.h"
@@ -24,12 +25,16 @@ using testing_support::small_config;
 struct Recorder : TrainObserver {
   std::vector<double> losses, val_losses;
   std::vector<int64_t> steps, checkpoints;
+  std::vector<std::string> skipped;  // per step: the guard's reason, "" when updated
+  std::vector<int64_t> skip_events;  // steps of on_step_skipped
   void on_step(const StepReport& r) override {
     steps.push_back(r.step);
     losses.push_back(r.loss);
+    skipped.push_back(r.skipped);
     if (r.val_loss) val_losses.push_back(*r.val_loss);
   }
   void on_checkpoint(const CheckpointReport& c) override { checkpoints.push_back(c.step); }
+  void on_step_skipped(int64_t step, const std::string& /*reason*/) override { skip_events.push_back(step); }
 };
 
 std::string file_bytes(const std::string& path) {
@@ -67,6 +72,80 @@ TEST(Train, SameConfigAndSeedGiveBitIdenticalRuns) {
   Recorder other;
   ASSERT_TRUE(train_run(c, {.out_dir = fresh_dir("det_c"), .max_steps = 12}, &other).ok());
   EXPECT_NE(other.losses, a.losses) << "the seed must matter";
+}
+
+// The test: an injected NaN in one step's gradients is skipped, and the later losses equal those of a
+// run where that step's update was skipped by other means (the test-only reference skip, which goes through
+// the same max_loss path as a spike). Both consume the step's batch, so the data order stays the same.
+TEST(Train, InjectedNanGradientIsSkippedLikeASkippedBatch) {
+  Config c = small_config();
+  c.train.val_every = 0;
+  Recorder nan_run, reference, plain;
+  Result<TrainSummary> a =
+      train_run(c, {.out_dir = fresh_dir("guard_nan"), .max_steps = 12, .test_nan_grad_step = 5}, &nan_run);
+  Result<TrainSummary> b =
+      train_run(c, {.out_dir = fresh_dir("guard_ref"), .max_steps = 12, .test_skip_update_step = 5}, &reference);
+  Result<TrainSummary> p = train_run(c, {.out_dir = fresh_dir("guard_plain"), .max_steps = 12}, &plain);
+  ASSERT_TRUE(a.ok()) << a.error();
+  ASSERT_TRUE(b.ok()) << b.error();
+  ASSERT_TRUE(p.ok()) << p.error();
+  ASSERT_EQ(nan_run.losses.size(), 12u);
+  EXPECT_EQ(nan_run.skipped[4], "grad norm nan");
+  EXPECT_EQ(nan_run.skip_events, std::vector<int64_t>{5});
+  EXPECT_EQ(a->skipped_steps, 1);
+  for (size_t i = 0; i < 12; ++i) {
+    if (i != 4) {
+      EXPECT_EQ(nan_run.skipped[i], "") << "step " << i + 1;
+    }
+  }
+  EXPECT_EQ(nan_run.losses, reference.losses);  // bit for bit, the skipped step's loss included
+  EXPECT_EQ(a->params_xxh64, b->params_xxh64);
+  // Up to the skipped step the runs are the plain run; after it they differ from it (the update was missing).
+  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(nan_run.losses[i], plain.losses[i]);
+  EXPECT_NE(nan_run.losses[5], plain.losses[5]);
+}
+
+TEST(Train, SkipsInARowStopTheRunNamingTheLimit) {
+  Config c = small_config();
+  c.train.guard_max_skips_in_row = 1;
+  Recorder rec;
+  Result<TrainSummary> s = train_run(c, {.out_dir = fresh_dir("guard_stop"), .test_nan_grad_step = 3}, &rec);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.error(), testing::HasSubstr("step 3: 1 steps in a row skipped"));
+  EXPECT_THAT(s.error(), testing::HasSubstr("train.guard_max_skips_in_row = 1"));
+  EXPECT_THAT(s.error(), testing::HasSubstr("grad norm nan"));
+  EXPECT_THAT(s.error(), testing::HasSubstr("rollback to the last checkpoint is not implemented yet"));
+  EXPECT_EQ(rec.skip_events, std::vector<int64_t>{3});
+}
+
+// A spike factor just above 1 over a window of one step skips every step whose loss rose above the last
+// updated one: the loop's decisions must be exactly those, with the reason naming the numbers.
+TEST(Train, SpikeGuardSkipsStepsAboveTheFactorOfTheMedian) {
+  Config c = small_config();
+  c.train.val_every = 0;
+  c.train.guard_spike_factor = 1.000001;
+  c.train.guard_window = 1;
+  c.train.guard_max_skips_in_row = 1000;
+  Recorder rec;
+  Result<TrainSummary> s = train_run(c, {.out_dir = fresh_dir("guard_spike"), .max_steps = 30}, &rec);
+  ASSERT_TRUE(s.ok()) << s.error();
+  ASSERT_EQ(rec.losses.size(), 30u);
+  int64_t skips = 0;
+  double last_updated = rec.losses[0];
+  EXPECT_EQ(rec.skipped[0], "") << "no window yet";
+  for (size_t i = 1; i < rec.losses.size(); ++i) {
+    const bool spike = rec.losses[i] > c.train.guard_spike_factor * last_updated;
+    EXPECT_EQ(!rec.skipped[i].empty(), spike) << "step " << i + 1 << ": " << rec.skipped[i];
+    if (spike) {
+      ++skips;
+      EXPECT_THAT(rec.skipped[i], testing::HasSubstr("the median"));
+      EXPECT_THAT(rec.skipped[i], testing::HasSubstr("of the last 1 steps"));
+    } else {
+      last_updated = rec.losses[i];
+    }
+  }
+  EXPECT_GT(skips, 0) << "the losses never rose: the test proves nothing";
+  EXPECT_EQ(s->skipped_steps, skips);
 }
 
 TEST(Train, ResumeIsBitExact) {

@@ -191,8 +191,12 @@ TEST(WorkerEnv, TestFaultParsing) {
   f = worker_fault_parse("0:hang_at_start,2:exit_after_step:7", 0);
   ASSERT_TRUE(f.ok());
   EXPECT_EQ(f->kind, WorkerFault::hang_at_start);
-  for (const char* bad : {"exit_at_start", "x:exit_at_start", "1:explode",
-                          "1:exit_after_step:", "1:exit_after_step:0", "1:exit_at_start,"}) {
+  f = worker_fault_parse("1:nan_grad:3", 1);
+  ASSERT_TRUE(f.ok()) << f.error();
+  EXPECT_EQ(f->kind, WorkerFault::nan_grad);
+  EXPECT_EQ(f->step, 3);
+  for (const char* bad : {"exit_at_start", "x:exit_at_start", "1:explode", "1:exit_after_step:",
+                          "1:exit_after_step:0", "1:exit_at_start,", "1:nan_grad:0", "1:nan_grad:"}) {
     Result<WorkerFault> r = worker_fault_parse(bad, 1);
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_THAT(r.error(), HasSubstr("GANTRY_TEST_WORKER_FAULT"));
