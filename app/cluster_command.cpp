@@ -24,6 +24,7 @@
 #include "engine/cluster/api_client.h"
 #include "engine/cluster/coordinator.h"
 #include "engine/cluster/token.h"
+#include "telemetry/host.h"
 
 namespace gantry {
 namespace {
@@ -118,9 +119,7 @@ int agent_main(const AgentArgs& a) {
   }
   std::string node = a.node;
   if (node.empty()) {
-    char host[256] = "";
-    ::gethostname(host, sizeof host - 1);
-    node = host;
+    node = host_name();
   }
   Agent agent({.url = a.url,
                .token = token.value(),

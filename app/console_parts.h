@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/core/status.h"
+#include "telemetry/status.h"
 #include "ui/console/data_source.h"
 
 struct GLFWwindow;

@@ -13,6 +13,7 @@
 #include "engine/core/step_records.h"
 #include "storage/history_db.h"
 #include "telemetry/records.h"
+#include "telemetry/host.h"
 
 namespace gantry {
 HistoryWriter::HistoryWriter(std::string out_dir, std::string run_name, int world_size, std::string layout)
@@ -21,9 +22,7 @@ HistoryWriter::HistoryWriter(std::string out_dir, std::string run_name, int worl
       path_(out_dir_ + "/history.sqlite"),
       world_size_(world_size),
       layout_(std::move(layout)) {
-  char host[256] = "";
-  gethostname(host, sizeof host - 1);
-  host_ = host;
+  host_ = host_name();
 }
 
 HistoryWriter::~HistoryWriter() {

@@ -20,6 +20,7 @@
 #include "engine/core/worker/worker_runtime.h"
 #ifdef GANTRY_HAVE_STORAGE
 #include "app/history_writer.h"
+#include "telemetry/clock.h"
 #endif
 
 namespace gantry {
@@ -196,8 +197,7 @@ int run_main(const RunArgs& a) {
 #ifdef GANTRY_HAVE_STORAGE
   if (r.failed_rank >= 0) {
     RecordBatch failed;
-    const double now =
-        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    const double now = unix_now_s();
     failed.events.push_back({.time_unix_s = now,
                              .kind = "rank_failed",
                              .rank = r.failed_rank,

@@ -337,7 +337,7 @@ int64_t HistoryDb::begin_run(const RunInfo& info) {
     sqlite3_bind_double(st, 9, info.peak_flops);
     sqlite3_bind_double(st, 10, info.flops_per_token);
     bind_text(st, 11, info.mfu_formula);
-    sqlite3_bind_double(st, 12, info.created_unix_s > 0 ? info.created_unix_s : now_unix_s());
+    sqlite3_bind_double(st, 12, info.created_unix_s > 0 ? info.created_unix_s : unix_now_s());
     bind_text(st, 13, info.options);
     if (sqlite3_step(st) == SQLITE_DONE) id = sqlite3_last_insert_rowid(db_);
   }
@@ -400,7 +400,7 @@ bool HistoryDb::finish_run(int64_t run_id, RunStatus status, std::string_view me
                             -1, &st, nullptr) == SQLITE_OK;
     if (ok) {
       bind_text(st, 1, run_status_name(status));
-      sqlite3_bind_double(st, 2, finished_unix_s > 0 ? finished_unix_s : now_unix_s());
+      sqlite3_bind_double(st, 2, finished_unix_s > 0 ? finished_unix_s : unix_now_s());
       bind_text(st, 3, message);
       sqlite3_bind_int64(st, 4, run_id);
       ok = sqlite3_step(st) == SQLITE_DONE;
@@ -422,7 +422,7 @@ int64_t HistoryDb::node_id(const std::string& host) {
   {
     StmtUse ins(st_->node_insert);
     bind_text(*ins, 1, host);
-    const double now = now_unix_s();
+    const double now = unix_now_s();
     sqlite3_bind_double(*ins, 2, now);
     sqlite3_bind_double(*ins, 3, now);
     if (sqlite3_step(*ins) != SQLITE_DONE) {
@@ -463,7 +463,7 @@ bool HistoryDb::upsert_node(const NodeInfo& n) {
     sqlite3_bind_int(st, 2, n.devices);
     bind_text(st, 3, n.device_name);
     bind_text(st, 4, n.state);
-    sqlite3_bind_double(st, 5, n.last_seen_unix_s > 0 ? n.last_seen_unix_s : now_unix_s());
+    sqlite3_bind_double(st, 5, n.last_seen_unix_s > 0 ? n.last_seen_unix_s : unix_now_s());
     ok = sqlite3_step(st) == SQLITE_DONE;
   }
   if (!ok) fail_sqlite("recording node " + n.host);
@@ -494,7 +494,7 @@ bool HistoryDb::record_checkpoint(const CheckpointInfo& c) {
       sqlite3_bind_int64(st, 4, static_cast<int64_t>(c.bytes));
       sqlite3_bind_double(st, 5, c.write_s);
       bind_text(st, 6, c.state);
-      sqlite3_bind_double(st, 7, c.time_unix_s > 0 ? c.time_unix_s : now_unix_s());
+      sqlite3_bind_double(st, 7, c.time_unix_s > 0 ? c.time_unix_s : unix_now_s());
       ok = sqlite3_step(st) == SQLITE_DONE;
     }
     if (!ok) fail_sqlite("recording a checkpoint");

@@ -12,12 +12,10 @@
 #include <string_view>
 
 #include "storage/history_db.h"
+#include "telemetry/clock.h"
 
 namespace gantry {
 
-inline double now_unix_s() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 // SQLite stores NaN as NULL; reading NULL back where a number is required gives NaN again.
 inline double column_double(sqlite3_stmt* st, int i) {

@@ -18,6 +18,7 @@
 #include "engine/cluster/http_server.h"
 #include "engine/core/worker/gang.h"
 #include "telemetry/prometheus.h"
+#include "telemetry/host.h"
 
 namespace gantry {
 namespace {
@@ -274,8 +275,7 @@ Status Agent::run(const std::atomic<bool>* stop) {
   }
   m.log("serving " + metrics.url() + "/metrics");
 
-  char host[256] = "";
-  ::gethostname(host, sizeof host - 1);
+  const std::string host = host_name();
   Result<json> reg = api.post_json("/v1/agents", {{"node", m.opt.node},
                                                   {"slots", m.opt.slots},
                                                   {"pid", ::getpid()},

@@ -15,7 +15,7 @@
 #include <memory>
 #include <string>
 
-#include "engine/core/status.h"
+#include "telemetry/status.h"
 
 namespace gantry {
 

@@ -28,7 +28,7 @@
 #include <string>
 #include <string_view>
 
-#include "engine/core/status.h"
+#include "telemetry/status.h"
 #include "telemetry/records.h"
 
 namespace gantry {

@@ -23,7 +23,7 @@
 
 #include "engine/cluster/http_client.h"
 #include "engine/cluster/run_lifecycle.h"  // RunAction: the run's action routes
-#include "engine/core/status.h"
+#include "telemetry/status.h"
 
 namespace gantry {
 

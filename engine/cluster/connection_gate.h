@@ -23,7 +23,7 @@
 #include <memory>
 #include <string_view>
 
-#include "engine/core/status.h"
+#include "telemetry/status.h"
 
 namespace gantry {
 

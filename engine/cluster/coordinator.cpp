@@ -15,10 +15,6 @@ using json = nlohmann::json;
 
 }  // namespace
 
-double Coordinator::Impl::now_unix_s() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 // Names: a run's (shown in every list and event) and a node's. Printable ASCII, bounded, so that neither a
 // listing nor an event message can be made huge or control a terminal.
 Status Coordinator::Impl::check_name(std::string_view field, const std::string& name, size_t max) {

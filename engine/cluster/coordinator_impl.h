@@ -34,6 +34,7 @@
 #include "engine/core/train.h"  // TrainAction
 #include "engine/core/worker/rendezvous_server.h"
 #include "storage/history_db.h"
+#include "telemetry/clock.h"
 
 namespace gantry {
 
@@ -44,7 +45,6 @@ struct Coordinator::Impl {
   // Names: a run's (shown in every list and event) and a node's (coordinator.cpp).
   static constexpr size_t kMaxRunName = 128;
   static constexpr size_t kMaxNodeName = 128;
-  static double now_unix_s();
   static Status check_name(std::string_view field, const std::string& name, size_t max);
 
   struct Node {

@@ -17,7 +17,7 @@ void Coordinator::Impl::event(int64_t run, const std::string& kind, const std::s
                               int64_t step, const std::string& node) {
   RecordBatch b;
   b.events.push_back({.run_id = run,
-                      .time_unix_s = now_unix_s(),
+                      .time_unix_s = unix_now_s(),
                       .step = step,
                       .kind = kind,
                       .node = node,
@@ -108,7 +108,7 @@ void Coordinator::Impl::ingest(RecordBatch& batch, size_t reserved) {
   for (auto& entry : runs) {
     Run& r = entry.second;  // a named reference: lambdas may not capture a structured binding (C++17)
     if (run_state_terminal(r.state)) continue;
-    record(r.straggler.maybe_evaluate(r.id, now_unix_s(), [&r](int32_t rank) { return r.node_of(rank); }));
+    record(r.straggler.maybe_evaluate(r.id, unix_now_s(), [&r](int32_t rank) { return r.node_of(rank); }));
   }
 }
 
@@ -119,7 +119,7 @@ void Coordinator::Impl::prune_checkpoints(Run& r) {
     RecordBatch b;
     auto ev = [&](const std::string& kind, const std::string& message, const json& payload, int64_t step) {
       b.events.push_back({.run_id = id,
-                          .time_unix_s = now_unix_s(),
+                          .time_unix_s = unix_now_s(),
                           .step = step,
                           .kind = kind,
                           .message = message,

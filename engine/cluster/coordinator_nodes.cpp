@@ -159,7 +159,7 @@ HttpResponse Coordinator::Impl::agent_register(const HttpRequest& req) {
   if (n.state == NodeState::lost)
     n.state = n.spare ? NodeState::spare : NodeState::healthy;  // a quarantine stays
   n.last_seen = Clock::now();
-  n.last_seen_unix = now_unix_s();
+  n.last_seen_unix = unix_now_s();
   upsert_node(n, "ok");
   return HttpResponse::ok(
       {{"node", n.id}, {"heartbeat_ms", opt.heartbeat.count()}, {"credential", n.credential}});
@@ -179,7 +179,7 @@ HttpResponse Coordinator::Impl::agent_heartbeat(const HttpRequest& req) {
     return HttpResponse::error(404, "node \"" + id + "\" is not registered (register first)");
   Node& n = it->second;
   n.last_seen = Clock::now();
-  n.last_seen_unix = now_unix_s();
+  n.last_seen_unix = unix_now_s();
   if (n.state == NodeState::lost) n.state = n.spare ? NodeState::spare : NodeState::healthy;
   // Backpressure: with the database writer this far behind, the beat is refused whole (its records and
   // its gangs' ends; the agent keeps both for its next beat) rather than queued without bound.

@@ -151,7 +151,7 @@ Status Coordinator::Impl::start_generation(Run& r, const std::vector<PlacementNo
     d.update_run(id, RunStatus::running, "", options);
   });
   // The ranks land on other devices: their straggler scores start over (flags of the last placement end).
-  record(r.straggler.reset(r.id, now_unix_s(), [&r](int32_t rank) { return r.node_of(rank); }));
+  record(r.straggler.reset(r.id, unix_now_s(), [&r](int32_t rank) { return r.node_of(rank); }));
   r.shares.clear();
   r.latest.assign(static_cast<size_t>(r.dp), RankStepRecord{});
   for (const PlacedNode& pnode : p.nodes) {
@@ -439,7 +439,7 @@ HttpResponse Coordinator::Impl::submit(const HttpRequest& req) {
   r.peak_flops = util.peak_flops;
   r.flops_per_token = util.flops_per_token;
   r.mfu_formula = util.formula;
-  r.created_unix = now_unix_s();
+  r.created_unix = unix_now_s();
   r.out_dir = (fs::absolute(opt.dir) / "runs" / std::to_string(id)).string();
   std::error_code ec;
   fs::create_directories(r.out_dir, ec);

@@ -30,7 +30,7 @@
 #include <string_view>
 
 #include "engine/cluster/sse.h"
-#include "engine/core/status.h"
+#include "telemetry/status.h"
 
 namespace gantry {
 

@@ -46,7 +46,7 @@
 #include <vector>
 
 #include "engine/cluster/sse.h"
-#include "engine/core/status.h"
+#include "telemetry/status.h"
 
 namespace gantry {
 

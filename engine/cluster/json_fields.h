@@ -19,7 +19,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/core/status.h"
+#include "telemetry/status.h"
 
 namespace gantry {
 

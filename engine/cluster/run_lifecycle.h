@@ -18,7 +18,7 @@
 #include <optional>
 #include <string_view>
 
-#include "engine/core/status.h"
+#include "telemetry/status.h"
 
 namespace gantry {
 

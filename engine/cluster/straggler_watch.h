@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/status.h"
+#include "telemetry/status.h"
 #include "telemetry/records.h"
 #include "telemetry/straggler.h"
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "engine/core/status.h"
+#include "telemetry/status.h"
 
 namespace gantry {
 

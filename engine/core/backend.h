@@ -22,7 +22,7 @@
 #include <string>
 
 #include "engine/core/config.h"
-#include "engine/core/status.h"
+#include "telemetry/status.h"
 #include "engine/core/tensor_table.h"
 
 namespace gantry {

@@ -1,4 +1,5 @@
 #include "engine/core/fatal.h"
+#include "telemetry/host.h"
 
 #include <unistd.h>
 
@@ -12,8 +13,7 @@ std::atomic<int> g_rank{0};
 void fatal_set_rank(int rank) { g_rank.store(rank); }
 
 void fatal_error(const char* file, int line, const std::string& what) {
-  char host[256] = "?";
-  gethostname(host, sizeof host - 1);
+  const std::string host = host_name();
   throw FatalError(std::string(file) + ":" + std::to_string(line) + " on host " + host + " (rank " +
                    std::to_string(g_rank.load()) + "): " + what);
 }

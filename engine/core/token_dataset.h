@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/status.h"
+#include "telemetry/status.h"
 #include "engine/core/token_shard.h"
 
 namespace gantry {

@@ -14,7 +14,7 @@
 #include <span>
 #include <string>
 
-#include "engine/core/status.h"
+#include "telemetry/status.h"
 
 namespace gantry {
 

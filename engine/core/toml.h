@@ -22,7 +22,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/core/status.h"
+#include "telemetry/status.h"
 
 namespace gantry {
 

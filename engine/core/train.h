@@ -14,7 +14,7 @@
 #include "engine/core/backend.h"
 #include "engine/core/config.h"
 #include "engine/core/parallel/parallel_dims.h"
-#include "engine/core/status.h"
+#include "telemetry/status.h"
 
 namespace gantry {
 

@@ -20,7 +20,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/core/status.h"
+#include "telemetry/status.h"
 #include "engine/plan/model.h"
 
 namespace gantry {

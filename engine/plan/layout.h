@@ -9,7 +9,7 @@
 
 #include <string_view>
 
-#include "engine/core/status.h"
+#include "telemetry/status.h"
 
 namespace gantry {
 

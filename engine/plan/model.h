@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/core/status.h"
+#include "telemetry/status.h"
 
 namespace gantry {
 

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/status.h"
+#include "telemetry/status.h"
 #include "engine/plan/cluster.h"
 #include "engine/plan/engine_profile.h"
 #include "engine/plan/layout.h"

@@ -10,7 +10,7 @@
 
 #include <vector>
 
-#include "engine/core/status.h"
+#include "telemetry/status.h"
 #include "engine/plan/planner.h"
 
 namespace gantry {

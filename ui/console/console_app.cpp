@@ -1,4 +1,5 @@
 #include "ui/console/console_app.h"
+#include "telemetry/clock.h"
 
 #include <imgui.h>
 
@@ -6,10 +7,6 @@
 
 namespace gantry::console {
 namespace {
-
-double now_unix_s() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 // A panel window placed at (x, y, w, h), fractions of the area under the toolbar, the first time only.
 bool begin_panel(const char* name, float x, float y, float w, float h, ImGuiWindowFlags flags = 0) {
@@ -70,7 +67,7 @@ void ConsoleApp::close_dialog(const ConsoleSnapshot& s) {
 
 void ConsoleApp::draw(const ConsoleSnapshot& s) {
   frame_ = FrameRecord();
-  PanelContext ctx{.source = source_, .clicks = clicks_, .frame = frame_, .now_unix_s = now_unix_s()};
+  PanelContext ctx{.source = source_, .clicks = clicks_, .frame = frame_, .now_unix_s = unix_now_s()};
   toolbar(s);
   // Left: cluster, actions, stragglers, what-if. Middle: the run. Right: checkpoints, events, history.
   if (begin_panel("Cluster", 0.0f, 0.0f, 0.26f, 0.28f)) cluster_.draw(s, ctx);

@@ -8,15 +8,12 @@
 #include "engine/cluster/run_lifecycle.h"
 #include "telemetry/record_json.h"
 #include "ui/console/local_cache.h"
+#include "telemetry/clock.h"
 
 namespace gantry::console {
 namespace {
 
 using json = nlohmann::json;
-
-double now_unix_s() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 // The API's objects, read leniently: a field a newer or older coordinator lacks keeps its default.
 template <class T>
@@ -354,7 +351,7 @@ bool DataSource::poll_once(ApiClient& api) {
     master_.connected = true;
     master_.phase = "connected";
     master_.error.clear();
-    master_.cluster_seen_unix_s = now_unix_s();
+    master_.cluster_seen_unix_s = unix_now_s();
     // The run to follow: the one asked for; else the one followed while it exists; else the newest live
     // run; else the newest.
     auto exists = [&](int64_t x) {
@@ -419,11 +416,11 @@ bool DataSource::poll_once(ApiClient& api) {
   std::string error;
   for (const json& s : field<json>(steps.value(), "steps", json::array())) {
     StepRecord r;
-    if (record_from_json(s.dump(), &r, &error)) step_records.push_back(std::move(r));
+    if (record_read_json(s, &r, &error)) step_records.push_back(std::move(r));
   }
   for (const json& s : field<json>(steps.value(), "rank_steps", json::array())) {
     RankStepRecord r;
-    if (record_from_json(s.dump(), &r, &error)) rank_records.push_back(std::move(r));
+    if (record_read_json(s, &r, &error)) rank_records.push_back(std::move(r));
   }
   std::vector<RankView> rank_views;
   for (const json& r : field<json>(ranks.value(), "ranks", json::array())) rank_views.push_back(rank_from_json(r));

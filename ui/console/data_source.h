@@ -28,7 +28,7 @@
 #include <thread>
 
 #include "engine/cluster/api_client.h"  // ApiRequest: the queued requests
-#include "engine/core/status.h"
+#include "telemetry/status.h"
 #include "ui/console/actions.h"
 #include "ui/console/console_state.h"
 

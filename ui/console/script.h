@@ -24,7 +24,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/core/status.h"
+#include "telemetry/status.h"
 #include "ui/console/click_targets.h"
 #include "ui/console/console_state.h"
 

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/status.h"
+#include "telemetry/status.h"
 #include "storage/history_db.h"
 
 namespace gantry::history {

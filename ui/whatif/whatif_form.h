@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/status.h"
+#include "telemetry/status.h"
 #include "engine/plan/planner.h"
 #include "engine/plan/search.h"
 

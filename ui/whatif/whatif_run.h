@@ -19,7 +19,7 @@
 #include <string>
 #include <string_view>
 
-#include "engine/core/status.h"
+#include "telemetry/status.h"
 #include "engine/plan/planner.h"
 #include "ui/whatif/whatif_form.h"
 

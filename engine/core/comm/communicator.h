@@ -29,7 +29,7 @@
 #include <cstddef>
 #include <string>
 
-#include "engine/core/status.h"
+#include "telemetry/status.h"
 
 namespace gantry {
 

@@ -30,7 +30,7 @@
 #include <string>
 
 #include "engine/core/comm/communicator.h"
-#include "engine/core/status.h"
+#include "telemetry/status.h"
 
 namespace gantry {
 

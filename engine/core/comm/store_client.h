@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "engine/core/comm/frame.h"
-#include "engine/core/status.h"
+#include "telemetry/status.h"
 
 namespace gantry {
 

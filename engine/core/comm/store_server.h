@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "engine/core/comm/frame.h"
-#include "engine/core/status.h"
+#include "telemetry/status.h"
 
 namespace gantry {
 

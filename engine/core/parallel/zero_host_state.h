@@ -35,7 +35,7 @@
 #include "engine/core/backend.h"
 #include "engine/core/cpu/thread_pool.h"
 #include "engine/core/parallel/shard_plan.h"
-#include "engine/core/status.h"
+#include "telemetry/status.h"
 
 namespace gantry {
 

@@ -18,7 +18,7 @@
 #include <thread>
 
 #include "engine/core/comm/store_server.h"
-#include "engine/core/status.h"
+#include "telemetry/status.h"
 #include "engine/core/worker/worker_env.h"  // HostPort
 
 namespace gantry {

@@ -19,7 +19,7 @@
 #include <functional>
 #include <string>
 
-#include "engine/core/status.h"
+#include "telemetry/status.h"
 
 namespace gantry {
 

@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/status.h"
+#include "telemetry/status.h"
 #include "engine/core/train.h"  // TrainAction
 
 namespace gantry {

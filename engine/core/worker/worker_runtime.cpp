@@ -40,6 +40,7 @@
 #endif
 #ifdef GANTRY_HAVE_NCCL
 #include "engine/core/comm/nccl_communicator.h"
+#include "telemetry/host.h"
 #endif
 
 namespace gantry {
@@ -67,12 +68,6 @@ void install_stop_handlers() {
   sa.sa_flags = SA_RESTART;  // a blocking read in the training loop must not fail with EINTR
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
-}
-
-std::string host_name() {
-  char host[256] = "";
-  ::gethostname(host, sizeof host - 1);
-  return host;
 }
 
 // The numeric address of this end of a connected socket: the interface that reaches rank 0 is the one

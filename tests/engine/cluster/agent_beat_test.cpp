@@ -15,6 +15,7 @@
 #include "engine/cluster/http_client.h"
 #include "engine/cluster/token.h"
 #include "telemetry/record_codec.h"
+#include "tests/scratch_dir.h"
 
 namespace gantry {
 namespace {
@@ -100,9 +101,7 @@ TEST(AgentBeat, HeaderFieldsAreChecked) {
 class BeatAgainstCoordinator : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("gantry_agent_beat_test_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
+    dir_ = testing_support::scratch_dir("coordinator");
     token_ = token_generate().value();
     coordinator_ = std::make_unique<Coordinator>(
         CoordinatorOptions{.dir = dir_.string(), .token = token_, .node_timeout = std::chrono::seconds(600)});

@@ -27,7 +27,7 @@
 
 #include "engine/core/comm/store_server.h"
 #include "engine/core/rng.h"
-#include "engine/core/status.h"
+#include "telemetry/status.h"
 
 namespace gantry {
 namespace comm_test {
