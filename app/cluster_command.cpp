@@ -34,7 +34,9 @@ using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 std::atomic<bool> g_stop{false};
-extern "C" void cluster_on_stop_signal(int) { g_stop.store(true); }
+extern "C" void cluster_on_stop_signal(int) {
+  g_stop.store(true);
+}
 
 void install_stop_handlers() {
   struct sigaction sa = {};
@@ -51,7 +53,8 @@ std::string read_file(const fs::path& p) {
   return ss.str();
 }
 
-// ---- coordinator -------------------------------------------------------------------------------------------
+// ---- coordinator
+// -------------------------------------------------------------------------------------------
 
 struct CoordinatorArgs {
   std::string dir, host = "127.0.0.1", token_file, url_file, rendezvous_host = "127.0.0.1", tls_cert, tls_key;
@@ -89,7 +92,8 @@ int coordinator_main(const CoordinatorArgs& a) {
     std::fprintf(stderr, "gantry-engine coordinator: %s\n", s.message().c_str());
     return kExitFailed;
   }
-  std::fprintf(stderr, "gantry-engine coordinator: serving %s (state in %s)\n", c.url().c_str(), a.dir.c_str());
+  std::fprintf(stderr, "gantry-engine coordinator: serving %s (state in %s)\n", c.url().c_str(),
+               a.dir.c_str());
   if (!a.url_file.empty()) {
     // Written whole and renamed, so `up` never reads half a URL.
     const std::string tmp = a.url_file + ".tmp";
@@ -102,7 +106,8 @@ int coordinator_main(const CoordinatorArgs& a) {
   return 0;
 }
 
-// ---- agent -------------------------------------------------------------------------------------------------
+// ---- agent
+// -------------------------------------------------------------------------------------------------
 
 struct AgentArgs {
   std::string url, token_file, node, dir, ca_file, metrics_host = "127.0.0.1";
@@ -140,7 +145,8 @@ int agent_main(const AgentArgs& a) {
   return 0;
 }
 
-// ---- up / down ---------------------------------------------------------------------------------------------
+// ---- up / down
+// ---------------------------------------------------------------------------------------------
 
 // A process `up` started, by its pid file: alive only if it still runs this binary (a pid file outliving a
 // reboot must not make `down` signal a stranger) and is not a zombie waiting for its reaper.
@@ -159,7 +165,8 @@ pid_t read_pid(const fs::path& p) {
 
 // Starts `gantry-engine <args>` in a session of its own (so the terminal's Ctrl-C and `up` exiting leave it
 // alone), its output appended to `log`, and writes its pid file.
-Result<pid_t> spawn_daemon(const std::vector<std::string>& args, const fs::path& log, const fs::path& pid_file) {
+Result<pid_t> spawn_daemon(const std::vector<std::string>& args, const fs::path& log,
+                           const fs::path& pid_file) {
   char self[4096];
   ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
   if (n <= 0) return Status::error("cannot find this binary (/proc/self/exe)");
@@ -211,10 +218,11 @@ int up_main(const UpArgs& a) {
     return kExitBadInput;
   }
   if (ours_alive(read_pid(dir / "coordinator.pid"))) {
-    std::fprintf(stderr,
-                 "gantry-engine up: a cluster is already up in %s (coordinator pid %d): `gantry-engine down --dir %s` "
-                 "first, or choose another --dir\n",
-                 dir.c_str(), read_pid(dir / "coordinator.pid"), dir.c_str());
+    std::fprintf(
+        stderr,
+        "gantry-engine up: a cluster is already up in %s (coordinator pid %d): `gantry-engine down --dir %s` "
+        "first, or choose another --dir\n",
+        dir.c_str(), read_pid(dir / "coordinator.pid"), dir.c_str());
     return kExitBadInput;
   }
   Result<std::string> token = token_generate();
@@ -244,10 +252,10 @@ int up_main(const UpArgs& a) {
     down_dir(dir, 5, true);  // nothing half-started is left running
     return kExitFailed;
   };
-  Result<pid_t> coord = spawn_daemon({"coordinator", "--dir", dir.string(), "--token-file", token_file.string(),
-                                      "--agent-token-file", agent_token_file.string(), "--url-file",
-                                      (dir / "url").string(), "--port", std::to_string(a.port)},
-                                     dir / "coordinator.log", dir / "coordinator.pid");
+  Result<pid_t> coord = spawn_daemon(
+      {"coordinator", "--dir", dir.string(), "--token-file", token_file.string(), "--agent-token-file",
+       agent_token_file.string(), "--url-file", (dir / "url").string(), "--port", std::to_string(a.port)},
+      dir / "coordinator.log", dir / "coordinator.pid");
   if (!coord.ok()) return fail(coord.error());
   const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(a.timeout_s * 1e3));
   std::string url;
@@ -261,14 +269,25 @@ int up_main(const UpArgs& a) {
     if (::waitpid(coord.value(), &status, WNOHANG) == coord.value()) {
       return fail("the coordinator exited at start; its log:\n" + log_tail(dir / "coordinator.log"));
     }
-    if (Clock::now() > deadline) return fail("the coordinator did not start listening in time; its log:\n" + log_tail(dir / "coordinator.log"));
+    if (Clock::now() > deadline)
+      return fail("the coordinator did not start listening in time; its log:\n" +
+                  log_tail(dir / "coordinator.log"));
     std::this_thread::sleep_for(20ms);
   }
   for (int i = 0; i < a.nodes + a.spares; ++i) {
     const bool spare = i >= a.nodes;
     const std::string node = spare ? "spare-" + std::to_string(i - a.nodes) : "node-" + std::to_string(i);
-    std::vector<std::string> args = {"agent", "--coordinator", url, "--token-file", agent_token_file.string(), "--slots",
-                                     std::to_string(a.slots), "--node", node, "--dir", (dir / "agents" / node).string()};
+    std::vector<std::string> args = {"agent",
+                                     "--coordinator",
+                                     url,
+                                     "--token-file",
+                                     agent_token_file.string(),
+                                     "--slots",
+                                     std::to_string(a.slots),
+                                     "--node",
+                                     node,
+                                     "--dir",
+                                     (dir / "agents" / node).string()};
     if (spare) args.push_back("--spare");
     Result<pid_t> p = spawn_daemon(args, dir / ("agent-" + node + ".log"), dir / ("agent-" + node + ".pid"));
     if (!p.ok()) return fail(p.error());
@@ -278,13 +297,16 @@ int up_main(const UpArgs& a) {
     Result<nlohmann::json> c = api.cluster();
     if (c.ok() && static_cast<int>(c->at("nodes").size()) >= a.nodes + a.spares) break;
     if (Clock::now() > deadline) {
-      return fail("the agents did not all register in time (" + (c.ok() ? std::to_string(c->at("nodes").size()) : c.error()) +
-                  "); see " + dir.string() + "/agent-*.log");
+      return fail("the agents did not all register in time (" +
+                  (c.ok() ? std::to_string(c->at("nodes").size()) : c.error()) + "); see " + dir.string() +
+                  "/agent-*.log");
     }
     std::this_thread::sleep_for(50ms);
   }
   std::printf("%s\n", url.c_str());
-  std::fprintf(stderr, "gantry-engine up: coordinator %s with %d nodes x %d slots; token in %s; stop with `gantry-engine down --dir %s`\n",
+  std::fprintf(stderr,
+               "gantry-engine up: coordinator %s with %d nodes x %d slots; token in %s; stop with "
+               "`gantry-engine down --dir %s`\n",
                url.c_str(), a.nodes, a.slots, token_file.c_str(), dir.c_str());
   return 0;
 }
@@ -301,7 +323,8 @@ int down_dir(const fs::path& dir, double grace_s, bool quiet) {
     }
   }
   if (ec) {
-    if (!quiet) std::fprintf(stderr, "gantry-engine down: cannot read %s: %s\n", dir.c_str(), ec.message().c_str());
+    if (!quiet)
+      std::fprintf(stderr, "gantry-engine down: cannot read %s: %s\n", dir.c_str(), ec.message().c_str());
     return kExitBadInput;
   }
   int stopped = 0, killed = 0;
@@ -325,8 +348,10 @@ int down_dir(const fs::path& dir, double grace_s, bool quiet) {
   }
   fs::remove(dir / "url", ec);
   if (!quiet) {
-    std::fprintf(stderr, "gantry-engine down: stopped %d process%s in %s%s\n", stopped, stopped == 1 ? "" : "es",
-                 dir.c_str(), killed > 0 ? (" (" + std::to_string(killed) + " killed after the grace period)").c_str() : "");
+    std::fprintf(
+        stderr, "gantry-engine down: stopped %d process%s in %s%s\n", stopped, stopped == 1 ? "" : "es",
+        dir.c_str(),
+        killed > 0 ? (" (" + std::to_string(killed) + " killed after the grace period)").c_str() : "");
   }
   return 0;
 }
@@ -336,12 +361,14 @@ int down_dir(const fs::path& dir, double grace_s, bool quiet) {
 void cluster_commands_add(CLI::App& app, int* exit_code) {
   {
     auto a = std::make_shared<CoordinatorArgs>();
-    CLI::App* sub = app.add_subcommand("coordinator", "Serve the cluster's HTTP API, run database, placement and rendezvous");
+    CLI::App* sub = app.add_subcommand(
+        "coordinator", "Serve the cluster's HTTP API, run database, placement and rendezvous");
     sub->add_option("--dir", a->dir, "State folder: cluster.sqlite and runs/<id>/")->required();
     sub->add_option("--token-file", a->token_file, "The bearer token's file (mode 0600)")->required();
-    sub->add_option("--agent-token-file", a->agent_token_file,
-                    "The agents' token's file (mode 0600): it registers nodes and nothing else; each node then "
-                    "gets a credential for its own heartbeats (default: only --token-file registers)");
+    sub->add_option(
+        "--agent-token-file", a->agent_token_file,
+        "The agents' token's file (mode 0600): it registers nodes and nothing else; each node then "
+        "gets a credential for its own heartbeats (default: only --token-file registers)");
     sub->add_option("--host", a->host, "Address to serve on (default 127.0.0.1; another address wants TLS)");
     sub->add_option("--port", a->port, "Port (0 = a free one)")->check(CLI::Range(0, 65535));
     sub->add_option("--url-file", a->url_file, "Write the URL here once listening");
@@ -363,25 +390,33 @@ void cluster_commands_add(CLI::App& app, int* exit_code) {
     sub->add_option("--node", a->node, "This node's id, unique in the cluster (default the host name)");
     sub->add_option("--dir", a->dir, "The agent's folder (default gantry-agent-<node>)");
     sub->add_option("--ca-file", a->ca_file, "CA certificate for an HTTPS coordinator");
-    sub->add_option("--stop-grace", a->stop_grace_s, "Seconds workers have to checkpoint and exit when stopped")
+    sub->add_option("--stop-grace", a->stop_grace_s,
+                    "Seconds workers have to checkpoint and exit when stopped")
         ->check(CLI::PositiveNumber);
-    sub->add_option("--metrics-port", a->metrics_port, "Port of this node's /metrics (0 = a free one; default 0)")
+    sub->add_option("--metrics-port", a->metrics_port,
+                    "Port of this node's /metrics (0 = a free one; default 0)")
         ->check(CLI::Range(0, 65535));
     sub->add_option("--metrics-host", a->metrics_host,
-                    "Address of this node's /metrics (default 127.0.0.1); the URL is logged and written to <dir>/metrics_url");
-    sub->add_flag("--spare", a->spare, "Register as a spare: used only when the other nodes cannot hold a job");
+                    "Address of this node's /metrics (default 127.0.0.1); the URL is logged and written to "
+                    "<dir>/metrics_url");
+    sub->add_flag("--spare", a->spare,
+                  "Register as a spare: used only when the other nodes cannot hold a job");
     sub->callback([a, exit_code] { *exit_code = agent_main(*a); });
   }
   {
     auto a = std::make_shared<UpArgs>();
-    CLI::App* sub = app.add_subcommand("up", "Start a coordinator and K agents on this machine; print the URL");
+    CLI::App* sub =
+        app.add_subcommand("up", "Start a coordinator and K agents on this machine; print the URL");
     sub->add_option("--nodes", a->nodes, "Agents to start (each one node)")->check(CLI::Range(1, 256));
     sub->add_option("--slots", a->slots, "Slots per node")->check(CLI::Range(1, 4096));
     sub->add_option("--spares", a->spares, "Spare nodes to start besides (spare-0..; held back until needed)")
         ->check(CLI::Range(0, 256));
-    sub->add_option("--dir", a->dir, "Folder for the token, pid files, logs and state (default gantry-cluster)");
-    sub->add_option("--port", a->port, "The coordinator's port (0 = a free one)")->check(CLI::Range(0, 65535));
-    sub->add_option("--timeout", a->timeout_s, "Seconds to wait for everything to start")->check(CLI::PositiveNumber);
+    sub->add_option("--dir", a->dir,
+                    "Folder for the token, pid files, logs and state (default gantry-cluster)");
+    sub->add_option("--port", a->port, "The coordinator's port (0 = a free one)")
+        ->check(CLI::Range(0, 65535));
+    sub->add_option("--timeout", a->timeout_s, "Seconds to wait for everything to start")
+        ->check(CLI::PositiveNumber);
     sub->callback([a, exit_code] { *exit_code = up_main(*a); });
   }
   {
@@ -389,10 +424,12 @@ void cluster_commands_add(CLI::App& app, int* exit_code) {
     auto grace = std::make_shared<double>(30);
     CLI::App* sub = app.add_subcommand("down", "Stop what `gantry-engine up` started");
     sub->add_option("--dir", *dir, "The folder given to up (default gantry-cluster)");
-    sub->add_option("--grace", *grace, "Seconds to wait for each process before SIGKILL")->check(CLI::PositiveNumber);
+    sub->add_option("--grace", *grace, "Seconds to wait for each process before SIGKILL")
+        ->check(CLI::PositiveNumber);
     sub->callback([dir, grace, exit_code] {
       if (!fs::is_directory(*dir)) {
-        std::fprintf(stderr, "gantry-engine down: %s is not a folder (give the --dir that up was given)\n", dir->c_str());
+        std::fprintf(stderr, "gantry-engine down: %s is not a folder (give the --dir that up was given)\n",
+                     dir->c_str());
         *exit_code = kExitBadInput;
         return;
       }

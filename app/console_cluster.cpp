@@ -73,13 +73,15 @@ std::string console_engine_path() {
 }
 
 std::string console_state_dir() {
-  if (const char* x = std::getenv("XDG_STATE_HOME"); x != nullptr && x[0] == '/') return std::string(x) + "/gantry";
-  if (const char* h = std::getenv("HOME"); h != nullptr && h[0] != '\0') return std::string(h) + "/.local/state/gantry";
+  if (const char* x = std::getenv("XDG_STATE_HOME"); x != nullptr && x[0] == '/')
+    return std::string(x) + "/gantry";
+  if (const char* h = std::getenv("HOME"); h != nullptr && h[0] != '\0')
+    return std::string(h) + "/.local/state/gantry";
   return "/tmp/gantry-" + std::to_string(::getuid());
 }
 
-Result<console::Endpoint> console_cluster_up(const std::string& engine, const std::string& dir, int nodes, int slots,
-                                             bool* started) {
+Result<console::Endpoint> console_cluster_up(const std::string& engine, const std::string& dir, int nodes,
+                                             int slots, bool* started) {
   *started = false;
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -98,18 +100,19 @@ Result<console::Endpoint> console_cluster_up(const std::string& engine, const st
     }
   }
   const fs::path out = fs::path(dir) / "up.out", err = fs::path(dir) / "up.err";
-  Result<int> code = run_engine(engine,
-                                {"up", "--nodes", std::to_string(nodes), "--slots", std::to_string(slots), "--dir", dir},
-                                out, err);
+  Result<int> code = run_engine(
+      engine, {"up", "--nodes", std::to_string(nodes), "--slots", std::to_string(slots), "--dir", dir}, out,
+      err);
   if (!code.ok()) return code.status();
   if (code.value() != 0) {
-    return Status::error("`gantry-engine up` failed (exit " + std::to_string(code.value()) + "): " +
-                         first_line(slurp(err)) + " (logs in " + dir + ")");
+    return Status::error("`gantry-engine up` failed (exit " + std::to_string(code.value()) +
+                         "): " + first_line(slurp(err)) + " (logs in " + dir + ")");
   }
   *started = true;
   const std::string url = first_line(slurp(out));
   Result<std::string> token = token_file_read(token_file.string());
-  if (!token.ok()) return Status::error("the local cluster started but its token is unreadable: " + token.error());
+  if (!token.ok())
+    return Status::error("the local cluster started but its token is unreadable: " + token.error());
   return console::Endpoint{url, token.value()};
 }
 

@@ -9,15 +9,15 @@
 // Exit codes: 0 done, 1 a script failed or the screenshot could not be written, 2 bad input or no display,
 // 130 interrupted (SIGINT, SIGTERM).
 #include <GLFW/glfw3.h>
-#include <imgui.h>
 #include <backends/imgui_impl_glfw.h>
 #include <backends/imgui_impl_opengl3.h>
+#include <imgui.h>
 
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <cfloat>
-#include <csignal>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -42,8 +42,10 @@ constexpr int kExitBadInput = 2;
 const char* const kNoDisplay =
     "gantry: cannot open a window (%s).\n"
     "The console needs a display. Without one, the headless commands do the same work:\n"
-    "  gantry-engine up --nodes 2 --slots 2 --dir DIR      start a local cluster (prints its URL; token in DIR/token)\n"
-    "  gantry-engine ctl --url URL --token-file DIR/token status|runs|submit|checkpoint|pause|resume|stop|events\n"
+    "  gantry-engine up --nodes 2 --slots 2 --dir DIR      start a local cluster (prints its URL; token in "
+    "DIR/token)\n"
+    "  gantry-engine ctl --url URL --token-file DIR/token "
+    "status|runs|submit|checkpoint|pause|resume|stop|events\n"
     "  gantry-engine run --nproc N --config FILE.toml      train with N worker processes, no cluster\n"
     "(or run the console under a virtual display: xvfb-run -a gantry)\n";
 
@@ -58,9 +60,13 @@ std::string slurp(const std::string& path, bool* ok) {
 // SIGINT / SIGTERM end the frame loop as a closed window does, so the embedded cluster is still stopped
 // and --dump-state still written.
 std::atomic<bool> g_interrupted{false};
-void on_signal(int) { g_interrupted = true; }
+void on_signal(int) {
+  g_interrupted = true;
+}
 
-void glfw_error(int code, const char* text) { std::fprintf(stderr, "gantry: GLFW error %d: %s\n", code, text); }
+void glfw_error(int code, const char* text) {
+  std::fprintf(stderr, "gantry: GLFW error %d: %s\n", code, text);
+}
 
 struct Options {
   std::string connect, token_file, state_dir, screenshot, dump_state, script, run_config;
@@ -78,15 +84,22 @@ struct Options {
 
 int main(int argc, char** argv) {
   Options o;
-  CLI::App cli{"gantry: the operations console. Without --connect it starts a local cluster (gantry-engine up) "
-               "with a tiny run ready to launch, and stops it on exit."};
-  cli.add_option("--connect", o.connect, "coordinator URL (http://host:port), as `gantry-engine up` prints it");
-  cli.add_option("--token-file", o.token_file, "the coordinator's bearer token file (mode 0600), with --connect");
-  cli.add_option("--state-dir", o.state_dir, "where the console keeps its cache and the local cluster "
-                                             "(default $XDG_STATE_HOME/gantry or ~/.local/state/gantry)");
-  cli.add_option("--screenshot", o.screenshot, "write the window as a PNG after --frames frames (and the script), then exit");
-  cli.add_option("--frames", o.frames, "frames to draw before the screenshot / state dump")->check(CLI::Range(1, 1000000));
-  cli.add_option("--dump-state", o.dump_state, "write the console's state as JSON on exit (panels, series, last step, run)");
+  CLI::App cli{
+      "gantry: the operations console. Without --connect it starts a local cluster (gantry-engine up) "
+      "with a tiny run ready to launch, and stops it on exit."};
+  cli.add_option("--connect", o.connect,
+                 "coordinator URL (http://host:port), as `gantry-engine up` prints it");
+  cli.add_option("--token-file", o.token_file,
+                 "the coordinator's bearer token file (mode 0600), with --connect");
+  cli.add_option("--state-dir", o.state_dir,
+                 "where the console keeps its cache and the local cluster "
+                 "(default $XDG_STATE_HOME/gantry or ~/.local/state/gantry)");
+  cli.add_option("--screenshot", o.screenshot,
+                 "write the window as a PNG after --frames frames (and the script), then exit");
+  cli.add_option("--frames", o.frames, "frames to draw before the screenshot / state dump")
+      ->check(CLI::Range(1, 1000000));
+  cli.add_option("--dump-state", o.dump_state,
+                 "write the console's state as JSON on exit (panels, series, last step, run)");
   cli.add_option("--script", o.script, "drive the console from a script file (docs/CONSOLE.md: the format)");
   cli.add_option("--width", o.width, "window width in pixels")->check(CLI::Range(320, 8192));
   cli.add_option("--height", o.height, "window height in pixels")->check(CLI::Range(240, 8192));
@@ -100,7 +113,8 @@ int main(int argc, char** argv) {
       ->expected(0, 1)
       ->default_str("600")
       ->check(CLI::Range(1, 1000000));
-  cli.add_option("--bench-ranks", o.bench_ranks, "benchmark: ranks of the synthetic run")->check(CLI::Range(1, 65536));
+  cli.add_option("--bench-ranks", o.bench_ranks, "benchmark: ranks of the synthetic run")
+      ->check(CLI::Range(1, 65536));
   cli.add_option("--bench-steps", o.bench_steps, "benchmark: steps of the synthetic run")
       ->check(CLI::Range(int64_t{1}, int64_t{10000000}));
   cli.add_flag("--keep-cluster", o.keep_cluster, "leave the local cluster running on exit");
@@ -111,7 +125,9 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : kExitBadInput;
   }
   if (o.connect.empty() != o.token_file.empty()) {
-    std::fprintf(stderr, "gantry: --connect and --token-file go together (the URL and token `gantry-engine up` wrote)\n");
+    std::fprintf(
+        stderr,
+        "gantry: --connect and --token-file go together (the URL and token `gantry-engine up` wrote)\n");
     return kExitBadInput;
   }
   const bool bench = o.bench_frames > 0;
@@ -148,7 +164,8 @@ int main(int argc, char** argv) {
   std::error_code ec;
   fs::create_directories(state_dir, ec);
   if (ec) {
-    std::fprintf(stderr, "gantry: cannot create the state folder %s: %s\n", state_dir.c_str(), ec.message().c_str());
+    std::fprintf(stderr, "gantry: cannot create the state folder %s: %s\n", state_dir.c_str(),
+                 ec.message().c_str());
     return kExitBadInput;
   }
   std::string tiny_config;
@@ -199,8 +216,8 @@ int main(int argc, char** argv) {
   ImGui_ImplGlfw_InitForOpenGL(window, true);
   ImGui_ImplOpenGL3_Init("#version 130");
   if (bench) {
-    const int rc =
-        console_bench_frames(window, {.frames = o.bench_frames, .ranks = o.bench_ranks, .steps = o.bench_steps});
+    const int rc = console_bench_frames(
+        window, {.frames = o.bench_frames, .ranks = o.bench_ranks, .steps = o.bench_steps});
     ImGui_ImplOpenGL3_Shutdown();
     ImGui_ImplGlfw_Shutdown();
     ImGui::DestroyContext();
@@ -324,7 +341,8 @@ int main(int argc, char** argv) {
       if (exit_code == 0) exit_code = kExitScriptFailed;
     }
   } else if (embedded && cluster_started) {
-    std::fprintf(stderr, "gantry: the local cluster keeps running (%s); stop it with gantry-engine down --dir %s\n",
+    std::fprintf(stderr,
+                 "gantry: the local cluster keeps running (%s); stop it with gantry-engine down --dir %s\n",
                  snap->url.c_str(), cluster_dir.c_str());
   }
   return exit_code;

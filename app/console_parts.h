@@ -19,8 +19,8 @@ std::string console_state_dir();
 // Starts `gantry-engine up --nodes N --slots S --dir DIR` (or finds one already answering there, which is
 // then not ours: *started stays false) and returns its URL and token. Runs on the console's network
 // thread: it takes a few seconds.
-Result<console::Endpoint> console_cluster_up(const std::string& engine, const std::string& dir, int nodes, int slots,
-                                             bool* started);
+Result<console::Endpoint> console_cluster_up(const std::string& engine, const std::string& dir, int nodes,
+                                             int slots, bool* started);
 // `gantry-engine down --dir DIR`: stops the coordinator, the agents and their workers.
 Status console_cluster_down(const std::string& engine, const std::string& dir);
 

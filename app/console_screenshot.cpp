@@ -33,7 +33,8 @@ Status console_screenshot_write(const std::string& path, int width, int height) 
   const size_t stride = static_cast<size_t>(width) * 4;
   std::vector<unsigned char> flipped(pixels.size());
   for (int y = 0; y < height; ++y)
-    std::copy_n(&pixels[static_cast<size_t>(height - 1 - y) * stride], stride, &flipped[static_cast<size_t>(y) * stride]);
+    std::copy_n(&pixels[static_cast<size_t>(height - 1 - y) * stride], stride,
+                &flipped[static_cast<size_t>(y) * stride]);
   if (!stbi_write_png(path.c_str(), width, height, 4, flipped.data(), static_cast<int>(stride)))
     return Status::error("cannot write " + path);
   return Status();

@@ -12,8 +12,8 @@
 #include "engine/core/checkpoint.h"  // checkpoint_list: which checkpoints are still on disk
 #include "engine/core/step_records.h"
 #include "storage/history_db.h"
-#include "telemetry/records.h"
 #include "telemetry/host.h"
+#include "telemetry/records.h"
 
 namespace gantry {
 HistoryWriter::HistoryWriter(std::string out_dir, std::string run_name, int world_size, std::string layout)

@@ -64,8 +64,8 @@ inline void checkpoint_line_print(int64_t step, const std::string& dir, uint64_t
 
 // The step guard skipped a step's update (engine/core/step_guard.h); printed before that step's line.
 inline void skipped_line_print(int64_t step, const std::string& reason, bool json) {
-  std::fprintf(stderr, "step %6lld skipped: %s (no update; the batch is consumed)\n", static_cast<long long>(step),
-               reason.c_str());
+  std::fprintf(stderr, "step %6lld skipped: %s (no update; the batch is consumed)\n",
+               static_cast<long long>(step), reason.c_str());
   if (json) {
     nlohmann::json j = {{"event", "step_skipped"}, {"step", step}, {"reason", reason}};
     std::printf("%s\n", j.dump().c_str());

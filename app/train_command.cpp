@@ -40,7 +40,9 @@ class StepPrinter final : public TrainObserver {
                      .mfu = r.mfu},
                     json_);
   }
-  void on_step_skipped(int64_t step, const std::string& reason) override { skipped_line_print(step, reason, json_); }
+  void on_step_skipped(int64_t step, const std::string& reason) override {
+    skipped_line_print(step, reason, json_);
+  }
   void on_checkpoint(const CheckpointReport& c) override {
     std::fprintf(stderr, "checkpoint step %lld -> %s (%.1f MB, %.2f s)\n", static_cast<long long>(c.step),
                  c.dir.c_str(), static_cast<double>(c.bytes) / 1e6, c.seconds);

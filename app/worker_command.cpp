@@ -47,7 +47,9 @@ class Rank0Printer final : public TrainObserver {
   void on_checkpoint(const CheckpointReport& c) override {
     checkpoint_line_print(c.step, c.dir, c.bytes, c.seconds, json_);
   }
-  void on_step_skipped(int64_t step, const std::string& reason) override { skipped_line_print(step, reason, json_); }
+  void on_step_skipped(int64_t step, const std::string& reason) override {
+    skipped_line_print(step, reason, json_);
+  }
 
  private:
   bool json_;

@@ -16,7 +16,6 @@
 
 namespace gantry {
 
-
 // SQLite stores NaN as NULL; reading NULL back where a number is required gives NaN again.
 inline double column_double(sqlite3_stmt* st, int i) {
   return sqlite3_column_type(st, i) == SQLITE_NULL ? std::numeric_limits<double>::quiet_NaN()

@@ -29,7 +29,7 @@ class Status {
 template <class T>
 class Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design, `return value;`
+  Result(T value) : value_(std::move(value)) {}          // NOLINT: implicit by design, `return value;`
   Result(Status status) : status_(std::move(status)) {}  // NOLINT: `return Status::error(...);`
 
   bool ok() const { return value_.has_value(); }

@@ -46,8 +46,8 @@ const std::vector<Layer>& layers() {
 // engine/cluster's server side: what the console must never see (it links the client library only).
 bool cluster_server_header(std::string_view path) {
   static constexpr std::array<std::string_view, 7> kServer = {
-      "engine/cluster/coordinator", "engine/cluster/agent",           "engine/cluster/http_server",
-      "engine/cluster/connection_gate", "engine/cluster/ingest_writer", "engine/cluster/straggler_watch",
+      "engine/cluster/coordinator",      "engine/cluster/agent",         "engine/cluster/http_server",
+      "engine/cluster/connection_gate",  "engine/cluster/ingest_writer", "engine/cluster/straggler_watch",
       "engine/cluster/checkpoint_policy"};
   return std::any_of(kServer.begin(), kServer.end(), [&](std::string_view s) { return path.starts_with(s); });
 }
@@ -103,10 +103,11 @@ TEST(SourceRules, EveryIncludeFollowsTheArrows) {
         const bool allowed = to == &from || std::find(from.may_use.begin(), from.may_use.end(), to->folder) !=
                                                 from.may_use.end();
         if (!allowed) {
-          wrong.push_back(file + ":" + std::to_string(line) + ": " + std::string(from.folder) + " may not use " + inc);
+          wrong.push_back(file + ":" + std::to_string(line) + ": " + std::string(from.folder) +
+                          " may not use " + inc);
         } else if (from.folder == "ui/" && cluster_server_header(inc)) {
-          wrong.push_back(file + ":" + std::to_string(line) + ": the console uses the cluster's client only, not " +
-                          inc);
+          wrong.push_back(file + ":" + std::to_string(line) +
+                          ": the console uses the cluster's client only, not " + inc);
         }
       }
     }
@@ -121,8 +122,8 @@ TEST(SourceRules, TestsMakeScratchDirectoriesThroughOneHelper) {
   std::vector<std::string> wrong;
   for (const std::string& file : files_under("tests")) {
     // The fuzz targets and the benchmarks are not ctest cases (no GoogleTest, run one at a time).
-    if (file.starts_with("tests/fuzz/") || file.starts_with("tests/bench/") || file == "tests/scratch_dir.h" ||
-        file == "tests/source_rules_test.cpp") {
+    if (file.starts_with("tests/fuzz/") || file.starts_with("tests/bench/") ||
+        file == "tests/scratch_dir.h" || file == "tests/source_rules_test.cpp") {
       continue;
     }
     std::ifstream in(fs::path(GANTRY_SOURCE_DIR) / file);
@@ -137,9 +138,10 @@ TEST(SourceRules, TestsMakeScratchDirectoriesThroughOneHelper) {
   }
   std::ostringstream msg;
   for (const std::string& w : wrong) msg << "  " << w << "\n";
-  EXPECT_TRUE(wrong.empty()) << "scratch paths made outside tests/scratch_dir.h (use testing_support::scratch_dir, "
-                                "unique to the test and the process):\n"
-                             << msg.str();
+  EXPECT_TRUE(wrong.empty())
+      << "scratch paths made outside tests/scratch_dir.h (use testing_support::scratch_dir, "
+         "unique to the test and the process):\n"
+      << msg.str();
 }
 
 }  // namespace

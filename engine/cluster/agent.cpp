@@ -17,8 +17,8 @@
 #include "engine/cluster/http_client.h"
 #include "engine/cluster/http_server.h"
 #include "engine/core/worker/gang.h"
-#include "telemetry/prometheus.h"
 #include "telemetry/host.h"
+#include "telemetry/prometheus.h"
 
 namespace gantry {
 namespace {

@@ -20,13 +20,14 @@
 namespace gantry {
 
 struct AgentOptions {
-  std::string url;    // the coordinator
-  std::string token;  // what it registers with: the agents' join token (or the operator's); /metrics needs it too
+  std::string url;  // the coordinator
+  std::string
+      token;  // what it registers with: the agents' join token (or the operator's); /metrics needs it too
   std::string ca_file;
-  std::string node;   // this node's id, unique in the cluster
-  int slots = 1;      // devices (GPUs, or CPU slots) the node offers
-  bool spare = false; // held back by placement until a job (or a move off a quarantined node) needs it
-  std::string dir;    // the agent's own files (configs of the runs it starts)
+  std::string node;    // this node's id, unique in the cluster
+  int slots = 1;       // devices (GPUs, or CPU slots) the node offers
+  bool spare = false;  // held back by placement until a job (or a move off a quarantined node) needs it
+  std::string dir;     // the agent's own files (configs of the runs it starts)
   std::string exe = "/proc/self/exe";  // the worker binary
   // The coordinator unreachable for this long: its runs cannot be steered or recorded, so they are stopped
   // and the agent exits with an error.

@@ -28,8 +28,8 @@
 #include <string>
 #include <string_view>
 
-#include "telemetry/status.h"
 #include "telemetry/records.h"
+#include "telemetry/status.h"
 
 namespace gantry {
 

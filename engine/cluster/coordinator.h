@@ -37,10 +37,10 @@ struct CoordinatorOptions {
   std::string agent_token;
   // Where each run's rendezvous store listens; the workers of every node must reach it.
   std::string rendezvous_host = "127.0.0.1";
-  std::chrono::milliseconds heartbeat{200};           // what agents are told to use
-  std::chrono::milliseconds node_timeout{5000};       // no heartbeat for this long: the node is lost
-  size_t max_body_bytes = 1u << 20;                   // agents split their record batches to fit
-  std::string tls_cert_file, tls_key_file;            // HTTPS (optional)
+  std::chrono::milliseconds heartbeat{200};      // what agents are told to use
+  std::chrono::milliseconds node_timeout{5000};  // no heartbeat for this long: the node is lost
+  size_t max_body_bytes = 1u << 20;              // agents split their record batches to fit
+  std::string tls_cert_file, tls_key_file;       // HTTPS (optional)
 };
 
 class Coordinator {

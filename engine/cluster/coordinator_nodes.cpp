@@ -168,7 +168,8 @@ HttpResponse Coordinator::Impl::agent_register(const HttpRequest& req) {
 HttpResponse Coordinator::Impl::agent_heartbeat(const HttpRequest& req) {
   const std::string& id = req.param("node");
   AgentBeat beat;  // decoded before the lock: the binary records never become text (agent_beat.h)
-  if (Status s = agent_beat_decode(req.raw_body, &beat); !s.ok()) return HttpResponse::error(400, s.message());
+  if (Status s = agent_beat_decode(req.raw_body, &beat); !s.ok())
+    return HttpResponse::error(400, s.message());
   JsonFields f(beat.control);
   const json* ended = f.any("ended", JsonFields::optional);
   if (Status s = f.finish(); !s.ok()) return HttpResponse::error(400, "beat: control: " + s.message());

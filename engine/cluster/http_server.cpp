@@ -93,7 +93,9 @@ std::string media_type(const std::string& content_type) {
 class GatedStream final : public httplib::Stream {
  public:
   GatedStream(int fd, size_t header_bytes, const HttpServerOptions& o)
-      : fd_(fd), read_timeout_(o.read_timeout), write_timeout_(o.write_timeout),
+      : fd_(fd),
+        read_timeout_(o.read_timeout),
+        write_timeout_(o.write_timeout),
         deadline_(Clock::now() + o.request_timeout) {
     head_.resize(header_bytes);
     size_t got = 0;
@@ -311,11 +313,13 @@ struct HttpServer::Impl {
   void sleep(std::chrono::milliseconds d);
 };
 
-void HttpServer::Impl::add(std::string method, std::string pattern, HttpHandler handler, std::string body_type) {
+void HttpServer::Impl::add(std::string method, std::string pattern, HttpHandler handler,
+                           std::string body_type) {
   auto bad = [&](const std::string& why) {
     if (route_error.empty()) route_error = "route " + method + " " + pattern + ": " + why;
   };
-  Route r{.method = method, .pattern = pattern, .handler = std::move(handler), .body_type = std::move(body_type)};
+  Route r{
+      .method = method, .pattern = pattern, .handler = std::move(handler), .body_type = std::move(body_type)};
   std::vector<std::string_view> segs;
   if (!split_path(pattern, &segs))
     return bad("must be an absolute path without empty segments, e.g. /v1/runs/{id}");
@@ -415,7 +419,8 @@ std::optional<HttpResponse> HttpServer::Impl::gate(const httplib::Request& req) 
   } else {
     presented = std::string_view(auth).substr(7);
     while (!presented.empty() && presented.front() == ' ') presented.remove_prefix(1);
-    if (!token_equal(presented, opt.token) && !(opt.also_accept && opt.also_accept(req.method, req.path, presented))) {
+    if (!token_equal(presented, opt.token) &&
+        !(opt.also_accept && opt.also_accept(req.method, req.path, presented))) {
       refusal = "invalid bearer token";
     }
   }
@@ -465,8 +470,9 @@ std::optional<HttpResponse> HttpServer::Impl::gate(const httplib::Request& req) 
     if (length > 0) {
       const std::string type = media_type(req.get_header_value("Content-Type"));
       if (!route->body_type.empty() && type != route->body_type) {
-        return HttpResponse::error(415, "request body must be " + route->body_type + ": send Content-Type: " +
-                                            route->body_type + (type.empty() ? std::string() : " (got " + type + ")"));
+        return HttpResponse::error(415, "request body must be " + route->body_type +
+                                            ": send Content-Type: " + route->body_type +
+                                            (type.empty() ? std::string() : " (got " + type + ")"));
       }
       if (route->body_type.empty() && type != "application/json") {
         return HttpResponse::error(415, "request body must be JSON: send Content-Type: application/json" +
@@ -694,14 +700,16 @@ Status HttpServer::start() {
                                        .keep_alive_timeout = o.keep_alive_timeout,
                                        .threads = {o.threads, std::max(1, o.private_lane_threads)},
                                        .lane_of = [prefix](std::string_view head) {
-                                         // "POST /v1/agents/n1/heartbeat HTTP/1.1": the target after the method
+                                         // "POST /v1/agents/n1/heartbeat HTTP/1.1": the target after the
+                                         // method
                                          const size_t space = head.find(' ');
                                          if (prefix.empty() || space == std::string_view::npos) return 0;
                                          return head.substr(space + 1).starts_with(prefix) ? 1 : 0;
                                        }};
-    s.connections = std::make_unique<ConnectionGate>(std::move(gate_options), [&s, g](int fd, size_t header_bytes) {
-      return g->serve(fd, header_bytes, s.opt, s.stopping.load());
-    });
+    s.connections =
+        std::make_unique<ConnectionGate>(std::move(gate_options), [&s, g](int fd, size_t header_bytes) {
+          return g->serve(fd, header_bytes, s.opt, s.stopping.load());
+        });
     if (Status st = s.connections->start(); !st.ok()) return fail(st.message());
     g->set_gate(s.connections.get());
     s.server = std::move(gated);

@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "telemetry/status.h"
 #include "telemetry/records.h"
+#include "telemetry/status.h"
 #include "telemetry/straggler.h"
 
 namespace gantry {

@@ -18,14 +18,16 @@ Result<std::unique_ptr<Backend>> backend_create(const std::string& kind, const M
       return Status::error("zero stage " + std::to_string(options.zero) + ": allowed 0, 1, 2 or 3");
     }
     if (cuda_device_count() == 0) {
-      return Status::error("train.backend = \"cuda\" but this machine has no usable GPU (no device or no driver); "
-                           "use train.backend = \"cpu\"");
+      return Status::error(
+          "train.backend = \"cuda\" but this machine has no usable GPU (no device or no driver); "
+          "use train.backend = \"cpu\"");
     }
     const int hs = m.n_embd / m.n_head;
     if (m.n_embd % 8 != 0 || m.n_embd > 2048 || (hs != 16 && hs != 32 && hs != 64 && hs != 128)) {
-      return Status::error("the cuda backend needs model.n_embd a multiple of 8 up to 2048 and a head size "
-                           "(n_embd / n_head) of 16, 32, 64 or 128; this model has n_embd " +
-                           std::to_string(m.n_embd) + ", head size " + std::to_string(hs));
+      return Status::error(
+          "the cuda backend needs model.n_embd a multiple of 8 up to 2048 and a head size "
+          "(n_embd / n_head) of 16, 32, 64 or 128; this model has n_embd " +
+          std::to_string(m.n_embd) + ", head size " + std::to_string(hs));
     }
     return backend_cuda_create(m, max_batch, options.cuda_graphs, options.deterministic,
                                {.comm = options.dp,
@@ -33,8 +35,9 @@ Result<std::unique_ptr<Backend>> backend_create(const std::string& kind, const M
                                 .bucket_bytes = options.bucket_bytes,
                                 .timeout = options.comm_timeout});
 #else
-    return Status::error("train.backend = \"cuda\" but this build has no CUDA backend (nvcc was not found when it "
-                         "was configured); use train.backend = \"cpu\" or rebuild with CUDA");
+    return Status::error(
+        "train.backend = \"cuda\" but this build has no CUDA backend (nvcc was not found when it "
+        "was configured); use train.backend = \"cpu\" or rebuild with CUDA");
 #endif
   }
   return Status::error("unknown backend \"" + kind + "\": use \"cpu\" or \"cuda\"");

@@ -16,14 +16,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
-#include <vector>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/core/config.h"
-#include "telemetry/status.h"
 #include "engine/core/tensor_table.h"
+#include "telemetry/status.h"
 
 namespace gantry {
 
@@ -55,7 +55,8 @@ struct PhaseTimes {
   double forward_s = 0;
   double backward_s = 0;
   double optimizer_s = 0;
-  double comm_exposed_s = 0;  // waiting for gradient reductions and parameter gathers the compute did not hide
+  double comm_exposed_s =
+      0;  // waiting for gradient reductions and parameter gathers the compute did not hide
   bool measured = false;
 };
 
@@ -91,7 +92,8 @@ class Backend {
   // Adds d(mean cross-entropy over the batch's B*T tokens × grad_scale)/dθ to the gradients and the
   // loss to the step's loss. inputs and targets are (B, T) host arrays of token ids in [0, vocab);
   // B <= the backend's max batch. Does not wait for the device.
-  virtual void forward_backward(const int32_t* inputs, const int32_t* targets, int batch, float grad_scale) = 0;
+  virtual void forward_backward(const int32_t* inputs, const int32_t* targets, int batch,
+                                float grad_scale) = 0;
   // Mean cross-entropy only (validation); waits for the result.
   virtual float forward_loss(const int32_t* inputs, const int32_t* targets, int batch) = 0;
 
@@ -116,7 +118,9 @@ class Backend {
   // Phase times of the step since zero_grads(); read after step_stats().
   virtual PhaseTimes phase_times() const { return {}; }
   // Memory and sensors now (cheap enough to call once per step); the default reports memory_bytes().
-  virtual DeviceHealth device_health() { return {.mem_allocated_bytes = memory_bytes(), .mem_peak_bytes = memory_bytes()}; }
+  virtual DeviceHealth device_health() {
+    return {.mem_allocated_bytes = memory_bytes(), .mem_peak_bytes = memory_bytes()};
+  }
 
   // Bytes this backend allocated for parameters, state, activations and workspaces (all up front).
   virtual uint64_t memory_bytes() const = 0;
@@ -143,9 +147,9 @@ class Backend {
 };
 
 struct BackendOptions {
-  int threads = 0;             // cpu: threads, 0 = one per core
-  bool cuda_graphs = true;     // cuda: replay each micro-batch as a captured CUDA graph
-  bool deterministic = true;   // cuda: no floating-point atomics (the cpu backend always is)
+  int threads = 0;            // cpu: threads, 0 = one per core
+  bool cuda_graphs = true;    // cuda: replay each micro-batch as a captured CUDA graph
+  bool deterministic = true;  // cuda: no floating-point atomics (the cpu backend always is)
   // Data parallel (cpu backend for now): the dp axis' communicator (null at dp 1), the ZeRO stage and
   // the gradient bucket size (parallel/shard_plan.h).
   Communicator* dp = nullptr;
@@ -156,7 +160,8 @@ struct BackendOptions {
 
 // The fp32 reference; threads <= 0: one per core. The second form also takes a place in a dp gang.
 std::unique_ptr<Backend> backend_cpu_create(const ModelConfig& m, int max_batch, int threads);
-std::unique_ptr<Backend> backend_cpu_create(const ModelConfig& m, int max_batch, const BackendOptions& options);
+std::unique_ptr<Backend> backend_cpu_create(const ModelConfig& m, int max_batch,
+                                            const BackendOptions& options);
 
 // kind "cpu" or "cuda" (an error when this build has no CUDA backend or the machine no GPU).
 Result<std::unique_ptr<Backend>> backend_create(const std::string& kind, const ModelConfig& m, int max_batch,

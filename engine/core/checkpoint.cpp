@@ -11,9 +11,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>  // manifest.json
+#include <sstream>
 
 #include "engine/core/comm/store_client.h"
 #include "engine/core/xxhash64.h"
@@ -63,7 +62,9 @@ void fsync_dir(const std::string& dir) {
   }
 }
 
-bool is_committed(const fs::path& dir) { return fs::is_regular_file(dir / "manifest.json"); }
+bool is_committed(const fs::path& dir) {
+  return fs::is_regular_file(dir / "manifest.json");
+}
 
 StateBuffer buffer_from_name(const std::string& name, bool* ok) {
   *ok = true;
@@ -97,7 +98,8 @@ std::vector<std::string> checkpoint_list(const std::string& root) {
   if (!fs::is_directory(root, ec)) return out;
   for (const fs::directory_entry& e : fs::directory_iterator(root, ec)) {
     const std::string name = e.path().filename().string();
-    if (e.is_directory() && name.rfind("step_", 0) == 0 && is_committed(e.path())) out.push_back(e.path().string());
+    if (e.is_directory() && name.rfind("step_", 0) == 0 && is_committed(e.path()))
+      out.push_back(e.path().string());
   }
   std::sort(out.begin(), out.end());  // zero-padded step numbers sort in step order
   return out;
@@ -236,7 +238,8 @@ Result<json> write_shard(const fs::path& dir, int rank, Backend& backend) {
                       {"xxh64", xxhash64_hex(xxhash64(staging.data(), bytes))}});
     file_offset += bytes;
   }
-  if (s.ok() && ::fsync(fd) != 0) s = Status::error("cannot fsync '" + shard_path + "': " + std::strerror(errno));
+  if (s.ok() && ::fsync(fd) != 0)
+    s = Status::error("cannot fsync '" + shard_path + "': " + std::strerror(errno));
   ::close(fd);
   if (!s.ok()) return s;
   return json{{"file", name}, {"rank", rank}, {"bytes", file_offset}, {"slices", slices}};
@@ -264,7 +267,9 @@ Result<std::vector<json>> collect_reports(const CheckpointGang& g, const std::st
   for (int r = 1; r < g.layout.world; ++r) keys.push_back(prefix + "rank/" + std::to_string(r));
   if (!keys.empty()) {
     Status st = g.store->wait(keys, g.timeout);
-    if (!st.ok()) return Status::error("checkpoint step " + std::to_string(step) + ": not every rank reported: " + st.message());
+    if (!st.ok())
+      return Status::error("checkpoint step " + std::to_string(step) +
+                           ": not every rank reported: " + st.message());
   }
   for (const std::string& k : keys) {
     Result<std::vector<uint8_t>> v = g.store->get(k, g.timeout);
@@ -272,7 +277,8 @@ Result<std::vector<json>> collect_reports(const CheckpointGang& g, const std::st
     const std::string text = store_text(v);
     if (text.rfind("ok\n", 0) != 0) return Status::error(text.substr(text.find('\n') + 1));
     json j = json::parse(text.substr(3), nullptr, false);
-    if (j.is_discarded()) return Status::error("checkpoint step " + std::to_string(step) + ": " + k + " is not JSON");
+    if (j.is_discarded())
+      return Status::error("checkpoint step " + std::to_string(step) + ": " + k + " is not JSON");
     shards.push_back(std::move(j));
   }
   return shards;
@@ -402,7 +408,11 @@ Result<CheckpointWritten> checkpoint_write(const std::string& root, Backend& bac
       {"data_cursor", {{"seed", meta.sampler_seed}, {"step", meta.step}}},
       {"rng_state", xxhash64_hex(meta.rng_state)},
       {"layout",
-       {{"world_size", layout.world}, {"dp", layout.dp}, {"tp", layout.tp}, {"pp", layout.pp}, {"zero", layout.zero}}},
+       {{"world_size", layout.world},
+        {"dp", layout.dp},
+        {"tp", layout.tp},
+        {"pp", layout.pp},
+        {"zero", layout.zero}}},
       {"config", config_dump(meta.config)},
       {"tensors", tensors},
       {"shards", shards},
@@ -452,8 +462,9 @@ Result<CheckpointMeta> checkpoint_load(const std::string& dir_str, Backend& back
   if (!fs::is_directory(dir)) return Status::error("checkpoint '" + dir_str + "' is not a directory");
   std::ifstream in(manifest_path, std::ios::binary);
   if (!in) {
-    return Status::error("checkpoint '" + dir_str +
-                         "' has no manifest.json: it was never committed (its writer stopped before the commit)");
+    return Status::error(
+        "checkpoint '" + dir_str +
+        "' has no manifest.json: it was never committed (its writer stopped before the commit)");
   }
   std::stringstream text;
   text << in.rdbuf();
@@ -484,7 +495,8 @@ Result<CheckpointMeta> checkpoint_load(const std::string& dir_str, Backend& back
     meta.loss = m.value("loss", 0.0);
     meta.code_version = m.value("code_version", "");
     meta.sampler_seed = m.at("data_cursor").at("seed").get<uint64_t>();
-    if (!xxhash64_parse_hex(m.at("rng_state").get<std::string>(), &meta.rng_state)) return bad("rng_state is not hex");
+    if (!xxhash64_parse_hex(m.at("rng_state").get<std::string>(), &meta.rng_state))
+      return bad("rng_state is not hex");
     if (!xxhash64_parse_hex(m.at("data_version").get<std::string>(), &meta.data_version)) {
       return bad("data_version is not hex");
     }
@@ -509,15 +521,17 @@ Result<CheckpointMeta> checkpoint_load(const std::string& dir_str, Backend& back
     }
     for (const json& shard : m.at("shards")) {
       const std::string file = shard.at("file").get<std::string>();
-      if (file.find('/') != std::string::npos || file.empty()) return bad("shard file name '" + file + "' is invalid");
+      if (file.find('/') != std::string::npos || file.empty())
+        return bad("shard file name '" + file + "' is invalid");
       const std::string path = (dir / file).string();
       std::error_code ec;
       const uint64_t actual = fs::file_size(path, ec);
       if (ec) return Status::error("checkpoint shard '" + path + "' is missing: " + ec.message());
       const uint64_t expected = shard.at("bytes").get<uint64_t>();
       if (actual != expected) {
-        return Status::error("checkpoint shard '" + path + "' has " + std::to_string(actual) + " bytes, the manifest says " +
-                             std::to_string(expected) + (actual < expected ? " (truncated)" : " (trailing data)"));
+        return Status::error("checkpoint shard '" + path + "' has " + std::to_string(actual) +
+                             " bytes, the manifest says " + std::to_string(expected) +
+                             (actual < expected ? " (truncated)" : " (trailing data)"));
       }
       for (const json& sl : shard.at("slices")) {
         bool ok;
@@ -529,7 +543,8 @@ Result<CheckpointMeta> checkpoint_load(const std::string& dir_str, Backend& back
         r.start = sl.at("start").get<uint64_t>();
         r.count = sl.at("count").get<uint64_t>();
         r.file_offset = sl.at("file_offset").get<uint64_t>();
-        if (!xxhash64_parse_hex(sl.at("xxh64").get<std::string>(), &r.hash)) return bad("a slice hash is not hex");
+        if (!xxhash64_parse_hex(sl.at("xxh64").get<std::string>(), &r.hash))
+          return bad("a slice hash is not hex");
         if (r.start + r.count > r.tensor->numel || r.file_offset + r.count * sizeof(float) > actual ||
             r.file_offset < kShardHeaderBytes) {
           return bad("slice " + r.tensor->name + " lies outside its tensor or file");
@@ -565,8 +580,8 @@ Result<CheckpointMeta> checkpoint_load(const std::string& dir_str, Backend& back
   int fd = -1;
   std::vector<float> slice;
   for (const SliceRef& r : refs) {
-    const size_t bi = static_cast<size_t>(std::find(std::begin(kSavedBuffers), std::end(kSavedBuffers), r.buffer) -
-                                          std::begin(kSavedBuffers));
+    const size_t bi = static_cast<size_t>(
+        std::find(std::begin(kSavedBuffers), std::end(kSavedBuffers), r.buffer) - std::begin(kSavedBuffers));
     Need& nd = needs[bi];
     const size_t lo = r.tensor->offset + r.start, hi = lo + r.count;
     bool wanted = false;
@@ -576,7 +591,8 @@ Result<CheckpointMeta> checkpoint_load(const std::string& dir_str, Backend& back
       if (fd >= 0) ::close(fd);
       fd = ::open(r.file.c_str(), O_RDONLY);
       open_path = r.file;
-      if (fd < 0) return Status::error("cannot read checkpoint shard '" + r.file + "': " + std::strerror(errno));
+      if (fd < 0)
+        return Status::error("cannot read checkpoint shard '" + r.file + "': " + std::strerror(errno));
       char magic[8];
       if (::pread(fd, magic, 8, 0) != 8 || std::memcmp(magic, kShardMagic, 8) != 0) {
         ::close(fd);
@@ -592,8 +608,9 @@ Result<CheckpointMeta> checkpoint_load(const std::string& dir_str, Backend& back
     const uint64_t h = xxhash64(slice.data(), bytes);
     if (h != r.hash) {
       ::close(fd);
-      return Status::error("checkpoint shard '" + r.file + "' is corrupt: " + state_buffer_name(r.buffer) + " " +
-                           r.tensor->name + " has checksum " + xxhash64_hex(h) + ", the manifest says " + xxhash64_hex(r.hash));
+      return Status::error("checkpoint shard '" + r.file + "' is corrupt: " + state_buffer_name(r.buffer) +
+                           " " + r.tensor->name + " has checksum " + xxhash64_hex(h) +
+                           ", the manifest says " + xxhash64_hex(r.hash));
     }
     for (size_t k = 0; k < nd.ranges.size(); ++k) {
       const FlatRange& held = nd.ranges[k];
@@ -608,7 +625,8 @@ Result<CheckpointMeta> checkpoint_load(const std::string& dir_str, Backend& back
   // Every held element exactly once: sorted filled intervals must tile the held ranges.
   for (size_t bi = 0; bi < std::size(kSavedBuffers); ++bi) {
     Need& nd = needs[bi];
-    std::sort(nd.filled.begin(), nd.filled.end(), [](const FlatRange& a, const FlatRange& b) { return a.offset < b.offset; });
+    std::sort(nd.filled.begin(), nd.filled.end(),
+              [](const FlatRange& a, const FlatRange& b) { return a.offset < b.offset; });
     size_t f = 0;
     for (const FlatRange& held : nd.ranges) {
       size_t at = held.offset;
@@ -618,7 +636,8 @@ Result<CheckpointMeta> checkpoint_load(const std::string& dir_str, Backend& back
           const bool overlap = f < nd.filled.size() && nd.filled[f].offset < at;
           return bad(std::string(state_buffer_name(kSavedBuffers[bi])) + " " + t.name + " element " +
                      std::to_string(at - t.offset) +
-                     (overlap ? " is in more than one slice" : " is in no slice: the shards do not cover the model"));
+                     (overlap ? " is in more than one slice"
+                              : " is in no slice: the shards do not cover the model"));
         }
         at = nd.filled[f++].end();
       }

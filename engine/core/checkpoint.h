@@ -36,13 +36,13 @@ class StoreClient;
 inline constexpr int kCheckpointFormatVersion = 1;
 
 struct CheckpointMeta {
-  int64_t step = 0;              // optimizer steps done; also the LR schedule position
-  uint64_t sampler_seed = 0;     // data cursor: (seed, step) is all the sampler needs
-  uint64_t rng_state = 0;        // the train loop's RNG
+  int64_t step = 0;           // optimizer steps done; also the LR schedule position
+  uint64_t sampler_seed = 0;  // data cursor: (seed, step) is all the sampler needs
+  uint64_t rng_state = 0;     // the train loop's RNG
   Config config;
   uint64_t data_version = 0;  // of the training shards' names, sizes and contents (TokenDataset)
   std::string code_version;
-  double loss = 0;               // training loss of the last step, for the catalog
+  double loss = 0;  // training loss of the last step, for the catalog
 };
 
 struct CheckpointWritten {

@@ -43,34 +43,46 @@ const std::vector<Field>& fields() {
       {"model.n_embd", FieldKind::kInt, 1, 65536, true, [](Config& c) -> void* { return &c.model.n_embd; }},
       {"model.vocab_size", FieldKind::kInt, 2, 1 << 24, true,
        [](Config& c) -> void* { return &c.model.vocab_size; }},
-      {"model.seq_len", FieldKind::kInt, 1, 1 << 20, true, [](Config& c) -> void* { return &c.model.seq_len; }},
+      {"model.seq_len", FieldKind::kInt, 1, 1 << 20, true,
+       [](Config& c) -> void* { return &c.model.seq_len; }},
       {"optim.lr", FieldKind::kDouble, 0, 10, true, [](Config& c) -> void* { return &c.optim.lr; }},
       {"optim.min_lr", FieldKind::kDouble, 0, 10, true, [](Config& c) -> void* { return &c.optim.min_lr; }},
       {"optim.warmup_steps", FieldKind::kInt, 0, 1e9, true,
        [](Config& c) -> void* { return &c.optim.warmup_steps; }},
       {"optim.weight_decay", FieldKind::kDouble, 0, 10, true,
        [](Config& c) -> void* { return &c.optim.weight_decay; }},
-      {"optim.beta1", FieldKind::kDouble, 0, 0.999999, true, [](Config& c) -> void* { return &c.optim.beta1; }},
-      {"optim.beta2", FieldKind::kDouble, 0, 0.999999, true, [](Config& c) -> void* { return &c.optim.beta2; }},
+      {"optim.beta1", FieldKind::kDouble, 0, 0.999999, true,
+       [](Config& c) -> void* { return &c.optim.beta1; }},
+      {"optim.beta2", FieldKind::kDouble, 0, 0.999999, true,
+       [](Config& c) -> void* { return &c.optim.beta2; }},
       {"optim.eps", FieldKind::kDouble, 1e-30, 1, true, [](Config& c) -> void* { return &c.optim.eps; }},
-      {"optim.grad_clip", FieldKind::kDouble, 0, 1e9, true, [](Config& c) -> void* { return &c.optim.grad_clip; }},
+      {"optim.grad_clip", FieldKind::kDouble, 0, 1e9, true,
+       [](Config& c) -> void* { return &c.optim.grad_clip; }},
       {"train.seed", FieldKind::kU64, 0, kBig, true, [](Config& c) -> void* { return &c.train.seed; }},
       {"train.global_batch", FieldKind::kInt, 1, 1 << 24, true,
        [](Config& c) -> void* { return &c.train.global_batch; }},
       {"train.micro_batch", FieldKind::kInt, 1, 1 << 20, false,
        [](Config& c) -> void* { return &c.train.micro_batch; }},
-      {"train.max_steps", FieldKind::kInt, 1, 1e9, false, [](Config& c) -> void* { return &c.train.max_steps; }},
+      {"train.max_steps", FieldKind::kInt, 1, 1e9, false,
+       [](Config& c) -> void* { return &c.train.max_steps; }},
       {"train.checkpoint_every", FieldKind::kInt, 0, 1e9, false,
        [](Config& c) -> void* { return &c.train.checkpoint_every; }},
       {"train.keep_checkpoints", FieldKind::kInt, 1, 1e6, false,
        [](Config& c) -> void* { return &c.train.keep_checkpoints; }},
-      {"train.val_every", FieldKind::kInt, 0, 1e9, false, [](Config& c) -> void* { return &c.train.val_every; }},
+      {"train.val_every", FieldKind::kInt, 0, 1e9, false,
+       [](Config& c) -> void* { return &c.train.val_every; }},
       {"train.val_batches", FieldKind::kInt, 1, 1e6, false,
        [](Config& c) -> void* { return &c.train.val_batches; }},
       {"train.threads", FieldKind::kInt, 0, 4096, false, [](Config& c) -> void* { return &c.train.threads; }},
-      {"train.backend", FieldKind::kString, 0, 0, false, [](Config& c) -> void* { return &c.train.backend; },
+      {"train.backend",
+       FieldKind::kString,
+       0,
+       0,
+       false,
+       [](Config& c) -> void* { return &c.train.backend; },
        {"cpu", "cuda"}},
-      {"train.cuda_graphs", FieldKind::kBool, 0, 0, false, [](Config& c) -> void* { return &c.train.cuda_graphs; }},
+      {"train.cuda_graphs", FieldKind::kBool, 0, 0, false,
+       [](Config& c) -> void* { return &c.train.cuda_graphs; }},
       {"train.deterministic", FieldKind::kBool, 0, 0, false,
        [](Config& c) -> void* { return &c.train.deterministic; }},
       {"train.dp_bucket_mb", FieldKind::kDouble, 1e-6, 1e6, false,
@@ -85,7 +97,12 @@ const std::vector<Field>& fields() {
        [](Config& c) -> void* { return &c.train.guard_window; }},
       {"train.guard_max_skips_in_row", FieldKind::kInt, 1, 1e6, false,
        [](Config& c) -> void* { return &c.train.guard_max_skips_in_row; }},
-      {"data.kind", FieldKind::kString, 0, 0, true, [](Config& c) -> void* { return &c.data.kind; },
+      {"data.kind",
+       FieldKind::kString,
+       0,
+       0,
+       true,
+       [](Config& c) -> void* { return &c.data.kind; },
        {"synthetic", "shards"}},
       {"data.dir", FieldKind::kString, 0, kPathMaxBytes, false,
        [](Config& c) -> void* { return &c.data.dir; }},
@@ -241,8 +258,8 @@ Status config_validate(const Config& c) {
   const ModelConfig& m = c.model;
   const TrainConfig& t = c.train;
   if (m.n_embd % m.n_head != 0) {
-    return Status::error("model.n_head = " + std::to_string(m.n_head) + " must divide model.n_embd = " +
-                         std::to_string(m.n_embd));
+    return Status::error("model.n_head = " + std::to_string(m.n_head) +
+                         " must divide model.n_embd = " + std::to_string(m.n_embd));
   }
   if (t.global_batch % t.micro_batch != 0) {
     return Status::error("train.micro_batch = " + std::to_string(t.micro_batch) +
@@ -254,8 +271,9 @@ Status config_validate(const Config& c) {
   if (t.guard_spike_factor > 0 && t.guard_spike_factor <= 1) {
     char buf[48];
     std::snprintf(buf, sizeof buf, "%g", t.guard_spike_factor);
-    return Status::error(std::string("train.guard_spike_factor = ") + buf +
-                         " must be 0 (no spike check) or above 1, at most 1e6 (a factor of the recent median loss)");
+    return Status::error(
+        std::string("train.guard_spike_factor = ") + buf +
+        " must be 0 (no spike check) or above 1, at most 1e6 (a factor of the recent median loss)");
   }
   if (c.data.kind == "shards" && c.data.dir.empty()) {
     return Status::error("data.dir: required when data.kind = \"shards\" (a folder of .bin token shards)");

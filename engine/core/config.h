@@ -23,32 +23,32 @@ struct ModelConfig {
 };
 
 struct OptimConfig {
-  double lr = 1e-3;            // peak learning rate, after warmup
-  double min_lr = 1e-4;        // floor of the cosine decay; <= lr
-  int warmup_steps = 10;       // linear warmup from lr/warmup_steps to lr
-  double weight_decay = 0.1;   // AdamW decoupled decay, matrices only
+  double lr = 1e-3;           // peak learning rate, after warmup
+  double min_lr = 1e-4;       // floor of the cosine decay; <= lr
+  int warmup_steps = 10;      // linear warmup from lr/warmup_steps to lr
+  double weight_decay = 0.1;  // AdamW decoupled decay, matrices only
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;
-  double grad_clip = 1.0;      // global-norm clip; 0 turns clipping off
+  double grad_clip = 1.0;  // global-norm clip; 0 turns clipping off
 };
 
 struct TrainConfig {
-  uint64_t seed = 1234;        // parameter init and data order
-  int global_batch = 16;       // sequences per optimizer step, across all ranks and micro-batches
-  int micro_batch = 8;         // sequences per forward/backward; must divide global_batch
-  int max_steps = 200;         // optimizer steps; the cosine schedule ends here
-  int checkpoint_every = 0;    // steps between checkpoints; 0 = only when training stops
-  int keep_checkpoints = 3;    // committed checkpoints kept (last K)
-  int val_every = 50;          // steps between validation passes; 0 = never
-  int val_batches = 4;         // micro-batches of the val split per validation pass
-  int threads = 0;             // CPU threads; 0 = all cores
-  std::string backend = "cpu"; // "cpu" (fp32 reference) or "cuda" (bf16 compute, fp32 master weights)
-  bool cuda_graphs = true;     // cuda: capture each micro-batch once as a CUDA graph and replay it
-  bool deterministic = true;   // cuda: no floating-point atomics anywhere (bit-identical reruns); false lets
-                               // the attention backward add dQ with atomics, a few percent faster
-  double dp_bucket_mb = 25;    // data parallel: gradients are reduced in buckets of about this many MiB,
-                               // each as soon as the backward pass has filled it
+  uint64_t seed = 1234;         // parameter init and data order
+  int global_batch = 16;        // sequences per optimizer step, across all ranks and micro-batches
+  int micro_batch = 8;          // sequences per forward/backward; must divide global_batch
+  int max_steps = 200;          // optimizer steps; the cosine schedule ends here
+  int checkpoint_every = 0;     // steps between checkpoints; 0 = only when training stops
+  int keep_checkpoints = 3;     // committed checkpoints kept (last K)
+  int val_every = 50;           // steps between validation passes; 0 = never
+  int val_batches = 4;          // micro-batches of the val split per validation pass
+  int threads = 0;              // CPU threads; 0 = all cores
+  std::string backend = "cpu";  // "cpu" (fp32 reference) or "cuda" (bf16 compute, fp32 master weights)
+  bool cuda_graphs = true;      // cuda: capture each micro-batch once as a CUDA graph and replay it
+  bool deterministic = true;    // cuda: no floating-point atomics anywhere (bit-identical reruns); false lets
+                                // the attention backward add dQ with atomics, a few percent faster
+  double dp_bucket_mb = 25;     // data parallel: gradients are reduced in buckets of about this many MiB,
+                                // each as soon as the backward pass has filled it
   double collective_timeout_s = 120;  // a gang: seconds any collective or store wait may take before the gang
                                       // fails naming the rank that stopped answering; 1..86400. The flag
                                       // --collective-timeout (run, worker) overrides it
@@ -68,11 +68,12 @@ inline constexpr double kCollectiveTimeoutMinS = 1;
 inline constexpr double kCollectiveTimeoutMaxS = 86400;
 
 struct DataConfig {
-  std::string kind = "synthetic";  // "synthetic" (built-in corpus, written under the run's out dir) or "shards"
-  std::string dir;                 // kind = "shards": folder of llm.c .bin shards
+  std::string kind =
+      "synthetic";  // "synthetic" (built-in corpus, written under the run's out dir) or "shards"
+  std::string dir;  // kind = "shards": folder of llm.c .bin shards
   std::string train_prefix = "train_";
   std::string val_prefix = "val_";
-  int synthetic_branching = 4;      // successors per token; corpus entropy = ln(branching) nats
+  int synthetic_branching = 4;  // successors per token; corpus entropy = ln(branching) nats
   uint64_t synthetic_seed = 1;
   uint64_t synthetic_train_tokens = 1 << 20;
   uint64_t synthetic_val_tokens = 1 << 16;

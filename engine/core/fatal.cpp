@@ -1,16 +1,19 @@
 #include "engine/core/fatal.h"
-#include "telemetry/host.h"
 
 #include <unistd.h>
 
 #include <atomic>
+
+#include "telemetry/host.h"
 
 namespace gantry {
 namespace {
 std::atomic<int> g_rank{0};
 }
 
-void fatal_set_rank(int rank) { g_rank.store(rank); }
+void fatal_set_rank(int rank) {
+  g_rank.store(rank);
+}
 
 void fatal_error(const char* file, int line, const std::string& what) {
   const std::string host = host_name();

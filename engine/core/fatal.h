@@ -21,7 +21,8 @@ void fatal_set_rank(int rank);
 
 }  // namespace gantry
 
-#define GANTRY_CHECK(cond, what)                                                    \
-  do {                                                                              \
-    if (!(cond)) ::gantry::fatal_error(__FILE__, __LINE__, std::string("check failed: ") + #cond + ": " + (what)); \
+#define GANTRY_CHECK(cond, what)                                                                        \
+  do {                                                                                                  \
+    if (!(cond))                                                                                        \
+      ::gantry::fatal_error(__FILE__, __LINE__, std::string("check failed: ") + #cond + ": " + (what)); \
   } while (0)

@@ -37,8 +37,8 @@ void gpt_init_params(const ModelConfig& m, const TensorTable& table, uint64_t se
   const double residual_std = 0.02 / std::sqrt(2.0 * m.n_layer);
   for (const TensorInfo& t : table.tensors()) {
     float* p = params + t.offset;
-    const bool is_norm_weight = t.name.ends_with("ln1.weight") || t.name.ends_with("ln2.weight") ||
-                                t.name == "lnf.weight";
+    const bool is_norm_weight =
+        t.name.ends_with("ln1.weight") || t.name.ends_with("ln2.weight") || t.name == "lnf.weight";
     if (is_norm_weight) {
       for (size_t i = 0; i < t.numel; ++i) p[i] = 1.0f;
     } else if (t.shape.size() == 1) {

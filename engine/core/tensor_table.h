@@ -23,15 +23,17 @@ struct FlatRange {
   size_t end() const { return offset + count; }
 };
 // Written out: CUDA translation units include this header as C++17.
-inline bool operator==(const FlatRange& a, const FlatRange& b) { return a.offset == b.offset && a.count == b.count; }
+inline bool operator==(const FlatRange& a, const FlatRange& b) {
+  return a.offset == b.offset && a.count == b.count;
+}
 
 struct TensorInfo {
   std::string name;
   std::vector<int64_t> shape;  // global shape, row-major
   size_t offset = 0;           // elements from the start of the flat buffer
   size_t numel = 0;
-  bool decay = false;          // AdamW weight decay applies (matrices only)
-  int layer = -1;              // transformer block index, -1 for embeddings and the final norm
+  bool decay = false;  // AdamW weight decay applies (matrices only)
+  int layer = -1;      // transformer block index, -1 for embeddings and the final norm
 };
 
 class TensorTable {

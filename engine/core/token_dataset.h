@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "telemetry/status.h"
 #include "engine/core/token_shard.h"
+#include "telemetry/status.h"
 
 namespace gantry {
 

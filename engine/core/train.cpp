@@ -39,7 +39,8 @@ struct Splits {
 Result<std::string> prepare_data_dir(const Config& c, const std::string& out_dir) {
   if (c.data.kind == "shards") return c.data.dir;
   const std::string dir = (fs::path(out_dir) / "data").string();
-  if (token_shard_glob(dir, c.data.train_prefix).ok() && token_shard_glob(dir, c.data.val_prefix).ok()) return dir;
+  if (token_shard_glob(dir, c.data.train_prefix).ok() && token_shard_glob(dir, c.data.val_prefix).ok())
+    return dir;
   SyntheticSpec spec{.vocab = c.model.vocab_size,
                      .branching = c.data.synthetic_branching,
                      .seed = c.data.synthetic_seed,
@@ -56,7 +57,8 @@ Result<TokenDataset> open_split(const Config& c, const std::string& dir, const s
   Result<TokenDataset> ds = TokenDataset::open(paths.value(), c.model.seq_len);
   if (!ds.ok()) return ds.status();
   if (ds->max_token() >= static_cast<uint32_t>(c.model.vocab_size)) {
-    return Status::error("data in '" + dir + "' (" + prefix + "*.bin) holds token " + std::to_string(ds->max_token()) +
+    return Status::error("data in '" + dir + "' (" + prefix + "*.bin) holds token " +
+                         std::to_string(ds->max_token()) +
                          " but model.vocab_size = " + std::to_string(c.model.vocab_size) +
                          ": raise model.vocab_size above the largest token");
   }
@@ -86,11 +88,13 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
   if (ec) return Status::error("cannot create output directory '" + opt.out_dir + "': " + ec.message());
   // In a gang, rank 0 writes the synthetic corpus while the others wait, so no two ranks write one file.
   const DistContext* gang_ctx = opt.dist != nullptr && opt.dist->dims.world > 1 ? opt.dist : nullptr;
-  if (gang_ctx != nullptr && gang_ctx->dp == nullptr) return Status::error("a gang of ranks needs its dp communicator");
+  if (gang_ctx != nullptr && gang_ctx->dp == nullptr)
+    return Status::error("a gang of ranks needs its dp communicator");
   // Only the data's own failures count as kData (bad input); the barrier between is the gang's.
   enter(TrainPhase::kData);
-  Result<std::string> data_dir =
-      gang_ctx == nullptr || gang_ctx->dims.rank == 0 ? prepare_data_dir(c, opt.out_dir) : Result<std::string>("");
+  Result<std::string> data_dir = gang_ctx == nullptr || gang_ctx->dims.rank == 0
+                                     ? prepare_data_dir(c, opt.out_dir)
+                                     : Result<std::string>("");
   if (gang_ctx != nullptr) {
     enter(TrainPhase::kSetup);
     Status st = gang_ctx->dp->barrier(gang_ctx->timeout);
@@ -108,13 +112,15 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
   // The layout: dp ranks split the global batch; each runs micro-batches of at most train.micro_batch.
   const DistContext* dist = opt.dist;
   const ParallelDims dims = dist != nullptr ? dist->dims : ParallelDims{};
-  if (dims.dp > 1 && dist->dp == nullptr) return Status::error("a data-parallel run needs its dp communicator");
+  if (dims.dp > 1 && dist->dp == nullptr)
+    return Status::error("a data-parallel run needs its dp communicator");
   const int T = c.model.seq_len, dp = dims.dp, dp_rank = dims.dp_rank();
   if (Status s = train_layout_check(c, dp); !s.ok()) return s;
   const int share = c.train.global_batch / dp;
   const int B = std::min(c.train.micro_batch, share);
   const int accum = share / B;
-  const std::chrono::milliseconds comm_timeout = dist != nullptr ? dist->timeout : std::chrono::milliseconds(0);
+  const std::chrono::milliseconds comm_timeout =
+      dist != nullptr ? dist->timeout : std::chrono::milliseconds(0);
   const size_t bucket_bytes = static_cast<size_t>(c.train.dp_bucket_mb * 1024.0 * 1024.0);
   Result<std::unique_ptr<Backend>> created =
       backend_create(c.train.backend, c.model, B,
@@ -129,13 +135,16 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
   std::unique_ptr<Backend> backend = std::move(created.value());
   const TensorTable& table = backend->params();
   const RunUtilisation util = run_utilisation(c, table.numel(), backend->device_name());
-  CheckpointGang gang{.store = dist != nullptr ? dist->store : nullptr, .layout = dims, .timeout = comm_timeout};
-  if (dims.world > 1 && gang.store == nullptr) return Status::error("a gang of ranks needs the launcher's store");
+  CheckpointGang gang{
+      .store = dist != nullptr ? dist->store : nullptr, .layout = dims, .timeout = comm_timeout};
+  if (dims.world > 1 && gang.store == nullptr)
+    return Status::error("a gang of ranks needs the launcher's store");
   CheckpointGang* ckpt_gang = dims.world > 1 ? &gang : nullptr;
   if (c.train.guard_spike_factor > 0 && !backend->honours_max_loss()) {
-    return Status::error("train.guard_spike_factor: the " + backend->name() +
-                         " backend cannot skip an update on the loss yet (its fused update reads only the gradient "
-                         "norm); set it to 0 (NaN/Inf steps are still skipped)");
+    return Status::error(
+        "train.guard_spike_factor: the " + backend->name() +
+        " backend cannot skip an update on the loss yet (its fused update reads only the gradient "
+        "norm); set it to 0 (NaN/Inf steps are still skipped)");
   }
   StepGuard guard(c.train);
 
@@ -150,7 +159,8 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
       backend->write_state(StateBuffer::kParams, r.offset, r.count, init.data() + r.offset);
     }
   } else {
-    Result<std::string> dir = opt.resume == "latest" ? checkpoint_latest(ckpt_root) : Result<std::string>(opt.resume);
+    Result<std::string> dir =
+        opt.resume == "latest" ? checkpoint_latest(ckpt_root) : Result<std::string>(opt.resume);
     if (!dir.ok()) return dir.status();
     Result<CheckpointMeta> meta = checkpoint_load(dir.value(), *backend, c, train->data_version());
     if (!meta.ok()) return meta.status();
@@ -165,13 +175,14 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
   summary.params = table.numel();
   {
     char buf[768];
-    std::snprintf(buf, sizeof buf,
-                  "gantry %s | backend %s, %.2f GB allocated up front | %zu parameters | %d layers, d %d, %d heads, "
-                  "T %d, vocab %d | global batch %d = %d ranks x %d micro x %d | %llu train windows | steps %lld..%lld",
-                  code_version(), backend->name().c_str(), static_cast<double>(backend->memory_bytes()) / 1e9,
-                  table.numel(), c.model.n_layer, c.model.n_embd, c.model.n_head, T, c.model.vocab_size,
-                  c.train.global_batch, dp, B, accum, static_cast<unsigned long long>(train->num_windows()),
-                  static_cast<long long>(step), static_cast<long long>(last_step));
+    std::snprintf(
+        buf, sizeof buf,
+        "gantry %s | backend %s, %.2f GB allocated up front | %zu parameters | %d layers, d %d, %d heads, "
+        "T %d, vocab %d | global batch %d = %d ranks x %d micro x %d | %llu train windows | steps %lld..%lld",
+        code_version(), backend->name().c_str(), static_cast<double>(backend->memory_bytes()) / 1e9,
+        table.numel(), c.model.n_layer, c.model.n_embd, c.model.n_head, T, c.model.vocab_size,
+        c.train.global_batch, dp, B, accum, static_cast<unsigned long long>(train->num_windows()),
+        static_cast<long long>(step), static_cast<long long>(last_step));
     std::string summary_text = buf;
     summary_text += "\n" + util.formula;
     if (dims.world > 1) {
@@ -181,7 +192,8 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
         // The GPU keeps a bf16 copy beside the fp32 master weights: its own bytes, not the fp32 formula's.
         const StateBytes held = backend->state_bytes();
         char line[200];
-        std::snprintf(line, sizeof line, "\n%s state on this rank: params %.3f MB, grads %.3f MB, AdamW %.3f MB",
+        std::snprintf(line, sizeof line,
+                      "\n%s state on this rank: params %.3f MB, grads %.3f MB, AdamW %.3f MB",
                       backend->name().c_str(), static_cast<double>(held.params) / 1e6,
                       static_cast<double>(held.grads) / 1e6, static_cast<double>(held.optimizer) / 1e6);
         summary_text += line;
@@ -211,7 +223,8 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
                         .data_version = train->data_version(),
                         .code_version = code_version(),
                         .loss = loss};
-    Result<CheckpointWritten> w = checkpoint_write(ckpt_root, *backend, meta, c.train.keep_checkpoints, ckpt_gang);
+    Result<CheckpointWritten> w =
+        checkpoint_write(ckpt_root, *backend, meta, c.train.keep_checkpoints, ckpt_gang);
     if (!w.ok()) return w.status();
     summary.checkpoint_dir = w->dir;
     observer->on_checkpoint({step, w->dir, w->bytes, w->seconds});
@@ -293,7 +306,8 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
     backend->begin_step(accum);
     for (int micro = 0; micro < accum; ++micro) {
       const auto d0 = std::chrono::steady_clock::now();
-      SampleRange r = sampler_micro_batch(static_cast<uint64_t>(step), c.train.global_batch, dp, dp_rank, B, micro);
+      SampleRange r =
+          sampler_micro_batch(static_cast<uint64_t>(step), c.train.global_batch, dp, dp_rank, B, micro);
       for (uint64_t k = 0; k < r.count; ++k) {
         const uint64_t w = sampler_window(c.train.seed, r.first + k, train->num_windows());
         train->window(w, inputs.data() + k * T, targets.data() + k * T);
@@ -306,7 +320,8 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
       }
       // Each sequence weighs 1/global_batch, so summing the ranks' gradients gives the global mean.
       float grad_scale = static_cast<float>(r.count) / static_cast<float>(c.train.global_batch);
-      if (micro == 0 && opt.test_nan_grad_step == step + 1) grad_scale = std::numeric_limits<float>::quiet_NaN();
+      if (micro == 0 && opt.test_nan_grad_step == step + 1)
+        grad_scale = std::numeric_limits<float>::quiet_NaN();
       backend->forward_backward(inputs.data(), targets.data(), static_cast<int>(r.count), grad_scale);
     }
     const double lr = lr_at(c, step);
@@ -345,12 +360,13 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
       observer->on_step_skipped(step, verdict.reason);
       if (guard.exhausted()) {
         // Rolling back to the last checkpoint is the fault-tolerance machinery's, which does not exist yet.
-        return Status::error("step " + std::to_string(step) + ": " + std::to_string(guard.skips_in_row()) +
-                             " steps in a row skipped by the step guard (train.guard_max_skips_in_row = " +
-                             std::to_string(guard.max_skips_in_row()) + "), the last: " + verdict.reason +
-                             ": training diverged; stopping (automatic rollback to the last checkpoint is not "
-                             "implemented yet): resume from the last checkpoint, with a lower optim.lr or "
-                             "optim.grad_clip set");
+        return Status::error(
+            "step " + std::to_string(step) + ": " + std::to_string(guard.skips_in_row()) +
+            " steps in a row skipped by the step guard (train.guard_max_skips_in_row = " +
+            std::to_string(guard.max_skips_in_row()) + "), the last: " + verdict.reason +
+            ": training diverged; stopping (automatic rollback to the last checkpoint is not "
+            "implemented yet): resume from the last checkpoint, with a lower optim.lr or "
+            "optim.grad_clip set");
       }
     } else {
       last_loss = loss;
@@ -379,7 +395,8 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
         const int n = std::min(B, windows - first);
         for (int k = 0; k < n; ++k) {
           const uint64_t w = static_cast<uint64_t>(first + k) % val->num_windows();
-          val->window(w, inputs.data() + static_cast<size_t>(k) * T, targets.data() + static_cast<size_t>(k) * T);
+          val->window(w, inputs.data() + static_cast<size_t>(k) * T,
+                      targets.data() + static_cast<size_t>(k) * T);
         }
         vsum += static_cast<double>(backend->forward_loss(inputs.data(), targets.data(), n)) * n;
       }
@@ -457,8 +474,9 @@ const char* train_action_name(TrainAction a) {
 Status train_layout_check(const Config& c, int dp) {
   if (dp < 1) return Status::error("dp " + std::to_string(dp) + " must be at least 1");
   if (c.train.global_batch % dp != 0) {
-    return Status::error("train.global_batch = " + std::to_string(c.train.global_batch) + " cannot be split over " +
-                         std::to_string(dp) + " data-parallel ranks: make it a multiple of " + std::to_string(dp) +
+    return Status::error("train.global_batch = " + std::to_string(c.train.global_batch) +
+                         " cannot be split over " + std::to_string(dp) +
+                         " data-parallel ranks: make it a multiple of " + std::to_string(dp) +
                          ", or choose a dp that divides " + std::to_string(c.train.global_batch));
   }
   const int share = c.train.global_batch / dp;

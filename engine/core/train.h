@@ -27,25 +27,25 @@ class StoreClient;
 // dims.zero, and checkpoints with every rank writing its shard and rank 0 committing.
 struct DistContext {
   ParallelDims dims;
-  Communicator* dp = nullptr;     // the dp axis; may be null only when dims.dp == 1
-  StoreClient* store = nullptr;   // the launcher's store: ranks report checkpoint shards, rank 0 commits
+  Communicator* dp = nullptr;    // the dp axis; may be null only when dims.dp == 1
+  StoreClient* store = nullptr;  // the launcher's store: ranks report checkpoint shards, rank 0 commits
   std::chrono::milliseconds timeout{std::chrono::seconds(120)};  // every collective and store wait
 };
 
 struct StepReport {
-  int64_t step = 0;        // optimizer steps done, counting this one
-  int64_t last_step = 0;   // where this run stops
-  double loss = 0;         // mean training loss over the global batch
-  double grad_norm = 0;    // global L2 norm before clipping
+  int64_t step = 0;       // optimizer steps done, counting this one
+  int64_t last_step = 0;  // where this run stops
+  double loss = 0;        // mean training loss over the global batch
+  double grad_norm = 0;   // global L2 norm before clipping
   double lr = 0;
   double tokens_per_s = 0;
-  double step_s = 0;       // wall time of this step, seconds
-  int64_t tokens = 0;      // tokens in the global batch
-  int64_t rank_tokens = 0; // of those, the tokens this rank processed
-  int rank = 0;            // global rank reporting (every rank reports its own phases; loss is global)
-  double data_wait_s = 0;  // of step_s, the time spent reading the batch's windows
-  PhaseTimes phases;       // forward, backward, optimizer, exposed communication, where the backend measures them
-  DeviceHealth device;     // this rank's device after the step
+  double step_s = 0;        // wall time of this step, seconds
+  int64_t tokens = 0;       // tokens in the global batch
+  int64_t rank_tokens = 0;  // of those, the tokens this rank processed
+  int rank = 0;             // global rank reporting (every rank reports its own phases; loss is global)
+  double data_wait_s = 0;   // of step_s, the time spent reading the batch's windows
+  PhaseTimes phases;  // forward, backward, optimizer, exposed communication, where the backend measures them
+  DeviceHealth device;  // this rank's device after the step
   std::optional<double> val_loss;
   // The step guard skipped this step's update (engine/core/step_guard.h): why; empty when it updated.
   std::string skipped;
@@ -124,9 +124,9 @@ struct TrainProgress {
 };
 
 struct TrainOptions {
-  std::string out_dir;             // run folder: checkpoints/ and, for the synthetic corpus, data/
-  std::string resume;              // "" (fresh), "latest" (newest under out_dir/checkpoints) or a checkpoint dir
-  int64_t max_steps = -1;          // stop after this step; -1 = the config's train.max_steps
+  std::string out_dir;     // run folder: checkpoints/ and, for the synthetic corpus, data/
+  std::string resume;      // "" (fresh), "latest" (newest under out_dir/checkpoints) or a checkpoint dir
+  int64_t max_steps = -1;  // stop after this step; -1 = the config's train.max_steps
   const std::atomic<bool>* stop = nullptr;  // set (by a signal handler) to stop at the next step boundary;
                                             // in a gang, any rank's flag stops every rank at the same step
   const DistContext* dist = nullptr;        // null: one process
@@ -149,7 +149,7 @@ struct TrainSummary {
   double last_loss = 0;
   std::optional<double> last_val_loss;
   uint64_t params = 0;
-  uint64_t params_xxh64 = 0;  // fingerprint of the final parameters
+  uint64_t params_xxh64 = 0;   // fingerprint of the final parameters
   std::string checkpoint_dir;  // the checkpoint written at the end
   bool stopped_early = false;  // by options.stop
   int64_t skipped_steps = 0;   // updates the step guard skipped

@@ -5,5 +5,7 @@
 #endif
 
 namespace gantry {
-const char* code_version() { return GANTRY_CODE_VERSION; }
+const char* code_version() {
+  return GANTRY_CODE_VERSION;
+}
 }  // namespace gantry

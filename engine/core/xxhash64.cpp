@@ -1,6 +1,6 @@
 #include "engine/core/xxhash64.h"
 
-#include <bit>       // std::endian, std::rotl
+#include <bit>        // std::endian, std::rotl
 #include <cinttypes>  // PRIx64
 #include <cstdio>
 #include <cstdlib>

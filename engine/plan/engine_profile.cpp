@@ -15,9 +15,9 @@ constexpr uint64_t kF32 = 4, kBf16 = 2, kI32 = 4;
 constexpr uint64_t kNormPartials = 2048;            // kernels.cu: layernorm backward row groups
 constexpr uint64_t kNormBlocks = 1024;              // kernels.cu: global norm partials
 constexpr uint64_t kAdamwChunkElements = 1u << 16;  // kernels.cuh: adamw_chunk_elements()
-constexpr uint64_t kAdamwChunkBytes = 32;           // sizeof(AdamWChunk): 3 uint64 offsets, uint32 count, decay
-constexpr uint64_t kAttnKvQueryTile128 = 32;        // attention.cu kKvQueryTile<128>
-constexpr uint64_t kAttnKvQueryTileSmall = 64;      // kKvQueryTile<64> (GANTRY_ATTN_BWD_KV_QTILE's default)
+constexpr uint64_t kAdamwChunkBytes = 32;       // sizeof(AdamWChunk): 3 uint64 offsets, uint32 count, decay
+constexpr uint64_t kAttnKvQueryTile128 = 32;    // attention.cu kKvQueryTile<128>
+constexpr uint64_t kAttnKvQueryTileSmall = 64;  // kKvQueryTile<64> (GANTRY_ATTN_BWD_KV_QTILE's default)
 constexpr uint64_t kClassifierChunkBytes = 256u << 20;  // backend_cuda.cu classifier_region: least chunk
 
 uint64_t ceil_div(uint64_t a, uint64_t b) {

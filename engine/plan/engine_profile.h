@@ -20,8 +20,8 @@
 #include <string_view>
 #include <vector>
 
-#include "telemetry/status.h"
 #include "engine/plan/model.h"
+#include "telemetry/status.h"
 
 namespace gantry {
 

@@ -20,11 +20,11 @@
 #include <string>
 #include <vector>
 
-#include "telemetry/status.h"
 #include "engine/plan/cluster.h"
 #include "engine/plan/engine_profile.h"
 #include "engine/plan/layout.h"
 #include "engine/plan/model.h"
+#include "telemetry/status.h"
 
 namespace gantry {
 

@@ -10,8 +10,8 @@
 
 #include <vector>
 
-#include "telemetry/status.h"
 #include "engine/plan/planner.h"
+#include "telemetry/status.h"
 
 namespace gantry {
 

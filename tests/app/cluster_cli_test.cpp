@@ -37,7 +37,8 @@ TEST_F(ClusterCli, Dp4RunStepsAndActionsThroughTheApi) {
   EXPECT_TRUE(children_of({pids_[0], pids_[1], pids_[2]}).empty()) << "a refused job started workers";
 
   // A dp-4 run: two ranks on each node.
-  Result<json> sub = api_->post_json("/v1/runs", {{"config", tiny_config(100000)}, {"layout", {{"dp", 4}, {"zero", 1}}}});
+  Result<json> sub =
+      api_->post_json("/v1/runs", {{"config", tiny_config(100000)}, {"layout", {{"dp", 4}, {"zero", 1}}}});
   ASSERT_TRUE(sub.ok()) << sub.error();
   const int64_t id = sub->at("id").get<int64_t>();
   ASSERT_EQ(sub->at("placement").size(), 2u);
@@ -148,8 +149,9 @@ TEST_F(ClusterCli, StepRecordsCarryMfuWhenAPeakIsConfigured) {
 }
 
 // Each agent serves its node's /metrics (the URL in <up dir>/agents/<node>/metrics_url, and in
-// /v1/cluster's node list; the agents' token <up dir>/agent_token opens it): during a dp-4 run, node-0's exposition names node-0's two ranks and no other, with steps past 0 and the agent's own
-// counters; without the token it is 401, /healthz is open.
+// /v1/cluster's node list; the agents' token <up dir>/agent_token opens it): during a dp-4 run, node-0's
+// exposition names node-0's two ranks and no other, with steps past 0 and the agent's own counters; without
+// the token it is 401, /healthz is open.
 TEST_F(ClusterCli, AgentServesItsNodesMetrics) {
   Result<json> sub = api_->post_json("/v1/runs", {{"config", tiny_config(100000)}, {"layout", {{"dp", 4}}}});
   ASSERT_TRUE(sub.ok()) << sub.error();
@@ -160,7 +162,8 @@ TEST_F(ClusterCli, AgentServesItsNodesMetrics) {
   const json placed = run_state(id);  // named: a temporary would die before the loop body
   for (const json& share : placed["placement"]) {
     if (share["node"] != "node-0") continue;
-    for (int k = 0; k < share["ranks"].get<int>(); ++k) node0_ranks.insert(std::to_string(share["first_rank"].get<int>() + k));
+    for (int k = 0; k < share["ranks"].get<int>(); ++k)
+      node0_ranks.insert(std::to_string(share["first_rank"].get<int>() + k));
   }
   ASSERT_EQ(node0_ranks.size(), 2u);
 
@@ -177,7 +180,8 @@ TEST_F(ClusterCli, AgentServesItsNodesMetrics) {
   // The coordinator lists each node's metrics URL, as its agent registered it.
   const json cluster = get("/v1/cluster");
   std::map<std::string, std::string> metrics_urls;
-  for (const json& n : cluster["nodes"]) metrics_urls[n["id"].get<std::string>()] = n.value("metrics_url", "");
+  for (const json& n : cluster["nodes"])
+    metrics_urls[n["id"].get<std::string>()] = n.value("metrics_url", "");
   EXPECT_EQ(metrics_urls["node-0"], url);
   std::string url1 = slurp((dir_ / "agents" / "node-1" / "metrics_url").string());
   while (!url1.empty() && url1.back() == '\n') url1.pop_back();
@@ -194,7 +198,8 @@ TEST_F(ClusterCli, AgentServesItsNodesMetrics) {
         body = m->body;
         ranks_named.clear();
         static const std::regex rank_label("rank=\"(\\d+)\"");
-        for (auto it = std::sregex_iterator(body.begin(), body.end(), rank_label); it != std::sregex_iterator(); ++it)
+        for (auto it = std::sregex_iterator(body.begin(), body.end(), rank_label);
+             it != std::sregex_iterator(); ++it)
           ranks_named.insert((*it)[1].str());
         return ranks_named == node0_ranks;
       },
@@ -208,8 +213,11 @@ TEST_F(ClusterCli, AgentServesItsNodesMetrics) {
     }
   for (const std::string& rank : node0_ranks) {
     std::smatch m;
-    ASSERT_TRUE(std::regex_search(body, m, std::regex("gantry_rank_step\\{run=\"" + std::to_string(id) + "\",rank=\"" + rank + "\"[^}]*\\} (\\S+)")))
-        << "rank " << rank << ":\n" << body;
+    ASSERT_TRUE(std::regex_search(body, m,
+                                  std::regex("gantry_rank_step\\{run=\"" + std::to_string(id) + "\",rank=\"" +
+                                             rank + "\"[^}]*\\} (\\S+)")))
+        << "rank " << rank << ":\n"
+        << body;
     EXPECT_GT(std::stod(m[1].str()), 0) << "rank " << rank;
   }
   EXPECT_THAT(body, HasSubstr("gantry_rank_step_seconds{"));
@@ -248,7 +256,8 @@ TEST_F(ClusterCli, KilledAgentLosesItsNodeAndStopsTheRun) {
   std::vector<json> lost = events(id, "node_lost");
   ASSERT_EQ(lost.size(), 1u);
   EXPECT_EQ(lost[0]["node"], "node-1");
-  for (pid_t w : workers_) EXPECT_TRUE(eventually([&] { return gone(w); }, 10s)) << "worker " << w << " outlived the run";
+  for (pid_t w : workers_)
+    EXPECT_TRUE(eventually([&] { return gone(w); }, 10s)) << "worker " << w << " outlived the run";
 }
 
 TEST_F(ClusterCli, TokenIsRequiredAndBadInputChangesNothing) {
@@ -265,11 +274,13 @@ TEST_F(ClusterCli, TokenIsRequiredAndBadInputChangesNothing) {
   ASSERT_TRUE(health.ok());
   EXPECT_EQ(health->status, 200);
   // A bad config or layout: 400 naming the field; nothing recorded.
-  Result<HttpReply> bad = api_->post("/v1/runs", {{"config", "[model]\nn_head = 0\n"}, {"layout", {{"dp", 1}}}});
+  Result<HttpReply> bad =
+      api_->post("/v1/runs", {{"config", "[model]\nn_head = 0\n"}, {"layout", {{"dp", 1}}}});
   ASSERT_TRUE(bad.ok());
   EXPECT_EQ(bad->status, 400);
   EXPECT_THAT(bad->error_message(), HasSubstr("config"));
-  Result<HttpReply> bad_dp = api_->post("/v1/runs", {{"config", tiny_config(5)}, {"layout", {{"dp", "four"}}}});
+  Result<HttpReply> bad_dp =
+      api_->post("/v1/runs", {{"config", tiny_config(5)}, {"layout", {{"dp", "four"}}}});
   ASSERT_TRUE(bad_dp.ok());
   EXPECT_EQ(bad_dp->status, 400);
   EXPECT_THAT(bad_dp->error_message(), HasSubstr("layout.dp"));
@@ -299,7 +310,8 @@ TEST_F(ClusterCli, TokenIsRequiredAndBadInputChangesNothing) {
 // dp-2 run trained from scratch on the released node (the checkpoint reshards exactly; only the order of
 // the gradient sums differs). Then stop, refusals that change nothing, and resume-from latest.
 TEST_F(ClusterCli, QuarantineMovesTheRunAndResumeFromContinues) {
-  Result<json> sub = api_->post_json("/v1/runs", {{"config", tiny_config(100000)}, {"layout", {{"dp", 4}, {"zero", 1}}}});
+  Result<json> sub =
+      api_->post_json("/v1/runs", {{"config", tiny_config(100000)}, {"layout", {{"dp", 4}, {"zero", 1}}}});
   ASSERT_TRUE(sub.ok()) << sub.error();
   const int64_t id = sub->at("id").get<int64_t>();
   const std::string run = "/v1/runs/" + std::to_string(id);
@@ -314,7 +326,12 @@ TEST_F(ClusterCli, QuarantineMovesTheRunAndResumeFromContinues) {
 
   // Polled through the run's state, not its event stream: each stream holds one of the server's few
   // stream places until it notices the client left.
-  ASSERT_TRUE(eventually([&] { const json r = run_state(id); return r["generation"] == 2 && r["state"] == "running"; }, 40s))
+  ASSERT_TRUE(eventually(
+      [&] {
+        const json r = run_state(id);
+        return r["generation"] == 2 && r["state"] == "running";
+      },
+      40s))
       << run_state(id).dump();
   const int64_t placed_at = last_step(id);
   ASSERT_TRUE(eventually([&] { return last_step(id) > placed_at; }, 30s)) << run_state(id).dump();
@@ -329,8 +346,8 @@ TEST_F(ClusterCli, QuarantineMovesTheRunAndResumeFromContinues) {
       if (e.value("kind", "") == kind) out.push_back(e);
     return out;
   };
-  for (const char* stage : {"quarantine_requested", "quarantine_checkpointed", "quarantine_stopped", "quarantine_placed",
-                            "quarantine_resumed"}) {
+  for (const char* stage : {"quarantine_requested", "quarantine_checkpointed", "quarantine_stopped",
+                            "quarantine_placed", "quarantine_resumed"}) {
     ASSERT_EQ(of_kind(all, stage).size(), 1u) << stage;
   }
   const int64_t ckpt_step = of_kind(all, "quarantine_checkpointed")[0]["step"].get<int64_t>();
@@ -362,12 +379,13 @@ TEST_F(ClusterCli, QuarantineMovesTheRunAndResumeFromContinues) {
   Result<HttpReply> rel = api_->post("/v1/nodes/node-1/release", json::object());
   ASSERT_TRUE(rel.ok());
   EXPECT_EQ(rel->status, 200) << rel->body;
-  Result<json> ref = api_->post_json("/v1/runs", {{"config", tiny_config(100000)}, {"layout", {{"dp", 2}}},
-                                                 {"max_steps", ckpt_step + 2}});
+  Result<json> ref = api_->post_json(
+      "/v1/runs", {{"config", tiny_config(100000)}, {"layout", {{"dp", 2}}}, {"max_steps", ckpt_step + 2}});
   ASSERT_TRUE(ref.ok()) << ref.error();
   const int64_t ref_id = ref->at("id").get<int64_t>();
   EXPECT_EQ(ref->at("placement")[0]["node"], "node-1");
-  ASSERT_TRUE(eventually([&] { return run_state(ref_id)["state"] == "finished"; }, 60s)) << run_state(ref_id).dump();
+  ASSERT_TRUE(eventually([&] { return run_state(ref_id)["state"] == "finished"; }, 60s))
+      << run_state(ref_id).dump();
   json ref_steps = get("/v1/runs/" + std::to_string(ref_id) + "/steps?after=0&limit=1000")["steps"];
   std::map<int64_t, double> ref_loss;
   for (const json& s : ref_steps) ref_loss[s["step"].get<int64_t>()] = s["loss"].get<double>();
@@ -382,20 +400,23 @@ TEST_F(ClusterCli, QuarantineMovesTheRunAndResumeFromContinues) {
   ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 20s)) << run_state(id).dump();
   const int64_t stopped_at = last_step(id);
   const int port = std::stoi(url_.substr(url_.rfind(':') + 1));
-  const std::string head = "Host: x\r\nAuthorization: Bearer " + token_ + "\r\nContent-Type: application/json\r\nConnection: close\r\n";
-  for (const std::string& path : {run + "/resume-from", std::string("/v1/nodes/node-0/quarantine"), std::string("/v1/runs")}) {
+  const std::string head = "Host: x\r\nAuthorization: Bearer " + token_ +
+                           "\r\nContent-Type: application/json\r\nConnection: close\r\n";
+  for (const std::string& path :
+       {run + "/resume-from", std::string("/v1/nodes/node-0/quarantine"), std::string("/v1/runs")}) {
     const std::string bad = "{\"checkpoint\": ";
-    EXPECT_EQ(raw_status(port, "POST " + path + " HTTP/1.1\r\n" + head + "Content-Length: " + std::to_string(bad.size()) +
-                                   "\r\n\r\n" + bad),
+    EXPECT_EQ(raw_status(port, "POST " + path + " HTTP/1.1\r\n" + head +
+                                   "Content-Length: " + std::to_string(bad.size()) + "\r\n\r\n" + bad),
               400)
         << path;
-    EXPECT_EQ(raw_status(port, "POST " + path + " HTTP/1.1\r\n" + head + "Content-Length: " + std::to_string(64u << 20) +
-                                   "\r\n\r\n{}"),
+    EXPECT_EQ(raw_status(port, "POST " + path + " HTTP/1.1\r\n" + head +
+                                   "Content-Length: " + std::to_string(64u << 20) + "\r\n\r\n{}"),
               413)
         << path;
   }
-  for (const json& outside : {json("../../etc"), json("/etc"), json(dir_.string() + "/runs/1/checkpoints/step_00000001"),
-                              json(".."), json(json::array())}) {
+  for (const json& outside :
+       {json("../../etc"), json("/etc"), json(dir_.string() + "/runs/1/checkpoints/step_00000001"),
+        json(".."), json(json::array())}) {
     Result<HttpReply> r = api_->post(run + "/resume-from", {{"checkpoint", outside}});
     ASSERT_TRUE(r.ok());
     EXPECT_EQ(r->status, 400) << outside.dump() << ": " << r->body;
@@ -403,8 +424,11 @@ TEST_F(ClusterCli, QuarantineMovesTheRunAndResumeFromContinues) {
   Result<HttpReply> no_step = api_->post(run + "/resume-from", {{"checkpoint", 99999}});
   EXPECT_EQ(no_step->status, 400);
   EXPECT_THAT(no_step->error_message(), HasSubstr("no committed checkpoint at step 99999"));
-  EXPECT_EQ(api_->post(run + "/resume-from", {{"checkpoint", "latest"}, {"layout", {{"dp", 3}}}})->status, 400);
-  EXPECT_EQ(api_->post("/v1/runs/" + std::to_string(ref_id + 1) + "/resume-from", {{"checkpoint", "latest"}})->status, 404);
+  EXPECT_EQ(api_->post(run + "/resume-from", {{"checkpoint", "latest"}, {"layout", {{"dp", 3}}}})->status,
+            400);
+  EXPECT_EQ(api_->post("/v1/runs/" + std::to_string(ref_id + 1) + "/resume-from", {{"checkpoint", "latest"}})
+                ->status,
+            404);
   EXPECT_EQ(run_state(id)["state"], "stopped");
   EXPECT_EQ(run_state(id)["generation"], 2);
   for (const json& n : get("/v1/cluster")["nodes"]) EXPECT_EQ(n["state"], "healthy") << n.dump();
@@ -447,7 +471,8 @@ TEST_F(ClusterCliSlowRank, TheSlowRankIsFlaggedWithItsNodeAndPhase) {
            {{{"windw_steps", 4}}, "straggler.windw_steps"},
            {{{"relative_threshold", "high"}}, "straggler.relative_threshold"},
            {json::array(), "straggler"}}) {
-    Result<HttpReply> r = api_->post("/v1/runs", {{"config", tiny_config(5)}, {"layout", {{"dp", 4}}}, {"straggler", bad}});
+    Result<HttpReply> r =
+        api_->post("/v1/runs", {{"config", tiny_config(5)}, {"layout", {{"dp", 4}}}, {"straggler", bad}});
     ASSERT_TRUE(r.ok()) << r.error();
     EXPECT_EQ(r->status, 400) << bad.dump();
     EXPECT_THAT(r->error_message(), HasSubstr(field)) << bad.dump();
@@ -457,9 +482,13 @@ TEST_F(ClusterCliSlowRank, TheSlowRankIsFlaggedWithItsNodeAndPhase) {
   // Windows of 5 steps, flagged after two evaluations in a row under 0.4: the slow rank's busy time is the
   // others' plus 500 ms. The individual score (against the rank's own best) is left out: it is meant for a
   // rank that slows down during the run, and rank 2 is slow from its first step.
-  const json straggler = {{"window_steps", 5}, {"min_samples", 5}, {"windows_to_flag", 2}, {"relative_threshold", 0.4},
+  const json straggler = {{"window_steps", 5},
+                          {"min_samples", 5},
+                          {"windows_to_flag", 2},
+                          {"relative_threshold", 0.4},
                           {"individual_threshold", 0}};
-  Result<json> sub = api_->post_json("/v1/runs", {{"config", tiny_config(100000)}, {"layout", {{"dp", 4}}}, {"straggler", straggler}});
+  Result<json> sub = api_->post_json(
+      "/v1/runs", {{"config", tiny_config(100000)}, {"layout", {{"dp", 4}}}, {"straggler", straggler}});
   ASSERT_TRUE(sub.ok()) << sub.error();
   const int64_t id = sub->at("id").get<int64_t>();
   const std::string run = "/v1/runs/" + std::to_string(id);
@@ -488,7 +517,8 @@ TEST_F(ClusterCliSlowRank, TheSlowRankIsFlaggedWithItsNodeAndPhase) {
       EXPECT_EQ(s["flagged"], true);
       EXPECT_LT(s["relative"].get<double>(), 0.4);
       EXPECT_EQ(s["slow_phase"], "forward");
-      EXPECT_GT(s["slow_phase_excess_s"].get<double>(), 0.25);  // 500 ms slept against the median rank's forward
+      EXPECT_GT(s["slow_phase_excess_s"].get<double>(),
+                0.25);  // 500 ms slept against the median rank's forward
       EXPECT_GT(s["median_s"].get<double>(), 0.5);
       // Its excess: busy time over the median rank's, and the words `ctl ranks` and the console print.
       EXPECT_GT(s["excess_s"].get<double>(), 0.25);
@@ -526,8 +556,8 @@ TEST_F(ClusterCliSlowRank, TheSlowRankIsFlaggedWithItsNodeAndPhase) {
     EXPECT_THAT(line, HasSubstr("forward +"));
   }
   EXPECT_EQ(straggler_rows, 1) << table.out;
-  testing_support::Outcome js = run_engine("ctl --json --url " + url_ + " --token-file " + (dir_ / "token").string() +
-                                           " ranks " + std::to_string(id));
+  testing_support::Outcome js = run_engine("ctl --json --url " + url_ + " --token-file " +
+                                           (dir_ / "token").string() + " ranks " + std::to_string(id));
   ASSERT_EQ(js.code, 0) << js.err;
   EXPECT_EQ(json::parse(js.out)["ranks"][2]["straggler"]["flagged"], true);
   Result<HttpReply> m = api_->get("/metrics");
@@ -537,7 +567,12 @@ TEST_F(ClusterCliSlowRank, TheSlowRankIsFlaggedWithItsNodeAndPhase) {
   // Quarantine node-1: the run moves to node-0 at dp 2, its ranks on other devices, so the flag ends with a
   // straggler_cleared event saying why, and the scores start over.
   ASSERT_EQ(api_->post("/v1/nodes/node-1/quarantine", json::object())->status, 202);
-  ASSERT_TRUE(eventually([&] { const json r = run_state(id); return r["generation"] == 2 && r["state"] == "running"; }, 40s))
+  ASSERT_TRUE(eventually(
+      [&] {
+        const json r = run_state(id);
+        return r["generation"] == 2 && r["state"] == "running";
+      },
+      40s))
       << run_state(id).dump();
   for (pid_t w : children_of(pids_)) workers_.push_back(w);
   std::vector<json> cleared = events(id, "straggler_cleared");
@@ -577,8 +612,8 @@ TEST_F(ClusterCliVerySlowRank, TheSlowRankHoldsTheBusyHeatmapsMaxima) {
     Result<HttpReply> r = api_->get(run + "/steps?buckets=8&metric=" + bad);
     ASSERT_TRUE(r.ok()) << r.error();
     EXPECT_EQ(r->status, 400) << bad;
-    for (const char* allowed : {"busy", "total", "data_wait", "forward", "backward", "optimizer", "comm_exposed",
-                                "checkpoint_stall"})
+    for (const char* allowed : {"busy", "total", "data_wait", "forward", "backward", "optimizer",
+                                "comm_exposed", "checkpoint_stall"})
       EXPECT_THAT(r->error_message(), HasSubstr(allowed)) << bad;
   }
 
@@ -608,7 +643,8 @@ TEST_F(ClusterCliVerySlowRank, TheSlowRankHoldsTheBusyHeatmapsMaxima) {
   for (int rank = 0; rank < 4; ++rank) {
     const json one = get(run + "/steps?buckets=100000&ranks=" + std::to_string(rank));
     answers += one.dump() + "\n";
-    for (const json& b : one["rank_seconds"]) cells[b["step_begin"].get<int64_t>()][rank] = b["max"].get<double>();
+    for (const json& b : one["rank_seconds"])
+      cells[b["step_begin"].get<int64_t>()][rank] = b["max"].get<double>();
   }
   int columns = 0;
   for (const auto& [step, by_rank] : cells) {
@@ -631,17 +667,22 @@ TEST_F(ClusterCliVerySlowRank, TheSlowRankHoldsTheBusyHeatmapsMaxima) {
 // (the catalog marks them deleted, each deletion an event), leaving the newest two. Bad values are 400s
 // naming the field.
 TEST_F(ClusterCli, CheckpointPolicyCheckpointsEveryNStepsAndKeepsTheLastK) {
-  for (const auto& [field, value] : std::vector<std::pair<std::string, json>>{
-           {"checkpoint_every_steps", 0}, {"checkpoint_every_steps", "3"}, {"keep_last", 0}, {"keep_last", 1.5}}) {
-    Result<HttpReply> r = api_->post("/v1/runs", {{"config", tiny_config(5)}, {"layout", {{"dp", 2}}}, {field, value}});
+  for (const auto& [field, value] : std::vector<std::pair<std::string, json>>{{"checkpoint_every_steps", 0},
+                                                                              {"checkpoint_every_steps", "3"},
+                                                                              {"keep_last", 0},
+                                                                              {"keep_last", 1.5}}) {
+    Result<HttpReply> r =
+        api_->post("/v1/runs", {{"config", tiny_config(5)}, {"layout", {{"dp", 2}}}, {field, value}});
     ASSERT_TRUE(r.ok()) << r.error();
     EXPECT_EQ(r->status, 400) << field << " = " << value.dump();
     EXPECT_THAT(r->error_message(), HasSubstr(field));
   }
   EXPECT_EQ(get("/v1/runs")["runs"].size(), 0u);
 
-  Result<json> sub = api_->post_json(
-      "/v1/runs", {{"config", tiny_config(100000)}, {"layout", {{"dp", 2}}}, {"checkpoint_every_steps", 3}, {"keep_last", 2}});
+  Result<json> sub = api_->post_json("/v1/runs", {{"config", tiny_config(100000)},
+                                                  {"layout", {{"dp", 2}}},
+                                                  {"checkpoint_every_steps", 3},
+                                                  {"keep_last", 2}});
   ASSERT_TRUE(sub.ok()) << sub.error();
   const int64_t id = sub->at("id").get<int64_t>();
   const std::string run = "/v1/runs/" + std::to_string(id);
@@ -681,7 +722,8 @@ TEST_F(ClusterCli, CheckpointPolicyCheckpointsEveryNStepsAndKeepsTheLastK) {
   ASSERT_GE(deleted.size(), 2u) << catalog.dump();
   for (int64_t d : deleted) EXPECT_LT(d, committed.front()) << "a newer checkpoint was deleted";
   int on_disk = 0;
-  for (const fs::directory_entry& e : fs::directory_iterator(dir_ / "runs" / std::to_string(id) / "checkpoints"))
+  for (const fs::directory_entry& e :
+       fs::directory_iterator(dir_ / "runs" / std::to_string(id) / "checkpoints"))
     on_disk += e.path().filename().string().rfind("step_", 0) == 0 && fs::exists(e.path() / "manifest.json");
   EXPECT_EQ(on_disk, 2);
 
@@ -715,7 +757,8 @@ class ClusterCliSpare : public ClusterCli {
 };
 
 TEST_F(ClusterCliSpare, QuarantineMovesTheRunOntoTheSpareAtTheSameDp) {
-  Result<json> sub = api_->post_json("/v1/runs", {{"config", tiny_config(100000)}, {"layout", {{"dp", 4}, {"zero", 1}}}});
+  Result<json> sub =
+      api_->post_json("/v1/runs", {{"config", tiny_config(100000)}, {"layout", {{"dp", 4}, {"zero", 1}}}});
   ASSERT_TRUE(sub.ok()) << sub.error();
   const int64_t id = sub->at("id").get<int64_t>();
   std::set<std::string> first_nodes;
@@ -727,7 +770,12 @@ TEST_F(ClusterCliSpare, QuarantineMovesTheRunOntoTheSpareAtTheSameDp) {
   Result<HttpReply> q = api_->post("/v1/nodes/node-1/quarantine", json::object());
   ASSERT_TRUE(q.ok()) << q.error();
   ASSERT_EQ(q->status, 202) << q->body;
-  ASSERT_TRUE(eventually([&] { const json r = run_state(id); return r["generation"] == 2 && r["state"] == "running"; }, 40s))
+  ASSERT_TRUE(eventually(
+      [&] {
+        const json r = run_state(id);
+        return r["generation"] == 2 && r["state"] == "running";
+      },
+      40s))
       << run_state(id).dump();
   const int64_t placed_at = last_step(id);
   ASSERT_TRUE(eventually([&] { return last_step(id) > placed_at + 1; }, 30s)) << run_state(id).dump();
@@ -736,14 +784,15 @@ TEST_F(ClusterCliSpare, QuarantineMovesTheRunOntoTheSpareAtTheSameDp) {
   const json moved = run_state(id);
   EXPECT_EQ(moved["layout"]["dp"], 4);
   std::map<std::string, int> ranks_on;
-  for (const json& share : moved["placement"]) ranks_on[share["node"].get<std::string>()] = share["ranks"].get<int>();
+  for (const json& share : moved["placement"])
+    ranks_on[share["node"].get<std::string>()] = share["ranks"].get<int>();
   EXPECT_EQ(ranks_on, (std::map<std::string, int>{{"node-0", 2}, {"spare-0", 2}})) << moved.dump();
 
   const std::vector<json> all = events(id, "quarantine_");
   std::map<std::string, std::vector<json>> by_kind;
   for (const json& e : all) by_kind[e["kind"].get<std::string>()].push_back(e);
-  for (const char* stage : {"quarantine_requested", "quarantine_checkpointed", "quarantine_stopped", "quarantine_placed",
-                            "quarantine_resumed"}) {
+  for (const char* stage : {"quarantine_requested", "quarantine_checkpointed", "quarantine_stopped",
+                            "quarantine_placed", "quarantine_resumed"}) {
     ASSERT_EQ(by_kind[stage].size(), 1u) << stage;
   }
   const json& placed = by_kind["quarantine_placed"][0];
@@ -756,7 +805,8 @@ TEST_F(ClusterCliSpare, QuarantineMovesTheRunOntoTheSpareAtTheSameDp) {
   const int64_t ckpt_step = by_kind["quarantine_checkpointed"][0]["step"].get<int64_t>();
   EXPECT_EQ(by_kind["quarantine_resumed"][0]["step"], ckpt_step + 1);
   std::set<int> resumed_ranks;
-  const json rank_steps = get("/v1/runs/" + std::to_string(id) + "/steps?after=" + std::to_string(ckpt_step) + "&ranks=all");
+  const json rank_steps =
+      get("/v1/runs/" + std::to_string(id) + "/steps?after=" + std::to_string(ckpt_step) + "&ranks=all");
   for (const json& r : rank_steps["rank_steps"]) resumed_ranks.insert(r["rank"].get<int>());
   EXPECT_EQ(resumed_ranks, (std::set<int>{0, 1, 2, 3})) << "every rank of dp 4 trains after the move";
 
@@ -787,7 +837,8 @@ TEST_F(ClusterCli, AgentsHoldOnlyTheirOwnCredentials) {
   Result<std::string> agent_token = token_file_read((dir_ / "agent_token").string());
   ASSERT_TRUE(agent_token.ok()) << agent_token.error();
   EXPECT_NE(agent_token.value(), token_);
-  EXPECT_EQ(fs::status(dir_ / "agent_token").permissions() & fs::perms::all, fs::perms::owner_read | fs::perms::owner_write);
+  EXPECT_EQ(fs::status(dir_ / "agent_token").permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write);
   for (pid_t p : pids_) {
     std::string cmdline = slurp("/proc/" + std::to_string(p) + "/cmdline");
     std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
@@ -802,7 +853,8 @@ TEST_F(ClusterCli, AgentsHoldOnlyTheirOwnCredentials) {
   EXPECT_EQ(agent.get("/v1/runs")->status, 401);
   EXPECT_EQ(agent.post("/v1/runs", {{"config", tiny_config(5)}, {"layout", {{"dp", 1}}}})->status, 401);
   EXPECT_EQ(agent.post("/v1/nodes/node-0/quarantine", json::object())->status, 401);
-  EXPECT_EQ(agent.post_bytes("/v1/agents/node-0/heartbeat", empty_beat(), kAgentBeatMediaType)->status, 401);  // node-0's own credential only
+  EXPECT_EQ(agent.post_bytes("/v1/agents/node-0/heartbeat", empty_beat(), kAgentBeatMediaType)->status,
+            401);  // node-0's own credential only
   Result<json> reg = agent.post_json("/v1/agents", {{"node", "probe"}, {"slots", 1}, {"pid", 1}});
   ASSERT_TRUE(reg.ok()) << reg.error();
   const std::string credential = reg->value("credential", "");

@@ -2,10 +2,9 @@
 // Output files are named after the running test, so tests of one binary can run in parallel under ctest.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -13,6 +12,7 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
 #include "tests/scratch_dir.h"
 
 namespace gantry::testing_support {
@@ -53,7 +53,8 @@ inline std::vector<pid_t> children_of(const std::vector<pid_t>& parents) {
 inline Outcome run_engine(const std::string& args) {
   const std::string base = scratch_path("engine").string();
   const std::string out = base + ".stdout", err = base + ".stderr";
-  const std::string cmd = std::string(GANTRY_ENGINE_BIN) + " " + args + " >" + out + " 2>" + err + " </dev/null";
+  const std::string cmd =
+      std::string(GANTRY_ENGINE_BIN) + " " + args + " >" + out + " 2>" + err + " </dev/null";
   const int status = std::system(cmd.c_str());
   Outcome r;
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;

@@ -23,7 +23,9 @@ using ::testing::HasSubstr;
 
 using testing_support::Outcome;
 
-Outcome run(const std::string& args) { return testing_support::run_engine(args); }
+Outcome run(const std::string& args) {
+  return testing_support::run_engine(args);
+}
 
 std::string fresh_dir(const std::string& name) {
   return testing_support::scratch_dir(name).string();
@@ -32,11 +34,12 @@ std::string fresh_dir(const std::string& name) {
 // A small config on the synthetic corpus: a few steps take well under a second.
 std::string write_small_config(const std::string& dir, const std::string& extra = "") {
   const std::string path = dir + "/small.toml";
-  std::ofstream(path) << "[model]\nn_layer = 1\nn_head = 2\nn_embd = 16\nvocab_size = 32\nseq_len = 8\n"
-                         "[train]\nglobal_batch = 4\nmicro_batch = 2\nmax_steps = 6\nval_every = 3\nval_batches = 1\n"
-                         "checkpoint_every = 3\n"
-                         "[data]\nsynthetic_train_tokens = 8192\nsynthetic_val_tokens = 1024\n"
-                      << extra;
+  std::ofstream(path)
+      << "[model]\nn_layer = 1\nn_head = 2\nn_embd = 16\nvocab_size = 32\nseq_len = 8\n"
+         "[train]\nglobal_batch = 4\nmicro_batch = 2\nmax_steps = 6\nval_every = 3\nval_batches = 1\n"
+         "checkpoint_every = 3\n"
+         "[data]\nsynthetic_train_tokens = 8192\nsynthetic_val_tokens = 1024\n"
+      << extra;
   return path;
 }
 
@@ -289,14 +292,16 @@ TEST(GantryEngineCli, DataTextMakesShardsTheTrainerReads) {
   const std::string cfg = dir + "/bytes.toml";
   std::ofstream(cfg) << "[model]\nn_layer = 1\nn_head = 2\nn_embd = 16\nvocab_size = 256\nseq_len = 16\n"
                         "[train]\nglobal_batch = 2\nmicro_batch = 2\nmax_steps = 2\nval_every = 0\n"
-                        "[data]\nkind = \"shards\"\ndir = \"" + dir + "/shards\"\n";
+                        "[data]\nkind = \"shards\"\ndir = \"" +
+                            dir + "/shards\"\n";
   Outcome t = run("train --config " + cfg + " --out " + dir + "/run");
   EXPECT_EQ(t.code, 0) << t.err;
 }
 
 TEST(GantryEngineCli, DataSyntheticReportsItsEntropy) {
   const std::string dir = fresh_dir("synthetic");
-  Outcome r = run("data synthetic --out " + dir + " --vocab 64 --branching 8 --train-tokens 4096 --val-tokens 512");
+  Outcome r =
+      run("data synthetic --out " + dir + " --vocab 64 --branching 8 --train-tokens 4096 --val-tokens 512");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("entropy: 2.079442"));  // ln 8
   EXPECT_TRUE(fs::exists(dir + "/train_000000.bin"));

@@ -18,7 +18,9 @@ using ::testing::HasSubstr;
 
 using testing_support::Outcome;
 
-Outcome run(const std::string& args) { return testing_support::run_engine("plan " + args); }
+Outcome run(const std::string& args) {
+  return testing_support::run_engine("plan " + args);
+}
 
 TEST(PlanCli, TablePrintsEverySection) {
   Outcome r =

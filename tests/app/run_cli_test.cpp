@@ -206,7 +206,8 @@ TEST(RunCli, NanGradientOnOneRankIsSkippedByEveryRank) {
     expect_gone(run.worker_pids());
     EXPECT_THAT(run.err(), HasSubstr("step      2 skipped: grad norm nan")) << run.err();
     EXPECT_THAT(run.out(), HasSubstr("{\"event\":\"step_skipped\",\"reason\":\"grad norm nan\",\"step\":2}"));
-    EXPECT_EQ(step_json_lines(run.out()).size(), 4u) << "the skipped step still counts: its batch is consumed";
+    EXPECT_EQ(step_json_lines(run.out()).size(), 4u)
+        << "the skipped step still counts: its batch is consumed";
     // Each rank prints its parameters' fingerprint under this fault: the two ranks must agree.
     std::vector<std::string> mine;
     std::istringstream in(run.err());

@@ -10,11 +10,12 @@
 // the ceiling, not the load of a real cluster), each beat carrying its node's rank-step records for
 // --steps-per-beat steps, and node 0's beats the step records too. Records are built before the clock
 // starts, encoded as the agent encodes them (agent_beat.h: binary records); on a 2-core machine the clients
-// still take CPU from the coordinator, so the figure is a lower bound. The first second is warm-up; records/s counts the beats
-// answered 200 after it, over the time from the start of counting until the writer's queue has drained
-// (gantry_ingest_queued_records reaches 0 in /metrics; a coordinator without that gauge writes before it
-// answers), so records accepted but not yet written never count; `refused` counts beats answered 503 (the
-// writer behind: the agent would send them again), #wrong any other failure. One JSON line per agent count.
+// still take CPU from the coordinator, so the figure is a lower bound. The first second is warm-up; records/s
+// counts the beats answered 200 after it, over the time from the start of counting until the writer's queue
+// has drained (gantry_ingest_queued_records reaches 0 in /metrics; a coordinator without that gauge writes
+// before it answers), so records accepted but not yet written never count; `refused` counts beats answered
+// 503 (the writer behind: the agent would send them again), #wrong any other failure. One JSON line per agent
+// count.
 #include <unistd.h>
 
 #include <algorithm>
@@ -32,10 +33,10 @@
 #include <thread>
 #include <vector>
 
+#include "engine/cluster/agent_beat.h"
 #include "engine/cluster/coordinator.h"
 #include "engine/cluster/http_client.h"
 #include "engine/cluster/token.h"
-#include "engine/cluster/agent_beat.h"
 
 namespace {
 
@@ -55,7 +56,7 @@ struct Totals {
   double seconds = 0;
   uint64_t records = 0, beats = 0, wrong = 0, refused = 0;
   double p50_ms = 0, p99_ms = 0;
-  double drain_ms = 0;               // after the clients stopped, until the writer's queue was empty
+  double drain_ms = 0;                  // after the clients stopped, until the writer's queue was empty
   double records_per_transaction = -1;  // from /metrics; -1 = the coordinator does not say
 };
 
@@ -123,8 +124,8 @@ int main(int argc, char** argv) {
           "/v1/agents", {{"node", "sim-" + std::to_string(a)}, {"slots", per_node}, {"pid", a + 1}});
       if (!r.ok()) return std::fprintf(stderr, "cluster_ingest_bench: register: %s\n", r.error().c_str()), 1;
     }
-    Result<json> run =
-        api.post_json("/v1/runs", {{"config", config_for_dp(cfg.str(), agents * per_node)}, {"layout", {{"dp", agents * per_node}}}});
+    Result<json> run = api.post_json("/v1/runs", {{"config", config_for_dp(cfg.str(), agents * per_node)},
+                                                  {"layout", {{"dp", agents * per_node}}}});
     if (!run.ok()) return std::fprintf(stderr, "cluster_ingest_bench: submit: %s\n", run.error().c_str()), 1;
     const int64_t run_id = run->at("id").get<int64_t>();
     // Which node holds which ranks: the placement's answer.
@@ -232,12 +233,14 @@ int main(int argc, char** argv) {
         "{\"bench\":\"coordinator_ingest\",\"agents\":%d,\"ranks_per_node\":%d,\"steps_per_beat\":%d,"
         "\"seconds\":%.2f,"
         "\"beats\":%llu,\"records\":%llu,\"records_per_s\":%.0f,\"beats_per_s\":%.0f,\"beat_ms_p50\":%.2f,"
-        "\"beat_ms_p99\":%.2f,\"drain_ms\":%.1f,\"records_per_transaction\":%.1f,\"refused\":%llu,\"wrong\":%llu,"
+        "\"beat_ms_p99\":%.2f,\"drain_ms\":%.1f,\"records_per_transaction\":%.1f,\"refused\":%llu,\"wrong\":%"
+        "llu,"
         "\"device\":\"cpu\"}\n",
         agents, per_node, steps_per_beat, res.seconds, static_cast<unsigned long long>(res.beats),
         static_cast<unsigned long long>(res.records), static_cast<double>(res.records) / res.seconds,
-        static_cast<double>(res.beats) / res.seconds, res.p50_ms, res.p99_ms, res.drain_ms, res.records_per_transaction,
-        static_cast<unsigned long long>(res.refused), static_cast<unsigned long long>(res.wrong));
+        static_cast<double>(res.beats) / res.seconds, res.p50_ms, res.p99_ms, res.drain_ms,
+        res.records_per_transaction, static_cast<unsigned long long>(res.refused),
+        static_cast<unsigned long long>(res.wrong));
     std::fflush(stdout);
     std::error_code ec;
     fs::remove_all(dir, ec);

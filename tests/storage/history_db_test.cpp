@@ -22,9 +22,7 @@ namespace fs = std::filesystem;
 
 class ScratchFiles {
  public:
-  ScratchFiles() {
-    path_ = testing_support::scratch_dir("db" + std::to_string(counter_++));
-  }
+  ScratchFiles() { path_ = testing_support::scratch_dir("db" + std::to_string(counter_++)); }
   ~ScratchFiles() { fs::remove_all(path_); }
   std::string file(const std::string& name) const { return (path_ / name).string(); }
 

@@ -324,17 +324,18 @@ TEST(RecordJson, StrictReader) {
 TEST(RecordJson, ParserEdgeCases) {
   EventRecord e;
   std::string error;
-  ASSERT_TRUE(record_from_json(R"({"run_id":1,"time_unix_s":-0.5e-3,"kind":"x","message":"\u00e9\ud83d\ude00\n"})", &e,
-                               &error))
+  ASSERT_TRUE(record_from_json(
+      R"({"run_id":1,"time_unix_s":-0.5e-3,"kind":"x","message":"\u00e9\ud83d\ude00\n"})", &e, &error))
       << error;
   EXPECT_EQ(e.message, "\xC3\xA9\xF0\x9F\x98\x80\n");
-  for (const char* bad : {"01", "1.", ".5", "+1", "\"\\ud800\"", "\"\\udc00\"", "\"a\x01\"", "\"\xC0\xAF\"",
-                          "\"\xED\xA0\x80\"", "[1,]", "{\"a\":1,}", "{\"a\" 1}", "nul", "\"\\x\"", "1e",
-                          "{\"kind\":\"x\"} // comment"}) {
+  for (const char* bad :
+       {"01", "1.", ".5", "+1", "\"\\ud800\"", "\"\\udc00\"", "\"a\x01\"", "\"\xC0\xAF\"", "\"\xED\xA0\x80\"",
+        "[1,]", "{\"a\":1,}", "{\"a\" 1}", "nul", "\"\\x\"", "1e", "{\"kind\":\"x\"} // comment"}) {
     EXPECT_FALSE(record_from_json(bad, &e, &error)) << bad;
     EXPECT_FALSE(error.empty()) << bad;
   }
-  std::string deep = R"({"run_id":1,"time_unix_s":0,"kind":)" + std::string(100, '[') + std::string(100, ']') + "}";
+  std::string deep =
+      R"({"run_id":1,"time_unix_s":0,"kind":)" + std::string(100, '[') + std::string(100, ']') + "}";
   EXPECT_FALSE(record_from_json(deep, &e, &error));
   EXPECT_NE(error.find("deeper than 64"), std::string::npos) << error;
 
@@ -347,8 +348,9 @@ TEST(RecordJson, ParserEdgeCases) {
   EXPECT_FALSE(record_from_json(many + "\"k17\":0}}", &b, &error));
   EXPECT_NE(error.find("duplicate key \"k17\""), std::string::npos) << error;
   // The same key in sibling objects is no duplicate.
-  ASSERT_TRUE(record_from_json(R"({"events":[{"run_id":1,"time_unix_s":0,"kind":"a"},{"run_id":2,"time_unix_s":0,"kind":"b"}]})",
-                               &b, &error))
+  ASSERT_TRUE(record_from_json(
+      R"({"events":[{"run_id":1,"time_unix_s":0,"kind":"a"},{"run_id":2,"time_unix_s":0,"kind":"b"}]})", &b,
+      &error))
       << error;
   EXPECT_EQ(b.events.size(), 2u);
 }
@@ -383,11 +385,13 @@ TEST(RecordJson, NlohmannSerializersNestAndThrowNamingTheKey) {
   // Whole doubles stay exact and integers stay integers; 2.0 is no integer.
   StepRecord s;
   std::string error;
-  EXPECT_FALSE(record_from_json(R"({"run_id":1,"step":2.0,"time_unix_s":0,"loss":0,"grad_norm":0,"lr":0,"tokens_per_s":0,"step_s":0,"mfu":0,"hfu":0})",
-                                &s, &error));
+  EXPECT_FALSE(record_from_json(
+      R"({"run_id":1,"step":2.0,"time_unix_s":0,"loss":0,"grad_norm":0,"lr":0,"tokens_per_s":0,"step_s":0,"mfu":0,"hfu":0})",
+      &s, &error));
   EXPECT_NE(error.find("\"step\": expected an integer"), std::string::npos) << error;
-  ASSERT_TRUE(record_from_json(R"({"run_id":1,"step":2,"time_unix_s":1e300,"loss":"Infinity","grad_norm":3,"lr":0,"tokens_per_s":0,"step_s":0,"mfu":0,"hfu":0})",
-                               &s, &error))
+  ASSERT_TRUE(record_from_json(
+      R"({"run_id":1,"step":2,"time_unix_s":1e300,"loss":"Infinity","grad_norm":3,"lr":0,"tokens_per_s":0,"step_s":0,"mfu":0,"hfu":0})",
+      &s, &error))
       << error;
   EXPECT_EQ(s.time_unix_s, 1e300);
   EXPECT_EQ(s.loss, std::numeric_limits<double>::infinity());

@@ -3,9 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <random>
-
 #include <nlohmann/json.hpp>
+#include <random>
 
 namespace gantry {
 namespace {

@@ -19,14 +19,17 @@ void ActionsPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
     if (a != RunAction::kCheckpoint) ImGui::SameLine();
     const std::string label(action_label(a));
     if (ctx.clicks.button(label.c_str(), av.enabled)) ctx.source.request_action(s.run.id, a);
-    if (!av.enabled && ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled)) ImGui::SetTooltip("%s", av.why_not.c_str());
+    if (!av.enabled && ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled))
+      ImGui::SetTooltip("%s", av.why_not.c_str());
   }
 
   // Resume from: a checkpoint of the run (latest by default) and a dp (the run's by default).
   const ActionAvailability rf = action_availability(RunAction::kResumeFrom, state, committed, s.connected);
   if (checkpoint_index_ >= static_cast<int>(s.checkpoints.size())) checkpoint_index_ = -1;
-  const std::string preview = checkpoint_index_ < 0 ? std::string("latest")
-                                                    : "step " + std::to_string(s.checkpoints[static_cast<size_t>(checkpoint_index_)].step);
+  const std::string preview =
+      checkpoint_index_ < 0
+          ? std::string("latest")
+          : "step " + std::to_string(s.checkpoints[static_cast<size_t>(checkpoint_index_)].step);
   ImGui::SetNextItemWidth(ImGui::GetFontSize() * 8);
   if (ImGui::BeginCombo("checkpoint", preview.c_str())) {
     if (ImGui::Selectable("latest", checkpoint_index_ < 0)) checkpoint_index_ = -1;
@@ -34,7 +37,8 @@ void ActionsPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
       const CheckpointView& c = s.checkpoints[k];
       if (c.state != "committed") continue;
       const std::string item = "step " + std::to_string(c.step);
-      if (ImGui::Selectable(item.c_str(), checkpoint_index_ == static_cast<int>(k))) checkpoint_index_ = static_cast<int>(k);
+      if (ImGui::Selectable(item.c_str(), checkpoint_index_ == static_cast<int>(k)))
+        checkpoint_index_ = static_cast<int>(k);
     }
     ImGui::EndCombo();
   }
@@ -43,11 +47,13 @@ void ActionsPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
   ImGui::InputInt("dp (0 = same)", &dp_);
   dp_ = std::max(0, std::min(dp_, 1024));
   if (ctx.clicks.button(std::string(action_label(RunAction::kResumeFrom)).c_str(), rf.enabled)) {
-    const std::string which = checkpoint_index_ < 0 ? std::string("latest")
-                                                    : std::to_string(s.checkpoints[static_cast<size_t>(checkpoint_index_)].step);
+    const std::string which =
+        checkpoint_index_ < 0 ? std::string("latest")
+                              : std::to_string(s.checkpoints[static_cast<size_t>(checkpoint_index_)].step);
     ctx.source.request_resume_from(s.run.id, which, dp_);
   }
-  if (!rf.enabled && ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled)) ImGui::SetTooltip("%s", rf.why_not.c_str());
+  if (!rf.enabled && ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled))
+    ImGui::SetTooltip("%s", rf.why_not.c_str());
 
   if (s.last_action.serial > 0) {
     const ImVec4 colour = s.last_action.ok ? ImVec4(0.5f, 0.9f, 0.5f, 1) : ImVec4(1, 0.5f, 0.4f, 1);

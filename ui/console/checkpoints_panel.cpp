@@ -13,7 +13,8 @@ void CheckpointsPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
     ImGui::TextDisabled(s.run.id >= 0 ? "no checkpoints yet" : "no run followed");
     return;
   }
-  if (!ImGui::BeginTable("##checkpoints", 5, ImGuiTableFlags_RowBg | ImGuiTableFlags_Borders | ImGuiTableFlags_ScrollY))
+  if (!ImGui::BeginTable("##checkpoints", 5,
+                         ImGuiTableFlags_RowBg | ImGuiTableFlags_Borders | ImGuiTableFlags_ScrollY))
     return;
   for (const char* h : {"step", "state", "MiB", "write s", "age"}) ImGui::TableSetupColumn(h);
   ImGui::TableSetupScrollFreeze(0, 1);
@@ -30,8 +31,10 @@ void CheckpointsPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
     ImGui::TableNextColumn();
     ImGui::Text("%.2f", it->write_s);
     ImGui::TableNextColumn();
-    if (it->time_unix_s > 0) ImGui::Text("%.0f s", ctx.now_unix_s - it->time_unix_s);
-    else ImGui::TextDisabled("-");
+    if (it->time_unix_s > 0)
+      ImGui::Text("%.0f s", ctx.now_unix_s - it->time_unix_s);
+    else
+      ImGui::TextDisabled("-");
   }
   ImGui::EndTable();
 }

@@ -60,10 +60,13 @@ void ClusterPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
   const float cell = ImGui::GetTextLineHeight() * 2.2f;
   ImDrawList* dl = ImGui::GetWindowDrawList();
   for (const NodeView& n : s.nodes) {
-    const double age = s.cluster_seen_unix_s > 0 && n.last_seen_unix_s > 0 ? s.cluster_seen_unix_s - n.last_seen_unix_s : NAN;
+    const double age = s.cluster_seen_unix_s > 0 && n.last_seen_unix_s > 0
+                           ? s.cluster_seen_unix_s - n.last_seen_unix_s
+                           : NAN;
     char age_text[32] = "-";
     if (std::isfinite(age)) std::snprintf(age_text, sizeof age_text, "%.1f s", std::max(0.0, age));
-    ImGui::Text("%s  %s  %d/%d busy  heartbeat %s ago", n.id.c_str(), n.state.c_str(), n.busy_slots, n.slots, age_text);
+    ImGui::Text("%s  %s  %d/%d busy  heartbeat %s ago", n.id.c_str(), n.state.c_str(), n.busy_slots, n.slots,
+                age_text);
     for (int slot = 0; slot < n.slots; ++slot) {
       if (slot > 0) ImGui::SameLine();
       const int rank = rank_at(n.id, slot);
@@ -93,7 +96,8 @@ void ClusterPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
             if (r.temperature_celsius) ImGui::Text("temperature %.0f C", *r.temperature_celsius);
             if (r.sm_clock_hertz) ImGui::Text("SM clock %.0f MHz", *r.sm_clock_hertz / 1e6);
             if (r.power_watts) ImGui::Text("power %.0f W", *r.power_watts);
-            if (!r.temperature_celsius && !r.sm_clock_hertz) ImGui::TextDisabled("no sensor readings (CPU or no NVML)");
+            if (!r.temperature_celsius && !r.sm_clock_hertz)
+              ImGui::TextDisabled("no sensor readings (CPU or no NVML)");
           }
         } else {
           ImGui::TextDisabled("idle, or held by another run");

@@ -1,9 +1,10 @@
 #include "ui/console/console_app.h"
-#include "telemetry/clock.h"
 
 #include <imgui.h>
 
 #include <chrono>
+
+#include "telemetry/clock.h"
 
 namespace gantry::console {
 namespace {
@@ -13,7 +14,8 @@ bool begin_panel(const char* name, float x, float y, float w, float h, ImGuiWind
   const ImGuiViewport* vp = ImGui::GetMainViewport();
   const float top = ImGui::GetFrameHeight();
   const ImVec2 area(vp->WorkSize.x, vp->WorkSize.y - top);
-  ImGui::SetNextWindowPos(ImVec2(vp->WorkPos.x + x * area.x, vp->WorkPos.y + top + y * area.y), ImGuiCond_FirstUseEver);
+  ImGui::SetNextWindowPos(ImVec2(vp->WorkPos.x + x * area.x, vp->WorkPos.y + top + y * area.y),
+                          ImGuiCond_FirstUseEver);
   ImGui::SetNextWindowSize(ImVec2(w * area.x, h * area.y), ImGuiCond_FirstUseEver);
   return ImGui::Begin(name, nullptr, flags | ImGuiWindowFlags_NoCollapse);
 }
@@ -28,10 +30,12 @@ void ConsoleApp::toolbar(const ConsoleSnapshot& s) {
   if (!s.error.empty()) ImGui::TextColored(ImVec4(1, 0.5f, 0.4f, 1), "%s", s.error.c_str());
   if (s.can_submit_tiny) {
     if (clicks_.button("Submit tiny run", s.connected)) source_.request_submit_tiny();
-    if (ImGui::IsItemHovered()) ImGui::SetTooltip("tiny GPT on the built-in synthetic corpus, dp 4 over the local nodes");
+    if (ImGui::IsItemHovered())
+      ImGui::SetTooltip("tiny GPT on the built-in synthetic corpus, dp 4 over the local nodes");
   }
   // The run followed: any run of the cluster.
-  const std::string label = s.run.id >= 0 ? "run " + std::to_string(s.run.id) + " (" + s.run.state + ")" : "no run";
+  const std::string label =
+      s.run.id >= 0 ? "run " + std::to_string(s.run.id) + " (" + s.run.state + ")" : "no run";
   ImGui::SetNextItemWidth(ImGui::GetFontSize() * 12);
   if (ImGui::BeginCombo("##run", label.c_str())) {
     for (auto it = s.runs.rbegin(); it != s.runs.rend(); ++it) {
@@ -85,7 +89,8 @@ void ConsoleApp::draw(const ConsoleSnapshot& s) {
   if (begin_panel("Events", 0.76f, 0.22f, 0.24f, 0.4f)) events_.draw(s, ctx);
   ImGui::End();
   // The wheel zooms the overlay plot, so it must not scroll the window.
-  if (begin_panel("History", 0.76f, 0.62f, 0.24f, 0.38f, ImGuiWindowFlags_NoScrollWithMouse)) history_.draw(s, ctx);
+  if (begin_panel("History", 0.76f, 0.62f, 0.24f, 0.38f, ImGuiWindowFlags_NoScrollWithMouse))
+    history_.draw(s, ctx);
   ImGui::End();
   close_dialog(s);
 }
@@ -116,11 +121,16 @@ nlohmann::json ConsoleApp::state_json(const ConsoleSnapshot& s) const {
           {"nodes", nodes},
           {"events", events},
           {"checkpoints", s.checkpoints.size()},
-          {"whatif", {{"run", whatif_.loaded_run()}, {"candidates", whatif_.model().candidates().size()},
-                      {"apply_enabled", whatif_.apply_enabled()}}},
+          {"whatif",
+           {{"run", whatif_.loaded_run()},
+            {"candidates", whatif_.model().candidates().size()},
+            {"apply_enabled", whatif_.apply_enabled()}}},
           {"history",
-           {{"open", history_.model().is_open()}, {"runs", history_.model().runs().size()}, {"overlay", overlay}}},
-          {"last_action", {{"what", s.last_action.what}, {"ok", s.last_action.ok}, {"message", s.last_action.message}}}};
+           {{"open", history_.model().is_open()},
+            {"runs", history_.model().runs().size()},
+            {"overlay", overlay}}},
+          {"last_action",
+           {{"what", s.last_action.what}, {"ok", s.last_action.ok}, {"message", s.last_action.message}}}};
 }
 
 }  // namespace gantry::console

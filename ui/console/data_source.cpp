@@ -6,9 +6,9 @@
 
 #include "engine/cluster/api_client.h"
 #include "engine/cluster/run_lifecycle.h"
+#include "telemetry/clock.h"
 #include "telemetry/record_json.h"
 #include "ui/console/local_cache.h"
-#include "telemetry/clock.h"
 
 namespace gantry::console {
 namespace {
@@ -117,7 +117,9 @@ DataSource::DataSource(DataSourceOptions options, std::function<Result<Endpoint>
   published_ = std::make_shared<const ConsoleSnapshot>(master_);
 }
 
-DataSource::~DataSource() { stop(); }
+DataSource::~DataSource() {
+  stop();
+}
 
 void DataSource::start() {
   net_ = std::thread([this] { net_main(); });
@@ -154,7 +156,8 @@ void DataSource::request_action(int64_t run_id, RunAction a) {
   cv_.notify_all();
 }
 
-void DataSource::request_resume_from(int64_t run_id, const std::string& checkpoint, const ResumeLayout& layout) {
+void DataSource::request_resume_from(int64_t run_id, const std::string& checkpoint,
+                                     const ResumeLayout& layout) {
   json body = {{"checkpoint", checkpoint}};
   json l = json::object();
   if (layout.dp > 0) l["dp"] = layout.dp;
@@ -336,7 +339,8 @@ bool DataSource::poll_once(ApiClient& api) {
     return false;
   }
   std::vector<NodeView> nodes;
-  for (const json& n : field<json>(cluster.value(), "nodes", json::array())) nodes.push_back(node_from_json(n));
+  for (const json& n : field<json>(cluster.value(), "nodes", json::array()))
+    nodes.push_back(node_from_json(n));
   std::vector<RunView> run_list;
   for (const json& r : field<json>(runs.value(), "runs", json::array())) run_list.push_back(run_from_json(r));
 
@@ -423,7 +427,8 @@ bool DataSource::poll_once(ApiClient& api) {
     if (record_read_json(s, &r, &error)) rank_records.push_back(std::move(r));
   }
   std::vector<RankView> rank_views;
-  for (const json& r : field<json>(ranks.value(), "ranks", json::array())) rank_views.push_back(rank_from_json(r));
+  for (const json& r : field<json>(ranks.value(), "ranks", json::array()))
+    rank_views.push_back(rank_from_json(r));
   std::vector<CheckpointView> checkpoint_views;
   for (const json& c : field<json>(ckpts.value(), "checkpoints", json::array()))
     checkpoint_views.push_back(checkpoint_from_json(c));
@@ -460,9 +465,11 @@ bool DataSource::poll_once(ApiClient& api) {
     }
     bool ok = cache_run_ >= 0;
     if (ok && rewind >= 0) ok = cache_->rewind(cache_run_, rewind);
-    if (ok) ok = cache_->ingest(cache_run_, std::move(new_steps), std::move(rank_records), std::move(new_events));
+    if (ok)
+      ok = cache_->ingest(cache_run_, std::move(new_steps), std::move(rank_records), std::move(new_events));
     if (ok) ok = cache_->record_checkpoints(cache_run_, checkpoint_views);
-    if (ok && run_ended(run.state) && !cache_finished_) ok = cache_finished_ = cache_->finish(cache_run_, run);
+    if (ok && run_ended(run.state) && !cache_finished_)
+      ok = cache_finished_ = cache_->finish(cache_run_, run);
     if (!ok) {
       std::lock_guard<std::mutex> lock(mu_);
       master_.error = cache_run_ < 0 || !cache_ ? "local cache failed" : cache_->error();

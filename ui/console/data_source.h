@@ -49,8 +49,8 @@ struct ResumeLayout {
 };
 
 struct DataSourceOptions {
-  std::string cache_path;      // the local history file; "" = none
-  std::string tiny_config;     // TOML of the tiny run request_submit_tiny() submits; "" = none offered
+  std::string cache_path;   // the local history file; "" = none
+  std::string tiny_config;  // TOML of the tiny run request_submit_tiny() submits; "" = none offered
   int tiny_dp = 4;
   int64_t tiny_max_steps = 0;  // 0 = the config's own
   bool embedded = false;       // the cluster is this console's (shown; stopped by the caller on exit)
@@ -74,7 +74,7 @@ class DataSource {
 
   // Requests, carried out in order on the network thread; each one's outcome becomes
   // snapshot()->last_action.
-  void follow(int64_t run_id);  // -1: the newest live run (the default)
+  void follow(int64_t run_id);                       // -1: the newest live run (the default)
   void request_action(int64_t run_id, RunAction a);  // checkpoint, pause, resume, stop
   void request_resume_from(int64_t run_id, const std::string& checkpoint, int dp) {
     request_resume_from(run_id, checkpoint, ResumeLayout{.dp = dp});
@@ -114,14 +114,15 @@ class DataSource {
   bool stop_ = false;
   bool reconnect_ = false;
   bool events_restart_ = false;
-  bool events_ended_ = false;  // the server ended the run's stream (the run had ended): reopen if it lives again
+  bool events_ended_ =
+      false;  // the server ended the run's stream (the run had ended): reopen if it lives again
   Endpoint endpoint_;
   bool have_endpoint_ = false;
   std::deque<Request> requests_;
-  int64_t follow_ = -1;           // asked for; -1 = automatic
-  int64_t config_run_ = -1;       // the run whose own object detail_ holds (GET /v1/runs/{id}, once a run)
+  int64_t follow_ = -1;      // asked for; -1 = automatic
+  int64_t config_run_ = -1;  // the run whose own object detail_ holds (GET /v1/runs/{id}, once a run)
   nlohmann::json detail_;
-  ConsoleSnapshot master_;        // the model, less the two shared parts below
+  ConsoleSnapshot master_;  // the model, less the two shared parts below
   StepLog steps_;
   RankTimeMetric rank_metric_ = RankTimeMetric::kBusy;
   uint64_t grid_epoch_ = 0;  // counts set_rank_metric's restarts: a poll asked for before one is not added
@@ -130,7 +131,7 @@ class DataSource {
   bool steps_dirty_ = false, grid_dirty_ = false;
   std::shared_ptr<const ConsoleSnapshot> published_;
   int64_t last_event_id_ = 0;
-  int64_t pending_rewind_ = -1;   // a step the local cache must rewind to (from an event)
+  int64_t pending_rewind_ = -1;  // a step the local cache must rewind to (from an event)
   std::vector<EventRecord> pending_cache_events_;
   HttpEventStream* stream_ = nullptr;  // the open event stream, so stop() and follow() can end it
 

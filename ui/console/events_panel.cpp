@@ -18,7 +18,8 @@ bool contains_folded(const std::string& text, const std::string& needle) {
 }
 
 ImVec4 kind_colour(const std::string& kind) {
-  if (kind.find("fail") != std::string::npos || kind.find("lost") != std::string::npos) return ImVec4(1, 0.45f, 0.4f, 1);
+  if (kind.find("fail") != std::string::npos || kind.find("lost") != std::string::npos)
+    return ImVec4(1, 0.45f, 0.4f, 1);
   if (kind.find("straggler") != std::string::npos || kind.find("quarantine") != std::string::npos)
     return ImVec4(1, 0.7f, 0.3f, 1);
   if (kind.find("checkpoint") != std::string::npos) return ImVec4(0.5f, 0.9f, 0.5f, 1);
@@ -39,7 +40,8 @@ void EventsPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
   std::vector<const EventView*> shown;
   for (const EventView& e : s.events) {
     const EventRecord& r = e.record;
-    if (contains_folded(r.kind, needle) || contains_folded(r.message, needle) || contains_folded(r.node, needle))
+    if (contains_folded(r.kind, needle) || contains_folded(r.message, needle) ||
+        contains_folded(r.node, needle))
       shown.push_back(&e);
   }
   ImGuiListClipper clip;  // only the visible lines are laid out
@@ -47,8 +49,10 @@ void EventsPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
   while (clip.Step()) {
     for (int i = clip.DisplayStart; i < clip.DisplayEnd; ++i) {
       const EventRecord& r = shown[static_cast<size_t>(i)]->record;
-      if (r.step >= 0) ImGui::Text("%6lld", static_cast<long long>(r.step));
-      else ImGui::TextDisabled("     -");
+      if (r.step >= 0)
+        ImGui::Text("%6lld", static_cast<long long>(r.step));
+      else
+        ImGui::TextDisabled("     -");
       ImGui::SameLine();
       ImGui::TextColored(kind_colour(r.kind), "%s", r.kind.c_str());
       ImGui::SameLine();
@@ -59,7 +63,8 @@ void EventsPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
       ImGui::TextUnformatted(r.message.c_str());
     }
   }
-  if (s.events.size() != seen_ && ImGui::GetScrollY() >= ImGui::GetScrollMaxY() - ImGui::GetTextLineHeight() * 2)
+  if (s.events.size() != seen_ &&
+      ImGui::GetScrollY() >= ImGui::GetScrollMaxY() - ImGui::GetTextLineHeight() * 2)
     ImGui::SetScrollHereY(1.0f);
   seen_ = s.events.size();
   ImGui::EndChild();

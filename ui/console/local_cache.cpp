@@ -34,14 +34,15 @@ int64_t LocalCache::local_run(const std::string& url, const RunView& run) {
   const std::string key = local_cache_key(url, run);
   if (auto it = runs_.find(key); it != runs_.end()) return it->second;
   const int32_t world = std::max(1, std::max(run.world, run.dp));
-  const int64_t id = db_->begin_run({.name = run.name,
-                                     .world_size = world,
-                                     .layout = "dp=" + std::to_string(run.dp) + " zero=" + std::to_string(run.zero),
-                                     .out_dir = key,
-                                     .created_unix_s = run.created_unix_s,
-                                     .peak_name = run.peak_name,
-                                     .peak_flops = run.peak_flops,
-                                     .mfu_formula = run.mfu_formula});
+  const int64_t id =
+      db_->begin_run({.name = run.name,
+                      .world_size = world,
+                      .layout = "dp=" + std::to_string(run.dp) + " zero=" + std::to_string(run.zero),
+                      .out_dir = key,
+                      .created_unix_s = run.created_unix_s,
+                      .peak_name = run.peak_name,
+                      .peak_flops = run.peak_flops,
+                      .mfu_formula = run.mfu_formula});
   if (id < 0) {
     error_ = "cannot add run " + std::to_string(run.id) + " to the local cache: " + db_->error();
     return -1;
@@ -78,8 +79,13 @@ bool LocalCache::ingest(int64_t local, std::vector<StepRecord> steps, std::vecto
 
 bool LocalCache::record_checkpoints(int64_t local, const std::vector<CheckpointView>& checkpoints) {
   for (const CheckpointView& c : checkpoints) {
-    if (!db_->record_checkpoint({.run_id = local, .step = c.step, .path = c.path, .bytes = c.bytes,
-                                 .write_s = c.write_s, .state = c.state, .time_unix_s = c.time_unix_s})) {
+    if (!db_->record_checkpoint({.run_id = local,
+                                 .step = c.step,
+                                 .path = c.path,
+                                 .bytes = c.bytes,
+                                 .write_s = c.write_s,
+                                 .state = c.state,
+                                 .time_unix_s = c.time_unix_s})) {
       error_ = "local cache: " + db_->error();
       return false;
     }

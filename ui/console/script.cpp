@@ -46,11 +46,16 @@ Result<std::vector<ScriptCommand>> script_parse(std::string_view text, std::stri
     K kind;
     char arg;  // 0: none, 'n': a count, 's': a word or quoted label
   };
-  static const Spec kSpecs[] = {{"wait_connected", K::wait_connected, 0}, {"wait_frames", K::wait_frames, 'n'},
-                                {"wait_steps", K::wait_steps, 'n'},       {"wait_state", K::wait_state, 's'},
-                                {"wait_event", K::wait_event, 's'},       {"wait_action", K::wait_action, 0},
-                                {"click", K::click, 's'},                 {"submit_tiny", K::submit_tiny, 0},
-                                {"reconnect", K::reconnect, 0},           {"quit", K::quit, 0}};
+  static const Spec kSpecs[] = {{"wait_connected", K::wait_connected, 0},
+                                {"wait_frames", K::wait_frames, 'n'},
+                                {"wait_steps", K::wait_steps, 'n'},
+                                {"wait_state", K::wait_state, 's'},
+                                {"wait_event", K::wait_event, 's'},
+                                {"wait_action", K::wait_action, 0},
+                                {"click", K::click, 's'},
+                                {"submit_tiny", K::submit_tiny, 0},
+                                {"reconnect", K::reconnect, 0},
+                                {"quit", K::quit, 0}};
   std::vector<ScriptCommand> out;
   int line_no = 0;
   size_t pos = 0;
@@ -78,13 +83,15 @@ Result<std::vector<ScriptCommand>> script_parse(std::string_view text, std::stri
     if (words->size() != want) {
       return Status::error(where + cmd + " takes " +
                            (spec->arg == 0 ? std::string("no argument")
-                            : spec->arg == 'n' ? std::string("one count, e.g. ") + cmd + " 3"
-                                               : std::string("one argument, e.g. ") + cmd + " \"Checkpoint now\"") +
+                            : spec->arg == 'n'
+                                ? std::string("one count, e.g. ") + cmd + " 3"
+                                : std::string("one argument, e.g. ") + cmd + " \"Checkpoint now\"") +
                            ", got " + std::to_string(words->size() - 1));
     }
     ScriptCommand c{.kind = spec->kind, .line = line_no};
     if (spec->arg == 'n' && !parse_count(words.value()[1], &c.number)) {
-      return Status::error(where + cmd + ": \"" + words.value()[1] + "\" is not a count (a whole number >= 0)");
+      return Status::error(where + cmd + ": \"" + words.value()[1] +
+                           "\" is not a count (a whole number >= 0)");
     }
     if (spec->arg == 's') c.text = words.value()[1];
     out.push_back(std::move(c));
@@ -96,8 +103,9 @@ Result<std::vector<ScriptCommand>> script_parse(std::string_view text, std::stri
 std::string ScriptRunner::current() const {
   if (next_ >= commands_.size()) return "";
   const ScriptCommand& c = commands_[next_];
-  static const char* const kNames[] = {"wait_connected", "wait_frames", "wait_steps", "wait_state", "wait_event",
-                                       "wait_action",    "click",       "submit_tiny", "reconnect", "quit"};
+  static const char* const kNames[] = {"wait_connected", "wait_frames", "wait_steps", "wait_state",
+                                       "wait_event",     "wait_action", "click",      "submit_tiny",
+                                       "reconnect",      "quit"};
   std::string s = "line " + std::to_string(c.line) + ": " + kNames[static_cast<int>(c.kind)];
   if (c.kind == ScriptCommand::Kind::wait_frames || c.kind == ScriptCommand::Kind::wait_steps)
     s += " " + std::to_string(c.number);
@@ -141,7 +149,8 @@ ScriptOrders ScriptRunner::step(const ConsoleSnapshot& s, const ClickTargets& cl
         finished = s.steps->last_step() >= c.number;
         if (!finished && s.run.id >= 0 && run_state_terminal(s.run.state) && s.run.last_step >= 0 &&
             s.run.last_step < c.number) {
-          fail("run " + std::to_string(s.run.id) + " is " + s.run.state + " at step " + std::to_string(s.run.last_step));
+          fail("run " + std::to_string(s.run.id) + " is " + s.run.state + " at step " +
+               std::to_string(s.run.last_step));
           return o;
         }
         break;

@@ -31,8 +31,18 @@
 namespace gantry::console {
 
 struct ScriptCommand {
-  enum class Kind { wait_connected, wait_frames, wait_steps, wait_state, wait_event, wait_action, click, submit_tiny,
-                    reconnect, quit };
+  enum class Kind {
+    wait_connected,
+    wait_frames,
+    wait_steps,
+    wait_state,
+    wait_event,
+    wait_action,
+    click,
+    submit_tiny,
+    reconnect,
+    quit
+  };
   Kind kind = Kind::quit;
   int64_t number = 0;  // wait_frames, wait_steps
   std::string text;    // wait_state, wait_event, click
@@ -70,8 +80,8 @@ class ScriptRunner {
   std::vector<ScriptCommand> commands_;
   size_t next_ = 0;
   int64_t frames_waited_ = 0;
-  int click_phase_ = 0;          // 0: not started, 1: mouse over, 2: pressed, 3: released
-  int64_t mark_event_id_ = 0;     // events with a larger id count for wait_event
+  int click_phase_ = 0;        // 0: not started, 1: mouse over, 2: pressed, 3: released
+  int64_t mark_event_id_ = 0;  // events with a larger id count for wait_event
   uint64_t mark_action_serial_ = 0;
   std::string failure_;
 };

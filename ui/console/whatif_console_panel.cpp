@@ -19,7 +19,7 @@ void WhatIfPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
   if (s.run.id >= 0 && loaded_run_ < 0 && s.run.detail.is_object()) {
     Status st = model_.load_run(s.run.detail);
     load_error_ = st.ok() ? "" : st.message();
-    loaded_run_ = s.run.id;  // tried: a config that does not parse is not tried again every frame
+    loaded_run_ = s.run.id;              // tried: a config that does not parse is not tried again every frame
     evaluated_ = evaluated_ || st.ok();  // load_run evaluates
     // The operator came here from a run: show first the best layout that run can be moved to (the
     // list stays ranked over all layouts), so Apply is one press (or one scripted click) away.

@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "telemetry/status.h"
 #include "storage/history_db.h"
+#include "telemetry/status.h"
 
 namespace gantry::history {
 

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "telemetry/status.h"
 #include "engine/plan/planner.h"
 #include "engine/plan/search.h"
+#include "telemetry/status.h"
 
 namespace gantry::whatif {
 

@@ -82,8 +82,8 @@ class WhatIfModel {
   Status load_run(const nlohmann::json& run);
   void forget_run() { run_.reset(); }
   // The run's state as the API last reported it ("running", "stopped", ...), without reloading the form.
-  // Apply stays the caller's to carry out: resume-from takes only a stopped, failed or interrupted run, so the panel
-  // says so beside an enabled Apply while the run is live (a console may stop it first).
+  // Apply stays the caller's to carry out: resume-from takes only a stopped, failed or interrupted run, so
+  // the panel says so beside an enabled Apply while the run is live (a console may stop it first).
   void set_run_state(std::string_view state) {
     if (run_) run_->state = std::string(state);
   }

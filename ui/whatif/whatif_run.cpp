@@ -5,7 +5,6 @@
 #include <charconv>
 #include <string>
 
-
 namespace gantry::whatif {
 
 namespace {
@@ -100,8 +99,9 @@ Result<WhatIfRun> whatif_run_parse(const json& run) {
   const auto model = run.find("model");
   const auto batch = run.find("batch");
   if (model == run.end() || !model->is_object() || batch == run.end() || !batch->is_object()) {
-    return Status::error("run " + id->dump() +
-                         ": no \"model\" and \"batch\" objects (GET /v1/runs/{id} has them; the list does not)");
+    return Status::error(
+        "run " + id->dump() +
+        ": no \"model\" and \"batch\" objects (GET /v1/runs/{id} has them; the list does not)");
   }
   WhatIfRun r;
   r.id = id->get<int64_t>();

@@ -19,8 +19,8 @@
 #include <string>
 #include <string_view>
 
-#include "telemetry/status.h"
 #include "engine/plan/planner.h"
+#include "telemetry/status.h"
 #include "ui/whatif/whatif_form.h"
 
 namespace gantry::whatif {

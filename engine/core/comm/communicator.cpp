@@ -9,18 +9,23 @@ std::string comm_error_prefix(const char* backend, const char* op, int rank, int
 
 namespace {
 Status no_streams(const Communicator& c, const char* op, size_t count) {
-  return Status::error(comm_error_prefix(c.backend(), op, c.rank(), c.size(), count) +
-                       "not supported: this communicator has no stream-ordered operations (device memory only)");
+  return Status::error(
+      comm_error_prefix(c.backend(), op, c.rank(), c.size(), count) +
+      "not supported: this communicator has no stream-ordered operations (device memory only)");
 }
 }  // namespace
 
-Status Communicator::all_reduce_enqueue(float*, size_t count, void*) { return no_streams(*this, "all_reduce_enqueue", count); }
+Status Communicator::all_reduce_enqueue(float*, size_t count, void*) {
+  return no_streams(*this, "all_reduce_enqueue", count);
+}
 Status Communicator::reduce_scatter_enqueue(const float*, float*, size_t count, void*) {
   return no_streams(*this, "reduce_scatter_enqueue", count);
 }
 Status Communicator::all_gather_enqueue(const void*, void*, size_t count, size_t, void*) {
   return no_streams(*this, "all_gather_enqueue", count);
 }
-Status Communicator::sync(void*, Timeout) { return no_streams(*this, "sync", 0); }
+Status Communicator::sync(void*, Timeout) {
+  return no_streams(*this, "sync", 0);
+}
 
 }  // namespace gantry

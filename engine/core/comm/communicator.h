@@ -85,7 +85,9 @@ class Communicator {
   // all_reduce of a few values in host memory (decisions and statistics: stop flags, a loss), whatever
   // memory the communicator's data lives in. Host communicators reduce in place; device ones stage the
   // values through device memory.
-  virtual Status all_reduce_host(float* data, size_t count, Timeout timeout) { return all_reduce(data, count, timeout); }
+  virtual Status all_reduce_host(float* data, size_t count, Timeout timeout) {
+    return all_reduce(data, count, timeout);
+  }
 
   // Stream-ordered operations, for device communicators (NCCL): enqueue the collective on `stream` (a
   // cudaStream_t) behind what is already there and return at once, so a reduction overlaps the compute
@@ -95,7 +97,8 @@ class Communicator {
   // and counts on every rank; the first failure breaks the communicator).
   virtual Status all_reduce_enqueue(float* data, size_t count, void* stream);
   virtual Status reduce_scatter_enqueue(const float* in, float* out, size_t count, void* stream);
-  virtual Status all_gather_enqueue(const void* in, void* out, size_t count, size_t element_bytes, void* stream);
+  virtual Status all_gather_enqueue(const void* in, void* out, size_t count, size_t element_bytes,
+                                    void* stream);
   // Waits until `stream` has drained, failing on the communicator's asynchronous error, the deadline or
   // abort().
   virtual Status sync(void* stream, Timeout timeout);

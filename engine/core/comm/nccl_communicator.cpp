@@ -114,11 +114,13 @@ class NcclCommunicator final : public Communicator {
   }
 
   Status reduce_scatter(const float* in, float* out, size_t count, Timeout timeout) override {
-    return run("reduce_scatter", count, timeout, [&]() { return enqueue_reduce_scatter(in, out, count, stream_); });
+    return run("reduce_scatter", count, timeout,
+               [&]() { return enqueue_reduce_scatter(in, out, count, stream_); });
   }
 
   Status all_gather(const float* in, float* out, size_t count, Timeout timeout) override {
-    return run("all_gather", count, timeout, [&]() { return enqueue_all_gather(in, out, count, 4, stream_); });
+    return run("all_gather", count, timeout,
+               [&]() { return enqueue_all_gather(in, out, count, 4, stream_); });
   }
 
   Status all_reduce_enqueue(float* data, size_t count, void* stream) override {
@@ -127,12 +129,15 @@ class NcclCommunicator final : public Communicator {
     });
   }
   Status reduce_scatter_enqueue(const float* in, float* out, size_t count, void* stream) override {
-    return enqueue_only("reduce_scatter_enqueue", count,
-                        [&]() { return enqueue_reduce_scatter(in, out, count, static_cast<cudaStream_t>(stream)); });
+    return enqueue_only("reduce_scatter_enqueue", count, [&]() {
+      return enqueue_reduce_scatter(in, out, count, static_cast<cudaStream_t>(stream));
+    });
   }
-  Status all_gather_enqueue(const void* in, void* out, size_t count, size_t element_bytes, void* stream) override {
+  Status all_gather_enqueue(const void* in, void* out, size_t count, size_t element_bytes,
+                            void* stream) override {
     if (element_bytes != 2 && element_bytes != 4) {
-      return invalid("all_gather_enqueue", count, "element size " + std::to_string(element_bytes) + " (2 or 4)");
+      return invalid("all_gather_enqueue", count,
+                     "element size " + std::to_string(element_bytes) + " (2 or 4)");
     }
     return enqueue_only("all_gather_enqueue", count, [&]() {
       return enqueue_all_gather(in, out, count, element_bytes, static_cast<cudaStream_t>(stream));
@@ -143,8 +148,9 @@ class NcclCommunicator final : public Communicator {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!broken_.empty()) {
-        return Status::error(prefix + (aborted_ ? std::string("aborted")
-                                                : "communicator unusable after an earlier error: " + broken_));
+        return Status::error(prefix + (aborted_
+                                           ? std::string("aborted")
+                                           : "communicator unusable after an earlier error: " + broken_));
       }
       in_op_ = true;
     }
@@ -174,19 +180,22 @@ class NcclCommunicator final : public Communicator {
   }
 
   Status all_reduce_host(float* data, size_t count, Timeout timeout) override {
-    if (count > kHostStaging) return invalid("all_reduce_host", count, "more than " + std::to_string(kHostStaging) + " values");
+    if (count > kHostStaging)
+      return invalid("all_reduce_host", count, "more than " + std::to_string(kHostStaging) + " values");
     if (host_staging_ == nullptr) {
       if (cudaError_t e = cudaMalloc(&host_staging_, kHostStaging * sizeof(float)); e != cudaSuccess) {
         return invalid("all_reduce_host", count, std::string("cudaMalloc: ") + cudaGetErrorString(e));
       }
     }
-    if (cudaError_t e = cudaMemcpyAsync(host_staging_, data, count * sizeof(float), cudaMemcpyHostToDevice, stream_);
+    if (cudaError_t e =
+            cudaMemcpyAsync(host_staging_, data, count * sizeof(float), cudaMemcpyHostToDevice, stream_);
         e != cudaSuccess) {
       return invalid("all_reduce_host", count, std::string("cudaMemcpyAsync: ") + cudaGetErrorString(e));
     }
     Status st = all_reduce(host_staging_, count, timeout);  // waits for the stream: the copy in is done too
     if (!st.ok()) return st;
-    if (cudaError_t e = cudaMemcpy(data, host_staging_, count * sizeof(float), cudaMemcpyDeviceToHost); e != cudaSuccess) {
+    if (cudaError_t e = cudaMemcpy(data, host_staging_, count * sizeof(float), cudaMemcpyDeviceToHost);
+        e != cudaSuccess) {
       return invalid("all_reduce_host", count, std::string("cudaMemcpy: ") + cudaGetErrorString(e));
     }
     return {};
@@ -212,7 +221,8 @@ class NcclCommunicator final : public Communicator {
 
   ncclResult_t enqueue_reduce_scatter(const float* in, float* out, size_t count, cudaStream_t stream) {
     if (count % static_cast<size_t>(size_) == 0) {
-      return ncclReduceScatter(in, out, count / static_cast<size_t>(size_), ncclFloat, ncclSum, comm_, stream);
+      return ncclReduceScatter(in, out, count / static_cast<size_t>(size_), ncclFloat, ncclSum, comm_,
+                               stream);
     }
     // Uneven blocks: one reduce per block, rooted at its owner, fused into one launch by the group.
     ncclResult_t r = ncclGroupStart();
@@ -231,7 +241,8 @@ class NcclCommunicator final : public Communicator {
     return ncclGroupEnd();
   }
 
-  ncclResult_t enqueue_all_gather(const void* in, void* out, size_t count, size_t element_bytes, cudaStream_t stream) {
+  ncclResult_t enqueue_all_gather(const void* in, void* out, size_t count, size_t element_bytes,
+                                  cudaStream_t stream) {
     const ncclDataType_t type = element_bytes == 2 ? ncclBfloat16 : ncclFloat;
     char* out_bytes = static_cast<char*>(out);
     if (count % static_cast<size_t>(size_) == 0) {
@@ -260,8 +271,9 @@ class NcclCommunicator final : public Communicator {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!broken_.empty()) {
-        return Status::error(prefix + (aborted_ ? std::string("aborted")
-                                                : "communicator unusable after an earlier error: " + broken_));
+        return Status::error(prefix + (aborted_
+                                           ? std::string("aborted")
+                                           : "communicator unusable after an earlier error: " + broken_));
       }
       in_op_ = true;
     }

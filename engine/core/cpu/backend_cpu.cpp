@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "engine/core/backend.h"
+#include "engine/core/comm/communicator.h"
 #include "engine/core/cpu/ops_cpu.h"
 #include "engine/core/cpu/thread_pool.h"
-#include "engine/core/comm/communicator.h"
 #include "engine/core/gpt.h"
 #include "engine/core/optim.h"
 #include "engine/core/parallel/zero_host_state.h"
@@ -53,8 +53,8 @@ class CpuBackend final : public Backend {
   CpuBackend(const ModelConfig& m, int max_batch, const BackendOptions& o)
       : m_(m), max_batch_(max_batch), table_(gpt_param_table(m)), pool_(o.threads) {
     const int dp = o.dp != nullptr ? o.dp->size() : 1, rank = o.dp != nullptr ? o.dp->rank() : 0;
-    state_ = std::make_unique<ZeroHostState>(table_, shard_plan_make(table_, dp, rank, o.zero, o.bucket_bytes), o.dp,
-                                             o.comm_timeout, &pool_);
+    state_ = std::make_unique<ZeroHostState>(
+        table_, shard_plan_make(table_, dp, rank, o.zero, o.bucket_bytes), o.dp, o.comm_timeout, &pool_);
     allocate_activations();
   }
 
@@ -119,7 +119,8 @@ class CpuBackend final : public Backend {
 
   StateBytes state_bytes() const override {
     const ShardMemory m = state_->allocated();
-    return {.params = m.params * sizeof(float), .grads = m.grads * sizeof(float),
+    return {.params = m.params * sizeof(float),
+            .grads = m.grads * sizeof(float),
             .optimizer = m.optimizer * sizeof(float)};
   }
 
@@ -241,12 +242,14 @@ class CpuBackend final : public Backend {
     GptTensors ge = unit_view(emb, state_->grads(emb));
     GptTensors gf = unit_view(fin, state_->grads(fin));
 
-    softmax_crossentropy_backward(&pool_, dlogits_.data(), probs_, targets, grad_scale / static_cast<float>(N), N, V);
+    softmax_crossentropy_backward(&pool_, dlogits_.data(), probs_, targets,
+                                  grad_scale / static_cast<float>(N), N, V);
     zero(dln_, NC);
     matmul_backward(&pool_, dln_.data(), ge.wte, nullptr, dlogits_.data(), lnf_, we.wte, N, C, V);
     zero(dres_, NC);
     const float* top = m_.n_layer > 0 ? layers_.back().res3 : encoded_;
-    layernorm_backward(dres_.data(), gf.lnf_w, gf.lnf_b, dln_.data(), top, wf.lnf_w, lnf_mean_, lnf_rstd_, N, C);
+    layernorm_backward(dres_.data(), gf.lnf_w, gf.lnf_b, dln_.data(), top, wf.lnf_w, lnf_mean_, lnf_rstd_, N,
+                       C);
     state_->grads_done(fin);
     if (m_.n_layer > 0) state_->prefetch(block_unit(m_.n_layer - 1));
 
@@ -261,12 +264,13 @@ class CpuBackend final : public Backend {
       const float* residual = l == 0 ? encoded_ : layers_[l - 1].res3;
       // dres_ holds d(res3); the MLP branch reads it before the norm's contribution turns it into d(res2).
       zero(dfch_gelu_, NC * 4);
-      matmul_backward(&pool_, dfch_gelu_.data(), gp.fcproj_w, gp.fcproj_b, dres_.data(), a.fch_gelu, p.fcproj_w, N,
-                      4 * C, C);
+      matmul_backward(&pool_, dfch_gelu_.data(), gp.fcproj_w, gp.fcproj_b, dres_.data(), a.fch_gelu,
+                      p.fcproj_w, N, 4 * C, C);
       gelu_backward(dfch_.data(), a.fch, dfch_gelu_.data(), NC * 4);
       zero(dln_, NC);
       matmul_backward(&pool_, dln_.data(), gp.fc_w, gp.fc_b, dfch_.data(), a.ln2, p.fc_w, N, C, 4 * C);
-      layernorm_backward(dres_.data(), gp.ln2_w, gp.ln2_b, dln_.data(), a.res2, p.ln2_w, a.ln2_mean, a.ln2_rstd, N, C);
+      layernorm_backward(dres_.data(), gp.ln2_w, gp.ln2_b, dln_.data(), a.res2, p.ln2_w, a.ln2_mean,
+                         a.ln2_rstd, N, C);
       // Now d(res2): the attention branch, then the first norm turns it into d(residual in).
       zero(datty_, NC);
       matmul_backward(&pool_, datty_.data(), gp.proj_w, gp.proj_b, dres_.data(), a.atty, p.proj_w, N, C, C);
@@ -274,8 +278,8 @@ class CpuBackend final : public Backend {
       attention_backward(&pool_, dqkv_.data(), datty_.data(), a.qkv, a.att, B, T, C, NH);
       zero(dln_, NC);
       matmul_backward(&pool_, dln_.data(), gp.qkv_w, gp.qkv_b, dqkv_.data(), a.ln1, p.qkv_w, N, C, 3 * C);
-      layernorm_backward(dres_.data(), gp.ln1_w, gp.ln1_b, dln_.data(), residual, p.ln1_w, a.ln1_mean, a.ln1_rstd, N,
-                         C);
+      layernorm_backward(dres_.data(), gp.ln1_w, gp.ln1_b, dln_.data(), residual, p.ln1_w, a.ln1_mean,
+                         a.ln1_rstd, N, C);
       state_->grads_done(u);
       state_->release(u);
     }
@@ -305,7 +309,8 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> backend_cpu_create(const ModelConfig& m, int max_batch, const BackendOptions& options) {
+std::unique_ptr<Backend> backend_cpu_create(const ModelConfig& m, int max_batch,
+                                            const BackendOptions& options) {
   return std::make_unique<CpuBackend>(m, max_batch, options);
 }
 

@@ -36,7 +36,8 @@ inline void axpy(float* y, float a, const float* x, int n) {
 
 }  // namespace
 
-void encoder_forward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B, int T, int C) {
+void encoder_forward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B, int T,
+                     int C) {
   for (int b = 0; b < B; ++b) {
     for (int t = 0; t < T; ++t) {
       float* o = out + (static_cast<size_t>(b) * T + t) * C;
@@ -77,8 +78,8 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
   }
 }
 
-void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
-                        const float* mean, const float* rstd, int N, int C) {
+void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
+                        const float* w, const float* mean, const float* rstd, int N, int C) {
   for (int n = 0; n < N; ++n) {
     const float* d = dout + static_cast<size_t>(n) * C;
     const float* x = inp + static_cast<size_t>(n) * C;
@@ -103,8 +104,8 @@ void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, co
   }
 }
 
-void matmul_forward(ThreadPool* pool, float* out, const float* inp, const float* w, const float* bias, int N, int C,
-                    int OC) {
+void matmul_forward(ThreadPool* pool, float* out, const float* inp, const float* w, const float* bias, int N,
+                    int C, int OC) {
   run(pool, static_cast<size_t>(N), [&](size_t begin, size_t end) {
     for (size_t n = begin; n < end; ++n) {
       const float* x = inp + n * C;
@@ -139,7 +140,8 @@ void matmul_backward(ThreadPool* pool, float* dinp, float* dw, float* db, const 
   });
 }
 
-void attention_forward(ThreadPool* pool, float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+void attention_forward(ThreadPool* pool, float* out, float* att, const float* qkv, int B, int T, int C,
+                       int NH) {
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const size_t C3 = 3 * static_cast<size_t>(C);
@@ -171,8 +173,8 @@ void attention_forward(ThreadPool* pool, float* out, float* att, const float* qk
   });
 }
 
-void attention_backward(ThreadPool* pool, float* dqkv, const float* dout, const float* qkv, const float* att, int B,
-                        int T, int C, int NH) {
+void attention_backward(ThreadPool* pool, float* dqkv, const float* dout, const float* qkv, const float* att,
+                        int B, int T, int C, int NH) {
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const size_t C3 = 3 * static_cast<size_t>(C);
@@ -221,7 +223,8 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
     const float u = kGeluScale * (x + 0.044715f * x * x * x);
     const float th = std::tanh(u);
     const float sech2 = 1.0f - th * th;
-    const float local = 0.5f * (1.0f + th) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+    const float local =
+        0.5f * (1.0f + th) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
     dinp[i] = local * dout[i];
   }
 }
@@ -252,8 +255,8 @@ void softmax_crossentropy_forward(ThreadPool* pool, float* probs, float* losses,
   });
 }
 
-void softmax_crossentropy_backward(ThreadPool* pool, float* dlogits, const float* probs, const int32_t* targets,
-                                   float dloss, int N, int V) {
+void softmax_crossentropy_backward(ThreadPool* pool, float* dlogits, const float* probs,
+                                   const int32_t* targets, float dloss, int N, int V) {
   run(pool, static_cast<size_t>(N), [&](size_t begin, size_t end) {
     for (size_t n = begin; n < end; ++n) {
       const float* p = probs + n * V;

@@ -20,21 +20,22 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t
 // out (N,C) = (inp - mean) * rstd * w + b; mean, rstd (N) saved for backward. eps = 1e-5.
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
                        int N, int C);
-void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
-                        const float* mean, const float* rstd, int N, int C);
+void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
+                        const float* w, const float* mean, const float* rstd, int N, int C);
 
 // out (N,OC) = inp (N,C) · w (OC,C)ᵀ + bias (OC); bias may be nullptr.
-void matmul_forward(ThreadPool* pool, float* out, const float* inp, const float* w, const float* bias, int N, int C,
-                    int OC);
+void matmul_forward(ThreadPool* pool, float* out, const float* inp, const float* w, const float* bias, int N,
+                    int C, int OC);
 // dinp (N,C) += dout·w; dw (OC,C) += doutᵀ·inp; db (OC) += Σ dout (db may be nullptr).
 void matmul_backward(ThreadPool* pool, float* dinp, float* dw, float* db, const float* dout, const float* inp,
                      const float* w, int N, int C, int OC);
 
 // Causal multi-head attention. qkv (B,T,3C) holds q, k, v side by side; out (B,T,C);
 // att (B,NH,T,T) keeps the softmax probabilities for backward (zero above the diagonal).
-void attention_forward(ThreadPool* pool, float* out, float* att, const float* qkv, int B, int T, int C, int NH);
-void attention_backward(ThreadPool* pool, float* dqkv, const float* dout, const float* qkv, const float* att, int B,
-                        int T, int C, int NH);
+void attention_forward(ThreadPool* pool, float* out, float* att, const float* qkv, int B, int T, int C,
+                       int NH);
+void attention_backward(ThreadPool* pool, float* dqkv, const float* dout, const float* qkv, const float* att,
+                        int B, int T, int C, int NH);
 
 // GELU, tanh approximation. gelu_backward WRITES dinp (it is never accumulated).
 void gelu_forward(float* out, const float* inp, size_t n);
@@ -46,7 +47,7 @@ void residual_forward(float* out, const float* a, const float* b, size_t n);
 void softmax_crossentropy_forward(ThreadPool* pool, float* probs, float* losses, const float* logits,
                                   const int32_t* targets, int N, int V);
 // dlogits (N,V) WRITTEN = (probs - onehot(target)) * dloss, the same dloss for every row.
-void softmax_crossentropy_backward(ThreadPool* pool, float* dlogits, const float* probs, const int32_t* targets,
-                                   float dloss, int N, int V);
+void softmax_crossentropy_backward(ThreadPool* pool, float* dlogits, const float* probs,
+                                   const int32_t* targets, float dloss, int N, int V);
 
 }  // namespace gantry

@@ -14,6 +14,7 @@
 #include <set>
 #include <vector>
 
+#include "engine/core/comm/communicator.h"
 #include "engine/core/cuda/attention.cuh"
 #include "engine/core/cuda/backend_cuda.h"
 #include "engine/core/cuda/cuda_check.h"
@@ -21,7 +22,6 @@
 #include "engine/core/cuda/kernels.cuh"
 #include "engine/core/cuda/matmul.cuh"
 #include "engine/core/cuda/zero_device_state.cuh"
-#include "engine/core/comm/communicator.h"
 #include "engine/core/fatal.h"
 #include "engine/core/gpt.h"
 #include "engine/core/parallel/shard_plan.h"
@@ -96,7 +96,8 @@ struct CapturedMicroBatch {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(const ModelConfig& m, int max_batch, bool graphs, bool deterministic, const CudaDataParallel& dp)
+  CudaBackend(const ModelConfig& m, int max_batch, bool graphs, bool deterministic,
+              const CudaDataParallel& dp)
       : m_(m),
         max_batch_(max_batch),
         table_(gpt_param_table(m)),
@@ -115,8 +116,9 @@ class CudaBackend final : public Backend {
     matmul_ = std::make_unique<Matmul>(stream_);
     allocate();
     // One GPU shards nothing: ZeRO 0 whatever was asked.
-    ShardPlan plan = dp_ != nullptr ? shard_plan_make(table_, dp_->size(), dp_->rank(), dp.zero, dp.bucket_bytes)
-                                    : shard_plan_make(table_, 1, 0, 0, dp.bucket_bytes);
+    ShardPlan plan = dp_ != nullptr
+                         ? shard_plan_make(table_, dp_->size(), dp_->rank(), dp.zero, dp.bucket_bytes)
+                         : shard_plan_make(table_, 1, 0, 0, dp.bucket_bytes);
     state_ = std::make_unique<ZeroDeviceState>(table_, std::move(plan), dp_, dp_timeout_, stream_, scratch_,
                                                [this](size_t bytes) { return device<char>(bytes); });
     layout_params();
@@ -171,8 +173,8 @@ class CudaBackend final : public Backend {
     const CapturedMicroBatch& g = it->second;
     // The phase events are recorded inside the graph (external event-record nodes), not around its launch:
     // the forward/backward boundary lies inside the captured micro-batch, and the begin/end marks then time
-    // the graph's own work, not the launch. Node parameters changed here apply to this and later launches only;
-    // a replay already queued keeps the events it had.
+    // the graph's own work, not the launch. Node parameters changed here apply to this and later launches
+    // only; a replay already queued keeps the events it had.
     CUDA_CHECK(cudaGraphExecEventRecordNodeSetEvent(g.exec, g.marks[0], ev.begin));
     CUDA_CHECK(cudaGraphExecEventRecordNodeSetEvent(g.exec, g.marks[1], ev.mid));
     CUDA_CHECK(cudaGraphExecEventRecordNodeSetEvent(g.exec, g.marks[2], ev.end));
@@ -211,8 +213,10 @@ class CudaBackend final : public Backend {
   }
 
   StepStats step_stats() override {
-    CUDA_CHECK(cudaMemcpyAsync(&host_stats_[0], state_->loss_sum(), sizeof(float), cudaMemcpyDeviceToHost, stream_));
-    CUDA_CHECK(cudaMemcpyAsync(&host_stats_[1], state_->norm(), sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(
+        cudaMemcpyAsync(&host_stats_[0], state_->loss_sum(), sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(
+        cudaMemcpyAsync(&host_stats_[1], state_->norm(), sizeof(float), cudaMemcpyDeviceToHost, stream_));
     // A collective that never finishes (a dead peer) must fail at the timeout, not hang in a stream wait.
     if (dp_ != nullptr) check(dp_->sync(stream_, dp_timeout_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -233,14 +237,15 @@ class CudaBackend final : public Backend {
   StateBytes state_bytes() const override { return state_->bytes(); }
 
   DeviceHealth device_health() override {
-    // Memory is this backend's own accounting (every cudaMalloc it made, the cuBLASLt workspace included), not
-    // cudaMemGetInfo, which counts the CUDA context and other processes on the card. All of it is allocated up
-    // front, so the peak equals what is held.
+    // Memory is this backend's own accounting (every cudaMalloc it made, the cuBLASLt workspace included),
+    // not cudaMemGetInfo, which counts the CUDA context and other processes on the card. All of it is
+    // allocated up front, so the peak equals what is held.
     DeviceHealth h;
     h.device = device_;
     h.mem_allocated_bytes = device_bytes_ + matmul_->workspace_bytes();
     h.mem_peak_bytes = h.mem_allocated_bytes;
-    if (!sensors_) sensors_ = std::make_unique<DeviceSensorMonitor>(device_);  // opens NVML once, on first use
+    if (!sensors_)
+      sensors_ = std::make_unique<DeviceSensorMonitor>(device_);  // opens NVML once, on first use
     const DeviceSensors d = sensors_->latest();
     h.temperature_celsius = d.temperature_celsius;
     h.sm_clock_hertz = d.sm_clock_hertz;
@@ -304,7 +309,8 @@ class CudaBackend final : public Backend {
         if (e == events[r]) g.marks[r] = node;
       }
     }
-    GANTRY_CHECK(g.marks[0] && g.marks[1] && g.marks[2], "the captured micro-batch lacks its phase-event nodes");
+    GANTRY_CHECK(g.marks[0] && g.marks[1] && g.marks[2],
+                 "the captured micro-batch lacks its phase-event nodes");
     // The graph stays alive beside its instance: the event nodes are addressed through it at every launch.
     CUDA_CHECK(cudaGraphInstantiate(&g.exec, g.graph, 0));
     return g;
@@ -401,13 +407,14 @@ class CudaBackend final : public Backend {
     tmp_nc_ = shared + region.tmp_nc;
     logits_ = shared;
     chunk_rows_ = static_cast<int>(std::min<size_t>(region.elements / V, N));
-    const size_t scratch = std::max({layernorm_backward_scratch_floats(static_cast<int>(N), static_cast<int>(C)),
-                                     bias_backward_scratch_floats(static_cast<int>(N), static_cast<int>(C)),
-                                     bias_backward_scratch_floats(static_cast<int>(N), static_cast<int>(3 * C)),
-                                     bias_backward_scratch_floats(static_cast<int>(N), static_cast<int>(4 * C)),
-                                     attention_backward_scratch_floats(static_cast<int>(B), static_cast<int>(T),
-                                                                       static_cast<int>(NH), static_cast<int>(C / NH)),
-                                     global_norm_scratch_floats(P)});
+    const size_t scratch =
+        std::max({layernorm_backward_scratch_floats(static_cast<int>(N), static_cast<int>(C)),
+                  bias_backward_scratch_floats(static_cast<int>(N), static_cast<int>(C)),
+                  bias_backward_scratch_floats(static_cast<int>(N), static_cast<int>(3 * C)),
+                  bias_backward_scratch_floats(static_cast<int>(N), static_cast<int>(4 * C)),
+                  attention_backward_scratch_floats(static_cast<int>(B), static_cast<int>(T),
+                                                    static_cast<int>(NH), static_cast<int>(C / NH)),
+                  global_norm_scratch_floats(P)});
     scratch_ = device<float>(scratch);
     eval_sum_ = device<float>(1);
     inputs_ = device<int32_t>(N);
@@ -425,7 +432,8 @@ class CudaBackend final : public Backend {
   void layout_params() {
     const ShardPlan& plan = state_->plan();
     const int L = m_.n_layer;
-    GANTRY_CHECK(table_.size() == static_cast<size_t>(4 + kBlockTensors * L), "GPT-2's tensor table expected");
+    GANTRY_CHECK(table_.size() == static_cast<size_t>(4 + kBlockTensors * L),
+                 "GPT-2's tensor table expected");
     auto in_unit = [&](size_t tensor, int unit) { return table_[tensor].offset - plan.units[unit].offset; };
     wpe_at_ = in_unit(1, plan.embedding_unit());
     GANTRY_CHECK(in_unit(0, plan.embedding_unit()) == 0, "wte begins the embeddings");
@@ -448,12 +456,14 @@ class CudaBackend final : public Backend {
   // Copies the batch to the device; with `buckets`, also the token-sorted positions the deterministic
   // embedding backward needs (a counting sort over the vocabulary, on the host, while the GPU works).
   void upload(const int32_t* inputs, const int32_t* targets, int B, bool buckets) {
-    GANTRY_CHECK(B > 0 && B <= max_batch_, "batch " + std::to_string(B) + " exceeds the backend's max batch " +
-                                                std::to_string(max_batch_));
+    GANTRY_CHECK(
+        B > 0 && B <= max_batch_,
+        "batch " + std::to_string(B) + " exceeds the backend's max batch " + std::to_string(max_batch_));
     const int N = B * m_.seq_len;
     for (int i = 0; i < N; ++i) {
-      GANTRY_CHECK(inputs[i] >= 0 && inputs[i] < m_.vocab_size && targets[i] >= 0 && targets[i] < m_.vocab_size,
-                   "token id out of [0, vocab_size)");
+      GANTRY_CHECK(
+          inputs[i] >= 0 && inputs[i] < m_.vocab_size && targets[i] >= 0 && targets[i] < m_.vocab_size,
+          "token id out of [0, vocab_size)");
     }
     // Two staging slots in turn: the host fills one while the copy out of the other may still be queued,
     // and waits only for the copy issued two batches ago (long done), never for compute.
@@ -480,11 +490,12 @@ class CudaBackend final : public Backend {
         token_count_[v] = s_start[k];  // becomes the fill cursor
         ++k;
       }
-      for (int j = k; j <= N; ++j) s_start[j] = at;  // spare buckets are empty
+      for (int j = k; j <= N; ++j) s_start[j] = at;                      // spare buckets are empty
       for (int i = 0; i < N; ++i) s_pos[token_count_[inputs[i]]++] = i;  // positions ascend within a bucket
       for (int i = 0; i < N; ++i) token_count_[inputs[i]] = 0;
       CUDA_CHECK(cudaMemcpyAsync(bucket_token_, s_tok, k * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
-      CUDA_CHECK(cudaMemcpyAsync(bucket_start_, s_start, (N + 1) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+      CUDA_CHECK(cudaMemcpyAsync(bucket_start_, s_start, (N + 1) * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                 stream_));
       CUDA_CHECK(cudaMemcpyAsync(positions_, s_pos, N * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
     }
     CUDA_CHECK(cudaEventRecord(upload_done_[slot_], stream_));
@@ -503,18 +514,18 @@ class CudaBackend final : public Backend {
       LayerActs& a = layers_[l];
       // This block's first norm also finishes the previous block: res3 = res2 + its MLP output.
       if (l == 0) {
-        residual_layernorm_forward_cuda(nullptr, a.ln1, a.ln1_mean, a.ln1_rstd, encoded_, nullptr, p.ln1_w, p.ln1_b,
-                                        N, C, stream_);
+        residual_layernorm_forward_cuda(nullptr, a.ln1, a.ln1_mean, a.ln1_rstd, encoded_, nullptr, p.ln1_w,
+                                        p.ln1_b, N, C, stream_);
       } else {
-        residual_layernorm_forward_cuda(layers_[l - 1].res3, a.ln1, a.ln1_mean, a.ln1_rstd, layers_[l - 1].res2,
-                                        tmp_nc_, p.ln1_w, p.ln1_b, N, C, stream_);
+        residual_layernorm_forward_cuda(layers_[l - 1].res3, a.ln1, a.ln1_mean, a.ln1_rstd,
+                                        layers_[l - 1].res2, tmp_nc_, p.ln1_w, p.ln1_b, N, C, stream_);
       }
       const bf16* residual = l == 0 ? encoded_ : layers_[l - 1].res3;
       matmul_->forward(a.qkv, a.ln1, p.qkv_w, p.qkv_b, N, C, 3 * C, nullptr);
       attention_forward(a.atty, a.lse, a.qkv, B, T, NH, HS, stream_);
       matmul_->forward(tmp_nc_, a.atty, p.proj_w, p.proj_b, N, C, C, nullptr);
-      residual_layernorm_forward_cuda(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, residual, tmp_nc_, p.ln2_w, p.ln2_b, N, C,
-                                      stream_);
+      residual_layernorm_forward_cuda(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, residual, tmp_nc_, p.ln2_w,
+                                      p.ln2_b, N, C, stream_);
       matmul_->forward(a.fch_gelu, a.ln2, p.fc_w, p.fc_b, N, C, 4 * C, a.fch_pre);
       matmul_->forward(tmp_nc_, a.fch_gelu, p.fcproj_w, p.fcproj_b, N, 4 * C, C, nullptr);
       state_->release(1 + l);
@@ -522,11 +533,10 @@ class CudaBackend final : public Backend {
     const bf16* lnf = state_->params(final_unit());
     if (L == 0) {
       residual_layernorm_forward_cuda(nullptr, lnf_, lnf_mean_, lnf_rstd_, encoded_, nullptr, lnf + lnf_w_at_,
-                                      lnf + lnf_b_at_, N, C,
-                                      stream_);
+                                      lnf + lnf_b_at_, N, C, stream_);
     } else {
-      residual_layernorm_forward_cuda(layers_[L - 1].res3, lnf_, lnf_mean_, lnf_rstd_, layers_[L - 1].res2, tmp_nc_,
-                                      lnf + lnf_w_at_, lnf + lnf_b_at_, N, C, stream_);
+      residual_layernorm_forward_cuda(layers_[L - 1].res3, lnf_, lnf_mean_, lnf_rstd_, layers_[L - 1].res2,
+                                      tmp_nc_, lnf + lnf_w_at_, lnf + lnf_b_at_, N, C, stream_);
     }
   }
 
@@ -572,8 +582,8 @@ class CudaBackend final : public Backend {
     float* top_bias = L > 0 ? block_grads(L - 1).fcproj_b : nullptr;
     const bf16* lnf = state_->params(final_unit());
     float* dlnf = state_->grads(final_unit());
-    layernorm_backward_cuda(dres_, dlnf + lnf_w_at_, dlnf + lnf_b_at_, top_bias, scratch_, dln_, top, lnf + lnf_w_at_,
-                            lnf_mean_, lnf_rstd_, N, C, false, stream_);
+    layernorm_backward_cuda(dres_, dlnf + lnf_w_at_, dlnf + lnf_b_at_, top_bias, scratch_, dln_, top,
+                            lnf + lnf_w_at_, lnf_mean_, lnf_rstd_, N, C, false, stream_);
     state_->grads_done(final_unit());
     for (int l = L - 1; l >= 0; --l) {
       const BlockParams p = block_params(l);
@@ -593,22 +603,24 @@ class CudaBackend final : public Backend {
       // Attention branch, then the first norm turns dres into d(residual in).
       matmul_->backward_weight(g.proj_w, dres_, a.atty, N, C, C);
       matmul_->backward_input(datty_, dres_, p.proj_w, N, C, C, nullptr);
-      attention_backward(dqkv_, datty_, a.atty, a.lse, a.qkv, scratch_, B, T, NH, HS, stream_, deterministic_);
+      attention_backward(dqkv_, datty_, a.atty, a.lse, a.qkv, scratch_, B, T, NH, HS, stream_,
+                         deterministic_);
       matmul_->backward_weight(g.qkv_w, dqkv_, a.ln1, N, C, 3 * C);
       bias_backward_cuda(g.qkv_b, scratch_, dqkv_, N, 3 * C, stream_);
       matmul_->backward_input(dln_, dqkv_, p.qkv_w, N, C, 3 * C, nullptr);
       // dres becomes d(res3) of the block below: its MLP projection's bias gradient.
       float* below_bias = l > 0 ? block_grads(l - 1).fcproj_b : nullptr;
-      layernorm_backward_cuda(dres_, g.ln1_w, g.ln1_b, below_bias, scratch_, dln_, residual, p.ln1_w, a.ln1_mean,
-                              a.ln1_rstd, N, C, true, stream_);
+      layernorm_backward_cuda(dres_, g.ln1_w, g.ln1_b, below_bias, scratch_, dln_, residual, p.ln1_w,
+                              a.ln1_mean, a.ln1_rstd, N, C, true, stream_);
       state_->release(1 + l);
-      state_->grads_done(1 + l);  // block l's gradients are complete (block l + 1 wrote its MLP projection bias's)
+      state_->grads_done(
+          1 + l);  // block l's gradients are complete (block l + 1 wrote its MLP projection bias's)
     }
     // A fixed grid of N buckets (the most a batch can have; spare ones are empty) keeps this launch the
     // same for every batch of a shape, as graph replay needs.
     float* dembeddings = state_->grads(0);
-    encoder_backward_cuda(dembeddings, dembeddings + wpe_at_, dres_, bucket_token_, bucket_start_, positions_, N, B, T,
-                          C, stream_);
+    encoder_backward_cuda(dembeddings, dembeddings + wpe_at_, dres_, bucket_token_, bucket_start_, positions_,
+                          N, B, T, C, stream_);
     state_->grads_done(0);  // the embeddings: the classifier wrote wte's gradient first, the encoder last
   }
 
@@ -667,8 +679,8 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> backend_cuda_create(const ModelConfig& m, int max_batch, bool graphs, bool deterministic,
-                                            const CudaDataParallel& dp) {
+std::unique_ptr<Backend> backend_cuda_create(const ModelConfig& m, int max_batch, bool graphs,
+                                             bool deterministic, const CudaDataParallel& dp) {
   return std::make_unique<CudaBackend>(m, max_batch, graphs, deterministic, dp);
 }
 

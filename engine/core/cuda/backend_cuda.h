@@ -22,7 +22,7 @@ struct CudaDataParallel {
   size_t bucket_bytes = size_t{25} << 20;
   std::chrono::milliseconds timeout{std::chrono::seconds(120)};
 };
-std::unique_ptr<Backend> backend_cuda_create(const ModelConfig& m, int max_batch, bool graphs, bool deterministic,
-                                            const CudaDataParallel& dp = {});
+std::unique_ptr<Backend> backend_cuda_create(const ModelConfig& m, int max_batch, bool graphs,
+                                             bool deterministic, const CudaDataParallel& dp = {});
 
 }  // namespace gantry

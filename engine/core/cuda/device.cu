@@ -21,7 +21,8 @@ int cuda_device_count() {
 
 std::string cuda_device_name(int index) {
   cudaDeviceProp prop{};
-  if (index < 0 || index >= cuda_device_count() || cudaGetDeviceProperties(&prop, index) != cudaSuccess) return "";
+  if (index < 0 || index >= cuda_device_count() || cudaGetDeviceProperties(&prop, index) != cudaSuccess)
+    return "";
   return prop.name;
 }
 
@@ -32,10 +33,10 @@ namespace {
 using NvmlDevice = struct NvmlDeviceOpaque*;
 using NvmlInit = int (*)();
 using NvmlShutdown = int (*)();
-using NvmlHandleBy = int (*)(const char*, NvmlDevice*);        // ..._v2 by PCI bus id, ...ByUUID
-using NvmlTemperature = int (*)(NvmlDevice, int, unsigned*);   // sensor 0 = NVML_TEMPERATURE_GPU, °C
-using NvmlClock = int (*)(NvmlDevice, int, unsigned*);         // clock 1 = NVML_CLOCK_SM, MHz
-using NvmlPower = int (*)(NvmlDevice, unsigned*);              // milliwatts
+using NvmlHandleBy = int (*)(const char*, NvmlDevice*);       // ..._v2 by PCI bus id, ...ByUUID
+using NvmlTemperature = int (*)(NvmlDevice, int, unsigned*);  // sensor 0 = NVML_TEMPERATURE_GPU, °C
+using NvmlClock = int (*)(NvmlDevice, int, unsigned*);        // clock 1 = NVML_CLOCK_SM, MHz
+using NvmlPower = int (*)(NvmlDevice, unsigned*);             // milliwatts
 constexpr int kNvmlSuccess = 0, kNvmlTemperatureGpu = 0, kNvmlClockSm = 1;
 
 template <class F>
@@ -87,8 +88,8 @@ struct DeviceSensorMonitor::Impl {
       const auto* u = reinterpret_cast<const unsigned char*>(prop.uuid.bytes);
       char uuid[64];
       std::snprintf(uuid, sizeof uuid,
-                    "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2],
-                    u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+                    "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
+                    u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
       if (by_uuid(uuid, &device) == kNvmlSuccess) return true;
     }
     cudaGetLastError();
@@ -149,6 +150,8 @@ DeviceSensors DeviceSensorMonitor::latest() const {
   return impl_->readings;
 }
 
-bool DeviceSensorMonitor::nvml_available() const { return impl_->lib != nullptr; }
+bool DeviceSensorMonitor::nvml_available() const {
+  return impl_->lib != nullptr;
+}
 
 }  // namespace gantry

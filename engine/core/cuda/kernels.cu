@@ -56,11 +56,15 @@ __device__ __forceinline__ uint4 pack8(const float* f) {
   return raw;
 }
 
-__device__ __forceinline__ uint4 ld16(const bf16* p) { return *reinterpret_cast<const uint4*>(p); }
-__device__ __forceinline__ void st16(bf16* p, const uint4& v) { *reinterpret_cast<uint4*>(p) = v; }
+__device__ __forceinline__ uint4 ld16(const bf16* p) {
+  return *reinterpret_cast<const uint4*>(p);
+}
+__device__ __forceinline__ void st16(bf16* p, const uint4& v) {
+  *reinterpret_cast<uint4*>(p) = v;
+}
 
-__global__ void encoder_forward_kernel(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int N,
-                                       int T, int C) {
+__global__ void encoder_forward_kernel(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe,
+                                       int N, int T, int C) {
   const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= static_cast<size_t>(N) * C) return;
   const int n = static_cast<int>(i / C), c = static_cast<int>(i % C);
@@ -94,8 +98,8 @@ __global__ void encoder_backward_wpe_kernel(float* dwpe, const bf16* dout, int B
 // the inputs, one write of each output.
 template <int VPL>
 __global__ void residual_layernorm_forward_kernel(bf16* residual_out, bf16* out, float* mean, float* rstd,
-                                                  const bf16* a, const bf16* b, const bf16* w, const bf16* bias,
-                                                  int N, int C) {
+                                                  const bf16* a, const bf16* b, const bf16* w,
+                                                  const bf16* bias, int N, int C) {
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= N) return;
@@ -144,8 +148,9 @@ __global__ void residual_layernorm_forward_kernel(bf16* residual_out, bf16* out,
   }
 }
 
-constexpr int kNormPartials = 2048;  // most row groups of the LayerNorm backward's first stage (sizes its scratch)
-constexpr int kLnBwdThreads = 64;    // 2 warps a block: small blocks let each SM fill up to its register limit
+constexpr int kNormPartials =
+    2048;  // most row groups of the LayerNorm backward's first stage (sizes its scratch)
+constexpr int kLnBwdThreads = 64;  // 2 warps a block: small blocks let each SM fill up to its register limit
 
 // One row of the LayerNorm backward's inputs, as loaded (bf16, 8 to a vector), and its saved statistics.
 template <int VPL>
@@ -156,8 +161,8 @@ struct LnBwdRow {
 
 template <int VPL>
 __device__ __forceinline__ void ln_bwd_load(LnBwdRow<VPL>& r, int row, int lane, int C, const bf16* dout,
-                                            const bf16* inp, const bf16* dinp, bool accumulate, const float* mean,
-                                            const float* rstd) {
+                                            const bf16* inp, const bf16* dinp, bool accumulate,
+                                            const float* mean, const float* rstd) {
   const size_t base = static_cast<size_t>(row) * C;
 #pragma unroll
   for (int k = 0; k < VPL; ++k) {
@@ -171,15 +176,17 @@ __device__ __forceinline__ void ln_bwd_load(LnBwdRow<VPL>& r, int row, int lane,
   r.rstd = rstd[row];
 }
 
-// Warp w handles rows w, w + G, ... (G = groups = the warps resident at once on the device): dinp in place, and
-// its own column partials of dw, db (and, with SUM, of the updated dinp), kept in registers and written once to
-// scratch at the end. The next row's loads are issued before the current row is computed, so every warp keeps a
-// row in flight while it works (one warp a row with the loads after the reductions ran at 1.3 TB/s).
+// Warp w handles rows w, w + G, ... (G = groups = the warps resident at once on the device): dinp in place,
+// and its own column partials of dw, db (and, with SUM, of the updated dinp), kept in registers and written
+// once to scratch at the end. The next row's loads are issued before the current row is computed, so every
+// warp keeps a row in flight while it works (one warp a row with the loads after the reductions ran at 1.3
+// TB/s).
 template <int VPL, bool SUM>
 __global__ void __launch_bounds__(kLnBwdThreads)
-    layernorm_backward_kernel(bf16* dinp, float* scratch, const bf16* __restrict__ dout, const bf16* __restrict__ inp,
-                              const bf16* __restrict__ w, const float* __restrict__ mean,
-                              const float* __restrict__ rstd, int N, int C, int groups, bool accumulate) {
+    layernorm_backward_kernel(bf16* dinp, float* scratch, const bf16* __restrict__ dout,
+                              const bf16* __restrict__ inp, const bf16* __restrict__ w,
+                              const float* __restrict__ mean, const float* __restrict__ rstd, int N, int C,
+                              int groups, bool accumulate) {
   const int warp = blockIdx.x * (kLnBwdThreads / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (warp >= groups) return;
@@ -252,10 +259,10 @@ __global__ void __launch_bounds__(kLnBwdThreads)
     if (c0 >= C) continue;
 #pragma unroll
     for (int j = 0; j < 8; j += 4) {
-      *reinterpret_cast<float4*>(part + c0 + j) = make_float4(dw_acc[k][j], dw_acc[k][j + 1], dw_acc[k][j + 2],
-                                                              dw_acc[k][j + 3]);
-      *reinterpret_cast<float4*>(part + C + c0 + j) = make_float4(db_acc[k][j], db_acc[k][j + 1], db_acc[k][j + 2],
-                                                                  db_acc[k][j + 3]);
+      *reinterpret_cast<float4*>(part + c0 + j) =
+          make_float4(dw_acc[k][j], dw_acc[k][j + 1], dw_acc[k][j + 2], dw_acc[k][j + 3]);
+      *reinterpret_cast<float4*>(part + C + c0 + j) =
+          make_float4(db_acc[k][j], db_acc[k][j + 1], db_acc[k][j + 2], db_acc[k][j + 3]);
       if constexpr (SUM) {
         *reinterpret_cast<float4*>(part + 2 * C + c0 + j) =
             make_float4(ds_acc[k][j], ds_acc[k][j + 1], ds_acc[k][j + 2], ds_acc[k][j + 3]);
@@ -293,8 +300,8 @@ __global__ void column_partials_reduce_kernel(ColumnOutputs outs, const float* p
   if (threadIdx.y == 0 && c < cols) out[c] += sums[0][threadIdx.x];
 }
 
-// Column partials of dout (N, OC) over row groups: thread (column vector, group g) sums rows g, g + groups, ...
-// Four rows' loads are issued before any is used, so each thread has 64 bytes in flight.
+// Column partials of dout (N, OC) over row groups: thread (column vector, group g) sums rows g, g + groups,
+// ... Four rows' loads are issued before any is used, so each thread has 64 bytes in flight.
 __global__ void bias_backward_partial_kernel(float* scratch, const bf16* __restrict__ dout, int N, int OC,
                                              int groups) {
   const int c0 = (blockIdx.x * blockDim.x + threadIdx.x) * 8;
@@ -392,10 +399,10 @@ __global__ void classifier_kernel(bf16* logits, float* losses, const int32_t* ta
 }
 
 // One block per row, the row staged in shared memory (V·2 bytes: 98 KB at V = 50304, two rows per SM): one
-// read of the logits from device memory, by cp.async (every load of a thread in flight at once), and one write of
-// dlogits. The two-pass kernel above reads each row twice, and with four 512-thread blocks per SM the rows in
-// flight (~53 MB) overflow L2, so much of the second read comes from DRAM. Each thread reads back only the
-// vectors it copied, so no barrier is needed before it does.
+// read of the logits from device memory, by cp.async (every load of a thread in flight at once), and one
+// write of dlogits. The two-pass kernel above reads each row twice, and with four 512-thread blocks per SM
+// the rows in flight (~53 MB) overflow L2, so much of the second read comes from DRAM. Each thread reads back
+// only the vectors it copied, so no barrier is needed before it does.
 constexpr int kClassifierStagedThreads = 512;
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
@@ -404,8 +411,8 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
 }
 
 __global__ void __launch_bounds__(kClassifierStagedThreads)
-    classifier_staged_kernel(bf16* logits, float* losses, const int32_t* targets, float dloss, bool write_dlogits,
-                             int V) {
+    classifier_staged_kernel(bf16* logits, float* losses, const int32_t* targets, float dloss,
+                             bool write_dlogits, int V) {
   extern __shared__ uint4 staged[];  // (V / 8) vectors of 8 logits
   __shared__ float shared_m[32], shared_s[32];
   bf16* row = logits + static_cast<size_t>(blockIdx.x) * V;
@@ -498,8 +505,9 @@ __global__ void chunk_squares_kernel(float* partials, const float* g, const Adam
   if (threadIdx.x == 0) partials[blockIdx.x] = s;
 }
 
-
-__global__ void sqrt_kernel(float* x) { *x = sqrtf(*x); }
+__global__ void sqrt_kernel(float* x) {
+  *x = sqrtf(*x);
+}
 
 __global__ void add_kernel(float* dst, const float* src, size_t n) {
   const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -526,8 +534,8 @@ __global__ void adamw_kernel(float* master, bf16* params_bf16, float* m, float* 
   const float* const gc = grads + ch.grad_offset;
   bf16* const bc = params_bf16 + ch.param_offset;
   if ((ch.grad_offset | ch.param_offset | ch.state_offset | ch.count) % 4 == 0) {
-    // 16-byte accesses (the model's tensors all have C, a multiple of 8, as a factor): the same arithmetic per
-    // element as below, ~30 bytes moved per parameter at a higher fraction of the bandwidth.
+    // 16-byte accesses (the model's tensors all have C, a multiple of 8, as a factor): the same arithmetic
+    // per element as below, ~30 bytes moved per parameter at a higher fraction of the bandwidth.
 #pragma unroll 2
     for (uint32_t j = threadIdx.x * 4; j < ch.count; j += blockDim.x * 4) {
       const float4 g = *reinterpret_cast<const float4*>(gc + j);
@@ -563,48 +571,69 @@ __global__ void float_to_bf16_kernel(bf16* out, const float* in, size_t n) {
   if (i < n) out[i] = __float2bfloat16(in[i]);
 }
 
-unsigned blocks_for(size_t n, unsigned threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
+unsigned blocks_for(size_t n, unsigned threads) {
+  return static_cast<unsigned>((n + threads - 1) / threads);
+}
 
 }  // namespace
 
-void encoder_forward_cuda(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int N, int T, int C,
-                          cudaStream_t stream) {
+void encoder_forward_cuda(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int N, int T,
+                          int C, cudaStream_t stream) {
   GANTRY_CHECK(out && tokens && wte && wpe && N > 0 && T > 0 && C > 0, "encoder_forward_cuda arguments");
-  encoder_forward_kernel<<<blocks_for(static_cast<size_t>(N) * C, 256), 256, 0, stream>>>(out, tokens, wte, wpe, N,
-                                                                                         T, C);
+  encoder_forward_kernel<<<blocks_for(static_cast<size_t>(N) * C, 256), 256, 0, stream>>>(out, tokens, wte,
+                                                                                          wpe, N, T, C);
   CUDA_CHECK_LAUNCH();
 }
 
 void encoder_backward_cuda(float* dwte, float* dwpe, const bf16* dout, const int32_t* bucket_token,
-                           const int32_t* bucket_start, const int32_t* positions, int buckets, int B, int T, int C,
-                           cudaStream_t stream) {
+                           const int32_t* bucket_start, const int32_t* positions, int buckets, int B, int T,
+                           int C, cudaStream_t stream) {
   GANTRY_CHECK(dwte && dwpe && dout && buckets > 0, "encoder_backward_cuda arguments");
-  encoder_backward_wte_kernel<<<buckets, 256, 0, stream>>>(dwte, dout, bucket_token, bucket_start, positions, C);
+  encoder_backward_wte_kernel<<<buckets, 256, 0, stream>>>(dwte, dout, bucket_token, bucket_start, positions,
+                                                           C);
   CUDA_CHECK_LAUNCH();
-  encoder_backward_wpe_kernel<<<blocks_for(static_cast<size_t>(T) * C, 256), 256, 0, stream>>>(dwpe, dout, B, T, C);
+  encoder_backward_wpe_kernel<<<blocks_for(static_cast<size_t>(T) * C, 256), 256, 0, stream>>>(dwpe, dout, B,
+                                                                                               T, C);
   CUDA_CHECK_LAUNCH();
 }
 
 void residual_layernorm_forward_cuda(bf16* residual_out, bf16* out, float* mean, float* rstd, const bf16* a,
                                      const bf16* b, const bf16* w, const bf16* bias, int N, int C,
                                      cudaStream_t stream) {
-  GANTRY_CHECK(out && mean && rstd && a && w && bias && (b == nullptr || residual_out), "layernorm arguments");
-  GANTRY_CHECK(C % 8 == 0 && C <= 2048, "residual_layernorm_forward_cuda needs C % 8 == 0 and C <= 2048, got " +
-                                            std::to_string(C));
+  GANTRY_CHECK(out && mean && rstd && a && w && bias && (b == nullptr || residual_out),
+               "layernorm arguments");
+  GANTRY_CHECK(C % 8 == 0 && C <= 2048,
+               "residual_layernorm_forward_cuda needs C % 8 == 0 and C <= 2048, got " + std::to_string(C));
   constexpr int kWarps = 8;
   const unsigned blocks = blocks_for(N, kWarps);
   auto launch = [&](auto kernel) {
     kernel<<<blocks, kWarps * 32, 0, stream>>>(residual_out, out, mean, rstd, a, b, w, bias, N, C);
   };
   switch ((C / 8 + 31) / 32) {
-    case 1: launch(residual_layernorm_forward_kernel<1>); break;
-    case 2: launch(residual_layernorm_forward_kernel<2>); break;
-    case 3: launch(residual_layernorm_forward_kernel<3>); break;
-    case 4: launch(residual_layernorm_forward_kernel<4>); break;
-    case 5: launch(residual_layernorm_forward_kernel<5>); break;
-    case 6: launch(residual_layernorm_forward_kernel<6>); break;
-    case 7: launch(residual_layernorm_forward_kernel<7>); break;
-    default: launch(residual_layernorm_forward_kernel<8>); break;
+    case 1:
+      launch(residual_layernorm_forward_kernel<1>);
+      break;
+    case 2:
+      launch(residual_layernorm_forward_kernel<2>);
+      break;
+    case 3:
+      launch(residual_layernorm_forward_kernel<3>);
+      break;
+    case 4:
+      launch(residual_layernorm_forward_kernel<4>);
+      break;
+    case 5:
+      launch(residual_layernorm_forward_kernel<5>);
+      break;
+    case 6:
+      launch(residual_layernorm_forward_kernel<6>);
+      break;
+    case 7:
+      launch(residual_layernorm_forward_kernel<7>);
+      break;
+    default:
+      launch(residual_layernorm_forward_kernel<8>);
+      break;
   }
   CUDA_CHECK_LAUNCH();
 }
@@ -634,19 +663,20 @@ size_t layernorm_backward_scratch_floats(int N, int C) {
 }
 
 void layernorm_backward_cuda(bf16* dinp, float* dw, float* db, float* dsum, float* scratch, const bf16* dout,
-                             const bf16* inp, const bf16* w, const float* mean, const float* rstd, int N, int C,
-                             bool accumulate, cudaStream_t stream) {
+                             const bf16* inp, const bf16* w, const float* mean, const float* rstd, int N,
+                             int C, bool accumulate, cudaStream_t stream) {
   GANTRY_CHECK(dinp && dw && db && scratch && dout && inp && w && mean && rstd && N > 0,
                "layernorm_backward arguments");
-  GANTRY_CHECK(C % 8 == 0 && C <= 2048, "layernorm_backward_cuda needs C % 8 == 0 and C <= 2048, got " +
-                                            std::to_string(C));
+  GANTRY_CHECK(C % 8 == 0 && C <= 2048,
+               "layernorm_backward_cuda needs C % 8 == 0 and C <= 2048, got " + std::to_string(C));
   const int outputs = dsum ? 3 : 2;
   auto launch = [&](auto kernel) {
-    // One wave: as many row groups as warps fit at once (fixed per device and build, so the sums' order is too).
+    // One wave: as many row groups as warps fit at once (fixed per device and build, so the sums' order is
+    // too).
     const int groups =
         std::min({N, kNormPartials, resident_warps(reinterpret_cast<const void*>(kernel), kLnBwdThreads)});
-    kernel<<<blocks_for(groups, kLnBwdThreads / 32), kLnBwdThreads, 0, stream>>>(dinp, scratch, dout, inp, w, mean,
-                                                                                 rstd, N, C, groups, accumulate);
+    kernel<<<blocks_for(groups, kLnBwdThreads / 32), kLnBwdThreads, 0, stream>>>(
+        dinp, scratch, dout, inp, w, mean, rstd, N, C, groups, accumulate);
     CUDA_CHECK_LAUNCH();
     column_partials_reduce_kernel<<<dim3(blocks_for(C, 32), outputs), dim3(32, 32), 0, stream>>>(
         {dw, db, dsum}, scratch, groups, C, static_cast<size_t>(outputs) * C);
@@ -655,56 +685,94 @@ void layernorm_backward_cuda(bf16* dinp, float* dw, float* db, float* dsum, floa
   const int vpl = (C / 8 + 31) / 32;
   if (dsum) {
     switch (vpl) {
-      case 1: launch(layernorm_backward_kernel<1, true>); break;
-      case 2: launch(layernorm_backward_kernel<2, true>); break;
-      case 3: launch(layernorm_backward_kernel<3, true>); break;
-      case 4: launch(layernorm_backward_kernel<4, true>); break;
-      case 5: launch(layernorm_backward_kernel<5, true>); break;
-      case 6: launch(layernorm_backward_kernel<6, true>); break;
-      case 7: launch(layernorm_backward_kernel<7, true>); break;
-      default: launch(layernorm_backward_kernel<8, true>); break;
+      case 1:
+        launch(layernorm_backward_kernel<1, true>);
+        break;
+      case 2:
+        launch(layernorm_backward_kernel<2, true>);
+        break;
+      case 3:
+        launch(layernorm_backward_kernel<3, true>);
+        break;
+      case 4:
+        launch(layernorm_backward_kernel<4, true>);
+        break;
+      case 5:
+        launch(layernorm_backward_kernel<5, true>);
+        break;
+      case 6:
+        launch(layernorm_backward_kernel<6, true>);
+        break;
+      case 7:
+        launch(layernorm_backward_kernel<7, true>);
+        break;
+      default:
+        launch(layernorm_backward_kernel<8, true>);
+        break;
     }
   } else {
     switch (vpl) {
-      case 1: launch(layernorm_backward_kernel<1, false>); break;
-      case 2: launch(layernorm_backward_kernel<2, false>); break;
-      case 3: launch(layernorm_backward_kernel<3, false>); break;
-      case 4: launch(layernorm_backward_kernel<4, false>); break;
-      case 5: launch(layernorm_backward_kernel<5, false>); break;
-      case 6: launch(layernorm_backward_kernel<6, false>); break;
-      case 7: launch(layernorm_backward_kernel<7, false>); break;
-      default: launch(layernorm_backward_kernel<8, false>); break;
+      case 1:
+        launch(layernorm_backward_kernel<1, false>);
+        break;
+      case 2:
+        launch(layernorm_backward_kernel<2, false>);
+        break;
+      case 3:
+        launch(layernorm_backward_kernel<3, false>);
+        break;
+      case 4:
+        launch(layernorm_backward_kernel<4, false>);
+        break;
+      case 5:
+        launch(layernorm_backward_kernel<5, false>);
+        break;
+      case 6:
+        launch(layernorm_backward_kernel<6, false>);
+        break;
+      case 7:
+        launch(layernorm_backward_kernel<7, false>);
+        break;
+      default:
+        launch(layernorm_backward_kernel<8, false>);
+        break;
     }
   }
 }
 
 namespace {
 // Row groups of the first stage: enough threads in flight (~64K, 8 columns each) whatever the width.
-int bias_groups(int N, int OC) { return std::min(N, std::clamp(65536 / (OC / 8), 64, 2048)); }
+int bias_groups(int N, int OC) {
+  return std::min(N, std::clamp(65536 / (OC / 8), 64, 2048));
+}
 
 }  // namespace
 
-size_t bias_backward_scratch_floats(int N, int OC) { return static_cast<size_t>(bias_groups(N, OC)) * OC; }
+size_t bias_backward_scratch_floats(int N, int OC) {
+  return static_cast<size_t>(bias_groups(N, OC)) * OC;
+}
 
 void bias_backward_cuda(float* db, float* scratch, const bf16* dout, int N, int OC, cudaStream_t stream) {
-  GANTRY_CHECK(db && scratch && dout && N > 0 && OC > 0 && OC % 8 == 0, "bias_backward_cuda needs OC % 8 == 0");
+  GANTRY_CHECK(db && scratch && dout && N > 0 && OC > 0 && OC % 8 == 0,
+               "bias_backward_cuda needs OC % 8 == 0");
   const int groups = bias_groups(N, OC);
-  bias_backward_partial_kernel<<<dim3(blocks_for(OC / 8, 128), groups), 128, 0, stream>>>(scratch, dout, N, OC,
-                                                                                         groups);
+  bias_backward_partial_kernel<<<dim3(blocks_for(OC / 8, 128), groups), 128, 0, stream>>>(scratch, dout, N,
+                                                                                          OC, groups);
   CUDA_CHECK_LAUNCH();
-  column_partials_reduce_kernel<<<blocks_for(OC, 32), dim3(32, 32), 0, stream>>>({db, nullptr, nullptr}, scratch,
-                                                                                  groups, OC, OC);
+  column_partials_reduce_kernel<<<blocks_for(OC, 32), dim3(32, 32), 0, stream>>>({db, nullptr, nullptr},
+                                                                                 scratch, groups, OC, OC);
   CUDA_CHECK_LAUNCH();
 }
 
-void classifier_cuda(bf16* logits, float* losses, const int32_t* targets, float dloss, bool write_dlogits, int rows,
-                     int V, cudaStream_t stream, bool resident) {
+void classifier_cuda(bf16* logits, float* losses, const int32_t* targets, float dloss, bool write_dlogits,
+                     int rows, int V, cudaStream_t stream, bool resident) {
   GANTRY_CHECK(logits && losses && targets && rows > 0 && V > 0, "classifier_cuda arguments");
   if (resident && V % 8 == 0 && V <= classifier_resident_max_vocab()) {
     const int smem = V * static_cast<int>(sizeof(bf16));
-    CUDA_CHECK(cudaFuncSetAttribute(classifier_staged_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    CUDA_CHECK(
+        cudaFuncSetAttribute(classifier_staged_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     classifier_staged_kernel<<<rows, kClassifierStagedThreads, smem, stream>>>(logits, losses, targets, dloss,
-                                                                              write_dlogits, V);
+                                                                               write_dlogits, V);
   } else if (V % 8 == 0) {
     classifier_kernel<true><<<rows, 512, 0, stream>>>(logits, losses, targets, dloss, write_dlogits, V);
   } else {
@@ -719,7 +787,9 @@ void sum_accumulate_cuda(float* accumulator, const float* values, int n, cudaStr
   CUDA_CHECK_LAUNCH();
 }
 
-size_t global_norm_scratch_floats(size_t) { return kNormBlocks; }
+size_t global_norm_scratch_floats(size_t) {
+  return kNormBlocks;
+}
 
 void global_norm_cuda(float* norm, float* scratch, const float* g, size_t n, cudaStream_t stream) {
   GANTRY_CHECK(norm && scratch && g, "global_norm_cuda arguments");
@@ -733,9 +803,11 @@ void adamw_cuda(float* master, bf16* params_bf16, float* m, float* v, const floa
                 const AdamWChunk* chunks, int n_chunks, float lr, float beta1, float beta2, float eps,
                 float weight_decay, float grad_clip, float bias_correction1, float bias_correction2,
                 cudaStream_t stream) {
-  GANTRY_CHECK(master && params_bf16 && m && v && grads && norm && chunks && n_chunks > 0, "adamw_cuda arguments");
-  adamw_kernel<<<n_chunks, 512, 0, stream>>>(master, params_bf16, m, v, grads, norm, chunks, lr, beta1, beta2, eps,
-                                             weight_decay, grad_clip, bias_correction1, bias_correction2);
+  GANTRY_CHECK(master && params_bf16 && m && v && grads && norm && chunks && n_chunks > 0,
+               "adamw_cuda arguments");
+  adamw_kernel<<<n_chunks, 512, 0, stream>>>(master, params_bf16, m, v, grads, norm, chunks, lr, beta1, beta2,
+                                             eps, weight_decay, grad_clip, bias_correction1,
+                                             bias_correction2);
   CUDA_CHECK_LAUNCH();
 }
 

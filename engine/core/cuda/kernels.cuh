@@ -16,16 +16,16 @@ namespace gantry {
 using bf16 = __nv_bfloat16;
 
 // out (N, C) = wte[tokens[n]] + wpe[n % T]
-void encoder_forward_cuda(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int N, int T, int C,
-                          cudaStream_t stream);
+void encoder_forward_cuda(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int N, int T,
+                          int C, cudaStream_t stream);
 
 // Token-sorted positions, built on the host from the inputs: bucket k holds token bucket_token[k] and the
 // positions positions[bucket_start[k] .. bucket_start[k+1]). One block sums one bucket in position order;
 // empty buckets (start == end) are skipped, so `buckets` may be a fixed upper bound (graph capture).
 // dwte (V, C) += Σ dout rows of each bucket; dwpe (T, C) += Σ_b dout[b, t]. fp32 gradients.
 void encoder_backward_cuda(float* dwte, float* dwpe, const bf16* dout, const int32_t* bucket_token,
-                           const int32_t* bucket_start, const int32_t* positions, int buckets, int B, int T, int C,
-                           cudaStream_t stream);
+                           const int32_t* bucket_start, const int32_t* positions, int buckets, int B, int T,
+                           int C, cudaStream_t stream);
 
 // LayerNorm kernels need C % 8 == 0 and C <= 2048 (16-byte accesses, rows held in registers).
 // Fused residual + LayerNorm: residual_out = a + b (when b != nullptr; otherwise residual_out is unused and
@@ -34,28 +34,33 @@ void residual_layernorm_forward_cuda(bf16* residual_out, bf16* out, float* mean,
                                      const bf16* b, const bf16* w, const bf16* bias, int N, int C,
                                      cudaStream_t stream);
 
-// LayerNorm backward: dinp (N, C) += (accumulate) or = (overwrite) the LN input gradient, bf16; dw, db (C) fp32
-// += the column sums. With dsum != nullptr, also dsum (C) fp32 += Σ_n dinp[n, :] after the update: the gradient of
-// a bias whose output is this residual stream (the projections' biases), for free, since the row is in registers.
-// Column sums are taken in two fixed-order stages through `scratch` (layernorm_backward_scratch_floats(N, C)): one
-// partial per row group (as many groups as warps fit on the device at once, so the order is fixed per device and
-// build), then a reduction over the groups.
+// LayerNorm backward: dinp (N, C) += (accumulate) or = (overwrite) the LN input gradient, bf16; dw, db (C)
+// fp32
+// += the column sums. With dsum != nullptr, also dsum (C) fp32 += Σ_n dinp[n, :] after the update: the
+// gradient of a bias whose output is this residual stream (the projections' biases), for free, since the row
+// is in registers. Column sums are taken in two fixed-order stages through `scratch`
+// (layernorm_backward_scratch_floats(N, C)): one partial per row group (as many groups as warps fit on the
+// device at once, so the order is fixed per device and build), then a reduction over the groups.
 size_t layernorm_backward_scratch_floats(int N, int C);
 void layernorm_backward_cuda(bf16* dinp, float* dw, float* db, float* dsum, float* scratch, const bf16* dout,
-                             const bf16* inp, const bf16* w, const float* mean, const float* rstd, int N, int C,
-                             bool accumulate, cudaStream_t stream);
+                             const bf16* inp, const bf16* w, const float* mean, const float* rstd, int N,
+                             int C, bool accumulate, cudaStream_t stream);
 
-// db (OC) fp32 += Σ_n dout[n, :] (OC % 8 == 0), two fixed-order stages through scratch (bias_backward_scratch_floats).
+// db (OC) fp32 += Σ_n dout[n, :] (OC % 8 == 0), two fixed-order stages through scratch
+// (bias_backward_scratch_floats).
 size_t bias_backward_scratch_floats(int N, int OC);
 void bias_backward_cuda(float* db, float* scratch, const bf16* dout, int N, int OC, cudaStream_t stream);
 
 // Fused classifier on a chunk of rows: logits (rows, V) bf16 in place → softmax → cross-entropy. Writes
 // losses (rows) fp32 and, when write_dlogits, overwrites logits with (softmax − onehot(target)) · dloss.
-// When V % 8 == 0 and V <= classifier_resident_max_vocab(), each row is read once into shared memory (one block
-// per row) unless `resident` is false, which forces the two-pass kernel (kept for other V, and for the bench).
-constexpr int classifier_resident_max_vocab() { return 112 * 1024; }  // 224 KB of shared memory a row
-void classifier_cuda(bf16* logits, float* losses, const int32_t* targets, float dloss, bool write_dlogits, int rows,
-                     int V, cudaStream_t stream, bool resident = true);
+// When V % 8 == 0 and V <= classifier_resident_max_vocab(), each row is read once into shared memory (one
+// block per row) unless `resident` is false, which forces the two-pass kernel (kept for other V, and for the
+// bench).
+constexpr int classifier_resident_max_vocab() {
+  return 112 * 1024;
+}  // 224 KB of shared memory a row
+void classifier_cuda(bf16* logits, float* losses, const int32_t* targets, float dloss, bool write_dlogits,
+                     int rows, int V, cudaStream_t stream, bool resident = true);
 
 // *accumulator += Σ values[0..n) in a fixed order (one block).
 void sum_accumulate_cuda(float* accumulator, const float* values, int n, cudaStream_t stream);
@@ -77,7 +82,9 @@ struct AdamWChunk {
   uint32_t count;
   uint32_t decay;
 };
-constexpr uint32_t adamw_chunk_elements() { return 1u << 16; }
+constexpr uint32_t adamw_chunk_elements() {
+  return 1u << 16;
+}
 void adamw_cuda(float* master, bf16* params_bf16, float* m, float* v, const float* grads, const float* norm,
                 const AdamWChunk* chunks, int n_chunks, float lr, float beta1, float beta2, float eps,
                 float weight_decay, float grad_clip, float bias_correction1, float bias_correction2,

@@ -4,8 +4,8 @@
 //
 //   Matmul mm(stream);
 //   mm.forward(out, inp, w, bias, N, C, OC, nullptr);               // out = inp·wᵀ + bias
-//   mm.forward(gelu_out, inp, w, bias, N, C, OC, pre_gelu);          // gelu_out = gelu(pre_gelu = inp·wᵀ + bias)
-//   mm.backward_input(dinp, dout, w, N, C, OC, nullptr);             // dinp = dout·w
+//   mm.forward(gelu_out, inp, w, bias, N, C, OC, pre_gelu);          // gelu_out = gelu(pre_gelu = inp·wᵀ +
+//   bias) mm.backward_input(dinp, dout, w, N, C, OC, nullptr);             // dinp = dout·w
 //   mm.backward_weight(dw, dout, inp, N, C, OC);                     // dw (fp32) += doutᵀ·inp
 #pragma once
 
@@ -28,11 +28,11 @@ class Matmul {
 
   // out (N, OC) = inp (N, C) · w (OC, C)ᵀ + bias (OC, may be null). With gelu_pre (N, OC): out = gelu(x) and
   // gelu_pre = x, where x = inp·wᵀ + bias.
-  void forward(__nv_bfloat16* out, const __nv_bfloat16* inp, const __nv_bfloat16* w, const __nv_bfloat16* bias, int N,
-               int C, int OC, __nv_bfloat16* gelu_pre);
+  void forward(__nv_bfloat16* out, const __nv_bfloat16* inp, const __nv_bfloat16* w,
+               const __nv_bfloat16* bias, int N, int C, int OC, __nv_bfloat16* gelu_pre);
   // dinp (N, C) = dout (N, OC) · w (OC, C), written. With gelu_pre (N, C): dinp = (dout·w) ⊙ gelu'(gelu_pre).
-  void backward_input(__nv_bfloat16* dinp, const __nv_bfloat16* dout, const __nv_bfloat16* w, int N, int C, int OC,
-                      const __nv_bfloat16* gelu_pre);
+  void backward_input(__nv_bfloat16* dinp, const __nv_bfloat16* dout, const __nv_bfloat16* w, int N, int C,
+                      int OC, const __nv_bfloat16* gelu_pre);
   // dw (OC, C) fp32 += dout (N, OC)ᵀ · inp (N, C).
   void backward_weight(float* dw, const __nv_bfloat16* dout, const __nv_bfloat16* inp, int N, int C, int OC);
 

@@ -1,10 +1,9 @@
-#include "engine/core/cuda/zero_device_state.cuh"
-
 #include <algorithm>
 #include <cmath>
 
 #include "engine/core/comm/communicator.h"
 #include "engine/core/cuda/cuda_check.h"
+#include "engine/core/cuda/zero_device_state.cuh"
 #include "engine/core/fatal.h"
 
 namespace gantry {
@@ -22,7 +21,9 @@ ZeroDeviceState::ZeroDeviceState(const TensorTable& table, ShardPlan plan, Commu
                "data parallel over more than one rank needs a communicator of the plan's size");
   GANTRY_CHECK(plan_.dp > 1 || zero_ == 0, "a plan over one rank shards nothing: ZeRO 0");
   if (plan_.dp == 1) comm_ = nullptr;
-  auto floats = [&](size_t n) { return static_cast<float*>(allocate(std::max<size_t>(n, 1) * sizeof(float))); };
+  auto floats = [&](size_t n) {
+    return static_cast<float*>(allocate(std::max<size_t>(n, 1) * sizeof(float)));
+  };
   auto halves = [&](size_t n) { return static_cast<bf16*>(allocate(std::max<size_t>(n, 1) * sizeof(bf16))); };
   const size_t P = plan_.numel, S = plan_.shard_numel;
   const size_t held = zero_ == 0 ? P : S;
@@ -96,7 +97,8 @@ void ZeroDeviceState::build_chunks(const TensorTable& table, const Allocate& all
   if (zero_ == 0) {
     for (size_t i = 0; i < table.size(); ++i) {
       const TensorInfo& t = table[i];
-      ranges.push_back({.offset = t.offset, .shard_offset = t.offset, .count = t.numel, .tensor = i, .decay = t.decay});
+      ranges.push_back(
+          {.offset = t.offset, .shard_offset = t.offset, .count = t.numel, .tensor = i, .decay = t.decay});
     }
   } else {
     ranges = plan_.segments;
@@ -105,11 +107,12 @@ void ZeroDeviceState::build_chunks(const TensorTable& table, const Allocate& all
   for (const ShardSegment& r : ranges) {
     for (size_t off = 0; off < r.count; off += adamw_chunk_elements()) {
       const uint64_t global = r.offset + off, shard = r.shard_offset + off;
-      chunks.push_back({.grad_offset = zero_ >= 2 ? shard : global,
-                        .param_offset = zero_ == 3 ? shard : global,
-                        .state_offset = shard,
-                        .count = static_cast<uint32_t>(std::min<size_t>(adamw_chunk_elements(), r.count - off)),
-                        .decay = r.decay ? 1u : 0u});
+      chunks.push_back(
+          {.grad_offset = zero_ >= 2 ? shard : global,
+           .param_offset = zero_ == 3 ? shard : global,
+           .state_offset = shard,
+           .count = static_cast<uint32_t>(std::min<size_t>(adamw_chunk_elements(), r.count - off)),
+           .decay = r.decay ? 1u : 0u});
     }
   }
   n_chunks_ = static_cast<int>(chunks.size());
@@ -138,7 +141,8 @@ void ZeroDeviceState::begin_step(int micro_batches) {
   CUDA_CHECK(cudaMemsetAsync(stats_, 0, sizeof(float), compute_));
   // The full buffer (ZeRO 0/1) or the shard (ZeRO 2/3, whose reductions add into it); the previous step's
   // reductions are done (the compute stream waited for them before its update).
-  CUDA_CHECK(cudaMemsetAsync(grads_, 0, (zero_ < 2 ? plan_.numel : plan_.shard_numel) * sizeof(float), compute_));
+  CUDA_CHECK(
+      cudaMemsetAsync(grads_, 0, (zero_ < 2 ? plan_.numel : plan_.shard_numel) * sizeof(float), compute_));
 }
 
 void ZeroDeviceState::begin_micro_batch() {
@@ -146,8 +150,8 @@ void ZeroDeviceState::begin_micro_batch() {
   // Data parallel, the step's last micro-batch reduces: a count that differs from the announced one would
   // reduce too early (and add unreduced gradients after) or never.
   GANTRY_CHECK(comm_ == nullptr || micro_index_ < micro_batches_,
-               "a data parallel step ran more micro-batches than begin_step(" + std::to_string(micro_batches_) +
-                   ") announced");
+               "a data parallel step ran more micro-batches than begin_step(" +
+                   std::to_string(micro_batches_) + ") announced");
   std::fill(bucket_done_.begin(), bucket_done_.end(), 0);
 }
 
@@ -287,7 +291,8 @@ void ZeroDeviceState::grads_done(int unit) {
     if (zero_ == 0) {
       check(comm_->all_reduce_enqueue(grads_ + bucket.offset, bucket.count, comm_stream_));
     } else {
-      check(comm_->reduce_scatter_enqueue(grads_ + bucket.offset, grads_ + own.offset, bucket.count, comm_stream_));
+      check(comm_->reduce_scatter_enqueue(grads_ + bucket.offset, grads_ + own.offset, bucket.count,
+                                          comm_stream_));
     }
     return;
   }
@@ -309,7 +314,8 @@ void ZeroDeviceState::finish_reductions() {
   if (comm_ == nullptr) return;
   GANTRY_CHECK(micro_index_ == micro_batches_ - 1,
                "a data parallel step ran " + std::to_string(micro_index_ + 1) + " micro-batches of the " +
-                   std::to_string(micro_batches_) + " begin_step announced: its gradients were not all reduced");
+                   std::to_string(micro_batches_) +
+                   " begin_step announced: its gradients were not all reduced");
   if (zero_ == 0) {
     // The loss sum joins the queue behind the buckets (ZeRO 1-3 reduce it with the norm, in update()).
     comm_follows_compute();
@@ -343,7 +349,8 @@ void ZeroDeviceState::update(const AdamWStep& s) {
   if (zero_ == 1 || zero_ == 2) params_stale_ = true;
   if (zero_ == 3) {
     // Every gathered copy is stale now; the next forward gathers again.
-    for (ParamSlot* slot : {&embedding_params_, &final_params_, &block_slots_[0], &block_slots_[1]}) slot->unit = -1;
+    for (ParamSlot* slot : {&embedding_params_, &final_params_, &block_slots_[0], &block_slots_[1]})
+      slot->unit = -1;
   }
 }
 
@@ -405,7 +412,8 @@ std::vector<FlatRange> ZeroDeviceState::held(StateBuffer which) const {
 
 std::vector<FlatRange> ZeroDeviceState::written(StateBuffer which) const {
   if (which == StateBuffer::kGrads) return {};
-  if (zero_ == 0) return plan_.rank == 0 ? std::vector<FlatRange>{{0, plan_.numel}} : std::vector<FlatRange>{};
+  if (zero_ == 0)
+    return plan_.rank == 0 ? std::vector<FlatRange>{{0, plan_.numel}} : std::vector<FlatRange>{};
   return plan_.owned_ranges();
 }
 
@@ -417,10 +425,11 @@ void ZeroDeviceState::read(StateBuffer which, size_t offset, size_t count, float
     CUDA_CHECK(cudaMemcpyAsync(out, base + offset, count * sizeof(float), cudaMemcpyDeviceToHost, compute_));
   } else {
     const size_t copied = plan_.for_each_owned(offset, count, [&](size_t at, size_t shard_at, size_t n) {
-      CUDA_CHECK(cudaMemcpyAsync(out + (at - offset), base + shard_at, n * sizeof(float), cudaMemcpyDeviceToHost,
-                                 compute_));
+      CUDA_CHECK(cudaMemcpyAsync(out + (at - offset), base + shard_at, n * sizeof(float),
+                                 cudaMemcpyDeviceToHost, compute_));
     });
-    GANTRY_CHECK(copied == count, std::string("read of ") + state_buffer_name(which) + " outside this rank's shard");
+    GANTRY_CHECK(copied == count,
+                 std::string("read of ") + state_buffer_name(which) + " outside this rank's shard");
   }
   CUDA_CHECK(cudaStreamSynchronize(compute_));
 }
@@ -440,7 +449,8 @@ void ZeroDeviceState::write(StateBuffer which, size_t offset, size_t count, cons
     copy(offset, offset, count);
   } else {
     const size_t copied = plan_.for_each_owned(offset, count, copy);
-    GANTRY_CHECK(copied == count, std::string("write of ") + state_buffer_name(which) + " outside this rank's shard");
+    GANTRY_CHECK(copied == count,
+                 std::string("write of ") + state_buffer_name(which) + " outside this rank's shard");
   }
   CUDA_CHECK(cudaStreamSynchronize(compute_));  // `in` may be freed when this returns
   if (which == StateBuffer::kParams && comm_ != nullptr) {
@@ -448,7 +458,8 @@ void ZeroDeviceState::write(StateBuffer which, size_t offset, size_t count, cons
     // parameters at the same points (initialisation, a checkpoint load), so the gathers stay in step.
     if (zero_ == 1 || zero_ == 2) params_stale_ = true;
     if (zero_ == 3) {
-      for (ParamSlot* slot : {&embedding_params_, &final_params_, &block_slots_[0], &block_slots_[1]}) slot->unit = -1;
+      for (ParamSlot* slot : {&embedding_params_, &final_params_, &block_slots_[0], &block_slots_[1]})
+        slot->unit = -1;
     }
   }
 }

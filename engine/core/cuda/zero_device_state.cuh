@@ -51,8 +51,9 @@ class ZeroDeviceState {
   using Allocate = std::function<void*(size_t bytes)>;
   // dp may be null only when plan.dp == 1; a plan over one rank must be ZeRO 0. norm_scratch: at least
   // global_norm_scratch_floats(numel) floats that the compute stream may use between other kernels.
-  ZeroDeviceState(const TensorTable& table, ShardPlan plan, Communicator* dp, std::chrono::milliseconds timeout,
-                  cudaStream_t compute, float* norm_scratch, const Allocate& allocate);
+  ZeroDeviceState(const TensorTable& table, ShardPlan plan, Communicator* dp,
+                  std::chrono::milliseconds timeout, cudaStream_t compute, float* norm_scratch,
+                  const Allocate& allocate);
   ~ZeroDeviceState();
   ZeroDeviceState(const ZeroDeviceState&) = delete;
   ZeroDeviceState& operator=(const ZeroDeviceState&) = delete;
@@ -73,7 +74,7 @@ class ZeroDeviceState {
   float* grads(int unit);
   void grads_done(int unit);
 
-  float* loss_sum() { return stats_; }  // the step's summed token losses (the backend adds into it)
+  float* loss_sum() { return stats_; }         // the step's summed token losses (the backend adds into it)
   const float* norm() const { return norm_; }  // the global gradient norm, after update()
   // The compute stream waits for every reduction (and, data parallel, the loss sum's all-reduce): the part
   // of the communication the backward pass did not hide.
@@ -136,9 +137,9 @@ class ZeroDeviceState {
 
   float* master_ = nullptr;  // P (ZeRO 0) or the shard S
   float *m_ = nullptr, *v_ = nullptr;
-  float* grads_ = nullptr;   // P (ZeRO 0/1) or the shard S (ZeRO 2/3)
-  bf16* params_ = nullptr;   // P (ZeRO 0-2) or the shard S (ZeRO 3)
-  float* stats_ = nullptr;   // [loss sum, sum of squared gradients]
+  float* grads_ = nullptr;  // P (ZeRO 0/1) or the shard S (ZeRO 2/3)
+  bf16* params_ = nullptr;  // P (ZeRO 0-2) or the shard S (ZeRO 3)
+  float* stats_ = nullptr;  // [loss sum, sum of squared gradients]
   float* norm_ = nullptr;
   float* chunk_scratch_ = nullptr;  // ZeRO 1-3: one partial sum of squares per chunk
   AdamWChunk* chunks_ = nullptr;

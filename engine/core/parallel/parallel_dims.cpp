@@ -6,13 +6,14 @@ Result<ParallelDims> ParallelDims::make(const ParallelDims& d) {
   auto bad = [](const std::string& what) { return Status::error("parallel layout: " + what); };
   if (d.world < 1) return bad("world size " + std::to_string(d.world) + " must be at least 1");
   if (d.dp < 1 || d.tp < 1 || d.pp < 1) {
-    return bad("dp " + std::to_string(d.dp) + ", tp " + std::to_string(d.tp) + ", pp " + std::to_string(d.pp) +
-               ": every degree must be at least 1");
+    return bad("dp " + std::to_string(d.dp) + ", tp " + std::to_string(d.tp) + ", pp " +
+               std::to_string(d.pp) + ": every degree must be at least 1");
   }
   if (static_cast<long long>(d.dp) * d.tp * d.pp != d.world) {
-    return bad("dp " + std::to_string(d.dp) + " x tp " + std::to_string(d.tp) + " x pp " + std::to_string(d.pp) +
-               " = " + std::to_string(static_cast<long long>(d.dp) * d.tp * d.pp) + " but the world has " +
-               std::to_string(d.world) + " ranks: the degrees must multiply to the world size");
+    return bad("dp " + std::to_string(d.dp) + " x tp " + std::to_string(d.tp) + " x pp " +
+               std::to_string(d.pp) + " = " + std::to_string(static_cast<long long>(d.dp) * d.tp * d.pp) +
+               " but the world has " + std::to_string(d.world) +
+               " ranks: the degrees must multiply to the world size");
   }
   if (d.rank < 0 || d.rank >= d.world) {
     return bad("rank " + std::to_string(d.rank) + " is outside [0, " + std::to_string(d.world) + ")");
@@ -40,8 +41,8 @@ std::vector<int> ParallelDims::pp_group() const {
 }
 
 std::string ParallelDims::describe() const {
-  return "dp " + std::to_string(dp) + " x tp " + std::to_string(tp) + " x pp " + std::to_string(pp) + ", zero " +
-         std::to_string(zero) + " (world " + std::to_string(world) + ")";
+  return "dp " + std::to_string(dp) + " x tp " + std::to_string(tp) + " x pp " + std::to_string(pp) +
+         ", zero " + std::to_string(zero) + " (world " + std::to_string(world) + ")";
 }
 
 }  // namespace gantry

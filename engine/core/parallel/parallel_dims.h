@@ -22,7 +22,8 @@ struct ParallelDims {
   int dp = 1;
   int tp = 1;
   int pp = 1;
-  int zero = 0;  // ZeRO stage 0..3 over the dp axis: 1 shards AdamW state, 2 also gradients, 3 also parameters
+  int zero =
+      0;  // ZeRO stage 0..3 over the dp axis: 1 shards AdamW state, 2 also gradients, 3 also parameters
 
   // Checks that dp * tp * pp == world, every degree >= 1, 0 <= rank < world and 0 <= zero <= 3; the error
   // names the first field that is wrong and what would be right.

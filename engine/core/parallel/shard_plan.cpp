@@ -88,12 +88,11 @@ ShardPlan shard_plan_make(const TensorTable& table, int dp, int rank, int zero, 
   const size_t cap = std::max<size_t>(1, bucket_bytes / sizeof(float));
   std::vector<std::vector<int>> groups;  // units of each bucket, top down
   for (int u = n_units - 1; u >= 1; --u) {
-    const bool fits = !groups.empty() && zero < 3 &&
-                      [&] {
-                        size_t n = 0;
-                        for (int v : groups.back()) n += p.units[v].count;
-                        return n + p.units[u].count <= cap;
-                      }();
+    const bool fits = !groups.empty() && zero < 3 && [&] {
+      size_t n = 0;
+      for (int v : groups.back()) n += p.units[v].count;
+      return n + p.units[u].count <= cap;
+    }();
     if (!fits) groups.emplace_back();
     groups.back().push_back(u);
   }

@@ -14,8 +14,8 @@
 //            parameter, identically). The owned blocks, packed bucket by bucket, are the rank's shard.
 //
 //   ShardPlan plan = shard_plan_make(table, /*dp=*/4, /*rank=*/1, /*zero=*/2, 25 << 20);
-//   for (const ShardSegment& s : plan.segments) adamw(params + s.offset, shard_m + s.shard_offset, s.count, s.decay);
-//   ShardMemory mem = shard_memory(plan);   // what the rank allocates, per category
+//   for (const ShardSegment& s : plan.segments) adamw(params + s.offset, shard_m + s.shard_offset, s.count,
+//   s.decay); ShardMemory mem = shard_memory(plan);   // what the rank allocates, per category
 #pragma once
 
 #include <cstddef>
@@ -32,7 +32,7 @@ struct ShardSegment {
   size_t offset = 0;        // global flat offset
   size_t shard_offset = 0;  // offset in the rank's packed shard buffers
   size_t count = 0;
-  size_t tensor = 0;        // index in the tensor table
+  size_t tensor = 0;  // index in the tensor table
   bool decay = false;
 };
 
@@ -41,24 +41,25 @@ struct ShardPlan {
   int rank = 0;  // dp rank
   int zero = 0;
   size_t numel = 0;
-  std::vector<FlatRange> units;         // flat order: [0] embeddings, [1..L] blocks, [L+1] final norm
-  std::vector<FlatRange> buckets;       // flat order
-  std::vector<int> unit_bucket;         // bucket of each unit
-  std::vector<FlatRange> owned;         // per bucket, global coordinates
+  std::vector<FlatRange> units;            // flat order: [0] embeddings, [1..L] blocks, [L+1] final norm
+  std::vector<FlatRange> buckets;          // flat order
+  std::vector<int> unit_bucket;            // bucket of each unit
+  std::vector<FlatRange> owned;            // per bucket, global coordinates
   std::vector<size_t> owned_shard_offset;  // per bucket, where owned[b] starts in the shard
-  size_t shard_numel = 0;               // sum of owned counts
-  std::vector<ShardSegment> segments;   // owned ranges cut at tensor boundaries, in flat order
+  size_t shard_numel = 0;                  // sum of owned counts
+  std::vector<ShardSegment> segments;      // owned ranges cut at tensor boundaries, in flat order
 
   int embedding_unit() const { return 0; }
   int final_unit() const { return static_cast<int>(units.size()) - 1; }
   bool is_block(int unit) const { return unit > 0 && unit < final_unit(); }
-  size_t largest_block_unit() const;     // elements; 0 without blocks
+  size_t largest_block_unit() const;  // elements; 0 without blocks
   size_t largest_nonembedding_bucket() const;
   // The owned ranges with neighbours merged (what a rank reports as held or written).
   std::vector<FlatRange> owned_ranges() const;
   // Calls fn(global offset, shard offset, count) for each part of [offset, offset + count) inside the owned
   // blocks, in flat order; returns how many elements that covered.
-  size_t for_each_owned(size_t offset, size_t count, const std::function<void(size_t, size_t, size_t)>& fn) const;
+  size_t for_each_owned(size_t offset, size_t count,
+                        const std::function<void(size_t, size_t, size_t)>& fn) const;
 };
 
 // `table` must be gpt_param_table's (units are found from the tensors' layer index). bucket_bytes is

@@ -37,8 +37,10 @@ double sum_squares(const float* x, size_t n, ThreadPool* pool) {
 ZeroHostState::ZeroHostState(const TensorTable& /*table*/, ShardPlan plan, Communicator* dp,
                              std::chrono::milliseconds timeout, ThreadPool* pool)
     : plan_(std::move(plan)), comm_(dp), timeout_(timeout), pool_(pool) {
-  GANTRY_CHECK(plan_.dp == 1 || comm_ != nullptr, "data parallel over more than one rank needs a communicator");
-  GANTRY_CHECK(comm_ == nullptr || comm_->size() == plan_.dp, "the communicator's size differs from the plan's dp");
+  GANTRY_CHECK(plan_.dp == 1 || comm_ != nullptr,
+               "data parallel over more than one rank needs a communicator");
+  GANTRY_CHECK(comm_ == nullptr || comm_->size() == plan_.dp,
+               "the communicator's size differs from the plan's dp");
   const size_t P = plan_.numel, S = plan_.shard_numel;
   params_.assign(plan_.zero < 3 ? P : S, 0.0f);
   grads_.assign(plan_.zero < 2 ? P : S, 0.0f);
@@ -272,7 +274,8 @@ ZeroHostState::Reduced ZeroHostState::reduce_stats(double local_loss) {
   wait_all();
   double sq = 0;
   if (plan_.zero == 0 || plan_.zero >= 2) {
-    sq = sum_squares(grads_.data(), grads_.size(), pool_);  // ZeRO 0: full (identical everywhere); 2/3: the shard
+    sq = sum_squares(grads_.data(), grads_.size(),
+                     pool_);  // ZeRO 0: full (identical everywhere); 2/3: the shard
   } else {
     for (const ShardSegment& s : plan_.segments) sq += sum_squares(grads_.data() + s.offset, s.count, pool_);
   }
@@ -336,7 +339,8 @@ void ZeroHostState::adamw(const AdamWStep& s, double grad_scale) {
     if (plan_.zero == 1 || plan_.zero == 2) {
       const int bi = static_cast<int>(b);
       enqueue([this, bi] {
-        return gather_bucket(bi, params_.data() + plan_.owned[bi].offset, params_.data() + plan_.buckets[bi].offset);
+        return gather_bucket(bi, params_.data() + plan_.owned[bi].offset,
+                             params_.data() + plan_.buckets[bi].offset);
       });
     }
   }
@@ -365,7 +369,8 @@ std::vector<FlatRange> ZeroHostState::held(StateBuffer which) const {
 
 std::vector<FlatRange> ZeroHostState::written(StateBuffer which) const {
   if (which == StateBuffer::kGrads) return {};
-  if (plan_.zero == 0) return plan_.rank == 0 ? std::vector<FlatRange>{{0, plan_.numel}} : std::vector<FlatRange>{};
+  if (plan_.zero == 0)
+    return plan_.rank == 0 ? std::vector<FlatRange>{{0, plan_.numel}} : std::vector<FlatRange>{};
   return plan_.owned_ranges();
 }
 
@@ -407,7 +412,8 @@ void ZeroHostState::read(StateBuffer which, size_t offset, size_t count, float* 
   const size_t copied = plan_.for_each_owned(offset, count, [&](size_t at, size_t shard_at, size_t n) {
     std::memcpy(out + (at - offset), base + shard_at, n * sizeof(float));
   });
-  GANTRY_CHECK(copied == count, std::string("read of ") + state_buffer_name(which) + " outside the rank's shard");
+  GANTRY_CHECK(copied == count,
+               std::string("read of ") + state_buffer_name(which) + " outside the rank's shard");
 }
 
 void ZeroHostState::write(StateBuffer which, size_t offset, size_t count, const float* in) {
@@ -425,7 +431,8 @@ void ZeroHostState::write(StateBuffer which, size_t offset, size_t count, const 
   const size_t copied = plan_.for_each_owned(offset, count, [&](size_t at, size_t shard_at, size_t n) {
     std::memcpy(base + shard_at, in + (at - offset), n * sizeof(float));
   });
-  GANTRY_CHECK(copied == count, std::string("write of ") + state_buffer_name(which) + " outside the rank's shard");
+  GANTRY_CHECK(copied == count,
+               std::string("write of ") + state_buffer_name(which) + " outside the rank's shard");
 }
 
 void ZeroHostState::gather_params(float* out) {
@@ -447,7 +454,8 @@ ShardMemory ZeroHostState::allocated() const {
   ShardMemory m;
   m.params = params_.size() + embedding_params_.size() + final_params_.size() + block_slots_[0].data.size() +
              block_slots_[1].data.size();
-  m.grads = grads_.size() + embedding_staging_.size() + staging_slots_[0].data.size() + staging_slots_[1].data.size();
+  m.grads = grads_.size() + embedding_staging_.size() + staging_slots_[0].data.size() +
+            staging_slots_[1].data.size();
   m.optimizer = adam_m_.size() + adam_v_.size();
   return m;
 }

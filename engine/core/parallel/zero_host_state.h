@@ -96,9 +96,9 @@ class ZeroHostState {
   void comm_main();
 
   // Collectives, or their local equivalents when dp == 1.
-  Status reduce_bucket_full(int b);                                // ZeRO 0 / 1 on grads_
-  Status reduce_bucket_staged(int b, float* staging);              // ZeRO 2 / 3: into the shard
-  Status gather_bucket(int b, const float* mine, float* out);      // all blocks of bucket b into out
+  Status reduce_bucket_full(int b);                            // ZeRO 0 / 1 on grads_
+  Status reduce_bucket_staged(int b, float* staging);          // ZeRO 2 / 3: into the shard
+  Status gather_bucket(int b, const float* mine, float* out);  // all blocks of bucket b into out
 
   float* full_or_shard(StateBuffer which);
 
@@ -107,8 +107,8 @@ class ZeroHostState {
   std::chrono::milliseconds timeout_;
   ThreadPool* pool_;
 
-  std::vector<float> params_;  // P (ZeRO 0-2) or the shard S (ZeRO 3)
-  std::vector<float> grads_;   // P (ZeRO 0-1) or the shard S (ZeRO 2-3)
+  std::vector<float> params_;           // P (ZeRO 0-2) or the shard S (ZeRO 3)
+  std::vector<float> grads_;            // P (ZeRO 0-1) or the shard S (ZeRO 2-3)
   std::vector<float> adam_m_, adam_v_;  // S (P under ZeRO 0)
 
   // ZeRO 3: the gathered embeddings and final norm (valid for a step) and two block slots.
@@ -136,9 +136,9 @@ class ZeroHostState {
   // Per step / micro-batch bookkeeping.
   int micro_batches_ = 1;
   int micro_index_ = -1;
-  std::vector<int> bucket_units_;     // units in each bucket
-  std::vector<int> bucket_done_;      // units done this micro-batch
-  std::vector<bool> bucket_touched_;  // staging zeroed this micro-batch
+  std::vector<int> bucket_units_;       // units in each bucket
+  std::vector<int> bucket_done_;        // units done this micro-batch
+  std::vector<bool> bucket_touched_;    // staging zeroed this micro-batch
   std::vector<float*> bucket_staging_;  // ZeRO 2/3: where each touched bucket is staged
   std::vector<TaskId> bucket_task_;     // the last reduction queued for each bucket
   double exposed_s_ = 0;

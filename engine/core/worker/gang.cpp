@@ -41,9 +41,9 @@ constexpr auto kPoll = 50ms;
 
 // Variables the launcher sets itself: an inherited value would contradict the worker's place in the gang.
 const char* const kOwnVariables[] = {
-    "RANK",        "WORLD_SIZE",      "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-    "MASTER_PORT", "GANTRY_STORE_FD", "GROUP_RANK", "ROLE_RANK",        "TORCHELASTIC_RUN_ID",
-    "GANTRY_RENDEZVOUS"};
+    "RANK",        "WORLD_SIZE",          "LOCAL_RANK",       "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR", "MASTER_PORT",         "GANTRY_STORE_FD",  "GROUP_RANK",
+    "ROLE_RANK",   "TORCHELASTIC_RUN_ID", "GANTRY_RENDEZVOUS"};
 
 // Why a gang failed, in the order of how likely each is to be the root cause when several show up in the
 // same round: a rank killed by a signal takes its peers down with "peer closed" errors, not the reverse.
@@ -235,7 +235,7 @@ std::vector<std::pair<int, WorkerCommand>> GangCommands::take() {
 GangResult gang_run(const GangOptions& o) {
   GangResult res;
   const int n = o.nproc;
-  const int base = o.first_rank;            // global rank of local worker 0
+  const int base = o.first_rank;  // global rank of local worker 0
   const int world = o.world > 0 ? o.world : n;
   std::vector<Slot> slots(static_cast<size_t>(std::max(n, 0)));
   std::map<int, int> rank_of_client;

@@ -116,7 +116,7 @@ struct GangResult {
   // The workers stopped together at an operator's stop action (each exited 130 after its goodbye); the
   // code is then 130 as for an interruption.
   bool stopped = false;
-  int failed_rank = -1;       // global rank: the culprit, when a hang was blamed on another rank
+  int failed_rank = -1;  // global rank: the culprit, when a hang was blamed on another rank
   // How likely the failure is the root cause when several gangs of one run fail together (a rank killed
   // by a signal takes its peers down, never the reverse): lower is likelier; -1 when nothing failed.
   int failed_cause_rank = -1;

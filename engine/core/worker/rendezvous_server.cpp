@@ -21,7 +21,6 @@ std::string errno_text() {
   return std::strerror(errno);
 }
 
-
 struct AddrList {
   addrinfo* head = nullptr;
   ~AddrList() {
@@ -58,9 +57,8 @@ Result<int> tcp_listen(const HostPort& at) {
     last = errno_text();
     ::close(fd);
   }
-  return Status::error("cannot serve the rendezvous store on " + at.host + ":" +
-                       std::to_string(at.port) + ": " + last +
-                       " (is the port in use, or the address not this host's?)");
+  return Status::error("cannot serve the rendezvous store on " + at.host + ":" + std::to_string(at.port) +
+                       ": " + last + " (is the port in use, or the address not this host's?)");
 }
 
 }  // namespace
@@ -108,7 +106,6 @@ Result<int> rendezvous_connect(const HostPort& at, Clock::time_point deadline) {
   return Status::error("cannot reach the rendezvous store at " + at.host + ":" + std::to_string(at.port) +
                        ": " + last + " (rank 0 serves it: is rank 0 running, and the address right?)");
 }
-
 
 Result<std::unique_ptr<RendezvousServer>> RendezvousServer::start(const HostPort& at) {
   Result<int> fd = tcp_listen(at);

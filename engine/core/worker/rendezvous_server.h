@@ -18,8 +18,8 @@
 #include <thread>
 
 #include "engine/core/comm/store_server.h"
-#include "telemetry/status.h"
 #include "engine/core/worker/worker_env.h"  // HostPort
+#include "telemetry/status.h"
 
 namespace gantry {
 

@@ -210,7 +210,8 @@ Result<WorkerFault> worker_fault_parse(const std::string& text, int rank) {
       f.delay_ms = ms;
     } else if (fault.rfind("nan_grad:", 0) == 0) {
       long long k = 0;
-      if (!parse_int(fault.substr(9), 1, std::numeric_limits<int64_t>::max(), &k)) return bad("step must be >= 1");
+      if (!parse_int(fault.substr(9), 1, std::numeric_limits<int64_t>::max(), &k))
+        return bad("step must be >= 1");
       f.kind = WorkerFault::nan_grad;
       f.step = k;
     } else {

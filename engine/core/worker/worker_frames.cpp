@@ -102,7 +102,8 @@ Result<WorkerCommand> worker_command_decode(std::span<const uint8_t> payload) {
   c.id = in.u64();
   c.from = in.str();
   if (!in.ok() || in.left() != 0) return bad("worker_command", payload.size());
-  if (action < static_cast<uint32_t>(TrainAction::checkpoint) || action > static_cast<uint32_t>(TrainAction::stop)) {
+  if (action < static_cast<uint32_t>(TrainAction::checkpoint) ||
+      action > static_cast<uint32_t>(TrainAction::stop)) {
     return Status::error("worker_command frame names action " + std::to_string(action) +
                          ": expected 1 (checkpoint), 2 (pause), 3 (resume) or 4 (stop)");
   }

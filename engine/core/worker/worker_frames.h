@@ -24,8 +24,8 @@
 #include <string>
 #include <vector>
 
-#include "telemetry/status.h"
 #include "engine/core/train.h"  // TrainAction
+#include "telemetry/status.h"
 
 namespace gantry {
 

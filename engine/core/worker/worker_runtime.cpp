@@ -447,7 +447,7 @@ WorkerResult worker_run(const WorkerOptions& options, const WorkerEnv& env) {
   // ---- reach the store -----------------------------------------------------------------------------
   const auto join_deadline = Clock::now() + options.join_timeout;
   int store_fd = -1;
-  int frames_fd = -1;     // the launcher's socket (frames both ways); -1 = none (external launchers)
+  int frames_fd = -1;  // the launcher's socket (frames both ways); -1 = none (external launchers)
   bool own_fd = false;
   bool attached = false;  // a gantry-engine launcher on the other end receives our frames
   std::string gloo_host = "127.0.0.1";
@@ -613,7 +613,8 @@ WorkerResult worker_run(const WorkerOptions& options, const WorkerEnv& env) {
     if (const char* faults = std::getenv(kWorkerFaultVariable); faults != nullptr && *faults != '\0') {
       // Every rank under a test fault: the tests compare the ranks' parameters (a gang whose ranks decided
       // a skip apart would differ).
-      std::fprintf(stderr, "gantry-engine worker (rank %d): %s: parameters xxh64 %016llx after %lld skipped\n",
+      std::fprintf(stderr,
+                   "gantry-engine worker (rank %d): %s: parameters xxh64 %016llx after %lld skipped\n",
                    env.rank, kWorkerFaultVariable, static_cast<unsigned long long>(s->params_xxh64),
                    static_cast<long long>(s->skipped_steps));
     }
@@ -623,10 +624,9 @@ WorkerResult worker_run(const WorkerOptions& options, const WorkerEnv& env) {
                   s->last_val_loss ? (", val loss " + std::to_string(*s->last_val_loss)).c_str() : "",
                   s->checkpoint_dir.c_str());
     if (s->stopped_early) {
-      finish(kWorkerExitInterrupted, std::string(observer.stopped_by_action() ? "stopped by the operator"
-                                                                              : "stopped by a signal") +
-                                         " at step " +
-                                         std::to_string(s->last_step) + ", checkpoint " + s->checkpoint_dir);
+      finish(kWorkerExitInterrupted,
+             std::string(observer.stopped_by_action() ? "stopped by the operator" : "stopped by a signal") +
+                 " at step " + std::to_string(s->last_step) + ", checkpoint " + s->checkpoint_dir);
     } else {
       finish(kWorkerExitOk, line);
     }

@@ -604,11 +604,12 @@ TEST_F(Api, AccessLogSeesEveryRequest) {
 TEST(HttpServerAuth, AlsoAcceptOpensOnlyWhatItAllows) {
   const std::string narrow = "narrow-token-0123456789abcdef0123456789";
   int asked = 0;
-  HttpServer s({.token = kToken,
-                .also_accept = [&](const std::string& method, const std::string& path, std::string_view token) {
-                  ++asked;
-                  return method == "POST" && path == "/v1/only" && token_equal(token, narrow);
-                }});
+  HttpServer s(
+      {.token = kToken,
+       .also_accept = [&](const std::string& method, const std::string& path, std::string_view token) {
+         ++asked;
+         return method == "POST" && path == "/v1/only" && token_equal(token, narrow);
+       }});
   s.post("/v1/only", [](const HttpRequest&) { return HttpResponse::ok({{"ok", true}}); });
   s.get("/v1/only", [](const HttpRequest&) { return HttpResponse::ok({{"ok", true}}); });
   s.post("/v1/other", [](const HttpRequest&) { return HttpResponse::ok({{"ok", true}}); });

@@ -3,7 +3,6 @@
 // the queue refuses agents' records past its bound but never the coordinator's own, a batch the database
 // refuses loses only itself, and flush() makes everything queued before it readable.
 #include "engine/cluster/ingest_writer.h"
-#include "tests/scratch_dir.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -12,6 +11,8 @@
 #include <memory>
 #include <thread>
 #include <vector>
+
+#include "tests/scratch_dir.h"
 
 namespace gantry {
 namespace {

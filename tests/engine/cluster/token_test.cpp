@@ -1,6 +1,5 @@
 // The bearer token: generation, the 0600 file, refusal of a file others can read, constant-time compare.
 #include "engine/cluster/token.h"
-#include "tests/scratch_dir.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -11,6 +10,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tests/scratch_dir.h"
+
 namespace gantry {
 namespace {
 
@@ -18,9 +19,7 @@ using ::testing::HasSubstr;
 
 class TokenFile : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = testing_support::scratch_dir("token");
-  }
+  void SetUp() override { dir_ = testing_support::scratch_dir("token"); }
   void TearDown() override { std::filesystem::remove_all(dir_); }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
   static mode_t mode_of(const std::string& p) {

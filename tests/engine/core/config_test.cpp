@@ -92,7 +92,8 @@ TEST(Config, StringChoicesListed) {
 
 TEST(Config, CrossFieldRules) {
   EXPECT_THAT(error_of("[model]\nn_embd = 64\nn_head = 5\n"), HasSubstr("must divide model.n_embd"));
-  EXPECT_THAT(error_of("[train]\nglobal_batch = 10\nmicro_batch = 4\n"), HasSubstr("must divide train.global_batch"));
+  EXPECT_THAT(error_of("[train]\nglobal_batch = 10\nmicro_batch = 4\n"),
+              HasSubstr("must divide train.global_batch"));
   EXPECT_THAT(error_of("[optim]\nlr = 1e-4\nmin_lr = 1e-3\n"), HasSubstr("optim.min_lr"));
   EXPECT_THAT(error_of("[data]\nkind = \"shards\"\n"), HasSubstr("data.dir"));
 }
@@ -131,7 +132,8 @@ TEST(Config, StepGuardFieldsHaveRanges) {
   EXPECT_EQ(c->train.guard_window, 20);
   EXPECT_EQ(c->train.guard_max_skips_in_row, 5);
   Result<Config> set = config_parse(
-      "[model]\n[data]\n[train]\nguard_spike_factor = 4\nguard_window = 8\nguard_max_skips_in_row = 2\n", "t");
+      "[model]\n[data]\n[train]\nguard_spike_factor = 4\nguard_window = 8\nguard_max_skips_in_row = 2\n",
+      "t");
   ASSERT_TRUE(set.ok()) << set.error();
   EXPECT_EQ(set->train.guard_spike_factor, 4.0);
   EXPECT_EQ(set->train.guard_window, 8);

@@ -106,7 +106,8 @@ TEST(Gpt, WholeModelGradientCheckPerTensor) {
     }
     auto loss_at = [&](double s) {
       std::vector<float> p = theta;
-      for (size_t i = 0; i < t.numel; ++i) p[t.offset + i] = static_cast<float>(theta[t.offset + i] + s * d[i]);
+      for (size_t i = 0; i < t.numel; ++i)
+        p[t.offset + i] = static_cast<float>(theta[t.offset + i] + s * d[i]);
       be->write_state(StateBuffer::kParams, 0, p.size(), p.data());
       return static_cast<double>(be->forward_loss(in.data(), tg.data(), B));
     };

@@ -32,7 +32,8 @@ double dot(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 // ‖numeric − analytic‖ / ‖analytic‖ for dL/dx, where loss() reads x.
-double fd_error(std::vector<float>& x, const std::function<double()>& loss, const std::vector<float>& analytic) {
+double fd_error(std::vector<float>& x, const std::function<double()>& loss,
+                const std::vector<float>& analytic) {
   double num2 = 0, den2 = 0;
   for (size_t i = 0; i < x.size(); ++i) {
     const float keep = x[i];
@@ -105,8 +106,8 @@ TEST(OpsCpu, LayernormGradients) {
   };
   loss();
   std::vector<float> dinp(N * C, 0), dw(C, 0), db(C, 0);
-  layernorm_backward(dinp.data(), dw.data(), db.data(), r.data(), inp.data(), w.data(), mean.data(), rstd.data(), N,
-                     C);
+  layernorm_backward(dinp.data(), dw.data(), db.data(), r.data(), inp.data(), w.data(), mean.data(),
+                     rstd.data(), N, C);
   EXPECT_LT(fd_error(inp, loss, dinp), kTolerance);
   EXPECT_LT(fd_error(w, loss, dw), kTolerance);
   EXPECT_LT(fd_error(b, loss, db), kTolerance);

@@ -1,5 +1,4 @@
 #include "engine/core/toml.h"
-#include "tests/scratch_dir.h"
 
 #include <gtest/gtest.h>
 
@@ -8,6 +7,8 @@
 #include <filesystem>
 #include <limits>
 #include <string>
+
+#include "tests/scratch_dir.h"
 
 namespace gantry {
 namespace {

@@ -57,7 +57,8 @@ TEST(Train, TinyConfigLearnsTheSyntheticCorpus) {
   EXPECT_LT(rec.losses.back(), entropy + 0.25);
   ASSERT_TRUE(s->last_val_loss.has_value());
   EXPECT_LT(*s->last_val_loss, entropy + 0.25);
-  EXPECT_GT(*s->last_val_loss, entropy - 0.05) << "below the entropy: the val split leaks or the loss is wrong";
+  EXPECT_GT(*s->last_val_loss, entropy - 0.05)
+      << "below the entropy: the val split leaks or the loss is wrong";
 }
 
 TEST(Train, SameConfigAndSeedGiveBitIdenticalRuns) {
@@ -83,8 +84,8 @@ TEST(Train, InjectedNanGradientIsSkippedLikeASkippedBatch) {
   Recorder nan_run, reference, plain;
   Result<TrainSummary> a =
       train_run(c, {.out_dir = fresh_dir("guard_nan"), .max_steps = 12, .test_nan_grad_step = 5}, &nan_run);
-  Result<TrainSummary> b =
-      train_run(c, {.out_dir = fresh_dir("guard_ref"), .max_steps = 12, .test_skip_update_step = 5}, &reference);
+  Result<TrainSummary> b = train_run(
+      c, {.out_dir = fresh_dir("guard_ref"), .max_steps = 12, .test_skip_update_step = 5}, &reference);
   Result<TrainSummary> p = train_run(c, {.out_dir = fresh_dir("guard_plain"), .max_steps = 12}, &plain);
   ASSERT_TRUE(a.ok()) << a.error();
   ASSERT_TRUE(b.ok()) << b.error();
@@ -168,7 +169,8 @@ TEST(Train, ResumeIsBitExact) {
   EXPECT_EQ(second.val_losses, std::vector<double>(straight.val_losses.end() - 2, straight.val_losses.end()));
   EXPECT_EQ(r->params_xxh64, s->params_xxh64);
   // Parameters and AdamW state: the final checkpoints' shards are the same bytes.
-  EXPECT_EQ(file_bytes(s->checkpoint_dir + "/shard_r00000.bin"), file_bytes(r->checkpoint_dir + "/shard_r00000.bin"));
+  EXPECT_EQ(file_bytes(s->checkpoint_dir + "/shard_r00000.bin"),
+            file_bytes(r->checkpoint_dir + "/shard_r00000.bin"));
 }
 
 TEST(Train, GradientAccumulationKeepsTheGlobalBatch) {
@@ -179,7 +181,8 @@ TEST(Train, GradientAccumulationKeepsTheGlobalBatch) {
   c.train.micro_batch = 8;
   ASSERT_TRUE(train_run(c, {.out_dir = fresh_dir("accum_b"), .max_steps = 5}, &whole).ok());
   ASSERT_EQ(split.losses.size(), whole.losses.size());
-  for (size_t i = 0; i < split.losses.size(); ++i) EXPECT_NEAR(split.losses[i], whole.losses[i], 1e-5 * whole.losses[i]);
+  for (size_t i = 0; i < split.losses.size(); ++i)
+    EXPECT_NEAR(split.losses[i], whole.losses[i], 1e-5 * whole.losses[i]);
 }
 
 TEST(Train, CheckpointsEveryNAndKeepsLastK) {

@@ -120,7 +120,8 @@ TEST(PlanEngineProfile, CudaMemoryIsWithinFivePercentOfTheMeasuredH200Runs) {
     // and the step's statistics gained one float (the sum of squares ZeRO's ranks add up).
     const CudaScratch sc = plan_cuda_scratch_floats(m, r.micro_batch);
     // (The LayerNorm backward then kept two partial sums per column, dw and db; it now keeps a third.)
-    const uint64_t then = std::max({sc.layernorm / 3 * 2, sc.bias, sc.attention_deterministic, sc.global_norm});
+    const uint64_t then =
+        std::max({sc.layernorm / 3 * 2, sc.bias, sc.attention_deterministic, sc.global_norm});
     // And the classifier's logits chunk (~256 MB of rows) then had its own allocation; it now shares one
     // with the backward's gradient buffers, which at these shapes are the larger.
     uint64_t chunk_bytes = 0, shared_bytes = 0;
@@ -131,7 +132,8 @@ TEST(PlanEngineProfile, CudaMemoryIsWithinFivePercentOfTheMeasuredH200Runs) {
     const uint64_t n = static_cast<uint64_t>(r.micro_batch) * m.seq, c = m.hidden, v = m.vocab;
     const uint64_t logits_then = ((256ull << 20) / (2 * v)) * v * 2;
     EXPECT_EQ(shared_bytes, 10 * n * c * 2) << r.preset;
-    EXPECT_EQ(mem->backend_bytes - 4 * (sc.total() - then) - chunk_bytes / 2 - 4 + logits_then, r.backend_bytes)
+    EXPECT_EQ(mem->backend_bytes - 4 * (sc.total() - then) - chunk_bytes / 2 - 4 + logits_then,
+              r.backend_bytes)
         << r.preset;
   }
 }

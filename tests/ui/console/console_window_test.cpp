@@ -22,12 +22,14 @@ using namespace std::chrono_literals;
 using namespace testing_support;
 using ::testing::HasSubstr;
 
-bool have_xvfb_run() { return run_shell("command -v xvfb-run >/dev/null 2>&1") == 0; }
+bool have_xvfb_run() {
+  return run_shell("command -v xvfb-run >/dev/null 2>&1") == 0;
+}
 
 // `gantry ARGS` under a fresh virtual display; its exit code, stderr in `err`.
 int run_gantry_in_xvfb(const std::string& args, const fs::path& err) {
-  return run_shell("xvfb-run -a -s '-screen 0 1600x1000x24' " + std::string(GANTRY_BIN) + " --width 1400 --height 900 " +
-                   args + " </dev/null >/dev/null 2>" + err.string());
+  return run_shell("xvfb-run -a -s '-screen 0 1600x1000x24' " + std::string(GANTRY_BIN) +
+                   " --width 1400 --height 900 " + args + " </dev/null >/dev/null 2>" + err.string());
 }
 
 struct Image {
@@ -73,7 +75,9 @@ Census census(const Image& img, const json& rect, const unsigned char colour[3])
   for (int y = y0; y < y1; ++y)
     for (int x = x0; x < x1; ++x) {
       const unsigned char* p = img.at(x, y);
-      if (std::abs(p[0] - colour[0]) < 40 && std::abs(p[1] - colour[1]) < 40 && std::abs(p[2] - colour[2]) < 40) ++c.of_colour;
+      if (std::abs(p[0] - colour[0]) < 40 && std::abs(p[1] - colour[1]) < 40 &&
+          std::abs(p[2] - colour[2]) < 40)
+        ++c.of_colour;
     }
   return c;
 }
@@ -86,8 +90,9 @@ const json* series_named(const json& state, const std::string& name) {
 
 TEST(ConsoleWindow, NoDisplayPointsToTheHeadlessCommands) {
   const fs::path dir = scratch_dir("console_nodisplay");
-  const int code = run_shell("env -u DISPLAY -u WAYLAND_DISPLAY " + std::string(GANTRY_BIN) + " --state-dir " +
-                             dir.string() + " </dev/null >/dev/null 2>" + (dir / "err").string());
+  const int code =
+      run_shell("env -u DISPLAY -u WAYLAND_DISPLAY " + std::string(GANTRY_BIN) + " --state-dir " +
+                dir.string() + " </dev/null >/dev/null 2>" + (dir / "err").string());
   EXPECT_EQ(code, 2);
   const std::string err = slurp(dir / "err");
   EXPECT_THAT(err, HasSubstr("cannot open a window"));
@@ -100,7 +105,8 @@ TEST(ConsoleWindow, BadInputIsRefusedBeforeAnythingStarts) {
   const fs::path dir = scratch_dir("console_badinput");
   std::ofstream(dir / "bad.script") << "wait_steps 3\nclick Checkpoint now\n";
   const std::string base = std::string(GANTRY_BIN) + " --state-dir " + dir.string();
-  EXPECT_EQ(run_shell(base + " --script " + (dir / "bad.script").string() + " 2>" + (dir / "err").string()), 2);
+  EXPECT_EQ(run_shell(base + " --script " + (dir / "bad.script").string() + " 2>" + (dir / "err").string()),
+            2);
   EXPECT_THAT(slurp(dir / "err"), HasSubstr("bad.script:2: click takes one argument"));
   EXPECT_EQ(run_shell(base + " --connect http://127.0.0.1:1 2>" + (dir / "err").string()), 2);
   EXPECT_THAT(slurp(dir / "err"), HasSubstr("--connect and --token-file go together"));
@@ -116,9 +122,10 @@ TEST(ConsoleWindow, BadInputIsRefusedBeforeAnythingStarts) {
 TEST(ConsoleWindow, BenchFramesPrintsOneJsonLine) {
   if (!have_xvfb_run()) GTEST_SKIP() << "xvfb-run is not installed (Debian: xvfb)";
   const fs::path dir = scratch_dir("console_bench");
-  const int code = run_shell("xvfb-run -a -s '-screen 0 1600x1000x24' " + std::string(GANTRY_BIN) + " --state-dir " +
-                             dir.string() + " --bench-frames 3 --bench-ranks 8 --bench-steps 100 </dev/null >" +
-                             (dir / "out").string() + " 2>" + (dir / "err").string());
+  const int code =
+      run_shell("xvfb-run -a -s '-screen 0 1600x1000x24' " + std::string(GANTRY_BIN) + " --state-dir " +
+                dir.string() + " --bench-frames 3 --bench-ranks 8 --bench-steps 100 </dev/null >" +
+                (dir / "out").string() + " 2>" + (dir / "err").string());
   ASSERT_EQ(code, 0) << slurp(dir / "err");
   const json j = json::parse(slurp(dir / "out"), nullptr, false);
   ASSERT_TRUE(j.is_object()) << slurp(dir / "out");
@@ -141,8 +148,8 @@ TEST(ConsoleWindow, ScreenshotStateAndAScriptedCheckpointAgainstARemoteCluster) 
   become_subreaper();
   const fs::path dir = scratch_dir("console_window");
   const fs::path cluster = dir / "cluster";
-  ASSERT_EQ(run_shell(std::string(GANTRY_ENGINE_BIN) + " up --nodes 2 --slots 2 --dir " + cluster.string() + " >" +
-                      (dir / "up.out").string() + " 2>" + (dir / "up.err").string()),
+  ASSERT_EQ(run_shell(std::string(GANTRY_ENGINE_BIN) + " up --nodes 2 --slots 2 --dir " + cluster.string() +
+                      " >" + (dir / "up.out").string() + " 2>" + (dir / "up.err").string()),
             0)
       << slurp(dir / "up.err");
   const std::vector<pid_t> daemons = pid_files(cluster);
@@ -155,9 +162,9 @@ TEST(ConsoleWindow, ScreenshotStateAndAScriptedCheckpointAgainstARemoteCluster) 
   int64_t run = -1;
   {
     HttpClient api({.url = url, .token = token.value()});
-    Result<json> sub = api.post_json("/v1/runs", {{"config", slurp(GANTRY_CONSOLE_TINY_CONFIG)},
-                                                  {"layout", {{"dp", 4}}},
-                                                  {"name", "window-test"}});
+    Result<json> sub = api.post_json(
+        "/v1/runs",
+        {{"config", slurp(GANTRY_CONSOLE_TINY_CONFIG)}, {"layout", {{"dp", 4}}}, {"name", "window-test"}});
     ASSERT_TRUE(sub.ok()) << sub.error();
     run = sub->at("id").get<int64_t>();
   }
@@ -169,18 +176,20 @@ TEST(ConsoleWindow, ScreenshotStateAndAScriptedCheckpointAgainstARemoteCluster) 
                                    "wait_action\n"
                                    "wait_event checkpoint\n"
                                    "wait_steps 8\n";
-  const int code = run_gantry_in_xvfb("--connect " + url + " --token-file " + (cluster / "token").string() +
-                                          " --state-dir " + (dir / "state").string() + " --screenshot " +
-                                          (dir / "out.png").string() + " --frames 20 --dump-state " +
-                                          (dir / "state.json").string() + " --script " + (dir / "script").string(),
-                                      dir / "gantry.err");
+  const int code =
+      run_gantry_in_xvfb("--connect " + url + " --token-file " + (cluster / "token").string() +
+                             " --state-dir " + (dir / "state").string() + " --screenshot " +
+                             (dir / "out.png").string() + " --frames 20 --dump-state " +
+                             (dir / "state.json").string() + " --script " + (dir / "script").string(),
+                         dir / "gantry.err");
   EXPECT_EQ(code, 0) << slurp(dir / "gantry.err");
   workers = children_of(daemons);
 
   // The state: every panel, non-empty series, the steps seen, the run live (a remote run is never stopped).
   json state = json::parse(slurp(dir / "state.json"), nullptr, false);
   ASSERT_FALSE(state.is_discarded()) << slurp(dir / "state.json");
-  for (const char* panel : {"Cluster", "Run", "Stragglers", "Actions", "Checkpoints", "Events", "What-if", "History"})
+  for (const char* panel :
+       {"Cluster", "Run", "Stragglers", "Actions", "Checkpoints", "Events", "What-if", "History"})
     EXPECT_THAT(state["panels"].get<std::vector<std::string>>(), ::testing::Contains(panel));
   EXPECT_EQ(state["whatif"]["run"], run) << "the what-if form holds the followed run's config";
   EXPECT_GT(state["whatif"]["candidates"].get<size_t>(), 0u);
@@ -189,7 +198,8 @@ TEST(ConsoleWindow, ScreenshotStateAndAScriptedCheckpointAgainstARemoteCluster) 
   EXPECT_EQ(state["run"]["id"], run);
   EXPECT_EQ(state["run"]["state"], "running");
   EXPECT_EQ(state["embedded"], false);
-  for (const char* name : {"loss", "grad norm", "tokens/s", "MFU", "max", "median", "min", "rank time heatmap"}) {
+  for (const char* name :
+       {"loss", "grad norm", "tokens/s", "MFU", "max", "median", "min", "rank time heatmap"}) {
     const json* s = series_named(state, name);
     ASSERT_NE(s, nullptr) << name << " was not plotted";
     EXPECT_GE((*s)["length"].get<size_t>(), 4u) << name;
@@ -238,9 +248,12 @@ TEST(ConsoleWindow, ScreenshotStateAndAScriptedCheckpointAgainstARemoteCluster) 
     EXPECT_GE(kinds.count("checkpoint"), 1u);
   }
 
-  EXPECT_EQ(run_shell(std::string(GANTRY_ENGINE_BIN) + " down --dir " + cluster.string() + " >/dev/null 2>&1"), 0);
-  for (pid_t p : daemons) EXPECT_TRUE(eventually([&] { return gone(p); }, 10s)) << "pid " << p << " left behind";
-  for (pid_t p : workers) EXPECT_TRUE(eventually([&] { return gone(p); }, 10s)) << "worker " << p << " left behind";
+  EXPECT_EQ(
+      run_shell(std::string(GANTRY_ENGINE_BIN) + " down --dir " + cluster.string() + " >/dev/null 2>&1"), 0);
+  for (pid_t p : daemons)
+    EXPECT_TRUE(eventually([&] { return gone(p); }, 10s)) << "pid " << p << " left behind";
+  for (pid_t p : workers)
+    EXPECT_TRUE(eventually([&] { return gone(p); }, 10s)) << "worker " << p << " left behind";
 }
 
 // `gantry` with no --connect: it starts its own cluster, submits the tiny run from the script, and on exit
@@ -250,9 +263,10 @@ TEST(ConsoleWindow, EmbeddedClusterStartsRunsTheTinyRunAndIsStoppedOnExit) {
   become_subreaper();
   const fs::path dir = scratch_dir("console_embedded");
   std::ofstream(dir / "script") << "wait_connected\nclick \"Submit tiny run\"\nwait_action\nwait_steps 3\n";
-  const int code = run_gantry_in_xvfb("--state-dir " + dir.string() + " --frames 5 --dump-state " +
-                                          (dir / "state.json").string() + " --script " + (dir / "script").string(),
-                                      dir / "gantry.err");
+  const int code =
+      run_gantry_in_xvfb("--state-dir " + dir.string() + " --frames 5 --dump-state " +
+                             (dir / "state.json").string() + " --script " + (dir / "script").string(),
+                         dir / "gantry.err");
   EXPECT_EQ(code, 0) << slurp(dir / "gantry.err");
   json state = json::parse(slurp(dir / "state.json"), nullptr, false);
   ASSERT_FALSE(state.is_discarded());

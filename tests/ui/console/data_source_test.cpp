@@ -2,6 +2,8 @@
 // submits the tiny run, follows its steps and events, carries out "Checkpoint now", and after its
 // connections are dropped mid-run catches up from the last step it held, with no gap and no repeat; the
 // local cache (a real SQLite file) holds the same steps.
+#include "ui/console/data_source.h"
+
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -10,7 +12,6 @@
 #include "engine/cluster/token.h"
 #include "storage/history_db.h"
 #include "tests/ui/console/local_cluster.h"
-#include "ui/console/data_source.h"
 
 namespace gantry::console {
 namespace {
@@ -24,9 +25,10 @@ class DataSourceCluster : public ::testing::Test {
     become_subreaper();
     dir_ = scratch_dir("data_source");
     cluster_ = dir_ / "cluster";
-    ASSERT_EQ(run_shell(std::string(GANTRY_ENGINE_BIN) + " up --nodes 2 --slots 2 --dir " + cluster_.string() + " >" +
-                        (dir_ / "up.out").string() + " 2>" + (dir_ / "up.err").string()),
-              0)
+    ASSERT_EQ(
+        run_shell(std::string(GANTRY_ENGINE_BIN) + " up --nodes 2 --slots 2 --dir " + cluster_.string() +
+                  " >" + (dir_ / "up.out").string() + " 2>" + (dir_ / "up.err").string()),
+        0)
         << slurp(dir_ / "up.err");
     pids_ = pid_files(cluster_);
     ASSERT_EQ(pids_.size(), 3u);
@@ -39,9 +41,13 @@ class DataSourceCluster : public ::testing::Test {
 
   void TearDown() override {
     if (source_) source_->stop();
-    EXPECT_EQ(run_shell(std::string(GANTRY_ENGINE_BIN) + " down --dir " + cluster_.string() + " >/dev/null 2>&1"), 0);
-    for (pid_t p : pids_) EXPECT_TRUE(eventually([&] { return gone(p); }, 10s)) << "pid " << p << " left behind";
-    for (pid_t p : workers_) EXPECT_TRUE(eventually([&] { return gone(p); }, 10s)) << "worker " << p << " left behind";
+    EXPECT_EQ(
+        run_shell(std::string(GANTRY_ENGINE_BIN) + " down --dir " + cluster_.string() + " >/dev/null 2>&1"),
+        0);
+    for (pid_t p : pids_)
+      EXPECT_TRUE(eventually([&] { return gone(p); }, 10s)) << "pid " << p << " left behind";
+    for (pid_t p : workers_)
+      EXPECT_TRUE(eventually([&] { return gone(p); }, 10s)) << "worker " << p << " left behind";
   }
 
   std::shared_ptr<const ConsoleSnapshot> snap() const { return source_->snapshot(); }
@@ -53,18 +59,18 @@ class DataSourceCluster : public ::testing::Test {
 };
 
 TEST_F(DataSourceCluster, FollowsTheTinyRunActsAndCatchesUpWithoutAGap) {
-  source_ = std::make_unique<DataSource>(
-      DataSourceOptions{.cache_path = (dir_ / "console.sqlite").string(),
-                        .tiny_config = slurp(GANTRY_CONSOLE_TINY_CONFIG),
-                        .tiny_dp = 4},
-      [this]() -> Result<Endpoint> { return endpoint_; });
+  source_ = std::make_unique<DataSource>(DataSourceOptions{.cache_path = (dir_ / "console.sqlite").string(),
+                                                           .tiny_config = slurp(GANTRY_CONSOLE_TINY_CONFIG),
+                                                           .tiny_dp = 4},
+                                         [this]() -> Result<Endpoint> { return endpoint_; });
   source_->start();
   ASSERT_TRUE(eventually([&] { return snap()->connected; }, 20s)) << snap()->error;
   EXPECT_EQ(snap()->nodes.size(), 2u);
   EXPECT_EQ(snap()->run.id, -1);
 
   source_->request_submit_tiny();
-  ASSERT_TRUE(eventually([&] { return snap()->steps->last_step() >= 4; }, 60s)) << snap()->last_action.message;
+  ASSERT_TRUE(eventually([&] { return snap()->steps->last_step() >= 4; }, 60s))
+      << snap()->last_action.message;
   EXPECT_TRUE(snap()->last_action.ok) << snap()->last_action.message;
   const int64_t run = snap()->run.id;
   EXPECT_GE(run, 0);
@@ -111,14 +117,16 @@ TEST_F(DataSourceCluster, FollowsTheTinyRunActsAndCatchesUpWithoutAGap) {
   ASSERT_TRUE(eventually(
       [&] {
         const std::shared_ptr<const RankStepGrid> g = snap()->grid;
-        return g->metric() == RankTimeMetric::kForward && g->first_step() == 1 && g->complete_through(4) >= complete;
+        return g->metric() == RankTimeMetric::kForward && g->first_step() == 1 &&
+               g->complete_through(4) >= complete;
       },
       60s));
   const std::shared_ptr<const RankStepGrid> forward = snap()->grid;
   for (int64_t st = 1; st <= complete; ++st) {
     for (int r = 0; r < 4; ++r) {
       EXPECT_GT(forward->at(st, r), 0.0f) << "step " << st << " rank " << r;
-      EXPECT_LT(forward->at(st, r), s->grid->at(st, r)) << "forward is part of busy: step " << st << " rank " << r;
+      EXPECT_LT(forward->at(st, r), s->grid->at(st, r))
+          << "forward is part of busy: step " << st << " rank " << r;
     }
   }
   for (const RankStepRecord& r : forward->latest()) {
@@ -134,7 +142,8 @@ TEST_F(DataSourceCluster, FollowsTheTinyRunActsAndCatchesUpWithoutAGap) {
   ASSERT_TRUE(eventually([&] { return snap()->steps->last_step() == last; }, 20s));
   source_->stop();
   std::string error;
-  std::unique_ptr<HistoryDb> db = HistoryDb::open((dir_ / "console.sqlite").string(), {.read_only = true}, &error);
+  std::unique_ptr<HistoryDb> db =
+      HistoryDb::open((dir_ / "console.sqlite").string(), {.read_only = true}, &error);
   ASSERT_TRUE(db) << error;
   std::vector<RunRow> runs;
   ASSERT_TRUE(db->list_runs(&runs));
@@ -164,13 +173,16 @@ TEST_F(DataSourceCluster, QuarantineStopAndResumeFromKeepOneHistoryWithoutAGap) 
       [this]() -> Result<Endpoint> { return endpoint_; });
   source_->start();
   source_->request_submit_tiny();
-  ASSERT_TRUE(eventually([&] { return snap()->steps->last_step() >= 4; }, 60s)) << snap()->last_action.message;
+  ASSERT_TRUE(eventually([&] { return snap()->steps->last_step() >= 4; }, 60s))
+      << snap()->last_action.message;
   const int64_t run = snap()->run.id;
   workers_ = children_of(pids_);
 
   source_->request_quarantine("node-1");
-  ASSERT_TRUE(eventually([&] { return saw(*snap(), "quarantine_resumed"); }, 60s)) << snap()->last_action.message;
-  EXPECT_TRUE(eventually([&] { return snap()->run.dp == 2; }, 20s)) << snap()->run.dp;  // the next poll's view
+  ASSERT_TRUE(eventually([&] { return saw(*snap(), "quarantine_resumed"); }, 60s))
+      << snap()->last_action.message;
+  EXPECT_TRUE(eventually([&] { return snap()->run.dp == 2; }, 20s))
+      << snap()->run.dp;  // the next poll's view
   const int64_t moved = snap()->steps->last_step();
   ASSERT_TRUE(eventually([&] { return snap()->steps->last_step() >= moved + 3; }, 60s));
 
@@ -192,7 +204,8 @@ TEST_F(DataSourceCluster, QuarantineStopAndResumeFromKeepOneHistoryWithoutAGap) 
   std::set<int64_t> ids;
   for (const EventView& e : s->events) EXPECT_TRUE(ids.insert(e.id).second) << "event " << e.id << " twice";
   bool quarantined = false;
-  for (const NodeView& n : s->nodes) quarantined = quarantined || (n.id == "node-1" && n.state == "quarantined");
+  for (const NodeView& n : s->nodes)
+    quarantined = quarantined || (n.id == "node-1" && n.state == "quarantined");
   EXPECT_TRUE(quarantined);
   source_->request_action(run, RunAction::kStop);
   ASSERT_TRUE(eventually([&] { return snap()->run.state == "stopped"; }, 60s));
@@ -200,18 +213,21 @@ TEST_F(DataSourceCluster, QuarantineStopAndResumeFromKeepOneHistoryWithoutAGap) 
 
 TEST(DataSource, AnUnreachableCoordinatorIsShownNotWaitedOn) {
   // Port 9 (discard) on loopback: nothing listens there in a test environment.
-  DataSource source({.poll_interval = 50ms, .retry_interval = 50ms},
-                    []() -> Result<Endpoint> { return Endpoint{"http://127.0.0.1:9", std::string(64, 'a')}; });
+  DataSource source({.poll_interval = 50ms, .retry_interval = 50ms}, []() -> Result<Endpoint> {
+    return Endpoint{"http://127.0.0.1:9", std::string(64, 'a')};
+  });
   source.start();
   ASSERT_TRUE(eventually([&] { return !source.snapshot()->error.empty(); }, 20s));
   EXPECT_FALSE(source.snapshot()->connected);
-  EXPECT_NE(source.snapshot()->error.find("cannot reach coordinator at http://127.0.0.1:9"), std::string::npos)
+  EXPECT_NE(source.snapshot()->error.find("cannot reach coordinator at http://127.0.0.1:9"),
+            std::string::npos)
       << source.snapshot()->error;
   source.stop();
 }
 
 TEST(DataSource, AFailedStartIsShownAndEndsTheNetworkThread) {
-  DataSource source({}, []() -> Result<Endpoint> { return Status::error("gantry-engine up failed: no slots"); });
+  DataSource source({},
+                    []() -> Result<Endpoint> { return Status::error("gantry-engine up failed: no slots"); });
   source.start();
   ASSERT_TRUE(eventually([&] { return source.snapshot()->phase == "failed"; }, 20s));
   EXPECT_EQ(source.snapshot()->error, "gantry-engine up failed: no slots");

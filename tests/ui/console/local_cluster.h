@@ -75,6 +75,8 @@ inline fs::path scratch_dir(const char* what) {
   return gantry::testing_support::scratch_dir(what);
 }
 
-inline void become_subreaper() { ::prctl(PR_SET_CHILD_SUBREAPER, 1); }
+inline void become_subreaper() {
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+}
 
 }  // namespace gantry::console::testing_support

@@ -1,11 +1,12 @@
 // The --script format and its runner. Clicks go through a real Dear ImGui context (no window: ImGui needs
 // none to lay out and handle input), so a scripted click is shown to press the button an operator would.
+#include "ui/console/script.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <imgui.h>
 
 #include "ui/console/clickables.h"  // Clickables: the button the script presses
-#include "ui/console/script.h"
 
 namespace gantry::console {
 namespace {
@@ -45,7 +46,8 @@ TEST(ScriptParse, ErrorsNameFileLineAndWhatIsExpected) {
     EXPECT_FALSE(s.ok()) << text;
     return s.ok() ? std::string() : s.error();
   };
-  EXPECT_THAT(error("wait_steps 2\nclik \"Pause\""), HasSubstr("s.txt:2: unknown command \"clik\" (known: wait_connected"));
+  EXPECT_THAT(error("wait_steps 2\nclik \"Pause\""),
+              HasSubstr("s.txt:2: unknown command \"clik\" (known: wait_connected"));
   EXPECT_THAT(error("wait_steps three"), HasSubstr("s.txt:1: wait_steps: \"three\" is not a count"));
   EXPECT_THAT(error("wait_steps -1"), HasSubstr("is not a count"));
   EXPECT_THAT(error("click"), HasSubstr("click takes one argument, e.g. click \"Checkpoint now\", got 0"));
@@ -112,7 +114,8 @@ TEST_F(ScriptClick, WaitsForADisabledButtonToBeEnabled) {
 }
 
 TEST(ScriptRunner, WaitsOnTheModelAndFailsWhenTheRunEndsFirst) {
-  Result<std::vector<ScriptCommand>> cmds = script_parse("wait_connected\nwait_event checkpoint\nwait_steps 5", "s");
+  Result<std::vector<ScriptCommand>> cmds =
+      script_parse("wait_connected\nwait_event checkpoint\nwait_steps 5", "s");
   ScriptRunner runner(cmds.value());
   ClickTargets none;
   ConsoleSnapshot s;

@@ -2,8 +2,6 @@
 // vertices the widgets put into the window's draw list, and drive them with mouse input.
 #include "ui/plot/plot_widget.h"
 
-#include "tests/ui/headless_imgui.h"
-
 #include <gtest/gtest.h>
 #include <imgui.h>
 
@@ -11,6 +9,8 @@
 #include <functional>
 #include <random>
 #include <vector>
+
+#include "tests/ui/headless_imgui.h"
 
 namespace gantry::plot {
 namespace {

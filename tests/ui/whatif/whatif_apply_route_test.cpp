@@ -14,8 +14,8 @@
 #include "engine/cluster/api_client.h"
 #include "engine/cluster/coordinator.h"
 #include "engine/cluster/token.h"
-#include "ui/whatif/whatif_run.h"
 #include "tests/scratch_dir.h"
+#include "ui/whatif/whatif_run.h"
 
 namespace gantry::whatif {
 namespace {

@@ -3,7 +3,6 @@
 // reason; a run loads from its config TOML and layout as the API returns them; Apply is offered exactly
 // for the layouts resume-from takes, with exactly its fields.
 #include "ui/whatif/whatif_model.h"
-#include "tests/ui/whatif/tiny_run.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -11,6 +10,8 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+
+#include "tests/ui/whatif/tiny_run.h"
 
 namespace gantry::whatif {
 namespace {
@@ -208,7 +209,8 @@ TEST(WhatIfRun, TheWholeRunObjectLoadsIntoTheForm) {
   EXPECT_EQ(m.run()->state, "running");
   EXPECT_EQ(m.form.gpus, 4);
   // The list of runs carries no model or batch: refused by name.
-  EXPECT_THAT(m.load_run(json{{"id", 7}, {"name", "tiny"}}).message(), HasSubstr("no \"model\" and \"batch\""));
+  EXPECT_THAT(m.load_run(json{{"id", 7}, {"name", "tiny"}}).message(),
+              HasSubstr("no \"model\" and \"batch\""));
 }
 
 TEST(WhatIfApply, OfferedExactlyForLayoutsResumeFromTakes) {

@@ -3,9 +3,6 @@
 // bar against HBM) and press its Apply button with mouse input.
 #include "ui/whatif/whatif_panel.h"
 
-#include "tests/ui/headless_imgui.h"
-#include "tests/ui/whatif/tiny_run.h"
-
 #include <gtest/gtest.h>
 #include <imgui.h>
 
@@ -14,6 +11,9 @@
 #include <functional>
 #include <sstream>
 #include <string>
+
+#include "tests/ui/headless_imgui.h"
+#include "tests/ui/whatif/tiny_run.h"
 
 namespace gantry::whatif {
 namespace {

@@ -134,7 +134,8 @@ TEST(BackendCuda, TinyConfigTracksTheCpuLossCurveFor50Steps) {
   ASSERT_EQ(gpu.losses.size(), 50u);
   // bf16 compute drifts from the fp32 curve but must follow it: every step within 3%.
   double worst = 0;
-  for (size_t i = 0; i < 50; ++i) worst = std::max(worst, std::abs(gpu.losses[i] - cpu.losses[i]) / cpu.losses[i]);
+  for (size_t i = 0; i < 50; ++i)
+    worst = std::max(worst, std::abs(gpu.losses[i] - cpu.losses[i]) / cpu.losses[i]);
   EXPECT_LT(worst, 0.03);
   std::printf("tiny config, 50 steps: worst relative loss gap GPU vs CPU %.4f; final %.4f vs %.4f\n", worst,
               gpu.losses.back(), cpu.losses.back());
@@ -176,7 +177,8 @@ TEST(BackendCuda, FastModeTracksDeterministicMode) {
   ASSERT_TRUE(train_run(c, {.out_dir = fresh_dir("mode_fast"), .max_steps = 10}, &fast).ok());
   ASSERT_EQ(fast.losses.size(), det.losses.size());
   // Only the order of dQ's additions differs: the curves agree to float rounding, amplified over 10 steps.
-  for (size_t i = 0; i < det.losses.size(); ++i) EXPECT_NEAR(fast.losses[i], det.losses[i], 1e-3 * det.losses[i]);
+  for (size_t i = 0; i < det.losses.size(); ++i)
+    EXPECT_NEAR(fast.losses[i], det.losses[i], 1e-3 * det.losses[i]);
 }
 
 TEST(BackendCuda, ResumeOnGpuIsBitExact) {
@@ -196,8 +198,8 @@ TEST(BackendCuda, ResumeOnGpuIsBitExact) {
 }
 
 // The GPU's phase times, from events on the stream (inside the captured graph with graphs on), against the
-// host's clock around the whole step, for one and two micro-batches a step. The model is large enough that the
-// GPU, not the host, sets the step time, so the phases must cover most of it.
+// host's clock around the whole step, for one and two micro-batches a step. The model is large enough that
+// the GPU, not the host, sets the step time, so the phases must cover most of it.
 TEST(BackendCuda, PhaseTimesCoverTheStep) {
   GANTRY_REQUIRE_GPU();
   const ModelConfig m{.n_layer = 4, .n_head = 8, .n_embd = 512, .vocab_size = 4096, .seq_len = 512};
@@ -237,7 +239,8 @@ TEST(BackendCuda, PhaseTimesCoverTheStep) {
         EXPECT_EQ(p.comm_exposed_s, 0) << what;
         const double sum = p.forward_s + p.backward_s + p.optimizer_s;
         EXPECT_LE(sum, wall * 1.001 + 20e-6) << what << ": phases " << sum << " s, step " << wall << " s";
-        if (step >= 2) coverage.push_back(sum / wall);  // steps 0 and 1 plan the products and capture the graph
+        if (step >= 2)
+          coverage.push_back(sum / wall);  // steps 0 and 1 plan the products and capture the graph
       }
       std::sort(coverage.begin(), coverage.end());
       const double median = coverage[coverage.size() / 2];
@@ -266,15 +269,16 @@ TEST(BackendCuda, DeviceHealthIsPlausible) {
   void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
   if (nvml != nullptr) {
     dlclose(nvml);
-    ASSERT_TRUE(h.temperature_celsius && h.sm_clock_hertz && h.power_watts) << "NVML is here but gave no readings";
+    ASSERT_TRUE(h.temperature_celsius && h.sm_clock_hertz && h.power_watts)
+        << "NVML is here but gave no readings";
     EXPECT_GT(*h.temperature_celsius, 5);
     EXPECT_LT(*h.temperature_celsius, 120);
     EXPECT_GT(*h.sm_clock_hertz, 100e6);
     EXPECT_LT(*h.sm_clock_hertz, 4e9);
     EXPECT_GT(*h.power_watts, 5);
     EXPECT_LT(*h.power_watts, 2000);
-    std::printf("device %d: %.0f °C, SM clock %.0f MHz, %.1f W; %.2f GB held\n", h.device, *h.temperature_celsius,
-                *h.sm_clock_hertz / 1e6, *h.power_watts, h.mem_allocated_bytes / 1e9);
+    std::printf("device %d: %.0f °C, SM clock %.0f MHz, %.1f W; %.2f GB held\n", h.device,
+                *h.temperature_celsius, *h.sm_clock_hertz / 1e6, *h.power_watts, h.mem_allocated_bytes / 1e9);
   } else {
     EXPECT_FALSE(h.temperature_celsius || h.sm_clock_hertz || h.power_watts);
     std::printf("no NVML here: sensors absent, as they should be\n");

@@ -13,9 +13,10 @@
 #include "engine/core/cuda/device.h"
 #include "engine/core/rng.h"
 
-#define GANTRY_REQUIRE_GPU()                                                                             \
-  do {                                                                                                   \
-    if (::gantry::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device here: GPU tests run on the GPU machines"; \
+#define GANTRY_REQUIRE_GPU()                                                    \
+  do {                                                                          \
+    if (::gantry::cuda_device_count() == 0)                                     \
+      GTEST_SKIP() << "no CUDA device here: GPU tests run on the GPU machines"; \
   } while (0)
 
 namespace gantry::testing_support {
@@ -69,7 +70,9 @@ inline std::vector<float> to_float(const std::vector<__nv_bfloat16>& v) {
 }
 
 // The values a bf16 tensor really holds, as fp32: what the CPU reference must be fed.
-inline std::vector<float> round_bf16(const std::vector<float>& v) { return to_float(to_bf16(v)); }
+inline std::vector<float> round_bf16(const std::vector<float>& v) {
+  return to_float(to_bf16(v));
+}
 
 // ‖out − ref‖ / ‖ref‖; NaN anywhere in out gives +inf.
 inline double rel_error(const std::vector<float>& out, const std::vector<float>& ref) {

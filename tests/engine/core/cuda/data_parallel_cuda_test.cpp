@@ -29,14 +29,16 @@ std::string slurp(const std::string& path) {
 // Runs gantry-engine with `args`; the losses of its --json step lines, in step order.
 std::vector<double> losses_of(const std::string& args, const std::string& dir, int* code, std::string* err) {
   const std::string out = dir + "/stdout.txt", errf = dir + "/stderr.txt";
-  const int status = std::system((std::string(GANTRY_ENGINE_BIN) + " " + args + " >" + out + " 2>" + errf).c_str());
+  const int status =
+      std::system((std::string(GANTRY_ENGINE_BIN) + " " + args + " >" + out + " 2>" + errf).c_str());
   *code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   *err = slurp(errf);
   std::vector<double> losses;
   std::istringstream lines(slurp(out));
   for (std::string line; std::getline(lines, line);) {
     nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_object() && j.contains("loss") && !j.contains("event")) losses.push_back(j["loss"].get<double>());
+    if (j.is_object() && j.contains("loss") && !j.contains("event"))
+      losses.push_back(j["loss"].get<double>());
   }
   return losses;
 }
@@ -67,8 +69,8 @@ TEST_P(DataParallelCuda, TracksOneGpuAndItsCheckpointLoadsOnOne) {
 
   int code = 0;
   std::string err;
-  const std::vector<double> one =
-      losses_of("train --config " + path + " --out " + root + "/one --max-steps 12 --json", root + "/one", &code, &err);
+  const std::vector<double> one = losses_of(
+      "train --config " + path + " --out " + root + "/one --max-steps 12 --json", root + "/one", &code, &err);
   ASSERT_EQ(code, 0) << err;
   const std::vector<double> many =
       losses_of("run --nproc " + std::to_string(layout.gpus) + " --zero " + std::to_string(layout.zero) +
@@ -87,7 +89,8 @@ TEST_P(DataParallelCuda, TracksOneGpuAndItsCheckpointLoadsOnOne) {
   std::smatch m;
   ASSERT_TRUE(std::regex_search(err, m, std::regex(R"(\| (\d+) parameters \|)"))) << err;
   const double params = std::stod(m[1]);
-  ASSERT_TRUE(std::regex_search(err, m, std::regex(R"(params ([0-9.]+) MB, grads ([0-9.]+) MB, AdamW ([0-9.]+) MB)")))
+  ASSERT_TRUE(
+      std::regex_search(err, m, std::regex(R"(params ([0-9.]+) MB, grads ([0-9.]+) MB, AdamW ([0-9.]+) MB)")))
       << err;
   const double adamw_bytes = std::stod(m[3]) * 1e6, full = 8 * params;
   const double share = layout.zero == 0 ? 1.0 : 1.0 / layout.gpus;
@@ -98,19 +101,21 @@ TEST_P(DataParallelCuda, TracksOneGpuAndItsCheckpointLoadsOnOne) {
 
   // Every rank wrote its share; the checkpoint loads on one GPU and continues.
   EXPECT_TRUE(std::filesystem::exists(root + "/many/checkpoints/step_00000012/manifest.json"));
-  const std::vector<double> resumed = losses_of(
-      "train --config " + path + " --out " + root + "/many --resume latest --max-steps 13 --json", root + "/many",
-      &code, &err);
+  const std::vector<double> resumed =
+      losses_of("train --config " + path + " --out " + root + "/many --resume latest --max-steps 13 --json",
+                root + "/many", &code, &err);
   ASSERT_EQ(code, 0) << err;
   EXPECT_EQ(resumed.size(), 1u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, DataParallelCuda,
-                         ::testing::Values(Layout{2, 0}, Layout{2, 1}, Layout{2, 2}, Layout{2, 3}, Layout{2, 1, 4},
-                                           Layout{2, 2, 4}, Layout{2, 3, 4}, Layout{4, 1}, Layout{4, 3}),
+                         ::testing::Values(Layout{2, 0}, Layout{2, 1}, Layout{2, 2}, Layout{2, 3},
+                                           Layout{2, 1, 4}, Layout{2, 2, 4}, Layout{2, 3, 4}, Layout{4, 1},
+                                           Layout{4, 3}),
                          [](const ::testing::TestParamInfo<Layout>& i) {
-                           return "gpus" + std::to_string(i.param.gpus) + "_zero" + std::to_string(i.param.zero) +
-                                  "_micro" + std::to_string(i.param.micro_batch);
+                           return "gpus" + std::to_string(i.param.gpus) + "_zero" +
+                                  std::to_string(i.param.zero) + "_micro" +
+                                  std::to_string(i.param.micro_batch);
                          });
 
 }  // namespace

@@ -97,7 +97,8 @@ TEST_P(LayernormBackwardCuda, AgainstCpu) {
   GANTRY_REQUIRE_GPU();
   const auto [N, C, accumulate, with_dsum] = GetParam();
   Rng rng{static_cast<uint64_t>(4 + N + C)};
-  auto inp = round_bf16(random_floats(rng, static_cast<size_t>(N) * C, 2.0)), w = round_bf16(random_floats(rng, C));
+  auto inp = round_bf16(random_floats(rng, static_cast<size_t>(N) * C, 2.0)),
+       w = round_bf16(random_floats(rng, C));
   auto b = random_floats(rng, C), dout = round_bf16(random_floats(rng, static_cast<size_t>(N) * C));
   auto dinp0 = round_bf16(random_floats(rng, static_cast<size_t>(N) * C));
   auto dw0 = random_floats(rng, C), db0 = random_floats(rng, C), ds0 = random_floats(rng, C);
@@ -107,13 +108,13 @@ TEST_P(LayernormBackwardCuda, AgainstCpu) {
   DeviceBuffer<float> d_dw(dw0), d_db(db0), d_ds(ds0), d_mean(mean), d_rstd(rstd),
       d_scratch(layernorm_backward_scratch_floats(N, C));
   if (!accumulate) d_dinp.poison();
-  layernorm_backward_cuda(d_dinp.get(), d_dw.get(), d_db.get(), with_dsum ? d_ds.get() : nullptr, d_scratch.get(),
-                          d_dout.get(), d_inp.get(), d_w.get(), d_mean.get(), d_rstd.get(), N, C, accumulate,
-                          nullptr);
+  layernorm_backward_cuda(d_dinp.get(), d_dw.get(), d_db.get(), with_dsum ? d_ds.get() : nullptr,
+                          d_scratch.get(), d_dout.get(), d_inp.get(), d_w.get(), d_mean.get(), d_rstd.get(),
+                          N, C, accumulate, nullptr);
   std::vector<float> dinp(dinp0.size(), 0.0f), dw = dw0, db = db0;
   if (accumulate) dinp = dinp0;
-  layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), mean.data(), rstd.data(),
-                     N, C);
+  layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), mean.data(),
+                     rstd.data(), N, C);
   const std::vector<float> got = to_float(d_dinp.download());
   EXPECT_LT(rel_error(got, dinp), kBf16Bound);
   EXPECT_LT(rel_error(d_dw.download(), dw), kFp32Bound);
@@ -129,9 +130,11 @@ TEST_P(LayernormBackwardCuda, AgainstCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, LayernormBackwardCuda,
-                         ::testing::Values(LnBackwardCase{5000, 64, true, false}, LnBackwardCase{5000, 264, true, true},
+                         ::testing::Values(LnBackwardCase{5000, 64, true, false},
+                                           LnBackwardCase{5000, 264, true, true},
                                            LnBackwardCase{3000, 768, false, true},
-                                           LnBackwardCase{700, 1024, true, true}, LnBackwardCase{37, 96, false, false}),
+                                           LnBackwardCase{700, 1024, true, true},
+                                           LnBackwardCase{37, 96, false, false}),
                          [](const ::testing::TestParamInfo<LnBackwardCase>& i) {
                            return "N" + std::to_string(i.param.N) + "_C" + std::to_string(i.param.C) +
                                   (i.param.accumulate ? "_acc" : "_write") + (i.param.dsum ? "_dsum" : "");
@@ -168,13 +171,15 @@ TEST_P(MatmulCuda, ForwardBackwardAgainstCpu) {
   std::vector<float> gelu_ref(ref.size());
   gelu_forward(gelu_ref.data(), ref.data(), ref.size());
   EXPECT_LT(rel_error(to_float(d_pre.download()), ref), kBf16Bound) << "GELU epilogue's pre-activation";
-  EXPECT_LT(rel_error(to_float(d_out.download()), gelu_ref), kBf16Bound) << "GELU epilogue (tanh approximation)";
+  EXPECT_LT(rel_error(to_float(d_out.download()), gelu_ref), kBf16Bound)
+      << "GELU epilogue (tanh approximation)";
   {  // bitwise repeatable
     const auto first = d_out.download(), first_pre = d_pre.download();
     d_out.poison();
     mm.forward(d_out.get(), d_inp.get(), d_w.get(), d_bias.get(), N, C, OC, d_pre.get());
     const auto again = d_out.download(), again_pre = d_pre.download();
-    EXPECT_EQ(std::memcmp(first.data(), again.data(), first.size() * sizeof(first[0])), 0) << "GELU output repeats";
+    EXPECT_EQ(std::memcmp(first.data(), again.data(), first.size() * sizeof(first[0])), 0)
+        << "GELU output repeats";
     EXPECT_EQ(std::memcmp(first_pre.data(), again_pre.data(), first_pre.size() * sizeof(first_pre[0])), 0);
   }
 
@@ -185,7 +190,6 @@ TEST_P(MatmulCuda, ForwardBackwardAgainstCpu) {
   mm.backward_weight(d_dw.get(), d_dout.get(), d_inp.get(), N, C, OC);
   EXPECT_LT(rel_error(d_dw.download(), dw), kFp32Bound) << "fp32 accumulation into the gradient";
 
-
   // DGELU epilogue: d(pre) = (dout·w) ⊙ gelu'(pre), with pre of shape (N, C).
   auto pre = round_bf16(random_floats(rng, static_cast<size_t>(N) * C));
   DeviceBuffer<bf16> d_pre_in(to_bf16(pre));
@@ -194,7 +198,6 @@ TEST_P(MatmulCuda, ForwardBackwardAgainstCpu) {
   std::vector<float> dgelu(dinp.size());
   gelu_backward(dgelu.data(), pre.data(), dinp.data(), dinp.size());
   EXPECT_LT(rel_error(to_float(d_dinp.download()), dgelu), kBf16Bound) << "DGELU epilogue";
-
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, MatmulCuda,
@@ -241,9 +244,11 @@ TEST_P(ClassifierCuda, LossAndGradient) {
     DeviceBuffer<bf16> d_logits(to_bf16(logits));
     DeviceBuffer<float> d_losses(rows);
     DeviceBuffer<int32_t> d_targets(targets);
-    classifier_cuda(d_logits.get(), d_losses.get(), d_targets.get(), dloss, write, rows, V, nullptr, resident);
+    classifier_cuda(d_logits.get(), d_losses.get(), d_targets.get(), dloss, write, rows, V, nullptr,
+                    resident);
     std::vector<float> probs(logits.size()), losses(rows), dlogits(logits.size());
-    softmax_crossentropy_forward(nullptr, probs.data(), losses.data(), logits.data(), targets.data(), rows, V);
+    softmax_crossentropy_forward(nullptr, probs.data(), losses.data(), logits.data(), targets.data(), rows,
+                                 V);
     softmax_crossentropy_backward(nullptr, dlogits.data(), probs.data(), targets.data(), dloss, rows, V);
     EXPECT_LT(rel_error(d_losses.download(), losses), kFp32Bound);
     const std::vector<float> got = to_float(d_logits.download());
@@ -294,7 +299,8 @@ TEST(KernelsCuda, AdamWWithClippingAndDecay) {
   std::vector<AdamWChunk> chunks;
   const size_t split = 150'000;
   for (size_t off = 0; off < split; off += adamw_chunk_elements())
-    chunks.push_back({off, off, off, static_cast<uint32_t>(std::min<size_t>(adamw_chunk_elements(), split - off)), 1});
+    chunks.push_back(
+        {off, off, off, static_cast<uint32_t>(std::min<size_t>(adamw_chunk_elements(), split - off)), 1});
   chunks.push_back({split, split, split, static_cast<uint32_t>(n - split), 0});
   const float norm = 10.0f, clip = 1.0f, lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
   const float c1 = 1 - std::pow(b1, 3.0f), c2 = 1 - std::pow(b2, 3.0f);
@@ -325,7 +331,8 @@ TEST(KernelsCuda, AdamWOnAShardAndItsSumOfSquares) {
   GANTRY_REQUIRE_GPU();
   Rng rng{11};
   const size_t n = 300'000;
-  const std::vector<std::pair<size_t, size_t>> owned = {{1'001, 90'000}, {200'000, 70'000}};  // (offset, count)
+  const std::vector<std::pair<size_t, size_t>> owned = {{1'001, 90'000},
+                                                        {200'000, 70'000}};  // (offset, count)
   const size_t shard_n = 160'000;
   auto g = random_floats(rng, n), p = random_floats(rng, shard_n), m0 = random_floats(rng, shard_n, 0.1);
   auto v0 = random_floats(rng, shard_n, 0.1);
@@ -353,8 +360,8 @@ TEST(KernelsCuda, AdamWOnAShardAndItsSumOfSquares) {
   EXPECT_NEAR(d_sum.download()[0], expect_sq, 1e-5 * expect_sq);
   sqrt_in_place_cuda(d_sum.get(), nullptr);
   const float norm = d_sum.download()[0];
-  adamw_cuda(d_p.get(), d_pb.get(), d_m.get(), d_v.get(), d_g.get(), d_sum.get(), d_chunks.get(), n_chunks, lr, b1,
-             b2, eps, wd, /*grad_clip=*/1.0f, 1 - b1, 1 - b2, nullptr);
+  adamw_cuda(d_p.get(), d_pb.get(), d_m.get(), d_v.get(), d_g.get(), d_sum.get(), d_chunks.get(), n_chunks,
+             lr, b1, b2, eps, wd, /*grad_clip=*/1.0f, 1 - b1, 1 - b2, nullptr);
   std::vector<float> ref = p;
   std::vector<float> ref_bf16(n, 0.0f);
   shard_at = 0;
@@ -369,7 +376,8 @@ TEST(KernelsCuda, AdamWOnAShardAndItsSumOfSquares) {
     shard_at += count;
   }
   EXPECT_LT(rel_error(d_p.download(), ref), kFp32Bound);
-  EXPECT_LT(rel_error(to_float(d_pb.download()), ref_bf16), kBf16Bound) << "owned places updated, others untouched";
+  EXPECT_LT(rel_error(to_float(d_pb.download()), ref_bf16), kBf16Bound)
+      << "owned places updated, others untouched";
 }
 
 }  // namespace

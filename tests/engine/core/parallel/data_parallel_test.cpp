@@ -3,15 +3,14 @@
 // must compute what one process computes, and a checkpoint must load into any other layout.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
 #include <sys/resource.h>  // setrlimit: a rank that cannot write its shard
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <csignal>
-#include <filesystem>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -58,15 +57,17 @@ struct Curve : TrainObserver {
 };
 
 // "" when every value is within `rel` of the reference, else the first that is not.
-std::string compare(const std::vector<double>& got, const std::vector<double>& want, double rel, const char* what) {
+std::string compare(const std::vector<double>& got, const std::vector<double>& want, double rel,
+                    const char* what) {
   if (got.size() != want.size()) {
-    return std::string(what) + ": " + std::to_string(got.size()) + " values, expected " + std::to_string(want.size());
+    return std::string(what) + ": " + std::to_string(got.size()) + " values, expected " +
+           std::to_string(want.size());
   }
   for (size_t i = 0; i < got.size(); ++i) {
     if (!(std::fabs(got[i] - want[i]) <= rel * std::fabs(want[i]))) {
       char buf[200];
-      std::snprintf(buf, sizeof buf, "%s[%zu] = %.9g, one process gave %.9g (relative difference %.3g)", what, i,
-                    got[i], want[i], std::fabs(got[i] - want[i]) / std::fabs(want[i]));
+      std::snprintf(buf, sizeof buf, "%s[%zu] = %.9g, one process gave %.9g (relative difference %.3g)", what,
+                    i, got[i], want[i], std::fabs(got[i] - want[i]) / std::fabs(want[i]));
       return buf;
     }
   }
@@ -95,7 +96,8 @@ struct Tee : TrainObserver {
 
 // One rank: the dp communicator and the store on the inherited socket, then the train loop.
 Result<Curve> train_rank(const RankRun& run, int rank, int world, int fd) {
-  Result<ParallelDims> dims = ParallelDims::make({.world = world, .rank = rank, .dp = world, .zero = run.zero});
+  Result<ParallelDims> dims =
+      ParallelDims::make({.world = world, .rank = rank, .dp = world, .zero = run.zero});
   if (!dims.ok()) return dims.status();
   // One rank needs no communicator: the ZeRO machinery then runs its local equivalents of the collectives.
   std::unique_ptr<Communicator> comm;
@@ -123,7 +125,7 @@ Result<Curve> train_rank(const RankRun& run, int rank, int world, int fd) {
 // the first to need it computes it and leaves it beside this executable (named by the executable's build
 // time, so a rebuilt test never reads an older build's curve); the rest read it.
 Curve reference_curve() {
-  struct stat st{};
+  struct stat st {};
   ::stat("/proc/self/exe", &st);
   const std::string path = std::string(GANTRY_BINARY_DIR) + "/data_parallel_reference_" +
                            std::to_string(static_cast<long long>(st.st_mtime)) + ".txt";
@@ -162,7 +164,8 @@ TEST_P(DataParallel, MatchesOneProcessWithinTolerance) {
   const auto [dp, zero] = GetParam();
   const Curve ref = reference_curve();
   ASSERT_EQ(ref.loss.size(), 20u);
-  const RankRun run{.config = tiny20(), .out_dir = fresh_dir("dp" + std::to_string(dp) + "_z" + std::to_string(zero)),
+  const RankRun run{.config = tiny20(),
+                    .out_dir = fresh_dir("dp" + std::to_string(dp) + "_z" + std::to_string(zero)),
                     .zero = zero};
   comm_test::RunResult res = run_workers(
       dp,
@@ -171,7 +174,8 @@ TEST_P(DataParallel, MatchesOneProcessWithinTolerance) {
         if (!c.ok()) return c.error();
         std::string d = compare(c->loss, ref.loss, 1e-5, "loss");
         if (d.empty()) d = compare(c->val, ref.val, 1e-5, "val loss");
-        if (d.empty() && n > 1 && c->start.find("zero " + std::to_string(zero) + " over dp") == std::string::npos) {
+        if (d.empty() && n > 1 &&
+            c->start.find("zero " + std::to_string(zero) + " over dp") == std::string::npos) {
           d = "the start-up summary does not print the memory formula: " + c->start;
         }
         return d;
@@ -255,7 +259,8 @@ TEST(DataParallelCheckpoint, ARankThatCannotWriteLeavesItUncommittedAndEveryRank
           if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) return "setrlimit failed";
         }
         Result<Curve> curve = train_rank(run, rank, n, fd);
-        if (curve.ok()) return "rank " + std::to_string(rank) + ": the run succeeded although rank 1 could not write";
+        if (curve.ok())
+          return "rank " + std::to_string(rank) + ": the run succeeded although rank 1 could not write";
         if (curve.error().find("rank 1") == std::string::npos ||
             curve.error().find("shard_r00001.bin") == std::string::npos) {
           return "rank " + std::to_string(rank) + " failed without naming rank 1's cause: " + curve.error();
@@ -273,7 +278,9 @@ TEST(DataParallelCheckpoint, ARankThatCannotWriteLeavesItUncommittedAndEveryRank
 struct ScriptedControl : TrainControl {
   std::vector<TrainAction> script;
   size_t polls = 0;
-  TrainAction poll() override { return polls < script.size() ? script[polls++] : (++polls, TrainAction::none); }
+  TrainAction poll() override {
+    return polls < script.size() ? script[polls++] : (++polls, TrainAction::none);
+  }
 };
 
 struct ActionLog : TrainObserver {
@@ -293,8 +300,8 @@ TEST(DataParallelControl, ActionsTakeEffectAtTheSameStepOnEveryRank) {
       [&](int rank, int n, int fd) -> std::string {
         ScriptedControl control;
         if (rank == 0) {
-          control.script = {A::none, A::none, A::none, A::checkpoint, A::none, A::pause, A::none, A::resume,
-                            A::none, A::stop};
+          control.script = {A::none,  A::none, A::none,   A::checkpoint, A::none,
+                            A::pause, A::none, A::resume, A::none,       A::stop};
         } else {
           control.script = {A::stop, A::stop, A::stop};
         }
@@ -303,8 +310,10 @@ TEST(DataParallelControl, ActionsTakeEffectAtTheSameStepOnEveryRank) {
         Result<Curve> c = train_rank(run, rank, n, fd);
         if (!c.ok()) return c.error();
         const std::string want = "checkpoint@3 pause@5 resume@5 stop@7 ";
-        if (log.text != want) return "rank " + std::to_string(rank) + " saw \"" + log.text + "\", expected \"" + want + "\"";
-        if (c->loss.size() != 7) return "rank " + std::to_string(rank) + " ran " + std::to_string(c->loss.size()) + " steps";
+        if (log.text != want)
+          return "rank " + std::to_string(rank) + " saw \"" + log.text + "\", expected \"" + want + "\"";
+        if (c->loss.size() != 7)
+          return "rank " + std::to_string(rank) + " ran " + std::to_string(c->loss.size()) + " steps";
         return "";
       },
       60s);
@@ -327,11 +336,13 @@ TEST(DataParallelMemory, EachStageHoldsWhatTheFormulaSays) {
           Result<std::unique_ptr<Backend>> be = backend_create(
               "cpu", c.model, 4, {.threads = 1, .dp = comm->get(), .zero = zero, .bucket_bytes = bucket});
           if (!be.ok()) return be.error();
-          const ShardMemory want = shard_memory(shard_plan_make(gpt_param_table(c.model), n, rank, zero, bucket));
+          const ShardMemory want =
+              shard_memory(shard_plan_make(gpt_param_table(c.model), n, rank, zero, bucket));
           const StateBytes got = be.value()->state_bytes();
-          if (got.params != want.params * 4 || got.grads != want.grads * 4 || got.optimizer != want.optimizer * 4) {
-            return "zero " + std::to_string(zero) + ": holds params " + std::to_string(got.params) + ", grads " +
-                   std::to_string(got.grads) + ", optimizer " + std::to_string(got.optimizer) +
+          if (got.params != want.params * 4 || got.grads != want.grads * 4 ||
+              got.optimizer != want.optimizer * 4) {
+            return "zero " + std::to_string(zero) + ": holds params " + std::to_string(got.params) +
+                   ", grads " + std::to_string(got.grads) + ", optimizer " + std::to_string(got.optimizer) +
                    " bytes; the formula says " + std::to_string(want.params * 4) + ", " +
                    std::to_string(want.grads * 4) + ", " + std::to_string(want.optimizer * 4);
           }

@@ -17,7 +17,8 @@ TEST(ParallelDims, DegreesMustMultiplyToTheWorld) {
 }
 
 TEST(ParallelDims, RejectsBadRankZeroAndDegrees) {
-  EXPECT_THAT(ParallelDims::make({.world = 4, .rank = 4, .dp = 4}).error(), HasSubstr("rank 4 is outside [0, 4)"));
+  EXPECT_THAT(ParallelDims::make({.world = 4, .rank = 4, .dp = 4}).error(),
+              HasSubstr("rank 4 is outside [0, 4)"));
   EXPECT_THAT(ParallelDims::make({.world = 4, .rank = 0, .dp = 4, .zero = 4}).error(),
               HasSubstr("zero stage 4 must be 0, 1, 2 or 3"));
   EXPECT_THAT(ParallelDims::make({.world = 0}).error(), HasSubstr("world size 0"));

@@ -12,7 +12,9 @@
 namespace gantry {
 namespace {
 
-ModelConfig model() { return {.n_layer = 3, .n_head = 2, .n_embd = 16, .vocab_size = 50, .seq_len = 8}; }
+ModelConfig model() {
+  return {.n_layer = 3, .n_head = 2, .n_embd = 16, .vocab_size = 50, .seq_len = 8};
+}
 
 TEST(ShardPlan, UnitsAreEmbeddingsBlocksAndFinalNorm) {
   const TensorTable t = gpt_param_table(model());
@@ -33,9 +35,9 @@ TEST(ShardPlan, BucketsAreWholeUnitsUpToTheCapWithTheEmbeddingsAlone) {
   // A cap of two blocks: [final + block 2 + ...] fills from the top.
   const ShardPlan p = shard_plan_make(t, 2, 0, 1, (2 * block + 32) * sizeof(float));
   ASSERT_EQ(p.buckets.size(), 3u);
-  EXPECT_EQ(p.buckets[0], p.units[0]);                            // embeddings alone
-  EXPECT_EQ(p.buckets[1], p.units[1]);                            // block 0
-  EXPECT_EQ(p.buckets[2].offset, p.units[2].offset);              // blocks 1, 2 and the final norm
+  EXPECT_EQ(p.buckets[0], p.units[0]);                // embeddings alone
+  EXPECT_EQ(p.buckets[1], p.units[1]);                // block 0
+  EXPECT_EQ(p.buckets[2].offset, p.units[2].offset);  // blocks 1, 2 and the final norm
   EXPECT_EQ(p.buckets[2].end(), t.numel());
   EXPECT_EQ(p.unit_bucket, (std::vector<int>{0, 1, 2, 2, 2}));
   // ZeRO 3 gathers unit by unit: every unit is its own bucket.
@@ -96,7 +98,8 @@ TEST(ShardPlan, MemoryFormulaPerStage) {
   EXPECT_EQ(shard_memory(p1).optimizer, 2 * p1.shard_numel);
   const ShardPlan p2 = shard_plan_make(t, 4, 1, 2, 4096);
   EXPECT_EQ(shard_memory(p2).params, P);
-  EXPECT_EQ(shard_memory(p2).grads, p2.shard_numel + p2.units[0].count + 2 * p2.largest_nonembedding_bucket());
+  EXPECT_EQ(shard_memory(p2).grads,
+            p2.shard_numel + p2.units[0].count + 2 * p2.largest_nonembedding_bucket());
   const ShardPlan p3 = shard_plan_make(t, 4, 1, 3, 4096);
   EXPECT_EQ(shard_memory(p3).params,
             p3.shard_numel + p3.units[0].count + p3.units.back().count + 2 * p3.largest_block_unit());

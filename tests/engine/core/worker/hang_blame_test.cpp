@@ -50,12 +50,13 @@ TEST(HangBlame, AStoppedProcessIsTheCulprit) {
   ASSERT_EQ(c.size(), 1u);
   EXPECT_EQ(c[0].rank, 2);
   EXPECT_THAT(c[0].reason, HasSubstr("its process is stopped (state T in /proc/1002/stat"));
-  EXPECT_THAT(c[0].reason, HasSubstr("3.4 s before the gang failed, was at step 5 (step), after collective #39"));
+  EXPECT_THAT(c[0].reason,
+              HasSubstr("3.4 s before the gang failed, was at step 5 (step), after collective #39"));
 }
 
 TEST(HangBlame, SilentHeartbeatsNameTheRankWhenItsStateIsUnknown) {
   std::vector<RankWatch> w = healthy_gang();
-  w[3].process_state = 0;  // on another node
+  w[3].process_state = 0;    // on another node
   w[3].silent_for = 2600ms;  // more than 3 intervals (2.25 s) and half the timeout (1.5 s)
   std::vector<HangCulprit> c = hang_blame(w);
   ASSERT_EQ(c.size(), 1u);

@@ -72,8 +72,11 @@ TEST(WorkerEnv, SlurmVariables) {
 }
 
 TEST(WorkerEnv, SlurmRendezvousHostIsTheNodeListsFirst) {
-  Vars v = {{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"},
-            {"SLURM_JOB_NODELIST", "gpu[07-08],login3"}, {"MASTER_PORT", "29500"}};
+  Vars v = {{"SLURM_PROCID", "1"},
+            {"SLURM_NTASKS", "8"},
+            {"SLURM_LOCALID", "1"},
+            {"SLURM_JOB_NODELIST", "gpu[07-08],login3"},
+            {"MASTER_PORT", "29500"}};
   Result<WorkerEnv> e = read(v);
   ASSERT_TRUE(e.ok()) << e.error();
   EXPECT_EQ(e->master_addr, "gpu07");
