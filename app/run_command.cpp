@@ -18,9 +18,9 @@
 #include "engine/core/parallel/parallel_dims.h"
 #include "engine/core/worker/gang.h"
 #include "engine/core/worker/worker_runtime.h"
+#include "telemetry/clock.h"
 #ifdef GANTRY_HAVE_STORAGE
 #include "app/history_writer.h"
-#include "telemetry/clock.h"
 #endif
 
 namespace gantry {

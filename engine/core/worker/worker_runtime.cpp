@@ -33,6 +33,7 @@
 #include "engine/core/step_records.h"
 #include "engine/core/worker/rendezvous_server.h"
 #include "engine/core/worker/worker_frames.h"
+#include "telemetry/host.h"
 #include "telemetry/record_codec.h"
 #include "telemetry/records.h"
 #ifdef GANTRY_HAVE_GLOO
@@ -40,7 +41,6 @@
 #endif
 #ifdef GANTRY_HAVE_NCCL
 #include "engine/core/comm/nccl_communicator.h"
-#include "telemetry/host.h"
 #endif
 
 namespace gantry {
