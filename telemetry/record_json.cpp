@@ -295,6 +295,12 @@ bool parse(std::string_view text, json* out, std::string* error) {
     }
     return true;
   };
+  // nlohmann's wording for an empty text differs between its releases (the GPU machines have another one):
+  // say it in ours.
+  if (text.find_first_not_of(" \t\r\n") == std::string_view::npos) {
+    if (error) *error = "unexpected end of input: the text is empty, expected a JSON value";
+    return false;
+  }
   try {
     *out = json::parse(text.begin(), text.end(), check);
     return true;
