@@ -40,17 +40,6 @@ double rank_time_value(const RankStepRecord& r, RankTimeMetric m) {
   return std::numeric_limits<double>::quiet_NaN();
 }
 
-double median_in_place(std::span<float> v) {
-  if (v.empty()) return std::numeric_limits<double>::quiet_NaN();
-  // Selection, not a sort: O(n).
-  const size_t m = v.size() / 2;
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(m), v.end());
-  double median = v[m];
-  if (v.size() % 2 == 0)
-    median = 0.5 * (median + *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(m)));
-  return median;
-}
-
 double excess_over_median(std::span<float> row) {
   std::vector<float> known;
   known.reserve(row.size());

@@ -10,7 +10,9 @@
 //   first
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -42,8 +44,18 @@ double rank_time_value(const RankStepRecord& r, RankTimeMetric m);
 // of the reported values, and returns that median (NaN when none is reported).
 double excess_over_median(std::span<float> row);
 
-// The median of the values (NaN for none); reorders them.
-double median_in_place(std::span<float> values);
+// The median of the values (NaN for none); reorders them. The mean of the two middle values for an even
+// count. Selection, not a sort: O(n).
+template <class Values>  // a std::vector or std::span of float or double
+double median_in_place(Values& v) {
+  if (v.empty()) return std::numeric_limits<double>::quiet_NaN();
+  const size_t m = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(m), v.end());
+  double median = v[m];
+  if (v.size() % 2 == 0)
+    median = 0.5 * (median + *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(m)));
+  return median;
+}
 
 // One rank of the breakdown table: its latest step record, that record's value of the metric and its
 // excess over the median rank's latest value.

@@ -4,19 +4,14 @@
 #include <cmath>
 #include <limits>
 
-#include "telemetry/straggler.h"  // straggler_excess_text: the words `ctl ranks` prints
+#include "telemetry/straggler.h"     // straggler_excess_text: the words `ctl ranks` prints
+#include "ui/console/rank_metric.h"  // median_in_place
 
 namespace gantry::console {
 namespace {
 
 double median_of(std::vector<double> v) {
-  if (v.empty()) return std::numeric_limits<double>::quiet_NaN();
-  const size_t m = v.size() / 2;
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(m), v.end());
-  double median = v[m];
-  if (v.size() % 2 == 0)
-    median = 0.5 * (median + *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(m)));
-  return median;
+  return median_in_place(v);
 }
 
 }  // namespace
