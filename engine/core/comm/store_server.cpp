@@ -147,7 +147,7 @@ void StoreServer::read_client(int id) {
       if (errno == ECONNRESET) {
         drop(id,
              c.decoder.mid_frame() ? "truncated frame: connection reset mid-frame" : "peer closed (reset)",
-             !c.decoder.mid_frame());
+             !c.decoder.mid_frame(), /*peer_closed=*/true);
       } else {
         drop(id, std::string("recv failed: ") + std::strerror(errno), false);
       }
@@ -155,9 +155,9 @@ void StoreServer::read_client(int id) {
     }
     if (r == 0) {
       if (c.decoder.mid_frame()) {
-        drop(id, "truncated frame: peer closed in the middle of a frame", false);
+        drop(id, "truncated frame: peer closed in the middle of a frame", false, /*peer_closed=*/true);
       } else {
-        drop(id, "peer closed", true);
+        drop(id, "peer closed", true, /*peer_closed=*/true);
       }
       return;
     }
@@ -415,11 +415,11 @@ void StoreServer::flush(int id) {
   }
 }
 
-void StoreServer::drop(int id, std::string reason, bool clean) {
+void StoreServer::drop(int id, std::string reason, bool clean, bool peer_closed) {
   auto it = clients_.find(id);
   if (it == clients_.end()) return;
   ::close(it->second.fd);
-  gone_.push_back({id, it->second.name, std::move(reason), clean});
+  gone_.push_back({id, it->second.name, std::move(reason), clean, peer_closed});
   clients_.erase(it);
   // Its waits can never be answered; leave no dangling waiter to time out against a missing client.
   std::vector<uint64_t> own;

@@ -42,12 +42,15 @@ struct StoreServerOptions {
 };
 
 // A client the server no longer serves, and why: "peer closed" (clean), or the protocol error that
-// made the server drop it ("truncated frame ...", "bad magic ...").
+// made the server drop it ("truncated frame ...", "bad magic ..."). `peer_closed`: the other end closed or
+// reset the connection (cleanly or in the middle of a frame), as a process does when it dies; a launcher
+// then waits for the process's exit status before blaming the protocol.
 struct StoreClientGone {
   int client = -1;
   std::string name;
   std::string reason;
   bool clean = false;
+  bool peer_closed = false;
 };
 
 class StoreServer {
@@ -110,7 +113,7 @@ class StoreServer {
   void reply_error(int id, uint64_t request, uint32_t code, const std::string& message);
   void queue(int id, uint8_t type, std::span<const uint8_t> payload);
   void flush(int id);
-  void drop(int id, std::string reason, bool clean);
+  void drop(int id, std::string reason, bool clean, bool peer_closed = false);
   void finish_waiter(uint64_t waiter);
   void expire_waiters(Clock::time_point now);
 

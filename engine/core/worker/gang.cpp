@@ -80,6 +80,7 @@ struct Slot {
   int client = -1;
   std::optional<Clock::time_point> gone_at;  // its socket closed
   std::string gone_reason;
+  bool gone_unclean = false;  // its socket closed in the middle of a frame
   Clock::time_point beat_at;  // when its newest heartbeat arrived
   // As the launcher saw it when the gang failed: for hang_blame.
   bool running_at_failure = false;
@@ -442,7 +443,11 @@ GangResult gang_run(const GangOptions& o) {
       Slot& s = slots[static_cast<size_t>(it->second)];
       s.gone_at = now;
       s.gone_reason = g.reason;
-      if (!g.clean) round.push_back({it->second, Cause::protocol, g.reason});
+      // A frame cut short by the peer's own close is what a worker killed mid-send leaves: its socket
+      // closes before its exit status can be collected, so the verdict waits (kGoneGrace) for waitpid
+      // to name the signal. A bad frame from a live peer is the protocol's fault at once.
+      if (!g.clean && !g.peer_closed) round.push_back({it->second, Cause::protocol, g.reason});
+      s.gone_unclean = !g.clean;
     }
     for (Slot& s : slots) {
       if (!s.alive) continue;
@@ -468,7 +473,7 @@ GangResult gang_run(const GangOptions& o) {
         if (!s.w.joined && now - started >= o.join_timeout)
           round.push_back({s.w.rank - base, Cause::no_join, ""});
         if (s.gone_at && now - *s.gone_at >= kGoneGrace)
-          round.push_back({s.w.rank - base, Cause::closed, s.gone_reason});
+          round.push_back({s.w.rank - base, s.gone_unclean ? Cause::protocol : Cause::closed, s.gone_reason});
       }
     }
     if (!round.empty()) {

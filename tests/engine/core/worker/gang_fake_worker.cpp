@@ -24,6 +24,7 @@
 #include <string>
 #include <thread>
 
+#include "engine/core/comm/frame.h"  // frame_encode: half a frame for crash_mid_frame
 #include "engine/core/comm/store_client.h"
 #include "engine/core/worker/worker_env.h"
 #include "engine/core/worker/worker_frames.h"
@@ -108,6 +109,17 @@ int main(int argc, char** argv) {
     sleep_forever();
   }
   if (mode == "crash_rank1" && rank == 1) ::raise(SIGKILL);
+  if (mode == "crash_mid_frame_rank1" && rank == 1) {
+    // Killed while sending: half of a records frame on the socket, then SIGKILL. The socket closes as the
+    // process dies, before its exit status can be collected: the launcher must still name the signal.
+    RecordBatch b;
+    b.rank_steps.push_back({.step = 1, .rank = rank, .host = "fake", .total_s = 0.5, .tokens = 8});
+    std::vector<uint8_t> wire;
+    record_batch_encode(b, &wire);
+    const std::vector<uint8_t> frame = frame_encode(static_cast<uint8_t>(FrameType::worker_records), wire);
+    [[maybe_unused]] ssize_t w = ::write(env->store_fd, frame.data(), frame.size() / 2);
+    ::raise(SIGKILL);
+  }
   if (mode == "stop_on_term") {
     while (!g_term) std::this_thread::sleep_for(10ms);
     return goodbye(130, "stopped at step 7");

@@ -17,6 +17,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using Clock = std::chrono::steady_clock;
 
 GangOptions fake(int n, const std::string& mode) {
@@ -103,6 +104,21 @@ TEST(Gang, WorkerKilledBySignalIsTheRootCause) {
   EXPECT_LT(Clock::now() - t0, 3s);
   EXPECT_TRUE(r.workers[0].signalled_by_launcher);
   expect_all_gone(r);
+}
+
+// A worker killed in the middle of sending a frame closes its socket before waitpid can see it dead: the
+// launcher named it as breaking the protocol ("truncated frame") instead of killed by the signal, which
+// RunCli.WorkerKilledMidRunStopsTheOthersAndIsNamed hit under load.
+TEST(Gang, WorkerKilledMidFrameIsNamedByItsSignalNotAsAProtocolBreak) {
+  for (int round = 0; round < 5; ++round) {  // the race is the kernel's: several tries make the old code fail
+    GangResult r = gang_run(fake(2, "crash_mid_frame_rank1"));
+    EXPECT_EQ(r.code, 1);
+    EXPECT_EQ(r.failed_rank, 1);
+    EXPECT_THAT(r.error,
+                HasSubstr("rank 1 (pid " + std::to_string(r.workers[1].pid) + ") was killed by SIGKILL"));
+    EXPECT_THAT(r.error, Not(HasSubstr("broke the launcher protocol")));
+    expect_all_gone(r);
+  }
 }
 
 TEST(Gang, WorkerThatNeverJoinsFailsTheGangAtTheJoinTimeout) {
