@@ -1,6 +1,6 @@
 #!/bin/bash
-# One device call (issue 19): the whole engine-only tree with -Werror, the GPU tests, attention_bench and
-# attention_sm90_bench, then gpt_bench with the wgmma attention forward (default) and without it
+# One device call (issue 19): the whole engine-only tree with -Werror, the GPU tests, attention_bench, then
+# gpt_bench with the wgmma attention forward (default) and without it
 # (GANTRY_CUDA_ATTENTION_WGMMA=0) before and after both peers (PyTorch + compile, llm.c + cuDNN) at 124M and
 # 350M, and at 1.5B if time is left. Not a test; logs in $OUT/gpu_e2e_logs.tgz.
 #
@@ -26,7 +26,6 @@ el "engine built"
 timeout 150 ctest --test-dir /tmp/ge -L gpu --output-on-failure > "$OUTD/ctest.log" 2>&1
 echo "gpu tests rc=$?"; grep -E "tests passed|\*\*\*Failed|Timeout" "$OUTD/ctest.log" | tail -8
 el "tests done"
-timeout 60 /tmp/ge/tests/bench/attention_sm90_bench | grep -v '^{'
 timeout 60 /tmp/ge/tests/bench/attention_bench wgmma | grep -v '^{'
 GANTRY_CUDA_ATTENTION_WGMMA=0 timeout 60 /tmp/ge/tests/bench/attention_bench mma | grep -v '^{' | tail -7
 el "attention benches done"
