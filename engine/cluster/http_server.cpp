@@ -10,6 +10,7 @@
 #include <cctype>
 #include <cerrno>
 #include <condition_variable>
+#include <cstdint>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -125,17 +126,11 @@ class GatedStream final : public httplib::Stream {
 
   // After the response: whether the connection is fit for the next request. A request answered before its
   // body was read (a 401, a 413) leaves the body on the socket, where it would be taken for the next
-  // request: a small one that has arrived is read off and dropped, anything else ends the connection.
+  // request: a small one that has arrived is read off and dropped, anything else ends the connection,
+  // with linger_close() so the answer is not lost.
   bool finish_request() {
-    const std::string_view head(head_);
-    std::string lower_head(head);
-    for (char& ch : lower_head) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    if (lower_head.find("\r\ntransfer-encoding:") != std::string::npos) return false;
-    const size_t at = lower_head.find("\r\ncontent-length:");
-    if (at == std::string::npos) return true;
-    const size_t length = std::strtoull(head_.c_str() + at + 17, nullptr, 10);
-    if (length <= body_read_) return true;
-    size_t left = length - body_read_;
+    size_t left = unread_body();
+    if (left == 0) return true;
     constexpr size_t kMaxDrain = 64 * 1024;
     if (left > kMaxDrain) return false;
     char sink[4096];
@@ -143,8 +138,43 @@ class GatedStream final : public httplib::Stream {
       const ssize_t n = ::recv(fd_, sink, std::min(left, sizeof sink), MSG_DONTWAIT);
       if (n <= 0) return false;
       left -= static_cast<size_t>(n);
+      body_read_ += static_cast<size_t>(n);
     }
     return true;
+  }
+
+  // Ends a connection whose request body was not read whole. Closing a socket with unread bytes makes the
+  // kernel send a reset, and a client still sending its body (or not yet reading) then loses the answer
+  // already written (the 413 saying how large a body may be). So: end our side (FIN after the answer),
+  // read off what the client still sends, within bounds, and only then close (nginx's lingering close).
+  void linger_close() {
+    ::shutdown(fd_, SHUT_WR);
+    constexpr size_t kMaxLingerBytes = 64u << 20;
+    constexpr auto kMaxLinger = std::chrono::seconds(2);
+    const Clock::time_point until = Clock::now() + kMaxLinger;
+    size_t drained = 0;
+    char sink[16384];
+    while (drained < kMaxLingerBytes) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+      if (left.count() <= 0) return;
+      pollfd p{.fd = fd_, .events = POLLIN, .revents = 0};
+      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) return;
+      const ssize_t n = ::recv(fd_, sink, sizeof sink, MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return;  // the client is done
+      if (n > 0) drained += static_cast<size_t>(n);
+    }
+  }
+
+  // How much of the request's declared body is still on the socket: 0 when all of it was read or none
+  // was declared; SIZE_MAX for a chunked body, whose length is not known.
+  size_t unread_body() const {
+    std::string lower_head(head_);
+    for (char& ch : lower_head) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (lower_head.find("\r\ntransfer-encoding:") != std::string::npos) return SIZE_MAX;
+    const size_t at = lower_head.find("\r\ncontent-length:");
+    if (at == std::string::npos) return 0;
+    const size_t length = std::strtoull(head_.c_str() + at + 17, nullptr, 10);
+    return length <= body_read_ ? 0 : length - body_read_;
   }
 
   ssize_t write(const char* ptr, size_t size) override {
@@ -211,7 +241,9 @@ class GatedServer final : public httplib::Server {
     GatedStream stream(fd, header_bytes, o);
     bool closed = false;
     const bool ok = process_request(stream, /*close_connection=*/stopping, closed, nullptr);
-    return ok && !closed && stream.finish_request();
+    if (ok && !closed && stream.finish_request()) return true;
+    if (stream.unread_body() > 0) stream.linger_close();
+    return false;
   }
 
  private:

@@ -94,14 +94,13 @@ TEST(Gang, BadInputIsPassedOnAsExitCode2) {
 }
 
 TEST(Gang, WorkerKilledBySignalIsTheRootCause) {
-  const auto t0 = Clock::now();
+  // The others wait forever in the fake worker: the gang ending at all shows the launcher stopped them.
   GangResult r = gang_run(fake(3, "crash_rank1"));
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.failed_rank, 1);
   EXPECT_THAT(r.error,
               HasSubstr("rank 1 (pid " + std::to_string(r.workers[1].pid) + ") was killed by SIGKILL"));
   EXPECT_THAT(r.error, HasSubstr("the other 2 ranks were stopped"));
-  EXPECT_LT(Clock::now() - t0, 3s);
   EXPECT_TRUE(r.workers[0].signalled_by_launcher);
   expect_all_gone(r);
 }
@@ -130,8 +129,7 @@ TEST(Gang, WorkerThatNeverJoinsFailsTheGangAtTheJoinTimeout) {
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.failed_rank, 0);
   EXPECT_THAT(r.error, HasSubstr("did not join within 0.4 s"));
-  EXPECT_GE(took, 400ms);
-  EXPECT_LT(took, 3s);
+  EXPECT_GE(took, 400ms);  // not before the timeout; how soon after is the scheduler's, not a behaviour
   expect_all_gone(r);
 }
 
@@ -204,7 +202,7 @@ TEST(Gang, SecondStopRequestKillsWithoutWaitingOutTheGrace) {
   const auto t0 = Clock::now();
   GangResult r = gang_run(g);
   stopper.join();
-  EXPECT_LT(Clock::now() - t0, 5s);
+  EXPECT_LT(Clock::now() - t0, g.stop_grace) << "the second request must not wait out the 60 s grace";
   EXPECT_EQ(r.code, 130);
   for (const GangWorker& w : r.workers) EXPECT_TRUE(w.killed_by_launcher) << "rank " << w.rank;
   expect_all_gone(r);
