@@ -61,6 +61,7 @@ struct CoordinatorArgs {
   std::string agent_token_file;  // "" = only the operator's token registers agents
   int port = 0;
   double node_timeout_s = 5;
+  double max_beats_per_s = CoordinatorOptions{}.max_beats_per_s;
 };
 
 int coordinator_main(const CoordinatorArgs& a) {
@@ -84,6 +85,7 @@ int coordinator_main(const CoordinatorArgs& a) {
                  .token = token.value(),
                  .agent_token = agent_token,
                  .rendezvous_host = a.rendezvous_host,
+                 .max_beats_per_s = a.max_beats_per_s,
                  .node_timeout = std::chrono::milliseconds(static_cast<int64_t>(a.node_timeout_s * 1e3)),
                  .tls_cert_file = a.tls_cert,
                  .tls_key_file = a.tls_key});
@@ -199,6 +201,7 @@ struct UpArgs {
   int spares = 0;  // extra nodes registered as spares, named spare-0.. (placement holds them back)
   std::string dir = "gantry-cluster";
   double timeout_s = 20;
+  double max_beats_per_s = CoordinatorOptions{}.max_beats_per_s;
 };
 
 std::string log_tail(const fs::path& p) {
@@ -254,7 +257,8 @@ int up_main(const UpArgs& a) {
   };
   Result<pid_t> coord = spawn_daemon(
       {"coordinator", "--dir", dir.string(), "--token-file", token_file.string(), "--agent-token-file",
-       agent_token_file.string(), "--url-file", (dir / "url").string(), "--port", std::to_string(a.port)},
+       agent_token_file.string(), "--url-file", (dir / "url").string(), "--port", std::to_string(a.port),
+       "--max-beats-per-s", nlohmann::json(a.max_beats_per_s).dump()},  // shortest exact text
       dir / "coordinator.log", dir / "coordinator.pid");
   if (!coord.ok()) return fail(coord.error());
   const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(a.timeout_s * 1e3));
@@ -374,7 +378,12 @@ void cluster_commands_add(CLI::App& app, int* exit_code) {
     sub->add_option("--url-file", a->url_file, "Write the URL here once listening");
     sub->add_option("--rendezvous-host", a->rendezvous_host,
                     "Address of the runs' rendezvous stores (workers of every node must reach it)");
-    sub->add_option("--node-timeout", a->node_timeout_s, "Seconds without a heartbeat before a node is lost")
+    sub->add_option("--node-timeout", a->node_timeout_s,
+                    "Seconds without a heartbeat before a node is lost (at least 5 beat intervals)")
+        ->check(CLI::PositiveNumber);
+    sub->add_option("--max-beats-per-s", a->max_beats_per_s,
+                    "Heartbeats per second the coordinator asks for at most, over all nodes: with more nodes "
+                    "each beats less often (default 2500: every 5 s at 12,500 nodes)")
         ->check(CLI::PositiveNumber);
     sub->add_option("--tls-cert", a->tls_cert, "PEM certificate for HTTPS (with --tls-key)");
     sub->add_option("--tls-key", a->tls_key, "PEM key for HTTPS");
@@ -416,6 +425,9 @@ void cluster_commands_add(CLI::App& app, int* exit_code) {
     sub->add_option("--port", a->port, "The coordinator's port (0 = a free one)")
         ->check(CLI::Range(0, 65535));
     sub->add_option("--timeout", a->timeout_s, "Seconds to wait for everything to start")
+        ->check(CLI::PositiveNumber);
+    sub->add_option("--max-beats-per-s", a->max_beats_per_s,
+                    "The coordinator's heartbeat budget (see `coordinator --help`)")
         ->check(CLI::PositiveNumber);
     sub->callback([a, exit_code] { *exit_code = up_main(*a); });
   }

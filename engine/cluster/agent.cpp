@@ -3,6 +3,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -98,6 +101,29 @@ struct Agent::Impl {
   std::atomic<uint64_t> workers_started{0}, frames_received{0}, records_relayed{0}, heartbeats_sent{0},
       heartbeats_failed{0};
   std::list<Share> shares;  // touched by the heartbeat thread only (besides each share's own thread)
+  // Wakes the heartbeat loop before its interval is up: a gang that ended is told at once, whatever the
+  // interval (which grows with the cluster, coordinator.h).
+  std::mutex wake_mu;
+  std::condition_variable wake_cv;
+  bool wake = false;
+
+  void wake_beat() {
+    {
+      std::lock_guard<std::mutex> lock(wake_mu);
+      wake = true;
+    }
+    wake_cv.notify_one();
+  }
+
+  // Sleeps until `until`, or until wake_beat(), or until `stop` is set (by a signal handler, which cannot
+  // notify: looked at every 200 ms).
+  void sleep_until(Clock::time_point until, const std::atomic<bool>* stop) {
+    std::unique_lock<std::mutex> lock(wake_mu);
+    while (!wake && Clock::now() < until && !(stop != nullptr && stop->load())) {
+      wake_cv.wait_until(lock, std::min(until, Clock::now() + std::chrono::milliseconds(200)));
+    }
+    wake = false;
+  }
 
   void log(const std::string& line) {
     std::fprintf(stderr, "gantry-engine agent %s: %s\n", opt.node.c_str(), line.c_str());
@@ -169,9 +195,10 @@ struct Agent::Impl {
     log("run " + std::to_string(run) + ": starting ranks " + std::to_string(g.first_rank) + ".." +
         std::to_string(g.first_rank + g.nproc - 1) + " of " + std::to_string(g.world));
     workers_started.fetch_add(static_cast<uint64_t>(g.nproc));
-    s.thread = std::thread([&s, g = std::move(g)] {
+    s.thread = std::thread([this, &s, g = std::move(g)] {
       s.result = gang_run(g);
       s.done.store(true);
+      wake_beat();
     });
   }
 
@@ -283,7 +310,14 @@ Status Agent::run(const std::atomic<bool>* stop) {
                                                   {"spare", m.opt.spare},
                                                   {"metrics_url", metrics.url() + "/metrics"}});
   if (!reg.ok()) return Status::error("cannot register with the coordinator: " + reg.error());
-  const auto beat = std::chrono::milliseconds(reg->value("heartbeat_ms", 200));
+  // The coordinator's interval, from every reply (it grows with the cluster); bounded so that a bad value
+  // can neither make the agent spin nor look dead.
+  auto interval_of = [](const json& reply, std::chrono::milliseconds current) {
+    const json* ms = reply.contains("heartbeat_ms") ? &reply.at("heartbeat_ms") : nullptr;
+    if (ms == nullptr || !ms->is_number_integer()) return current;
+    return std::chrono::milliseconds(std::clamp<int64_t>(ms->get<int64_t>(), 10, 600000));
+  };
+  auto beat = interval_of(reg.value(), std::chrono::milliseconds(200));
   // Heartbeats carry the node's own credential from the reply (a coordinator without one takes our token).
   const std::string credential = reg->value("credential", "");
   HttpClient beats(
@@ -337,6 +371,7 @@ Status Agent::run(const std::atomic<bool>* stop) {
       m.records_relayed.fetch_add(batch.rank_steps.size() + batch.steps.size() + batch.events.size());
       last_ok = Clock::now();
       ended = json::array();
+      beat = interval_of(reply.value(), beat);
       for (const json& a : reply->value("start", json::array())) {
         if (stopping) continue;
         try {
@@ -373,7 +408,7 @@ Status Agent::run(const std::atomic<bool>* stop) {
     }
     // Stopping: once every gang has ended and the coordinator has heard so (or cannot), leave.
     if (stopping && m.shares.empty() && (ended.empty() || !reply.ok())) break;
-    std::this_thread::sleep_until(t0 + beat);
+    m.sleep_until(t0 + beat, stopping ? nullptr : stop);
   }
   metrics.stop();
   return result;

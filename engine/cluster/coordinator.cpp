@@ -1,6 +1,7 @@
 #include "engine/cluster/coordinator.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "engine/cluster/agent_beat.h"        // kAgentBeatMediaType: the heartbeat's binary body
@@ -36,6 +37,10 @@ Coordinator::~Coordinator() {
 
 Status Coordinator::start() {
   Impl& m = *impl_;
+  if (!(m.opt.max_beats_per_s > 0) || !std::isfinite(m.opt.max_beats_per_s)) {
+    return Status::error("max_beats_per_s must be a positive number of heartbeats a second, not " +
+                         std::to_string(m.opt.max_beats_per_s));
+  }
   if (!m.opt.agent_token.empty()) {
     if (Status s = token_check(m.opt.agent_token); !s.ok())
       return Status::error("the agents' token: " + s.message());

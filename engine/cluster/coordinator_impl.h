@@ -215,6 +215,11 @@ struct Coordinator::Impl {
 
   HttpResponse agent_heartbeat(const HttpRequest& req);
 
+  // The interval agents are told to beat at now, and how long a silent node is given before it is lost
+  // (CoordinatorOptions::max_beats_per_s). Called with mu held.
+  std::chrono::milliseconds beat_interval() const;
+  std::chrono::milliseconds node_timeout() const;
+
   // Marks nodes lost whose heartbeats stopped, and stops their runs (automatic recovery is a later issue).
   void watch_loop();
 

@@ -1,6 +1,7 @@
 // The node registry (coordinator_impl.h): agents register and heartbeat, nodes are quarantined and
 // released, and the health watch marks silent nodes lost.
 #include <algorithm>
+#include <cmath>
 #include <thread>
 
 #include "engine/cluster/agent_beat.h"
@@ -162,7 +163,19 @@ HttpResponse Coordinator::Impl::agent_register(const HttpRequest& req) {
   n.last_seen_unix = unix_now_s();
   upsert_node(n, "ok");
   return HttpResponse::ok(
-      {{"node", n.id}, {"heartbeat_ms", opt.heartbeat.count()}, {"credential", n.credential}});
+      {{"node", n.id}, {"heartbeat_ms", beat_interval().count()}, {"credential", n.credential}});
+}
+
+std::chrono::milliseconds Coordinator::Impl::beat_interval() const {
+  size_t live = 0;
+  for (const auto& [id, n] : nodes) live += n.state != NodeState::lost;
+  const auto spread = std::chrono::milliseconds(
+      static_cast<int64_t>(std::ceil(1e3 * static_cast<double>(live) / opt.max_beats_per_s)));
+  return std::max(opt.heartbeat, spread);
+}
+
+std::chrono::milliseconds Coordinator::Impl::node_timeout() const {
+  return std::max(opt.node_timeout, kMissedBeatsLost * beat_interval());
 }
 
 HttpResponse Coordinator::Impl::agent_heartbeat(const HttpRequest& req) {
@@ -217,7 +230,8 @@ HttpResponse Coordinator::Impl::agent_heartbeat(const HttpRequest& req) {
   }
   json reply = {{"start", std::exchange(n.start, json::array())},
                 {"commands", std::exchange(n.commands, json::array())},
-                {"stop", std::exchange(n.stop, json::array())}};
+                {"stop", std::exchange(n.stop, json::array())},
+                {"heartbeat_ms", beat_interval().count()}};
   return HttpResponse::ok(reply);
 }
 
@@ -226,8 +240,9 @@ void Coordinator::Impl::watch_loop() {
     std::this_thread::sleep_for(100ms);
     std::lock_guard<std::mutex> lock(mu);
     const auto now = Clock::now();
+    const std::chrono::milliseconds timeout = node_timeout();
     for (auto& [id, n] : nodes) {
-      if (n.state == NodeState::lost || now - n.last_seen < opt.node_timeout) continue;
+      if (n.state == NodeState::lost || now - n.last_seen < timeout) continue;
       n.state = NodeState::lost;
       upsert_node(n, "lost");
       for (auto& [rid, r] : runs) {
@@ -236,7 +251,7 @@ void Coordinator::Impl::watch_loop() {
           if (s.node != id || s.done) continue;
           s.done = true;
           s.code = 1;
-          s.error = "node lost (no heartbeat for " + std::to_string(opt.node_timeout.count()) + " ms)";
+          s.error = "node lost (no heartbeat for " + std::to_string(timeout.count()) + " ms)";
           event(rid, "node_lost", id + ": " + s.error, json::object(), -1, id);
           stop_shares(r, id);
         }

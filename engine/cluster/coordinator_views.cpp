@@ -181,6 +181,8 @@ HttpResponse Coordinator::Impl::cluster() {
                            {"busy_slots", busy},
                            {"runs_live", live},
                            {"runs", runs.size()},
+                           {"heartbeat_ms", beat_interval().count()},
+                           {"node_timeout_ms", node_timeout().count()},
                            {"url", server->url()}});
 }
 

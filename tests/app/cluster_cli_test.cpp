@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <map>
 #include <regex>
+#include <thread>
 
 #include "engine/cluster/agent_beat.h"
 #include "tests/app/cluster_fixture.h"
@@ -889,6 +890,54 @@ TEST_F(ClusterCli, AgentsHoldOnlyTheirOwnCredentials) {
   }
   ASSERT_TRUE(api_->post_json("/v1/runs/" + std::to_string(id) + "/stop", json::object()).ok());
   ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 30s)) << run_state(id).dump();
+}
+
+// The agent beats at the coordinator's interval, which grows with the cluster (coordinator.h), but a gang
+// that ends is told at once. One node, a budget of one beat a second: the run starts within a second;
+// 99 more nodes registered meanwhile stretch the interval to 100 s. The run (rank 0's forward slowed to
+// outlast the registrations) still finishes in seconds, so its end did not wait for the interval, and the
+// agent then beats at the new interval, not at its old one.
+class ClusterCliLongBeats : public ClusterCli {
+ protected:
+  std::string up_args() const override { return "--nodes 1 --slots 2 --max-beats-per-s 1"; }
+  size_t daemons() const override { return 2; }
+  std::string worker_fault() const override { return "0:slow_forward:1500"; }
+};
+
+TEST_F(ClusterCliLongBeats, AGangsEndIsToldAtOnceWhateverTheInterval) {
+  EXPECT_EQ(get("/v1/cluster")["heartbeat_ms"], 1000);
+  Result<json> sub = api_->post_json("/v1/runs", {{"config", tiny_config(4)}, {"layout", {{"dp", 2}}}});
+  ASSERT_TRUE(sub.ok()) << sub.error();
+  const int64_t id = sub->at("id").get<int64_t>();
+  ASSERT_TRUE(eventually([&] { return last_step(id) >= 0 || run_state(id)["state"] != "running"; }, 30s))
+      << run_state(id).dump();
+  workers_ = children_of(pids_);
+  for (int k = 0; k < 99; ++k) {
+    Result<json> r = api_->post_json("/v1/agents", {{"node", "idle-" + std::to_string(k)}, {"slots", 1}});
+    ASSERT_TRUE(r.ok()) << r.error();
+  }
+  EXPECT_EQ(get("/v1/cluster")["heartbeat_ms"], 100000);
+  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "finished"; }, 60s)) << run_state(id).dump();
+  EXPECT_EQ(last_step(id), 4);
+
+  // The agent took the new interval: over two seconds it sends at most one beat (at 200 ms it sent ten).
+  std::string url = slurp((dir_ / "agents" / "node-0" / "metrics_url").string());
+  while (!url.empty() && url.back() == '\n') url.pop_back();
+  Result<std::string> agent_token = token_file_read((dir_ / "agent_token").string());
+  ASSERT_TRUE(agent_token.ok()) << agent_token.error();
+  HttpClient agent(
+      {.url = url.substr(0, url.size() - std::string("/metrics").size()), .token = agent_token.value()});
+  auto beats = [&]() -> int64_t {
+    Result<HttpReply> m = agent.get("/metrics");
+    std::smatch n;
+    if (!m.ok() || !std::regex_search(m->body, n, std::regex("gantry_agent_heartbeats_total (\\d+)")))
+      return -1;
+    return std::stoll(n[1].str());
+  };
+  const int64_t before = beats();
+  ASSERT_GE(before, 1);
+  std::this_thread::sleep_for(2s);
+  EXPECT_LE(beats() - before, 1);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -182,6 +183,57 @@ TEST_F(BeatAgainstCoordinator, MalformedBeatsAre400WithAMessageAndTakeNothing) {
   const json run = run_json();
   EXPECT_EQ(run["last_step"], 9) << run.dump();
   EXPECT_EQ(run["latest_step"]["loss"], 3.25) << run.dump();
+}
+
+// The beat interval the coordinator asks for keeps the cluster's beats within max_beats_per_s: more nodes,
+// each beating less often (and so carrying more steps a beat). Registration and heartbeat replies and
+// GET /v1/cluster carry it; a node is lost only after several intervals once they are long.
+TEST(BeatInterval, GrowsWithTheNodesSoTheBeatsStayWithinTheirBudget) {
+  const fs::path dir = testing_support::scratch_dir("coordinator");
+  const std::string token = token_generate().value();
+  Coordinator c({.dir = dir.string(),
+                 .token = token,
+                 .heartbeat = std::chrono::milliseconds(200),
+                 .max_beats_per_s = 1,
+                 .node_timeout = std::chrono::seconds(600)});
+  ASSERT_TRUE(c.start().ok());
+  HttpClient api({.url = c.url(), .token = token});
+  auto register_node = [&](int k) {
+    Result<json> r =
+        api.post_json("/v1/agents", {{"node", "n" + std::to_string(k)}, {"slots", 1}, {"pid", k + 1}});
+    EXPECT_TRUE(r.ok()) << r.error();
+    return r.ok() ? r->value("heartbeat_ms", int64_t{-1}) : int64_t{-1};
+  };
+  EXPECT_EQ(register_node(0), 1000);  // one node at one beat a second
+  for (int k = 1; k < 4; ++k) register_node(k);
+  EXPECT_EQ(register_node(4), 5000);  // five nodes: each every 5 s
+  json cluster = api.get_json("/v1/cluster").value();
+  EXPECT_EQ(cluster["heartbeat_ms"], 5000);
+  EXPECT_EQ(cluster["node_timeout_ms"], 600000);  // the configured timeout is still the longer
+  Result<HttpReply> beat = api.post_bytes(
+      "/v1/agents/n0/heartbeat", agent_beat_encode({{"ended", json::array()}}, RecordBatch()).value(),
+      kAgentBeatMediaType);
+  ASSERT_TRUE(beat.ok()) << beat.error();
+  EXPECT_EQ(json::parse(beat->body)["heartbeat_ms"], 5000);
+  for (int k = 5; k < 200; ++k) register_node(k);
+  cluster = api.get_json("/v1/cluster").value();
+  EXPECT_EQ(cluster["heartbeat_ms"], 200000);
+  EXPECT_EQ(cluster["node_timeout_ms"], kMissedBeatsLost * 200000);
+  c.stop();
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
+
+TEST(BeatInterval, ABudgetThatIsNotPositiveIsRefusedAtStart) {
+  const fs::path dir = testing_support::scratch_dir("coordinator");
+  for (double bad : {0.0, -1.0, std::nan("")}) {
+    Coordinator c({.dir = dir.string(), .token = token_generate().value(), .max_beats_per_s = bad});
+    Status s = c.start();
+    EXPECT_FALSE(s.ok()) << bad;
+    EXPECT_THAT(s.message(), HasSubstr("max_beats_per_s")) << bad;
+  }
+  std::error_code ec;
+  fs::remove_all(dir, ec);
 }
 
 }  // namespace
