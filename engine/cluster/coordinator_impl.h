@@ -71,7 +71,9 @@ struct Coordinator::Impl {
     std::string error, final_message;
     int cause_rank = -1;          // gang.h: how likely this gang's failure is the run's root cause
     bool agent_stopping = false;  // it ended because its agent was told to stop (`down`), not by itself
+    bool node_lost = false;       // its node stopped beating: the root cause of its peers' broken collectives
   };
+  static constexpr int kDefaultMaxRestarts = 3;
   struct Run {
     int64_t id = 0;
     std::string name;
@@ -96,8 +98,14 @@ struct Coordinator::Impl {
     std::string relocate_checkpoint;  // the stop's checkpoint, from rank 0's event
     // Placed again from a checkpoint at this step: the first step record past it is the "resumed" event.
     int64_t resumed_from = -1;
-    std::string resume_kind;   // "quarantine" or "resume": the events' prefix
-    StragglerWatch straggler;  // the straggler policy: scores of the current placement's ranks
+    std::string resume_kind;  // "quarantine", "resume" or "recovery": the events' prefix
+    // Recovery (recover()): a failed gang is placed again from the newest committed checkpoint, up to
+    // max_restarts times in a row without a newer checkpoint committed in between; 0 = a failure ends it.
+    int max_restarts = kDefaultMaxRestarts;
+    int restarts = 0;             // recoveries over the run's life
+    int restarts_in_row = 0;      // since the newest checkpoint it restarted from
+    int64_t restarted_from = -1;  // that checkpoint's step (-1: none yet, or from the start)
+    StragglerWatch straggler;     // the straggler policy: scores of the current placement's ranks
     CheckpointPolicy checkpoint_policy;
     // How its MFU is computed (RunInfo); peak_flops 0 = each GPU's own, or unknown.
     std::string peak_name, mfu_formula;
@@ -180,6 +188,17 @@ struct Coordinator::Impl {
   // one is registered, else the largest dp that fits and divides train.global_batch) and resume it from
   // the stop's checkpoint. A run that cannot be placed fails, saying why.
   void relocate(Run& r);
+
+  // A gang of the run failed (a worker died, a node was lost) and every share has ended: place it again
+  // (the same dp on the live nodes, a spare standing in for a lost node, else the largest dp that fits and
+  // divides train.global_batch) from its newest committed checkpoint, or from the start without one, as the
+  // next generation of the same run. False when the restart budget is spent or it cannot be placed: the
+  // caller fails the run, with the reason in *why.
+  bool recover(Run& r, const std::string& failure, std::string* why);
+
+  // Placement for a run placed again: its dp if that fits the live nodes, else the largest dp below it
+  // that fits and divides train.global_batch (the global batch is kept by accumulation).
+  Result<Placement> place_again(const Run& r, const std::vector<PlacementNode>& pn, int* dp) const;
 
   HttpResponse submit(const HttpRequest& req);
 

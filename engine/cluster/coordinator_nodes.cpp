@@ -251,6 +251,7 @@ void Coordinator::Impl::watch_loop() {
           if (s.node != id || s.done) continue;
           s.done = true;
           s.code = 1;
+          s.node_lost = true;
           s.error = "node lost (no heartbeat for " + std::to_string(timeout.count()) + " ms)";
           event(rid, "node_lost", id + ": " + s.error, json::object(), -1, id);
           stop_shares(r, id);

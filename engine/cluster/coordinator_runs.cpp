@@ -101,10 +101,15 @@ void Coordinator::Impl::maybe_finish(Run& r) {
       message = s.final_message;
     }
   }
-  // Of several failed gangs, the root cause (a rank killed by a signal takes its peers down, not the
-  // reverse); among equals, the first in rank order.
+  // Of several failed gangs, the root cause: a lost node (its peers fail after it on broken collectives),
+  // else a rank killed by a signal (it takes its peers down, not the reverse); among equals, the first in
+  // rank order.
   const NodeShare* failed = nullptr;
   for (const NodeShare& s : r.shares) {
+    if (s.node_lost && failed == nullptr) failed = &s;
+  }
+  for (const NodeShare& s : r.shares) {
+    if (failed != nullptr && failed->node_lost) break;
     if (s.code == 0 || s.code == 130) continue;
     const int rank = s.cause_rank < 0 ? 1000 : s.cause_rank;
     if (failed == nullptr || rank < (failed->cause_rank < 0 ? 1000 : failed->cause_rank)) failed = &s;
@@ -113,12 +118,21 @@ void Coordinator::Impl::maybe_finish(Run& r) {
     state = RunState::kFailed;
     message = failed->node + ": " + failed->error;
   }
+  bool agent_stopped = false;
   for (const NodeShare& s : r.shares) {
     if (!s.agent_stopping || s.code == 0) continue;
     state = RunState::kInterrupted;
     message = "the agent of " + s.node + " was stopped while the run was live (at step " +
               std::to_string(r.last_step) + "): resume-from continues it from its newest checkpoint";
+    agent_stopped = true;
     break;
+  }
+  // A failure the run can get over by itself: not bad input (exit code 2: it would fail the same way
+  // again), not an operator's or an agent's stop.
+  if (failed != nullptr && !agent_stopped && failed->code != 2 && r.state != RunState::kStopping) {
+    std::string why;
+    if (recover(r, message, &why)) return;
+    message += "; not recovered: " + why;
   }
   if (state == RunState::kFinished) message = r.shares.empty() ? "" : r.shares.front().final_message;
   if (!set_state(r, state)) return;
@@ -147,6 +161,14 @@ Status Coordinator::Impl::start_generation(Run& r, const std::vector<PlacementNo
   r.store = std::move(store.value());
   const std::string rendezvous = opt.rendezvous_host + ":" + std::to_string(r.store->port());
   ++r.generation;
+  // A stop meant for the last generation that its gang outran (it ended by itself first) must not reach
+  // the next one: the agent would stop the new gang as soon as it started.
+  for (auto& [id, n] : nodes) {
+    json kept = json::array();
+    for (const json& run : n.stop)
+      if (run != r.id) kept.push_back(run);
+    n.stop = std::move(kept);
+  }
   writer->push_op([id = r.id, options = run_options(r).dump()](HistoryDb& d) {
     d.update_run(id, RunStatus::running, "", options);
   });
@@ -185,6 +207,8 @@ json Coordinator::Impl::run_options(const Run& r) {
           {"max_steps", r.max_steps},
           {"db_world", r.db_world},
           {"generation", r.generation},
+          {"max_restarts", r.max_restarts},
+          {"restarts", r.restarts},
           {"straggler", straggler_watch_options_json(r.straggler.options())},
           {"checkpoint_every_steps", r.checkpoint_policy.options().every_steps},
           {"keep_last", r.checkpoint_policy.options().keep_last}};
@@ -220,6 +244,8 @@ Status Coordinator::Impl::restore_runs() {
       r.max_steps = o.value("max_steps", int64_t{-1});
       r.db_world = o.value("db_world", r.db_world);
       r.generation = o.value("generation", 0);
+      r.max_restarts = o.value("max_restarts", kDefaultMaxRestarts);
+      r.restarts = o.value("restarts", 0);
       const json straggler = o.value("straggler", json::object());
       Result<StragglerWatchOptions> so = straggler_watch_parse(&straggler);
       if (so.ok()) r.straggler = StragglerWatch(so.value());
@@ -330,19 +356,9 @@ void Coordinator::Impl::relocate(Run& r) {
     if (!latest.ok()) return fail(latest.error());
     dir = latest.value();
   }
-  Result<Config> cfg = config_parse(r.config_toml, "config");
-  if (!cfg.ok()) return fail(cfg.error());
   const std::vector<PlacementNode> pn = placement_nodes();
-  Result<Placement> p = placement_assign(pn, {.dp = r.dp});
   int dp = r.dp;
-  for (int d = r.dp - 1; !p.ok() && d >= 1; --d) {
-    if (cfg->train.global_batch % d != 0) continue;
-    Result<Placement> q = placement_assign(pn, {.dp = d});
-    if (q.ok()) {
-      p = std::move(q);
-      dp = d;
-    }
-  }
+  Result<Placement> p = place_again(r, pn, &dp);
   if (!p.ok()) return fail(p.error());
   const int old_dp = r.dp;
   r.dp = dp;
@@ -361,6 +377,82 @@ void Coordinator::Impl::relocate(Run& r) {
         {{"dp", dp}, {"previous_dp", old_dp}, {"spares_used", p->spares_used()}, {"checkpoint", dir}}, step);
 }
 
+Result<Placement> Coordinator::Impl::place_again(const Run& r, const std::vector<PlacementNode>& pn,
+                                                 int* dp) const {
+  Result<Config> cfg = config_parse(r.config_toml, "config");
+  if (!cfg.ok()) return Status::error(cfg.error());
+  Result<Placement> p = placement_assign(pn, {.dp = r.dp});
+  *dp = r.dp;
+  for (int d = r.dp - 1; !p.ok() && d >= 1; --d) {
+    if (cfg->train.global_batch % d != 0) continue;
+    Result<Placement> q = placement_assign(pn, {.dp = d});
+    if (q.ok()) {
+      p = std::move(q);
+      *dp = d;
+    }
+  }
+  return p;
+}
+
+bool Coordinator::Impl::recover(Run& r, const std::string& failure, std::string* why) {
+  // The newest committed checkpoint (checkpoint_list: only those whose manifest was renamed into place, so
+  // a write cut off by the failure is never used); none yet: the run starts over from its first step.
+  const std::vector<std::string> committed = checkpoint_list(r.out_dir + "/checkpoints");
+  const std::string dir = committed.empty() ? std::string() : committed.back();
+  const int64_t step = dir.empty() ? 0 : checkpoint_dir_step(dir);
+  if (step > r.restarted_from) r.restarts_in_row = 0;  // it got further since the last recovery
+  if (r.restarts_in_row >= r.max_restarts) {
+    *why = r.max_restarts == 0
+               ? "recovery is off for this run (max_restarts 0)"
+               : "it failed " + std::to_string(r.restarts_in_row + 1) + " times in a row without a newer " +
+                     "checkpoint (max_restarts " + std::to_string(r.max_restarts) + ")";
+    return false;
+  }
+  r.store.reset();
+  const std::vector<PlacementNode> pn = placement_nodes();
+  int dp = r.dp;
+  Result<Placement> p = place_again(r, pn, &dp);
+  if (!p.ok()) {
+    *why = "cannot place it again: " + p.error();
+    return false;
+  }
+  const int old_dp = r.dp;
+  r.dp = dp;
+  ++r.restarts;  // before start_generation, which records the run's options with the count
+  if (Status s = start_generation(r, pn, p.value(), dir); !s.ok()) {
+    r.dp = old_dp;
+    --r.restarts;
+    *why = s.message();
+    return false;
+  }
+  ++r.restarts_in_row;
+  r.restarted_from = step;
+  if (r.state != RunState::kRunning) set_state(r, RunState::kRunning);  // a paused run goes on
+  r.message.clear();
+  writer->push_op([id = r.id, step](HistoryDb& d) { d.rewind_run(id, step); });
+  r.last_step = step;
+  r.resumed_from = step;
+  r.resume_kind = "recovery";
+  r.checkpoint_policy.restart_at(step);
+  event(r.id, "recovery_placed",
+        "run " + std::to_string(r.id) + " failed (" + one_line(failure) + "); generation " +
+            std::to_string(r.generation) + " placed at dp " + std::to_string(dp) + " from " +
+            (dir.empty() ? std::string("the start (no committed checkpoint yet)")
+                         : "the checkpoint at step " + std::to_string(step)) +
+            ": " + one_line(placement_describe(pn, p.value())),
+        {{"failure", failure},
+         {"generation", r.generation},
+         {"dp", dp},
+         {"previous_dp", old_dp},
+         {"spares_used", p->spares_used()},
+         {"checkpoint", dir},
+         {"restarts", r.restarts},
+         {"restarts_in_row", r.restarts_in_row},
+         {"max_restarts", r.max_restarts}},
+        step);
+  return true;
+}
+
 HttpResponse Coordinator::Impl::submit(const HttpRequest& req) {
   JsonFields f(req.body);
   std::optional<std::string> toml = f.string("config");
@@ -371,6 +463,7 @@ HttpResponse Coordinator::Impl::submit(const HttpRequest& req) {
   std::optional<int64_t> every =
       f.integer("checkpoint_every_steps", 1, int64_t{1} << 40, JsonFields::optional);
   std::optional<int64_t> keep_last = f.integer("keep_last", 1, 100000, JsonFields::optional);
+  std::optional<int64_t> max_restarts = f.integer("max_restarts", 0, 1000, JsonFields::optional);
   std::optional<int64_t> dp, zero, tp, pp;
   if (layout != nullptr) {
     JsonFields l(*layout, "layout.");
@@ -410,6 +503,7 @@ HttpResponse Coordinator::Impl::submit(const HttpRequest& req) {
     draft.dp = draft.db_world = static_cast<int>(*dp);
     draft.zero = static_cast<int>(zero.value_or(0));
     draft.max_steps = max_steps.value_or(-1);
+    draft.max_restarts = static_cast<int>(max_restarts.value_or(kDefaultMaxRestarts));
     draft.straggler = StragglerWatch(straggler_options.value());
     draft.checkpoint_policy = CheckpointPolicy(
         {.every_steps = every.value_or(0), .keep_last = static_cast<int>(keep_last.value_or(0))});
@@ -430,6 +524,7 @@ HttpResponse Coordinator::Impl::submit(const HttpRequest& req) {
   r.dp = static_cast<int>(*dp);
   r.zero = static_cast<int>(zero.value_or(0));
   r.max_steps = max_steps.value_or(-1);
+  r.max_restarts = static_cast<int>(max_restarts.value_or(kDefaultMaxRestarts));
   r.straggler = StragglerWatch(straggler_options.value());
   r.checkpoint_policy = CheckpointPolicy(
       {.every_steps = every.value_or(0), .keep_last = static_cast<int>(keep_last.value_or(0))});

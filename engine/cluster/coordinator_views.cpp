@@ -124,6 +124,8 @@ json Coordinator::Impl::run_json(const Run& r, bool full) const {
             {"message", r.message},
             {"created_unix_s", r.created_unix},
             {"generation", r.generation},
+            {"restarts", r.restarts},
+            {"max_restarts", r.max_restarts},
             {"peak_name", r.peak_name},
             {"peak_flops", r.peak_flops},
             {"flops_per_token", r.flops_per_token},

@@ -235,10 +235,12 @@ TEST_F(ClusterCli, AgentServesItsNodesMetrics) {
   EXPECT_EQ(raw_status(port, "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"), 200);
 }
 
-// An agent killed: its node is lost within the heartbeat timeout (5 s) and its run ends as failed, with
-// an event naming the node; the other node's workers do not outlive it.
+// An agent killed: its node is lost within the heartbeat timeout (5 s) and, with recovery off, its run ends
+// as failed, with an event naming the node; the other node's workers do not outlive it.
+// (cluster_recovery_test: with recovery on, the run shrinks onto the node left.)
 TEST_F(ClusterCli, KilledAgentLosesItsNodeAndStopsTheRun) {
-  Result<json> sub = api_->post_json("/v1/runs", {{"config", tiny_config(100000)}, {"layout", {{"dp", 4}}}});
+  Result<json> sub = api_->post_json(
+      "/v1/runs", {{"config", tiny_config(100000)}, {"layout", {{"dp", 4}}}, {"max_restarts", 0}});
   ASSERT_TRUE(sub.ok()) << sub.error();
   const int64_t id = sub->at("id").get<int64_t>();
   ASSERT_TRUE(eventually([&] { return last_step(id) >= 2; }, 30s)) << run_state(id).dump();

@@ -208,7 +208,7 @@ TEST_F(ClusterHardening, RestartedCoordinatorKeepsItsRunsAndResumesThem) {
 // kill -9 of rank 2 (on node-1): its node's gang fails by a signal, node-0's ranks fail after it on broken
 // collectives; the run's message names the one that died.
 TEST_F(ClusterHardening, FailedRunNamesTheRankThatDied) {
-  const int64_t id = submit_dp4();
+  const int64_t id = submit_dp4({{"max_restarts", 0}});  // the failure itself, not its recovery
   ASSERT_GE(id, 0);
   const pid_t victim = pid_of_rank(workers_, 2);
   ASSERT_GT(victim, 0) << "no worker with RANK=2 among " << workers_.size();
@@ -226,7 +226,8 @@ TEST_F(ClusterHardening, FailedRunNamesTheRankThatDied) {
 TEST_F(ClusterHardening, HungRankIsNamedNotThePeersThatTimedOut) {
   std::string config = tiny_config(100000);
   config = std::regex_replace(config, std::regex("\\[train\\]"), "[train]\ncollective_timeout_s = 3");
-  Result<json> sub = api_->post_json("/v1/runs", {{"config", config}, {"layout", {{"dp", 4}}}});
+  Result<json> sub =
+      api_->post_json("/v1/runs", {{"config", config}, {"layout", {{"dp", 4}}}, {"max_restarts", 0}});
   ASSERT_TRUE(sub.ok()) << sub.error();
   const int64_t id = sub->at("id").get<int64_t>();
   ASSERT_TRUE(eventually([&] { return last_step(id) >= 2; }, 60s)) << run_state(id).dump();

@@ -1,0 +1,150 @@
+// The cluster heals itself (issue "Fault tolerance"), against a real `up` cluster on loopback: a gang
+// that fails (a worker killed with -9, a node lost with its agent) is placed again by the coordinator from
+// the run's newest committed checkpoint, as the next generation of the same run, without a person; a run
+// recovered three times ends with the losses of a run never interrupted, bit for bit; a lost node's ranks
+// move to a spare at the same dp, or the run shrinks onto what is left; the restart budget ends a run that
+// keeps failing without progress, saying so.
+#include <signal.h>
+
+#include <random>
+
+#include "tests/app/cluster_fixture.h"
+
+namespace gantry {
+namespace {
+
+using namespace cluster_testing;  // NOLINT: the fixture and its helpers are this suite's vocabulary
+
+// The pid whose environment says RANK=<rank>, among `pids`; 0 if none.
+pid_t pid_of_rank(const std::vector<pid_t>& pids, int rank) {
+  for (pid_t p : pids) {
+    std::string env = slurp("/proc/" + std::to_string(p) + "/environ");
+    std::replace(env.begin(), env.end(), '\0', '\n');
+    if (("\n" + env).find("\nRANK=" + std::to_string(rank) + "\n") != std::string::npos) return p;
+  }
+  return 0;
+}
+
+// Rank 0's forward is slowed by 100 ms (the arithmetic is the same), so a tiny run lasts long enough for
+// kills to land mid-run.
+class ClusterRecovery : public ClusterCli {
+ protected:
+  std::string worker_fault() const override { return "0:slow_forward:100"; }
+
+  int64_t submit(int64_t max_steps, const json& extra) {
+    json body = {{"config", tiny_config(max_steps)}, {"layout", {{"dp", 4}}}, {"checkpoint_every_steps", 5}};
+    body.update(extra);
+    Result<json> sub = api_->post_json("/v1/runs", body);
+    EXPECT_TRUE(sub.ok()) << sub.error();
+    return sub.ok() ? sub->at("id").get<int64_t>() : -1;
+  }
+
+  // Each step's loss, by step (the records as they stand: a recovered run's steps past its checkpoint
+  // are the ones trained again).
+  std::map<int64_t, double> losses(int64_t id) {
+    std::map<int64_t, double> out;
+    const json page = get("/v1/runs/" + std::to_string(id) + "/steps?after=-1&limit=100000");
+    for (const json& s : page["steps"]) out[s["step"].get<int64_t>()] = s["loss"].get<double>();
+    return out;
+  }
+};
+
+TEST_F(ClusterRecovery, KilledWorkersAreRecoveredAndTheRunEndsAsIfNeverInterrupted) {
+  constexpr int64_t kSteps = 40;
+  const int64_t ref = submit(kSteps, {{"max_restarts", 0}});
+  ASSERT_GE(ref, 0);
+  ASSERT_TRUE(eventually([&] { return run_state(ref)["state"] != "running"; }, 120s))
+      << run_state(ref).dump();
+  ASSERT_EQ(run_state(ref)["state"], "finished") << run_state(ref).dump();
+
+  const int64_t id = submit(kSteps, json::object());
+  ASSERT_GE(id, 0);
+  EXPECT_EQ(run_state(id)["max_restarts"], 3);  // on by default
+  std::mt19937 rng(20261126);
+  for (int kill = 0; kill < 3; ++kill) {
+    // Past a checkpoint of this generation (every 5 steps), then one rank at random, -9.
+    const int64_t past = 7 + 10 * kill;
+    ASSERT_TRUE(eventually([&] { return last_step(id) >= past; }, 120s)) << run_state(id).dump();
+    workers_ = children_of(pids_);
+    const int rank = static_cast<int>(rng() % 4);
+    const pid_t victim = pid_of_rank(workers_, rank);
+    ASSERT_GT(victim, 0) << "kill " << kill << ": no worker with RANK=" << rank;
+    ASSERT_EQ(::kill(victim, SIGKILL), 0);
+    ASSERT_TRUE(eventually([&] { return run_state(id)["restarts"] == kill + 1; }, 60s))
+        << "kill " << kill << " (rank " << rank << "): " << run_state(id).dump();
+  }
+  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] != "running"; }, 180s)) << run_state(id).dump();
+  workers_ = children_of(pids_);
+  const json state = run_state(id);
+  ASSERT_EQ(state["state"], "finished") << state.dump();
+  EXPECT_EQ(state["last_step"], kSteps);
+  EXPECT_EQ(state["generation"], 4);
+  EXPECT_EQ(state["layout"]["dp"], 4);
+
+  // Every step's loss, bit for bit, as the run that was never interrupted: the restored parameters,
+  // optimizer state and data cursor are exact, and no sample was skipped or seen twice.
+  const std::map<int64_t, double> want = losses(ref), got = losses(id);
+  ASSERT_EQ(want.size(), static_cast<size_t>(kSteps));
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [step, loss] : want) EXPECT_EQ(got.at(step), loss) << "step " << step;
+
+  // Each recovery is an event naming the failure and the checkpoint it went on from.
+  const std::vector<json> placed = events(id, "recovery_placed");
+  ASSERT_EQ(placed.size(), 3u) << json(placed).dump(1);
+  for (const json& e : placed) {
+    EXPECT_THAT(e["message"].get<std::string>(), HasSubstr("SIGKILL")) << e.dump();
+    EXPECT_THAT(e["message"].get<std::string>(), HasSubstr("from the checkpoint at step")) << e.dump();
+  }
+  EXPECT_EQ(events(id, "recovery_resumed").size(), 3u);
+}
+
+// A lost node (its agent killed): the run cannot stay at dp 4 on the one node left (2 slots), so it
+// shrinks to dp 2, which divides the global batch, and trains on.
+TEST_F(ClusterRecovery, ALostNodesRunShrinksOntoTheNodesLeft) {
+  const int64_t id = submit(100000, json::object());
+  ASSERT_GE(id, 0);
+  ASSERT_TRUE(eventually([&] { return last_step(id) >= 7; }, 60s)) << run_state(id).dump();
+  workers_ = children_of(pids_);
+  const pid_t agent1 = static_cast<pid_t>(std::stol(slurp((dir_ / "agent-node-1.pid").string())));
+  ASSERT_EQ(::kill(agent1, SIGKILL), 0);
+  ASSERT_TRUE(eventually([&] { return run_state(id)["restarts"] == 1; }, 30s)) << run_state(id).dump();
+  const json state = run_state(id);
+  EXPECT_EQ(state["layout"]["dp"], 2) << state.dump();
+  EXPECT_EQ(state["state"], "running");
+  for (const json& share : state["placement"]) EXPECT_EQ(share["node"], "node-0") << state.dump();
+  const int64_t from = state["last_step"].get<int64_t>();
+  EXPECT_GE(from, 5);  // the checkpoint it went on from
+  ASSERT_TRUE(eventually([&] { return last_step(id) > from + 3; }, 60s)) << run_state(id).dump();
+  const std::vector<json> placed = events(id, "recovery_placed");
+  ASSERT_EQ(placed.size(), 1u);
+  EXPECT_THAT(placed[0]["message"].get<std::string>(), HasSubstr("node lost"));
+  EXPECT_EQ(json::parse(placed[0]["payload"].get<std::string>())["previous_dp"], 4) << placed[0].dump();
+  workers_ = children_of(pids_);
+  ASSERT_TRUE(api_->post_json("/v1/runs/" + std::to_string(id) + "/stop", json::object()).ok());
+  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 30s)) << run_state(id).dump();
+}
+
+// With recovery off (max_restarts 0) a failure ends the run, and the message says why it was not
+// recovered; a bad max_restarts is refused naming the field and its range.
+TEST_F(ClusterRecovery, RecoveryOffFailsTheRunSayingSo) {
+  Result<HttpReply> bad =
+      api_->post("/v1/runs", {{"config", tiny_config(10)}, {"layout", {{"dp", 4}}}, {"max_restarts", -1}});
+  ASSERT_TRUE(bad.ok()) << bad.error();
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_THAT(bad->error_message(), HasSubstr("max_restarts"));
+  const int64_t id = submit(100000, {{"max_restarts", 0}});
+  ASSERT_GE(id, 0);
+  ASSERT_TRUE(eventually([&] { return last_step(id) >= 2; }, 60s)) << run_state(id).dump();
+  workers_ = children_of(pids_);
+  const pid_t victim = pid_of_rank(workers_, 1);
+  ASSERT_GT(victim, 0);
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "failed"; }, 60s)) << run_state(id).dump();
+  const json state = run_state(id);
+  EXPECT_THAT(state["message"].get<std::string>(), HasSubstr("rank 1"));
+  EXPECT_THAT(state["message"].get<std::string>(), HasSubstr("not recovered: recovery is off"));
+  EXPECT_EQ(state["restarts"], 0);
+}
+
+}  // namespace
+}  // namespace gantry
