@@ -62,6 +62,7 @@ struct CoordinatorArgs {
   int port = 0;
   double node_timeout_s = 5;
   double max_beats_per_s = CoordinatorOptions{}.max_beats_per_s;
+  bool allow_fault_injection = false;
 };
 
 int coordinator_main(const CoordinatorArgs& a) {
@@ -87,6 +88,7 @@ int coordinator_main(const CoordinatorArgs& a) {
                  .rendezvous_host = a.rendezvous_host,
                  .max_beats_per_s = a.max_beats_per_s,
                  .node_timeout = std::chrono::milliseconds(static_cast<int64_t>(a.node_timeout_s * 1e3)),
+                 .allow_fault_injection = a.allow_fault_injection,
                  .tls_cert_file = a.tls_cert,
                  .tls_key_file = a.tls_key});
   install_stop_handlers();
@@ -202,6 +204,7 @@ struct UpArgs {
   std::string dir = "gantry-cluster";
   double timeout_s = 20;
   double max_beats_per_s = CoordinatorOptions{}.max_beats_per_s;
+  bool allow_fault_injection = false;
 };
 
 std::string log_tail(const fs::path& p) {
@@ -255,11 +258,22 @@ int up_main(const UpArgs& a) {
     down_dir(dir, 5, true);  // nothing half-started is left running
     return kExitFailed;
   };
-  Result<pid_t> coord = spawn_daemon(
-      {"coordinator", "--dir", dir.string(), "--token-file", token_file.string(), "--agent-token-file",
-       agent_token_file.string(), "--url-file", (dir / "url").string(), "--port", std::to_string(a.port),
-       "--max-beats-per-s", nlohmann::json(a.max_beats_per_s).dump()},  // shortest exact text
-      dir / "coordinator.log", dir / "coordinator.pid");
+  std::vector<std::string> coordinator_args = {
+      "coordinator",
+      "--dir",
+      dir.string(),
+      "--token-file",
+      token_file.string(),
+      "--agent-token-file",
+      agent_token_file.string(),
+      "--url-file",
+      (dir / "url").string(),
+      "--port",
+      std::to_string(a.port),
+      "--max-beats-per-s",
+      nlohmann::json(a.max_beats_per_s).dump()};  // the shortest exact text
+  if (a.allow_fault_injection) coordinator_args.push_back("--allow-fault-injection");
+  Result<pid_t> coord = spawn_daemon(coordinator_args, dir / "coordinator.log", dir / "coordinator.pid");
   if (!coord.ok()) return fail(coord.error());
   const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(a.timeout_s * 1e3));
   std::string url;
@@ -385,6 +399,9 @@ void cluster_commands_add(CLI::App& app, int* exit_code) {
                     "Heartbeats per second the coordinator asks for at most, over all nodes: with more nodes "
                     "each beats less often (default 2500: every 5 s at 12,500 nodes)")
         ->check(CLI::PositiveNumber);
+    sub->add_flag("--allow-fault-injection", a->allow_fault_injection,
+                  "Accept POST /v1/runs/{id}/inject (`ctl inject`): kill or hang a worker on purpose, for "
+                  "drills and tests; off by default");
     sub->add_option("--tls-cert", a->tls_cert, "PEM certificate for HTTPS (with --tls-key)");
     sub->add_option("--tls-key", a->tls_key, "PEM key for HTTPS");
     sub->callback([a, exit_code] { *exit_code = coordinator_main(*a); });
@@ -429,6 +446,8 @@ void cluster_commands_add(CLI::App& app, int* exit_code) {
     sub->add_option("--max-beats-per-s", a->max_beats_per_s,
                     "The coordinator's heartbeat budget (see `coordinator --help`)")
         ->check(CLI::PositiveNumber);
+    sub->add_flag("--allow-fault-injection", a->allow_fault_injection,
+                  "The coordinator accepts `ctl inject` (kill or hang a worker on purpose)");
     sub->callback([a, exit_code] { *exit_code = up_main(*a); });
   }
   {

@@ -33,6 +33,8 @@ struct CtlArgs {
   std::string node;
   std::string checkpoint = "latest";
   int resume_dp = 0, resume_zero = -1;  // 0 / -1: the run's own
+  std::string fault;
+  int rank = -1;  // inject: -1 = one at random
 };
 
 std::string cell(const json& v) {
@@ -152,6 +154,8 @@ int ctl_main(const std::string& what, const CtlArgs& a) {
     if (!r.ok() && r.error().find(" 409 ") != std::string::npos) return fail(r.error(), 3);
   } else if (what == "quarantine" || what == "release") {
     r = what == "quarantine" ? api.quarantine(a.node) : api.release(a.node);
+  } else if (what == "inject") {
+    r = api.inject(a.run, a.fault, a.rank);
   } else if (what == "resume-from") {
     // A step number travels as a number, so that "42" names step 42 rather than a directory called "42".
     json ckpt = a.checkpoint;
@@ -171,9 +175,9 @@ int ctl_main(const std::string& what, const CtlArgs& a) {
   if (!r.ok()) {
     // The coordinator's word that the request itself was wrong (a bad field, no such run or node, a body
     // too large) is bad input, as everywhere else: exit 2.
-    const bool bad_input = r.error().find(": 400 ") != std::string::npos ||
-                           r.error().find(": 404 ") != std::string::npos ||
-                           r.error().find(": 413 ") != std::string::npos;
+    const bool bad_input =
+        r.error().find(": 400 ") != std::string::npos || r.error().find(": 403 ") != std::string::npos ||
+        r.error().find(": 404 ") != std::string::npos || r.error().find(": 413 ") != std::string::npos;
     return fail(r.error(), bad_input ? kExitBadInput : kExitFailed);
   }
   if (a.json_out) {
@@ -201,6 +205,9 @@ int ctl_main(const std::string& what, const CtlArgs& a) {
                 a.node.c_str(), r->at("moving_runs").empty() ? "none" : r->at("moving_runs").dump().c_str());
   } else if (what == "release") {
     std::printf("node %s released: %s\n", a.node.c_str(), cell(r->at("state")).c_str());
+  } else if (what == "inject") {
+    std::printf("run %s: %s injected into rank %s on %s (follow with `ctl events RUN`)\n", run.c_str(),
+                a.fault.c_str(), cell(r->at("rank")).c_str(), cell(r->at("node")).c_str());
   } else if (what == "resume-from") {
     std::printf("run %s resumes from %s (step %s)\n", run.c_str(), cell(r->at("checkpoint")).c_str(),
                 cell(r->at("from_step")).c_str());
@@ -263,6 +270,13 @@ void ctl_command_add(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(1, 1 << 20));
   resume_from->add_option("--zero", a->resume_zero, "ZeRO stage 0-3 (default the run's)")
       ->check(CLI::Range(0, 3));
+  CLI::App* inject =
+      add("inject",
+          "A drill: kill (SIGKILL) or hang (SIGSTOP) one worker of a live run; refused unless the "
+          "coordinator was started with --allow-fault-injection");
+  inject->add_option("run", a->run, "The run's id")->required();
+  inject->add_option("fault", a->fault, "kill or hang")->required()->check(CLI::IsMember({"kill", "hang"}));
+  inject->add_option("--rank", a->rank, "The rank (default: one at random)")->check(CLI::Range(0, 1 << 20));
   CLI::App* ranks = add("ranks", "A run's ranks: node, slot, latest step, straggler scores");
   ranks->add_option("run", a->run, "The run's id")->required();
   CLI::App* events = add("events", "Follow a run's events until it ends");

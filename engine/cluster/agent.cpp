@@ -1,5 +1,6 @@
 #include "engine/cluster/agent.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -386,6 +387,14 @@ Status Agent::run(const std::atomic<bool>* stop) {
         s->commands.send(c.value("rank", 0), {.action = static_cast<TrainAction>(c.value("action", 0)),
                                               .id = c.value("request", uint64_t{0}),
                                               .from = c.value("from", "")});
+      }
+      // Fault injection (the coordinator sends it only when started with it allowed): a signal for one
+      // rank of a share of the current generation.
+      for (const json& f : reply->value("inject", json::array())) {
+        Impl::Share* s = m.find(f.value("run", int64_t{-1}));
+        if (s == nullptr || s->generation != f.value("generation", -1)) continue;
+        const int sig = f.value("signal", 0);
+        if (sig == SIGKILL || sig == SIGSTOP) s->commands.signal(f.value("rank", -1), sig);
       }
       for (const json& r : reply->value("stop", json::array())) {
         if (Impl::Share* s = m.find(r.get<int64_t>())) s->stop.store(true);

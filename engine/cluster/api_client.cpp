@@ -60,6 +60,12 @@ ApiRequest ApiClient::quarantine_request(const std::string& node) {
   return {.path = node_path(node) + "/quarantine", .body = json::object()};
 }
 
+ApiRequest ApiClient::inject_request(int64_t run, const std::string& fault, int rank) {
+  json body = {{"fault", fault}};
+  if (rank >= 0) body["rank"] = rank;
+  return {.path = run_path(run) + "/inject", .body = body};
+}
+
 ApiRequest ApiClient::release_request(const std::string& node) {
   return {.path = node_path(node) + "/release", .body = json::object()};
 }

@@ -49,7 +49,10 @@ struct CoordinatorOptions {
   std::chrono::milliseconds heartbeat{200};
   double max_beats_per_s = 2500;
   std::chrono::milliseconds node_timeout{5000};
-  size_t max_body_bytes = 1u << 20;         // agents split their record batches to fit
+  size_t max_body_bytes = 1u << 20;  // agents split their record batches to fit
+  // POST /v1/runs/{id}/inject (a worker killed or hung on purpose, for drills, tests and benchmarks) is
+  // refused (403) unless this is set: an operator's token alone must not be able to break a production run.
+  bool allow_fault_injection = false;
   std::string tls_cert_file, tls_key_file;  // HTTPS (optional)
 };
 

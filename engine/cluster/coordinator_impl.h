@@ -60,6 +60,7 @@ struct Coordinator::Impl {
     std::string credential;   // issued at registration: this node's heartbeats, and nothing else
     // What the node must do, handed over in the reply to its next heartbeat.
     json start = json::array(), commands = json::array(), stop = json::array();
+    json inject = json::array();  // injected faults for its ranks: {run, generation, rank, signal}
   };
   struct NodeShare {
     std::string node;
@@ -208,6 +209,11 @@ struct Coordinator::Impl {
   // continue the same curve; steps past the checkpoint are forgotten and trained again), on the same
   // layout or another one: the checkpoint reshards to any dp and ZeRO stage.
   HttpResponse resume_from(const HttpRequest& req);
+
+  // A fault injected into one rank of a live run ({"fault": "kill"|"hang", "rank": N}; no rank: one at
+  // random): its node's agent signals the worker (SIGKILL, SIGSTOP), so the failure is the real one from
+  // there on. 403 unless CoordinatorOptions::allow_fault_injection; recorded as a fault_injected event.
+  HttpResponse inject(const HttpRequest& req);
 
   // ---- the node registry (coordinator_nodes.cpp) ----------------------------------------------------------
 

@@ -231,6 +231,7 @@ HttpResponse Coordinator::Impl::agent_heartbeat(const HttpRequest& req) {
   json reply = {{"start", std::exchange(n.start, json::array())},
                 {"commands", std::exchange(n.commands, json::array())},
                 {"stop", std::exchange(n.stop, json::array())},
+                {"inject", std::exchange(n.inject, json::array())},
                 {"heartbeat_ms", beat_interval().count()}};
   return HttpResponse::ok(reply);
 }

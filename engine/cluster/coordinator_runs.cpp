@@ -1,9 +1,12 @@
 // The run lifecycle (coordinator_impl.h): submit, actions, state changes, placement generations, a run's
 // end, a quarantine's move, resume-from, and the runs a restarted coordinator finds in its database.
+#include <signal.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <random>
 
 #include "engine/cluster/coordinator_impl.h"
 #include "engine/cluster/json_fields.h"
@@ -638,6 +641,57 @@ HttpResponse Coordinator::Impl::resume_from(const HttpRequest& req) {
   out["checkpoint"] = c->first;
   out["from_step"] = step;
   return HttpResponse::ok(out, 202);
+}
+
+HttpResponse Coordinator::Impl::inject(const HttpRequest& req) {
+  JsonFields f(req.body);
+  std::optional<std::string> fault = f.string("fault");
+  std::optional<int64_t> rank = f.integer("rank", 0, (int64_t{1} << 20) - 1, JsonFields::optional);
+  if (Status s = f.finish(); !s.ok()) return HttpResponse::error(400, s.message());
+  if (!opt.allow_fault_injection) {
+    return HttpResponse::error(
+        403,
+        "fault injection is off on this coordinator: start it with "
+        "--allow-fault-injection (gantry-engine coordinator or up) for drills and tests");
+  }
+  int sig = 0;
+  if (*fault == "kill") sig = SIGKILL;
+  if (*fault == "hang") sig = SIGSTOP;
+  if (sig == 0) {
+    return HttpResponse::error(400,
+                               "field \"fault\": \"" + one_line(fault->substr(0, 64)) +
+                                   "\" is not a fault this coordinator injects: give \"kill\" (SIGKILL) or "
+                                   "\"hang\" (SIGSTOP)");
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  HttpResponse err;
+  Run* r = find_run(req, &err);
+  if (r == nullptr) return err;
+  if (r->state != RunState::kRunning && r->state != RunState::kPaused) {
+    return HttpResponse::error(409, "run " + std::to_string(r->id) + " is " +
+                                        std::string(run_state_name(r->state)) +
+                                        ": faults go into live runs only");
+  }
+  if (rank && *rank >= r->dp) {
+    return HttpResponse::error(400, "field \"rank\": run " + std::to_string(r->id) + " has ranks 0.." +
+                                        std::to_string(r->dp - 1) + ", not " + std::to_string(*rank));
+  }
+  const int target = rank ? static_cast<int>(*rank) : static_cast<int>(std::random_device{}() % r->dp);
+  const std::string node = r->node_of(target);
+  auto it = nodes.find(node);
+  if (node.empty() || it == nodes.end()) {
+    return HttpResponse::error(
+        409, "rank " + std::to_string(target) + " of run " + std::to_string(r->id) + " is on no node now");
+  }
+  it->second.inject.push_back(
+      {{"run", r->id}, {"generation", r->generation}, {"rank", target}, {"signal", sig}});
+  event(r->id, "fault_injected",
+        "fault \"" + *fault + "\" injected into rank " + std::to_string(target) + " on " + node + " by " +
+            req.remote,
+        {{"fault", *fault}, {"rank", target}, {"from", req.remote}, {"generation", r->generation}},
+        -1,  // an act in time, like node_failed, not a step's: a recovery's rewind keeps it
+        node);
+  return HttpResponse::ok({{"run", r->id}, {"fault", *fault}, {"rank", target}, {"node", node}}, 202);
 }
 
 }  // namespace gantry

@@ -7,6 +7,7 @@
 #include <signal.h>
 
 #include <random>
+#include <regex>
 
 #include "tests/app/cluster_fixture.h"
 
@@ -144,6 +145,95 @@ TEST_F(ClusterRecovery, RecoveryOffFailsTheRunSayingSo) {
   EXPECT_THAT(state["message"].get<std::string>(), HasSubstr("rank 1"));
   EXPECT_THAT(state["message"].get<std::string>(), HasSubstr("not recovered: recovery is off"));
   EXPECT_EQ(state["restarts"], 0);
+}
+
+// Fault injection is refused unless the coordinator was started with it allowed, and bad requests are
+// refused naming what is wrong.
+TEST_F(ClusterRecovery, InjectionIsRefusedUnlessAllowed) {
+  const int64_t id = submit(100000, json::object());
+  ASSERT_GE(id, 0);
+  ASSERT_TRUE(eventually([&] { return last_step(id) >= 1; }, 60s)) << run_state(id).dump();
+  workers_ = children_of(pids_);
+  Result<HttpReply> r = api_->post("/v1/runs/" + std::to_string(id) + "/inject", {{"fault", "kill"}});
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_EQ(r->status, 403);
+  EXPECT_THAT(r->error_message(), HasSubstr("--allow-fault-injection"));
+  testing_support::Outcome ctl =
+      run_engine("ctl --url " + url_ + " --token-file " + (dir_ / "token").string() + " inject " +
+                 std::to_string(id) + " kill --rank 1");
+  EXPECT_EQ(ctl.code, 2) << ctl.out << ctl.err;
+  EXPECT_THAT(ctl.err, HasSubstr("fault injection is off"));
+  EXPECT_EQ(run_state(id)["restarts"], 0);
+  EXPECT_EQ(run_state(id)["state"], "running");
+}
+
+class ClusterDrills : public ClusterRecovery {
+ protected:
+  std::string up_args() const override { return "--nodes 2 --slots 2 --allow-fault-injection"; }
+};
+
+// `ctl inject RUN kill`: the agent of the rank's node kills it with SIGKILL; the event names the rank and
+// node; the run recovers by itself.
+TEST_F(ClusterDrills, AnInjectedKillIsRecovered) {
+  const int64_t id = submit(100000, json::object());
+  ASSERT_GE(id, 0);
+  ASSERT_TRUE(eventually([&] { return last_step(id) >= 7; }, 60s)) << run_state(id).dump();
+  workers_ = children_of(pids_);
+  const std::string run = "/v1/runs/" + std::to_string(id);
+  for (const auto& [body, want] :
+       std::vector<std::pair<json, std::string>>{{{{"fault", "melt"}}, "give \"kill\""},
+                                                 {{{"fault", "kill"}, {"rank", 4}}, "has ranks 0..3"},
+                                                 {{{"rank", 1}}, "fault"}}) {
+    Result<HttpReply> bad = api_->post(run + "/inject", body);
+    ASSERT_TRUE(bad.ok()) << bad.error();
+    EXPECT_EQ(bad->status, 400) << body.dump();
+    EXPECT_THAT(bad->error_message(), HasSubstr(want)) << body.dump();
+  }
+  testing_support::Outcome ctl =
+      run_engine("ctl --url " + url_ + " --token-file " + (dir_ / "token").string() + " inject " +
+                 std::to_string(id) + " kill --rank 2");
+  ASSERT_EQ(ctl.code, 0) << ctl.err;
+  EXPECT_THAT(ctl.out, HasSubstr("kill injected into rank 2 on node-1"));
+  ASSERT_TRUE(eventually([&] { return run_state(id)["restarts"] == 1; }, 60s)) << run_state(id).dump();
+  const std::vector<json> injected = events(id, "fault_injected");
+  ASSERT_EQ(injected.size(), 1u);
+  EXPECT_EQ(injected[0]["node"], "node-1");
+  const std::vector<json> placed = events(id, "recovery_placed");
+  ASSERT_EQ(placed.size(), 1u);
+  EXPECT_THAT(placed[0]["message"].get<std::string>(), HasSubstr("rank 2"));
+  EXPECT_THAT(placed[0]["message"].get<std::string>(), HasSubstr("SIGKILL"));
+  const int64_t from = run_state(id)["last_step"].get<int64_t>();
+  ASSERT_TRUE(eventually([&] { return last_step(id) > from + 2; }, 60s)) << run_state(id).dump();
+  workers_ = children_of(pids_);
+  ASSERT_TRUE(api_->post_json(run + "/stop", json::object()).ok());
+  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 30s)) << run_state(id).dump();
+}
+
+// `inject RUN hang` (SIGSTOP): the others time out in their collective (3 s here), the stopped rank is
+// named as the one that stopped answering, not a peer that timed out waiting, and the run recovers.
+TEST_F(ClusterDrills, AnInjectedHangIsFoundNamedAndRecovered) {
+  std::string config = tiny_config(100000);
+  config = std::regex_replace(config, std::regex("\\[train\\]"), "[train]\ncollective_timeout_s = 3");
+  Result<json> sub = api_->post_json(
+      "/v1/runs", {{"config", config}, {"layout", {{"dp", 4}}}, {"checkpoint_every_steps", 5}});
+  ASSERT_TRUE(sub.ok()) << sub.error();
+  const int64_t id = sub->at("id").get<int64_t>();
+  ASSERT_TRUE(eventually([&] { return last_step(id) >= 7; }, 60s)) << run_state(id).dump();
+  workers_ = children_of(pids_);
+  Result<HttpReply> r =
+      api_->post("/v1/runs/" + std::to_string(id) + "/inject", {{"fault", "hang"}, {"rank", 3}});
+  ASSERT_TRUE(r.ok()) << r.error();
+  ASSERT_EQ(r->status, 202) << r->body;
+  ASSERT_TRUE(eventually([&] { return run_state(id)["restarts"] == 1; }, 60s)) << run_state(id).dump();
+  const std::vector<json> placed = events(id, "recovery_placed");
+  ASSERT_EQ(placed.size(), 1u);
+  EXPECT_THAT(placed[0]["message"].get<std::string>(), HasSubstr("node-1: rank 3"));
+  EXPECT_THAT(placed[0]["message"].get<std::string>(), HasSubstr("stopped answering"));
+  const int64_t from = run_state(id)["last_step"].get<int64_t>();
+  ASSERT_TRUE(eventually([&] { return last_step(id) > from + 2; }, 60s)) << run_state(id).dump();
+  workers_ = children_of(pids_);
+  ASSERT_TRUE(api_->post_json("/v1/runs/" + std::to_string(id) + "/stop", json::object()).ok());
+  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 30s)) << run_state(id).dump();
 }
 
 }  // namespace

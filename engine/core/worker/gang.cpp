@@ -233,6 +233,16 @@ std::vector<std::pair<int, WorkerCommand>> GangCommands::take() {
   return std::exchange(queue_, {});
 }
 
+void GangCommands::signal(int rank, int sig) {
+  std::lock_guard<std::mutex> lock(mu_);
+  signals_.emplace_back(rank, sig);
+}
+
+std::vector<std::pair<int, int>> GangCommands::take_signals() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::exchange(signals_, {});
+}
+
 GangResult gang_run(const GangOptions& o) {
   GangResult res;
   const int n = o.nproc;
@@ -429,6 +439,11 @@ GangResult gang_run(const GangOptions& o) {
         // Queued on the worker's socket; a worker that has gone is reported by take_gone, not here.
         (void)server.send(slots[static_cast<size_t>(local)].client,
                           static_cast<uint8_t>(FrameType::worker_command), worker_command_encode(command));
+      }
+      for (auto [rank, sig] : o.commands->take_signals()) {
+        const int local = rank - base;
+        if (local < 0 || local >= n || !slots[static_cast<size_t>(local)].alive) continue;
+        ::kill(static_cast<pid_t>(slots[static_cast<size_t>(local)].w.pid), sig);
       }
     }
     if (Status st = server.poll_once(kPoll); !st.ok()) {

@@ -59,9 +59,16 @@ class GangCommands {
   // The launcher's side: everything queued so far, in order.
   std::vector<std::pair<int, WorkerCommand>> take();
 
+  // A signal for `rank`'s process, sent by the launcher (which alone knows the pid): the cluster's fault
+  // injection (SIGKILL for "kill", SIGSTOP for "hang"), which must look to the gang exactly as the real
+  // failure does. A rank no longer alive is skipped.
+  void signal(int rank, int sig);
+  std::vector<std::pair<int, int>> take_signals();
+
  private:
   std::mutex mu_;
   std::vector<std::pair<int, WorkerCommand>> queue_;
+  std::vector<std::pair<int, int>> signals_;
 };
 
 struct GangOptions {
