@@ -1,9 +1,10 @@
 #include "engine/core/checkpoint_async.h"
 
 #include <chrono>
+#include <exception>
 #include <utility>
 
-#include "engine/core/fatal.h"
+#include "engine/core/fatal.h"  // FatalError, one of what the writer catches
 
 namespace gantry {
 
@@ -61,8 +62,10 @@ void AsyncCheckpointer::write(CheckpointMeta meta, CheckpointSnapshot snapshot) 
   try {
     backend_.snapshot_wait();
     w = checkpoint_write_snapshot(root_, backend_.params(), snapshot, meta, keep_, gang_, hook_);
-  } catch (const FatalError& e) {  // a device error while the copy ends: the write fails, as it would in sync
-    w = Status::error(e.what());
+  } catch (const std::exception& e) {
+    // A device error while the copy ends (FatalError), or anything else thrown: the write fails, as it
+    // would in the loop's own thread, rather than ending the process from this one.
+    w = Status::error("checkpoint step " + std::to_string(meta.step) + ": " + e.what());
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (w.ok()) {
