@@ -184,8 +184,15 @@ int run_main(const RunArgs& a) {
       if (e.kind != "checkpoint" || e.rank > 0) continue;
       nlohmann::json p = nlohmann::json::parse(e.payload, nullptr, /*allow_exceptions=*/false);
       if (!p.is_object()) continue;
-      checkpoint_line_print(e.step, p.value("dir", ""), p.value("bytes", uint64_t{0}),
-                            p.value("seconds", 0.0), a.json);
+      checkpoint_line_print({.step = e.step,
+                             .dir = p.value("dir", ""),
+                             .bytes = p.value("bytes", uint64_t{0}),
+                             .seconds = p.value("seconds", 0.0),
+                             .async = p.value("async", false),
+                             .stall_s = p.value("stall_s", 0.0),
+                             .write_s = p.value("write_s", 0.0),
+                             .waited_s = p.value("waited_s", 0.0)},
+                            a.json);
     }
 #ifdef GANTRY_HAVE_STORAGE
     history.ingest(batch);

@@ -11,6 +11,9 @@
 #include <optional>
 #include <string>
 
+#include "engine/core/train.h"              // CheckpointReport
+#include "engine/core/train_checkpoints.h"  // checkpoint_cost_text
+
 namespace gantry {
 
 struct StepLine {
@@ -51,12 +54,14 @@ inline void step_line_print(const StepLine& r, bool json) {
   }
 }
 
-inline void checkpoint_line_print(int64_t step, const std::string& dir, uint64_t bytes, double seconds,
-                                  bool json) {
-  std::fprintf(stderr, "checkpoint step %lld -> %s (%.1f MB, %.2f s)\n", static_cast<long long>(step),
-               dir.c_str(), static_cast<double>(bytes) / 1e6, seconds);
+// A committed checkpoint and what it cost training (stall, write, wait: train.h CheckpointReport).
+inline void checkpoint_line_print(const CheckpointReport& c, bool json) {
+  std::fprintf(stderr, "checkpoint step %lld -> %s (%.1f MB; %s)\n", static_cast<long long>(c.step),
+               c.dir.c_str(), static_cast<double>(c.bytes) / 1e6, checkpoint_cost_text(c).c_str());
   if (json) {
-    nlohmann::json j = {{"event", "checkpoint"}, {"step", step}, {"dir", dir}, {"bytes", bytes}};
+    nlohmann::json j = {{"event", "checkpoint"}, {"step", c.step},        {"dir", c.dir},
+                        {"bytes", c.bytes},      {"async", c.async},      {"stall_s", c.stall_s},
+                        {"write_s", c.write_s},  {"waited_s", c.waited_s}};
     std::printf("%s\n", j.dump().c_str());
     std::fflush(stdout);
   }

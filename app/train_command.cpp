@@ -43,15 +43,7 @@ class StepPrinter final : public TrainObserver {
   void on_step_skipped(int64_t step, const std::string& reason) override {
     skipped_line_print(step, reason, json_);
   }
-  void on_checkpoint(const CheckpointReport& c) override {
-    std::fprintf(stderr, "checkpoint step %lld -> %s (%.1f MB, %.2f s)\n", static_cast<long long>(c.step),
-                 c.dir.c_str(), static_cast<double>(c.bytes) / 1e6, c.seconds);
-    if (json_) {
-      nlohmann::json j = {{"event", "checkpoint"}, {"step", c.step}, {"dir", c.dir}, {"bytes", c.bytes}};
-      std::printf("%s\n", j.dump().c_str());
-      std::fflush(stdout);
-    }
-  }
+  void on_checkpoint(const CheckpointReport& c) override { checkpoint_line_print(c, json_); }
 
  private:
   bool json_;

@@ -44,9 +44,7 @@ class Rank0Printer final : public TrainObserver {
                      .mfu = r.mfu},
                     json_);
   }
-  void on_checkpoint(const CheckpointReport& c) override {
-    checkpoint_line_print(c.step, c.dir, c.bytes, c.seconds, json_);
-  }
+  void on_checkpoint(const CheckpointReport& c) override { checkpoint_line_print(c, json_); }
   void on_step_skipped(int64_t step, const std::string& reason) override {
     skipped_line_print(step, reason, json_);
   }

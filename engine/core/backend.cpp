@@ -9,6 +9,15 @@
 
 namespace gantry {
 
+float* Backend::snapshot_memory(size_t floats) {
+  if (snapshot_host_.size() < floats) snapshot_host_.resize(floats);
+  return snapshot_host_.data();
+}
+
+void Backend::snapshot_start(const std::vector<SnapshotPiece>& pieces, float* host) {
+  for (const SnapshotPiece& p : pieces) read_state(p.buffer, p.offset, p.count, host + p.host_offset);
+}
+
 Result<std::unique_ptr<Backend>> backend_create(const std::string& kind, const ModelConfig& m, int max_batch,
                                                 const BackendOptions& options) {
   if (kind == "cpu") return backend_cpu_create(m, max_batch, options);

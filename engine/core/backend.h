@@ -73,6 +73,14 @@ struct DeviceHealth {
 
 class Communicator;
 
+// One range of one state buffer (global coordinates, inside held_ranges) and where its copy goes in a
+// host snapshot, in floats.
+struct SnapshotPiece {
+  StateBuffer buffer = StateBuffer::kParams;
+  size_t offset = 0, count = 0;
+  size_t host_offset = 0;
+};
+
 // Bytes of training state this rank holds, per category (ZeRO shards some of them).
 struct StateBytes {
   uint64_t params = 0;
@@ -140,10 +148,25 @@ class Backend {
   }
   // Every parameter; under ZeRO 3 a collective that every rank of the gang must call.
   virtual void gather_params(float* out) { read_state(StateBuffer::kParams, 0, params().numel(), out); }
+
+  // Asynchronous checkpoints (engine/core/checkpoint_async.h): a copy of ranges of the state in host
+  // memory, taken at a step boundary, that a writer thread reads while training goes on.
+  // Host memory for `floats` floats, kept and reused by the backend (pinned on CUDA, so the copy is a DMA
+  // beside the compute); valid until the next call asks for more, or the backend's end.
+  virtual float* snapshot_memory(size_t floats);
+  // Starts copying each piece into host + piece.host_offset. CPU: copies before it returns. CUDA: on a
+  // copy stream after the work enqueued so far; the next forward may overlap it, the next optimizer_step
+  // (and read_state, write_state) waits for it on the device.
+  virtual void snapshot_start(const std::vector<SnapshotPiece>& pieces, float* host);
+  // Blocks until the copy snapshot_start began is in host memory. Any thread may call it.
+  virtual void snapshot_wait() {}
   virtual StateBytes state_bytes() const {
     const uint64_t n = params().numel() * sizeof(float);
     return {.params = n, .grads = n, .optimizer = 2 * n};
   }
+
+ private:
+  std::vector<float> snapshot_host_;  // snapshot_memory's default: ordinary host memory
 };
 
 struct BackendOptions {

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>  // manifest.json
 #include <sstream>
+#include <thread>
 
 #include "engine/core/comm/store_client.h"
 #include "engine/core/xxhash64.h"
@@ -184,18 +185,13 @@ std::string checkpoint_earlier_hint(const std::string& dir) {
 
 namespace {
 
-// This rank's shard file: the ranges its backend writes, cut at tensor boundaries into slices. Returns the
-// manifest's entry for the shard.
-Result<json> write_shard(const fs::path& dir, int rank, Backend& backend) {
-  const TensorTable& table = backend.params();
-  char name[32];
-  std::snprintf(name, sizeof name, "shard_r%05d.bin", rank);
-  const std::string shard_path = (dir / name).string();
-
-  struct Piece {
-    StateBuffer buffer;
-    size_t tensor, start, count;
-  };
+// The slices of this rank's shard: the ranges its backend writes, buffer by buffer, cut at tensor
+// boundaries. A snapshot holds them back to back in this order.
+struct Piece {
+  StateBuffer buffer;
+  size_t tensor, start, count;
+};
+std::vector<Piece> shard_pieces(const TensorTable& table, const Backend& backend) {
   std::vector<Piece> pieces;
   for (StateBuffer b : kSavedBuffers) {
     for (const FlatRange& r : backend.written_ranges(b)) {
@@ -208,6 +204,23 @@ Result<json> write_shard(const fs::path& dir, int rank, Backend& backend) {
       }
     }
   }
+  return pieces;
+}
+
+// Where a piece's floats come from: read from the backend into `scratch`, or a snapshot in host memory.
+using PieceSource = std::function<const float*(const Piece&, std::vector<float>& scratch)>;
+
+void hook_at(const CheckpointHook& hook, CheckpointStage stage, int64_t step) {
+  if (hook) hook(stage, step);
+}
+
+// This rank's shard file. Returns the manifest's entry for the shard.
+Result<json> write_shard(const fs::path& dir, int rank, const TensorTable& table,
+                         const std::vector<Piece>& pieces, const PieceSource& source,
+                         const CheckpointHook& hook, int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "shard_r%05d.bin", rank);
+  const std::string shard_path = (dir / name).string();
 
   int fd = ::open(shard_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) return Status::error("cannot create '" + shard_path + "': " + std::strerror(errno));
@@ -226,18 +239,19 @@ Result<json> write_shard(const fs::path& dir, int rank, Backend& backend) {
   for (const Piece& p : pieces) {
     if (!s.ok()) break;
     const TensorInfo& t = table[p.tensor];
-    staging.resize(p.count);
-    backend.read_state(p.buffer, t.offset + p.start, p.count, staging.data());
+    const float* data = source(p, staging);
     const size_t bytes = p.count * sizeof(float);
-    s = write_all(fd, staging.data(), bytes, shard_path);
+    s = write_all(fd, data, bytes, shard_path);
     slices.push_back({{"buffer", state_buffer_name(p.buffer)},
                       {"tensor", t.name},
                       {"start", p.start},
                       {"count", p.count},
                       {"file_offset", file_offset},
-                      {"xxh64", xxhash64_hex(xxhash64(staging.data(), bytes))}});
+                      {"xxh64", xxhash64_hex(xxhash64(data, bytes))}});
     file_offset += bytes;
+    if (slices.size() == 1) hook_at(hook, CheckpointStage::kWrite, step);
   }
+  if (pieces.empty()) hook_at(hook, CheckpointStage::kWrite, step);
   if (s.ok() && ::fsync(fd) != 0)
     s = Status::error("cannot fsync '" + shard_path + "': " + std::strerror(errno));
   ::close(fd);
@@ -250,6 +264,28 @@ std::string store_text(const Result<std::vector<uint8_t>>& v) {
 }
 std::vector<uint8_t> store_bytes(const std::string& s) {
   return {s.begin(), s.end()};
+}
+
+// The gang's store waits: one long wait, or (the async writer's thread) short polls that leave the socket
+// to other threads in between, until the timeout or a cancel.
+Status gang_wait(const CheckpointGang& g, const std::vector<std::string>& keys) {
+  if (!g.poll_store) return g.store->wait(keys, g.timeout);
+  const auto deadline = std::chrono::steady_clock::now() + g.timeout;
+  for (;;) {
+    Result<bool> set = g.store->wait_some(keys, std::chrono::milliseconds(2));
+    if (!set.ok()) return set.status();
+    if (set.value()) return {};
+    if (g.cancel != nullptr && g.cancel->load())
+      return Status::error("the run ended while the checkpoint was being written");
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return g.store->wait(keys, std::chrono::milliseconds(1));  // the server's error names the missing keys
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+Result<std::vector<uint8_t>> gang_get(const CheckpointGang& g, const std::string& key) {
+  if (Status st = gang_wait(g, {key}); !st.ok()) return st;
+  return g.store->get(key, g.timeout);
 }
 
 // Where the ranks of a gang meet for one write: the step and how many checkpoints the gang wrote before,
@@ -266,7 +302,7 @@ Result<std::vector<json>> collect_reports(const CheckpointGang& g, const std::st
   std::vector<std::string> keys;
   for (int r = 1; r < g.layout.world; ++r) keys.push_back(prefix + "rank/" + std::to_string(r));
   if (!keys.empty()) {
-    Status st = g.store->wait(keys, g.timeout);
+    Status st = gang_wait(g, keys);
     if (!st.ok())
       return Status::error("checkpoint step " + std::to_string(step) +
                            ": not every rank reported: " + st.message());
@@ -329,8 +365,12 @@ Status staging_commit(const fs::path& staging, const fs::path& dir) {
 
 }  // namespace
 
-Result<CheckpointWritten> checkpoint_write(const std::string& root, Backend& backend,
-                                           const CheckpointMeta& meta, int keep, CheckpointGang* gang) {
+namespace {
+
+Result<CheckpointWritten> write_impl(const std::string& root, const TensorTable& table,
+                                     const std::vector<Piece>& pieces, const PieceSource& source,
+                                     const CheckpointMeta& meta, int keep, CheckpointGang* gang,
+                                     const CheckpointHook& hook) {
   const auto t0 = std::chrono::steady_clock::now();
   const fs::path dir = fs::path(root) / step_dir_name(meta.step);
   // Every rank writes into a staging directory beside the final one, and rank 0 renames it into place
@@ -351,18 +391,18 @@ Result<CheckpointWritten> checkpoint_write(const std::string& root, Backend& bac
     }
     if (!made.ok()) return made;
   } else {
-    Result<std::vector<uint8_t>> word = gang->store->get(prefix + "dir", gang->timeout);
+    Result<std::vector<uint8_t>> word = gang_get(*gang, prefix + "dir");
     if (!word.ok()) return Status::error(step_text + ": no word from rank 0: " + word.error());
     if (store_text(word) != "ok") return Status::error(store_text(word));
   }
-  Result<json> shard = write_shard(staging, rank, backend);
+  Result<json> shard = write_shard(staging, rank, table, pieces, source, hook, meta.step);
 
   if (gang != nullptr && rank != 0) {
     const std::string report =
         shard.ok() ? "ok\n" + shard->dump() : "error\nrank " + std::to_string(rank) + ": " + shard.error();
     Status st = gang->store->set(prefix + "rank/" + std::to_string(rank), store_bytes(report), gang->timeout);
     if (!st.ok()) return st;
-    Result<std::vector<uint8_t>> outcome = gang->store->get(prefix + "commit", gang->timeout);
+    Result<std::vector<uint8_t>> outcome = gang_get(*gang, prefix + "commit");
     if (!outcome.ok()) return Status::error(step_text + ": no word from rank 0: " + outcome.error());
     const std::string text = store_text(outcome);
     if (text.rfind("ok ", 0) != 0) return Status::error(text);
@@ -392,7 +432,6 @@ Result<CheckpointWritten> checkpoint_write(const std::string& root, Backend& bac
 
   uint64_t total_bytes = 0;
   for (const json& sh : shards) total_bytes += sh.at("bytes").get<uint64_t>();
-  const TensorTable& table = backend.params();
   json tensors = json::array();
   for (const TensorInfo& t : table.tensors()) {
     tensors.push_back({{"name", t.name}, {"shape", t.shape}, {"offset", t.offset}, {"decay", t.decay}});
@@ -420,9 +459,11 @@ Result<CheckpointWritten> checkpoint_write(const std::string& root, Backend& bac
   Status s = write_file_durable((staging / "manifest.json").string(), manifest.dump(1));
   if (!s.ok()) return fail(s, "rank 0: ");
   fsync_dir(staging.string());
+  hook_at(hook, CheckpointStage::kBeforeCommit, meta.step);
   s = staging_commit(staging, dir);  // the commit
   if (!s.ok()) return fail(s, "rank 0: ");
   fsync_dir(root);
+  hook_at(hook, CheckpointStage::kAfterCommit, meta.step);
   if (gang != nullptr) {
     Status st =
         gang->store->set(prefix + "commit", store_bytes("ok " + std::to_string(total_bytes)), gang->timeout);
@@ -442,6 +483,72 @@ Result<CheckpointWritten> checkpoint_write(const std::string& root, Backend& bac
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return CheckpointWritten{dir.string(), total_bytes, seconds};
+}
+
+}  // namespace
+
+const char* checkpoint_stage_name(CheckpointStage s) {
+  switch (s) {
+    case CheckpointStage::kCopy:
+      return "copy";
+    case CheckpointStage::kWrite:
+      return "write";
+    case CheckpointStage::kBeforeCommit:
+      return "before_commit";
+    case CheckpointStage::kAfterCommit:
+      return "after_commit";
+    case CheckpointStage::kWaitPrevious:
+      return "wait_previous";
+  }
+  return "?";
+}
+
+CheckpointSnapshot checkpoint_snapshot_pieces(const Backend& backend) {
+  CheckpointSnapshot snap;
+  for (StateBuffer b : kSavedBuffers) {
+    for (const FlatRange& r : backend.written_ranges(b)) {
+      snap.pieces.push_back({.buffer = b, .offset = r.offset, .count = r.count, .host_offset = snap.floats});
+      snap.floats += r.count;
+    }
+  }
+  return snap;
+}
+
+Result<CheckpointWritten> checkpoint_write(const std::string& root, Backend& backend,
+                                           const CheckpointMeta& meta, int keep, CheckpointGang* gang) {
+  const TensorTable& table = backend.params();
+  // One slice at a time through a small staging buffer: a synchronous write needs no copy of the state.
+  PieceSource read = [&](const Piece& p, std::vector<float>& scratch) -> const float* {
+    scratch.resize(p.count);
+    backend.read_state(p.buffer, table[p.tensor].offset + p.start, p.count, scratch.data());
+    return scratch.data();
+  };
+  return write_impl(root, table, shard_pieces(table, backend), read, meta, keep, gang, {});
+}
+
+Result<CheckpointWritten> checkpoint_write_snapshot(const std::string& root, const TensorTable& table,
+                                                    const CheckpointSnapshot& snapshot,
+                                                    const CheckpointMeta& meta, int keep,
+                                                    CheckpointGang* gang, const CheckpointHook& hook) {
+  // The snapshot holds the written ranges back to back in shard order, and the shard's slices cut those
+  // ranges in the same order: each slice starts where the one before ended.
+  std::vector<Piece> pieces;
+  for (const SnapshotPiece& sp : snapshot.pieces) {
+    size_t at = sp.offset;
+    while (at < sp.offset + sp.count) {
+      const size_t ti = table.index_of_offset(at);
+      const size_t stop = std::min(sp.offset + sp.count, table[ti].offset + table[ti].numel);
+      pieces.push_back({sp.buffer, ti, at - table[ti].offset, stop - at});
+      at = stop;
+    }
+  }
+  size_t next = 0;
+  PieceSource from_snapshot = [&](const Piece& p, std::vector<float>&) -> const float* {
+    const float* at = snapshot.host + next;
+    next += p.count;
+    return at;
+  };
+  return write_impl(root, table, pieces, from_snapshot, meta, keep, gang, hook);
 }
 
 namespace {

@@ -19,8 +19,10 @@
 //   Result<CheckpointMeta> m = checkpoint_load(latest->dir, *backend, config, data_version);
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -64,7 +66,31 @@ struct CheckpointGang {
   // Checkpoints this gang has written: it names each write's store keys, since one step may be written
   // twice in a run (a periodic checkpoint, then the one at a stop). Every rank writes equally often.
   int64_t writes = 0;
+  // The async writer's thread (checkpoint_async.h): wait for the store in short polls, so the train loop's
+  // requests on the same socket (the launcher's commands) get through between them; give up when cancel
+  // is set (the run ends with the write in flight).
+  bool poll_store = false;
+  const std::atomic<bool>* cancel = nullptr;
 };
+
+// Where a write is, for test fault hooks (GANTRY_TEST_WORKER_FAULT kill_in_checkpoint, worker_env.h):
+// kCopy while the state is copied into host memory (before the copy ends), kWrite after the first slice
+// of this rank's shard is written, kBeforeCommit once the manifest is durable and kAfterCommit right after
+// the rename (both rank 0 only), kWaitPrevious when a new request waits for the write still in flight
+// (on the train loop's thread).
+enum class CheckpointStage { kCopy, kWrite, kBeforeCommit, kAfterCommit, kWaitPrevious };
+const char* checkpoint_stage_name(CheckpointStage s);  // "copy", "write", "before_commit", ...
+using CheckpointHook = std::function<void(CheckpointStage, int64_t step)>;
+
+// A rank's part of a checkpoint in host memory, taken at a step boundary (checkpoint_snapshot_pieces
+// says what to copy and where): the buffers' written ranges back to back, in the order the shard holds
+// them.
+struct CheckpointSnapshot {
+  std::vector<SnapshotPiece> pieces;
+  size_t floats = 0;
+  const float* host = nullptr;
+};
+CheckpointSnapshot checkpoint_snapshot_pieces(const Backend& backend);
 
 // Writes step `meta.step` under root, commits it, then keeps the newest `keep` committed checkpoints.
 // A directory of that step already there (committed, perhaps damaged, or not) is replaced atomically:
@@ -73,6 +99,14 @@ struct CheckpointGang {
 Result<CheckpointWritten> checkpoint_write(const std::string& root, Backend& backend,
                                            const CheckpointMeta& meta, int keep,
                                            CheckpointGang* gang = nullptr);
+
+// checkpoint_write from a snapshot taken earlier (snapshot.host filled): the same files, protocol and
+// commit, without the backend, so a writer thread can run it while training goes on. `table` is the
+// backend's tensor table.
+Result<CheckpointWritten> checkpoint_write_snapshot(const std::string& root, const TensorTable& table,
+                                                    const CheckpointSnapshot& snapshot,
+                                                    const CheckpointMeta& meta, int keep,
+                                                    CheckpointGang* gang, const CheckpointHook& hook = {});
 
 // Committed checkpoint directories under root, oldest first.
 std::vector<std::string> checkpoint_list(const std::string& root);

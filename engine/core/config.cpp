@@ -69,6 +69,8 @@ const std::vector<Field>& fields() {
        [](Config& c) -> void* { return &c.train.checkpoint_every; }},
       {"train.keep_checkpoints", FieldKind::kInt, 1, 1e6, false,
        [](Config& c) -> void* { return &c.train.keep_checkpoints; }},
+      {"train.checkpoint_async", FieldKind::kBool, 0, 0, false,
+       [](Config& c) -> void* { return &c.train.checkpoint_async; }},
       {"train.val_every", FieldKind::kInt, 0, 1e9, false,
        [](Config& c) -> void* { return &c.train.val_every; }},
       {"train.val_batches", FieldKind::kInt, 1, 1e6, false,

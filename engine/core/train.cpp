@@ -21,6 +21,7 @@
 #include "engine/core/sampler.h"
 #include "engine/core/step_guard.h"
 #include "engine/core/token_dataset.h"
+#include "engine/core/train_checkpoints.h"
 #include "engine/core/utilisation.h"
 #include "engine/core/version.h"
 #include "engine/core/xxhash64.h"
@@ -214,7 +215,9 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
   }
 
   std::vector<int32_t> inputs(static_cast<size_t>(B) * T), targets(static_cast<size_t>(B) * T);
-  auto write_checkpoint = [&](double loss) -> Status {
+  // Declared after the backend, so a write still in flight ends before the backend does.
+  TrainCheckpoints checkpoints(c, ckpt_root, *backend, ckpt_gang, observer, opt.test_checkpoint_hook);
+  auto write_checkpoint = [&](double loss, bool from_action, bool final) -> Status {
     enter(TrainPhase::kCheckpoint);
     CheckpointMeta meta{.step = step,
                         .sampler_seed = c.train.seed,
@@ -223,12 +226,9 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
                         .data_version = train->data_version(),
                         .code_version = code_version(),
                         .loss = loss};
-    Result<CheckpointWritten> w =
-        checkpoint_write(ckpt_root, *backend, meta, c.train.keep_checkpoints, ckpt_gang);
-    if (!w.ok()) return w.status();
-    summary.checkpoint_dir = w->dir;
-    observer->on_checkpoint({step, w->dir, w->bytes, w->seconds});
-    return {};
+    Status s = checkpoints.write(meta, from_action, final);
+    summary.checkpoint_dir = checkpoints.last_dir();
+    return s;
   };
 
   double last_loss = 0;
@@ -258,9 +258,9 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
     }
     switch (d.action) {
       case TrainAction::checkpoint: {
-        Status s = write_checkpoint(last_loss);
+        // on_action follows the checkpoint's report (TrainCheckpoints), once it is committed.
+        Status s = write_checkpoint(last_loss, /*from_action=*/true, /*final=*/false);
         if (!s.ok()) return s;
-        observer->on_action(d.action, step);
         break;
       }
       case TrainAction::pause:
@@ -283,6 +283,7 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
     // checkpoint to write, a pause).
     auto t0 = std::chrono::steady_clock::now();
     enter(TrainPhase::kBoundary);
+    if (Status s = checkpoints.collect(/*wait=*/false); !s.ok()) return s;
     Result<Decision> d = decide();
     if (!d.ok()) return d.status();
     Result<bool> stop = apply(d.value());
@@ -290,6 +291,7 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
     // Paused: the gang holds at this boundary, deciding again every 50 ms until resume or stop.
     while (stop.ok() && !stop.value() && paused) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (Status s = checkpoints.collect(/*wait=*/false); !s.ok()) return s;
       d = decide();
       if (!d.ok()) return d.status();
       stop = apply(d.value());
@@ -415,14 +417,17 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
     observer->on_step(rep);
 
     if (c.train.checkpoint_every > 0 && step % c.train.checkpoint_every == 0 && step < last_step) {
-      Status s = write_checkpoint(loss);
+      Status s = write_checkpoint(loss, /*from_action=*/false, /*final=*/false);
       if (!s.ok()) return s;
     }
   }
   if (step > summary.first_step || opt.resume.empty()) {
-    Status s = write_checkpoint(last_loss);
+    Status s = write_checkpoint(last_loss, /*from_action=*/false, /*final=*/true);
     if (!s.ok()) return s;
+  } else if (Status s = checkpoints.collect(/*wait=*/true); !s.ok()) {
+    return s;
   }
+  summary.checkpoint_dir = checkpoints.last_dir();
 
   std::vector<float> final_params(table.numel());
   backend->gather_params(final_params.data());

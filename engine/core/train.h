@@ -12,6 +12,7 @@
 #include <string>
 
 #include "engine/core/backend.h"
+#include "engine/core/checkpoint.h"  // CheckpointHook
 #include "engine/core/config.h"
 #include "engine/core/parallel/parallel_dims.h"
 #include "telemetry/status.h"
@@ -59,7 +60,15 @@ struct CheckpointReport {
   int64_t step = 0;
   std::string dir;
   uint64_t bytes = 0;
-  double seconds = 0;
+  double seconds = 0;  // the write's own time: write_s
+  // What the checkpoint cost training (engine/core/checkpoint_async.h): stall_s is the time the train loop
+  // was held (async: the wait for the checkpoint before it and the copy into host memory; sync: all of
+  // it), write_s the writer's time to the commit, waited_s the part of stall_s spent waiting for a
+  // checkpoint still in flight (0: none was).
+  bool async = false;
+  double stall_s = 0;
+  double write_s = 0;
+  double waited_s = 0;
 };
 
 // What the run is, for observers that keep a history: handed over once, before the first step.
@@ -98,7 +107,7 @@ class TrainObserver {
   virtual void on_step(const StepReport&) {}
   virtual void on_checkpoint(const CheckpointReport&) {}
   // An action took effect after `step` (every rank hears it; a checkpoint action's checkpoint is reported
-  // through on_checkpoint first).
+  // through on_checkpoint first: an asynchronous one once it is committed, some steps later).
   virtual void on_action(TrainAction /*action*/, int64_t /*step*/) {}
   // The step guard skipped step `step`'s update (every rank hears it, at the same step), before its on_step.
   virtual void on_step_skipped(int64_t /*step*/, const std::string& /*reason*/) {}
@@ -141,6 +150,9 @@ struct TrainOptions {
   // Test-only: the update of step test_skip_update_step is skipped as the guard skips one (the batch is
   // consumed, nothing updated), the reference a guarded run must equal. 0 = never.
   int64_t test_skip_update_step = 0;
+  // Test-only (GANTRY_TEST_WORKER_FAULT kill_in_checkpoint, hold_checkpoint): called at each stage of an
+  // asynchronous checkpoint write (checkpoint.h), from the train loop's thread or the writer's.
+  CheckpointHook test_checkpoint_hook;
 };
 
 struct TrainSummary {

@@ -168,6 +168,25 @@ Status StoreClient::wait(const std::vector<std::string>& keys, std::chrono::mill
   return Status::error("store wait: unexpected reply type " + std::to_string(r->type));
 }
 
+Result<bool> StoreClient::wait_some(const std::vector<std::string>& keys, std::chrono::milliseconds wait) {
+  uint64_t id = store_next_request_id();
+  StoreWriter w;
+  w.u64(id);
+  w.u32(wait_ms_of(wait));
+  w.u32(static_cast<uint32_t>(keys.size()));
+  for (const auto& k : keys) w.str(k);
+  Result<Frame> r = request(FrameType::store_wait, id, w.out(), wait, "wait");
+  if (!r.ok()) return r.status();
+  if (r->type == static_cast<uint8_t>(FrameType::store_ok)) return true;
+  if (r->type == static_cast<uint8_t>(FrameType::store_error)) {
+    StoreReader in(r->payload.data(), r->payload.size());
+    in.u64();
+    if (in.u32() == static_cast<uint32_t>(StoreErrorCode::timeout)) return false;
+    return error_of(r.value(), "wait");
+  }
+  return Status::error("store wait: unexpected reply type " + std::to_string(r->type));
+}
+
 Status StoreClient::send(FrameType type, std::span<const uint8_t> payload,
                          std::chrono::milliseconds timeout) {
   const auto t = static_cast<uint8_t>(type);

@@ -38,6 +38,10 @@ class StoreClient {
   Result<std::vector<uint8_t>> get(std::string_view key, std::chrono::milliseconds timeout);
   // Returns once every key is set; the timeout error names the keys still missing.
   Status wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
+  // wait() that is not a failure when it runs out: true once every key is set, false when the server's
+  // wait of `wait` passed first. A thread polls with it in short calls so that other threads' requests on
+  // the same socket (the train loop's commands) get through between them (the async checkpoint writer).
+  Result<bool> wait_some(const std::vector<std::string>& keys, std::chrono::milliseconds wait);
   // Sends one frame that expects no reply (the worker runtime's frames, frame.h 0x20-0x2f), between
   // requests. A send that fails part-way leaves the stream out of step, so it breaks the connection for
   // every later call, as a failed request does. Store frame types are refused: their replies would

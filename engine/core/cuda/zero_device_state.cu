@@ -434,6 +434,20 @@ void ZeroDeviceState::read(StateBuffer which, size_t offset, size_t count, float
   CUDA_CHECK(cudaStreamSynchronize(compute_));
 }
 
+void ZeroDeviceState::device_ranges(StateBuffer which, size_t offset, size_t count,
+                                    const std::function<void(size_t, const float*, size_t)>& fn) {
+  const float* base = buffer(which);
+  if (!sharded(which)) {
+    GANTRY_CHECK(offset + count <= plan_.numel, "snapshot past the end of the buffer");
+    fn(offset, base + offset, count);
+    return;
+  }
+  const size_t covered = plan_.for_each_owned(
+      offset, count, [&](size_t at, size_t shard_at, size_t n) { fn(at, base + shard_at, n); });
+  GANTRY_CHECK(covered == count,
+               std::string("snapshot of ") + state_buffer_name(which) + " outside this rank's shard");
+}
+
 void ZeroDeviceState::write(StateBuffer which, size_t offset, size_t count, const float* in) {
   if (comm_ != nullptr) check(comm_->sync(comm_stream_, timeout_));
   float* base = buffer(which);

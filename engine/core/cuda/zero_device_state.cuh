@@ -91,6 +91,11 @@ class ZeroDeviceState {
   // Host copies in global coordinates; the range must lie inside held(which). Both wait.
   void read(StateBuffer which, size_t offset, size_t count, float* out);
   void write(StateBuffer which, size_t offset, size_t count, const float* in);
+  // Where a range of a buffer (global coordinates, inside held(which)) lies on the device, part by part:
+  // fn(global offset, device pointer, count). No wait: for copies that order themselves (checkpoint
+  // snapshots, cuda/state_snapshot.cuh).
+  void device_ranges(StateBuffer which, size_t offset, size_t count,
+                     const std::function<void(size_t, const float*, size_t)>& fn);
   // Every fp32 parameter (a collective under ZeRO 1-3: every rank must call it).
   void gather_params(float* out);
   StateBytes bytes() const;  // device bytes held per category (bf16 copy and master weights as params)

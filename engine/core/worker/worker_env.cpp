@@ -185,7 +185,8 @@ Result<WorkerFault> worker_fault_parse(const std::string& text, int rank) {
       return Status::error(
           std::string(kWorkerFaultVariable) + " item '" + item + "': " + why +
           " (expected <rank>:exit_at_start, <rank>:hang_at_start, <rank>:exit_after_step:<k> or "
-          "<rank>:slow_forward:<ms> or <rank>:nan_grad:<k>)");
+          "<rank>:slow_forward:<ms>, <rank>:nan_grad:<k>, <rank>:kill_in_checkpoint:<stage>:<k> or "
+          "<rank>:hold_checkpoint:<k>)");
     };
     size_t colon = item.find(':');
     long long r = 0;
@@ -213,6 +214,31 @@ Result<WorkerFault> worker_fault_parse(const std::string& text, int rank) {
       if (!parse_int(fault.substr(9), 1, std::numeric_limits<int64_t>::max(), &k))
         return bad("step must be >= 1");
       f.kind = WorkerFault::nan_grad;
+      f.step = k;
+    } else if (fault.rfind("kill_in_checkpoint:", 0) == 0) {
+      const std::string rest = fault.substr(19);
+      const size_t c2 = rest.find(':');
+      const std::string stage = rest.substr(0, c2);
+      bool known = false;
+      for (CheckpointStage st : {CheckpointStage::kCopy, CheckpointStage::kWrite,
+                                 CheckpointStage::kBeforeCommit, CheckpointStage::kAfterCommit}) {
+        if (stage == checkpoint_stage_name(st)) {
+          f.stage = st;
+          known = true;
+        }
+      }
+      if (!known) return bad("the stage must be copy, write, before_commit or after_commit");
+      long long k = 0;
+      if (c2 == std::string::npos ||
+          !parse_int(rest.substr(c2 + 1), 1, std::numeric_limits<int64_t>::max(), &k))
+        return bad("step must be >= 1");
+      f.kind = WorkerFault::kill_in_checkpoint;
+      f.step = k;
+    } else if (fault.rfind("hold_checkpoint:", 0) == 0) {
+      long long k = 0;
+      if (!parse_int(fault.substr(16), 1, std::numeric_limits<int64_t>::max(), &k))
+        return bad("step must be >= 1");
+      f.kind = WorkerFault::hold_checkpoint;
       f.step = k;
     } else {
       return bad("unknown fault '" + fault + "'");

@@ -19,6 +19,7 @@
 #include <functional>
 #include <string>
 
+#include "engine/core/checkpoint.h"  // CheckpointStage
 #include "telemetry/status.h"
 
 namespace gantry {
@@ -59,12 +60,27 @@ Result<HostPort> host_port_parse(const std::string& text, const std::string& wha
 //                        device: the other ranks wait for it in their collectives), 1..60000
 //   nan_grad:<k>         the worker's gradients of step k are NaN (the gang's norm is NaN): the step guard
 //                        must skip step k on every rank together
+//   kill_in_checkpoint:<stage>:<k>  the worker kills itself (SIGKILL, as kill -9) at that stage of the
+//                        asynchronous checkpoint of step k: copy (before the copy ends), write (after its
+//                        shard's first slice), before_commit, after_commit (the manifest's rename; rank 0)
+//   hold_checkpoint:<k>  the writer of the checkpoint of step k holds after its first slice until the train
+//                        loop asks for the next checkpoint, which must then wait for it (at most 60 s)
 // The tests of the launcher's gang semantics use it to make one rank fail in a known way, the
 // coordinator's straggler tests to make one rank slow.
 struct WorkerFault {
-  enum Kind { none, exit_at_start, hang_at_start, exit_after_step, slow_forward, nan_grad } kind = none;
-  int64_t step = 0;      // exit_after_step, nan_grad
-  int64_t delay_ms = 0;  // slow_forward
+  enum Kind {
+    none,
+    exit_at_start,
+    hang_at_start,
+    exit_after_step,
+    slow_forward,
+    nan_grad,
+    kill_in_checkpoint,
+    hold_checkpoint
+  } kind = none;
+  int64_t step = 0;  // exit_after_step, nan_grad, kill_in_checkpoint, hold_checkpoint
+  CheckpointStage stage = CheckpointStage::kCopy;  // kill_in_checkpoint
+  int64_t delay_ms = 0;                            // slow_forward
 };
 inline constexpr const char* kWorkerFaultVariable = "GANTRY_TEST_WORKER_FAULT";
 // The fault for `rank` (none when the text names other ranks only); an error for malformed text.

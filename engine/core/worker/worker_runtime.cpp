@@ -31,6 +31,7 @@
 #include "engine/core/config.h"
 #include "engine/core/parallel/parallel_dims.h"
 #include "engine/core/step_records.h"
+#include "engine/core/train_checkpoints.h"  // checkpoint_cost_text
 #include "engine/core/worker/rendezvous_server.h"
 #include "engine/core/worker/worker_frames.h"
 #include "telemetry/host.h"
@@ -212,6 +213,39 @@ struct HeartbeatStop {
   ~HeartbeatStop() { heartbeat.reset(); }
 };
 
+// ---- test faults inside an asynchronous checkpoint (worker_env.h) -------------------------------------
+
+CheckpointHook checkpoint_fault_hook(const WorkerFault& f, int rank) {
+  if (f.kind == WorkerFault::kill_in_checkpoint) {
+    return [f, rank](CheckpointStage stage, int64_t step) {
+      if (stage != f.stage || step != f.step) return;
+      std::fprintf(stderr,
+                   "gantry-engine worker (rank %d): %s: kill -9 at stage %s of checkpoint step %lld "
+                   "(test fault)\n",
+                   rank, kWorkerFaultVariable, checkpoint_stage_name(stage), static_cast<long long>(step));
+      ::kill(::getpid(), SIGKILL);  // as kill -9 from outside: no handler, no flushing, no destructors
+    };
+  }
+  if (f.kind == WorkerFault::hold_checkpoint) {
+    struct Gate {
+      std::mutex mu;
+      std::condition_variable cv;
+      bool asked = false;  // the train loop asked for the next checkpoint
+    };
+    auto gate = std::make_shared<Gate>();
+    return [f, gate](CheckpointStage stage, int64_t step) {
+      std::unique_lock<std::mutex> lock(gate->mu);
+      if (stage == CheckpointStage::kWaitPrevious) {
+        gate->asked = true;
+        gate->cv.notify_all();
+      } else if (stage == CheckpointStage::kWrite && step == f.step) {
+        gate->cv.wait_for(lock, std::chrono::seconds(60), [&] { return gate->asked; });
+      }
+    };
+  }
+  return {};
+}
+
 // ---- the observer: reports to records, records to the launcher ----------------------------------------
 
 class WorkerObserver final : public TrainObserver {
@@ -263,7 +297,7 @@ class WorkerObserver final : public TrainObserver {
     e.kind = "checkpoint";
     e.rank = env_.rank;
     e.node = host_;
-    e.message = "checkpoint committed: " + c.dir;
+    e.message = "checkpoint committed: " + c.dir + " (" + checkpoint_cost_text(c) + ")";
     // The launcher records the checkpoint (path, size, write time) from this; JSON by the events' convention.
     std::string dir_json;
     for (char ch : c.dir) {
@@ -271,9 +305,13 @@ class WorkerObserver final : public TrainObserver {
       if (static_cast<unsigned char>(ch) < 0x20) continue;  // paths with control characters lose them here
       dir_json += ch;
     }
-    char tail[96];
-    std::snprintf(tail, sizeof tail, "\",\"bytes\":%llu,\"seconds\":%.6f}",
-                  static_cast<unsigned long long>(c.bytes), c.seconds);
+    // stall_s, write_s, waited_s and async: what the checkpoint cost training (train.h CheckpointReport).
+    char tail[256];
+    std::snprintf(tail, sizeof tail,
+                  "\",\"bytes\":%llu,\"seconds\":%.6f,\"async\":%s,\"stall_s\":%.6f,\"write_s\":%.6f,"
+                  "\"waited_s\":%.6f}",
+                  static_cast<unsigned long long>(c.bytes), c.seconds, c.async ? "true" : "false", c.stall_s,
+                  c.write_s, c.waited_s);
     e.payload = "{\"dir\":\"" + dir_json + tail;
     batch.events.push_back(std::move(e));
     send_batch(batch);
@@ -600,7 +638,8 @@ WorkerResult worker_run(const WorkerOptions& options, const WorkerEnv& env) {
                       .progress = &progress,
                       .test_forward_delay = std::chrono::milliseconds(
                           fault->kind == WorkerFault::slow_forward ? fault->delay_ms : 0),
-                      .test_nan_grad_step = fault->kind == WorkerFault::nan_grad ? fault->step : 0};
+                      .test_nan_grad_step = fault->kind == WorkerFault::nan_grad ? fault->step : 0,
+                      .test_checkpoint_hook = checkpoint_fault_hook(fault.value(), env.rank)};
     install_stop_handlers();
     Result<TrainSummary> s = train_run(cfg.value(), topt, &observer);
     if (!s.ok()) {

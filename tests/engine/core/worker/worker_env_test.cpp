@@ -206,5 +206,26 @@ TEST(WorkerEnv, TestFaultParsing) {
   }
 }
 
+TEST(WorkerEnv, CheckpointFaultParsing) {
+  Result<WorkerFault> f = worker_fault_parse("0:kill_in_checkpoint:before_commit:4", 0);
+  ASSERT_TRUE(f.ok()) << f.error();
+  EXPECT_EQ(f->kind, WorkerFault::kill_in_checkpoint);
+  EXPECT_EQ(f->stage, CheckpointStage::kBeforeCommit);
+  EXPECT_EQ(f->step, 4);
+  f = worker_fault_parse("1:hold_checkpoint:2", 1);
+  ASSERT_TRUE(f.ok()) << f.error();
+  EXPECT_EQ(f->kind, WorkerFault::hold_checkpoint);
+  EXPECT_EQ(f->step, 2);
+  for (const char* bad :
+       {"1:kill_in_checkpoint:flush:4", "1:kill_in_checkpoint:write", "1:kill_in_checkpoint:write:0",
+        "1:hold_checkpoint:", "1:kill_in_checkpoint:wait_previous:2"}) {
+    Result<WorkerFault> r = worker_fault_parse(bad, 1);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_THAT(r.error(), HasSubstr("GANTRY_TEST_WORKER_FAULT"));
+  }
+  Result<WorkerFault> r = worker_fault_parse("1:kill_in_checkpoint:flush:4", 1);
+  EXPECT_THAT(r.error(), HasSubstr("copy, write, before_commit or after_commit"));
+}
+
 }  // namespace
 }  // namespace gantry

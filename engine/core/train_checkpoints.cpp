@@ -1,0 +1,96 @@
+#include "engine/core/train_checkpoints.h"
+
+#include <chrono>
+#include <cstdio>
+#include <utility>
+
+namespace gantry {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+std::string checkpoint_cost_text(const CheckpointReport& c) {
+  char buf[160];
+  if (c.async) {
+    std::snprintf(buf, sizeof buf, "async: stall %.3f s, write %.3f s", c.stall_s, c.write_s);
+  } else {
+    std::snprintf(buf, sizeof buf, "sync: stall %.3f s", c.stall_s);
+  }
+  std::string text = buf;
+  if (c.waited_s > 0) {
+    std::snprintf(buf, sizeof buf, ", waited %.3f s for the checkpoint before", c.waited_s);
+    text += buf;
+  }
+  return text;
+}
+
+TrainCheckpoints::TrainCheckpoints(const Config& c, std::string root, Backend& backend, CheckpointGang* gang,
+                                   TrainObserver* observer, CheckpointHook hook)
+    : root_(std::move(root)),
+      backend_(backend),
+      keep_(c.train.keep_checkpoints),
+      gang_(gang),
+      observer_(observer),
+      hook_(std::move(hook)) {
+  if (c.train.checkpoint_async)
+    async_ = std::make_unique<AsyncCheckpointer>(root_, backend_, keep_, gang_, hook_);
+}
+
+void TrainCheckpoints::report(const CheckpointDone& d) {
+  last_dir_ = d.written.dir;
+  observer_->on_checkpoint({.step = d.step,
+                            .dir = d.written.dir,
+                            .bytes = d.written.bytes,
+                            .seconds = d.write_s,
+                            .async = d.async,
+                            .stall_s = d.stall_s,
+                            .write_s = d.write_s,
+                            .waited_s = d.waited_s});
+  if (d.from_action) observer_->on_action(TrainAction::checkpoint, d.step);
+}
+
+Status TrainCheckpoints::collect(bool wait) {
+  if (async_ == nullptr) return {};
+  std::optional<Result<CheckpointDone>> done = async_->finished(wait);
+  if (!done) return {};
+  if (!done->ok()) return done->status();
+  report(done->value());
+  return {};
+}
+
+Status TrainCheckpoints::write(const CheckpointMeta& meta, bool from_action, bool final) {
+  const auto t0 = std::chrono::steady_clock::now();
+  double waited = 0;
+  if (Status s = collect(/*wait=*/false); !s.ok()) return s;  // one that has just finished is no wait
+  if (async_ != nullptr && async_->in_flight()) {
+    // At most one checkpoint in flight: this one waits for the one before, and says so.
+    if (hook_) hook_(CheckpointStage::kWaitPrevious, meta.step);
+    if (Status s = collect(/*wait=*/true); !s.ok()) return s;
+    waited = seconds_since(t0);
+  }
+  if (async_ != nullptr && !final) {
+    Result<double> started = async_->start(meta, waited, from_action);
+    return started.ok() ? Status() : started.status();
+  }
+  // Synchronous, or the last of the run (nothing left to overlap it with, and the run must not end before
+  // its commit).
+  const auto w0 = std::chrono::steady_clock::now();
+  Result<CheckpointWritten> w = checkpoint_write(root_, backend_, meta, keep_, gang_);
+  if (!w.ok()) return w.status();
+  const double write_s = seconds_since(w0);
+  report({.written = w.value(),
+          .step = meta.step,
+          .async = false,
+          .stall_s = seconds_since(t0),
+          .write_s = write_s,
+          .waited_s = waited,
+          .from_action = from_action});
+  return {};
+}
+
+}  // namespace gantry

@@ -1,0 +1,56 @@
+// The train loop's checkpoints: written synchronously, or started asynchronously (train.checkpoint_async,
+// checkpoint_async.h) and reported once committed, at a later step boundary. Kept apart from train.cpp so
+// the loop only says when.
+//
+//   TrainCheckpoints ckpt(config, root, *backend, gang, observer, hook);
+//   at each step boundary:  if (Status s = ckpt.collect(/*wait=*/false); !s.ok()) return s;
+//   when one is due:        ckpt.write(meta, /*from_action=*/false, /*final=*/false);
+//   at the end:             ckpt.write(meta, false, /*final=*/true);   // waits for everything
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "engine/core/backend.h"
+#include "engine/core/checkpoint.h"
+#include "engine/core/checkpoint_async.h"
+#include "engine/core/config.h"
+#include "engine/core/train.h"
+#include "telemetry/status.h"
+
+namespace gantry {
+
+// What a checkpoint cost training, for log lines and event messages: "async: stall 0.004 s, write 0.310 s"
+// with ", waited 0.200 s for the checkpoint before" when it waited; "sync: stall 0.312 s" for a
+// synchronous one (its stall is its write).
+std::string checkpoint_cost_text(const CheckpointReport& c);
+
+class TrainCheckpoints {
+ public:
+  TrainCheckpoints(const Config& c, std::string root, Backend& backend, CheckpointGang* gang,
+                   TrainObserver* observer, CheckpointHook hook);
+
+  // The checkpoint of meta.step. A write still in flight is waited for (and reported) first. Async and
+  // not final: the state is copied and the loop goes on; otherwise the write is done when this returns.
+  // from_action: the operator's checkpoint action, reported (on_action) after the checkpoint.
+  Status write(const CheckpointMeta& meta, bool from_action, bool final);
+  // Reports an asynchronous write that has finished (waiting for it when `wait`): on_checkpoint, then
+  // its action. Its failure is returned, as a synchronous write's would be.
+  Status collect(bool wait);
+  // The newest committed checkpoint reported ("" before the first).
+  const std::string& last_dir() const { return last_dir_; }
+
+ private:
+  void report(const CheckpointDone& d);
+
+  std::string root_;
+  Backend& backend_;
+  int keep_;
+  CheckpointGang* gang_;
+  TrainObserver* observer_;
+  CheckpointHook hook_;
+  std::unique_ptr<AsyncCheckpointer> async_;  // null: train.checkpoint_async = false
+  std::string last_dir_;
+};
+
+}  // namespace gantry
