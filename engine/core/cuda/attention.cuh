@@ -45,5 +45,12 @@ size_t attention_backward_scratch_floats(int B, int T, int NH, int HS = 128);
 void attention_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* out,
                         const float* lse, const __nv_bfloat16* qkv, float* scratch, int B, int T, int NH,
                         int HS, cudaStream_t stream, bool deterministic = true);
+// The same on the mma.sync kernels whatever the device and shape. attention_backward's deterministic variant
+// takes the wgmma + TMA kernels instead on a Hopper GPU at HS 64 with T % 64 == 0 (attention_wgmma_bwd.cuh;
+// off with GANTRY_CUDA_ATTENTION_WGMMA_BWD=0, or with GANTRY_CUDA_ATTENTION_WGMMA=0 together with the
+// forward); the fast variant always runs here.
+void attention_backward_mma(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* out,
+                            const float* lse, const __nv_bfloat16* qkv, float* scratch, int B, int T, int NH,
+                            int HS, cudaStream_t stream, bool deterministic = true);
 
 }  // namespace gantry

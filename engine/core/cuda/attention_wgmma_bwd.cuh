@@ -1,0 +1,361 @@
+// The causal attention backward on Hopper's own instructions (included by attention.cu only), the
+// deterministic backward at head size 64 when T % 64 == 0 on a compute capability 9 device
+// (docs/ATTENTION.md, "wgmma backward"). Two kernels, no atomics, every output element computed by one thread
+// in a fixed order (bit-identical run to run), written from the FlashAttention-3 paper's description:
+//
+//   dQ kernel, one CTA (one warpgroup) per 64 query rows, streaming key tiles 0..diagonal:
+//     delta = rowsum(dO ∘ O) of its rows first (written out for the dK/dV kernel, which runs after it);
+//     S = Q·Kᵀ, dP = dO·Vᵀ (wgmma, both operands from shared memory); P = 2^(scale·log2e·S − log2e·lse);
+//     dS = P ∘ (dP − delta); dQ += dS·K (dS straight from registers, K through the transposed B operand).
+//   dK/dV kernel, one CTA per 64 keys, streaming query tiles diagonal..end:
+//     Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ; Pᵀ from lse; dV += Pᵀ·dO; dSᵀ = Pᵀ ∘ (dPᵀ − delta); dK += dSᵀ·Q.
+//
+// Every product is m64n64k16 with the shapes of the forward's (attention_wgmma.cuh): A·Bᵀ from two K-major
+// tiles, or registers · a tile read as stored through the transposed B operand. The streamed tiles (and the
+// dK/dV kernel's lse and delta rows, by the bulk copy engine) arrive in a two-stage mbarrier ring; the next
+// tile's load is issued while the current one is used. The products of one step are issued back to back and
+// waited for only where their results are needed, so the exponentials overlap the tensor cores' work.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+
+#include "engine/core/cuda/attention_wgmma.cuh"  // enabled(): the shared off switch
+#include "engine/core/cuda/sm90_ptx.cuh"
+
+namespace gantry::attention_wgmma_bwd {
+
+using namespace gantry::sm90;  // NOLINT: the PTX helpers' own user
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kScale = 0.125f;  // 1/sqrt(64)
+constexpr float kScaleLog2 = kScale * kLog2e;
+// dQ: Q, dO, 2 × (K, V) and 3 barriers; dK/dV: K, V, 2 × (Q, dO), 2 × (lse, delta) rows and 3 barriers.
+constexpr size_t kDqSmem = 6 * kTileBytes + 1024 + 64 * sizeof(float) + 4 * sizeof(uint64_t);
+constexpr size_t kDkvSmem = 6 * kTileBytes + 1024 + 4 * 64 * sizeof(float) + 4 * sizeof(uint64_t);
+
+__device__ __forceinline__ uint8_t* align1024(uint8_t* p) {
+  return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(p) + 1023) & ~uintptr_t{1023});
+}
+
+// A 64 × 64 accumulator (this thread: rows r and r + 8, columns 8i + 2·q4 + {0,1}) · mul → bf16 rows of g
+// (row stride ld elements, row r at g + r·ld).
+__device__ __forceinline__ void store_tile(__nv_bfloat16* g, size_t ld, const float (&acc)[32], float mul,
+                                           int q4) {
+  __nv_bfloat16* g1 = g + 8 * ld;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int col = 8 * i + 2 * q4;
+    *reinterpret_cast<__nv_bfloat162*>(g + col) =
+        __floats2bfloat162_rn(acc[4 * i] * mul, acc[4 * i + 1] * mul);
+    *reinterpret_cast<__nv_bfloat162*>(g1 + col) =
+        __floats2bfloat162_rn(acc[4 * i + 2] * mul, acc[4 * i + 3] * mul);
+  }
+}
+
+// A 64 × 64 fp32 accumulator as the register A operand of four k16 steps (bf16): step kk covers columns
+// 16kk..16kk + 15, i.e. column groups 2kk and 2kk + 1.
+__device__ __forceinline__ void to_a_operand(uint32_t (&a)[4][4], const float (&x)[32]) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    a[kk][0] = pack_bf16(x[8 * kk + 0], x[8 * kk + 1]);
+    a[kk][1] = pack_bf16(x[8 * kk + 2], x[8 * kk + 3]);
+    a[kk][2] = pack_bf16(x[8 * kk + 4], x[8 * kk + 5]);
+    a[kk][3] = pack_bf16(x[8 * kk + 6], x[8 * kk + 7]);
+  }
+}
+
+template <int N>
+__device__ __forceinline__ void fence_all(float (&x)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) fence_operand(x[i]);
+}
+
+// grid (B·NH, T / 64), 128 threads; blockIdx.y = 0 is the last query tile (the most key tiles) so the
+// heaviest CTAs start first. tm_qkv: qkv as a (B·T, 3C) matrix, tm_dout: dout as (B·T, C), 64 × 64 boxes.
+__global__ void __launch_bounds__(128)
+    dq_kernel(const __grid_constant__ CUtensorMap tm_qkv, const __grid_constant__ CUtensorMap tm_dout,
+              const __nv_bfloat16* __restrict__ out, const __nv_bfloat16* __restrict__ dout,
+              const float* __restrict__ lse, float* __restrict__ delta, __nv_bfloat16* __restrict__ dqkv,
+              int T, int NH) {
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();  // wgmma needs the sm_90a build (GANTRY_CUDA_ARCH 90a, the project's one CUDA target)
+#else
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = align1024(smem_raw);
+  uint8_t* s_q = smem;
+  uint8_t* s_do = smem + kTileBytes;
+  uint8_t* s_k = smem + 2 * kTileBytes;  // 2 stages
+  uint8_t* s_v = smem + 4 * kTileBytes;  // 2 stages
+  float* s_delta = reinterpret_cast<float*>(smem + 6 * kTileBytes);
+  uint64_t* bars = reinterpret_cast<uint64_t*>(s_delta + 64);  // q/dO, full[0], full[1]
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, q4 = lane % 4;
+  const int bh = blockIdx.x, b = bh / NH, h = bh % NH, C = NH * 64;
+  const int qt = gridDim.y - 1 - blockIdx.y;
+  const int tiles = qt + 1;  // causal: key tiles 0..qt
+  const size_t row_base = static_cast<size_t>(b) * T + qt * 64;
+  if (tid == 0) {
+    for (int i = 0; i < 3; ++i) mbar_init(&bars[i], 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  auto load_kv = [&](int j) {
+    uint64_t* full = &bars[1 + (j & 1)];
+    mbar_expect_tx(full, 2 * kTileBytes);
+    tma_load_2d(s_k + (j & 1) * kTileBytes, &tm_qkv, full, C + h * 64, b * T + j * 64);
+    tma_load_2d(s_v + (j & 1) * kTileBytes, &tm_qkv, full, 2 * C + h * 64, b * T + j * 64);
+  };
+  if (tid == 0) {
+    mbar_expect_tx(&bars[0], 2 * kTileBytes);
+    tma_load_2d(s_q, &tm_qkv, &bars[0], h * 64, b * T + qt * 64);
+    tma_load_2d(s_do, &tm_dout, &bars[0], h * 64, b * T + qt * 64);
+    load_kv(0);
+  }
+  {  // delta of the 64 rows while the tiles land: two threads a row, 32 columns each, from global memory
+    const int r = tid / 2, half = tid % 2;
+    const size_t off = (row_base + r) * C + h * 64 + half * 32;
+    const uint4* po = reinterpret_cast<const uint4*>(out + off);
+    const uint4* pd = reinterpret_cast<const uint4*>(dout + off);
+    float acc = 0.f;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const uint4 vo = po[c], vd = pd[c];
+      const __nv_bfloat162* o2 = reinterpret_cast<const __nv_bfloat162*>(&vo);
+      const __nv_bfloat162* d2 = reinterpret_cast<const __nv_bfloat162*>(&vd);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float2 fo = __bfloat1622float2(o2[e]), fd = __bfloat1622float2(d2[e]);
+        acc = fmaf(fo.x, fd.x, acc);
+        acc = fmaf(fo.y, fd.y, acc);
+      }
+    }
+    acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+    if (half == 0) {
+      s_delta[r] = acc;
+      delta[static_cast<size_t>(bh) * T + qt * 64 + r] = acc;
+    }
+  }
+  __syncthreads();
+  const int lr0 = warp * 16 + g, lr1 = lr0 + 8;  // this thread's two query rows, in the tile
+  const float lse0 = lse[static_cast<size_t>(bh) * T + qt * 64 + lr0] * kLog2e;
+  const float lse1 = lse[static_cast<size_t>(bh) * T + qt * 64 + lr1] * kLog2e;
+  const float d0 = s_delta[lr0], d1 = s_delta[lr1];
+  mbar_wait(&bars[0], 0);
+  const uint64_t desc_q = desc_sw128(s_q), desc_do = desc_sw128(s_do);
+  float dq[32], s[32], dp[32];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) dq[i] = 0.f;
+  for (int j = 0; j < tiles; ++j) {
+    __syncthreads();  // every warp is done with the stage the next load overwrites (tile j - 1's)
+    if (tid == 0 && j + 1 < tiles) load_kv(j + 1);
+    mbar_wait(&bars[1 + (j & 1)], (j >> 1) & 1);
+    const uint64_t dk = desc_sw128(s_k + (j & 1) * kTileBytes), dv = desc_sw128(s_v + (j & 1) * kTileBytes);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) mma_ss(s, desc_q + 2 * kk, dk + 2 * kk, kk > 0 ? 1 : 0);
+    wgmma_commit();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) mma_ss(dp, desc_do + 2 * kk, dv + 2 * kk, kk > 0 ? 1 : 0);
+    wgmma_commit();
+    wgmma_wait<1>();  // S is in; dP may still be running
+    fence_all(s);
+    // s[4i + {0,1}]: row lr0, key 64j + 8i + 2·q4 + {0,1}; s[4i + {2,3}]: row lr1, the same keys.
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int key = 8 * i + 2 * q4 + e;  // in the tile
+        float p0 = fast_exp2(s[4 * i + e] * kScaleLog2 - lse0);
+        float p1 = fast_exp2(s[4 * i + 2 + e] * kScaleLog2 - lse1);
+        if (j == qt) {
+          if (key > lr0) p0 = 0.f;
+          if (key > lr1) p1 = 0.f;
+        }
+        s[4 * i + e] = p0, s[4 * i + 2 + e] = p1;
+      }
+    }
+    wgmma_wait<0>();
+    fence_all(dp);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        dp[4 * i + e] = s[4 * i + e] * (dp[4 * i + e] - d0);
+        dp[4 * i + 2 + e] = s[4 * i + 2 + e] * (dp[4 * i + 2 + e] - d1);
+      }
+    }
+    uint32_t a_ds[4][4];
+    to_a_operand(a_ds, dp);
+    wgmma_fence();
+    // K read as stored (d contiguous) through the transposed B operand: 8 keys per 1,024-byte swizzle atom,
+    // a 16-key step 2,048 bytes on.
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) mma_rs_mn(dq, a_ds[kk], dk + 128 * kk);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_all(dq);
+  }
+  store_tile(dqkv + (row_base + lr0) * 3 * C + h * 64, 3 * static_cast<size_t>(C), dq, kScale, q4);
+#endif
+}
+
+// grid (B·NH, T / 64), 128 threads; blockIdx.y = 0 is key tile 0 (the most query tiles), heaviest first.
+// delta: the dQ kernel's, (B, NH, T); lse and delta 16-byte aligned.
+__global__ void __launch_bounds__(128)
+    dkdv_kernel(const __grid_constant__ CUtensorMap tm_qkv, const __grid_constant__ CUtensorMap tm_dout,
+                const float* __restrict__ lse, const float* __restrict__ delta,
+                __nv_bfloat16* __restrict__ dqkv, int T, int NH) {
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();
+#else
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = align1024(smem_raw);
+  uint8_t* s_k = smem;
+  uint8_t* s_v = smem + kTileBytes;
+  uint8_t* s_q = smem + 2 * kTileBytes;                              // 2 stages
+  uint8_t* s_do = smem + 4 * kTileBytes;                             // 2 stages
+  float* s_stats = reinterpret_cast<float*>(smem + 6 * kTileBytes);  // stage st: lse at 128·st, delta + 64
+  uint64_t* bars = reinterpret_cast<uint64_t*>(s_stats + 4 * 64);    // k/v, full[0], full[1]
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, q4 = lane % 4;
+  const int bh = blockIdx.x, b = bh / NH, h = bh % NH, C = NH * 64;
+  const int kt = blockIdx.y, n = gridDim.y;
+  const int tiles = n - kt;  // causal: query tiles kt..n-1
+  const float* lse_bh = lse + static_cast<size_t>(bh) * T;
+  const float* delta_bh = delta + static_cast<size_t>(bh) * T;
+  if (tid == 0) {
+    for (int i = 0; i < 3; ++i) mbar_init(&bars[i], 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  auto load_q = [&](int i, int st) {
+    uint64_t* full = &bars[1 + st];
+    mbar_expect_tx(full, 2 * kTileBytes + 2 * 64 * sizeof(float));
+    tma_load_2d(s_q + st * kTileBytes, &tm_qkv, full, h * 64, b * T + i * 64);
+    tma_load_2d(s_do + st * kTileBytes, &tm_dout, full, h * 64, b * T + i * 64);
+    bulk_load(s_stats + 128 * st, lse_bh + i * 64, 64 * sizeof(float), full);
+    bulk_load(s_stats + 128 * st + 64, delta_bh + i * 64, 64 * sizeof(float), full);
+  };
+  if (tid == 0) {
+    mbar_expect_tx(&bars[0], 2 * kTileBytes);
+    tma_load_2d(s_k, &tm_qkv, &bars[0], C + h * 64, b * T + kt * 64);
+    tma_load_2d(s_v, &tm_qkv, &bars[0], 2 * C + h * 64, b * T + kt * 64);
+    load_q(kt, 0);
+  }
+  const int lk0 = warp * 16 + g, lk1 = lk0 + 8;  // this thread's two keys, in the tile
+  mbar_wait(&bars[0], 0);
+  const uint64_t desc_k = desc_sw128(s_k), desc_v = desc_sw128(s_v);
+  float dk[32], dv[32], s[32], dp[32];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) dk[i] = 0.f, dv[i] = 0.f;
+  for (int it = 0; it < tiles; ++it) {
+    const int st = it & 1;
+    __syncthreads();  // every warp is done with the stage the next load overwrites
+    if (tid == 0 && it + 1 < tiles) load_q(kt + it + 1, st ^ 1);
+    mbar_wait(&bars[1 + st], (it >> 1) & 1);
+    const uint64_t dq = desc_sw128(s_q + st * kTileBytes), ddo = desc_sw128(s_do + st * kTileBytes);
+    const float* s_lse = s_stats + 128 * st;
+    const float* s_dl = s_lse + 64;
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) mma_ss(s, desc_k + 2 * kk, dq + 2 * kk, kk > 0 ? 1 : 0);
+    wgmma_commit();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) mma_ss(dp, desc_v + 2 * kk, ddo + 2 * kk, kk > 0 ? 1 : 0);
+    wgmma_commit();
+    wgmma_wait<1>();  // Sᵀ is in
+    fence_all(s);
+    // s[4i + {0,1}]: key lk0, query 64·(kt + it) + 8i + 2·q4 + {0,1}; s[4i + {2,3}]: key lk1.
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int q = 8 * i + 2 * q4 + e;  // in the tile
+        const float l = s_lse[q] * kLog2e;
+        float p0 = fast_exp2(s[4 * i + e] * kScaleLog2 - l);
+        float p1 = fast_exp2(s[4 * i + 2 + e] * kScaleLog2 - l);
+        if (it == 0) {  // the diagonal tile: query q sees key k only where q ≥ k
+          if (q < lk0) p0 = 0.f;
+          if (q < lk1) p1 = 0.f;
+        }
+        s[4 * i + e] = p0, s[4 * i + 2 + e] = p1;
+      }
+    }
+    uint32_t a_p[4][4];
+    to_a_operand(a_p, s);
+    wgmma_fence();
+    // dO read as stored through the transposed B operand (the queries are the k dimension).
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) mma_rs_mn(dv, a_p[kk], ddo + 128 * kk);
+    wgmma_commit();
+    wgmma_wait<1>();  // dPᵀ is in; dV may still be running
+    fence_all(dp);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float d = s_dl[8 * i + 2 * q4 + e];
+        dp[4 * i + e] = s[4 * i + e] * (dp[4 * i + e] - d);
+        dp[4 * i + 2 + e] = s[4 * i + 2 + e] * (dp[4 * i + 2 + e] - d);
+      }
+    }
+    uint32_t a_ds[4][4];
+    to_a_operand(a_ds, dp);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) mma_rs_mn(dk, a_ds[kk], dq + 128 * kk);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_all(dk);
+    fence_all(dv);
+  }
+  const size_t ld = 3 * static_cast<size_t>(C);
+  __nv_bfloat16* row = dqkv + (static_cast<size_t>(b) * T + kt * 64 + lk0) * ld + h * 64;
+  store_tile(row + C, ld, dk, kScale, q4);
+  store_tile(row + 2 * C, ld, dv, 1.f, q4);
+#endif
+}
+
+// GANTRY_CUDA_ATTENTION_WGMMA_BWD=0 keeps the deterministic backward on its mma.sync kernels (the forward
+// stays on wgmma); GANTRY_CUDA_ATTENTION_WGMMA=0 turns both off. Read once.
+inline bool enabled() {
+  static const bool on = [] {
+    const char* env = std::getenv("GANTRY_CUDA_ATTENTION_WGMMA_BWD");
+    return attention_wgmma::enabled() && !(env != nullptr && env[0] == '0');
+  }();
+  return on;
+}
+
+// Launches the deterministic backward and returns true where it applies (HS 64, T % 64 == 0, Hopper, lse
+// and delta 16-byte aligned, not switched off); false, launching nothing, elsewhere. delta: B·NH·T floats of
+// scratch.
+inline bool backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* out,
+                     const float* lse, const __nv_bfloat16* qkv, float* delta, int B, int T, int NH, int HS,
+                     cudaStream_t stream) {
+  if (HS != 64 || T % 64 != 0 || !enabled()) return false;
+  if (reinterpret_cast<uintptr_t>(lse) % 16 != 0 || reinterpret_cast<uintptr_t>(delta) % 16 != 0)
+    return false;
+  const Support& sup = support();
+  if (!sup.hopper || sup.encode == nullptr) return false;
+  static const bool smem_ok = cudaFuncSetAttribute(dq_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   static_cast<int>(kDqSmem)) == cudaSuccess &&
+                              cudaFuncSetAttribute(dkdv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   static_cast<int>(kDkvSmem)) == cudaSuccess;
+  if (!smem_ok) return false;
+  const int C = NH * 64;
+  const uint64_t rows = static_cast<uint64_t>(B) * T;
+  CUtensorMap tm_qkv{}, tm_dout{};
+  if (!tile_map(&tm_qkv, qkv, rows, 3 * static_cast<uint64_t>(C), 3 * static_cast<uint64_t>(C)) ||
+      !tile_map(&tm_dout, dout, rows, static_cast<uint64_t>(C), static_cast<uint64_t>(C))) {
+    return false;
+  }
+  const dim3 grid(B * NH, T / 64);
+  dq_kernel<<<grid, 128, kDqSmem, stream>>>(tm_qkv, tm_dout, out, dout, lse, delta, dqkv, T, NH);
+  dkdv_kernel<<<grid, 128, kDkvSmem, stream>>>(tm_qkv, tm_dout, lse, delta, dqkv, T, NH);
+  return true;
+}
+
+}  // namespace gantry::attention_wgmma_bwd
