@@ -25,7 +25,18 @@ timeout 60 /tmp/ge/tests/bench/attention_bench wgmma_bwd | tee "$OUTD/bench_new.
 GANTRY_CUDA_ATTENTION_WGMMA_BWD=0 timeout 60 /tmp/ge/tests/bench/attention_bench mma_bwd | tee "$OUTD/bench_old.log" | grep -v '^{' | tail -7
 grep -o '"label":"[a-z_]*"\|"B":[0-9]*\|"NH":[0-9]*\|"bwd_repeat_identical":[a-z]*\|"fast_vs_det":[^}]*\|"nonfinite":[0-9]*' \
   "$OUTD/bench_new.log" | paste -sd' ' | sed 's/"label"/\n"label"/g'
+for v in ${VARIANTS:-}; do  # NAME=VALUE settings of the engine's bench knobs, one attention_bench each
+  env "$v" timeout 60 /tmp/ge/tests/bench/attention_bench "$v" > "$OUTD/bench_$v.log" 2>&1
+  grep -v '^{' "$OUTD/bench_$v.log" | grep -E "^GANTRY" | sed 's/GANTRY_ATTN_WGMMA_BWD_//'
+done
 el "attention benches done"
+if [ "${NCU:-0}" = 1 ]; then  # each backward kernel's own time and memory traffic at 32 x 12 (first launches)
+  timeout 120 ncu --clock-control none --cache-control none -k 'regex:attention_wgmma_bwd' -c 4 \
+    --section SpeedOfLight --metrics dram__bytes_read.sum,lts__t_sector_hit_rate.pct,sm__warps_active.avg.pct_of_peak_sustained_active \
+    /tmp/ge/tests/bench/attention_bench ncu > "$OUTD/ncu.log" 2>&1
+  echo "ncu rc=$?"; grep -E "dq_kernel|dkdv_kernel|Duration|dram__bytes|hit_rate|warps_active|Compute \(SM\)|Memory Throughput|==ERR|==WARN" "$OUTD/ncu.log" | head -40
+  el "ncu done"
+fi
 if [ "${TESTS:-1}" = 1 ]; then
   for t in kernels_cuda_test backend_cuda_test; do
     timeout 150 /tmp/ge/tests/engine/core/cuda/$t > "$OUTD/$t.log" 2>&1; echo "$t rc=$?"

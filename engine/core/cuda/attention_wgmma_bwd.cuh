@@ -69,19 +69,29 @@ __device__ __forceinline__ void to_a_operand(uint32_t (&a)[4][4], const float (&
   }
 }
 
+// Block → (head, heavy-first tile index) of a 1-D grid of heads × tiles CTAs, issued in groups of `group`
+// heads, tile-major inside a group (every head's heaviest tile, then the next ...): the CTAs resident at once
+// share few heads, so the tiles they all stream (a head's Q and dO, or K and V) are read from L2, not DRAM.
+__device__ __forceinline__ int2 head_and_tile(int tiles, int group) {
+  const int heads = static_cast<int>(gridDim.x) / tiles, id = static_cast<int>(blockIdx.x);
+  const int per_group = group * tiles, gi = id / per_group, r = id - gi * per_group;
+  const int gsize = min(group, heads - gi * group);
+  return make_int2(gi * group + r % gsize, r / gsize);
+}
+
 template <int N>
 __device__ __forceinline__ void fence_all(float (&x)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) fence_operand(x[i]);
 }
 
-// grid (B·NH, T / 64), 128 threads; blockIdx.y = 0 is the last query tile (the most key tiles) so the
-// heaviest CTAs start first. tm_qkv: qkv as a (B·T, 3C) matrix, tm_dout: dout as (B·T, C), 64 × 64 boxes.
+// grid B·NH·T/64 (head_and_tile order), 128 threads; heavy-first index 0 is the last query tile (the most key
+// tiles). tm_qkv: qkv as a (B·T, 3C) matrix, tm_dout: dout as (B·T, C), 64 × 64 boxes.
 __global__ void __launch_bounds__(128)
     dq_kernel(const __grid_constant__ CUtensorMap tm_qkv, const __grid_constant__ CUtensorMap tm_dout,
               const __nv_bfloat16* __restrict__ out, const __nv_bfloat16* __restrict__ dout,
               const float* __restrict__ lse, float* __restrict__ delta, __nv_bfloat16* __restrict__ dqkv,
-              int T, int NH) {
+              int T, int NH, int group) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma needs the sm_90a build (GANTRY_CUDA_ARCH 90a, the project's one CUDA target)
 #else
@@ -94,8 +104,10 @@ __global__ void __launch_bounds__(128)
   float* s_delta = reinterpret_cast<float*>(smem + 6 * kTileBytes);
   uint64_t* bars = reinterpret_cast<uint64_t*>(s_delta + 64);  // q/dO, full[0], full[1]
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, q4 = lane % 4;
-  const int bh = blockIdx.x, b = bh / NH, h = bh % NH, C = NH * 64;
-  const int qt = gridDim.y - 1 - blockIdx.y;
+  const int n = T / 64;
+  const int2 ht = head_and_tile(n, group);
+  const int bh = ht.x, b = bh / NH, h = bh % NH, C = NH * 64;
+  const int qt = n - 1 - ht.y;
   const int tiles = qt + 1;  // causal: key tiles 0..qt
   const size_t row_base = static_cast<size_t>(b) * T + qt * 64;
   if (tid == 0) {
@@ -203,12 +215,13 @@ __global__ void __launch_bounds__(128)
 #endif
 }
 
-// grid (B·NH, T / 64), 128 threads; blockIdx.y = 0 is key tile 0 (the most query tiles), heaviest first.
-// delta: the dQ kernel's, (B, NH, T); lse and delta 16-byte aligned.
-__global__ void __launch_bounds__(128)
+// grid B·NH·T/64 (head_and_tile order), 128 threads; heavy-first index 0 is key tile 0 (the most query
+// tiles). delta: the dQ kernel's, (B, NH, T); lse and delta 16-byte aligned.
+template <int kMinBlocks>
+__global__ void __launch_bounds__(128, kMinBlocks)
     dkdv_kernel(const __grid_constant__ CUtensorMap tm_qkv, const __grid_constant__ CUtensorMap tm_dout,
                 const float* __restrict__ lse, const float* __restrict__ delta,
-                __nv_bfloat16* __restrict__ dqkv, int T, int NH) {
+                __nv_bfloat16* __restrict__ dqkv, int T, int NH, int group) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();
 #else
@@ -221,8 +234,10 @@ __global__ void __launch_bounds__(128)
   float* s_stats = reinterpret_cast<float*>(smem + 6 * kTileBytes);  // stage st: lse at 128·st, delta + 64
   uint64_t* bars = reinterpret_cast<uint64_t*>(s_stats + 4 * 64);    // k/v, full[0], full[1]
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, q4 = lane % 4;
-  const int bh = blockIdx.x, b = bh / NH, h = bh % NH, C = NH * 64;
-  const int kt = blockIdx.y, n = gridDim.y;
+  const int n = T / 64;
+  const int2 ht = head_and_tile(n, group);
+  const int bh = ht.x, b = bh / NH, h = bh % NH, C = NH * 64;
+  const int kt = ht.y;
   const int tiles = n - kt;  // causal: query tiles kt..n-1
   const float* lse_bh = lse + static_cast<size_t>(bh) * T;
   const float* delta_bh = delta + static_cast<size_t>(bh) * T;
@@ -329,6 +344,31 @@ inline bool enabled() {
   return on;
 }
 
+// CTAs of `kernel` resident on the whole device at once (at least 1).
+template <typename Kernel>
+int resident_ctas(Kernel kernel, size_t smem) {
+  int dev = 0, sms = 0, per_sm = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 128, smem) != cudaSuccess) {
+    return 1;
+  }
+  return sms > 0 && per_sm > 0 ? sms * per_sm : 1;
+}
+
+// Heads per CTA group (head_and_tile): enough that a group fills the device's resident CTAs about
+// GANTRY_ATTN_WGMMA_BWD_WAVES times (default 2, read once; 0: one group of all heads, plain tile-major
+// order).
+inline int head_group(int resident, int heads, int tiles) {
+  static const int waves = [] {
+    const char* env = std::getenv("GANTRY_ATTN_WGMMA_BWD_WAVES");
+    return env != nullptr ? std::atoi(env) : 2;
+  }();
+  if (waves <= 0) return heads;
+  const int g = (waves * resident + tiles - 1) / tiles;
+  return g < 1 ? 1 : (g > heads ? heads : g);
+}
+
 // Launches the deterministic backward and returns true where it applies (HS 64, T % 64 == 0, Hopper, lse
 // and delta 16-byte aligned, not switched off); false, launching nothing, elsewhere. delta: B·NH·T floats of
 // scratch.
@@ -340,11 +380,20 @@ inline bool backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_
     return false;
   const Support& sup = support();
   if (!sup.hopper || sup.encode == nullptr) return false;
+  // The dK/dV kernel's register cap: 3 CTAs an SM (≤ 168 registers) or 2 (no cap: 172 used);
+  // GANTRY_ATTN_WGMMA_BWD_KV_MINB, read once, for the bench.
+  static const bool kv3 = [] {
+    const char* env = std::getenv("GANTRY_ATTN_WGMMA_BWD_KV_MINB");
+    return env != nullptr && env[0] == '3';
+  }();
+  auto dkdv = kv3 ? dkdv_kernel<3> : dkdv_kernel<1>;
   static const bool smem_ok = cudaFuncSetAttribute(dq_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    static_cast<int>(kDqSmem)) == cudaSuccess &&
-                              cudaFuncSetAttribute(dkdv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    static_cast<int>(kDkvSmem)) == cudaSuccess;
   if (!smem_ok) return false;
+  static const int resident_dq = resident_ctas(dq_kernel, kDqSmem);
+  static const int resident_dkdv = resident_ctas(dkdv, kDkvSmem);
   const int C = NH * 64;
   const uint64_t rows = static_cast<uint64_t>(B) * T;
   CUtensorMap tm_qkv{}, tm_dout{};
@@ -352,9 +401,12 @@ inline bool backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_
       !tile_map(&tm_dout, dout, rows, static_cast<uint64_t>(C), static_cast<uint64_t>(C))) {
     return false;
   }
-  const dim3 grid(B * NH, T / 64);
-  dq_kernel<<<grid, 128, kDqSmem, stream>>>(tm_qkv, tm_dout, out, dout, lse, delta, dqkv, T, NH);
-  dkdv_kernel<<<grid, 128, kDkvSmem, stream>>>(tm_qkv, tm_dout, lse, delta, dqkv, T, NH);
+  const int tiles = T / 64, heads = B * NH;
+  if (static_cast<long long>(heads) * tiles > 0x7FFFFFFFLL) return false;
+  dq_kernel<<<heads * tiles, 128, kDqSmem, stream>>>(tm_qkv, tm_dout, out, dout, lse, delta, dqkv, T, NH,
+                                                     head_group(resident_dq, heads, tiles));
+  dkdv<<<heads * tiles, 128, kDkvSmem, stream>>>(tm_qkv, tm_dout, lse, delta, dqkv, T, NH,
+                                                 head_group(resident_dkdv, heads, tiles));
   return true;
 }
 
