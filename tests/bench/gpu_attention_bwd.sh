@@ -31,7 +31,7 @@ for v in ${VARIANTS:-}; do  # NAME=VALUE settings of the engine's bench knobs, o
 done
 el "attention benches done"
 if [ "${NCU:-0}" = 1 ]; then  # each backward kernel's own time and memory traffic at 32 x 12 (first launches)
-  timeout 120 ncu --clock-control none --cache-control none -k 'regex:attention_wgmma_bwd' -c 4 \
+  timeout 120 ncu --clock-control none --cache-control none -k 'regex:^(dq|dkdv)_kernel' -c 4 \
     --section SpeedOfLight --metrics dram__bytes_read.sum,lts__t_sector_hit_rate.pct,sm__warps_active.avg.pct_of_peak_sustained_active \
     /tmp/ge/tests/bench/attention_bench ncu > "$OUTD/ncu.log" 2>&1
   echo "ncu rc=$?"; grep -E "dq_kernel|dkdv_kernel|Duration|dram__bytes|hit_rate|warps_active|Compute \(SM\)|Memory Throughput|==ERR|==WARN" "$OUTD/ncu.log" | head -40
