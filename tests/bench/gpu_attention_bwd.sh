@@ -25,8 +25,8 @@ timeout 60 /tmp/ge/tests/bench/attention_bench wgmma_bwd | tee "$OUTD/bench_new.
 GANTRY_CUDA_ATTENTION_WGMMA_BWD=0 timeout 60 /tmp/ge/tests/bench/attention_bench mma_bwd | tee "$OUTD/bench_old.log" | grep -v '^{' | tail -7
 grep -o '"label":"[a-z_]*"\|"B":[0-9]*\|"NH":[0-9]*\|"bwd_repeat_identical":[a-z]*\|"fast_vs_det":[^}]*\|"nonfinite":[0-9]*' \
   "$OUTD/bench_new.log" | paste -sd' ' | sed 's/"label"/\n"label"/g'
-for v in ${VARIANTS:-}; do  # NAME=VALUE settings of the engine's bench knobs, one attention_bench each
-  env "$v" timeout 60 /tmp/ge/tests/bench/attention_bench "$v" > "$OUTD/bench_$v.log" 2>&1
+for v in ${VARIANTS:-}; do  # NAME=VALUE[,NAME=VALUE] settings of the engine's bench knobs, one run each
+  env ${v//,/ } timeout 60 /tmp/ge/tests/bench/attention_bench "$v" > "$OUTD/bench_$v.log" 2>&1
   grep -v '^{' "$OUTD/bench_$v.log" | grep -E "^GANTRY" | sed 's/GANTRY_ATTN_WGMMA_BWD_//'
 done
 el "attention benches done"
