@@ -87,7 +87,6 @@ __device__ __forceinline__ void fence_all(float (&x)[N]) {
 
 // grid B·NH·T/64 (head_and_tile order), 128 threads; heavy-first index 0 is the last query tile (the most key
 // tiles). tm_qkv: qkv as a (B·T, 3C) matrix, tm_dout: dout as (B·T, C), 64 × 64 boxes.
-template <bool kRegA>
 __global__ void __launch_bounds__(128)
     dq_kernel(const __grid_constant__ CUtensorMap tm_qkv, const __grid_constant__ CUtensorMap tm_dout,
               const __nv_bfloat16* __restrict__ out, const __nv_bfloat16* __restrict__ dout,
@@ -159,11 +158,6 @@ __global__ void __launch_bounds__(128)
   const float d0 = s_delta[lr0], d1 = s_delta[lr1];
   mbar_wait(&bars[0], 0);
   const uint64_t desc_q = desc_sw128(s_q), desc_do = desc_sw128(s_do);
-  uint32_t a_q[4][4], a_do[4][4];  // kRegA: Q and dO as register A operands, read from shared memory once
-  if constexpr (kRegA) {
-    load_a_sw128(a_q, s_q, warp, lane);
-    load_a_sw128(a_do, s_do, warp, lane);
-  }
   float dq[32], s[32], dp[32];
 #pragma unroll
   for (int i = 0; i < 32; ++i) dq[i] = 0.f;
@@ -174,22 +168,10 @@ __global__ void __launch_bounds__(128)
     const uint64_t dk = desc_sw128(s_k + (j & 1) * kTileBytes), dv = desc_sw128(s_v + (j & 1) * kTileBytes);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      if constexpr (kRegA) {
-        mma_rs(s, a_q[kk], dk + 2 * kk, kk > 0 ? 1 : 0);
-      } else {
-        mma_ss(s, desc_q + 2 * kk, dk + 2 * kk, kk > 0 ? 1 : 0);
-      }
-    }
+    for (int kk = 0; kk < 4; ++kk) mma_ss(s, desc_q + 2 * kk, dk + 2 * kk, kk > 0 ? 1 : 0);
     wgmma_commit();
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      if constexpr (kRegA) {
-        mma_rs(dp, a_do[kk], dv + 2 * kk, kk > 0 ? 1 : 0);
-      } else {
-        mma_ss(dp, desc_do + 2 * kk, dv + 2 * kk, kk > 0 ? 1 : 0);
-      }
-    }
+    for (int kk = 0; kk < 4; ++kk) mma_ss(dp, desc_do + 2 * kk, dv + 2 * kk, kk > 0 ? 1 : 0);
     wgmma_commit();
     wgmma_wait<1>();  // S is in; dP may still be running
     fence_all(s);
@@ -235,7 +217,10 @@ __global__ void __launch_bounds__(128)
 
 // grid B·NH·T/64 (head_and_tile order), 128 threads; heavy-first index 0 is key tile 0 (the most query
 // tiles). delta: the dQ kernel's, (B, NH, T); lse and delta 16-byte aligned.
-template <int kMinBlocks, bool kRegA>
+// kPackedP: dS takes P from its bf16 copy (the dV product's A operand) rather than from fp32, so the fp32 P
+// is dead once packed: fewer live registers (3 CTAs an SM without serialised products), P rounded to bf16 in
+// dS as it already is in dV.
+template <int kMinBlocks, bool kPackedP>
 __global__ void __launch_bounds__(128, kMinBlocks)
     dkdv_kernel(const __grid_constant__ CUtensorMap tm_qkv, const __grid_constant__ CUtensorMap tm_dout,
                 const float* __restrict__ lse, const float* __restrict__ delta,
@@ -281,11 +266,6 @@ __global__ void __launch_bounds__(128, kMinBlocks)
   const int lk0 = warp * 16 + g, lk1 = lk0 + 8;  // this thread's two keys, in the tile
   mbar_wait(&bars[0], 0);
   const uint64_t desc_k = desc_sw128(s_k), desc_v = desc_sw128(s_v);
-  uint32_t a_k[4][4], a_v[4][4];  // kRegA: K and V as register A operands, read from shared memory once
-  if constexpr (kRegA) {
-    load_a_sw128(a_k, s_k, warp, lane);
-    load_a_sw128(a_v, s_v, warp, lane);
-  }
   float dk[32], dv[32], s[32], dp[32];
 #pragma unroll
   for (int i = 0; i < 32; ++i) dk[i] = 0.f, dv[i] = 0.f;
@@ -299,32 +279,21 @@ __global__ void __launch_bounds__(128, kMinBlocks)
     const float* s_dl = s_lse + 64;
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      if constexpr (kRegA) {
-        mma_rs(s, a_k[kk], dq + 2 * kk, kk > 0 ? 1 : 0);
-      } else {
-        mma_ss(s, desc_k + 2 * kk, dq + 2 * kk, kk > 0 ? 1 : 0);
-      }
-    }
+    for (int kk = 0; kk < 4; ++kk) mma_ss(s, desc_k + 2 * kk, dq + 2 * kk, kk > 0 ? 1 : 0);
     wgmma_commit();
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      if constexpr (kRegA) {
-        mma_rs(dp, a_v[kk], ddo + 2 * kk, kk > 0 ? 1 : 0);
-      } else {
-        mma_ss(dp, desc_v + 2 * kk, ddo + 2 * kk, kk > 0 ? 1 : 0);
-      }
-    }
+    for (int kk = 0; kk < 4; ++kk) mma_ss(dp, desc_v + 2 * kk, ddo + 2 * kk, kk > 0 ? 1 : 0);
     wgmma_commit();
     wgmma_wait<1>();  // Sᵀ is in
     fence_all(s);
     // s[4i + {0,1}]: key lk0, query 64·(kt + it) + 8i + 2·q4 + {0,1}; s[4i + {2,3}]: key lk1.
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
+      const float2 l2 = *reinterpret_cast<const float2*>(s_lse + 8 * i + 2 * q4);
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int q = 8 * i + 2 * q4 + e;  // in the tile
-        const float l = s_lse[q] * kLog2e;
+        const float l = (e == 0 ? l2.x : l2.y) * kLog2e;
         float p0 = fast_exp2(s[4 * i + e] * kScaleLog2 - l);
         float p1 = fast_exp2(s[4 * i + 2 + e] * kScaleLog2 - l);
         if (it == 0) {  // the diagonal tile: query q sees key k only where q ≥ k
@@ -345,11 +314,20 @@ __global__ void __launch_bounds__(128, kMinBlocks)
     fence_all(dp);
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
+      const float2 d2 = *reinterpret_cast<const float2*>(s_dl + 8 * i + 2 * q4);
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const float d = s_dl[8 * i + 2 * q4 + e];
-        dp[4 * i + e] = s[4 * i + e] * (dp[4 * i + e] - d);
-        dp[4 * i + 2 + e] = s[4 * i + 2 + e] * (dp[4 * i + 2 + e] - d);
+        const float d = e == 0 ? d2.x : d2.y;
+        float p0, p1;              // P at s[4i + e] and s[4i + 2 + e]
+        if constexpr (kPackedP) {  // s[x] is half x % 2 of a_p[x / 8][(x / 2) % 4]
+          const uint32_t u0 = a_p[i / 2][(2 * i) % 4], u1 = a_p[i / 2][(2 * i + 1) % 4];
+          p0 = __uint_as_float(e == 0 ? u0 << 16 : u0 & 0xFFFF0000u);
+          p1 = __uint_as_float(e == 0 ? u1 << 16 : u1 & 0xFFFF0000u);
+        } else {
+          p0 = s[4 * i + e], p1 = s[4 * i + 2 + e];
+        }
+        dp[4 * i + e] = p0 * (dp[4 * i + e] - d);
+        dp[4 * i + 2 + e] = p1 * (dp[4 * i + 2 + e] - d);
       }
     }
     uint32_t a_ds[4][4];
@@ -415,25 +393,23 @@ inline bool backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_
     return false;
   const Support& sup = support();
   if (!sup.hopper || sup.encode == nullptr) return false;
-  // Bench knobs, read once: GANTRY_ATTN_WGMMA_BWD_REGA_DQ=0 / _REGA_KV=0 read the first operands of S and dP
-  // from shared memory at every step instead of from registers loaded once (dQ / dK,dV kernel);
-  // GANTRY_ATTN_WGMMA_BWD_KV_MINB=3 caps the dK/dV kernel's registers at 168 (3 CTAs an SM; its products then
-  // serialise), shared-memory operands only.
+  // Bench knobs for the dK/dV kernel, read once: GANTRY_ATTN_WGMMA_BWD_KV_MINB=3 caps its registers at 168 (3
+  // CTAs an SM); GANTRY_ATTN_WGMMA_BWD_KV_PACKED_P=0 keeps P in fp32 for dS (with the cap its products then
+  // serialise).
   auto knob = [](const char* name, int fallback) {
     const char* env = std::getenv(name);
     return env != nullptr ? std::atoi(env) : fallback;
   };
-  static const bool reg_a_dq = knob("GANTRY_ATTN_WGMMA_BWD_REGA_DQ", 1) != 0;
-  static const bool reg_a_kv = knob("GANTRY_ATTN_WGMMA_BWD_REGA_KV", 1) != 0;
-  static const bool kv3 = knob("GANTRY_ATTN_WGMMA_BWD_KV_MINB", 1) == 3;
-  auto dkdv = reg_a_kv ? dkdv_kernel<1, true> : kv3 ? dkdv_kernel<3, false> : dkdv_kernel<1, false>;
-  auto dq_k = reg_a_dq ? dq_kernel<true> : dq_kernel<false>;
-  static const bool smem_ok = cudaFuncSetAttribute(dq_k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  static const bool kv3 = knob("GANTRY_ATTN_WGMMA_BWD_KV_MINB", 3) == 3;
+  static const bool packed_p = knob("GANTRY_ATTN_WGMMA_BWD_KV_PACKED_P", 1) != 0;
+  auto dkdv = kv3 ? (packed_p ? dkdv_kernel<3, true> : dkdv_kernel<3, false>)
+                  : (packed_p ? dkdv_kernel<1, true> : dkdv_kernel<1, false>);
+  static const bool smem_ok = cudaFuncSetAttribute(dq_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    static_cast<int>(kDqSmem)) == cudaSuccess &&
                               cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    static_cast<int>(kDkvSmem)) == cudaSuccess;
   if (!smem_ok) return false;
-  static const int resident_dq = resident_ctas(dq_k, kDqSmem);
+  static const int resident_dq = resident_ctas(dq_kernel, kDqSmem);
   static const int resident_dkdv = resident_ctas(dkdv, kDkvSmem);
   const int C = NH * 64;
   const uint64_t rows = static_cast<uint64_t>(B) * T;
@@ -444,8 +420,8 @@ inline bool backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_
   }
   const int tiles = T / 64, heads = B * NH;
   if (static_cast<long long>(heads) * tiles > 0x7FFFFFFFLL) return false;
-  dq_k<<<heads * tiles, 128, kDqSmem, stream>>>(tm_qkv, tm_dout, out, dout, lse, delta, dqkv, T, NH,
-                                                head_group(resident_dq, heads, tiles));
+  dq_kernel<<<heads * tiles, 128, kDqSmem, stream>>>(tm_qkv, tm_dout, out, dout, lse, delta, dqkv, T, NH,
+                                                     head_group(resident_dq, heads, tiles));
   dkdv<<<heads * tiles, 128, kDkvSmem, stream>>>(tm_qkv, tm_dout, lse, delta, dqkv, T, NH,
                                                  head_group(resident_dkdv, heads, tiles));
   return true;

@@ -105,36 +105,6 @@ __device__ __forceinline__ void mma_rs_mn(float (&d)[32], const uint32_t (&a)[4]
         "+f"(d[30]), "+f"(d[31])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
 }
-// S (64 × 64, fp32) = A·Bᵀ (+ S if scale_d): A from registers (as in mma_rs_mn), B K-major in shared memory.
-__device__ __forceinline__ void mma_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t db, int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%"
-      "27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
-        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-        "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
-}
-// This warp's register A fragments (its 16 rows, four k16 steps) of a 64 × 64 bf16 tile as TMA wrote it with
-// the 128-byte swizzle: row r is 128 bytes at r·128, its 16-byte chunk c at chunk c ^ (r % 8). ldmatrix x4:
-// lanes 0–15 address rows 0–15 of the low 8 columns, lanes 16–31 the high 8, giving a[kk][0..3] in the
-// m16n8k16 A order the wgmma register operand takes.
-__device__ __forceinline__ void load_a_sw128(uint32_t (&a)[4][4], const void* tile, int warp, int lane) {
-  const int r = warp * 16 + (lane & 15);
-  const uint32_t row = smem_u32(tile) + r * 128;
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
-    const int chunk = (2 * kk + (lane >> 4)) ^ (r & 7);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(a[kk][0]), "=r"(a[kk][1]), "=r"(a[kk][2]), "=r"(a[kk][3])
-                 : "r"(row + chunk * 16)
-                 : "memory");
-  }
-}
 __device__ __forceinline__ float fast_exp2(float x) {  // ex2.approx: 2^-inf = 0
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));

@@ -312,8 +312,8 @@ TEST(AttentionCudaForwardPaths, WgmmaAndMmaSyncGiveTheSameFunction) {
 // The deterministic attention_backward takes the wgmma kernels on a Hopper GPU at HS 64 with T % 64 == 0 (the
 // HS-64 shapes above with T % 64 == 0 check them against the CPU reference, and the determinism test's
 // B2_T256_NH4_HS64 their repeatability): they give the mma.sync kernels' function, dq, dk and dv each within
-// 5e-3 normalised of attention_backward_mma's (the two round P and dS to bf16 at different points of the
-// same sums), and write every element (outputs poisoned first). Elsewhere both are one kernel.
+// 5e-3 normalised of attention_backward_mma's (the wgmma dK/dV kernel takes P for dS from its bf16 copy),
+// and write every element (outputs poisoned first). Elsewhere both are one kernel.
 TEST(AttentionCudaBackwardPaths, WgmmaAndMmaSyncGiveTheSameFunction) {
   SKIP_WITHOUT_GPU();
   for (const Shape s : {Shape{2, 256, 4, 64}, Shape{1, 1024, 12, 64}, Shape{3, 128, 2, 64}}) {
