@@ -34,7 +34,14 @@ if [ "${NCU:-0}" = 1 ]; then  # each backward kernel's own time and memory traff
   timeout 120 ncu --clock-control none --cache-control none -k 'regex:^(dq|dkdv)_kernel' -c 4 \
     --section SpeedOfLight --metrics dram__bytes_read.sum,lts__t_sector_hit_rate.pct,sm__warps_active.avg.pct_of_peak_sustained_active \
     /tmp/ge/tests/bench/attention_bench ncu > "$OUTD/ncu.log" 2>&1
-  echo "ncu rc=$?"; grep -E "dq_kernel|dkdv_kernel|Duration|dram__bytes|hit_rate|warps_active|Compute \(SM\)|Memory Throughput|==ERR|==WARN" "$OUTD/ncu.log" | head -40
+  echo "ncu rc=$?"
+  if [ "${NCU_STALLS:-0}" = 1 ]; then  # where the warps of one dq and one dK/dV kernel wait, and the pipes' use
+    timeout 120 ncu --clock-control none --cache-control none -k 'regex:^(dq|dkdv)_kernel' -c 2 \
+      --section WarpStateStats --section ComputeWorkloadAnalysis --section SchedulerStats \
+      /tmp/ge/tests/bench/attention_bench ncu > "$OUTD/ncu_stalls.log" 2>&1
+    grep -vE "^==PROF|^ *-+ *-+|^$|Section:|^ *Metric Name" "$OUTD/ncu_stalls.log" | grep -vE "^    OPT|^          " | head -70
+  fi
+  grep -E "dq_kernel|dkdv_kernel|Duration|dram__bytes|hit_rate|warps_active|Compute \(SM\)|Memory Throughput|==ERR|==WARN" "$OUTD/ncu.log" | head -40
   el "ncu done"
 fi
 if [ "${TESTS:-1}" = 1 ]; then
