@@ -34,9 +34,12 @@ using namespace gantry::sm90;  // NOLINT: the PTX helpers' own user
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kScale = 0.125f;  // 1/sqrt(64)
 constexpr float kScaleLog2 = kScale * kLog2e;
-// dQ: Q, dO, 2 × (K, V) and 3 barriers; dK/dV: K, V, 2 × (Q, dO), 2 × (lse, delta) rows and 3 barriers.
-constexpr size_t kDqSmem = 6 * kTileBytes + 1024 + 64 * sizeof(float) + 4 * sizeof(uint64_t);
-constexpr size_t kDkvSmem = 6 * kTileBytes + 1024 + 4 * 64 * sizeof(float) + 4 * sizeof(uint64_t);
+// dQ: Q, dO, S × (K, V), delta rows and 1 + S barriers; dK/dV: K, V, S × (Q, dO), S × (lse, delta) rows and
+// 1 + S barriers; S stages of the streamed tiles.
+template <int S>
+constexpr size_t kDqSmem = (2 + 2 * S) * kTileBytes + 1024 + 64 * sizeof(float) + 4 * sizeof(uint64_t);
+template <int S>
+constexpr size_t kDkvSmem = (2 + 2 * S) * kTileBytes + 1024 + S * 128 * sizeof(float) + 4 * sizeof(uint64_t);
 
 __device__ __forceinline__ uint8_t* align1024(uint8_t* p) {
   return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(p) + 1023) & ~uintptr_t{1023});
@@ -87,7 +90,12 @@ __device__ __forceinline__ void fence_all(float (&x)[N]) {
 
 // grid B·NH·T/64 (head_and_tile order), 128 threads; heavy-first index 0 is the last query tile (the most key
 // tiles). tm_qkv: qkv as a (B·T, 3C) matrix, tm_dout: dout as (B·T, C), 64 × 64 boxes.
-__global__ void __launch_bounds__(128)
+// kStages: stages of the K/V ring. kPipe: this tile's dQ product is left running into the next step (its S
+// and dP queue behind it, the tensor cores never wait for the exponentials' warps to come back); the stage
+// it reads is refilled only once the next step's S is in. Without kPipe every product is waited for within
+// its step.
+template <int kStages, bool kPipe>
+__global__ void __launch_bounds__(128, kStages == 2 ? 4 : 3)
     dq_kernel(const __grid_constant__ CUtensorMap tm_qkv, const __grid_constant__ CUtensorMap tm_dout,
               const __nv_bfloat16* __restrict__ out, const __nv_bfloat16* __restrict__ dout,
               const float* __restrict__ lse, float* __restrict__ delta, __nv_bfloat16* __restrict__ dqkv,
@@ -99,10 +107,10 @@ __global__ void __launch_bounds__(128)
   uint8_t* smem = align1024(smem_raw);
   uint8_t* s_q = smem;
   uint8_t* s_do = smem + kTileBytes;
-  uint8_t* s_k = smem + 2 * kTileBytes;  // 2 stages
-  uint8_t* s_v = smem + 4 * kTileBytes;  // 2 stages
-  float* s_delta = reinterpret_cast<float*>(smem + 6 * kTileBytes);
-  uint64_t* bars = reinterpret_cast<uint64_t*>(s_delta + 64);  // q/dO, full[0], full[1]
+  uint8_t* s_k = smem + 2 * kTileBytes;              // kStages stages
+  uint8_t* s_v = smem + (2 + kStages) * kTileBytes;  // kStages stages
+  float* s_delta = reinterpret_cast<float*>(smem + (2 + 2 * kStages) * kTileBytes);
+  uint64_t* bars = reinterpret_cast<uint64_t*>(s_delta + 64);  // q/dO, full[kStages]
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, q4 = lane % 4;
   const int n = T / 64;
   const int2 ht = head_and_tile(n, group);
@@ -111,21 +119,22 @@ __global__ void __launch_bounds__(128)
   const int tiles = qt + 1;  // causal: key tiles 0..qt
   const size_t row_base = static_cast<size_t>(b) * T + qt * 64;
   if (tid == 0) {
-    for (int i = 0; i < 3; ++i) mbar_init(&bars[i], 1);
+    for (int i = 0; i < 1 + kStages; ++i) mbar_init(&bars[i], 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
   auto load_kv = [&](int j) {
-    uint64_t* full = &bars[1 + (j & 1)];
+    const int st = j % kStages;
+    uint64_t* full = &bars[1 + st];
     mbar_expect_tx(full, 2 * kTileBytes);
-    tma_load_2d(s_k + (j & 1) * kTileBytes, &tm_qkv, full, C + h * 64, b * T + j * 64);
-    tma_load_2d(s_v + (j & 1) * kTileBytes, &tm_qkv, full, 2 * C + h * 64, b * T + j * 64);
+    tma_load_2d(s_k + st * kTileBytes, &tm_qkv, full, C + h * 64, b * T + j * 64);
+    tma_load_2d(s_v + st * kTileBytes, &tm_qkv, full, 2 * C + h * 64, b * T + j * 64);
   };
   if (tid == 0) {
     mbar_expect_tx(&bars[0], 2 * kTileBytes);
     tma_load_2d(s_q, &tm_qkv, &bars[0], h * 64, b * T + qt * 64);
     tma_load_2d(s_do, &tm_dout, &bars[0], h * 64, b * T + qt * 64);
-    load_kv(0);
+    for (int j = 0; j < kStages - 1 && j < tiles; ++j) load_kv(j);
   }
   {  // delta of the 64 rows while the tiles land: two threads a row, 32 columns each, from global memory
     const int r = tid / 2, half = tid % 2;
@@ -158,14 +167,15 @@ __global__ void __launch_bounds__(128)
   const float d0 = s_delta[lr0], d1 = s_delta[lr1];
   mbar_wait(&bars[0], 0);
   const uint64_t desc_q = desc_sw128(s_q), desc_do = desc_sw128(s_do);
-  float dq[32], s[32], dp[32];
-#pragma unroll
-  for (int i = 0; i < 32; ++i) dq[i] = 0.f;
+  float dq[32], s[32], dp[32];  // dQ starts at the first product (scale_d 0)
   for (int j = 0; j < tiles; ++j) {
-    __syncthreads();  // every warp is done with the stage the next load overwrites (tile j - 1's)
-    if (tid == 0 && j + 1 < tiles) load_kv(j + 1);
-    mbar_wait(&bars[1 + (j & 1)], (j >> 1) & 1);
-    const uint64_t dk = desc_sw128(s_k + (j & 1) * kTileBytes), dv = desc_sw128(s_v + (j & 1) * kTileBytes);
+    const int st = j % kStages;
+    if constexpr (!kPipe) {
+      __syncthreads();  // every warp is done with the stage the next load overwrites (tile j - 1's)
+      if (tid == 0 && j + kStages - 1 < tiles) load_kv(j + kStages - 1);
+    }
+    mbar_wait(&bars[1 + st], (j / kStages) & 1);
+    const uint64_t dk = desc_sw128(s_k + st * kTileBytes), dv = desc_sw128(s_v + st * kTileBytes);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) mma_ss(s, desc_q + 2 * kk, dk + 2 * kk, kk > 0 ? 1 : 0);
@@ -173,9 +183,15 @@ __global__ void __launch_bounds__(128)
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) mma_ss(dp, desc_do + 2 * kk, dv + 2 * kk, kk > 0 ? 1 : 0);
     wgmma_commit();
-    wgmma_wait<1>();  // S is in; dP may still be running
+    wgmma_wait<1>();  // S is in (and, committed before it, the last step's dQ product); dP may still run
+    if constexpr (kPipe) {
+      __syncthreads();  // every warp's dQ product of tile j - 1 is done: its stage can be refilled
+      if (tid == 0 && j + kStages - 1 < tiles) load_kv(j + kStages - 1);
+    }
     fence_all(s);
-    // s[4i + {0,1}]: row lr0, key 64j + 8i + 2·q4 + {0,1}; s[4i + {2,3}]: row lr1, the same keys.
+    // s[4i + {0,1}]: row lr0, key 64j + 8i + 2·q4 + {0,1}; s[4i + {2,3}]: row lr1, the same keys. P and dS go
+    // to fresh registers (never written into an accumulator: the pipelined products stay asynchronous).
+    float p[32];
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
 #pragma unroll
@@ -187,27 +203,34 @@ __global__ void __launch_bounds__(128)
           if (key > lr0) p0 = 0.f;
           if (key > lr1) p1 = 0.f;
         }
-        s[4 * i + e] = p0, s[4 * i + 2 + e] = p1;
+        p[4 * i + e] = p0, p[4 * i + 2 + e] = p1;
       }
     }
     wgmma_wait<0>();
     fence_all(dp);
+    float ds[32];
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        dp[4 * i + e] = s[4 * i + e] * (dp[4 * i + e] - d0);
-        dp[4 * i + 2 + e] = s[4 * i + 2 + e] * (dp[4 * i + 2 + e] - d1);
+        ds[4 * i + e] = p[4 * i + e] * (dp[4 * i + e] - d0);
+        ds[4 * i + 2 + e] = p[4 * i + 2 + e] * (dp[4 * i + 2 + e] - d1);
       }
     }
     uint32_t a_ds[4][4];
-    to_a_operand(a_ds, dp);
+    to_a_operand(a_ds, ds);
     wgmma_fence();
     // K read as stored (d contiguous) through the transposed B operand: 8 keys per 1,024-byte swizzle atom,
     // a 16-key step 2,048 bytes on.
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) mma_rs_mn(dq, a_ds[kk], dk + 128 * kk);
+    for (int kk = 0; kk < 4; ++kk) mma_rs_mn(dq, a_ds[kk], dk + 128 * kk, j > 0 || kk > 0 ? 1 : 0);
     wgmma_commit();
+    if constexpr (!kPipe) {
+      wgmma_wait<0>();
+      fence_all(dq);
+    }
+  }
+  if constexpr (kPipe) {
     wgmma_wait<0>();
     fence_all(dq);
   }
@@ -217,11 +240,13 @@ __global__ void __launch_bounds__(128)
 
 // grid B·NH·T/64 (head_and_tile order), 128 threads; heavy-first index 0 is key tile 0 (the most query
 // tiles). delta: the dQ kernel's, (B, NH, T); lse and delta 16-byte aligned.
-// kPackedP: dS takes P from its bf16 copy (the dV product's A operand) rather than from fp32, so the fp32 P
-// is dead once packed: fewer live registers (3 CTAs an SM without serialised products), P rounded to bf16 in
-// dS as it already is in dV.
-template <int kMinBlocks, bool kPackedP>
-__global__ void __launch_bounds__(128, kMinBlocks)
+// dS takes P from its bf16 copy (the dV product's A operand) rather than from fp32, so the fp32 P is dead
+// once packed: fewer live registers (3 CTAs an SM without serialised products; with fp32 P, 172 registers
+// and 2 CTAs, B4: 2-4 % slower), P rounded to bf16 in dS as it already is in dV.
+// kStages and kPipe as in dq_kernel (here the dK product runs into the next step). 154 registers without
+// kPipe (3 CTAs an SM), 170 with it (2 CTAs; capped at 168 its products would serialise).
+template <int kStages, bool kPipe>
+__global__ void __launch_bounds__(128, kPipe ? 2 : 3)
     dkdv_kernel(const __grid_constant__ CUtensorMap tm_qkv, const __grid_constant__ CUtensorMap tm_dout,
                 const float* __restrict__ lse, const float* __restrict__ delta,
                 __nv_bfloat16* __restrict__ dqkv, int T, int NH, int group) {
@@ -232,10 +257,11 @@ __global__ void __launch_bounds__(128, kMinBlocks)
   uint8_t* smem = align1024(smem_raw);
   uint8_t* s_k = smem;
   uint8_t* s_v = smem + kTileBytes;
-  uint8_t* s_q = smem + 2 * kTileBytes;                              // 2 stages
-  uint8_t* s_do = smem + 4 * kTileBytes;                             // 2 stages
-  float* s_stats = reinterpret_cast<float*>(smem + 6 * kTileBytes);  // stage st: lse at 128·st, delta + 64
-  uint64_t* bars = reinterpret_cast<uint64_t*>(s_stats + 4 * 64);    // k/v, full[0], full[1]
+  uint8_t* s_q = smem + 2 * kTileBytes;               // kStages stages
+  uint8_t* s_do = smem + (2 + kStages) * kTileBytes;  // kStages stages
+  // stage st: lse at 128·st, delta 64 further
+  float* s_stats = reinterpret_cast<float*>(smem + (2 + 2 * kStages) * kTileBytes);
+  uint64_t* bars = reinterpret_cast<uint64_t*>(s_stats + kStages * 128);  // k/v, full[kStages]
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, q4 = lane % 4;
   const int n = T / 64;
   const int2 ht = head_and_tile(n, group);
@@ -245,7 +271,7 @@ __global__ void __launch_bounds__(128, kMinBlocks)
   const float* lse_bh = lse + static_cast<size_t>(bh) * T;
   const float* delta_bh = delta + static_cast<size_t>(bh) * T;
   if (tid == 0) {
-    for (int i = 0; i < 3; ++i) mbar_init(&bars[i], 1);
+    for (int i = 0; i < 1 + kStages; ++i) mbar_init(&bars[i], 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
@@ -261,22 +287,21 @@ __global__ void __launch_bounds__(128, kMinBlocks)
     mbar_expect_tx(&bars[0], 2 * kTileBytes);
     tma_load_2d(s_k, &tm_qkv, &bars[0], C + h * 64, b * T + kt * 64);
     tma_load_2d(s_v, &tm_qkv, &bars[0], 2 * C + h * 64, b * T + kt * 64);
-    load_q(kt, 0);
+    for (int t = 0; t < kStages - 1 && t < tiles; ++t) load_q(kt + t, t);
   }
   const int lk0 = warp * 16 + g, lk1 = lk0 + 8;  // this thread's two keys, in the tile
   mbar_wait(&bars[0], 0);
   const uint64_t desc_k = desc_sw128(s_k), desc_v = desc_sw128(s_v);
-  float dk[32], dv[32], s[32], dp[32];
-#pragma unroll
-  for (int i = 0; i < 32; ++i) dk[i] = 0.f, dv[i] = 0.f;
+  float dk[32], dv[32], s[32], dp[32];  // dK and dV start at the first products (scale_d 0)
   for (int it = 0; it < tiles; ++it) {
-    const int st = it & 1;
-    __syncthreads();  // every warp is done with the stage the next load overwrites
-    if (tid == 0 && it + 1 < tiles) load_q(kt + it + 1, st ^ 1);
-    mbar_wait(&bars[1 + st], (it >> 1) & 1);
+    const int st = it % kStages;
+    const int next = it + kStages - 1;  // the tile whose load this step issues
+    if constexpr (!kPipe) {
+      __syncthreads();  // every warp is done with the stage the next load overwrites
+      if (tid == 0 && next < tiles) load_q(kt + next, next % kStages);
+    }
+    mbar_wait(&bars[1 + st], (it / kStages) & 1);
     const uint64_t dq = desc_sw128(s_q + st * kTileBytes), ddo = desc_sw128(s_do + st * kTileBytes);
-    const float* s_lse = s_stats + 128 * st;
-    const float* s_dl = s_lse + 64;
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) mma_ss(s, desc_k + 2 * kk, dq + 2 * kk, kk > 0 ? 1 : 0);
@@ -284,9 +309,17 @@ __global__ void __launch_bounds__(128, kMinBlocks)
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) mma_ss(dp, desc_v + 2 * kk, ddo + 2 * kk, kk > 0 ? 1 : 0);
     wgmma_commit();
-    wgmma_wait<1>();  // Sᵀ is in
+    wgmma_wait<1>();  // Sᵀ is in (and, committed before it, the last step's dV and dK products)
+    if constexpr (kPipe) {
+      __syncthreads();  // every warp is done with the last step's stage: refill it
+      if (tid == 0 && next < tiles) load_q(kt + next, next % kStages);
+    }
+    const float* s_lse = s_stats + 128 * st;
+    const float* s_dl = s_lse + 64;
     fence_all(s);
-    // s[4i + {0,1}]: key lk0, query 64·(kt + it) + 8i + 2·q4 + {0,1}; s[4i + {2,3}]: key lk1.
+    // s[4i + {0,1}]: key lk0, query 64·(kt + it) + 8i + 2·q4 + {0,1}; s[4i + {2,3}]: key lk1. P and dS go to
+    // fresh registers (never written into an accumulator: the pipelined products then stay asynchronous).
+    float p[32];
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const float2 l2 = *reinterpret_cast<const float2*>(s_lse + 8 * i + 2 * q4);
@@ -300,42 +333,48 @@ __global__ void __launch_bounds__(128, kMinBlocks)
           if (q < lk0) p0 = 0.f;
           if (q < lk1) p1 = 0.f;
         }
-        s[4 * i + e] = p0, s[4 * i + 2 + e] = p1;
+        p[4 * i + e] = p0, p[4 * i + 2 + e] = p1;
       }
     }
     uint32_t a_p[4][4];
-    to_a_operand(a_p, s);
+    to_a_operand(a_p, p);
     wgmma_fence();
     // dO read as stored through the transposed B operand (the queries are the k dimension).
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) mma_rs_mn(dv, a_p[kk], ddo + 128 * kk);
+    for (int kk = 0; kk < 4; ++kk) mma_rs_mn(dv, a_p[kk], ddo + 128 * kk, it > 0 || kk > 0 ? 1 : 0);
     wgmma_commit();
     wgmma_wait<1>();  // dPᵀ is in; dV may still be running
     fence_all(dp);
+    float ds[32];
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const float2 d2 = *reinterpret_cast<const float2*>(s_dl + 8 * i + 2 * q4);
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const float d = e == 0 ? d2.x : d2.y;
-        float p0, p1;              // P at s[4i + e] and s[4i + 2 + e]
-        if constexpr (kPackedP) {  // s[x] is half x % 2 of a_p[x / 8][(x / 2) % 4]
-          const uint32_t u0 = a_p[i / 2][(2 * i) % 4], u1 = a_p[i / 2][(2 * i + 1) % 4];
-          p0 = __uint_as_float(e == 0 ? u0 << 16 : u0 & 0xFFFF0000u);
-          p1 = __uint_as_float(e == 0 ? u1 << 16 : u1 & 0xFFFF0000u);
-        } else {
-          p0 = s[4 * i + e], p1 = s[4 * i + 2 + e];
-        }
-        dp[4 * i + e] = p0 * (dp[4 * i + e] - d);
-        dp[4 * i + 2 + e] = p1 * (dp[4 * i + 2 + e] - d);
+        // P at p[4i + e] and p[4i + 2 + e], from its bf16 copy: p[x] is half x % 2 of a_p[x / 8][(x / 2) % 4]
+        const uint32_t u0 = a_p[i / 2][(2 * i) % 4], u1 = a_p[i / 2][(2 * i + 1) % 4];
+        const float p0 = __uint_as_float(e == 0 ? u0 << 16 : u0 & 0xFFFF0000u);
+        const float p1 = __uint_as_float(e == 0 ? u1 << 16 : u1 & 0xFFFF0000u);
+        ds[4 * i + e] = p0 * (dp[4 * i + e] - d);
+        ds[4 * i + 2 + e] = p1 * (dp[4 * i + 2 + e] - d);
       }
     }
     uint32_t a_ds[4][4];
-    to_a_operand(a_ds, dp);
+    to_a_operand(a_ds, ds);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) mma_rs_mn(dk, a_ds[kk], dq + 128 * kk);
+    for (int kk = 0; kk < 4; ++kk) mma_rs_mn(dk, a_ds[kk], dq + 128 * kk, it > 0 || kk > 0 ? 1 : 0);
     wgmma_commit();
+    if constexpr (kPipe) {
+      wgmma_wait<1>();  // only the dK product runs on: P's bf16 registers are free for the next step
+    } else {
+      wgmma_wait<0>();
+      fence_all(dk);
+      fence_all(dv);
+    }
+  }
+  if constexpr (kPipe) {
     wgmma_wait<0>();
     fence_all(dk);
     fence_all(dv);
@@ -393,24 +432,29 @@ inline bool backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_
     return false;
   const Support& sup = support();
   if (!sup.hopper || sup.encode == nullptr) return false;
-  // Bench knobs for the dK/dV kernel, read once: GANTRY_ATTN_WGMMA_BWD_KV_MINB=3 caps its registers at 168 (3
-  // CTAs an SM); GANTRY_ATTN_WGMMA_BWD_KV_PACKED_P=0 keeps P in fp32 for dS (with the cap its products then
-  // serialise).
-  auto knob = [](const char* name, int fallback) {
+  // Bench knobs, read once: GANTRY_ATTN_WGMMA_BWD_PIPE_DQ / _PIPE_KV for the dQ / dK,dV kernel: 0, every
+  // product waited for within its step (2 stages); 2 or 3, products left running into the next step, with
+  // that many stages.
+  auto knob = [](const char* name) {
     const char* env = std::getenv(name);
-    return env != nullptr ? std::atoi(env) : fallback;
+    const int v = env != nullptr ? std::atoi(env) : 0;
+    return v == 2 || v == 3 ? v : 0;
   };
-  static const bool kv3 = knob("GANTRY_ATTN_WGMMA_BWD_KV_MINB", 3) == 3;
-  static const bool packed_p = knob("GANTRY_ATTN_WGMMA_BWD_KV_PACKED_P", 1) != 0;
-  auto dkdv = kv3 ? (packed_p ? dkdv_kernel<3, true> : dkdv_kernel<3, false>)
-                  : (packed_p ? dkdv_kernel<1, true> : dkdv_kernel<1, false>);
-  static const bool smem_ok = cudaFuncSetAttribute(dq_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   static_cast<int>(kDqSmem)) == cudaSuccess &&
+  static const int pipe_dq = knob("GANTRY_ATTN_WGMMA_BWD_PIPE_DQ");
+  static const int pipe_kv = knob("GANTRY_ATTN_WGMMA_BWD_PIPE_KV");
+  auto dkdv = pipe_kv == 3   ? dkdv_kernel<3, true>
+              : pipe_kv == 2 ? dkdv_kernel<2, true>
+                             : dkdv_kernel<2, false>;
+  auto dq_k = pipe_dq == 3 ? dq_kernel<3, true> : pipe_dq == 2 ? dq_kernel<2, true> : dq_kernel<2, false>;
+  const size_t dq_smem = pipe_dq == 3 ? kDqSmem<3> : kDqSmem<2>;
+  const size_t kv_smem = pipe_kv == 3 ? kDkvSmem<3> : kDkvSmem<2>;
+  static const bool smem_ok = cudaFuncSetAttribute(dq_k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   static_cast<int>(dq_smem)) == cudaSuccess &&
                               cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   static_cast<int>(kDkvSmem)) == cudaSuccess;
+                                                   static_cast<int>(kv_smem)) == cudaSuccess;
   if (!smem_ok) return false;
-  static const int resident_dq = resident_ctas(dq_kernel, kDqSmem);
-  static const int resident_dkdv = resident_ctas(dkdv, kDkvSmem);
+  static const int resident_dq = resident_ctas(dq_k, dq_smem);
+  static const int resident_dkdv = resident_ctas(dkdv, kv_smem);
   const int C = NH * 64;
   const uint64_t rows = static_cast<uint64_t>(B) * T;
   CUtensorMap tm_qkv{}, tm_dout{};
@@ -420,10 +464,10 @@ inline bool backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_
   }
   const int tiles = T / 64, heads = B * NH;
   if (static_cast<long long>(heads) * tiles > 0x7FFFFFFFLL) return false;
-  dq_kernel<<<heads * tiles, 128, kDqSmem, stream>>>(tm_qkv, tm_dout, out, dout, lse, delta, dqkv, T, NH,
-                                                     head_group(resident_dq, heads, tiles));
-  dkdv<<<heads * tiles, 128, kDkvSmem, stream>>>(tm_qkv, tm_dout, lse, delta, dqkv, T, NH,
-                                                 head_group(resident_dkdv, heads, tiles));
+  dq_k<<<heads * tiles, 128, dq_smem, stream>>>(tm_qkv, tm_dout, out, dout, lse, delta, dqkv, T, NH,
+                                                head_group(resident_dq, heads, tiles));
+  dkdv<<<heads * tiles, 128, kv_smem, stream>>>(tm_qkv, tm_dout, lse, delta, dqkv, T, NH,
+                                                head_group(resident_dkdv, heads, tiles));
   return true;
 }
 

@@ -92,7 +92,9 @@ __device__ __forceinline__ void mma_ss(float (&d)[32], uint64_t da, uint64_t db,
       : "l"(da), "l"(db), "r"(scale_d));
 }
 // O (64 × 64, fp32) += A·B: A from registers (each warp's m16n8k16 A fragment), B MN-major in shared memory.
-__device__ __forceinline__ void mma_rs_mn(float (&d)[32], const uint32_t (&a)[4], uint64_t db) {
+// scale_d == 0: O = A·B, the old O ignored (so a first product needs no zeroed accumulator).
+__device__ __forceinline__ void mma_rs_mn(float (&d)[32], const uint32_t (&a)[4], uint64_t db,
+                                          int scale_d = 1) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
@@ -103,7 +105,7 @@ __device__ __forceinline__ void mma_rs_mn(float (&d)[32], const uint32_t (&a)[4]
         "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
         "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
         "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
 }
 __device__ __forceinline__ float fast_exp2(float x) {  // ex2.approx: 2^-inf = 0
   float y;
