@@ -28,6 +28,9 @@ grep -o '"label":"[a-z_]*"\|"B":[0-9]*\|"NH":[0-9]*\|"bwd_repeat_identical":[a-z
 for v in ${VARIANTS:-}; do  # NAME=VALUE[,NAME=VALUE] settings of the engine's bench knobs, one run each
   env ${v//,/ } timeout 60 /tmp/ge/tests/bench/attention_bench "$v" > "$OUTD/bench_$v.log" 2>&1
   grep -v '^{' "$OUTD/bench_$v.log" | grep -E "^GANTRY" | sed 's/GANTRY_ATTN_WGMMA_BWD_//'
+  grep -o '"fast_vs_det":[^}]*' "$OUTD/bench_$v.log" | paste -sd' '
+  env ${v//,/ } timeout 60 /tmp/ge/tests/engine/core/cuda/attention_test > "$OUTD/test_$v.log" 2>&1
+  echo "attention_test with $v: rc=$?"; grep -E "PASSED|FAILED" "$OUTD/test_$v.log" | head -5
 done
 el "attention benches done"
 if [ "${NCU:-0}" = 1 ]; then  # each backward kernel's own time and memory traffic at 32 x 12 (first launches)
