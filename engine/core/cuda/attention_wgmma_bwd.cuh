@@ -34,12 +34,16 @@ using namespace gantry::sm90;  // NOLINT: the PTX helpers' own user
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kScale = 0.125f;  // 1/sqrt(64)
 constexpr float kScaleLog2 = kScale * kLog2e;
-// dQ: Q, dO, S × (K, V), delta rows and 1 + S barriers; dK/dV: K, V, S × (Q, dO), S × (lse, delta) rows and
-// 1 + S barriers; S stages of the streamed tiles.
-template <int S>
-constexpr size_t kDqSmem = (2 + 2 * S) * kTileBytes + 1024 + 64 * sizeof(float) + 4 * sizeof(uint64_t);
-template <int S>
-constexpr size_t kDkvSmem = (2 + 2 * S) * kTileBytes + 1024 + S * 128 * sizeof(float) + 4 * sizeof(uint64_t);
+// Stages of the streamed tiles' ring. Two measured best (B6): three, with each step's last product left
+// running into the next step (its Sᵀ/dPᵀ queued behind it), cost registers or CTAs an SM and ran 2-9 % slower
+// (commit 204633c has that variant).
+constexpr int kStages = 2;
+// dQ: Q, dO, kStages × (K, V), delta rows and 1 + kStages barriers; dK/dV: K, V, kStages × (Q, dO), kStages ×
+// (lse, delta) rows and 1 + kStages barriers.
+constexpr size_t kDqSmem =
+    (2 + 2 * kStages) * kTileBytes + 1024 + 64 * sizeof(float) + (1 + kStages) * sizeof(uint64_t);
+constexpr size_t kDkvSmem =
+    (2 + 2 * kStages) * kTileBytes + 1024 + kStages * 128 * sizeof(float) + (1 + kStages) * sizeof(uint64_t);
 
 __device__ __forceinline__ uint8_t* align1024(uint8_t* p) {
   return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(p) + 1023) & ~uintptr_t{1023});
@@ -90,12 +94,8 @@ __device__ __forceinline__ void fence_all(float (&x)[N]) {
 
 // grid B·NH·T/64 (head_and_tile order), 128 threads; heavy-first index 0 is the last query tile (the most key
 // tiles). tm_qkv: qkv as a (B·T, 3C) matrix, tm_dout: dout as (B·T, C), 64 × 64 boxes.
-// kStages: stages of the K/V ring. kPipe: this tile's dQ product is left running into the next step (its S
-// and dP queue behind it, the tensor cores never wait for the exponentials' warps to come back); the stage
-// it reads is refilled only once the next step's S is in. Without kPipe every product is waited for within
-// its step.
-template <int kStages, bool kPipe>
-__global__ void __launch_bounds__(128, kStages == 2 ? 4 : 3)
+// 122 registers: 4 CTAs an SM.
+__global__ void __launch_bounds__(128, 4)
     dq_kernel(const __grid_constant__ CUtensorMap tm_qkv, const __grid_constant__ CUtensorMap tm_dout,
               const __nv_bfloat16* __restrict__ out, const __nv_bfloat16* __restrict__ dout,
               const float* __restrict__ lse, float* __restrict__ delta, __nv_bfloat16* __restrict__ dqkv,
@@ -170,10 +170,9 @@ __global__ void __launch_bounds__(128, kStages == 2 ? 4 : 3)
   float dq[32], s[32], dp[32];  // dQ starts at the first product (scale_d 0)
   for (int j = 0; j < tiles; ++j) {
     const int st = j % kStages;
-    if constexpr (!kPipe) {
-      __syncthreads();  // every warp is done with the stage the next load overwrites (tile j - 1's)
-      if (tid == 0 && j + kStages - 1 < tiles) load_kv(j + kStages - 1);
-    }
+    __syncthreads();  // every warp is done with the stage the next load overwrites (tile j - 1's)
+    if (tid == 0 && j + kStages - 1 < tiles) load_kv(j + kStages - 1);
+
     mbar_wait(&bars[1 + st], (j / kStages) & 1);
     const uint64_t dk = desc_sw128(s_k + st * kTileBytes), dv = desc_sw128(s_v + st * kTileBytes);
     wgmma_fence();
@@ -183,11 +182,7 @@ __global__ void __launch_bounds__(128, kStages == 2 ? 4 : 3)
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) mma_ss(dp, desc_do + 2 * kk, dv + 2 * kk, kk > 0 ? 1 : 0);
     wgmma_commit();
-    wgmma_wait<1>();  // S is in (and, committed before it, the last step's dQ product); dP may still run
-    if constexpr (kPipe) {
-      __syncthreads();  // every warp's dQ product of tile j - 1 is done: its stage can be refilled
-      if (tid == 0 && j + kStages - 1 < tiles) load_kv(j + kStages - 1);
-    }
+    wgmma_wait<1>();  // S is in; dP may still be running
     fence_all(s);
     // s[4i + {0,1}]: row lr0, key 64j + 8i + 2·q4 + {0,1}; s[4i + {2,3}]: row lr1, the same keys. P and dS go
     // to fresh registers (never written into an accumulator: the pipelined products stay asynchronous).
@@ -225,12 +220,6 @@ __global__ void __launch_bounds__(128, kStages == 2 ? 4 : 3)
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) mma_rs_mn(dq, a_ds[kk], dk + 128 * kk, j > 0 || kk > 0 ? 1 : 0);
     wgmma_commit();
-    if constexpr (!kPipe) {
-      wgmma_wait<0>();
-      fence_all(dq);
-    }
-  }
-  if constexpr (kPipe) {
     wgmma_wait<0>();
     fence_all(dq);
   }
@@ -243,10 +232,8 @@ __global__ void __launch_bounds__(128, kStages == 2 ? 4 : 3)
 // dS takes P from its bf16 copy (the dV product's A operand) rather than from fp32, so the fp32 P is dead
 // once packed: fewer live registers (3 CTAs an SM without serialised products; with fp32 P, 172 registers
 // and 2 CTAs, B4: 2-4 % slower), P rounded to bf16 in dS as it already is in dV.
-// kStages and kPipe as in dq_kernel (here the dK product runs into the next step). 154 registers without
-// kPipe (3 CTAs an SM), 170 with it (2 CTAs; capped at 168 its products would serialise).
-template <int kStages, bool kPipe>
-__global__ void __launch_bounds__(128, kPipe ? 2 : 3)
+// 154 registers: 3 CTAs an SM.
+__global__ void __launch_bounds__(128, 3)
     dkdv_kernel(const __grid_constant__ CUtensorMap tm_qkv, const __grid_constant__ CUtensorMap tm_dout,
                 const float* __restrict__ lse, const float* __restrict__ delta,
                 __nv_bfloat16* __restrict__ dqkv, int T, int NH, int group) {
@@ -296,10 +283,9 @@ __global__ void __launch_bounds__(128, kPipe ? 2 : 3)
   for (int it = 0; it < tiles; ++it) {
     const int st = it % kStages;
     const int next = it + kStages - 1;  // the tile whose load this step issues
-    if constexpr (!kPipe) {
-      __syncthreads();  // every warp is done with the stage the next load overwrites
-      if (tid == 0 && next < tiles) load_q(kt + next, next % kStages);
-    }
+    __syncthreads();                    // every warp is done with the stage the next load overwrites
+    if (tid == 0 && next < tiles) load_q(kt + next, next % kStages);
+
     mbar_wait(&bars[1 + st], (it / kStages) & 1);
     const uint64_t dq = desc_sw128(s_q + st * kTileBytes), ddo = desc_sw128(s_do + st * kTileBytes);
     wgmma_fence();
@@ -309,11 +295,7 @@ __global__ void __launch_bounds__(128, kPipe ? 2 : 3)
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) mma_ss(dp, desc_v + 2 * kk, ddo + 2 * kk, kk > 0 ? 1 : 0);
     wgmma_commit();
-    wgmma_wait<1>();  // Sᵀ is in (and, committed before it, the last step's dV and dK products)
-    if constexpr (kPipe) {
-      __syncthreads();  // every warp is done with the last step's stage: refill it
-      if (tid == 0 && next < tiles) load_q(kt + next, next % kStages);
-    }
+    wgmma_wait<1>();  // Sᵀ is in; dPᵀ may still be running
     const float* s_lse = s_stats + 128 * st;
     const float* s_dl = s_lse + 64;
     fence_all(s);
@@ -366,15 +348,6 @@ __global__ void __launch_bounds__(128, kPipe ? 2 : 3)
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) mma_rs_mn(dk, a_ds[kk], dq + 128 * kk, it > 0 || kk > 0 ? 1 : 0);
     wgmma_commit();
-    if constexpr (kPipe) {
-      wgmma_wait<1>();  // only the dK product runs on: P's bf16 registers are free for the next step
-    } else {
-      wgmma_wait<0>();
-      fence_all(dk);
-      fence_all(dv);
-    }
-  }
-  if constexpr (kPipe) {
     wgmma_wait<0>();
     fence_all(dk);
     fence_all(dv);
@@ -432,29 +405,13 @@ inline bool backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_
     return false;
   const Support& sup = support();
   if (!sup.hopper || sup.encode == nullptr) return false;
-  // Bench knobs, read once: GANTRY_ATTN_WGMMA_BWD_PIPE_DQ / _PIPE_KV for the dQ / dK,dV kernel: 0, every
-  // product waited for within its step (2 stages); 2 or 3, products left running into the next step, with
-  // that many stages.
-  auto knob = [](const char* name) {
-    const char* env = std::getenv(name);
-    const int v = env != nullptr ? std::atoi(env) : 0;
-    return v == 2 || v == 3 ? v : 0;
-  };
-  static const int pipe_dq = knob("GANTRY_ATTN_WGMMA_BWD_PIPE_DQ");
-  static const int pipe_kv = knob("GANTRY_ATTN_WGMMA_BWD_PIPE_KV");
-  auto dkdv = pipe_kv == 3   ? dkdv_kernel<3, true>
-              : pipe_kv == 2 ? dkdv_kernel<2, true>
-                             : dkdv_kernel<2, false>;
-  auto dq_k = pipe_dq == 3 ? dq_kernel<3, true> : pipe_dq == 2 ? dq_kernel<2, true> : dq_kernel<2, false>;
-  const size_t dq_smem = pipe_dq == 3 ? kDqSmem<3> : kDqSmem<2>;
-  const size_t kv_smem = pipe_kv == 3 ? kDkvSmem<3> : kDkvSmem<2>;
-  static const bool smem_ok = cudaFuncSetAttribute(dq_k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   static_cast<int>(dq_smem)) == cudaSuccess &&
-                              cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   static_cast<int>(kv_smem)) == cudaSuccess;
+  static const bool smem_ok = cudaFuncSetAttribute(dq_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   static_cast<int>(kDqSmem)) == cudaSuccess &&
+                              cudaFuncSetAttribute(dkdv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   static_cast<int>(kDkvSmem)) == cudaSuccess;
   if (!smem_ok) return false;
-  static const int resident_dq = resident_ctas(dq_k, dq_smem);
-  static const int resident_dkdv = resident_ctas(dkdv, kv_smem);
+  static const int resident_dq = resident_ctas(dq_kernel, kDqSmem);
+  static const int resident_dkdv = resident_ctas(dkdv_kernel, kDkvSmem);
   const int C = NH * 64;
   const uint64_t rows = static_cast<uint64_t>(B) * T;
   CUtensorMap tm_qkv{}, tm_dout{};
@@ -464,10 +421,10 @@ inline bool backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_
   }
   const int tiles = T / 64, heads = B * NH;
   if (static_cast<long long>(heads) * tiles > 0x7FFFFFFFLL) return false;
-  dq_k<<<heads * tiles, 128, dq_smem, stream>>>(tm_qkv, tm_dout, out, dout, lse, delta, dqkv, T, NH,
-                                                head_group(resident_dq, heads, tiles));
-  dkdv<<<heads * tiles, 128, kv_smem, stream>>>(tm_qkv, tm_dout, lse, delta, dqkv, T, NH,
-                                                head_group(resident_dkdv, heads, tiles));
+  dq_kernel<<<heads * tiles, 128, kDqSmem, stream>>>(tm_qkv, tm_dout, out, dout, lse, delta, dqkv, T, NH,
+                                                     head_group(resident_dq, heads, tiles));
+  dkdv_kernel<<<heads * tiles, 128, kDkvSmem, stream>>>(tm_qkv, tm_dout, lse, delta, dqkv, T, NH,
+                                                        head_group(resident_dkdv, heads, tiles));
   return true;
 }
 
