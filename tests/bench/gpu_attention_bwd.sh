@@ -1,6 +1,7 @@
 #!/bin/bash
-# One device call (issue 19, the wgmma attention backward): build the attention targets with -Werror, the GPU
-# tests (attention first, then the other one-GPU tests), attention_bench with the wgmma backward (default) and
+# One device call (issue 19, the wgmma attention backward): build the attention targets (FULL=1: the whole
+# engine-only tree) with -Werror, the GPU tests (attention first, then the other one-GPU tests; FULL=1: ctest -L
+# gpu), attention_bench with the wgmma backward (default) and
 # without it (GANTRY_CUDA_ATTENTION_WGMMA_BWD=0), then gpt_bench 124M/350M both ways, alternating, while the
 # time budget lasts. Not a test; logs in $OUT/attn_bwd_logs.tgz.
 #
@@ -13,8 +14,8 @@ left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,power.limit,temperature.gpu --format=csv,noheader
 date -u
 cmake -S "$SRC" -B /tmp/ge -G Ninja -DGANTRY_ENGINE_ONLY=ON -DGANTRY_WERROR=ON -DCMAKE_BUILD_TYPE=Release \
-  > "$OUTD/build.log" 2>&1 && cmake --build /tmp/ge -j16 --target attention_test attention_bench gpt_bench \
-  kernels_cuda_test backend_cuda_test >> "$OUTD/build.log" 2>&1 ||
+  > "$OUTD/build.log" 2>&1 && cmake --build /tmp/ge -j16 $([ "${FULL:-0}" = 1 ] || echo --target attention_test \
+  attention_bench gpt_bench kernels_cuda_test backend_cuda_test) >> "$OUTD/build.log" 2>&1 ||
   { grep -E "error" "$OUTD/build.log" | head -30; tail -20 "$OUTD/build.log"; exit 1; }
 el "built"
 timeout 120 /tmp/ge/tests/engine/core/cuda/attention_test > "$OUTD/attention_test.log" 2>&1
@@ -47,7 +48,11 @@ if [ "${NCU:-0}" = 1 ]; then  # each backward kernel's own time and memory traff
   grep -E "dq_kernel|dkdv_kernel|Duration|dram__bytes|hit_rate|warps_active|Compute \(SM\)|Memory Throughput|==ERR|==WARN" "$OUTD/ncu.log" | head -40
   el "ncu done"
 fi
-if [ "${TESTS:-1}" = 1 ]; then
+if [ "${FULL:-0}" = 1 ]; then  # FULL=1: the whole engine-only tree was built; every GPU-labelled test
+  timeout 200 ctest --test-dir /tmp/ge -L gpu --output-on-failure > "$OUTD/ctest_gpu.log" 2>&1
+  echo "ctest -L gpu rc=$?"; grep -E "tests passed|\*\*\*Failed|Timeout|Not Run" "$OUTD/ctest_gpu.log" | tail -8
+  el "ctest -L gpu done"
+elif [ "${TESTS:-1}" = 1 ]; then
   for t in kernels_cuda_test backend_cuda_test; do
     timeout 150 /tmp/ge/tests/engine/core/cuda/$t > "$OUTD/$t.log" 2>&1; echo "$t rc=$?"
     grep -E "PASSED|FAILED|tests ran" "$OUTD/$t.log" | tail -4
