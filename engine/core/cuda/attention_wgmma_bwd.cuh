@@ -381,15 +381,19 @@ int resident_ctas(Kernel kernel, size_t smem) {
   return sms > 0 && per_sm > 0 ? sms * per_sm : 1;
 }
 
-// Heads per CTA group (head_and_tile): enough that a group fills the device's resident CTAs about
-// GANTRY_ATTN_WGMMA_BWD_WAVES times (default 2, read once; 0: one group of all heads, plain tile-major
-// order).
+// Heads per CTA group (head_and_tile): enough that a group fills the device's resident CTAs about `waves`
+// times. Measured on an H100 (calls B2, B8): with 16 tiles a head (T 1,024) one wave is best (32 × 12: 0.475
+// ms against 0.499 at two waves, 0.517 at three; 5–7 % at 32 × 16, 16 × 12, 16 × 16 too); with 64 (T 4,096)
+// two or three (0.670 / 0.654 ms against 0.720 at one). So one wave up to 16 tiles, two beyond; all heads in
+// one group (plain tile-major order) was 1.35–1.55× slower at T 1,024. GANTRY_ATTN_WGMMA_BWD_WAVES (read
+// once) overrides it for the bench, 0 meaning one group of all heads.
 inline int head_group(int resident, int heads, int tiles) {
-  static const int waves = [] {
+  static const int forced = [] {
     const char* env = std::getenv("GANTRY_ATTN_WGMMA_BWD_WAVES");
-    return env != nullptr ? std::atoi(env) : 2;
+    return env != nullptr ? std::atoi(env) : -1;
   }();
-  if (waves <= 0) return heads;
+  const int waves = forced >= 0 ? forced : (tiles <= 16 ? 1 : 2);
+  if (waves == 0) return heads;
   const int g = (waves * resident + tiles - 1) / tiles;
   return g < 1 ? 1 : (g > heads ? heads : g);
 }
