@@ -1,8 +1,8 @@
 // Causal flash attention for bf16 on tensor cores (mma.sync m16n8k16, fp32 accumulate, online softmax in
-// fp32; the forward and the deterministic backward at HS 64 on Hopper by wgmma + TMA instead): forward, and a backward that is either
-// deterministic (no atomics: one kernel owns dK/dV per key block, another owns dQ per query block) or fast
-// (one kernel per key block also adds dQ into an fp32 accumulator with atomics). Never materialises a T×T
-// matrix. Design and timings: docs/ATTENTION.md.
+// fp32; the forward and the deterministic backward at HS 64 on Hopper by wgmma + TMA instead): forward, and a
+// backward that is either deterministic (no atomics: one kernel owns dK/dV per key block, another owns dQ per
+// query block) or fast (one kernel per key block also adds dQ into an fp32 accumulator with atomics). Never
+// materialises a T×T matrix. Design and timings: docs/ATTENTION.md.
 //
 // Layout, as the qkv linear layer writes it (C = NH·HS, scale = 1/sqrt(HS), query t sees keys 0..t):
 //   qkv  (B, T, 3C) bf16: q of head h at columns h·HS, k at C + h·HS, v at 2C + h·HS
