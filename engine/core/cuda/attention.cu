@@ -1,4 +1,6 @@
-// Causal flash attention kernels (see attention.cuh for the layout, docs/ATTENTION.md for the design).
+// Causal flash attention kernels (see attention.cuh for the layout, docs/ATTENTION.md for the design). On a
+// Hopper GPU at HS 64 the forward and the deterministic backward run on wgmma + TMA instead
+// (attention_wgmma.cuh, attention_wgmma_bwd.cuh); the kernels here serve every other case and the A/B switches.
 //
 // Tensor-core building blocks, all through inline PTX:
 //   cp.async 16 B global→shared (zero-filled past T), double-buffered K/V (or Q/dO) tiles;
@@ -11,9 +13,10 @@
 #include <cstdint>
 
 #include "engine/core/cuda/attention.cuh"
-#include "engine/core/cuda/attention_wgmma.cuh"  // the forward on wgmma + TMA (Hopper, HS 64)
-#include "engine/core/cuda/cuda_check.h"         // CUDA_CHECK, CUDA_CHECK_LAUNCH
-#include "engine/core/fatal.h"                   // GANTRY_CHECK
+#include "engine/core/cuda/attention_wgmma.cuh"      // the forward on wgmma + TMA (Hopper, HS 64)
+#include "engine/core/cuda/attention_wgmma_bwd.cuh"  // the deterministic backward on wgmma + TMA
+#include "engine/core/cuda/cuda_check.h"             // CUDA_CHECK, CUDA_CHECK_LAUNCH
+#include "engine/core/fatal.h"                       // GANTRY_CHECK
 
 // Tuning knobs for head sizes up to 64 (HS = 128 has fixed choices, see below), kept as macros so the bench
 // can build variants side by side; the defaults are the measured winners (docs/ATTENTION.md).
@@ -1009,6 +1012,23 @@ size_t attention_backward_scratch_floats(int B, int T, int NH, int HS) {
 void attention_backward(bf16* dqkv, const bf16* dout, const bf16* out, const float* lse, const bf16* qkv,
                         float* scratch, int B, int T, int NH, int HS, cudaStream_t stream,
                         bool deterministic) {
+  check_shape(B, T, NH, HS);
+  GANTRY_CHECK(dqkv != nullptr && dout != nullptr && out != nullptr && lse != nullptr && qkv != nullptr &&
+                   scratch != nullptr,
+               "attention_backward: null pointer");
+  GANTRY_CHECK(aligned16(dqkv) && aligned16(dout) && aligned16(out) && aligned16(qkv),
+               "attention_backward: bf16 buffers must be 16-byte aligned");
+  if (deterministic &&
+      attention_wgmma_bwd::backward(dqkv, dout, out, lse, qkv, scratch, B, T, NH, HS, stream)) {
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
+  attention_backward_mma(dqkv, dout, out, lse, qkv, scratch, B, T, NH, HS, stream, deterministic);
+}
+
+void attention_backward_mma(bf16* dqkv, const bf16* dout, const bf16* out, const float* lse, const bf16* qkv,
+                            float* scratch, int B, int T, int NH, int HS, cudaStream_t stream,
+                            bool deterministic) {
   check_shape(B, T, NH, HS);
   GANTRY_CHECK(dqkv != nullptr && dout != nullptr && out != nullptr && lse != nullptr && qkv != nullptr &&
                    scratch != nullptr,

@@ -1,8 +1,8 @@
 // Causal flash attention for bf16 on tensor cores (mma.sync m16n8k16, fp32 accumulate, online softmax in
-// fp32; the forward at HS 64 on Hopper by wgmma + TMA instead): forward, and a backward that is either
-// deterministic (no atomics: one kernel owns dK/dV per key block, another owns dQ per query block) or fast
-// (one kernel per key block also adds dQ into an fp32 accumulator with atomics). Never materialises a T×T
-// matrix. Design and timings: docs/ATTENTION.md.
+// fp32; the forward and the deterministic backward at HS 64 on Hopper by wgmma + TMA instead): forward, and a
+// backward that is either deterministic (no atomics: one kernel owns dK/dV per key block, another owns dQ per
+// query block) or fast (one kernel per key block also adds dQ into an fp32 accumulator with atomics). Never
+// materialises a T×T matrix. Design and timings: docs/ATTENTION.md.
 //
 // Layout, as the qkv linear layer writes it (C = NH·HS, scale = 1/sqrt(HS), query t sees keys 0..t):
 //   qkv  (B, T, 3C) bf16: q of head h at columns h·HS, k at C + h·HS, v at 2C + h·HS
@@ -45,5 +45,12 @@ size_t attention_backward_scratch_floats(int B, int T, int NH, int HS = 128);
 void attention_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* out,
                         const float* lse, const __nv_bfloat16* qkv, float* scratch, int B, int T, int NH,
                         int HS, cudaStream_t stream, bool deterministic = true);
+// The same on the mma.sync kernels whatever the device and shape. attention_backward's deterministic variant
+// takes the wgmma + TMA kernels instead on a Hopper GPU at HS 64 with T % 64 == 0 (attention_wgmma_bwd.cuh;
+// off with GANTRY_CUDA_ATTENTION_WGMMA_BWD=0, or with GANTRY_CUDA_ATTENTION_WGMMA=0 together with the
+// forward); the fast variant always runs here.
+void attention_backward_mma(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* out,
+                            const float* lse, const __nv_bfloat16* qkv, float* scratch, int B, int T, int NH,
+                            int HS, cudaStream_t stream, bool deterministic = true);
 
 }  // namespace gantry
