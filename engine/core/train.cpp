@@ -223,9 +223,19 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
                         .data_version = train->data_version(),
                         .code_version = code_version(),
                         .loss = loss};
+    const auto write_start = std::chrono::steady_clock::now();
     Result<CheckpointWritten> w =
         checkpoint_write(ckpt_root, *backend, meta, c.train.keep_checkpoints, ckpt_gang);
-    if (!w.ok()) return w.status();
+    if (!w.ok()) {
+      char name[32];  // checkpoint.cpp's name for the step's directory
+      std::snprintf(name, sizeof name, "/step_%08lld", static_cast<long long>(step));
+      observer->on_checkpoint_failed(
+          {.step = step,
+           .dir = ckpt_root + name,
+           .seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - write_start).count()},
+          w.error());
+      return w.status();
+    }
     summary.checkpoint_dir = w->dir;
     observer->on_checkpoint({step, w->dir, w->bytes, w->seconds});
     return {};

@@ -6,10 +6,12 @@
 // quarantined node's run moves to the other node at dp 2 from its checkpoint, on the same loss curve, and
 // a stopped run resumes from its latest checkpoint; resume-from never takes a path outside the run.
 #include <algorithm>
+#include <fstream>
 #include <map>
 #include <regex>
 
 #include "engine/cluster/agent_beat.h"
+#include "engine/core/xxhash64.h"  // the manifest's checksum, as the catalog keeps it
 #include "tests/app/cluster_fixture.h"
 
 namespace gantry {
@@ -71,6 +73,30 @@ TEST_F(ClusterCli, Dp4RunStepsAndActionsThroughTheApi) {
   EXPECT_EQ(ckpts["checkpoints"][0]["step"], paused_at);
   EXPECT_TRUE(fs::exists(ckpts["checkpoints"][0]["path"].get<std::string>() + "/manifest.json") ||
               fs::is_directory(ckpts["checkpoints"][0]["path"].get<std::string>()));
+  {
+    // Rank 0's typed checkpoint record, worker → agent → coordinator in the binary codec: its size is the
+    // four shard files', its manifest checksum the committed manifest's, its stall the write (synchronous
+    // today), and the run's events hold one line for it, for the whole gang.
+    const json& c = ckpts["checkpoints"][0];
+    const std::string ckdir = c["path"].get<std::string>();
+    uint64_t shard_bytes = 0;
+    for (int r = 0; r < 4; ++r) shard_bytes += fs::file_size(ckdir + "/shard_r" + std::to_string(r) + ".bin");
+    EXPECT_EQ(c["state"], "committed") << c.dump();
+    EXPECT_EQ(c["bytes"].get<uint64_t>(), shard_bytes) << c.dump();
+    EXPECT_GT(c["write_s"].get<double>(), 0.0) << c.dump();
+    ASSERT_TRUE(c["stall_s"].is_number()) << c.dump();
+    EXPECT_EQ(c["stall_s"].get<double>(), c["write_s"].get<double>());
+    EXPECT_EQ(c["shards"], 4);
+    std::ifstream in(ckdir + "/manifest.json", std::ios::binary);
+    const std::string manifest{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    EXPECT_EQ(c["manifest_xxh64"], xxhash64_hex(xxhash64(manifest.data(), manifest.size())));
+    std::vector<json> lines = events(id, "checkpoint");
+    std::erase_if(lines, [](const json& e) { return e["kind"] != "checkpoint"; });
+    ASSERT_EQ(lines.size(), 1u);
+    EXPECT_EQ(lines[0]["rank"], -1);
+    EXPECT_EQ(lines[0]["step"], paused_at);
+    EXPECT_THAT(lines[0]["message"].get<std::string>(), HasSubstr("checkpoint committed: " + ckdir));
+  }
 
   // Resume: it advances again.
   ASSERT_TRUE(api_->post_json("/v1/runs/" + std::to_string(id) + "/resume", json::object()).ok());

@@ -20,6 +20,7 @@
 #include "tests/app/engine_child.h"
 #include "tests/app/engine_process.h"
 #ifdef GANTRY_HAVE_STORAGE
+#include "engine/core/xxhash64.h"  // the manifest's checksum, as the catalog keeps it
 #include "storage/history_db.h"
 #include "tests/scratch_dir.h"
 #endif
@@ -134,11 +135,40 @@ TEST(RunCli, TwoRanksTrainPrintJsonLinesAndKeepEveryRanksHistory) {
   ASSERT_EQ(global.size(), 4u);
   EXPECT_DOUBLE_EQ(global[0].loss, steps[0]["loss"].get<double>());
   EXPECT_FALSE(global[0].mfu.has_value());
+  // The checkpoint, as rank 0's typed record reached the catalog through the ingest path: its size is the
+  // shard files', its manifest checksum the committed manifest's, its stall the write (synchronous).
   std::vector<CheckpointInfo> ckpts;
   ASSERT_TRUE(db->list_checkpoints(runs[0].id, &ckpts)) << db->error();
   ASSERT_FALSE(ckpts.empty());
-  EXPECT_EQ(ckpts.back().step, 4);
+  const CheckpointInfo& last = ckpts.back();
+  EXPECT_EQ(last.step, 4);
+  EXPECT_EQ(last.state, "committed");
+  const std::string ckdir = dir + "/run/checkpoints/step_00000004";
+  EXPECT_EQ(fs::canonical(last.path), fs::canonical(ckdir));
+  EXPECT_EQ(last.bytes, fs::file_size(ckdir + "/shard_r0.bin") + fs::file_size(ckdir + "/shard_r1.bin"));
+  EXPECT_GT(last.write_s, 0.0);
+  ASSERT_TRUE(last.stall_s.has_value());
+  EXPECT_EQ(*last.stall_s, last.write_s);
+  EXPECT_EQ(last.shards.value_or(-1), 2);
+  std::ifstream manifest_in(ckdir + "/manifest.json", std::ios::binary);
+  const std::string manifest{std::istreambuf_iterator<char>(manifest_in), std::istreambuf_iterator<char>()};
+  EXPECT_EQ(last.manifest_xxh64, xxhash64_hex(xxhash64(manifest.data(), manifest.size())));
+  // One event for it, made from the record: the whole checkpoint (rank -1), its figures in the line.
+  std::vector<EventRow> events;
+  ASSERT_TRUE(db->read_events(runs[0].id, 0, 1000, &events)) << db->error();
+  int checkpoint_events = 0;
+  for (const EventRow& e : events) {
+    if (e.event.kind != "checkpoint" || e.event.step != 4) continue;
+    ++checkpoint_events;
+    EXPECT_EQ(e.event.rank, -1);
+    EXPECT_THAT(e.event.message, HasSubstr("checkpoint committed: "));
+    EXPECT_THAT(e.event.message, HasSubstr("training stalled"));
+  }
+  EXPECT_EQ(checkpoint_events, 1);
 #endif
+  // The launcher's own line, from the same record.
+  EXPECT_THAT(run.out(), HasSubstr("\"event\":\"checkpoint\""));
+  EXPECT_THAT(run.err(), HasSubstr("checkpoint step 4 -> "));
 }
 
 TEST(RunCli, WorkerDyingInStartUpFailsTheGangNamingTheRank) {
