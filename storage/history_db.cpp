@@ -483,11 +483,12 @@ bool HistoryDb::record_checkpoint(const CheckpointInfo& c) {
   bool ok = load_run(c.run_id, &run);
   sqlite3_stmt* st = nullptr;
   if (ok) {
-    ok = sqlite3_prepare_v2(db_,
-                            "INSERT OR REPLACE INTO checkpoints (run_id, step, path, bytes, write_s, state, "
-                            "time_unix_s, stall_s, shards, manifest_xxh64, message) VALUES (?, ?, ?, ?, ?, ?, "
-                            "?, ?, ?, ?, ?)",
-                            -1, &st, nullptr) == SQLITE_OK;
+    ok =
+        sqlite3_prepare_v2(db_,
+                           "INSERT OR REPLACE INTO checkpoints (run_id, step, path, bytes, write_s, state, "
+                           "time_unix_s, stall_s, shards, manifest_xxh64, message) VALUES (?, ?, ?, ?, ?, ?, "
+                           "?, ?, ?, ?, ?)",
+                           -1, &st, nullptr) == SQLITE_OK;
     if (ok) {
       sqlite3_bind_int64(st, 1, c.run_id);
       sqlite3_bind_int64(st, 2, c.step);

@@ -164,11 +164,7 @@ bool exec(sqlite3* db, const std::string& sql, std::string* error) {
 
 const std::vector<Migration>& schema_migrations() {
   static const std::vector<Migration> kMigrations = {
-      {1, kSchemaV1},
-      {2, kSchemaV2},
-      {3, kSchemaV3},
-      {4, kSchemaV4},
-      {5, kSchemaV5},
+      {1, kSchemaV1}, {2, kSchemaV2}, {3, kSchemaV3}, {4, kSchemaV4}, {5, kSchemaV5},
   };
   return kMigrations;
 }

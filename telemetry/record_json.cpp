@@ -379,7 +379,8 @@ void to_json(json& j, const CheckpointRecord& r) {
   checkpoint_fields(r, m);
 }
 void to_json(json& j, const RecordBatch& b) {
-  j = {{"rank_steps", b.rank_steps}, {"steps", b.steps}, {"events", b.events}, {"checkpoints", b.checkpoints}};
+  j = {
+      {"rank_steps", b.rank_steps}, {"steps", b.steps}, {"events", b.events}, {"checkpoints", b.checkpoints}};
 }
 
 void from_json(const json& j, RankStepRecord& r) {

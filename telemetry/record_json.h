@@ -6,8 +6,9 @@
 // Reading is strict: an unknown key, a wrong type, an integer out of range or with a fraction, or a
 // missing required key is an error naming the key; the text parser (record_from_json) also refuses
 // duplicate keys and nesting deeper than 64. Optional keys (the NVML readings, val_loss, and an event's
-// step, rank, node, message and payload; a checkpoint's manifest_xxh64 and message) may be absent or null. Doubles round-trip exactly; NaN and the
-// infinities travel as "NaN", "Infinity", "-Infinity" (protobuf's JSON mapping).
+// step, rank, node, message and payload; a checkpoint's manifest_xxh64 and message) may be absent or null.
+// Doubles round-trip exactly; NaN and the infinities travel as "NaN", "Infinity", "-Infinity" (protobuf's
+// JSON mapping).
 //
 //   nlohmann::json j = step_record;                            // or record_to_json(r): text, one line
 //   StepRecord back;

@@ -40,7 +40,8 @@ bool phase_from_name(std::string_view name, Phase* out) {
 
 std::string_view checkpoint_state_name(CheckpointState s) {
   const auto i = static_cast<size_t>(s);
-  return i < static_cast<size_t>(kCheckpointStateCount) ? kCheckpointStateNames[i] : std::string_view("unknown");
+  return i < static_cast<size_t>(kCheckpointStateCount) ? kCheckpointStateNames[i]
+                                                        : std::string_view("unknown");
 }
 
 bool checkpoint_state_from_name(std::string_view name, CheckpointState* out) {

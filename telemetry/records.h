@@ -125,8 +125,8 @@ inline constexpr int32_t kCheckpointAllRanks = -1;
 // it in the run's events as one human line (checkpoint_event below).
 struct CheckpointRecord {
   int64_t run_id = 0;
-  int64_t step = 0;  // the optimizer steps the checkpoint holds
-  double time_unix_s = 0;  // when the write ended (committed or failed)
+  int64_t step = 0;                    // the optimizer steps the checkpoint holds
+  double time_unix_s = 0;              // when the write ended (committed or failed)
   int32_t rank = kCheckpointAllRanks;  // the rank it concerns, or kCheckpointAllRanks
   std::string host;                    // the node that reported it
   std::string dir;                     // the checkpoint's directory (its final name, step_NNNNNNNN)

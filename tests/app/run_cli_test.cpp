@@ -9,10 +9,12 @@
 #include <sys/prctl.h>  // PR_SET_CHILD_SUBREAPER
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>  // parses the --json lines
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -178,6 +180,57 @@ TEST(RunCli, TwoRanksTrainPrintJsonLinesAndKeepEveryRanksHistory) {
   EXPECT_THAT(run.out(), HasSubstr("\"event\":\"checkpoint\""));
   EXPECT_THAT(run.err(), HasSubstr("checkpoint step 4 -> "));
 }
+
+#ifdef GANTRY_HAVE_STORAGE
+// A checkpoint write that fails (the run's checkpoints folder is a file, so rank 0 cannot make the
+// checkpoint's directory) is a typed record from the rank that saw it fail: the catalog holds the step as
+// failed with the reason, the events name the rank, and the launcher says so; the run fails.
+TEST(RunCli, AFailedCheckpointIsCataloguedAsFailedWithItsReason) {
+  const std::string dir = fresh_dir("ckpt_fails");
+  const std::string cfg = write_config(dir, 4, false);
+  std::string text = testing_support::slurp(cfg);
+  text.replace(text.find("max_steps = 4\n"), 14, "max_steps = 4\ncheckpoint_every = 2\n");
+  std::ofstream(cfg) << text;
+  fs::create_directories(dir + "/run");
+  std::ofstream(dir + "/run/checkpoints") << "a file where the checkpoints folder goes\n";
+  EngineChild run = EngineChild::start({"run", "--nproc", "2", "--config", cfg, "--out", dir + "/run"});
+  EngineChild::Exit e = run.wait(60s);
+  EXPECT_NE(e.code, 0) << run.err();
+  expect_gone(run.worker_pids());
+  EXPECT_THAT(run.err(), HasSubstr("checkpoint step 2 failed on rank 0: cannot create checkpoint directory"));
+
+  std::string error;
+  auto db = HistoryDb::open(dir + "/run/history.sqlite", {}, &error);
+  ASSERT_TRUE(db) << error;
+  std::vector<RunRow> runs;
+  ASSERT_TRUE(db->list_runs(&runs)) << db->error();
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].status, RunStatus::failed);
+  std::vector<CheckpointInfo> ckpts;
+  ASSERT_TRUE(db->list_checkpoints(runs[0].id, &ckpts)) << db->error();
+  ASSERT_EQ(ckpts.size(), 1u);
+  EXPECT_EQ(ckpts[0].step, 2);
+  EXPECT_EQ(ckpts[0].state, "failed");
+  EXPECT_THAT(ckpts[0].message, HasSubstr("cannot create checkpoint directory"));
+  EXPECT_EQ(ckpts[0].bytes, 0u);
+  EXPECT_EQ(ckpts[0].manifest_xxh64, "");
+  std::vector<EventRow> events;
+  ASSERT_TRUE(db->read_events(runs[0].id, 0, 1000, &events)) << db->error();
+  std::set<int32_t> failed_ranks;
+  for (const EventRow& row : events) {
+    EXPECT_NE(row.event.kind, "checkpoint") << "no checkpoint committed: " << row.event.message;
+    if (row.event.kind != "checkpoint_failed") continue;
+    failed_ranks.insert(row.event.rank);
+    EXPECT_EQ(row.event.step, 2);
+    EXPECT_THAT(row.event.message, HasSubstr("checkpoint of step 2 failed (rank "));
+  }
+  // Rank 0's for certain; rank 1 (told by rank 0 through the store) reports its own unless the launcher
+  // stopped it first.
+  EXPECT_TRUE(failed_ranks.count(0)) << "rank 0's failure is not among the events";
+  EXPECT_TRUE(
+      std::all_of(failed_ranks.begin(), failed_ranks.end(), [](int32_t r) { return r == 0 || r == 1; }));
+}
+#endif
 
 TEST(RunCli, WorkerDyingInStartUpFailsTheGangNamingTheRank) {
   const std::string dir = fresh_dir("exit_at_start");

@@ -506,12 +506,13 @@ TEST(HistoryDb, UpgradeRebuildsOldTilesWithBusyTime) {
     sqlite3_finalize(st);
     // Back to version 2's tables: without what versions 4 (tile_format) and 5 (the checkpoints' columns)
     // added.
-    ASSERT_EQ(sqlite3_exec(raw,
-                           "ALTER TABLE runs DROP COLUMN tile_format; ALTER TABLE checkpoints DROP COLUMN stall_s; "
-                           "ALTER TABLE checkpoints DROP COLUMN shards; ALTER TABLE checkpoints DROP COLUMN "
-                           "manifest_xxh64; ALTER TABLE checkpoints DROP COLUMN message; PRAGMA user_version = 2;",
-                           nullptr, nullptr, nullptr),
-              SQLITE_OK)
+    ASSERT_EQ(
+        sqlite3_exec(raw,
+                     "ALTER TABLE runs DROP COLUMN tile_format; ALTER TABLE checkpoints DROP COLUMN stall_s; "
+                     "ALTER TABLE checkpoints DROP COLUMN shards; ALTER TABLE checkpoints DROP COLUMN "
+                     "manifest_xxh64; ALTER TABLE checkpoints DROP COLUMN message; PRAGMA user_version = 2;",
+                     nullptr, nullptr, nullptr),
+        SQLITE_OK)
         << sqlite3_errmsg(raw);
     sqlite3_close(raw);
   }

@@ -252,7 +252,6 @@ TEST(RecordCodec, RejectsAnUnknownCheckpointState) {
   EXPECT_FALSE(record_batch_decode(wire.data(), wire.size(), &out, &error));
   EXPECT_NE(error.find("checkpoint state 3 is not one of 0..2"), std::string::npos) << error;
   EXPECT_TRUE(out.empty());
-
 }
 
 TEST(RecordCodec, EveryTruncationIsAnErrorAndLeavesNothing) {
@@ -452,7 +451,8 @@ TEST(RecordJson, StrictCheckpointReader) {
   // The batch names the element.
   RecordBatch b;
   EXPECT_FALSE(record_from_json(R"({"checkpoints":[)" + good + R"(,{"run_id":1}]})", &b, &error));
-  EXPECT_NE(error.find("batch: \"checkpoints\"[1]: checkpoint record: missing key"), std::string::npos) << error;
+  EXPECT_NE(error.find("batch: \"checkpoints\"[1]: checkpoint record: missing key"), std::string::npos)
+      << error;
   EXPECT_FALSE(record_from_json(R"({"checkpoints":{}})", &b, &error));
   EXPECT_NE(error.find("\"checkpoints\": expected an array"), std::string::npos) << error;
   // The manifest checksum and the message may be absent (a failed write has no manifest).
@@ -478,7 +478,8 @@ TEST(RecordJson, CheckpointEventComesFromTheRecord) {
   const EventRecord f = checkpoint_event(cs[1]);
   EXPECT_EQ(f.kind, "checkpoint_failed");
   EXPECT_EQ(f.rank, 5);
-  EXPECT_NE(f.message.find("checkpoint of step 1000 failed (rank 5): rank 5: cannot write"), std::string::npos)
+  EXPECT_NE(f.message.find("checkpoint of step 1000 failed (rank 5): rank 5: cannot write"),
+            std::string::npos)
       << f.message;
   EXPECT_EQ(checkpoint_event(cs[2]).kind, "checkpoint_written");
 }
