@@ -6,7 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <nlohmann/json.hpp>  // checkpoint events' payload
+#include <nlohmann/json.hpp>  // step_skipped events' payload
 
 #include "engine/cluster/ingest_writer.h"
 #include "engine/core/checkpoint.h"  // checkpoint_list: which checkpoints are still on disk
@@ -66,35 +66,32 @@ void HistoryWriter::on_step(const StepReport& r) {
   if (!db_->ingest(batch)) warn("cannot record step " + std::to_string(r.step) + ": " + db_->error());
 }
 
-bool HistoryWriter::record_checkpoint(HistoryDb& db, const CheckpointInfo& c) {
-  if (!db.record_checkpoint(c)) return false;
+bool HistoryWriter::reconcile_checkpoints(HistoryDb& db, int64_t run_id, const std::string& dir) {
   std::vector<int64_t> on_disk;
-  for (const std::string& dir : checkpoint_list(std::filesystem::path(c.path).parent_path().string()))
-    on_disk.push_back(checkpoint_dir_step(dir));
-  return db.reconcile_checkpoints(c.run_id, on_disk);
+  for (const std::string& d : checkpoint_list(std::filesystem::path(dir).parent_path().string()))
+    on_disk.push_back(checkpoint_dir_step(d));
+  return db.reconcile_checkpoints(run_id, on_disk);
 }
 
 void HistoryWriter::on_checkpoint(const CheckpointReport& c) {
   if (!db_ || run_id_ < 0) return;
-  const double now = unix_now_s();
+  RecordBatch batch;
+  batch.checkpoints.push_back(checkpoint_committed_record(c, host_, 1, unix_now_s()));
+  batch.checkpoints.back().run_id = run_id_;
+  // The same ingest as a worker's record: the catalog entry and the run's event, then what left the disk.
   std::lock_guard<std::mutex> lock(db_mu_);
-  if (!record_checkpoint(*db_, {.run_id = run_id_,
-                                .step = c.step,
-                                .path = c.dir,
-                                .bytes = c.bytes,
-                                .write_s = c.seconds,
-                                .time_unix_s = now})) {
+  if (!db_->ingest(batch) || !reconcile_checkpoints(*db_, run_id_, c.dir)) {
     return warn("cannot record the checkpoint of step " + std::to_string(c.step) + ": " + db_->error());
   }
+}
+
+void HistoryWriter::on_checkpoint_failed(const CheckpointReport& c, const std::string& error) {
+  if (!db_ || run_id_ < 0) return;
   RecordBatch batch;
-  EventRecord e;
-  e.run_id = run_id_;
-  e.time_unix_s = now;
-  e.step = c.step;
-  e.kind = "checkpoint";
-  e.message = "checkpoint committed: " + c.dir;
-  batch.events.push_back(e);
-  if (!db_->ingest(batch)) warn("cannot record an event: " + db_->error());
+  batch.checkpoints.push_back(checkpoint_failed_record(c, error, 0, host_, unix_now_s()));
+  batch.checkpoints.back().run_id = run_id_;
+  std::lock_guard<std::mutex> lock(db_mu_);
+  if (!db_->ingest(batch)) warn("cannot record the failed checkpoint: " + db_->error());
 }
 
 void HistoryWriter::on_step_skipped(int64_t step, const std::string& reason) {
@@ -117,26 +114,22 @@ void HistoryWriter::ingest(const RecordBatch& batch) {
   RecordBatch b = batch;
   for (RankStepRecord& r : b.rank_steps) r.run_id = run_id_;
   for (StepRecord& r : b.steps) r.run_id = run_id_;
-  for (EventRecord& e : b.events) {
-    e.run_id = run_id_;
-    // Rank 0 commits a checkpoint (train.h): its event is the one the catalog keeps.
-    if (e.kind != "checkpoint" || e.rank > 0) continue;
-    nlohmann::json p = nlohmann::json::parse(e.payload, nullptr, /*allow_exceptions=*/false);
-    if (!p.is_object() || p.value("dir", "") == "") continue;
-    const CheckpointInfo c{.run_id = run_id_,
-                           .step = e.step,
-                           .path = p.value("dir", ""),
-                           .bytes = p.value("bytes", uint64_t{0}),
-                           .write_s = p.value("seconds", 0.0),
-                           .time_unix_s = e.time_unix_s};
-    // On the writer thread, in queue order with the records (as the coordinator does).
-    writer_->push_op([c](HistoryDb& db) {
-      if (!record_checkpoint(db, c))
-        std::fprintf(stderr, "warning: run history: cannot record the checkpoint of step %lld: %s\n",
-                     static_cast<long long>(c.step), db.error().c_str());
+  for (EventRecord& e : b.events) e.run_id = run_id_;
+  std::vector<std::string> committed;  // rank 0's commits (train.h): the catalog's entries
+  for (CheckpointRecord& c : b.checkpoints) {
+    c.run_id = run_id_;
+    if (c.state == CheckpointState::kCommitted && c.rank == kCheckpointAllRanks) committed.push_back(c.dir);
+  }
+  writer_->push_own(std::move(b));  // the catalog entries and their events, with the other records
+  for (const std::string& dir : committed) {
+    // Then, in queue order (as the coordinator does), the earlier checkpoints the workers pruned to
+    // train.keep_checkpoints are marked deleted.
+    writer_->push_op([id = run_id_, dir](HistoryDb& db) {
+      if (!reconcile_checkpoints(db, id, dir))
+        std::fprintf(stderr, "warning: run history: cannot reconcile the checkpoint catalog: %s\n",
+                     db.error().c_str());
     });
   }
-  writer_->push_own(std::move(b));
 }
 
 void HistoryWriter::flush() {

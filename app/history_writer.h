@@ -4,7 +4,7 @@
 //
 // Two ways to feed it: as the TrainObserver of a one-process run (`train`), or, in the launcher of a gang
 // (`run`), with the RecordBatches the workers send (ingest()): every rank's rank-step records, rank 0's
-// step records and checkpoint events. Those go through the coordinator's own ingest path
+// step records and checkpoint records. Those go through the coordinator's own ingest path
 // (engine/cluster/ingest_writer.h): a writer thread that merges whatever is queued into one transaction
 // and catalogues checkpoints in queue order, so `run` and a cluster write history the same way.
 #pragma once
@@ -20,7 +20,6 @@ namespace gantry {
 
 class HistoryDb;
 class IngestWriter;
-struct CheckpointInfo;
 
 class HistoryWriter final : public TrainObserver {
  public:
@@ -32,19 +31,20 @@ class HistoryWriter final : public TrainObserver {
   void on_run(const RunDescription& run) override;
   void on_step(const StepReport& r) override;
   void on_checkpoint(const CheckpointReport& c) override;
+  void on_checkpoint_failed(const CheckpointReport& c, const std::string& error) override;
   void on_step_skipped(int64_t step, const std::string& reason) override;
-  // Records received from workers (their run_id is replaced by this run's). Checkpoint events also enter
-  // the checkpoint catalog (their payload carries dir, bytes and seconds). Queued for the writer thread,
-  // never waited for; flush() waits. Ignored before on_run.
+  // Records received from workers (their run_id is replaced by this run's). Checkpoint records enter the
+  // catalog and the run's events through the database's ingest, as at the coordinator. Queued for the
+  // writer thread, never waited for; flush() waits. Ignored before on_run.
   void ingest(const RecordBatch& batch);
   void flush();
   // Marks the run finished, stopped or failed, with a message for the last two (flushes first).
   void finish(bool ok, bool stopped, const std::string& message);
 
  private:
-  // Catalogues a committed checkpoint, and marks the run's earlier ones that are gone from disk (pruned to
-  // train.keep_checkpoints) as deleted.
-  static bool record_checkpoint(HistoryDb& db, const CheckpointInfo& c);
+  // Marks the run's catalogued checkpoints that are gone from disk (pruned to train.keep_checkpoints) as
+  // deleted; `dir` is one checkpoint's directory, its parent the run's checkpoints folder.
+  static bool reconcile_checkpoints(HistoryDb& db, int64_t run_id, const std::string& dir);
   void warn(const std::string& what);
 
   std::string out_dir_, run_name_, path_;

@@ -9,7 +9,7 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
-#include <nlohmann/json.hpp>  // checkpoint events' payload
+#include <nlohmann/json.hpp>  // step_skipped events' payload
 
 #include "app/commands.h"
 #include "app/step_lines.h"
@@ -181,18 +181,22 @@ int run_main(const RunArgs& a) {
         nlohmann::json p = nlohmann::json::parse(e.payload, nullptr, /*allow_exceptions=*/false);
         skipped_line_print(e.step, p.is_object() ? p.value("reason", "") : e.message, a.json);
       }
-      if (e.kind != "checkpoint" || e.rank > 0) continue;
-      nlohmann::json p = nlohmann::json::parse(e.payload, nullptr, /*allow_exceptions=*/false);
-      if (!p.is_object()) continue;
-      checkpoint_line_print({.step = e.step,
-                             .dir = p.value("dir", ""),
-                             .bytes = p.value("bytes", uint64_t{0}),
-                             .seconds = p.value("seconds", 0.0),
-                             .async = p.value("async", false),
-                             .stall_s = p.value("stall_s", 0.0),
-                             .write_s = p.value("write_s", 0.0),
-                             .waited_s = p.value("waited_s", 0.0)},
-                            a.json);
+    }
+    for (const CheckpointRecord& c : batch.checkpoints) {
+      if (c.state == CheckpointState::kCommitted && c.rank == kCheckpointAllRanks) {
+        checkpoint_line_print({.step = c.step,
+                               .dir = c.dir,
+                               .bytes = c.bytes,
+                               .seconds = c.write_s,
+                               .async = c.async,
+                               .stall_s = c.stall_s,
+                               .write_s = c.write_s,
+                               .waited_s = c.waited_s},
+                              a.json);
+      } else if (c.state == CheckpointState::kFailed) {
+        std::fprintf(stderr, "checkpoint step %lld failed on rank %d: %s\n", static_cast<long long>(c.step),
+                     c.rank, c.message.c_str());
+      }
     }
 #ifdef GANTRY_HAVE_STORAGE
     history.ingest(batch);

@@ -65,6 +65,9 @@ class Fanout final : public TrainObserver {
   void on_checkpoint(const CheckpointReport& c) override {
     for (TrainObserver* o : to_) o->on_checkpoint(c);
   }
+  void on_checkpoint_failed(const CheckpointReport& c, const std::string& error) override {
+    for (TrainObserver* o : to_) o->on_checkpoint_failed(c, error);
+  }
   void on_step_skipped(int64_t step, const std::string& reason) override {
     for (TrainObserver* o : to_) o->on_step_skipped(step, reason);
   }

@@ -483,10 +483,12 @@ bool HistoryDb::record_checkpoint(const CheckpointInfo& c) {
   bool ok = load_run(c.run_id, &run);
   sqlite3_stmt* st = nullptr;
   if (ok) {
-    ok = sqlite3_prepare_v2(db_,
-                            "INSERT OR REPLACE INTO checkpoints (run_id, step, path, bytes, write_s, state, "
-                            "time_unix_s) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                            -1, &st, nullptr) == SQLITE_OK;
+    ok =
+        sqlite3_prepare_v2(db_,
+                           "INSERT OR REPLACE INTO checkpoints (run_id, step, path, bytes, write_s, state, "
+                           "time_unix_s, stall_s, shards, manifest_xxh64, message) VALUES (?, ?, ?, ?, ?, ?, "
+                           "?, ?, ?, ?, ?)",
+                           -1, &st, nullptr) == SQLITE_OK;
     if (ok) {
       sqlite3_bind_int64(st, 1, c.run_id);
       sqlite3_bind_int64(st, 2, c.step);
@@ -495,6 +497,10 @@ bool HistoryDb::record_checkpoint(const CheckpointInfo& c) {
       sqlite3_bind_double(st, 5, c.write_s);
       bind_text(st, 6, c.state);
       sqlite3_bind_double(st, 7, c.time_unix_s > 0 ? c.time_unix_s : unix_now_s());
+      if (c.stall_s) sqlite3_bind_double(st, 8, *c.stall_s);  // unbound: NULL, not known
+      if (c.shards) sqlite3_bind_int(st, 9, *c.shards);
+      bind_text(st, 10, c.manifest_xxh64);
+      bind_text(st, 11, c.message);
       ok = sqlite3_step(st) == SQLITE_DONE;
     }
     if (!ok) fail_sqlite("recording a checkpoint");
@@ -508,6 +514,38 @@ bool HistoryDb::record_checkpoint(const CheckpointInfo& c) {
 }
 
 // ---- ingest ----
+
+bool HistoryDb::catalog_checkpoint(const CheckpointRecord& c) {
+  // A failed write of a step whose checkpoint already committed leaves that one in place (checkpoint_write
+  // replaces a directory only by a whole new one), so a failure never overwrites a committed entry.
+  sqlite3_stmt* st = nullptr;
+  if (sqlite3_prepare_v2(
+          db_,
+          "INSERT INTO checkpoints (run_id, step, path, bytes, write_s, state, time_unix_s, stall_s, shards, "
+          "manifest_xxh64, message) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, step) DO "
+          "UPDATE SET path = excluded.path, bytes = excluded.bytes, write_s = excluded.write_s, state = "
+          "excluded.state, time_unix_s = excluded.time_unix_s, stall_s = excluded.stall_s, shards = "
+          "excluded.shards, manifest_xxh64 = excluded.manifest_xxh64, message = excluded.message WHERE "
+          "excluded.state = 'committed' OR checkpoints.state <> 'committed'",
+          -1, &st, nullptr) != SQLITE_OK) {
+    return fail_sqlite("cataloguing a checkpoint");
+  }
+  sqlite3_bind_int64(st, 1, c.run_id);
+  sqlite3_bind_int64(st, 2, c.step);
+  bind_text(st, 3, c.dir);
+  sqlite3_bind_int64(st, 4, static_cast<int64_t>(c.bytes));
+  sqlite3_bind_double(st, 5, c.write_s);
+  bind_text(st, 6, checkpoint_state_name(c.state));
+  sqlite3_bind_double(st, 7, c.time_unix_s > 0 ? c.time_unix_s : unix_now_s());
+  sqlite3_bind_double(st, 8, c.stall_s);
+  if (c.shards > 0) sqlite3_bind_int(st, 9, c.shards);  // 0: not known, NULL
+  bind_text(st, 10, c.manifest_xxh64);
+  bind_text(st, 11, c.message);
+  const bool ok = sqlite3_step(st) == SQLITE_DONE ||
+                  fail_sqlite("cataloguing the checkpoint of step " + std::to_string(c.step));
+  sqlite3_finalize(st);
+  return ok;
+}
 
 bool HistoryDb::ingest(const RecordBatch& batch) {
   if (batch.empty()) return true;
@@ -528,6 +566,7 @@ bool HistoryDb::ingest(const RecordBatch& batch) {
   };
   for (const StepRecord& s : batch.steps) ok = ok && run_of(s.run_id);
   for (const EventRecord& e : batch.events) ok = ok && run_of(e.run_id);
+  for (const CheckpointRecord& c : batch.checkpoints) ok = ok && run_of(c.run_id);
   for (const RankStepRecord& r : batch.rank_steps) {
     if (!ok) break;
     const RunState* run = run_of(r.run_id);
@@ -648,6 +687,22 @@ bool HistoryDb::ingest(const RecordBatch& batch) {
     bind_text(*st, 7, e.message);
     bind_text(*st, 8, e.payload);
     ok = sqlite3_step(*st) == SQLITE_DONE || fail_sqlite("writing events");
+  }
+  for (size_t i = 0; ok && i < batch.checkpoints.size(); ++i) {
+    const CheckpointRecord& c = batch.checkpoints[i];
+    if (c.state != CheckpointState::kWritten) ok = catalog_checkpoint(c);
+    // The operator's line, from the record (so the Events panel and the event stream show it).
+    const EventRecord e = checkpoint_event(c);
+    StmtUse st(st_->event_put);
+    sqlite3_bind_int64(*st, 1, e.run_id);
+    sqlite3_bind_double(*st, 2, e.time_unix_s);
+    sqlite3_bind_int64(*st, 3, e.step);
+    bind_text(*st, 4, e.kind);
+    sqlite3_bind_int(*st, 5, e.rank);
+    bind_text(*st, 6, e.node);
+    bind_text(*st, 7, e.message);
+    bind_text(*st, 8, e.payload);
+    ok = ok && (sqlite3_step(*st) == SQLITE_DONE || fail_sqlite("writing a checkpoint's event"));
   }
 
   // Each run whose rank steps moved: what became final gets its tiles, what arrived late gets them rebuilt.

@@ -83,14 +83,20 @@ struct NodeInfo {
   double last_seen_unix_s = 0;
 };
 
+// One entry of the checkpoint catalog: a run's checkpoint at one step, from its CheckpointRecord
+// (telemetry/records.h) as ingest() catalogues it, then as reconcile_checkpoints finds the disk.
 struct CheckpointInfo {
   int64_t run_id = 0;
   int64_t step = 0;
   std::string path;
   uint64_t bytes = 0;
   double write_s = 0;
-  std::string state = "committed";  // "writing", "committed", "deleted", "corrupt"
+  std::string state = "committed";  // "committed", "failed", "deleted" (gone from disk), "corrupt"
   double time_unix_s = 0;
+  std::optional<double> stall_s;  // the time training stopped for it; unknown for entries of older builds
+  std::optional<int32_t> shards;  // shard files; unknown for entries of older builds
+  std::string manifest_xxh64;     // xxHash64 of manifest.json, hex; "" when failed or not known
+  std::string message;            // a failed write's reason
 };
 
 struct EventRow {
@@ -215,6 +221,9 @@ class HistoryDb {
 
   // All records of a batch (any runs, any steps, any order) in one transaction: all or nothing. A
   // rank-step record replaces an earlier one for the same run, step and rank; so does a step record.
+  // A checkpoint record enters the catalog when committed or failed (a failure never replaces a committed
+  // checkpoint of the same step: that one is still whole on disk), and becomes the run's event
+  // (checkpoint_event) in any state.
   // Refused: an unknown run, a rank outside the run's world, a step outside 0..2^27−1, a rank-step
   // record where the raw rows were downsampled away. Give it whole steps (every rank's record of a
   // step in one batch), not one batch per node: a transaction costs ~100 µs whatever it holds.
@@ -258,6 +267,8 @@ class HistoryDb {
   HistoryDb() = default;
   bool fail(std::string_view what);
   bool fail_sqlite(std::string_view what);
+  // One checkpoint record into the catalog, inside ingest's transaction.
+  bool catalog_checkpoint(const CheckpointRecord& c);
   bool exec(const char* sql);
   bool load_run(int64_t run_id, RunState* out);
   bool save_run(const RunState& run);

@@ -100,8 +100,8 @@ bool HistoryDb::list_checkpoints(int64_t run_id, std::vector<CheckpointInfo>* ou
   sqlite3_stmt* st = nullptr;
   if (sqlite3_prepare_v2(
           db_,
-          "SELECT step, path, bytes, write_s, state, time_unix_s FROM checkpoints WHERE run_id = ? "
-          "ORDER BY step",
+          "SELECT step, path, bytes, write_s, state, time_unix_s, stall_s, shards, manifest_xxh64, message "
+          "FROM checkpoints WHERE run_id = ? ORDER BY step",
           -1, &st, nullptr) != SQLITE_OK) {
     return fail_sqlite("listing checkpoints");
   }
@@ -116,6 +116,10 @@ bool HistoryDb::list_checkpoints(int64_t run_id, std::vector<CheckpointInfo>* ou
     c.write_s = sqlite3_column_double(st, 3);
     c.state = column_text(st, 4);
     c.time_unix_s = sqlite3_column_double(st, 5);
+    if (sqlite3_column_type(st, 6) != SQLITE_NULL) c.stall_s = sqlite3_column_double(st, 6);
+    if (sqlite3_column_type(st, 7) != SQLITE_NULL) c.shards = sqlite3_column_int(st, 7);
+    c.manifest_xxh64 = column_text(st, 8);
+    c.message = column_text(st, 9);
   }
   sqlite3_finalize(st);
   return rc == SQLITE_DONE || fail_sqlite("listing checkpoints");

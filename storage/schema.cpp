@@ -132,6 +132,16 @@ ALTER TABLE runs ADD COLUMN tile_format INTEGER NOT NULL DEFAULT 2;
 UPDATE runs SET tile_format = 1;
 )sql";
 
+// Version 5: the checkpoint catalog keeps what the typed checkpoint record carries (telemetry/records.h):
+// the time training stalled for it (NULL = not known: rows from before), the shard count (NULL = not known),
+// the manifest's xxHash64, and a failed write's message. state gains "failed".
+constexpr const char* kSchemaV5 = R"sql(
+ALTER TABLE checkpoints ADD COLUMN stall_s REAL;
+ALTER TABLE checkpoints ADD COLUMN shards INTEGER;
+ALTER TABLE checkpoints ADD COLUMN manifest_xxh64 TEXT NOT NULL DEFAULT '';
+ALTER TABLE checkpoints ADD COLUMN message TEXT NOT NULL DEFAULT '';
+)sql";
+
 int pragma_int(sqlite3* db, const char* sql) {
   sqlite3_stmt* st = nullptr;
   int v = -1;
@@ -154,10 +164,7 @@ bool exec(sqlite3* db, const std::string& sql, std::string* error) {
 
 const std::vector<Migration>& schema_migrations() {
   static const std::vector<Migration> kMigrations = {
-      {1, kSchemaV1},
-      {2, kSchemaV2},
-      {3, kSchemaV3},
-      {4, kSchemaV4},
+      {1, kSchemaV1}, {2, kSchemaV2}, {3, kSchemaV3}, {4, kSchemaV4}, {5, kSchemaV5},
   };
   return kMigrations;
 }

@@ -1,6 +1,6 @@
 // Layout (all little-endian; docs/TELEMETRY.md has the table):
 //   header: u32 magic "GTLM", u16 version, u16 reserved = 0, u32 body bytes
-//   body:   string table, then rank-step, step and event records, each section a varint count.
+//   body:   string table, then rank-step, step, event and checkpoint records, each section a varint count.
 // Integers are LEB128 varints (signed ones zigzagged); run, step and rank are stored as differences to the
 // previous record because a batch is nearly always one run and one step. Doubles are raw IEEE-754 so a
 // record survives the trip bit for bit. Strings (hosts, event kinds, messages) are interned once per batch.
@@ -19,6 +19,7 @@ namespace {
 constexpr size_t kMinRankStepBytes = 3 + 1 + 1 + 7 * 8 + 1 + 1 + 1 + 1;
 constexpr size_t kMinStepBytes = 2 + 6 * 8 + 1;
 constexpr size_t kMinEventBytes = 1 + 8 + 1 + 1 + 1 + 1 + 1 + 1;
+constexpr size_t kMinCheckpointBytes = 1 + 1 + 8 + 1 + 1 + 1 + 1 + 1 + 1 + 8 + 8 + 1 + 1;
 // Version 2 added the utilisation bits (rank-step mfu/hfu; the step's mfu/hfu moved from fixed f64s to
 // flagged optionals, absent = the peak is unknown).
 constexpr uint8_t kRankStepTemperature = 1, kRankStepClock = 2, kRankStepPower = 4, kRankStepMfu = 8,
@@ -262,6 +263,33 @@ bool decode_body(Reader& r, RecordBatch* out) {
     }
     x.run_id = run;
   }
+
+  if (!r.count(kMinCheckpointBytes, "checkpoint", &n)) return false;
+  out->checkpoints.resize(n);
+  run = 0;
+  step = 0;
+  for (CheckpointRecord& x : out->checkpoints) {
+    uint8_t state, async = 0;
+    if (!r.delta(&run, run) || !r.delta(&step, step) || !r.f64(&x.time_unix_s) ||
+        !r.i32(&x.rank, "checkpoint rank") || !string_ref(r, strings, &x.host) ||
+        !string_ref(r, strings, &x.dir) || !r.u8(&state)) {
+      return false;
+    }
+    if (state >= kCheckpointStateCount) {
+      return r.fail("checkpoint state " + std::to_string(state) + " is not one of 0.." +
+                    std::to_string(kCheckpointStateCount - 1));
+    }
+    x.run_id = run;
+    x.step = step;
+    x.state = static_cast<CheckpointState>(state);
+    if (!r.varint(&x.bytes) || !r.i32(&x.shards, "checkpoint shards") || !r.f64(&x.write_s) ||
+        !r.f64(&x.stall_s) || !r.f64(&x.waited_s) || !r.u8(&async) ||
+        !string_ref(r, strings, &x.manifest_xxh64) || !string_ref(r, strings, &x.message)) {
+      return false;
+    }
+    if (async > 1) return r.fail("checkpoint async flag " + std::to_string(async) + " is not 0 or 1");
+    x.async = async == 1;
+  }
   return true;
 }
 
@@ -276,10 +304,16 @@ bool record_batch_encode(const RecordBatch& batch, std::vector<uint8_t>* out, st
     strings.index(x.message);
     strings.index(x.payload);
   }
+  for (const CheckpointRecord& x : batch.checkpoints) {
+    strings.index(x.host);
+    strings.index(x.dir);
+    strings.index(x.manifest_xxh64);
+    strings.index(x.message);
+  }
 
   out->clear();
   out->reserve(kRecordCodecHeaderBytes + 16 + batch.rank_steps.size() * 80 + batch.steps.size() * 80 +
-               batch.events.size() * 32);
+               batch.events.size() * 32 + batch.checkpoints.size() * 48);
   Writer w(out);
   w.fixed(kRecordCodecMagic, 4);
   w.fixed(kRecordCodecVersion, 2);
@@ -347,6 +381,29 @@ bool record_batch_encode(const RecordBatch& batch, std::vector<uint8_t>* out, st
     w.varint(strings.index(x.payload));
   }
 
+  w.varint(batch.checkpoints.size());
+  run = 0;
+  step = 0;
+  for (const CheckpointRecord& x : batch.checkpoints) {
+    w.delta(x.run_id, run);
+    w.delta(x.step, step);
+    run = x.run_id;
+    step = x.step;
+    w.f64(x.time_unix_s);
+    w.svarint(x.rank);
+    w.varint(strings.index(x.host));
+    w.varint(strings.index(x.dir));
+    w.u8(static_cast<uint8_t>(x.state));
+    w.varint(x.bytes);
+    w.svarint(x.shards);
+    w.f64(x.write_s);
+    w.f64(x.stall_s);
+    w.f64(x.waited_s);
+    w.u8(x.async ? 1 : 0);
+    w.varint(strings.index(x.manifest_xxh64));
+    w.varint(strings.index(x.message));
+  }
+
   const size_t body = out->size() - kRecordCodecHeaderBytes;
   if (body > kRecordCodecMaxBodyBytes) {
     out->clear();
@@ -371,9 +428,12 @@ size_t record_batch_frame_size(const uint8_t* data, size_t size, std::string* er
     why = "not a telemetry batch (bad magic)";
   } else if (version != kRecordCodecVersion) {
     // Batches live only between processes of one build (nothing stores them), so an older version is a
-    // mixed deployment: refused, never guessed at.
+    // mixed deployment: refused, never guessed at. The versions this build knows of are named.
+    const char* known = version == 1   ? ": version 1 has no rank-step mfu/hfu"
+                        : version == 2 ? ": version 2 carries checkpoints as events, not checkpoint records"
+                                       : "";
     why = "telemetry batch version " + std::to_string(version) + " is not supported (this build reads " +
-          std::to_string(kRecordCodecVersion) + "; the sender is a different Gantry build)";
+          std::to_string(kRecordCodecVersion) + "; the sender is a different Gantry build" + known + ")";
   } else if (reserved != 0) {
     why = "reserved header field is " + std::to_string(reserved) + ", expected 0";
   } else if (body > kRecordCodecMaxBodyBytes) {

@@ -50,6 +50,13 @@ void put(json& j, double v) {
     j = std::isnan(v) ? "NaN" : (v > 0 ? "Infinity" : "-Infinity");
 }
 
+void put(json& j, CheckpointState v) {
+  j = std::string(checkpoint_state_name(v));
+}
+
+const char* expected(const CheckpointState*) {
+  return "one of \"written\", \"committed\", \"failed\"";
+}
 const char* expected(const int64_t*) {
   return "an integer";
 }
@@ -111,6 +118,9 @@ bool get(const json& v, std::string* out) {
   if (!v.is_string()) return false;
   *out = v.get<std::string>();
   return true;
+}
+bool get(const json& v, CheckpointState* out) {
+  return v.is_string() && checkpoint_state_from_name(v.get_ref<const std::string&>(), out);
 }
 
 // ---- the two directions -----------------------------------------------------------------------------
@@ -251,6 +261,25 @@ void event_fields(R& r, M& m) {
   m.defaulted("payload", r.payload);
 }
 
+template <class R, class M>
+void checkpoint_fields(R& r, M& m) {
+  m("run_id", r.run_id);
+  m("step", r.step);
+  m("time_unix_s", r.time_unix_s);
+  m("rank", r.rank);
+  m("host", r.host);
+  m("dir", r.dir);
+  m("state", r.state);
+  m("bytes", r.bytes);
+  m("shards", r.shards);
+  m("write_s", r.write_s);
+  m("stall_s", r.stall_s);
+  m.defaulted("waited_s", r.waited_s);
+  m.defaulted("async", r.async);
+  m.defaulted("manifest_xxh64", r.manifest_xxh64);
+  m.defaulted("message", r.message);
+}
+
 template <class R, class Fields>
 bool read_record(const json& v, R* out, const char* what, Fields fields, std::string* error) {
   R r;
@@ -347,8 +376,13 @@ void to_json(json& j, const EventRecord& r) {
   Writer m(j);
   event_fields(r, m);
 }
+void to_json(json& j, const CheckpointRecord& r) {
+  Writer m(j);
+  checkpoint_fields(r, m);
+}
 void to_json(json& j, const RecordBatch& b) {
-  j = {{"rank_steps", b.rank_steps}, {"steps", b.steps}, {"events", b.events}};
+  j = {
+      {"rank_steps", b.rank_steps}, {"steps", b.steps}, {"events", b.events}, {"checkpoints", b.checkpoints}};
 }
 
 void from_json(const json& j, RankStepRecord& r) {
@@ -358,6 +392,9 @@ void from_json(const json& j, StepRecord& r) {
   throwing_from_json(j, r);
 }
 void from_json(const json& j, EventRecord& r) {
+  throwing_from_json(j, r);
+}
+void from_json(const json& j, CheckpointRecord& r) {
   throwing_from_json(j, r);
 }
 void from_json(const json& j, RecordBatch& b) {
@@ -375,6 +412,10 @@ bool record_read_json(const json& v, StepRecord* out, std::string* error) {
 bool record_read_json(const json& v, EventRecord* out, std::string* error) {
   return read_record(
       v, out, "event", [](auto& r, auto& m) { event_fields(r, m); }, error);
+}
+bool record_read_json(const json& v, CheckpointRecord* out, std::string* error) {
+  return read_record(
+      v, out, "checkpoint record", [](auto& r, auto& m) { checkpoint_fields(r, m); }, error);
 }
 
 bool record_read_json(const json& v, RecordBatch* out, std::string* error) {
@@ -407,6 +448,8 @@ bool record_read_json(const json& v, RecordBatch* out, std::string* error) {
       ok = read_array(it.value(), it.key(), &b.steps);
     else if (it.key() == "events")
       ok = read_array(it.value(), it.key(), &b.events);
+    else if (it.key() == "checkpoints")
+      ok = read_array(it.value(), it.key(), &b.checkpoints);
     else {
       if (error) *error = "batch: unknown key \"" + it.key() + "\"";
       return false;
@@ -426,6 +469,9 @@ std::string record_to_json(const StepRecord& r) {
 std::string record_to_json(const EventRecord& r) {
   return to_text(r);
 }
+std::string record_to_json(const CheckpointRecord& r) {
+  return to_text(r);
+}
 std::string record_to_json(const RecordBatch& b) {
   return to_text(b);
 }
@@ -437,6 +483,9 @@ bool record_from_json(std::string_view text, StepRecord* out, std::string* error
   return from_text(text, out, error);
 }
 bool record_from_json(std::string_view text, EventRecord* out, std::string* error) {
+  return from_text(text, out, error);
+}
+bool record_from_json(std::string_view text, CheckpointRecord* out, std::string* error) {
   return from_text(text, out, error);
 }
 bool record_from_json(std::string_view text, RecordBatch* out, std::string* error) {

@@ -1,12 +1,16 @@
 #include "telemetry/records.h"
 
 #include <cmath>
+#include <cstdio>
+
+#include "telemetry/record_json.h"  // a checkpoint event's payload is the record's JSON
 
 namespace gantry {
 namespace {
 
 constexpr std::string_view kPhaseNames[kPhaseCount] = {"data_wait", "forward",      "backward",
                                                        "optimizer", "comm_exposed", "checkpoint_stall"};
+constexpr std::string_view kCheckpointStateNames[kCheckpointStateCount] = {"written", "committed", "failed"};
 
 // Bitwise-minded equality: NaN == NaN, so a record holding a diverged loss compares equal to its copy.
 bool same(double a, double b) {
@@ -32,6 +36,55 @@ bool phase_from_name(std::string_view name, Phase* out) {
     }
   }
   return false;
+}
+
+std::string_view checkpoint_state_name(CheckpointState s) {
+  const auto i = static_cast<size_t>(s);
+  return i < static_cast<size_t>(kCheckpointStateCount) ? kCheckpointStateNames[i]
+                                                        : std::string_view("unknown");
+}
+
+bool checkpoint_state_from_name(std::string_view name, CheckpointState* out) {
+  for (int i = 0; i < kCheckpointStateCount; ++i) {
+    if (kCheckpointStateNames[i] == name) {
+      *out = static_cast<CheckpointState>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+EventRecord checkpoint_event(const CheckpointRecord& c) {
+  EventRecord e;
+  e.run_id = c.run_id;
+  e.time_unix_s = c.time_unix_s;
+  e.step = c.step;
+  e.rank = c.rank;
+  e.node = c.host;
+  e.payload = record_to_json(c);
+  char waited[96] = "";
+  if (c.waited_s > 0)
+    std::snprintf(waited, sizeof waited, ", of which %.2f s waiting for the checkpoint before", c.waited_s);
+  char figures[224];
+  std::snprintf(figures, sizeof figures, " (%.1f MB, %s write %.2f s, training stalled %.2f s%s)",
+                static_cast<double>(c.bytes) / 1e6, c.async ? "async" : "sync", c.write_s, c.stall_s, waited);
+  const std::string who = c.rank == kCheckpointAllRanks ? "" : " (rank " + std::to_string(c.rank) + ")";
+  switch (c.state) {
+    case CheckpointState::kCommitted:
+      e.kind = "checkpoint";
+      e.message = "checkpoint committed: " + c.dir + figures;
+      break;
+    case CheckpointState::kWritten:
+      e.kind = "checkpoint_written";
+      e.message = "checkpoint shard written" + who + ": " + c.dir + figures;
+      break;
+    case CheckpointState::kFailed:
+    default:
+      e.kind = "checkpoint_failed";
+      e.message = "checkpoint of step " + std::to_string(c.step) + " failed" + who + ": " + c.message;
+      break;
+  }
+  return e;
 }
 
 namespace {
@@ -94,8 +147,17 @@ bool operator==(const EventRecord& a, const EventRecord& b) {
          a.rank == b.rank && a.node == b.node && a.message == b.message && a.payload == b.payload;
 }
 
+bool operator==(const CheckpointRecord& a, const CheckpointRecord& b) {
+  return a.run_id == b.run_id && a.step == b.step && same(a.time_unix_s, b.time_unix_s) && a.rank == b.rank &&
+         a.host == b.host && a.dir == b.dir && a.state == b.state && a.bytes == b.bytes &&
+         a.shards == b.shards && same(a.write_s, b.write_s) && same(a.stall_s, b.stall_s) &&
+         same(a.waited_s, b.waited_s) && a.async == b.async && a.manifest_xxh64 == b.manifest_xxh64 &&
+         a.message == b.message;
+}
+
 bool operator==(const RecordBatch& a, const RecordBatch& b) {
-  return a.rank_steps == b.rank_steps && a.steps == b.steps && a.events == b.events;
+  return a.rank_steps == b.rank_steps && a.steps == b.steps && a.events == b.events &&
+         a.checkpoints == b.checkpoints;
 }
 
 }  // namespace gantry

@@ -94,16 +94,53 @@ struct StepRecord {
   std::optional<double> val_loss;
 };
 
-// Something that happened: a checkpoint, a straggler flag, a control action, a failure.
+// Something that happened: a straggler flag, a control action, a failure.
 struct EventRecord {
   int64_t run_id = 0;
   double time_unix_s = 0;
   int64_t step = -1;    // the step it belongs to; -1 = none
-  std::string kind;     // short lower_snake word: "checkpoint", "straggler", "pause", "rank_failed", ...
+  std::string kind;     // short lower_snake word: "straggler", "action_pause", "rank_failed", ...
   int32_t rank = -1;    // the rank it concerns; -1 = none
   std::string node;     // the host it concerns; "" = none
   std::string message;  // one human line
   std::string payload;  // free text, by convention a JSON document; opaque to the codecs
+};
+
+// Where a checkpoint write is. The wire and storage formats depend on the values: append only.
+enum class CheckpointState : uint8_t {
+  kWritten = 0,    // a rank's shard is on disk; the checkpoint is not committed yet (rank 0 commits it)
+  kCommitted = 1,  // the manifest was renamed into place: the checkpoint is whole and can be resumed from
+  kFailed = 2,     // the write failed; the message says why, and the step's earlier checkpoint (if any) stays
+};
+inline constexpr int kCheckpointStateCount = 3;
+// "written", "committed", "failed": the JSON values and the catalog's state column.
+std::string_view checkpoint_state_name(CheckpointState s);
+bool checkpoint_state_from_name(std::string_view name, CheckpointState* out);
+
+// A checkpoint record's rank when it speaks for the whole checkpoint (rank 0's commit, every shard).
+inline constexpr int32_t kCheckpointAllRanks = -1;
+
+// One checkpoint write, as the worker saw it: rank 0 reports the gang's commit (rank kCheckpointAllRanks),
+// any rank reports its own failure. The coordinator catalogues it (storage's checkpoints table) and shows
+// it in the run's events as one human line (checkpoint_event below).
+struct CheckpointRecord {
+  int64_t run_id = 0;
+  int64_t step = 0;                    // the optimizer steps the checkpoint holds
+  double time_unix_s = 0;              // when the write ended (committed or failed)
+  int32_t rank = kCheckpointAllRanks;  // the rank it concerns, or kCheckpointAllRanks
+  std::string host;                    // the node that reported it
+  std::string dir;                     // the checkpoint's directory (its final name, step_NNNNNNNN)
+  CheckpointState state = CheckpointState::kCommitted;
+  uint64_t bytes = 0;  // every shard together (0 when failed before any was written)
+  int32_t shards = 0;  // shard files the manifest lists (the world that wrote it); 0 = not known
+  double write_s = 0;  // from the start of the write to its commit (or failure)
+  // The time training was stopped for it. Equal to write_s while writes are synchronous; an asynchronous
+  // write stalls only for the copy into host memory.
+  double stall_s = 0;
+  double waited_s = 0;  // of stall_s, the wait for the checkpoint before it, still in flight (0: none was)
+  bool async = false;   // written by a writer thread while training went on (train.checkpoint_async)
+  std::string manifest_xxh64;  // xxHash64 of manifest.json's bytes, 16 hex digits; "" when not committed
+  std::string message;         // failed: why; otherwise ""
 };
 
 // What travels together: a worker's step, an agent's per-node batch, an API upload.
@@ -111,20 +148,29 @@ struct RecordBatch {
   std::vector<RankStepRecord> rank_steps;
   std::vector<StepRecord> steps;
   std::vector<EventRecord> events;
+  std::vector<CheckpointRecord> checkpoints;
 
-  bool empty() const { return rank_steps.empty() && steps.empty() && events.empty(); }
-  size_t size() const { return rank_steps.size() + steps.size() + events.size(); }
+  bool empty() const { return rank_steps.empty() && steps.empty() && events.empty() && checkpoints.empty(); }
+  size_t size() const { return rank_steps.size() + steps.size() + events.size() + checkpoints.size(); }
   void clear() {
     rank_steps.clear();
     steps.clear();
     events.clear();
+    checkpoints.clear();
   }
 };
+
+// The run's event for a checkpoint record, for the operator's Events panel and event stream: kind
+// "checkpoint" (committed), "checkpoint_written" or "checkpoint_failed", one human line naming the
+// directory, size and times (or the failure), and the record's JSON as payload. Made here only, from
+// the typed record, wherever the record is stored (storage's ingest).
+EventRecord checkpoint_event(const CheckpointRecord& c);
 
 // Field-by-field equality, NaN equal to NaN (a diverged loss must survive a round trip).
 bool operator==(const RankStepRecord& a, const RankStepRecord& b);
 bool operator==(const StepRecord& a, const StepRecord& b);
 bool operator==(const EventRecord& a, const EventRecord& b);
+bool operator==(const CheckpointRecord& a, const CheckpointRecord& b);
 bool operator==(const RecordBatch& a, const RecordBatch& b);
 
 }  // namespace gantry

@@ -44,8 +44,8 @@ constexpr size_t kMaxRecordsPerBeat = 1024;
 // are counted) so that a long outage cannot take the node's memory.
 constexpr size_t kMaxPendingRecords = 262144;
 
-// Moves up to `max` of the oldest records of each kind off the front of `from`, events first (few, and
-// they carry the actions' outcomes), then step records, then rank-step records.
+// Moves up to `max` of the oldest records of each kind off the front of `from`, checkpoints and events
+// first (few, and they carry the actions' outcomes), then step records, then rank-step records.
 RecordBatch take_records(RecordBatch& from, size_t max) {
   RecordBatch out;
   auto take = [&max](auto& src, auto& dst) {
@@ -55,6 +55,7 @@ RecordBatch take_records(RecordBatch& from, size_t max) {
     src.erase(src.begin(), src.begin() + static_cast<ptrdiff_t>(n));
     max -= n;
   };
+  take(from.checkpoints, out.checkpoints);
   take(from.events, out.events);
   take(from.steps, out.steps);
   take(from.rank_steps, out.rank_steps);
@@ -185,6 +186,10 @@ struct Agent::Impl {
       for (EventRecord e : b.events) {
         e.run_id = run;
         pending.events.push_back(std::move(e));
+      }
+      for (CheckpointRecord c : b.checkpoints) {  // as the worker made it: only its run is the agent's word
+        c.run_id = run;
+        pending.checkpoints.push_back(std::move(c));
       }
       if (pending.size() > kMaxPendingRecords && !pending.rank_steps.empty()) {
         const size_t drop = std::min(pending.size() - kMaxPendingRecords, pending.rank_steps.size());
@@ -369,7 +374,7 @@ Status Agent::run(const std::atomic<bool>* stop) {
         send_beat(beats, "/v1/agents/" + m.opt.node + "/heartbeat", {{"ended", ended}}, batch);
     m.heartbeats_sent.fetch_add(1);
     if (reply.ok()) {
-      m.records_relayed.fetch_add(batch.rank_steps.size() + batch.steps.size() + batch.events.size());
+      m.records_relayed.fetch_add(batch.size());
       last_ok = Clock::now();
       ended = json::array();
       beat = interval_of(reply.value(), beat);
@@ -407,6 +412,8 @@ Status Agent::run(const std::atomic<bool>* stop) {
                               m.pending.rank_steps.end());
       batch.steps.insert(batch.steps.end(), m.pending.steps.begin(), m.pending.steps.end());
       batch.events.insert(batch.events.end(), m.pending.events.begin(), m.pending.events.end());
+      batch.checkpoints.insert(batch.checkpoints.end(), m.pending.checkpoints.begin(),
+                               m.pending.checkpoints.end());
       std::swap(batch, m.pending);
       if (!stopping && Clock::now() - last_ok > m.opt.coordinator_timeout) {
         result = Status::error("lost the coordinator: " + reply.error() + "; stopped this node's runs");

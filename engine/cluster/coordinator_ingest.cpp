@@ -74,36 +74,39 @@ void Coordinator::Impl::ingest(RecordBatch& batch, size_t reserved) {
     if (e.rank == 0) {
       if (e.kind == "action_pause" && r.state == RunState::kRunning) set_state(r, RunState::kPaused);
       if (e.kind == "action_resume" && r.state == RunState::kPaused) set_state(r, RunState::kRunning);
-      if (e.kind == "checkpoint") {
-        json p = json::parse(e.payload, nullptr, false);
-        if (p.is_object() && p.value("dir", "") != "") {
-          writer->push_op([c = CheckpointInfo{.run_id = r.id,
-                                              .step = e.step,
-                                              .path = p.value("dir", ""),
-                                              .bytes = p.value("bytes", uint64_t{0}),
-                                              .write_s = p.value("seconds", 0.0),
-                                              .time_unix_s = e.time_unix_s},
-                           root = r.out_dir + "/checkpoints"](HistoryDb& d) {
-            // The workers keep their last train.keep_checkpoints: the catalog says which went.
-            std::vector<int64_t> on_disk;
-            for (const std::string& dir : checkpoint_list(root)) on_disk.push_back(checkpoint_dir_step(dir));
-            d.record_checkpoint(c);
-            d.reconcile_checkpoints(c.run_id, on_disk);
-          });
-          prune_checkpoints(r);
-          if (!r.relocate_node.empty()) {
-            r.relocate_checkpoint = p.value("dir", "");
-            event(r.id, "quarantine_checkpointed",
-                  "run " + std::to_string(r.id) + " checkpointed at step " + std::to_string(e.step) +
-                      " to leave node " + r.relocate_node,
-                  {{"dir", r.relocate_checkpoint}, {"node", r.relocate_node}}, e.step);
-          }
-        }
-      }
     }
     keep.events.push_back(std::move(e));
   }
+  // Checkpoints: the records are catalogued, and become the run's events, by the database's ingest
+  // (HistoryDb::ingest, with the other records); what follows a commit here is the coordinator's own.
+  std::vector<Run*> committed;
+  for (CheckpointRecord& c : batch.checkpoints) {
+    auto it = runs.find(c.run_id);
+    if (it == runs.end()) continue;
+    Run& r = it->second;
+    if (c.state == CheckpointState::kCommitted && c.rank == kCheckpointAllRanks) {
+      committed.push_back(&r);
+      if (!r.relocate_node.empty()) {
+        r.relocate_checkpoint = c.dir;
+        event(r.id, "quarantine_checkpointed",
+              "run " + std::to_string(r.id) + " checkpointed at step " + std::to_string(c.step) +
+                  " to leave node " + r.relocate_node,
+              {{"dir", r.relocate_checkpoint}, {"node", r.relocate_node}}, c.step);
+      }
+    }
+    keep.checkpoints.push_back(std::move(c));
+  }
   writer->push(std::move(keep), reserved);
+  // After the new catalog entries (queue order): the workers keep their last train.keep_checkpoints, and
+  // the catalog says which went; then the run's keep_last.
+  for (Run* r : committed) {
+    writer->push_op([id = r->id, root = r->out_dir + "/checkpoints"](HistoryDb& d) {
+      std::vector<int64_t> on_disk;
+      for (const std::string& dir : checkpoint_list(root)) on_disk.push_back(checkpoint_dir_step(dir));
+      d.reconcile_checkpoints(id, on_disk);
+    });
+    prune_checkpoints(*r);
+  }
   // The straggler policy: a run whose records reached its next evaluation step is scored now.
   for (auto& entry : runs) {
     Run& r = entry.second;  // a named reference: lambdas may not capture a structured binding (C++17)

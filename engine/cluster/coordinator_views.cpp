@@ -323,11 +323,16 @@ HttpResponse Coordinator::Impl::checkpoints(const HttpRequest& req) {
   }
   json out = json::array();
   for (const CheckpointInfo& c : cs) {
+    // stall_s and shards are null where the catalog does not know them (entries of older builds).
     out.push_back({{"step", c.step},
                    {"path", c.path},
                    {"bytes", c.bytes},
                    {"write_s", c.write_s},
+                   {"stall_s", c.stall_s ? json(*c.stall_s) : json(nullptr)},
+                   {"shards", c.shards ? json(*c.shards) : json(nullptr)},
+                   {"manifest_xxh64", c.manifest_xxh64},
                    {"state", c.state},
+                   {"message", c.message},
                    {"time_unix_s", c.time_unix_s}});
   }
   return HttpResponse::ok({{"run", r.id}, {"checkpoints", out}});

@@ -90,6 +90,8 @@ void IngestWriter::write_batches(std::vector<RecordBatch>& batches) {
       merged.steps.insert(merged.steps.end(), b.steps.begin(), b.steps.end());
       merged.events.insert(merged.events.end(), std::make_move_iterator(b.events.begin()),
                            std::make_move_iterator(b.events.end()));
+      merged.checkpoints.insert(merged.checkpoints.end(), std::make_move_iterator(b.checkpoints.begin()),
+                                std::make_move_iterator(b.checkpoints.end()));
     }
   }
   uint64_t written = 0, failed = 0, transactions = 0;
@@ -105,19 +107,23 @@ void IngestWriter::write_batches(std::vector<RecordBatch>& batches) {
     } else {
       // All or nothing per transaction: write the batches one by one, so that a bad one loses only itself.
       // The rank-step records were moved out of the batches; take them back from the merge in order.
-      size_t rs = 0, ev = 0, st = 0;
+      size_t rs = 0, ev = 0, st = 0, ck = 0;
       for (RecordBatch& b : batches) {
         RecordBatch one;
-        const size_t n_rs = b.rank_steps.size(), n_ev = b.events.size(), n_st = b.steps.size();
+        const size_t n_rs = b.rank_steps.size(), n_ev = b.events.size(), n_st = b.steps.size(),
+                     n_ck = b.checkpoints.size();
         one.rank_steps.assign(merged.rank_steps.begin() + static_cast<std::ptrdiff_t>(rs),
                               merged.rank_steps.begin() + static_cast<std::ptrdiff_t>(rs + n_rs));
         one.steps.assign(merged.steps.begin() + static_cast<std::ptrdiff_t>(st),
                          merged.steps.begin() + static_cast<std::ptrdiff_t>(st + n_st));
         one.events.assign(merged.events.begin() + static_cast<std::ptrdiff_t>(ev),
                           merged.events.begin() + static_cast<std::ptrdiff_t>(ev + n_ev));
+        one.checkpoints.assign(merged.checkpoints.begin() + static_cast<std::ptrdiff_t>(ck),
+                               merged.checkpoints.begin() + static_cast<std::ptrdiff_t>(ck + n_ck));
         rs += n_rs;
         st += n_st;
         ev += n_ev;
+        ck += n_ck;
         if (db_->ingest(one)) {
           written += one.size();
           ++transactions;

@@ -1,5 +1,10 @@
 #include "engine/core/step_records.h"
 
+#include <fstream>
+#include <iterator>
+
+#include "engine/core/xxhash64.h"  // the manifest's checksum, for the catalog
+
 namespace gantry {
 
 RankStepRecord rank_step_record(const StepReport& r, const std::string& host, int device, int world) {
@@ -40,6 +45,45 @@ StepRecord step_record(const StepReport& r, double time_unix_s) {
   step.mfu = r.mfu;
   step.hfu = r.hfu;
   return step;
+}
+
+CheckpointRecord checkpoint_committed_record(const CheckpointReport& c, const std::string& host, int world,
+                                             double time_unix_s) {
+  CheckpointRecord r;
+  r.step = c.step;
+  r.time_unix_s = time_unix_s;
+  r.rank = kCheckpointAllRanks;
+  r.host = host;
+  r.dir = c.dir;
+  r.state = CheckpointState::kCommitted;
+  r.bytes = c.bytes;
+  r.shards = world;
+  r.write_s = c.write_s;
+  r.stall_s = c.stall_s;
+  r.waited_s = c.waited_s;
+  r.async = c.async;
+  // The manifest is renamed into place last (the commit) and is small (KBs): its checksum tells the catalog
+  // which bytes committed, should the directory be replaced later.
+  std::ifstream in(c.dir + "/manifest.json", std::ios::binary);
+  if (in) {
+    const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    if (!in.bad()) r.manifest_xxh64 = xxhash64_hex(xxhash64(text.data(), text.size()));
+  }
+  return r;
+}
+
+CheckpointRecord checkpoint_failed_record(const CheckpointReport& c, const std::string& error, int rank,
+                                          const std::string& host, double time_unix_s) {
+  CheckpointRecord r;
+  r.step = c.step;
+  r.time_unix_s = time_unix_s;
+  r.rank = rank;
+  r.host = host;
+  r.dir = c.dir;
+  r.state = CheckpointState::kFailed;
+  r.write_s = c.seconds;  // until the failure; what it held training is not known here (stall_s unset)
+  r.message = error;
+  return r;
 }
 
 }  // namespace gantry

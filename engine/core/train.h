@@ -106,6 +106,9 @@ class TrainObserver {
   virtual void on_run(const RunDescription&) {}
   virtual void on_step(const StepReport&) {}
   virtual void on_checkpoint(const CheckpointReport&) {}
+  // This rank's checkpoint write failed (`error` says why; c.dir is the checkpoint's directory and
+  // c.seconds the time until the failure); train_run returns the error next.
+  virtual void on_checkpoint_failed(const CheckpointReport& /*c*/, const std::string& /*error*/) {}
   // An action took effect after `step` (every rank hears it; a checkpoint action's checkpoint is reported
   // through on_checkpoint first: an asynchronous one once it is committed, some steps later).
   virtual void on_action(TrainAction /*action*/, int64_t /*step*/) {}

@@ -54,11 +54,18 @@ void TrainCheckpoints::report(const CheckpointDone& d) {
   if (d.from_action) observer_->on_action(TrainAction::checkpoint, d.step);
 }
 
+Status TrainCheckpoints::failed(int64_t step, double seconds, const Status& s) {
+  char name[32];  // checkpoint.cpp's name for the step's directory
+  std::snprintf(name, sizeof name, "/step_%08lld", static_cast<long long>(step));
+  observer_->on_checkpoint_failed({.step = step, .dir = root_ + name, .seconds = seconds}, s.message());
+  return s;
+}
+
 Status TrainCheckpoints::collect(bool wait) {
   if (async_ == nullptr) return {};
   std::optional<Result<CheckpointDone>> done = async_->finished(wait);
   if (!done) return {};
-  if (!done->ok()) return done->status();
+  if (!done->ok()) return failed(in_flight_step_, seconds_since(in_flight_since_), done->status());
   report(done->value());
   return {};
 }
@@ -74,14 +81,16 @@ Status TrainCheckpoints::write(const CheckpointMeta& meta, bool from_action, boo
     waited = seconds_since(t0);
   }
   if (async_ != nullptr && !final) {
+    in_flight_step_ = meta.step;
+    in_flight_since_ = std::chrono::steady_clock::now();
     Result<double> started = async_->start(meta, waited, from_action);
-    return started.ok() ? Status() : started.status();
+    return started.ok() ? Status() : failed(meta.step, seconds_since(t0), started.status());
   }
   // Synchronous, or the last of the run (nothing left to overlap it with, and the run must not end before
   // its commit).
   const auto w0 = std::chrono::steady_clock::now();
   Result<CheckpointWritten> w = checkpoint_write(root_, backend_, meta, keep_, gang_);
-  if (!w.ok()) return w.status();
+  if (!w.ok()) return failed(meta.step, seconds_since(w0), w.status());
   const double write_s = seconds_since(w0);
   report({.written = w.value(),
           .step = meta.step,

@@ -42,6 +42,8 @@ class TrainCheckpoints {
 
  private:
   void report(const CheckpointDone& d);
+  // A write of `step` failed after `seconds`: on_checkpoint_failed, and `s` back for the loop to end on.
+  Status failed(int64_t step, double seconds, const Status& s);
 
   std::string root_;
   Backend& backend_;
@@ -51,6 +53,8 @@ class TrainCheckpoints {
   CheckpointHook hook_;
   std::unique_ptr<AsyncCheckpointer> async_;  // null: train.checkpoint_async = false
   std::string last_dir_;
+  int64_t in_flight_step_ = -1;  // the asynchronous write started last, for its failure's report
+  std::chrono::steady_clock::time_point in_flight_since_;
 };
 
 }  // namespace gantry

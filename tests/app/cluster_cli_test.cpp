@@ -6,11 +6,13 @@
 // quarantined node's run moves to the other node at dp 2 from its checkpoint, on the same loss curve, and
 // a stopped run resumes from its latest checkpoint; resume-from never takes a path outside the run.
 #include <algorithm>
+#include <fstream>
 #include <map>
 #include <regex>
 #include <thread>
 
 #include "engine/cluster/agent_beat.h"
+#include "engine/core/xxhash64.h"  // the manifest's checksum, as the catalog keeps it
 #include "tests/app/cluster_fixture.h"
 
 namespace gantry {
@@ -72,6 +74,36 @@ TEST_F(ClusterCli, Dp4RunStepsAndActionsThroughTheApi) {
   EXPECT_EQ(ckpts["checkpoints"][0]["step"], paused_at);
   EXPECT_TRUE(fs::exists(ckpts["checkpoints"][0]["path"].get<std::string>() + "/manifest.json") ||
               fs::is_directory(ckpts["checkpoints"][0]["path"].get<std::string>()));
+  {
+    // Rank 0's typed checkpoint record, worker → agent → coordinator in the binary codec: its size is the
+    // four shard files', its manifest checksum the committed manifest's, its stall the write (synchronous
+    // today), and the run's events hold one line for it, for the whole gang.
+    const json& ck = ckpts["checkpoints"][0];
+    const std::string ckdir = ck["path"].get<std::string>();
+    uint64_t shard_bytes = 0;
+    int shard_files = 0;
+    for (const fs::directory_entry& f : fs::directory_iterator(ckdir)) {
+      if (f.path().filename().string().rfind("shard_", 0) != 0) continue;
+      shard_bytes += f.file_size();
+      ++shard_files;
+    }
+    EXPECT_EQ(shard_files, 4);
+    EXPECT_EQ(ck["state"], "committed") << ck.dump();
+    EXPECT_EQ(ck["bytes"].get<uint64_t>(), shard_bytes) << ck.dump();
+    EXPECT_GT(ck["write_s"].get<double>(), 0.0) << ck.dump();
+    ASSERT_TRUE(ck["stall_s"].is_number()) << ck.dump();
+    EXPECT_EQ(ck["stall_s"].get<double>(), ck["write_s"].get<double>());
+    EXPECT_EQ(ck["shards"], 4);
+    std::ifstream in(ckdir + "/manifest.json", std::ios::binary);
+    const std::string manifest{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    EXPECT_EQ(ck["manifest_xxh64"], xxhash64_hex(xxhash64(manifest.data(), manifest.size())));
+    std::vector<json> lines = events(id, "checkpoint");
+    std::erase_if(lines, [](const json& e) { return e["kind"] != "checkpoint"; });
+    ASSERT_EQ(lines.size(), 1u);
+    EXPECT_EQ(lines[0]["rank"], -1);
+    EXPECT_EQ(lines[0]["step"], paused_at);
+    EXPECT_THAT(lines[0]["message"].get<std::string>(), HasSubstr("checkpoint committed: " + ckdir));
+  }
 
   // Resume: it advances again.
   ASSERT_TRUE(api_->post_json("/v1/runs/" + std::to_string(id) + "/resume", json::object()).ok());

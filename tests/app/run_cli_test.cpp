@@ -9,10 +9,12 @@
 #include <sys/prctl.h>  // PR_SET_CHILD_SUBREAPER
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>  // parses the --json lines
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -20,6 +22,7 @@
 #include "tests/app/engine_child.h"
 #include "tests/app/engine_process.h"
 #ifdef GANTRY_HAVE_STORAGE
+#include "engine/core/xxhash64.h"  // the manifest's checksum, as the catalog keeps it
 #include "storage/history_db.h"
 #include "tests/scratch_dir.h"
 #endif
@@ -134,12 +137,100 @@ TEST(RunCli, TwoRanksTrainPrintJsonLinesAndKeepEveryRanksHistory) {
   ASSERT_EQ(global.size(), 4u);
   EXPECT_DOUBLE_EQ(global[0].loss, steps[0]["loss"].get<double>());
   EXPECT_FALSE(global[0].mfu.has_value());
+  // The checkpoint, as rank 0's typed record reached the catalog through the ingest path: its size is the
+  // shard files', its manifest checksum the committed manifest's, its stall the write (synchronous).
   std::vector<CheckpointInfo> ckpts;
   ASSERT_TRUE(db->list_checkpoints(runs[0].id, &ckpts)) << db->error();
   ASSERT_FALSE(ckpts.empty());
-  EXPECT_EQ(ckpts.back().step, 4);
+  const CheckpointInfo& last = ckpts.back();
+  EXPECT_EQ(last.step, 4);
+  EXPECT_EQ(last.state, "committed");
+  const std::string ckdir = dir + "/run/checkpoints/step_00000004";
+  EXPECT_EQ(fs::canonical(last.path), fs::canonical(ckdir));
+  uint64_t shard_bytes = 0;
+  int shard_files = 0;
+  for (const fs::directory_entry& f : fs::directory_iterator(ckdir)) {
+    if (f.path().filename().string().rfind("shard_", 0) != 0) continue;
+    shard_bytes += f.file_size();
+    ++shard_files;
+  }
+  EXPECT_EQ(shard_files, 2);
+  EXPECT_EQ(last.bytes, shard_bytes);
+  EXPECT_GT(last.write_s, 0.0);
+  ASSERT_TRUE(last.stall_s.has_value());
+  EXPECT_EQ(*last.stall_s, last.write_s);
+  EXPECT_EQ(last.shards.value_or(-1), 2);
+  std::ifstream manifest_in(ckdir + "/manifest.json", std::ios::binary);
+  const std::string manifest{std::istreambuf_iterator<char>(manifest_in), std::istreambuf_iterator<char>()};
+  EXPECT_EQ(last.manifest_xxh64, xxhash64_hex(xxhash64(manifest.data(), manifest.size())));
+  // One event for it, made from the record: the whole checkpoint (rank -1), its figures in the line.
+  std::vector<EventRow> events;
+  ASSERT_TRUE(db->read_events(runs[0].id, 0, 1000, &events)) << db->error();
+  int checkpoint_events = 0;
+  for (const EventRow& row : events) {
+    if (row.event.kind != "checkpoint" || row.event.step != 4) continue;
+    ++checkpoint_events;
+    EXPECT_EQ(row.event.rank, -1);
+    EXPECT_THAT(row.event.message, HasSubstr("checkpoint committed: "));
+    EXPECT_THAT(row.event.message, HasSubstr("training stalled"));
+  }
+  EXPECT_EQ(checkpoint_events, 1);
 #endif
+  // The launcher's own line, from the same record.
+  EXPECT_THAT(run.out(), HasSubstr("\"event\":\"checkpoint\""));
+  EXPECT_THAT(run.err(), HasSubstr("checkpoint step 4 -> "));
 }
+
+#ifdef GANTRY_HAVE_STORAGE
+// A checkpoint write that fails (the run's checkpoints folder is a file, so rank 0 cannot make the
+// checkpoint's directory) is a typed record from the rank that saw it fail: the catalog holds the step as
+// failed with the reason, the events name the rank, and the launcher says so; the run fails.
+TEST(RunCli, AFailedCheckpointIsCataloguedAsFailedWithItsReason) {
+  const std::string dir = fresh_dir("ckpt_fails");
+  const std::string cfg = write_config(dir, 4, false);
+  std::string text = testing_support::slurp(cfg);
+  text.replace(text.find("max_steps = 4\n"), 14, "max_steps = 4\ncheckpoint_every = 2\n");
+  std::ofstream(cfg) << text;
+  fs::create_directories(dir + "/run");
+  std::ofstream(dir + "/run/checkpoints") << "a file where the checkpoints folder goes\n";
+  EngineChild run = EngineChild::start({"run", "--nproc", "2", "--config", cfg, "--out", dir + "/run"});
+  EngineChild::Exit e = run.wait(60s);
+  EXPECT_NE(e.code, 0) << run.err();
+  expect_gone(run.worker_pids());
+  EXPECT_THAT(run.err(), HasSubstr("checkpoint step 2 failed on rank 0: cannot create checkpoint directory"));
+
+  std::string error;
+  auto db = HistoryDb::open(dir + "/run/history.sqlite", {}, &error);
+  ASSERT_TRUE(db) << error;
+  std::vector<RunRow> runs;
+  ASSERT_TRUE(db->list_runs(&runs)) << db->error();
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].status, RunStatus::failed);
+  std::vector<CheckpointInfo> ckpts;
+  ASSERT_TRUE(db->list_checkpoints(runs[0].id, &ckpts)) << db->error();
+  ASSERT_EQ(ckpts.size(), 1u);
+  EXPECT_EQ(ckpts[0].step, 2);
+  EXPECT_EQ(ckpts[0].state, "failed");
+  EXPECT_THAT(ckpts[0].message, HasSubstr("cannot create checkpoint directory"));
+  EXPECT_EQ(ckpts[0].bytes, 0u);
+  EXPECT_EQ(ckpts[0].manifest_xxh64, "");
+  std::vector<EventRow> events;
+  ASSERT_TRUE(db->read_events(runs[0].id, 0, 1000, &events)) << db->error();
+  std::set<int32_t> failed_ranks;
+  for (const EventRow& row : events) {
+    EXPECT_NE(row.event.kind, "checkpoint") << "no checkpoint committed: " << row.event.message;
+    if (row.event.kind != "checkpoint_failed") continue;
+    failed_ranks.insert(row.event.rank);
+    EXPECT_EQ(row.event.step, 2);
+    EXPECT_THAT(row.event.message, HasSubstr("checkpoint of step 2 failed (rank "));
+  }
+  // Rank 0's for certain; rank 1 (told by rank 0 through the store) reports its own unless the launcher
+  // stopped it first.
+  EXPECT_TRUE(failed_ranks.count(0)) << "rank 0's failure is not among the events";
+  EXPECT_TRUE(
+      std::all_of(failed_ranks.begin(), failed_ranks.end(), [](int32_t r) { return r == 0 || r == 1; }));
+}
+#endif
 
 TEST(RunCli, WorkerDyingInStartUpFailsTheGangNamingTheRank) {
   const std::string dir = fresh_dir("exit_at_start");

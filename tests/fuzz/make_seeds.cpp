@@ -78,6 +78,27 @@ RecordBatch sample_batch() {
                       .node = "node-b",
                       .message = "rank 2 is 30% slower",
                       .payload = "{\"score\":1.3}"});
+  b.checkpoints.push_back({.run_id = 3,
+                           .step = 42,
+                           .time_unix_s = 1.7e9,
+                           .rank = kCheckpointAllRanks,
+                           .host = "node-a",
+                           .dir = "runs/3/checkpoints/step_00000042",
+                           .state = CheckpointState::kCommitted,
+                           .bytes = 1u << 20,
+                           .shards = 2,
+                           .write_s = 0.25,
+                           .stall_s = 0.25,
+                           .manifest_xxh64 = "00ff00ff00ff00ff"});
+  b.checkpoints.push_back({.run_id = 3,
+                           .step = 43,
+                           .rank = 1,
+                           .host = "node-b",
+                           .dir = "runs/3/checkpoints/step_00000043",
+                           .state = CheckpointState::kFailed,
+                           .write_s = 0.5,
+                           .stall_s = 0.5,
+                           .message = "rank 1: cannot write shard_r1.bin: No space left on device"});
   return b;
 }
 
@@ -109,11 +130,17 @@ void record_seeds(const fs::path& codec_dir, const fs::path& json_dir) {
   events.events = b.events;
   FUZZ_CHECK(record_batch_encode(events, &wire), "cannot encode the events batch");
   write_seed(codec_dir, "events.bin", text_of(wire));
+  RecordBatch checkpoints;
+  checkpoints.checkpoints = b.checkpoints;
+  FUZZ_CHECK(record_batch_encode(checkpoints, &wire), "cannot encode the checkpoints batch");
+  write_seed(codec_dir, "checkpoints.bin", text_of(wire));
 
   write_seed(json_dir, "rank_step.json", record_to_json(b.rank_steps[0]));
   write_seed(json_dir, "step.json", record_to_json(b.steps[0]));
   write_seed(json_dir, "step_nan.json", record_to_json(b.steps[1]));
   write_seed(json_dir, "event.json", record_to_json(b.events[0]));
+  write_seed(json_dir, "checkpoint.json", record_to_json(b.checkpoints[0]));
+  write_seed(json_dir, "checkpoint_failed.json", record_to_json(b.checkpoints[1]));
   write_seed(json_dir, "batch.json", record_to_json(b));
 }
 

@@ -1,5 +1,5 @@
 // The records' JSON form (API uploads, SSE, JSON log lines): nlohmann's parser under record_json's
-// strict reading (duplicate keys, depth), each of the four record kinds read from the same bytes; what is
+// strict reading (duplicate keys, depth), each of the five record kinds read from the same bytes; what is
 // accepted survives record_to_json and record_from_json unchanged.
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -39,6 +39,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   round_trip<gantry::RankStepRecord>(text);
   round_trip<gantry::StepRecord>(text);
   round_trip<gantry::EventRecord>(text);
+  round_trip<gantry::CheckpointRecord>(text);
   round_trip<gantry::RecordBatch>(text);
   return 0;
 }

@@ -504,9 +504,15 @@ TEST(HistoryDb, UpgradeRebuildsOldTilesWithBusyTime) {
       ASSERT_EQ(sqlite3_step(st), SQLITE_DONE);
     }
     sqlite3_finalize(st);
-    ASSERT_EQ(sqlite3_exec(raw, "ALTER TABLE runs DROP COLUMN tile_format; PRAGMA user_version = 2;", nullptr,
-                           nullptr, nullptr),
-              SQLITE_OK)
+    // Back to version 2's tables: without what versions 4 (tile_format) and 5 (the checkpoints' columns)
+    // added.
+    ASSERT_EQ(
+        sqlite3_exec(raw,
+                     "ALTER TABLE runs DROP COLUMN tile_format; ALTER TABLE checkpoints DROP COLUMN stall_s; "
+                     "ALTER TABLE checkpoints DROP COLUMN shards; ALTER TABLE checkpoints DROP COLUMN "
+                     "manifest_xxh64; ALTER TABLE checkpoints DROP COLUMN message; PRAGMA user_version = 2;",
+                     nullptr, nullptr, nullptr),
+        SQLITE_OK)
         << sqlite3_errmsg(raw);
     sqlite3_close(raw);
   }
@@ -861,6 +867,87 @@ TEST(HistoryDb, NodesAndCheckpoints) {
   EXPECT_EQ(cks[0].bytes, 1500000000u);
   EXPECT_EQ(cks[0].write_s, 3.5);
   EXPECT_EQ(cks[1].state, "corrupt");
+}
+
+// The typed checkpoint record enters the catalog through ingest, with the run's event made from it; a
+// failure of a step never replaces that step's committed checkpoint.
+TEST(HistoryDb, IngestCataloguesCheckpointRecords) {
+  ScratchFiles dir;
+  auto db = open_db(dir.file("h.sqlite"));
+  const int64_t run = db->begin_run({.name = "c", .world_size = 4});
+  CheckpointRecord c{.run_id = run,
+                     .step = 100,
+                     .time_unix_s = 1.8e9,
+                     .rank = kCheckpointAllRanks,
+                     .host = "gpu-001",
+                     .dir = "ckpt/step_00000100",
+                     .state = CheckpointState::kCommitted,
+                     .bytes = 1500000000,
+                     .shards = 4,
+                     .write_s = 3.5,
+                     .stall_s = 0.5,
+                     .manifest_xxh64 = "0123456789abcdef"};
+  RecordBatch b;
+  b.checkpoints.push_back(c);
+  CheckpointRecord failed{.run_id = run,
+                          .step = 100,
+                          .time_unix_s = 1.8e9 + 5,
+                          .rank = 2,
+                          .host = "gpu-001",
+                          .dir = "ckpt/step_00000100",
+                          .state = CheckpointState::kFailed,
+                          .write_s = 0.25,
+                          .stall_s = 0.25,
+                          .message = "rank 2: disk full"};
+  b.checkpoints.push_back(failed);  // a second write of step 100 failed: the first one is still whole
+  failed.step = 200;
+  failed.dir = "ckpt/step_00000200";
+  b.checkpoints.push_back(failed);
+  CheckpointRecord written = c;  // a rank's shard: an event, not a catalog entry
+  written.step = 300;
+  written.rank = 1;
+  written.state = CheckpointState::kWritten;
+  b.checkpoints.push_back(written);
+  ASSERT_TRUE(db->ingest(b)) << db->error();
+
+  std::vector<CheckpointInfo> cks;
+  ASSERT_TRUE(db->list_checkpoints(run, &cks));
+  ASSERT_EQ(cks.size(), 2u);
+  EXPECT_EQ(cks[0].step, 100);
+  EXPECT_EQ(cks[0].state, "committed");
+  EXPECT_EQ(cks[0].path, "ckpt/step_00000100");
+  EXPECT_EQ(cks[0].bytes, 1500000000u);
+  EXPECT_EQ(cks[0].write_s, 3.5);
+  EXPECT_EQ(cks[0].stall_s.value_or(-1), 0.5);
+  EXPECT_EQ(cks[0].shards.value_or(-1), 4);
+  EXPECT_EQ(cks[0].manifest_xxh64, "0123456789abcdef");
+  EXPECT_EQ(cks[0].time_unix_s, 1.8e9);
+  EXPECT_EQ(cks[1].step, 200);
+  EXPECT_EQ(cks[1].state, "failed");
+  EXPECT_EQ(cks[1].message, "rank 2: disk full");
+  EXPECT_FALSE(cks[1].shards.has_value());  // 0 in the record: not known
+
+  std::vector<EventRow> events;
+  ASSERT_TRUE(db->read_events(run, 0, 100, &events));
+  ASSERT_EQ(events.size(), 4u);
+  EXPECT_EQ(events[0].event.kind, "checkpoint");
+  EXPECT_EQ(events[0].event, checkpoint_event(c));
+  EXPECT_EQ(events[1].event.kind, "checkpoint_failed");
+  EXPECT_EQ(events[3].event.kind, "checkpoint_written");
+
+  // A checkpoint of a run that does not exist makes the batch fail whole.
+  RecordBatch stray;
+  stray.checkpoints.push_back(c);
+  stray.checkpoints.back().run_id = run + 1;
+  EXPECT_FALSE(db->ingest(stray));
+  // A later commit of the failed step replaces the failure.
+  RecordBatch again;
+  again.checkpoints.push_back(c);
+  again.checkpoints.back().step = 200;
+  ASSERT_TRUE(db->ingest(again)) << db->error();
+  ASSERT_TRUE(db->list_checkpoints(run, &cks));
+  EXPECT_EQ(cks[1].state, "committed");
+  EXPECT_EQ(cks[1].message, "");
 }
 
 TEST(HistoryDb, ReadOnlyReaderSeesTheWritersCommits) {

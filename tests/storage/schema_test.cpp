@@ -106,6 +106,10 @@ void check_fixture(HistoryDb& db, int version) {
   std::vector<CheckpointInfo> cks;
   ASSERT_TRUE(db.list_checkpoints(7, &cks));
   ASSERT_EQ(cks.size(), 1u);
+  // Catalogued before version 5: its stall and shard count are unknown (NULL), never 0.
+  EXPECT_FALSE(cks[0].stall_s.has_value());
+  EXPECT_FALSE(cks[0].shards.has_value());
+  EXPECT_EQ(cks[0].message, "");
   // And the upgraded file takes new data.
   RecordBatch b;
   RankStepRecord r;

@@ -40,6 +40,48 @@ RankStepRecord sample_rank_step(int rank, int64_t step) {
   return r;
 }
 
+// Checkpoint records in every state: rank 0's commit for the whole gang, a rank's failure, a rank's
+// written shard, and extremes.
+std::vector<CheckpointRecord> sample_checkpoints() {
+  std::vector<CheckpointRecord> out;
+  CheckpointRecord c;
+  c.run_id = 7;
+  c.step = 1000;
+  c.time_unix_s = 1795651201.25;
+  c.rank = kCheckpointAllRanks;
+  c.host = "node-0";
+  c.dir = "/runs/7/checkpoints/step_00001000";
+  c.state = CheckpointState::kCommitted;
+  c.bytes = 1'234'567'890'123ULL;
+  c.shards = 8;
+  c.write_s = 4.5;
+  c.stall_s = 0.75;  // an asynchronous write: the stall is less than the write
+  c.manifest_xxh64 = "0123456789abcdef";
+  out.push_back(c);
+  CheckpointRecord failed = c;
+  failed.rank = 5;
+  failed.host = "node-0";
+  failed.state = CheckpointState::kFailed;
+  failed.bytes = 0;
+  failed.manifest_xxh64.clear();
+  failed.message = "rank 5: cannot write shard_r5.bin: \"No space left on device\"\n日本";
+  out.push_back(failed);
+  CheckpointRecord written = c;
+  written.step = 999;  // backwards: a negative delta
+  written.rank = 3;
+  written.state = CheckpointState::kWritten;
+  written.stall_s = std::numeric_limits<double>::quiet_NaN();
+  out.push_back(written);
+  CheckpointRecord extreme;
+  extreme.run_id = std::numeric_limits<int64_t>::max();
+  extreme.step = std::numeric_limits<int64_t>::min();
+  extreme.rank = std::numeric_limits<int32_t>::min();
+  extreme.bytes = std::numeric_limits<uint64_t>::max();
+  extreme.shards = std::numeric_limits<int32_t>::max();
+  out.push_back(extreme);
+  return out;
+}
+
 // A batch that exercises every field, both signs, extremes, NaN and infinities, and strings that need
 // care (empty, repeated, non-ASCII, with quotes and newlines).
 RecordBatch sample_batch() {
@@ -91,6 +133,7 @@ RecordBatch sample_batch() {
   EventRecord bare;  // all defaults: empty strings, step and rank -1
   bare.kind = "pause";
   b.events.push_back(bare);
+  b.checkpoints = sample_checkpoints();
   return b;
 }
 
@@ -146,17 +189,16 @@ TEST(RecordCodec, RejectsBadHeaders) {
   EXPECT_NE(error.find("magic"), std::string::npos) << error;
 
   bad = wire;
-  bad[4] = 3;  // a version from the future
+  bad[4] = 4;  // a version from the future
   EXPECT_FALSE(record_batch_decode(bad.data(), bad.size(), &out, &error));
-  EXPECT_NE(error.find("version 3"), std::string::npos) << error;
+  EXPECT_NE(error.find("version 4"), std::string::npos) << error;
 
   // Version 1 (step mfu/hfu as fixed doubles, none on rank steps) comes only from an older build: refused
   // by name rather than misread.
   bad = wire;
   bad[4] = 1;
   EXPECT_FALSE(record_batch_decode(bad.data(), bad.size(), &out, &error));
-  EXPECT_NE(error.find("version 1 is not supported (this build reads 2"), std::string::npos) << error;
-
+  EXPECT_NE(error.find("version 1 is not supported (this build reads 3"), std::string::npos) << error;
   bad = wire;
   bad[6] = 1;  // reserved
   EXPECT_FALSE(record_batch_decode(bad.data(), bad.size(), &out, &error));
@@ -166,6 +208,50 @@ TEST(RecordCodec, RejectsBadHeaders) {
   bad.push_back(0);
   EXPECT_FALSE(record_batch_decode(bad.data(), bad.size(), &out, &error));
   EXPECT_NE(error.find("trailing"), std::string::npos) << error;
+}
+
+// Version 2 had no checkpoint section (a checkpoint was an event with a JSON payload): a v2 sender is an
+// older build, refused by name, and nothing of its batch is taken.
+TEST(RecordCodec, RefusesVersion2ByName) {
+  RecordBatch b;
+  b.events.push_back({.run_id = 1, .kind = "checkpoint", .payload = R"({"dir":"d","bytes":1,"seconds":2})"});
+  std::vector<uint8_t> wire;
+  ASSERT_TRUE(record_batch_encode(b, &wire));
+  wire[4] = 2;
+  wire[5] = 0;
+  RecordBatch out;
+  out.steps.emplace_back();
+  std::string error;
+  EXPECT_FALSE(record_batch_decode(wire.data(), wire.size(), &out, &error));
+  EXPECT_NE(error.find("telemetry batch version 2 is not supported (this build reads 3"), std::string::npos)
+      << error;
+  EXPECT_NE(error.find("checkpoint records"), std::string::npos) << error;
+  EXPECT_TRUE(out.empty());
+  EXPECT_EQ(record_batch_frame_size(wire.data(), wire.size(), &error), 0u);
+  EXPECT_NE(error.find("version 2"), std::string::npos) << error;
+}
+
+TEST(RecordCodec, RejectsAnUnknownCheckpointState) {
+  RecordBatch b;
+  b.checkpoints.push_back(sample_checkpoints()[0]);
+  std::vector<uint8_t> wire;
+  ASSERT_TRUE(record_batch_encode(b, &wire));
+  // The state byte follows the dir's string index; find it by re-encoding with another state.
+  b.checkpoints[0].state = CheckpointState::kFailed;
+  std::vector<uint8_t> other;
+  ASSERT_TRUE(record_batch_encode(b, &other));
+  ASSERT_EQ(wire.size(), other.size());
+  size_t at = 0;
+  for (size_t i = 0; i < wire.size(); ++i) {
+    if (wire[i] != other[i]) at = i;
+  }
+  ASSERT_EQ(wire[at], static_cast<uint8_t>(CheckpointState::kCommitted));
+  wire[at] = 3;
+  RecordBatch out;
+  std::string error;
+  EXPECT_FALSE(record_batch_decode(wire.data(), wire.size(), &out, &error));
+  EXPECT_NE(error.find("checkpoint state 3 is not one of 0..2"), std::string::npos) << error;
+  EXPECT_TRUE(out.empty());
 }
 
 TEST(RecordCodec, EveryTruncationIsAnErrorAndLeavesNothing) {
@@ -258,6 +344,14 @@ TEST(RecordJson, RoundTripsEveryRecordExactly) {
     ASSERT_TRUE(record_from_json(record_to_json(s), &back, &error)) << error;
     EXPECT_EQ(back, s) << record_to_json(s);
   }
+  for (const CheckpointRecord& c : b.checkpoints) {
+    CheckpointRecord back;
+    std::string error;
+    ASSERT_TRUE(record_from_json(record_to_json(c), &back, &error)) << error << "\n" << record_to_json(c);
+    EXPECT_EQ(back, c) << record_to_json(c);
+  }
+  ASSERT_FALSE(b.checkpoints.empty());
+  EXPECT_NE(record_to_json(b).find("\"checkpoints\":[{"), std::string::npos);
   RecordBatch back;
   std::string error;
   ASSERT_TRUE(record_from_json(record_to_json(b), &back, &error)) << error;
@@ -318,6 +412,76 @@ TEST(RecordJson, StrictReader) {
   ASSERT_TRUE(record_from_json(t.insert(t.size() - 1, ",\"mfu\":null,\"hfu\":0.5"), &r, &error)) << error;
   EXPECT_FALSE(r.mfu.has_value());
   EXPECT_EQ(r.hfu.value_or(-1), 0.5);
+}
+
+TEST(RecordJson, StrictCheckpointReader) {
+  const std::string good = record_to_json(sample_checkpoints()[0]);
+  EXPECT_NE(good.find("\"state\":\"committed\""), std::string::npos) << good;
+  EXPECT_NE(good.find("\"rank\":-1"), std::string::npos) << good;
+  CheckpointRecord c;
+  std::string error;
+  ASSERT_TRUE(record_from_json(good, &c, &error)) << error;
+  EXPECT_EQ(c, sample_checkpoints()[0]);
+
+  const auto rejects = [&](const std::string& text, const std::string& needle) {
+    CheckpointRecord x;
+    std::string why;
+    EXPECT_FALSE(record_from_json(text, &x, &why)) << text;
+    EXPECT_NE(why.find(needle), std::string::npos) << "error \"" << why << "\" lacks \"" << needle << "\"";
+  };
+  const auto replaced = [&](const std::string& from, const std::string& to) {
+    std::string t = good;
+    const size_t at = t.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return at == std::string::npos ? t : t.replace(at, from.size(), to);
+  };
+  std::string t = good;
+  rejects(t.insert(1, "\"checksum\":\"x\","), "checkpoint record: unknown key \"checksum\"");
+  t = good;
+  rejects(t.insert(1, "\"bytes\":1,"), "duplicate key \"bytes\"");
+  rejects(replaced("\"state\":\"committed\"", "\"state\":\"done\""),
+          "\"state\": expected one of \"written\", \"committed\", \"failed\"");
+  rejects(replaced("\"state\":\"committed\"", "\"state\":1"), "\"state\": expected one of");
+  rejects(replaced("\"bytes\":1234567890123", "\"bytes\":-1"), "\"bytes\": expected a non-negative integer");
+  rejects(replaced("\"shards\":8", "\"shards\":8.5"), "\"shards\": expected a 32-bit integer");
+  rejects(replaced("\"write_s\":4.5", "\"write_s\":\"4.5\""), "\"write_s\": expected a number");
+  rejects(replaced("\"stall_s\":0.75,", ""), "missing key \"stall_s\"");
+  rejects(replaced("\"dir\":", "\"path\":"), "missing key \"dir\"");  // the required key first
+  rejects("{}", "missing key \"run_id\"");
+  // The batch names the element.
+  RecordBatch b;
+  EXPECT_FALSE(record_from_json(R"({"checkpoints":[)" + good + R"(,{"run_id":1}]})", &b, &error));
+  EXPECT_NE(error.find("batch: \"checkpoints\"[1]: checkpoint record: missing key"), std::string::npos)
+      << error;
+  EXPECT_FALSE(record_from_json(R"({"checkpoints":{}})", &b, &error));
+  EXPECT_NE(error.find("\"checkpoints\": expected an array"), std::string::npos) << error;
+  // The manifest checksum and the message may be absent (a failed write has no manifest).
+  t = replaced("\"manifest_xxh64\":\"0123456789abcdef\",", "");
+  ASSERT_TRUE(record_from_json(t, &c, &error)) << error << ": " << t;
+  EXPECT_EQ(c.manifest_xxh64, "");
+}
+
+// The run's event is made from the typed record, in one place.
+TEST(RecordJson, CheckpointEventComesFromTheRecord) {
+  const std::vector<CheckpointRecord> cs = sample_checkpoints();
+  const EventRecord e = checkpoint_event(cs[0]);
+  EXPECT_EQ(e.kind, "checkpoint");
+  EXPECT_EQ(e.step, 1000);
+  EXPECT_EQ(e.rank, -1);
+  EXPECT_EQ(e.node, "node-0");
+  EXPECT_EQ(e.message.rfind("checkpoint committed: /runs/7/checkpoints/step_00001000 (", 0), 0u) << e.message;
+  EXPECT_NE(e.message.find("write 4.50 s, training stalled 0.75 s"), std::string::npos) << e.message;
+  CheckpointRecord back;
+  std::string error;
+  ASSERT_TRUE(record_from_json(e.payload, &back, &error)) << error;
+  EXPECT_EQ(back, cs[0]);
+  const EventRecord f = checkpoint_event(cs[1]);
+  EXPECT_EQ(f.kind, "checkpoint_failed");
+  EXPECT_EQ(f.rank, 5);
+  EXPECT_NE(f.message.find("checkpoint of step 1000 failed (rank 5): rank 5: cannot write"),
+            std::string::npos)
+      << f.message;
+  EXPECT_EQ(checkpoint_event(cs[2]).kind, "checkpoint_written");
 }
 
 // The text parser: RFC 8259 and no more (nlohmann's), with what nlohmann lets through refused on top.

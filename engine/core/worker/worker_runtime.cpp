@@ -289,33 +289,21 @@ class WorkerObserver final : public TrainObserver {
       ::_exit(kWorkerExitTestFault);
     }
   }
+  // Rank 0 commits a checkpoint for the gang (train.h): its record speaks for every shard. A failure is
+  // reported by the rank it happened on (rank 0's names the rank that failed it).
   void on_checkpoint(const CheckpointReport& c) override {
-    RecordBatch batch;
-    EventRecord e;
-    e.time_unix_s = unix_now_s();
-    e.step = c.step;
-    e.kind = "checkpoint";
-    e.rank = env_.rank;
-    e.node = host_;
-    e.message = "checkpoint committed: " + c.dir + " (" + checkpoint_cost_text(c) + ")";
-    // The launcher records the checkpoint (path, size, write time) from this; JSON by the events' convention.
-    std::string dir_json;
-    for (char ch : c.dir) {
-      if (ch == '"' || ch == '\\') dir_json += '\\';
-      if (static_cast<unsigned char>(ch) < 0x20) continue;  // paths with control characters lose them here
-      dir_json += ch;
+    if (env_.rank == 0) {
+      RecordBatch batch;
+      batch.checkpoints.push_back(checkpoint_committed_record(c, host_, env_.world, unix_now_s()));
+      send_batch(batch);
     }
-    // stall_s, write_s, waited_s and async: what the checkpoint cost training (train.h CheckpointReport).
-    char tail[256];
-    std::snprintf(tail, sizeof tail,
-                  "\",\"bytes\":%llu,\"seconds\":%.6f,\"async\":%s,\"stall_s\":%.6f,\"write_s\":%.6f,"
-                  "\"waited_s\":%.6f}",
-                  static_cast<unsigned long long>(c.bytes), c.seconds, c.async ? "true" : "false", c.stall_s,
-                  c.write_s, c.waited_s);
-    e.payload = "{\"dir\":\"" + dir_json + tail;
-    batch.events.push_back(std::move(e));
-    send_batch(batch);
     if (local_) local_->on_checkpoint(c);
+  }
+  void on_checkpoint_failed(const CheckpointReport& c, const std::string& error) override {
+    RecordBatch batch;
+    batch.checkpoints.push_back(checkpoint_failed_record(c, error, env_.rank, host_, unix_now_s()));
+    send_batch(batch);
+    if (local_) local_->on_checkpoint_failed(c, error);
   }
 
   // Every rank reports the skip (the gang decides it together), as it reports actions.

@@ -165,6 +165,44 @@ TEST_F(IngestWriterTest, ABadBatchLosesOnlyItself) {
   EXPECT_EQ(rs.size(), 8u);
 }
 
+// Defect: the merge of queued batches into one transaction dropped their checkpoint records (and so the
+// catalog entry and the event of a checkpoint that arrived beside other records); on the one-by-one retry
+// too.
+TEST_F(IngestWriterTest, MergedBatchesKeepTheirCheckpointRecords) {
+  for (const bool with_a_bad_batch : {false, true}) {
+    IngestWriter w(db_.get(), &db_mu_);
+    std::unique_lock<std::mutex> hold(db_mu_);  // everything below queues up and is merged
+    w.push_op([](HistoryDb&) {});
+    const int64_t base = with_a_bad_batch ? 100 : 10;
+    RecordBatch first = beat(base, 0, 4), second = beat(base, 4, 4), third = beat(base + 1, 0, 4);
+    for (int64_t k : {int64_t{0}, int64_t{1}}) {
+      (k == 0 ? second : third)
+          .checkpoints.push_back({.run_id = run_,
+                                  .step = base + k,
+                                  .rank = kCheckpointAllRanks,
+                                  .dir = "ckpt/step_" + std::to_string(base + k),
+                                  .state = CheckpointState::kCommitted,
+                                  .bytes = 1000,
+                                  .write_s = 0.5,
+                                  .stall_s = 0.5});
+    }
+    if (with_a_bad_batch) first.rank_steps.back().rank = 99;  // the merge fails; each batch alone then
+    for (RecordBatch* b : {&first, &second, &third}) {
+      const size_t n = b->size();
+      ASSERT_TRUE(w.reserve(n));
+      w.push(std::move(*b), n);
+    }
+    hold.unlock();
+    w.flush();
+    std::vector<CheckpointInfo> cks;
+    std::lock_guard<std::mutex> lock(db_mu_);
+    ASSERT_TRUE(db_->list_checkpoints(run_, &cks)) << db_->error();
+    std::vector<int64_t> steps;
+    for (const CheckpointInfo& c : cks) steps.push_back(c.step);
+    EXPECT_THAT(steps, ::testing::IsSupersetOf({base, base + 1})) << "bad batch: " << with_a_bad_batch;
+  }
+}
+
 TEST_F(IngestWriterTest, StopWritesWhatIsQueued) {
   auto w = std::make_unique<IngestWriter>(db_.get(), &db_mu_);
   for (int64_t s = 1; s <= 20; ++s) {
