@@ -56,6 +56,8 @@ std::vector<CheckpointRecord> sample_checkpoints() {
   c.shards = 8;
   c.write_s = 4.5;
   c.stall_s = 0.75;  // an asynchronous write: the stall is less than the write
+  c.waited_s = 0.5;  // most of it waiting for the checkpoint before
+  c.async = true;
   c.manifest_xxh64 = "0123456789abcdef";
   out.push_back(c);
   CheckpointRecord failed = c;
