@@ -50,6 +50,10 @@ void put(json& j, double v) {
     j = std::isnan(v) ? "NaN" : (v > 0 ? "Infinity" : "-Infinity");
 }
 
+void put(json& j, bool v) {
+  j = v;
+}
+
 void put(json& j, CheckpointState v) {
   j = std::string(checkpoint_state_name(v));
 }
@@ -71,6 +75,9 @@ const char* expected(const double*) {
 }
 const char* expected(const std::string*) {
   return "a string";
+}
+const char* expected(const bool*) {
+  return "true or false";
 }
 
 // Integers must be JSON integers: 2.0, 2e0 and 2.5 are refused, as are values out of the field's range.
@@ -117,6 +124,11 @@ bool get(const json& v, double* out) {
 bool get(const json& v, std::string* out) {
   if (!v.is_string()) return false;
   *out = v.get<std::string>();
+  return true;
+}
+bool get(const json& v, bool* out) {
+  if (!v.is_boolean()) return false;
+  *out = v.get<bool>();
   return true;
 }
 bool get(const json& v, CheckpointState* out) {
