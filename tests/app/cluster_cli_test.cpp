@@ -92,7 +92,7 @@ TEST_F(ClusterCli, Dp4RunStepsAndActionsThroughTheApi) {
     EXPECT_EQ(ck["bytes"].get<uint64_t>(), shard_bytes) << ck.dump();
     EXPECT_GT(ck["write_s"].get<double>(), 0.0) << ck.dump();
     ASSERT_TRUE(ck["stall_s"].is_number()) << ck.dump();
-    EXPECT_EQ(ck["stall_s"].get<double>(), ck["write_s"].get<double>());
+    EXPECT_GT(ck["stall_s"].get<double>(), 0.0);  // async (the default) stalls for the copy only
     EXPECT_EQ(ck["shards"], 4);
     std::ifstream in(ckdir + "/manifest.json", std::ios::binary);
     const std::string manifest{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};

@@ -158,7 +158,7 @@ TEST(RunCli, TwoRanksTrainPrintJsonLinesAndKeepEveryRanksHistory) {
   EXPECT_EQ(last.bytes, shard_bytes);
   EXPECT_GT(last.write_s, 0.0);
   ASSERT_TRUE(last.stall_s.has_value());
-  EXPECT_EQ(*last.stall_s, last.write_s);
+  EXPECT_GE(*last.stall_s, last.write_s);  // the last write is synchronous: the loop waited for all of it
   EXPECT_EQ(last.shards.value_or(-1), 2);
   std::ifstream manifest_in(ckdir + "/manifest.json", std::ios::binary);
   const std::string manifest{std::istreambuf_iterator<char>(manifest_in), std::istreambuf_iterator<char>()};
