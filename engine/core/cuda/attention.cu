@@ -1,6 +1,7 @@
 // Causal flash attention kernels (see attention.cuh for the layout, docs/ATTENTION.md for the design). On a
 // Hopper GPU at HS 64 the forward and the deterministic backward run on wgmma + TMA instead
-// (attention_wgmma.cuh, attention_wgmma_bwd.cuh); the kernels here serve every other case and the A/B switches.
+// (attention_wgmma.cuh, attention_wgmma_bwd.cuh); the kernels here serve every other case and the A/B
+// switches.
 //
 // Tensor-core building blocks, all through inline PTX:
 //   cp.async 16 B global→shared (zero-filled past T), double-buffered K/V (or Q/dO) tiles;
