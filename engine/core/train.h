@@ -20,6 +20,7 @@ namespace gantry {
 
 class Communicator;
 class StoreClient;
+struct SdcMismatch;  // engine/core/sdc_check.h
 
 // One rank of a gang, as the worker runtime sets it up (engine/core/worker). Absent = one process.
 // Every rank calls train_run with the same config; the loop splits the global batch over dp, reduces
@@ -102,6 +103,9 @@ class TrainObserver {
   virtual void on_action(TrainAction /*action*/, int64_t /*step*/) {}
   // The step guard skipped step `step`'s update (every rank hears it, at the same step), before its on_step.
   virtual void on_step_skipped(int64_t /*step*/, const std::string& /*reason*/) {}
+  // The silent-data-corruption check found replicas that disagree (engine/core/sdc_check.h): every rank
+  // hears the same verdict at the same step, after that step's on_step; the run then stops with the reason.
+  virtual void on_sdc_mismatch(const SdcMismatch& /*mismatch*/) {}
 };
 
 // Where a rank is in train_run. A watchdog thread reads it while the loop runs (the worker's heartbeat
@@ -141,6 +145,10 @@ struct TrainOptions {
   // Test-only: the update of step test_skip_update_step is skipped as the guard skips one (the batch is
   // consumed, nothing updated), the reference a guarded run must equal. 0 = never.
   int64_t test_skip_update_step = 0;
+  // Test-only (GANTRY_TEST_WORKER_FAULT flip_bit): after the update of step test_flip_bit_step (1-based) this
+  // rank flips one bit of its replicated parameters, so the next silent-data-corruption check names it.
+  // 0 = never.
+  int64_t test_flip_bit_step = 0;
 };
 
 struct TrainSummary {

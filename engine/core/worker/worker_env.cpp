@@ -185,7 +185,7 @@ Result<WorkerFault> worker_fault_parse(const std::string& text, int rank) {
       return Status::error(
           std::string(kWorkerFaultVariable) + " item '" + item + "': " + why +
           " (expected <rank>:exit_at_start, <rank>:hang_at_start, <rank>:exit_after_step:<k> or "
-          "<rank>:slow_forward:<ms> or <rank>:nan_grad:<k>)");
+          "<rank>:slow_forward:<ms>, <rank>:nan_grad:<k> or <rank>:flip_bit:<k>)");
     };
     size_t colon = item.find(':');
     long long r = 0;
@@ -213,6 +213,12 @@ Result<WorkerFault> worker_fault_parse(const std::string& text, int rank) {
       if (!parse_int(fault.substr(9), 1, std::numeric_limits<int64_t>::max(), &k))
         return bad("step must be >= 1");
       f.kind = WorkerFault::nan_grad;
+      f.step = k;
+    } else if (fault.rfind("flip_bit:", 0) == 0) {
+      long long k = 0;
+      if (!parse_int(fault.substr(9), 1, std::numeric_limits<int64_t>::max(), &k))
+        return bad("step must be >= 1");
+      f.kind = WorkerFault::flip_bit;
       f.step = k;
     } else {
       return bad("unknown fault '" + fault + "'");

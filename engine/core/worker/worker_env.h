@@ -59,11 +59,21 @@ Result<HostPort> host_port_parse(const std::string& text, const std::string& wha
 //                        device: the other ranks wait for it in their collectives), 1..60000
 //   nan_grad:<k>         the worker's gradients of step k are NaN (the gang's norm is NaN): the step guard
 //                        must skip step k on every rank together
+//   flip_bit:<k>         after step k's update the worker flips one bit of its replicated parameters (silent
+//                        data corruption): the next check (train.sdc_check_every) must name this rank
 // The tests of the launcher's gang semantics use it to make one rank fail in a known way, the
 // coordinator's straggler tests to make one rank slow.
 struct WorkerFault {
-  enum Kind { none, exit_at_start, hang_at_start, exit_after_step, slow_forward, nan_grad } kind = none;
-  int64_t step = 0;      // exit_after_step, nan_grad
+  enum Kind {
+    none,
+    exit_at_start,
+    hang_at_start,
+    exit_after_step,
+    slow_forward,
+    nan_grad,
+    flip_bit
+  } kind = none;
+  int64_t step = 0;      // exit_after_step, nan_grad, flip_bit
   int64_t delay_ms = 0;  // slow_forward
 };
 inline constexpr const char* kWorkerFaultVariable = "GANTRY_TEST_WORKER_FAULT";

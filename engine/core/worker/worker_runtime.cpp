@@ -30,6 +30,7 @@
 #include "engine/core/comm/store_server.h"
 #include "engine/core/config.h"
 #include "engine/core/parallel/parallel_dims.h"
+#include "engine/core/sdc_check.h"
 #include "engine/core/step_records.h"
 #include "engine/core/worker/rendezvous_server.h"
 #include "engine/core/worker/worker_frames.h"
@@ -294,6 +295,25 @@ class WorkerObserver final : public TrainObserver {
     batch.events.push_back(std::move(e));
     send_batch(batch);
     if (local_) local_->on_step_skipped(step, reason);
+  }
+
+  // Each rank the silent-data-corruption check names reports itself, so the event's rank and node are the
+  // suspect's own (the coordinator quarantines that node when a majority agreed); the others only hear it.
+  void on_sdc_mismatch(const SdcMismatch& m) override {
+    if (m.named(env_.rank)) {
+      RecordBatch batch;
+      EventRecord e;
+      e.time_unix_s = unix_now_s();
+      e.step = m.step;
+      e.kind = "sdc_mismatch";
+      e.rank = env_.rank;
+      e.node = host_;
+      e.message = m.message;
+      e.payload = m.payload;
+      batch.events.push_back(std::move(e));
+      send_batch(batch);
+    }
+    if (local_) local_->on_sdc_mismatch(m);
   }
 
   // Every rank reports an action taking effect, so the events show it at one step on every rank.
@@ -600,7 +620,8 @@ WorkerResult worker_run(const WorkerOptions& options, const WorkerEnv& env) {
                       .progress = &progress,
                       .test_forward_delay = std::chrono::milliseconds(
                           fault->kind == WorkerFault::slow_forward ? fault->delay_ms : 0),
-                      .test_nan_grad_step = fault->kind == WorkerFault::nan_grad ? fault->step : 0};
+                      .test_nan_grad_step = fault->kind == WorkerFault::nan_grad ? fault->step : 0,
+                      .test_flip_bit_step = fault->kind == WorkerFault::flip_bit ? fault->step : 0};
     install_stop_handlers();
     Result<TrainSummary> s = train_run(cfg.value(), topt, &observer);
     if (!s.ok()) {
