@@ -101,6 +101,7 @@ void Coordinator::Impl::ingest(RecordBatch& batch, size_t reserved) {
         }
       }
     }
+    if (e.kind == "sdc_mismatch") quarantine_for_sdc(r, e);
     keep.events.push_back(std::move(e));
   }
   writer->push(std::move(keep), reserved);
