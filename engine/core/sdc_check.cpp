@@ -120,6 +120,7 @@ Result<std::vector<std::string>> SdcCheck::exchange_hosts(const std::vector<int>
 }
 
 Status SdcCheck::check(int64_t step) {
+  const auto t0 = std::chrono::steady_clock::now();
   const int dp = dims_.dp;
   std::vector<float> slots(static_cast<size_t>(kSdcFloatsPerHash) * dp, 0.0f);
   const uint64_t mine = backend_.replicated_hash();
@@ -129,6 +130,8 @@ Status SdcCheck::check(int64_t step) {
   for (int r = 0; r < dp; ++r)
     hashes[static_cast<size_t>(r)] = sdc_hash_decode(slots.data() + kSdcFloatsPerHash * r);
   const SdcVerdict v = sdc_judge(hashes);
+  ++checks_;
+  check_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!v.mismatch) {
     last_passed_ = step;
     return {};

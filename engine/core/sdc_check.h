@@ -84,6 +84,9 @@ class SdcCheck {
   // Reports the mismatch to `observer`, waits until every rank has (so every rank's event is out before any
   // rank exits) and returns the error that stops the run.
   Status stop(TrainObserver* observer);
+  // Checks made so far and the wall time they took on this rank (hash and all-reduce), for the run's end.
+  int64_t checks() const { return checks_; }
+  double check_seconds() const { return check_s_; }
 
  private:
   Status check(int64_t step);
@@ -98,6 +101,8 @@ class SdcCheck {
   std::string state_;  // Backend::replicated_state()
   bool enabled_ = false;
   int64_t last_passed_ = -1;
+  int64_t checks_ = 0;
+  double check_s_ = 0;
   std::optional<SdcMismatch> found_;
 };
 

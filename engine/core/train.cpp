@@ -436,6 +436,8 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
   summary.params_xxh64 = xxhash64(final_params.data(), final_params.size() * sizeof(float));
   summary.last_step = step;
   summary.last_loss = last_loss;
+  summary.sdc_checks = sdc.checks();
+  summary.sdc_check_s = sdc.check_seconds();
   enter(TrainPhase::kDone);
   return summary;
 }

@@ -161,6 +161,8 @@ struct TrainSummary {
   std::string checkpoint_dir;  // the checkpoint written at the end
   bool stopped_early = false;  // by options.stop
   int64_t skipped_steps = 0;   // updates the step guard skipped
+  int64_t sdc_checks = 0;      // silent-data-corruption checks made (engine/core/sdc_check.h)
+  double sdc_check_s = 0;      // and this rank's wall time in them
 };
 
 Result<TrainSummary> train_run(const Config& config, const TrainOptions& options, TrainObserver* observer);

@@ -7,11 +7,12 @@ that a machine whose load drifts (other builds on shared cores) hits each alike.
 Throughput is the global batch's tokens over the mean step time of the timed steps (after --warmup), where a
 step's time includes its check (the check runs inside the step, before its record is taken); a check every
 10 steps shows in the mean, not in a median. Prints one JSON line per setting and round, then one summary
-line per setting: the median over rounds of tokens/s, and its cost against off (1 - tokens/s / off's).
+line per setting: the median over rounds of tokens/s, its cost against off (1 - tokens/s / off's), and the
+check's own wall time (rank 0's, from its goodbye line) as a share of off's mean step time.
 
   python3 tests/bench/sdc_cost.py --engine build/app/gantry-engine [--zero 0] [--rounds 5] [--steps 60]
 """
-import argparse, json, os, statistics, subprocess, sys, tempfile
+import argparse, json, os, re, statistics, subprocess, sys, tempfile
 
 SETTINGS = [0, 10, 1]  # train.sdc_check_every
 
@@ -47,7 +48,10 @@ def run(engine, source_dir, work, zero, steps, warmup, every, rnd):
     # step_s from tokens_per_s (the record's global tokens / step time): tokens = global batch x seq_len.
     tokens = 16 * 64
     mean_s = statistics.fmean(tokens / s["tokens_per_s"] for s in timed)
+    # Rank 0's goodbye: "..., 40 sdc checks (0.412 ms each)" -- the check's own wall time, hash and all-reduce.
+    m = re.search(r"(\d+) sdc checks \(([\d.]+) ms each\)", p.stderr)
     return {"every": every, "zero": zero, "round": rnd, "steps": len(timed), "mean_step_ms": mean_s * 1e3,
+            "checks": int(m.group(1)) if m else 0, "check_ms": float(m.group(2)) if m else None,
             "tokens_per_s": tokens / mean_s,
             "check": next((l for l in p.stderr.splitlines() if l.startswith("sdc check:")), "?")}
 
@@ -62,12 +66,18 @@ def main():
     ap.add_argument("--warmup", type=int, default=10)
     a = ap.parse_args()
     results = {e: [] for e in SETTINGS}
+    check_ms = {e: [] for e in SETTINGS}
+    step_ms_off = []
     with tempfile.TemporaryDirectory(prefix=f"gantry_sdc_cost_{os.getpid()}_") as work:
         for rnd in range(a.rounds):
             for every in SETTINGS:
                 r = run(a.engine, a.source, work, a.zero, a.steps, a.warmup, every, rnd)
                 print(json.dumps(r), flush=True)
                 results[every].append(r["tokens_per_s"])
+                if r["check_ms"] is not None:
+                    check_ms[every].append(r["check_ms"])
+                if every == 0:
+                    step_ms_off.append(r["mean_step_ms"])
     off = statistics.median(results[0])
     for every in SETTINGS:
         med = statistics.median(results[every])
@@ -77,7 +87,14 @@ def main():
                           "median_tokens_per_s": round(med, 1),
                           "cost_vs_off": round(1 - med / off, 4),
                           "paired_cost_median": round(statistics.median(paired), 4),
-                          "paired_cost_min": round(min(paired), 4), "paired_cost_max": round(max(paired), 4)}),
+                          "paired_cost_min": round(min(paired), 4), "paired_cost_max": round(max(paired), 4),
+                          # The check's own time over the steps it covers, against off's mean step time:
+                          # the cost the throughput difference above cannot resolve through the noise.
+                          "check_ms_median": round(statistics.median(check_ms[every]), 4) if check_ms[every]
+                          else None,
+                          "check_share_of_step": round(statistics.median(check_ms[every]) / every /
+                                                       statistics.median(step_ms_off), 5)
+                          if check_ms[every] else None}),
               flush=True)
 
 

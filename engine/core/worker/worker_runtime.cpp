@@ -639,11 +639,17 @@ WorkerResult worker_run(const WorkerOptions& options, const WorkerEnv& env) {
                    env.rank, kWorkerFaultVariable, static_cast<unsigned long long>(s->params_xxh64),
                    static_cast<long long>(s->skipped_steps));
     }
-    char line[512];
-    std::snprintf(line, sizeof line, "done: step %lld, loss %.6f%s, checkpoint %s",
+    char sdc[96] = "";
+    if (s->sdc_checks > 0) {
+      std::snprintf(sdc, sizeof sdc, ", %lld sdc checks (%.3f ms each)",
+                    static_cast<long long>(s->sdc_checks),
+                    s->sdc_check_s * 1e3 / static_cast<double>(s->sdc_checks));
+    }
+    char line[640];
+    std::snprintf(line, sizeof line, "done: step %lld, loss %.6f%s, checkpoint %s%s",
                   static_cast<long long>(s->last_step), s->last_loss,
                   s->last_val_loss ? (", val loss " + std::to_string(*s->last_val_loss)).c_str() : "",
-                  s->checkpoint_dir.c_str());
+                  s->checkpoint_dir.c_str(), sdc);
     if (s->stopped_early) {
       finish(kWorkerExitInterrupted,
              std::string(observer.stopped_by_action() ? "stopped by the operator" : "stopped by a signal") +
