@@ -124,6 +124,7 @@ Status SdcCheck::check(int64_t step) {
   const int dp = dims_.dp;
   std::vector<float> slots(static_cast<size_t>(kSdcFloatsPerHash) * dp, 0.0f);
   const uint64_t mine = backend_.replicated_hash();
+  hash_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   sdc_hash_encode(mine, slots.data() + static_cast<size_t>(kSdcFloatsPerHash) * dims_.dp_rank());
   if (Status st = dp_->all_reduce_host(slots.data(), slots.size(), timeout_); !st.ok()) return st;
   std::vector<uint64_t> hashes(static_cast<size_t>(dp));

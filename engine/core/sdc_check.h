@@ -87,6 +87,10 @@ class SdcCheck {
   // Checks made so far and the wall time they took on this rank (hash and all-reduce), for the run's end.
   int64_t checks() const { return checks_; }
   double check_seconds() const { return check_s_; }
+  double hash_seconds() const {
+    return hash_s_;
+  }  // of those, hashing (the rest is the all-reduce, waits
+     // for the slowest rank included)
 
  private:
   Status check(int64_t step);
@@ -103,6 +107,7 @@ class SdcCheck {
   int64_t last_passed_ = -1;
   int64_t checks_ = 0;
   double check_s_ = 0;
+  double hash_s_ = 0;
   std::optional<SdcMismatch> found_;
 };
 

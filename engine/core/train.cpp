@@ -438,6 +438,7 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
   summary.last_loss = last_loss;
   summary.sdc_checks = sdc.checks();
   summary.sdc_check_s = sdc.check_seconds();
+  summary.sdc_hash_s = sdc.hash_seconds();
   enter(TrainPhase::kDone);
   return summary;
 }

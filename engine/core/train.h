@@ -163,6 +163,7 @@ struct TrainSummary {
   int64_t skipped_steps = 0;   // updates the step guard skipped
   int64_t sdc_checks = 0;      // silent-data-corruption checks made (engine/core/sdc_check.h)
   double sdc_check_s = 0;      // and this rank's wall time in them
+  double sdc_hash_s = 0;       // of that, hashing
 };
 
 Result<TrainSummary> train_run(const Config& config, const TrainOptions& options, TrainObserver* observer);

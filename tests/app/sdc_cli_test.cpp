@@ -161,6 +161,7 @@ TEST_P(SdcClean, ACleanFourRankRunCheckedEveryStepRaisesNoAlarm) {
   EXPECT_THAT(run.err(), Not(HasSubstr("silent data corruption")));
   EXPECT_THAT(run.err(), HasSubstr("done: step 6")) << run.err();
   EXPECT_THAT(run.err(), HasSubstr("6 sdc checks (")) << run.err();
+  EXPECT_THAT(run.err(), HasSubstr(" ms each, hashing ")) << run.err();
   EXPECT_TRUE(json_lines(run.out(), "sdc_mismatch").empty()) << run.out();
   EXPECT_EQ(json_lines(run.out(), "").size(), 6u) << run.out();
 #ifdef GANTRY_HAVE_STORAGE

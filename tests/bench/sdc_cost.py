@@ -48,10 +48,12 @@ def run(engine, source_dir, work, zero, steps, warmup, every, rnd):
     # step_s from tokens_per_s (the record's global tokens / step time): tokens = global batch x seq_len.
     tokens = 16 * 64
     mean_s = statistics.fmean(tokens / s["tokens_per_s"] for s in timed)
-    # Rank 0's goodbye: "..., 40 sdc checks (0.412 ms each)" -- the check's own wall time, hash and all-reduce.
-    m = re.search(r"(\d+) sdc checks \(([\d.]+) ms each\)", p.stderr)
+    # Rank 0's goodbye: "..., 40 sdc checks (0.412 ms each, hashing 0.101 ms)": the check's own wall time
+    # (hash and all-reduce; the all-reduce also waits for the slowest rank) and, of it, the hash.
+    m = re.search(r"(\d+) sdc checks \(([\d.]+) ms each, hashing ([\d.]+) ms\)", p.stderr)
     return {"every": every, "zero": zero, "round": rnd, "steps": len(timed), "mean_step_ms": mean_s * 1e3,
             "checks": int(m.group(1)) if m else 0, "check_ms": float(m.group(2)) if m else None,
+            "hash_ms": float(m.group(3)) if m else None,
             "tokens_per_s": tokens / mean_s,
             "check": next((l for l in p.stderr.splitlines() if l.startswith("sdc check:")), "?")}
 
@@ -67,6 +69,7 @@ def main():
     a = ap.parse_args()
     results = {e: [] for e in SETTINGS}
     check_ms = {e: [] for e in SETTINGS}
+    hash_ms = {e: [] for e in SETTINGS}
     step_ms_off = []
     with tempfile.TemporaryDirectory(prefix=f"gantry_sdc_cost_{os.getpid()}_") as work:
         for rnd in range(a.rounds):
@@ -76,6 +79,7 @@ def main():
                 results[every].append(r["tokens_per_s"])
                 if r["check_ms"] is not None:
                     check_ms[every].append(r["check_ms"])
+                    hash_ms[every].append(r["hash_ms"])
                 if every == 0:
                     step_ms_off.append(r["mean_step_ms"])
     off = statistics.median(results[0])
@@ -94,7 +98,12 @@ def main():
                           else None,
                           "check_share_of_step": round(statistics.median(check_ms[every]) / every /
                                                        statistics.median(step_ms_off), 5)
-                          if check_ms[every] else None}),
+                          if check_ms[every] else None,
+                          "hash_ms_median": round(statistics.median(hash_ms[every]), 4) if hash_ms[every]
+                          else None,
+                          "hash_share_of_step": round(statistics.median(hash_ms[every]) / every /
+                                                      statistics.median(step_ms_off), 6)
+                          if hash_ms[every] else None}),
               flush=True)
 
 

@@ -639,11 +639,11 @@ WorkerResult worker_run(const WorkerOptions& options, const WorkerEnv& env) {
                    env.rank, kWorkerFaultVariable, static_cast<unsigned long long>(s->params_xxh64),
                    static_cast<long long>(s->skipped_steps));
     }
-    char sdc[96] = "";
+    char sdc[128] = "";
     if (s->sdc_checks > 0) {
-      std::snprintf(sdc, sizeof sdc, ", %lld sdc checks (%.3f ms each)",
-                    static_cast<long long>(s->sdc_checks),
-                    s->sdc_check_s * 1e3 / static_cast<double>(s->sdc_checks));
+      const double n = static_cast<double>(s->sdc_checks);
+      std::snprintf(sdc, sizeof sdc, ", %lld sdc checks (%.3f ms each, hashing %.3f ms)",
+                    static_cast<long long>(s->sdc_checks), s->sdc_check_s * 1e3 / n, s->sdc_hash_s * 1e3 / n);
     }
     char line[640];
     std::snprintf(line, sizeof line, "done: step %lld, loss %.6f%s, checkpoint %s%s",
