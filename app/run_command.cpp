@@ -181,6 +181,10 @@ int run_main(const RunArgs& a) {
         nlohmann::json p = nlohmann::json::parse(e.payload, nullptr, /*allow_exceptions=*/false);
         skipped_line_print(e.step, p.is_object() ? p.value("reason", "") : e.message, a.json);
       }
+      if (e.kind == "sdc_mismatch") {
+        // Each rank the check names reports itself: one line per suspect.
+        sdc_mismatch_line_print(e.step, e.rank, e.node, e.message, a.json);
+      }
     }
     for (const CheckpointRecord& c : batch.checkpoints) {
       if (c.state == CheckpointState::kCommitted && c.rank == kCheckpointAllRanks) {

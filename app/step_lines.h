@@ -78,4 +78,18 @@ inline void skipped_line_print(int64_t step, const std::string& reason, bool jso
   }
 }
 
+// The silent-data-corruption check named a rank (engine/core/sdc_check.h): one line per named rank; the run
+// stops after it.
+inline void sdc_mismatch_line_print(int64_t step, int rank, const std::string& node,
+                                    const std::string& message, bool json) {
+  std::fprintf(stderr, "sdc mismatch at step %lld, rank %d (host %s): %s\n", static_cast<long long>(step),
+               rank, node.empty() ? "unknown" : node.c_str(), message.c_str());
+  if (json) {
+    nlohmann::json j = {
+        {"event", "sdc_mismatch"}, {"step", step}, {"rank", rank}, {"node", node}, {"message", message}};
+    std::printf("%s\n", j.dump().c_str());
+    std::fflush(stdout);
+  }
+}
+
 }  // namespace gantry

@@ -8,7 +8,8 @@
 
 #include "app/commands.h"
 #include "app/step_lines.h"
-#include "engine/core/config.h"  // kCollectiveTimeoutMinS/MaxS
+#include "engine/core/config.h"     // kCollectiveTimeoutMinS/MaxS
+#include "engine/core/sdc_check.h"  // SdcMismatch, for the line printed without a launcher
 #include "engine/core/worker/worker_env.h"
 #include "engine/core/worker/worker_runtime.h"
 
@@ -47,6 +48,10 @@ class Rank0Printer final : public TrainObserver {
   void on_checkpoint(const CheckpointReport& c) override { checkpoint_line_print(c, json_); }
   void on_step_skipped(int64_t step, const std::string& reason) override {
     skipped_line_print(step, reason, json_);
+  }
+  void on_sdc_mismatch(const SdcMismatch& m) override {
+    for (size_t k = 0; k < m.suspect_ranks.size(); ++k)
+      sdc_mismatch_line_print(m.step, m.suspect_ranks[k], m.suspect_hosts[k], m.message, json_);
   }
 
  private:

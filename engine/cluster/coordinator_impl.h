@@ -232,6 +232,13 @@ struct Coordinator::Impl {
 
   HttpResponse release(const HttpRequest& req);
 
+  // A worker's sdc_mismatch event (engine/core/sdc_check.h): when a majority of the dp replicas agreed, the
+  // node of the rank that differed is quarantined (no new work) with an sdc_quarantine event. The run itself
+  // is stopping already (every rank stops on a mismatch); other runs on the node are not moved (the
+  // operator's quarantine does that). Without a majority nothing is quarantined: no node can be blamed.
+  // Called with mu held.
+  void quarantine_for_sdc(Run& r, const EventRecord& e);
+
   // The server's second chance for a request the operator's token did not open (HttpServerOptions::
   // also_accept): the join token registers a node; a node's credential sends that node's heartbeats.
   bool agent_may(const std::string& method, const std::string& path, std::string_view token);

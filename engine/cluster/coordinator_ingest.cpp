@@ -75,6 +75,7 @@ void Coordinator::Impl::ingest(RecordBatch& batch, size_t reserved) {
       if (e.kind == "action_pause" && r.state == RunState::kRunning) set_state(r, RunState::kPaused);
       if (e.kind == "action_resume" && r.state == RunState::kPaused) set_state(r, RunState::kRunning);
     }
+    if (e.kind == "sdc_mismatch") quarantine_for_sdc(r, e);
     keep.events.push_back(std::move(e));
   }
   // Checkpoints: the records are catalogued, and become the run's events, by the database's ingest

@@ -92,6 +92,27 @@ HttpResponse Coordinator::Impl::quarantine(const HttpRequest& req) {
   return HttpResponse::ok({{"node", id}, {"state", "quarantined"}, {"moving_runs", moving}}, 202);
 }
 
+void Coordinator::Impl::quarantine_for_sdc(Run& r, const EventRecord& e) {
+  const json p = json::parse(e.payload, nullptr, false);
+  if (!p.is_object() || !p.value("majority", false)) return;
+  // The rank's node from the run's placement, not from the event's host name (several agents may share a
+  // host, and the placement is what quarantine acts on).
+  std::string id;
+  for (const NodeShare& s : r.shares) {
+    if (e.rank >= s.first_rank && e.rank < s.first_rank + s.ranks) id = s.node;
+  }
+  auto it = nodes.find(id);
+  if (it == nodes.end() || it->second.state == NodeState::quarantined) return;
+  it->second.state = NodeState::quarantined;
+  upsert_node(it->second, "quarantined");
+  event(r.id, "sdc_quarantine",
+        "node " + id + " quarantined: rank " + std::to_string(e.rank) + "'s " + p.value("state", "replica") +
+            " disagreed with " + std::to_string(p.value("agreeing", 0)) + " of " +
+            std::to_string(p.value("replicas", 0)) + " replicas at step " + std::to_string(e.step) +
+            " (silent data corruption); the run stops, rollback is not implemented yet",
+        {{"node", id}, {"rank", e.rank}}, e.step, id);
+}
+
 HttpResponse Coordinator::Impl::release(const HttpRequest& req) {
   std::lock_guard<std::mutex> lock(mu);
   HttpResponse fail;

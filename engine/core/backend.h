@@ -165,6 +165,21 @@ class Backend {
     return {.params = n, .grads = n, .optimizer = 2 * n};
   }
 
+  // The silent-data-corruption check (engine/core/sdc_check.h): what of this rank's state every dp replica
+  // holds bit-identically after an update ("fp32 parameters"; "" = nothing: ZeRO 3 shards everything, or
+  // the backend has no checksum), its size in bytes, and its replica_hash (engine/core/replica_hash.h).
+  // Every rank of the gang calls replicated_hash() at the same step (the CUDA backend's ZeRO 1-2 first
+  // gathers its bf16 copy, a collective, when the update left it stale).
+  virtual std::string replicated_state() const { return ""; }
+  virtual uint64_t replicated_bytes() const { return 0; }
+  virtual uint64_t replicated_hash() { return 0; }
+  // Test-only (GANTRY_TEST_WORKER_FAULT flip_bit): flips bit `bit` (< 8 x replicated_bytes()) of that state
+  // on this rank, as failing memory or arithmetic would. False where there is no such state.
+  virtual bool test_flip_replicated_bit(uint64_t bit) {
+    (void)bit;
+    return false;
+  }
+
  private:
   std::vector<float> snapshot_host_;  // snapshot_memory's default: ordinary host memory
 };

@@ -64,6 +64,12 @@ struct TrainConfig {
   double guard_spike_factor = 0;   // 0 = no spike check, else in (1, 1e6]
   int guard_window = 20;           // 1..100000 steps
   int guard_max_skips_in_row = 5;  // 1..1000000
+  // Silent-data-corruption check (engine/core/sdc_check.h): every this many steps the data-parallel replicas
+  // compare a 64-bit hash of the state they must hold identically; a mismatch names the rank and stops the
+  // run. 0 = off, else 1..1000000000. 100 by default: a check costs one pass over the parameters and an
+  // all-reduce of 4 floats per replica, a fraction of a percent of 100 steps (docs/PERF.md), while a
+  // corruption is found within 100 steps, before it is averaged into every replica's next checkpoints.
+  int sdc_check_every = 100;
 };
 
 // train.collective_timeout_s's range, shared with the flags that override it.

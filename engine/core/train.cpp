@@ -19,6 +19,7 @@
 #include "engine/core/parallel/shard_plan.h"
 #include "engine/core/rng.h"
 #include "engine/core/sampler.h"
+#include "engine/core/sdc_check.h"
 #include "engine/core/step_guard.h"
 #include "engine/core/token_dataset.h"
 #include "engine/core/train_checkpoints.h"
@@ -148,6 +149,8 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
         "norm); set it to 0 (NaN/Inf steps are still skipped)");
   }
   StepGuard guard(c.train);
+  SdcCheck sdc(c.train.sdc_check_every, dims, dist != nullptr ? dist->dp : nullptr, comm_timeout, *backend,
+               opt.test_flip_bit_step);
 
   Rng rng{c.train.seed};
   int64_t step = 0;
@@ -188,7 +191,8 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
     summary_text += "\n" + util.formula;
     if (dims.world > 1) {
       summary_text += "\nlayout " + dims.describe() + " | " +
-                      shard_memory_text(shard_plan_make(table, dp, dp_rank, dims.zero, bucket_bytes));
+                      shard_memory_text(shard_plan_make(table, dp, dp_rank, dims.zero, bucket_bytes)) + "\n" +
+                      sdc.describe();
       if (backend->name() != "cpu") {
         // The GPU keeps a bf16 copy beside the fp32 master weights: its own bytes, not the fp32 formula's.
         const StateBytes held = backend->state_bytes();
@@ -405,6 +409,8 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
       rep.val_loss = vsum / windows;
       summary.last_val_loss = rep.val_loss;
     }
+    // Inside the step's time: the check's cost shows in the throughput it costs.
+    if (Status s = sdc.after_step(step); !s.ok()) return s;
     const double secs = seconds_since(t0);
     rep.step_s = secs;
     rep.tokens_per_s = static_cast<double>(rep.tokens) / secs;
@@ -415,6 +421,7 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
     rep.rank_mfu = util.mfu(rank_rate);
     rep.rank_hfu = util.hfu(rank_rate);
     observer->on_step(rep);
+    if (sdc.found()) return sdc.stop(observer);
 
     if (c.train.checkpoint_every > 0 && step % c.train.checkpoint_every == 0 && step < last_step) {
       Status s = write_checkpoint(loss, /*from_action=*/false, /*final=*/false);
@@ -434,6 +441,9 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
   summary.params_xxh64 = xxhash64(final_params.data(), final_params.size() * sizeof(float));
   summary.last_step = step;
   summary.last_loss = last_loss;
+  summary.sdc_checks = sdc.checks();
+  summary.sdc_check_s = sdc.check_seconds();
+  summary.sdc_hash_s = sdc.hash_seconds();
   enter(TrainPhase::kDone);
   return summary;
 }

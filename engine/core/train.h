@@ -21,6 +21,7 @@ namespace gantry {
 
 class Communicator;
 class StoreClient;
+struct SdcMismatch;  // engine/core/sdc_check.h
 
 // One rank of a gang, as the worker runtime sets it up (engine/core/worker). Absent = one process.
 // Every rank calls train_run with the same config; the loop splits the global batch over dp, reduces
@@ -114,6 +115,9 @@ class TrainObserver {
   virtual void on_action(TrainAction /*action*/, int64_t /*step*/) {}
   // The step guard skipped step `step`'s update (every rank hears it, at the same step), before its on_step.
   virtual void on_step_skipped(int64_t /*step*/, const std::string& /*reason*/) {}
+  // The silent-data-corruption check found replicas that disagree (engine/core/sdc_check.h): every rank
+  // hears the same verdict at the same step, after that step's on_step; the run then stops with the reason.
+  virtual void on_sdc_mismatch(const SdcMismatch& /*mismatch*/) {}
 };
 
 // Where a rank is in train_run. A watchdog thread reads it while the loop runs (the worker's heartbeat
@@ -156,6 +160,10 @@ struct TrainOptions {
   // Test-only (GANTRY_TEST_WORKER_FAULT kill_in_checkpoint, hold_checkpoint): called at each stage of an
   // asynchronous checkpoint write (checkpoint.h), from the train loop's thread or the writer's.
   CheckpointHook test_checkpoint_hook;
+  // Test-only (GANTRY_TEST_WORKER_FAULT flip_bit): after the update of step test_flip_bit_step (1-based) this
+  // rank flips one bit of its replicated parameters, so the next silent-data-corruption check names it.
+  // 0 = never.
+  int64_t test_flip_bit_step = 0;
 };
 
 struct TrainSummary {
@@ -168,6 +176,9 @@ struct TrainSummary {
   std::string checkpoint_dir;  // the checkpoint written at the end
   bool stopped_early = false;  // by options.stop
   int64_t skipped_steps = 0;   // updates the step guard skipped
+  int64_t sdc_checks = 0;      // silent-data-corruption checks made (engine/core/sdc_check.h)
+  double sdc_check_s = 0;      // and this rank's wall time in them
+  double sdc_hash_s = 0;       // of that, hashing
 };
 
 Result<TrainSummary> train_run(const Config& config, const TrainOptions& options, TrainObserver* observer);

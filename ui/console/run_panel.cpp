@@ -20,7 +20,7 @@ constexpr uint32_t kGreen = IM_COL32(120, 220, 120, 255);
 constexpr uint32_t kRed = IM_COL32(240, 90, 90, 255);
 constexpr uint32_t kViolet = IM_COL32(190, 140, 255, 255);
 
-// Checkpoints, moves, stragglers and skipped steps as markers on every plot of the run.
+// Checkpoints, moves, stragglers, skipped steps and SDC mismatches as markers on every plot of the run.
 std::vector<plot::PlotMarker> event_markers(const ConsoleSnapshot& s) {
   std::vector<plot::PlotMarker> out;
   for (const EventView& e : s.events) {
@@ -34,6 +34,9 @@ std::vector<plot::PlotMarker> event_markers(const ConsoleSnapshot& s) {
     } else if (k == "step_skipped" && e.record.rank <= 0) {
       // The step guard skipped the update; every rank reports it, rank 0's marks it once.
       out.push_back({static_cast<double>(e.record.step), "skipped", kRed});
+    } else if (k == "sdc_mismatch") {
+      // Silent data corruption: each rank the check named reports itself, and each is marked.
+      out.push_back({static_cast<double>(e.record.step), "sdc r" + std::to_string(e.record.rank), kRed});
     } else if (k == "straggler") {
       out.push_back(
           {static_cast<double>(e.record.step), "straggler r" + std::to_string(e.record.rank), kRed});

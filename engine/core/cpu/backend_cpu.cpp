@@ -12,6 +12,7 @@
 #include "engine/core/gpt.h"
 #include "engine/core/optim.h"
 #include "engine/core/parallel/zero_host_state.h"
+#include "engine/core/replica_hash.h"
 
 namespace gantry {
 
@@ -135,6 +136,29 @@ class CpuBackend final : public Backend {
   std::vector<FlatRange> held_ranges(StateBuffer which) const override { return state_->held(which); }
   std::vector<FlatRange> written_ranges(StateBuffer which) const override { return state_->written(which); }
   void gather_params(float* out) override { state_->gather_params(out); }
+
+  // ZeRO 0-2 keep every parameter on every rank (ZeRO 1-2 all-gather the updated shards at the end of the
+  // update): those fp32 values are what the replicas must hold identically. ZeRO 3 keeps only the shard.
+  std::string replicated_state() const override { return state_->plan().zero < 3 ? "fp32 parameters" : ""; }
+  uint64_t replicated_bytes() const override {
+    return state_->plan().zero < 3 ? table_.numel() * sizeof(float) : 0;
+  }
+  uint64_t replicated_hash() override {
+    const float* p = state_->full_params();
+    return p != nullptr ? replica_hash(p, table_.numel() * sizeof(float)) : 0;
+  }
+  bool test_flip_replicated_bit(uint64_t bit) override {
+    if (state_->plan().zero >= 3 || bit >= replicated_bytes() * 8) return false;
+    const size_t element = static_cast<size_t>(bit / 32);
+    float v = 0;
+    state_->read(StateBuffer::kParams, element, 1, &v);
+    uint32_t u = 0;
+    std::memcpy(&u, &v, sizeof u);
+    u ^= uint32_t{1} << (bit % 32);
+    std::memcpy(&v, &u, sizeof v);
+    state_->write(StateBuffer::kParams, element, 1, &v);
+    return true;
+  }
 
  private:
   // Pointers to the tensors of one unit (embeddings, a block, the final norm) inside that unit's buffer;

@@ -239,6 +239,10 @@ class CudaBackend final : public Backend {
   std::vector<FlatRange> written_ranges(StateBuffer which) const override { return state_->written(which); }
   void gather_params(float* out) override { state_->gather_params(out); }
   StateBytes state_bytes() const override { return state_->bytes(); }
+  std::string replicated_state() const override { return state_->replicated_state(); }
+  uint64_t replicated_bytes() const override { return state_->replicated_bytes(); }
+  uint64_t replicated_hash() override { return state_->replicated_hash(); }
+  bool test_flip_replicated_bit(uint64_t bit) override { return state_->flip_replicated_bit(bit); }
 
   DeviceHealth device_health() override {
     // Memory is this backend's own accounting (every cudaMalloc it made, the cuBLASLt workspace included),

@@ -3,6 +3,7 @@
 
 #include "engine/core/comm/communicator.h"
 #include "engine/core/cuda/cuda_check.h"
+#include "engine/core/cuda/replica_hash.cuh"
 #include "engine/core/cuda/zero_device_state.cuh"
 #include "engine/core/fatal.h"
 
@@ -37,6 +38,7 @@ ZeroDeviceState::ZeroDeviceState(const TensorTable& table, ShardPlan plan, Commu
   CUDA_CHECK(cudaMemset(grads_, 0, (zero_ < 2 ? P : S) * sizeof(float)));
   stats_ = floats(2);
   norm_ = floats(1);
+  hash_sum_ = static_cast<unsigned long long*>(allocate(sizeof(unsigned long long)));
   CUDA_CHECK(cudaMemset(stats_, 0, 2 * sizeof(float)));
   CUDA_CHECK(cudaMemset(norm_, 0, sizeof(float)));
   build_chunks(table, allocate);
@@ -502,6 +504,57 @@ void ZeroDeviceState::gather_params(float* out) {
   }
   cudaFree(bucket);
   check(st);
+}
+
+const char* ZeroDeviceState::replicated_state() const {
+  return zero_ == 0 ? "fp32 parameters" : zero_ < 3 ? "bf16 parameter copy" : "";
+}
+
+size_t ZeroDeviceState::replicated_bytes() const {
+  return zero_ == 0 ? plan_.numel * sizeof(float) : zero_ < 3 ? plan_.numel * sizeof(bf16) : 0;
+}
+
+uint64_t ZeroDeviceState::replicated_hash() {
+  if (zero_ == 3) return 0;
+  if (zero_ == 0) return replica_hash_cuda(master_, replicated_bytes(), hash_sum_, compute_);
+  if (comm_ != nullptr) {
+    if (params_stale_) gather_all_buckets();
+    // A gather that never finishes (a dead peer) must fail at the timeout, not hang in the hash's wait.
+    check(comm_->sync(comm_stream_, timeout_));
+    for (size_t b = 0; b < plan_.buckets.size(); ++b) {
+      if (!bucket_gather_pending_[b]) continue;
+      CUDA_CHECK(cudaStreamWaitEvent(compute_, bucket_gathered_[b]));
+      bucket_gather_pending_[b] = 0;
+    }
+  }
+  if (pending_flip_bit_ >= 0) {
+    apply_flip(static_cast<uint64_t>(pending_flip_bit_));
+    pending_flip_bit_ = -1;
+  }
+  return replica_hash_cuda(params_, replicated_bytes(), hash_sum_, compute_);
+}
+
+bool ZeroDeviceState::flip_replicated_bit(uint64_t bit) {
+  if (zero_ == 3 || bit >= replicated_bytes() * 8) return false;
+  if (zero_ != 0 && params_stale_) {
+    // The bf16 copy is gathered (a collective) only when every rank asks: the flip waits for that gather,
+    // which the next replicated_hash() makes, so it lands in the bytes the check reads.
+    pending_flip_bit_ = static_cast<int64_t>(bit);
+    return true;
+  }
+  apply_flip(bit);
+  return true;
+}
+
+void ZeroDeviceState::apply_flip(uint64_t bit) {
+  unsigned char* base =
+      zero_ == 0 ? reinterpret_cast<unsigned char*>(master_) : reinterpret_cast<unsigned char*>(params_);
+  unsigned char byte = 0;
+  CUDA_CHECK(cudaMemcpyAsync(&byte, base + bit / 8, 1, cudaMemcpyDeviceToHost, compute_));
+  CUDA_CHECK(cudaStreamSynchronize(compute_));
+  byte ^= static_cast<unsigned char>(1u << (bit % 8));
+  CUDA_CHECK(cudaMemcpyAsync(base + bit / 8, &byte, 1, cudaMemcpyHostToDevice, compute_));
+  CUDA_CHECK(cudaStreamSynchronize(compute_));  // `byte` lives on this stack
 }
 
 StateBytes ZeroDeviceState::bytes() const {

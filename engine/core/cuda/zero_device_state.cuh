@@ -100,6 +100,18 @@ class ZeroDeviceState {
   void gather_params(float* out);
   StateBytes bytes() const;  // device bytes held per category (bf16 copy and master weights as params)
 
+  // The silent-data-corruption check (engine/core/sdc_check.h): what every dp replica holds bit-identically
+  // after an update. ZeRO 0: the fp32 master weights (every rank updates all of them, identically). ZeRO
+  // 1-2: the bf16 copy, all-gathered from the owners' shards (gathered here first when the update left it
+  // stale; every rank asks at the same step, so the gathers stay in step). ZeRO 3: nothing ("").
+  const char* replicated_state() const;
+  size_t replicated_bytes() const;
+  uint64_t replicated_hash();  // waits
+  // Test-only: flips bit `bit` of that state on this rank; false where there is none or past its end. ZeRO
+  // 1-2: into the bf16 copy as the next replicated_hash() gathers it (gathering here, on one rank, would
+  // break the collectives' order).
+  bool flip_replicated_bit(uint64_t bit);
+
  private:
   // A staging slot for one bucket's gradients (ZeRO 2/3), or a slot for one block's bf16 parameters
   // (ZeRO 3). `free` is recorded when the last reader or the reduction is done with the contents.
@@ -131,6 +143,7 @@ class ZeroDeviceState {
   void gather_into(ParamSlot& slot, int unit);
   ParamSlot& resident_slot(int unit);
   GradSlot& open_grad_slot(int bucket);
+  void apply_flip(uint64_t bit);  // flip_replicated_bit's byte, now, on the compute stream
 
   ShardPlan plan_;
   Communicator* comm_;
@@ -142,9 +155,11 @@ class ZeroDeviceState {
 
   float* master_ = nullptr;  // P (ZeRO 0) or the shard S
   float *m_ = nullptr, *v_ = nullptr;
-  float* grads_ = nullptr;  // P (ZeRO 0/1) or the shard S (ZeRO 2/3)
-  bf16* params_ = nullptr;  // P (ZeRO 0-2) or the shard S (ZeRO 3)
-  float* stats_ = nullptr;  // [loss sum, sum of squared gradients]
+  float* grads_ = nullptr;                  // P (ZeRO 0/1) or the shard S (ZeRO 2/3)
+  bf16* params_ = nullptr;                  // P (ZeRO 0-2) or the shard S (ZeRO 3)
+  float* stats_ = nullptr;                  // [loss sum, sum of squared gradients]
+  unsigned long long* hash_sum_ = nullptr;  // replicated_hash()'s device scratch word
+  int64_t pending_flip_bit_ = -1;           // flip_replicated_bit's, until the gather it waits for
   float* norm_ = nullptr;
   float* chunk_scratch_ = nullptr;  // ZeRO 1-3: one partial sum of squares per chunk
   AdamWChunk* chunks_ = nullptr;

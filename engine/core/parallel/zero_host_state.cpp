@@ -435,6 +435,11 @@ void ZeroHostState::write(StateBuffer which, size_t offset, size_t count, const 
                std::string("write of ") + state_buffer_name(which) + " outside the rank's shard");
 }
 
+const float* ZeroHostState::full_params() {
+  wait_all();
+  return plan_.zero < 3 ? params_.data() : nullptr;
+}
+
 void ZeroHostState::gather_params(float* out) {
   wait_all();
   if (plan_.zero < 3) {

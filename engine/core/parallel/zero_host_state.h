@@ -83,6 +83,9 @@ class ZeroHostState {
   void write(StateBuffer which, size_t offset, size_t count, const float* in);
   // Every parameter (a collective under ZeRO 3: every rank must call it).
   void gather_params(float* out);
+  // The full parameter buffer once every queued collective is done (ZeRO 0-2, where every rank keeps all of
+  // it); null under ZeRO 3. For the replica checksum (engine/core/sdc_check.h), without a copy.
+  const float* full_params();
 
   ShardMemory allocated() const;  // floats actually held, per category
   // Seconds the caller spent waiting for communication since begin_step.

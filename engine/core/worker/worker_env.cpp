@@ -185,8 +185,8 @@ Result<WorkerFault> worker_fault_parse(const std::string& text, int rank) {
       return Status::error(
           std::string(kWorkerFaultVariable) + " item '" + item + "': " + why +
           " (expected <rank>:exit_at_start, <rank>:hang_at_start, <rank>:exit_after_step:<k> or "
-          "<rank>:slow_forward:<ms>, <rank>:nan_grad:<k>, <rank>:kill_in_checkpoint:<stage>:<k> or "
-          "<rank>:hold_checkpoint:<k>)");
+          "<rank>:slow_forward:<ms>, <rank>:nan_grad:<k>, <rank>:kill_in_checkpoint:<stage>:<k>, "
+          "<rank>:hold_checkpoint:<k> or <rank>:flip_bit:<k>)");
     };
     size_t colon = item.find(':');
     long long r = 0;
@@ -239,6 +239,12 @@ Result<WorkerFault> worker_fault_parse(const std::string& text, int rank) {
       if (!parse_int(fault.substr(16), 1, std::numeric_limits<int64_t>::max(), &k))
         return bad("step must be >= 1");
       f.kind = WorkerFault::hold_checkpoint;
+      f.step = k;
+    } else if (fault.rfind("flip_bit:", 0) == 0) {
+      long long k = 0;
+      if (!parse_int(fault.substr(9), 1, std::numeric_limits<int64_t>::max(), &k))
+        return bad("step must be >= 1");
+      f.kind = WorkerFault::flip_bit;
       f.step = k;
     } else {
       return bad("unknown fault '" + fault + "'");

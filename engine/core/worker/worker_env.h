@@ -65,6 +65,8 @@ Result<HostPort> host_port_parse(const std::string& text, const std::string& wha
 //                        shard's first slice), before_commit, after_commit (the manifest's rename; rank 0)
 //   hold_checkpoint:<k>  the writer of the checkpoint of step k holds after its first slice until the train
 //                        loop asks for the next checkpoint, which must then wait for it (at most 60 s)
+//   flip_bit:<k>         after step k's update the worker flips one bit of its replicated parameters (silent
+//                        data corruption): the next check (train.sdc_check_every) must name this rank
 // The tests of the launcher's gang semantics use it to make one rank fail in a known way, the
 // coordinator's straggler tests to make one rank slow.
 struct WorkerFault {
@@ -76,9 +78,10 @@ struct WorkerFault {
     slow_forward,
     nan_grad,
     kill_in_checkpoint,
-    hold_checkpoint
+    hold_checkpoint,
+    flip_bit
   } kind = none;
-  int64_t step = 0;  // exit_after_step, nan_grad, kill_in_checkpoint, hold_checkpoint
+  int64_t step = 0;  // exit_after_step, nan_grad, kill_in_checkpoint, hold_checkpoint, flip_bit
   CheckpointStage stage = CheckpointStage::kCopy;  // kill_in_checkpoint
   int64_t delay_ms = 0;                            // slow_forward
 };

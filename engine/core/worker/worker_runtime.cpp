@@ -30,6 +30,7 @@
 #include "engine/core/comm/store_server.h"
 #include "engine/core/config.h"
 #include "engine/core/parallel/parallel_dims.h"
+#include "engine/core/sdc_check.h"
 #include "engine/core/step_records.h"
 #include "engine/core/train_checkpoints.h"  // checkpoint_cost_text
 #include "engine/core/worker/rendezvous_server.h"
@@ -320,6 +321,25 @@ class WorkerObserver final : public TrainObserver {
     batch.events.push_back(std::move(e));
     send_batch(batch);
     if (local_) local_->on_step_skipped(step, reason);
+  }
+
+  // Each rank the silent-data-corruption check names reports itself, so the event's rank and node are the
+  // suspect's own (the coordinator quarantines that node when a majority agreed); the others only hear it.
+  void on_sdc_mismatch(const SdcMismatch& m) override {
+    if (m.named(env_.rank)) {
+      RecordBatch batch;
+      EventRecord e;
+      e.time_unix_s = unix_now_s();
+      e.step = m.step;
+      e.kind = "sdc_mismatch";
+      e.rank = env_.rank;
+      e.node = host_;
+      e.message = m.message;
+      e.payload = m.payload;
+      batch.events.push_back(std::move(e));
+      send_batch(batch);
+    }
+    if (local_) local_->on_sdc_mismatch(m);
   }
 
   // Every rank reports an action taking effect, so the events show it at one step on every rank.
@@ -627,7 +647,8 @@ WorkerResult worker_run(const WorkerOptions& options, const WorkerEnv& env) {
                       .test_forward_delay = std::chrono::milliseconds(
                           fault->kind == WorkerFault::slow_forward ? fault->delay_ms : 0),
                       .test_nan_grad_step = fault->kind == WorkerFault::nan_grad ? fault->step : 0,
-                      .test_checkpoint_hook = checkpoint_fault_hook(fault.value(), env.rank)};
+                      .test_checkpoint_hook = checkpoint_fault_hook(fault.value(), env.rank),
+                      .test_flip_bit_step = fault->kind == WorkerFault::flip_bit ? fault->step : 0};
     install_stop_handlers();
     Result<TrainSummary> s = train_run(cfg.value(), topt, &observer);
     if (!s.ok()) {
@@ -645,11 +666,17 @@ WorkerResult worker_run(const WorkerOptions& options, const WorkerEnv& env) {
                    env.rank, kWorkerFaultVariable, static_cast<unsigned long long>(s->params_xxh64),
                    static_cast<long long>(s->skipped_steps));
     }
-    char line[512];
-    std::snprintf(line, sizeof line, "done: step %lld, loss %.6f%s, checkpoint %s",
+    char sdc[128] = "";
+    if (s->sdc_checks > 0) {
+      const double n = static_cast<double>(s->sdc_checks);
+      std::snprintf(sdc, sizeof sdc, ", %lld sdc checks (%.3f ms each, hashing %.3f ms)",
+                    static_cast<long long>(s->sdc_checks), s->sdc_check_s * 1e3 / n, s->sdc_hash_s * 1e3 / n);
+    }
+    char line[640];
+    std::snprintf(line, sizeof line, "done: step %lld, loss %.6f%s, checkpoint %s%s",
                   static_cast<long long>(s->last_step), s->last_loss,
                   s->last_val_loss ? (", val loss " + std::to_string(*s->last_val_loss)).c_str() : "",
-                  s->checkpoint_dir.c_str());
+                  s->checkpoint_dir.c_str(), sdc);
     if (s->stopped_early) {
       finish(kWorkerExitInterrupted,
              std::string(observer.stopped_by_action() ? "stopped by the operator" : "stopped by a signal") +

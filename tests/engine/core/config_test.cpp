@@ -124,6 +124,30 @@ TEST(Config, CollectiveTimeoutIsAFieldWithARange) {
   EXPECT_THAT(e, HasSubstr("[1, 86400]"));
 }
 
+TEST(Config, SdcCheckIntervalHasARangeAndADefault) {
+  Result<Config> c = config_parse(kRequired, "t");
+  ASSERT_TRUE(c.ok()) << c.error();
+  EXPECT_EQ(c->train.sdc_check_every, 100);
+  Result<Config> off = config_parse("[model]\n[data]\n[train]\nsdc_check_every = 0\n", "t");
+  ASSERT_TRUE(off.ok()) << off.error();
+  EXPECT_EQ(off->train.sdc_check_every, 0);
+  Result<Config> every = config_parse("[model]\n[data]\n[train]\nsdc_check_every = 1\n", "t");
+  ASSERT_TRUE(every.ok()) << every.error();
+  EXPECT_EQ(every->train.sdc_check_every, 1);
+  std::string e = error_of("[train]\nsdc_check_every = -1\n");
+  EXPECT_THAT(e, HasSubstr("train.sdc_check_every"));
+  EXPECT_THAT(e, HasSubstr("-1 is out of range: allowed an integer in [0, 1000000000]"));
+  e = error_of("[train]\nsdc_check_every = 2.5\n");
+  EXPECT_THAT(e, HasSubstr("train.sdc_check_every"));
+  EXPECT_THAT(e, HasSubstr("expected an integer in [0, 1000000000]"));
+  e = error_of("[train]\nsdc_check_every = \"often\"\n");
+  EXPECT_THAT(e, HasSubstr("train.sdc_check_every"));
+  // The value survives the dump a checkpoint's manifest keeps.
+  Result<Config> back = config_parse(config_dump(every.value()), "dump");
+  ASSERT_TRUE(back.ok()) << back.error();
+  EXPECT_EQ(back->train.sdc_check_every, 1);
+}
+
 // A 100 MB value used to be echoed whole (twice, in some messages): every quote of input is cut.
 TEST(Config, StepGuardFieldsHaveRanges) {
   Result<Config> c = config_parse(kRequired, "t");

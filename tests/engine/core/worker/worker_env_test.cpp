@@ -198,11 +198,17 @@ TEST(WorkerEnv, TestFaultParsing) {
   ASSERT_TRUE(f.ok()) << f.error();
   EXPECT_EQ(f->kind, WorkerFault::nan_grad);
   EXPECT_EQ(f->step, 3);
-  for (const char* bad : {"exit_at_start", "x:exit_at_start", "1:explode", "1:exit_after_step:",
-                          "1:exit_after_step:0", "1:exit_at_start,", "1:nan_grad:0", "1:nan_grad:"}) {
+  f = worker_fault_parse("0:nan_grad:2,3:flip_bit:5", 3);
+  ASSERT_TRUE(f.ok()) << f.error();
+  EXPECT_EQ(f->kind, WorkerFault::flip_bit);
+  EXPECT_EQ(f->step, 5);
+  for (const char* bad :
+       {"exit_at_start", "x:exit_at_start", "1:explode", "1:exit_after_step:", "1:exit_after_step:0",
+        "1:exit_at_start,", "1:nan_grad:0", "1:nan_grad:", "1:flip_bit:0", "1:flip_bit:x", "1:flip_bit"}) {
     Result<WorkerFault> r = worker_fault_parse(bad, 1);
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_THAT(r.error(), HasSubstr("GANTRY_TEST_WORKER_FAULT"));
+    EXPECT_THAT(r.error(), HasSubstr("<rank>:flip_bit:<k>"));
   }
 }
 
