@@ -1,33 +1,32 @@
-// The min / median / max band of the rank grid's metric across ranks, one point per step, built on the
-// network thread as rows arrive (DataSource) and published with the snapshot, so the Run panel draws it
-// without computing it. Rows whose every rank has reported are final and never computed again; the rows
-// after them are recomputed as late cells fill in. The excess view (each rank over the step's median) has
-// its band beside: min and max minus the median (its median is 0).
+// The band of the Run panel: the chosen rank time (busy by default) across all ranks, min / mean / max per
+// bucket of steps, as the coordinator answers GET /v1/runs/{id}/steps?buckets=N&metric=M from its tile
+// pyramid ("rank_seconds"). The excess view's band beside it is each bucket's min and max minus its mean
+// (its centre line is 0): the tiles keep sums, not medians, so the band's centre is the mean across ranks.
 //
-//   RankBand band;
-//   grid.add(records);
-//   band.update(grid, world);      // O(ranks) per row not final yet
+//   Result<RankBand> band = rank_band_from_json(api.steps(run, {.buckets = 2000, .metric = "busy"}).value(),
+//                                               RankTimeMetric::kBusy);
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <nlohmann/json.hpp>
 #include <vector>
 
-#include "ui/console/step_log.h"
+#include "telemetry/status.h"
+#include "ui/console/rank_metric.h"
 
 namespace gantry::console {
 
 struct RankBand {
-  std::vector<double> step, min, median, max;        // per grid row; NaN where no rank has reported
-  std::vector<double> excess_min, excess_max, zero;  // the excess view's band (zero: its median)
-  size_t final_rows = 0;                             // rows complete for `world` ranks when last updated
-
-  // Brings the band up to the grid: rows from final_rows on are (re)computed. A grid that lost rows (a
-  // rewind) or another grid (another first step) starts it over.
-  void update(const RankStepGrid& grid, int world);
+  RankTimeMetric metric = RankTimeMetric::kBusy;
+  int64_t run = -1;
+  int64_t bucket_steps = 0;
+  int64_t last_step = -1;                    // the run's newest step when asked (the band's end)
+  std::vector<double> step, min, mean, max;  // per bucket: its first step; buckets with no record left out
+  std::vector<double> excess_min, excess_max, zero;  // the excess view: min and max minus the mean; 0
   size_t size() const { return step.size(); }
-
- private:
-  int64_t first_step_ = -1;
 };
+
+Result<RankBand> rank_band_from_json(const nlohmann::json& steps_answer, RankTimeMetric metric);
 
 }  // namespace gantry::console
