@@ -127,9 +127,9 @@ TEST_F(DataSourceCluster, FollowsTheTinyRunActsAndCatchesUpWithoutAGap) {
   ApiClient api({.url = endpoint_.url, .token = endpoint_.token});
   int compared = 0;
   for (int rank = 0; rank < 4; ++rank) {
-    Result<json> per_rank = api.steps(run, {.ranks = std::to_string(rank), .buckets = 100000});
+    Result<nlohmann::json> per_rank = api.steps(run, {.ranks = std::to_string(rank), .buckets = 100000});
     ASSERT_TRUE(per_rank.ok()) << per_rank.error();
-    for (const json& b : per_rank->at("rank_seconds")) {
+    for (const nlohmann::json& b : per_rank->at("rank_seconds")) {
       const int64_t step = b["step_begin"].get<int64_t>();
       const int64_t col = step - page.first_step;
       if (col < 0 || col >= page.cols || step > page.last_step - 2) continue;  // the newest may be partial
