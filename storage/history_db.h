@@ -200,8 +200,9 @@ struct HeatmapResult {
   int32_t rows = 0;
   int32_t world = 0;
   int64_t last_step = -1;  // the run's newest step when read: columns past it may still fill in
-  // [row · cols + col]: the cell's maximum and the rank that set it, and its mean; NaN / −1 = no record.
-  std::vector<float> max, mean;
+  // [row · cols + col]: the cell's minimum, maximum and the rank that set it, and its mean; NaN / −1 = no
+  // record.
+  std::vector<float> min, max, mean;
   std::vector<int32_t> max_rank;
   int64_t rows_read = 0;
 };

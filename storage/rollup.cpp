@@ -618,12 +618,14 @@ bool HistoryDb::query_heatmap(const HeatmapQuery& q, HeatmapResult* out) {
     acc[static_cast<size_t>(rank / span * cols + (step - p.first_step) / w)].add(c);
   };
   if (!scan(run, p, &out->rows_read)) return false;
+  out->min.resize(cells);
   out->max.resize(cells);
   out->mean.resize(cells);
   out->max_rank.resize(cells);
   for (size_t i = 0; i < cells; ++i) {
     const Acc& x = acc[i];
     const bool any = x.count > 0;
+    out->min[i] = any ? static_cast<float>(x.min) : std::numeric_limits<float>::quiet_NaN();
     out->max[i] = any ? static_cast<float>(x.max) : std::numeric_limits<float>::quiet_NaN();
     out->mean[i] = any ? static_cast<float>(x.sum / static_cast<double>(x.count))
                        : std::numeric_limits<float>::quiet_NaN();

@@ -330,8 +330,9 @@ HttpResponse Coordinator::Impl::heatmap(const HttpRequest& req) {
     }
   }
   // Flat row-major arrays, [row · cols + col]: one number a cell, null where no rank reported.
-  json max = json::array(), mean = json::array(), max_rank = json::array();
+  json min = json::array(), max = json::array(), mean = json::array(), max_rank = json::array();
   for (size_t i = 0; i < h.max.size(); ++i) {
+    min.push_back(cell_json(h.min[i]));
     max.push_back(cell_json(h.max[i]));
     mean.push_back(cell_json(h.mean[i]));
     max_rank.push_back(h.max_rank[i] < 0 ? json(nullptr) : json(h.max_rank[i]));
@@ -345,6 +346,7 @@ HttpResponse Coordinator::Impl::heatmap(const HttpRequest& req) {
                            {"cols", h.cols},
                            {"ranks_per_row", h.ranks_per_row},
                            {"rows", h.rows},
+                           {"min", std::move(min)},
                            {"max", std::move(max)},
                            {"max_rank", std::move(max_rank)},
                            {"mean", std::move(mean)}});

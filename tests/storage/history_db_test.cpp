@@ -663,6 +663,8 @@ TEST(HistoryDb, HeatmapCellsAreTheBandsOfTheirRanksAndSteps) {
         if (k < want.size() && want[k].step_begin == step) {
           EXPECT_FLOAT_EQ(h.max[i], static_cast<float>(want[k].max))
               << what << " row " << row << " col " << col;
+          EXPECT_FLOAT_EQ(h.min[i], static_cast<float>(want[k].min))
+              << what << " row " << row << " col " << col;
           EXPECT_EQ(h.max_rank[i], want[k].max_rank) << what << " row " << row << " col " << col;
           EXPECT_NEAR(h.mean[i], want[k].mean, 1e-5) << what << " row " << row << " col " << col;
           ++k;

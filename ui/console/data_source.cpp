@@ -402,9 +402,10 @@ bool DataSource::poll_once(ApiClient& api) {
       if (master_.run.id == id) master_.run.detail = detail_;
     }
   }
-  // A page of step records at a time: a long run's catch-up in pages of 20,000 (a few MB of JSON each)
-  // rather than one answer whose parsed form alone would be hundreds of MB.
-  Result<json> steps = api.steps(id, {.after = after, .limit = 20000});
+  // A page of step records at a time: a long run's catch-up in pages of 5,000 (~1 MB of JSON each) rather
+  // than one answer whose parsed form alone would be hundreds of MB, and short enough that the tile
+  // thread's queries, served behind it on the coordinator's database, do not wait long.
+  Result<json> steps = api.steps(id, {.after = after, .limit = 5000});
   Result<json> ranks = steps.ok() ? api.ranks(id) : Result<json>(steps.status());
   Result<json> ckpts = ranks.ok() ? api.checkpoints(id) : Result<json>(ranks.status());
   if (!ckpts.ok()) {
@@ -492,19 +493,6 @@ void DataSource::tiles_main() {
       api = std::make_unique<ApiClient>(HttpClientOptions{.url = endpoint.url, .token = endpoint.token});
     if (rewound) tiles_.clear();
     bool failed = false;
-    // The band over the whole run: again when the run advanced past it or the metric changed.
-    if (band->run != run.id || band->metric != metric || rewound || band->last_step < run.last_step) {
-      Result<json> a = api->steps(
-          run.id, {.buckets = opt_.band_buckets, .metric = std::string(rank_time_metric_api_name(metric))});
-      Result<RankBand> b = a.ok() ? rank_band_from_json(a.value(), metric) : Result<RankBand>(a.status());
-      if (b.ok()) {
-        b->run = run.id;
-        b->last_step = run.last_step;
-        band = std::make_shared<const RankBand>(std::move(b.value()));
-      } else {
-        failed = true;
-      }
-    }
     // The pages of the want: from the cache where held and final; else asked for.
     auto heat = std::make_shared<HeatPages>();
     if (want.run == run.id && want.metric == metric && want.cols > 0 && want.rows > 0) {
@@ -539,6 +527,31 @@ void DataSource::tiles_main() {
       }
     }
 
+    if (!failed && !heat->pages.empty()) {
+      // The heatmap first, on its own: the frame that can draw it need not wait for the band.
+      std::lock_guard<std::mutex> g(mu_);
+      if (master_.run.id == run.id && (heat->want != heat_->want || heat->pages != heat_->pages)) {
+        heat_ = heat;
+        master_.tile_cache_bytes = tiles_.bytes();
+        publish_locked();
+      }
+    }
+    // Then the band over the whole run, the same query with one row for all ranks: again when the run
+    // advanced past it or the metric changed. After the pages: the heatmap must not wait for it.
+    if (!failed &&
+        (band->run != run.id || band->metric != metric || rewound || band->last_step < run.last_step)) {
+      Result<json> a = api->heatmap(run.id, {.metric = std::string(rank_time_metric_api_name(metric)),
+                                             .buckets = opt_.band_buckets,
+                                             .rank_buckets = 1});
+      Result<HeatTile> t = a.ok() ? heat_tile_from_json(a.value()) : Result<HeatTile>(a.status());
+      if (t.ok()) {
+        RankBand b = rank_band_from_tile(t.value(), metric);
+        b.run = run.id;
+        band = std::make_shared<const RankBand>(std::move(b));
+      } else {
+        failed = true;
+      }
+    }
     lock.lock();
     if (failed) {
       api.reset();  // a fresh connection next time

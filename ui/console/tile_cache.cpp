@@ -17,7 +17,7 @@ HeatLayout heat_layout(const HeatWant& w, int page_cols) {
 }
 
 size_t HeatTile::bytes() const {
-  return sizeof(HeatTile) + max.capacity() * sizeof(float) + mean.capacity() * sizeof(float) +
+  return sizeof(HeatTile) + (min.capacity() + max.capacity() + mean.capacity()) * sizeof(float) +
          max_rank.capacity() * sizeof(int32_t);
 }
 
@@ -32,19 +32,22 @@ Result<HeatTile> heat_tile_from_json(const nlohmann::json& j) {
     t.world = j.at("world").get<int>();
     t.last_step = j.at("last_step").get<int64_t>();
     const size_t cells = static_cast<size_t>(t.cols) * static_cast<size_t>(t.rows);
-    const nlohmann::json &max = j.at("max"), &mean = j.at("mean"), &max_rank = j.at("max_rank");
-    if (t.cols < 0 || t.rows < 0 || t.bucket_steps < 1 || max.size() != cells || mean.size() != cells ||
-        max_rank.size() != cells) {
+    const nlohmann::json &min = j.at("min"), &max = j.at("max"), &mean = j.at("mean"),
+                         &max_rank = j.at("max_rank");
+    if (t.cols < 0 || t.rows < 0 || t.bucket_steps < 1 || min.size() != cells || max.size() != cells ||
+        mean.size() != cells || max_rank.size() != cells) {
       return Status::error("heatmap: " + std::to_string(t.rows) + " × " + std::to_string(t.cols) +
                            " cells but arrays of " + std::to_string(max.size()) + ", " +
                            std::to_string(mean.size()) + " and " + std::to_string(max_rank.size()));
     }
     constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+    t.min.resize(cells);
     t.max.resize(cells);
     t.mean.resize(cells);
     t.max_rank.resize(cells);
     for (size_t i = 0; i < cells; ++i) {
       // null = no rank reported there: NaN, drawn as "none", never as 0.
+      t.min[i] = min[i].is_null() ? kNaN : min[i].get<float>();
       t.max[i] = max[i].is_null() ? kNaN : max[i].get<float>();
       t.mean[i] = mean[i].is_null() ? kNaN : mean[i].get<float>();
       t.max_rank[i] = max_rank[i].is_null() ? -1 : max_rank[i].get<int32_t>();

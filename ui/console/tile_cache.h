@@ -36,7 +36,7 @@ struct HeatTile {
   int ranks_per_row = 1;
   int world = 0;
   int64_t last_step = -1;  // the run's newest step when the coordinator read it
-  std::vector<float> max, mean;
+  std::vector<float> min, max, mean;
   std::vector<int32_t> max_rank;
   float at(int row, int col) const { return max[static_cast<size_t>(row) * static_cast<size_t>(cols) + col]; }
   size_t bytes() const;

@@ -17,6 +17,7 @@ std::shared_ptr<const HeatTile> tile(int64_t first, int cols, int rows) {
   t->rows = rows;
   t->max.assign(static_cast<size_t>(cols * rows), 1.0f);
   t->mean = t->max;
+  t->min = t->max;
   t->max_rank.assign(static_cast<size_t>(cols * rows), 0);
   return t;
 }
@@ -82,6 +83,7 @@ TEST(TileCache, AnAnswerWithNullCellsIsNaNNotZero) {
                                             {"ranks_per_row", 1},
                                             {"world", 1},
                                             {"last_step", 0},
+                                            {"min", {0.5, nullptr}},
                                             {"max", {0.5, nullptr}},
                                             {"mean", {0.5, nullptr}},
                                             {"max_rank", {0, nullptr}}});
@@ -96,6 +98,7 @@ TEST(TileCache, AnAnswerWithNullCellsIsNaNNotZero) {
                                               {"ranks_per_row", 1},
                                               {"world", 1},
                                               {"last_step", 0},
+                                              {"min", {0.5}},
                                               {"max", {0.5}},
                                               {"mean", {0.5}},
                                               {"max_rank", {0}}});
