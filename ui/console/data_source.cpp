@@ -237,7 +237,7 @@ void DataSource::fail_locked(const std::string& error) {
 }
 
 bool DataSource::wait_locked(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds d) {
-  cv_.wait_for(lock, d, [&] { return stop_ || reconnect_ || !requests_.empty() || heat_wanted_; });
+  cv_.wait_for(lock, d, [&] { return stop_ || reconnect_ || !requests_.empty(); });
   return !stop_;
 }
 
@@ -471,14 +471,17 @@ bool DataSource::poll_once(ApiClient& api) {
 
 // The heatmap's pages and the band, apart from the step catch-up (a long run's first steps answer can take
 // seconds; the heatmap must not wait for it): woken by a new want, a new metric or a rewind, and every poll
-// interval while the followed run lives, when the newest page and the band are asked again.
+// interval while the followed run lives, when the newest page and the band are asked again. Both are for
+// what the Run panel shows: nothing is asked before its first want for the run.
 void DataSource::tiles_main() {
   std::unique_ptr<ApiClient> api;
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     cv_.wait_for(lock, opt_.poll_interval, [&] { return stop_ || (have_endpoint_ && heat_wanted_); });
     if (stop_) return;
-    if (!have_endpoint_ || master_.run.id < 0) continue;
+    // Nothing before the Run panel has said what it shows of this run: its first want (a frame after the
+    // run is known) is then served at once, not behind a band asked for meanwhile.
+    if (!have_endpoint_ || master_.run.id < 0 || heat_want_.run != master_.run.id) continue;
     heat_wanted_ = false;
     const HeatWant want = heat_want_;
     const RankTimeMetric metric = rank_metric_;
