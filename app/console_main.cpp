@@ -78,6 +78,7 @@ struct Options {
   int bench_frames = 0;  // > 0: the frame-time benchmark instead of a console
   int bench_ranks = 1024;
   int64_t bench_steps = 100000;
+  std::string bench_history;
 };
 
 }  // namespace
@@ -107,12 +108,17 @@ int main(int argc, char** argv) {
   cli.add_option("--tiny-dp", o.tiny_dp, "data-parallel ranks of the tiny run")->check(CLI::Range(1, 64));
   cli.add_option("--tiny-max-steps", o.tiny_max_steps, "stop the tiny run after this step (0: the config's)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
-  cli.add_option("--bench-frames", o.bench_frames,
-                 "benchmark: draw N frames (default 600) of the Run panel over a synthetic run, no network; "
-                 "prints one JSON line of frame times")
+  cli.add_option(
+         "--bench-frames", o.bench_frames,
+         "benchmark: follow a --bench-ranks x --bench-steps run served by a real coordinator (its history "
+         "built once in --bench-history) and draw N frames (default 600) of the Run panel; prints one "
+         "JSON line: first frame, frame times, the console's memory")
       ->expected(0, 1)
       ->default_str("600")
       ->check(CLI::Range(1, 1000000));
+  cli.add_option("--bench-history", o.bench_history,
+                 "benchmark: the folder of the run's history (cluster.sqlite), built there once when absent "
+                 "(default: $TMPDIR/gantry-bench-<ranks>x<steps>)");
   cli.add_option("--bench-ranks", o.bench_ranks, "benchmark: ranks of the synthetic run")
       ->check(CLI::Range(1, 65536));
   cli.add_option("--bench-steps", o.bench_steps, "benchmark: steps of the synthetic run")
@@ -216,8 +222,11 @@ int main(int argc, char** argv) {
   ImGui_ImplGlfw_InitForOpenGL(window, true);
   ImGui_ImplOpenGL3_Init("#version 130");
   if (bench) {
-    const int rc = console_bench_frames(
-        window, {.frames = o.bench_frames, .ranks = o.bench_ranks, .steps = o.bench_steps});
+    const int rc = console_bench_frames(window, {.frames = o.bench_frames,
+                                                 .ranks = o.bench_ranks,
+                                                 .steps = o.bench_steps,
+                                                 .history = o.bench_history,
+                                                 .engine = console_engine_path()});
     ImGui_ImplOpenGL3_Shutdown();
     ImGui_ImplGlfw_Shutdown();
     ImGui::DestroyContext();

@@ -30,13 +30,17 @@ void console_render(GLFWwindow* window);
 // Reads the current GL framebuffer (width × height, from the back buffer) and writes it as a PNG.
 Status console_screenshot_write(const std::string& path, int width, int height);
 
-// --bench-frames: fills the console's model with a synthetic run of `ranks` × `steps` (no network), draws
-// `frames` frames of the Run panel in `window` (its GL context current, ImGui and its backends set up) and
-// prints one JSON line of frame-time figures. Returns the exit code.
+// --bench-frames: a run of `ranks` × `steps` in a real coordinator's history (built once into `history`,
+// reused while present), served by `engine` (gantry-engine coordinator) in a process of its own; the real
+// DataSource follows it and the real Run panel draws `frames` frames in `window` (its GL context current,
+// ImGui and its backends set up). Prints one JSON line: the first frame with the heatmap drawn after the
+// run was asked for, frame times, and this (console) process's memory. Returns the exit code.
 struct ConsoleBenchOptions {
   int frames = 600;
   int ranks = 1024;
   int64_t steps = 100000;
+  std::string history;  // the folder of the coordinator's cluster.sqlite
+  std::string engine;   // gantry-engine
 };
 int console_bench_frames(GLFWwindow* window, const ConsoleBenchOptions& o);
 

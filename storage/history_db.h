@@ -184,6 +184,36 @@ struct SeriesResult {
 };
 inline constexpr size_t kMaxSeriesRanks = 4096;
 
+// The rank × step heatmap at display resolution: columns are aligned windows of bucket_steps steps (the
+// smallest power of two with (step_end − step_begin) ÷ bucket_steps ≤ max_buckets, from the range asked
+// for, so a view cut into pages of equal width gets the same columns in every page), rows are aligned
+// spans of ranks_per_row ranks (the smallest power of two with ⌈world ÷ ranks_per_row⌉ ≤ max_rank_rows).
+// The rows are read from the tile pyramid's cells of 8^m ranks with 8^m ≤ ranks_per_row, so a cell never
+// straddles two rows and the cost follows the cells asked for, not the rank-step rows under them.
+struct HeatmapQuery {
+  int64_t run_id = 0;
+  RankMetric metric = RankMetric::busy;
+  int64_t step_begin = 0;
+  int64_t step_end = kStepEnd;  // exclusive; kStepEnd = the run's end (then the columns follow its length)
+  int32_t max_buckets = 1000;   // columns, 1..100,000
+  int32_t max_rank_rows = 256;  // rows, 1..kMaxSeriesRanks
+};
+struct HeatmapResult {
+  int64_t first_step = 0;  // column c covers [first_step + c·bucket_steps, + bucket_steps)
+  int64_t bucket_steps = 1;
+  int32_t cols = 0;
+  int32_t ranks_per_row = 1;  // row r covers ranks [r·ranks_per_row, (r+1)·ranks_per_row) ∩ [0, world)
+  int32_t rows = 0;
+  int32_t world = 0;
+  int64_t last_step = -1;  // the run's newest step when read: columns past it may still fill in
+  // [row · cols + col]: the cell's minimum, maximum and the rank that set it, and its mean; NaN / −1 = no
+  // record.
+  std::vector<float> min, max, mean;
+  std::vector<int32_t> max_rank;
+  int64_t rows_read = 0;
+};
+inline constexpr size_t kMaxHeatmapCells = size_t{1} << 22;
+
 struct HistoryDbOptions {
   bool read_only = false;
   // A step's aggregate tiles are built once the run has reached `rollup_lag_steps` steps past it, so
@@ -241,6 +271,7 @@ class HistoryDb {
   // rows. The step-metric band has max_rank = -1.
   bool query_band(const BandQuery& q, BandResult* out);
   bool query_series(const BandQuery& q, SeriesResult* out);
+  bool query_heatmap(const HeatmapQuery& q, HeatmapResult* out);  // tiled metrics only
   bool query_step_band(int64_t run_id, StepMetric metric, int64_t step_begin, int64_t step_end,
                        int32_t max_buckets, BandResult* out);
 

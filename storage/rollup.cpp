@@ -157,8 +157,9 @@ struct PlanRow {
 
 // The rank set as aligned cells: a cell of 8^m ranks is taken whole when the set contains all of it (and
 // level m is readable: m = 0 always, else m ≥ min_tile_m), otherwise split into its 8 children.
+// No cell above level max_m is taken (the heatmap's rows: a cell must not straddle two of them).
 void decompose(int m, int64_t q, int32_t world, const std::vector<int32_t>& ranks, int min_tile_m,
-               std::vector<PlanRow>* out) {
+               std::vector<PlanRow>* out, int max_m = std::numeric_limits<int>::max()) {
   uint8_t take = 0;
   const int64_t span = pack::rank_span(m);
   for (int c = 0; c < kGroupRanks; ++c) {
@@ -169,10 +170,10 @@ void decompose(int m, int64_t q, int32_t world, const std::vector<int32_t>& rank
                                      : std::lower_bound(ranks.begin(), ranks.end(), hi) -
                                            std::lower_bound(ranks.begin(), ranks.end(), lo);
     if (in == 0) continue;
-    if (in == hi - lo && (m == 0 || m >= min_tile_m)) {
+    if (in == hi - lo && (m == 0 || m >= min_tile_m) && m <= max_m) {
       take |= static_cast<uint8_t>(1u << c);
     } else {
-      decompose(m - 1, q * kGroupRanks + c, world, ranks, min_tile_m, out);
+      decompose(m - 1, q * kGroupRanks + c, world, ranks, min_tile_m, out, max_m);
     }
   }
   if (take) out->push_back({m, q, take});
@@ -332,8 +333,9 @@ struct HistoryDb::ScanPlan {
   int64_t first_step = 0;  // bucket-aligned
   int64_t end_step = 0;    // exclusive
   int64_t bucket_steps = 1;
-  std::vector<int32_t> ranks;  // sorted, unique; empty = all
-  bool per_rank = false;       // only single-rank cells (the series query)
+  std::vector<int32_t> ranks;                        // sorted, unique; empty = all
+  bool per_rank = false;                             // only single-rank cells (the series query)
+  int max_cell_m = std::numeric_limits<int>::max();  // cells of at most 8^max_cell_m ranks (the heatmap)
   // (block's first step, the cell's first rank, the cell's aggregate of the metric)
   std::function<void(int64_t, int32_t, const CellMetric&)> visit;
 };
@@ -433,7 +435,8 @@ bool HistoryDb::scan(const RunState& run, const ScanPlan& p, int64_t* rows_read)
   };
   const auto plan_for = [&](int min_tile_m) {
     std::vector<PlanRow> plan;
-    decompose(run.top_m, 0, world, p.ranks, p.per_rank ? std::numeric_limits<int>::max() : min_tile_m, &plan);
+    decompose(run.top_m, 0, world, p.ranks, p.per_rank ? std::numeric_limits<int>::max() : min_tile_m, &plan,
+              p.max_cell_m);
     return plan;
   };
 
@@ -559,6 +562,74 @@ bool HistoryDb::query_series(const BandQuery& q, SeriesResult* out) {
     out->ranks[r].rank = p.ranks[r];
     std::copy_n(acc.begin() + static_cast<std::ptrdiff_t>(r * n_buckets), n_buckets, one.begin());
     emit(one, p.first_step, p.bucket_steps, &out->ranks[r].buckets);
+  }
+  return true;
+}
+
+bool HistoryDb::query_heatmap(const HeatmapQuery& q, HeatmapResult* out) {
+  *out = HeatmapResult();
+  if (!rank_metric_tiled(q.metric)) {
+    return fail("a heatmap reads the tile pyramid: " + std::string(rank_metric_name(q.metric)) +
+                " is not tiled");
+  }
+  if (q.max_buckets < 1 || q.max_buckets > 100'000)
+    return fail("max_buckets must be in 1..100000, got " + std::to_string(q.max_buckets));
+  if (q.max_rank_rows < 1 || static_cast<size_t>(q.max_rank_rows) > kMaxSeriesRanks) {
+    return fail("max_rank_rows must be in 1.." + std::to_string(kMaxSeriesRanks) + ", got " +
+                std::to_string(q.max_rank_rows));
+  }
+  ReadTxn txn(db_);
+  RunState run;
+  if (!load_run(q.run_id, &run)) return false;
+  out->world = run.world;
+  out->last_step = run.last_step;
+  int32_t span = 1;
+  while ((run.world + span - 1) / span > q.max_rank_rows) span *= 2;
+  out->ranks_per_row = span;
+  out->rows = (run.world + span - 1) / span;
+  const int64_t a = std::max<int64_t>(q.step_begin, 0);
+  const int64_t b = std::min(q.step_end, run.last_step + 1);
+  // The columns follow the range asked for (not the part of it the run has reached), so pages of one
+  // width keep one column width while a live run grows into the last of them.
+  const int64_t asked_end = q.step_end == kStepEnd ? b : q.step_end;
+  int64_t w = 1;
+  while (w * q.max_buckets < asked_end - a) w *= 2;
+  if (a < run.raw_from) w = std::max(w, kStepBlock[1]);  // downsampled: 64 steps is the finest left
+  out->bucket_steps = w;
+  out->first_step = a / w * w;
+  if (a >= b) return true;
+  const int64_t end = std::min((b - 1) / w * w + w, run.last_step + 1);
+  out->cols = static_cast<int32_t>((end - out->first_step + w - 1) / w);
+  const size_t cells = static_cast<size_t>(out->cols) * static_cast<size_t>(out->rows);
+  if (cells > kMaxHeatmapCells) {
+    return fail("rows × columns = " + std::to_string(cells) + " is over the " +
+                std::to_string(kMaxHeatmapCells) + " cells a heatmap returns; ask for fewer");
+  }
+  ScanPlan p;
+  p.metric = q.metric;
+  p.first_step = out->first_step;
+  p.end_step = end;
+  p.bucket_steps = w;
+  p.max_cell_m = 0;
+  while (pack::rank_span(p.max_cell_m + 1) <= span) ++p.max_cell_m;
+  std::vector<Acc> acc(cells);
+  const int64_t cols = out->cols;
+  p.visit = [&](int64_t step, int32_t rank, const CellMetric& c) {
+    acc[static_cast<size_t>(rank / span * cols + (step - p.first_step) / w)].add(c);
+  };
+  if (!scan(run, p, &out->rows_read)) return false;
+  out->min.resize(cells);
+  out->max.resize(cells);
+  out->mean.resize(cells);
+  out->max_rank.resize(cells);
+  for (size_t i = 0; i < cells; ++i) {
+    const Acc& x = acc[i];
+    const bool any = x.count > 0;
+    out->min[i] = any ? static_cast<float>(x.min) : std::numeric_limits<float>::quiet_NaN();
+    out->max[i] = any ? static_cast<float>(x.max) : std::numeric_limits<float>::quiet_NaN();
+    out->mean[i] = any ? static_cast<float>(x.sum / static_cast<double>(x.count))
+                       : std::numeric_limits<float>::quiet_NaN();
+    out->max_rank[i] = any ? x.max_rank : -1;
   }
   return true;
 }

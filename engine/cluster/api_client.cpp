@@ -34,6 +34,15 @@ Result<json> ApiClient::steps(int64_t id, const StepsQuery& q) {
   if (!q.ranks.empty()) path += "&ranks=" + q.ranks;
   if (q.limit > 0) path += "&limit=" + std::to_string(q.limit);
   if (q.buckets > 0) path += "&buckets=" + std::to_string(q.buckets);
+  if (!q.metric.empty()) path += "&metric=" + q.metric;
+  return http_.get_json(path);
+}
+
+Result<json> ApiClient::heatmap(int64_t id, const HeatmapTilesQuery& q) {
+  std::string path = run_path(id) + "/heatmap?metric=" + q.metric +
+                     "&step_begin=" + std::to_string(q.step_begin) + "&buckets=" + std::to_string(q.buckets) +
+                     "&rank_buckets=" + std::to_string(q.rank_buckets);
+  if (q.step_end > 0) path += "&step_end=" + std::to_string(q.step_end);
   return http_.get_json(path);
 }
 

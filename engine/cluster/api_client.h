@@ -35,6 +35,18 @@ struct StepsQuery {
   std::string ranks;
   int64_t limit = 0;
   int64_t buckets = 0;
+  std::string metric;  // the band's rank metric ("busy", "forward", ...); "" = the server's (busy)
+};
+
+// GET /v1/runs/{id}/heatmap: the rank × step matrix of `metric` over [step_begin, step_end) in at most
+// `buckets` columns and `rank_buckets` rows, read from the coordinator's tile pyramid (docs/CLUSTER.md).
+// step_end 0 = the run's end.
+struct HeatmapTilesQuery {
+  std::string metric = "busy";
+  int64_t step_begin = 0;
+  int64_t step_end = 0;
+  int64_t buckets = 1000;
+  int64_t rank_buckets = 256;
 };
 
 // A write as it goes on the wire: POST `path` with `body`, and what the operator reads of it.
@@ -52,8 +64,9 @@ class ApiClient {
   Result<nlohmann::json> runs();                                      // GET /v1/runs
   Result<nlohmann::json> run(int64_t id);                             // GET /v1/runs/{id} (config included)
   Result<nlohmann::json> steps(int64_t id, const StepsQuery& query);  // GET /v1/runs/{id}/steps?...
-  Result<nlohmann::json> ranks(int64_t id);                           // GET /v1/runs/{id}/ranks
-  Result<nlohmann::json> checkpoints(int64_t id);                     // GET /v1/runs/{id}/checkpoints
+  Result<nlohmann::json> heatmap(int64_t id, const HeatmapTilesQuery& query);  // GET /v1/runs/{id}/heatmap
+  Result<nlohmann::json> ranks(int64_t id);                                    // GET /v1/runs/{id}/ranks
+  Result<nlohmann::json> checkpoints(int64_t id);  // GET /v1/runs/{id}/checkpoints
 
   // Writes (non-2xx is an error).
   Result<nlohmann::json> submit(const nlohmann::json& job) { return send_json(submit_request(job)); }

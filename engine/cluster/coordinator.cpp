@@ -80,6 +80,7 @@ Status Coordinator::start() {
   s.post("/v1/runs", [&m](const HttpRequest& req) { return m.submit(req); });
   s.get("/v1/runs/{id}", [&m](const HttpRequest& req) { return m.run_detail(req); });
   s.get("/v1/runs/{id}/steps", [&m](const HttpRequest& req) { return m.steps(req); });
+  s.get("/v1/runs/{id}/heatmap", [&m](const HttpRequest& req) { return m.heatmap(req); });
   s.get("/v1/runs/{id}/ranks", [&m](const HttpRequest& req) { return m.ranks(req); });
   s.get("/v1/runs/{id}/checkpoints", [&m](const HttpRequest& req) { return m.checkpoints(req); });
   s.get("/v1/runs/{id}/events", [&m](const HttpRequest& req) { return m.events(req); });

@@ -291,6 +291,7 @@ struct Coordinator::Impl {
   HttpResponse run_detail(const HttpRequest& req);  // GET /v1/runs/{id}: the config and the latest step too
 
   HttpResponse steps(const HttpRequest& req);
+  HttpResponse heatmap(const HttpRequest& req);  // the rank × step tile matrix at display resolution
 
   HttpResponse ranks(const HttpRequest& req);
 

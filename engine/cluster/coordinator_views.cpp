@@ -1,5 +1,7 @@
 // The API's views (coordinator_impl.h): the JSON replies of the reads (cluster, runs, steps, ranks,
 // checkpoints, events) and the coordinator's /metrics.
+#include <cmath>
+#include <cstdio>
 #include <sstream>
 
 #include "engine/cluster/coordinator_impl.h"
@@ -77,6 +79,15 @@ Result<std::pair<std::string, RankMetric>> parse_rank_metric_query(const HttpReq
     allowed += std::string(allowed.empty() ? "" : ", ") + name;
   }
   return Status::error("metric=\"" + v->substr(0, 64) + "\": expected one of " + allowed);
+}
+
+// A float cell as the API writes it: null for "no record" (never 0), else the float's value with its own
+// 7 significant digits (a float widened to double would print 17: 0.5199999809265137 for 0.52).
+json cell_json(float v) {
+  if (std::isnan(v)) return nullptr;
+  char text[32];
+  std::snprintf(text, sizeof text, "%.7g", static_cast<double>(v));
+  return std::strtod(text, nullptr);
 }
 
 }  // namespace
@@ -282,6 +293,69 @@ HttpResponse Coordinator::Impl::steps(const HttpRequest& req) {
   return HttpResponse::ok(out);
 }
 
+HttpResponse Coordinator::Impl::heatmap(const HttpRequest& req) {
+  HttpResponse err;
+  const RunKey key = run_key(req, &err);
+  if (key.id < 0) return err;
+  Result<int64_t> step_begin = parse_int_query(req, "step_begin", 0, kStepEnd - 1, 0);
+  Result<int64_t> step_end = parse_int_query(req, "step_end", 1, kStepEnd, kStepEnd);
+  Result<int64_t> buckets = parse_int_query(req, "buckets", 1, 100000, 1000);
+  Result<int64_t> rank_buckets =
+      parse_int_query(req, "rank_buckets", 1, static_cast<int64_t>(kMaxSeriesRanks), 256);
+  Result<std::pair<std::string, RankMetric>> metric = parse_rank_metric_query(req);
+  for (const auto* x : {&step_begin, &step_end, &buckets, &rank_buckets})
+    if (!x->ok()) return HttpResponse::error(400, x->error());
+  if (!metric.ok()) return HttpResponse::error(400, metric.error());
+  if (step_end.value() <= step_begin.value()) {
+    return HttpResponse::error(400,
+                               "step_end=" + std::to_string(step_end.value()) +
+                                   ": expected more than step_begin=" + std::to_string(step_begin.value()));
+  }
+  // Rows are at most the world, columns at most `buckets`: refuse a matrix too big before reading it.
+  if (static_cast<size_t>(buckets.value()) *
+          static_cast<size_t>(std::min<int64_t>(rank_buckets.value(), key.dp)) >
+      kMaxHeatmapCells) {
+    return HttpResponse::error(400, "buckets=" + std::to_string(buckets.value()) +
+                                        " × rank_buckets=" + std::to_string(rank_buckets.value()) +
+                                        " is over the " + std::to_string(kMaxHeatmapCells) +
+                                        " cells a heatmap returns; ask for fewer");
+  }
+  HeatmapResult h;
+  {
+    std::unique_lock<std::mutex> db_lock = read_lock();
+    if (!db->query_heatmap({.run_id = key.id,
+                            .metric = metric->second,
+                            .step_begin = step_begin.value(),
+                            .step_end = step_end.value(),
+                            .max_buckets = static_cast<int32_t>(buckets.value()),
+                            .max_rank_rows = static_cast<int32_t>(rank_buckets.value())},
+                           &h)) {
+      return HttpResponse::error(500, "cannot read the run's heatmap: " + db->error());
+    }
+  }
+  // Flat row-major arrays, [row · cols + col]: one number a cell, null where no rank reported.
+  json min = json::array(), max = json::array(), mean = json::array(), max_rank = json::array();
+  for (size_t i = 0; i < h.max.size(); ++i) {
+    min.push_back(cell_json(h.min[i]));
+    max.push_back(cell_json(h.max[i]));
+    mean.push_back(cell_json(h.mean[i]));
+    max_rank.push_back(h.max_rank[i] < 0 ? json(nullptr) : json(h.max_rank[i]));
+  }
+  return HttpResponse::ok({{"run", key.id},
+                           {"metric", metric->first},
+                           {"world", h.world},
+                           {"last_step", h.last_step},
+                           {"first_step", h.first_step},
+                           {"bucket_steps", h.bucket_steps},
+                           {"cols", h.cols},
+                           {"ranks_per_row", h.ranks_per_row},
+                           {"rows", h.rows},
+                           {"min", std::move(min)},
+                           {"max", std::move(max)},
+                           {"max_rank", std::move(max_rank)},
+                           {"mean", std::move(mean)}});
+}
+
 HttpResponse Coordinator::Impl::ranks(const HttpRequest& req) {
   std::lock_guard<std::mutex> lock(mu);
   HttpResponse err;
@@ -301,6 +375,7 @@ HttpResponse Coordinator::Impl::ranks(const HttpRequest& req) {
                      {"step_seconds", last.total_s},
                      {"busy_seconds", last.phases.data_wait + last.phases.forward + last.phases.backward +
                                           last.phases.optimizer},
+                     {"latest", record_json(last)},  // phases and sensors: the console's breakdown
                      {"done", s.done},
                      {"straggler", r->straggler.rank_json(rank)}});
     }

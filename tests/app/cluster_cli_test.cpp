@@ -692,6 +692,58 @@ TEST_F(ClusterCliVerySlowRank, TheSlowRankHoldsTheBusyHeatmapsMaxima) {
   }
   EXPECT_GE(columns, 5) << answers;
 
+  // The heatmap tile query (what the console draws): one row per rank, one column per step; its cells equal
+  // the per-rank answers above, and rank 2 holds the maximum of every whole column.
+  const json heat = get(run + "/heatmap?metric=busy&buckets=100000&rank_buckets=4");
+  ASSERT_EQ(heat["rows"], 4) << heat.dump();
+  EXPECT_EQ(heat["ranks_per_row"], 1);
+  EXPECT_EQ(heat["bucket_steps"], 1);
+  const int64_t cols = heat["cols"].get<int64_t>(), first = heat["first_step"].get<int64_t>();
+  ASSERT_EQ(heat["max"].size(), static_cast<size_t>(4 * cols));
+  std::vector<int64_t> whole_steps;
+  for (int64_t c = 0; c < cols; ++c) {
+    const auto it = cells.find(first + c);
+    if (it == cells.end() || it->second.size() != 4) continue;
+    bool all_in = true;
+    for (int rank = 0; rank < 4; ++rank) all_in = all_in && !heat["max"][rank * cols + c].is_null();
+    if (!all_in) continue;  // the newest step may have been partial when the heatmap was read
+    whole_steps.push_back(first + c);
+    for (int rank = 0; rank < 4; ++rank) {
+      const json& v = heat["max"][rank * cols + c];
+      EXPECT_NEAR(v.get<double>(), it->second.at(rank), 1e-6 * it->second.at(rank)) << "step " << first + c;
+      EXPECT_EQ(heat["max_rank"][rank * cols + c], rank);
+      if (rank != 2) {
+        EXPECT_GT(heat["max"][2 * cols + c].get<double>(), v.get<double>() + 0.5) << "step " << first + c;
+      }
+    }
+  }
+  EXPECT_GE(whole_steps.size(), 5u) << heat.dump();
+  // All four ranks in one row: each whole column's maximum is rank 2's.
+  const json one_row = get(run + "/heatmap?buckets=100000&rank_buckets=1");
+  ASSERT_EQ(one_row["rows"], 1);
+  EXPECT_EQ(one_row["ranks_per_row"], 4);
+  for (int64_t step : whole_steps) {
+    const size_t c = static_cast<size_t>(step - one_row["first_step"].get<int64_t>());
+    ASSERT_LT(c, one_row["max_rank"].size());
+    EXPECT_EQ(one_row["max_rank"][c], 2) << "step " << step;
+  }
+  // Bad parameters: 400s naming the parameter and what it takes.
+  for (const auto& [query, words] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"metric=speed", {"metric", "busy", "forward", "checkpoint_stall"}},
+           {"buckets=0", {"buckets", "[1, 100000]"}},
+           {"buckets=ten", {"buckets", "[1, 100000]"}},
+           {"rank_buckets=5000", {"rank_buckets", "[1, 4096]"}},
+           {"step_begin=-1", {"step_begin", "[0, "}},
+           {"step_begin=50&step_end=50", {"step_end", "step_begin"}}}) {
+    Result<HttpReply> r = api_->get(run + "/heatmap?" + query);
+    ASSERT_TRUE(r.ok()) << r.error();
+    EXPECT_EQ(r->status, 400) << query;
+    for (const std::string& w : words) EXPECT_THAT(r->error_message(), HasSubstr(w)) << query;
+  }
+  Result<HttpReply> missing = api_->get("/v1/runs/999/heatmap");
+  ASSERT_TRUE(missing.ok());
+  EXPECT_EQ(missing->status, 404);
+
   ASSERT_TRUE(api_->post_json(run + "/stop", json::object()).ok());
   ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 30s)) << run_state(id).dump();
 }

@@ -612,6 +612,114 @@ TEST(HistoryDb, SeriesPerRankMatchesSingleRankBands) {
   EXPECT_NE(db->error().find("ranks must be in 0..19"), std::string::npos);
 }
 
+// The heatmap's cells: each is the band of its row's ranks over its column's steps (max, the rank of the max,
+// mean), whether read from 64-step tiles, per-step tiles or the frames of a live run's newest steps; a page
+// asked for with an explicit end keeps that page's column width where the run has not reached its end.
+TEST(HistoryDb, HeatmapCellsAreTheBandsOfTheirRanksAndSteps) {
+  ScratchFiles dir;
+  auto db = open_db(dir.file("h.sqlite"));
+  const int32_t world = 100;
+  const int64_t run = db->begin_run({.name = "heat", .world_size = world});
+  std::mt19937_64 rng(14);
+  Truth truth;
+  for (int64_t s = 0; s < 700; ++s) {
+    RecordBatch batch;
+    for (int32_t r = 0; r < world; ++r) {
+      if (r == 37 && s % 5 == 0) continue;  // a rank that misses steps: its cells still hold the others
+      batch.rank_steps.push_back(make_record(run, s, r, rng));
+      truth.add(batch.rank_steps.back());
+    }
+    ASSERT_TRUE(db->ingest(batch)) << db->error();
+  }
+  struct Case {
+    int64_t begin, end;
+    int32_t buckets, rank_rows;
+  };
+  for (const Case& c : {Case{0, kStepEnd, 40, 10}, Case{0, kStepEnd, 1000, 100}, Case{128, 1152, 8, 3},
+                        Case{690, 700, 10, 1}, Case{3, 300, 50, 64}}) {
+    HeatmapResult h;
+    ASSERT_TRUE(db->query_heatmap({.run_id = run,
+                                   .metric = RankMetric::busy,
+                                   .step_begin = c.begin,
+                                   .step_end = c.end,
+                                   .max_buckets = c.buckets,
+                                   .max_rank_rows = c.rank_rows},
+                                  &h))
+        << db->error();
+    const std::string what = "steps " + std::to_string(c.begin) + ".." + std::to_string(c.end) + " in " +
+                             std::to_string(c.buckets) + " × " + std::to_string(c.rank_rows);
+    const int64_t range = (c.end == kStepEnd ? 700 : c.end) - c.begin;
+    EXPECT_GE(h.bucket_steps * c.buckets, range) << what;
+    EXPECT_LT(h.bucket_steps / 2 * c.buckets, range) << what;
+    EXPECT_LE(h.rows, c.rank_rows) << what;
+    EXPECT_EQ(h.rows, (world + h.ranks_per_row - 1) / h.ranks_per_row) << what;
+    EXPECT_EQ(h.first_step % h.bucket_steps, 0) << what;
+    EXPECT_EQ(h.last_step, 699);
+    ASSERT_EQ(h.max.size(), static_cast<size_t>(h.rows) * static_cast<size_t>(h.cols)) << what;
+    for (int32_t row = 0; row < h.rows; ++row) {
+      std::vector<int32_t> ranks;
+      for (int32_t r = row * h.ranks_per_row; r < std::min(world, (row + 1) * h.ranks_per_row); ++r)
+        ranks.push_back(r);
+      const int64_t end = h.first_step + h.cols * h.bucket_steps;
+      const std::vector<Bucket> want = truth.band(RankMetric::busy, h.first_step, end, h.bucket_steps, ranks);
+      size_t k = 0;
+      for (int32_t col = 0; col < h.cols; ++col) {
+        const size_t i = static_cast<size_t>(row) * static_cast<size_t>(h.cols) + static_cast<size_t>(col);
+        const int64_t step = h.first_step + col * h.bucket_steps;
+        if (k < want.size() && want[k].step_begin == step) {
+          EXPECT_FLOAT_EQ(h.max[i], static_cast<float>(want[k].max))
+              << what << " row " << row << " col " << col;
+          EXPECT_FLOAT_EQ(h.min[i], static_cast<float>(want[k].min))
+              << what << " row " << row << " col " << col;
+          EXPECT_EQ(h.max_rank[i], want[k].max_rank) << what << " row " << row << " col " << col;
+          EXPECT_NEAR(h.mean[i], want[k].mean, 1e-5) << what << " row " << row << " col " << col;
+          ++k;
+        } else {
+          EXPECT_TRUE(std::isnan(h.max[i])) << what << " row " << row << " col " << col;
+          EXPECT_EQ(h.max_rank[i], -1);
+        }
+      }
+      EXPECT_EQ(k, want.size()) << what << " row " << row;
+    }
+  }
+  // A page past the run's end keeps its column width (1,024 steps in 8 columns: 128 steps each).
+  HeatmapResult page;
+  ASSERT_TRUE(
+      db->query_heatmap({.run_id = run, .step_begin = 512, .step_end = 1536, .max_buckets = 8}, &page));
+  EXPECT_EQ(page.bucket_steps, 128);
+  EXPECT_EQ(page.cols, 2);  // steps 512..767: the run has reached 699
+  // Refused: a metric the tiles do not keep, and sizes out of range, each named.
+  HeatmapResult h;
+  EXPECT_FALSE(db->query_heatmap({.run_id = run, .metric = RankMetric::tokens}, &h));
+  EXPECT_NE(db->error().find("not tiled"), std::string::npos) << db->error();
+  EXPECT_FALSE(db->query_heatmap({.run_id = run, .max_buckets = 0}, &h));
+  EXPECT_NE(db->error().find("max_buckets must be in 1..100000"), std::string::npos) << db->error();
+  EXPECT_FALSE(db->query_heatmap({.run_id = run, .max_rank_rows = 5000}, &h));
+  EXPECT_NE(db->error().find("max_rank_rows must be in 1..4096"), std::string::npos) << db->error();
+}
+
+// The heatmap of a big run reads tiles, not rows: 1,024 ranks × 2,048 steps in 32 × 128 cells reads a
+// few hundred tile rows (8 ranks a cell, 64 steps a column), where the frames are 262,144 rows.
+TEST(HistoryDb, HeatmapCostFollowsTheCells) {
+  ScratchFiles dir;
+  auto db = open_db(dir.file("h.sqlite"));
+  const int64_t run = db->begin_run({.name = "big", .world_size = 1024});
+  std::mt19937_64 rng(15);
+  for (int64_t s = 0; s < 2048; ++s) {
+    RecordBatch batch;
+    for (int32_t r = 0; r < 1024; ++r) batch.rank_steps.push_back(make_record(run, s, r, rng));
+    ASSERT_TRUE(db->ingest(batch)) << db->error();
+  }
+  ASSERT_TRUE(db->finish_run(run, RunStatus::finished, ""));
+  HeatmapResult h;
+  ASSERT_TRUE(db->query_heatmap({.run_id = run, .max_buckets = 32, .max_rank_rows = 128}, &h)) << db->error();
+  EXPECT_EQ(h.cols, 32);
+  EXPECT_EQ(h.rows, 128);
+  EXPECT_EQ(h.ranks_per_row, 8);
+  EXPECT_LE(h.rows_read, 32 * 16);  // 32 blocks × 16 rows of 64 ranks (cells of 8)
+  for (float v : h.max) EXPECT_FALSE(std::isnan(v));
+}
+
 TEST(HistoryDb, LateAndReplacedRecordsRebuildTheirTiles) {
   ScratchFiles dir;
   auto db = open_db(dir.file("h.sqlite"));

@@ -89,9 +89,10 @@ void ClusterPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
         ImGui::Text("%s device %d: %s", n.id.c_str(), slot, state.c_str());
         if (rank >= 0) {
           ImGui::Text("rank %d of run %lld", rank, static_cast<long long>(s.run.id));
-          const auto& latest = s.grid->latest();
-          if (rank < static_cast<int>(latest.size()) && latest[static_cast<size_t>(rank)].step > 0) {
-            const RankStepRecord& r = latest[static_cast<size_t>(rank)];
+          const auto view =
+              std::find_if(s.ranks.begin(), s.ranks.end(), [&](const RankView& v) { return v.rank == rank; });
+          if (view != s.ranks.end() && view->latest.step > 0) {
+            const RankStepRecord& r = view->latest;
             ImGui::Text("step %lld: %.3f s", static_cast<long long>(r.step), r.total_s);
             if (r.temperature_celsius) ImGui::Text("temperature %.0f C", *r.temperature_celsius);
             if (r.sm_clock_hertz) ImGui::Text("SM clock %.0f MHz", *r.sm_clock_hertz / 1e6);

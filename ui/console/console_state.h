@@ -1,7 +1,8 @@
 // What the console knows at one moment, as the UI thread sees it: one immutable ConsoleSnapshot per frame,
-// published by the network thread (data_source.h) whenever something changed. The big parts (the step log
-// and the rank grid) are shared between snapshots until they change, so taking a snapshot costs a
-// pointer copy and the UI never waits on the network or on a lock held across a request.
+// published by the network thread (data_source.h) whenever something changed. The big parts (the step log,
+// the band and the heatmap's pages) are shared between snapshots until they change, the pages with the
+// tile cache too, so taking a snapshot costs a pointer copy and the UI never waits on the network or on a
+// lock held across a request.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +15,7 @@
 #include "telemetry/records.h"
 #include "ui/console/rank_band.h"
 #include "ui/console/step_log.h"
+#include "ui/console/tile_cache.h"
 
 namespace gantry::console {
 
@@ -79,6 +81,7 @@ struct RankView {
   std::string slow_phase;            // "straggler.slow_phase"; "" = not named
   std::optional<double> excess_s;    // "straggler.excess_s": busy time over the median rank's
   std::string excess;                // "straggler.excess": "forward +0.24 s", as `ctl ranks` prints it
+  RankStepRecord latest;  // "latest": the rank's newest step record (phases, sensors); step 0 = none
 };
 
 struct CheckpointView {
@@ -123,9 +126,11 @@ struct ConsoleSnapshot {
   ActionOutcome last_action;
 
   std::shared_ptr<const StepLog> steps = std::make_shared<StepLog>();
-  std::shared_ptr<const RankStepGrid> grid = std::make_shared<RankStepGrid>();
-  std::shared_ptr<const RankBand> band =
-      std::make_shared<RankBand>();  // the grid's min / median / max per step
+  // The chosen rank time across ranks (min / mean / max per bucket) and the heatmap's pages for the Run
+  // panel's last want, both from the coordinator's tile queries.
+  std::shared_ptr<const RankBand> band = std::make_shared<RankBand>();
+  std::shared_ptr<const HeatPages> heat = std::make_shared<HeatPages>();
+  size_t tile_cache_bytes = 0;  // the tile cache's size when published (its bound: DataSourceOptions)
 
   // The tiny run on the built-in corpus that this console can submit (embedded clusters only).
   bool can_submit_tiny = false;

@@ -73,6 +73,10 @@ RunView run_from_json(const json& j) {
 }
 
 RankView rank_from_json(const json& j) {
+  RankStepRecord latest;
+  std::string error;
+  if (auto it = j.find("latest"); it != j.end() && it->is_object() && !record_read_json(*it, &latest, &error))
+    latest = RankStepRecord();
   RankView r{.rank = field<int32_t>(j, "rank", 0),
              .node = field<std::string>(j, "node", ""),
              .host = field<std::string>(j, "host", ""),
@@ -82,6 +86,7 @@ RankView rank_from_json(const json& j) {
              .step_seconds = field<double>(j, "step_seconds", 0),
              .busy_seconds = field<double>(j, "busy_seconds", 0),
              .done = field<bool>(j, "done", false)};
+  r.latest = std::move(latest);
   // The coordinator's straggler policy, where it has one (null until the rank has been scored).
   if (auto it = j.find("straggler"); it != j.end() && it->is_object()) {
     if (auto v = it->find("relative"); v != it->end() && v->is_number()) r.score = v->get<double>();
@@ -110,7 +115,7 @@ bool run_ended(const std::string& state) {
 }  // namespace
 
 DataSource::DataSource(DataSourceOptions options, std::function<Result<Endpoint>()> endpoint)
-    : opt_(std::move(options)), endpoint_fn_(std::move(endpoint)) {
+    : opt_(std::move(options)), endpoint_fn_(std::move(endpoint)), tiles_(opt_.tile_cache_bytes) {
   master_.embedded = opt_.embedded;
   master_.phase = opt_.embedded ? "starting the local cluster" : "connecting";
   master_.can_submit_tiny = !opt_.tiny_config.empty();
@@ -124,6 +129,7 @@ DataSource::~DataSource() {
 void DataSource::start() {
   net_ = std::thread([this] { net_main(); });
   events_ = std::thread([this] { events_main(); });
+  tiles_thread_ = std::thread([this] { tiles_main(); });
 }
 
 void DataSource::stop() {
@@ -135,6 +141,7 @@ void DataSource::stop() {
   cv_.notify_all();
   if (net_.joinable()) net_.join();
   if (events_.joinable()) events_.join();
+  if (tiles_thread_.joinable()) tiles_thread_.join();
 }
 
 std::shared_ptr<const ConsoleSnapshot> DataSource::snapshot() const {
@@ -191,11 +198,15 @@ void DataSource::set_rank_metric(RankTimeMetric m) {
   std::lock_guard<std::mutex> lock(mu_);
   if (m == rank_metric_) return;
   rank_metric_ = m;
-  ++grid_epoch_;
-  grid_ = RankStepGrid(m);
-  band_ = RankBand();
-  grid_dirty_ = true;
-  publish_locked();
+  heat_wanted_ = true;  // the band and the pages of the new metric, now
+  cv_.notify_all();
+}
+
+void DataSource::want_heatmap(const HeatWant& want) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (want == heat_want_) return;
+  heat_want_ = want;
+  heat_wanted_ = true;
   cv_.notify_all();
 }
 
@@ -213,15 +224,9 @@ void DataSource::publish_locked() {
   auto s = std::make_shared<ConsoleSnapshot>(master_);
   s->version = published_->version + 1;
   s->steps = steps_dirty_ ? std::make_shared<const StepLog>(steps_) : published_->steps;
-  s->grid = grid_dirty_ ? std::make_shared<const RankStepGrid>(grid_) : published_->grid;
-  if (grid_dirty_) {
-    // Here, on the network thread, so that the UI thread draws the band without computing it.
-    band_.update(grid_, std::max(1, master_.run.world));
-    s->band = std::make_shared<const RankBand>(band_);
-  } else {
-    s->band = published_->band;
-  }
-  steps_dirty_ = grid_dirty_ = false;
+  s->band = band_;  // pointers: the band and the pages are immutable once made
+  s->heat = heat_;
+  steps_dirty_ = false;
   published_ = std::move(s);
 }
 
@@ -242,9 +247,9 @@ void DataSource::reset_run_locked(int64_t id) {
   master_.checkpoints.clear();
   master_.events.clear();
   steps_ = StepLog();
-  grid_ = RankStepGrid(rank_metric_);
-  band_ = RankBand();
-  steps_dirty_ = grid_dirty_ = true;
+  band_ = std::make_shared<RankBand>();
+  heat_ = std::make_shared<HeatPages>();
+  steps_dirty_ = true;
   last_event_id_ = 0;
   pending_rewind_ = -1;
   pending_cache_events_.clear();
@@ -345,8 +350,6 @@ bool DataSource::poll_once(ApiClient& api) {
   for (const json& r : field<json>(runs.value(), "runs", json::array())) run_list.push_back(run_from_json(r));
 
   int64_t id = -1, after = 0;
-  uint64_t grid_epoch = 0;
-  int world = 0;
   bool need_config = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -378,20 +381,13 @@ bool DataSource::poll_once(ApiClient& api) {
     if (config_run_ == want) master_.run.detail = detail_;
     id = master_.run.id;
     need_config = id >= 0 && config_run_ != id;
-    world = std::max(1, master_.run.world);
     if (events_ended_ && !run_ended(master_.run.state)) {
       // Resumed from a checkpoint after it ended: the same run id has new events to follow.
       events_ended_ = false;
       events_restart_ = true;
       cv_.notify_all();
     }
-    // Step records after the last one held; rank records after the last step every rank has reported,
-    // unless that lags the newest rank row by more than a few steps (a rank that will never report
-    // again, e.g. after a move to fewer ranks): then the grid stops waiting for it.
-    int64_t rank_after = grid_.complete_through(world);
-    if (grid_.rows() > 0 && grid_.last_step() - rank_after > 8) rank_after = grid_.last_step() - 8;
-    after = std::min(steps_.last_step(), rank_after);
-    grid_epoch = grid_epoch_;
+    after = steps_.last_step();  // step records after the last one held
     publish_locked();
   }
   if (id < 0) return true;
@@ -406,8 +402,10 @@ bool DataSource::poll_once(ApiClient& api) {
       if (master_.run.id == id) master_.run.detail = detail_;
     }
   }
-  const int64_t limit = std::min<int64_t>(100000, 256 * static_cast<int64_t>(world));
-  Result<json> steps = api.steps(id, {.after = after, .ranks = "all", .limit = limit});
+  // A page of step records at a time: a long run's catch-up in pages of 5,000 (~1 MB of JSON each) rather
+  // than one answer whose parsed form alone would be hundreds of MB, and short enough that the tile
+  // thread's queries, served behind it on the coordinator's database, do not wait long.
+  Result<json> steps = api.steps(id, {.after = after, .limit = 5000});
   Result<json> ranks = steps.ok() ? api.ranks(id) : Result<json>(steps.status());
   Result<json> ckpts = ranks.ok() ? api.checkpoints(id) : Result<json>(ranks.status());
   if (!ckpts.ok()) {
@@ -416,15 +414,10 @@ bool DataSource::poll_once(ApiClient& api) {
     return false;
   }
   std::vector<StepRecord> step_records;
-  std::vector<RankStepRecord> rank_records;
   std::string error;
   for (const json& s : field<json>(steps.value(), "steps", json::array())) {
     StepRecord r;
     if (record_read_json(s, &r, &error)) step_records.push_back(std::move(r));
-  }
-  for (const json& s : field<json>(steps.value(), "rank_steps", json::array())) {
-    RankStepRecord r;
-    if (record_read_json(s, &r, &error)) rank_records.push_back(std::move(r));
   }
   std::vector<RankView> rank_views;
   for (const json& r : field<json>(ranks.value(), "ranks", json::array()))
@@ -445,10 +438,6 @@ bool DataSource::poll_once(ApiClient& api) {
     for (const StepRecord& s : steps_.records())
       if (s.step > before) new_steps.push_back(s);
     steps_dirty_ = steps_dirty_ || !new_steps.empty();
-    if (!rank_records.empty() && grid_epoch == grid_epoch_) {  // else asked for before a restart of the grid
-      grid_.add(rank_records);
-      grid_dirty_ = true;
-    }
     master_.ranks = std::move(rank_views);
     master_.checkpoints = checkpoint_views;
     new_events.swap(pending_cache_events_);
@@ -465,8 +454,7 @@ bool DataSource::poll_once(ApiClient& api) {
     }
     bool ok = cache_run_ >= 0;
     if (ok && rewind >= 0) ok = cache_->rewind(cache_run_, rewind);
-    if (ok)
-      ok = cache_->ingest(cache_run_, std::move(new_steps), std::move(rank_records), std::move(new_events));
+    if (ok) ok = cache_->ingest(cache_run_, std::move(new_steps), {}, std::move(new_events));
     if (ok) ok = cache_->record_checkpoints(cache_run_, checkpoint_views);
     if (ok && run_ended(run.state) && !cache_finished_)
       ok = cache_finished_ = cache_->finish(cache_run_, run);
@@ -477,6 +465,114 @@ bool DataSource::poll_once(ApiClient& api) {
     }
   }
   return true;
+}
+
+// ---- the tile thread ----------------------------------------------------------------------------------
+
+// The heatmap's pages and the band, apart from the step catch-up (a long run's first steps answer can take
+// seconds; the heatmap must not wait for it): woken by a new want, a new metric or a rewind, and every poll
+// interval while the followed run lives, when the newest page and the band are asked again. Both are for
+// what the Run panel shows: nothing is asked before its first want for the run.
+void DataSource::tiles_main() {
+  std::unique_ptr<ApiClient> api;
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait_for(lock, opt_.poll_interval, [&] { return stop_ || (have_endpoint_ && heat_wanted_); });
+    if (stop_) return;
+    // Nothing before the Run panel has said what it shows of this run: its first want (a frame after the
+    // run is known) is then served at once, not behind a band asked for meanwhile.
+    if (!have_endpoint_ || master_.run.id < 0) continue;
+    // A want for another run (the one followed before) is consumed, not kept: kept, it would wake this
+    // loop at once, again and again, holding mu_ from the other threads.
+    heat_wanted_ = false;
+    if (heat_want_.run != master_.run.id) continue;
+    const HeatWant want = heat_want_;
+    const RankTimeMetric metric = rank_metric_;
+    const RunView run = master_.run;
+    const bool ended = run_ended(run.state);
+    const bool rewound = std::exchange(tiles_rewound_, false);
+    std::shared_ptr<const RankBand> band = band_;
+    const Endpoint endpoint = endpoint_;
+    lock.unlock();
+
+    if (!api)
+      api = std::make_unique<ApiClient>(HttpClientOptions{.url = endpoint.url, .token = endpoint.token});
+    if (rewound) tiles_.clear();
+    bool failed = false;
+    // The pages of the want: from the cache where held and final; else asked for.
+    auto heat = std::make_shared<HeatPages>();
+    if (want.run == run.id && want.metric == metric && want.cols > 0 && want.rows > 0) {
+      heat->want = want;
+      heat->layout = heat_layout(want, opt_.heat_page_cols);
+      const HeatLayout& l = heat->layout;
+      for (int64_t page = l.first_page; page <= l.last_page && !failed; ++page) {
+        const TileKey key{.run = run.id,
+                          .metric = metric,
+                          .bucket_steps = l.bucket_steps,
+                          .page = page,
+                          .rank_rows = want.rows};
+        std::shared_ptr<const HeatTile> tile = tiles_.find(key);
+        // A page the run had not finished when read is asked again once the run has moved on.
+        const bool stale =
+            tile && !ended && tile->last_step < l.page_end(page) - 1 && tile->last_step < run.last_step;
+        if (!tile || stale) {
+          Result<json> a = api->heatmap(run.id, {.metric = std::string(rank_time_metric_api_name(metric)),
+                                                 .step_begin = l.page_begin(page),
+                                                 .step_end = l.page_end(page),
+                                                 .buckets = l.page_cols,
+                                                 .rank_buckets = want.rows});
+          Result<HeatTile> t = a.ok() ? heat_tile_from_json(a.value()) : Result<HeatTile>(a.status());
+          if (!t.ok()) {
+            failed = true;
+            break;
+          }
+          tile = std::make_shared<const HeatTile>(std::move(t.value()));
+          tiles_.put(key, tile);
+        }
+        heat->pages.push_back(std::move(tile));
+      }
+    }
+
+    if (!failed && !heat->pages.empty()) {
+      // The heatmap first, on its own: the frame that can draw it need not wait for the band.
+      std::lock_guard<std::mutex> g(mu_);
+      if (master_.run.id == run.id && (heat->want != heat_->want || heat->pages != heat_->pages)) {
+        heat_ = heat;
+        master_.tile_cache_bytes = tiles_.bytes();
+        publish_locked();
+      }
+    }
+    // Then the band over the whole run, the same query with one row for all ranks: again when the run
+    // advanced past it or the metric changed. After the pages: the heatmap must not wait for it.
+    if (!failed &&
+        (band->run != run.id || band->metric != metric || rewound || band->last_step < run.last_step)) {
+      Result<json> a = api->heatmap(run.id, {.metric = std::string(rank_time_metric_api_name(metric)),
+                                             .buckets = opt_.band_buckets,
+                                             .rank_buckets = 1});
+      Result<HeatTile> t = a.ok() ? heat_tile_from_json(a.value()) : Result<HeatTile>(a.status());
+      if (t.ok()) {
+        RankBand b = rank_band_from_tile(t.value(), metric);
+        b.run = run.id;
+        band = std::make_shared<const RankBand>(std::move(b));
+      } else {
+        failed = true;
+      }
+    }
+    lock.lock();
+    if (failed) {
+      api.reset();  // a fresh connection next time
+      heat_wanted_ = true;
+      cv_.wait_for(lock, opt_.retry_interval, [&] { return stop_; });
+      continue;
+    }
+    if (master_.run.id != run.id) continue;  // another run meanwhile: its own pages next
+    const bool new_heat = !heat->pages.empty() && (heat->want != heat_->want || heat->pages != heat_->pages);
+    if (band == band_ && !new_heat) continue;  // nothing new: no publish
+    band_ = std::move(band);
+    if (new_heat) heat_ = std::move(heat);
+    master_.tile_cache_bytes = tiles_.bytes();
+    publish_locked();
+  }
 }
 
 // ---- the event thread -----------------------------------------------------------------------------------
@@ -509,8 +605,9 @@ void DataSource::events_main() {
             // The server forgot the steps after the checkpoint the run resumed from; they will be trained
             // again.
             steps_.rewind(v.record.step);
-            grid_.rewind(v.record.step);
-            steps_dirty_ = grid_dirty_ = true;
+            steps_dirty_ = true;
+            heat_wanted_ = true;  // the band and the pages after the step are asked again
+            tiles_rewound_ = true;
             pending_rewind_ = v.record.step;
           }
           pending_cache_events_.push_back(v.record);

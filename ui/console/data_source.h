@@ -4,10 +4,16 @@
 // publish an immutable ConsoleSnapshot; the UI thread takes snapshot() once per frame and never waits on
 // the network. Everything seen also goes to the local cache (local_cache.h) when one is given.
 //
-// Catch-up: steps are asked for as "after N" where N is the last step held (and, for the per-rank grid,
-// the last step every rank has reported), so after a broken connection, a reconnect or a coordinator
-// that was unreachable for a while the next answer continues exactly there: no gap, no repeat
-// (step_log.h drops overlaps). Events resume after the last event id seen (Last-Event-ID).
+// Catch-up: steps are asked for as "after N" where N is the last step held, so after a broken connection,
+// a reconnect or a coordinator that was unreachable for a while the next answer continues exactly there:
+// no gap, no repeat (step_log.h drops overlaps). Events resume after the last event id seen
+// (Last-Event-ID).
+//
+// The ranks' times are never pulled as rows: the Run panel says what it shows (want_heatmap: a step range
+// at its pixel resolution) and the network thread fetches the pages of the coordinator's heatmap tile
+// query it lacks into one bounded cache (tile_cache.h), and the band from the bucketed steps query; a
+// live run's newest page and the band are asked again as the run advances. The breakdown and straggler
+// tables read each rank's latest record from GET /v1/runs/{id}/ranks.
 //
 //   DataSource source(options, [] { return Endpoint{url, token}; });
 //   source.start();
@@ -56,6 +62,9 @@ struct DataSourceOptions {
   bool embedded = false;       // the cluster is this console's (shown; stopped by the caller on exit)
   std::chrono::milliseconds poll_interval{250};
   std::chrono::milliseconds retry_interval{1000};  // after a failed request
+  size_t tile_cache_bytes = size_t{64} << 20;      // the heatmap pages' bound (LRU past it)
+  int heat_page_cols = 256;                        // columns per heatmap page (tile_cache.h)
+  int band_buckets = 2000;                         // the band's buckets over the whole run
 };
 
 class DataSource {
@@ -82,9 +91,11 @@ class DataSource {
   void request_resume_from(int64_t run_id, const std::string& checkpoint, const ResumeLayout& layout);
   void request_quarantine(const std::string& node);
   void request_submit_tiny();
-  // The time metric the rank grid keeps (busy by default): another one starts the grid over, and the next
-  // polls fetch the run's rank records again for it.
+  // The time metric the band and the heatmap show (busy by default): another one asks for both again.
   void set_rank_metric(RankTimeMetric m);
+  // What the heatmap shows now (the Run panel, each frame it changes): the network thread fetches the pages
+  // of it that the cache lacks, at once (it is woken), and publishes them as snapshot()->heat.
+  void want_heatmap(const HeatWant& want);
   // The local history file (options' cache_path; "" = none), for panels that read it back.
   const std::string& cache_path() const { return opt_.cache_path; }
   // Drops both connections; the next poll opens new ones and catches up from where the model ends.
@@ -104,10 +115,11 @@ class DataSource {
   void fail_locked(const std::string& error);
   bool wait_locked(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds d);
   void reset_run_locked(int64_t id);
+  void tiles_main();
 
   DataSourceOptions opt_;
   std::function<Result<Endpoint>()> endpoint_fn_;
-  std::thread net_, events_;
+  std::thread net_, events_, tiles_thread_;
 
   mutable std::mutex mu_;  // everything below
   std::condition_variable cv_;
@@ -125,10 +137,13 @@ class DataSource {
   ConsoleSnapshot master_;  // the model, less the two shared parts below
   StepLog steps_;
   RankTimeMetric rank_metric_ = RankTimeMetric::kBusy;
-  uint64_t grid_epoch_ = 0;  // counts set_rank_metric's restarts: a poll asked for before one is not added
-  RankStepGrid grid_;
-  RankBand band_;  // the grid's band, brought up to it at every publish that changed the grid
-  bool steps_dirty_ = false, grid_dirty_ = false;
+  HeatWant heat_want_;
+  bool heat_wanted_ = false;  // a new want not yet served: the network thread's wait ends for it
+  std::shared_ptr<const RankBand> band_ = std::make_shared<RankBand>();
+  std::shared_ptr<const HeatPages> heat_ = std::make_shared<HeatPages>();
+  bool tiles_rewound_ = false;  // the run was rewound: the pages and the band held are stale
+  TileCache tiles_{0};          // the tile thread's only (sized from the options in the constructor)
+  bool steps_dirty_ = false;
   std::shared_ptr<const ConsoleSnapshot> published_;
   int64_t last_event_id_ = 0;
   int64_t pending_rewind_ = -1;  // a step the local cache must rewind to (from an event)

@@ -47,20 +47,45 @@ struct ClusterPanel {
   void draw(const ConsoleSnapshot& s, PanelContext& ctx);
 };
 
-// The followed run: loss, grad norm, tokens/s and MFU against step; the band across ranks (min, median,
-// max) and the rank × step heatmap of busy time (or of the total, a phase, or the excess over the step's
-// median: a selector); the timing breakdown per rank, the most excess first.
+// The heatmap's cells for the widget, from the snapshot's pages of the coordinator's tile answers (no
+// values of its own): each frame's grid() is composed from the pages and remembered as the want the Run
+// panel hands to the DataSource. The excess view subtracts from each cell the median of its column's cells.
+class TileHeatmap final : public plot::HeatmapSource {
+ public:
+  void set(std::shared_ptr<const HeatPages> pages, int ranks, int64_t first_step, int64_t step_end,
+           bool excess);
+  int ranks() const override { return ranks_; }
+  int64_t first_step() const override { return first_step_; }
+  int64_t step_end() const override { return step_end_; }
+  void grid(int64_t step_lo, int64_t step_hi, int max_cols, int max_rows,
+            plot::HeatmapGrid& out) const override;
+  // The range and resolution the last grid() was asked for.
+  int64_t asked_lo() const { return asked_lo_; }
+  int64_t asked_hi() const { return asked_hi_; }
+  int asked_cols() const { return asked_cols_; }
+  int asked_rows() const { return asked_rows_; }
+
+ private:
+  std::shared_ptr<const HeatPages> pages_ = std::make_shared<HeatPages>();
+  int ranks_ = 1;
+  int64_t first_step_ = 0, step_end_ = 1;
+  bool excess_ = false;
+  mutable int64_t asked_lo_ = 0, asked_hi_ = 0;
+  mutable int asked_cols_ = 0, asked_rows_ = 0;
+};
+
+// The followed run: loss, grad norm, tokens/s and MFU against step; the band across ranks (min, mean,
+// max) and the rank × step heatmap of busy time (or of the total, a phase, or the excess over each
+// step's middle: a selector), both from the coordinator's tile queries; the timing breakdown per rank from
+// each rank's latest record, the most excess first.
 struct RunPanel {
   void draw(const ConsoleSnapshot& s, PanelContext& ctx);
 
  private:
-  void sync(const ConsoleSnapshot& s);  // brings the heatmap up to the snapshot's grid
-  // The selector: which time the heatmap and band show (the grid's metric, kept by the DataSource), and
-  // whether as the excess over each step's median rank.
+  // The selector: which time the heatmap and band show (asked of the coordinator), and whether as the
+  // excess over each step's middle (the band's mean; the heatmap column's median cell).
   RankTimeMetric metric_ = RankTimeMetric::kBusy;
   bool excess_ = false;
-  bool synced_excess_ = false;
-  RankTimeMetric synced_metric_ = RankTimeMetric::kBusy;
 
   plot::PlotView loss_view{.follow_latest = false, .x_label = "step", .y_label = "loss", .x_integer = true};
   plot::PlotView grad_view{.x_label = "step", .y_label = "grad norm", .x_integer = true};
@@ -68,13 +93,7 @@ struct RunPanel {
   plot::PlotView mfu_view{.x_label = "step", .y_label = "MFU (%)", .x_integer = true};
   plot::PlotView band_view{.x_label = "step", .y_label = "busy time (s)", .x_integer = true};
   plot::HeatmapView heat_view{.value_label = "busy time", .unit = "s"};
-
-  int64_t run_id_ = -1;
-  const RankStepGrid* synced_grid_ = nullptr;
-  std::shared_ptr<const RankStepGrid> grid_hold_;  // keeps synced_grid_ alive
-  size_t final_rows_ = 0;   // grid rows whose every rank was in when last synced: never recomputed
-  size_t synced_rows_ = 0;  // the grid's rows when last synced (fewer now: a rewind)
-  std::unique_ptr<plot::HeatmapModel> heat_;
+  TileHeatmap heat_;
 };
 
 // Ranks ordered slowest first (stragglers.h), and "Quarantine node…" with a confirmation.

@@ -1,44 +1,28 @@
 #include "ui/console/rank_band.h"
 
-#include <algorithm>
 #include <cmath>
-#include <limits>
 
 namespace gantry::console {
 
-void RankBand::update(const RankStepGrid& g, int world) {
-  if (g.rows() < step.size() || (g.rows() > 0 && g.first_step() != first_step_)) *this = RankBand();
-  first_step_ = g.first_step();
-  for (std::vector<double>* c : {&step, &min, &median, &max, &excess_min, &excess_max, &zero})
-    c->resize(final_rows);
-  constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-  const int want = std::min(std::max(1, world), g.width());
-  std::vector<float> values;
-  bool still_final = true;
-  for (size_t row = final_rows; row < g.rows(); ++row) {
-    const float* cells = g.row(row);
-    values.clear();
-    for (int k = 0; k < g.width(); ++k)
-      if (!std::isnan(cells[k])) values.push_back(cells[k]);
-    const bool complete = static_cast<int>(values.size()) >= want;
-    if (still_final && complete) final_rows = row + 1;
-    still_final = still_final && complete;
-    step.push_back(static_cast<double>(g.first_step() + static_cast<int64_t>(row)));
-    if (values.empty()) {
-      for (std::vector<double>* c : {&min, &median, &max, &excess_min, &excess_max, &zero})
-        c->push_back(kNaN);
-      continue;
-    }
-    const auto [lo, hi] = std::minmax_element(values.begin(), values.end());
-    const double mn = *lo, mx = *hi;
-    const double med = median_in_place(values);  // selection, not a sort: O(ranks) per step
-    min.push_back(mn);
-    max.push_back(mx);
-    median.push_back(med);
-    excess_min.push_back(mn - med);
-    excess_max.push_back(mx - med);
-    zero.push_back(0);
+RankBand rank_band_from_tile(const HeatTile& t, RankTimeMetric metric) {
+  RankBand b;
+  b.metric = metric;
+  b.bucket_steps = t.bucket_steps;
+  b.last_step = t.last_step;
+  if (t.rows < 1) return b;
+  for (int c = 0; c < t.cols; ++c) {
+    const size_t i = static_cast<size_t>(c);  // row 0
+    if (std::isnan(t.max[i])) continue;
+    const double mn = t.min[i], mx = t.max[i], mean = t.mean[i];
+    b.step.push_back(static_cast<double>(t.first_step + c * t.bucket_steps));
+    b.min.push_back(mn);
+    b.mean.push_back(mean);
+    b.max.push_back(mx);
+    b.excess_min.push_back(mn - mean);
+    b.excess_max.push_back(mx - mean);
+    b.zero.push_back(0);
   }
+  return b;
 }
 
 }  // namespace gantry::console

@@ -4,8 +4,7 @@
 // In synchronous data parallelism every rank's total is the same (the fast ranks wait for the slow one in
 // their collectives, as exposed communication), so a slow rank shows on busy time, not on total.
 //
-//   RankStepGrid grid(RankTimeMetric::kBusy);               // step_log.h: the grid keeps this metric
-//   float median = excess_over_median(row);                 // the excess view, in place, per step
+//   float median = excess_over_median(column);              // the heatmap's excess view, in place
 //   for (const BreakdownRow& r : breakdown_rows(latest, world, RankTimeMetric::kBusy)) ...  // most excess
 //   first
 #pragma once
@@ -40,8 +39,8 @@ std::string_view rank_time_metric_api_name(RankTimeMetric m);
 // The metric's value in a rank's step record, seconds.
 double rank_time_value(const RankStepRecord& r, RankTimeMetric m);
 
-// Replaces each value of one step's row (a value per rank, NaN = not reported) by its excess over the median
-// of the reported values, and returns that median (NaN when none is reported).
+// Replaces each value of one heatmap column (a cell per row of ranks, NaN = none) by its excess over the
+// median of the reported values, and returns that median (NaN when none is reported).
 double excess_over_median(std::span<float> row);
 
 // The median of the values (NaN for none); reorders them. The mean of the two middle values for an even

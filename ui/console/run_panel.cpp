@@ -47,56 +47,60 @@ std::vector<plot::PlotMarker> event_markers(const ConsoleSnapshot& s) {
 
 }  // namespace
 
-void RunPanel::sync(const ConsoleSnapshot& s) {
-  const RankStepGrid& g = *s.grid;
-  if (s.run.id != run_id_ || g.rows() < synced_rows_ || (heat_ && heat_->ranks() < g.width()) ||
-      (heat_ && g.rows() > 0 && heat_->first_step() != g.first_step()) || g.metric() != synced_metric_ ||
-      excess_ != synced_excess_) {
-    // Another run, a rewind, a wider grid or another view: start over.
-    synced_metric_ = g.metric();
-    synced_excess_ = excess_;
-    run_id_ = s.run.id;
-    final_rows_ = 0;
-    heat_.reset();
-  }
-  if (g.width() > 0 && !heat_) heat_ = std::make_unique<plot::HeatmapModel>(g.width(), g.first_step());
-  grid_hold_ = s.grid;
-  synced_grid_ = grid_hold_.get();
-  synced_rows_ = g.rows();
-  if (heat_ && g.rows() > final_rows_) heat_->reserve(static_cast<int64_t>(g.rows()));
-  // The band, computed with the grid on the network thread, has each step's median for the excess view.
-  const RankBand& band = *s.band;
-  const bool band_fits =
-      band.size() == g.rows() && (band.size() == 0 || band.step[0] == static_cast<double>(g.first_step()));
-  std::vector<float> excess_row;
-  const int want = std::min(std::max(1, s.run.world), g.width());
-  size_t final_rows = final_rows_;
-  bool still_final = true;
-  // Rows from the first that was incomplete last time: a late rank's cell may have filled in since.
-  for (size_t row = final_rows_; row < g.rows(); ++row) {
-    const int64_t step = g.first_step() + static_cast<int64_t>(row);
-    const float* cells = g.row(row);
-    int reported = 0;
-    for (int k = 0; k < g.width(); ++k) reported += !std::isnan(cells[k]);
-    if (excess_) {
-      // Each rank's excess over the step's median rank: the step's own pace taken out.
-      excess_row.assign(cells, cells + g.width());
-      if (band_fits) {
-        for (float& v : excess_row) v = static_cast<float>(v - band.median[row]);
-      } else {
-        excess_over_median(excess_row);
-      }
-      cells = excess_row.data();
+void TileHeatmap::set(std::shared_ptr<const HeatPages> pages, int ranks, int64_t first_step, int64_t step_end,
+                      bool excess) {
+  pages_ = std::move(pages);
+  ranks_ = std::max(1, ranks);
+  first_step_ = first_step;
+  step_end_ = std::max(first_step + 1, step_end);
+  excess_ = excess;
+}
+
+void TileHeatmap::grid(int64_t step_lo, int64_t step_hi, int max_cols, int max_rows,
+                       plot::HeatmapGrid& out) const {
+  asked_lo_ = step_lo;
+  asked_hi_ = step_hi;
+  asked_cols_ = max_cols;
+  asked_rows_ = max_rows;
+  out.cells.clear();
+  out.cols = out.rows = 0;
+  out.value_min = out.value_max = NAN;
+  const HeatPages& p = *pages_;
+  const HeatTile* any = nullptr;
+  for (const auto& t : p.pages)
+    if (t && t->rows > 0) any = t.get();
+  if (any == nullptr || step_hi <= step_lo) return;
+  // The pages' own columns, whatever the view asks now: until the pages of a new want arrive, the last
+  // ones stand in (stretched or squeezed), rather than a blank map.
+  const int64_t w = p.layout.bucket_steps;
+  const int64_t page_steps = w * p.layout.page_cols;
+  out.steps_per_col = w;
+  out.step_origin = step_lo / w * w;
+  const int64_t cols = (step_hi - out.step_origin + w - 1) / w;
+  if (cols > 4 * static_cast<int64_t>(std::max(1, max_cols))) return;  // far finer than the view: wait
+  out.cols = static_cast<int>(cols);
+  out.rows = any->rows;
+  out.ranks_per_row = any->ranks_per_row;
+  out.cells.assign(static_cast<size_t>(out.rows) * static_cast<size_t>(out.cols), NAN);
+  std::vector<float> column(static_cast<size_t>(out.rows));
+  for (int c = 0; c < out.cols; ++c) {
+    const int64_t step = out.step_origin + c * w;
+    const int64_t page = step >= 0 ? step / page_steps : -1;
+    if (page < p.layout.first_page || page > p.layout.last_page) continue;
+    const HeatTile* t = p.pages[static_cast<size_t>(page - p.layout.first_page)].get();
+    if (t == nullptr || t->rows != out.rows || t->bucket_steps != w) continue;
+    const int64_t tc = (step - t->first_step) / w;
+    if (step < t->first_step || tc >= t->cols) continue;
+    for (int r = 0; r < out.rows; ++r) column[static_cast<size_t>(r)] = t->at(r, static_cast<int>(tc));
+    if (excess_) excess_over_median(column);  // each cell over the median cell of its column
+    for (int r = 0; r < out.rows; ++r) {
+      const float v = column[static_cast<size_t>(r)];
+      out.cells[static_cast<size_t>(r) * static_cast<size_t>(out.cols) + static_cast<size_t>(c)] = v;
+      if (std::isnan(v)) continue;
+      if (std::isnan(out.value_min) || v < out.value_min) out.value_min = v;
+      if (std::isnan(out.value_max) || v > out.value_max) out.value_max = v;
     }
-    // A whole row at once: one contiguous pass per pyramid level, where a cell at a time walks every level
-    // per cell (catching up 100,000 steps × 1,024 ranks took 18 s in one frame that way).
-    if (heat_ && !heat_->append_step(step, std::span<const float>(cells, static_cast<size_t>(g.width())))) {
-      for (int k = 0; k < g.width(); ++k) heat_->set(k, step, cells[k]);
-    }
-    if (still_final && reported >= want) final_rows = row + 1;
-    still_final = still_final && reported >= want;
   }
-  final_rows_ = final_rows;
 }
 
 void RunPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
@@ -114,7 +118,6 @@ void RunPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
   if (log.gap_steps() > 0)
     ImGui::TextColored(ImVec4(1, 0.6f, 0.2f, 1), "%lld steps the coordinator does not have",
                        static_cast<long long>(log.gap_steps()));
-  if (s.grid.get() != synced_grid_ || s.run.id != run_id_ || excess_ != synced_excess_) sync(s);
 
   const std::vector<plot::PlotMarker> markers = event_markers(s);
   const StepColumns& c = log.columns();
@@ -150,8 +153,8 @@ void RunPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
   }
 
   // The selector: busy time by default, since in synchronous data parallelism every rank's total is the
-  // same (the fast ranks wait for the slow one in their collectives); the grid is the DataSource's, kept in
-  // the chosen metric, so another one is fetched again.
+  // same (the fast ranks wait for the slow one in their collectives); the band and the heatmap are asked
+  // of the coordinator in the chosen metric.
   ImGui::SetNextItemWidth(180);
   if (ImGui::BeginCombo("rank time", std::string(rank_time_metric_label(metric_)).c_str())) {
     for (int k = 0; k < kRankTimeMetricCount; ++k) {
@@ -164,44 +167,62 @@ void RunPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
     ImGui::EndCombo();
   }
   ImGui::SameLine();
-  ImGui::Checkbox("excess over the step's median", &excess_);
-  if (s.grid->metric() != metric_) {
+  ImGui::Checkbox("excess over the step's middle", &excess_);
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip(
+        "band: each bucket's min and max minus its mean across ranks\n"
+        "heatmap: each cell minus the median cell of its column");
+  const RankBand& band = *s.band;
+  const HeatPages& pages = *s.heat;
+  const bool band_current = band.run == s.run.id && band.metric == metric_;
+  const bool heat_current = pages.want.run == s.run.id && pages.want.metric == metric_;
+  if (!band_current || !heat_current) {
     ImGui::SameLine();
     ImGui::TextDisabled("(fetching)");
   }
-  const std::string shown =
-      std::string(rank_time_metric_label(s.grid->metric())) + (excess_ ? " excess" : " time");
+  const std::string shown = std::string(rank_time_metric_label(metric_)) + (excess_ ? " excess" : " time");
   band_view.y_label = shown + " (s)";
   heat_view.value_label = shown;
 
-  // The chosen time across ranks: the band (min, median, max) and the heatmap.
-  // The band comes computed with the snapshot (rank_band.h): drawing it is decimation only.
-  const RankBand& band = *s.band;
-  const size_t nb = band.size();
+  // The chosen time across ranks: the band (min, mean, max per bucket, from the coordinator's tiles) and
+  // the heatmap (its pages of the tile query, at the map's own resolution).
+  const size_t nb = band_current ? band.size() : 0;
   line("##band", band_view,
        {{"max", band.step.data(), excess_ ? band.excess_max.data() : band.max.data(), nb, kRed},
-        {"median", band.step.data(), excess_ ? band.zero.data() : band.median.data(), nb, kBlue},
+        {"mean", band.step.data(), excess_ ? band.zero.data() : band.mean.data(), nb, kBlue},
         {"min", band.step.data(), excess_ ? band.excess_min.data() : band.min.data(), nb, kGreen}},
        half);
   ImGui::SameLine();
-  if (heat_) {
-    plot::heatmap_widget("##heat", heat_view, *heat_, ImVec2(half, plot_h));
+  const int64_t first = log.size() > 0 ? log.records().front().step : 0;  // before the steps arrive: 0
+  heat_.set(heat_current ? s.heat : std::make_shared<HeatPages>(), s.run.world, first,
+            std::max(s.run.last_step, log.last_step()) + 1, excess_);
+  plot::heatmap_widget("##heat", heat_view, heat_, ImVec2(half, plot_h));
+  // Ask for what the map shows now; the DataSource ignores a want it already has.
+  ctx.source.want_heatmap({.run = s.run.id,
+                           .metric = metric_,
+                           .step_lo = heat_.asked_lo(),
+                           .step_hi = heat_.asked_hi(),
+                           .cols = heat_.asked_cols(),
+                           .rows = heat_.asked_rows()});
+  if (heat_view.grid.cols > 0 && !std::isnan(heat_view.grid.value_min)) {
     // One name whatever the selector shows, for --dump-state's readers (scripts, tests).
-    ctx.frame.series.push_back(
-        {"rank time heatmap", static_cast<size_t>(heat_->step_end() - heat_->first_step()),
-         heat_view.map_min.x, heat_view.map_min.y, heat_view.map_max.x, heat_view.map_max.y});
-  } else {
-    ImGui::Dummy(ImVec2(half, plot_h));
+    ctx.frame.series.push_back({"rank time heatmap", static_cast<size_t>(heat_view.grid.cols),
+                                heat_view.map_min.x, heat_view.map_min.y, heat_view.map_max.x,
+                                heat_view.map_max.y});
   }
 
   // The timing breakdown per rank, from each rank's latest step record, the most excess time (of the chosen
   // metric, over the median rank's) first.
-  const std::vector<BreakdownRow> order = breakdown_rows(s.grid->latest(), s.run.world, s.grid->metric());
+  std::vector<RankStepRecord> latest;
+  latest.reserve(s.ranks.size());
+  for (const RankView& r : s.ranks)
+    if (r.latest.step > 0) latest.push_back(r.latest);
+  const std::vector<BreakdownRow> order = breakdown_rows(latest, s.run.world, metric_);
   if (!order.empty() &&
       ImGui::BeginTable("##breakdown", 11,
                         ImGuiTableFlags_RowBg | ImGuiTableFlags_Borders | ImGuiTableFlags_ScrollY,
                         ImVec2(0, std::max(60.0f, ImGui::GetContentRegionAvail().y)))) {
-    const std::string excess_head = std::string(rank_time_metric_label(s.grid->metric())) + " excess ms";
+    const std::string excess_head = std::string(rank_time_metric_label(metric_)) + " excess ms";
     for (const char* h : {"rank", "step", excess_head.c_str(), "busy ms", "total ms", "data", "forward",
                           "backward", "optimizer", "comm", "ckpt"})
       ImGui::TableSetupColumn(h);

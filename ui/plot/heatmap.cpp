@@ -122,6 +122,11 @@ const float* HeatmapModel::bucket_row(int level, int64_t bucket) const {
   return &l[static_cast<size_t>(bucket * ranks_)];
 }
 
+void HeatmapModel::grid(int64_t step_lo, int64_t step_hi, int max_cols, int max_rows,
+                        HeatmapGrid& out) const {
+  heatmap_grid(*this, step_lo, step_hi, max_cols, max_rows, out);
+}
+
 void heatmap_grid(const HeatmapModel& model, int64_t step_lo, int64_t step_hi, int max_cols, int max_rows,
                   HeatmapGrid& out) {
   out.cells.clear();

@@ -28,7 +28,22 @@
 
 namespace gantry::plot {
 
-class HeatmapModel {
+struct HeatmapGrid;
+
+// What the heatmap widget draws from: a rank count, a step range and, per frame, a grid of cells for the
+// range in view at no more than the cells that fit. HeatmapModel below keeps every value itself; the
+// console's source is the coordinator's tile answers (ui/console/run_panel.cpp).
+class HeatmapSource {
+ public:
+  virtual ~HeatmapSource() = default;
+  virtual int ranks() const = 0;
+  virtual int64_t first_step() const = 0;
+  virtual int64_t step_end() const = 0;  // one past the newest step
+  // Fills `out` for [step_lo, step_hi) with at most about max_cols × max_rows cells (see heatmap_grid).
+  virtual void grid(int64_t step_lo, int64_t step_hi, int max_cols, int max_rows, HeatmapGrid& out) const = 0;
+};
+
+class HeatmapModel final : public HeatmapSource {
  public:
   // `ranks` rows (≥ 1); steps below first_step are refused.
   explicit HeatmapModel(int ranks, int64_t first_step = 0);
@@ -43,10 +58,11 @@ class HeatmapModel {
   // Stores one step for all ranks at once: values[r] for rank r; values.size() must equal ranks().
   bool append_step(int64_t step, std::span<const float> values);
 
-  int ranks() const { return ranks_; }
-  int64_t first_step() const { return first_step_; }
+  int ranks() const override { return ranks_; }
+  int64_t first_step() const override { return first_step_; }
   // One past the highest step stored so far (first_step when empty).
-  int64_t step_end() const { return first_step_ + steps_; }
+  int64_t step_end() const override { return first_step_ + steps_; }
+  void grid(int64_t step_lo, int64_t step_hi, int max_cols, int max_rows, HeatmapGrid& out) const override;
   // The stored value, NaN when missing or out of range.
   float value(int rank, int64_t step) const;
   // Maximum over steps [first_step + b·2^level, first_step + (b+1)·2^level) of one rank; NaN if none.

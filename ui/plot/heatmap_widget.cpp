@@ -54,7 +54,7 @@ void draw_scale_bar(ImDrawList* dl, const HeatmapView& view, ImVec2 bmin, ImVec2
 
 }  // namespace
 
-bool heatmap_widget(const char* id, HeatmapView& view, const HeatmapModel& model, ImVec2 size) {
+bool heatmap_widget(const char* id, HeatmapView& view, const HeatmapSource& model, ImVec2 size) {
   const ImGuiIO& io = ImGui::GetIO();
   const AxesItem item = axes_item(id, size);
   const ImVec2 wmin = item.min, wmax = item.max;
@@ -141,7 +141,7 @@ bool heatmap_widget(const char* id, HeatmapView& view, const HeatmapModel& model
       max_rows = std::max(1, static_cast<int>(max_rows / shrink));
     }
   }
-  heatmap_grid(model, view.step_lo, view.step_hi, max_cols, max_rows, view.grid);
+  model.grid(view.step_lo, view.step_hi, max_cols, max_rows, view.grid);
   const HeatmapGrid& g = view.grid;
   if (view.scale.auto_range && !std::isnan(g.value_min)) {
     view.scale.min = g.value_min;

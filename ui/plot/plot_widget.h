@@ -134,6 +134,6 @@ struct HeatmapView {
 
 // Draws `model` as rank (rows, rank 0 at the top) × step (columns) cells with a colour scale bar at the
 // right and a hover readout (ranks, steps, bucket maximum). Returns true when the user changed the view.
-bool heatmap_widget(const char* id, HeatmapView& view, const HeatmapModel& model, ImVec2 size);
+bool heatmap_widget(const char* id, HeatmapView& view, const HeatmapSource& model, ImVec2 size);
 
 }  // namespace gantry::plot

@@ -199,7 +199,7 @@ TEST(ConsoleWindow, ScreenshotStateAndAScriptedCheckpointAgainstARemoteCluster) 
   EXPECT_EQ(state["run"]["state"], "running");
   EXPECT_EQ(state["embedded"], false);
   for (const char* name :
-       {"loss", "grad norm", "tokens/s", "MFU", "max", "median", "min", "rank time heatmap"}) {
+       {"loss", "grad norm", "tokens/s", "MFU", "max", "mean", "min", "rank time heatmap"}) {
     const json* s = series_named(state, name);
     ASSERT_NE(s, nullptr) << name << " was not plotted";
     EXPECT_GE((*s)["length"].get<size_t>(), 4u) << name;

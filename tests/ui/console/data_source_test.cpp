@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <memory>
 #include <set>
 
@@ -95,45 +96,79 @@ TEST_F(DataSourceCluster, FollowsTheTinyRunActsAndCatchesUpWithoutAGap) {
   EXPECT_TRUE(snap()->last_action.ok) << snap()->last_action.message;
   ASSERT_TRUE(eventually([&] { return !snap()->checkpoints.empty(); }, 20s));
 
-  // Every step from 1 on, once, in order; every rank's step time for the steps the grid calls complete.
+  // Every step from 1 on, once, in order.
   std::shared_ptr<const ConsoleSnapshot> s = snap();
   const std::vector<StepRecord>& steps = s->steps->records();
   ASSERT_GE(steps.size(), 10u);
   for (size_t k = 0; k < steps.size(); ++k) ASSERT_EQ(steps[k].step, static_cast<int64_t>(k) + 1);
   EXPECT_EQ(s->steps->gap_steps(), 0);
   EXPECT_GT(steps.front().loss, 4.0);  // ln 256 = 5.5 at the start
-  const int64_t complete = s->grid->complete_through(4);
-  EXPECT_GE(complete, 5);
-  for (int64_t st = 1; st <= complete; ++st)
-    for (int r = 0; r < 4; ++r) EXPECT_GT(s->grid->at(st, r), 0.0f) << "step " << st << " rank " << r;
   std::set<int64_t> ids;
   for (const EventView& e : s->events) EXPECT_TRUE(ids.insert(e.id).second) << "event " << e.id << " twice";
   EXPECT_EQ(s->ranks.size(), 4u);
+  for (const RankView& r : s->ranks) EXPECT_GT(r.latest.step, 0) << "rank " << r.rank << ": no latest record";
 
-  // The Run panel's selector: the grid holds busy time by default; another metric starts it over and the
-  // run's rank records are fetched again from step 1, each cell now that metric of the rank's step.
-  EXPECT_EQ(s->grid->metric(), RankTimeMetric::kBusy);
+  // The heatmap: asked for as the Run panel asks (a step range at its pixels), fetched from the coordinator's
+  // tile query into the cache; one row per rank, one column per step, each cell the coordinator's own value
+  // for that rank and step (its per-rank band at one step a bucket).
+  const int64_t upto = s->steps->last_step();
+  source_->want_heatmap({.run = run, .step_lo = 1, .step_hi = upto + 1, .cols = 600, .rows = 100});
+  ASSERT_TRUE(eventually(
+      [&] { return snap()->heat->want.step_hi == upto + 1 && !snap()->heat->pages.empty(); }, 30s));
+  std::shared_ptr<const ConsoleSnapshot> h = snap();
+  ASSERT_TRUE(h->heat->pages[0]);
+  const HeatTile& page = *h->heat->pages[0];
+  EXPECT_EQ(page.bucket_steps, 1);
+  EXPECT_EQ(page.rows, 4);
+  EXPECT_EQ(page.ranks_per_row, 1);
+  EXPECT_GT(h->tile_cache_bytes, 0u);
+  EXPECT_EQ(h->band->metric, RankTimeMetric::kBusy);
+  EXPECT_GE(h->band->size(), 5u);
+  ApiClient api({.url = endpoint_.url, .token = endpoint_.token});
+  int compared = 0;
+  for (int rank = 0; rank < 4; ++rank) {
+    Result<nlohmann::json> per_rank = api.steps(run, {.ranks = std::to_string(rank), .buckets = 100000});
+    ASSERT_TRUE(per_rank.ok()) << per_rank.error();
+    for (const nlohmann::json& b : per_rank->at("rank_seconds")) {
+      const int64_t step = b["step_begin"].get<int64_t>();
+      const int64_t col = step - page.first_step;
+      if (col < 0 || col >= page.cols || step > page.last_step - 2) continue;  // the newest may be partial
+      EXPECT_NEAR(page.at(rank, static_cast<int>(col)), b["max"].get<double>(), 1e-6 * b["max"].get<double>())
+          << "rank " << rank << " step " << step;
+      ++compared;
+    }
+  }
+  EXPECT_GE(compared, 4 * 5);
+
+  // The selector: another metric asks for the band and the pages again, in that metric; forward is part of
+  // busy, cell by cell.
   source_->set_rank_metric(RankTimeMetric::kForward);
+  source_->want_heatmap({.run = run,
+                         .metric = RankTimeMetric::kForward,
+                         .step_lo = 1,
+                         .step_hi = upto + 1,
+                         .cols = 600,
+                         .rows = 100});
   ASSERT_TRUE(eventually(
       [&] {
-        const std::shared_ptr<const RankStepGrid> g = snap()->grid;
-        return g->metric() == RankTimeMetric::kForward && g->first_step() == 1 &&
-               g->complete_through(4) >= complete;
+        std::shared_ptr<const ConsoleSnapshot> f = snap();
+        return f->band->metric == RankTimeMetric::kForward &&
+               f->heat->want.metric == RankTimeMetric::kForward && !f->heat->pages.empty() &&
+               f->heat->pages[0];
       },
-      60s));
-  const std::shared_ptr<const RankStepGrid> forward = snap()->grid;
-  for (int64_t st = 1; st <= complete; ++st) {
-    for (int r = 0; r < 4; ++r) {
-      EXPECT_GT(forward->at(st, r), 0.0f) << "step " << st << " rank " << r;
-      EXPECT_LT(forward->at(st, r), s->grid->at(st, r))
-          << "forward is part of busy: step " << st << " rank " << r;
+      30s));
+  const HeatTile& forward = *snap()->heat->pages[0];
+  int parts = 0;
+  for (int rank = 0; rank < 4; ++rank) {
+    for (int c = 0; c < std::min(forward.cols, page.cols); ++c) {
+      if (std::isnan(page.at(rank, c)) || std::isnan(forward.at(rank, c))) continue;
+      EXPECT_GT(forward.at(rank, c), 0.0f);
+      EXPECT_LT(forward.at(rank, c), page.at(rank, c))
+          << "forward is part of busy: rank " << rank << " col " << c;
+      ++parts;
     }
   }
-  for (const RankStepRecord& r : forward->latest()) {
-    if (r.step > 0) {
-      EXPECT_FLOAT_EQ(forward->at(r.step, r.rank), static_cast<float>(r.phases.forward));
-    }
-  }
+  EXPECT_GE(parts, 4 * 5);
 
   // Stop the run through the same path; then the local cache holds what the model held.
   source_->request_action(run, RunAction::kStop);
