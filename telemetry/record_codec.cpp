@@ -214,7 +214,7 @@ bool decode_body(Reader& r, RecordBatch* out) {
       if (!r.f64(&x.phases.at(static_cast<Phase>(p)))) return false;
     }
     int64_t tokens;
-    uint8_t flags;
+    uint8_t flags = 0;
     if (!r.f64(&x.total_s) || !r.svarint(&tokens) || !r.varint(&x.mem_allocated_bytes) ||
         !r.varint(&x.mem_peak_bytes) || !r.u8(&flags)) {
       return false;
@@ -236,7 +236,7 @@ bool decode_body(Reader& r, RecordBatch* out) {
   run = 0;
   step = 0;
   for (StepRecord& x : out->steps) {
-    uint8_t flags;
+    uint8_t flags = 0;
     if (!r.delta(&run, run) || !r.delta(&step, step) || !r.f64(&x.time_unix_s) || !r.f64(&x.loss) ||
         !r.f64(&x.grad_norm) || !r.f64(&x.lr) || !r.f64(&x.tokens_per_s) || !r.f64(&x.step_s) ||
         !r.u8(&flags)) {
@@ -269,7 +269,7 @@ bool decode_body(Reader& r, RecordBatch* out) {
   run = 0;
   step = 0;
   for (CheckpointRecord& x : out->checkpoints) {
-    uint8_t state, async = 0;
+    uint8_t state = 0, async = 0;
     if (!r.delta(&run, run) || !r.delta(&step, step) || !r.f64(&x.time_unix_s) ||
         !r.i32(&x.rank, "checkpoint rank") || !string_ref(r, strings, &x.host) ||
         !string_ref(r, strings, &x.dir) || !r.u8(&state)) {
