@@ -21,7 +21,7 @@ for f in torch_gpt2.py torch_allreduce.py; do
 done
 BUDGET=${BUDGET:-560}; RESERVE=15; OUTD=/tmp/gpu_multi_logs; B=/tmp/gm_build; BENCH="$SRC/tests/bench"
 rm -rf "$OUTD"; mkdir -p "$OUTD"
-trap 'tar -czf "${OUT:-/tmp}/gpu_multi_logs.tgz" -C /tmp gpu_multi_logs 2>/dev/null' EXIT
+trap 'mkdir -p "${OUT:-/tmp}"; tar -czf "${OUT:-/tmp}/gpu_multi_logs.tgz" -C /tmp gpu_multi_logs 2>/dev/null' EXIT
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 T0=$(date +%s)
 el() { echo "[$(($(date +%s) - T0)) s] $*"; }
@@ -50,10 +50,12 @@ step() {
 }
 need_gpus() { [ "$NGPU" -ge "$1" ]; }
 
-nvidia-smi --query-gpu=index,name,memory.total,clocks.max.sm,power.limit,temperature.gpu,driver_version --format=csv
-nvidia-smi topo -m 2>&1 | tee "$OUTD/topo.txt" | head -12
-echo "cores $(nproc), $NGPU GPUs, budget $BUDGET s, src $(git -C "$SRC" rev-parse --short HEAD 2>/dev/null || echo unknown)"
-python3 -c "import torch; print('torch', torch.__version__, 'nccl', torch.cuda.nccl.version())" 2>&1 | tail -1
+{
+  nvidia-smi --query-gpu=index,name,memory.total,clocks.max.sm,power.limit,temperature.gpu,driver_version --format=csv
+  echo "$(date -u '+%F %T') UTC, cores $(nproc), $NGPU GPUs, budget $BUDGET s, src $(git -C "$SRC" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  python3 -c "import torch; print('torch', torch.__version__, 'nccl', torch.cuda.nccl.version())" 2>&1 | tail -1
+} | tee "$OUTD/gpus.txt"
+nvidia-smi topo -m > "$OUTD/topo.txt" 2>&1
 
 # ---- build ------------------------------------------------------------------------------------------------
 # GM_BUILD=DIR reuses a tree configured before (a second call on a warm machine): no configure; the build
@@ -125,12 +127,16 @@ def lines(name):
     except OSError: pass
     return out
 print("\n==== gpu_multi summary ====")
+print(open(os.path.join(d, "gpus.txt")).read().strip())
+print("topology (nvidia-smi topo -m):\n" + "".join(l for l in open(os.path.join(d, "topo.txt")) if l.startswith("GPU") or l.startswith("\t")).rstrip())
 print("steps: " + ", ".join(f"{n} {'skipped' if rc == 'SKIPPED' else ('ok' if rc == '0' else 'rc=' + rc)} {s}s"
       for n, rc, s in (l.rstrip("\n").split("\t") for l in open(os.path.join(d, "steps.tsv")))))
 ct = os.path.join(d, "ctest_gpu.log")
 if os.path.exists(ct):
     txt = open(ct).read().splitlines()
-    print("gpu tests: " + next((l.strip() for l in txt if "tests passed" in l), "no ctest summary (timed out?)"))
+    summ = next((l.strip() for l in txt if "tests passed" in l), None)
+    print("gpu tests: " + (summ or "no ctest summary (timed out?); its last lines:"))
+    if summ is None: print("\n".join("   " + l.strip() for l in txt[-4:]))
     for l in txt:
         if "(Failed)" in l or "(Timeout)" in l or "Not Run" in l or "(SEGFAULT)" in l: print("   " + l.strip())
 # Data-parallel scaling: Gantry (per ZeRO) and DDP, tokens/s and efficiency vs the same system's 1 GPU.
