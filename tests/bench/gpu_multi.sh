@@ -48,7 +48,6 @@ step() {
   [ $rc -eq 0 ] || tail -5 "$OUTD/$name.log"
   return 0
 }
-need_gpus() { [ "$NGPU" -ge "$1" ]; }
 
 {
   nvidia-smi --query-gpu=index,name,memory.total,clocks.max.sm,power.limit,temperature.gpu,driver_version --format=csv
@@ -89,27 +88,36 @@ torch1() { python3 "$P/torch_gpt2.py" --batch 32 --seq 1024; }
 ddp() { torchrun --standalone --nproc_per_node "$1" "$P/torch_gpt2.py" --ddp 1 --batch 32 --seq 1024; }
 export -f dp torch1 ddp
 export ENGINE BENCH P
-FIRST=(1); need_gpus 4 && FIRST=(1 4)
+FIRST=(1)
 
-step dp_z0_1_4 60 dp 0 "${FIRST[@]}"
+# W: the several-GPU point the issue asks first (4), or every GPU of a smaller machine.
+W=$((NGPU >= 4 ? 4 : NGPU))
+if [ "$W" -ge 2 ]; then FIRST=(1 "$W"); fi
+step dp_z0_1_$W 60 dp 0 "${FIRST[@]}"
 step torch_1 70 torch1
-need_gpus 4 && step ddp_4 80 ddp 4
-if need_gpus 4; then
+if [ "$W" -ge 2 ]; then
+  step ddp_$W 80 ddp $W
   if [ -x $B/tests/bench/allreduce_bench ]; then
-    step allreduce_ours_4 40 $B/tests/bench/allreduce_bench --nproc 4 --step
+    step allreduce_ours_$W 40 $B/tests/bench/allreduce_bench --nproc $W --step
   fi
-  step allreduce_torch_4 40 torchrun --standalone --nproc_per_node 4 "$BENCH/torch_allreduce_sizes.py" \
+  step allreduce_torch_$W 40 torchrun --standalone --nproc_per_node $W "$BENCH/torch_allreduce_sizes.py" \
     --ref "$P/torch_allreduce.py"
-  step ckpt_stall_4 100 python3 "$BENCH/checkpoint_stall.py" --engine $ENGINE --backend cuda --nproc 4 \
+  step ckpt_stall_$W 100 python3 "$BENCH/checkpoint_stall.py" --engine $ENGINE --backend cuda --nproc $W \
     --models 124m --steps 50 --every 10 --warmup 10
-  step dp_z1_4 30 dp 1 4
-  step dp_z3_4 30 dp 3 4
+  step dp_z1_$W 30 dp 1 $W
+  step dp_z3_$W 30 dp 3 $W
 fi
-if need_gpus 2; then
+if [ "$W" -gt 2 ]; then
   step dp_z0_2 25 dp 0 2
   step ddp_2 60 ddp 2
   step dp_z1_2 25 dp 1 2
   step dp_z3_2 25 dp 3 2
+fi
+if [ "$NGPU" -ge 8 ]; then  # the issue's 8-GPU point, where the machine has it
+  step dp_z0_8 30 dp 0 8
+  step ddp_8 70 ddp 8
+  step dp_z1_8 30 dp 1 8
+  step dp_z3_8 30 dp 3 8
 fi
 el "measurements done"
 
@@ -141,18 +149,21 @@ if os.path.exists(ct):
         if "(Failed)" in l or "(Timeout)" in l or "Not Run" in l or "(SEGFAULT)" in l: print("   " + l.strip())
 # Data-parallel scaling: Gantry (per ZeRO) and DDP, tokens/s and efficiency vs the same system's 1 GPU.
 g = {}
-for name in ["dp_z0_1_4", "dp_z0_2", "dp_z1_4", "dp_z3_4", "dp_z1_2", "dp_z3_2"]:
+def names(prefix):
+    return sorted(os.path.basename(f)[:-4] for f in glob.glob(os.path.join(d, prefix + "*.log")))
+for name in names("dp_z"):
     for r in lines(name):
         if "tokens_per_s" in r: g[(r["zero"], r["nproc"])] = r
         elif "error" in r: g[(r["zero"], r["nproc"])] = r
 t = {}
-for name in ["torch_1", "ddp_2", "ddp_4"]:
+for name in ["torch_1"] + names("ddp_"):
     for r in lines(name):
         if "tokens_per_s" in r: t[r["gpus"]] = r
 gpu = next((r["gpu"] for r in t.values()), "?")
 print(f"\nDP scaling, GPT-2 124M B32/GPU T1024 ({gpu}); tok/s, step ms, efficiency vs 1 GPU of the same system")
-print("| system | 1 GPU | 2 GPUs | 4 GPUs | eff 2 / 4 |")
-print("| --- | --- | --- | --- | --- |")
+counts = sorted({n for _, n in g} | set(t) | {1})
+print("| system | " + " | ".join(f"{n} GPU" + ("s" if n > 1 else "") for n in counts) + " | efficiency at " + " / ".join(str(n) for n in counts[1:]) + " |")
+print("| --- " * (len(counts) + 2) + "|")
 def cell(r):
     if r is None: return "not run"
     if "error" in r: return "failed: " + r["error"]
@@ -161,20 +172,22 @@ def eff(r, base, n):
     return f"{100 * r['tokens_per_s'] / (n * base['tokens_per_s']):.1f} %" if r and base and "tokens_per_s" in r and "tokens_per_s" in base else "—"
 b0 = g.get((0, 1))
 for z in (0, 1, 3):
-    if z and not any((z, n) in g for n in (2, 4)): continue
-    print(f"| Gantry ZeRO {z} | {cell(g.get((z, 1))) if z == 0 else '(ZeRO 0 base)'} | {cell(g.get((z, 2)))} | {cell(g.get((z, 4)))} | "
-          f"{eff(g.get((z, 2)), b0, 2)} / {eff(g.get((z, 4)), b0, 4)} |")
-tc = lambda r: "not run" if r is None else f"{r['tokens_per_s']:,} / {r['median_step_ms']} ms"
-print(f"| PyTorch+compile (DDP) | {tc(t.get(1))} | {tc(t.get(2))} | {tc(t.get(4))} | {eff(t.get(2), t.get(1), 2)} / {eff(t.get(4), t.get(1), 4)} |")
-for n in (1, 2, 4):
+    if z and not any(k[0] == z for k in g): continue
+    cells = [cell(g.get((z, n))) if (z == 0 or n > 1) else "(ZeRO 0's)" for n in counts]
+    print(f"| Gantry ZeRO {z} | " + " | ".join(cells) + " | " + " / ".join(eff(g.get((z, n)), b0, n) for n in counts[1:]) + " |")
+tc = lambda r: "not run" if r is None else f"{r['tokens_per_s']:,} / {r['median_step_ms']} ms / {r.get('peak_mem_gib', '?')} GiB"
+print("| PyTorch+compile (DDP) | " + " | ".join(tc(t.get(n)) for n in counts) + " | " + " / ".join(eff(t.get(n), t.get(1), n) for n in counts[1:]) + " |")
+for n in counts:
     a, r = g.get((0, n)), t.get(n)
     if a and r and "tokens_per_s" in a: print(f"ratio Gantry ZeRO 0 / DDP at {n}: {a['tokens_per_s'] / r['tokens_per_s']:.3f}x")
 # All-reduce: ours against torch's at the same sizes.
-ours = {r["bytes"]: r for r in lines("allreduce_ours_4") if r.get("what") == "size"}
-step_line = next((r for r in lines("allreduce_ours_4") if r.get("what") == "step_buckets"), None)
-ref = {r["bytes"]: r for r in lines("allreduce_torch_4")}
+ours_lines = [r for n in names("allreduce_ours_") for r in lines(n)]
+ours = {r["bytes"]: r for r in ours_lines if r.get("what") == "size"}
+step_line = next((r for r in ours_lines if r.get("what") == "step_buckets"), None)
+ref = {r["bytes"]: r for n in names("allreduce_torch_") for r in lines(n)}
+ngpu_ar = next((r["gpus"] for r in list(ours.values()) + list(ref.values())), "?")
 if ours or ref:
-    print("\nAll-reduce fp32 at 4 GPUs: busbw GB/s (time us); ours = all_reduce_enqueue, wall / GPU events / via sync()")
+    print(f"\nAll-reduce fp32 at {ngpu_ar} GPUs: busbw GB/s (time us); ours = all_reduce_enqueue, wall / GPU events / via sync()")
     print("| bytes | ours busbw (us) | ours gpu-event / sync() us | wrong | torch busbw (us) | ours / torch |")
     print("| --- | --- | --- | --- | --- | --- |")
     for b in sorted(set(ours) | set(ref)):
@@ -189,10 +202,9 @@ if ours or ref:
         print(f"124M step's {s['buckets']} ZeRO-0 buckets back to back ({s['bytes'] / 1e6:.0f} MB): {s['time_us']} us, "
               f"busbw {s['busbw_GBps']} GB/s (gpu {s['gpu_time_us']} us, sync() {s['comm_sync_time_us']} us)")
 # Checkpoint stall: checkpoint_stall.py prints its own table; reprint it.
-ck = os.path.join(d, "ckpt_stall_4.log")
-if os.path.exists(ck):
+for ck in glob.glob(os.path.join(d, "ckpt_stall_*.log")):
     tbl = [l.rstrip() for l in open(ck) if l.startswith("|")]
     if tbl:
-        print("\nCheckpoints at 4 GPUs, GPT-2 124M B32/GPU, every 10 steps of 50 (timed from step 10):")
+        print(f"\nCheckpoints at {ck[:-4].rsplit('_', 1)[1]} GPUs, GPT-2 124M B32/GPU, every 10 steps of 50 (timed from step 10):")
         print("\n".join(tbl))
 EOF
