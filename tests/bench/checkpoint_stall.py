@@ -17,7 +17,7 @@ train.checkpoint_async = true, with false (checkpointing every --every steps), a
 
   python3 tests/bench/checkpoint_stall.py --engine build/app/gantry-engine [--models tiny,10m] [--steps 8]
   python3 tests/bench/checkpoint_stall.py --engine build/app/gantry-engine --backend cuda --nproc 4 \\
-      --models 124m [--steps 50] [--every 10] [--warmup 10] [--zero 0]
+      --models 124m [--steps 90] [--every 20] [--warmup 10] [--zero 0]
   ... --dry-run   (prints the configs and commands; runs nothing)
 
 Models: tiny (assets/configs/tiny.toml's shape: 2 layers, d 64, vocab 256; 0.12M parameters) and 10m (5
@@ -37,7 +37,7 @@ MODELS = {
 }
 DEFAULTS = {  # per backend: steps, every, warmup
     "cpu": dict(steps=8, every=2, warmup=1),
-    "cuda": dict(steps=50, every=10, warmup=10),
+    "cuda": dict(steps=90, every=20, warmup=10),  # checkpoints ~1.3 s apart at 124M: room for an async write
 }
 MODES = ("async", "sync", "none")
 

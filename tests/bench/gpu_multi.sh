@@ -103,7 +103,7 @@ if [ "$W" -ge 2 ]; then
   step allreduce_torch_$W 40 torchrun --standalone --nproc_per_node $W "$BENCH/torch_allreduce_sizes.py" \
     --ref "$P/torch_allreduce.py"
   step ckpt_stall_$W 100 python3 "$BENCH/checkpoint_stall.py" --engine $ENGINE --backend cuda --nproc $W \
-    --models 124m --steps 50 --every 10 --warmup 10
+    --models 124m --steps 90 --every 20 --warmup 10
   step dp_z1_$W 30 dp 1 $W
   step dp_z3_$W 30 dp 3 $W
 fi
@@ -205,6 +205,6 @@ if ours or ref:
 for ck in glob.glob(os.path.join(d, "ckpt_stall_*.log")):
     tbl = [l.rstrip() for l in open(ck) if l.startswith("|")]
     if tbl:
-        print(f"\nCheckpoints at {ck[:-4].rsplit('_', 1)[1]} GPUs, GPT-2 124M B32/GPU, every 10 steps of 50 (timed from step 10):")
+        print(f"\nCheckpoints at {ck[:-4].rsplit('_', 1)[1]} GPUs, GPT-2 124M B32/GPU, every 20 steps of 90 (timed from step 10):")
         print("\n".join(tbl))
 EOF
