@@ -19,7 +19,7 @@ P=$(cd "$2" && pwd) || exit 2
 for f in torch_gpt2.py torch_allreduce.py; do
   [ -f "$P/$f" ] || { echo "gpu_multi: $P/$f missing: copy ../shared/bench/*.py into REF_DIR"; exit 2; }
 done
-BUDGET=${BUDGET:-560}; RESERVE=15; OUTD=/tmp/gpu_multi_logs; B=/tmp/gm_build; BENCH="$SRC/tests/bench"
+BUDGET=${BUDGET:-560}; RESERVE=20; OUTD=/tmp/gpu_multi_logs; B=/tmp/gm_build; BENCH="$SRC/tests/bench"
 rm -rf "$OUTD"; mkdir -p "$OUTD"
 trap 'mkdir -p "${OUT:-/tmp}"; tar -czf "${OUT:-/tmp}/gpu_multi_logs.tgz" -C /tmp gpu_multi_logs 2>/dev/null' EXIT
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
@@ -41,7 +41,7 @@ step() {
   fi
   local s0; s0=$(date +%s)
   # Through bash: CMD may be one of the functions below (exported).
-  timeout $((l - RESERVE)) bash -c '"$@"' _ "$@" > "$OUTD/$name.log" 2>&1
+  timeout -k 5 $((l - RESERVE)) bash -c '"$@"' _ "$@" > "$OUTD/$name.log" 2>&1
   local rc=$?
   printf '%s\t%s\t%s\n' "$name" "$rc" $(($(date +%s) - s0)) >> "$OUTD/steps.tsv"
   el "$name rc=$rc ($(($(date +%s) - s0)) s)"
