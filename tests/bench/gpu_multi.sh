@@ -61,7 +61,7 @@ nvidia-smi topo -m > "$OUTD/topo.txt" 2>&1
 # only brings it up to date.
 if [ -n "${GM_BUILD:-}" ]; then B=$GM_BUILD; fi
 [ -n "${GM_BUILD:-}" ] || cmake -S "$SRC" -B $B -G Ninja -DGANTRY_ENGINE_ONLY=ON -DGANTRY_WERROR=ON -DCMAKE_BUILD_TYPE=Release \
-  > "$OUTD/build.log" 2>&1 && cmake --build $B -j"$(nproc)" >> "$OUTD/build.log" 2>&1
+  > "$OUTD/build.log" 2>&1 && timeout -k 5 $((BUDGET - 120)) cmake --build $B -j"$(nproc)" >> "$OUTD/build.log" 2>&1
 BUILD_RC=$?
 printf 'build\t%s\t%s\n' $BUILD_RC $(($(date +%s) - T0)) >> "$OUTD/steps.tsv"
 el "build rc=$BUILD_RC"
