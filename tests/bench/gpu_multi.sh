@@ -68,6 +68,7 @@ el "build rc=$BUILD_RC"
 if [ $BUILD_RC -ne 0 ]; then
   grep -E "error|Error" "$OUTD/build.log" | head -30
   tail -20 "$OUTD/build.log"
+  echo "==== gpu_multi summary ====: build failed (rc $BUILD_RC; 124: past $((BUDGET - 120)) s); nothing measured"
   exit 1
 fi
 ENGINE=$B/app/gantry-engine
