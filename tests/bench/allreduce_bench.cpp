@@ -7,7 +7,8 @@
 // comparable JSON lines: bytes, time_us, algbw_GBps, busbw_GBps (nccl-tests' busbw = algbw * 2(n-1)/n),
 // gpus, gpu. Extra fields: gpu_time_us (CUDA events around the same iterations), comm_sync_time_us (the
 // same iterations waited for with Communicator::sync, the engine's own completion path, whose polling
-// back-off shows at small sizes) and wrong (elements off after one checked all-reduce, nccl-tests' #wrong).
+// back-off shows at small sizes) and wrong (elements off after one checked all-reduce, nccl-tests' #wrong;
+// -1: not checked).
 // With --step, one more line: GPT-2 124M's ZeRO-0 gradient buckets (shard_plan_make, --bucket-mb) reduced
 // back to back in the backward pass's order, as one step enqueues them.
 //
