@@ -266,7 +266,17 @@ int console_bench_frames(GLFWwindow* window, const ConsoleBenchOptions& o) {
   RunPanel panel;
   Clickables clicks;
   std::vector<double> cpu_ms, wall_ms;
-  double first_frame_ms = 0, first_frame_s = -1;
+  double first_frame_ms = 0, first_frame_s = -1, full_frame_s = -1;
+  // The heatmap at the rows it asked for (the tile thread first fetches a few coarse rows): every page held
+  // at the coordinator's row span for those rows.
+  const auto full_resolution = [](const ConsoleSnapshot& s) {
+    const HeatPages& h = *s.heat;
+    if (h.pages.empty() || h.want.rows <= 0 || s.run.world <= 0) return false;
+    int span = 1;
+    while ((s.run.world + span - 1) / span > h.want.rows) span *= 2;
+    return std::all_of(h.pages.begin(), h.pages.end(),
+                       [&](const auto& t) { return t != nullptr && t->ranks_per_row == span; });
+  };
   int vertices = 0, measured = 0;
   // Until the first frame with the heatmap's cells (at most 120 s), then `frames` frames measured.
   while (measured < o.frames && !glfwWindowShouldClose(window) &&
@@ -294,6 +304,7 @@ int console_bench_frames(GLFWwindow* window, const ConsoleBenchOptions& o) {
     glfwSwapBuffers(window);
     const bool heat = std::any_of(record.series.begin(), record.series.end(),
                                   [](const auto& x) { return x.name == "rank time heatmap"; });
+    if (heat && full_frame_s < 0 && full_resolution(s)) full_frame_s = w1 - asked;
     if (first_frame_s < 0) {
       if (heat) {
         first_frame_s = w1 - asked;
@@ -322,6 +333,7 @@ int console_bench_frames(GLFWwindow* window, const ConsoleBenchOptions& o) {
       {"wall_median_ms", percentile(wall_ms, 0.5)},
       {"wall_p99_ms", percentile(wall_ms, 0.99)},
       {"first_frame_s", first_frame_s},
+      {"full_frame_s", full_frame_s >= 0 ? nlohmann::json(full_frame_s) : nlohmann::json(nullptr)},
       {"first_frame_cpu_ms", first_frame_ms},
       {"vertices", vertices},
       {"rss_mb", rss},
@@ -337,7 +349,9 @@ int console_bench_frames(GLFWwindow* window, const ConsoleBenchOptions& o) {
       {"steps", o.steps},
       {"renderer", reinterpret_cast<const char*>(glGetString(GL_RENDERER))},
       {"measured",
-       "first_frame_s: wall, follow(run) to the end of the first frame with heatmap cells; frame times: "
+       "first_frame_s: wall, follow(run) to the end of the first frame with heatmap cells (coarse rows "
+       "first); full_frame_s: to the first frame with every page at the rows asked for (null: not within the "
+       "frames drawn); frame times: "
        "UI-thread CPU time from the backends' NewFrame to ImGui_ImplOpenGL3_RenderDrawData, swap excluded; "
        "rss: the console process alone (the coordinator is another process)"}};
   std::printf("%s\n", out.dump().c_str());

@@ -374,7 +374,8 @@ bool HistoryDb::update_run(int64_t run_id, RunStatus status, std::string_view me
   return ok || fail_sqlite("updating run " + std::to_string(run_id));
 }
 
-bool HistoryDb::reconcile_checkpoints(int64_t run_id, const std::vector<int64_t>& committed_steps) {
+bool HistoryDb::reconcile_checkpoints(int64_t run_id, const std::vector<int64_t>& committed_steps,
+                                      std::vector<int64_t>* marked) {
   std::vector<CheckpointInfo> catalog;
   if (!list_checkpoints(run_id, &catalog)) return false;
   for (CheckpointInfo c : catalog) {
@@ -384,6 +385,7 @@ bool HistoryDb::reconcile_checkpoints(int64_t run_id, const std::vector<int64_t>
     }
     c.state = "deleted";
     if (!record_checkpoint(c)) return false;
+    if (marked != nullptr) marked->push_back(c.step);
   }
   return true;
 }

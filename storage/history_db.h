@@ -264,8 +264,10 @@ class HistoryDb {
   bool record_checkpoint(const CheckpointInfo& c);  // insert, or update the run's checkpoint at that step
   bool list_checkpoints(int64_t run_id, std::vector<CheckpointInfo>* out);
   // The run's catalogued checkpoints that are no longer committed on disk (their step is not among
-  // `committed_steps`: pruned by keep-last, deleted by hand) are marked "deleted".
-  bool reconcile_checkpoints(int64_t run_id, const std::vector<int64_t>& committed_steps);
+  // `committed_steps`: pruned by keep-last, deleted by hand) are marked "deleted"; their steps are appended
+  // to `marked` when given.
+  bool reconcile_checkpoints(int64_t run_id, const std::vector<int64_t>& committed_steps,
+                             std::vector<int64_t>* marked = nullptr);
 
   // Decimated range queries: work proportional to buckets (and to the ranks' tree decomposition), not to
   // rows. The step-metric band has max_rank = -1.
@@ -288,7 +290,8 @@ class HistoryDb {
   // kept in rank_steps only, are gone there). Returns the step it cut at, or -1.
   int64_t downsample_rank_steps(int64_t run_id, int64_t before_step);
 
-  // Forgets everything of the run after `step` (a resume from an earlier checkpoint will write it again).
+  // Forgets the run's step and rank-step records after `step`, and their tiles (a resume from an earlier
+  // checkpoint will write them again). Its events stay: they say what happened, when, in which generation.
   bool rewind_run(int64_t run_id, int64_t step);
 
  private:

@@ -789,7 +789,8 @@ bool HistoryDb::rewind_run(int64_t run_id, int64_t step) {
   };
   ok = ok && run_delete("DELETE FROM rank_steps WHERE run_id = ? AND step > ?", step);
   ok = ok && run_delete("DELETE FROM steps WHERE run_id = ? AND step > ?", step);
-  ok = ok && run_delete("DELETE FROM events WHERE run_id = ? AND step > ?", step);
+  // Events stay: they are the run's log of what happened (a failure at step 8, the quarantine it caused,
+  // the recovery from step 3), which the steps trained again do not undo.
   // Tiles of every block that reaches past `step`: they will be built again when their blocks are final.
   for (int level = 0; ok && level < pack::tile_level(pack::kStepLevels, 0); ++level) {
     const int64_t first_block = (step + 1) / pack::kStepBlock[level / 8];

@@ -106,7 +106,10 @@ struct Coordinator::Impl {
     int restarts = 0;             // recoveries over the run's life
     int restarts_in_row = 0;      // since the newest checkpoint it restarted from
     int64_t restarted_from = -1;  // that checkpoint's step (-1: none yet, or from the start)
-    StragglerWatch straggler;     // the straggler policy: scores of the current placement's ranks
+    // A silent-data-corruption mismatch (its sdc_mismatch event) names the last step every replica passed:
+    // the next recovery takes no checkpoint past it (those may hold the corruption). -1 = none pending.
+    int64_t sdc_trusted_step = -1;
+    StragglerWatch straggler;  // the straggler policy: scores of the current placement's ranks
     CheckpointPolicy checkpoint_policy;
     // How its MFU is computed (RunInfo); peak_flops 0 = each GPU's own, or unknown.
     std::string peak_name, mfu_formula;

@@ -75,7 +75,15 @@ void Coordinator::Impl::ingest(RecordBatch& batch, size_t reserved) {
       if (e.kind == "action_pause" && r.state == RunState::kRunning) set_state(r, RunState::kPaused);
       if (e.kind == "action_resume" && r.state == RunState::kPaused) set_state(r, RunState::kRunning);
     }
-    if (e.kind == "sdc_mismatch") quarantine_for_sdc(r, e);
+    if (e.kind == "sdc_mismatch") {
+      const json p = json::parse(e.payload, nullptr, false);
+      // -1: no check passed in this generation; what it started from is then the newest state to trust
+      // (0, the start, where that is no longer known).
+      int64_t passed = p.is_object() ? p.value("last_passed_step", int64_t{-1}) : int64_t{-1};
+      if (passed < 0) passed = std::max<int64_t>(r.resumed_from, 0);
+      r.sdc_trusted_step = r.sdc_trusted_step < 0 ? passed : std::min(r.sdc_trusted_step, passed);
+      quarantine_for_sdc(r, e);
+    }
     keep.events.push_back(std::move(e));
   }
   // Checkpoints: the records are catalogued, and become the run's events, by the database's ingest
@@ -102,9 +110,23 @@ void Coordinator::Impl::ingest(RecordBatch& batch, size_t reserved) {
   // the catalog says which went; then the run's keep_last.
   for (Run* r : committed) {
     writer->push_op([id = r->id, root = r->out_dir + "/checkpoints"](HistoryDb& d) {
-      std::vector<int64_t> on_disk;
+      std::vector<int64_t> on_disk, gone;
       for (const std::string& dir : checkpoint_list(root)) on_disk.push_back(checkpoint_dir_step(dir));
-      d.reconcile_checkpoints(id, on_disk);
+      if (!d.reconcile_checkpoints(id, on_disk, &gone)) return;
+      // Gone before the coordinator's keep_last pruned it: the workers' own train.keep_checkpoints (an
+      // asynchronous writer prunes as it commits) or a hand. Every checkpoint that goes gets its event.
+      RecordBatch b;
+      for (const int64_t step : gone) {
+        b.events.push_back({.run_id = id,
+                            .time_unix_s = unix_now_s(),
+                            .step = step,
+                            .kind = "checkpoint_deleted",
+                            .message = "the checkpoint of step " + std::to_string(step) +
+                                       " is no longer on disk (the workers keep train.keep_checkpoints)",
+                            .payload = json({{"step", step}, {"source", "workers"}}).dump()});
+      }
+      if (!b.empty() && !d.ingest(b))
+        std::fprintf(stderr, "gantry-engine coordinator: cannot record an event: %s\n", d.error().c_str());
     });
     prune_checkpoints(*r);
   }
@@ -135,12 +157,20 @@ void Coordinator::Impl::prune_checkpoints(Run& r) {
     } else {
       std::vector<int64_t> on_disk;
       for (const std::string& dir : checkpoint_list(root)) on_disk.push_back(checkpoint_dir_step(dir));
-      d.reconcile_checkpoints(id, on_disk);
+      std::vector<int64_t> marked;
+      d.reconcile_checkpoints(id, on_disk, &marked);
       for (const std::string& dir : gone.value()) {
         const int64_t step = checkpoint_dir_step(dir);
         ev("checkpoint_deleted",
            "deleted " + dir + " (keep_last " + std::to_string(keep) + ": newer checkpoints have committed)",
            {{"dir", dir}, {"step", step}, {"keep_last", keep}, {"source", "policy"}}, step);
+        marked.erase(std::remove(marked.begin(), marked.end(), step), marked.end());
+      }
+      for (const int64_t step : marked) {  // gone meanwhile, not by this pruning
+        ev("checkpoint_deleted",
+           "the checkpoint of step " + std::to_string(step) +
+               " is no longer on disk (the workers keep train.keep_checkpoints)",
+           {{"step", step}, {"source", "workers"}}, step);
       }
     }
     if (!b.empty() && !d.ingest(b))

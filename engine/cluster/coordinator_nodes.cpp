@@ -109,7 +109,8 @@ void Coordinator::Impl::quarantine_for_sdc(Run& r, const EventRecord& e) {
         "node " + id + " quarantined: rank " + std::to_string(e.rank) + "'s " + p.value("state", "replica") +
             " disagreed with " + std::to_string(p.value("agreeing", 0)) + " of " +
             std::to_string(p.value("replicas", 0)) + " replicas at step " + std::to_string(e.step) +
-            " (silent data corruption); the run stops, rollback is not implemented yet",
+            " (silent data corruption); the run recovers without it from a checkpoint no newer than step " +
+            std::to_string(r.sdc_trusted_step) + ", the last check every replica passed",
         {{"node", id}, {"rank", e.rank}}, e.step, id);
 }
 

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <utility>
 
 #include "engine/cluster/coordinator_impl.h"
 #include "engine/cluster/json_fields.h"
@@ -400,7 +401,30 @@ Result<Placement> Coordinator::Impl::place_again(const Run& r, const std::vector
 bool Coordinator::Impl::recover(Run& r, const std::string& failure, std::string* why) {
   // The newest committed checkpoint (checkpoint_list: only those whose manifest was renamed into place, so
   // a write cut off by the failure is never used); none yet: the run starts over from its first step.
-  const std::vector<std::string> committed = checkpoint_list(r.out_dir + "/checkpoints");
+  std::vector<std::string> committed = checkpoint_list(r.out_dir + "/checkpoints");
+  // After a silent-data-corruption mismatch, the checkpoints past the last check every replica passed may
+  // hold the corruption: they are moved aside (kept for a post-mortem, out of every resume's way: the new
+  // generation writes those steps again), and the newest one left is used.
+  const int64_t trusted = std::exchange(r.sdc_trusted_step, -1);
+  std::vector<std::string> untrusted;
+  while (trusted >= 0 && !committed.empty() && checkpoint_dir_step(committed.back()) > trusted) {
+    untrusted.push_back(committed.back());
+    committed.pop_back();
+  }
+  std::string moved_to;
+  if (!untrusted.empty()) {
+    moved_to = r.out_dir + "/checkpoints_untrusted/generation_" + std::to_string(r.generation);
+    std::error_code ec;
+    std::filesystem::create_directories(moved_to, ec);
+    for (const std::string& u : untrusted) {
+      if (!ec) std::filesystem::rename(u, moved_to + "/" + std::filesystem::path(u).filename().string(), ec);
+    }
+    if (ec) {
+      *why = "cannot move the checkpoints past step " + std::to_string(trusted) +
+             " (silent data corruption may be in them) out of the way: " + ec.message();
+      return false;
+    }
+  }
   const std::string dir = committed.empty() ? std::string() : committed.back();
   const int64_t step = dir.empty() ? 0 : checkpoint_dir_step(dir);
   if (step > r.restarted_from) r.restarts_in_row = 0;  // it got further since the last recovery
@@ -442,6 +466,13 @@ bool Coordinator::Impl::recover(Run& r, const std::string& failure, std::string*
             std::to_string(r.generation) + " placed at dp " + std::to_string(dp) + " from " +
             (dir.empty() ? std::string("the start (no committed checkpoint yet)")
                          : "the checkpoint at step " + std::to_string(step)) +
+            (trusted >= 0 ? " (no newer than step " + std::to_string(trusted) +
+                                ", the last silent-data-corruption check every replica passed" +
+                                (untrusted.empty() ? std::string()
+                                                   : "; " + std::to_string(untrusted.size()) +
+                                                         " newer checkpoint(s) moved to " + moved_to) +
+                                ")"
+                          : std::string()) +
             ": " + one_line(placement_describe(pn, p.value())),
         {{"failure", failure},
          {"generation", r.generation},
@@ -449,6 +480,8 @@ bool Coordinator::Impl::recover(Run& r, const std::string& failure, std::string*
          {"previous_dp", old_dp},
          {"spares_used", p->spares_used()},
          {"checkpoint", dir},
+         {"sdc_trusted_step", trusted >= 0 ? json(trusted) : json(nullptr)},
+         {"untrusted_checkpoints", untrusted},
          {"restarts", r.restarts},
          {"restarts_in_row", r.restarts_in_row},
          {"max_restarts", r.max_restarts}},

@@ -31,6 +31,10 @@ AsyncCheckpointer::~AsyncCheckpointer() {
   if (gang_ != nullptr) gang_->cancel = nullptr;
 }
 
+void AsyncCheckpointer::reserve() {
+  backend_.snapshot_memory(checkpoint_snapshot_pieces(backend_).floats);
+}
+
 Result<double> AsyncCheckpointer::start(const CheckpointMeta& meta, double waited_s, bool from_action) {
   if (thread_.joinable())
     return Status::error("checkpoint step " + std::to_string(meta.step) + ": a write is still in flight");

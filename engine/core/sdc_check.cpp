@@ -177,11 +177,10 @@ Status SdcCheck::check(int64_t step) {
                                       ? "a checkpoint of step " + std::to_string(last_passed_) +
                                             " or earlier (the last check every replica passed)"
                                       : "a checkpoint from before this run (no check passed in this run)";
-  m.message =
-      "step " + std::to_string(step) + ": silent data corruption: " + what +
-      "; stopping the run (rolling back to the last state before the mismatch is not implemented yet): "
-      "resume from " +
-      resume_from + (v.majority ? ", without the named node" : "");
+  m.message = "step " + std::to_string(step) + ": silent data corruption: " + what +
+              "; stopping the run: resume from " + resume_from +
+              (v.majority ? ", without the named node" : "") +
+              " (on a cluster the coordinator recovers the run so by itself)";
 
   nlohmann::json j = {{"replicas", dp},           {"majority", v.majority},
                       {"agreeing", v.agreeing},   {"state", state_},

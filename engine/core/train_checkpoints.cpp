@@ -37,8 +37,12 @@ TrainCheckpoints::TrainCheckpoints(const Config& c, std::string root, Backend& b
       gang_(gang),
       observer_(observer),
       hook_(std::move(hook)) {
-  if (c.train.checkpoint_async)
+  if (c.train.checkpoint_async) {
     async_ = std::make_unique<AsyncCheckpointer>(root_, backend_, keep_, gang_, hook_);
+    // Periodic checkpoints will come: their host memory at start, not in the first one's stall. (An
+    // operator's one-off checkpoint of a run without them pays it then.)
+    if (c.train.checkpoint_every > 0) async_->reserve();
+  }
 }
 
 void TrainCheckpoints::report(const CheckpointDone& d) {

@@ -105,12 +105,11 @@ TEST_P(SdcFlip, AFlippedBitInOneReplicaIsFoundAtTheNextCheckNamingThatRankOnly) 
   expect_gone(run.worker_pids());
   const std::string at = "step " + std::to_string(c.found_at) + ": silent data corruption";
   EXPECT_THAT(run.err(), HasSubstr("test fault: flipped bit")) << run.err();
-  // The stop's reason: which rank, what was compared, and that there is no rollback yet.
+  // The stop's reason: which rank, what was compared, and where to resume from.
   EXPECT_THAT(run.err(), HasSubstr(at + ": the fp32 parameters")) << run.err();
   EXPECT_THAT(run.err(), HasSubstr("of rank 2 (host ")) << run.err();
   EXPECT_THAT(run.err(), HasSubstr("differ from the 3 of 4 replicas that agree")) << run.err();
-  EXPECT_THAT(run.err(),
-              HasSubstr("rolling back to the last state before the mismatch is not implemented yet"));
+  EXPECT_THAT(run.err(), HasSubstr("stopping the run: resume from a checkpoint of step"));
   for (int other : {0, 1, 3}) {
     EXPECT_THAT(run.err(), Not(HasSubstr("of rank " + std::to_string(other) + " (host")));
     EXPECT_THAT(run.err(), Not(HasSubstr("rank " + std::to_string(other) + " (host "))) << "rank " << other;

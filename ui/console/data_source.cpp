@@ -500,17 +500,15 @@ void DataSource::tiles_main() {
     if (rewound) tiles_.clear();
     bool failed = false;
     // The pages of the want: from the cache where held and final; else asked for.
-    auto heat = std::make_shared<HeatPages>();
-    if (want.run == run.id && want.metric == metric && want.cols > 0 && want.rows > 0) {
-      heat->want = want;
-      heat->layout = heat_layout(want, opt_.heat_page_cols);
-      const HeatLayout& l = heat->layout;
+    // The pages of `want` at `rows` rank rows: from the cache where held and final; else asked for.
+    const auto fetch_pages = [&](int rows) {
+      auto h = std::make_shared<HeatPages>();
+      h->want = want;
+      h->layout = heat_layout(want, opt_.heat_page_cols);
+      const HeatLayout& l = h->layout;
       for (int64_t page = l.first_page; page <= l.last_page && !failed; ++page) {
-        const TileKey key{.run = run.id,
-                          .metric = metric,
-                          .bucket_steps = l.bucket_steps,
-                          .page = page,
-                          .rank_rows = want.rows};
+        const TileKey key{
+            .run = run.id, .metric = metric, .bucket_steps = l.bucket_steps, .page = page, .rank_rows = rows};
         std::shared_ptr<const HeatTile> tile = tiles_.find(key);
         // A page the run had not finished when read is asked again once the run has moved on.
         const bool stale =
@@ -520,7 +518,7 @@ void DataSource::tiles_main() {
                                                  .step_begin = l.page_begin(page),
                                                  .step_end = l.page_end(page),
                                                  .buckets = l.page_cols,
-                                                 .rank_buckets = want.rows});
+                                                 .rank_buckets = rows});
           Result<HeatTile> t = a.ok() ? heat_tile_from_json(a.value()) : Result<HeatTile>(a.status());
           if (!t.ok()) {
             failed = true;
@@ -529,19 +527,39 @@ void DataSource::tiles_main() {
           tile = std::make_shared<const HeatTile>(std::move(t.value()));
           tiles_.put(key, tile);
         }
-        heat->pages.push_back(std::move(tile));
+        h->pages.push_back(std::move(tile));
       }
-    }
-
-    if (!failed && !heat->pages.empty()) {
-      // The heatmap first, on its own: the frame that can draw it need not wait for the band.
+      return h;
+    };
+    const auto publish_heat = [&](const std::shared_ptr<HeatPages>& h) {
+      // The heatmap on its own: the frame that can draw it need not wait for the band.
       std::lock_guard<std::mutex> g(mu_);
-      if (master_.run.id == run.id && (heat->want != heat_->want || heat->pages != heat_->pages)) {
-        heat_ = heat;
+      if (master_.run.id == run.id && (h->want != heat_->want || h->pages != heat_->pages)) {
+        heat_ = h;
         master_.tile_cache_bytes = tiles_.bytes();
         publish_locked();
       }
+    };
+    std::shared_ptr<HeatPages> heat = std::make_shared<HeatPages>();
+    if (want.run == run.id && want.metric == metric && want.cols > 0 && want.rows > 0) {
+      // Nothing of this run and metric on screen yet (the run just followed, the metric just switched):
+      // first the pages at a few rank rows, which read the coarse rank levels of the pyramid (a fraction
+      // of the fine rows' cost at a thousand ranks), then the rows asked for. The map is never blank for
+      // the seconds a fine first page of a long run can take.
+      bool shown = false;
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        shown = heat_->want.run == run.id && heat_->want.metric == metric && !heat_->pages.empty();
+      }
+      if (!shown && want.rows > opt_.heat_coarse_rows) {
+        std::shared_ptr<HeatPages> coarse = fetch_pages(opt_.heat_coarse_rows);
+        if (!failed) publish_heat(coarse);
+      }
+      if (!failed) heat = fetch_pages(want.rows);
     }
+
+    if (!failed && !heat->pages.empty()) publish_heat(heat);
+
     // Then the band over the whole run, the same query with one row for all ranks: again when the run
     // advanced past it or the metric changed. After the pages: the heatmap must not wait for it.
     if (!failed &&

@@ -64,6 +64,7 @@ struct DataSourceOptions {
   std::chrono::milliseconds retry_interval{1000};  // after a failed request
   size_t tile_cache_bytes = size_t{64} << 20;      // the heatmap pages' bound (LRU past it)
   int heat_page_cols = 256;                        // columns per heatmap page (tile_cache.h)
+  int heat_coarse_rows = 16;                       // rank rows of the quick first pages (then the full ones)
   int band_buckets = 2000;                         // the band's buckets over the whole run
 };
 

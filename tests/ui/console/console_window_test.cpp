@@ -117,22 +117,23 @@ TEST(ConsoleWindow, BadInputIsRefusedBeforeAnythingStarts) {
   EXPECT_FALSE(fs::exists(dir / "cluster"));
 }
 
-// The frame-time benchmark's smoke run (its figures are not judged here): a tiny synthetic run, three
-// frames, one JSON line with the figures the benchmark promises, and no cluster started.
+// The frame-time benchmark's smoke run (its figures are not judged here): a tiny synthetic run written into
+// a history of its own, served by a coordinator of its own, three frames, one JSON line with the figures the
+// benchmark promises, and no cluster started in the state folder.
 TEST(ConsoleWindow, BenchFramesPrintsOneJsonLine) {
   if (!have_xvfb_run()) GTEST_SKIP() << "xvfb-run is not installed (Debian: xvfb)";
   const fs::path dir = scratch_dir("console_bench");
-  const int code =
-      run_shell("xvfb-run -a -s '-screen 0 1600x1000x24' " + std::string(GANTRY_BIN) + " --state-dir " +
-                dir.string() + " --bench-frames 3 --bench-ranks 8 --bench-steps 100 </dev/null >" +
-                (dir / "out").string() + " 2>" + (dir / "err").string());
+  const int code = run_shell(
+      "xvfb-run -a -s '-screen 0 1600x1000x24' " + std::string(GANTRY_BIN) + " --state-dir " + dir.string() +
+      " --bench-frames 3 --bench-ranks 8 --bench-steps 100 --bench-history " + (dir / "history").string() +
+      " </dev/null >" + (dir / "out").string() + " 2>" + (dir / "err").string());
   ASSERT_EQ(code, 0) << slurp(dir / "err");
   const json j = json::parse(slurp(dir / "out"), nullptr, false);
   ASSERT_TRUE(j.is_object()) << slurp(dir / "out");
   EXPECT_EQ(j["frames"], 3);
   EXPECT_EQ(j["ranks"], 8);
   EXPECT_EQ(j["steps"], 100);
-  for (const char* k : {"median_ms", "p99_ms", "max_ms", "rss_mb", "load_s"}) {
+  for (const char* k : {"median_ms", "p99_ms", "max_ms", "rss_mb", "first_frame_s"}) {
     ASSERT_TRUE(j.contains(k)) << k;
     EXPECT_GT(j[k].get<double>(), 0.0) << k;
   }
