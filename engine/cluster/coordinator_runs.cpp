@@ -158,12 +158,31 @@ void Coordinator::Impl::stop_shares(Run& r, const std::string& except_node) {
 }
 
 Status Coordinator::Impl::start_generation(Run& r, const std::vector<PlacementNode>& pn, const Placement& p,
-                                           const std::string& resume_dir) {
+                                           const std::string& resume_dir, GoodputCause cause) {
   Result<std::unique_ptr<RendezvousServer>> store = RendezvousServer::start({opt.rendezvous_host, 0});
   if (!store.ok()) return Status::error("cannot start the run's rendezvous store: " + store.error());
   r.store = std::move(store.value());
   const std::string rendezvous = opt.rendezvous_host + ":" + std::to_string(r.store->port());
   ++r.generation;
+  {
+    // The ledger's mark (coordinator_goodput.cpp): not a step's event (step -1), so no rewind removes it;
+    // it carries the last progress of the generation before, which the rewind below forgets.
+    const int64_t from = resume_dir.empty() ? -1 : checkpoint_dir_step(resume_dir);
+    json payload = {{"generation", r.generation},
+                    {"cause", goodput_cause_name(cause)},
+                    {"from_step", from},
+                    {"dp", r.dp}};
+    if (r.gen_stepped) payload["previous_last_progress_unix_s"] = r.latest_step.time_unix_s;
+    event(r.id, "generation_placed",
+          "generation " + std::to_string(r.generation) + " placed (" +
+              std::string(goodput_cause_name(cause)) + ") on dp " + std::to_string(r.dp) +
+              (from >= 0 ? " from the checkpoint at step " + std::to_string(from)
+                         : std::string(" from the start")),
+          payload);
+    r.gen_placed_unix = unix_now_s();
+    r.gen_from_step = from;
+    r.gen_stepped = false;
+  }
   // A stop meant for the last generation that its gang outran (it ended by itself first) must not reach
   // the next one: the agent would stop the new gang as soon as it started.
   for (auto& [id, n] : nodes) {
@@ -214,6 +233,7 @@ json Coordinator::Impl::run_options(const Run& r) {
           {"restarts", r.restarts},
           {"straggler", straggler_watch_options_json(r.straggler.options())},
           {"checkpoint_every_steps", r.checkpoint_policy.options().every_steps},
+          {"checkpoint_policy", checkpoint_policy_mode_name(r.checkpoint_policy.options().mode)},
           {"keep_last", r.checkpoint_policy.options().keep_last}};
 }
 
@@ -252,8 +272,11 @@ Status Coordinator::Impl::restore_runs() {
       const json straggler = o.value("straggler", json::object());
       Result<StragglerWatchOptions> so = straggler_watch_parse(&straggler);
       if (so.ok()) r.straggler = StragglerWatch(so.value());
-      r.checkpoint_policy = CheckpointPolicy({.every_steps = o.value("checkpoint_every_steps", int64_t{0}),
-                                              .keep_last = o.value("keep_last", 0)});
+      r.checkpoint_policy =
+          CheckpointPolicy({.every_steps = o.value("checkpoint_every_steps", int64_t{0}),
+                            .keep_last = o.value("keep_last", 0),
+                            .mode = checkpoint_policy_mode_from_name(o.value("checkpoint_policy", "fixed"))
+                                        .value_or(CheckpointPolicyMode::kFixed)});
     }
     Result<Config> cfg = config_parse(r.config_toml, "config");
     r.backend = cfg.ok() ? cfg->train.backend : "cpu";
@@ -365,7 +388,8 @@ void Coordinator::Impl::relocate(Run& r) {
   if (!p.ok()) return fail(p.error());
   const int old_dp = r.dp;
   r.dp = dp;
-  if (Status s = start_generation(r, pn, p.value(), dir); !s.ok()) return fail(s.message());
+  if (Status s = start_generation(r, pn, p.value(), dir, GoodputCause::kQuarantine); !s.ok())
+    return fail(s.message());
   set_state(r, RunState::kRunning);
   r.message.clear();
   const int64_t step = checkpoint_dir_step(dir);
@@ -422,7 +446,7 @@ bool Coordinator::Impl::recover(Run& r, const std::string& failure, std::string*
   const int old_dp = r.dp;
   r.dp = dp;
   ++r.restarts;  // before start_generation, which records the run's options with the count
-  if (Status s = start_generation(r, pn, p.value(), dir); !s.ok()) {
+  if (Status s = start_generation(r, pn, p.value(), dir, GoodputCause::kRecovery); !s.ok()) {
     r.dp = old_dp;
     --r.restarts;
     *why = s.message();
@@ -437,6 +461,7 @@ bool Coordinator::Impl::recover(Run& r, const std::string& failure, std::string*
   r.resumed_from = step;
   r.resume_kind = "recovery";
   r.checkpoint_policy.restart_at(step);
+  young_daly_apply(r);  // one more failure: a new failure rate
   event(r.id, "recovery_placed",
         "run " + std::to_string(r.id) + " failed (" + one_line(failure) + "); generation " +
             std::to_string(r.generation) + " placed at dp " + std::to_string(dp) + " from " +
@@ -467,6 +492,7 @@ HttpResponse Coordinator::Impl::submit(const HttpRequest& req) {
       f.integer("checkpoint_every_steps", 1, int64_t{1} << 40, JsonFields::optional);
   std::optional<int64_t> keep_last = f.integer("keep_last", 1, 100000, JsonFields::optional);
   std::optional<int64_t> max_restarts = f.integer("max_restarts", 0, 1000, JsonFields::optional);
+  std::optional<std::string> policy_name = f.string("checkpoint_policy", JsonFields::optional);
   std::optional<int64_t> dp, zero, tp, pp;
   if (layout != nullptr) {
     JsonFields l(*layout, "layout.");
@@ -479,6 +505,19 @@ HttpResponse Coordinator::Impl::submit(const HttpRequest& req) {
   if (Status s = f.finish(); !s.ok()) return HttpResponse::error(400, s.message());
   Result<StragglerWatchOptions> straggler_options = straggler_watch_parse(straggler);
   if (!straggler_options.ok()) return HttpResponse::error(400, straggler_options.error());
+  const std::optional<CheckpointPolicyMode> policy =
+      checkpoint_policy_mode_from_name(policy_name.value_or("fixed"));
+  if (!policy) {
+    return HttpResponse::error(400, "field \"checkpoint_policy\": \"" + one_line(policy_name->substr(0, 64)) +
+                                        "\" is not a policy: give \"fixed\" (checkpoint_every_steps) or "
+                                        "\"young_daly\" (the interval from the measured checkpoint cost and "
+                                        "failure rate)");
+  }
+  if (*policy == CheckpointPolicyMode::kYoungDaly && !every) {
+    return HttpResponse::error(400,
+                               "field \"checkpoint_policy\": young_daly needs checkpoint_every_steps too: "
+                               "the interval used until a failure gives the run a failure rate");
+  }
   Result<Config> cfg = config_parse(*toml, "config");
   if (!cfg.ok()) return HttpResponse::error(400, "field \"config\": " + cfg.error());
   if (name) {
@@ -508,8 +547,9 @@ HttpResponse Coordinator::Impl::submit(const HttpRequest& req) {
     draft.max_steps = max_steps.value_or(-1);
     draft.max_restarts = static_cast<int>(max_restarts.value_or(kDefaultMaxRestarts));
     draft.straggler = StragglerWatch(straggler_options.value());
-    draft.checkpoint_policy = CheckpointPolicy(
-        {.every_steps = every.value_or(0), .keep_last = static_cast<int>(keep_last.value_or(0))});
+    draft.checkpoint_policy = CheckpointPolicy({.every_steps = every.value_or(0),
+                                                .keep_last = static_cast<int>(keep_last.value_or(0)),
+                                                .mode = *policy});
     id = db->begin_run({.name = run_name,
                         .world_size = static_cast<int32_t>(*dp),
                         .config = *toml,
@@ -529,8 +569,9 @@ HttpResponse Coordinator::Impl::submit(const HttpRequest& req) {
   r.max_steps = max_steps.value_or(-1);
   r.max_restarts = static_cast<int>(max_restarts.value_or(kDefaultMaxRestarts));
   r.straggler = StragglerWatch(straggler_options.value());
-  r.checkpoint_policy = CheckpointPolicy(
-      {.every_steps = every.value_or(0), .keep_last = static_cast<int>(keep_last.value_or(0))});
+  r.checkpoint_policy = CheckpointPolicy({.every_steps = every.value_or(0),
+                                          .keep_last = static_cast<int>(keep_last.value_or(0)),
+                                          .mode = *policy});
   r.config_toml = *toml;
   r.backend = cfg->train.backend;
   r.peak_name = util.peak_name;
@@ -544,7 +585,7 @@ HttpResponse Coordinator::Impl::submit(const HttpRequest& req) {
   if (ec) return HttpResponse::error(500, "cannot create the run folder " + r.out_dir + ": " + ec.message());
   std::ofstream(r.out_dir + "/config.toml") << *toml;
   r.db_world = r.dp;
-  if (Status st = start_generation(r, pn, p.value(), ""); !st.ok()) {
+  if (Status st = start_generation(r, pn, p.value(), "", GoodputCause::kSubmit); !st.ok()) {
     set_state(r, RunState::kFailed);
     r.message = st.message();
     writer->push_op([id, m = r.message](HistoryDb& d) { d.finish_run(id, RunStatus::failed, m); });
@@ -617,7 +658,7 @@ HttpResponse Coordinator::Impl::resume_from(const HttpRequest& req) {
   const int old_dp = r->dp, old_zero = r->zero;
   r->dp = new_dp;
   r->zero = static_cast<int>(zero.value_or(r->zero));
-  if (Status s = start_generation(*r, pn, p.value(), c->first); !s.ok()) {
+  if (Status s = start_generation(*r, pn, p.value(), c->first, GoodputCause::kResume); !s.ok()) {
     r->dp = old_dp;
     r->zero = old_zero;
     return HttpResponse::error(500, s.message());

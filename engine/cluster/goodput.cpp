@@ -179,12 +179,14 @@ GoodputLedger goodput_ledger(const GoodputInput& in) {
       t.paint(cur, win.noticed, Cat::kDetection);
       cur = win.noticed;
     }
-    const double tail_end = ended ? std::max(*ended, cur) : win.hi;
+    // A run that ended and was resumed from stood still from its end to the resume; the last generation's
+    // end is the run's (its database row's time, a moment after the event's).
+    const double tail_end = ended && next ? std::max(*ended, cur) : win.hi;
     // After the training: a teardown on the way to the next generation (or to the one a live run's recovery
     // is placing) is restore; an end's is waiting.
     const bool to_next = !ended && (next != nullptr || (in.live && win.failed));
     t.paint(cur, tail_end, to_next ? Cat::kRestore : Cat::kWaiting);
-    if (ended) t.paint(tail_end, win.hi, Cat::kPaused);
+    if (ended && next) t.paint(tail_end, win.hi, Cat::kPaused);
   }
 
   // Pauses over training time: from a pause to the next resume, or to the end.
