@@ -140,8 +140,9 @@ void print_goodput(const json& g) {
     print_table({"AT", "GEN", "KIND", "NODE", "DETECT_S", "RESTORE_S", "RECOMP_S", "COST_S", "RECOVERED"}, f);
   }
   const json& y = g.at("young_daly");
-  std::printf("\ncheckpoint policy %s, every %s steps\n", cell(y.at("policy")).c_str(),
-              cell(y.at("checkpoint_every_steps")).c_str());
+  const int64_t every = y.value("checkpoint_every_steps", int64_t{0});
+  std::printf("\ncheckpoint policy %s, %s\n", cell(y.at("policy")).c_str(),
+              every > 0 ? ("every " + std::to_string(every) + " steps").c_str() : "no periodic checkpoints");
   std::printf("Young/Daly sqrt(2 x C x MTBF): C (median stall of %s checkpoints) %s, MTBF %s (%s failures)\n",
               cell(y.at("checkpoints_measured")).c_str(), secs(y.at("checkpoint_cost_s")).c_str(),
               secs(y.at("mtbf_s")).c_str(), cell(y.at("failures")).c_str());

@@ -107,14 +107,16 @@ void draw_goodput(const GoodputView& g, PanelContext& ctx) {
   }
 
   // Young/Daly: the recommended interval, or why there is none.
+  const std::string every = g.checkpoint_every_steps > 0
+                                ? "every " + std::to_string(g.checkpoint_every_steps) + " steps"
+                                : std::string("no periodic checkpoints");
   if (g.interval_s) {
-    ImGui::Text("checkpoint policy %s, every %lld steps; Young/Daly recommends %s%s", g.policy.c_str(),
-                static_cast<long long>(g.checkpoint_every_steps), goodput_seconds_text(g.interval_s).c_str(),
+    ImGui::Text("checkpoint policy %s, %s; Young/Daly recommends %s%s", g.policy.c_str(), every.c_str(),
+                goodput_seconds_text(g.interval_s).c_str(),
                 g.interval_steps ? (" = " + std::to_string(*g.interval_steps) + " steps").c_str() : "");
   } else {
-    ImGui::TextDisabled("checkpoint policy %s, every %lld steps; Young/Daly interval unknown: %s",
-                        g.policy.c_str(), static_cast<long long>(g.checkpoint_every_steps),
-                        g.interval_why.c_str());
+    ImGui::TextDisabled("checkpoint policy %s, %s; Young/Daly interval unknown: %s", g.policy.c_str(),
+                        every.c_str(), g.interval_why.c_str());
   }
 }
 
