@@ -28,6 +28,7 @@ struct CtlArgs {
   int64_t max_steps = -1;
   int64_t checkpoint_every = 0;   // 0: no checkpoint policy
   std::string checkpoint_policy;  // "": the coordinator's default (fixed)
+  int min_dp = 0, max_dp = 0;     // 0: not sent (the coordinator's defaults: 1 and no bound)
   int keep_last = 0;              // 0: keep every checkpoint
   std::string name;
   int64_t run = 0;
@@ -203,6 +204,8 @@ int ctl_main(const std::string& what, const CtlArgs& a) {
     if (a.checkpoint_every > 0) body["checkpoint_every_steps"] = a.checkpoint_every;
     if (a.keep_last > 0) body["keep_last"] = a.keep_last;
     if (!a.checkpoint_policy.empty()) body["checkpoint_policy"] = a.checkpoint_policy;
+    if (a.min_dp > 0) body["min_dp"] = a.min_dp;
+    if (a.max_dp > 0) body["max_dp"] = a.max_dp;
     if (!a.name.empty()) body["name"] = a.name;
     r = api.submit(body);
     if (!r.ok() && r.error().find(" 409 ") != std::string::npos) return fail(r.error(), 3);
@@ -298,6 +301,10 @@ void ctl_command_add(CLI::App& app, int* exit_code) {
   submit->add_option("--zero", a->zero, "ZeRO stage 0-3")->check(CLI::Range(0, 3));
   submit->add_option("--max-steps", a->max_steps, "Stop after this step")->check(CLI::NonNegativeNumber);
   submit->add_option("--name", a->name, "The run's name");
+  submit->add_option("--min-dp", a->min_dp, "The smallest dp a recovery may shrink the run to (default 1)")
+      ->check(CLI::Range(1, 1 << 20));
+  submit->add_option("--max-dp", a->max_dp, "The largest dp a resume-from may ask for (default: no bound)")
+      ->check(CLI::Range(1, 1 << 20));
   submit
       ->add_option("--checkpoint-every", a->checkpoint_every,
                    "The coordinator asks for a checkpoint every N steps (the checkpoint action, from policy)")

@@ -129,7 +129,7 @@ Result<nlohmann::json> Coordinator::Impl::goodput_json(int64_t run_id) {
           in.notices.push_back({e.time_unix_s, e.kind, e.node, e.message});
         } else if (e.kind == "fault_injected") {
           in.faults.push_back({e.time_unix_s, p.is_object() ? p.value("fault", "") : "",
-                               static_cast<int>(num("rank").value_or(-1))});
+                               static_cast<int>(num("rank").value_or(-1)), e.node});
         } else if ((e.kind == "action_pause" || e.kind == "action_resume") && e.rank == 0) {
           in.pauses.push_back({e.time_unix_s, e.kind == "action_pause"});
         } else if (e.kind == "run_finished" || e.kind == "run_failed" || e.kind == "run_stopped" ||
@@ -186,6 +186,7 @@ Result<nlohmann::json> Coordinator::Impl::goodput_json(int64_t run_id) {
                         {"message", f.message},
                         {"fault", f.fault},
                         {"fault_rank", f.fault_rank},
+                        {"fault_node", f.fault_node},
                         {"detection_s", f.detection_s},
                         {"restore_s", f.restore_s},
                         {"recomputed_s", f.recomputed_s},

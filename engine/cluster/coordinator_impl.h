@@ -105,6 +105,10 @@ struct Coordinator::Impl {
     // Recovery (recover()): a failed gang is placed again from the newest committed checkpoint, up to
     // max_restarts times in a row without a newer checkpoint committed in between; 0 = a failure ends it.
     int max_restarts = kDefaultMaxRestarts;
+    // The dp a recovery or a move may shrink to (never below min_dp), and the largest a resume-from may ask
+    // for; both divide train.global_batch as dp does (submit validates them). 0 = not given: 1 and dp.
+    int min_dp = 0, max_dp = 0;
+    int min_dp_or_1() const { return min_dp > 0 ? min_dp : 1; }
     int restarts = 0;             // recoveries over the run's life
     int restarts_in_row = 0;      // since the newest checkpoint it restarted from
     int64_t restarted_from = -1;  // that checkpoint's step (-1: none yet, or from the start)
@@ -207,8 +211,9 @@ struct Coordinator::Impl {
   // caller fails the run, with the reason in *why.
   bool recover(Run& r, const std::string& failure, std::string* why);
 
-  // Placement for a run placed again: its dp if that fits the live nodes, else the largest dp below it
-  // that fits and divides train.global_batch (the global batch is kept by accumulation).
+  // Placement for a run placed again: its dp if that fits the live nodes, else the largest dp below it, and
+  // not below its min_dp, that fits and divides train.global_batch (the global batch is kept by
+  // accumulation). When none fits, the error names the range tried.
   Result<Placement> place_again(const Run& r, const std::vector<PlacementNode>& pn, int* dp) const;
 
   HttpResponse submit(const HttpRequest& req);

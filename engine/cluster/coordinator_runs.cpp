@@ -230,6 +230,8 @@ json Coordinator::Impl::run_options(const Run& r) {
           {"db_world", r.db_world},
           {"generation", r.generation},
           {"max_restarts", r.max_restarts},
+          {"min_dp", r.min_dp},
+          {"max_dp", r.max_dp},
           {"restarts", r.restarts},
           {"straggler", straggler_watch_options_json(r.straggler.options())},
           {"checkpoint_every_steps", r.checkpoint_policy.options().every_steps},
@@ -269,6 +271,8 @@ Status Coordinator::Impl::restore_runs() {
       r.generation = o.value("generation", 0);
       r.max_restarts = o.value("max_restarts", kDefaultMaxRestarts);
       r.restarts = o.value("restarts", 0);
+      r.min_dp = o.value("min_dp", 0);
+      r.max_dp = o.value("max_dp", 0);
       const json straggler = o.value("straggler", json::object());
       Result<StragglerWatchOptions> so = straggler_watch_parse(&straggler);
       if (so.ok()) r.straggler = StragglerWatch(so.value());
@@ -410,13 +414,19 @@ Result<Placement> Coordinator::Impl::place_again(const Run& r, const std::vector
   if (!cfg.ok()) return Status::error(cfg.error());
   Result<Placement> p = placement_assign(pn, {.dp = r.dp});
   *dp = r.dp;
-  for (int d = r.dp - 1; !p.ok() && d >= 1; --d) {
+  const int floor = std::min(r.dp, r.min_dp_or_1());
+  for (int d = r.dp - 1; !p.ok() && d >= floor; --d) {
     if (cfg->train.global_batch % d != 0) continue;
     Result<Placement> q = placement_assign(pn, {.dp = d});
     if (q.ok()) {
       p = std::move(q);
       *dp = d;
     }
+  }
+  if (!p.ok() && r.min_dp > 1) {
+    return Status::error("no dp from " + std::to_string(r.dp) + " down to the run's min_dp " +
+                         std::to_string(r.min_dp) + " fits the live nodes (at dp " + std::to_string(r.dp) +
+                         ": " + p.error() + ")");
   }
   return p;
 }
@@ -493,6 +503,8 @@ HttpResponse Coordinator::Impl::submit(const HttpRequest& req) {
   std::optional<int64_t> keep_last = f.integer("keep_last", 1, 100000, JsonFields::optional);
   std::optional<int64_t> max_restarts = f.integer("max_restarts", 0, 1000, JsonFields::optional);
   std::optional<std::string> policy_name = f.string("checkpoint_policy", JsonFields::optional);
+  std::optional<int64_t> min_dp = f.integer("min_dp", 1, 1 << 20, JsonFields::optional);
+  std::optional<int64_t> max_dp = f.integer("max_dp", 1, 1 << 20, JsonFields::optional);
   std::optional<int64_t> dp, zero, tp, pp;
   if (layout != nullptr) {
     JsonFields l(*layout, "layout.");
@@ -527,6 +539,21 @@ HttpResponse Coordinator::Impl::submit(const HttpRequest& req) {
   if (Status s = train_layout_check(cfg.value(), static_cast<int>(*dp)); !s.ok()) {
     return HttpResponse::error(400, "field \"layout.dp\": " + s.message());
   }
+  // The bounds a recovery shrinks within (and a resume-from stays within): around dp, and each a layout the
+  // global batch splits over, as dp must be.
+  if (min_dp && *min_dp > *dp) {
+    return HttpResponse::error(400, "field \"min_dp\": " + std::to_string(*min_dp) + " is above layout.dp " +
+                                        std::to_string(*dp) + ": give min_dp <= dp <= max_dp");
+  }
+  if (max_dp && *max_dp < *dp) {
+    return HttpResponse::error(400, "field \"max_dp\": " + std::to_string(*max_dp) + " is below layout.dp " +
+                                        std::to_string(*dp) + ": give min_dp <= dp <= max_dp");
+  }
+  for (const auto& [field, value] : {std::pair{"min_dp", min_dp}, std::pair{"max_dp", max_dp}}) {
+    if (!value) continue;
+    if (Status s = train_layout_check(cfg.value(), static_cast<int>(*value)); !s.ok())
+      return HttpResponse::error(400, std::string("field \"") + field + "\": " + s.message());
+  }
 
   std::lock_guard<std::mutex> lock(mu);
   std::vector<PlacementNode> pn = placement_nodes();
@@ -546,6 +573,8 @@ HttpResponse Coordinator::Impl::submit(const HttpRequest& req) {
     draft.zero = static_cast<int>(zero.value_or(0));
     draft.max_steps = max_steps.value_or(-1);
     draft.max_restarts = static_cast<int>(max_restarts.value_or(kDefaultMaxRestarts));
+    draft.min_dp = static_cast<int>(min_dp.value_or(0));
+    draft.max_dp = static_cast<int>(max_dp.value_or(0));
     draft.straggler = StragglerWatch(straggler_options.value());
     draft.checkpoint_policy = CheckpointPolicy({.every_steps = every.value_or(0),
                                                 .keep_last = static_cast<int>(keep_last.value_or(0)),
@@ -568,6 +597,8 @@ HttpResponse Coordinator::Impl::submit(const HttpRequest& req) {
   r.zero = static_cast<int>(zero.value_or(0));
   r.max_steps = max_steps.value_or(-1);
   r.max_restarts = static_cast<int>(max_restarts.value_or(kDefaultMaxRestarts));
+  r.min_dp = static_cast<int>(min_dp.value_or(0));
+  r.max_dp = static_cast<int>(max_dp.value_or(0));
   r.straggler = StragglerWatch(straggler_options.value());
   r.checkpoint_policy = CheckpointPolicy({.every_steps = every.value_or(0),
                                           .keep_last = static_cast<int>(keep_last.value_or(0)),
@@ -645,6 +676,12 @@ HttpResponse Coordinator::Impl::resume_from(const HttpRequest& req) {
     return HttpResponse::error(400, "field \"layout.dp\": " + std::to_string(new_dp) +
                                         " does not divide the run's train.global_batch = " +
                                         std::to_string(cfg->train.global_batch));
+  }
+  if ((r->min_dp > 0 && new_dp < r->min_dp) || (r->max_dp > 0 && new_dp > r->max_dp)) {
+    return HttpResponse::error(400, "field \"layout.dp\": " + std::to_string(new_dp) + " is outside run " +
+                                        std::to_string(r->id) +
+                                        "'s min_dp..max_dp = " + std::to_string(r->min_dp_or_1()) + ".." +
+                                        (r->max_dp > 0 ? std::to_string(r->max_dp) : std::string("any")));
   }
   if (new_dp > r->db_world) {
     return HttpResponse::error(400, "field \"layout.dp\": run " + std::to_string(r->id) +

@@ -137,6 +137,8 @@ json Coordinator::Impl::run_json(const Run& r, bool full) const {
             {"generation", r.generation},
             {"restarts", r.restarts},
             {"max_restarts", r.max_restarts},
+            {"min_dp", r.min_dp_or_1()},
+            {"max_dp", r.max_dp > 0 ? json(r.max_dp) : json(nullptr)},
             {"peak_name", r.peak_name},
             {"peak_flops", r.peak_flops},
             {"flops_per_token", r.flops_per_token},

@@ -237,6 +237,7 @@ GoodputLedger goodput_ledger(const GoodputInput& in) {
                                              [](const GoodputFault& x) { return x.time_unix; })) {
       f.fault = fault->fault;
       f.fault_rank = fault->rank;
+      f.fault_node = fault->node;
     }
     f.detection_s = t.sum(Cat::kDetection, win.lo, win.hi);
     f.recomputed_s = t.sum(Cat::kRecomputed, win.lo, win.hi);

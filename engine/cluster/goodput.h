@@ -70,6 +70,7 @@ struct GoodputFault {
   double time_unix = 0;
   std::string fault;  // "kill", "hang", ...
   int rank = -1;
+  std::string node;
 };
 
 struct GoodputCheckpoint {
@@ -104,6 +105,7 @@ struct GoodputFailure {
   std::string kind, node, message;
   std::string fault;  // the injected fault that caused it, "" = none known
   int fault_rank = -1;
+  std::string fault_node;
   double detection_s = 0, restore_s = 0, recomputed_s = 0;
   bool recovered = false;  // a next generation was placed and trained
   double cost_s() const { return detection_s + restore_s + recomputed_s; }

@@ -54,7 +54,7 @@ TEST(Goodput, AFailureSplitsIntoRecomputedDetectionAndRestore) {
   in.checkpoints.push_back({.step = 10, .time_unix = 21, .write_s = 1, .stall_s = 0.25});
   in.notices.push_back(
       {.time_unix = 31, .kind = "node_failed", .node = "node-1", .message = "rank 2 SIGKILL"});
-  in.faults.push_back({.time_unix = 29.5, .fault = "kill", .rank = 2});
+  in.faults.push_back({.time_unix = 29.5, .fault = "kill", .rank = 2, .node = "node-1"});
   const GoodputLedger l = goodput_ledger(in);
   EXPECT_DOUBLE_EQ(l.of(C::kWaiting), 2);
   EXPECT_DOUBLE_EQ(l.of(C::kRecomputed), 9.75);  // after the checkpoint and its stall (20.25) .. 30
@@ -70,6 +70,7 @@ TEST(Goodput, AFailureSplitsIntoRecomputedDetectionAndRestore) {
   EXPECT_EQ(f.kind, "node_failed");
   EXPECT_EQ(f.fault, "kill");
   EXPECT_EQ(f.fault_rank, 2);
+  EXPECT_EQ(f.fault_node, "node-1");
   EXPECT_DOUBLE_EQ(f.detection_s, 1);
   EXPECT_DOUBLE_EQ(f.restore_s, 4);
   EXPECT_DOUBLE_EQ(f.recomputed_s, 9.75);
