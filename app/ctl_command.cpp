@@ -117,7 +117,10 @@ void print_goodput(const json& g) {
       g.value("live", false) ? " (live: up to now)" : "");
   if (!g.value("known", false)) std::printf("ledger unknown: %s\n", g.value("why_unknown", "").c_str());
   std::vector<std::vector<std::string>> rows;
-  for (const auto& [name, v] : g.at("seconds").items()) {
+  // In the ledger's order (engine/cluster/goodput.h), not the JSON object's alphabetical one.
+  for (const char* name :
+       {"productive", "checkpoint_stall", "detection", "restore", "recomputed", "paused", "waiting"}) {
+    const json& v = g.at("seconds").value(name, json());
     rows.push_back(
         {name, secs(v), v.is_number() && wall > 0 ? fixed(100 * v.get<double>() / wall, 1) + " %" : "-"});
   }

@@ -150,6 +150,12 @@ Result<nlohmann::json> Coordinator::Impl::goodput_json(int64_t run_id) {
       if (db->read_steps(run_id, row.last_step, kStepEnd, 1, &last) && !last.empty())
         in.generations.back().last_progress = last.front().time_unix_s;
     }
+    for (const GoodputGeneration& g : in.generations) {
+      if (g.from_step < 0 || in.step_end_unix.count(g.from_step)) continue;
+      std::vector<StepRecord> at;
+      if (db->read_steps(run_id, g.from_step, g.from_step + 1, 1, &at) && !at.empty())
+        in.step_end_unix[g.from_step] = at.front().time_unix_s;
+    }
     if (!db->list_checkpoints(run_id, &catalog))
       return Status::error("cannot read the run's checkpoints: " + db->error());
     BandResult band;

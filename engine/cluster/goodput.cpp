@@ -169,8 +169,11 @@ GoodputLedger goodput_ledger(const GoodputInput& in) {
     if (next) {
       // Trained past the checkpoint the next generation restored from: that work was done again.
       double lost_from = s;
-      if (const GoodputCheckpoint* c = next->from_step >= 0 ? checkpoint_at(next->from_step) : nullptr)
+      if (const GoodputCheckpoint* c = next->from_step >= 0 ? checkpoint_at(next->from_step) : nullptr) {
         lost_from = c->time_unix - c->write_s + c->stall_s.value_or(0);  // after its stall: that was kept
+      } else if (auto e = in.step_end_unix.find(next->from_step); e != in.step_end_unix.end()) {
+        lost_from = e->second;  // not catalogued: from the end of the step it holds
+      }
       lost_from = std::clamp(lost_from, s, train_end);
       t.paint(lost_from, train_end, Cat::kRecomputed);
     }

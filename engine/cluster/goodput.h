@@ -26,6 +26,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -96,6 +97,9 @@ struct GoodputInput {
   std::vector<GoodputCheckpoint> checkpoints;
   std::vector<GoodputPauseMark> pauses;
   std::vector<double> ended_unix;  // each time the run reached an end state
+  // The end time of the step record at each step a generation restored from: where the lost work starts
+  // when the checkpoint's catalog entry is missing (its gang died before the commit's record was sent).
+  std::map<int64_t, double> step_end_unix;
 };
 
 struct GoodputFailure {

@@ -106,6 +106,25 @@ TEST(Goodput, ARestoreFromACheckpointOfAnEarlierGenerationLosesTheWholeGeneratio
   EXPECT_DOUBLE_EQ(total(l), 60);
 }
 
+// The restored checkpoint's commit never reached the catalog (its gang died first): the lost work starts
+// at the end of the step it holds, not at the generation's first step.
+TEST(Goodput, AnUncataloguedCheckpointLosesFromTheEndOfItsStep) {
+  GoodputInput in{.created_unix = 0, .end_unix = 60};
+  in.generations.push_back({.generation = 1, .placed_unix = 0, .first_step_start = 1, .last_progress = 40});
+  in.generations.push_back({.generation = 2,
+                            .cause = GoodputCause::kRecovery,
+                            .placed_unix = 42,
+                            .from_step = 43,
+                            .first_step_start = 44,
+                            .last_progress = 60});
+  in.notices.push_back({.time_unix = 41, .kind = "node_failed"});
+  in.step_end_unix[43] = 38.5;
+  const GoodputLedger l = goodput_ledger(in);
+  EXPECT_DOUBLE_EQ(l.of(C::kRecomputed), 1.5);
+  in.step_end_unix.clear();  // nothing known of step 43: the whole generation is lost
+  EXPECT_DOUBLE_EQ(goodput_ledger(in).of(C::kRecomputed), 39);
+}
+
 TEST(Goodput, PausesAndAStopUntilAResumeFromArePaused) {
   GoodputInput in{.created_unix = 0, .end_unix = 100};
   in.generations.push_back({.generation = 1, .placed_unix = 0, .first_step_start = 1, .last_progress = 40});
