@@ -3,7 +3,7 @@
 //   ctl --url U --token-file F status | runs | submit --config C --dp N [--checkpoint-every N] [--keep-last
 //   K] |
 //       checkpoint|pause|resume|stop RUN | ranks RUN | events RUN | quarantine|release NODE |
-//       resume-from RUN [--checkpoint latest|STEP|step_N] [--dp N] [--zero Z]
+//       resume-from RUN [--checkpoint latest|STEP|step_N] [--dp N] [--zero Z] | goodput RUN
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>
@@ -26,8 +26,10 @@ struct CtlArgs {
   std::string config;
   int dp = 1, zero = 0;
   int64_t max_steps = -1;
-  int64_t checkpoint_every = 0;  // 0: no checkpoint policy
-  int keep_last = 0;             // 0: keep every checkpoint
+  int64_t checkpoint_every = 0;   // 0: no checkpoint policy
+  std::string checkpoint_policy;  // "": the coordinator's default (fixed)
+  int min_dp = 0, max_dp = 0;     // 0: not sent (the coordinator's defaults: 1 and no bound)
+  int keep_last = 0;              // 0: keep every checkpoint
   std::string name;
   int64_t run = 0;
   std::string node;
@@ -104,6 +106,59 @@ void print_ranks(const json& r) {
       rows);
 }
 
+// GET /v1/runs/{id}/goodput: the ledger's categories with their share of the wall, the failures with their
+// cost, and the Young/Daly interval. A figure not known prints "unknown", never 0.
+void print_goodput(const json& g) {
+  const auto secs = [](const json& v) { return v.is_number() ? fixed(v, 2) + " s" : std::string("unknown"); };
+  const double wall = g.value("wall_s", 0.0);
+  std::printf(
+      "run %s: wall %s, ETTR %s%s\n", cell(g.at("run")).c_str(), secs(g.at("wall_s")).c_str(),
+      g.at("ettr").is_number() ? (fixed(g.at("ettr").get<double>() * 100, 1) + " %").c_str() : "unknown",
+      g.value("live", false) ? " (live: up to now)" : "");
+  if (!g.value("known", false)) std::printf("ledger unknown: %s\n", g.value("why_unknown", "").c_str());
+  std::vector<std::vector<std::string>> rows;
+  // In the ledger's order (engine/cluster/goodput.h), not the JSON object's alphabetical one.
+  for (const char* name :
+       {"productive", "checkpoint_stall", "detection", "restore", "recomputed", "paused", "waiting"}) {
+    const json& v = g.at("seconds").value(name, json());
+    rows.push_back(
+        {name, secs(v), v.is_number() && wall > 0 ? fixed(100 * v.get<double>() / wall, 1) + " %" : "-"});
+  }
+  print_table({"CATEGORY", "SECONDS", "SHARE"}, rows);
+  if (g.value("checkpoints_stall_unknown", 0) > 0)
+    std::printf("(%s checkpoints have no recorded stall: not counted as stall)\n",
+                cell(g.at("checkpoints_stall_unknown")).c_str());
+  const json& failures = g.at("failures");
+  std::printf("\n%zu failure%s\n", failures.size(), failures.size() == 1 ? "" : "s");
+  if (!failures.empty()) {
+    const double t0 = g.value("created_unix_s", 0.0);
+    std::vector<std::vector<std::string>> f;
+    for (const json& x : failures) {
+      const std::string fault = x.value("fault", "");
+      f.push_back({"+" + fixed(x.at("time_unix_s").get<double>() - t0, 1) + " s", cell(x.at("generation")),
+                   cell(x.at("kind")) + (fault.empty() ? "" : " (injected " + fault + ")"),
+                   cell(x.at("node")), fixed(x.at("detection_s"), 2), fixed(x.at("restore_s"), 2),
+                   fixed(x.at("recomputed_s"), 2), fixed(x.at("cost_s"), 2),
+                   x.value("recovered", false) ? "yes" : "no"});
+    }
+    print_table({"AT", "GEN", "KIND", "NODE", "DETECT_S", "RESTORE_S", "RECOMP_S", "COST_S", "RECOVERED"}, f);
+  }
+  const json& y = g.at("young_daly");
+  const int64_t every = y.value("checkpoint_every_steps", int64_t{0});
+  std::printf("\ncheckpoint policy %s, %s\n", cell(y.at("policy")).c_str(),
+              every > 0 ? ("every " + std::to_string(every) + " steps").c_str() : "no periodic checkpoints");
+  std::printf("Young/Daly sqrt(2 x C x MTBF): C (median stall of %s checkpoints) %s, MTBF %s (%s failures)\n",
+              cell(y.at("checkpoints_measured")).c_str(), secs(y.at("checkpoint_cost_s")).c_str(),
+              secs(y.at("mtbf_s")).c_str(), cell(y.at("failures")).c_str());
+  if (y.at("interval_s").is_number()) {
+    std::printf("recommended interval: %s = %s steps (mean step %s)\n", secs(y.at("interval_s")).c_str(),
+                y.at("interval_steps").is_number() ? cell(y.at("interval_steps")).c_str() : "unknown",
+                secs(y.at("step_s")).c_str());
+  } else {
+    std::printf("recommended interval: unknown (%s)\n", y.value("why_unknown", "").c_str());
+  }
+}
+
 int ctl_main(const std::string& what, const CtlArgs& a) {
   auto fail = [](const std::string& m, int code = kExitFailed) {
     std::fprintf(stderr, "gantry-engine ctl: %s\n", m.c_str());
@@ -140,6 +195,8 @@ int ctl_main(const std::string& what, const CtlArgs& a) {
     r = api.runs();
   } else if (what == "ranks") {
     r = api.ranks(a.run);
+  } else if (what == "goodput") {
+    r = api.goodput(a.run);
   } else if (what == "submit") {
     std::ifstream in(a.config);
     if (!in) return fail("cannot read --config " + a.config, kExitBadInput);
@@ -149,6 +206,9 @@ int ctl_main(const std::string& what, const CtlArgs& a) {
     if (a.max_steps >= 0) body["max_steps"] = a.max_steps;
     if (a.checkpoint_every > 0) body["checkpoint_every_steps"] = a.checkpoint_every;
     if (a.keep_last > 0) body["keep_last"] = a.keep_last;
+    if (!a.checkpoint_policy.empty()) body["checkpoint_policy"] = a.checkpoint_policy;
+    if (a.min_dp > 0) body["min_dp"] = a.min_dp;
+    if (a.max_dp > 0) body["max_dp"] = a.max_dp;
     if (!a.name.empty()) body["name"] = a.name;
     r = api.submit(body);
     if (!r.ok() && r.error().find(" 409 ") != std::string::npos) return fail(r.error(), 3);
@@ -198,6 +258,8 @@ int ctl_main(const std::string& what, const CtlArgs& a) {
     print_runs(r->at("runs"));
   } else if (what == "ranks") {
     print_ranks(r.value());
+  } else if (what == "goodput") {
+    print_goodput(r.value());
   } else if (what == "submit") {
     print_runs(json::array({r.value()}));
   } else if (what == "quarantine") {
@@ -242,10 +304,20 @@ void ctl_command_add(CLI::App& app, int* exit_code) {
   submit->add_option("--zero", a->zero, "ZeRO stage 0-3")->check(CLI::Range(0, 3));
   submit->add_option("--max-steps", a->max_steps, "Stop after this step")->check(CLI::NonNegativeNumber);
   submit->add_option("--name", a->name, "The run's name");
+  submit->add_option("--min-dp", a->min_dp, "The smallest dp a recovery may shrink the run to (default 1)")
+      ->check(CLI::Range(1, 1 << 20));
+  submit->add_option("--max-dp", a->max_dp, "The largest dp a resume-from may ask for (default: no bound)")
+      ->check(CLI::Range(1, 1 << 20));
   submit
       ->add_option("--checkpoint-every", a->checkpoint_every,
                    "The coordinator asks for a checkpoint every N steps (the checkpoint action, from policy)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  submit
+      ->add_option(
+          "--checkpoint-policy", a->checkpoint_policy,
+          "fixed (every --checkpoint-every steps) or young_daly (that interval until a failure, then "
+          "sqrt(2 x checkpoint stall x MTBF) from what the run measured)")
+      ->check(CLI::IsMember({"fixed", "young_daly"}));
   submit
       ->add_option("--keep-last", a->keep_last,
                    "Keep the newest K committed checkpoints; the coordinator deletes older ones")
@@ -279,6 +351,10 @@ void ctl_command_add(CLI::App& app, int* exit_code) {
   inject->add_option("--rank", a->rank, "The rank (default: one at random)")->check(CLI::Range(0, 1 << 20));
   CLI::App* ranks = add("ranks", "A run's ranks: node, slot, latest step, straggler scores");
   ranks->add_option("run", a->run, "The run's id")->required();
+  CLI::App* goodput = add("goodput",
+                          "A run's goodput ledger: where its wall time went, its failures, ETTR, "
+                          "and the Young/Daly checkpoint interval");
+  goodput->add_option("run", a->run, "The run's id")->required();
   CLI::App* events = add("events", "Follow a run's events until it ends");
   events->add_option("run", a->run, "The run's id")->required();
 }

@@ -49,6 +49,10 @@ Result<json> ApiClient::heatmap(int64_t id, const HeatmapTilesQuery& q) {
 Result<json> ApiClient::ranks(int64_t id) {
   return http_.get_json(run_path(id) + "/ranks");
 }
+
+Result<json> ApiClient::goodput(int64_t id) {
+  return http_.get_json(run_path(id) + "/goodput");
+}
 Result<json> ApiClient::checkpoints(int64_t id) {
   return http_.get_json(run_path(id) + "/checkpoints");
 }

@@ -66,6 +66,7 @@ class ApiClient {
   Result<nlohmann::json> steps(int64_t id, const StepsQuery& query);  // GET /v1/runs/{id}/steps?...
   Result<nlohmann::json> heatmap(int64_t id, const HeatmapTilesQuery& query);  // GET /v1/runs/{id}/heatmap
   Result<nlohmann::json> ranks(int64_t id);                                    // GET /v1/runs/{id}/ranks
+  Result<nlohmann::json> goodput(int64_t id);  // GET /v1/runs/{id}/goodput: the goodput ledger, Young/Daly
   Result<nlohmann::json> checkpoints(int64_t id);  // GET /v1/runs/{id}/checkpoints
 
   // Writes (non-2xx is an error).

@@ -19,6 +19,23 @@ void CheckpointPolicy::restart_at(int64_t step) {
   if (o_.every_steps > 0) next_ = (step / o_.every_steps + 1) * o_.every_steps;
 }
 
+void CheckpointPolicy::set_every_steps(int64_t every) {
+  if (every <= 0 || every == o_.every_steps) return;
+  const int64_t last_due = o_.every_steps > 0 ? next_ - o_.every_steps : 0;
+  o_.every_steps = every;
+  next_ = last_due + every;
+}
+
+std::string_view checkpoint_policy_mode_name(CheckpointPolicyMode m) {
+  return m == CheckpointPolicyMode::kYoungDaly ? "young_daly" : "fixed";
+}
+
+std::optional<CheckpointPolicyMode> checkpoint_policy_mode_from_name(std::string_view name) {
+  if (name == "fixed") return CheckpointPolicyMode::kFixed;
+  if (name == "young_daly") return CheckpointPolicyMode::kYoungDaly;
+  return std::nullopt;
+}
+
 Result<std::vector<std::string>> checkpoint_prune(const std::string& root, int keep) {
   std::vector<std::string> gone;
   if (keep < 1) return gone;

@@ -15,16 +15,26 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "telemetry/status.h"
 
 namespace gantry {
 
+// fixed: every_steps as submitted. young_daly: every_steps as submitted until the run has failed, then the
+// Young/Daly interval (goodput.h) from its measured checkpoint stall and failure rate, set by the
+// coordinator through set_every_steps.
+enum class CheckpointPolicyMode : uint8_t { kFixed, kYoungDaly };
+std::string_view checkpoint_policy_mode_name(CheckpointPolicyMode m);  // "fixed", "young_daly"
+std::optional<CheckpointPolicyMode> checkpoint_policy_mode_from_name(std::string_view name);
+
 struct CheckpointPolicyOptions {
   int64_t every_steps = 0;  // 0 = no periodic checkpoints
   int keep_last = 0;        // 0 = keep every checkpoint
+  CheckpointPolicyMode mode = CheckpointPolicyMode::kFixed;
 };
 
 class CheckpointPolicy {
@@ -37,6 +47,9 @@ class CheckpointPolicy {
   bool due(int64_t step);
   // The run goes on from a checkpoint at `step` (a move, a resume): the next one is due every_steps on.
   void restart_at(int64_t step);
+  // A new interval (young_daly) from the run's newest step on: the next checkpoint is due `every` steps after
+  // the last one that was due, or at once when that is already past.
+  void set_every_steps(int64_t every);
 
  private:
   CheckpointPolicyOptions o_;

@@ -84,6 +84,7 @@ Status Coordinator::start() {
   s.get("/v1/runs/{id}/ranks", [&m](const HttpRequest& req) { return m.ranks(req); });
   s.get("/v1/runs/{id}/checkpoints", [&m](const HttpRequest& req) { return m.checkpoints(req); });
   s.get("/v1/runs/{id}/events", [&m](const HttpRequest& req) { return m.events(req); });
+  s.get("/v1/runs/{id}/goodput", [&m](const HttpRequest& req) { return m.goodput(req); });
   for (TrainAction a :
        {TrainAction::checkpoint, TrainAction::pause, TrainAction::resume, TrainAction::stop}) {
     s.post(std::string("/v1/runs/{id}/") + train_action_name(a),

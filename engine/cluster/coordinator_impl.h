@@ -7,6 +7,7 @@
 //   coordinator_ingest.cpp  agents' records into each run's live state and the database writer, events,
 //                           the checkpoint catalog and keep_last pruning
 //   coordinator_views.cpp   the API's JSON replies: cluster, runs, steps, ranks, checkpoints, events, metrics
+//   coordinator_goodput.cpp the goodput ledger's marks, its reply, and the young_daly checkpoint interval
 // Member functions are called with `mu` held unless they say otherwise (the routes take it themselves).
 #pragma once
 
@@ -26,6 +27,7 @@
 
 #include "engine/cluster/checkpoint_policy.h"
 #include "engine/cluster/coordinator.h"
+#include "engine/cluster/goodput.h"
 #include "engine/cluster/http_server.h"
 #include "engine/cluster/ingest_writer.h"
 #include "engine/cluster/placement.h"
@@ -103,6 +105,10 @@ struct Coordinator::Impl {
     // Recovery (recover()): a failed gang is placed again from the newest committed checkpoint, up to
     // max_restarts times in a row without a newer checkpoint committed in between; 0 = a failure ends it.
     int max_restarts = kDefaultMaxRestarts;
+    // The dp a recovery or a move may shrink to (never below min_dp), and the largest a resume-from may ask
+    // for; both divide train.global_batch as dp does (submit validates them). 0 = not given: 1 and dp.
+    int min_dp = 0, max_dp = 0;
+    int min_dp_or_1() const { return min_dp > 0 ? min_dp : 1; }
     int restarts = 0;             // recoveries over the run's life
     int restarts_in_row = 0;      // since the newest checkpoint it restarted from
     int64_t restarted_from = -1;  // that checkpoint's step (-1: none yet, or from the start)
@@ -111,6 +117,13 @@ struct Coordinator::Impl {
     int64_t sdc_trusted_step = -1;
     StragglerWatch straggler;  // the straggler policy: scores of the current placement's ranks
     CheckpointPolicy checkpoint_policy;
+    // The goodput ledger's marks of the current generation (coordinator_goodput.cpp): the generation_placed
+    // event records its start, a generation_first_step event its first step past gen_from_step.
+    double gen_placed_unix = 0;
+    int64_t gen_from_step = -1;
+    bool gen_stepped = false;
+    // The stalls of its committed checkpoints as they arrive (this coordinator's life), for young_daly.
+    std::vector<double> checkpoint_stalls;
     // How its MFU is computed (RunInfo); peak_flops 0 = each GPU's own, or unknown.
     std::string peak_name, mfu_formula;
     double peak_flops = 0, flops_per_token = 0;
@@ -165,9 +178,10 @@ struct Coordinator::Impl {
   void stop_shares(Run& r, const std::string& except_node);
 
   // Places run `r` (its shares all ended or none yet) on `p`, on a fresh rendezvous store, and queues each
-  // node's share; `resume_dir` is the checkpoint the workers start from ("" = a fresh run).
+  // node's share; `resume_dir` is the checkpoint the workers start from ("" = a fresh run). Records the
+  // generation_placed event (why: `cause`) that the goodput ledger counts from.
   Status start_generation(Run& r, const std::vector<PlacementNode>& pn, const Placement& p,
-                          const std::string& resume_dir);
+                          const std::string& resume_dir, GoodputCause cause);
 
   // What a restarted coordinator needs to know of the run beyond its config (runs.options).
   static json run_options(const Run& r);
@@ -200,8 +214,9 @@ struct Coordinator::Impl {
   // caller fails the run, with the reason in *why.
   bool recover(Run& r, const std::string& failure, std::string* why);
 
-  // Placement for a run placed again: its dp if that fits the live nodes, else the largest dp below it
-  // that fits and divides train.global_batch (the global batch is kept by accumulation).
+  // Placement for a run placed again: its dp if that fits the live nodes, else the largest dp below it, and
+  // not below its min_dp, that fits and divides train.global_batch (the global batch is kept by
+  // accumulation). When none fits, the error names the range tried.
   Result<Placement> place_again(const Run& r, const std::vector<PlacementNode>& pn, int* dp) const;
 
   HttpResponse submit(const HttpRequest& req);
@@ -301,6 +316,21 @@ struct Coordinator::Impl {
   HttpResponse checkpoints(const HttpRequest& req);
 
   HttpResponse events(const HttpRequest& req);
+
+  // ---- the goodput ledger (coordinator_goodput.cpp) -------------------------------------------------------
+
+  // A step record of the run's current generation: its first one is the generation_first_step event.
+  void goodput_step(Run& r, const StepRecord& s);
+
+  // The run's ledger and Young/Daly recommendation, derived from its stored history (GET
+  // /v1/runs/{id}/goodput). Takes mu, then reads the database without it.
+  Result<json> goodput_json(int64_t run_id);
+  HttpResponse goodput(const HttpRequest& req);
+
+  // checkpoint_policy young_daly: after a failure or a new checkpoint's stall, the run's interval becomes the
+  // Young/Daly one from what this coordinator measured (its recoveries over its wall time, the median
+  // stall), recorded as a checkpoint_interval event when it changes. Nothing while either is unknown.
+  void young_daly_apply(Run& r);
 
   HttpResponse metrics();
 };

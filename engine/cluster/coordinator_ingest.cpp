@@ -56,6 +56,7 @@ void Coordinator::Impl::ingest(RecordBatch& batch, size_t reserved) {
             {{"dp", r.dp}, {"zero", r.zero}, {"from_step", r.resumed_from}}, s.step);
       r.resumed_from = -1;
     }
+    goodput_step(r, s);
     it->second.last_step = std::max(it->second.last_step, s.step);
     it->second.latest_step = s;
     // The checkpoint policy: only while the run trains (a pause holds it, a stop or a move checkpoints
@@ -95,6 +96,8 @@ void Coordinator::Impl::ingest(RecordBatch& batch, size_t reserved) {
     Run& r = it->second;
     if (c.state == CheckpointState::kCommitted && c.rank == kCheckpointAllRanks) {
       committed.push_back(&r);
+      r.checkpoint_stalls.push_back(c.stall_s);
+      young_daly_apply(r);
       if (!r.relocate_node.empty()) {
         r.relocate_checkpoint = c.dir;
         event(r.id, "quarantine_checkpointed",

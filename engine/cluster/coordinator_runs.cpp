@@ -159,12 +159,31 @@ void Coordinator::Impl::stop_shares(Run& r, const std::string& except_node) {
 }
 
 Status Coordinator::Impl::start_generation(Run& r, const std::vector<PlacementNode>& pn, const Placement& p,
-                                           const std::string& resume_dir) {
+                                           const std::string& resume_dir, GoodputCause cause) {
   Result<std::unique_ptr<RendezvousServer>> store = RendezvousServer::start({opt.rendezvous_host, 0});
   if (!store.ok()) return Status::error("cannot start the run's rendezvous store: " + store.error());
   r.store = std::move(store.value());
   const std::string rendezvous = opt.rendezvous_host + ":" + std::to_string(r.store->port());
   ++r.generation;
+  {
+    // The ledger's mark (coordinator_goodput.cpp): not a step's event (step -1), so no rewind removes it;
+    // it carries the last progress of the generation before, which the rewind below forgets.
+    const int64_t from = resume_dir.empty() ? -1 : checkpoint_dir_step(resume_dir);
+    json payload = {{"generation", r.generation},
+                    {"cause", goodput_cause_name(cause)},
+                    {"from_step", from},
+                    {"dp", r.dp}};
+    if (r.gen_stepped) payload["previous_last_progress_unix_s"] = r.latest_step.time_unix_s;
+    event(r.id, "generation_placed",
+          "generation " + std::to_string(r.generation) + " placed (" +
+              std::string(goodput_cause_name(cause)) + ") on dp " + std::to_string(r.dp) +
+              (from >= 0 ? " from the checkpoint at step " + std::to_string(from)
+                         : std::string(" from the start")),
+          payload);
+    r.gen_placed_unix = unix_now_s();
+    r.gen_from_step = from;
+    r.gen_stepped = false;
+  }
   // A stop meant for the last generation that its gang outran (it ended by itself first) must not reach
   // the next one: the agent would stop the new gang as soon as it started.
   for (auto& [id, n] : nodes) {
@@ -212,9 +231,12 @@ json Coordinator::Impl::run_options(const Run& r) {
           {"db_world", r.db_world},
           {"generation", r.generation},
           {"max_restarts", r.max_restarts},
+          {"min_dp", r.min_dp},
+          {"max_dp", r.max_dp},
           {"restarts", r.restarts},
           {"straggler", straggler_watch_options_json(r.straggler.options())},
           {"checkpoint_every_steps", r.checkpoint_policy.options().every_steps},
+          {"checkpoint_policy", checkpoint_policy_mode_name(r.checkpoint_policy.options().mode)},
           {"keep_last", r.checkpoint_policy.options().keep_last}};
 }
 
@@ -250,11 +272,16 @@ Status Coordinator::Impl::restore_runs() {
       r.generation = o.value("generation", 0);
       r.max_restarts = o.value("max_restarts", kDefaultMaxRestarts);
       r.restarts = o.value("restarts", 0);
+      r.min_dp = o.value("min_dp", 0);
+      r.max_dp = o.value("max_dp", 0);
       const json straggler = o.value("straggler", json::object());
       Result<StragglerWatchOptions> so = straggler_watch_parse(&straggler);
       if (so.ok()) r.straggler = StragglerWatch(so.value());
-      r.checkpoint_policy = CheckpointPolicy({.every_steps = o.value("checkpoint_every_steps", int64_t{0}),
-                                              .keep_last = o.value("keep_last", 0)});
+      r.checkpoint_policy =
+          CheckpointPolicy({.every_steps = o.value("checkpoint_every_steps", int64_t{0}),
+                            .keep_last = o.value("keep_last", 0),
+                            .mode = checkpoint_policy_mode_from_name(o.value("checkpoint_policy", "fixed"))
+                                        .value_or(CheckpointPolicyMode::kFixed)});
     }
     Result<Config> cfg = config_parse(r.config_toml, "config");
     r.backend = cfg.ok() ? cfg->train.backend : "cpu";
@@ -366,7 +393,8 @@ void Coordinator::Impl::relocate(Run& r) {
   if (!p.ok()) return fail(p.error());
   const int old_dp = r.dp;
   r.dp = dp;
-  if (Status s = start_generation(r, pn, p.value(), dir); !s.ok()) return fail(s.message());
+  if (Status s = start_generation(r, pn, p.value(), dir, GoodputCause::kQuarantine); !s.ok())
+    return fail(s.message());
   set_state(r, RunState::kRunning);
   r.message.clear();
   const int64_t step = checkpoint_dir_step(dir);
@@ -387,13 +415,19 @@ Result<Placement> Coordinator::Impl::place_again(const Run& r, const std::vector
   if (!cfg.ok()) return Status::error(cfg.error());
   Result<Placement> p = placement_assign(pn, {.dp = r.dp});
   *dp = r.dp;
-  for (int d = r.dp - 1; !p.ok() && d >= 1; --d) {
+  const int floor = std::min(r.dp, r.min_dp_or_1());
+  for (int d = r.dp - 1; !p.ok() && d >= floor; --d) {
     if (cfg->train.global_batch % d != 0) continue;
     Result<Placement> q = placement_assign(pn, {.dp = d});
     if (q.ok()) {
       p = std::move(q);
       *dp = d;
     }
+  }
+  if (!p.ok() && r.min_dp > 1) {
+    return Status::error("no dp from " + std::to_string(r.dp) + " down to the run's min_dp " +
+                         std::to_string(r.min_dp) + " fits the live nodes (at dp " + std::to_string(r.dp) +
+                         ": " + p.error() + ")");
   }
   return p;
 }
@@ -446,7 +480,7 @@ bool Coordinator::Impl::recover(Run& r, const std::string& failure, std::string*
   const int old_dp = r.dp;
   r.dp = dp;
   ++r.restarts;  // before start_generation, which records the run's options with the count
-  if (Status s = start_generation(r, pn, p.value(), dir); !s.ok()) {
+  if (Status s = start_generation(r, pn, p.value(), dir, GoodputCause::kRecovery); !s.ok()) {
     r.dp = old_dp;
     --r.restarts;
     *why = s.message();
@@ -461,6 +495,7 @@ bool Coordinator::Impl::recover(Run& r, const std::string& failure, std::string*
   r.resumed_from = step;
   r.resume_kind = "recovery";
   r.checkpoint_policy.restart_at(step);
+  young_daly_apply(r);  // one more failure: a new failure rate
   event(r.id, "recovery_placed",
         "run " + std::to_string(r.id) + " failed (" + one_line(failure) + "); generation " +
             std::to_string(r.generation) + " placed at dp " + std::to_string(dp) + " from " +
@@ -500,6 +535,9 @@ HttpResponse Coordinator::Impl::submit(const HttpRequest& req) {
       f.integer("checkpoint_every_steps", 1, int64_t{1} << 40, JsonFields::optional);
   std::optional<int64_t> keep_last = f.integer("keep_last", 1, 100000, JsonFields::optional);
   std::optional<int64_t> max_restarts = f.integer("max_restarts", 0, 1000, JsonFields::optional);
+  std::optional<std::string> policy_name = f.string("checkpoint_policy", JsonFields::optional);
+  std::optional<int64_t> min_dp = f.integer("min_dp", 1, 1 << 20, JsonFields::optional);
+  std::optional<int64_t> max_dp = f.integer("max_dp", 1, 1 << 20, JsonFields::optional);
   std::optional<int64_t> dp, zero, tp, pp;
   if (layout != nullptr) {
     JsonFields l(*layout, "layout.");
@@ -512,6 +550,19 @@ HttpResponse Coordinator::Impl::submit(const HttpRequest& req) {
   if (Status s = f.finish(); !s.ok()) return HttpResponse::error(400, s.message());
   Result<StragglerWatchOptions> straggler_options = straggler_watch_parse(straggler);
   if (!straggler_options.ok()) return HttpResponse::error(400, straggler_options.error());
+  const std::optional<CheckpointPolicyMode> policy =
+      checkpoint_policy_mode_from_name(policy_name.value_or("fixed"));
+  if (!policy) {
+    return HttpResponse::error(400, "field \"checkpoint_policy\": \"" + one_line(policy_name->substr(0, 64)) +
+                                        "\" is not a policy: give \"fixed\" (checkpoint_every_steps) or "
+                                        "\"young_daly\" (the interval from the measured checkpoint cost and "
+                                        "failure rate)");
+  }
+  if (*policy == CheckpointPolicyMode::kYoungDaly && !every) {
+    return HttpResponse::error(400,
+                               "field \"checkpoint_policy\": young_daly needs checkpoint_every_steps too: "
+                               "the interval used until a failure gives the run a failure rate");
+  }
   Result<Config> cfg = config_parse(*toml, "config");
   if (!cfg.ok()) return HttpResponse::error(400, "field \"config\": " + cfg.error());
   if (name) {
@@ -520,6 +571,21 @@ HttpResponse Coordinator::Impl::submit(const HttpRequest& req) {
   }
   if (Status s = train_layout_check(cfg.value(), static_cast<int>(*dp)); !s.ok()) {
     return HttpResponse::error(400, "field \"layout.dp\": " + s.message());
+  }
+  // The bounds a recovery shrinks within (and a resume-from stays within): around dp, and each a layout the
+  // global batch splits over, as dp must be.
+  if (min_dp && *min_dp > *dp) {
+    return HttpResponse::error(400, "field \"min_dp\": " + std::to_string(*min_dp) + " is above layout.dp " +
+                                        std::to_string(*dp) + ": give min_dp <= dp <= max_dp");
+  }
+  if (max_dp && *max_dp < *dp) {
+    return HttpResponse::error(400, "field \"max_dp\": " + std::to_string(*max_dp) + " is below layout.dp " +
+                                        std::to_string(*dp) + ": give min_dp <= dp <= max_dp");
+  }
+  for (const auto& [field, value] : {std::pair{"min_dp", min_dp}, std::pair{"max_dp", max_dp}}) {
+    if (!value) continue;
+    if (Status s = train_layout_check(cfg.value(), static_cast<int>(*value)); !s.ok())
+      return HttpResponse::error(400, std::string("field \"") + field + "\": " + s.message());
   }
 
   std::lock_guard<std::mutex> lock(mu);
@@ -540,9 +606,12 @@ HttpResponse Coordinator::Impl::submit(const HttpRequest& req) {
     draft.zero = static_cast<int>(zero.value_or(0));
     draft.max_steps = max_steps.value_or(-1);
     draft.max_restarts = static_cast<int>(max_restarts.value_or(kDefaultMaxRestarts));
+    draft.min_dp = static_cast<int>(min_dp.value_or(0));
+    draft.max_dp = static_cast<int>(max_dp.value_or(0));
     draft.straggler = StragglerWatch(straggler_options.value());
-    draft.checkpoint_policy = CheckpointPolicy(
-        {.every_steps = every.value_or(0), .keep_last = static_cast<int>(keep_last.value_or(0))});
+    draft.checkpoint_policy = CheckpointPolicy({.every_steps = every.value_or(0),
+                                                .keep_last = static_cast<int>(keep_last.value_or(0)),
+                                                .mode = *policy});
     id = db->begin_run({.name = run_name,
                         .world_size = static_cast<int32_t>(*dp),
                         .config = *toml,
@@ -561,9 +630,12 @@ HttpResponse Coordinator::Impl::submit(const HttpRequest& req) {
   r.zero = static_cast<int>(zero.value_or(0));
   r.max_steps = max_steps.value_or(-1);
   r.max_restarts = static_cast<int>(max_restarts.value_or(kDefaultMaxRestarts));
+  r.min_dp = static_cast<int>(min_dp.value_or(0));
+  r.max_dp = static_cast<int>(max_dp.value_or(0));
   r.straggler = StragglerWatch(straggler_options.value());
-  r.checkpoint_policy = CheckpointPolicy(
-      {.every_steps = every.value_or(0), .keep_last = static_cast<int>(keep_last.value_or(0))});
+  r.checkpoint_policy = CheckpointPolicy({.every_steps = every.value_or(0),
+                                          .keep_last = static_cast<int>(keep_last.value_or(0)),
+                                          .mode = *policy});
   r.config_toml = *toml;
   r.backend = cfg->train.backend;
   r.peak_name = util.peak_name;
@@ -577,7 +649,7 @@ HttpResponse Coordinator::Impl::submit(const HttpRequest& req) {
   if (ec) return HttpResponse::error(500, "cannot create the run folder " + r.out_dir + ": " + ec.message());
   std::ofstream(r.out_dir + "/config.toml") << *toml;
   r.db_world = r.dp;
-  if (Status st = start_generation(r, pn, p.value(), ""); !st.ok()) {
+  if (Status st = start_generation(r, pn, p.value(), "", GoodputCause::kSubmit); !st.ok()) {
     set_state(r, RunState::kFailed);
     r.message = st.message();
     writer->push_op([id, m = r.message](HistoryDb& d) { d.finish_run(id, RunStatus::failed, m); });
@@ -638,6 +710,12 @@ HttpResponse Coordinator::Impl::resume_from(const HttpRequest& req) {
                                         " does not divide the run's train.global_batch = " +
                                         std::to_string(cfg->train.global_batch));
   }
+  if ((r->min_dp > 0 && new_dp < r->min_dp) || (r->max_dp > 0 && new_dp > r->max_dp)) {
+    return HttpResponse::error(400, "field \"layout.dp\": " + std::to_string(new_dp) + " is outside run " +
+                                        std::to_string(r->id) +
+                                        "'s min_dp..max_dp = " + std::to_string(r->min_dp_or_1()) + ".." +
+                                        (r->max_dp > 0 ? std::to_string(r->max_dp) : std::string("any")));
+  }
   if (new_dp > r->db_world) {
     return HttpResponse::error(400, "field \"layout.dp\": run " + std::to_string(r->id) +
                                         " was recorded for at most " + std::to_string(r->db_world) +
@@ -650,7 +728,7 @@ HttpResponse Coordinator::Impl::resume_from(const HttpRequest& req) {
   const int old_dp = r->dp, old_zero = r->zero;
   r->dp = new_dp;
   r->zero = static_cast<int>(zero.value_or(r->zero));
-  if (Status s = start_generation(*r, pn, p.value(), c->first); !s.ok()) {
+  if (Status s = start_generation(*r, pn, p.value(), c->first, GoodputCause::kResume); !s.ok()) {
     r->dp = old_dp;
     r->zero = old_zero;
     return HttpResponse::error(500, s.message());

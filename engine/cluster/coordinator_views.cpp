@@ -137,6 +137,8 @@ json Coordinator::Impl::run_json(const Run& r, bool full) const {
             {"generation", r.generation},
             {"restarts", r.restarts},
             {"max_restarts", r.max_restarts},
+            {"min_dp", r.min_dp_or_1()},
+            {"max_dp", r.max_dp > 0 ? json(r.max_dp) : json(nullptr)},
             {"peak_name", r.peak_name},
             {"peak_flops", r.peak_flops},
             {"flops_per_token", r.flops_per_token},
@@ -145,6 +147,7 @@ json Coordinator::Impl::run_json(const Run& r, bool full) const {
             {"straggler", straggler_watch_options_json(r.straggler.options())},
             {"checkpoint_policy",
              {{"checkpoint_every_steps", r.checkpoint_policy.options().every_steps},
+              {"policy", checkpoint_policy_mode_name(r.checkpoint_policy.options().mode)},
               {"keep_last", r.checkpoint_policy.options().keep_last}}}};
   if (full) {
     j["config"] = r.config_toml;
@@ -218,10 +221,18 @@ HttpResponse Coordinator::Impl::runs_list() {
 }
 
 HttpResponse Coordinator::Impl::run_detail(const HttpRequest& req) {
-  std::lock_guard<std::mutex> lock(mu);
-  HttpResponse err;
-  Run* r = find_run(req, &err);
-  return r == nullptr ? err : HttpResponse::ok(run_json(*r, true));
+  json j;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    HttpResponse err;
+    Run* r = find_run(req, &err);
+    if (r == nullptr) return err;
+    j = run_json(*r, true);
+  }
+  // ETTR from the goodput ledger (coordinator_goodput.cpp), read without mu; null when not known.
+  Result<json> g = goodput_json(j["id"].get<int64_t>());
+  j["ettr"] = g.ok() ? g->at("ettr") : json(nullptr);
+  return HttpResponse::ok(j);
 }
 
 HttpResponse Coordinator::Impl::steps(const HttpRequest& req) {

@@ -125,6 +125,43 @@ TEST_F(ClusterRecovery, ALostNodesRunShrinksOntoTheNodesLeft) {
   ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 30s)) << run_state(id).dump();
 }
 
+// min_dp bounds the shrink: the same lost node with min_dp 4 cannot go on at dp 2, so the run stops saying
+// why, and its goodput ledger shows the failure as not recovered. Bounds that do not hold dp, or that the
+// global batch does not split over, are refused naming the field.
+TEST_F(ClusterRecovery, MinDpStopsTheShrinkAndBadBoundsAreRefused) {
+  for (const auto& [extra, want] : std::vector<std::pair<json, std::string>>{
+           {{{"min_dp", 5}}, "field \"min_dp\": 5 is above layout.dp 4"},
+           {{{"max_dp", 2}}, "field \"max_dp\": 2 is below layout.dp 4"},
+           {{{"min_dp", 3}}, "field \"min_dp\": train.global_batch = 16 cannot be split over 3"},
+           {{{"max_dp", 0}}, "max_dp"}}) {
+    json body = {{"config", tiny_config(10)}, {"layout", {{"dp", 4}}}};
+    body.update(extra);
+    Result<HttpReply> r = api_->post("/v1/runs", body);
+    ASSERT_TRUE(r.ok()) << r.error();
+    EXPECT_EQ(r->status, 400) << extra.dump();
+    EXPECT_THAT(r->error_message(), HasSubstr(want)) << extra.dump();
+  }
+  const int64_t id = submit(100000, {{"min_dp", 4}, {"max_dp", 4}});
+  ASSERT_GE(id, 0);
+  EXPECT_EQ(run_state(id)["min_dp"], 4);
+  EXPECT_EQ(run_state(id)["max_dp"], 4);
+  ASSERT_TRUE(eventually([&] { return last_step(id) >= 3; }, 60s)) << run_state(id).dump();
+  workers_ = children_of(pids_);
+  const pid_t agent1 = static_cast<pid_t>(std::stol(slurp((dir_ / "agent-node-1.pid").string())));
+  ASSERT_EQ(::kill(agent1, SIGKILL), 0);
+  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "failed"; }, 60s)) << run_state(id).dump();
+  const json state = run_state(id);
+  EXPECT_EQ(state["restarts"], 0);
+  EXPECT_THAT(state["message"].get<std::string>(), HasSubstr("not recovered: cannot place it again"));
+  EXPECT_THAT(state["message"].get<std::string>(), HasSubstr("min_dp 4"));
+  const json g = get("/v1/runs/" + std::to_string(id) + "/goodput");
+  ASSERT_EQ(g["failures"].size(), 1u) << g.dump();
+  // The first notice: node-0's gang failing on its broken collective, or node-1 lost, whichever came first.
+  EXPECT_THAT(g["failures"][0]["kind"].get<std::string>(), ::testing::AnyOf("node_failed", "node_lost"));
+  EXPECT_FALSE(g["failures"][0]["recovered"].get<bool>());
+  EXPECT_GT(g["seconds"]["detection"].get<double>(), 0) << g.dump();
+}
+
 // With recovery off (max_restarts 0) a failure ends the run, and the message says why it was not
 // recovered; a bad max_restarts is refused naming the field and its range.
 TEST_F(ClusterRecovery, RecoveryOffFailsTheRunSayingSo) {

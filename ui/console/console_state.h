@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "telemetry/records.h"
+#include "ui/console/goodput_view.h"
 #include "ui/console/rank_band.h"
 #include "ui/console/step_log.h"
 #include "ui/console/tile_cache.h"
@@ -122,6 +123,7 @@ struct ConsoleSnapshot {
   RunView run;  // the run followed; id -1 = none
   std::vector<RankView> ranks;
   std::vector<CheckpointView> checkpoints;
+  GoodputView goodput;            // the followed run's goodput ledger (every few seconds)
   std::vector<EventView> events;  // the followed run's, oldest first
   ActionOutcome last_action;
 

@@ -245,6 +245,8 @@ void DataSource::reset_run_locked(int64_t id) {
   master_.run = RunView{.id = id};
   master_.ranks.clear();
   master_.checkpoints.clear();
+  master_.goodput = GoodputView{};
+  goodput_polled_s_ = 0;  // the new run's ledger at the next poll
   master_.events.clear();
   steps_ = StepLog();
   band_ = std::make_shared<RankBand>();
@@ -413,6 +415,14 @@ bool DataSource::poll_once(ApiClient& api) {
     fail_locked(ckpts.error());
     return false;
   }
+  // The goodput ledger reads the run's whole event history on the coordinator: every few seconds, not every
+  // poll. A coordinator without the route (or a failure) leaves it unknown, saying why; the poll goes on.
+  std::optional<GoodputView> goodput;
+  if (const double now = monotonic_s(); now - goodput_polled_s_ >= kGoodputPollS) {
+    goodput_polled_s_ = now;
+    Result<json> g = api.goodput(id);
+    goodput = g.ok() ? goodput_from_json(g.value()) : GoodputView{.error = g.error()};
+  }
   std::vector<StepRecord> step_records;
   std::string error;
   for (const json& s : field<json>(steps.value(), "steps", json::array())) {
@@ -440,6 +450,7 @@ bool DataSource::poll_once(ApiClient& api) {
     steps_dirty_ = steps_dirty_ || !new_steps.empty();
     master_.ranks = std::move(rank_views);
     master_.checkpoints = checkpoint_views;
+    if (goodput) master_.goodput = std::move(*goodput);
     new_events.swap(pending_cache_events_);
     rewind = std::exchange(pending_rewind_, -1);
     run = master_.run;

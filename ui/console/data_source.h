@@ -145,6 +145,8 @@ class DataSource {
   bool tiles_rewound_ = false;  // the run was rewound: the pages and the band held are stale
   TileCache tiles_{0};          // the tile thread's only (sized from the options in the constructor)
   bool steps_dirty_ = false;
+  static constexpr double kGoodputPollS = 2.0;
+  double goodput_polled_s_ = 0;  // monotonic_s() of the last goodput request (network thread)
   std::shared_ptr<const ConsoleSnapshot> published_;
   int64_t last_event_id_ = 0;
   int64_t pending_rewind_ = -1;  // a step the local cache must rewind to (from an event)

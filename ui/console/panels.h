@@ -41,6 +41,10 @@ struct PanelContext {
   double now_unix_s = 0;
 };
 
+// The Run panel's Goodput section (goodput_section.cpp): ETTR, the ledger as a stacked bar, the failures on a
+// timeline of the run, the Young/Daly interval. Unknown figures are drawn as "unknown".
+void draw_goodput(const GoodputView& g, PanelContext& ctx);
+
 // Nodes × devices, coloured by state (healthy, straggler, quarantined, lost, spare), heartbeat age, and
 // per device the rank it holds with its temperature and clock where the device reports them.
 struct ClusterPanel {

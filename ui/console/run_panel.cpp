@@ -118,6 +118,7 @@ void RunPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
   if (log.gap_steps() > 0)
     ImGui::TextColored(ImVec4(1, 0.6f, 0.2f, 1), "%lld steps the coordinator does not have",
                        static_cast<long long>(log.gap_steps()));
+  draw_goodput(s.goodput, ctx);
 
   const std::vector<plot::PlotMarker> markers = event_markers(s);
   const StepColumns& c = log.columns();

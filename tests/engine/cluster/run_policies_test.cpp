@@ -152,6 +152,23 @@ TEST(CheckpointPolicy, DueOncePerPeriodAndAgainAfterARestart) {
   EXPECT_TRUE(p.due(10));
 }
 
+// young_daly changes a live run's interval: the next checkpoint is due the new interval after the last one
+// that was due (at once when that is past), and the mode's names round-trip.
+TEST(CheckpointPolicy, ANewIntervalCountsFromTheLastDueStep) {
+  CheckpointPolicy p({.every_steps = 100, .mode = CheckpointPolicyMode::kYoungDaly});
+  EXPECT_TRUE(p.due(100));
+  p.set_every_steps(7);  // from 100: due at 107
+  EXPECT_EQ(p.options().every_steps, 7);
+  EXPECT_FALSE(p.due(106));
+  EXPECT_TRUE(p.due(107));
+  EXPECT_TRUE(p.due(114));
+  p.set_every_steps(0);  // refused: the interval stays
+  EXPECT_EQ(p.options().every_steps, 7);
+  for (CheckpointPolicyMode m : {CheckpointPolicyMode::kFixed, CheckpointPolicyMode::kYoungDaly})
+    EXPECT_EQ(checkpoint_policy_mode_from_name(checkpoint_policy_mode_name(m)), m);
+  EXPECT_FALSE(checkpoint_policy_mode_from_name("often").has_value());
+}
+
 TEST(CheckpointPolicy, PruneKeepsTheNewestCommittedAndTouchesNothingElse) {
   const fs::path root = testing_support::scratch_dir("prune");
   const fs::path ck = root / "checkpoints";

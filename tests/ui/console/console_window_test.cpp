@@ -190,8 +190,13 @@ TEST(ConsoleWindow, ScreenshotStateAndAScriptedCheckpointAgainstARemoteCluster) 
   json state = json::parse(slurp(dir / "state.json"), nullptr, false);
   ASSERT_FALSE(state.is_discarded()) << slurp(dir / "state.json");
   for (const char* panel :
-       {"Cluster", "Run", "Stragglers", "Actions", "Checkpoints", "Events", "What-if", "History"})
+       {"Cluster", "Run", "Goodput", "Stragglers", "Actions", "Checkpoints", "Events", "What-if", "History"})
     EXPECT_THAT(state["panels"].get<std::vector<std::string>>(), ::testing::Contains(panel));
+  // The run's goodput ledger, from the coordinator: a live run's ETTR and its bar.
+  EXPECT_EQ(state["goodput"]["have"], true) << state["goodput"].dump();
+  EXPECT_EQ(state["goodput"]["known"], true) << state["goodput"].dump();
+  EXPECT_TRUE(state["goodput"]["ettr"].is_number()) << state["goodput"].dump();
+  EXPECT_GT(state["goodput"]["bar_parts"].get<size_t>(), 0u) << state["goodput"].dump();
   EXPECT_EQ(state["whatif"]["run"], run) << "the what-if form holds the followed run's config";
   EXPECT_GT(state["whatif"]["candidates"].get<size_t>(), 0u);
   EXPECT_EQ(state["history"]["open"], true) << "the history reads the console's cache";
