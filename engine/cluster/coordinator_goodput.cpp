@@ -14,7 +14,8 @@ using json = nlohmann::json;
 
 // Events whose first one in a generation is the coordinator's notice of its failure.
 bool failure_notice(const std::string& kind) {
-  return kind == "node_failed" || kind == "node_lost";
+  // sdc_mismatch: the check found it (each suspect reports one; the first is the notice).
+  return kind == "node_failed" || kind == "node_lost" || kind == "sdc_mismatch";
 }
 
 GoodputCause cause_from_name(const std::string& name) {
