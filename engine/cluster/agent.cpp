@@ -64,12 +64,15 @@ RecordBatch take_records(RecordBatch& from, size_t max) {
 
 // One heartbeat (agent_beat.h: the control part as JSON, the records in the binary codec) and the
 // coordinator's JSON reply; a non-2xx answer is an error naming the status and the coordinator's message.
+// *http is the reply's status (0 when none came).
 Result<json> send_beat(HttpClient& client, const std::string& path, const json& control,
-                       const RecordBatch& batch) {
+                       const RecordBatch& batch, int* http) {
+  *http = 0;
   Result<std::string> body = agent_beat_encode(control, batch);
   if (!body.ok()) return body.status();
   Result<HttpReply> r = client.post_bytes(path, body.value(), kAgentBeatMediaType);
   if (!r.ok()) return r.status();
+  *http = r->status;
   if (!r->ok())
     return Status::error("POST " + path + ": " + std::to_string(r->status) + ": " + r->error_message());
   return r->json();
@@ -83,6 +86,8 @@ struct Agent::Impl {
     int64_t run = 0;
     int generation = 0;  // which placement of the run this is: echoed when the gang ends
     int first_rank = 0;
+    int ranks = 0;
+    json slots = json::array();  // the devices the coordinator gave it: told again on re-registration
     std::atomic<bool> stop{false};
     std::atomic<bool> kill{false};
     GangCommands commands;
@@ -100,6 +105,7 @@ struct Agent::Impl {
   std::map<int64_t, std::map<int, RankStepRecord>> latest;
   // The agent's own counters, for /metrics.
   std::atomic<uint64_t> records_dropped{0};  // past kMaxPendingRecords during an outage
+  uint64_t dropped_told = 0;                 // of those, told to a coordinator at registration
   std::atomic<uint64_t> workers_started{0}, frames_received{0}, records_relayed{0}, heartbeats_sent{0},
       heartbeats_failed{0};
   std::list<Share> shares;  // touched by the heartbeat thread only (besides each share's own thread)
@@ -136,6 +142,8 @@ struct Agent::Impl {
     s.run = a.at("run").get<int64_t>();
     s.first_rank = a.at("first_rank").get<int>();
     s.generation = a.value("generation", 0);
+    s.ranks = a.at("ranks").get<int>();
+    s.slots = a.value("slots", json::array());
     const fs::path run_dir = fs::path(opt.dir) / ("run-" + std::to_string(s.run));
     std::error_code ec;
     fs::create_directories(run_dir, ec);
@@ -309,12 +317,30 @@ Status Agent::run(const std::atomic<bool>* stop) {
   m.log("serving " + metrics.url() + "/metrics");
 
   const std::string host = host_name();
-  Result<json> reg = api.post_json("/v1/agents", {{"node", m.opt.node},
-                                                  {"slots", m.opt.slots},
-                                                  {"pid", ::getpid()},
-                                                  {"host", host},
-                                                  {"spare", m.opt.spare},
-                                                  {"metrics_url", metrics.url() + "/metrics"}});
+  json ended = json::array();  // gangs that ended, until a coordinator has heard so
+  // Registering again (a restarted coordinator knows no credential of ours) reports the gangs this node
+  // runs, and those that ended unheard, so that it re-adopts them; and the records dropped meanwhile.
+  auto register_node = [&](bool again) {
+    json body = {{"node", m.opt.node}, {"slots", m.opt.slots}, {"pid", ::getpid()},
+                 {"host", host},       {"spare", m.opt.spare}, {"metrics_url", metrics.url() + "/metrics"}};
+    if (again) {
+      json gangs = json::array();
+      for (const Impl::Share& s : m.shares) {
+        gangs.push_back({{"run", s.run},
+                         {"generation", s.generation},
+                         {"first_rank", s.first_rank},
+                         {"ranks", s.ranks},
+                         {"slots", s.slots}});
+      }
+      for (const json& e : ended) gangs.push_back(e);
+      body["gangs"] = gangs;
+      body["records_dropped"] = m.records_dropped.load() - m.dropped_told;
+    }
+    Result<json> r = api.post_json("/v1/agents", body);
+    if (r.ok() && again) m.dropped_told = m.records_dropped.load();
+    return r;
+  };
+  Result<json> reg = register_node(false);
   if (!reg.ok()) return Status::error("cannot register with the coordinator: " + reg.error());
   // The coordinator's interval, from every reply (it grows with the cluster); bounded so that a bad value
   // can neither make the agent spin nor look dead.
@@ -325,15 +351,19 @@ Status Agent::run(const std::atomic<bool>* stop) {
   };
   auto beat = interval_of(reg.value(), std::chrono::milliseconds(200));
   // Heartbeats carry the node's own credential from the reply (a coordinator without one takes our token).
-  const std::string credential = reg->value("credential", "");
-  HttpClient beats(
-      {.url = m.opt.url, .token = credential.empty() ? m.opt.token : credential, .ca_file = m.opt.ca_file});
+  auto beats_client = [&](const json& r) {
+    const std::string credential = r.value("credential", "");
+    return std::make_unique<HttpClient>(HttpClientOptions{
+        .url = m.opt.url, .token = credential.empty() ? m.opt.token : credential, .ca_file = m.opt.ca_file});
+  };
+  std::unique_ptr<HttpClient> beats = beats_client(reg.value());
   m.log("registered " + std::to_string(m.opt.slots) + " slots with " + m.opt.url);
 
   auto last_ok = Clock::now();
   Status result;
   bool stopping = false;
-  json ended = json::array();
+  int failures = 0;        // beats unanswered in a row: the retry interval backs off with them
+  bool told_lost = false;  // logged once per outage
   for (;;) {
     const auto t0 = Clock::now();
     if (!stopping && stop != nullptr && stop->load()) {
@@ -350,6 +380,9 @@ Status Agent::run(const std::atomic<bool>* stop) {
       // agent_stopping: the gang ended because this agent was told to stop (`down`, SIGTERM), not by itself.
       ended.push_back({{"run", it->run},
                        {"generation", it->generation},
+                       {"first_rank", it->first_rank},
+                       {"ranks", it->ranks},
+                       {"slots", it->slots},
                        {"code", r.code},
                        {"error", r.error},
                        {"final_message", r.final_message},
@@ -370,12 +403,16 @@ Status Agent::run(const std::atomic<bool>* stop) {
       std::lock_guard<std::mutex> lock(m.mu);
       batch = take_records(m.pending, kMaxRecordsPerBeat);
     }
+    int http = 0;
     Result<json> reply =
-        send_beat(beats, "/v1/agents/" + m.opt.node + "/heartbeat", {{"ended", ended}}, batch);
+        send_beat(*beats, "/v1/agents/" + m.opt.node + "/heartbeat", {{"ended", ended}}, batch, &http);
     m.heartbeats_sent.fetch_add(1);
     if (reply.ok()) {
       m.records_relayed.fetch_add(batch.size());
       last_ok = Clock::now();
+      if (failures > 0) m.log("the coordinator answers again after " + std::to_string(failures) + " beats");
+      failures = 0;
+      told_lost = false;
       ended = json::array();
       beat = interval_of(reply.value(), beat);
       for (const json& a : reply->value("start", json::array())) {
@@ -415,16 +452,41 @@ Status Agent::run(const std::atomic<bool>* stop) {
       batch.checkpoints.insert(batch.checkpoints.end(), m.pending.checkpoints.begin(),
                                m.pending.checkpoints.end());
       std::swap(batch, m.pending);
-      if (!stopping && Clock::now() - last_ok > m.opt.coordinator_timeout) {
-        result = Status::error("lost the coordinator: " + reply.error() + "; stopped this node's runs");
-        m.log(result.message());
-        stopping = true;
-        for (Impl::Share& s : m.shares) s.stop.store(true);
+      ++failures;
+      // The coordinator is gone (killed, restarting): the gangs go on training and their records wait
+      // here (bounded: kMaxPendingRecords); the beats go on, less often, until one is answered.
+      if (!told_lost && Clock::now() - last_ok > m.opt.coordinator_timeout) {
+        m.log(
+            "no coordinator for " +
+            std::to_string(std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - last_ok).count()) +
+            " s (" + reply.error() + "): this node's gangs keep training; their records wait here");
+        told_lost = true;
+      }
+      // Refused as a stranger: a coordinator started since (on the same folder) knows neither this node nor
+      // its credential. Registering again hands it the gangs to re-adopt.
+      if (http == 401 || http == 404) {
+        Result<json> again = register_node(true);
+        if (again.ok()) {
+          beats = beats_client(again.value());
+          beat = interval_of(again.value(), beat);
+          failures = 0;
+          m.log("registered again with " + m.opt.url + ", reporting " + std::to_string(m.shares.size()) +
+                " running gangs and " + std::to_string(ended.size()) + " ended ones");
+          continue;  // its records go at once
+        }
+        m.log("cannot register again: " + again.error());
       }
     }
     // Stopping: once every gang has ended and the coordinator has heard so (or cannot), leave.
     if (stopping && m.shares.empty() && (ended.empty() || !reply.ok())) break;
-    m.sleep_until(t0 + beat, stopping ? nullptr : stop);
+    // Unanswered beats back off (twice the wait each time, up to 2 s or the interval if longer), so a
+    // restarted coordinator is found within about 2 s without being hammered meanwhile.
+    auto wait = beat;
+    if (failures > 0) {
+      wait = std::min(std::max(beat, std::chrono::milliseconds(2000)),
+                      beat * (int64_t{1} << std::min(failures, 6)));
+    }
+    m.sleep_until(t0 + wait, stopping ? nullptr : stop);
   }
   metrics.stop();
   return result;

@@ -152,7 +152,16 @@ HttpResponse Coordinator::Impl::agent_register(const HttpRequest& req) {
   std::optional<std::string> host = f.string("host", JsonFields::optional);
   std::optional<bool> spare = f.boolean("spare", JsonFields::optional);
   std::optional<std::string> metrics_url = f.string("metrics_url", JsonFields::optional);
+  // An agent registering again (its coordinator restarted): the gangs it runs, or that ended while no
+  // coordinator could hear it, for re-adoption; and the records it had to drop meanwhile.
+  const json* gangs = f.any("gangs", JsonFields::optional);
+  std::optional<int64_t> dropped = f.integer("records_dropped", 0, INT64_MAX, JsonFields::optional);
   if (Status s = f.finish(); !s.ok()) return HttpResponse::error(400, s.message());
+  if (gangs != nullptr && !gangs->is_array())
+    return HttpResponse::error(400,
+                               "field \"gangs\": expected an array of {run, generation, first_rank, "
+                               "ranks, slots}, got " +
+                                   json_type_phrase(*gangs));
   if (Status s = check_name("node", *id, kMaxNodeName); !s.ok()) return HttpResponse::error(400, s.message());
   if (metrics_url && (metrics_url->size() > 2048 ||
                       (metrics_url->rfind("http://", 0) != 0 && metrics_url->rfind("https://", 0) != 0))) {
@@ -183,6 +192,20 @@ HttpResponse Coordinator::Impl::agent_register(const HttpRequest& req) {
   n.last_seen = Clock::now();
   n.last_seen_unix = unix_now_s();
   upsert_node(n, "ok");
+  if (gangs != nullptr) adopt_gangs(n.id, *gangs);
+  if (dropped.value_or(0) > 0 && gangs != nullptr) {
+    // Said in each run it ran: the records it lost are that run's (rank-step records, the oldest first).
+    for (const json& g : *gangs) {
+      auto it = runs.find(g.value("run", int64_t{-1}));
+      if (it == runs.end()) continue;
+      event(
+          it->first, "records_dropped",
+          n.id + " dropped " + std::to_string(*dropped) +
+              " rank-step records (the oldest first) while it could not reach a coordinator: its buffer was "
+              "full; steps, events and checkpoints were kept",
+          {{"node", n.id}, {"dropped", *dropped}}, -1, n.id);
+    }
+  }
   return HttpResponse::ok(
       {{"node", n.id}, {"heartbeat_ms", beat_interval().count()}, {"credential", n.credential}});
 }
@@ -208,6 +231,17 @@ HttpResponse Coordinator::Impl::agent_heartbeat(const HttpRequest& req) {
   const json* ended = f.any("ended", JsonFields::optional);
   if (Status s = f.finish(); !s.ok()) return HttpResponse::error(400, "beat: control: " + s.message());
   RecordBatch& batch = beat.records;
+  const bool has_records = batch.size() > 0;
+  HttpResponse reply = agent_beat_locked(id, ended, batch);
+  // The reply tells the agent its records are the coordinator's now: they must be in the database first,
+  // or a coordinator killed right after answering would lose them (a gap in the run's history). The
+  // agent keeps a batch until its beat is answered, and sends it again otherwise.
+  if (has_records && reply.status / 100 == 2) writer->flush();
+  return reply;
+}
+
+HttpResponse Coordinator::Impl::agent_beat_locked(const std::string& id, const json* ended,
+                                                  RecordBatch& batch) {
   std::lock_guard<std::mutex> lock(mu);
   auto it = nodes.find(id);
   if (it == nodes.end())
@@ -262,6 +296,7 @@ void Coordinator::Impl::watch_loop() {
     std::this_thread::sleep_for(100ms);
     std::lock_guard<std::mutex> lock(mu);
     const auto now = Clock::now();
+    adopt_expired(now);
     const std::chrono::milliseconds timeout = node_timeout();
     for (auto& [id, n] : nodes) {
       if (n.state == NodeState::lost || now - n.last_seen < timeout) continue;
