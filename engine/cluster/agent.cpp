@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <list>
@@ -62,6 +63,17 @@ RecordBatch take_records(RecordBatch& from, size_t max) {
   return out;
 }
 
+// Appends `from`'s records after `to`'s, kind by kind.
+void append_records(RecordBatch& to, RecordBatch&& from) {
+  auto add = [](auto& dst, auto& src) {
+    dst.insert(dst.end(), std::make_move_iterator(src.begin()), std::make_move_iterator(src.end()));
+  };
+  add(to.checkpoints, from.checkpoints);
+  add(to.events, from.events);
+  add(to.steps, from.steps);
+  add(to.rank_steps, from.rank_steps);
+}
+
 // One heartbeat (agent_beat.h: the control part as JSON, the records in the binary codec) and the
 // coordinator's JSON reply; a non-2xx answer is an error naming the status and the coordinator's message.
 // *http is the reply's status (0 when none came).
@@ -109,6 +121,12 @@ struct Agent::Impl {
   std::atomic<uint64_t> workers_started{0}, frames_received{0}, records_relayed{0}, heartbeats_sent{0},
       heartbeats_failed{0};
   std::list<Share> shares;  // touched by the heartbeat thread only (besides each share's own thread)
+  // Batches the coordinator took but has not yet said are written (its reply's `ticket` and `written`,
+  // IngestWriter's tickets), oldest first; and records a coordinator may or may not have (a beat without an
+  // answer, or taken by one that went away before writing them), sent again first, as a replay that the
+  // coordinator de-duplicates. Both: the heartbeat thread only.
+  std::deque<std::pair<uint64_t, RecordBatch>> unwritten;
+  RecordBatch replay;
   // Wakes the heartbeat loop before its interval is up: a gang that ended is told at once, whatever the
   // interval (which grows with the cluster, coordinator.h).
   std::mutex wake_mu;
@@ -399,16 +417,25 @@ Status Agent::run(const std::atomic<bool>* stop) {
       }
     }
     RecordBatch batch;
-    {
+    const bool replaying = !m.replay.empty();
+    if (replaying) {
+      batch = take_records(m.replay, kMaxRecordsPerBeat);
+    } else {
       std::lock_guard<std::mutex> lock(m.mu);
       batch = take_records(m.pending, kMaxRecordsPerBeat);
     }
+    json control = {{"ended", ended}};
+    if (replaying) control["replay"] = true;
     int http = 0;
-    Result<json> reply =
-        send_beat(*beats, "/v1/agents/" + m.opt.node + "/heartbeat", {{"ended", ended}}, batch, &http);
+    Result<json> reply = send_beat(*beats, "/v1/agents/" + m.opt.node + "/heartbeat", control, batch, &http);
     m.heartbeats_sent.fetch_add(1);
     if (reply.ok()) {
       m.records_relayed.fetch_add(batch.size());
+      // Kept until written (a coordinator without tickets: taken is written).
+      if (!batch.empty() && reply->contains("ticket"))
+        m.unwritten.emplace_back(reply->value("ticket", uint64_t{0}), std::move(batch));
+      const uint64_t written = reply->value("written", UINT64_MAX);
+      while (!m.unwritten.empty() && m.unwritten.front().first <= written) m.unwritten.pop_front();
       last_ok = Clock::now();
       if (failures > 0) m.log("the coordinator answers again after " + std::to_string(failures) + " beats");
       failures = 0;
@@ -443,15 +470,27 @@ Status Agent::run(const std::atomic<bool>* stop) {
       }
     } else {
       m.heartbeats_failed.fetch_add(1);
-      // Records of this beat are put back, so a short outage loses nothing.
-      std::lock_guard<std::mutex> lock(m.mu);
-      batch.rank_steps.insert(batch.rank_steps.end(), m.pending.rank_steps.begin(),
-                              m.pending.rank_steps.end());
-      batch.steps.insert(batch.steps.end(), m.pending.steps.begin(), m.pending.steps.end());
-      batch.events.insert(batch.events.end(), m.pending.events.begin(), m.pending.events.end());
-      batch.checkpoints.insert(batch.checkpoints.end(), m.pending.checkpoints.begin(),
-                               m.pending.checkpoints.end());
-      std::swap(batch, m.pending);
+      if (http == 503) {
+        // Refused whole (the writer behind): nothing of it was taken; it goes back where it came from.
+        if (replaying) {
+          append_records(batch, std::move(m.replay));
+          std::swap(batch, m.replay);
+        } else {
+          std::lock_guard<std::mutex> lock(m.mu);
+          append_records(batch, std::move(m.pending));
+          std::swap(batch, m.pending);
+        }
+      } else {
+        // No answer: the coordinator may have taken this beat, and may die before writing what it took
+        // (or has). All of it is sent again, oldest first, as a replay: a short outage loses nothing and
+        // repeats nothing.
+        RecordBatch again;
+        for (auto& [ticket, b] : m.unwritten) append_records(again, std::move(b));
+        m.unwritten.clear();
+        append_records(again, std::move(batch));
+        append_records(again, std::move(m.replay));
+        m.replay = std::move(again);
+      }
       ++failures;
       // The coordinator is gone (killed, restarting): the gangs go on training and their records wait
       // here (bounded: kMaxPendingRecords); the beats go on, less often, until one is answered.

@@ -260,6 +260,9 @@ struct Coordinator::Impl {
   HttpResponse agent_register(const HttpRequest& req);
 
   HttpResponse agent_heartbeat(const HttpRequest& req);
+  // Drops from a replayed beat's batch the events and checkpoint records the database already has.
+  // Called without mu.
+  void drop_recorded(RecordBatch& batch);
   // The beat's work under mu (its records ingested, its gangs' ends, the reply); the caller then waits
   // for the records to be written before answering.
   HttpResponse agent_beat_locked(const std::string& id, const json* ended, RecordBatch& batch);

@@ -2,7 +2,9 @@
 // released, and the health watch marks silent nodes lost.
 #include <algorithm>
 #include <cmath>
+#include <set>
 #include <thread>
+#include <tuple>
 
 #include "engine/cluster/agent_beat.h"
 #include "engine/cluster/coordinator_impl.h"
@@ -229,15 +231,44 @@ HttpResponse Coordinator::Impl::agent_heartbeat(const HttpRequest& req) {
     return HttpResponse::error(400, s.message());
   JsonFields f(beat.control);
   const json* ended = f.any("ended", JsonFields::optional);
+  std::optional<bool> replay = f.boolean("replay", JsonFields::optional);
   if (Status s = f.finish(); !s.ok()) return HttpResponse::error(400, "beat: control: " + s.message());
   RecordBatch& batch = beat.records;
-  const bool has_records = batch.size() > 0;
-  HttpResponse reply = agent_beat_locked(id, ended, batch);
-  // The reply tells the agent its records are the coordinator's now: they must be in the database first,
-  // or a coordinator killed right after answering would lose them (a gap in the run's history). The
-  // agent keeps a batch until its beat is answered, and sends it again otherwise.
-  if (has_records && reply.status / 100 == 2) writer->flush();
-  return reply;
+  if (replay.value_or(false)) drop_recorded(batch);
+  return agent_beat_locked(id, ended, batch);
+}
+
+// A replayed batch: records the agent sent before without learning that they were written (a coordinator
+// killed meanwhile, a reply lost). Steps, rank steps and checkpoints are keyed in the database and written
+// once whatever; events are not, nor are a checkpoint record's event, so those already there are dropped.
+// Rare (after a failure only), so it may read the database.
+void Coordinator::Impl::drop_recorded(RecordBatch& batch) {
+  std::set<int64_t> runs_named;
+  for (const EventRecord& e : batch.events) runs_named.insert(e.run_id);
+  for (const CheckpointRecord& c : batch.checkpoints) runs_named.insert(c.run_id);
+  if (runs_named.empty()) return;
+  using EventKey = std::tuple<int64_t, double, std::string, int32_t, int64_t, std::string>;
+  std::set<EventKey> events;
+  {
+    std::unique_lock<std::mutex> db_lock = read_lock();  // what this coordinator queued is written first
+    for (int64_t run : runs_named) {
+      std::vector<EventRow> rows;
+      if (db->read_events(run, 0, SIZE_MAX, &rows)) {
+        for (const EventRow& r : rows) {
+          const EventRecord& e = r.event;
+          events.insert({e.run_id, e.time_unix_s, e.kind, e.rank, e.step, e.message});
+        }
+      }
+    }
+  }
+  std::erase_if(batch.events, [&](const EventRecord& e) {
+    return events.count({e.run_id, e.time_unix_s, e.kind, e.rank, e.step, e.message}) > 0;
+  });
+  // A checkpoint record is its event too (HistoryDb::ingest writes both): recorded if its event is.
+  std::erase_if(batch.checkpoints, [&](const CheckpointRecord& c) {
+    const EventRecord e = checkpoint_event(c);
+    return events.count({e.run_id, e.time_unix_s, e.kind, e.rank, e.step, e.message}) > 0;
+  });
 }
 
 HttpResponse Coordinator::Impl::agent_beat_locked(const std::string& id, const json* ended,
@@ -283,7 +314,12 @@ HttpResponse Coordinator::Impl::agent_beat_locked(const std::string& id, const j
       maybe_finish(r);
     }
   }
-  json reply = {{"start", std::exchange(n.start, json::array())},
+  // Which of this node's records are in the database: the agent keeps each batch until `written` reaches
+  // its beat's `ticket`, and sends it again (replay) to a coordinator that never got that far.
+  const uint64_t ticket = writer->queued_items();
+  json reply = {{"ticket", ticket},
+                {"written", writer->written_items()},
+                {"start", std::exchange(n.start, json::array())},
                 {"commands", std::exchange(n.commands, json::array())},
                 {"stop", std::exchange(n.stop, json::array())},
                 {"inject", std::exchange(n.inject, json::array())},

@@ -130,6 +130,13 @@ TEST_F(ClusterAdopt, KilledCoordinatorRestartedOnTheSameFolderReadoptsTheRunWith
   EXPECT_TRUE(events(id, "run_interrupted").empty());
   EXPECT_TRUE(events(id, "records_dropped").empty());
   EXPECT_FALSE(events(id, "submitted").empty());
+  // The agents' kept records were sent again (a replay) where a coordinator had taken them: none twice.
+  std::set<std::string> seen;
+  for (const json& e : events(id, "")) {
+    json key = e;
+    key.erase("id");
+    EXPECT_TRUE(seen.insert(key.dump()).second) << "event twice: " << e.dump();
+  }
 
   // Every step once, 1..max_steps; some stamped while no coordinator ran (kept by the agents, sent after).
   const json steps = get(run + "/steps?after=-1&limit=100000")["steps"];
