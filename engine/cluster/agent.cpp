@@ -119,7 +119,7 @@ struct Agent::Impl {
   std::atomic<uint64_t> records_dropped{0};  // past kMaxPendingRecords during an outage
   uint64_t dropped_told = 0;                 // of those, told to a coordinator at registration
   std::atomic<uint64_t> workers_started{0}, frames_received{0}, records_relayed{0}, heartbeats_sent{0},
-      heartbeats_failed{0};
+      heartbeats_failed{0}, records_replayed{0};
   std::list<Share> shares;  // touched by the heartbeat thread only (besides each share's own thread)
   // Batches the coordinator took but has not yet said are written (its reply's `ticket` and `written`,
   // IngestWriter's tickets), oldest first; and records a coordinator may or may not have (a beat without an
@@ -267,6 +267,9 @@ struct Agent::Impl {
             records_dropped.load());
     counter("gantry_agent_heartbeat_failures_total", "Heartbeats the coordinator did not answer.",
             heartbeats_failed.load());
+    counter("gantry_agent_records_replayed_total",
+            "Records sent again after an outage (the coordinator may have had them; it drops repeats).",
+            records_replayed.load());
     w.family("gantry_agent_runs", MetricType::gauge, "Runs with ranks reporting on this node.");
     w.sample({}, static_cast<double>(runs));
 
@@ -425,7 +428,10 @@ Status Agent::run(const std::atomic<bool>* stop) {
       batch = take_records(m.pending, kMaxRecordsPerBeat);
     }
     json control = {{"ended", ended}};
-    if (replaying) control["replay"] = true;
+    if (replaying) {
+      control["replay"] = true;
+      m.records_replayed.fetch_add(batch.size());
+    }
     int http = 0;
     Result<json> reply = send_beat(*beats, "/v1/agents/" + m.opt.node + "/heartbeat", control, batch, &http);
     m.heartbeats_sent.fetch_add(1);

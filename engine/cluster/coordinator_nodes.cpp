@@ -2,6 +2,7 @@
 // released, and the health watch marks silent nodes lost.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <set>
 #include <thread>
 #include <tuple>
@@ -234,7 +235,14 @@ HttpResponse Coordinator::Impl::agent_heartbeat(const HttpRequest& req) {
   std::optional<bool> replay = f.boolean("replay", JsonFields::optional);
   if (Status s = f.finish(); !s.ok()) return HttpResponse::error(400, "beat: control: " + s.message());
   RecordBatch& batch = beat.records;
-  if (replay.value_or(false)) drop_recorded(batch);
+  if (replay.value_or(false)) {
+    const size_t before = batch.size();
+    drop_recorded(batch);
+    std::fprintf(stderr,
+                 "gantry-engine coordinator: node %s replayed %zu records; dropped %zu events and checkpoint "
+                 "records already recorded (steps are written once whatever)\n",
+                 id.c_str(), before, before - batch.size());
+  }
   return agent_beat_locked(id, ended, batch);
 }
 
