@@ -277,7 +277,22 @@ Status Coordinator::Impl::restore_runs() {
     // Live when the last coordinator went away (a crash, a kill -9: a clean stop interrupts its runs
     // itself): its gang may still be training. Its agents keep their records and register again; the run
     // waits for them (adopt_gangs) until the grace is over (adopt_expired).
-    r.state = RunState::kRunning;  // loaded, not a change: the database says only "running"
+    // Loaded, not a change. The database says only "running": rank 0's last pause or resume in the run's
+    // events says whether its gang is paused.
+    r.state = RunState::kRunning;
+    {
+      std::vector<EventRow> events;
+      std::lock_guard<std::mutex> db_lock(db_mu);
+      if (db->read_events(r.id, 0, SIZE_MAX, &events)) {
+        for (const EventRow& e : events) {
+          const std::string& kind = e.event.kind;
+          if (e.event.rank == 0 && kind == "action_pause") r.state = RunState::kPaused;
+          if (e.event.rank == 0 && kind == "action_resume") r.state = RunState::kRunning;
+          // A new generation (placed again: recovery, resume-from, a move) starts unpaused.
+          if (kind == "placed" || kind.ends_with("_placed")) r.state = RunState::kRunning;
+        }
+      }
+    }
     r.adopting = true;
     r.adopt_deadline = Clock::now() + opt.adopt_grace;
     r.resumed_from = -1;

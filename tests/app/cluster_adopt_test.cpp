@@ -4,7 +4,8 @@
 // a coordinator started again on the same folder (the same port) re-adopts the gang when the agents
 // register again, takes the records they kept, and the run ends as if nothing happened: every step from 1
 // to max_steps recorded once, the checkpoints made while it was down in the catalog. A run whose agent
-// died while the coordinator was down is interrupted when the grace is over, naming the missing ranks.
+// died while the coordinator was down is interrupted when the grace is over, naming the missing ranks; a
+// paused run comes back paused.
 #include <fcntl.h>
 #include <signal.h>
 
@@ -160,6 +161,30 @@ TEST_F(ClusterAdopt, KilledCoordinatorRestartedOnTheSameFolderReadoptsTheRunWith
   const std::set<int64_t> disk = on_disk(id);
   EXPECT_EQ(catalogued, disk) << catalog.dump();
   EXPECT_GT(disk.size(), before.size());
+}
+
+// A run paused when the coordinator died comes back paused (not running: resume would be refused), and
+// resume goes on from there.
+TEST_F(ClusterAdopt, PausedRunIsReadoptedPausedAndResumes) {
+  const int64_t id = submit(100000, 0);
+  ASSERT_GE(id, 0);
+  const std::string run = "/v1/runs/" + std::to_string(id);
+  ASSERT_TRUE(eventually([&] { return last_step(id) >= 3; }, 120s)) << run_state(id).dump();
+  workers_ = children_of(pids_);
+  ASSERT_TRUE(api_->post_json(run + "/pause", json::object()).ok());
+  ASSERT_TRUE(eventually([&] { return !events(id, "action_pause").empty(); }, 60s));
+  ASSERT_NO_FATAL_FAILURE(kill_coordinator());
+  ASSERT_NO_FATAL_FAILURE(start_coordinator());
+  ASSERT_TRUE(eventually([&] { return !events(id, "run_adopted").empty(); }, 60s)) << run_state(id).dump();
+  EXPECT_EQ(run_state(id)["state"], "paused") << run_state(id).dump();
+  const int64_t at = last_step(id);
+  Result<HttpReply> resumed = api_->post(run + "/resume", json::object());
+  ASSERT_TRUE(resumed.ok()) << resumed.error();
+  EXPECT_EQ(resumed->status, 202) << resumed->body;
+  ASSERT_TRUE(eventually([&] { return last_step(id) > at + 2; }, 60s)) << run_state(id).dump();
+  EXPECT_EQ(run_state(id)["state"], "running");
+  ASSERT_TRUE(api_->post_json(run + "/stop", json::object()).ok());
+  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 60s)) << run_state(id).dump();
 }
 
 TEST_F(ClusterAdopt, RunWhoseAgentDiedWhileTheCoordinatorWasDownIsInterruptedSayingWhichRanks) {
