@@ -580,6 +580,18 @@ HttpResponse Coordinator::Impl::submit(const HttpRequest& req) {
   }
 
   std::lock_guard<std::mutex> lock(mu);
+  // While a run is being re-adopted its gang's slots are not known yet: a placement now could land on
+  // them.
+  for (const auto& [rid, other] : runs) {
+    if (!other.adopting) continue;
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(other.adopt_deadline - Clock::now());
+    return HttpResponse::error(409,
+                               "run " + std::to_string(rid) +
+                                   " is being re-adopted after a coordinator restart (its gang's slots are "
+                                   "not known yet): submit again in " +
+                                   std::to_string(std::max<int64_t>(left.count(), 0) + 1) + " ms");
+  }
   std::vector<PlacementNode> pn = placement_nodes();
   Result<Placement> p = placement_assign(pn, {.dp = static_cast<int>(*dp)});
   if (!p.ok()) return HttpResponse::error(409, p.error());  // nothing started, nothing recorded

@@ -197,7 +197,14 @@ TEST_F(ClusterAdopt, RunWhoseAgentDiedWhileTheCoordinatorWasDownIsInterruptedSay
   const pid_t agent1 = static_cast<pid_t>(std::stol(slurp((dir_ / "agent-node-1.pid").string())));
   ASSERT_EQ(::kill(agent1, SIGKILL), 0);
   ASSERT_TRUE(eventually([&] { return gone(agent1); }, 5s));
-  ASSERT_NO_FATAL_FAILURE(start_coordinator("--adopt-grace 2"));
+  ASSERT_NO_FATAL_FAILURE(start_coordinator("--adopt-grace 5"));
+  // Its gang's slots are not known while it waits: a submission now is refused, not placed onto them.
+  Result<HttpReply> early = api_->post("/v1/runs", {{"config", tiny_config(10)}, {"layout", {{"dp", 2}}}});
+  ASSERT_TRUE(early.ok()) << early.error();
+  if (run_state(id)["state"] == "running") {  // still within the grace
+    EXPECT_EQ(early->status, 409) << early->body;
+    EXPECT_THAT(early->body, HasSubstr("being re-adopted"));
+  }
   ASSERT_TRUE(eventually([&] { return run_state(id)["state"] != "running"; }, 60s)) << run_state(id).dump();
   const json state = run_state(id);
   EXPECT_EQ(state["state"], "interrupted") << state.dump();
