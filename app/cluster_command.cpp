@@ -23,6 +23,7 @@
 #include "engine/cluster/agent.h"
 #include "engine/cluster/api_client.h"
 #include "engine/cluster/coordinator.h"
+#include "engine/cluster/run_store.h"
 #include "engine/cluster/token.h"
 #include "telemetry/host.h"
 
@@ -62,8 +63,16 @@ struct CoordinatorArgs {
   int port = 0;
   double node_timeout_s = 5;
   double max_beats_per_s = CoordinatorOptions{}.max_beats_per_s;
+  double adopt_grace_s = 10;
   bool allow_fault_injection = false;
 };
+
+// This binary's path: each run's rendezvous store runs as `<it> rendezvous-store`.
+std::string self_exe() {
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  return n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string();
+}
 
 int coordinator_main(const CoordinatorArgs& a) {
   Result<std::string> token = token_file_read(a.token_file);
@@ -90,7 +99,9 @@ int coordinator_main(const CoordinatorArgs& a) {
                  .node_timeout = std::chrono::milliseconds(static_cast<int64_t>(a.node_timeout_s * 1e3)),
                  .allow_fault_injection = a.allow_fault_injection,
                  .tls_cert_file = a.tls_cert,
-                 .tls_key_file = a.tls_key});
+                 .tls_key_file = a.tls_key,
+                 .store_exe = self_exe(),
+                 .adopt_grace = std::chrono::milliseconds(static_cast<int64_t>(a.adopt_grace_s * 1e3))});
   install_stop_handlers();
   if (Status s = c.start(); !s.ok()) {
     std::fprintf(stderr, "gantry-engine coordinator: %s\n", s.message().c_str());
@@ -404,7 +415,27 @@ void cluster_commands_add(CLI::App& app, int* exit_code) {
                   "drills and tests; off by default");
     sub->add_option("--tls-cert", a->tls_cert, "PEM certificate for HTTPS (with --tls-key)");
     sub->add_option("--tls-key", a->tls_key, "PEM key for HTTPS");
+    sub->add_option("--adopt-grace", a->adopt_grace_s,
+                    "Seconds a run that was live when the last coordinator on --dir went away waits for its "
+                    "agents to report its gang (re-adoption) before it is interrupted (default 10)")
+        ->check(CLI::PositiveNumber);
     sub->callback([a, exit_code] { *exit_code = coordinator_main(*a); });
+  }
+  {
+    // Started by the coordinator, one per run placement (run_store.h); not for people.
+    auto o = std::make_shared<RunStoreProcessOptions>();
+    CLI::App* sub =
+        app.add_subcommand("rendezvous-store", "One run's rendezvous store (the coordinator starts it)");
+    sub->group("");  // hidden from --help
+    sub->add_option("--host", o->host, "Address to serve on");
+    sub->add_option("--port-file", o->port_file, "Where to write \"<port> <pid>\" once listening")
+        ->required();
+    sub->callback([o, exit_code] {
+      install_stop_handlers();
+      Status s = run_store_main(*o, &g_stop);
+      if (!s.ok()) std::fprintf(stderr, "gantry-engine rendezvous-store: %s\n", s.message().c_str());
+      *exit_code = s.ok() ? 0 : kExitFailed;
+    });
   }
   {
     auto a = std::make_shared<AgentArgs>();

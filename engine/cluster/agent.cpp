@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <list>
@@ -62,14 +63,28 @@ RecordBatch take_records(RecordBatch& from, size_t max) {
   return out;
 }
 
+// Appends `from`'s records after `to`'s, kind by kind.
+void append_records(RecordBatch& to, RecordBatch&& from) {
+  auto add = [](auto& dst, auto& src) {
+    dst.insert(dst.end(), std::make_move_iterator(src.begin()), std::make_move_iterator(src.end()));
+  };
+  add(to.checkpoints, from.checkpoints);
+  add(to.events, from.events);
+  add(to.steps, from.steps);
+  add(to.rank_steps, from.rank_steps);
+}
+
 // One heartbeat (agent_beat.h: the control part as JSON, the records in the binary codec) and the
 // coordinator's JSON reply; a non-2xx answer is an error naming the status and the coordinator's message.
+// *http is the reply's status (0 when none came).
 Result<json> send_beat(HttpClient& client, const std::string& path, const json& control,
-                       const RecordBatch& batch) {
+                       const RecordBatch& batch, int* http) {
+  *http = 0;
   Result<std::string> body = agent_beat_encode(control, batch);
   if (!body.ok()) return body.status();
   Result<HttpReply> r = client.post_bytes(path, body.value(), kAgentBeatMediaType);
   if (!r.ok()) return r.status();
+  *http = r->status;
   if (!r->ok())
     return Status::error("POST " + path + ": " + std::to_string(r->status) + ": " + r->error_message());
   return r->json();
@@ -83,6 +98,8 @@ struct Agent::Impl {
     int64_t run = 0;
     int generation = 0;  // which placement of the run this is: echoed when the gang ends
     int first_rank = 0;
+    int ranks = 0;
+    json slots = json::array();  // the devices the coordinator gave it: told again on re-registration
     std::atomic<bool> stop{false};
     std::atomic<bool> kill{false};
     GangCommands commands;
@@ -100,9 +117,16 @@ struct Agent::Impl {
   std::map<int64_t, std::map<int, RankStepRecord>> latest;
   // The agent's own counters, for /metrics.
   std::atomic<uint64_t> records_dropped{0};  // past kMaxPendingRecords during an outage
+  uint64_t dropped_told = 0;                 // of those, told to a coordinator at registration
   std::atomic<uint64_t> workers_started{0}, frames_received{0}, records_relayed{0}, heartbeats_sent{0},
-      heartbeats_failed{0};
+      heartbeats_failed{0}, records_replayed{0};
   std::list<Share> shares;  // touched by the heartbeat thread only (besides each share's own thread)
+  // Batches the coordinator took but has not yet said are written (its reply's `ticket` and `written`,
+  // IngestWriter's tickets), oldest first; and records a coordinator may or may not have (a beat without an
+  // answer, or taken by one that went away before writing them), sent again first, as a replay that the
+  // coordinator de-duplicates. Both: the heartbeat thread only.
+  std::deque<std::pair<uint64_t, RecordBatch>> unwritten;
+  RecordBatch replay;
   // Wakes the heartbeat loop before its interval is up: a gang that ended is told at once, whatever the
   // interval (which grows with the cluster, coordinator.h).
   std::mutex wake_mu;
@@ -136,6 +160,8 @@ struct Agent::Impl {
     s.run = a.at("run").get<int64_t>();
     s.first_rank = a.at("first_rank").get<int>();
     s.generation = a.value("generation", 0);
+    s.ranks = a.at("ranks").get<int>();
+    s.slots = a.value("slots", json::array());
     const fs::path run_dir = fs::path(opt.dir) / ("run-" + std::to_string(s.run));
     std::error_code ec;
     fs::create_directories(run_dir, ec);
@@ -241,6 +267,9 @@ struct Agent::Impl {
             records_dropped.load());
     counter("gantry_agent_heartbeat_failures_total", "Heartbeats the coordinator did not answer.",
             heartbeats_failed.load());
+    counter("gantry_agent_records_replayed_total",
+            "Records sent again after an outage (the coordinator may have had them; it drops repeats).",
+            records_replayed.load());
     w.family("gantry_agent_runs", MetricType::gauge, "Runs with ranks reporting on this node.");
     w.sample({}, static_cast<double>(runs));
 
@@ -309,12 +338,30 @@ Status Agent::run(const std::atomic<bool>* stop) {
   m.log("serving " + metrics.url() + "/metrics");
 
   const std::string host = host_name();
-  Result<json> reg = api.post_json("/v1/agents", {{"node", m.opt.node},
-                                                  {"slots", m.opt.slots},
-                                                  {"pid", ::getpid()},
-                                                  {"host", host},
-                                                  {"spare", m.opt.spare},
-                                                  {"metrics_url", metrics.url() + "/metrics"}});
+  json ended = json::array();  // gangs that ended, until a coordinator has heard so
+  // Registering again (a restarted coordinator knows no credential of ours) reports the gangs this node
+  // runs, and those that ended unheard, so that it re-adopts them; and the records dropped meanwhile.
+  auto register_node = [&](bool again) {
+    json body = {{"node", m.opt.node}, {"slots", m.opt.slots}, {"pid", ::getpid()},
+                 {"host", host},       {"spare", m.opt.spare}, {"metrics_url", metrics.url() + "/metrics"}};
+    if (again) {
+      json gangs = json::array();
+      for (const Impl::Share& s : m.shares) {
+        gangs.push_back({{"run", s.run},
+                         {"generation", s.generation},
+                         {"first_rank", s.first_rank},
+                         {"ranks", s.ranks},
+                         {"slots", s.slots}});
+      }
+      for (const json& e : ended) gangs.push_back(e);
+      body["gangs"] = gangs;
+      body["records_dropped"] = m.records_dropped.load() - m.dropped_told;
+    }
+    Result<json> r = api.post_json("/v1/agents", body);
+    if (r.ok() && again) m.dropped_told = m.records_dropped.load();
+    return r;
+  };
+  Result<json> reg = register_node(false);
   if (!reg.ok()) return Status::error("cannot register with the coordinator: " + reg.error());
   // The coordinator's interval, from every reply (it grows with the cluster); bounded so that a bad value
   // can neither make the agent spin nor look dead.
@@ -325,15 +372,19 @@ Status Agent::run(const std::atomic<bool>* stop) {
   };
   auto beat = interval_of(reg.value(), std::chrono::milliseconds(200));
   // Heartbeats carry the node's own credential from the reply (a coordinator without one takes our token).
-  const std::string credential = reg->value("credential", "");
-  HttpClient beats(
-      {.url = m.opt.url, .token = credential.empty() ? m.opt.token : credential, .ca_file = m.opt.ca_file});
+  auto beats_client = [&](const json& r) {
+    const std::string credential = r.value("credential", "");
+    return std::make_unique<HttpClient>(HttpClientOptions{
+        .url = m.opt.url, .token = credential.empty() ? m.opt.token : credential, .ca_file = m.opt.ca_file});
+  };
+  std::unique_ptr<HttpClient> beats = beats_client(reg.value());
   m.log("registered " + std::to_string(m.opt.slots) + " slots with " + m.opt.url);
 
   auto last_ok = Clock::now();
   Status result;
   bool stopping = false;
-  json ended = json::array();
+  int failures = 0;        // beats unanswered in a row: the retry interval backs off with them
+  bool told_lost = false;  // logged once per outage
   for (;;) {
     const auto t0 = Clock::now();
     if (!stopping && stop != nullptr && stop->load()) {
@@ -350,6 +401,9 @@ Status Agent::run(const std::atomic<bool>* stop) {
       // agent_stopping: the gang ended because this agent was told to stop (`down`, SIGTERM), not by itself.
       ended.push_back({{"run", it->run},
                        {"generation", it->generation},
+                       {"first_rank", it->first_rank},
+                       {"ranks", it->ranks},
+                       {"slots", it->slots},
                        {"code", r.code},
                        {"error", r.error},
                        {"final_message", r.final_message},
@@ -366,16 +420,32 @@ Status Agent::run(const std::atomic<bool>* stop) {
       }
     }
     RecordBatch batch;
-    {
+    const bool replaying = !m.replay.empty();
+    if (replaying) {
+      batch = take_records(m.replay, kMaxRecordsPerBeat);
+    } else {
       std::lock_guard<std::mutex> lock(m.mu);
       batch = take_records(m.pending, kMaxRecordsPerBeat);
     }
-    Result<json> reply =
-        send_beat(beats, "/v1/agents/" + m.opt.node + "/heartbeat", {{"ended", ended}}, batch);
+    json control = {{"ended", ended}};
+    if (replaying) {
+      control["replay"] = true;
+      m.records_replayed.fetch_add(batch.size());
+    }
+    int http = 0;
+    Result<json> reply = send_beat(*beats, "/v1/agents/" + m.opt.node + "/heartbeat", control, batch, &http);
     m.heartbeats_sent.fetch_add(1);
     if (reply.ok()) {
       m.records_relayed.fetch_add(batch.size());
+      // Kept until written (a coordinator without tickets: taken is written).
+      if (!batch.empty() && reply->contains("ticket"))
+        m.unwritten.emplace_back(reply->value("ticket", uint64_t{0}), std::move(batch));
+      const uint64_t written = reply->value("written", UINT64_MAX);
+      while (!m.unwritten.empty() && m.unwritten.front().first <= written) m.unwritten.pop_front();
       last_ok = Clock::now();
+      if (failures > 0) m.log("the coordinator answers again after " + std::to_string(failures) + " beats");
+      failures = 0;
+      told_lost = false;
       ended = json::array();
       beat = interval_of(reply.value(), beat);
       for (const json& a : reply->value("start", json::array())) {
@@ -406,25 +476,62 @@ Status Agent::run(const std::atomic<bool>* stop) {
       }
     } else {
       m.heartbeats_failed.fetch_add(1);
-      // Records of this beat are put back, so a short outage loses nothing.
-      std::lock_guard<std::mutex> lock(m.mu);
-      batch.rank_steps.insert(batch.rank_steps.end(), m.pending.rank_steps.begin(),
-                              m.pending.rank_steps.end());
-      batch.steps.insert(batch.steps.end(), m.pending.steps.begin(), m.pending.steps.end());
-      batch.events.insert(batch.events.end(), m.pending.events.begin(), m.pending.events.end());
-      batch.checkpoints.insert(batch.checkpoints.end(), m.pending.checkpoints.begin(),
-                               m.pending.checkpoints.end());
-      std::swap(batch, m.pending);
-      if (!stopping && Clock::now() - last_ok > m.opt.coordinator_timeout) {
-        result = Status::error("lost the coordinator: " + reply.error() + "; stopped this node's runs");
-        m.log(result.message());
-        stopping = true;
-        for (Impl::Share& s : m.shares) s.stop.store(true);
+      if (http == 503) {
+        // Refused whole (the writer behind): nothing of it was taken; it goes back where it came from.
+        if (replaying) {
+          append_records(batch, std::move(m.replay));
+          std::swap(batch, m.replay);
+        } else {
+          std::lock_guard<std::mutex> lock(m.mu);
+          append_records(batch, std::move(m.pending));
+          std::swap(batch, m.pending);
+        }
+      } else {
+        // No answer: the coordinator may have taken this beat, and may die before writing what it took
+        // (or has). All of it is sent again, oldest first, as a replay: a short outage loses nothing and
+        // repeats nothing.
+        RecordBatch again;
+        for (auto& [ticket, b] : m.unwritten) append_records(again, std::move(b));
+        m.unwritten.clear();
+        append_records(again, std::move(batch));
+        append_records(again, std::move(m.replay));
+        m.replay = std::move(again);
+      }
+      ++failures;
+      // The coordinator is gone (killed, restarting): the gangs go on training and their records wait
+      // here (bounded: kMaxPendingRecords); the beats go on, less often, until one is answered.
+      if (!told_lost && Clock::now() - last_ok > m.opt.coordinator_timeout) {
+        m.log(
+            "no coordinator for " +
+            std::to_string(std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - last_ok).count()) +
+            " s (" + reply.error() + "): this node's gangs keep training; their records wait here");
+        told_lost = true;
+      }
+      // Refused as a stranger: a coordinator started since (on the same folder) knows neither this node nor
+      // its credential. Registering again hands it the gangs to re-adopt.
+      if (http == 401 || http == 404) {
+        Result<json> again = register_node(true);
+        if (again.ok()) {
+          beats = beats_client(again.value());
+          beat = interval_of(again.value(), beat);
+          failures = 0;
+          m.log("registered again with " + m.opt.url + ", reporting " + std::to_string(m.shares.size()) +
+                " running gangs and " + std::to_string(ended.size()) + " ended ones");
+          continue;  // its records go at once
+        }
+        m.log("cannot register again: " + again.error());
       }
     }
     // Stopping: once every gang has ended and the coordinator has heard so (or cannot), leave.
     if (stopping && m.shares.empty() && (ended.empty() || !reply.ok())) break;
-    m.sleep_until(t0 + beat, stopping ? nullptr : stop);
+    // Unanswered beats back off (twice the wait each time, up to 2 s or the interval if longer), so a
+    // restarted coordinator is found within about 2 s without being hammered meanwhile.
+    auto wait = beat;
+    if (failures > 0) {
+      wait = std::min(std::max(beat, std::chrono::milliseconds(2000)),
+                      beat * (int64_t{1} << std::min(failures, 6)));
+    }
+    m.sleep_until(t0 + wait, stopping ? nullptr : stop);
   }
   metrics.stop();
   return result;

@@ -29,8 +29,10 @@ struct AgentOptions {
   bool spare = false;  // held back by placement until a job (or a move off a quarantined node) needs it
   std::string dir;     // the agent's own files (configs of the runs it starts)
   std::string exe = "/proc/self/exe";  // the worker binary
-  // The coordinator unreachable for this long: its runs cannot be steered or recorded, so they are stopped
-  // and the agent exits with an error.
+  // The coordinator unreachable for this long: said in the log. The gangs keep training either way, their
+  // records wait here (bounded, the oldest rank-step records dropped and counted past the bound), and the
+  // agent retries with backoff; a coordinator restarted on the same folder gets them back when the agent
+  // registers again (it reports its gangs for re-adoption).
   std::chrono::milliseconds coordinator_timeout{std::chrono::seconds(30)};
   std::chrono::milliseconds stop_grace{std::chrono::seconds(30)};  // workers' time to checkpoint on stop
   // /metrics (bearer `token`, like the coordinator's routes) and /healthz. Port 0 = a free one; the URL is
@@ -46,8 +48,8 @@ class Agent {
   Agent(const Agent&) = delete;
   Agent& operator=(const Agent&) = delete;
 
-  // Registers and serves until *stop becomes true (then stops every gang and returns ok) or the
-  // coordinator is lost (an error saying so). Every worker is reaped before it returns.
+  // Registers and serves until *stop becomes true (then stops every gang and returns ok). A coordinator
+  // that goes away does not end it. Every worker is reaped before it returns.
   Status run(const std::atomic<bool>* stop);
 
   struct Impl;

@@ -54,6 +54,12 @@ struct CoordinatorOptions {
   // refused (403) unless this is set: an operator's token alone must not be able to break a production run.
   bool allow_fault_injection = false;
   std::string tls_cert_file, tls_key_file;  // HTTPS (optional)
+  // Each run's rendezvous store runs as `<store_exe> rendezvous-store` (run_store.h), a process that
+  // outlives a coordinator killed mid-run; "" = in this process (it dies with the coordinator).
+  std::string store_exe;
+  // A coordinator started on a folder whose runs were live: how long their agents have to come back and
+  // report the gangs still training (re-adoption) before such a run is interrupted.
+  std::chrono::milliseconds adopt_grace{10000};
 };
 
 class Coordinator {
@@ -65,8 +71,9 @@ class Coordinator {
 
   // Opens the database, starts the API and the health watch. The error names what failed.
   Status start();
-  // Stops serving. Runs still going are told nothing (their agents stop them when they lose the
-  // coordinator); the database keeps what was recorded.
+  // Stops serving: the live runs are interrupted (their agents are told nothing; `down` stops the agents).
+  // A coordinator that dies instead (kill -9) leaves its runs training: their agents keep their records
+  // until a coordinator on the same folder re-adopts the gangs.
   void stop();
   std::string url() const;
 

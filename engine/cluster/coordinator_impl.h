@@ -32,6 +32,7 @@
 #include "engine/cluster/ingest_writer.h"
 #include "engine/cluster/placement.h"
 #include "engine/cluster/run_lifecycle.h"
+#include "engine/cluster/run_store.h"
 #include "engine/cluster/straggler_watch.h"
 #include "engine/core/train.h"  // TrainAction
 #include "engine/core/worker/rendezvous_server.h"
@@ -85,7 +86,12 @@ struct Coordinator::Impl {
     int64_t max_steps = -1;
     std::string config_toml, out_dir, backend;
     std::vector<NodeShare> shares;  // in rank order
-    std::unique_ptr<RendezvousServer> store;
+    std::unique_ptr<RunStore> store;
+    // Live when the last coordinator on this folder went away: its shares are the gangs the agents report
+    // as they register again (agent_register), until they cover every rank (adopted) or adopt_deadline
+    // passes (interrupted). Actions wait; the run's end waits.
+    bool adopting = false;
+    Clock::time_point adopt_deadline;
     int64_t last_step = -1;
     std::string message;
     double created_unix = 0;
@@ -191,6 +197,14 @@ struct Coordinator::Impl {
   // events and checkpoints are all there, and resume-from continues it. Called by start(), before serving.
   Status restore_runs();
 
+  // An agent registering again reports the gangs it runs (or that ended while no coordinator heard): each
+  // of a run being adopted, of its current generation, becomes one of its shares; once they cover every
+  // rank the run is adopted (an event) and goes on as if nothing happened. Called with mu held.
+  void adopt_gangs(const std::string& node, const json& gangs);
+  // Runs whose gangs did not all come back within the grace: interrupted, with which ranks are missing;
+  // the shares that did come back are stopped. Called by the watch, with mu held.
+  void adopt_expired(Clock::time_point now);
+
   // A coordinator told to stop (SIGTERM, `down`): its live runs are interrupted, so that the next one on
   // this folder shows them so at once; their agents stop them.
   void interrupt_live_runs();
@@ -264,6 +278,12 @@ struct Coordinator::Impl {
   HttpResponse agent_register(const HttpRequest& req);
 
   HttpResponse agent_heartbeat(const HttpRequest& req);
+  // Drops from a replayed beat's batch the events and checkpoint records the database already has.
+  // Called without mu.
+  void drop_recorded(RecordBatch& batch);
+  // The beat's work under mu (its records ingested, its gangs' ends, the reply); the caller then waits
+  // for the records to be written before answering.
+  HttpResponse agent_beat_locked(const std::string& id, const json* ended, RecordBatch& batch);
 
   // The interval agents are told to beat at now, and how long a silent node is given before it is lost
   // (CoordinatorOptions::max_beats_per_s). Called with mu held.

@@ -2,7 +2,10 @@
 // released, and the health watch marks silent nodes lost.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <set>
 #include <thread>
+#include <tuple>
 
 #include "engine/cluster/agent_beat.h"
 #include "engine/cluster/coordinator_impl.h"
@@ -153,7 +156,16 @@ HttpResponse Coordinator::Impl::agent_register(const HttpRequest& req) {
   std::optional<std::string> host = f.string("host", JsonFields::optional);
   std::optional<bool> spare = f.boolean("spare", JsonFields::optional);
   std::optional<std::string> metrics_url = f.string("metrics_url", JsonFields::optional);
+  // An agent registering again (its coordinator restarted): the gangs it runs, or that ended while no
+  // coordinator could hear it, for re-adoption; and the records it had to drop meanwhile.
+  const json* gangs = f.any("gangs", JsonFields::optional);
+  std::optional<int64_t> dropped = f.integer("records_dropped", 0, INT64_MAX, JsonFields::optional);
   if (Status s = f.finish(); !s.ok()) return HttpResponse::error(400, s.message());
+  if (gangs != nullptr && !gangs->is_array())
+    return HttpResponse::error(400,
+                               "field \"gangs\": expected an array of {run, generation, first_rank, "
+                               "ranks, slots}, got " +
+                                   json_type_phrase(*gangs));
   if (Status s = check_name("node", *id, kMaxNodeName); !s.ok()) return HttpResponse::error(400, s.message());
   if (metrics_url && (metrics_url->size() > 2048 ||
                       (metrics_url->rfind("http://", 0) != 0 && metrics_url->rfind("https://", 0) != 0))) {
@@ -184,6 +196,20 @@ HttpResponse Coordinator::Impl::agent_register(const HttpRequest& req) {
   n.last_seen = Clock::now();
   n.last_seen_unix = unix_now_s();
   upsert_node(n, "ok");
+  if (gangs != nullptr) adopt_gangs(n.id, *gangs);
+  if (dropped.value_or(0) > 0 && gangs != nullptr) {
+    // Said in each run it ran: the records it lost are that run's (rank-step records, the oldest first).
+    for (const json& g : *gangs) {
+      auto it = runs.find(g.value("run", int64_t{-1}));
+      if (it == runs.end()) continue;
+      event(
+          it->first, "records_dropped",
+          n.id + " dropped " + std::to_string(*dropped) +
+              " rank-step records (the oldest first) while it could not reach a coordinator: its buffer was "
+              "full; steps, events and checkpoints were kept",
+          {{"node", n.id}, {"dropped", *dropped}}, -1, n.id);
+    }
+  }
   return HttpResponse::ok(
       {{"node", n.id}, {"heartbeat_ms", beat_interval().count()}, {"credential", n.credential}});
 }
@@ -207,8 +233,55 @@ HttpResponse Coordinator::Impl::agent_heartbeat(const HttpRequest& req) {
     return HttpResponse::error(400, s.message());
   JsonFields f(beat.control);
   const json* ended = f.any("ended", JsonFields::optional);
+  std::optional<bool> replay = f.boolean("replay", JsonFields::optional);
   if (Status s = f.finish(); !s.ok()) return HttpResponse::error(400, "beat: control: " + s.message());
   RecordBatch& batch = beat.records;
+  if (replay.value_or(false)) {
+    const size_t before = batch.size();
+    drop_recorded(batch);
+    std::fprintf(stderr,
+                 "gantry-engine coordinator: node %s replayed %zu records; dropped %zu events and checkpoint "
+                 "records already recorded (steps are written once whatever)\n",
+                 id.c_str(), before, before - batch.size());
+  }
+  return agent_beat_locked(id, ended, batch);
+}
+
+// A replayed batch: records the agent sent before without learning that they were written (a coordinator
+// killed meanwhile, a reply lost). Steps, rank steps and checkpoints are keyed in the database and written
+// once whatever; events are not, nor are a checkpoint record's event, so those already there are dropped.
+// Rare (after a failure only), so it may read the database.
+void Coordinator::Impl::drop_recorded(RecordBatch& batch) {
+  std::set<int64_t> runs_named;
+  for (const EventRecord& e : batch.events) runs_named.insert(e.run_id);
+  for (const CheckpointRecord& c : batch.checkpoints) runs_named.insert(c.run_id);
+  if (runs_named.empty()) return;
+  using EventKey = std::tuple<int64_t, double, std::string, int32_t, int64_t, std::string>;
+  std::set<EventKey> events;
+  {
+    std::unique_lock<std::mutex> db_lock = read_lock();  // what this coordinator queued is written first
+    for (int64_t run : runs_named) {
+      std::vector<EventRow> rows;
+      if (db->read_events(run, 0, SIZE_MAX, &rows)) {
+        for (const EventRow& r : rows) {
+          const EventRecord& e = r.event;
+          events.insert({e.run_id, e.time_unix_s, e.kind, e.rank, e.step, e.message});
+        }
+      }
+    }
+  }
+  std::erase_if(batch.events, [&](const EventRecord& e) {
+    return events.count({e.run_id, e.time_unix_s, e.kind, e.rank, e.step, e.message}) > 0;
+  });
+  // A checkpoint record is its event too (HistoryDb::ingest writes both): recorded if its event is.
+  std::erase_if(batch.checkpoints, [&](const CheckpointRecord& c) {
+    const EventRecord e = checkpoint_event(c);
+    return events.count({e.run_id, e.time_unix_s, e.kind, e.rank, e.step, e.message}) > 0;
+  });
+}
+
+HttpResponse Coordinator::Impl::agent_beat_locked(const std::string& id, const json* ended,
+                                                  RecordBatch& batch) {
   std::lock_guard<std::mutex> lock(mu);
   auto it = nodes.find(id);
   if (it == nodes.end())
@@ -250,7 +323,12 @@ HttpResponse Coordinator::Impl::agent_heartbeat(const HttpRequest& req) {
       maybe_finish(r);
     }
   }
-  json reply = {{"start", std::exchange(n.start, json::array())},
+  // Which of this node's records are in the database: the agent keeps each batch until `written` reaches
+  // its beat's `ticket`, and sends it again (replay) to a coordinator that never got that far.
+  const uint64_t ticket = writer->queued_items();
+  json reply = {{"ticket", ticket},
+                {"written", writer->written_items()},
+                {"start", std::exchange(n.start, json::array())},
                 {"commands", std::exchange(n.commands, json::array())},
                 {"stop", std::exchange(n.stop, json::array())},
                 {"inject", std::exchange(n.inject, json::array())},
@@ -263,6 +341,7 @@ void Coordinator::Impl::watch_loop() {
     std::this_thread::sleep_for(100ms);
     std::lock_guard<std::mutex> lock(mu);
     const auto now = Clock::now();
+    adopt_expired(now);
     const std::chrono::milliseconds timeout = node_timeout();
     for (auto& [id, n] : nodes) {
       if (n.state == NodeState::lost || now - n.last_seen < timeout) continue;

@@ -71,6 +71,9 @@ bool Coordinator::Impl::set_state(Run& r, RunState to) {
 
 uint64_t Coordinator::Impl::queue_action(Run& r, TrainAction a, const std::string& source,
                                          const std::string& from) {
+  // Being re-adopted: rank 0's node is not known yet (the policy asks again at a later step; an operator's
+  // request is refused before it gets here).
+  if (r.adopting || r.shares.empty()) return 0;
   const uint64_t request = next_request++;
   const char* what = train_action_name(a);
   nodes[r.shares.front().node].commands.push_back({{"run", r.id},
@@ -86,7 +89,8 @@ uint64_t Coordinator::Impl::queue_action(Run& r, TrainAction a, const std::strin
 }
 
 void Coordinator::Impl::maybe_finish(Run& r) {
-  if (run_state_terminal(r.state)) return;
+  // Being re-adopted, the shares are those reported so far: the run's end waits for them all.
+  if (run_state_terminal(r.state) || r.adopting) return;
   for (const NodeShare& s : r.shares)
     if (!s.done) return;
   if (!r.relocate_node.empty()) {
@@ -160,7 +164,8 @@ void Coordinator::Impl::stop_shares(Run& r, const std::string& except_node) {
 
 Status Coordinator::Impl::start_generation(Run& r, const std::vector<PlacementNode>& pn, const Placement& p,
                                            const std::string& resume_dir, GoodputCause cause) {
-  Result<std::unique_ptr<RendezvousServer>> store = RendezvousServer::start({opt.rendezvous_host, 0});
+  Result<std::unique_ptr<RunStore>> store =
+      RunStore::start(opt.store_exe, opt.rendezvous_host, r.out_dir + "/rendezvous_store.log");
   if (!store.ok()) return Status::error("cannot start the run's rendezvous store: " + store.error());
   r.store = std::move(store.value());
   const std::string rendezvous = opt.rendezvous_host + ":" + std::to_string(r.store->port());
@@ -297,16 +302,101 @@ Status Coordinator::Impl::restore_runs() {
       r.state = run_state_from_name(run_status_name(row.status)).value_or(RunState::kInterrupted);
       continue;
     }
+    // Live when the last coordinator went away (a crash, a kill -9: a clean stop interrupts its runs
+    // itself): its gang may still be training. Its agents keep their records and register again; the run
+    // waits for them (adopt_gangs) until the grace is over (adopt_expired).
+    // Loaded, not a change. The database says only "running": rank 0's last pause or resume in the run's
+    // events says whether its gang is paused.
+    r.state = RunState::kRunning;
+    {
+      std::vector<EventRow> events;
+      std::lock_guard<std::mutex> db_lock(db_mu);
+      if (db->read_events(r.id, 0, SIZE_MAX, &events)) {
+        for (const EventRow& e : events) {
+          const std::string& kind = e.event.kind;
+          if (e.event.rank == 0 && kind == "action_pause") r.state = RunState::kPaused;
+          if (e.event.rank == 0 && kind == "action_resume") r.state = RunState::kRunning;
+          // A new generation (placed again: recovery, resume-from, a move) starts unpaused.
+          if (kind == "placed" || kind.ends_with("_placed")) r.state = RunState::kRunning;
+        }
+      }
+    }
+    r.adopting = true;
+    r.adopt_deadline = Clock::now() + opt.adopt_grace;
+    r.resumed_from = -1;
+    r.checkpoint_policy.restart_at(std::max<int64_t>(r.last_step, 0));
+    event(r.id, "adopt_waiting",
+          "run " + std::to_string(r.id) + " was live (at step " + std::to_string(r.last_step) +
+              ") when the last coordinator went away: waiting up to " +
+              std::to_string(opt.adopt_grace.count()) + " ms for its gang (generation " +
+              std::to_string(r.generation) + ", dp " + std::to_string(r.dp) + ") to come back",
+          {{"generation", r.generation}, {"grace_ms", opt.adopt_grace.count()}}, r.last_step);
+  }
+  return Status();
+}
+
+void Coordinator::Impl::adopt_gangs(const std::string& node, const json& gangs) {
+  if (!gangs.is_array()) return;
+  for (const json& g : gangs) {
+    if (!g.is_object()) continue;
+    auto it = runs.find(g.value("run", int64_t{-1}));
+    if (it == runs.end() || !it->second.adopting) continue;
+    Run& r = it->second;
+    if (g.value("generation", -1) != r.generation) continue;  // a gang of an earlier placement
+    const int first = g.value("first_rank", -1), n = g.value("ranks", 0);
+    if (first < 0 || n <= 0 || first + n > r.dp) continue;
+    bool overlaps = false;
+    for (const NodeShare& s : r.shares)
+      overlaps = overlaps || (first < s.first_rank + s.ranks && s.first_rank < first + n);
+    if (overlaps) continue;
+    NodeShare s;
+    s.node = node;
+    s.first_rank = first;
+    s.ranks = n;
+    for (const json& slot : g.value("slots", json::array()))
+      if (slot.is_number_integer()) s.slots.push_back(slot.get<int>());
+    r.shares.push_back(std::move(s));
+    std::sort(r.shares.begin(), r.shares.end(),
+              [](const NodeShare& a, const NodeShare& b) { return a.first_rank < b.first_rank; });
+    int covered = 0;
+    for (const NodeShare& x : r.shares) covered += x.ranks;
+    if (covered < r.dp) continue;
+    r.adopting = false;
+    std::string where;
+    for (const NodeShare& x : r.shares)
+      where += (where.empty() ? "" : ", ") + x.node + " ranks " + std::to_string(x.first_rank) + ".." +
+               std::to_string(x.first_rank + x.ranks - 1);
+    event(r.id, "run_adopted",
+          "run " + std::to_string(r.id) + " re-adopted by the restarted coordinator at step " +
+              std::to_string(r.last_step) + ": its gang (generation " + std::to_string(r.generation) +
+              ") kept training on " + where,
+          {{"generation", r.generation}, {"dp", r.dp}}, r.last_step);
+  }
+}
+
+void Coordinator::Impl::adopt_expired(Clock::time_point now) {
+  for (auto& [id, r] : runs) {
+    if (!r.adopting || now < r.adopt_deadline) continue;
+    r.adopting = false;
+    std::vector<bool> back(static_cast<size_t>(std::max(r.dp, 0)), false);
+    for (const NodeShare& s : r.shares)
+      for (int k = s.first_rank; k < s.first_rank + s.ranks && k < r.dp; ++k)
+        back[static_cast<size_t>(k)] = true;
+    std::string missing;
+    for (int k = 0; k < r.dp; ++k)
+      if (!back[static_cast<size_t>(k)]) missing += (missing.empty() ? "" : ",") + std::to_string(k);
+    stop_shares(r, "");  // a part of a gang cannot train without the rest
     set_state(r, RunState::kInterrupted);
     r.message = "the coordinator went away while the run was live (at step " + std::to_string(r.last_step) +
-                "), and a new one started on " + opt.dir +
-                ": resume-from continues it from its newest checkpoint";
+                "), and its gang did not come back to the new one on " + opt.dir + " within " +
+                std::to_string(opt.adopt_grace.count()) + " ms (ranks " + missing +
+                " missing): resume-from continues it from its newest checkpoint";
+    r.store.reset();
     writer->push_op(
         [id = r.id, m = r.message](HistoryDb& d) { d.finish_run(id, RunStatus::interrupted, m); });
     event(r.id, "run_interrupted", "run " + std::to_string(r.id) + " interrupted: " + r.message,
-          {{"state", run_state_name(RunState::kInterrupted)}}, r.last_step);
+          {{"state", run_state_name(RunState::kInterrupted)}, {"missing_ranks", missing}}, r.last_step);
   }
-  return Status();
 }
 
 void Coordinator::Impl::interrupt_live_runs() {
@@ -589,6 +679,18 @@ HttpResponse Coordinator::Impl::submit(const HttpRequest& req) {
   }
 
   std::lock_guard<std::mutex> lock(mu);
+  // While a run is being re-adopted its gang's slots are not known yet: a placement now could land on
+  // them.
+  for (const auto& [rid, other] : runs) {
+    if (!other.adopting) continue;
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(other.adopt_deadline - Clock::now());
+    return HttpResponse::error(409,
+                               "run " + std::to_string(rid) +
+                                   " is being re-adopted after a coordinator restart (its gang's slots are "
+                                   "not known yet): submit again in " +
+                                   std::to_string(std::max<int64_t>(left.count(), 0) + 1) + " ms");
+  }
   std::vector<PlacementNode> pn = placement_nodes();
   Result<Placement> p = placement_assign(pn, {.dp = static_cast<int>(*dp)});
   if (!p.ok()) return HttpResponse::error(409, p.error());  // nothing started, nothing recorded
@@ -672,6 +774,12 @@ HttpResponse Coordinator::Impl::action(const HttpRequest& req, TrainAction a) {
   if (Status s = run_action_check(ra, r->state); !s.ok()) {
     return HttpResponse::error(
         409, std::string("cannot ") + what + " run " + std::to_string(r->id) + ": " + s.message());
+  }
+  if (r->adopting) {
+    return HttpResponse::error(409, std::string("cannot ") + what + " run " + std::to_string(r->id) +
+                                        " yet: the restarted coordinator is waiting for its gang to come "
+                                        "back (GET /v1/runs/" +
+                                        std::to_string(r->id) + "/events); try again");
   }
   const uint64_t request = queue_action(*r, a, "api", req.remote);
   if (std::optional<RunState> to = run_action_target(ra)) set_state(*r, *to);

@@ -59,6 +59,16 @@ void IngestWriter::flush() {
   done_cv_.wait(lock, [&] { return written_ >= target || !thread_.joinable(); });
 }
 
+uint64_t IngestWriter::queued_items() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pushed_;
+}
+
+uint64_t IngestWriter::written_items() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return written_;
+}
+
 void IngestWriter::stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -66,6 +66,12 @@ class IngestWriter {
   void push_op(std::function<void(HistoryDb&)> op);
   // Returns once everything queued before the call is written.
   void flush();
+  // Tickets, in queue order: what was queued up to queued_items() (read right after a push: that push's
+  // ticket) is in the database once written_items() reaches it. The coordinator tells agents both, so
+  // that an agent keeps a batch until it is written, not merely taken (a coordinator killed with it still
+  // queued would lose it).
+  uint64_t queued_items() const;
+  uint64_t written_items() const;
   // Writes what is queued and ends the thread; later pushes are refused (ops and own records dropped).
   void stop();
 

@@ -172,6 +172,9 @@ TEST_F(ClusterHardening, RestartedCoordinatorKeepsItsRunsAndResumesThem) {
   ASSERT_NO_FATAL_FAILURE(restart_cluster());
   json runs = get("/v1/runs")["runs"];
   ASSERT_EQ(runs.size(), 1u) << runs.dump();
+  // Its gang was stopped with the agents (`down`), so it never comes back: interrupted once the new
+  // coordinator's re-adoption grace is over.
+  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] != "running"; }, 30s)) << run_state(id).dump();
   json state = run_state(id);
   EXPECT_EQ(state["state"], "interrupted") << state.dump();
   EXPECT_EQ(state["name"], "survivor");

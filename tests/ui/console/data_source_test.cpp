@@ -5,6 +5,7 @@
 #include "ui/console/data_source.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <cmath>
 #include <memory>
@@ -242,6 +243,50 @@ TEST_F(DataSourceCluster, QuarantineStopAndResumeFromKeepOneHistoryWithoutAGap) 
   for (const NodeView& n : s->nodes)
     quarantined = quarantined || (n.id == "node-1" && n.state == "quarantined");
   EXPECT_TRUE(quarantined);
+  source_->request_action(run, RunAction::kStop);
+  ASSERT_TRUE(eventually([&] { return snap()->run.state == "stopped"; }, 60s));
+}
+
+// The coordinator killed with -9 mid-run and started again on the same folder and port (issue "Fault
+// tolerance"): the console shows it unreachable, then catches up: the steps trained while it was down
+// arrive, every step once from 1 on, the event stream resumes (the re-adoption's event included), no
+// event twice.
+TEST_F(DataSourceCluster, CatchesUpWithoutAGapAfterTheCoordinatorIsKilledAndRestarted) {
+  source_ = std::make_unique<DataSource>(
+      DataSourceOptions{.tiny_config = slurp(GANTRY_CONSOLE_TINY_CONFIG), .tiny_dp = 4},
+      [this]() -> Result<Endpoint> { return endpoint_; });
+  source_->start();
+  source_->request_submit_tiny();
+  ASSERT_TRUE(eventually([&] { return snap()->steps->last_step() >= 4; }, 60s))
+      << snap()->last_action.message;
+  const int64_t run = snap()->run.id;
+  workers_ = children_of(pids_);
+
+  const pid_t coordinator = static_cast<pid_t>(std::stol(slurp(cluster_ / "coordinator.pid")));
+  ASSERT_EQ(::kill(coordinator, SIGKILL), 0);
+  ASSERT_TRUE(eventually([&] { return gone(coordinator); }, 5s));
+  ASSERT_TRUE(eventually([&] { return !snap()->connected; }, 20s));
+  const int64_t held = snap()->steps->last_step();
+  const std::string port = endpoint_.url.substr(endpoint_.url.rfind(':') + 1);
+  ASSERT_EQ(run_shell("setsid " + std::string(GANTRY_ENGINE_BIN) + " coordinator --dir " + cluster_.string() +
+                      " --token-file " + (cluster_ / "token").string() + " --agent-token-file " +
+                      (cluster_ / "agent_token").string() + " --port " + port + " >>" +
+                      (cluster_ / "coordinator.log").string() + " 2>&1 </dev/null & echo $! >" +
+                      (cluster_ / "coordinator.pid").string()),
+            0);
+  pids_ = pid_files(cluster_);
+  ASSERT_TRUE(eventually([&] { return saw(*snap(), "run_adopted"); }, 60s)) << snap()->error;
+  ASSERT_TRUE(eventually([&] { return snap()->steps->last_step() >= held + 10; }, 60s));
+  EXPECT_TRUE(snap()->connected) << snap()->error;
+  EXPECT_EQ(snap()->run.id, run);
+  EXPECT_EQ(snap()->run.state, "running");
+
+  std::shared_ptr<const ConsoleSnapshot> s = snap();
+  const std::vector<StepRecord>& steps = s->steps->records();
+  for (size_t k = 0; k < steps.size(); ++k) ASSERT_EQ(steps[k].step, static_cast<int64_t>(k) + 1);
+  EXPECT_EQ(s->steps->gap_steps(), 0);
+  std::set<int64_t> ids;
+  for (const EventView& e : s->events) EXPECT_TRUE(ids.insert(e.id).second) << "event " << e.id << " twice";
   source_->request_action(run, RunAction::kStop);
   ASSERT_TRUE(eventually([&] { return snap()->run.state == "stopped"; }, 60s));
 }
