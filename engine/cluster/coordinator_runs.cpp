@@ -580,7 +580,22 @@ bool Coordinator::Impl::recover(Run& r, const std::string& failure, std::string*
   r.restarted_from = step;
   if (r.state != RunState::kRunning) set_state(r, RunState::kRunning);  // a paused run goes on
   r.message.clear();
-  writer->push_op([id = r.id, step](HistoryDb& d) { d.rewind_run(id, step); });
+  writer->push_op([id = r.id, step, dir](HistoryDb& d) {
+    d.rewind_run(id, step);
+    // The checkpoint resumed from is committed on disk, but its commit record may have died with the gang
+    // (rank 0's asynchronous writer commits, then the gang is killed before the record is sent): the
+    // catalog learns of it here rather than missing the state the run now stands on.
+    std::vector<CheckpointInfo> catalog;
+    if (dir.empty() || !d.list_checkpoints(id, &catalog)) return;
+    for (const CheckpointInfo& c : catalog)
+      if (c.step == step && c.state == "committed") return;
+    d.record_checkpoint({.run_id = id,
+                         .step = step,
+                         .path = dir,
+                         .time_unix_s = unix_now_s(),
+                         .message = "found committed on disk at a recovery (its commit record was lost with "
+                                    "the gang)"});
+  });
   r.last_step = step;
   r.resumed_from = step;
   r.resume_kind = "recovery";
