@@ -75,6 +75,9 @@ struct Coordinator::Impl {
     bool node_lost = false;       // its node stopped beating: the root cause of its peers' broken collectives
   };
   static constexpr int kDefaultMaxRestarts = 3;
+  // A rank silent this long while its process runs is hung (gang.h's hang_timeout): its agent fails the gang
+  // and names it; the run's peers, healthy and waiting in their collective, keep beating and are not blamed.
+  static constexpr int kDefaultHangTimeoutS = 10;
   struct Run {
     int64_t id = 0;
     std::string name;
@@ -103,10 +106,11 @@ struct Coordinator::Impl {
     // Recovery (recover()): a failed gang is placed again from the newest committed checkpoint, up to
     // max_restarts times in a row without a newer checkpoint committed in between; 0 = a failure ends it.
     int max_restarts = kDefaultMaxRestarts;
-    int restarts = 0;             // recoveries over the run's life
-    int restarts_in_row = 0;      // since the newest checkpoint it restarted from
-    int64_t restarted_from = -1;  // that checkpoint's step (-1: none yet, or from the start)
-    StragglerWatch straggler;     // the straggler policy: scores of the current placement's ranks
+    int hang_timeout_s = kDefaultHangTimeoutS;  // submit's hang_timeout_s (1..3600)
+    int restarts = 0;                           // recoveries over the run's life
+    int restarts_in_row = 0;                    // since the newest checkpoint it restarted from
+    int64_t restarted_from = -1;                // that checkpoint's step (-1: none yet, or from the start)
+    StragglerWatch straggler;  // the straggler policy: scores of the current placement's ranks
     CheckpointPolicy checkpoint_policy;
     // How its MFU is computed (RunInfo); peak_flops 0 = each GPU's own, or unknown.
     std::string peak_name, mfu_formula;

@@ -198,7 +198,8 @@ Status Coordinator::Impl::start_generation(Run& r, const std::vector<PlacementNo
                                    {"zero", r.zero},
                                    {"max_steps", r.max_steps},
                                    {"backend", r.backend},
-                                   {"resume", resume_dir}});
+                                   {"resume", resume_dir},
+                                   {"hang_timeout_ms", int64_t{r.hang_timeout_s} * 1000}});
     r.shares.push_back(std::move(s));
   }
   return Status();
@@ -211,6 +212,7 @@ json Coordinator::Impl::run_options(const Run& r) {
           {"db_world", r.db_world},
           {"generation", r.generation},
           {"max_restarts", r.max_restarts},
+          {"hang_timeout_s", r.hang_timeout_s},
           {"restarts", r.restarts},
           {"straggler", straggler_watch_options_json(r.straggler.options())},
           {"checkpoint_every_steps", r.checkpoint_policy.options().every_steps},
@@ -248,6 +250,7 @@ Status Coordinator::Impl::restore_runs() {
       r.db_world = o.value("db_world", r.db_world);
       r.generation = o.value("generation", 0);
       r.max_restarts = o.value("max_restarts", kDefaultMaxRestarts);
+      r.hang_timeout_s = o.value("hang_timeout_s", kDefaultHangTimeoutS);
       r.restarts = o.value("restarts", 0);
       const json straggler = o.value("straggler", json::object());
       Result<StragglerWatchOptions> so = straggler_watch_parse(&straggler);
@@ -467,6 +470,7 @@ HttpResponse Coordinator::Impl::submit(const HttpRequest& req) {
       f.integer("checkpoint_every_steps", 1, int64_t{1} << 40, JsonFields::optional);
   std::optional<int64_t> keep_last = f.integer("keep_last", 1, 100000, JsonFields::optional);
   std::optional<int64_t> max_restarts = f.integer("max_restarts", 0, 1000, JsonFields::optional);
+  std::optional<int64_t> hang_timeout = f.integer("hang_timeout_s", 1, 3600, JsonFields::optional);
   std::optional<int64_t> dp, zero, tp, pp;
   if (layout != nullptr) {
     JsonFields l(*layout, "layout.");
@@ -507,6 +511,7 @@ HttpResponse Coordinator::Impl::submit(const HttpRequest& req) {
     draft.zero = static_cast<int>(zero.value_or(0));
     draft.max_steps = max_steps.value_or(-1);
     draft.max_restarts = static_cast<int>(max_restarts.value_or(kDefaultMaxRestarts));
+    draft.hang_timeout_s = static_cast<int>(hang_timeout.value_or(kDefaultHangTimeoutS));
     draft.straggler = StragglerWatch(straggler_options.value());
     draft.checkpoint_policy = CheckpointPolicy(
         {.every_steps = every.value_or(0), .keep_last = static_cast<int>(keep_last.value_or(0))});
@@ -528,6 +533,7 @@ HttpResponse Coordinator::Impl::submit(const HttpRequest& req) {
   r.zero = static_cast<int>(zero.value_or(0));
   r.max_steps = max_steps.value_or(-1);
   r.max_restarts = static_cast<int>(max_restarts.value_or(kDefaultMaxRestarts));
+  r.hang_timeout_s = static_cast<int>(hang_timeout.value_or(kDefaultHangTimeoutS));
   r.straggler = StragglerWatch(straggler_options.value());
   r.checkpoint_policy = CheckpointPolicy(
       {.every_steps = every.value_or(0), .keep_last = static_cast<int>(keep_last.value_or(0))});

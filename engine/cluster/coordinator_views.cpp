@@ -137,6 +137,7 @@ json Coordinator::Impl::run_json(const Run& r, bool full) const {
             {"generation", r.generation},
             {"restarts", r.restarts},
             {"max_restarts", r.max_restarts},
+            {"hang_timeout_s", r.hang_timeout_s},
             {"peak_name", r.peak_name},
             {"peak_flops", r.peak_flops},
             {"flops_per_token", r.flops_per_token},

@@ -11,7 +11,9 @@
 //                   params u64
 //   worker_command  action u32 (TrainAction: 1 checkpoint, 2 pause, 3 resume, 4 stop) | id u64 | from str
 //   worker_heartbeat step u64 | phase u32 (TrainPhase) | collectives u64 | flags u32 (1 inside a collective,
-//                   2 its communicator timed out) | interval_ms u32 | timeout_ms u32
+//                   2 its communicator timed out) | interval_ms u32 | timeout_ms u32 |
+//                   [recent u32 | recent x (seq u64 | op str | bytes u64 | entered_unix_ms u64 |
+//                   left_unix_ms u64 | ok u32)]  (the flight recorder; absent in older workers' beats)
 //
 //   std::vector<uint8_t> p = worker_hello_encode({.rank = 1, .world = 4, .pid = getpid(), .host = "n1"});
 //   store.send(FrameType::worker_hello, p, 5s);
@@ -24,7 +26,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/train.h"  // TrainAction
+#include "engine/core/comm/flight_recorder.h"  // CollectiveRecord
+#include "engine/core/train.h"                 // TrainAction
 #include "telemetry/status.h"
 
 namespace gantry {
@@ -78,8 +81,9 @@ struct WorkerHeartbeat {
   uint64_t collectives = 0;    // CommProgress::entered: the number of the collective it is in, or last left
   bool in_collective = false;  // inside collective #collectives now
   bool timed_out = false;      // its communicator broke on a collective timeout: it waited in vain
-  uint32_t interval_ms = 0;    // the next heartbeat is due this long after this one
+  uint32_t interval_ms = 0;    // the next heartbeat is due this long after this one; 0: no more will come
   uint32_t timeout_ms = 0;     // its collective timeout
+  std::vector<CollectiveRecord> recent;  // its flight recorder: the last collectives, oldest first
 };
 
 std::vector<uint8_t> worker_hello_encode(const WorkerHello& h);

@@ -152,15 +152,18 @@ std::string json_escape(const std::string& in) {
 // beat must not cut into.
 class Heartbeat {
  public:
+  // `watched_within`: the shortest silence the launcher calls a hang (the collective timeout, or its hang
+  // timeout when shorter).
   Heartbeat(StoreClient* to, const TrainProgress* progress, const Communicator* comm,
-            std::chrono::milliseconds timeout)
+            std::chrono::milliseconds timeout, std::chrono::milliseconds watched_within)
       : to_(to),
         progress_(progress),
         comm_(comm),
         timeout_(timeout),
         // Several beats within half a timeout, so a silent rank stands out before its peers give up; at
         // most one a second, so a long timeout costs the launcher nothing.
-        interval_(std::clamp(timeout / 4, std::chrono::milliseconds(100), std::chrono::milliseconds(1000))) {
+        interval_(
+            std::clamp(watched_within / 4, std::chrono::milliseconds(100), std::chrono::milliseconds(1000))) {
     thread_ = std::thread([this] {
       std::unique_lock<std::mutex> lock(wake_mu_);
       while (!quit_) {
@@ -178,21 +181,25 @@ class Heartbeat {
     }
     wake_.notify_all();
     thread_.join();
+    // "No more beats": what the worker does from here to its exit (the history, the goodbye) is not a
+    // hang, however long it takes; its exit is the launcher's to see.
+    beat(/*last=*/true);
   }
   Heartbeat(const Heartbeat&) = delete;
   Heartbeat& operator=(const Heartbeat&) = delete;
 
   // Sends one beat now (the thread's, and a failing worker's last before its goodbye). A failed send is
   // left to the records' warning: the launcher is slow or gone.
-  void beat() {
+  void beat(bool last = false) {
     WorkerHeartbeat h{.step = progress_->step.load(),
                       .phase = progress_->phase.load(),
-                      .interval_ms = static_cast<uint32_t>(interval_.count()),
+                      .interval_ms = last ? 0u : static_cast<uint32_t>(interval_.count()),
                       .timeout_ms = static_cast<uint32_t>(std::min<int64_t>(timeout_.count(), UINT32_MAX))};
     const CommProgress p = comm_->progress();
     h.collectives = p.entered;
     h.in_collective = p.inside;
     h.timed_out = p.timed_out;
+    h.recent = comm_->flight_record();
     (void)to_->send(FrameType::worker_heartbeat, worker_heartbeat_encode(h), kSendTimeout);
   }
 
@@ -624,8 +631,16 @@ WorkerResult worker_run(const WorkerOptions& options, const WorkerEnv& env) {
         options.collective_timeout.count() > 0
             ? options.collective_timeout
             : std::chrono::milliseconds(static_cast<int64_t>(cfg->train.collective_timeout_s * 1e3));
-    if (frames != nullptr)
-      heartbeat = std::make_unique<Heartbeat>(frames, &progress, dp->get(), collective_timeout);
+    if (frames != nullptr) {
+      // The launcher's hang timeout (gang.h), when it watches for one: beats must come several times in it.
+      std::chrono::milliseconds watched = collective_timeout;
+      if (const char* h = std::getenv(kHangTimeoutVariable); h != nullptr) {
+        char* end = nullptr;
+        const long long ms = std::strtoll(h, &end, 10);
+        if (end != h && *end == '\0' && ms > 0) watched = std::min(watched, std::chrono::milliseconds(ms));
+      }
+      heartbeat = std::make_unique<Heartbeat>(frames, &progress, dp->get(), collective_timeout, watched);
+    }
     const HeartbeatStop stop_heartbeat{heartbeat};
 
     // ---- train ------------------------------------------------------------------------------------------
