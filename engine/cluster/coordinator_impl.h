@@ -106,11 +106,12 @@ struct Coordinator::Impl {
     // Recovery (recover()): a failed gang is placed again from the newest committed checkpoint, up to
     // max_restarts times in a row without a newer checkpoint committed in between; 0 = a failure ends it.
     int max_restarts = kDefaultMaxRestarts;
-    int hang_timeout_s = kDefaultHangTimeoutS;  // submit's hang_timeout_s (1..3600)
-    int restarts = 0;                           // recoveries over the run's life
-    int restarts_in_row = 0;                    // since the newest checkpoint it restarted from
-    int64_t restarted_from = -1;                // that checkpoint's step (-1: none yet, or from the start)
-    StragglerWatch straggler;  // the straggler policy: scores of the current placement's ranks
+    int restarts = 0;             // recoveries over the run's life
+    int restarts_in_row = 0;      // since the newest checkpoint it restarted from
+    int64_t restarted_from = -1;  // that checkpoint's step (-1: none yet, or from the start)
+    StragglerWatch straggler;     // the straggler policy: scores of the current placement's ranks
+    // submit's hang_timeout_s (1..3600): the agents' launchers fail a gang whose rank is silent this long.
+    int hang_timeout_s = kDefaultHangTimeoutS;
     CheckpointPolicy checkpoint_policy;
     // How its MFU is computed (RunInfo); peak_flops 0 = each GPU's own, or unknown.
     std::string peak_name, mfu_formula;
