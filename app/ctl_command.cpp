@@ -34,7 +34,8 @@ struct CtlArgs {
   std::string checkpoint = "latest";
   int resume_dp = 0, resume_zero = -1;  // 0 / -1: the run's own
   std::string fault;
-  int rank = -1;  // inject: -1 = one at random
+  int rank = -1;   // inject: -1 = one at random
+  int64_t ms = 0;  // inject slow: the forward's delay
 };
 
 std::string cell(const json& v) {
@@ -155,7 +156,7 @@ int ctl_main(const std::string& what, const CtlArgs& a) {
   } else if (what == "quarantine" || what == "release") {
     r = what == "quarantine" ? api.quarantine(a.node) : api.release(a.node);
   } else if (what == "inject") {
-    r = api.inject(a.run, a.fault, a.rank);
+    r = api.inject(a.run, a.fault, a.rank, a.ms);
   } else if (what == "resume-from") {
     // A step number travels as a number, so that "42" names step 42 rather than a directory called "42".
     json ckpt = a.checkpoint;
@@ -272,10 +273,15 @@ void ctl_command_add(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(0, 3));
   CLI::App* inject =
       add("inject",
-          "A drill: kill (SIGKILL) or hang (SIGSTOP) one worker of a live run; refused unless the "
-          "coordinator was started with --allow-fault-injection");
+          "A drill: kill (SIGKILL), hang (SIGSTOP), slow (its forward slowed by --ms from its next step "
+          "on) or nan (its next step's gradients NaN: the step guard skips it) one worker of a live run; "
+          "refused unless the coordinator was started with --allow-fault-injection");
   inject->add_option("run", a->run, "The run's id")->required();
-  inject->add_option("fault", a->fault, "kill or hang")->required()->check(CLI::IsMember({"kill", "hang"}));
+  inject->add_option("fault", a->fault, "kill, hang, slow or nan")
+      ->required()
+      ->check(CLI::IsMember({"kill", "hang", "slow", "nan"}));
+  inject->add_option("--ms", a->ms, "slow: milliseconds added to each forward pass (1..600000)")
+      ->check(CLI::Range(int64_t{1}, int64_t{600000}));
   inject->add_option("--rank", a->rank, "The rank (default: one at random)")->check(CLI::Range(0, 1 << 20));
   CLI::App* ranks = add("ranks", "A run's ranks: node, slot, latest step, straggler scores");
   ranks->add_option("run", a->run, "The run's id")->required();

@@ -445,6 +445,12 @@ Status Agent::run(const std::atomic<bool>* stop) {
       for (const json& f : reply->value("inject", json::array())) {
         Impl::Share* s = m.find(f.value("run", int64_t{-1}));
         if (s == nullptr || s->generation != f.value("generation", -1)) continue;
+        if (const std::string kind = f.value("fault", ""); kind == "slow" || kind == "nan") {
+          s->commands.inject(f.value("rank", -1),
+                             {.kind = kind == "slow" ? WorkerInject::Kind::kSlow : WorkerInject::Kind::kNan,
+                              .delay_ms = f.value("ms", 0u)});
+          continue;
+        }
         const int sig = f.value("signal", 0);
         if (sig == SIGKILL || sig == SIGSTOP) s->commands.signal(f.value("rank", -1), sig);
       }

@@ -653,6 +653,7 @@ HttpResponse Coordinator::Impl::inject(const HttpRequest& req) {
   JsonFields f(req.body);
   std::optional<std::string> fault = f.string("fault");
   std::optional<int64_t> rank = f.integer("rank", 0, (int64_t{1} << 20) - 1, JsonFields::optional);
+  std::optional<int64_t> ms = f.integer("ms", 1, 600000, JsonFields::optional);
   if (Status s = f.finish(); !s.ok()) return HttpResponse::error(400, s.message());
   if (!opt.allow_fault_injection) {
     return HttpResponse::error(
@@ -663,12 +664,18 @@ HttpResponse Coordinator::Impl::inject(const HttpRequest& req) {
   int sig = 0;
   if (*fault == "kill") sig = SIGKILL;
   if (*fault == "hang") sig = SIGSTOP;
-  if (sig == 0) {
+  // slow and nan reach the worker as a frame (train.h's TrainLiveFaults), not as a signal.
+  const bool live = *fault == "slow" || *fault == "nan";
+  if (sig == 0 && !live) {
     return HttpResponse::error(400,
                                "field \"fault\": \"" + one_line(fault->substr(0, 64)) +
-                                   "\" is not a fault this coordinator injects: give \"kill\" (SIGKILL) or "
-                                   "\"hang\" (SIGSTOP)");
+                                   "\" is not a fault this coordinator injects: give \"kill\" (SIGKILL), "
+                                   "\"hang\" (SIGSTOP), \"slow\" (with \"ms\") or \"nan\"");
   }
+  if (*fault == "slow" && !ms)
+    return HttpResponse::error(400, "field \"ms\": \"slow\" needs the forward's delay in ms (1..600000)");
+  if (*fault != "slow" && ms)
+    return HttpResponse::error(400, "field \"ms\": only \"slow\" takes a delay, not \"" + *fault + "\"");
   std::lock_guard<std::mutex> lock(mu);
   HttpResponse err;
   Run* r = find_run(req, &err);
@@ -689,12 +696,15 @@ HttpResponse Coordinator::Impl::inject(const HttpRequest& req) {
     return HttpResponse::error(
         409, "rank " + std::to_string(target) + " of run " + std::to_string(r->id) + " is on no node now");
   }
-  it->second.inject.push_back(
-      {{"run", r->id}, {"generation", r->generation}, {"rank", target}, {"signal", sig}});
+  json order = {{"run", r->id}, {"generation", r->generation}, {"rank", target}, {"signal", sig}};
+  json payload = {{"fault", *fault}, {"rank", target}, {"from", req.remote}, {"generation", r->generation}};
+  if (live) order["fault"] = *fault;
+  if (ms) order["ms"] = payload["ms"] = *ms;
+  it->second.inject.push_back(std::move(order));
   event(r->id, "fault_injected",
-        "fault \"" + *fault + "\" injected into rank " + std::to_string(target) + " on " + node + " by " +
-            req.remote,
-        {{"fault", *fault}, {"rank", target}, {"from", req.remote}, {"generation", r->generation}},
+        "fault \"" + *fault + "\"" + (ms ? " (" + std::to_string(*ms) + " ms)" : std::string()) +
+            " injected into rank " + std::to_string(target) + " on " + node + " by " + req.remote,
+        std::move(payload),
         -1,  // an act in time, like node_failed, not a step's: a recovery's rewind keeps it
         node);
   return HttpResponse::ok({{"run", r->id}, {"fault", *fault}, {"rank", target}, {"node", node}}, 202);

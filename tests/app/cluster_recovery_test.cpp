@@ -299,6 +299,93 @@ TEST_F(ClusterRecovery, HangTimeoutIsValidated) {
   EXPECT_TRUE(get("/v1/runs")["runs"].empty()) << get("/v1/runs").dump();
 }
 
+// `inject RUN slow|nan` reach the rank's train loop through its agent and launcher as a frame: no worker
+// fault at start here, so the slowness and the skipped step are the injection's alone.
+class ClusterLiveDrills : public ClusterDrills {
+ protected:
+  std::string worker_fault() const override { return ""; }
+};
+
+// slow: rank 2's forward is slowed by 500 ms from its next step on; the straggler policy flags it with the
+// forward as the slow phase, the injection is an event, and a slow rank is not called hung.
+TEST_F(ClusterLiveDrills, AnInjectedSlowRankIsFlaggedNotHung) {
+  const int64_t id = submit(100000, {{"straggler",
+                                      {{"window_steps", 5},
+                                       {"min_samples", 5},
+                                       {"windows_to_flag", 2},
+                                       {"relative_threshold", 0.4},
+                                       {"individual_threshold", 0}}}});
+  ASSERT_GE(id, 0);
+  const std::string run = "/v1/runs/" + std::to_string(id);
+  ASSERT_TRUE(eventually([&] { return last_step(id) >= 3; }, 60s)) << run_state(id).dump();
+  workers_ = children_of(pids_);
+  for (const auto& [body, want] : std::vector<std::pair<json, std::string>>{
+           {{{"fault", "slow"}, {"rank", 2}}, "needs the forward's delay"},
+           {{{"fault", "slow"}, {"rank", 2}, {"ms", 0}}, "ms"},
+           {{{"fault", "nan"}, {"rank", 2}, {"ms", 5}}, "only \"slow\" takes a delay"}}) {
+    Result<HttpReply> bad = api_->post(run + "/inject", body);
+    ASSERT_TRUE(bad.ok()) << bad.error();
+    EXPECT_EQ(bad->status, 400) << body.dump();
+    EXPECT_THAT(bad->error_message(), HasSubstr(want)) << body.dump();
+  }
+  testing_support::Outcome ctl =
+      run_engine("ctl --url " + url_ + " --token-file " + (dir_ / "token").string() + " inject " +
+                 std::to_string(id) + " slow --rank 2 --ms 500");
+  ASSERT_EQ(ctl.code, 0) << ctl.err;
+  EXPECT_THAT(ctl.out, HasSubstr("slow injected into rank 2 on node-1"));
+  json ranks;
+  ASSERT_TRUE(eventually(
+      [&] {
+        ranks = get(run + "/ranks");
+        return ranks["straggler"]["flagged"] == json::array({2});
+      },
+      90s))
+      << ranks.dump();
+  for (const json& k : ranks["ranks"]) {
+    if (k["rank"] != 2) continue;
+    EXPECT_EQ(k["straggler"]["slow_phase"], "forward") << k.dump();
+    EXPECT_GT(k["straggler"]["slow_phase_excess_s"].get<double>(), 0.25) << k.dump();
+  }
+  const std::vector<json> injected = events(id, "fault_injected");
+  ASSERT_EQ(injected.size(), 1u);
+  const json p = json::parse(injected[0]["payload"].get<std::string>());
+  EXPECT_EQ(p["fault"], "slow");
+  EXPECT_EQ(p["ms"], 500);
+  EXPECT_EQ(p["rank"], 2);
+  EXPECT_TRUE(events(id, "hang").empty());
+  EXPECT_EQ(run_state(id)["restarts"], 0);
+  workers_ = children_of(pids_);
+  ASSERT_TRUE(api_->post_json(run + "/stop", json::object()).ok());
+  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 60s)) << run_state(id).dump();
+}
+
+// nan: rank 1's gradients of its next step are NaN; the gang's norm is NaN, the step guard skips that
+// step (a step_skipped event) and the run trains on without a restart.
+TEST_F(ClusterLiveDrills, AnInjectedNanStepIsSkipped) {
+  const int64_t id = submit(100000, json::object());
+  ASSERT_GE(id, 0);
+  const std::string run = "/v1/runs/" + std::to_string(id);
+  ASSERT_TRUE(eventually([&] { return last_step(id) >= 3; }, 60s)) << run_state(id).dump();
+  workers_ = children_of(pids_);
+  EXPECT_TRUE(events(id, "step_skipped").empty());
+  testing_support::Outcome ctl =
+      run_engine("ctl --url " + url_ + " --token-file " + (dir_ / "token").string() + " inject " +
+                 std::to_string(id) + " nan --rank 1");
+  ASSERT_EQ(ctl.code, 0) << ctl.err;
+  EXPECT_THAT(ctl.out, HasSubstr("nan injected into rank 1 on node-0"));
+  ASSERT_TRUE(eventually([&] { return !events(id, "step_skipped").empty(); }, 60s));
+  const std::vector<json> skipped = events(id, "step_skipped");
+  EXPECT_THAT(skipped[0]["message"].get<std::string>(), HasSubstr("skipped"));
+  const int64_t at = skipped[0].value("step", int64_t{-1});
+  ASSERT_TRUE(eventually([&] { return last_step(id) > at + 2; }, 60s)) << run_state(id).dump();
+  EXPECT_EQ(run_state(id)["restarts"], 0);
+  EXPECT_EQ(run_state(id)["state"], "running");
+  EXPECT_EQ(events(id, "fault_injected").size(), 1u);
+  workers_ = children_of(pids_);
+  ASSERT_TRUE(api_->post_json(run + "/stop", json::object()).ok());
+  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 60s)) << run_state(id).dump();
+}
+
 // A slow rank is not a hung one: rank 2's forward takes 4 s a step, twice the run's hang timeout, and its
 // peers wait that long in their collective every step; all keep beating, so no rank is called hung and
 // the run finishes without a restart.

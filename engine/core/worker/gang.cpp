@@ -244,6 +244,16 @@ std::vector<std::pair<int, int>> GangCommands::take_signals() {
   return std::exchange(signals_, {});
 }
 
+void GangCommands::inject(int rank, WorkerInject fault) {
+  std::lock_guard<std::mutex> lock(mu_);
+  injects_.emplace_back(rank, fault);
+}
+
+std::vector<std::pair<int, WorkerInject>> GangCommands::take_injects() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::exchange(injects_, {});
+}
+
 GangResult gang_run(const GangOptions& o) {
   GangResult res;
   const int n = o.nproc;
@@ -442,6 +452,12 @@ GangResult gang_run(const GangOptions& o) {
         // Queued on the worker's socket; a worker that has gone is reported by take_gone, not here.
         (void)server.send(slots[static_cast<size_t>(local)].client,
                           static_cast<uint8_t>(FrameType::worker_command), worker_command_encode(command));
+      }
+      for (auto [rank, fault] : o.commands->take_injects()) {
+        const int local = rank - base;
+        if (local < 0 || local >= n || !slots[static_cast<size_t>(local)].alive) continue;
+        (void)server.send(slots[static_cast<size_t>(local)].client,
+                          static_cast<uint8_t>(FrameType::worker_inject), worker_inject_encode(fault));
       }
       for (auto [rank, sig] : o.commands->take_signals()) {
         const int local = rank - base;

@@ -64,11 +64,15 @@ class GangCommands {
   // failure does. A rank no longer alive is skipped.
   void signal(int rank, int sig);
   std::vector<std::pair<int, int>> take_signals();
+  // A drill's fault for `rank` (`ctl inject RUN slow|nan`), delivered as a worker_inject frame.
+  void inject(int rank, WorkerInject fault);
+  std::vector<std::pair<int, WorkerInject>> take_injects();
 
  private:
   std::mutex mu_;
   std::vector<std::pair<int, WorkerCommand>> queue_;
   std::vector<std::pair<int, int>> signals_;
+  std::vector<std::pair<int, WorkerInject>> injects_;
 };
 
 struct GangOptions {

@@ -111,6 +111,24 @@ Result<WorkerCommand> worker_command_decode(std::span<const uint8_t> payload) {
   return c;
 }
 
+std::vector<uint8_t> worker_inject_encode(const WorkerInject& i) {
+  StoreWriter w;
+  w.u32(static_cast<uint32_t>(i.kind));
+  w.u32(i.delay_ms);
+  return std::move(w.out());
+}
+
+Result<WorkerInject> worker_inject_decode(std::span<const uint8_t> payload) {
+  StoreReader in(payload.data(), payload.size());
+  const uint32_t kind = in.u32();
+  const uint32_t delay = in.u32();
+  if (!in.ok() || in.left() != 0) return bad("worker_inject", payload.size());
+  if (kind != 1 && kind != 2)
+    return Status::error("worker_inject frame names fault " + std::to_string(kind) +
+                         ": expected 1 (slow) or 2 (nan)");
+  return WorkerInject{.kind = static_cast<WorkerInject::Kind>(kind), .delay_ms = delay};
+}
+
 std::vector<uint8_t> worker_heartbeat_encode(const WorkerHeartbeat& h) {
   StoreWriter w;
   w.u64(static_cast<uint64_t>(h.step));

@@ -10,6 +10,7 @@
 //   worker_run      summary str | config_toml str | code_version str | data_version str | backend str |
 //                   params u64
 //   worker_command  action u32 (TrainAction: 1 checkpoint, 2 pause, 3 resume, 4 stop) | id u64 | from str
+//   worker_inject   kind u32 (1 slow, 2 nan) | delay_ms u32
 //   worker_heartbeat step u64 | phase u32 (TrainPhase) | collectives u64 | flags u32 (1 inside a collective,
 //                   2 its communicator timed out) | interval_ms u32 | timeout_ms u32 |
 //                   [recent u32 | recent x (seq u64 | op str | bytes u64 | entered_unix_ms u64 |
@@ -73,6 +74,14 @@ struct WorkerCommand {
   std::string from;  // who asked: "ctl@127.0.0.1:51234", "gantry-engine run", ...
 };
 
+// A drill's fault for one rank (`ctl inject RUN slow|nan`, train.h's TrainLiveFaults): slow = its forward
+// pass sleeps delay_ms from its next step on; nan = its next step's gradients are NaN.
+struct WorkerInject {
+  enum class Kind : uint32_t { kSlow = 1, kNan = 2 };
+  Kind kind = Kind::kSlow;
+  uint32_t delay_ms = 0;
+};
+
 // Sent every interval_ms from a thread of the worker's own that never waits on a collective, and once more
 // just before a failed worker's exit: the launcher names a hung gang's culprit from these (hang_blame.h).
 struct WorkerHeartbeat {
@@ -95,6 +104,9 @@ Result<WorkerRun> worker_run_decode(std::span<const uint8_t> payload);
 std::vector<uint8_t> worker_command_encode(const WorkerCommand& c);
 // Refuses an action outside checkpoint..stop, naming the number it got.
 Result<WorkerCommand> worker_command_decode(std::span<const uint8_t> payload);
+std::vector<uint8_t> worker_inject_encode(const WorkerInject& i);
+// Refuses a kind other than slow (1) or nan (2), naming the number it got.
+Result<WorkerInject> worker_inject_decode(std::span<const uint8_t> payload);
 std::vector<uint8_t> worker_heartbeat_encode(const WorkerHeartbeat& h);
 // Refuses a phase this launcher does not know, naming the number it got.
 Result<WorkerHeartbeat> worker_heartbeat_decode(std::span<const uint8_t> payload);

@@ -96,7 +96,8 @@ std::string local_address(int fd) {
 // reader is the StoreClient (store_client.h keeps commands that arrive while a request waits).
 class CommandControl final : public TrainControl {
  public:
-  CommandControl(StoreClient* frames, int rank) : frames_(frames), rank_(rank) {}
+  CommandControl(StoreClient* frames, int rank, TrainLiveFaults* faults)
+      : frames_(frames), rank_(rank), faults_(faults) {}
 
   TrainAction poll() override {
     std::vector<Frame> got;
@@ -107,6 +108,10 @@ class CommandControl final : public TrainControl {
                    st.message().c_str());
     }
     for (const Frame& f : got) {
+      if (f.type == static_cast<uint8_t>(FrameType::worker_inject)) {
+        apply_inject(f);
+        continue;
+      }
       if (f.type != static_cast<uint8_t>(FrameType::worker_command)) continue;  // a newer launcher's frame
       Result<WorkerCommand> c = worker_command_decode(f.payload);
       if (!c.ok()) {
@@ -125,8 +130,27 @@ class CommandControl final : public TrainControl {
   const WorkerCommand& taken() const { return taken_; }
 
  private:
+  void apply_inject(const Frame& f) {
+    Result<WorkerInject> i = worker_inject_decode(f.payload);
+    if (!i.ok()) {
+      std::fprintf(stderr, "gantry-engine worker (rank %d): warning: ignored a fault: %s\n", rank_,
+                   i.error().c_str());
+      return;
+    }
+    if (i->kind == WorkerInject::Kind::kSlow) {
+      faults_->forward_delay_ms.store(i->delay_ms);
+      std::fprintf(stderr, "gantry-engine worker (rank %d): injected fault: forward slowed by %u ms\n", rank_,
+                   i->delay_ms);
+    } else {
+      faults_->nan_next_step.store(true);
+      std::fprintf(stderr, "gantry-engine worker (rank %d): injected fault: NaN gradients next step\n",
+                   rank_);
+    }
+  }
+
   StoreClient* frames_;
   int rank_;
+  TrainLiveFaults* faults_;
   std::deque<WorkerCommand> queue_;
   WorkerCommand taken_;
   bool warned_ = false;
@@ -646,11 +670,12 @@ WorkerResult worker_run(const WorkerOptions& options, const WorkerEnv& env) {
     // ---- train ------------------------------------------------------------------------------------------
     DistContext ctx{.dims = dims.value(), .dp = dp->get(), .store = &store, .timeout = collective_timeout};
     WorkerObserver observer(env, frames, device, fault.value(), options.local);
-    // Only rank 0's answer counts (train.h); the other ranks need no control at all.
+    // Only rank 0's answer counts (train.h); every rank's control takes the drills' faults for it.
     std::unique_ptr<CommandControl> control;
-    if (frames != nullptr && env.rank == 0) {
-      control = std::make_unique<CommandControl>(frames, env.rank);
-      observer.set_control(control.get());
+    TrainLiveFaults live_faults;
+    if (frames != nullptr) {
+      control = std::make_unique<CommandControl>(frames, env.rank, &live_faults);
+      if (env.rank == 0) observer.set_control(control.get());
     }
     TrainOptions topt{.out_dir = options.out_dir,
                       .resume = options.resume,
@@ -661,6 +686,7 @@ WorkerResult worker_run(const WorkerOptions& options, const WorkerEnv& env) {
                       .progress = &progress,
                       .test_forward_delay = std::chrono::milliseconds(
                           fault->kind == WorkerFault::slow_forward ? fault->delay_ms : 0),
+                      .live_faults = &live_faults,
                       .test_nan_grad_step = fault->kind == WorkerFault::nan_grad ? fault->step : 0,
                       .test_checkpoint_hook = checkpoint_fault_hook(fault.value(), env.rank),
                       .test_flip_bit_step = fault->kind == WorkerFault::flip_bit ? fault->step : 0};

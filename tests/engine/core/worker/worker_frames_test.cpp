@@ -203,6 +203,22 @@ TEST(WorkerFrames, HeartbeatRoundTripAndBadPhase) {
   EXPECT_THAT(worker_heartbeat_decode(bad).error(), HasSubstr("malformed"));
 }
 
+TEST(WorkerFrames, InjectRoundTripAndBadKind) {
+  Result<WorkerInject> slow =
+      worker_inject_decode(worker_inject_encode({.kind = WorkerInject::Kind::kSlow, .delay_ms = 500}));
+  ASSERT_TRUE(slow.ok()) << slow.error();
+  EXPECT_EQ(slow->kind, WorkerInject::Kind::kSlow);
+  EXPECT_EQ(slow->delay_ms, 500u);
+  Result<WorkerInject> nan = worker_inject_decode(worker_inject_encode({.kind = WorkerInject::Kind::kNan}));
+  ASSERT_TRUE(nan.ok()) << nan.error();
+  EXPECT_EQ(nan->kind, WorkerInject::Kind::kNan);
+  std::vector<uint8_t> bad = worker_inject_encode({.kind = WorkerInject::Kind::kNan});
+  bad[0] = 7;
+  EXPECT_THAT(worker_inject_decode(bad).error(), HasSubstr("fault 7"));
+  bad.pop_back();
+  EXPECT_THAT(worker_inject_decode(bad).error(), HasSubstr("malformed"));
+}
+
 // The flight recorder rides on the heartbeat; a beat of an older worker (ending before it) still decodes,
 // and a count past what the frame holds is refused rather than allocated.
 TEST(WorkerFrames, HeartbeatCarriesTheFlightRecorder) {
