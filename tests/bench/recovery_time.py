@@ -100,9 +100,9 @@ def main():
                 if kind in ("kill", "hang"):
                     workers = [w for p in agents.values() for w in children(p) if rank_of(w) is not None]
                     victim = random.choice(workers)
+                    what = f"rank {rank_of(victim)}"  # before the kill: a killed process has no environ
                     t0 = time.time()
                     os.kill(victim, signal.SIGKILL if kind == "kill" else signal.SIGSTOP)
-                    what = f"rank {rank_of(victim)}"
                 else:
                     node = random.choice(list(agents))
                     ws = children(agents[node])
