@@ -1,9 +1,10 @@
 // gantry-engine ctl: the coordinator's API from a terminal (engine/cluster/api_client.h). Tables by
 // default, the API's JSON with --json.
 //   ctl --url U --token-file F status | runs | submit --config C --dp N [--checkpoint-every N] [--keep-last
-//   K] |
+//   K] [--hang-timeout S] |
 //       checkpoint|pause|resume|stop RUN | ranks RUN | events RUN | quarantine|release NODE |
-//       resume-from RUN [--checkpoint latest|STEP|step_N] [--dp N] [--zero Z]
+//       resume-from RUN [--checkpoint latest|STEP|step_N] [--dp N] [--zero Z] |
+//       inject RUN kill|hang|slow|nan [--rank N] [--ms MS]
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>
@@ -28,6 +29,7 @@ struct CtlArgs {
   int64_t max_steps = -1;
   int64_t checkpoint_every = 0;  // 0: no checkpoint policy
   int keep_last = 0;             // 0: keep every checkpoint
+  int hang_timeout_s = 0;        // 0: the coordinator's default (10 s)
   std::string name;
   int64_t run = 0;
   std::string node;
@@ -150,6 +152,7 @@ int ctl_main(const std::string& what, const CtlArgs& a) {
     if (a.max_steps >= 0) body["max_steps"] = a.max_steps;
     if (a.checkpoint_every > 0) body["checkpoint_every_steps"] = a.checkpoint_every;
     if (a.keep_last > 0) body["keep_last"] = a.keep_last;
+    if (a.hang_timeout_s > 0) body["hang_timeout_s"] = a.hang_timeout_s;
     if (!a.name.empty()) body["name"] = a.name;
     r = api.submit(body);
     if (!r.ok() && r.error().find(" 409 ") != std::string::npos) return fail(r.error(), 3);
@@ -251,6 +254,11 @@ void ctl_command_add(CLI::App& app, int* exit_code) {
       ->add_option("--keep-last", a->keep_last,
                    "Keep the newest K committed checkpoints; the coordinator deletes older ones")
       ->check(CLI::Range(1, 100000));
+  submit
+      ->add_option("--hang-timeout", a->hang_timeout_s,
+                   "Seconds a running worker may send no heartbeat before its gang fails naming it as hung "
+                   "(default 10)")
+      ->check(CLI::Range(1, 3600));
   for (const char* action : {"checkpoint", "pause", "resume", "stop"}) {
     CLI::App* sub = add(action, std::string("Ask run RUN to ") + action + " at its next step boundary");
     sub->add_option("run", a->run, "The run's id")->required();
