@@ -527,15 +527,15 @@ GangResult gang_run(const GangOptions& o) {
           s.state_at_failure = s.alive ? hang_process_state(s.w.pid) : 0;
           s.silent_at_failure = std::chrono::duration_cast<std::chrono::milliseconds>(now - s.beat_at);
         }
-        begin_stop(o.fail_grace);
         if (failure->cause == Cause::hung) {
           // A hung rank cannot act on SIGTERM (a stopped one does not even run): waiting out the grace for
           // it only delays the recovery. Its peers, blocked in a collective with it, fail at once when its
-          // connections close.
+          // connections close. Killed before the others' SIGTERM, so SIGKILL is what ends it.
           Slot& h = slots[static_cast<size_t>(failure->rank)];
           h.w.killed_by_launcher = true;
           ::kill(static_cast<pid_t>(h.w.pid), SIGKILL);
         }
+        begin_stop(o.fail_grace);
       }
       round.clear();
     }
