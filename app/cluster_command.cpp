@@ -410,9 +410,10 @@ void cluster_commands_add(CLI::App& app, int* exit_code) {
                     "Heartbeats per second the coordinator asks for at most, over all nodes: with more nodes "
                     "each beats less often (default 2500: every 5 s at 12,500 nodes)")
         ->check(CLI::PositiveNumber);
-    sub->add_flag("--allow-fault-injection", a->allow_fault_injection,
-                  "Accept POST /v1/runs/{id}/inject (`ctl inject`): kill or hang a worker on purpose, for "
-                  "drills and tests; off by default");
+    sub->add_flag(
+        "--allow-fault-injection", a->allow_fault_injection,
+        "Accept POST /v1/runs/{id}/inject (`ctl inject`): kill, hang, slow or NaN a worker on purpose, for "
+        "drills and tests; off by default");
     sub->add_option("--tls-cert", a->tls_cert, "PEM certificate for HTTPS (with --tls-key)");
     sub->add_option("--tls-key", a->tls_key, "PEM key for HTTPS");
     sub->add_option("--adopt-grace", a->adopt_grace_s,
@@ -478,7 +479,7 @@ void cluster_commands_add(CLI::App& app, int* exit_code) {
                     "The coordinator's heartbeat budget (see `coordinator --help`)")
         ->check(CLI::PositiveNumber);
     sub->add_flag("--allow-fault-injection", a->allow_fault_injection,
-                  "The coordinator accepts `ctl inject` (kill or hang a worker on purpose)");
+                  "The coordinator accepts `ctl inject` (kill, hang, slow or NaN a worker on purpose)");
     sub->callback([a, exit_code] { *exit_code = up_main(*a); });
   }
   {

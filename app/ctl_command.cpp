@@ -1,9 +1,10 @@
 // gantry-engine ctl: the coordinator's API from a terminal (engine/cluster/api_client.h). Tables by
 // default, the API's JSON with --json.
 //   ctl --url U --token-file F status | runs | submit --config C --dp N [--checkpoint-every N] [--keep-last
-//   K] |
+//   K] [--hang-timeout S] |
 //       checkpoint|pause|resume|stop RUN | ranks RUN | events RUN | quarantine|release NODE |
-//       resume-from RUN [--checkpoint latest|STEP|step_N] [--dp N] [--zero Z] | goodput RUN
+//       resume-from RUN [--checkpoint latest|STEP|step_N] [--dp N] [--zero Z] | goodput RUN |
+//       inject RUN kill|hang|slow|nan [--rank N] [--ms MS]
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>
@@ -30,13 +31,17 @@ struct CtlArgs {
   std::string checkpoint_policy;  // "": the coordinator's default (fixed)
   int min_dp = 0, max_dp = 0;     // 0: not sent (the coordinator's defaults: 1 and no bound)
   int keep_last = 0;              // 0: keep every checkpoint
+  int64_t checkpoint_every = 0;   // 0: no checkpoint policy
+  int keep_last = 0;              // 0: keep every checkpoint
+  int hang_timeout_s = 0;         // 0: the coordinator's default (10 s)
   std::string name;
   int64_t run = 0;
   std::string node;
   std::string checkpoint = "latest";
   int resume_dp = 0, resume_zero = -1;  // 0 / -1: the run's own
   std::string fault;
-  int rank = -1;  // inject: -1 = one at random
+  int rank = -1;   // inject: -1 = one at random
+  int64_t ms = 0;  // inject slow: the forward's delay
 };
 
 std::string cell(const json& v) {
@@ -209,13 +214,14 @@ int ctl_main(const std::string& what, const CtlArgs& a) {
     if (!a.checkpoint_policy.empty()) body["checkpoint_policy"] = a.checkpoint_policy;
     if (a.min_dp > 0) body["min_dp"] = a.min_dp;
     if (a.max_dp > 0) body["max_dp"] = a.max_dp;
+    if (a.hang_timeout_s > 0) body["hang_timeout_s"] = a.hang_timeout_s;
     if (!a.name.empty()) body["name"] = a.name;
     r = api.submit(body);
     if (!r.ok() && r.error().find(" 409 ") != std::string::npos) return fail(r.error(), 3);
   } else if (what == "quarantine" || what == "release") {
     r = what == "quarantine" ? api.quarantine(a.node) : api.release(a.node);
   } else if (what == "inject") {
-    r = api.inject(a.run, a.fault, a.rank);
+    r = api.inject(a.run, a.fault, a.rank, a.ms);
   } else if (what == "resume-from") {
     // A step number travels as a number, so that "42" names step 42 rather than a directory called "42".
     json ckpt = a.checkpoint;
@@ -322,6 +328,11 @@ void ctl_command_add(CLI::App& app, int* exit_code) {
       ->add_option("--keep-last", a->keep_last,
                    "Keep the newest K committed checkpoints; the coordinator deletes older ones")
       ->check(CLI::Range(1, 100000));
+  submit
+      ->add_option("--hang-timeout", a->hang_timeout_s,
+                   "Seconds a running worker may send no heartbeat before its gang fails naming it as hung "
+                   "(default 10)")
+      ->check(CLI::Range(1, 3600));
   for (const char* action : {"checkpoint", "pause", "resume", "stop"}) {
     CLI::App* sub = add(action, std::string("Ask run RUN to ") + action + " at its next step boundary");
     sub->add_option("run", a->run, "The run's id")->required();
@@ -344,10 +355,15 @@ void ctl_command_add(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(0, 3));
   CLI::App* inject =
       add("inject",
-          "A drill: kill (SIGKILL) or hang (SIGSTOP) one worker of a live run; refused unless the "
-          "coordinator was started with --allow-fault-injection");
+          "A drill: kill (SIGKILL), hang (SIGSTOP), slow (its forward slowed by --ms from its next step "
+          "on) or nan (its next step's gradients NaN: the step guard skips it) one worker of a live run; "
+          "refused unless the coordinator was started with --allow-fault-injection");
   inject->add_option("run", a->run, "The run's id")->required();
-  inject->add_option("fault", a->fault, "kill or hang")->required()->check(CLI::IsMember({"kill", "hang"}));
+  inject->add_option("fault", a->fault, "kill, hang, slow or nan")
+      ->required()
+      ->check(CLI::IsMember({"kill", "hang", "slow", "nan"}));
+  inject->add_option("--ms", a->ms, "slow: milliseconds added to each forward pass (1..600000)")
+      ->check(CLI::Range(int64_t{1}, int64_t{600000}));
   inject->add_option("--rank", a->rank, "The rank (default: one at random)")->check(CLI::Range(0, 1 << 20));
   CLI::App* ranks = add("ranks", "A run's ranks: node, slot, latest step, straggler scores");
   ranks->add_option("run", a->run, "The run's id")->required();

@@ -48,6 +48,7 @@ struct RunArgs {
   double join_timeout_s = 60;
   double stop_grace_s = 60;
   double collective_timeout_s = 0;  // 0 = the config's train.collective_timeout_s
+  double hang_timeout_s = 10;       // 0 = off (gang.h's hang_timeout)
 };
 
 std::chrono::milliseconds ms_of(double seconds) {
@@ -134,6 +135,7 @@ int run_main(const RunArgs& a) {
     g.cuda_devices.resize(static_cast<size_t>(a.nproc));
   }
   g.join_timeout = ms_of(a.join_timeout_s);
+  g.hang_timeout = ms_of(a.hang_timeout_s);
   g.stop_grace = ms_of(a.stop_grace_s);
   g.stop = &g_stop;
   g.kill_now = &g_kill;
@@ -292,6 +294,10 @@ void run_command_add(CLI::App& app, int* exit_code) {
                   "Seconds any collective or store wait may take before the gang fails, naming the rank that "
                   "stopped answering (default: the config's train.collective_timeout_s, 120 s if unset)")
       ->check(CLI::Range(kCollectiveTimeoutMinS, kCollectiveTimeoutMaxS));
+  sub->add_option("--hang-timeout", args->hang_timeout_s,
+                  "Seconds a running worker may send no heartbeat (its own thread beats through compute, "
+                  "checkpoints and collectives) before the gang fails naming it as hung; 0 = off")
+      ->check(CLI::Range(0.0, 3600.0));
   sub->add_option(
          "--stop-grace", args->stop_grace_s,
          "After Ctrl-C or SIGTERM, seconds the workers have to checkpoint and exit before they are killed "

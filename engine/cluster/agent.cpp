@@ -74,6 +74,50 @@ void append_records(RecordBatch& to, RecordBatch&& from) {
   add(to.rank_steps, from.rank_steps);
 }
 
+json collective_json(const CollectiveRecord& c) {
+  return {{"seq", c.seq},
+          {"op", c.op},
+          {"bytes", c.bytes},
+          {"entered_unix_ms", c.entered_unix_ms},
+          {"left_unix_ms", c.left_unix_ms},  // 0: still inside
+          {"ok", c.ok}};
+}
+
+// What a hung gang's culprit and its node's peers were doing, from their newest heartbeats: the run's
+// `hang` event carries it (the culprit's flight recorder whole; each peer's step, phase and collective).
+json hang_report_json(const GangResult& r) {
+  json report = {{"rank", r.failed_rank},
+                 {"detected_by", r.hang_by_timeout ? "hang_timeout" : "collective_timeout"},
+                 {"error", r.error}};
+  if (r.hang_by_timeout) {
+    report["silent_ms"] = r.hang_silent_ms;
+    report["process_state"] = r.hang_process_state == 0 ? "" : std::string(1, r.hang_process_state);
+  }
+  json peers = json::array();
+  for (const GangWorker& w : r.workers) {
+    const WorkerHeartbeat& h = w.heartbeat;
+    json where = {{"rank", w.rank},
+                  {"pid", w.pid},
+                  {"heartbeat", w.has_heartbeat},
+                  {"step", h.step},
+                  {"phase", train_phase_name(h.phase)},
+                  {"collective", h.collectives},
+                  {"in_collective", h.in_collective}};
+    if (w.rank != r.failed_rank) {
+      peers.push_back(std::move(where));
+      continue;
+    }
+    report.update(where);
+    json fr = json::array();
+    for (const CollectiveRecord& c : h.recent) fr.push_back(collective_json(c));
+    report["flight_recorder"] = std::move(fr);
+    if (!h.recent.empty() && h.recent.back().seq == h.collectives)
+      report["last_collective"] = collective_json(h.recent.back());
+  }
+  report["node_peers"] = std::move(peers);
+  return report;
+}
+
 // One heartbeat (agent_beat.h: the control part as JSON, the records in the binary codec) and the
 // coordinator's JSON reply; a non-2xx answer is an error naming the status and the coordinator's message.
 // *http is the reply's status (0 when none came).
@@ -192,6 +236,8 @@ struct Agent::Impl {
       for (int slot : a.at("slots")) g.cuda_devices.push_back(std::to_string(slot));
     }
     g.stop = &s.stop;
+    // The run's hang timeout (submit's hang_timeout_s): this node's launcher watches its own ranks' beats.
+    g.hang_timeout = std::chrono::milliseconds(a.value("hang_timeout_ms", int64_t{0}));
     g.kill_now = &s.kill;
     g.stop_grace = opt.stop_grace;
     g.commands = &s.commands;
@@ -410,6 +456,7 @@ Status Agent::run(const std::atomic<bool>* stop) {
                        {"failed_rank", r.failed_rank},
                        {"cause_rank", r.failed_cause_rank},
                        {"agent_stopping", stopping}});
+      if (r.hang) ended.back()["hang"] = hang_report_json(r);
       m.log("run " + std::to_string(it->run) + ": gang ended with code " + std::to_string(r.code) +
             (r.error.empty() ? "" : ": " + r.error));
       const int64_t ended_run = it->run;
@@ -468,6 +515,12 @@ Status Agent::run(const std::atomic<bool>* stop) {
       for (const json& f : reply->value("inject", json::array())) {
         Impl::Share* s = m.find(f.value("run", int64_t{-1}));
         if (s == nullptr || s->generation != f.value("generation", -1)) continue;
+        if (const std::string kind = f.value("fault", ""); kind == "slow" || kind == "nan") {
+          s->commands.inject(f.value("rank", -1),
+                             {.kind = kind == "slow" ? WorkerInject::Kind::kSlow : WorkerInject::Kind::kNan,
+                              .delay_ms = f.value("ms", 0u)});
+          continue;
+        }
         const int sig = f.value("signal", 0);
         if (sig == SIGKILL || sig == SIGSTOP) s->commands.signal(f.value("rank", -1), sig);
       }

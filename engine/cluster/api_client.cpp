@@ -73,9 +73,10 @@ ApiRequest ApiClient::quarantine_request(const std::string& node) {
   return {.path = node_path(node) + "/quarantine", .body = json::object()};
 }
 
-ApiRequest ApiClient::inject_request(int64_t run, const std::string& fault, int rank) {
+ApiRequest ApiClient::inject_request(int64_t run, const std::string& fault, int rank, int64_t ms) {
   json body = {{"fault", fault}};
   if (rank >= 0) body["rank"] = rank;
+  if (ms > 0) body["ms"] = ms;
   return {.path = run_path(run) + "/inject", .body = body};
 }
 

@@ -78,8 +78,9 @@ class ApiClient {
   Result<nlohmann::json> quarantine(const std::string& node) { return send_json(quarantine_request(node)); }
   Result<nlohmann::json> release(const std::string& node) { return send_json(release_request(node)); }
   // A drill: "kill" or "hang" one rank (rank < 0: one at random); 403 unless the coordinator allows it.
-  Result<nlohmann::json> inject(int64_t run, const std::string& fault, int rank) {
-    return send_json(inject_request(run, fault, rank));
+  // "slow" takes the forward's delay in ms (ms > 0); the others send none.
+  Result<nlohmann::json> inject(int64_t run, const std::string& fault, int rank, int64_t ms = 0) {
+    return send_json(inject_request(run, fault, rank, ms));
   }
 
   // The writes as requests, to queue or to send with the status left to the caller.
@@ -90,8 +91,9 @@ class ApiClient {
                                         const nlohmann::json& body);  // POST /v1/runs/{id}/resume-from
   static ApiRequest quarantine_request(const std::string& node);      // POST /v1/nodes/{id}/quarantine
   static ApiRequest release_request(const std::string& node);         // POST /v1/nodes/{id}/release
-  static ApiRequest inject_request(int64_t run, const std::string& fault, int rank);  // POST .../inject
-  Result<HttpReply> send(const ApiRequest& r);  // any status the coordinator answered is a reply
+  static ApiRequest inject_request(int64_t run, const std::string& fault, int rank,
+                                   int64_t ms = 0);  // POST .../inject
+  Result<HttpReply> send(const ApiRequest& r);       // any status the coordinator answered is a reply
   Result<nlohmann::json> send_json(const ApiRequest& r);
 
   // GET /v1/runs/{id}/events on `stream` (http_client.h's HttpEventStream::run: resumes after

@@ -14,8 +14,9 @@ using json = nlohmann::json;
 
 // Events whose first one in a generation is the coordinator's notice of its failure.
 bool failure_notice(const std::string& kind) {
-  // sdc_mismatch: the check found it (each suspect reports one; the first is the notice).
-  return kind == "node_failed" || kind == "node_lost" || kind == "sdc_mismatch";
+  // sdc_mismatch: the check found it (each suspect reports one; the first is the notice); hang: the
+  // hang timeout found it (recorded before its node_failed).
+  return kind == "node_failed" || kind == "node_lost" || kind == "sdc_mismatch" || kind == "hang";
 }
 
 GoodputCause cause_from_name(const std::string& name) {

@@ -78,6 +78,9 @@ struct Coordinator::Impl {
     bool node_lost = false;       // its node stopped beating: the root cause of its peers' broken collectives
   };
   static constexpr int kDefaultMaxRestarts = 3;
+  // A rank silent this long while its process runs is hung (gang.h's hang_timeout): its agent fails the gang
+  // and names it; the run's peers, healthy and waiting in their collective, keep beating and are not blamed.
+  static constexpr int kDefaultHangTimeoutS = 10;
   struct Run {
     int64_t id = 0;
     std::string name;
@@ -122,6 +125,8 @@ struct Coordinator::Impl {
     // the next recovery takes no checkpoint past it (those may hold the corruption). -1 = none pending.
     int64_t sdc_trusted_step = -1;
     StragglerWatch straggler;  // the straggler policy: scores of the current placement's ranks
+    // submit's hang_timeout_s (1..3600): the agents' launchers fail a gang whose rank is silent this long.
+    int hang_timeout_s = kDefaultHangTimeoutS;
     CheckpointPolicy checkpoint_policy;
     // The goodput ledger's marks of the current generation (coordinator_goodput.cpp): the generation_placed
     // event records its start, a generation_first_step event its first step past gen_from_step.

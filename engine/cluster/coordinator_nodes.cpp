@@ -314,6 +314,24 @@ HttpResponse Coordinator::Impl::agent_beat_locked(const std::string& id, const j
         s.final_message = e.value("final_message", "");
         s.cause_rank = e.value("cause_rank", -1);
         s.agent_stopping = e.value("agent_stopping", false);
+        if (const json* hang = e.contains("hang") ? &e.at("hang") : nullptr; hang && hang->is_object()) {
+          // The culprit named by its own node (gang.h's hang detection): rank, node, phase, last
+          // collective and its flight recorder, before the failure it causes.
+          try {
+            json payload = *hang;
+            payload["node"] = id;
+            const int64_t rank = hang->value("rank", int64_t{-1});
+            event(r.id, "hang",
+                  "rank " + std::to_string(rank) + " on " + id + " hung at step " +
+                      std::to_string(hang->value("step", int64_t{0})) + " (" + hang->value("phase", "") +
+                      "), collective #" + std::to_string(hang->value("collective", uint64_t{0})) +
+                      (hang->value("in_collective", false) ? " (inside)" : " (after it)") + ": " +
+                      hang->value("error", ""),
+                  std::move(payload), -1, id);
+          } catch (const json::exception&) {
+            // A malformed report is the agent's defect; the failure below still names the rank.
+          }
+        }
         if (s.code != 0 && s.code != 130) {
           // One node's gang failed: the others cannot finish a collective without it.
           event(r.id, "node_failed", id + ": " + s.error, {{"code", s.code}}, -1, id);

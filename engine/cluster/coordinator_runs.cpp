@@ -223,7 +223,8 @@ Status Coordinator::Impl::start_generation(Run& r, const std::vector<PlacementNo
                                    {"zero", r.zero},
                                    {"max_steps", r.max_steps},
                                    {"backend", r.backend},
-                                   {"resume", resume_dir}});
+                                   {"resume", resume_dir},
+                                   {"hang_timeout_ms", int64_t{r.hang_timeout_s} * 1000}});
     r.shares.push_back(std::move(s));
   }
   return Status();
@@ -238,6 +239,7 @@ json Coordinator::Impl::run_options(const Run& r) {
           {"max_restarts", r.max_restarts},
           {"min_dp", r.min_dp},
           {"max_dp", r.max_dp},
+          {"hang_timeout_s", r.hang_timeout_s},
           {"restarts", r.restarts},
           {"straggler", straggler_watch_options_json(r.straggler.options())},
           {"checkpoint_every_steps", r.checkpoint_policy.options().every_steps},
@@ -276,6 +278,7 @@ Status Coordinator::Impl::restore_runs() {
       r.db_world = o.value("db_world", r.db_world);
       r.generation = o.value("generation", 0);
       r.max_restarts = o.value("max_restarts", kDefaultMaxRestarts);
+      r.hang_timeout_s = o.value("hang_timeout_s", kDefaultHangTimeoutS);
       r.restarts = o.value("restarts", 0);
       r.min_dp = o.value("min_dp", 0);
       r.max_dp = o.value("max_dp", 0);
@@ -643,6 +646,7 @@ HttpResponse Coordinator::Impl::submit(const HttpRequest& req) {
   std::optional<std::string> policy_name = f.string("checkpoint_policy", JsonFields::optional);
   std::optional<int64_t> min_dp = f.integer("min_dp", 1, 1 << 20, JsonFields::optional);
   std::optional<int64_t> max_dp = f.integer("max_dp", 1, 1 << 20, JsonFields::optional);
+  std::optional<int64_t> hang_timeout = f.integer("hang_timeout_s", 1, 3600, JsonFields::optional);
   std::optional<int64_t> dp, zero, tp, pp;
   if (layout != nullptr) {
     JsonFields l(*layout, "layout.");
@@ -725,6 +729,7 @@ HttpResponse Coordinator::Impl::submit(const HttpRequest& req) {
     draft.max_restarts = static_cast<int>(max_restarts.value_or(kDefaultMaxRestarts));
     draft.min_dp = static_cast<int>(min_dp.value_or(0));
     draft.max_dp = static_cast<int>(max_dp.value_or(0));
+    draft.hang_timeout_s = static_cast<int>(hang_timeout.value_or(kDefaultHangTimeoutS));
     draft.straggler = StragglerWatch(straggler_options.value());
     draft.checkpoint_policy = CheckpointPolicy({.every_steps = every.value_or(0),
                                                 .keep_last = static_cast<int>(keep_last.value_or(0)),
@@ -749,6 +754,7 @@ HttpResponse Coordinator::Impl::submit(const HttpRequest& req) {
   r.max_restarts = static_cast<int>(max_restarts.value_or(kDefaultMaxRestarts));
   r.min_dp = static_cast<int>(min_dp.value_or(0));
   r.max_dp = static_cast<int>(max_dp.value_or(0));
+  r.hang_timeout_s = static_cast<int>(hang_timeout.value_or(kDefaultHangTimeoutS));
   r.straggler = StragglerWatch(straggler_options.value());
   r.checkpoint_policy = CheckpointPolicy({.every_steps = every.value_or(0),
                                           .keep_last = static_cast<int>(keep_last.value_or(0)),
@@ -881,6 +887,7 @@ HttpResponse Coordinator::Impl::inject(const HttpRequest& req) {
   JsonFields f(req.body);
   std::optional<std::string> fault = f.string("fault");
   std::optional<int64_t> rank = f.integer("rank", 0, (int64_t{1} << 20) - 1, JsonFields::optional);
+  std::optional<int64_t> ms = f.integer("ms", 1, 600000, JsonFields::optional);
   if (Status s = f.finish(); !s.ok()) return HttpResponse::error(400, s.message());
   if (!opt.allow_fault_injection) {
     return HttpResponse::error(
@@ -891,12 +898,18 @@ HttpResponse Coordinator::Impl::inject(const HttpRequest& req) {
   int sig = 0;
   if (*fault == "kill") sig = SIGKILL;
   if (*fault == "hang") sig = SIGSTOP;
-  if (sig == 0) {
+  // slow and nan reach the worker as a frame (train.h's TrainLiveFaults), not as a signal.
+  const bool live = *fault == "slow" || *fault == "nan";
+  if (sig == 0 && !live) {
     return HttpResponse::error(400,
                                "field \"fault\": \"" + one_line(fault->substr(0, 64)) +
-                                   "\" is not a fault this coordinator injects: give \"kill\" (SIGKILL) or "
-                                   "\"hang\" (SIGSTOP)");
+                                   "\" is not a fault this coordinator injects: give \"kill\" (SIGKILL), "
+                                   "\"hang\" (SIGSTOP), \"slow\" (with \"ms\") or \"nan\"");
   }
+  if (*fault == "slow" && !ms)
+    return HttpResponse::error(400, "field \"ms\": \"slow\" needs the forward's delay in ms (1..600000)");
+  if (*fault != "slow" && ms)
+    return HttpResponse::error(400, "field \"ms\": only \"slow\" takes a delay, not \"" + *fault + "\"");
   std::lock_guard<std::mutex> lock(mu);
   HttpResponse err;
   Run* r = find_run(req, &err);
@@ -917,12 +930,15 @@ HttpResponse Coordinator::Impl::inject(const HttpRequest& req) {
     return HttpResponse::error(
         409, "rank " + std::to_string(target) + " of run " + std::to_string(r->id) + " is on no node now");
   }
-  it->second.inject.push_back(
-      {{"run", r->id}, {"generation", r->generation}, {"rank", target}, {"signal", sig}});
+  json order = {{"run", r->id}, {"generation", r->generation}, {"rank", target}, {"signal", sig}};
+  json payload = {{"fault", *fault}, {"rank", target}, {"from", req.remote}, {"generation", r->generation}};
+  if (live) order["fault"] = *fault;
+  if (ms) order["ms"] = payload["ms"] = *ms;
+  it->second.inject.push_back(std::move(order));
   event(r->id, "fault_injected",
-        "fault \"" + *fault + "\" injected into rank " + std::to_string(target) + " on " + node + " by " +
-            req.remote,
-        {{"fault", *fault}, {"rank", target}, {"from", req.remote}, {"generation", r->generation}},
+        "fault \"" + *fault + "\"" + (ms ? " (" + std::to_string(*ms) + " ms)" : std::string()) +
+            " injected into rank " + std::to_string(target) + " on " + node + " by " + req.remote,
+        std::move(payload),
         -1,  // an act in time, like node_failed, not a step's: a recovery's rewind keeps it
         node);
   return HttpResponse::ok({{"run", r->id}, {"fault", *fault}, {"rank", target}, {"node", node}}, 202);

@@ -139,6 +139,7 @@ json Coordinator::Impl::run_json(const Run& r, bool full) const {
             {"max_restarts", r.max_restarts},
             {"min_dp", r.min_dp_or_1()},
             {"max_dp", r.max_dp > 0 ? json(r.max_dp) : json(nullptr)},
+            {"hang_timeout_s", r.hang_timeout_s},
             {"peak_name", r.peak_name},
             {"peak_flops", r.peak_flops},
             {"flops_per_token", r.flops_per_token},

@@ -244,7 +244,12 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
   };
   auto decide = [&]() -> Result<Decision> {
     float v[2] = {0.0f, opt.stop != nullptr && opt.stop->load() ? 1.0f : 0.0f};
-    if (opt.control != nullptr && dims.rank == 0) v[0] = static_cast<float>(opt.control->poll());
+    // Every rank polls (its own control also takes the drills' faults for that rank); rank 0's answer alone
+    // is the gang's action.
+    if (opt.control != nullptr) {
+      const TrainAction a = opt.control->poll();
+      if (dims.rank == 0) v[0] = static_cast<float>(a);
+    }
     if (dp > 1) {
       Status st = dist->dp->all_reduce_host(v, 2, comm_timeout);
       if (!st.ok()) return st;
@@ -319,14 +324,18 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
         train->window(w, inputs.data() + k * T, targets.data() + k * T);
       }
       data_wait += seconds_since(d0);
-      if (micro == 0 && opt.test_forward_delay.count() > 0) {
+      const std::chrono::milliseconds delay =
+          std::max(opt.test_forward_delay,
+                   std::chrono::milliseconds(opt.live_faults ? opt.live_faults->forward_delay_ms.load() : 0));
+      if (micro == 0 && delay.count() > 0) {
         const auto s0 = std::chrono::steady_clock::now();
-        std::this_thread::sleep_for(opt.test_forward_delay);
+        std::this_thread::sleep_for(delay);
         test_delay_s = seconds_since(s0);
       }
       // Each sequence weighs 1/global_batch, so summing the ranks' gradients gives the global mean.
       float grad_scale = static_cast<float>(r.count) / static_cast<float>(c.train.global_batch);
-      if (micro == 0 && opt.test_nan_grad_step == step + 1)
+      if (micro == 0 && (opt.test_nan_grad_step == step + 1 ||
+                         (opt.live_faults && opt.live_faults->nan_next_step.exchange(false))))
         grad_scale = std::numeric_limits<float>::quiet_NaN();
       backend->forward_backward(inputs.data(), targets.data(), static_cast<int>(r.count), grad_scale);
     }

@@ -139,6 +139,15 @@ struct TrainProgress {
   std::atomic<TrainPhase> phase{TrainPhase::kSetup};
 };
 
+// Faults a drill injects into a running rank (`ctl inject RUN slow|nan`), set from another thread and read by
+// the train loop: from the next step on the forward pass sleeps forward_delay_ms (counted as forward time,
+// as a slow device would be); nan_next_step makes the next step's gradients on this rank NaN, so the gang's
+// norm is NaN and the step guard skips the step.
+struct TrainLiveFaults {
+  std::atomic<int64_t> forward_delay_ms{0};
+  std::atomic<bool> nan_next_step{false};
+};
+
 struct TrainOptions {
   std::string out_dir;     // run folder: checkpoints/ and, for the synthetic corpus, data/
   std::string resume;      // "" (fresh), "latest" (newest under out_dir/checkpoints) or a checkpoint dir
@@ -151,6 +160,7 @@ struct TrainOptions {
   // Test-only (GANTRY_TEST_WORKER_FAULT slow_forward, worker_env.h): sleep this long before each step's
   // first forward pass and count it as forward time, so that this rank is a straggler with a slow device.
   std::chrono::milliseconds test_forward_delay{0};
+  TrainLiveFaults* live_faults = nullptr;  // injected at run time; null: none
   // Test-only (GANTRY_TEST_WORKER_FAULT nan_grad): this rank's gradients of step test_nan_grad_step (1-based)
   // are NaN, so the gang's norm is NaN and the step guard skips the step. 0 = never.
   int64_t test_nan_grad_step = 0;

@@ -246,31 +246,198 @@ TEST_F(ClusterDrills, AnInjectedKillIsRecovered) {
   ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 30s)) << run_state(id).dump();
 }
 
-// `inject RUN hang` (SIGSTOP): the others time out in their collective (3 s here), the stopped rank is
-// named as the one that stopped answering, not a peer that timed out waiting, and the run recovers.
+// The `hang` event of a run: exactly one, its payload parsed.
+json hang_payload(const std::vector<json>& hangs) {
+  EXPECT_EQ(hangs.size(), 1u);
+  return hangs.empty() ? json::object() : json::parse(hangs[0]["payload"].get<std::string>());
+}
+
+// What every hang report must say of its culprit: rank, node, stopped process, its phase and its last
+// collective, and its flight recorder (numbered in order, ending at that collective).
+void expect_hang_names(const json& p, int rank, const std::string& node) {
+  EXPECT_EQ(p.value("rank", -1), rank) << p.dump();
+  EXPECT_EQ(p.value("node", ""), node) << p.dump();
+  EXPECT_EQ(p.value("detected_by", ""), "hang_timeout") << p.dump();
+  EXPECT_EQ(p.value("process_state", ""), "T") << p.dump();
+  EXPECT_FALSE(p.value("phase", "").empty()) << p.dump();
+  ASSERT_TRUE(p.contains("flight_recorder") && p["flight_recorder"].is_array()) << p.dump();
+  const json& fr = p["flight_recorder"];
+  ASSERT_FALSE(fr.empty()) << p.dump();
+  EXPECT_LE(fr.size(), 32u);
+  for (size_t k = 1; k < fr.size(); ++k) EXPECT_EQ(fr[k]["seq"], fr[k - 1]["seq"].get<uint64_t>() + 1);
+  EXPECT_EQ(fr.back()["seq"], p["collective"]) << p.dump();
+  EXPECT_FALSE(fr.back()["op"].get<std::string>().empty());
+  ASSERT_TRUE(p.contains("last_collective")) << p.dump();
+  // The peers on its node were healthy: their heartbeats came up to the end, so none is the one named.
+  for (const json& peer : p.value("node_peers", json::array())) EXPECT_NE(peer["rank"], rank);
+}
+
+// `inject RUN hang` (SIGSTOP) uses the same path as a real stop: the rank's own node sees its heartbeats
+// stop and names it within the run's hang timeout (4 s here), long before any collective times out
+// (train.collective_timeout_s keeps its 120 s); the run recovers.
 TEST_F(ClusterDrills, AnInjectedHangIsFoundNamedAndRecovered) {
-  std::string config = tiny_config(100000);
-  config = std::regex_replace(config, std::regex("\\[train\\]"), "[train]\ncollective_timeout_s = 3");
-  Result<json> sub = api_->post_json(
-      "/v1/runs", {{"config", config}, {"layout", {{"dp", 4}}}, {"checkpoint_every_steps", 5}});
+  Result<json> sub = api_->post_json("/v1/runs", {{"config", tiny_config(100000)},
+                                                  {"layout", {{"dp", 4}}},
+                                                  {"checkpoint_every_steps", 5},
+                                                  {"hang_timeout_s", 4}});
   ASSERT_TRUE(sub.ok()) << sub.error();
   const int64_t id = sub->at("id").get<int64_t>();
+  EXPECT_EQ(run_state(id)["hang_timeout_s"], 4);
   ASSERT_TRUE(eventually([&] { return last_step(id) >= 7; }, 60s)) << run_state(id).dump();
   workers_ = children_of(pids_);
   Result<HttpReply> r =
       api_->post("/v1/runs/" + std::to_string(id) + "/inject", {{"fault", "hang"}, {"rank", 3}});
   ASSERT_TRUE(r.ok()) << r.error();
   ASSERT_EQ(r->status, 202) << r->body;
+  // Well under the 120 s collective timeout, the only way the old code found a hang.
   ASSERT_TRUE(eventually([&] { return run_state(id)["restarts"] == 1; }, 60s)) << run_state(id).dump();
+  const json hang = hang_payload(events(id, "hang"));
+  expect_hang_names(hang, 3, "node-1");
   const std::vector<json> placed = events(id, "recovery_placed");
   ASSERT_EQ(placed.size(), 1u);
   EXPECT_THAT(placed[0]["message"].get<std::string>(), HasSubstr("node-1: rank 3"));
-  EXPECT_THAT(placed[0]["message"].get<std::string>(), HasSubstr("stopped answering"));
+  EXPECT_THAT(placed[0]["message"].get<std::string>(), HasSubstr("hung: no heartbeat"));
   const int64_t from = run_state(id)["last_step"].get<int64_t>();
   ASSERT_TRUE(eventually([&] { return last_step(id) > from + 2; }, 60s)) << run_state(id).dump();
   workers_ = children_of(pids_);
   ASSERT_TRUE(api_->post_json("/v1/runs/" + std::to_string(id) + "/stop", json::object()).ok());
   ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 30s)) << run_state(id).dump();
+}
+
+// A worker SIGSTOPped from outside (no injection): with the default hang timeout (10 s) its node names
+// it in a `hang` event with its flight recorder, not its peers waiting in the collective; the run is
+// placed again from its checkpoint and finishes by itself.
+TEST_F(ClusterRecovery, AStoppedWorkerIsNamedAndTheRunFinishes) {
+  const int64_t id = submit(30, json::object());
+  ASSERT_GE(id, 0);
+  EXPECT_EQ(run_state(id)["hang_timeout_s"], 10);
+  ASSERT_TRUE(eventually([&] { return last_step(id) >= 7; }, 60s)) << run_state(id).dump();
+  workers_ = children_of(pids_);
+  const pid_t victim = pid_of_rank(workers_, 1);
+  ASSERT_GT(victim, 0);
+  ASSERT_EQ(::kill(victim, SIGSTOP), 0);
+  ASSERT_TRUE(eventually([&] { return run_state(id)["restarts"] == 1; }, 90s)) << run_state(id).dump();
+  expect_hang_names(hang_payload(events(id, "hang")), 1, "node-0");
+  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] != "running"; }, 120s)) << run_state(id).dump();
+  EXPECT_EQ(run_state(id)["state"], "finished") << run_state(id).dump();
+  EXPECT_EQ(run_state(id)["last_step"], 30);
+  EXPECT_EQ(events(id, "hang").size(), 1u);
+}
+
+// hang_timeout_s is validated at submit, naming the field; nothing is recorded for a refused run.
+TEST_F(ClusterRecovery, HangTimeoutIsValidated) {
+  for (const json& bad : {json(0), json(3601), json("10"), json(2.5)}) {
+    Result<HttpReply> r = api_->post(
+        "/v1/runs", {{"config", tiny_config(10)}, {"layout", {{"dp", 2}}}, {"hang_timeout_s", bad}});
+    ASSERT_TRUE(r.ok()) << r.error();
+    EXPECT_EQ(r->status, 400) << bad.dump();
+    EXPECT_THAT(r->error_message(), HasSubstr("hang_timeout_s")) << bad.dump();
+  }
+  EXPECT_TRUE(get("/v1/runs")["runs"].empty()) << get("/v1/runs").dump();
+}
+
+// `inject RUN slow|nan` reach the rank's train loop through its agent and launcher as a frame: no worker
+// fault at start here, so the slowness and the skipped step are the injection's alone.
+class ClusterLiveDrills : public ClusterDrills {
+ protected:
+  std::string worker_fault() const override { return ""; }
+};
+
+// slow: rank 2's forward is slowed by 500 ms from its next step on; the straggler policy flags it with the
+// forward as the slow phase, the injection is an event, and a slow rank is not called hung.
+TEST_F(ClusterLiveDrills, AnInjectedSlowRankIsFlaggedNotHung) {
+  const int64_t id = submit(100000, {{"straggler",
+                                      {{"window_steps", 5},
+                                       {"min_samples", 5},
+                                       {"windows_to_flag", 2},
+                                       {"relative_threshold", 0.4},
+                                       {"individual_threshold", 0}}}});
+  ASSERT_GE(id, 0);
+  const std::string run = "/v1/runs/" + std::to_string(id);
+  ASSERT_TRUE(eventually([&] { return last_step(id) >= 3; }, 60s)) << run_state(id).dump();
+  workers_ = children_of(pids_);
+  for (const auto& [body, want] : std::vector<std::pair<json, std::string>>{
+           {{{"fault", "slow"}, {"rank", 2}}, "needs the forward's delay"},
+           {{{"fault", "slow"}, {"rank", 2}, {"ms", 0}}, "ms"},
+           {{{"fault", "nan"}, {"rank", 2}, {"ms", 5}}, "only \"slow\" takes a delay"}}) {
+    Result<HttpReply> bad = api_->post(run + "/inject", body);
+    ASSERT_TRUE(bad.ok()) << bad.error();
+    EXPECT_EQ(bad->status, 400) << body.dump();
+    EXPECT_THAT(bad->error_message(), HasSubstr(want)) << body.dump();
+  }
+  testing_support::Outcome ctl =
+      run_engine("ctl --url " + url_ + " --token-file " + (dir_ / "token").string() + " inject " +
+                 std::to_string(id) + " slow --rank 2 --ms 500");
+  ASSERT_EQ(ctl.code, 0) << ctl.err;
+  EXPECT_THAT(ctl.out, HasSubstr("slow injected into rank 2 on node-1"));
+  json ranks;
+  ASSERT_TRUE(eventually(
+      [&] {
+        ranks = get(run + "/ranks");
+        return ranks["straggler"]["flagged"] == json::array({2});
+      },
+      90s))
+      << ranks.dump();
+  for (const json& k : ranks["ranks"]) {
+    if (k["rank"] != 2) continue;
+    EXPECT_EQ(k["straggler"]["slow_phase"], "forward") << k.dump();
+    EXPECT_GT(k["straggler"]["slow_phase_excess_s"].get<double>(), 0.25) << k.dump();
+  }
+  const std::vector<json> injected = events(id, "fault_injected");
+  ASSERT_EQ(injected.size(), 1u);
+  const json p = json::parse(injected[0]["payload"].get<std::string>());
+  EXPECT_EQ(p["fault"], "slow");
+  EXPECT_EQ(p["ms"], 500);
+  EXPECT_EQ(p["rank"], 2);
+  EXPECT_TRUE(events(id, "hang").empty());
+  EXPECT_EQ(run_state(id)["restarts"], 0);
+  workers_ = children_of(pids_);
+  ASSERT_TRUE(api_->post_json(run + "/stop", json::object()).ok());
+  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 60s)) << run_state(id).dump();
+}
+
+// nan: rank 1's gradients of its next step are NaN; the gang's norm is NaN, the step guard skips that
+// step (a step_skipped event) and the run trains on without a restart.
+TEST_F(ClusterLiveDrills, AnInjectedNanStepIsSkipped) {
+  const int64_t id = submit(100000, json::object());
+  ASSERT_GE(id, 0);
+  const std::string run = "/v1/runs/" + std::to_string(id);
+  ASSERT_TRUE(eventually([&] { return last_step(id) >= 3; }, 60s)) << run_state(id).dump();
+  workers_ = children_of(pids_);
+  EXPECT_TRUE(events(id, "step_skipped").empty());
+  testing_support::Outcome ctl =
+      run_engine("ctl --url " + url_ + " --token-file " + (dir_ / "token").string() + " inject " +
+                 std::to_string(id) + " nan --rank 1");
+  ASSERT_EQ(ctl.code, 0) << ctl.err;
+  EXPECT_THAT(ctl.out, HasSubstr("nan injected into rank 1 on node-0"));
+  ASSERT_TRUE(eventually([&] { return !events(id, "step_skipped").empty(); }, 60s));
+  const std::vector<json> skipped = events(id, "step_skipped");
+  EXPECT_THAT(skipped[0]["message"].get<std::string>(), HasSubstr("skipped"));
+  const int64_t at = skipped[0].value("step", int64_t{-1});
+  ASSERT_TRUE(eventually([&] { return last_step(id) > at + 2; }, 60s)) << run_state(id).dump();
+  EXPECT_EQ(run_state(id)["restarts"], 0);
+  EXPECT_EQ(run_state(id)["state"], "running");
+  EXPECT_EQ(events(id, "fault_injected").size(), 1u);
+  workers_ = children_of(pids_);
+  ASSERT_TRUE(api_->post_json(run + "/stop", json::object()).ok());
+  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 60s)) << run_state(id).dump();
+}
+
+// A slow rank is not a hung one: rank 2's forward takes 4 s a step, twice the run's hang timeout, and its
+// peers wait that long in their collective every step; all keep beating, so no rank is called hung and
+// the run finishes without a restart.
+class ClusterSlowNotHung : public ClusterRecovery {
+ protected:
+  std::string worker_fault() const override { return "2:slow_forward:4000"; }
+};
+
+TEST_F(ClusterSlowNotHung, ASlowRankIsNotCalledHung) {
+  const int64_t id = submit(3, {{"hang_timeout_s", 2}});
+  ASSERT_GE(id, 0);
+  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] != "running"; }, 120s)) << run_state(id).dump();
+  EXPECT_EQ(run_state(id)["state"], "finished") << run_state(id).dump();
+  EXPECT_EQ(run_state(id)["restarts"], 0);
+  EXPECT_TRUE(events(id, "hang").empty());
 }
 
 }  // namespace

@@ -380,6 +380,30 @@ TEST(RunCli, StoppedWorkerIsNamedAsTheRankThatStoppedAnswering) {
   expect_gone(pids);
 }
 
+// The launcher's hang timeout finds a SIGSTOPped worker by its silence, long before the collective
+// timeout (the config's 120 s): the stopped rank is named as hung, with where its last heartbeat was.
+TEST(RunCli, StoppedWorkerIsFoundByTheHangTimeout) {
+  const std::string dir = fresh_dir("hang_timeout");
+  const std::string cfg = write_config(dir, 1000000, true);
+  EngineChild run = EngineChild::start(
+      {"run", "--nproc", "4", "--config", cfg, "--out", dir + "/run", "--hang-timeout", "3"});
+  ASSERT_TRUE(run.wait_for_stderr([](const std::string& err) { return step_lines(err) >= 3; }, 120s))
+      << run.err();
+  const std::vector<pid_t> pids = run.worker_pids();
+  ASSERT_EQ(pids.size(), 4u) << run.err();
+  ASSERT_EQ(::kill(pids[1], SIGSTOP), 0);
+  EngineChild::Exit e = run.wait(100s);  // under the 120 s collective timeout: only the hang timeout fits
+  ::kill(pids[1], SIGCONT);
+  EXPECT_FALSE(e.timed_out) << run.err();
+  EXPECT_EQ(e.code, 1) << run.err();
+  const std::string who = "rank 1 (pid " + std::to_string(pids[1]) + ")";
+  EXPECT_THAT(run.err(), HasSubstr("gantry-engine run: " + who + " hung: no heartbeat for")) << run.err();
+  EXPECT_THAT(run.err(), HasSubstr("(hang timeout 3 s)")) << run.err();
+  EXPECT_THAT(run.err(), HasSubstr("stopped (state T")) << run.err();
+  EXPECT_THAT(run.err(), HasSubstr("its last heartbeat was at step ")) << run.err();
+  expect_gone(pids);
+}
+
 // Data that cannot be read is bad input (exit 2) in a gang too: every rank says so before its first step.
 TEST(RunCli, MissingShardsExitTwo) {
   const std::string dir = fresh_dir("missing_shards");

@@ -6,13 +6,16 @@ from (the recovered generation's first step, seen by polling the API every 20 ms
 
   kill   a worker of a random rank, kill -9 (the agent's waitpid sees it at once);
   node   a whole node: its agent and its workers, kill -9 (found by the coordinator's node timeout, 5 s; the
-         spare takes its ranks at the same dp).
+         spare takes its ranks at the same dp);
+  hang   a worker of a random rank, SIGSTOP (found by its node's launcher when its heartbeats have been
+         silent for the run's hang_timeout_s, --hang-timeout, default 10 s; the goal is that plus <= 5 s).
 
 Also split: until the coordinator placed the new generation (`restarts` went up) and from there to its first
 step (the workers' start, rendezvous and checkpoint load). One JSON line per round, then a summary. Each line
 names the machine (nproc, load average at the start) and the UTC time.
 
-  python3 tests/bench/recovery_time.py --engine build/app/gantry-engine [--rounds 3] [--kinds kill,node]
+  python3 tests/bench/recovery_time.py --engine build/app/gantry-engine [--rounds 3] [--kinds kill,node,hang]
+      [--hang-timeout 10]
 """
 import argparse, json, os, platform, random, re, signal, subprocess, sys, tempfile, time, urllib.request
 
@@ -70,7 +73,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--engine", required=True)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--kinds", default="kill,node")
+    ap.add_argument("--kinds", default="kill,node,hang")
+    ap.add_argument("--hang-timeout", type=int, default=10, help="the run's hang_timeout_s (1..3600)")
     a = ap.parse_args()
     cfg = open(TINY).read()
     cfg = re.sub(r"max_steps = \d+", "max_steps = 1000000", cfg)
@@ -88,17 +92,17 @@ def main():
             try:
                 api = Api(up.stdout.splitlines()[0].strip(), open(os.path.join(d, "token")).read().strip())
                 run = api.call("POST", "/v1/runs", {"config": cfg, "layout": {"dp": 4}, "checkpoint_every_steps": 5,
-                                                    "max_restarts": 10})
+                                                    "max_restarts": 10, "hang_timeout_s": a.hang_timeout})
                 path = f"/v1/runs/{run['id']}"
                 wait(lambda: api.call("GET", path)["last_step"] >= 12, 120)
                 load = os.getloadavg()[0]
                 agents = {n: int(open(os.path.join(d, f"agent-{n}.pid")).read()) for n in ("node-0", "node-1")}
-                if kind == "kill":
+                if kind in ("kill", "hang"):
                     workers = [w for p in agents.values() for w in children(p) if rank_of(w) is not None]
                     victim = random.choice(workers)
+                    what = f"rank {rank_of(victim)}"  # before the kill: a killed process has no environ
                     t0 = time.time()
-                    os.kill(victim, signal.SIGKILL)
-                    what = f"rank {rank_of(victim)}"
+                    os.kill(victim, signal.SIGKILL if kind == "kill" else signal.SIGSTOP)
                 else:
                     node = random.choice(list(agents))
                     ws = children(agents[node])
@@ -120,6 +124,7 @@ def main():
                      "failure_to_first_step_s": round(first - t0, 3), "from_step": frm, "dp": st["layout"]["dp"],
                      "nodes": sorted({s["node"] for s in st["placement"]}), "nproc": os.cpu_count(),
                      "load1": round(load, 2), "host": platform.node(),
+                     "hang_timeout_s": a.hang_timeout if kind == "hang" else None,
                      "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
                 print(json.dumps(r), flush=True)
                 results.append(r)

@@ -28,7 +28,9 @@
 #include <chrono>
 #include <cstddef>
 #include <string>
+#include <vector>
 
+#include "engine/core/comm/flight_recorder.h"  // CollectiveRecord
 #include "telemetry/status.h"
 
 namespace gantry {
@@ -110,6 +112,9 @@ class Communicator {
   virtual Status health() const = 0;
   // Safe from any thread, while an operation runs. Backends that keep no count report {}.
   virtual CommProgress progress() const { return {}; }
+  // The last collectives entered (flight_recorder.h), oldest first; safe from any thread. Backends that
+  // keep no recorder return none.
+  virtual std::vector<CollectiveRecord> flight_record() const { return {}; }
 };
 
 // How an operation's error message begins: "gloo all_reduce (rank 1 of 4, 1000 floats): ".

@@ -56,6 +56,7 @@ enum class FrameType : uint8_t {
   worker_run = 0x23,      // rank 0, once before the first step: what the run is (for the history)
   worker_heartbeat = 0x24,  // step, phase and collective sequence number, from a thread that never blocks
   worker_command = 0x30,    // launcher -> worker: an operator action (checkpoint, pause, resume, stop)
+  worker_inject = 0x31,     // launcher -> worker: a drill's fault for this rank (slow forward, NaN grads)
 };
 
 // Why a frame operation failed; the Status message says the same in words.

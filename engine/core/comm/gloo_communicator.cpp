@@ -116,6 +116,7 @@ class GlooCommunicator final : public Communicator {
   CommProgress progress() const override {
     return {.entered = entered_.load(), .inside = inside_.load(), .timed_out = timed_out_.load()};
   }
+  std::vector<CollectiveRecord> flight_record() const override { return recorder_.snapshot(); }
 
   Status health() const override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -422,7 +423,7 @@ class GlooCommunicator final : public Communicator {
     // calls involve two ranks and are numbered per peer instead (send_seq_/recv_seq_).
     const uint32_t seq = collective ? seq_++ : 0;
     if (collective) {
-      entered_.fetch_add(1);
+      recorder_.enter(entered_.fetch_add(1) + 1, op, count * sizeof(float));
       inside_.store(true);
     }
     std::string cause;
@@ -445,6 +446,7 @@ class GlooCommunicator final : public Communicator {
       // abort() raced with a finishing operation: report it as aborted, as the caller asked.
       cause = cause.empty() ? "aborted" : "aborted (" + cause + ")";
     }
+    if (collective) recorder_.leave(cause.empty());
     if (cause.empty()) return Status();
     const std::string message = prefix + cause;
     if (broken_.empty() || broken_ == "aborted") broken_ = message;
@@ -479,6 +481,7 @@ class GlooCommunicator final : public Communicator {
   std::atomic<bool> aborted_{false};  // also read without the lock, to label a failure's cause
   // progress(), for the heartbeat thread.
   std::atomic<uint64_t> entered_{0};
+  FlightRecorder recorder_;  // the last collectives, for a hang's report (the heartbeat carries it)
   std::atomic<bool> inside_{false};
   std::atomic<bool> timed_out_{false};
   bool in_op_ = false;

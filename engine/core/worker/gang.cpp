@@ -41,18 +41,19 @@ constexpr auto kPoll = 50ms;
 
 // Variables the launcher sets itself: an inherited value would contradict the worker's place in the gang.
 const char* const kOwnVariables[] = {
-    "RANK",        "WORLD_SIZE",          "LOCAL_RANK",       "LOCAL_WORLD_SIZE",
-    "MASTER_ADDR", "MASTER_PORT",         "GANTRY_STORE_FD",  "GROUP_RANK",
-    "ROLE_RANK",   "TORCHELASTIC_RUN_ID", "GANTRY_RENDEZVOUS"};
+    "RANK",        "WORLD_SIZE",          "LOCAL_RANK",        "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR", "MASTER_PORT",         "GANTRY_STORE_FD",   "GROUP_RANK",
+    "ROLE_RANK",   "TORCHELASTIC_RUN_ID", "GANTRY_RENDEZVOUS", "GANTRY_HANG_TIMEOUT_MS"};
 
 // Why a gang failed, in the order of how likely each is to be the root cause when several show up in the
 // same round: a rank killed by a signal takes its peers down with "peer closed" errors, not the reverse.
-enum class Cause { signal, crashed, protocol, no_join, closed, failed, spawn };
+enum class Cause { signal, hung, crashed, protocol, no_join, closed, failed, spawn };
 int rank_of_cause(Cause c) {
   switch (c) {
     case Cause::spawn:
       return 0;
     case Cause::signal:
+    case Cause::hung:  // as much a root cause: its peers wait for it, never the reverse
       return 1;
     case Cause::crashed:
       return 2;
@@ -243,6 +244,16 @@ std::vector<std::pair<int, int>> GangCommands::take_signals() {
   return std::exchange(signals_, {});
 }
 
+void GangCommands::inject(int rank, WorkerInject fault) {
+  std::lock_guard<std::mutex> lock(mu_);
+  injects_.emplace_back(rank, fault);
+}
+
+std::vector<std::pair<int, WorkerInject>> GangCommands::take_injects() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::exchange(injects_, {});
+}
+
 GangResult gang_run(const GangOptions& o) {
   GangResult res;
   const int n = o.nproc;
@@ -366,6 +377,8 @@ GangResult gang_run(const GangOptions& o) {
     env_s.push_back("LOCAL_WORLD_SIZE=" + std::to_string(n));
     env_s.push_back("MASTER_ADDR=127.0.0.1");
     env_s.push_back("GANTRY_STORE_FD=" + std::to_string(sp[1]));
+    if (o.hang_timeout.count() > 0)
+      env_s.push_back("GANTRY_HANG_TIMEOUT_MS=" + std::to_string(o.hang_timeout.count()));
     if (!o.cuda_devices.empty())
       env_s.push_back("CUDA_VISIBLE_DEVICES=" + o.cuda_devices[static_cast<size_t>(r)]);
     std::vector<char*> envp;
@@ -440,6 +453,12 @@ GangResult gang_run(const GangOptions& o) {
         (void)server.send(slots[static_cast<size_t>(local)].client,
                           static_cast<uint8_t>(FrameType::worker_command), worker_command_encode(command));
       }
+      for (auto [rank, fault] : o.commands->take_injects()) {
+        const int local = rank - base;
+        if (local < 0 || local >= n || !slots[static_cast<size_t>(local)].alive) continue;
+        (void)server.send(slots[static_cast<size_t>(local)].client,
+                          static_cast<uint8_t>(FrameType::worker_inject), worker_inject_encode(fault));
+      }
       for (auto [rank, sig] : o.commands->take_signals()) {
         const int local = rank - base;
         if (local < 0 || local >= n || !slots[static_cast<size_t>(local)].alive) continue;
@@ -489,6 +508,11 @@ GangResult gang_run(const GangOptions& o) {
           round.push_back({s.w.rank - base, Cause::no_join, ""});
         if (s.gone_at && now - *s.gone_at >= kGoneGrace)
           round.push_back({s.w.rank - base, s.gone_unclean ? Cause::protocol : Cause::closed, s.gone_reason});
+        // Silent while running: hung. Only after its first beat (before it, the join timeout and the
+        // rendezvous' own timeout cover start-up) and until it says it has stopped beating.
+        if (o.hang_timeout.count() > 0 && s.w.has_heartbeat && s.w.heartbeat.interval_ms > 0 &&
+            now - s.beat_at >= o.hang_timeout)
+          round.push_back({s.w.rank - base, Cause::hung, ""});
       }
     }
     if (!round.empty()) {
@@ -502,6 +526,14 @@ GangResult gang_run(const GangOptions& o) {
           s.running_at_failure = s.alive;
           s.state_at_failure = s.alive ? hang_process_state(s.w.pid) : 0;
           s.silent_at_failure = std::chrono::duration_cast<std::chrono::milliseconds>(now - s.beat_at);
+        }
+        if (failure->cause == Cause::hung) {
+          // A hung rank cannot act on SIGTERM (a stopped one does not even run): waiting out the grace for
+          // it only delays the recovery. Its peers, blocked in a collective with it, fail at once when its
+          // connections close. Killed before the others' SIGTERM, so SIGKILL is what ends it.
+          Slot& h = slots[static_cast<size_t>(failure->rank)];
+          h.w.killed_by_launcher = true;
+          ::kill(static_cast<pid_t>(h.w.pid), SIGKILL);
         }
         begin_stop(o.fail_grace);
       }
@@ -535,7 +567,28 @@ GangResult gang_run(const GangOptions& o) {
                   failure->cause == Cause::closed)) {
     blame_hang(slots, base, *failure, res);
   }
-  if (failure && !res.hang) {
+  if (failure && failure->cause == Cause::hung) {
+    const Slot& s = slots[static_cast<size_t>(failure->rank)];
+    res.hang = res.hang_by_timeout = true;
+    res.hang_silent_ms = s.silent_at_failure.count();
+    res.hang_process_state = s.state_at_failure;
+    res.failed_rank = s.w.rank;
+    res.failed_cause_rank = rank_of_cause(Cause::hung);
+    res.code = kWorkerExitFailed;
+    const char st = s.state_at_failure;
+    res.error =
+        rank_text(s.w) + " hung: no heartbeat for " + seconds_text(s.silent_at_failure) + " (hang timeout " +
+        seconds_text(o.hang_timeout) + ") while its process was running" +
+        (st == 'T' || st == 't' ? std::string(" but stopped (state ") + st + ": SIGSTOP or a debugger)"
+         : st != 0              ? std::string(" (state ") + st + ")"
+                                : std::string()) +
+        "; its last heartbeat was at " + hang_where(s.w.heartbeat);
+    int others = 0;
+    for (const Slot& o2 : slots) others += o2.w.rank != s.w.rank && o2.w.pid > 0;
+    if (others > 0)
+      res.error +=
+          "; the other " + std::to_string(others) + (others == 1 ? " rank was" : " ranks were") + " stopped";
+  } else if (failure && !res.hang) {
     const Failure& f = *failure;
     res.failed_rank = f.rank < 0 ? -1 : base + f.rank;
     res.failed_cause_rank = rank_of_cause(f.cause);
@@ -570,6 +623,8 @@ GangResult gang_run(const GangOptions& o) {
           break;
         case Cause::protocol:
           res.error = who + " broke the launcher protocol: " + f.detail;
+          break;
+        case Cause::hung:  // named above, with its last heartbeat
           break;
       }
       int others = 0;

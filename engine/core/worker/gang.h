@@ -64,11 +64,15 @@ class GangCommands {
   // failure does. A rank no longer alive is skipped.
   void signal(int rank, int sig);
   std::vector<std::pair<int, int>> take_signals();
+  // A drill's fault for `rank` (`ctl inject RUN slow|nan`), delivered as a worker_inject frame.
+  void inject(int rank, WorkerInject fault);
+  std::vector<std::pair<int, WorkerInject>> take_injects();
 
  private:
   std::mutex mu_;
   std::vector<std::pair<int, WorkerCommand>> queue_;
   std::vector<std::pair<int, int>> signals_;
+  std::vector<std::pair<int, WorkerInject>> injects_;
 };
 
 struct GangOptions {
@@ -92,6 +96,14 @@ struct GangOptions {
   // Set by the caller on a second Ctrl-C: the operator will not wait out the grace period; SIGKILL now.
   const std::atomic<bool>* kill_now = nullptr;
   GangCommands* commands = nullptr;  // operator actions to deliver; may be null
+  // Hang detection while the gang runs (0 = off: a hang is then found only when a peer's collective times
+  // out). A worker's heartbeat comes from a thread of its own that never waits on a collective, every
+  // interval_ms, through compute, checkpoints and collectives alike; a rank whose heartbeats stop for this
+  // long while its process has not exited is hung (SIGSTOPped, a stuck syscall, a debugger): the gang
+  // fails at once naming that rank, its last step, phase and collective. A rank that is merely slow keeps
+  // beating, and so do its peers waiting for it, so neither is ever called hung. A worker that says its
+  // beats have ended (interval 0, on its way out) is not expected to beat again.
+  std::chrono::milliseconds hang_timeout{0};
 
   // Called on the calling thread, from inside the loop.
   std::function<void(int rank, int64_t pid)> on_spawn;
@@ -127,8 +139,13 @@ struct GangResult {
   // How likely the failure is the root cause when several gangs of one run fail together (a rank killed
   // by a signal takes its peers down, never the reverse): lower is likelier; -1 when nothing failed.
   int failed_cause_rank = -1;
-  std::string error;          // names the failed rank and the cause; "" when code is 0 or 130
-  bool hang = false;          // the gang failed waiting for failed_rank, which stopped answering
+  std::string error;  // names the failed rank and the cause; "" when code is 0 or 130
+  bool hang = false;  // the gang failed waiting for failed_rank, which stopped answering
+  // The hang was found by hang_timeout (failed_rank's heartbeats stopped while the gang ran), not after a
+  // collective timed out: how long it had been silent and its /proc state then ('T': stopped; 0 unknown).
+  bool hang_by_timeout = false;
+  int64_t hang_silent_ms = 0;
+  char hang_process_state = 0;
   std::string final_message;  // rank 0's last word (worker_exit): "done: step ..." on success
   std::vector<GangWorker> workers;
 };

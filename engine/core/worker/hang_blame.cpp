@@ -17,13 +17,8 @@ std::string seconds_text(std::chrono::milliseconds ms) {
 // What its newest heartbeat said, so the operator sees where the rank was when it went quiet.
 std::string last_words(const RankWatch& w) {
   if (!w.has_heartbeat) return "it sent no heartbeat";
-  const WorkerHeartbeat& h = w.last;
-  std::string where = "step " + std::to_string(h.step) + " (" + train_phase_name(h.phase) + ")";
-  if (h.collectives > 0) {
-    where += h.in_collective ? ", inside collective #" + std::to_string(h.collectives)
-                             : ", after collective #" + std::to_string(h.collectives);
-  }
-  return "its last heartbeat, " + seconds_text(w.silent_for) + " before the gang failed, was at " + where;
+  return "its last heartbeat, " + seconds_text(w.silent_for) + " before the gang failed, was at " +
+         hang_where(w.last);
 }
 
 bool silent(const RankWatch& w) {
@@ -63,6 +58,19 @@ std::vector<HangCulprit> hang_blame(const std::vector<RankWatch>& ranks) {
   std::sort(out.begin(), out.end(),
             [](const HangCulprit& a, const HangCulprit& b) { return a.rank < b.rank; });
   return out;
+}
+
+std::string hang_where(const WorkerHeartbeat& h) {
+  std::string where = "step " + std::to_string(h.step) + " (" + train_phase_name(h.phase) + ")";
+  if (h.collectives > 0) {
+    where += h.in_collective ? ", inside collective #" + std::to_string(h.collectives)
+                             : ", after collective #" + std::to_string(h.collectives);
+    // The flight recorder's newest entry is that collective: its operation and size.
+    if (!h.recent.empty() && h.recent.back().seq == h.collectives) {
+      where += " (" + h.recent.back().op + ", " + std::to_string(h.recent.back().bytes) + " bytes)";
+    }
+  }
+  return where;
 }
 
 char hang_process_state(int64_t pid) {

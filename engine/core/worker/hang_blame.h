@@ -43,6 +43,9 @@ struct HangCulprit {
 // Empty when no rank stands out: the failure is then the failed rank's own.
 std::vector<HangCulprit> hang_blame(const std::vector<RankWatch>& ranks);
 
+// Where a heartbeat says its rank was: "step 12 (forward), inside collective #41 (all_reduce, 4096 bytes)".
+std::string hang_where(const WorkerHeartbeat& h);
+
 // The state letter of /proc/PID/stat ('R', 'S', 'D', 'T', 't', 'Z', ...), or 0 when it cannot be read.
 char hang_process_state(int64_t pid);
 

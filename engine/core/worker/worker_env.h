@@ -37,6 +37,9 @@ struct WorkerEnv {
 };
 
 inline constexpr const char* kRendezvousVariable = "GANTRY_RENDEZVOUS";
+// Set by the launcher when it watches for hangs (gang.h's hang_timeout, in ms): the worker's heartbeat
+// interval is a quarter of it or less.
+inline constexpr const char* kHangTimeoutVariable = "GANTRY_HANG_TIMEOUT_MS";
 
 // Looks variables up through `getenv` (tests pass a map). Errors name the variable, its value and what
 // would be right.

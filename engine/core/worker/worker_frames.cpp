@@ -111,6 +111,24 @@ Result<WorkerCommand> worker_command_decode(std::span<const uint8_t> payload) {
   return c;
 }
 
+std::vector<uint8_t> worker_inject_encode(const WorkerInject& i) {
+  StoreWriter w;
+  w.u32(static_cast<uint32_t>(i.kind));
+  w.u32(i.delay_ms);
+  return std::move(w.out());
+}
+
+Result<WorkerInject> worker_inject_decode(std::span<const uint8_t> payload) {
+  StoreReader in(payload.data(), payload.size());
+  const uint32_t kind = in.u32();
+  const uint32_t delay = in.u32();
+  if (!in.ok() || in.left() != 0) return bad("worker_inject", payload.size());
+  if (kind != 1 && kind != 2)
+    return Status::error("worker_inject frame names fault " + std::to_string(kind) +
+                         ": expected 1 (slow) or 2 (nan)");
+  return WorkerInject{.kind = static_cast<WorkerInject::Kind>(kind), .delay_ms = delay};
+}
+
 std::vector<uint8_t> worker_heartbeat_encode(const WorkerHeartbeat& h) {
   StoreWriter w;
   w.u64(static_cast<uint64_t>(h.step));
@@ -119,6 +137,15 @@ std::vector<uint8_t> worker_heartbeat_encode(const WorkerHeartbeat& h) {
   w.u32((h.in_collective ? 1u : 0u) | (h.timed_out ? 2u : 0u));
   w.u32(h.interval_ms);
   w.u32(h.timeout_ms);
+  w.u32(static_cast<uint32_t>(h.recent.size()));
+  for (const CollectiveRecord& c : h.recent) {
+    w.u64(c.seq);
+    w.str(c.op);
+    w.u64(c.bytes);
+    w.u64(static_cast<uint64_t>(c.entered_unix_ms));
+    w.u64(static_cast<uint64_t>(c.left_unix_ms));
+    w.u32(c.ok ? 1u : 0u);
+  }
   return std::move(w.out());
 }
 
@@ -131,6 +158,21 @@ Result<WorkerHeartbeat> worker_heartbeat_decode(std::span<const uint8_t> payload
   const uint32_t flags = in.u32();
   h.interval_ms = in.u32();
   h.timeout_ms = in.u32();
+  if (in.ok() && in.left() > 0) {  // the flight recorder; an older worker's beat ends before it
+    const uint32_t n = in.u32();
+    // Each entry is at least 40 bytes: a count past what is left is a corrupt frame, not an allocation.
+    if (n > in.left() / 40) return bad("worker_heartbeat", payload.size());
+    for (uint32_t k = 0; k < n && in.ok(); ++k) {
+      CollectiveRecord c;
+      c.seq = in.u64();
+      c.op = in.str();
+      c.bytes = in.u64();
+      c.entered_unix_ms = static_cast<int64_t>(in.u64());
+      c.left_unix_ms = static_cast<int64_t>(in.u64());
+      c.ok = in.u32() != 0;
+      h.recent.push_back(std::move(c));
+    }
+  }
   if (!in.ok() || in.left() != 0) return bad("worker_heartbeat", payload.size());
   if (phase > static_cast<uint32_t>(TrainPhase::kDone)) {
     return Status::error("worker_heartbeat frame names phase " + std::to_string(phase) + ": expected 0.." +

@@ -10,8 +10,11 @@
 //   worker_run      summary str | config_toml str | code_version str | data_version str | backend str |
 //                   params u64
 //   worker_command  action u32 (TrainAction: 1 checkpoint, 2 pause, 3 resume, 4 stop) | id u64 | from str
+//   worker_inject   kind u32 (1 slow, 2 nan) | delay_ms u32
 //   worker_heartbeat step u64 | phase u32 (TrainPhase) | collectives u64 | flags u32 (1 inside a collective,
-//                   2 its communicator timed out) | interval_ms u32 | timeout_ms u32
+//                   2 its communicator timed out) | interval_ms u32 | timeout_ms u32 |
+//                   [recent u32 | recent x (seq u64 | op str | bytes u64 | entered_unix_ms u64 |
+//                   left_unix_ms u64 | ok u32)]  (the flight recorder; absent in older workers' beats)
 //
 //   std::vector<uint8_t> p = worker_hello_encode({.rank = 1, .world = 4, .pid = getpid(), .host = "n1"});
 //   store.send(FrameType::worker_hello, p, 5s);
@@ -24,7 +27,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/train.h"  // TrainAction
+#include "engine/core/comm/flight_recorder.h"  // CollectiveRecord
+#include "engine/core/train.h"                 // TrainAction
 #include "telemetry/status.h"
 
 namespace gantry {
@@ -70,6 +74,14 @@ struct WorkerCommand {
   std::string from;  // who asked: "ctl@127.0.0.1:51234", "gantry-engine run", ...
 };
 
+// A drill's fault for one rank (`ctl inject RUN slow|nan`, train.h's TrainLiveFaults): slow = its forward
+// pass sleeps delay_ms from its next step on; nan = its next step's gradients are NaN.
+struct WorkerInject {
+  enum class Kind : uint32_t { kSlow = 1, kNan = 2 };
+  Kind kind = Kind::kSlow;
+  uint32_t delay_ms = 0;
+};
+
 // Sent every interval_ms from a thread of the worker's own that never waits on a collective, and once more
 // just before a failed worker's exit: the launcher names a hung gang's culprit from these (hang_blame.h).
 struct WorkerHeartbeat {
@@ -78,8 +90,9 @@ struct WorkerHeartbeat {
   uint64_t collectives = 0;    // CommProgress::entered: the number of the collective it is in, or last left
   bool in_collective = false;  // inside collective #collectives now
   bool timed_out = false;      // its communicator broke on a collective timeout: it waited in vain
-  uint32_t interval_ms = 0;    // the next heartbeat is due this long after this one
+  uint32_t interval_ms = 0;    // the next heartbeat is due this long after this one; 0: no more will come
   uint32_t timeout_ms = 0;     // its collective timeout
+  std::vector<CollectiveRecord> recent;  // its flight recorder: the last collectives, oldest first
 };
 
 std::vector<uint8_t> worker_hello_encode(const WorkerHello& h);
@@ -91,6 +104,9 @@ Result<WorkerRun> worker_run_decode(std::span<const uint8_t> payload);
 std::vector<uint8_t> worker_command_encode(const WorkerCommand& c);
 // Refuses an action outside checkpoint..stop, naming the number it got.
 Result<WorkerCommand> worker_command_decode(std::span<const uint8_t> payload);
+std::vector<uint8_t> worker_inject_encode(const WorkerInject& i);
+// Refuses a kind other than slow (1) or nan (2), naming the number it got.
+Result<WorkerInject> worker_inject_decode(std::span<const uint8_t> payload);
 std::vector<uint8_t> worker_heartbeat_encode(const WorkerHeartbeat& h);
 // Refuses a phase this launcher does not know, naming the number it got.
 Result<WorkerHeartbeat> worker_heartbeat_decode(std::span<const uint8_t> payload);

@@ -96,7 +96,8 @@ std::string local_address(int fd) {
 // reader is the StoreClient (store_client.h keeps commands that arrive while a request waits).
 class CommandControl final : public TrainControl {
  public:
-  CommandControl(StoreClient* frames, int rank) : frames_(frames), rank_(rank) {}
+  CommandControl(StoreClient* frames, int rank, TrainLiveFaults* faults)
+      : frames_(frames), rank_(rank), faults_(faults) {}
 
   TrainAction poll() override {
     std::vector<Frame> got;
@@ -107,6 +108,10 @@ class CommandControl final : public TrainControl {
                    st.message().c_str());
     }
     for (const Frame& f : got) {
+      if (f.type == static_cast<uint8_t>(FrameType::worker_inject)) {
+        apply_inject(f);
+        continue;
+      }
       if (f.type != static_cast<uint8_t>(FrameType::worker_command)) continue;  // a newer launcher's frame
       Result<WorkerCommand> c = worker_command_decode(f.payload);
       if (!c.ok()) {
@@ -125,8 +130,27 @@ class CommandControl final : public TrainControl {
   const WorkerCommand& taken() const { return taken_; }
 
  private:
+  void apply_inject(const Frame& f) {
+    Result<WorkerInject> i = worker_inject_decode(f.payload);
+    if (!i.ok()) {
+      std::fprintf(stderr, "gantry-engine worker (rank %d): warning: ignored a fault: %s\n", rank_,
+                   i.error().c_str());
+      return;
+    }
+    if (i->kind == WorkerInject::Kind::kSlow) {
+      faults_->forward_delay_ms.store(i->delay_ms);
+      std::fprintf(stderr, "gantry-engine worker (rank %d): injected fault: forward slowed by %u ms\n", rank_,
+                   i->delay_ms);
+    } else {
+      faults_->nan_next_step.store(true);
+      std::fprintf(stderr, "gantry-engine worker (rank %d): injected fault: NaN gradients next step\n",
+                   rank_);
+    }
+  }
+
   StoreClient* frames_;
   int rank_;
+  TrainLiveFaults* faults_;
   std::deque<WorkerCommand> queue_;
   WorkerCommand taken_;
   bool warned_ = false;
@@ -152,15 +176,18 @@ std::string json_escape(const std::string& in) {
 // beat must not cut into.
 class Heartbeat {
  public:
+  // `watched_within`: the shortest silence the launcher calls a hang (the collective timeout, or its hang
+  // timeout when shorter).
   Heartbeat(StoreClient* to, const TrainProgress* progress, const Communicator* comm,
-            std::chrono::milliseconds timeout)
+            std::chrono::milliseconds timeout, std::chrono::milliseconds watched_within)
       : to_(to),
         progress_(progress),
         comm_(comm),
         timeout_(timeout),
         // Several beats within half a timeout, so a silent rank stands out before its peers give up; at
         // most one a second, so a long timeout costs the launcher nothing.
-        interval_(std::clamp(timeout / 4, std::chrono::milliseconds(100), std::chrono::milliseconds(1000))) {
+        interval_(
+            std::clamp(watched_within / 4, std::chrono::milliseconds(100), std::chrono::milliseconds(1000))) {
     thread_ = std::thread([this] {
       std::unique_lock<std::mutex> lock(wake_mu_);
       while (!quit_) {
@@ -178,21 +205,25 @@ class Heartbeat {
     }
     wake_.notify_all();
     thread_.join();
+    // "No more beats": what the worker does from here to its exit (the history, the goodbye) is not a
+    // hang, however long it takes; its exit is the launcher's to see.
+    beat(/*last=*/true);
   }
   Heartbeat(const Heartbeat&) = delete;
   Heartbeat& operator=(const Heartbeat&) = delete;
 
   // Sends one beat now (the thread's, and a failing worker's last before its goodbye). A failed send is
   // left to the records' warning: the launcher is slow or gone.
-  void beat() {
+  void beat(bool last = false) {
     WorkerHeartbeat h{.step = progress_->step.load(),
                       .phase = progress_->phase.load(),
-                      .interval_ms = static_cast<uint32_t>(interval_.count()),
+                      .interval_ms = last ? 0u : static_cast<uint32_t>(interval_.count()),
                       .timeout_ms = static_cast<uint32_t>(std::min<int64_t>(timeout_.count(), UINT32_MAX))};
     const CommProgress p = comm_->progress();
     h.collectives = p.entered;
     h.in_collective = p.inside;
     h.timed_out = p.timed_out;
+    h.recent = comm_->flight_record();
     (void)to_->send(FrameType::worker_heartbeat, worker_heartbeat_encode(h), kSendTimeout);
   }
 
@@ -624,18 +655,27 @@ WorkerResult worker_run(const WorkerOptions& options, const WorkerEnv& env) {
         options.collective_timeout.count() > 0
             ? options.collective_timeout
             : std::chrono::milliseconds(static_cast<int64_t>(cfg->train.collective_timeout_s * 1e3));
-    if (frames != nullptr)
-      heartbeat = std::make_unique<Heartbeat>(frames, &progress, dp->get(), collective_timeout);
+    if (frames != nullptr) {
+      // The launcher's hang timeout (gang.h), when it watches for one: beats must come several times in it.
+      std::chrono::milliseconds watched = collective_timeout;
+      if (const char* h = std::getenv(kHangTimeoutVariable); h != nullptr) {
+        char* end = nullptr;
+        const long long ms = std::strtoll(h, &end, 10);
+        if (end != h && *end == '\0' && ms > 0) watched = std::min(watched, std::chrono::milliseconds(ms));
+      }
+      heartbeat = std::make_unique<Heartbeat>(frames, &progress, dp->get(), collective_timeout, watched);
+    }
     const HeartbeatStop stop_heartbeat{heartbeat};
 
     // ---- train ------------------------------------------------------------------------------------------
     DistContext ctx{.dims = dims.value(), .dp = dp->get(), .store = &store, .timeout = collective_timeout};
     WorkerObserver observer(env, frames, device, fault.value(), options.local);
-    // Only rank 0's answer counts (train.h); the other ranks need no control at all.
+    // Only rank 0's answer counts (train.h); every rank's control takes the drills' faults for it.
     std::unique_ptr<CommandControl> control;
-    if (frames != nullptr && env.rank == 0) {
-      control = std::make_unique<CommandControl>(frames, env.rank);
-      observer.set_control(control.get());
+    TrainLiveFaults live_faults;
+    if (frames != nullptr) {
+      control = std::make_unique<CommandControl>(frames, env.rank, &live_faults);
+      if (env.rank == 0) observer.set_control(control.get());
     }
     TrainOptions topt{.out_dir = options.out_dir,
                       .resume = options.resume,
@@ -646,6 +686,7 @@ WorkerResult worker_run(const WorkerOptions& options, const WorkerEnv& env) {
                       .progress = &progress,
                       .test_forward_delay = std::chrono::milliseconds(
                           fault->kind == WorkerFault::slow_forward ? fault->delay_ms : 0),
+                      .live_faults = &live_faults,
                       .test_nan_grad_step = fault->kind == WorkerFault::nan_grad ? fault->step : 0,
                       .test_checkpoint_hook = checkpoint_fault_hook(fault.value(), env.rank),
                       .test_flip_bit_step = fault->kind == WorkerFault::flip_bit ? fault->step : 0};

@@ -120,6 +120,28 @@ int main(int argc, char** argv) {
     [[maybe_unused]] ssize_t w = ::write(env->store_fd, frame.data(), frame.size() / 2);
     ::raise(SIGKILL);
   }
+  // Heartbeats every 20 ms at a step that grows, as a worker's heartbeat thread sends them.
+  // "beat_mute_rank1": rank 1 falls silent after 5 beats and keeps running (a stall that is not a SIGSTOP);
+  // the others beat on. "beat_then_done": every rank beats for 1 s (many hang timeouts of the test) doing
+  // nothing else, then says its beats are over (interval 0), waits another 0.5 s and exits 0.
+  if (mode == "beat_mute_rank1" || mode == "beat_then_done") {
+    for (int k = 0;; ++k) {
+      const bool done = mode == "beat_then_done" && k == 50;
+      if (!(mode == "beat_mute_rank1" && rank == 1 && k >= 5)) {
+        WorkerHeartbeat h{.step = k,
+                          .phase = TrainPhase::kStep,
+                          .collectives = static_cast<uint64_t>(k),
+                          .interval_ms = done ? 0u : 20u,
+                          .timeout_ms = 60000};
+        store.send(FrameType::worker_heartbeat, worker_heartbeat_encode(h), 5s);
+      }
+      if (done) {
+        std::this_thread::sleep_for(500ms);
+        return goodbye(0, "done: rank " + std::to_string(rank));
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+  }
   if (mode == "stop_on_term") {
     while (!g_term) std::this_thread::sleep_for(10ms);
     return goodbye(130, "stopped at step 7");

@@ -86,6 +86,35 @@ TEST(Gang, RankFailingWithAMessageIsNamedWithIt) {
   expect_all_gone(r);
 }
 
+// A running rank that stops beating is hung: the gang fails naming it (not its peers, which beat on), with
+// where its last beat was, and it is killed at once rather than after the grace (it may not run at all).
+TEST(Gang, SilentRankIsNamedByTheHangTimeout) {
+  GangOptions g = fake(3, "beat_mute_rank1");
+  g.hang_timeout = 300ms;
+  g.fail_grace = 60s;  // the peers stop on SIGTERM; the hung rank must not wait for this
+  GangResult r = gang_run(g);
+  EXPECT_EQ(r.code, 1) << r.error;
+  EXPECT_TRUE(r.hang);
+  EXPECT_TRUE(r.hang_by_timeout);
+  EXPECT_EQ(r.failed_rank, 1);
+  EXPECT_GE(r.hang_silent_ms, 300);
+  EXPECT_THAT(r.error,
+              HasSubstr("rank 1 (pid " + std::to_string(r.workers[1].pid) + ") hung: no heartbeat for"));
+  EXPECT_THAT(r.error, HasSubstr("its last heartbeat was at step 4 (step), after collective #4"));
+  EXPECT_EQ(r.workers[1].signal, SIGKILL);
+  EXPECT_TRUE(r.workers[1].killed_by_launcher);
+}
+
+// Beats alone, doing nothing else for many hang timeouts, are a healthy rank; after its last beat
+// (interval 0) a rank on its way out is not expected to beat again.
+TEST(Gang, BeatingRanksAndRanksPastTheirLastBeatAreNotHung) {
+  GangOptions g = fake(2, "beat_then_done");
+  g.hang_timeout = 200ms;
+  GangResult r = gang_run(g);
+  EXPECT_EQ(r.code, 0) << r.error;
+  EXPECT_FALSE(r.hang);
+}
+
 TEST(Gang, BadInputIsPassedOnAsExitCode2) {
   GangResult r = gang_run(fake(2, "bad_input"));
   EXPECT_EQ(r.code, 2);

@@ -203,6 +203,53 @@ TEST(WorkerFrames, HeartbeatRoundTripAndBadPhase) {
   EXPECT_THAT(worker_heartbeat_decode(bad).error(), HasSubstr("malformed"));
 }
 
+TEST(WorkerFrames, InjectRoundTripAndBadKind) {
+  Result<WorkerInject> slow =
+      worker_inject_decode(worker_inject_encode({.kind = WorkerInject::Kind::kSlow, .delay_ms = 500}));
+  ASSERT_TRUE(slow.ok()) << slow.error();
+  EXPECT_EQ(slow->kind, WorkerInject::Kind::kSlow);
+  EXPECT_EQ(slow->delay_ms, 500u);
+  Result<WorkerInject> nan = worker_inject_decode(worker_inject_encode({.kind = WorkerInject::Kind::kNan}));
+  ASSERT_TRUE(nan.ok()) << nan.error();
+  EXPECT_EQ(nan->kind, WorkerInject::Kind::kNan);
+  std::vector<uint8_t> bad = worker_inject_encode({.kind = WorkerInject::Kind::kNan});
+  bad[0] = 7;
+  EXPECT_THAT(worker_inject_decode(bad).error(), HasSubstr("fault 7"));
+  bad.pop_back();
+  EXPECT_THAT(worker_inject_decode(bad).error(), HasSubstr("malformed"));
+}
+
+// The flight recorder rides on the heartbeat; a beat of an older worker (ending before it) still decodes,
+// and a count past what the frame holds is refused rather than allocated.
+TEST(WorkerFrames, HeartbeatCarriesTheFlightRecorder) {
+  WorkerHeartbeat h{.step = 7, .phase = TrainPhase::kStep, .collectives = 41, .in_collective = true};
+  h.recent = {
+      {.seq = 40, .op = "all_reduce", .bytes = 4096, .entered_unix_ms = 100, .left_unix_ms = 105},
+      {.seq = 41, .op = "barrier", .bytes = 0, .entered_unix_ms = 110, .left_unix_ms = 0, .ok = false}};
+  Result<WorkerHeartbeat> got = worker_heartbeat_decode(worker_heartbeat_encode(h));
+  ASSERT_TRUE(got.ok()) << got.error();
+  ASSERT_EQ(got->recent.size(), 2u);
+  EXPECT_EQ(got->recent[0].seq, 40u);
+  EXPECT_EQ(got->recent[0].op, "all_reduce");
+  EXPECT_EQ(got->recent[0].bytes, 4096u);
+  EXPECT_EQ(got->recent[0].left_unix_ms, 105);
+  EXPECT_TRUE(got->recent[0].ok);
+  EXPECT_EQ(got->recent[1].op, "barrier");
+  EXPECT_EQ(got->recent[1].entered_unix_ms, 110);
+  EXPECT_FALSE(got->recent[1].ok);
+
+  std::vector<uint8_t> old = worker_heartbeat_encode({.step = 3});
+  old.resize(old.size() - 4);  // no recorder count: as an older worker sends it
+  Result<WorkerHeartbeat> older = worker_heartbeat_decode(old);
+  ASSERT_TRUE(older.ok()) << older.error();
+  EXPECT_EQ(older->step, 3);
+  EXPECT_TRUE(older->recent.empty());
+
+  std::vector<uint8_t> lying = worker_heartbeat_encode({.step = 3});
+  lying[lying.size() - 1] = 0x7f;  // a count of about two billion entries in a frame of none
+  EXPECT_THAT(worker_heartbeat_decode(lying).error(), HasSubstr("malformed"));
+}
+
 // A heartbeat must go out while a store request waits for its reply (a rank in a checkpoint's store wait
 // is not silent): send() used to wait behind the request for the whole of its wait.
 TEST(StoreClientSend, OneWayFramesDoNotWaitBehindAPendingRequest) {
