@@ -31,8 +31,6 @@ struct CtlArgs {
   std::string checkpoint_policy;  // "": the coordinator's default (fixed)
   int min_dp = 0, max_dp = 0;     // 0: not sent (the coordinator's defaults: 1 and no bound)
   int keep_last = 0;              // 0: keep every checkpoint
-  int64_t checkpoint_every = 0;   // 0: no checkpoint policy
-  int keep_last = 0;              // 0: keep every checkpoint
   int hang_timeout_s = 0;         // 0: the coordinator's default (10 s)
   std::string name;
   int64_t run = 0;
