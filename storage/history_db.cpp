@@ -677,8 +677,7 @@ bool HistoryDb::ingest(const RecordBatch& batch) {
     if (s.val_loss) sqlite3_bind_double(*st, 11, *s.val_loss);
     ok = sqlite3_step(*st) == SQLITE_DONE || fail_sqlite("writing steps");
   }
-  for (size_t i = 0; ok && i < batch.events.size(); ++i) {
-    const EventRecord& e = batch.events[i];
+  const auto put_event = [&](const EventRecord& e, const char* what) {
     StmtUse st(st_->event_put);
     sqlite3_bind_int64(*st, 1, e.run_id);
     sqlite3_bind_double(*st, 2, e.time_unix_s);
@@ -688,23 +687,14 @@ bool HistoryDb::ingest(const RecordBatch& batch) {
     bind_text(*st, 6, e.node);
     bind_text(*st, 7, e.message);
     bind_text(*st, 8, e.payload);
-    ok = sqlite3_step(*st) == SQLITE_DONE || fail_sqlite("writing events");
-  }
+    return sqlite3_step(*st) == SQLITE_DONE || fail_sqlite(what);
+  };
+  for (size_t i = 0; ok && i < batch.events.size(); ++i) ok = put_event(batch.events[i], "writing events");
   for (size_t i = 0; ok && i < batch.checkpoints.size(); ++i) {
     const CheckpointRecord& c = batch.checkpoints[i];
     if (c.state != CheckpointState::kWritten) ok = catalog_checkpoint(c);
     // The operator's line, from the record (so the Events panel and the event stream show it).
-    const EventRecord e = checkpoint_event(c);
-    StmtUse st(st_->event_put);
-    sqlite3_bind_int64(*st, 1, e.run_id);
-    sqlite3_bind_double(*st, 2, e.time_unix_s);
-    sqlite3_bind_int64(*st, 3, e.step);
-    bind_text(*st, 4, e.kind);
-    sqlite3_bind_int(*st, 5, e.rank);
-    bind_text(*st, 6, e.node);
-    bind_text(*st, 7, e.message);
-    bind_text(*st, 8, e.payload);
-    ok = ok && (sqlite3_step(*st) == SQLITE_DONE || fail_sqlite("writing a checkpoint's event"));
+    ok = ok && put_event(checkpoint_event(c), "writing a checkpoint's event");
   }
 
   // Each run whose rank steps moved: what became final gets its tiles, what arrived late gets them rebuilt.
