@@ -154,7 +154,12 @@ std::string value_text(const Field& f, const Config& c) {
       return field_ref<bool>(f, c) ? "true" : "false";
     case FieldKind::kString: {
       std::string out = "\"";
+      // The TOML subset's escapes: a raw newline would end the line (and the string) in the dump.
       for (char ch : field_ref<std::string>(f, c)) {
+        if (ch == '\n') {
+          out += "\\n";
+          continue;
+        }
         if (ch == '"' || ch == '\\') out += '\\';
         out += ch;
       }

@@ -212,6 +212,19 @@ TEST(Config, DumpParsesBackToTheSameConfig) {
   EXPECT_TRUE(config_incompatibilities(c, back.value()).empty());
 }
 
+// A string the parser accepted through its "\n" escape must dump with the escape: a raw newline ended the
+// dumped line mid-string, so a checkpoint's stored config did not parse back (found by the config fuzzer).
+TEST(Config, DumpEscapesNewlinesAndTabsInStrings) {
+  Result<Config> parsed = config_parse(
+      "[model]\n[train]\n[data]\nkind = \"shards\"\ndir = \"a\\nb\\tc\\\\d \\\"e\\\"\"\n", "test.toml");
+  ASSERT_TRUE(parsed.ok()) << parsed.error();
+  EXPECT_EQ(parsed->data.dir, "a\nb\tc\\d \"e\"");
+  Result<Config> back = config_parse(config_dump(parsed.value()), "dump");
+  ASSERT_TRUE(back.ok()) << back.error() << "\n" << config_dump(parsed.value());
+  EXPECT_EQ(back->data.dir, parsed->data.dir);
+  EXPECT_EQ(config_dump(back.value()), config_dump(parsed.value()));
+}
+
 TEST(Config, IncompatibilitiesNameTheFields) {
   Config a, b;
   b.model.n_embd = 128;
