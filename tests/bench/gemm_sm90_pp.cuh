@@ -27,6 +27,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "engine/core/cuda/sm90_ptx.cuh"
+
 namespace gantry::hopper {
 
 enum class Epilogue { kNone, kBias, kBiasGelu, kDgelu };
@@ -46,47 +48,30 @@ struct Args {
 
 namespace detail {
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count));
-}
-__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, int parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(smem_u32(bar)), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-__device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], "
-      "[%2];" ::"r"(smem_u32(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1)
-      : "memory");
-}
-// The same box into the same offset of both CTAs of the cluster, each one's barrier at `bar`'s offset told.
-__device__ __forceinline__ void tma_load_multicast(void* dst, const CUtensorMap* map, uint64_t* bar, int c0,
-                                                   int c1) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], "
-      "[%1, {%3, "
-      "%4}], [%2], %5;" ::"r"(smem_u32(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1),
-      "h"(static_cast<uint16_t>(0x3))
-      : "memory");
-}
+// The PTX pieces shared with the attention kernels (engine/core/cuda/sm90_ptx.cuh).
+using sm90::cluster_rank;
+using sm90::cluster_sync;
+using sm90::desc_sw128;
+using sm90::dgelu_of;
+using sm90::fence_async_shared;
+using sm90::fence_operand;
+using sm90::gelu_of;
+using sm90::mbar_arrive;
+using sm90::mbar_expect_tx;
+using sm90::mbar_init;
+using sm90::mbar_wait;
+using sm90::smem_u32;
+using sm90::tma_load_2d;
+using sm90::tma_load_2d_multicast;
+using sm90::tma_store_2d;
+using sm90::tma_store_commit;
+using sm90::tma_store_wait_all;
+using sm90::tma_store_wait_read;
+using sm90::warpgroup_bar;
+using sm90::wgmma_commit;
+using sm90::wgmma_fence;
+using sm90::wgmma_wait;
+
 // Arrive on the barrier at the same offset in CTA `rank` of this cluster. Default semantics (release, CTA
 // scope): the stage's reads were wgmma's, finished by wgmma.wait before this. (P2-P3 used
 // .release.cluster here.)
@@ -97,36 +82,6 @@ __device__ __forceinline__ void mbar_arrive_remote(uint64_t* bar, uint32_t rank)
       "r"(rank)
       : "memory");
 }
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-__device__ __forceinline__ uint32_t cluster_rank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ void tma_store(const CUtensorMap* map, const void* src, int c0, int c1) {
-  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
-                   reinterpret_cast<uint64_t>(map)),
-               "r"(smem_u32(src)), "r"(c0), "r"(c1)
-               : "memory");
-}
-__device__ __forceinline__ void store_commit() {
-  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void store_wait_read() {  // at most N committed store groups still reading
-  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
-}
-__device__ __forceinline__ void store_wait_all() {
-  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-}
-__device__ __forceinline__ void fence_async_shared() {
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-__device__ __forceinline__ void warpgroup_bar(int id) {
-  asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory");
-}
 // The two consumer warpgroups' hand-off (256 threads: one warpgroup waits, the other arrives).
 __device__ __forceinline__ void order_wait(int id) {
   asm volatile("bar.sync %0, 256;" ::"r"(id) : "memory");
@@ -134,25 +89,6 @@ __device__ __forceinline__ void order_wait(int id) {
 __device__ __forceinline__ void order_arrive(int id) {
   asm volatile("bar.arrive %0, 256;" ::"r"(id) : "memory");
 }
-// Shared-memory matrix descriptor: K-major, 128-byte swizzle, 8-row groups 1,024 bytes apart.
-__device__ __forceinline__ uint64_t desc_sw128(const void* p) {
-  const uint64_t a = smem_u32(p);
-  return ((a & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-}
-__device__ __forceinline__ void wgmma_fence() {
-  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void wgmma_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
-}
-__device__ __forceinline__ void fence_operand(float& r) {
-  asm volatile("" : "+f"(r)::"memory");
-}
-
 // wgmma m64n128k16, bf16 × bf16 → fp32, A and B from shared memory (K-major, 128-byte swizzle).
 __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
                                                  int scale_d) {
@@ -174,22 +110,6 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a
         "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
         "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-}
-
-__device__ __forceinline__ float tanh_approx(float x) {
-  float y;
-  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-// GELU, tanh form (as cuBLASLt's epilogue and the CPU reference), and its derivative.
-__device__ __forceinline__ float gelu_of(float x) {
-  const float u = 0.7978845608f * (x + 0.044715f * x * x * x);
-  return 0.5f * x * (1.0f + tanh_approx(u));
-}
-__device__ __forceinline__ float dgelu_of(float x) {
-  const float u = 0.7978845608f * (x + 0.044715f * x * x * x);
-  const float t = tanh_approx(u);
-  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * 0.7978845608f * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
 }  // namespace detail
@@ -245,13 +165,13 @@ __global__ void __launch_bounds__(kThreads, 1)
           const int s = it % kStages;
           mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
           mbar_expect_tx(&full[s], kStageBytes);
-          tma_load(s_a + s * kSmemA, &tm_a, &full[s], kb * kBK, m0);
+          tma_load_2d(s_a + s * kSmemA, &tm_a, &full[s], kb * kBK, m0);
           if constexpr (!kShareB) {
-            tma_load(s_b + s * kSmemB, &tm_b, &full[s], kb * kBK, n0);
+            tma_load_2d(s_b + s * kSmemB, &tm_b, &full[s], kb * kBK, n0);
           } else {
             constexpr int half = kTN / 2;
-            tma_load_multicast(s_b + s * kSmemB + rank * half * kBK * 2, &tm_b, &full[s], kb * kBK,
-                               n0 + static_cast<int>(rank) * half);
+            tma_load_2d_multicast(s_b + s * kSmemB + rank * half * kBK * 2, &tm_b, &full[s], kb * kBK,
+                                  n0 + static_cast<int>(rank) * half, 0x3);  // both CTAs of the cluster
           }
         }
       }
@@ -295,10 +215,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         if constexpr (E == Epilogue::kDgelu) {
           // Half way through, this tile's pre-activation goes into both slots (their last stores have read).
           if (kb == kt / 2 && tid == 0) {
-            store_wait_read<0>();
+            tma_store_wait_read<0>();
             mbar_expect_tx(&pre_bar[c], 2 * kSlotBytes);
-            tma_load(slots, &tm_pre, &pre_bar[c], n0, m0);
-            tma_load(slots + kSlotBytes, &tm_pre, &pre_bar[c], n0 + 64, m0);
+            tma_load_2d(slots, &tm_pre, &pre_bar[c], n0, m0);
+            tma_load_2d(slots + kSlotBytes, &tm_pre, &pre_bar[c], n0 + 64, m0);
           }
         }
       }
@@ -349,9 +269,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         fence_async_shared();
         warpgroup_bar(1 + c);
         if (tid == 0) {
-          tma_store(&tm_out, slots, n0, m0);
-          tma_store(&tm_out, slots + kSlotBytes, n0 + 64, m0);
-          store_commit();
+          tma_store_2d(&tm_out, slots, n0, m0);
+          tma_store_2d(&tm_out, slots + kSlotBytes, n0 + 64, m0);
+          tma_store_commit();
         }
       } else {
         constexpr int kPasses = E == Epilogue::kBiasGelu ? 2 : 1;
@@ -361,7 +281,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             uint8_t* box = slots + slot * kSlotBytes;
-            if (tid == 0) store_wait_read<1>();  // this slot's last store (two chunks ago) has read it
+            if (tid == 0) tma_store_wait_read<1>();  // this slot's last store (two chunks ago) has read it
             warpgroup_bar(1 + c);
 #pragma unroll
             for (int j8 = 0; j8 < 8; ++j8) {
@@ -381,15 +301,15 @@ __global__ void __launch_bounds__(kThreads, 1)
             fence_async_shared();
             warpgroup_bar(1 + c);
             if (tid == 0) {
-              tma_store(map, box, n0 + 64 * h, m0);
-              store_commit();
+              tma_store_2d(map, box, n0 + 64 * h, m0);
+              tma_store_commit();
             }
             slot ^= 1;
           }
         }
       }
     }
-    if (tid == 0) store_wait_all();  // stores drained before the CTA's shared memory goes
+    if (tid == 0) tma_store_wait_all();  // stores drained before the CTA's shared memory goes
   }
   if constexpr (kCluster > 1) cluster_sync();  // no CTA leaves while its peer may still write or arrive here
 }
