@@ -230,15 +230,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 class GemmSm90 {
  public:
   explicit GemmSm90(int cluster = 1) : cluster_(cluster == 2 ? 2 : 1) {
-    cudaDriverEntryPointQueryResult q{};
-    void* fn = nullptr;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) !=
-            cudaSuccess ||
-        q != cudaDriverEntryPointSuccess || fn == nullptr) {
+    encode_ = sm90::support().encode;
+    if (encode_ == nullptr) {
       std::fprintf(stderr, "gemm_sm90: no cuTensorMapEncodeTiled\n");
       std::abort();
     }
-    encode_ = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
     int dev = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, dev);

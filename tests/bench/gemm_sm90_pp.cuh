@@ -323,15 +323,11 @@ class Gemm {
   // mode 1: no clusters; 2: clusters of two sharing B by multicast; 3: clusters of two, each CTA loading its
   // own B (a diagnostic: the cluster launch without the sharing).
   explicit Gemm(int mode = 1) : cluster_(mode >= 2 ? 2 : 1), share_(mode == 2) {
-    cudaDriverEntryPointQueryResult q{};
-    void* fn = nullptr;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) !=
-            cudaSuccess ||
-        q != cudaDriverEntryPointSuccess || fn == nullptr) {
+    encode_ = sm90::support().encode;
+    if (encode_ == nullptr) {
       std::fprintf(stderr, "hopper::Gemm: no cuTensorMapEncodeTiled\n");
       std::abort();
     }
-    encode_ = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
     int dev = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, dev);
