@@ -215,6 +215,7 @@ struct UpArgs {
   std::string dir = "gantry-cluster";
   double timeout_s = 20;
   double max_beats_per_s = CoordinatorOptions{}.max_beats_per_s;
+  double node_timeout_s = 5;
   bool allow_fault_injection = false;
 };
 
@@ -282,7 +283,9 @@ int up_main(const UpArgs& a) {
       "--port",
       std::to_string(a.port),
       "--max-beats-per-s",
-      nlohmann::json(a.max_beats_per_s).dump()};  // the shortest exact text
+      nlohmann::json(a.max_beats_per_s).dump(),  // the shortest exact text
+      "--node-timeout",
+      nlohmann::json(a.node_timeout_s).dump()};
   if (a.allow_fault_injection) coordinator_args.push_back("--allow-fault-injection");
   Result<pid_t> coord = spawn_daemon(coordinator_args, dir / "coordinator.log", dir / "coordinator.pid");
   if (!coord.ok()) return fail(coord.error());
@@ -477,6 +480,9 @@ void cluster_commands_add(CLI::App& app, int* exit_code) {
         ->check(CLI::PositiveNumber);
     sub->add_option("--max-beats-per-s", a->max_beats_per_s,
                     "The coordinator's heartbeat budget (see `coordinator --help`)")
+        ->check(CLI::PositiveNumber);
+    sub->add_option("--node-timeout", a->node_timeout_s,
+                    "The coordinator's node timeout in seconds (see `coordinator --help`)")
         ->check(CLI::PositiveNumber);
     sub->add_flag("--allow-fault-injection", a->allow_fault_injection,
                   "The coordinator accepts `ctl inject` (kill, hang, slow or NaN a worker on purpose)");

@@ -28,6 +28,11 @@ namespace gantry {
 // A node is lost after this many beat intervals without a beat, once intervals are long
 // (CoordinatorOptions::heartbeat).
 inline constexpr int kMissedBeatsLost = 5;
+// ... and after this many once a peer gang of one of its runs has failed: a node killed with its workers
+// breaks its peers' collectives at once, and their agents report that within a beat, so a node that is
+// also silent is the likely cause and need not be waited for the whole node_timeout. A live node keeps
+// beating (and reports its own gang's end), so it is not lost by this.
+inline constexpr int kMissedBeatsSuspect = 3;
 
 struct CoordinatorOptions {
   std::string dir;                 // state: cluster.sqlite, runs/<id>/ (config, checkpoints, data)

@@ -294,6 +294,9 @@ struct Coordinator::Impl {
   // (CoordinatorOptions::max_beats_per_s). Called with mu held.
   std::chrono::milliseconds beat_interval() const;
   std::chrono::milliseconds node_timeout() const;
+  // Another node whose gang of a live run failed while `node` still holds a running share of that run; ""
+  // if none. Such a node, silent for kMissedBeatsSuspect beats, is lost before node_timeout.
+  std::string failed_peer_of(const std::string& node) const;
 
   // Marks nodes lost whose heartbeats stopped, and stops their runs (automatic recovery is a later issue).
   void watch_loop();

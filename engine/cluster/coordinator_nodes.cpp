@@ -354,6 +354,20 @@ HttpResponse Coordinator::Impl::agent_beat_locked(const std::string& id, const j
   return HttpResponse::ok(reply);
 }
 
+std::string Coordinator::Impl::failed_peer_of(const std::string& node) const {
+  for (const auto& [rid, r] : runs) {
+    if (run_state_terminal(r.state)) continue;
+    bool holds_live_share = false;
+    const NodeShare* failed = nullptr;
+    for (const NodeShare& s : r.shares) {
+      if (s.node == node && !s.done) holds_live_share = true;
+      if (s.node != node && s.done && s.code != 0 && !s.agent_stopping) failed = &s;
+    }
+    if (holds_live_share && failed != nullptr) return failed->node;
+  }
+  return "";
+}
+
 void Coordinator::Impl::watch_loop() {
   while (!stopping.load()) {
     std::this_thread::sleep_for(100ms);
@@ -361,8 +375,17 @@ void Coordinator::Impl::watch_loop() {
     const auto now = Clock::now();
     adopt_expired(now);
     const std::chrono::milliseconds timeout = node_timeout();
+    const std::chrono::milliseconds suspect_timeout =
+        std::min(timeout, kMissedBeatsSuspect * beat_interval());
     for (auto& [id, n] : nodes) {
-      if (n.state == NodeState::lost || now - n.last_seen < timeout) continue;
+      if (n.state == NodeState::lost || now - n.last_seen < suspect_timeout) continue;
+      const std::string failed_peer = failed_peer_of(id);
+      if (now - n.last_seen < timeout && failed_peer.empty()) continue;
+      const auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - n.last_seen);
+      const std::string why = now - n.last_seen < timeout
+                                  ? "node lost (no heartbeat for " + std::to_string(silent.count()) +
+                                        " ms after its gang's peer on " + failed_peer + " failed)"
+                                  : "node lost (no heartbeat for " + std::to_string(timeout.count()) + " ms)";
       n.state = NodeState::lost;
       upsert_node(n, "lost");
       for (auto& [rid, r] : runs) {
@@ -372,7 +395,7 @@ void Coordinator::Impl::watch_loop() {
           s.done = true;
           s.code = 1;
           s.node_lost = true;
-          s.error = "node lost (no heartbeat for " + std::to_string(timeout.count()) + " ms)";
+          s.error = why;
           event(rid, "node_lost", id + ": " + s.error, json::object(), -1, id);
           stop_shares(r, id);
         }

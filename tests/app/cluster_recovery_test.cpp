@@ -125,6 +125,32 @@ TEST_F(ClusterRecovery, ALostNodesRunShrinksOntoTheNodesLeft) {
   ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 30s)) << run_state(id).dump();
 }
 
+// A node killed with its workers breaks its peers' collectives at once: the peers' gang fails, and the
+// silent node is lost after kMissedBeatsSuspect beats instead of the node timeout (here 120 s, so only
+// that path can recover the run before the wait below gives up). Before, the run waited the whole timeout.
+class ClusterLostNodeSuspect : public ClusterRecovery {
+ protected:
+  std::string up_args() const override { return "--nodes 2 --slots 2 --node-timeout 120"; }
+};
+
+TEST_F(ClusterLostNodeSuspect, ASilentNodeWhosePeersFailedIsLostWithoutWaitingTheNodeTimeout) {
+  const int64_t id = submit(100000, json::object());
+  ASSERT_GE(id, 0);
+  ASSERT_TRUE(eventually([&] { return last_step(id) >= 7; }, 60s)) << run_state(id).dump();
+  workers_ = children_of(pids_);
+  const pid_t agent1 = static_cast<pid_t>(std::stol(slurp((dir_ / "agent-node-1.pid").string())));
+  ASSERT_EQ(::kill(agent1, SIGKILL), 0);
+  ASSERT_TRUE(eventually([&] { return run_state(id)["restarts"] == 1; }, 60s)) << run_state(id).dump();
+  const std::vector<json> lost = events(id, "node_lost");
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_THAT(lost[0]["message"].get<std::string>(), HasSubstr("after its gang's peer on node-0 failed"))
+      << lost[0].dump();
+  EXPECT_EQ(run_state(id)["layout"]["dp"], 2);
+  workers_ = children_of(pids_);
+  ASSERT_TRUE(api_->post_json("/v1/runs/" + std::to_string(id) + "/stop", json::object()).ok());
+  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 30s)) << run_state(id).dump();
+}
+
 // min_dp bounds the shrink: the same lost node with min_dp 4 cannot go on at dp 2, so the run stops saying
 // why, and its goodput ledger shows the failure as not recovered. Bounds that do not hold dp, or that the
 // global batch does not split over, are refused naming the field.
