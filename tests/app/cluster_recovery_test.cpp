@@ -89,6 +89,23 @@ TEST_F(ClusterRecovery, KilledWorkersAreRecoveredAndTheRunEndsAsIfNeverInterrupt
   ASSERT_EQ(got.size(), want.size());
   for (const auto& [step, loss] : want) EXPECT_EQ(got.at(step), loss) << "step " << step;
 
+  // The final state, bit for bit: the last checkpoint's parameters and AdamW moments (each slice's xxh64)
+  // and its data cursor are the uninterrupted run's.
+  const auto final_state = [&](int64_t run) {
+    const std::string dir = (dir_ / "runs" / std::to_string(run) / "checkpoints" / "step_00000040").string();
+    const json m = json::parse(slurp(dir + "/manifest.json"));
+    json slices = json::array();
+    for (const json& shard : m["shards"]) {
+      for (const json& sl : shard["slices"]) {
+        slices.push_back({sl["buffer"], sl["tensor"], sl["start"], sl["count"], sl["xxh64"]});
+      }
+    }
+    return json{{"slices", slices}, {"data_cursor", m["data_cursor"]}, {"rng_state", m["rng_state"]}};
+  };
+  const json want_final = final_state(ref), got_final = final_state(id);
+  ASSERT_FALSE(want_final["slices"].empty());
+  EXPECT_EQ(got_final, want_final);
+
   // Each recovery is an event naming the failure and the checkpoint it went on from.
   const std::vector<json> placed = events(id, "recovery_placed");
   ASSERT_EQ(placed.size(), 3u) << json(placed).dump(1);
