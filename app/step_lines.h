@@ -62,6 +62,7 @@ inline void checkpoint_line_print(const CheckpointReport& c, bool json) {
     nlohmann::json j = {{"event", "checkpoint"}, {"step", c.step},        {"dir", c.dir},
                         {"bytes", c.bytes},      {"async", c.async},      {"stall_s", c.stall_s},
                         {"write_s", c.write_s},  {"waited_s", c.waited_s}};
+    j["copy_s"] = c.copy_s ? nlohmann::json(*c.copy_s) : nlohmann::json(nullptr);
     std::printf("%s\n", j.dump().c_str());
     std::fflush(stdout);
   }

@@ -1,5 +1,7 @@
 #include "engine/core/backend.h"
 
+#include <chrono>
+
 #include "engine/core/comm/communicator.h"
 
 #ifdef GANTRY_HAVE_CUDA
@@ -15,7 +17,9 @@ float* Backend::snapshot_memory(size_t floats) {
 }
 
 void Backend::snapshot_start(const std::vector<SnapshotPiece>& pieces, float* host) {
+  const auto t0 = std::chrono::steady_clock::now();
   for (const SnapshotPiece& p : pieces) read_state(p.buffer, p.offset, p.count, host + p.host_offset);
+  snapshot_copy_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 Result<std::unique_ptr<Backend>> backend_create(const std::string& kind, const ModelConfig& m, int max_batch,

@@ -160,6 +160,9 @@ class Backend {
   virtual void snapshot_start(const std::vector<SnapshotPiece>& pieces, float* host);
   // Blocks until the copy snapshot_start began is in host memory. Any thread may call it.
   virtual void snapshot_wait() {}
+  // The time the copy snapshot_start began took by itself (CPU: the memcpy; CUDA: the copy stream's
+  // device time), after snapshot_wait(): the copy's bandwidth is its bytes over this.
+  virtual double snapshot_copy_seconds() const { return snapshot_copy_s_; }
   virtual StateBytes state_bytes() const {
     const uint64_t n = params().numel() * sizeof(float);
     return {.params = n, .grads = n, .optimizer = 2 * n};
@@ -182,6 +185,7 @@ class Backend {
 
  private:
   std::vector<float> snapshot_host_;  // snapshot_memory's default: ordinary host memory
+  double snapshot_copy_s_ = 0;        // snapshot_start's default: how long its copy took
 };
 
 struct BackendOptions {

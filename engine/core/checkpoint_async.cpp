@@ -63,8 +63,10 @@ void AsyncCheckpointer::write(CheckpointMeta meta, CheckpointSnapshot snapshot) 
   const auto t0 = std::chrono::steady_clock::now();
   Result<CheckpointWritten> w =
       Status::error("checkpoint step " + std::to_string(meta.step) + ": not written");
+  std::optional<double> copy_s;
   try {
     backend_.snapshot_wait();
+    copy_s = backend_.snapshot_copy_seconds();
     w = checkpoint_write_snapshot(root_, backend_.params(), snapshot, meta, keep_, gang_, hook_);
   } catch (const std::exception& e) {
     // A device error while the copy ends (FatalError), or anything else thrown: the write fails, as it
@@ -76,6 +78,7 @@ void AsyncCheckpointer::write(CheckpointMeta meta, CheckpointSnapshot snapshot) 
     CheckpointDone d = pending_;
     d.written = w.value();
     d.write_s = seconds_since(t0);
+    d.copy_s = copy_s;
     outcome_ = Result<CheckpointDone>(d);
   } else {
     outcome_ = Result<CheckpointDone>(w.status());

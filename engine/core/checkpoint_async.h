@@ -36,6 +36,8 @@ struct CheckpointDone {
   double write_s = 0;
   double waited_s = 0;       // of stall_s, the wait for the checkpoint still in flight; 0 = none was
   bool from_action = false;  // the operator's checkpoint action asked for it
+  // Async: the copy into host memory by itself (Backend::snapshot_copy_seconds); unknown for a sync write.
+  std::optional<double> copy_s;
 };
 
 class AsyncCheckpointer {

@@ -70,6 +70,7 @@ struct CheckpointReport {
   double stall_s = 0;
   double write_s = 0;
   double waited_s = 0;
+  std::optional<double> copy_s;  // async: the copy into host memory by itself; unknown for a sync write
 };
 
 // What the run is, for observers that keep a history: handed over once, before the first step.

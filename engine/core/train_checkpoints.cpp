@@ -54,7 +54,8 @@ void TrainCheckpoints::report(const CheckpointDone& d) {
                             .async = d.async,
                             .stall_s = d.stall_s,
                             .write_s = d.write_s,
-                            .waited_s = d.waited_s});
+                            .waited_s = d.waited_s,
+                            .copy_s = d.copy_s});
   if (d.from_action) observer_->on_action(TrainAction::checkpoint, d.step);
 }
 

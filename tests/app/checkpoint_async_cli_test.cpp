@@ -226,6 +226,33 @@ TEST(CheckpointAsyncCli, AsyncCheckpointsHaveTheBytesOfSyncOnes) {
   EXPECT_THAT(err, HasSubstr("sync: stall "));
 }
 
+// One process (`train`) knows how long its async copy into host memory took by itself (copy_s: the copy's
+// bandwidth is its bytes over it); a sync write has no such copy, and `run`'s launcher does not carry it:
+// both say unknown (null), never 0.
+TEST(CheckpointAsyncCli, OneProcessReportsTheCopysOwnTimeAndOthersSayItIsUnknown) {
+  const std::string dir = fresh_dir("copy_seconds");
+  for (const bool async : {true, false}) {
+    const std::string cfg = write_config(dir, async);
+    testing_support::Outcome t = testing_support::run_engine("train --config " + cfg + " --out " + dir +
+                                                             (async ? "/async" : "/sync") + " --json");
+    ASSERT_EQ(t.code, 0) << t.err;
+    const std::vector<nlohmann::json> ck = checkpoint_lines(t.out);
+    ASSERT_EQ(ck.size(), 4u) << t.out;
+    for (const nlohmann::json& c : ck) {
+      ASSERT_TRUE(c.contains("copy_s")) << c;
+      if (async && c["async"].get<bool>()) {
+        ASSERT_TRUE(c["copy_s"].is_number()) << c;
+        EXPECT_GE(c["copy_s"].get<double>(), 0.0) << c;
+        EXPECT_LE(c["copy_s"].get<double>(), c["stall_s"].get<double>() + c["write_s"].get<double>()) << c;
+      } else {
+        EXPECT_TRUE(c["copy_s"].is_null()) << c;
+      }
+    }
+  }
+  const Reference& ref = reference();  // two ranks under `run`
+  for (const nlohmann::json& c : checkpoint_lines(ref.out)) EXPECT_TRUE(c["copy_s"].is_null()) << c;
+}
+
 // Rank 0's writer of step 2 holds until the loop asks for step 4's checkpoint, which must wait for it: the
 // event of step 4 says it waited and how long, step 2's that it did not.
 TEST(CheckpointAsyncCli, ARequestWhileOneIsInFlightWaitsAndTheEventSaysSo) {

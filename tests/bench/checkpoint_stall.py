@@ -20,12 +20,17 @@ train.checkpoint_async = true, with false (checkpointing every --every steps), a
       --models 124m [--steps 90] [--every 20] [--warmup 10] [--zero 0]
   ... --dry-run   (prints the configs and commands; runs nothing)
 
+With --nproc 1 the engine runs as `gantry-engine train` (one process) and each async checkpoint's line also
+carries copy_s, the copy into host memory by itself (CUDA: the copy stream's device time), reported as the
+copy's bandwidth (state bytes / copy_s) beside the link's.
+
 Models: tiny (assets/configs/tiny.toml's shape: 2 layers, d 64, vocab 256; 0.12M parameters) and 10m (5
 layers, d 384, vocab 4096, T 32; 10.4M parameters), CPU backend, micro-batch 1, 4 sequences a step; 124m
 (GPT-2 124M, vocab 50304, T 1024; 124.5M parameters), CUDA backend, micro-batch 32 per GPU (global batch
-32 x N), synthetic corpus, as dp_scaling.py. The last checkpoint of a run is written to the end in both
-modes (the run must not end before its commit), so it is left out. Under ZeRO 0 rank 0 writes the whole
-state (the other ranks' shards hold headers only), so its stall is the gang's. Each line names the machine
+32 x N), synthetic corpus, as dp_scaling.py; 350m (GPT-2 350M: 24 layers, d 1024), CUDA, micro-batch 16.
+The last checkpoint of a run is written to the end in both modes (the run must not end before its commit),
+so it is left out. Under ZeRO 0 rank 0 writes the whole state (the other ranks' shards hold headers only),
+so its stall is the gang's. Each line names the machine
 (nproc, load average at the start; the GPU under cuda) and the UTC time.
 """
 import argparse, json, math, os, platform, statistics, subprocess, sys, tempfile, time
@@ -34,6 +39,7 @@ MODELS = {
     "tiny": dict(n_layer=2, n_head=4, n_embd=64, vocab=256, seq=64, backend="cpu", micro=1),
     "10m": dict(n_layer=5, n_head=6, n_embd=384, vocab=4096, seq=32, backend="cpu", micro=1),
     "124m": dict(n_layer=12, n_head=12, n_embd=768, vocab=50304, seq=1024, backend="cuda", micro=32),
+    "350m": dict(n_layer=24, n_head=16, n_embd=1024, vocab=50304, seq=1024, backend="cuda", micro=16),
 }
 DEFAULTS = {  # per backend: steps, every, warmup
     "cpu": dict(steps=8, every=2, warmup=1),
@@ -125,6 +131,10 @@ def summarise(model, m, mode, nproc, zero, steps, every, warmup, lines):
             "waited_s_max": max(c["waited_s"] for c in periodic),
             "mb": periodic[0]["bytes"] / 1e6,
         })
+        copies = [c["copy_s"] for c in periodic if c.get("copy_s")]
+        if copies:  # async, one rank: the copy into host memory by itself, and its bandwidth
+            r["copy_s_median"] = statistics.median(copies)
+            r["copy_gb_per_s"] = round(periodic[0]["bytes"] / 1e9 / statistics.median(copies), 2)
         # The steps a checkpoint touched: the first after it, and as many more as its write lasted.
         touched = set()
         for c in periodic:
@@ -156,8 +166,11 @@ def run(engine, model, nproc, steps, every, warmup, zero, mode, scratch, dry):
     cfg = os.path.join(out, "bench.toml")
     with open(cfg, "w") as f:
         f.write(config_text(m, nproc, steps, every, mode))
-    cmd = [engine, "run", "--nproc", str(nproc), "--zero", str(zero), "--config", cfg, "--out",
-           os.path.join(out, "run"), "--json"]
+    # One rank trains in this process (`train`): its checkpoint lines carry the copy's own time (copy_s),
+    # which the launcher's records do not.
+    cmd = ([engine, "train", "--config", cfg, "--out", os.path.join(out, "run"), "--json"] if nproc == 1 else
+           [engine, "run", "--nproc", str(nproc), "--zero", str(zero), "--config", cfg, "--out",
+            os.path.join(out, "run"), "--json"])
     if dry:
         print(f"# {model} {mode}: {' '.join(cmd)}\n{open(cfg).read()}")
         return None
@@ -228,9 +241,9 @@ def main():
     if not rows:
         return
     base = {r["model"]: r.get("run_tokens_per_s_wall") for r in rows if r["mode"] == "none"}
-    print(f"\n| model | ranks | mode | state MB | stall median (max) | write median | waited max | step median | "
-          f"tok/s steps with ckpt / without | run tok/s (wall) | run cost vs none |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print(f"\n| model | ranks | mode | every | state MB | stall median (max) | copy GB/s | write median | waited max | "
+          f"step median | tok/s steps with ckpt / without | run tok/s (wall) | run cost vs none |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         if "error" in r:
             print(f"| {r['model']} | {r['ranks']} | {r['mode']} | failed: {r['error'][:80]} |")
@@ -239,11 +252,13 @@ def main():
         cost = f"{100 * (1 - w / b):.1f} %" if b and w else "unknown"
         mb = f"{r['mb']:.1f}" if "mb" in r else "—"
         if r["mode"] == "none":  # no periodic checkpoint: nothing stalled, nothing written
-            print(f"| {r['model']} | {r['ranks']} | none | — | — | — | — | {ms(r['step_s_median'])} | "
+            print(f"| {r['model']} | {r['ranks']} | none | — | — | — | — | — | — | {ms(r['step_s_median'])} | "
                   f"— / {num(r.get('tokens_per_s_steps_without'))} | {num(w)} | — |")
             continue
-        print(f"| {r['model']} | {r['ranks']} | {r['mode']} | {mb} | "
-              f"{ms(r.get('stall_s_median'))} ({ms(r.get('stall_s_max'))}) | {ms(r.get('write_s_median'))} | "
+        gbs = r.get("copy_gb_per_s")
+        print(f"| {r['model']} | {r['ranks']} | {r['mode']} | {r['every']} | {mb} | "
+              f"{ms(r.get('stall_s_median'))} ({ms(r.get('stall_s_max'))}) | {'—' if gbs is None else gbs} | "
+              f"{ms(r.get('write_s_median'))} | "
               f"{ms(r.get('waited_s_max'))} | {ms(r['step_s_median'])} | "
               f"{num(r.get('tokens_per_s_steps_with_checkpoint'))} / {num(r.get('tokens_per_s_steps_without'))} | "
               f"{num(w)} | {cost} |")

@@ -284,6 +284,7 @@ class CudaBackend final : public Backend {
     snapshot_->start(copies);
   }
   void snapshot_wait() override { snapshot_->wait(); }
+  double snapshot_copy_seconds() const override { return snapshot_->copy_seconds(); }
 
   uint64_t memory_bytes() const override { return device_bytes_; }
 

@@ -41,12 +41,16 @@ class CudaStateSnapshot {
   void before_overwrite();
   // Blocks until the copy started last is in host memory (at once when none was started). Any thread.
   void wait();
+  // The device time of the copy started last, from its first byte to its last (after wait()); the pinned
+  // copy's bandwidth is its bytes over this.
+  double copy_seconds() const;
 
  private:
   cudaStream_t compute_;
   int device_ = 0;
   cudaStream_t copy_ = nullptr;
   cudaEvent_t ready_ = nullptr;  // on compute_: the state the copy reads is final
+  cudaEvent_t begin_ = nullptr;  // on copy_: the copy's first byte (after the wait for ready_)
   cudaEvent_t done_ = nullptr;   // on copy_: the copy is in host memory
   bool pending_ = false;         // a copy the compute stream has not yet waited for
   float* host_ = nullptr;
