@@ -63,6 +63,7 @@ inline void checkpoint_line_print(const CheckpointReport& c, bool json) {
                         {"bytes", c.bytes},      {"async", c.async},      {"stall_s", c.stall_s},
                         {"write_s", c.write_s},  {"waited_s", c.waited_s}};
     j["copy_s"] = c.copy_s ? nlohmann::json(*c.copy_s) : nlohmann::json(nullptr);
+    if (c.deferred_from >= 0) j["deferred_from"] = c.deferred_from;
     std::printf("%s\n", j.dump().c_str());
     std::fflush(stdout);
   }

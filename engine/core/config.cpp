@@ -71,6 +71,8 @@ const std::vector<Field>& fields() {
        [](Config& c) -> void* { return &c.train.keep_checkpoints; }},
       {"train.checkpoint_async", FieldKind::kBool, 0, 0, false,
        [](Config& c) -> void* { return &c.train.checkpoint_async; }},
+      {"train.checkpoint_defer_when_busy", FieldKind::kBool, 0, 0, false,
+       [](Config& c) -> void* { return &c.train.checkpoint_defer_when_busy; }},
       {"train.val_every", FieldKind::kInt, 0, 1e9, false,
        [](Config& c) -> void* { return &c.train.val_every; }},
       {"train.val_batches", FieldKind::kInt, 1, 1e6, false,

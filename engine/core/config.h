@@ -43,15 +43,20 @@ struct TrainConfig {
   bool checkpoint_async = true;  // the train loop stalls only to copy the state into host memory; a writer
                                  // thread writes and commits (engine/core/checkpoint_async.h). false: it
                                  // waits for the whole write. Costs one host copy of the rank's shard
-  int val_every = 50;            // steps between validation passes; 0 = never
-  int val_batches = 4;           // micro-batches of the val split per validation pass
-  int threads = 0;               // CPU threads; 0 = all cores
-  std::string backend = "cpu";   // "cpu" (fp32 reference) or "cuda" (bf16 compute, fp32 master weights)
-  bool cuda_graphs = true;       // cuda: capture each micro-batch once as a CUDA graph and replay it
-  bool deterministic = true;  // cuda: no floating-point atomics anywhere (bit-identical reruns); false lets
-                              // the attention backward add dQ with atomics, a few percent faster
-  double dp_bucket_mb = 25;   // data parallel: gradients are reduced in buckets of about this many MiB,
-                              // each as soon as the backward pass has filled it
+  // A periodic checkpoint due while the previous async write is still in flight on any rank: false waits
+  // for it (the loop stalls for the rest of that write); true takes it at the first step boundary after
+  // that write ended, so a disk slower than the interval moves checkpoints later instead of stalling the
+  // run. The operator's checkpoint action always waits.
+  bool checkpoint_defer_when_busy = false;
+  int val_every = 50;           // steps between validation passes; 0 = never
+  int val_batches = 4;          // micro-batches of the val split per validation pass
+  int threads = 0;              // CPU threads; 0 = all cores
+  std::string backend = "cpu";  // "cpu" (fp32 reference) or "cuda" (bf16 compute, fp32 master weights)
+  bool cuda_graphs = true;      // cuda: capture each micro-batch once as a CUDA graph and replay it
+  bool deterministic = true;    // cuda: no floating-point atomics anywhere (bit-identical reruns); false lets
+                                // the attention backward add dQ with atomics, a few percent faster
+  double dp_bucket_mb = 25;     // data parallel: gradients are reduced in buckets of about this many MiB,
+                                // each as soon as the backward pass has filled it
   double collective_timeout_s = 120;  // a gang: seconds any collective or store wait may take before the gang
                                       // fails naming the rank that stopped answering; 1..86400. The flag
                                       // --collective-timeout (run, worker) overrides it

@@ -236,14 +236,19 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
   };
 
   double last_loss = 0;
+  // The step a periodic checkpoint was due at and deferred from (train.checkpoint_defer_when_busy); -1 =
+  // none is waiting.
+  int64_t checkpoint_deferred_from = -1;
   // The gang's decision at a step boundary: rank 0's action and every rank's stop flag, in one sum, so
   // every rank acts on the same thing at the same step.
   struct Decision {
     TrainAction action = TrainAction::none;
     bool stop = false;
+    bool writer_busy = false;  // some rank's async checkpoint write is still in flight
   };
   auto decide = [&]() -> Result<Decision> {
-    float v[2] = {0.0f, opt.stop != nullptr && opt.stop->load() ? 1.0f : 0.0f};
+    float v[3] = {0.0f, opt.stop != nullptr && opt.stop->load() ? 1.0f : 0.0f,
+                  checkpoints.in_flight() ? 1.0f : 0.0f};
     // Every rank polls (its own control also takes the drills' faults for that rank); rank 0's answer alone
     // is the gang's action.
     if (opt.control != nullptr) {
@@ -251,10 +256,12 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
       if (dims.rank == 0) v[0] = static_cast<float>(a);
     }
     if (dp > 1) {
-      Status st = dist->dp->all_reduce_host(v, 2, comm_timeout);
+      Status st = dist->dp->all_reduce_host(v, 3, comm_timeout);
       if (!st.ok()) return st;
     }
-    Decision d{.action = static_cast<TrainAction>(static_cast<int>(v[0])), .stop = v[1] > 0};
+    Decision d{.action = static_cast<TrainAction>(static_cast<int>(v[0])),
+               .stop = v[1] > 0,
+               .writer_busy = v[2] > 0};
     if (d.action == TrainAction::stop) d.stop = true;
     return d;
   };
@@ -432,12 +439,22 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
     observer->on_step(rep);
     if (sdc.found()) return sdc.stop(observer);
 
-    if (c.train.checkpoint_every > 0 && step % c.train.checkpoint_every == 0 && step < last_step) {
-      Status s = write_checkpoint(loss, /*from_action=*/false, /*final=*/false);
-      if (!s.ok()) return s;
+    if (c.train.checkpoint_every > 0 && step < last_step &&
+        (step % c.train.checkpoint_every == 0 || checkpoint_deferred_from >= 0)) {
+      // Deferred while any rank's write was in flight at this step's boundary (every rank sees the same
+      // sum, so every rank takes the same step).
+      if (c.train.checkpoint_defer_when_busy && d->writer_busy) {
+        if (checkpoint_deferred_from < 0) checkpoint_deferred_from = step;
+      } else {
+        checkpoints.set_deferred_from(checkpoint_deferred_from);
+        checkpoint_deferred_from = -1;
+        Status s = write_checkpoint(loss, /*from_action=*/false, /*final=*/false);
+        if (!s.ok()) return s;
+      }
     }
   }
   if (step > summary.first_step || opt.resume.empty()) {
+    checkpoints.set_deferred_from(checkpoint_deferred_from);  // a deferred one that the end overtook
     Status s = write_checkpoint(last_loss, /*from_action=*/false, /*final=*/true);
     if (!s.ok()) return s;
   } else if (Status s = checkpoints.collect(/*wait=*/true); !s.ok()) {

@@ -71,6 +71,9 @@ struct CheckpointReport {
   double write_s = 0;
   double waited_s = 0;
   std::optional<double> copy_s;  // async: the copy into host memory by itself; unknown for a sync write
+  // A periodic checkpoint due at this step and taken later, because a write was still in flight then
+  // (train.checkpoint_defer_when_busy); -1 = taken when due.
+  int64_t deferred_from = -1;
 };
 
 // What the run is, for observers that keep a history: handed over once, before the first step.

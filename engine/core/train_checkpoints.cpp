@@ -26,6 +26,11 @@ std::string checkpoint_cost_text(const CheckpointReport& c) {
     std::snprintf(buf, sizeof buf, ", waited %.3f s for the checkpoint before", c.waited_s);
     text += buf;
   }
+  if (c.deferred_from >= 0) {
+    std::snprintf(buf, sizeof buf, ", deferred from step %lld while the one before was written",
+                  static_cast<long long>(c.deferred_from));
+    text += buf;
+  }
   return text;
 }
 
@@ -45,7 +50,7 @@ TrainCheckpoints::TrainCheckpoints(const Config& c, std::string root, Backend& b
   }
 }
 
-void TrainCheckpoints::report(const CheckpointDone& d) {
+void TrainCheckpoints::report(const CheckpointDone& d, int64_t deferred_from) {
   last_dir_ = d.written.dir;
   observer_->on_checkpoint({.step = d.step,
                             .dir = d.written.dir,
@@ -55,7 +60,8 @@ void TrainCheckpoints::report(const CheckpointDone& d) {
                             .stall_s = d.stall_s,
                             .write_s = d.write_s,
                             .waited_s = d.waited_s,
-                            .copy_s = d.copy_s});
+                            .copy_s = d.copy_s,
+                            .deferred_from = deferred_from});
   if (d.from_action) observer_->on_action(TrainAction::checkpoint, d.step);
 }
 
@@ -71,13 +77,14 @@ Status TrainCheckpoints::collect(bool wait) {
   std::optional<Result<CheckpointDone>> done = async_->finished(wait);
   if (!done) return {};
   if (!done->ok()) return failed(in_flight_step_, seconds_since(in_flight_since_), done->status());
-  report(done->value());
+  report(done->value(), in_flight_deferred_from_);
   return {};
 }
 
 Status TrainCheckpoints::write(const CheckpointMeta& meta, bool from_action, bool final) {
   const auto t0 = std::chrono::steady_clock::now();
   double waited = 0;
+  const int64_t deferred_from = std::exchange(deferred_from_, -1);
   if (Status s = collect(/*wait=*/false); !s.ok()) return s;  // one that has just finished is no wait
   if (async_ != nullptr && async_->in_flight()) {
     // At most one checkpoint in flight: this one waits for the one before, and says so.
@@ -87,6 +94,7 @@ Status TrainCheckpoints::write(const CheckpointMeta& meta, bool from_action, boo
   }
   if (async_ != nullptr && !final) {
     in_flight_step_ = meta.step;
+    in_flight_deferred_from_ = deferred_from;
     in_flight_since_ = std::chrono::steady_clock::now();
     Result<double> started = async_->start(meta, waited, from_action);
     return started.ok() ? Status() : failed(meta.step, seconds_since(t0), started.status());
@@ -103,7 +111,8 @@ Status TrainCheckpoints::write(const CheckpointMeta& meta, bool from_action, boo
           .stall_s = seconds_since(t0),
           .write_s = write_s,
           .waited_s = waited,
-          .from_action = from_action});
+          .from_action = from_action},
+         deferred_from);
   return {};
 }
 

@@ -39,9 +39,14 @@ class TrainCheckpoints {
   Status collect(bool wait);
   // The newest committed checkpoint reported ("" before the first).
   const std::string& last_dir() const { return last_dir_; }
+  // An asynchronous write is still running (after collect(false): it has not finished).
+  bool in_flight() const { return async_ != nullptr && async_->in_flight(); }
+  // The next write() is a periodic checkpoint due at `step` and deferred until now (train.
+  // checkpoint_defer_when_busy); its report says so. -1 = not deferred.
+  void set_deferred_from(int64_t step) { deferred_from_ = step; }
 
  private:
-  void report(const CheckpointDone& d);
+  void report(const CheckpointDone& d, int64_t deferred_from);
   // A write of `step` failed after `seconds`: on_checkpoint_failed, and `s` back for the loop to end on.
   Status failed(int64_t step, double seconds, const Status& s);
 
@@ -53,7 +58,9 @@ class TrainCheckpoints {
   CheckpointHook hook_;
   std::unique_ptr<AsyncCheckpointer> async_;  // null: train.checkpoint_async = false
   std::string last_dir_;
-  int64_t in_flight_step_ = -1;  // the asynchronous write started last, for its failure's report
+  int64_t in_flight_step_ = -1;           // the asynchronous write started last, for its failure's report
+  int64_t in_flight_deferred_from_ = -1;  // and the step it was deferred from, for its report
+  int64_t deferred_from_ = -1;            // set_deferred_from, for the next write
   std::chrono::steady_clock::time_point in_flight_since_;
 };
 

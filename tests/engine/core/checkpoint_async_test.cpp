@@ -123,6 +123,68 @@ TEST(CheckpointAsync, ASecondRequestWaitsForTheOneInFlightAndSaysSo) {
   EXPECT_THAT(checkpoint_cost_text(rec.checkpoints[1]), HasSubstr("waited"));
 }
 
+// With train.checkpoint_defer_when_busy, the loop never waits for a write in flight: the writer of step 1
+// holds until step 3 has been trained, so the checkpoints due at 2 and 3 are deferred, and the next one
+// taken (at 4 or later, when that write has ended, or the run's last) says it was due at 2. The losses are
+// those of a run that never deferred.
+TEST(CheckpointAsync, DeferredWhenBusyTheLoopNeverWaitsAndTheLateCheckpointSaysWhenItWasDue) {
+  struct Observer : Recorder {
+    std::mutex* mu = nullptr;
+    std::condition_variable* cv = nullptr;
+    int64_t* trained = nullptr;
+    void on_step(const StepReport& r) override {
+      Recorder::on_step(r);
+      std::lock_guard<std::mutex> lock(*mu);
+      *trained = r.step;
+      cv->notify_all();
+    }
+  };
+  Config c = small_config();
+  c.train.max_steps = 8;
+  c.train.checkpoint_every = 1;
+  c.train.keep_checkpoints = 10;
+  c.train.val_every = 0;
+  c.train.checkpoint_defer_when_busy = true;
+  std::mutex mu;
+  std::condition_variable cv;
+  int64_t trained = 0;
+  std::vector<std::string> stages;
+  CheckpointHook hook = [&](CheckpointStage stage, int64_t step) {
+    std::unique_lock<std::mutex> lock(mu);
+    stages.push_back(std::string(checkpoint_stage_name(stage)) + " " + std::to_string(step));
+    // A loop that waited for this write would never train step 3: the wait runs out and the checks fail.
+    if (stage == CheckpointStage::kWrite && step == 1) {
+      cv.wait_for(lock, std::chrono::seconds(20), [&] { return trained >= 3; });
+    }
+  };
+  Observer rec;
+  rec.mu = &mu;
+  rec.cv = &cv;
+  rec.trained = &trained;
+  Result<TrainSummary> s =
+      train_run(c, {.out_dir = fresh_dir("async_defer"), .test_checkpoint_hook = hook}, &rec);
+  ASSERT_TRUE(s.ok()) << s.error();
+  ASSERT_GE(rec.checkpoints.size(), 2u);
+  EXPECT_EQ(rec.checkpoints[0].step, 1);
+  EXPECT_EQ(rec.checkpoints[0].deferred_from, -1);
+  EXPECT_GE(rec.checkpoints[1].step, 4) << "a checkpoint was taken while step 1's write was held";
+  EXPECT_EQ(rec.checkpoints[1].deferred_from, 2);
+  EXPECT_THAT(checkpoint_cost_text(rec.checkpoints[1]), HasSubstr("deferred from step 2"));
+  for (size_t i = 0; i + 1 < rec.checkpoints.size(); ++i) {  // the last one, at the end, may wait
+    EXPECT_EQ(rec.checkpoints[i].waited_s, 0.0) << "step " << rec.checkpoints[i].step;
+  }
+  EXPECT_EQ(rec.checkpoints.back().step, 8);
+  for (const std::string& st : stages)
+    EXPECT_FALSE(st.rfind("wait_previous", 0) == 0 && st != "wait_previous 8") << st;
+
+  Config plain = c;
+  plain.train.checkpoint_defer_when_busy = false;
+  plain.train.checkpoint_every = 0;
+  Recorder ref;
+  ASSERT_TRUE(train_run(plain, {.out_dir = fresh_dir("async_defer_ref")}, &ref).ok());
+  EXPECT_EQ(rec.losses, ref.losses);
+}
+
 // The writer thread's failure (here: the checkpoints folder is a file) is the run's failure, as a
 // synchronous write's is, naming what went wrong.
 TEST(CheckpointAsync, AFailedWriteFailsTheRunNamingTheCause) {
