@@ -220,6 +220,25 @@ TEST_F(BeatAgainstCoordinator, AnUnhealthyReportMarksTheNodeAndOkClearsIt) {
   EXPECT_EQ(node()["health"]["state"], "ok");
 }
 
+// An operator's quarantine outranks the health report: the node stays quarantined while unhealthy, and once
+// released an unhealthy report makes it unhealthy again.
+TEST_F(BeatAgainstCoordinator, AQuarantineStaysWhateverTheHealthSays) {
+  auto state = [&] { return api_->get_json("/v1/cluster").value()["nodes"][0]["state"]; };
+  const std::string unhealthy =
+      agent_beat_encode(
+          {{"ended", json::array()}, {"health", {{"state", "unhealthy"}, {"reason", "xid: 79"}}}},
+          RecordBatch())
+          .value();
+  ASSERT_EQ(api_->post("/v1/nodes/n0/quarantine", json::object())->status, 202);
+  ASSERT_EQ(beat(unhealthy)->status, 200);
+  EXPECT_EQ(state(), "quarantined");
+  ASSERT_EQ(api_->post("/v1/nodes/n0/release", json::object())->status, 200);
+  EXPECT_EQ(state(), "healthy");
+  ASSERT_EQ(beat(unhealthy)->status, 200);
+  EXPECT_EQ(state(), "unhealthy");
+  EXPECT_EQ(api_->post("/v1/nodes/n0/release", json::object())->status, 409) << "not quarantined";
+}
+
 // The beat interval the coordinator asks for keeps the cluster's beats within max_beats_per_s: more nodes,
 // each beating less often (and so carrying more steps a beat). Registration and heartbeat replies and
 // GET /v1/cluster carry it; a node is lost only after several intervals once they are long.
