@@ -285,7 +285,9 @@ HttpResponse Coordinator::Impl::agent_heartbeat(const HttpRequest& req) {
     return HttpResponse::error(400,
                                "beat: control: field \"health\": expected an object {state: \"ok\"|"
                                "\"unhealthy\"|\"unknown\", reason: string, checks: [...]}, got " +
-                                   health->dump().substr(0, 200));
+                                   (health->is_object() ? std::string("an object without a string state or "
+                                                                      "with a reason that is no string")
+                                                        : json_type_phrase(*health)));
   }
   RecordBatch& batch = beat.records;
   if (replay.value_or(false)) {
