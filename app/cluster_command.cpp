@@ -129,6 +129,7 @@ struct AgentArgs {
   int slots = 1, metrics_port = 0;
   bool spare = false;
   double stop_grace_s = 30;
+  double min_free_disk_gb = AgentOptions{}.min_free_disk_gb;
 };
 
 int agent_main(const AgentArgs& a) {
@@ -150,7 +151,8 @@ int agent_main(const AgentArgs& a) {
                .dir = a.dir.empty() ? "gantry-agent-" + node : a.dir,
                .stop_grace = std::chrono::milliseconds(static_cast<int64_t>(a.stop_grace_s * 1e3)),
                .metrics_host = a.metrics_host,
-               .metrics_port = a.metrics_port});
+               .metrics_port = a.metrics_port,
+               .min_free_disk_gb = a.min_free_disk_gb});
   install_stop_handlers();
   Status s = agent.run(&g_stop);
   if (!s.ok()) {
@@ -462,6 +464,10 @@ void cluster_commands_add(CLI::App& app, int* exit_code) {
                     "<dir>/metrics_url");
     sub->add_flag("--spare", a->spare,
                   "Register as a spare: used only when the other nodes cannot hold a job");
+    sub->add_option("--min-free-disk-gb", a->min_free_disk_gb,
+                    "Free space of --dir below this many GiB marks the node unhealthy: its runs move off "
+                    "it (0 = no disk check; default 1; <dir>/min_free_disk_gb overrides it at run time)")
+        ->check(CLI::Range(0.0, 1e9));
     sub->callback([a, exit_code] { *exit_code = agent_main(*a); });
   }
   {

@@ -251,13 +251,18 @@ int ctl_main(const std::string& what, const CtlArgs& a) {
   if (what == "status") {
     std::vector<std::vector<std::string>> rows;
     for (const json& n : r->at("nodes")) {
+      // The agent's health checks: "ok", "unknown" (none could be made, or an older agent), or
+      // "unhealthy: <reason>".
+      const json h = n.value("health", json());
+      std::string health = h.is_object() ? h.value("state", "unknown") : "unknown";
+      if (h.is_object() && !h.value("reason", "").empty()) health += ": " + h.value("reason", "");
       rows.push_back({cell(n.at("id")), cell(n.at("state")), cell(n.at("slots")), cell(n.at("busy_slots")),
-                      cell(n.at("runs"))});
+                      cell(n.at("runs")), health});
     }
     std::printf("coordinator %s: %s slots, %s busy, %s live runs\n", a.url.c_str(),
                 cell(r->at("slots")).c_str(), cell(r->at("busy_slots")).c_str(),
                 cell(r->at("runs_live")).c_str());
-    print_table({"NODE", "STATE", "SLOTS", "BUSY", "RUNS"}, rows);
+    print_table({"NODE", "STATE", "SLOTS", "BUSY", "RUNS", "HEALTH"}, rows);
   } else if (what == "runs") {
     print_runs(r->at("runs"));
   } else if (what == "ranks") {

@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -21,6 +23,7 @@
 #include "engine/cluster/agent_beat.h"
 #include "engine/cluster/http_client.h"
 #include "engine/cluster/http_server.h"
+#include "engine/cluster/node_health.h"
 #include "engine/core/worker/gang.h"
 #include "telemetry/host.h"
 #include "telemetry/prometheus.h"
@@ -152,9 +155,48 @@ struct Agent::Impl {
     GangResult result;
   };
 
-  explicit Impl(AgentOptions o) : opt(std::move(o)) {}
+  explicit Impl(AgentOptions o)
+      : opt(std::move(o)),
+        health({.disk_path = opt.dir,
+                .min_free_disk_bytes = gib_bytes(opt.min_free_disk_gb),
+                .kmsg_path = opt.kmsg_path,
+                .nvml_library = opt.nvml_library}) {}
+
+  static uint64_t gib_bytes(double gib) { return static_cast<uint64_t>(gib * 1024.0 * 1024.0 * 1024.0); }
 
   AgentOptions opt;
+  NodeHealth health;                                // the heartbeat thread's
+  HealthState health_told = HealthState::kUnknown;  // logged on each change
+  std::string threshold_file_told;                  // the override file's last text, logged on each change
+
+  // The node's health for this beat (node_health.h), the threshold from <dir>/min_free_disk_gb if there.
+  json check_health() {
+    std::ifstream in(fs::path(opt.dir) / "min_free_disk_gb");
+    std::string text;
+    if (in) std::getline(in, text);
+    double gib = opt.min_free_disk_gb;
+    if (!text.empty()) {
+      char* end = nullptr;
+      const double v = std::strtod(text.c_str(), &end);
+      const bool good = end != text.c_str() && std::isfinite(v) && v >= 0 && v < 1e12;
+      if (good) gib = v;
+      if (text != threshold_file_told) {
+        log(good ? "free-disk threshold " + text + " GiB from " + opt.dir + "/min_free_disk_gb"
+                 : "ignored " + opt.dir + "/min_free_disk_gb: \"" + text +
+                       "\" is not a number of GiB (0 or more); the threshold stays " +
+                       std::to_string(opt.min_free_disk_gb));
+      }
+    }
+    threshold_file_told = text;
+    health.set_min_free_disk_bytes(gib_bytes(gib));
+    const HealthReport r = health.check();
+    if (r.state != health_told) {
+      log("health " + std::string(health_state_name(r.state)) + (r.reason.empty() ? "" : ": " + r.reason));
+      health_told = r.state;
+    }
+    return health_report_json(r);
+  }
+
   std::mutex mu;        // pending, latest
   RecordBatch pending;  // records since the last beat, this node's batch
   // The latest step record of each local rank, by run, for /metrics; a run's entry goes when its gang ends.
@@ -474,7 +516,7 @@ Status Agent::run(const std::atomic<bool>* stop) {
       std::lock_guard<std::mutex> lock(m.mu);
       batch = take_records(m.pending, kMaxRecordsPerBeat);
     }
-    json control = {{"ended", ended}};
+    json control = {{"ended", ended}, {"health", m.check_health()}};
     if (replaying) {
       control["replay"] = true;
       m.records_replayed.fetch_add(batch.size());

@@ -39,6 +39,13 @@ struct AgentOptions {
   // logged at start and written to <dir>/metrics_url. Another host than loopback exposes the node's figures.
   std::string metrics_host = "127.0.0.1";
   int metrics_port = 0;
+  // Health checks (node_health.h), run every beat and reported in it: free space of `dir` below this many
+  // GiB marks the node unhealthy (0 = no disk check). A file <dir>/min_free_disk_gb, re-read every check,
+  // overrides it, so an operator (or a test) changes the threshold without restarting the agent; the real
+  // statvfs of `dir` still decides. NVML and the kernel log's Xids are checked where present.
+  double min_free_disk_gb = 1.0;
+  std::string kmsg_path = "/dev/kmsg";
+  std::string nvml_library = "libnvidia-ml.so.1";
 };
 
 class Agent {

@@ -64,6 +64,10 @@ struct Coordinator::Impl {
     // What the node must do, handed over in the reply to its next heartbeat.
     json start = json::array(), commands = json::array(), stop = json::array();
     json inject = json::array();  // injected faults for its ranks: {run, generation, rank, signal}
+    // Its agent's health checks from the latest beat (node_health.h's report: state, reason, checks);
+    // null until a beat carries them (an older agent never does: unknown).
+    json health;
+    std::vector<int64_t> unhealthy_runs;  // runs told of its node_unhealthy, told again when it clears
   };
   struct NodeShare {
     std::string node;
@@ -266,6 +270,15 @@ struct Coordinator::Impl {
   // boundary (whose checkpoint every rank writes), then, once every gang has ended, placement without the
   // node and a resume from that checkpoint (relocate()). 202: the move is under way; its stages are events.
   HttpResponse quarantine(const HttpRequest& req);
+  // Every live run with a share on node `id` checkpoints, stops and moves off it (relocate(): onto a spare,
+  // or shrunk within min_dp..max_dp, else stopped with the reason): an operator's quarantine and an
+  // unhealthy node take this one path. `why` ends the quarantine_requested event's first words, e.g.
+  // "quarantined from 127.0.0.1". Returns the runs moving.
+  json move_runs_off(const std::string& id, const std::string& why, const json& payload);
+  // The health a beat reported (agent_beat.h's control "health"): a node whose checks fail becomes
+  // unhealthy (no new work, node_unhealthy events, its runs moved off); when they pass again it is usable
+  // again (node_healthy). An operator's quarantine and a lost node keep their state.
+  void apply_health(Node& n, const json& health);
 
   HttpResponse release(const HttpRequest& req);
 
@@ -288,7 +301,8 @@ struct Coordinator::Impl {
   void drop_recorded(RecordBatch& batch);
   // The beat's work under mu (its records ingested, its gangs' ends, the reply); the caller then waits
   // for the records to be written before answering.
-  HttpResponse agent_beat_locked(const std::string& id, const json* ended, RecordBatch& batch);
+  HttpResponse agent_beat_locked(const std::string& id, const json* ended, const json* health,
+                                 RecordBatch& batch);
 
   // The interval agents are told to beat at now, and how long a silent node is given before it is lost
   // (CoordinatorOptions::max_beats_per_s). Called with mu held.

@@ -71,9 +71,15 @@ HttpResponse Coordinator::Impl::quarantine(const HttpRequest& req) {
     return HttpResponse::error(409, "node \"" + id + "\" is already quarantined");
   n.state = NodeState::quarantined;
   upsert_node(n, "quarantined");
+  json moving = move_runs_off(id, "quarantined from " + req.remote, {{"from", req.remote}});
+  return HttpResponse::ok({{"node", id}, {"state", "quarantined"}, {"moving_runs", moving}}, 202);
+}
+
+json Coordinator::Impl::move_runs_off(const std::string& id, const std::string& why, const json& payload) {
   json moving = json::array();
   for (auto& [rid, r] : runs) {
     if (!run_action_check(RunAction::kQuarantineMove, r.state).ok()) continue;  // ending anyway: no move
+    if (!r.relocate_node.empty()) continue;  // already moving off a node: one move at a time
     bool here = false;
     for (const NodeShare& s : r.shares) here = here || (s.node == id && !s.done);
     if (!here) continue;
@@ -86,13 +92,50 @@ HttpResponse Coordinator::Impl::quarantine(const HttpRequest& req) {
     set_state(r, *run_action_target(RunAction::kQuarantineMove));
     r.relocate_node = id;
     r.relocate_checkpoint.clear();
+    json p = payload;
+    p["node"] = id;
+    p["request"] = request;
     event(r.id, "quarantine_requested",
-          "node " + id + " quarantined from " + req.remote + ": run " + std::to_string(r.id) +
+          "node " + id + " " + why + ": run " + std::to_string(r.id) +
               " checkpoints and stops at the next step boundary, then moves",
-          {{"node", id}, {"from", req.remote}, {"request", request}}, r.last_step, id);
+          std::move(p), r.last_step, id);
     moving.push_back(r.id);
   }
-  return HttpResponse::ok({{"node", id}, {"state", "quarantined"}, {"moving_runs", moving}}, 202);
+  return moving;
+}
+
+void Coordinator::Impl::apply_health(Node& n, const json& health) {
+  n.health = health;
+  const std::string state = health.value("state", "unknown");
+  const std::string reason = health.value("reason", "");
+  if (state == "unhealthy" && (n.state == NodeState::healthy || n.state == NodeState::spare)) {
+    n.state = NodeState::unhealthy;
+    upsert_node(n, "unhealthy");
+    std::fprintf(stderr, "gantry-engine coordinator: node %s unhealthy: %s\n", n.id.c_str(), reason.c_str());
+    n.unhealthy_runs.clear();
+    for (auto& [rid, r] : runs) {
+      if (run_state_terminal(r.state)) continue;
+      bool here = false;
+      for (const NodeShare& s : r.shares) here = here || (s.node == n.id && !s.done);
+      if (!here) continue;
+      event(rid, "node_unhealthy", "node " + n.id + " is unhealthy: " + reason,
+            {{"node", n.id}, {"reason", reason}, {"health", health}}, r.last_step, n.id);
+      n.unhealthy_runs.push_back(rid);
+    }
+    move_runs_off(n.id, "unhealthy (" + reason + ")", {{"from", "health checks"}, {"reason", reason}});
+  } else if (state != "unhealthy" && n.state == NodeState::unhealthy) {
+    // Passing again (ok), or no longer checkable (unknown): usable again, said so.
+    n.state = n.spare ? NodeState::spare : NodeState::healthy;
+    upsert_node(n, "ok");
+    std::fprintf(stderr, "gantry-engine coordinator: node %s healthy again (%s)\n", n.id.c_str(),
+                 state.c_str());
+    for (int64_t rid : std::exchange(n.unhealthy_runs, {})) {
+      auto it = runs.find(rid);
+      if (it == runs.end()) continue;
+      event(rid, "node_healthy", "node " + n.id + " passes its health checks again (" + state + ")",
+            {{"node", n.id}, {"health", health}}, it->second.last_step, n.id);
+    }
+  }
 }
 
 void Coordinator::Impl::quarantine_for_sdc(Run& r, const EventRecord& e) {
@@ -234,7 +277,18 @@ HttpResponse Coordinator::Impl::agent_heartbeat(const HttpRequest& req) {
   JsonFields f(beat.control);
   const json* ended = f.any("ended", JsonFields::optional);
   std::optional<bool> replay = f.boolean("replay", JsonFields::optional);
+  const json* health = f.any("health", JsonFields::optional);  // node_health.h's report (newer agents)
   if (Status s = f.finish(); !s.ok()) return HttpResponse::error(400, "beat: control: " + s.message());
+  if (health != nullptr &&
+      (!health->is_object() || !health->contains("state") || !health->at("state").is_string() ||
+       (health->contains("reason") && !health->at("reason").is_string()))) {
+    return HttpResponse::error(400,
+                               "beat: control: field \"health\": expected an object {state: \"ok\"|"
+                               "\"unhealthy\"|\"unknown\", reason: string, checks: [...]}, got " +
+                                   (health->is_object() ? std::string("an object without a string state or "
+                                                                      "with a reason that is no string")
+                                                        : json_type_phrase(*health)));
+  }
   RecordBatch& batch = beat.records;
   if (replay.value_or(false)) {
     const size_t before = batch.size();
@@ -244,7 +298,7 @@ HttpResponse Coordinator::Impl::agent_heartbeat(const HttpRequest& req) {
                  "records already recorded (steps are written once whatever)\n",
                  id.c_str(), before, before - batch.size());
   }
-  return agent_beat_locked(id, ended, batch);
+  return agent_beat_locked(id, ended, health, batch);
 }
 
 // A replayed batch: records the agent sent before without learning that they were written (a coordinator
@@ -281,7 +335,7 @@ void Coordinator::Impl::drop_recorded(RecordBatch& batch) {
 }
 
 HttpResponse Coordinator::Impl::agent_beat_locked(const std::string& id, const json* ended,
-                                                  RecordBatch& batch) {
+                                                  const json* health, RecordBatch& batch) {
   std::lock_guard<std::mutex> lock(mu);
   auto it = nodes.find(id);
   if (it == nodes.end())
@@ -299,6 +353,7 @@ HttpResponse Coordinator::Impl::agent_beat_locked(const std::string& id, const j
                                         " records queued): this beat was not taken; send it again");
   }
   ingest(batch, reserved);
+  if (health != nullptr) apply_health(n, *health);
   if (ended != nullptr && ended->is_array()) {
     for (const json& e : *ended) {
       const int64_t run_id = e.value("run", int64_t{-1});

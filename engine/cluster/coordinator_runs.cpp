@@ -463,13 +463,17 @@ Result<std::pair<std::string, int64_t>> Coordinator::Impl::resolve_checkpoint(co
 
 void Coordinator::Impl::relocate(Run& r) {
   const std::string node = std::exchange(r.relocate_node, "");
+  // "quarantined" or "unhealthy" (move_runs_off: one path for both).
+  auto nit = nodes.find(node);
+  const std::string what =
+      nit == nodes.end() ? "quarantined" : std::string(node_state_name(nit->second.state));
   r.store.reset();
   event(r.id, "quarantine_stopped",
-        "run " + std::to_string(r.id) + " stopped to leave quarantined node " + node, {{"node", node}},
+        "run " + std::to_string(r.id) + " stopped to leave " + what + " node " + node, {{"node", node}},
         r.last_step, node);
   auto fail = [&](const std::string& why) {
     set_state(r, RunState::kFailed);
-    r.message = "could not be moved off quarantined node " + node + ": " + why;
+    r.message = "could not be moved off " + what + " node " + node + ": " + why;
     writer->push_op([id = r.id, m = r.message](HistoryDb& d) { d.finish_run(id, RunStatus::failed, m); });
     event(r.id, "run_failed", "run " + std::to_string(r.id) + " failed: " + r.message,
           {{"state", run_state_name(RunState::kFailed)}});

@@ -112,7 +112,8 @@ json Coordinator::Impl::node_json(const Node& n) const {
           {"pid", n.pid},
           {"host", n.host},
           {"runs", run_ids},
-          {"metrics_url", n.metrics_url}};
+          {"metrics_url", n.metrics_url},
+          {"health", n.health}};
 }
 
 json Coordinator::Impl::run_json(const Run& r, bool full) const {
@@ -475,7 +476,8 @@ HttpResponse Coordinator::Impl::metrics() {
   std::lock_guard<std::mutex> lock(mu);
   PrometheusWriter w;
   w.family("gantry_cluster_nodes", MetricType::gauge, "Registered nodes by state.");
-  for (NodeState s : {NodeState::healthy, NodeState::quarantined, NodeState::lost, NodeState::spare}) {
+  for (NodeState s : {NodeState::healthy, NodeState::quarantined, NodeState::lost, NodeState::spare,
+                      NodeState::unhealthy}) {
     int n = 0;
     for (const auto& [id, node] : nodes) n += node.state == s;
     w.sample({{"state", node_state_name(s)}}, n);

@@ -92,6 +92,8 @@ std::string_view node_state_name(NodeState s) {
       return "lost";
     case NodeState::spare:
       return "spare";
+    case NodeState::unhealthy:
+      return "unhealthy";
   }
   return "unknown";
 }
@@ -101,8 +103,9 @@ Result<NodeState> node_state_parse(std::string_view s) {
   if (s == "quarantined") return NodeState::quarantined;
   if (s == "lost") return NodeState::lost;
   if (s == "spare") return NodeState::spare;
+  if (s == "unhealthy") return NodeState::unhealthy;
   return Status::error("node state \"" + std::string(s) +
-                       "\" is not one of healthy, quarantined, lost, spare");
+                       "\" is not one of healthy, quarantined, lost, spare, unhealthy");
 }
 
 int Placement::spares_used() const {
@@ -137,7 +140,7 @@ Result<Placement> placement_assign(const std::vector<PlacementNode>& nodes, cons
   // --- the nodes ---
   std::unordered_set<std::string_view> ids;
   std::vector<Candidate> healthy, spare;
-  std::vector<int> excluded;  // quarantined or lost
+  std::vector<int> excluded;  // quarantined, lost or unhealthy
   int64_t busy_total = 0;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const PlacementNode& n = nodes[i];
@@ -171,6 +174,7 @@ Result<Placement> placement_assign(const std::vector<PlacementNode>& nodes, cons
         break;
       case NodeState::quarantined:
       case NodeState::lost:
+      case NodeState::unhealthy:
         excluded.push_back(static_cast<int>(i));
         break;
     }

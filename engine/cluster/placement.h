@@ -15,7 +15,8 @@
 //   - rank order is ParallelDims' (tp innermost, then pp, then dp), and ranks fill nodes in that order, so
 //     each tensor-parallel group sits inside one node (NVLink), a node holds consecutive pipeline stages,
 //     and the data-parallel axis is the one that spreads across nodes;
-//   - quarantined and lost nodes are never used; spare nodes only when the healthy ones cannot hold the
+//   - quarantined, lost and unhealthy nodes are never used; spare nodes only when the healthy ones cannot
+//   hold the
 //     job (the result says which spares it took);
 //   - as few nodes as possible, and the last one chosen is the smallest that fits what remains, so whole
 //     free nodes stay free for the next job.
@@ -36,8 +37,9 @@ enum class NodeState {
   quarantined,  // excluded by an operator (or a policy) until released
   lost,         // missed its heartbeats; may come back
   spare,        // healthy but held back for recovery: used only when the job does not fit without it
+  unhealthy,    // its agent's health checks failed (a full disk, GPU errors): no new work until they pass
 };
-std::string_view node_state_name(NodeState s);  // "healthy", "quarantined", "lost", "spare"
+std::string_view node_state_name(NodeState s);  // "healthy", "quarantined", "lost", "spare", "unhealthy"
 // Inverse of node_state_name; also accepts "ok" (storage/'s word for a healthy node).
 Result<NodeState> node_state_parse(std::string_view s);
 

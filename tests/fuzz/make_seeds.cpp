@@ -157,6 +157,16 @@ void beat_seeds(const fs::path& dir) {
   write_seed(dir, "records.bin", agent_beat_encode({{"ended", nlohmann::json::array()}}, b).value());
   write_seed(dir, "ended.bin", agent_beat_encode(ended, RecordBatch{}).value());
   write_seed(dir, "both.bin", agent_beat_encode(ended, b).value());
+  // The node's health checks (node_health.h), as an agent with a full disk reports them.
+  const nlohmann::json health = {
+      {"ended", nlohmann::json::array()},
+      {"health",
+       {{"state", "unhealthy"},
+        {"reason", "disk: /a has 0.10 GiB free, below the threshold of 1.00 GiB"},
+        {"checks",
+         nlohmann::json::array({{{"name", "disk"}, {"state", "unhealthy"}, {"detail", "full"}},
+                                {{"name", "nvml"}, {"state", "unknown"}, {"detail", "not present"}}})}}}};
+  write_seed(dir, "health.bin", agent_beat_encode(health, RecordBatch{}).value());
 }
 
 void frame_seeds(const fs::path& frame_dir, const fs::path& worker_dir) {

@@ -17,6 +17,7 @@ ImU32 state_colour(const std::string& state) {
   if (state == "quarantined") return IM_COL32(150, 90, 200, 255);
   if (state == "lost") return IM_COL32(200, 60, 60, 255);
   if (state == "spare") return IM_COL32(80, 120, 180, 255);
+  if (state == "unhealthy") return IM_COL32(200, 110, 60, 255);
   return IM_COL32(110, 110, 110, 255);
 }
 
@@ -38,7 +39,8 @@ void ClusterPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
     ImGui::TextDisabled(s.connected ? "no nodes have registered" : "not connected");
     return;
   }
-  for (const char* st : {"healthy", "straggler", "quarantined", "lost", "spare"}) legend_chip(st);
+  for (const char* st : {"healthy", "straggler", "quarantined", "lost", "spare", "unhealthy"})
+    legend_chip(st);
   ImGui::NewLine();
 
   // Which rank of the followed run each (node, slot) holds, and which ranks are flagged stragglers.
@@ -65,8 +67,9 @@ void ClusterPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
                            : NAN;
     char age_text[32] = "-";
     if (std::isfinite(age)) std::snprintf(age_text, sizeof age_text, "%.1f s", std::max(0.0, age));
-    ImGui::Text("%s  %s  %d/%d busy  heartbeat %s ago", n.id.c_str(), n.state.c_str(), n.busy_slots, n.slots,
-                age_text);
+    ImGui::Text("%s  %s  %d/%d busy  heartbeat %s ago  health %s", n.id.c_str(), n.state.c_str(),
+                n.busy_slots, n.slots, age_text, n.health.c_str());
+    if (!n.health_reason.empty()) ImGui::TextWrapped("  %s", n.health_reason.c_str());
     for (int slot = 0; slot < n.slots; ++slot) {
       if (slot > 0) ImGui::SameLine();
       const int rank = rank_at(n.id, slot);

@@ -23,8 +23,10 @@ namespace gantry::console {
 // A node of /v1/cluster.
 struct NodeView {
   std::string id;
-  std::string state;  // healthy, quarantined, lost, spare
+  std::string state;  // healthy, quarantined, lost, spare, unhealthy
   std::string host;
+  std::string health;         // its agent's health checks: "ok", "unhealthy", "unknown" (none, or not said)
+  std::string health_reason;  // why unhealthy ("" otherwise)
   int slots = 0;
   int busy_slots = 0;
   double last_seen_unix_s = 0;

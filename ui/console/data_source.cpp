@@ -37,6 +37,11 @@ NodeView node_from_json(const json& j) {
   if (auto it = j.find("runs"); it != j.end() && it->is_array())
     for (const json& r : *it)
       if (r.is_number_integer()) n.runs.push_back(r.get<int64_t>());
+  n.health = "unknown";
+  if (auto it = j.find("health"); it != j.end() && it->is_object()) {
+    n.health = field<std::string>(*it, "state", "unknown");
+    n.health_reason = field<std::string>(*it, "reason", "");
+  }
   return n;
 }
 

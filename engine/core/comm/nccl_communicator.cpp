@@ -2,6 +2,7 @@
 //   helpers            error text, waiting out ncclInProgress
 //   class NcclCommunicator
 //     run()            broken check, enqueue, wait for completion or error or deadline or abort
+//     watch()          the watchdog thread: async errors and enqueued collectives past their bound
 //     collectives      all_reduce, reduce_scatter, all_gather, broadcast, send/recv, barrier
 //   nccl_communicator_create
 #include "engine/core/comm/nccl_communicator.h"
@@ -11,8 +12,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <thread>
 #include <vector>
@@ -68,16 +71,25 @@ std::string settle(ncclComm_t comm, ncclResult_t r, Clock::time_point deadline,
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(int rank, int size, int device, ncclComm_t comm, cudaStream_t stream, bool own_stream,
-                   float* scratch)
+                   float* scratch, std::chrono::milliseconds watchdog_timeout)
       : rank_(rank),
         size_(size),
         device_(device),
         comm_(comm),
         stream_(stream),
         own_stream_(own_stream),
-        scratch_(scratch) {}
+        scratch_(scratch),
+        watchdog_timeout_(watchdog_timeout) {
+    watchdog_ = std::thread([this] { watch(); });
+  }
 
   ~NcclCommunicator() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      watchdog_stop_ = true;
+    }
+    watchdog_cv_.notify_all();
+    watchdog_.join();
     cudaSetDevice(device_);
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -155,6 +167,10 @@ class NcclCommunicator final : public Communicator {
       in_op_ = true;
     }
     std::string cause = wait_done(static_cast<cudaStream_t>(stream), Clock::now() + timeout, timeout);
+    if (cause.empty()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      outstanding_since_.reset();  // what was enqueued before this sync is done
+    }
     return finish(prefix, cause);
   }
 
@@ -284,6 +300,10 @@ class NcclCommunicator final : public Communicator {
     } else {
       cause = settle(comm_, enqueue(), Clock::now() + settle_limit, settle_limit, &aborted_);
     }
+    if (cause.empty()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!outstanding_since_) outstanding_since_ = Clock::now();  // the watchdog's clock starts
+    }
     return finish(prefix, cause);
   }
 
@@ -342,6 +362,31 @@ class NcclCommunicator final : public Communicator {
     }
   }
 
+  // The watchdog thread. It acts only while no operation is in progress (in_op_): an operation polls the
+  // communicator itself with its own deadline, and NCCL's communicator must not be aborted under a thread
+  // still querying it; with mu_ held here, no operation can start meanwhile.
+  void watch() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!watchdog_stop_) {
+      watchdog_cv_.wait_for(lock, std::chrono::milliseconds(100));
+      if (watchdog_stop_ || comm_ == nullptr || in_op_ || !broken_.empty()) continue;
+      const std::string prefix =
+          "nccl watchdog (rank " + std::to_string(rank_) + " of " + std::to_string(size_) + "): ";
+      ncclResult_t async = ncclSuccess;
+      if (ncclCommGetAsyncError(comm_, &async) != ncclSuccess) {
+        broken_ = prefix + "ncclCommGetAsyncError failed";
+      } else if (async != ncclSuccess && async != ncclInProgress) {
+        broken_ = prefix + nccl_text(async, comm_);
+      } else if (outstanding_since_ && watchdog_timeout_.count() > 0 &&
+                 Clock::now() - *outstanding_since_ > watchdog_timeout_) {
+        broken_ = prefix + "an enqueued collective was not done within " +
+                  std::to_string(watchdog_timeout_.count()) +
+                  " ms (the run's hang timeout): aborted so that it returns an error instead of hanging";
+      }
+      if (!broken_.empty()) abort_comm_locked();  // the stuck kernels end; waiters on the stream return
+    }
+  }
+
   void abort_comm_locked() {
     if (!comm_) return;
     ncclCommAbort(comm_);  // also ends kernels still spinning on this communicator
@@ -362,6 +407,12 @@ class NcclCommunicator final : public Communicator {
   std::atomic<bool> aborted_{false};
   bool in_op_ = false;
   std::string broken_;
+  // The watchdog (watch()): the oldest enqueued collective not yet synced, its bound, its thread.
+  std::optional<Clock::time_point> outstanding_since_;
+  const std::chrono::milliseconds watchdog_timeout_;
+  bool watchdog_stop_ = false;
+  std::condition_variable watchdog_cv_;
+  std::thread watchdog_;
 };
 
 }  // namespace
@@ -431,7 +482,7 @@ Result<std::unique_ptr<Communicator>> nccl_communicator_create(int rank, int siz
     return Status::error(where + "cudaMalloc: " + cudaGetErrorString(e));
   }
   return std::unique_ptr<Communicator>(
-      new NcclCommunicator(rank, size, device, comm, stream, own_stream, scratch));
+      new NcclCommunicator(rank, size, device, comm, stream, own_stream, scratch, options.watchdog_timeout));
 }
 
 }  // namespace gantry

@@ -12,6 +12,14 @@
 // communicator is aborted (ncclCommAbort), which also makes the peers' NCCL fail (their proxies see the
 // connection drop) rather than spin forever.
 //
+// The watchdog (issue 15): a thread of the communicator's own polls ncclCommGetAsyncError every 100 ms
+// while no operation is polling it already, and aborts the communicator (ncclCommAbort) when NCCL reports
+// an error or when a collective enqueued by an *_enqueue call has not been synced within
+// `watchdog_timeout` (the run's hang timeout, GANTRY_HANG_TIMEOUT_MS, in a worker). The abort ends the
+// kernels spinning in the stuck collective, so whatever waits on that stream (sync(), the backend's own
+// stream synchronisation) returns with an error instead of hanging forever; health() names the cause.
+// The node launcher's hang detection (gang.h) decides for the gang; this is the in-process side.
+//
 // Every operation waits for its own completion before returning, so results are ready on return; the
 // caller must make sure the data was produced before the call (synchronise its producer stream, or pass
 // that stream as `stream`). Overlapping reductions with the backward pass (issue 4's bucketing) needs an
@@ -37,6 +45,9 @@ namespace gantry {
 struct NcclCommOptions {
   int device = -1;         // CUDA device ordinal this rank uses; -1: the calling thread's current device
   void* stream = nullptr;  // a cudaStream_t to run on; nullptr: a non-blocking stream of its own
+  // An enqueued collective not synced within this is aborted by the watchdog; 0 = no bound (asynchronous
+  // errors are still watched).
+  std::chrono::milliseconds watchdog_timeout{0};
 };
 
 // Rendezvous through the launcher's store on `store_fd` (the socket stays the caller's): rank 0 publishes

@@ -487,7 +487,16 @@ Result<std::unique_ptr<Communicator>> create_dp(const Config& cfg, const Paralle
   }
   if (cfg.train.backend == "cuda") {
 #ifdef GANTRY_HAVE_NCCL
-    return nccl_communicator_create(dims.rank, dims.dp, store_fd, "dp/", timeout, {.device = 0});
+    // The watchdog's bound (nccl_communicator.h): the launcher's hang timeout when it watches for hangs,
+    // else the config's collective timeout.
+    auto watchdog = std::chrono::milliseconds(static_cast<int64_t>(cfg.train.collective_timeout_s * 1e3));
+    if (const char* h = std::getenv(kHangTimeoutVariable); h != nullptr) {
+      char* end = nullptr;
+      const long long ms = std::strtoll(h, &end, 10);
+      if (end != h && *end == '\0' && ms > 0) watchdog = std::chrono::milliseconds(ms);
+    }
+    return nccl_communicator_create(dims.rank, dims.dp, store_fd, "dp/", timeout,
+                                    {.device = 0, .watchdog_timeout = watchdog});
 #else
     *bad_input = true;
     return Status::error(

@@ -185,6 +185,60 @@ TEST_F(BeatAgainstCoordinator, MalformedBeatsAre400WithAMessageAndTakeNothing) {
   EXPECT_EQ(run["latest_step"]["loss"], 3.25) << run.dump();
 }
 
+// The health a beat reports (node_health.h's report): unhealthy makes the node unhealthy (no new work, the
+// run on it told and moving off), a malformed report is a 400 naming the field, ok makes it usable again.
+TEST_F(BeatAgainstCoordinator, AnUnhealthyReportMarksTheNodeAndOkClearsIt) {
+  auto node = [&] { return api_->get_json("/v1/cluster").value()["nodes"][0]; };
+  auto health_beat = [&](const json& health) {
+    return beat(agent_beat_encode({{"ended", json::array()}, {"health", health}}, RecordBatch()).value());
+  };
+  EXPECT_TRUE(node()["health"].is_null()) << "no report yet: unknown, not ok";
+  Result<HttpReply> bad = health_beat("sick");
+  ASSERT_TRUE(bad.ok()) << bad.error();
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_THAT(bad->error_message(), HasSubstr("field \"health\""));
+  bad = health_beat({{"state", 3}});
+  ASSERT_TRUE(bad.ok()) << bad.error();
+  EXPECT_EQ(bad->status, 400);
+
+  const json unhealthy = {{"state", "unhealthy"},
+                          {"reason", "disk: /a has 0.10 GiB free, below the threshold of 1.00 GiB"},
+                          {"checks", json::array()}};
+  Result<HttpReply> r = health_beat(unhealthy);
+  ASSERT_TRUE(r.ok()) << r.error();
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(node()["state"], "unhealthy");
+  EXPECT_EQ(node()["health"]["reason"], unhealthy["reason"]);
+  EXPECT_EQ(run_json()["state"], "stopping") << "the run on it moves off (the quarantine's path)";
+  r = health_beat(unhealthy);  // still unhealthy: nothing changes, nothing said twice
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(node()["state"], "unhealthy");
+
+  r = health_beat({{"state", "ok"}, {"reason", ""}, {"checks", json::array()}});
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(node()["state"], "healthy");
+  EXPECT_EQ(node()["health"]["state"], "ok");
+}
+
+// An operator's quarantine outranks the health report: the node stays quarantined while unhealthy, and once
+// released an unhealthy report makes it unhealthy again.
+TEST_F(BeatAgainstCoordinator, AQuarantineStaysWhateverTheHealthSays) {
+  auto state = [&] { return api_->get_json("/v1/cluster").value()["nodes"][0]["state"]; };
+  const std::string unhealthy =
+      agent_beat_encode(
+          {{"ended", json::array()}, {"health", {{"state", "unhealthy"}, {"reason", "xid: 79"}}}},
+          RecordBatch())
+          .value();
+  ASSERT_EQ(api_->post("/v1/nodes/n0/quarantine", json::object())->status, 202);
+  ASSERT_EQ(beat(unhealthy)->status, 200);
+  EXPECT_EQ(state(), "quarantined");
+  ASSERT_EQ(api_->post("/v1/nodes/n0/release", json::object())->status, 200);
+  EXPECT_EQ(state(), "healthy");
+  ASSERT_EQ(beat(unhealthy)->status, 200);
+  EXPECT_EQ(state(), "unhealthy");
+  EXPECT_EQ(api_->post("/v1/nodes/n0/release", json::object())->status, 409) << "not quarantined";
+}
+
 // The beat interval the coordinator asks for keeps the cluster's beats within max_beats_per_s: more nodes,
 // each beating less often (and so carrying more steps a beat). Registration and heartbeat replies and
 // GET /v1/cluster carry it; a node is lost only after several intervals once they are long.

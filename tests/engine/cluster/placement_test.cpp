@@ -34,7 +34,7 @@ std::string check_invariants(const std::vector<PlacementNode>& nodes, const Gang
     if (pr.node < 0 || pr.node >= static_cast<int>(nodes.size()))
       return "rank " + std::to_string(r) + ": bad node";
     const PlacementNode& n = nodes[pr.node];
-    if (n.state == NodeState::quarantined || n.state == NodeState::lost)
+    if (n.state == NodeState::quarantined || n.state == NodeState::lost || n.state == NodeState::unhealthy)
       return "rank on a " + n.id + " excluded node";
     if (pr.slot < 0 || pr.slot >= n.slots) return "slot out of range";
     for (int b : n.busy) {
@@ -151,6 +151,20 @@ TEST(Placement, QuarantinedAndLostNodesAreNeverUsed) {
   EXPECT_THAT(no.error(), HasSubstr("not used: q (quarantined, 8 slots), l (lost, 8 slots)"));
 }
 
+// A node whose agent's health checks fail (a full disk, GPU errors) is left out like a quarantined one.
+TEST(Placement, UnhealthyNodesAreNeverUsed) {
+  std::vector<PlacementNode> nodes = {{.id = "u", .slots = 8, .state = NodeState::unhealthy},
+                                      {.id = "h", .slots = 2},
+                                      {.id = "s", .slots = 2, .state = NodeState::spare}};
+  Result<Placement> ok = placement_assign(nodes, {.dp = 4});
+  ASSERT_TRUE(ok.ok()) << ok.error();
+  for (const PlacedRank& r : ok->ranks) EXPECT_NE(r.node, 0);
+  EXPECT_EQ(ok->spares_used(), 1);
+  Result<Placement> no = placement_assign(nodes, {.dp = 6});
+  ASSERT_FALSE(no.ok());
+  EXPECT_THAT(no.error(), HasSubstr("not used: u (unhealthy, 8 slots)"));
+}
+
 TEST(Placement, SparesAreHeldBackWhileHealthyNodesSuffice) {
   std::vector<PlacementNode> nodes = {
       {.id = "s", .slots = 4, .state = NodeState::spare}, {.id = "a", .slots = 4}, {.id = "b", .slots = 4}};
@@ -250,14 +264,16 @@ TEST(Placement, NoNodesAtAll) {
 }
 
 TEST(Placement, NodeStateNames) {
-  for (NodeState s : {NodeState::healthy, NodeState::quarantined, NodeState::lost, NodeState::spare}) {
+  for (NodeState s : {NodeState::healthy, NodeState::quarantined, NodeState::lost, NodeState::spare,
+                      NodeState::unhealthy}) {
     Result<NodeState> back = node_state_parse(node_state_name(s));
     ASSERT_TRUE(back.ok());
     EXPECT_EQ(back.value(), s);
   }
   ASSERT_TRUE(node_state_parse("ok").ok());  // storage/'s word
   EXPECT_EQ(node_state_parse("ok").value(), NodeState::healthy);
-  EXPECT_THAT(node_state_parse("sick").error(), HasSubstr("not one of healthy, quarantined, lost, spare"));
+  EXPECT_THAT(node_state_parse("sick").error(),
+              HasSubstr("not one of healthy, quarantined, lost, spare, unhealthy"));
 }
 
 TEST(Placement, RefusalOnAHugeClusterNamesAFewNodesOnly) {

@@ -69,6 +69,14 @@ TEST_F(DataSourceCluster, FollowsTheTinyRunActsAndCatchesUpWithoutAGap) {
   ASSERT_TRUE(eventually([&] { return snap()->connected; }, 20s)) << snap()->error;
   EXPECT_EQ(snap()->nodes.size(), 2u);
   EXPECT_EQ(snap()->run.id, -1);
+  // The agents' health checks reach the Cluster panel's model: their disk check passes.
+  EXPECT_TRUE(eventually(
+      [&] {
+        auto s = snap();
+        return s->nodes.size() == 2 && s->nodes[0].health == "ok" && s->nodes[1].health == "ok";
+      },
+      20s))
+      << (snap()->nodes.empty() ? "" : snap()->nodes[0].health);
 
   source_->request_submit_tiny();
   ASSERT_TRUE(eventually([&] { return snap()->steps->last_step() >= 4; }, 60s))

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/core/comm/communicator.h"
@@ -219,6 +220,39 @@ TEST(NcclCommunicator, KilledWorkerFailsTheOthersWithinTheTimeout) {
     EXPECT_TRUE(o.exited && o.code == 0) << "rank " << r << ": " << o.report;
   }
   EXPECT_EQ(res.workers[static_cast<size_t>(n - 1)].signal, SIGKILL);
+}
+
+// The watchdog (nccl_communicator.h): rank 1 never enters the collective rank 0 enqueued; rank 0 waits on
+// its stream with no timeout of its own (as the backend's synchronisation does), and the watchdog's abort
+// at the bound is what lets that wait return; health() then names the watchdog.
+TEST(NcclCommunicator, TheWatchdogAbortsACollectiveAPeerNeverEntered) {
+  const int gpus = gpu_count();
+  if (gpus < 2) GTEST_SKIP() << "needs at least two GPUs (found " << gpus << ")";
+  RunResult res = run_workers(
+      2,
+      [](int rank, int size, int fd) -> std::string {
+        auto made =
+            nccl_communicator_create(rank, size, fd, "dp/", 60s, {.device = rank, .watchdog_timeout = 2s});
+        if (!made.ok()) return made.error();
+        Communicator& comm = *made.value();
+        if (rank == 1) {
+          std::this_thread::sleep_for(20s);  // never enters; its abort at exit ends nothing of rank 0's
+          return "";
+        }
+        DeviceFloats data(1 << 16);
+        data.put(std::vector<float>(1 << 16, 1.0f));
+        cudaStream_t stream;
+        cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+        WORKER_CHECK_OK(comm.all_reduce_enqueue(data.p, 1 << 16, stream));
+        cudaStreamSynchronize(stream);  // returns once the watchdog has aborted the communicator
+        const Status h = comm.health();
+        if (h.ok()) return "the stuck collective ended but health() is ok";
+        if (h.message().find("nccl watchdog") == std::string::npos) return "health: " + h.message();
+        if (comm.sync(stream, 5s).ok()) return "sync() after the watchdog's abort succeeded";
+        return "";
+      },
+      120s);
+  for (const Outcome& o : res.workers) EXPECT_TRUE(o.exited && o.code == 0) << o.report;
 }
 
 }  // namespace
