@@ -39,6 +39,9 @@ struct AgentOptions {
   // logged at start and written to <dir>/metrics_url. Another host than loopback exposes the node's figures.
   std::string metrics_host = "127.0.0.1";
   int metrics_port = 0;
+  // Where the in-memory copies of its runs' state live (agent_memory.h); "" = a folder of its own in
+  // /dev/shm (RAM), else <dir>/memory. Removed when the agent ends.
+  std::string memory_dir;
 };
 
 class Agent {

@@ -15,6 +15,7 @@
 #include "engine/core/corpus.h"
 #include "engine/core/fatal.h"
 #include "engine/core/gpt.h"
+#include "engine/core/memory_copy.h"
 #include "engine/core/optim.h"
 #include "engine/core/parallel/shard_plan.h"
 #include "engine/core/rng.h"
@@ -234,6 +235,21 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
     summary.checkpoint_dir = checkpoints.last_dir();
     return s;
   };
+  MemoryCopies memory(c.train.memory_copy_every, opt.memory_dir, *backend, ckpt_gang);
+  // A copy that fails is said and training goes on: the disk checkpoints still stand behind it.
+  auto write_memory_copy = [&](double loss) {
+    enter(TrainPhase::kCheckpoint);
+    Result<double> w = memory.write({.step = step,
+                                     .sampler_seed = c.train.seed,
+                                     .rng_state = rng.state,
+                                     .config = c,
+                                     .data_version = train->data_version(),
+                                     .code_version = code_version(),
+                                     .loss = loss});
+    if (!w.ok())
+      std::fprintf(stderr, "rank %d: the in-memory copy of step %lld failed: %s\n", dims.rank,
+                   static_cast<long long>(step), w.error().c_str());
+  };
 
   double last_loss = 0;
   // The gang's decision at a step boundary: rank 0's action and every rank's stop flag, in one sum, so
@@ -436,6 +452,7 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
       Status s = write_checkpoint(loss, /*from_action=*/false, /*final=*/false);
       if (!s.ok()) return s;
     }
+    if (memory.due(step) && step < last_step) write_memory_copy(loss);
   }
   if (step > summary.first_step || opt.resume.empty()) {
     Status s = write_checkpoint(last_loss, /*from_action=*/false, /*final=*/true);
