@@ -23,9 +23,10 @@ MemoryCopies::MemoryCopies(int every, std::string memory_dir, Backend& backend, 
 
 Result<double> MemoryCopies::write(const CheckpointMeta& meta) {
   const auto t0 = std::chrono::steady_clock::now();
-  // keep 1: the newest complete copy only, so a node holds at most one state per rank it keeps.
+  // keep 2: the newest, and the one before it, which is the newest complete set while a write is cut off
+  // between ranks (some committed the new step, some not) by the failure that needs the copies.
   Result<CheckpointWritten> w =
-      checkpoint_write(dir_, backend_, meta, /*keep=*/1, gang_on_ ? &gang_ : nullptr);
+      checkpoint_write(dir_, backend_, meta, /*keep=*/2, gang_on_ ? &gang_ : nullptr);
   if (!w.ok()) return w.status();
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }

@@ -33,8 +33,9 @@ class ClusterMemory : public ClusterCli {
     std::string config = tiny_config(max_steps);
     config = std::regex_replace(config, std::regex("checkpoint_every = 0"),
                                 "checkpoint_every = " + std::to_string(checkpoint_every));
-    config = std::regex_replace(config, std::regex("\\[train\\]"),
-                                "[train]\nmemory_copy_every = 2\nkeep_checkpoints = " + std::to_string(keep));
+    config = std::regex_replace(config, std::regex("keep_checkpoints = \\d+"),
+                                "keep_checkpoints = " + std::to_string(keep));
+    config = std::regex_replace(config, std::regex("\\[train\\]"), "[train]\nmemory_copy_every = 2");
     json body = {{"config", config}, {"layout", {{"dp", 2}}}};
     body.update(extra);
     Result<json> sub = api_->post_json("/v1/runs", body);
@@ -50,7 +51,8 @@ class ClusterMemory : public ClusterCli {
   // The newest complete in-memory set GET /v1/runs/{id} shows whose every rank is held on `nodes` nodes;
   // -1 when there is none.
   int64_t complete_copies(int64_t id, size_t nodes) {
-    for (const json& m : run_state(id)["memory_copies"]) {
+    seen_ = run_state(id);
+    for (const json& m : seen_["memory_copies"]) {
       if (!m["complete"].get<bool>()) continue;
       bool all = true;
       for (const json& r : m["ranks"]) all = all && r["nodes"].size() >= nodes;
@@ -58,6 +60,8 @@ class ClusterMemory : public ClusterCli {
     }
     return -1;
   }
+  json seen_;  // the run's state complete_copies saw last, for a failure's message
+
   pid_t agent_pid(const std::string& node) {
     return static_cast<pid_t>(std::stol(slurp((dir_ / ("agent-" + node + ".pid")).string())));
   }
@@ -80,7 +84,7 @@ TEST_F(ClusterMemory, AKilledWorkerIsRestoredFromMemoryBitForBitAsFromDisk) {
   // Past the disk checkpoint at step 10, with a newer copy of every rank on both nodes (its own and the
   // ring peer's).
   ASSERT_TRUE(eventually([&] { return last_step(id) >= 13 && complete_copies(id, 2) > 10; }, 120s))
-      << run_state(id).dump();
+      << seen_.dump();
   workers_ = children_of(pids_);
   const pid_t victim = pid_of_rank(workers_, 1);
   ASSERT_GT(victim, 0);
@@ -137,7 +141,7 @@ TEST_F(ClusterMemory, ALostNodesShardIsServedByItsRingPeer) {
   const int64_t id = submit(100000, json::object());
   ASSERT_GE(id, 0);
   ASSERT_TRUE(eventually([&] { return last_step(id) >= 13 && complete_copies(id, 2) > 10; }, 120s))
-      << run_state(id).dump();
+      << seen_.dump();
   workers_ = children_of(pids_);
   ASSERT_EQ(::kill(agent_pid("node-1"), SIGKILL), 0);
   ASSERT_TRUE(eventually([&] { return run_state(id)["restarts"] == 1; }, 60s)) << run_state(id).dump();
@@ -165,7 +169,7 @@ TEST_F(ClusterMemoryOneNode, TheOnlyCopysAgentLostSendsTheRestoreToDisk) {
   const int64_t id = submit(100000, json::object());
   ASSERT_GE(id, 0);
   ASSERT_TRUE(eventually([&] { return last_step(id) >= 13 && complete_copies(id, 1) > 10; }, 120s))
-      << run_state(id).dump();
+      << seen_.dump();
   workers_ = children_of(pids_);
   ASSERT_EQ(::kill(agent_pid("node-0"), SIGKILL), 0);
   ASSERT_TRUE(eventually([&] { return run_state(id)["restarts"] == 1; }, 60s)) << run_state(id).dump();
