@@ -158,6 +158,32 @@ TEST_F(ClusterMemory, ALostNodesShardIsServedByItsRingPeer) {
   ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 30s)) << run_state(id).dump();
 }
 
+// An agent's copies route serves copies only: a bad name is refused naming what is allowed, a copy it does
+// not hold is 404, and it needs the agents' token like /metrics.
+TEST_F(ClusterMemory, TheAgentsCopiesRouteServesCopiesOnly) {
+  std::string base;
+  const json cluster = get("/v1/cluster");
+  for (const json& n : cluster["nodes"])
+    if (n["id"] == "node-0") base = n["metrics_url"].get<std::string>();
+  ASSERT_FALSE(base.empty()) << cluster.dump();
+  base = base.substr(0, base.size() - std::string("/metrics").size());
+  // The agents' own token (`up` writes it beside the operator's): it opens /metrics and the copies.
+  Result<std::string> agent_token = token_file_read((dir_ / "agent_token").string());
+  ASSERT_TRUE(agent_token.ok()) << agent_token.error();
+  HttpClient agent({.url = base, .token = agent_token.value()});
+  Result<HttpReply> bad = agent.get("/v1/memory/1/0/2/token");
+  ASSERT_TRUE(bad.ok()) << bad.error();
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_THAT(bad->body, HasSubstr("manifest.json or shard_rNNNNN.bin"));
+  Result<HttpReply> missing = agent.get("/v1/memory/1/0/2/manifest.json");
+  ASSERT_TRUE(missing.ok()) << missing.error();
+  EXPECT_EQ(missing->status, 404);
+  HttpClient stranger({.url = base, .token = token_});  // the operator's steers runs, reads no copy
+  Result<HttpReply> refused = stranger.get("/v1/memory/1/0/2/manifest.json");
+  ASSERT_TRUE(refused.ok()) << refused.error();
+  EXPECT_EQ(refused->status, 401);
+}
+
 // Both ranks on one node: the ring has no other node, so each shard's only copy is in that node's agent.
 class ClusterMemoryOneNode : public ClusterMemory {
  protected:
