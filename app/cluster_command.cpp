@@ -125,7 +125,7 @@ int coordinator_main(const CoordinatorArgs& a) {
 // -------------------------------------------------------------------------------------------------
 
 struct AgentArgs {
-  std::string url, token_file, node, dir, ca_file, metrics_host = "127.0.0.1";
+  std::string url, token_file, node, dir, ca_file, metrics_host = "127.0.0.1", memory_dir;
   int slots = 1, metrics_port = 0;
   bool spare = false;
   double stop_grace_s = 30;
@@ -152,7 +152,8 @@ int agent_main(const AgentArgs& a) {
                .stop_grace = std::chrono::milliseconds(static_cast<int64_t>(a.stop_grace_s * 1e3)),
                .metrics_host = a.metrics_host,
                .metrics_port = a.metrics_port,
-               .min_free_disk_gb = a.min_free_disk_gb});
+               .min_free_disk_gb = a.min_free_disk_gb,
+               .memory_dir = a.memory_dir});
   install_stop_handlers();
   Status s = agent.run(&g_stop);
   if (!s.ok()) {
@@ -452,6 +453,9 @@ void cluster_commands_add(CLI::App& app, int* exit_code) {
         ->check(CLI::Range(1, 4096));
     sub->add_option("--node", a->node, "This node's id, unique in the cluster (default the host name)");
     sub->add_option("--dir", a->dir, "The agent's folder (default gantry-agent-<node>)");
+    sub->add_option("--memory-dir", a->memory_dir,
+                    "Where the runs' in-memory copies (train.memory_copy_every) are kept: a tmpfs "
+                    "(default /dev/shm/gantry-agent-<node>-<pid>, removed when the agent ends)");
     sub->add_option("--ca-file", a->ca_file, "CA certificate for an HTTPS coordinator");
     sub->add_option("--stop-grace", a->stop_grace_s,
                     "Seconds workers have to checkpoint and exit when stopped")

@@ -21,10 +21,12 @@
 #include <tuple>
 
 #include "engine/cluster/agent_beat.h"
+#include "engine/cluster/agent_memory.h"
 #include "engine/cluster/http_client.h"
 #include "engine/cluster/http_server.h"
 #include "engine/cluster/node_health.h"
 #include "engine/core/worker/gang.h"
+#include "telemetry/clock.h"
 #include "telemetry/host.h"
 #include "telemetry/prometheus.h"
 
@@ -197,8 +199,9 @@ struct Agent::Impl {
     return health_report_json(r);
   }
 
-  std::mutex mu;        // pending, latest
-  RecordBatch pending;  // records since the last beat, this node's batch
+  AgentMemory* memory = nullptr;  // the runs' in-memory copies (Agent::run's, living as long as it)
+  std::mutex mu;                  // pending, latest
+  RecordBatch pending;            // records since the last beat, this node's batch
   // The latest step record of each local rank, by run, for /metrics; a run's entry goes when its gang ends.
   std::map<int64_t, std::map<int, RankStepRecord>> latest;
   // The agent's own counters, for /metrics.
@@ -269,11 +272,37 @@ struct Agent::Impl {
               std::to_string(a.at("max_steps").get<int64_t>())};
     // A run placed again (a quarantine's move, resume-from) starts from the checkpoint the coordinator
     // chose inside the run's folder; the ranks reshard it to this layout.
-    if (const std::string resume = a.value("resume", ""); !resume.empty()) {
+    std::string resume = a.value("resume", "");
+    // A recovery from the in-memory copies: the set assembled here from the agents holding it; one that
+    // cannot be (a holder gone since) falls back to the disk checkpoint the coordinator gave beside it.
+    if (const json* mem = a.contains("memory_restore") ? &a.at("memory_restore") : nullptr; mem && memory) {
+      Result<std::string> dir = memory->assemble(s.run, *mem);
+      if (dir.ok()) {
+        resume = dir.value();
+      } else {
+        const std::string why = "the in-memory copies at step " +
+                                std::to_string(mem->value("step", int64_t{-1})) + " could not be fetched (" +
+                                dir.error() + "): restoring from " +
+                                (resume.empty() ? std::string("the start") : resume) + " instead";
+        log("run " + std::to_string(s.run) + ": " + why);
+        std::lock_guard<std::mutex> lock(mu);
+        pending.events.push_back(
+            {.run_id = s.run,
+             .time_unix_s = unix_now_s(),
+             .step = -1,
+             .kind = "restore_fallback",
+             .node = opt.node,
+             .message = why,
+             .payload =
+                 json({{"source", resume.empty() ? "start" : "disk"}, {"checkpoint", resume}}).dump()});
+      }
+    }
+    if (!resume.empty()) {
       g.args.push_back("--resume");
       g.args.push_back(resume);
     }
     g.env = {{"GANTRY_RENDEZVOUS", a.at("rendezvous").get<std::string>()}};
+    if (memory != nullptr) g.env.push_back({"GANTRY_MEMORY_DIR", memory->run_dir(s.run)});
     if (a.value("backend", "cpu") == "cuda") {
       for (int slot : a.at("slots")) g.cuda_devices.push_back(std::to_string(slot));
     }
@@ -406,6 +435,9 @@ Status Agent::run(const std::atomic<bool>* stop) {
   fs::create_directories(m.opt.dir, ec);
   if (ec) return Status::error("cannot create the agent's folder " + m.opt.dir + ": " + ec.message());
 
+  // Before the server that serves it, so that it outlives the server's threads.
+  AgentMemory memory(m.opt.memory_dir, m.opt.node, m.opt.dir, m.opt.token);
+  m.memory = &memory;
   // /metrics first: a port that cannot be bound is a bad option, reported before the node registers.
   HttpServer metrics({.host = m.opt.metrics_host,
                       .port = m.opt.metrics_port,
@@ -414,6 +446,9 @@ Status Agent::run(const std::atomic<bool>* stop) {
                       .max_event_streams = 0,
                       .keep_alive_timeout = std::chrono::seconds(2)});
   metrics.get("/metrics", [&m](const HttpRequest&) { return m.metrics(); });
+  // The other agents take this node's in-memory copies here (a ring peer's, a recovery's assembly).
+  metrics.get("/v1/memory/{run}/{rank}/{step}/{file}",
+              [&memory](const HttpRequest& r) { return memory.serve(r); });
   if (Status s = metrics.start(); !s.ok()) return Status::error("cannot serve /metrics: " + s.message());
   {
     // Written whole and renamed, so a reader never sees half a URL.
@@ -516,7 +551,7 @@ Status Agent::run(const std::atomic<bool>* stop) {
       std::lock_guard<std::mutex> lock(m.mu);
       batch = take_records(m.pending, kMaxRecordsPerBeat);
     }
-    json control = {{"ended", ended}, {"health", m.check_health()}};
+    json control = {{"ended", ended}, {"health", m.check_health()}, {"memory", memory.held()}};
     if (replaying) {
       control["replay"] = true;
       m.records_replayed.fetch_add(batch.size());
@@ -566,6 +601,18 @@ Status Agent::run(const std::atomic<bool>* stop) {
         const int sig = f.value("signal", 0);
         if (sig == SIGKILL || sig == SIGSTOP) s->commands.signal(f.value("rank", -1), sig);
       }
+      // The ring's copies to take from a peer, and the copies of runs that are over.
+      for (const json& p : reply->value("memory_pull", json::array())) {
+        Status ps;
+        try {
+          ps = memory.pull(p);
+        } catch (const json::exception& e) {
+          ps = Status::error(std::string("a malformed memory_pull: ") + e.what());
+        }
+        if (!ps.ok()) m.log("cannot take an in-memory copy: " + ps.message());
+      }
+      for (const json& r : reply->value("memory_drop", json::array()))
+        if (r.is_number_integer()) memory.drop(r.get<int64_t>());
       for (const json& r : reply->value("stop", json::array())) {
         if (Impl::Share* s = m.find(r.get<int64_t>())) s->stop.store(true);
       }

@@ -30,6 +30,7 @@
 #include "engine/cluster/goodput.h"
 #include "engine/cluster/http_server.h"
 #include "engine/cluster/ingest_writer.h"
+#include "engine/cluster/memory_copies.h"
 #include "engine/cluster/placement.h"
 #include "engine/cluster/run_lifecycle.h"
 #include "engine/cluster/run_store.h"
@@ -122,6 +123,9 @@ struct Coordinator::Impl {
     // for; both divide train.global_batch as dp does (submit validates them). 0 = not given: 1 and dp.
     int min_dp = 0, max_dp = 0;
     int min_dp_or_1() const { return min_dp > 0 ? min_dp : 1; }
+    // A recovery from the in-memory copies (memory_copies.h): {step, shards: [{rank, url}]} for the agents
+    // of the generation start_generation places next, then null again.
+    nlohmann::json memory_restore;
     int restarts = 0;             // recoveries over the run's life
     int restarts_in_row = 0;      // since the newest checkpoint it restarted from
     int64_t restarted_from = -1;  // that checkpoint's step (-1: none yet, or from the start)
@@ -302,7 +306,13 @@ struct Coordinator::Impl {
   // The beat's work under mu (its records ingested, its gangs' ends, the reply); the caller then waits
   // for the records to be written before answering.
   HttpResponse agent_beat_locked(const std::string& id, const json* ended, const json* health,
-                                 RecordBatch& batch);
+                                 RecordBatch& batch, const json* memory = nullptr);
+  // The beat's in-memory copies (agent_memory.h): what the node holds into the ledger, and the reply's
+  // copies it should take from its ring peer and runs whose copies it may drop. Called with mu held.
+  void memory_copies_beat(const std::string& id, const json* memory, json& reply);
+  // A node's agent base URL ("http://host:port"), from its registered metrics URL.
+  static std::string agent_url(const Node& n);
+  MemoryCopyTable memory_copies;  // which agents hold which runs' in-memory copies
 
   // The interval agents are told to beat at now, and how long a silent node is given before it is lost
   // (CoordinatorOptions::max_beats_per_s). Called with mu held.

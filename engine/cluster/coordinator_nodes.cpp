@@ -278,6 +278,7 @@ HttpResponse Coordinator::Impl::agent_heartbeat(const HttpRequest& req) {
   const json* ended = f.any("ended", JsonFields::optional);
   std::optional<bool> replay = f.boolean("replay", JsonFields::optional);
   const json* health = f.any("health", JsonFields::optional);  // node_health.h's report (newer agents)
+  const json* memory = f.any("memory", JsonFields::optional);
   if (Status s = f.finish(); !s.ok()) return HttpResponse::error(400, "beat: control: " + s.message());
   if (health != nullptr &&
       (!health->is_object() || !health->contains("state") || !health->at("state").is_string() ||
@@ -298,7 +299,7 @@ HttpResponse Coordinator::Impl::agent_heartbeat(const HttpRequest& req) {
                  "records already recorded (steps are written once whatever)\n",
                  id.c_str(), before, before - batch.size());
   }
-  return agent_beat_locked(id, ended, health, batch);
+  return agent_beat_locked(id, ended, health, batch, memory);
 }
 
 // A replayed batch: records the agent sent before without learning that they were written (a coordinator
@@ -335,7 +336,8 @@ void Coordinator::Impl::drop_recorded(RecordBatch& batch) {
 }
 
 HttpResponse Coordinator::Impl::agent_beat_locked(const std::string& id, const json* ended,
-                                                  const json* health, RecordBatch& batch) {
+                                                  const json* health, RecordBatch& batch,
+                                                  const json* memory) {
   std::lock_guard<std::mutex> lock(mu);
   auto it = nodes.find(id);
   if (it == nodes.end())
@@ -406,6 +408,7 @@ HttpResponse Coordinator::Impl::agent_beat_locked(const std::string& id, const j
                 {"stop", std::exchange(n.stop, json::array())},
                 {"inject", std::exchange(n.inject, json::array())},
                 {"heartbeat_ms", beat_interval().count()}};
+  memory_copies_beat(id, memory, reply);
   return HttpResponse::ok(reply);
 }
 
@@ -421,6 +424,55 @@ std::string Coordinator::Impl::failed_peer_of(const std::string& node) const {
     if (holds_live_share && failed != nullptr) return failed->node;
   }
   return "";
+}
+
+std::string Coordinator::Impl::agent_url(const Node& n) {
+  static const std::string suffix = "/metrics";
+  const std::string& u = n.metrics_url;
+  if (u.size() >= suffix.size() && u.compare(u.size() - suffix.size(), suffix.size(), suffix) == 0)
+    return u.substr(0, u.size() - suffix.size());
+  return u;
+}
+
+void Coordinator::Impl::memory_copies_beat(const std::string& id, const json* memory, json& reply) {
+  if (memory == nullptr || !memory->is_array()) return;  // an agent that keeps none
+  std::vector<MemoryCopyHeld> held;
+  for (const json& h : *memory) {
+    if (!h.is_object()) continue;
+    try {
+      held.push_back({.run = h.value("run", int64_t{-1}),
+                      .rank = h.value("rank", -1),
+                      .step = h.value("step", int64_t{-1}),
+                      .world = h.value("world", 0)});
+    } catch (const json::exception&) {
+      // A malformed entry is the agent's defect; its other copies still count.
+    }
+  }
+  memory_copies.report(id, std::move(held));
+  json pulls = json::array(), drops = json::array();
+  for (int64_t run : memory_copies.runs_on(id)) {
+    auto rit = runs.find(run);
+    if (rit == runs.end() || run_state_terminal(rit->second.state)) {
+      drops.push_back(run);
+      continue;
+    }
+    // The run's ring: its nodes in placement order; each rank's copy goes to the node after its own.
+    const Run& r = rit->second;
+    std::vector<std::string> ring;
+    std::map<int, std::string> rank_node;
+    for (const NodeShare& s : r.shares) {
+      if (std::find(ring.begin(), ring.end(), s.node) == ring.end()) ring.push_back(s.node);
+      for (int k = 0; k < s.ranks; ++k) rank_node[s.first_rank + k] = s.node;
+    }
+    if (std::find(ring.begin(), ring.end(), id) == ring.end()) continue;
+    for (const MemoryCopyPull& p : memory_copies.pulls(run, ring, rank_node)) {
+      auto from = nodes.find(p.from);
+      if (p.to != id || from == nodes.end() || from->second.state == NodeState::lost) continue;
+      pulls.push_back({{"run", p.run}, {"rank", p.rank}, {"step", p.step}, {"url", agent_url(from->second)}});
+    }
+  }
+  if (!pulls.empty()) reply["memory_pull"] = std::move(pulls);
+  if (!drops.empty()) reply["memory_drop"] = std::move(drops);
 }
 
 void Coordinator::Impl::watch_loop() {
@@ -443,6 +495,7 @@ void Coordinator::Impl::watch_loop() {
                                   : "node lost (no heartbeat for " + std::to_string(timeout.count()) + " ms)";
       n.state = NodeState::lost;
       upsert_node(n, "lost");
+      memory_copies.forget_node(id);  // its in-memory copies died with its agent
       for (auto& [rid, r] : runs) {
         if (run_state_terminal(r.state)) continue;
         for (NodeShare& s : r.shares) {

@@ -173,7 +173,9 @@ Status Coordinator::Impl::start_generation(Run& r, const std::vector<PlacementNo
   {
     // The ledger's mark (coordinator_goodput.cpp): not a step's event (step -1), so no rewind removes it;
     // it carries the last progress of the generation before, which the rewind below forgets.
-    const int64_t from = resume_dir.empty() ? -1 : checkpoint_dir_step(resume_dir);
+    const int64_t from = r.memory_restore.is_object() ? r.memory_restore.value("step", int64_t{-1})
+                         : resume_dir.empty()         ? -1
+                                                      : checkpoint_dir_step(resume_dir);
     json payload = {{"generation", r.generation},
                     {"cause", goodput_cause_name(cause)},
                     {"from_step", from},
@@ -225,8 +227,10 @@ Status Coordinator::Impl::start_generation(Run& r, const std::vector<PlacementNo
                                    {"backend", r.backend},
                                    {"resume", resume_dir},
                                    {"hang_timeout_ms", int64_t{r.hang_timeout_s} * 1000}});
+    if (r.memory_restore.is_object()) nodes[s.node].start.back()["memory_restore"] = r.memory_restore;
     r.shares.push_back(std::move(s));
   }
+  r.memory_restore = nullptr;
   return Status();
 }
 
@@ -557,7 +561,17 @@ bool Coordinator::Impl::recover(Run& r, const std::string& failure, std::string*
     }
   }
   const std::string dir = committed.empty() ? std::string() : committed.back();
-  const int64_t step = dir.empty() ? 0 : checkpoint_dir_step(dir);
+  // The newest complete set of in-memory copies on the live agents, if newer than that checkpoint
+  // (memory_copies.h); never past the last silent-data-corruption check every replica passed.
+  const int64_t memory_bound = trusted >= 0 ? trusted : INT64_MAX;
+  const std::optional<MemoryCopySet> memory = memory_copies.newest_complete(r.id, memory_bound);
+  int64_t memory_seen = -1;
+  for (const MemoryCopySet& m : memory_copies.all(r.id))
+    if (m.step <= memory_bound) memory_seen = std::max(memory_seen, m.step);
+  const RestoreChoice restore =
+      restore_choose(memory, dir.empty() ? -1 : checkpoint_dir_step(dir), memory_seen);
+  const bool from_memory = restore.source == RestoreSource::kMemory;
+  const int64_t step = from_memory ? restore.step : dir.empty() ? 0 : checkpoint_dir_step(dir);
   if (step > r.restarted_from) r.restarts_in_row = 0;  // it got further since the last recovery
   if (r.restarts_in_row >= r.max_restarts) {
     *why = r.max_restarts == 0
@@ -577,7 +591,20 @@ bool Coordinator::Impl::recover(Run& r, const std::string& failure, std::string*
   const int old_dp = r.dp;
   r.dp = dp;
   ++r.restarts;  // before start_generation, which records the run's options with the count
+  // Each rank's shard from the first live agent holding it (the agents fetch them; the disk checkpoint
+  // stays in `resume` for an agent that cannot).
+  json served = json::array();
+  if (from_memory) {
+    json shards = json::array();
+    for (const auto& [rank, holders] : memory->holders) {
+      const std::string& node = holders.front();
+      shards.push_back({{"rank", rank}, {"url", agent_url(nodes[node])}});
+      served.push_back({{"rank", rank}, {"node", node}});
+    }
+    r.memory_restore = {{"step", memory->step}, {"shards", shards}};
+  }
   if (Status s = start_generation(r, pn, p.value(), dir, GoodputCause::kRecovery); !s.ok()) {
+    r.memory_restore = nullptr;
     r.dp = old_dp;
     --r.restarts;
     *why = s.message();
@@ -587,8 +614,9 @@ bool Coordinator::Impl::recover(Run& r, const std::string& failure, std::string*
   r.restarted_from = step;
   if (r.state != RunState::kRunning) set_state(r, RunState::kRunning);  // a paused run goes on
   r.message.clear();
-  writer->push_op([id = r.id, step, dir](HistoryDb& d) {
+  writer->push_op([id = r.id, step, dir, from_memory](HistoryDb& d) {
     d.rewind_run(id, step);
+    if (from_memory) return;  // the checkpoint below is not the state the run stands on
     // The checkpoint resumed from is committed on disk, but its commit record may have died with the gang
     // (rank 0's asynchronous writer commits, then the gang is killed before the record is sent): the
     // catalog learns of it here rather than missing the state the run now stands on.
@@ -608,11 +636,31 @@ bool Coordinator::Impl::recover(Run& r, const std::string& failure, std::string*
   r.resume_kind = "recovery";
   r.checkpoint_policy.restart_at(step);
   young_daly_apply(r);  // one more failure: a new failure rate
+  std::string served_text;
+  for (const json& sv : served)
+    served_text += (served_text.empty() ? "" : ", ") + std::string("rank ") +
+                   std::to_string(sv["rank"].get<int>()) + " from " + sv["node"].get<std::string>();
+  event(r.id, "restore",
+        "generation " + std::to_string(r.generation) + " restores from " +
+            (from_memory   ? "the in-memory copies at step " + std::to_string(step) + " (" + served_text + ")"
+             : dir.empty() ? std::string("the start")
+                           : "the checkpoint on disk at step " + std::to_string(step)) +
+            ": " + restore.why,
+        {{"source", from_memory   ? "memory"
+                    : dir.empty() ? "start"
+                                  : "disk"},
+         {"step", step},
+         {"generation", r.generation},
+         {"why", restore.why},
+         {"checkpoint", from_memory ? json(nullptr) : json(dir)},
+         {"shards", served}},
+        step);
   event(r.id, "recovery_placed",
         "run " + std::to_string(r.id) + " failed (" + one_line(failure) + "); generation " +
             std::to_string(r.generation) + " placed at dp " + std::to_string(dp) + " from " +
-            (dir.empty() ? std::string("the start (no committed checkpoint yet)")
-                         : "the checkpoint at step " + std::to_string(step)) +
+            (from_memory   ? "the in-memory copies at step " + std::to_string(step)
+             : dir.empty() ? std::string("the start (no committed checkpoint yet)")
+                           : "the checkpoint at step " + std::to_string(step)) +
             (trusted >= 0 ? " (no newer than step " + std::to_string(trusted) +
                                 ", the last silent-data-corruption check every replica passed" +
                                 (untrusted.empty() ? std::string()

@@ -151,6 +151,19 @@ json Coordinator::Impl::run_json(const Run& r, bool full) const {
              {{"checkpoint_every_steps", r.checkpoint_policy.options().every_steps},
               {"policy", checkpoint_policy_mode_name(r.checkpoint_policy.options().mode)},
               {"keep_last", r.checkpoint_policy.options().keep_last}}}};
+  {
+    // The in-memory copies the agents hold (memory_copies.h), newest step first: which nodes hold each rank.
+    json copies = json::array();
+    for (const MemoryCopySet& m : memory_copies.all(r.id)) {
+      json ranks = json::array();
+      for (const auto& [rank, held_on] : m.holders) ranks.push_back({{"rank", rank}, {"nodes", held_on}});
+      copies.push_back({{"step", m.step},
+                        {"world", m.world},
+                        {"complete", static_cast<int>(m.holders.size()) == m.world},
+                        {"ranks", ranks}});
+    }
+    j["memory_copies"] = std::move(copies);
+  }
   if (full) {
     j["config"] = r.config_toml;
     // The config as the engine reads it, so a client (the console's what-if panel) needs no TOML parser of

@@ -290,8 +290,8 @@ Result<std::vector<uint8_t>> gang_get(const CheckpointGang& g, const std::string
 
 // Where the ranks of a gang meet for one write: the step and how many checkpoints the gang wrote before,
 // since one step may be written twice in a run (a periodic checkpoint, then the one at a stop).
-std::string gang_prefix(int64_t step, int64_t write) {
-  return "checkpoint/" + std::to_string(step) + "/" + std::to_string(write) + "/";
+std::string gang_prefix(const std::string& space, int64_t step, int64_t write) {
+  return space + "/" + std::to_string(step) + "/" + std::to_string(write) + "/";
 }
 
 // Rank 0 of a gang: every rank's report in rank order, or the first failure (a rank's own error, or the
@@ -378,11 +378,15 @@ Result<CheckpointWritten> write_impl(const std::string& root, const TensorTable&
   // perhaps damaged, or an uncommitted leftover) is replaced, never trusted, and never half-overwritten.
   const fs::path staging = fs::path(root) / ("." + step_dir_name(meta.step) + ".writing");
   const int rank = gang != nullptr ? gang->layout.rank : 0;
-  const std::string prefix = gang != nullptr ? gang_prefix(meta.step, gang->writes++) : "";
+  const std::string prefix = gang != nullptr ? gang_prefix(gang->key_space, meta.step, gang->writes++) : "";
+  const bool node_local = gang != nullptr && gang->node_local;
   const std::string step_text = "checkpoint step " + std::to_string(meta.step);
 
-  // Rank 0 makes the staging directory; the others write into it only once it says so.
-  if (rank == 0) {
+  // Rank 0 makes the staging directory; the others write into it only once it says so. Node-local: each
+  // rank its own.
+  if (node_local) {
+    if (Status made = staging_make(root, staging); !made.ok()) return made;
+  } else if (rank == 0) {
     Status made = staging_make(root, staging);
     if (gang != nullptr) {
       const std::string word = made.ok() ? "ok" : "rank 0: " + made.message();
@@ -406,6 +410,22 @@ Result<CheckpointWritten> write_impl(const std::string& root, const TensorTable&
     if (!outcome.ok()) return Status::error(step_text + ": no word from rank 0: " + outcome.error());
     const std::string text = store_text(outcome);
     if (text.rfind("ok ", 0) != 0) return Status::error(text);
+    if (node_local) {
+      // Rank 0's manifest, written beside this rank's shard: this root's commit.
+      Result<std::vector<uint8_t>> manifest = gang_get(*gang, prefix + "manifest");
+      if (!manifest.ok()) return Status::error(step_text + ": no manifest from rank 0: " + manifest.error());
+      Status s = write_file_durable((staging / "manifest.json").string(), store_text(manifest));
+      if (s.ok()) s = staging_commit(staging, dir);
+      if (!s.ok()) {
+        std::error_code ec;
+        fs::remove_all(staging, ec);
+        return s;
+      }
+      std::error_code ec;
+      const std::vector<std::string> committed = checkpoint_list(root);
+      for (size_t i = 0; i + static_cast<size_t>(keep) < committed.size(); ++i)
+        fs::remove_all(committed[i], ec);
+    }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return CheckpointWritten{dir.string(), std::stoull(text.substr(3)), seconds};
   }
@@ -464,6 +484,10 @@ Result<CheckpointWritten> write_impl(const std::string& root, const TensorTable&
   if (!s.ok()) return fail(s, "rank 0: ");
   fsync_dir(root);
   hook_at(hook, CheckpointStage::kAfterCommit, meta.step);
+  if (node_local) {
+    Status st = gang->store->set(prefix + "manifest", store_bytes(manifest.dump(1)), gang->timeout);
+    if (!st.ok()) return st;
+  }
   if (gang != nullptr) {
     Status st =
         gang->store->set(prefix + "commit", store_bytes("ok " + std::to_string(total_bytes)), gang->timeout);

@@ -71,6 +71,13 @@ struct CheckpointGang {
   // is set (the run ends with the write in flight).
   bool poll_store = false;
   const std::atomic<bool>* cancel = nullptr;
+  // The in-memory copies (memory_copy.h): every rank writes under a root of its own (its node's memory, not
+  // a shared folder), so each rank makes its own staging directory, and rank 0 hands the manifest to every
+  // rank through the store, which each writes beside its shard and renames: each rank's root then holds a
+  // committed checkpoint of one shard whose manifest lists all of them. `key_space` keeps these writes'
+  // store keys apart from the disk checkpoints' (the two run on different threads).
+  bool node_local = false;
+  std::string key_space = "checkpoint";
 };
 
 // Where a write is, for test fault hooks (GANTRY_TEST_WORKER_FAULT kill_in_checkpoint, worker_env.h):

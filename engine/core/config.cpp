@@ -103,6 +103,8 @@ const std::vector<Field>& fields() {
        [](Config& c) -> void* { return &c.train.guard_max_skips_in_row; }},
       {"train.sdc_check_every", FieldKind::kInt, 0, 1e9, false,
        [](Config& c) -> void* { return &c.train.sdc_check_every; }},
+      {"train.memory_copy_every", FieldKind::kInt, 0, 1e9, false,
+       [](Config& c) -> void* { return &c.train.memory_copy_every; }},
       {"data.kind",
        FieldKind::kString,
        0,

@@ -75,6 +75,11 @@ struct TrainConfig {
   // all-reduce of 4 floats per replica, a fraction of a percent of 100 steps (docs/PERF.md), while a
   // corruption is found within 100 steps, before it is averaged into every replica's next checkpoints.
   int sdc_check_every = 100;
+  // In-memory copies (engine/core/memory_copy.h): every this many steps each rank writes its shard into its
+  // node agent's memory (GANTRY_MEMORY_DIR, given by the agent), and the agent keeps a copy on the next node
+  // of the run's ring, so a recovery restores from RAM when that is newer than the newest disk checkpoint.
+  // 0 = off, else 1..1000000000; off where no agent gives a memory folder (`train`, `run`).
+  int memory_copy_every = 0;
 };
 
 // train.collective_timeout_s's range, shared with the flags that override it.

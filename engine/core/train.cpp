@@ -15,6 +15,7 @@
 #include "engine/core/corpus.h"
 #include "engine/core/fatal.h"
 #include "engine/core/gpt.h"
+#include "engine/core/memory_copy.h"
 #include "engine/core/optim.h"
 #include "engine/core/parallel/shard_plan.h"
 #include "engine/core/rng.h"
@@ -234,6 +235,21 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
     summary.checkpoint_dir = checkpoints.last_dir();
     return s;
   };
+  MemoryCopies memory(c.train.memory_copy_every, opt.memory_dir, *backend, ckpt_gang);
+  // A copy that fails is said and training goes on: the disk checkpoints still stand behind it.
+  auto write_memory_copy = [&](double loss) {
+    enter(TrainPhase::kCheckpoint);
+    Result<double> w = memory.write({.step = step,
+                                     .sampler_seed = c.train.seed,
+                                     .rng_state = rng.state,
+                                     .config = c,
+                                     .data_version = train->data_version(),
+                                     .code_version = code_version(),
+                                     .loss = loss});
+    if (!w.ok())
+      std::fprintf(stderr, "rank %d: the in-memory copy of step %lld failed: %s\n", dims.rank,
+                   static_cast<long long>(step), w.error().c_str());
+  };
 
   double last_loss = 0;
   // The step a periodic checkpoint was due at and deferred from (train.checkpoint_defer_when_busy); -1 =
@@ -452,6 +468,7 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
         if (!s.ok()) return s;
       }
     }
+    if (memory.due(step) && step < last_step) write_memory_copy(loss);
   }
   if (step > summary.first_step || opt.resume.empty()) {
     checkpoints.set_deferred_from(checkpoint_deferred_from);  // a deferred one that the end overtook

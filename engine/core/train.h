@@ -178,6 +178,9 @@ struct TrainOptions {
   // rank flips one bit of its replicated parameters, so the next silent-data-corruption check names it.
   // 0 = never.
   int64_t test_flip_bit_step = 0;
+  // Where this rank's in-memory copies go (train.memory_copy_every, memory_copy.h): the node agent's memory
+  // folder for the run (GANTRY_MEMORY_DIR); "" = no agent keeps them, the copies are off.
+  std::string memory_dir;
 };
 
 struct TrainSummary {

@@ -699,6 +699,8 @@ WorkerResult worker_run(const WorkerOptions& options, const WorkerEnv& env) {
                       .test_nan_grad_step = fault->kind == WorkerFault::nan_grad ? fault->step : 0,
                       .test_checkpoint_hook = checkpoint_fault_hook(fault.value(), env.rank),
                       .test_flip_bit_step = fault->kind == WorkerFault::flip_bit ? fault->step : 0};
+    // The node agent's memory folder for this run's in-memory copies (agent_memory.h); unset: none.
+    if (const char* mem = std::getenv("GANTRY_MEMORY_DIR"); mem != nullptr) topt.memory_dir = mem;
     install_stop_handlers();
     Result<TrainSummary> s = train_run(cfg.value(), topt, &observer);
     if (!s.ok()) {
