@@ -99,7 +99,7 @@ TEST_F(DataSourceCluster, FollowsTheTinyRunActsAndCatchesUpWithoutAGap) {
   // This build's checkpoints carry their training stall through the catalog (the panel's stall column).
   for (const CheckpointView& c : snap()->checkpoints) {
     EXPECT_TRUE(c.stall_s.has_value()) << "step " << c.step << ": the stall did not reach the console";
-    if (c.stall_s) EXPECT_GE(*c.stall_s, 0.0);
+    EXPECT_GE(c.stall_s.value_or(0.0), 0.0);
   }
 
   // Every step from 1 on, once, in order.
