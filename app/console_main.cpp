@@ -217,7 +217,10 @@ int main(int argc, char** argv) {
   io.IniFilename = batch ? nullptr : ini.c_str();
   ImGui::StyleColorsDark();
   ImFont* font = nullptr;
-  if (fs::exists(GANTRY_CONSOLE_FONT)) font = io.Fonts->AddFontFromFileTTF(GANTRY_CONSOLE_FONT, 15.0f);
+  // Latin-1 and the em dash the panels write for a figure that is not known (never a 0).
+  static const ImWchar kGlyphs[] = {0x0020, 0x00FF, 0x2014, 0x2014, 0};
+  if (fs::exists(GANTRY_CONSOLE_FONT))
+    font = io.Fonts->AddFontFromFileTTF(GANTRY_CONSOLE_FONT, 15.0f, nullptr, kGlyphs);
   if (font == nullptr) io.Fonts->AddFontDefault();  // ImGui's own bitmap font when DejaVu is missing
   ImGui_ImplGlfw_InitForOpenGL(window, true);
   ImGui_ImplOpenGL3_Init("#version 130");

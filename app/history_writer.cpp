@@ -108,6 +108,20 @@ void HistoryWriter::on_step_skipped(int64_t step, const std::string& reason) {
   if (!db_->ingest(batch)) warn("cannot record an event: " + db_->error());
 }
 
+void HistoryWriter::on_guard_rollback(const GuardRollback& r) {
+  if (!db_ || run_id_ < 0) return;
+  RecordBatch batch;
+  EventRecord e;
+  e.run_id = run_id_;
+  e.time_unix_s = unix_now_s();
+  e.step = r.from_step;
+  e.kind = "guard_rollback";
+  e.message = guard_rollback_message(r);
+  e.payload = guard_rollback_payload(r);
+  batch.events.push_back(e);
+  if (!db_->ingest(batch)) warn("cannot record an event: " + db_->error());
+}
+
 void HistoryWriter::ingest(const RecordBatch& batch) {
   if (!db_ || run_id_ < 0) return;
   if (!writer_) writer_ = std::make_unique<IngestWriter>(db_.get(), &db_mu_);

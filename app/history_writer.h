@@ -33,6 +33,7 @@ class HistoryWriter final : public TrainObserver {
   void on_checkpoint(const CheckpointReport& c) override;
   void on_checkpoint_failed(const CheckpointReport& c, const std::string& error) override;
   void on_step_skipped(int64_t step, const std::string& reason) override;
+  void on_guard_rollback(const GuardRollback& r) override;
   // Records received from workers (their run_id is replaced by this run's). Checkpoint records enter the
   // catalog and the run's events through the database's ingest, as at the coordinator. Queued for the
   // writer thread, never waited for; flush() waits. Ignored before on_run.

@@ -80,6 +80,17 @@ inline void skipped_line_print(int64_t step, const std::string& reason, bool jso
   }
 }
 
+// The step guard rolled back after a streak of skipped steps (engine/core/step_guard.h).
+inline void rollback_line_print(const GuardRollback& r, bool json) {
+  std::fprintf(stderr, "guard rollback: %s\n", guard_rollback_message(r).c_str());
+  if (json) {
+    nlohmann::json j = nlohmann::json::parse(guard_rollback_payload(r));
+    j["event"] = "guard_rollback";
+    std::printf("%s\n", j.dump().c_str());
+    std::fflush(stdout);
+  }
+}
+
 // The silent-data-corruption check named a rank (engine/core/sdc_check.h): one line per named rank; the run
 // stops after it.
 inline void sdc_mismatch_line_print(int64_t step, int rank, const std::string& node,

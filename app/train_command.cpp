@@ -43,6 +43,7 @@ class StepPrinter final : public TrainObserver {
   void on_step_skipped(int64_t step, const std::string& reason) override {
     skipped_line_print(step, reason, json_);
   }
+  void on_guard_rollback(const GuardRollback& r) override { rollback_line_print(r, json_); }
   void on_checkpoint(const CheckpointReport& c) override { checkpoint_line_print(c, json_); }
 
  private:
@@ -70,6 +71,9 @@ class Fanout final : public TrainObserver {
   }
   void on_step_skipped(int64_t step, const std::string& reason) override {
     for (TrainObserver* o : to_) o->on_step_skipped(step, reason);
+  }
+  void on_guard_rollback(const GuardRollback& r) override {
+    for (TrainObserver* o : to_) o->on_guard_rollback(r);
   }
 
  private:

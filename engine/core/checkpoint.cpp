@@ -367,6 +367,18 @@ Status staging_commit(const fs::path& staging, const fs::path& dir) {
 
 namespace {
 
+// The data cursor: (seed, step), and the batches it passes over when the step guard rolled back (absent
+// when none, so a manifest without rollbacks reads as before).
+json data_cursor_json(const CheckpointMeta& meta) {
+  json cursor = {{"seed", meta.sampler_seed}, {"step", meta.step}};
+  if (!meta.skipped_batches.empty()) {
+    json skipped = json::array();
+    for (const SkippedBatches& r : meta.skipped_batches) skipped.push_back({r.first, r.count});
+    cursor["skipped"] = skipped;
+  }
+  return cursor;
+}
+
 Result<CheckpointWritten> write_impl(const std::string& root, const TensorTable& table,
                                      const std::vector<Piece>& pieces, const PieceSource& source,
                                      const CheckpointMeta& meta, int keep, CheckpointGang* gang,
@@ -464,7 +476,7 @@ Result<CheckpointWritten> write_impl(const std::string& root, const TensorTable&
       {"loss", meta.loss},
       {"code_version", meta.code_version},
       {"data_version", xxhash64_hex(meta.data_version)},
-      {"data_cursor", {{"seed", meta.sampler_seed}, {"step", meta.step}}},
+      {"data_cursor", data_cursor_json(meta)},
       {"rng_state", xxhash64_hex(meta.rng_state)},
       {"layout",
        {{"world_size", layout.world},
@@ -626,6 +638,11 @@ Result<CheckpointMeta> checkpoint_load(const std::string& dir_str, Backend& back
     meta.loss = m.value("loss", 0.0);
     meta.code_version = m.value("code_version", "");
     meta.sampler_seed = m.at("data_cursor").at("seed").get<uint64_t>();
+    if (m.at("data_cursor").contains("skipped")) {
+      for (const json& r : m.at("data_cursor").at("skipped")) {
+        meta.skipped_batches.push_back({r.at(0).get<uint64_t>(), r.at(1).get<uint64_t>()});
+      }
+    }
     if (!xxhash64_parse_hex(m.at("rng_state").get<std::string>(), &meta.rng_state))
       return bad("rng_state is not hex");
     if (!xxhash64_parse_hex(m.at("data_version").get<std::string>(), &meta.data_version)) {

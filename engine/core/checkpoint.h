@@ -29,6 +29,7 @@
 #include "engine/core/backend.h"
 #include "engine/core/config.h"
 #include "engine/core/parallel/parallel_dims.h"
+#include "engine/core/sampler.h"  // SkippedBatches
 #include "telemetry/status.h"
 
 namespace gantry {
@@ -45,6 +46,9 @@ struct CheckpointMeta {
   uint64_t data_version = 0;  // of the training shards' names, sizes and contents (TokenDataset)
   std::string code_version;
   double loss = 0;  // training loss of the last step, for the catalog
+  // Batches the data cursor passes over (the step guard's rollbacks, sampler.h): the manifest's
+  // data_cursor.skipped, absent in older checkpoints (none skipped).
+  std::vector<SkippedBatches> skipped_batches;
 };
 
 struct CheckpointWritten {

@@ -101,6 +101,15 @@ const std::vector<Field>& fields() {
        [](Config& c) -> void* { return &c.train.guard_window; }},
       {"train.guard_max_skips_in_row", FieldKind::kInt, 1, 1e6, false,
        [](Config& c) -> void* { return &c.train.guard_max_skips_in_row; }},
+      {"train.guard_on_streak",
+       FieldKind::kString,
+       0,
+       0,
+       false,
+       [](Config& c) -> void* { return &c.train.guard_on_streak; },
+       {"rollback", "stop"}},
+      {"train.guard_max_rollbacks", FieldKind::kInt, 1, 1e6, false,
+       [](Config& c) -> void* { return &c.train.guard_max_rollbacks; }},
       {"train.sdc_check_every", FieldKind::kInt, 0, 1e9, false,
        [](Config& c) -> void* { return &c.train.sdc_check_every; }},
       {"train.memory_copy_every", FieldKind::kInt, 0, 1e9, false,
@@ -287,6 +296,10 @@ Status config_validate(const Config& c) {
     return Status::error(
         std::string("train.guard_spike_factor = ") + buf +
         " must be 0 (no spike check) or above 1, at most 1e6 (a factor of the recent median loss)");
+  }
+  if (t.guard_on_streak != "rollback" && t.guard_on_streak != "stop") {
+    return Status::error("train.guard_on_streak = \"" + t.guard_on_streak +
+                         "\" is not allowed: use one of \"rollback\", \"stop\"");
   }
   if (c.data.kind == "shards" && c.data.dir.empty()) {
     return Status::error("data.dir: required when data.kind = \"shards\" (a folder of .bin token shards)");

@@ -65,10 +65,15 @@ struct TrainConfig {
                            // table), a CPU's unknown (MFU shown as "n/a"); set, it wins over the table
   // The step guard (engine/core/step_guard.h): a step whose loss or gradient norm is not finite, or whose
   // loss is above guard_spike_factor x the median of the last guard_window updated steps, is skipped (no
-  // update, the batch consumed); guard_max_skips_in_row skipped steps in a row stop the run.
-  double guard_spike_factor = 0;   // 0 = no spike check, else in (1, 1e6]
-  int guard_window = 20;           // 1..100000 steps
-  int guard_max_skips_in_row = 5;  // 1..1000000
+  // update, the batch consumed); after guard_max_skips_in_row skipped steps in a row, guard_on_streak says
+  // what happens: "rollback" restores the newest committed checkpoint from before the streak and moves the
+  // data cursor past the streak's batches (recorded as skipped), at most guard_max_rollbacks times in a run;
+  // "stop" stops the run with the reason.
+  double guard_spike_factor = 0;             // 0 = no spike check, else in (1, 1e6]
+  int guard_window = 20;                     // 1..100000 steps
+  int guard_max_skips_in_row = 5;            // 1..1000000
+  std::string guard_on_streak = "rollback";  // "rollback" | "stop"
+  int guard_max_rollbacks = 3;               // 1..1000000 rollbacks in one run, then it stops
   // Silent-data-corruption check (engine/core/sdc_check.h): every this many steps the data-parallel replicas
   // compare a 64-bit hash of the state they must hold identically; a mismatch names the rank and stops the
   // run. 0 = off, else 1..1000000000. 100 by default: a check costs one pass over the parameters and an

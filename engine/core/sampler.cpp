@@ -85,4 +85,34 @@ SampleRange sampler_micro_batch(uint64_t step, int global_batch, int dp_size, in
   return {first, count};
 }
 
+uint64_t sampler_batch(uint64_t step, const std::vector<SkippedBatches>& skipped) {
+  uint64_t b = step;
+  for (const SkippedBatches& r : skipped) {
+    if (r.first > b) break;
+    b += r.count;
+  }
+  return b;
+}
+
+void sampler_skip_batch(std::vector<SkippedBatches>& skipped, uint64_t index) {
+  for (const SkippedBatches& r : skipped) {
+    if (index >= r.first && index < r.first + r.count) return;  // already skipped
+  }
+  auto it = skipped.begin();
+  while (it != skipped.end() && it->first + it->count < index) ++it;
+  if (it != skipped.end() && it->first + it->count == index) {
+    ++it->count;  // extends the range before it
+    auto next = it + 1;
+    if (next != skipped.end() && next->first == index + 1) {
+      it->count += next->count;
+      skipped.erase(next);
+    }
+  } else if (it != skipped.end() && it->first == index + 1) {
+    --it->first;  // extends the range after it
+    ++it->count;
+  } else {
+    skipped.insert(it, SkippedBatches{index, 1});
+  }
+}
+
 }  // namespace gantry

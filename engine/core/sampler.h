@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace gantry {
 
@@ -47,5 +48,21 @@ struct SampleRange {
 // micro-batch is short; a micro_index past the share (or a bad argument) gives count 0.
 SampleRange sampler_micro_batch(uint64_t step, int global_batch, int dp_size, int dp_rank, int micro_batch,
                                 int micro_index);
+
+// Global batches the data cursor passes over (the step guard's rollback, engine/core/step_guard.h): batch
+// indices [first, first + count) in the order the sampler hands batches out. They are never read, and a
+// checkpoint records them, so "every sample read exactly once" stays true with those named as skipped.
+struct SkippedBatches {
+  uint64_t first;
+  uint64_t count;
+  bool operator==(const SkippedBatches&) const = default;
+};
+
+// The global batch index optimizer step `step` (0-based, steps done before it) reads: `step` itself, moved
+// past every skipped range at or before it. `skipped` is sorted by first and its ranges do not overlap.
+uint64_t sampler_batch(uint64_t step, const std::vector<SkippedBatches>& skipped);
+
+// Adds batch `index` to the skipped ranges, keeping them sorted and merging neighbours.
+void sampler_skip_batch(std::vector<SkippedBatches>& skipped, uint64_t index);
 
 }  // namespace gantry

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <nlohmann/json.hpp>  // guard_rollback_payload
 #include <vector>
 
 namespace gantry {
@@ -55,6 +56,28 @@ void StepGuard::record(double loss, bool skipped) {
   in_row_ = 0;
   recent_.push_back(loss);
   if (recent_.size() > static_cast<size_t>(window_)) recent_.pop_front();
+}
+
+std::string guard_rollback_message(const GuardRollback& r) {
+  std::string batches;
+  for (const SkippedBatches& b : r.skipped) {
+    if (!batches.empty()) batches += ", ";
+    batches += std::to_string(b.first);
+    if (b.count > 1) batches += ".." + std::to_string(b.first + b.count - 1);
+  }
+  return "rolled back from step " + std::to_string(r.from_step) + " to step " + std::to_string(r.to_step) +
+         " (checkpoint " + r.dir + ") after " + std::to_string(r.skips) +
+         " skipped steps in a row (the last: " + r.reason + "); batches " + batches +
+         " passed over (rollback " + std::to_string(r.rollback) + ")";
+}
+
+std::string guard_rollback_payload(const GuardRollback& r) {
+  nlohmann::json skipped = nlohmann::json::array();
+  for (const SkippedBatches& b : r.skipped) skipped.push_back({b.first, b.count});
+  return nlohmann::json{{"from_step", r.from_step}, {"to_step", r.to_step}, {"dir", r.dir},
+                        {"skips", r.skips},         {"skipped", skipped},   {"rollback", r.rollback},
+                        {"reason", r.reason}}
+      .dump();
 }
 
 }  // namespace gantry

@@ -1,7 +1,8 @@
 // The NaN/Inf and loss-spike guard: which steps' updates the train loop skips, and when it gives up.
 // A step is skipped when its loss or gradient norm is not finite, or (train.guard_spike_factor > 0) when
 // its loss is above factor x the median loss of the last train.guard_window updated steps; after
-// train.guard_max_skips_in_row skipped steps in a row the run stops. The inputs are the gang's globally
+// train.guard_max_skips_in_row skipped steps in a row the train loop rolls back (train.guard_on_streak,
+// engine/core/train.cpp) or stops. The inputs are the gang's globally
 // reduced loss and norm (the same bits on every rank), so every rank takes the same decision.
 //
 //   StepGuard g(c.train);
@@ -13,8 +14,10 @@
 #include <cstdint>
 #include <deque>
 #include <string>
+#include <vector>
 
 #include "engine/core/config.h"
+#include "engine/core/sampler.h"  // SkippedBatches
 
 namespace gantry {
 
@@ -54,5 +57,24 @@ class StepGuard {
   int in_row_ = 0;
   int64_t total_ = 0;
 };
+
+// The step guard rolled back (engine/core/step_guard.h): after `skips` skipped steps in a row ending at
+// from_step, the run restored the checkpoint `dir` of step to_step and goes on from there; the data cursor
+// passes over the streak's batches (global batch indices, 0-based), which are never read again.
+struct GuardRollback {
+  int64_t from_step = 0;
+  int64_t to_step = 0;
+  std::string dir;
+  int skips = 0;
+  std::vector<SkippedBatches> skipped;  // the streak's batches
+  int rollback = 0;                     // 1 for the run's first rollback
+  std::string reason;                   // the last skip's reason
+};
+
+// "rolled back from step 12 to step 8 (checkpoint …/step_00000008) after 3 skipped steps in a row (the last:
+// grad norm nan); batches 9..11 passed over (rollback 1)"; and the event's JSON payload
+// {"from_step", "to_step", "dir", "skips", "skipped": [[first, count], ...], "rollback", "reason"}.
+std::string guard_rollback_message(const GuardRollback& r);
+std::string guard_rollback_payload(const GuardRollback& r);
 
 }  // namespace gantry

@@ -155,6 +155,8 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
 
   Rng rng{c.train.seed};
   int64_t step = 0;
+  // Batches the data cursor passes over (rollbacks, this run's and the checkpoint's); sorted.
+  std::vector<SkippedBatches> skipped_batches = opt.test_skip_batches;
   const std::string ckpt_root = (fs::path(opt.out_dir) / "checkpoints").string();
   if (opt.resume.empty()) {
     // Every rank draws the same initial parameters and keeps the part it holds.
@@ -171,6 +173,9 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
     if (!meta.ok()) return meta.status();
     step = meta->step;
     rng.state = meta->rng_state;
+    for (const SkippedBatches& r : meta->skipped_batches) {
+      for (uint64_t k = 0; k < r.count; ++k) sampler_skip_batch(skipped_batches, r.first + k);
+    }
   }
   progress.step.store(step);
 
@@ -230,7 +235,8 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
                         .config = c,
                         .data_version = train->data_version(),
                         .code_version = code_version(),
-                        .loss = loss};
+                        .loss = loss,
+                        .skipped_batches = skipped_batches};
     Status s = checkpoints.write(meta, from_action, final);
     summary.checkpoint_dir = checkpoints.last_dir();
     return s;
@@ -255,6 +261,68 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
   // The step a periodic checkpoint was due at and deferred from (train.checkpoint_defer_when_busy); -1 =
   // none is waiting.
   int64_t checkpoint_deferred_from = -1;
+  // The streak of skipped steps in progress: its first step (1-based) and the batches it read.
+  int64_t streak_first_step = 0;
+  std::vector<SkippedBatches> streak_batches;
+  // Restores the newest committed checkpoint from before the streak and moves the data cursor past the
+  // streak's batches; an error with the reason when the run must stop instead.
+  auto roll_back = [&](const GuardVerdict& verdict) -> Status {
+    const std::string streak = "step " + std::to_string(step) + ": " + std::to_string(guard.skips_in_row()) +
+                               " steps in a row skipped by the step guard (train.guard_max_skips_in_row = " +
+                               std::to_string(guard.max_skips_in_row()) + "), the last: " + verdict.reason +
+                               ": training diverged; stopping";
+    const std::string advice =
+        ": resume from the last checkpoint, with a lower optim.lr or optim.grad_clip set";
+    if (c.train.guard_on_streak == "stop")
+      return Status::error(streak + " (train.guard_on_streak = \"stop\")" + advice);
+    if (summary.guard_rollbacks >= c.train.guard_max_rollbacks) {
+      return Status::error(streak + " after " + std::to_string(summary.guard_rollbacks) +
+                           " rollbacks (train.guard_max_rollbacks = " +
+                           std::to_string(c.train.guard_max_rollbacks) + ")" + advice);
+    }
+    if (dims.world > 1) {
+      // Every rank would have to restore together from storage they all reach: the coordinator's recovery.
+      return Status::error(streak +
+                           " (a gang does not roll back by itself yet: the coordinator's recovery "
+                           "resumes from the last checkpoint)" +
+                           advice);
+    }
+    if (Status s = checkpoints.collect(/*wait=*/true); !s.ok()) return s;
+    std::string target;
+    for (const std::string& dir : checkpoint_list(ckpt_root)) {
+      const int64_t at = checkpoint_dir_step(dir);
+      if (at >= 0 && at < streak_first_step) target = dir;  // oldest first: the last one wins
+    }
+    if (target.empty()) {
+      return Status::error(streak + ": no committed checkpoint under '" + ckpt_root + "' at or before step " +
+                           std::to_string(streak_first_step - 1) +
+                           " to roll back to (set train.checkpoint_every, or train.guard_on_streak = "
+                           "\"stop\")" +
+                           advice);
+    }
+    enter(TrainPhase::kSetup);
+    Result<CheckpointMeta> meta = checkpoint_load(target, *backend, c, train->data_version());
+    if (!meta.ok())
+      return Status::error(streak + ": rolling back to '" + target + "' failed: " + meta.error());
+    GuardRollback rb{.from_step = step,
+                     .to_step = meta->step,
+                     .dir = target,
+                     .skips = guard.skips_in_row(),
+                     .skipped = streak_batches,
+                     .rollback = static_cast<int>(summary.guard_rollbacks + 1),
+                     .reason = verdict.reason};
+    step = meta->step;
+    rng.state = meta->rng_state;
+    last_loss = meta->loss;
+    progress.step.store(step);
+    guard = StepGuard(c.train);
+    ++summary.guard_rollbacks;
+    observer->on_guard_rollback(rb);
+    streak_first_step = 0;
+    streak_batches.clear();
+    checkpoint_deferred_from = -1;  // a checkpoint due after the step rolled back to is no longer due
+    return {};
+  };
   // The gang's decision at a step boundary: rank 0's action and every rank's stop flag, in one sum, so
   // every rank acts on the same thing at the same step.
   struct Decision {
@@ -337,11 +405,11 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
     enter(TrainPhase::kStep);
     double data_wait = 0;
     double test_delay_s = 0;  // opt.test_forward_delay, as slept
+    const uint64_t batch = sampler_batch(static_cast<uint64_t>(step), skipped_batches);
     backend->begin_step(accum);
     for (int micro = 0; micro < accum; ++micro) {
       const auto d0 = std::chrono::steady_clock::now();
-      SampleRange r =
-          sampler_micro_batch(static_cast<uint64_t>(step), c.train.global_batch, dp, dp_rank, B, micro);
+      SampleRange r = sampler_micro_batch(batch, c.train.global_batch, dp, dp_rank, B, micro);
       for (uint64_t k = 0; k < r.count; ++k) {
         const uint64_t w = sampler_window(c.train.seed, r.first + k, train->num_windows());
         train->window(w, inputs.data() + k * T, targets.data() + k * T);
@@ -357,8 +425,10 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
       }
       // Each sequence weighs 1/global_batch, so summing the ranks' gradients gives the global mean.
       float grad_scale = static_cast<float>(r.count) / static_cast<float>(c.train.global_batch);
-      if (micro == 0 && (opt.test_nan_grad_step == step + 1 ||
-                         (opt.live_faults && opt.live_faults->nan_next_step.exchange(false))))
+      const bool test_nan =
+          opt.test_nan_grad_step > 0 && batch + 1 >= static_cast<uint64_t>(opt.test_nan_grad_step) &&
+          batch + 1 < static_cast<uint64_t>(opt.test_nan_grad_step + opt.test_nan_grad_count);
+      if (micro == 0 && (test_nan || (opt.live_faults && opt.live_faults->nan_next_step.exchange(false))))
         grad_scale = std::numeric_limits<float>::quiet_NaN();
       backend->forward_backward(inputs.data(), targets.data(), static_cast<int>(r.count), grad_scale);
     }
@@ -394,18 +464,13 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
     ++step;
     progress.step.store(step);
     if (verdict.skip) {
-      summary.skipped_steps = guard.skips_total();
-      observer->on_step_skipped(step, verdict.reason);
-      if (guard.exhausted()) {
-        // Rolling back to the last checkpoint is the fault-tolerance machinery's, which does not exist yet.
-        return Status::error(
-            "step " + std::to_string(step) + ": " + std::to_string(guard.skips_in_row()) +
-            " steps in a row skipped by the step guard (train.guard_max_skips_in_row = " +
-            std::to_string(guard.max_skips_in_row()) + "), the last: " + verdict.reason +
-            ": training diverged; stopping (automatic rollback to the last checkpoint is not "
-            "implemented yet): resume from the last checkpoint, with a lower optim.lr or "
-            "optim.grad_clip set");
+      ++summary.skipped_steps;
+      if (guard.skips_in_row() == 1) {
+        streak_first_step = step;
+        streak_batches.clear();
       }
+      sampler_skip_batch(streak_batches, batch);
+      observer->on_step_skipped(step, verdict.reason);
     } else {
       last_loss = loss;
     }
@@ -454,6 +519,18 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
     rep.rank_hfu = util.hfu(rank_rate);
     observer->on_step(rep);
     if (sdc.found()) return sdc.stop(observer);
+    if (verdict.skip && guard.exhausted()) {
+      // The streak's batches are passed over from now on: a replay must not meet them again.
+      std::vector<SkippedBatches> before = skipped_batches;
+      for (const SkippedBatches& r : streak_batches) {
+        for (uint64_t k = 0; k < r.count; ++k) sampler_skip_batch(skipped_batches, r.first + k);
+      }
+      if (Status s = roll_back(verdict); !s.ok()) {
+        skipped_batches = before;
+        return s;
+      }
+      continue;
+    }
 
     if (c.train.checkpoint_every > 0 && step < last_step &&
         (step % c.train.checkpoint_every == 0 || checkpoint_deferred_from >= 0)) {
@@ -484,6 +561,7 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
   summary.params_xxh64 = xxhash64(final_params.data(), final_params.size() * sizeof(float));
   summary.last_step = step;
   summary.last_loss = last_loss;
+  summary.skipped_batches = skipped_batches;
   summary.sdc_checks = sdc.checks();
   summary.sdc_check_s = sdc.check_seconds();
   summary.sdc_hash_s = sdc.hash_seconds();

@@ -10,11 +10,13 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/core/backend.h"
 #include "engine/core/checkpoint.h"  // CheckpointHook
 #include "engine/core/config.h"
 #include "engine/core/parallel/parallel_dims.h"
+#include "engine/core/step_guard.h"  // GuardRollback
 #include "telemetry/status.h"
 
 namespace gantry {
@@ -119,6 +121,9 @@ class TrainObserver {
   virtual void on_action(TrainAction /*action*/, int64_t /*step*/) {}
   // The step guard skipped step `step`'s update (every rank hears it, at the same step), before its on_step.
   virtual void on_step_skipped(int64_t /*step*/, const std::string& /*reason*/) {}
+  // The step guard rolled back after a streak of skipped steps (every rank hears it), after the last
+  // skipped step's on_step; the next on_step is to_step + 1.
+  virtual void on_guard_rollback(const GuardRollback& /*rollback*/) {}
   // The silent-data-corruption check found replicas that disagree (engine/core/sdc_check.h): every rank
   // hears the same verdict at the same step, after that step's on_step; the run then stops with the reason.
   virtual void on_sdc_mismatch(const SdcMismatch& /*mismatch*/) {}
@@ -168,6 +173,12 @@ struct TrainOptions {
   // Test-only (GANTRY_TEST_WORKER_FAULT nan_grad): this rank's gradients of step test_nan_grad_step (1-based)
   // are NaN, so the gang's norm is NaN and the step guard skips the step. 0 = never.
   int64_t test_nan_grad_step = 0;
+  // Test-only: the NaN gradients above last this many consecutive batches (bad data: tied to the batch
+  // read, so a rollback that passes over them no longer meets them).
+  int64_t test_nan_grad_count = 1;
+  // Test-only: the data cursor passes over these batches from the start, as after a rollback: the
+  // reference a rolled-back run must equal.
+  std::vector<SkippedBatches> test_skip_batches;
   // Test-only: the update of step test_skip_update_step is skipped as the guard skips one (the batch is
   // consumed, nothing updated), the reference a guarded run must equal. 0 = never.
   int64_t test_skip_update_step = 0;
@@ -189,13 +200,15 @@ struct TrainSummary {
   double last_loss = 0;
   std::optional<double> last_val_loss;
   uint64_t params = 0;
-  uint64_t params_xxh64 = 0;   // fingerprint of the final parameters
-  std::string checkpoint_dir;  // the checkpoint written at the end
-  bool stopped_early = false;  // by options.stop
-  int64_t skipped_steps = 0;   // updates the step guard skipped
-  int64_t sdc_checks = 0;      // silent-data-corruption checks made (engine/core/sdc_check.h)
-  double sdc_check_s = 0;      // and this rank's wall time in them
-  double sdc_hash_s = 0;       // of that, hashing
+  uint64_t params_xxh64 = 0;                    // fingerprint of the final parameters
+  std::string checkpoint_dir;                   // the checkpoint written at the end
+  bool stopped_early = false;                   // by options.stop
+  int64_t skipped_steps = 0;                    // updates the step guard skipped
+  int64_t guard_rollbacks = 0;                  // rollbacks after streaks of skipped steps
+  std::vector<SkippedBatches> skipped_batches;  // batches the data cursor passed over (never read)
+  int64_t sdc_checks = 0;  // silent-data-corruption checks made (engine/core/sdc_check.h)
+  double sdc_check_s = 0;  // and this rank's wall time in them
+  double sdc_hash_s = 0;   // of that, hashing
 };
 
 Result<TrainSummary> train_run(const Config& config, const TrainOptions& options, TrainObserver* observer);

@@ -2,7 +2,9 @@
 #include <imgui.h>
 
 #include <ctime>
+#include <string>
 
+#include "ui/console/checkpoint_text.h"
 #include "ui/console/panels.h"
 
 namespace gantry::console {
@@ -13,10 +15,10 @@ void CheckpointsPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
     ImGui::TextDisabled(s.run.id >= 0 ? "no checkpoints yet" : "no run followed");
     return;
   }
-  if (!ImGui::BeginTable("##checkpoints", 5,
+  if (!ImGui::BeginTable("##checkpoints", 6,
                          ImGuiTableFlags_RowBg | ImGuiTableFlags_Borders | ImGuiTableFlags_ScrollY))
     return;
-  for (const char* h : {"step", "state", "MiB", "write s", "age"}) ImGui::TableSetupColumn(h);
+  for (const char* h : {"step", "state", "MiB", "write s", "stall s", "age"}) ImGui::TableSetupColumn(h);
   ImGui::TableSetupScrollFreeze(0, 1);
   ImGui::TableHeadersRow();
   for (auto it = s.checkpoints.rbegin(); it != s.checkpoints.rend(); ++it) {
@@ -30,6 +32,16 @@ void CheckpointsPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
     ImGui::Text("%.1f", static_cast<double>(it->bytes) / (1 << 20));
     ImGui::TableNextColumn();
     ImGui::Text("%.2f", it->write_s);
+    ImGui::TableNextColumn();
+    // What the checkpoint cost training, beside what it took to write: unknown is a dash, never 0.
+    const std::string stall = checkpoint_seconds_text(it->stall_s);
+    if (it->stall_s)
+      ImGui::TextUnformatted(stall.c_str());
+    else
+      ImGui::TextDisabled("%s", stall.c_str());
+    if (ImGui::IsItemHovered())
+      ImGui::SetTooltip("the time the step loop was blocked for this checkpoint%s",
+                        it->stall_s ? "" : ": not known (catalogued by an older build)");
     ImGui::TableNextColumn();
     if (it->time_unix_s > 0)
       ImGui::Text("%.0f s", ctx.now_unix_s - it->time_unix_s);

@@ -94,6 +94,9 @@ struct CheckpointView {
   uint64_t bytes = 0;
   double write_s = 0;
   double time_unix_s = 0;
+  // The time the step loop was blocked for it (the async copy, or the whole synchronous write); none = not
+  // known (catalogued by an older build), shown as "—", never 0.
+  std::optional<double> stall_s;
 };
 
 struct EventView {

@@ -110,7 +110,10 @@ CheckpointView checkpoint_from_json(const json& j) {
           .state = field<std::string>(j, "state", ""),
           .bytes = field<uint64_t>(j, "bytes", 0),
           .write_s = field<double>(j, "write_s", 0),
-          .time_unix_s = field<double>(j, "time_unix_s", 0)};
+          .time_unix_s = field<double>(j, "time_unix_s", 0),
+          .stall_s = j.contains("stall_s") && j.at("stall_s").is_number()
+                         ? std::optional<double>(j.at("stall_s").get<double>())
+                         : std::nullopt};
 }
 
 bool run_ended(const std::string& state) {

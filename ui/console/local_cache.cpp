@@ -85,7 +85,8 @@ bool LocalCache::record_checkpoints(int64_t local, const std::vector<CheckpointV
                                  .bytes = c.bytes,
                                  .write_s = c.write_s,
                                  .state = c.state,
-                                 .time_unix_s = c.time_unix_s})) {
+                                 .time_unix_s = c.time_unix_s,
+                                 .stall_s = c.stall_s})) {
       error_ = "local cache: " + db_->error();
       return false;
     }

@@ -414,8 +414,7 @@ std::vector<FlatRange> ZeroDeviceState::held(StateBuffer which) const {
 
 std::vector<FlatRange> ZeroDeviceState::written(StateBuffer which) const {
   if (which == StateBuffer::kGrads) return {};
-  if (zero_ == 0)
-    return plan_.rank == 0 ? std::vector<FlatRange>{{0, plan_.numel}} : std::vector<FlatRange>{};
+  if (zero_ == 0) return plan_.replica_written_ranges();
   return plan_.owned_ranges();
 }
 

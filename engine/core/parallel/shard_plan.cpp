@@ -23,6 +23,16 @@ size_t ShardPlan::largest_nonembedding_bucket() const {
   return m;
 }
 
+std::vector<FlatRange> ShardPlan::replica_written_ranges() const {
+  const auto cut = [&](int r) -> size_t {
+    if (r >= dp) return numel;
+    return numel * static_cast<size_t>(r) / static_cast<size_t>(dp) / 64 * 64;
+  };
+  const size_t lo = cut(rank), hi = cut(rank + 1);
+  if (hi <= lo) return {};
+  return {{lo, hi - lo}};
+}
+
 std::vector<FlatRange> ShardPlan::owned_ranges() const {
   std::vector<FlatRange> out;
   for (const FlatRange& r : owned) {

@@ -56,6 +56,10 @@ struct ShardPlan {
   size_t largest_nonembedding_bucket() const;
   // The owned ranges with neighbours merged (what a rank reports as held or written).
   std::vector<FlatRange> owned_ranges() const;
+  // What this rank writes into a checkpoint at ZeRO 0, where every replica holds the whole state: its
+  // 1/dp of the flat buffers, cut at multiples of 64 floats, so the write is spread evenly over the ranks
+  // by bytes (rank 0 alone wrote all of it before). Together the ranks cover [0, numel) exactly once.
+  std::vector<FlatRange> replica_written_ranges() const;
   // Calls fn(global offset, shard offset, count) for each part of [offset, offset + count) inside the owned
   // blocks, in flat order; returns how many elements that covered.
   size_t for_each_owned(size_t offset, size_t count,

@@ -369,8 +369,7 @@ std::vector<FlatRange> ZeroHostState::held(StateBuffer which) const {
 
 std::vector<FlatRange> ZeroHostState::written(StateBuffer which) const {
   if (which == StateBuffer::kGrads) return {};
-  if (plan_.zero == 0)
-    return plan_.rank == 0 ? std::vector<FlatRange>{{0, plan_.numel}} : std::vector<FlatRange>{};
+  if (plan_.zero == 0) return plan_.replica_written_ranges();
   return plan_.owned_ranges();
 }
 

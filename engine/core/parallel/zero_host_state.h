@@ -75,7 +75,8 @@ class ZeroHostState {
   void adamw(const AdamWStep& s, double grad_scale);
 
   // Global flat ranges of a buffer this rank keeps, and those it writes into a checkpoint (each element
-  // written by exactly one rank: the owned blocks; under ZeRO 0 rank 0 writes everything).
+  // written by exactly one rank: the owned blocks; under ZeRO 0 each rank its 1/dp,
+  // ShardPlan::replica_written_ranges).
   std::vector<FlatRange> held(StateBuffer which) const;
   std::vector<FlatRange> written(StateBuffer which) const;
   // Copies in global coordinates; [offset, offset + count) must lie inside held(which).

@@ -175,6 +175,19 @@ TEST(Config, StepGuardFieldsHaveRanges) {
   e = error_of("[model]\n[data]\n[train]\nguard_spike_factor = 0.5\n");
   EXPECT_THAT(e, HasSubstr("train.guard_spike_factor = 0.5"));
   EXPECT_THAT(e, HasSubstr("0 (no spike check) or above 1"));
+  // What a streak of skips does: a rollback by default, bounded; anything but the two words is refused.
+  EXPECT_EQ(c->train.guard_on_streak, "rollback");
+  EXPECT_EQ(c->train.guard_max_rollbacks, 3);
+  e = error_of("[train]\nguard_on_streak = \"retry\"\n");
+  EXPECT_THAT(e, HasSubstr("train.guard_on_streak"));
+  EXPECT_THAT(e, HasSubstr("use one of \"rollback\", \"stop\""));
+  e = error_of("[train]\nguard_max_rollbacks = 0\n");
+  EXPECT_THAT(e, HasSubstr("train.guard_max_rollbacks"));
+  Config bad = c.value();
+  bad.train.guard_on_streak = "Rollback";
+  Status v = config_validate(bad);
+  ASSERT_FALSE(v.ok());
+  EXPECT_THAT(v.message(), HasSubstr("train.guard_on_streak = \"Rollback\" is not allowed"));
 }
 
 TEST(Config, HugeValuesAreQuotedBounded) {

@@ -156,5 +156,29 @@ TEST(Sampler, ResumeFromCursorMatchesStraightRun) {
   EXPECT_EQ(resumed, straight);
 }
 
+// The rollback's data cursor: skipped ranges are passed over, in data order, and merge as they grow.
+TEST(Sampler, SkippedBatchesArePassedOver) {
+  std::vector<SkippedBatches> skipped;
+  EXPECT_EQ(sampler_batch(5, skipped), 5u);
+  sampler_skip_batch(skipped, 6);
+  sampler_skip_batch(skipped, 7);
+  EXPECT_EQ(skipped, (std::vector<SkippedBatches>{{6, 2}}));
+  EXPECT_EQ(sampler_batch(5, skipped), 5u);
+  EXPECT_EQ(sampler_batch(6, skipped), 8u);
+  EXPECT_EQ(sampler_batch(7, skipped), 9u);
+  sampler_skip_batch(skipped, 10);  // a second rollback, later in the data
+  EXPECT_EQ(skipped, (std::vector<SkippedBatches>{{6, 2}, {10, 1}}));
+  EXPECT_EQ(sampler_batch(7, skipped), 9u);
+  EXPECT_EQ(sampler_batch(8, skipped), 11u);
+  sampler_skip_batch(skipped, 9);  // extends the range after it
+  EXPECT_EQ(skipped, (std::vector<SkippedBatches>{{6, 2}, {9, 2}}));
+  sampler_skip_batch(skipped, 8);  // joins both neighbours
+  EXPECT_EQ(skipped, (std::vector<SkippedBatches>{{6, 5}}));
+  sampler_skip_batch(skipped, 5);
+  sampler_skip_batch(skipped, 7);  // already skipped: no change
+  EXPECT_EQ(skipped, (std::vector<SkippedBatches>{{5, 6}}));
+  EXPECT_EQ(sampler_batch(5, skipped), 11u);
+}
+
 }  // namespace
 }  // namespace gantry

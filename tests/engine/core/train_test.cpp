@@ -27,6 +27,7 @@ struct Recorder : TrainObserver {
   std::vector<int64_t> steps, checkpoints;
   std::vector<std::string> skipped;  // per step: the guard's reason, "" when updated
   std::vector<int64_t> skip_events;  // steps of on_step_skipped
+  std::vector<GuardRollback> rollbacks;
   void on_step(const StepReport& r) override {
     steps.push_back(r.step);
     losses.push_back(r.loss);
@@ -35,6 +36,7 @@ struct Recorder : TrainObserver {
   }
   void on_checkpoint(const CheckpointReport& c) override { checkpoints.push_back(c.step); }
   void on_step_skipped(int64_t step, const std::string& /*reason*/) override { skip_events.push_back(step); }
+  void on_guard_rollback(const GuardRollback& r) override { rollbacks.push_back(r); }
 };
 
 std::string file_bytes(const std::string& path) {
@@ -109,14 +111,108 @@ TEST(Train, InjectedNanGradientIsSkippedLikeASkippedBatch) {
 TEST(Train, SkipsInARowStopTheRunNamingTheLimit) {
   Config c = small_config();
   c.train.guard_max_skips_in_row = 1;
+  c.train.guard_on_streak = "stop";
   Recorder rec;
   Result<TrainSummary> s = train_run(c, {.out_dir = fresh_dir("guard_stop"), .test_nan_grad_step = 3}, &rec);
   ASSERT_FALSE(s.ok());
   EXPECT_THAT(s.error(), testing::HasSubstr("step 3: 1 steps in a row skipped"));
   EXPECT_THAT(s.error(), testing::HasSubstr("train.guard_max_skips_in_row = 1"));
   EXPECT_THAT(s.error(), testing::HasSubstr("grad norm nan"));
-  EXPECT_THAT(s.error(), testing::HasSubstr("rollback to the last checkpoint is not implemented yet"));
+  EXPECT_THAT(s.error(), testing::HasSubstr("train.guard_on_streak = \"stop\""));
   EXPECT_EQ(rec.skip_events, std::vector<int64_t>{3});
+  EXPECT_TRUE(rec.rollbacks.empty());
+}
+
+// The rollback: a streak of M = 2 NaN batches (bad data: the fault follows the batch) makes the run
+// restore the newest checkpoint from before the streak (step 4) and pass over the streak's two batches.
+// After the rollback the run equals, bit for bit, a run that passed over exactly those batches from the
+// start and never skipped anything; the checkpoints say which batches were passed over.
+TEST(Train, NanStreakRollsBackPastTheStreaksBatches) {
+  Config c = small_config();
+  c.train.val_every = 0;
+  c.train.checkpoint_every = 4;
+  c.train.guard_max_skips_in_row = 2;
+  Recorder rolled, reference;
+  const std::string dir = fresh_dir("guard_rollback");
+  Result<TrainSummary> a = train_run(
+      c, {.out_dir = dir, .max_steps = 14, .test_nan_grad_step = 7, .test_nan_grad_count = 2}, &rolled);
+  Result<TrainSummary> b = train_run(
+      c, {.out_dir = fresh_dir("guard_rollback_ref"), .max_steps = 14, .test_skip_batches = {{6, 2}}},
+      &reference);
+  ASSERT_TRUE(a.ok()) << a.error();
+  ASSERT_TRUE(b.ok()) << b.error();
+  const std::vector<int64_t> steps = {1, 2, 3, 4, 5, 6, 7, 8, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14};
+  EXPECT_EQ(rolled.steps, steps);
+  EXPECT_EQ(rolled.skip_events, (std::vector<int64_t>{7, 8}));
+  ASSERT_EQ(rolled.rollbacks.size(), 1u);
+  const GuardRollback& r = rolled.rollbacks[0];
+  EXPECT_EQ(r.from_step, 8);
+  EXPECT_EQ(r.to_step, 4);
+  EXPECT_EQ(r.skips, 2);
+  EXPECT_EQ(r.rollback, 1);
+  EXPECT_EQ(r.reason, "grad norm nan");
+  EXPECT_EQ(r.skipped, (std::vector<SkippedBatches>{{6, 2}}));
+  EXPECT_EQ(checkpoint_dir_step(r.dir), 4);
+  EXPECT_THAT(guard_rollback_message(r), testing::HasSubstr("batches 6..7 passed over"));
+  EXPECT_EQ(a->guard_rollbacks, 1);
+  EXPECT_EQ(a->skipped_steps, 2);
+  EXPECT_EQ(a->skipped_batches, (std::vector<SkippedBatches>{{6, 2}}));
+  EXPECT_EQ(a->last_step, 14);
+  ASSERT_EQ(reference.losses.size(), 14u);
+  ASSERT_EQ(rolled.losses.size(), steps.size());
+  for (size_t i = 0; i < 6; ++i) EXPECT_EQ(rolled.losses[i], reference.losses[i]) << "step " << i + 1;
+  for (size_t i = 8; i < steps.size(); ++i) {
+    EXPECT_EQ(rolled.losses[i], reference.losses[static_cast<size_t>(steps[i] - 1)]) << "step " << steps[i];
+    EXPECT_EQ(rolled.skipped[i], "") << "step " << steps[i];
+  }
+  EXPECT_EQ(a->params_xxh64, b->params_xxh64);
+  // The final checkpoint records the passed-over batches, so a resume keeps passing over them.
+  EXPECT_THAT(file_bytes(a->checkpoint_dir + "/manifest.json"), testing::HasSubstr("\"skipped\""));
+  Recorder resumed, resumed_ref;
+  Result<TrainSummary> ra = train_run(c, {.out_dir = dir, .resume = "latest", .max_steps = 16}, &resumed);
+  Result<TrainSummary> rb = train_run(
+      c, {.out_dir = fresh_dir("guard_rollback_ref2"), .max_steps = 16, .test_skip_batches = {{6, 2}}},
+      &resumed_ref);
+  ASSERT_TRUE(ra.ok()) << ra.error();
+  ASSERT_TRUE(rb.ok()) << rb.error();
+  ASSERT_EQ(resumed.losses.size(), 2u);
+  EXPECT_EQ(resumed.losses[0], resumed_ref.losses[14]);
+  EXPECT_EQ(resumed.losses[1], resumed_ref.losses[15]);
+}
+
+// A run that keeps diverging stops after train.guard_max_rollbacks rollbacks, naming the limit.
+TEST(Train, GuardRollbacksAreBounded) {
+  Config c = small_config();
+  c.train.val_every = 0;
+  c.train.checkpoint_every = 4;
+  c.train.guard_max_skips_in_row = 2;
+  c.train.guard_max_rollbacks = 1;
+  Recorder rec;
+  Result<TrainSummary> s = train_run(c,
+                                     {.out_dir = fresh_dir("guard_bounded"),
+                                      .max_steps = 14,
+                                      .test_nan_grad_step = 7,
+                                      .test_nan_grad_count = 100},
+                                     &rec);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.error(), testing::HasSubstr("after 1 rollbacks (train.guard_max_rollbacks = 1)"));
+  EXPECT_EQ(rec.rollbacks.size(), 1u);
+  EXPECT_EQ(rec.skip_events, (std::vector<int64_t>{7, 8, 7, 8}));
+}
+
+// Without a checkpoint from before the streak there is nothing to roll back to: the run stops saying so.
+TEST(Train, GuardRollbackWithoutACheckpointStopsWithTheReason) {
+  Config c = small_config();
+  c.train.val_every = 0;
+  c.train.checkpoint_every = 0;
+  c.train.guard_max_skips_in_row = 2;
+  Recorder rec;
+  Result<TrainSummary> s = train_run(
+      c, {.out_dir = fresh_dir("guard_nockpt"), .test_nan_grad_step = 3, .test_nan_grad_count = 2}, &rec);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.error(), testing::HasSubstr("no committed checkpoint"));
+  EXPECT_THAT(s.error(), testing::HasSubstr("at or before step 2"));
+  EXPECT_TRUE(rec.rollbacks.empty());
 }
 
 // A spike factor just above 1 over a window of one step skips every step whose loss rose above the last

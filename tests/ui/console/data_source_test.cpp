@@ -104,6 +104,11 @@ TEST_F(DataSourceCluster, FollowsTheTinyRunActsAndCatchesUpWithoutAGap) {
       60s));
   EXPECT_TRUE(snap()->last_action.ok) << snap()->last_action.message;
   ASSERT_TRUE(eventually([&] { return !snap()->checkpoints.empty(); }, 20s));
+  // This build's checkpoints carry their training stall through the catalog (the panel's stall column).
+  for (const CheckpointView& c : snap()->checkpoints) {
+    EXPECT_TRUE(c.stall_s.has_value()) << "step " << c.step << ": the stall did not reach the console";
+    EXPECT_GE(c.stall_s.value_or(0.0), 0.0);
+  }
 
   // Every step from 1 on, once, in order.
   std::shared_ptr<const ConsoleSnapshot> s = snap();

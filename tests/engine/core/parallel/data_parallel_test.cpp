@@ -7,10 +7,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>  // the manifest's shards
 #include <string>
 #include <vector>
 
@@ -49,6 +53,7 @@ Config tiny20() {
 struct Curve : TrainObserver {
   std::vector<double> loss, val;
   std::string start;
+  uint64_t params_xxh64 = 0;  // the run's final parameters (TrainSummary)
   void on_start(const std::string& s) override { start = s; }
   void on_step(const StepReport& r) override {
     loss.push_back(r.loss);
@@ -118,6 +123,7 @@ Result<Curve> train_rank(const RankRun& run, int rank, int world, int fd) {
                                       .control = run.control},
                                      run.also != nullptr ? static_cast<TrainObserver*>(&tee) : &curve);
   if (!s.ok()) return s.status();
+  curve.params_xxh64 = s->params_xxh64;
   return curve;
 }
 
@@ -235,6 +241,103 @@ TEST(DataParallelCheckpoint, SavedAtDp4Zero3ResumesAtDp2Zero1) {
   const RankRun second{.config = c, .out_dir = split, .zero = 1, .resume = "latest"};
   expect_all_passed(run_workers(
       2,
+      [&](int rank, int n, int fd) -> std::string {
+        Result<Curve> curve = train_rank(second, rank, n, fd);
+        if (!curve.ok()) return curve.error();
+        return compare(curve->loss, tail, 1e-5, "resumed loss");
+      },
+      120s));
+}
+
+// ZeRO 0: every replica holds the whole state, and each of the dp ranks writes its 1/dp of it (rank 0 alone
+// wrote it all before). The shards are balanced by bytes and together hold exactly the state the ranks
+// held (the parameters bit for bit, read back by one process); the checkpoint resumes at dp 1, at dp 2 /
+// ZeRO 3 and at dp 2 / ZeRO 1 on the single-process curve.
+TEST(DataParallelCheckpoint, Zero0WriteIsSpreadOverTheRanksAndLoadsIntoOtherLayouts) {
+  Config c = tiny20();
+  const Curve ref = reference_curve();
+  ASSERT_EQ(ref.loss.size(), 20u);
+  const std::string out = fresh_dir("zero0_spread");
+  const RankRun first{.config = c, .out_dir = out, .zero = 0, .max_steps = 10};
+  expect_all_passed(run_workers(
+      4,
+      [&](int rank, int n, int fd) -> std::string {
+        Result<Curve> curve = train_rank(first, rank, n, fd);
+        if (!curve.ok()) return curve.error();
+        if (rank == 0) {
+          FILE* f = std::fopen((out + "/params_xxh64.txt").c_str(), "w");
+          std::fprintf(f, "%llu\n", static_cast<unsigned long long>(curve->params_xxh64));
+          std::fclose(f);
+        }
+        return "";
+      },
+      120s));
+  const std::string dir = out + "/checkpoints/step_00000010";
+  std::ifstream in(dir + "/manifest.json");
+  ASSERT_TRUE(in.good()) << dir;
+  const nlohmann::json m = nlohmann::json::parse(in);
+  ASSERT_EQ(m.at("shards").size(), 4u);
+  uint64_t total = 0, least = UINT64_MAX, most = 0;
+  for (const nlohmann::json& sh : m.at("shards")) {
+    const uint64_t b = sh.at("bytes").get<uint64_t>();
+    total += b;
+    least = std::min(least, b);
+    most = std::max(most, b);
+  }
+  // Params, AdamW m and v of the tiny model's ~120K parameters, a quarter each, give or take the 64-float
+  // cut and the per-slice headers.
+  EXPECT_GT(total, 3u * 100000u * 4u);
+  EXPECT_GT(least, total / 5) << "a rank wrote less than its share: " << m.at("shards").dump();
+  EXPECT_LT(most, total * 3 / 10) << "a rank wrote more than its share: " << m.at("shards").dump();
+
+  // One process reads the spread checkpoint back (no step to take): its parameters are the ranks'.
+  unsigned long long held = 0;
+  FILE* f = std::fopen((out + "/params_xxh64.txt").c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(std::fscanf(f, "%llu", &held), 1);
+  std::fclose(f);
+  Result<TrainSummary> back = train_run(c, {.out_dir = out, .resume = dir, .max_steps = 10}, nullptr);
+  ASSERT_TRUE(back.ok()) << back.error();
+  EXPECT_EQ(back->params_xxh64, held);
+
+  // And it resumes on the same curve at dp 1, dp 2 / ZeRO 3 and dp 2 / ZeRO 1.
+  const std::vector<double> tail(ref.loss.begin() + 10, ref.loss.end());
+  Curve one;
+  Result<TrainSummary> s = train_run(c, {.out_dir = fresh_dir("zero0_spread_dp1"), .resume = dir}, &one);
+  ASSERT_TRUE(s.ok()) << s.error();
+  EXPECT_EQ(compare(one.loss, tail, 1e-5, "dp 1 resumed loss"), "");
+  for (int zero : {3, 1}) {
+    const std::string again = fresh_dir("zero0_spread_z" + std::to_string(zero));
+    const RankRun second{.config = c, .out_dir = again, .zero = zero, .resume = dir};
+    expect_all_passed(run_workers(
+        2,
+        [&](int rank, int n, int fd) -> std::string {
+          Result<Curve> curve = train_rank(second, rank, n, fd);
+          if (!curve.ok()) return curve.error();
+          return compare(curve->loss, tail, 1e-5, "resumed loss");
+        },
+        120s));
+  }
+}
+
+// The other way: a ZeRO 3 checkpoint written by 2 ranks resumes at dp 4 / ZeRO 0 on the same curve.
+TEST(DataParallelCheckpoint, SavedAtDp2Zero3ResumesAtDp4Zero0) {
+  Config c = tiny20();
+  const Curve ref = reference_curve();
+  ASSERT_EQ(ref.loss.size(), 20u);
+  const std::string out = fresh_dir("zero3_to_zero0");
+  const RankRun first{.config = c, .out_dir = out, .zero = 3, .max_steps = 10};
+  expect_all_passed(run_workers(
+      2,
+      [&](int rank, int n, int fd) -> std::string {
+        Result<Curve> curve = train_rank(first, rank, n, fd);
+        return curve.ok() ? "" : curve.error();
+      },
+      120s));
+  const std::vector<double> tail(ref.loss.begin() + 10, ref.loss.end());
+  const RankRun second{.config = c, .out_dir = out, .zero = 0, .resume = "latest"};
+  expect_all_passed(run_workers(
+      4,
       [&](int rank, int n, int fd) -> std::string {
         Result<Curve> curve = train_rank(second, rank, n, fd);
         if (!curve.ok()) return curve.error();

@@ -86,6 +86,30 @@ TEST(ShardPlan, ZeroStageZeroOwnsEverythingInFlatOrder) {
   for (const ShardSegment& s : p.segments) EXPECT_EQ(s.offset, s.shard_offset);
 }
 
+// A ZeRO 0 checkpoint is written by every replica, 1/dp each: the ranks' ranges are disjoint, cover every
+// element once, start on 64-float boundaries and differ in size by less than two 64-float cuts.
+TEST(ShardPlan, ZeroStageZeroWritesAreSpreadEvenlyOverTheReplicas) {
+  const TensorTable t = gpt_param_table(model());
+  for (int dp : {1, 2, 3, 4, 7}) {
+    std::vector<FlatRange> all;
+    for (int r = 0; r < dp; ++r) {
+      const std::vector<FlatRange> w = shard_plan_make(t, dp, r, 0, 4096).replica_written_ranges();
+      ASSERT_EQ(w.size(), 1u) << "dp " << dp << " rank " << r;
+      EXPECT_EQ(w[0].offset % 64, 0u);
+      all.push_back(w[0]);
+    }
+    size_t at = 0, least = t.numel(), most = 0;
+    for (const FlatRange& r : all) {
+      EXPECT_EQ(r.offset, at) << "dp " << dp << ": a gap or an overlap";
+      at = r.end();
+      least = std::min(least, r.count);
+      most = std::max(most, r.count);
+    }
+    EXPECT_EQ(at, t.numel()) << "dp " << dp;
+    EXPECT_LT(most - least, 128u) << "dp " << dp;
+  }
+}
+
 TEST(ShardPlan, MemoryFormulaPerStage) {
   const TensorTable t = gpt_param_table(model());
   const size_t P = t.numel();
