@@ -95,6 +95,9 @@ struct Coordinator::Impl {
     // passes (interrupted). Actions wait; the run's end waits.
     bool adopting = false;
     Clock::time_point adopt_deadline;
+    // The placement of the generation being adopted as the last coordinator recorded it ({node, first_rank,
+    // ranks}): the nodes a missing rank ran on, named when the grace is over (adopt_expired).
+    json recorded_placement = json::array();
     int64_t last_step = -1;
     std::string message;
     double created_unix = 0;
@@ -206,8 +209,10 @@ struct Coordinator::Impl {
   // of a run being adopted, of its current generation, becomes one of its shares; once they cover every
   // rank the run is adopted (an event) and goes on as if nothing happened. Called with mu held.
   void adopt_gangs(const std::string& node, const json& gangs);
-  // Runs whose gangs did not all come back within the grace: interrupted, with which ranks are missing;
-  // the shares that did come back are stopped. Called by the watch, with mu held.
+  // Runs whose gangs did not all come back within the grace: the missing ranks are a failure found at
+  // adoption (an adopt_missing event naming them and their node), recovered as a node lost live would be
+  // (maybe_finish, recover): the shares that did come back are stopped first. Called by the watch, with mu
+  // held.
   void adopt_expired(Clock::time_point now);
 
   // A coordinator told to stop (SIGTERM, `down`): its live runs are interrupted, so that the next one on

@@ -28,12 +28,12 @@ class DataSourceCluster : public ::testing::Test {
     dir_ = scratch_dir("data_source");
     cluster_ = dir_ / "cluster";
     ASSERT_EQ(
-        run_shell(std::string(GANTRY_ENGINE_BIN) + " up --nodes 2 --slots 2 --dir " + cluster_.string() +
-                  " >" + (dir_ / "up.out").string() + " 2>" + (dir_ / "up.err").string()),
+        run_shell(std::string(GANTRY_ENGINE_BIN) + " up --nodes 2 --slots 2 --no-restart --dir " +
+                  cluster_.string() + " >" + (dir_ / "up.out").string() + " 2>" + (dir_ / "up.err").string()),
         0)
         << slurp(dir_ / "up.err");
     pids_ = pid_files(cluster_);
-    ASSERT_EQ(pids_.size(), 3u);
+    ASSERT_EQ(pids_.size(), 3u);  // --no-restart: a test below starts the coordinator again itself
     std::string url = slurp(dir_ / "up.out");
     url = url.substr(0, url.find('\n'));
     Result<std::string> token = token_file_read((cluster_ / "token").string());
