@@ -65,10 +65,15 @@ HttpResponse Coordinator::Impl::quarantine(const HttpRequest& req) {
   HttpResponse fail;
   Node* node = requested_node(req, &fail);
   if (node == nullptr) return fail;
-  Node& n = *node;
   const std::string& id = req.param("id");
-  if (n.state == NodeState::quarantined)
+  if (node->state == NodeState::quarantined)
     return HttpResponse::error(409, "node \"" + id + "\" is already quarantined");
+  const json moving = quarantine_node(*node, "from " + req.remote, req.remote);
+  return HttpResponse::ok({{"node", id}, {"state", "quarantined"}, {"moving_runs", moving}}, 202);
+}
+
+json Coordinator::Impl::quarantine_node(Node& n, const std::string& by, const std::string& from) {
+  const std::string id = n.id;
   n.state = NodeState::quarantined;
   upsert_node(n, "quarantined");
   json moving = json::array();
@@ -87,12 +92,12 @@ HttpResponse Coordinator::Impl::quarantine(const HttpRequest& req) {
     r.relocate_node = id;
     r.relocate_checkpoint.clear();
     event(r.id, "quarantine_requested",
-          "node " + id + " quarantined from " + req.remote + ": run " + std::to_string(r.id) +
+          "node " + id + " quarantined " + by + ": run " + std::to_string(r.id) +
               " checkpoints and stops at the next step boundary, then moves",
-          {{"node", id}, {"from", req.remote}, {"request", request}}, r.last_step, id);
+          {{"node", id}, {"from", from}, {"request", request}}, r.last_step, id);
     moving.push_back(r.id);
   }
-  return HttpResponse::ok({{"node", id}, {"state", "quarantined"}, {"moving_runs", moving}}, 202);
+  return moving;
 }
 
 void Coordinator::Impl::quarantine_for_sdc(Run& r, const EventRecord& e) {

@@ -389,11 +389,28 @@ void Coordinator::Impl::adopt_expired(Clock::time_point now) {
     Run& r = entry.second;
     if (!r.adopting || now < r.adopt_deadline) continue;
     r.adopting = false;
-    // The ranks no agent reported: their node (its agent died, or its workers) failed while no coordinator
-    // could see it. Each missing stretch of ranks becomes a share of the current generation that ended
-    // with its node lost, as the watch marks a node that stopped beating; the shares that did come back are
-    // stopped (a part of a gang cannot train without the rest), and once they have all ended the run's end
-    // is decided as for a failure seen live: a spare, else a shrink, else a stop with the reason.
+    if (r.shares.empty()) {
+      // No part of the gang came back: the whole cluster went away with the coordinator (`down`, a
+      // reboot), not one node under a live gang. Nothing trains to be recovered around; the operator
+      // continues it (resume-from), as after a clean stop.
+      set_state(r, RunState::kInterrupted);
+      r.message = "the coordinator went away while the run was live (at step " + std::to_string(r.last_step) +
+                  "), and no part of its gang came back to the new one on " + opt.dir + " within " +
+                  std::to_string(opt.adopt_grace.count()) +
+                  " ms: resume-from continues it from its newest checkpoint";
+      r.store.reset();
+      writer->push_op(
+          [id = r.id, m = r.message](HistoryDb& d) { d.finish_run(id, RunStatus::interrupted, m); });
+      event(r.id, "run_interrupted", "run " + std::to_string(r.id) + " interrupted: " + r.message,
+            {{"state", run_state_name(RunState::kInterrupted)}}, r.last_step);
+      continue;
+    }
+    // Part of the gang came back; the ranks no agent reported: their node (its agent died, or its workers)
+    // failed while no coordinator could see it. Each missing stretch of ranks becomes a share of the current
+    // generation that ended with its node lost, as the watch marks a node that stopped beating; the shares
+    // that did come back are stopped (a part of a gang cannot train without the rest), and once they have all
+    // ended the run's end is decided as for a failure seen live: a spare, else a shrink, else a stop with the
+    // reason.
     std::vector<bool> back(static_cast<size_t>(std::max(r.dp, 0)), false);
     for (const NodeShare& s : r.shares)
       for (int k = s.first_rank; k < s.first_rank + s.ranks && k < r.dp; ++k)
