@@ -150,6 +150,18 @@ class ClusterCli : public ::testing::Test {
     }
   }
 
+  // The agents' pids (D/agent-*.pid): the workers' parents. Not pids_[0..2]: `up`'s supervisor is a pid
+  // file too, and its child is the coordinator.
+  std::vector<pid_t> agent_pids() const {
+    std::vector<pid_t> out;
+    for (const fs::directory_entry& e : fs::directory_iterator(dir_)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("agent-", 0) == 0 && e.path().extension() == ".pid")
+        out.push_back(static_cast<pid_t>(std::stol(slurp(e.path().string()))));
+    }
+    return out;
+  }
+
   json get(const std::string& path) {
     Result<json> r = api_->get_json(path);
     EXPECT_TRUE(r.ok()) << r.error();
