@@ -2,6 +2,7 @@
 //   coordinator  the API, the run database, placement, rendezvous; until SIGTERM
 //   agent        one per node: registers its slots, runs its share of placed jobs; until SIGTERM
 //   up           a coordinator and K agents on this machine, in the background; prints the URL
+//   coordinator-supervisor  (hidden) `up`'s keeper of its coordinator: starts it again when it dies
 //   down         stops what `up` started (pid files in its folder), leaving no process behind
 #include <fcntl.h>
 #include <signal.h>
@@ -11,8 +12,10 @@
 
 #include <CLI/CLI.hpp>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -220,12 +223,100 @@ struct UpArgs {
   double max_beats_per_s = CoordinatorOptions{}.max_beats_per_s;
   double node_timeout_s = 5;
   bool allow_fault_injection = false;
+  bool restart = true;  // a supervisor starts the coordinator again when it dies (--no-restart: not)
 };
 
 std::string log_tail(const fs::path& p) {
   std::string t = read_file(p);
   if (t.size() > 2000) t = t.substr(t.size() - 2000);
   return t;
+}
+
+// ---- the coordinator's supervisor
+// ------------------------------------------------------------------------------
+
+// What `up` hands its supervisor: the coordinator's arguments (its port fixed once the first one listened,
+// so that a restarted one answers on the same URL the agents and clients have) and the folder.
+struct SupervisorArgs {
+  std::string dir;
+  std::vector<std::string> coordinator_args;
+  double backoff_s = 0.5, max_backoff_s = 30;
+};
+
+// `up`'s coordinator, kept alive: started as the supervisor's child (its pid in coordinator.pid, where
+// `down` and the tests find it), and started again on the same folder and port when it dies by itself (a
+// crash, kill -9), after a backoff that doubles while it keeps dying soon after a start and starts over once
+// it has lived a minute. Only the coordinator: the agents and their gangs are left alone, and the new
+// coordinator re-adopts the gangs they report. A dead agent is not started again: its node is lost, and the
+// coordinator's recovery moves its runs (a spare, else a shrink). SIGTERM (`down`) stops the coordinator
+// and then the supervisor. Each start and death is a line of coordinator-supervisor.log.
+int supervisor_main(const SupervisorArgs& a) {
+  install_stop_handlers();
+  const fs::path dir = a.dir;
+  auto say = [](const std::string& line) {
+    std::fprintf(stderr, "gantry-engine coordinator-supervisor: %s\n", line.c_str());
+    std::fflush(stderr);
+  };
+  double backoff = a.backoff_s;
+  int restarts = 0;
+  std::vector<std::string> args = a.coordinator_args;
+  bool listened = false;  // the coordinator wrote its URL once: its port is known and kept from then on
+  const fs::path url_file = dir / "url";
+  while (!g_stop.load()) {
+    Result<pid_t> child = spawn_daemon(args, dir / "coordinator.log", dir / "coordinator.pid");
+    if (!child.ok()) {
+      say("cannot start the coordinator: " + child.error());
+      return kExitFailed;
+    }
+    const auto started = Clock::now();
+    say("coordinator started (pid " + std::to_string(child.value()) +
+        (restarts > 0 ? ", restart " + std::to_string(restarts) : std::string()) + ")");
+    int status = 0;
+    bool stopping = false;
+    for (;;) {
+      const pid_t w = ::waitpid(child.value(), &status, WNOHANG);
+      if (w == child.value()) break;
+      if (!listened) {
+        // Its port, from the URL it wrote (with --port 0 a free one was chosen): a restart asks for it.
+        const std::string url = read_file(url_file);
+        const size_t colon = url.rfind(':');
+        if (colon != std::string::npos && url.find('\n') != std::string::npos) {
+          const std::string port = std::to_string(std::atoi(url.c_str() + colon + 1));
+          for (size_t k = 0; k + 1 < args.size(); ++k)
+            if (args[k] == "--port") args[k + 1] = port;
+          listened = true;
+        }
+      }
+      if (w < 0 && errno != EINTR) {
+        say(std::string("waitpid: ") + std::strerror(errno));
+        return kExitFailed;
+      }
+      if (g_stop.load() && !stopping) {
+        stopping = true;  // `down`: the coordinator interrupts its live runs and exits; then so do we
+        ::kill(child.value(), SIGTERM);
+      }
+      std::this_thread::sleep_for(50ms);
+    }
+    if (g_stop.load()) break;
+    if (!listened) {
+      // It never came up (a bad argument, a port taken): starting it again would fail the same way.
+      say("the coordinator exited before it listened; not starting it again (see coordinator.log)");
+      return kExitFailed;
+    }
+    const std::string how = WIFSIGNALED(status) ? "was killed by signal " + std::to_string(WTERMSIG(status))
+                                                : "exited with code " + std::to_string(WEXITSTATUS(status));
+    if (Clock::now() - started > 60s) backoff = a.backoff_s;  // it had been up a while: not a crash loop
+    char wait_text[32];
+    std::snprintf(wait_text, sizeof wait_text, "%.1f", backoff);
+    say("coordinator pid " + std::to_string(child.value()) + " " + how + "; starting it again in " +
+        wait_text + " s on the same folder and port (the agents keep their gangs; it re-adopts them)");
+    const auto until = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(backoff * 1e3));
+    while (!g_stop.load() && Clock::now() < until) std::this_thread::sleep_for(20ms);
+    backoff = std::min(backoff * 2, a.max_backoff_s);
+    ++restarts;
+  }
+  say("stopped");
+  return 0;
 }
 
 int down_dir(const fs::path& dir, double grace_s, bool quiet);
@@ -238,7 +329,7 @@ int up_main(const UpArgs& a) {
     std::fprintf(stderr, "gantry-engine up: cannot create %s: %s\n", dir.c_str(), ec.message().c_str());
     return kExitBadInput;
   }
-  if (ours_alive(read_pid(dir / "coordinator.pid"))) {
+  if (ours_alive(read_pid(dir / "coordinator.pid")) || ours_alive(read_pid(dir / "supervisor.pid"))) {
     std::fprintf(
         stderr,
         "gantry-engine up: a cluster is already up in %s (coordinator pid %d): `gantry-engine down --dir %s` "
@@ -290,7 +381,13 @@ int up_main(const UpArgs& a) {
       "--node-timeout",
       nlohmann::json(a.node_timeout_s).dump()};
   if (a.allow_fault_injection) coordinator_args.push_back("--allow-fault-injection");
-  Result<pid_t> coord = spawn_daemon(coordinator_args, dir / "coordinator.log", dir / "coordinator.pid");
+  // Supervised (the default), the supervisor starts the coordinator and starts it again when it dies;
+  // `up` waits on the supervisor, which exits if the first coordinator never listens.
+  std::vector<std::string> supervisor_args = {"coordinator-supervisor", "--dir", dir.string(), "--"};
+  supervisor_args.insert(supervisor_args.end(), coordinator_args.begin(), coordinator_args.end());
+  Result<pid_t> coord =
+      a.restart ? spawn_daemon(supervisor_args, dir / "coordinator-supervisor.log", dir / "supervisor.pid")
+                : spawn_daemon(coordinator_args, dir / "coordinator.log", dir / "coordinator.pid");
   if (!coord.ok()) return fail(coord.error());
   const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(a.timeout_s * 1e3));
   std::string url;
@@ -349,12 +446,16 @@ int up_main(const UpArgs& a) {
 // Agents first (they stop their workers, which checkpoint, and report to the coordinator), then the
 // coordinator. SIGKILL for what outlives the grace; an agent's workers die with it (PR_SET_PDEATHSIG).
 int down_dir(const fs::path& dir, double grace_s, bool quiet) {
-  std::vector<std::pair<fs::path, pid_t>> agents, coordinator;
+  // The supervisor before the coordinator: stopped, it stops the coordinator and does not start it again.
+  std::vector<std::pair<fs::path, pid_t>> agents, supervisor, coordinator;
   std::error_code ec;
   for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
     if (name.size() > 4 && name.ends_with(".pid")) {
-      (name == "coordinator.pid" ? coordinator : agents).emplace_back(e.path(), read_pid(e.path()));
+      (name == "coordinator.pid"  ? coordinator
+       : name == "supervisor.pid" ? supervisor
+                                  : agents)
+          .emplace_back(e.path(), read_pid(e.path()));
     }
   }
   if (ec) {
@@ -363,7 +464,7 @@ int down_dir(const fs::path& dir, double grace_s, bool quiet) {
     return kExitBadInput;
   }
   int stopped = 0, killed = 0;
-  for (auto* group : {&agents, &coordinator}) {
+  for (auto* group : {&agents, &supervisor, &coordinator}) {
     for (const auto& [file, pid] : *group)
       if (ours_alive(pid)) ::kill(pid, SIGTERM), ++stopped;
     const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1e3));
@@ -496,7 +597,20 @@ void cluster_commands_add(CLI::App& app, int* exit_code) {
         ->check(CLI::PositiveNumber);
     sub->add_flag("--allow-fault-injection", a->allow_fault_injection,
                   "The coordinator accepts `ctl inject` (kill, hang, slow or NaN a worker on purpose)");
+    sub->add_flag(
+        "!--no-restart", a->restart,
+        "Do not start the coordinator again when it dies (by default a supervisor does, on the same "
+        "port, with a backoff; the agents and their gangs are left running and are re-adopted)");
     sub->callback([a, exit_code] { *exit_code = up_main(*a); });
+  }
+  {
+    auto a = std::make_shared<SupervisorArgs>();
+    CLI::App* sub = app.add_subcommand("coordinator-supervisor", "`up`'s keeper of its coordinator");
+    sub->group("");  // hidden from --help: `up` starts it
+    sub->add_option("--dir", a->dir, "The cluster's folder")->required();
+    sub->add_option("coordinator_args", a->coordinator_args, "The coordinator's arguments, after --")
+        ->required();
+    sub->callback([a, exit_code] { *exit_code = supervisor_main(*a); });
   }
   {
     auto dir = std::make_shared<std::string>("gantry-cluster");

@@ -4,7 +4,8 @@
 //   K] [--hang-timeout S] |
 //       checkpoint|pause|resume|stop RUN | ranks RUN | events RUN | quarantine|release NODE |
 //       resume-from RUN [--checkpoint latest|STEP|step_N] [--dp N] [--zero Z] | goodput RUN |
-//       inject RUN kill|hang|slow|nan [--rank N] [--ms MS]
+//       inject RUN kill|hang|slow|nan [--rank N] [--ms MS] |
+//       straggler RUN --on|--off [--windows N] [--window-steps N] [--min-samples N]
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>
@@ -40,6 +41,9 @@ struct CtlArgs {
   std::string fault;
   int rank = -1;   // inject: -1 = one at random
   int64_t ms = 0;  // inject slow: the forward's delay
+  // straggler: the policy's quarantine on or off (neither: unchanged), and scoring options (0: unchanged).
+  bool straggler_on = false, straggler_off = false;
+  int windows = 0, window_steps = 0, min_samples = 0;
 };
 
 std::string cell(const json& v) {
@@ -220,6 +224,18 @@ int ctl_main(const std::string& what, const CtlArgs& a) {
     r = what == "quarantine" ? api.quarantine(a.node) : api.release(a.node);
   } else if (what == "inject") {
     r = api.inject(a.run, a.fault, a.rank, a.ms);
+  } else if (what == "straggler") {
+    json policy = json::object();
+    if (a.straggler_on) policy["enabled"] = policy["quarantine"] = true;  // quarantine needs the scoring on
+    if (a.straggler_off) policy["quarantine"] = false;
+    if (a.windows > 0) policy["windows_to_flag"] = a.windows;
+    if (a.window_steps > 0) policy["window_steps"] = a.window_steps;
+    if (a.min_samples > 0) policy["min_samples"] = a.min_samples;
+    if (policy.empty())
+      return fail(
+          "straggler: give --on or --off, or an option to change (--windows, --window-steps, --min-samples)",
+          kExitBadInput);
+    r = api.straggler(a.run, policy);
   } else if (what == "resume-from") {
     // A step number travels as a number, so that "42" names step 42 rather than a directory called "42".
     json ckpt = a.checkpoint;
@@ -279,6 +295,13 @@ int ctl_main(const std::string& what, const CtlArgs& a) {
   } else if (what == "inject") {
     std::printf("run %s: %s injected into rank %s on %s (follow with `ctl events RUN`)\n", run.c_str(),
                 a.fault.c_str(), cell(r->at("rank")).c_str(), cell(r->at("node")).c_str());
+  } else if (what == "straggler") {
+    const json& p = r->at("straggler");
+    std::printf(
+        "run %s: straggler policy %s (quarantine %s, scoring %s, window_steps %s, windows_to_flag %s)\n",
+        run.c_str(), cell(r->at("change")).c_str(), p.value("quarantine", false) ? "on" : "off",
+        p.value("enabled", false) ? "on" : "off", cell(p.at("window_steps")).c_str(),
+        cell(p.at("windows_to_flag")).c_str());
   } else if (what == "resume-from") {
     std::printf("run %s resumes from %s (step %s)\n", run.c_str(), cell(r->at("checkpoint")).c_str(),
                 cell(r->at("from_step")).c_str());
@@ -368,6 +391,20 @@ void ctl_command_add(CLI::App& app, int* exit_code) {
   inject->add_option("--ms", a->ms, "slow: milliseconds added to each forward pass (1..600000)")
       ->check(CLI::Range(int64_t{1}, int64_t{600000}));
   inject->add_option("--rank", a->rank, "The rank (default: one at random)")->check(CLI::Range(0, 1 << 20));
+  CLI::App* straggler =
+      add("straggler",
+          "Change a live run's straggler policy: --on quarantines the node of a rank flagged "
+          "--windows evaluations in a row (the run moves off it), --off only flags");
+  straggler->add_option("run", a->run, "The run's id")->required();
+  CLI::Option* on = straggler->add_flag("--on", a->straggler_on, "Quarantine a flagged rank's node");
+  CLI::Option* off = straggler->add_flag("--off", a->straggler_off, "Only flag stragglers (the default)");
+  on->excludes(off);
+  straggler->add_option("--windows", a->windows, "Evaluations in a row a rank must be slow to be flagged")
+      ->check(CLI::Range(1, 100000));
+  straggler->add_option("--window-steps", a->window_steps, "Steps per evaluation")
+      ->check(CLI::Range(1, 100000));
+  straggler->add_option("--min-samples", a->min_samples, "Steps a rank needs in a window to be scored")
+      ->check(CLI::Range(1, 100000));
   CLI::App* ranks = add("ranks", "A run's ranks: node, slot, latest step, straggler scores");
   ranks->add_option("run", a->run, "The run's id")->required();
   CLI::App* goodput = add("goodput",

@@ -80,6 +80,10 @@ ApiRequest ApiClient::inject_request(int64_t run, const std::string& fault, int 
   return {.path = run_path(run) + "/inject", .body = body};
 }
 
+ApiRequest ApiClient::straggler_request(int64_t run, const json& policy) {
+  return {.path = run_path(run) + "/straggler", .body = policy};
+}
+
 ApiRequest ApiClient::release_request(const std::string& node) {
   return {.path = node_path(node) + "/release", .body = json::object()};
 }

@@ -83,6 +83,11 @@ class ApiClient {
     return send_json(inject_request(run, fault, rank, ms));
   }
 
+  // The run's straggler policy while it lives: `policy` is the submit body's "straggler" object or part of
+  // it (e.g. {"quarantine": true}); the fields given replace the run's. 200 {"run", "straggler", "change"}.
+  Result<nlohmann::json> straggler(int64_t run, const nlohmann::json& policy) {
+    return send_json(straggler_request(run, policy));
+  }
   // The writes as requests, to queue or to send with the status left to the caller.
   static ApiRequest submit_request(const nlohmann::json& job);  // POST /v1/runs
   // POST /v1/runs/{id}/{checkpoint,pause,resume,stop}; resume-from and a quarantine's move have their own.
@@ -91,6 +96,8 @@ class ApiClient {
                                         const nlohmann::json& body);  // POST /v1/runs/{id}/resume-from
   static ApiRequest quarantine_request(const std::string& node);      // POST /v1/nodes/{id}/quarantine
   static ApiRequest release_request(const std::string& node);         // POST /v1/nodes/{id}/release
+  static ApiRequest straggler_request(int64_t run,
+                                      const nlohmann::json& policy);  // POST /v1/runs/{id}/straggler
   static ApiRequest inject_request(int64_t run, const std::string& fault, int rank,
                                    int64_t ms = 0);  // POST .../inject
   Result<HttpReply> send(const ApiRequest& r);       // any status the coordinator answered is a reply

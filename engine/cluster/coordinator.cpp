@@ -92,6 +92,7 @@ Status Coordinator::start() {
   }
   s.post("/v1/runs/{id}/resume-from", [&m](const HttpRequest& req) { return m.resume_from(req); });
   s.post("/v1/runs/{id}/inject", [&m](const HttpRequest& req) { return m.inject(req); });
+  s.post("/v1/runs/{id}/straggler", [&m](const HttpRequest& req) { return m.straggler_policy(req); });
   s.post("/v1/nodes/{id}/quarantine", [&m](const HttpRequest& req) { return m.quarantine(req); });
   s.post("/v1/nodes/{id}/release", [&m](const HttpRequest& req) { return m.release(req); });
   s.get("/metrics", [&m](const HttpRequest&) { return m.metrics(); });

@@ -16,7 +16,10 @@ using json = nlohmann::json;
 bool failure_notice(const std::string& kind) {
   // sdc_mismatch: the check found it (each suspect reports one; the first is the notice); hang: the
   // hang timeout found it (recorded before its node_failed).
-  return kind == "node_failed" || kind == "node_lost" || kind == "sdc_mismatch" || kind == "hang";
+  // adopt_missing: ranks no agent brought back to a restarted coordinator (their node failed while it was
+  // away).
+  return kind == "node_failed" || kind == "node_lost" || kind == "sdc_mismatch" || kind == "hang" ||
+         kind == "adopt_missing";
 }
 
 GoodputCause cause_from_name(const std::string& name) {

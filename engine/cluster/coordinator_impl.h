@@ -8,6 +8,7 @@
 //                           the checkpoint catalog and keep_last pruning
 //   coordinator_views.cpp   the API's JSON replies: cluster, runs, steps, ranks, checkpoints, events, metrics
 //   coordinator_goodput.cpp the goodput ledger's marks, its reply, and the young_daly checkpoint interval
+//   coordinator_straggler.cpp the straggler policy changed while a run lives, and its quarantine action
 // Member functions are called with `mu` held unless they say otherwise (the routes take it themselves).
 #pragma once
 
@@ -100,6 +101,9 @@ struct Coordinator::Impl {
     // passes (interrupted). Actions wait; the run's end waits.
     bool adopting = false;
     Clock::time_point adopt_deadline;
+    // The placement of the generation being adopted as the last coordinator recorded it ({node, first_rank,
+    // ranks}): the nodes a missing rank ran on, named when the grace is over (adopt_expired).
+    json recorded_placement = json::array();
     int64_t last_step = -1;
     std::string message;
     double created_unix = 0;
@@ -214,8 +218,11 @@ struct Coordinator::Impl {
   // of a run being adopted, of its current generation, becomes one of its shares; once they cover every
   // rank the run is adopted (an event) and goes on as if nothing happened. Called with mu held.
   void adopt_gangs(const std::string& node, const json& gangs);
-  // Runs whose gangs did not all come back within the grace: interrupted, with which ranks are missing;
-  // the shares that did come back are stopped. Called by the watch, with mu held.
+  // Runs whose gangs did not all come back within the grace. None of it back (the whole cluster went away):
+  // interrupted, for resume-from. Part of it back: the missing ranks are a failure found at
+  // adoption (an adopt_missing event naming them and their node), recovered as a node lost live would be
+  // (maybe_finish, recover): the shares that did come back are stopped first. Called by the watch, with mu
+  // held.
   void adopt_expired(Clock::time_point now);
 
   // A coordinator told to stop (SIGTERM, `down`): its live runs are interrupted, so that the next one on
@@ -260,6 +267,16 @@ struct Coordinator::Impl {
   // there on. 403 unless CoordinatorOptions::allow_fault_injection; recorded as a fault_injected event.
   HttpResponse inject(const HttpRequest& req);
 
+  // POST /v1/runs/{id}/straggler: the run's straggler policy changed while it lives. The body is the submit
+  // body's "straggler" object, or part of it: the fields given replace those of the run's options, and the
+  // whole is validated by the submit's parser (400 naming the field). A straggler_policy event records the
+  // change, who asked and what changed; the run's options in the database follow. 409 for an ended run.
+  HttpResponse straggler_policy(const HttpRequest& req);
+  // The policy's action: with quarantine on, a flagged rank's node is quarantined and the run moves off it
+  // (a straggler_quarantine event says which rank, node and why). One move at a time; nothing while the run
+  // is moving, stopping, paused or being re-adopted. Called with mu held, after an evaluation or a change.
+  void straggler_act(Run& r);
+
   // ---- the node registry (coordinator_nodes.cpp) ----------------------------------------------------------
 
   void upsert_node(const Node& n, const char* state);
@@ -283,6 +300,11 @@ struct Coordinator::Impl {
   // unhealthy (no new work, node_unhealthy events, its runs moved off); when they pass again it is usable
   // again (node_healthy). An operator's quarantine and a lost node keep their state.
   void apply_health(Node& n, const json& health);
+
+  // The quarantine itself (the node's state, each live run on it set moving); `by` completes the events'
+  // sentence ("from 127.0.0.1:5000", "by the straggler policy of run 3"), `from` is their payload's. The
+  // ids of the runs that move. Called with mu held.
+  json quarantine_node(Node& n, const std::string& by, const std::string& from);
 
   HttpResponse release(const HttpRequest& req);
 

@@ -137,7 +137,9 @@ void Coordinator::Impl::ingest(RecordBatch& batch, size_t reserved) {
   for (auto& entry : runs) {
     Run& r = entry.second;  // a named reference: lambdas may not capture a structured binding (C++17)
     if (run_state_terminal(r.state)) continue;
+    const int64_t before = r.straggler.evaluated_at_step();
     record(r.straggler.maybe_evaluate(r.id, unix_now_s(), [&r](int32_t rank) { return r.node_of(rank); }));
+    if (r.straggler.evaluated_at_step() != before) straggler_act(r);
   }
 }
 

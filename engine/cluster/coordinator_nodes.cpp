@@ -65,14 +65,18 @@ HttpResponse Coordinator::Impl::quarantine(const HttpRequest& req) {
   HttpResponse fail;
   Node* node = requested_node(req, &fail);
   if (node == nullptr) return fail;
-  Node& n = *node;
   const std::string& id = req.param("id");
-  if (n.state == NodeState::quarantined)
+  if (node->state == NodeState::quarantined)
     return HttpResponse::error(409, "node \"" + id + "\" is already quarantined");
+  const json moving = quarantine_node(*node, "from " + req.remote, req.remote);
+  return HttpResponse::ok({{"node", id}, {"state", "quarantined"}, {"moving_runs", moving}}, 202);
+}
+
+json Coordinator::Impl::quarantine_node(Node& n, const std::string& by, const std::string& from) {
+  const std::string id = n.id;
   n.state = NodeState::quarantined;
   upsert_node(n, "quarantined");
-  json moving = move_runs_off(id, "quarantined from " + req.remote, {{"from", req.remote}});
-  return HttpResponse::ok({{"node", id}, {"state", "quarantined"}, {"moving_runs", moving}}, 202);
+  return move_runs_off(id, "quarantined " + by, {{"from", from}});
 }
 
 json Coordinator::Impl::move_runs_off(const std::string& id, const std::string& why, const json& payload) {

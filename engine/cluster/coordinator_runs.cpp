@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 #include <utility>
 
 #include "engine/cluster/coordinator_impl.h"
@@ -199,9 +200,6 @@ Status Coordinator::Impl::start_generation(Run& r, const std::vector<PlacementNo
       if (run != r.id) kept.push_back(run);
     n.stop = std::move(kept);
   }
-  writer->push_op([id = r.id, options = run_options(r).dump()](HistoryDb& d) {
-    d.update_run(id, RunStatus::running, "", options);
-  });
   // The ranks land on other devices: their straggler scores start over (flags of the last placement end).
   record(r.straggler.reset(r.id, unix_now_s(), [&r](int32_t rank) { return r.node_of(rank); }));
   r.shares.clear();
@@ -231,10 +229,17 @@ Status Coordinator::Impl::start_generation(Run& r, const std::vector<PlacementNo
     r.shares.push_back(std::move(s));
   }
   r.memory_restore = nullptr;
+  // After the shares: the options carry the placement, which a restarted coordinator names nodes from.
+  writer->push_op([id = r.id, options = run_options(r).dump()](HistoryDb& d) {
+    d.update_run(id, RunStatus::running, "", options);
+  });
   return Status();
 }
 
 json Coordinator::Impl::run_options(const Run& r) {
+  json placement = json::array();
+  for (const NodeShare& s : r.shares)
+    placement.push_back({{"node", s.node}, {"first_rank", s.first_rank}, {"ranks", s.ranks}});
   return {{"dp", r.dp},
           {"zero", r.zero},
           {"max_steps", r.max_steps},
@@ -248,7 +253,8 @@ json Coordinator::Impl::run_options(const Run& r) {
           {"straggler", straggler_watch_options_json(r.straggler.options())},
           {"checkpoint_every_steps", r.checkpoint_policy.options().every_steps},
           {"checkpoint_policy", checkpoint_policy_mode_name(r.checkpoint_policy.options().mode)},
-          {"keep_last", r.checkpoint_policy.options().keep_last}};
+          {"keep_last", r.checkpoint_policy.options().keep_last},
+          {"placement", placement}};
 }
 
 Status Coordinator::Impl::restore_runs() {
@@ -286,6 +292,7 @@ Status Coordinator::Impl::restore_runs() {
       r.restarts = o.value("restarts", 0);
       r.min_dp = o.value("min_dp", 0);
       r.max_dp = o.value("max_dp", 0);
+      r.recorded_placement = o.value("placement", json::array());
       const json straggler = o.value("straggler", json::object());
       Result<StragglerWatchOptions> so = straggler_watch_parse(&straggler);
       if (so.ok()) r.straggler = StragglerWatch(so.value());
@@ -382,27 +389,85 @@ void Coordinator::Impl::adopt_gangs(const std::string& node, const json& gangs) 
 }
 
 void Coordinator::Impl::adopt_expired(Clock::time_point now) {
-  for (auto& [id, r] : runs) {
+  for (auto& entry : runs) {
+    Run& r = entry.second;
     if (!r.adopting || now < r.adopt_deadline) continue;
     r.adopting = false;
+    if (r.shares.empty()) {
+      // No part of the gang came back: the whole cluster went away with the coordinator (`down`, a
+      // reboot), not one node under a live gang. Nothing trains to be recovered around; the operator
+      // continues it (resume-from), as after a clean stop.
+      set_state(r, RunState::kInterrupted);
+      r.message = "the coordinator went away while the run was live (at step " + std::to_string(r.last_step) +
+                  "), and no part of its gang came back to the new one on " + opt.dir + " within " +
+                  std::to_string(opt.adopt_grace.count()) +
+                  " ms: resume-from continues it from its newest checkpoint";
+      r.store.reset();
+      writer->push_op(
+          [id = r.id, m = r.message](HistoryDb& d) { d.finish_run(id, RunStatus::interrupted, m); });
+      event(r.id, "run_interrupted", "run " + std::to_string(r.id) + " interrupted: " + r.message,
+            {{"state", run_state_name(RunState::kInterrupted)}}, r.last_step);
+      continue;
+    }
+    // Part of the gang came back; the ranks no agent reported: their node (its agent died, or its workers)
+    // failed while no coordinator could see it. Each missing stretch of ranks becomes a share of the current
+    // generation that ended with its node lost, as the watch marks a node that stopped beating; the shares
+    // that did come back are stopped (a part of a gang cannot train without the rest), and once they have all
+    // ended the run's end is decided as for a failure seen live: a spare, else a shrink, else a stop with the
+    // reason.
     std::vector<bool> back(static_cast<size_t>(std::max(r.dp, 0)), false);
     for (const NodeShare& s : r.shares)
       for (int k = s.first_rank; k < s.first_rank + s.ranks && k < r.dp; ++k)
         back[static_cast<size_t>(k)] = true;
-    std::string missing;
-    for (int k = 0; k < r.dp; ++k)
-      if (!back[static_cast<size_t>(k)]) missing += (missing.empty() ? "" : ",") + std::to_string(k);
-    stop_shares(r, "");  // a part of a gang cannot train without the rest
-    set_state(r, RunState::kInterrupted);
-    r.message = "the coordinator went away while the run was live (at step " + std::to_string(r.last_step) +
-                "), and its gang did not come back to the new one on " + opt.dir + " within " +
-                std::to_string(opt.adopt_grace.count()) + " ms (ranks " + missing +
-                " missing): resume-from continues it from its newest checkpoint";
-    r.store.reset();
-    writer->push_op(
-        [id = r.id, m = r.message](HistoryDb& d) { d.finish_run(id, RunStatus::interrupted, m); });
-    event(r.id, "run_interrupted", "run " + std::to_string(r.id) + " interrupted: " + r.message,
-          {{"state", run_state_name(RunState::kInterrupted)}, {"missing_ranks", missing}}, r.last_step);
+    // Where the missing ranks ran, from the placement the run's options recorded (runs.options): the nodes
+    // that held them and did not come back.
+    std::set<std::string> suspects;
+    for (const json& p : r.recorded_placement) {
+      const int first = p.value("first_rank", -1), n = p.value("ranks", 0);
+      for (int k = std::max(first, 0); k < first + n && k < r.dp; ++k)
+        if (!back[static_cast<size_t>(k)]) suspects.insert(p.value("node", ""));
+    }
+    suspects.erase("");
+    std::string missing, where;
+    for (const std::string& n : suspects) where += (where.empty() ? "" : ", ") + n;
+    std::vector<NodeShare> lost;
+    for (int k = 0; k < r.dp; ++k) {
+      if (back[static_cast<size_t>(k)]) continue;
+      missing += (missing.empty() ? "" : ",") + std::to_string(k);
+      if (!lost.empty() && lost.back().first_rank + lost.back().ranks == k) {
+        ++lost.back().ranks;
+        continue;
+      }
+      NodeShare s;
+      s.node = where.empty() ? "unknown node" : where;
+      s.first_rank = k;
+      s.ranks = 1;
+      s.done = true;
+      s.code = 1;
+      s.node_lost = true;
+      lost.push_back(std::move(s));
+    }
+    if (lost.empty()) continue;  // covered after all (adopt_gangs adopts as soon as every rank is back)
+    const std::string what =
+        std::string(lost.size() == 1 && lost[0].ranks == 1 ? "rank " : "ranks ") + missing;
+    const std::string why = what +
+                            " not reported at adoption: no agent brought them back to the restarted "
+                            "coordinator within " +
+                            std::to_string(opt.adopt_grace.count()) + " ms (last on " +
+                            (where.empty() ? std::string("an unknown node") : where) +
+                            ": its agent or its workers died while no coordinator ran)";
+    for (NodeShare& s : lost) s.error = why;
+    event(r.id, "adopt_missing", "run " + std::to_string(r.id) + ": " + why,
+          {{"missing_ranks", missing},
+           {"nodes", std::vector<std::string>(suspects.begin(), suspects.end())},
+           {"generation", r.generation},
+           {"grace_ms", opt.adopt_grace.count()}},
+          -1, where);
+    for (NodeShare& s : lost) r.shares.push_back(std::move(s));
+    std::sort(r.shares.begin(), r.shares.end(),
+              [](const NodeShare& a, const NodeShare& b) { return a.first_rank < b.first_rank; });
+    stop_shares(r, "");
+    maybe_finish(r);
   }
 }
 

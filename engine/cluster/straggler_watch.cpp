@@ -37,6 +37,7 @@ Result<StragglerWatchOptions> straggler_watch_parse(const json* object) {
   JsonFields f(*object, "straggler.");
   StragglerOptions& s = o.scoring;
   o.enabled = f.boolean("enabled", JsonFields::optional).value_or(o.enabled);
+  o.quarantine = f.boolean("quarantine", JsonFields::optional).value_or(o.quarantine);
   s.window_steps =
       static_cast<int>(f.integer("window_steps", 1, 100000, JsonFields::optional).value_or(s.window_steps));
   s.min_samples =
@@ -63,12 +64,19 @@ Result<StragglerWatchOptions> straggler_watch_parse(const json* object) {
   // Ranges that depend on each other (min_samples <= window_steps): the scorer's own check, which names the
   // field.
   if (std::string why = straggler_options_check(s); !why.empty()) return Status::error(why);
+  if (o.quarantine && !o.enabled) {
+    return Status::error(
+        "field \"straggler.quarantine\": true needs \"straggler.enabled\": true (a rank is quarantined when "
+        "the "
+        "scoring flags it; with scoring off nothing is ever flagged)");
+  }
   return o;
 }
 
 json straggler_watch_options_json(const StragglerWatchOptions& o) {
   const StragglerOptions& s = o.scoring;
   return {{"enabled", o.enabled},
+          {"quarantine", o.quarantine},
           {"window_steps", s.window_steps},
           {"min_samples", s.min_samples},
           {"relative_threshold", s.relative_threshold},
@@ -120,13 +128,31 @@ std::vector<EventRecord> StragglerWatch::maybe_evaluate(int64_t run_id, double t
   return out;
 }
 
+std::vector<EventRecord> StragglerWatch::set_options(const StragglerWatchOptions& o, int64_t run_id,
+                                                     double time_unix_s,
+                                                     const std::function<std::string(int32_t)>& node_of) {
+  const bool rescore = straggler_watch_options_json({.enabled = o.enabled, .scoring = o.scoring}) !=
+                       straggler_watch_options_json({.enabled = o_.enabled, .scoring = o_.scoring});
+  o_ = o;
+  if (!rescore) return {};
+  return reset(run_id, time_unix_s, node_of, "the straggler policy's scoring options changed");
+}
+
+std::vector<int32_t> StragglerWatch::flagged_ranks() const {
+  std::vector<int32_t> out;
+  for (size_t k = 0; k < flagged_.size(); ++k)
+    if (flagged_[k]) out.push_back(static_cast<int32_t>(k));
+  return out;
+}
+
 std::vector<EventRecord> StragglerWatch::reset(int64_t run_id, double time_unix_s,
-                                               const std::function<std::string(int32_t)>& node_of) {
+                                               const std::function<std::string(int32_t)>& node_of,
+                                               const std::string& why) {
   std::vector<EventRecord> out;
   for (size_t k = 0; k < flagged_.size(); ++k) {
     if (!flagged_[k]) continue;
     const int32_t rank = static_cast<int32_t>(k);
-    out.push_back(cleared(run_id, time_unix_s, rank, node_of(rank), "the run was placed again"));
+    out.push_back(cleared(run_id, time_unix_s, rank, node_of(rank), why));
   }
   scorer_ = StragglerScorer(o_.scoring);
   last_ = StragglerReport();

@@ -25,7 +25,11 @@
 namespace gantry {
 
 struct StragglerWatchOptions {
-  bool enabled = true;
+  bool enabled = true;  // scoring, flags and their events
+  // The policy's action (off by default): a rank flagged (windows_to_flag windows in a row) has its node
+  // quarantined, and the run moves off it (a spare, else a smaller dp). Switchable while the run lives
+  // (POST /v1/runs/{id}/straggler).
+  bool quarantine = false;
   // The scorer's defaults, but on the busy basis; thresholds of 0.75 (a rank 4/3 as slow as the fastest,
   // or as its own best) rather than 0.9, since step times on shared machines wander by 10 % on their own.
   StragglerOptions scoring{.window_steps = 20,
@@ -48,6 +52,18 @@ class StragglerWatch {
 
   const StragglerWatchOptions& options() const { return o_; }
 
+  // The options changed while the run lives. New scoring options (or scoring turned on or off) start the
+  // scores over, as a new placement does: ranks flagged until now get a "straggler_cleared" event saying
+  // why. A change of `quarantine` alone keeps the scores and flags.
+  std::vector<EventRecord> set_options(const StragglerWatchOptions& o, int64_t run_id, double time_unix_s,
+                                       const std::function<std::string(int32_t)>& node_of);
+
+  // The step of the latest evaluation (-1: none yet): a caller sees whether maybe_evaluate evaluated.
+  int64_t evaluated_at_step() const { return evaluated_at_step_; }
+
+  // The ranks flagged by the latest evaluation, in rank order.
+  std::vector<int32_t> flagged_ranks() const;
+
   // One rank-step record of the run's current placement.
   void add(const RankStepRecord& r);
 
@@ -60,7 +76,8 @@ class StragglerWatch {
   // A new placement (a move, a resume): the ranks are on other devices now, so the scores start over. Ranks
   // flagged until now get a "straggler_cleared" event saying why.
   std::vector<EventRecord> reset(int64_t run_id, double time_unix_s,
-                                 const std::function<std::string(int32_t)>& node_of);
+                                 const std::function<std::string(int32_t)>& node_of,
+                                 const std::string& why = "the run was placed again");
 
   // The rank's latest scores for the API (null when it has not been scored), and the run's summary:
   // options, evaluations, the step of the last one, the fastest rank, the flagged ranks.

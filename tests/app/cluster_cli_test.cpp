@@ -37,7 +37,7 @@ TEST_F(ClusterCli, Dp4RunStepsAndActionsThroughTheApi) {
   EXPECT_THAT(refused->error_message(), HasSubstr("cannot place dp 8"));
   EXPECT_THAT(refused->error_message(), HasSubstr("needs 8 free slots"));
   EXPECT_EQ(get("/v1/runs")["runs"].size(), 0u);
-  EXPECT_TRUE(children_of({pids_[0], pids_[1], pids_[2]}).empty()) << "a refused job started workers";
+  EXPECT_TRUE(children_of(agent_pids()).empty()) << "a refused job started workers";
 
   // A dp-4 run: two ranks on each node.
   Result<json> sub =
@@ -53,7 +53,7 @@ TEST_F(ClusterCli, Dp4RunStepsAndActionsThroughTheApi) {
   std::set<int> ranks_seen;
   for (const json& r : steps["rank_steps"]) ranks_seen.insert(r["rank"].get<int>());
   EXPECT_EQ(ranks_seen, (std::set<int>{0, 1, 2, 3}));
-  workers_ = children_of({pids_[0], pids_[1], pids_[2]});
+  workers_ = children_of(agent_pids());
   EXPECT_EQ(workers_.size(), 4u);
   EXPECT_EQ(get("/v1/runs/" + std::to_string(id) + "/ranks")["ranks"].size(), 4u);
   json band = get("/v1/runs/" + std::to_string(id) + "/steps?buckets=4");
@@ -190,7 +190,7 @@ TEST_F(ClusterCli, AgentServesItsNodesMetrics) {
   ASSERT_TRUE(sub.ok()) << sub.error();
   const int64_t id = sub->at("id").get<int64_t>();
   ASSERT_TRUE(eventually([&] { return last_step(id) >= 2; }, 30s)) << run_state(id).dump();
-  workers_ = children_of({pids_[0], pids_[1], pids_[2]});
+  workers_ = children_of(agent_pids());
   std::set<std::string> node0_ranks;
   const json placed = run_state(id);  // named: a temporary would die before the loop body
   for (const json& share : placed["placement"]) {
@@ -276,7 +276,7 @@ TEST_F(ClusterCli, KilledAgentLosesItsNodeAndStopsTheRun) {
   ASSERT_TRUE(sub.ok()) << sub.error();
   const int64_t id = sub->at("id").get<int64_t>();
   ASSERT_TRUE(eventually([&] { return last_step(id) >= 2; }, 30s)) << run_state(id).dump();
-  workers_ = children_of({pids_[0], pids_[1], pids_[2]});
+  workers_ = children_of(agent_pids());
   const pid_t agent1 = static_cast<pid_t>(std::stol(slurp((dir_ / "agent-node-1.pid").string())));
   ASSERT_EQ(::kill(agent1, SIGKILL), 0);
   ASSERT_TRUE(eventually(

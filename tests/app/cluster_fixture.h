@@ -111,6 +111,8 @@ class ClusterCli : public ::testing::Test {
   // What `up` starts: two nodes of two slots; a derived fixture adds spares or a worker fault.
   virtual std::string up_args() const { return "--nodes 2 --slots 2"; }
   virtual size_t daemons() const { return 3; }  // the coordinator and the agents
+  // `up` supervises its coordinator (a pid file of its own) unless told --no-restart.
+  size_t supervisors() const { return up_args().find("--no-restart") == std::string::npos ? 1 : 0; }
   // GANTRY_TEST_WORKER_FAULT for every worker of the cluster ("" = none): `up`'s agents inherit it, and
   // their workers from them.
   virtual std::string worker_fault() const { return ""; }
@@ -131,7 +133,7 @@ class ClusterCli : public ::testing::Test {
     token_ = token.value();
     api_ = std::make_unique<HttpClient>(HttpClientOptions{.url = url_, .token = token_});
     pids_ = cluster_pids(dir_);
-    ASSERT_EQ(pids_.size(), daemons());
+    ASSERT_EQ(pids_.size(), daemons() + supervisors());
   }
 
   void TearDown() override {
@@ -146,6 +148,18 @@ class ClusterCli : public ::testing::Test {
       for (const char* log : {"coordinator.log", "agent-node-0.log", "agent-node-1.log", "agent-spare-0.log"})
         std::fprintf(stderr, "---- %s\n%s\n", log, slurp((dir_ / log).string()).c_str());
     }
+  }
+
+  // The agents' pids (D/agent-*.pid): the workers' parents. Not pids_[0..2]: `up`'s supervisor is a pid
+  // file too, and its child is the coordinator.
+  std::vector<pid_t> agent_pids() const {
+    std::vector<pid_t> out;
+    for (const fs::directory_entry& e : fs::directory_iterator(dir_)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("agent-", 0) == 0 && e.path().extension() == ".pid")
+        out.push_back(static_cast<pid_t>(std::stol(slurp(e.path().string()))));
+    }
+    return out;
   }
 
   json get(const std::string& path) {

@@ -41,6 +41,10 @@ pid_t pid_of_rank(const std::vector<pid_t>& pids, int rank) {
 
 class ClusterHardening : public ClusterCli {
  protected:
+  // The crash test kills the coordinator and brings the cluster back itself (`down`, `up`): no supervisor
+  // may start the coordinator again in between.
+  std::string up_args() const override { return "--nodes 2 --slots 2 --no-restart"; }
+
   int64_t submit_dp4(const json& extra = json::object()) {
     json body = {{"config", tiny_config(100000)}, {"layout", {{"dp", 4}}}};
     body.update(extra);

@@ -439,6 +439,93 @@ TEST_F(ClusterLiveDrills, AnInjectedSlowRankIsFlaggedNotHung) {
   ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 60s)) << run_state(id).dump();
 }
 
+// The straggler policy switched at run time: submitted with its quarantine off (the default), a rank slowed
+// by 500 ms is flagged and nothing more, evaluation after evaluation; bad changes are refused naming the
+// field; `ctl straggler RUN --on` turns it on (a straggler_policy event says who changed what), and the
+// slow rank's node is quarantined (a straggler_quarantine event) and the run goes on without it, at dp 2 on
+// node-0.
+TEST_F(ClusterLiveDrills, TheStragglerPolicyTurnedOnAtRunTimeQuarantinesTheSlowRanksNode) {
+  const int64_t id = submit(100000, {{"straggler",
+                                      {{"window_steps", 5},
+                                       {"min_samples", 5},
+                                       {"windows_to_flag", 2},
+                                       {"relative_threshold", 0.4},
+                                       {"individual_threshold", 0}}}});
+  ASSERT_GE(id, 0);
+  const std::string run = "/v1/runs/" + std::to_string(id);
+  EXPECT_EQ(run_state(id)["straggler"]["quarantine"], false) << run_state(id).dump();
+  ASSERT_TRUE(eventually([&] { return last_step(id) >= 3; }, 60s)) << run_state(id).dump();
+  workers_ = children_of(pids_);
+  ASSERT_TRUE(api_->post_json(run + "/inject", {{"fault", "slow"}, {"rank", 2}, {"ms", 500}}).ok());
+  json ranks;
+  ASSERT_TRUE(eventually(
+      [&] {
+        ranks = get(run + "/ranks");
+        return ranks["straggler"]["flagged"] == json::array({2});
+      },
+      90s))
+      << ranks.dump();
+  // Policy off: two more evaluations with rank 2 flagged, and nobody is moved.
+  const int64_t flagged_at = ranks["straggler"]["evaluated_at_step"].get<int64_t>();
+  ASSERT_TRUE(eventually(
+      [&] { return get(run + "/ranks")["straggler"]["evaluated_at_step"] >= flagged_at + 10; }, 90s));
+  EXPECT_TRUE(events(id, "straggler_quarantine").empty());
+  EXPECT_EQ(run_state(id)["state"], "running");
+  EXPECT_EQ(run_state(id)["layout"]["dp"], 4);
+  for (const json& n : get("/v1/cluster")["nodes"]) EXPECT_EQ(n["state"], "healthy") << n.dump();
+
+  for (const auto& [body, want] : std::vector<std::pair<json, std::string>>{
+           {{{"windows_to_flag", 0}}, "straggler.windows_to_flag"},
+           {{{"quarntine", true}}, "straggler.quarntine"},
+           {{{"quarantine", "yes"}}, "straggler.quarantine"},
+           {{{"quarantine", true}, {"enabled", false}}, "needs \"straggler.enabled\": true"}}) {
+    Result<HttpReply> bad = api_->post(run + "/straggler", body);
+    ASSERT_TRUE(bad.ok()) << bad.error();
+    EXPECT_EQ(bad->status, 400) << body.dump();
+    EXPECT_THAT(bad->error_message(), HasSubstr(want)) << body.dump();
+  }
+  Result<HttpReply> missing = api_->post("/v1/runs/999/straggler", {{"quarantine", true}});
+  ASSERT_TRUE(missing.ok());
+  EXPECT_EQ(missing->status, 404);
+  EXPECT_TRUE(events(id, "straggler_policy").empty()) << "a refused change was recorded";
+
+  testing_support::Outcome ctl =
+      run_engine("ctl --url " + url_ + " --token-file " + (dir_ / "token").string() + " straggler " +
+                 std::to_string(id) + " --on");
+  ASSERT_EQ(ctl.code, 0) << ctl.err;
+  EXPECT_THAT(ctl.out, HasSubstr("quarantine off -> on"));
+  const std::vector<json> changed = events(id, "straggler_policy");
+  ASSERT_EQ(changed.size(), 1u);
+  const json cp = json::parse(changed[0]["payload"].get<std::string>());
+  EXPECT_EQ(cp["before"]["quarantine"], false);
+  EXPECT_EQ(cp["after"]["quarantine"], true);
+  EXPECT_THAT(cp["from"].get<std::string>(), HasSubstr("127.0.0.1"));
+
+  ASSERT_TRUE(eventually([&] { return !events(id, "quarantine_placed").empty(); }, 90s))
+      << run_state(id).dump();
+  const std::vector<json> q = events(id, "straggler_quarantine");
+  ASSERT_EQ(q.size(), 1u);
+  EXPECT_EQ(q[0]["node"], "node-1");
+  EXPECT_THAT(q[0]["message"].get<std::string>(), HasSubstr("rank 2"));
+  for (const json& n : get("/v1/cluster")["nodes"])
+    EXPECT_EQ(n["state"], n["id"] == "node-1" ? "quarantined" : "healthy") << n.dump();
+  const json state = run_state(id);
+  EXPECT_EQ(state["layout"]["dp"], 2) << state.dump();
+  for (const json& share : state["placement"]) EXPECT_EQ(share["node"], "node-0") << state.dump();
+  const int64_t from = state["last_step"].get<int64_t>();
+  ASSERT_TRUE(eventually([&] { return last_step(id) > from + 3; }, 60s)) << run_state(id).dump();
+  EXPECT_EQ(run_state(id)["state"], "running");
+  // Off again through ctl: recorded too.
+  ctl = run_engine("ctl --url " + url_ + " --token-file " + (dir_ / "token").string() + " straggler " +
+                   std::to_string(id) + " --off");
+  ASSERT_EQ(ctl.code, 0) << ctl.err;
+  EXPECT_EQ(events(id, "straggler_policy").size(), 2u);
+  EXPECT_EQ(run_state(id)["straggler"]["quarantine"], false);
+  workers_ = children_of(pids_);
+  ASSERT_TRUE(api_->post_json(run + "/stop", json::object()).ok());
+  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 60s)) << run_state(id).dump();
+}
+
 // nan: rank 1's gradients of its next step are NaN; the gang's norm is NaN, the step guard skips that
 // step (a step_skipped event) and the run trains on without a restart.
 TEST_F(ClusterLiveDrills, AnInjectedNanStepIsSkipped) {

@@ -64,6 +64,9 @@ struct RunView {
   std::string peak_name;
   double peak_flops = 0;
   std::string mfu_formula;
+  // Its straggler policy (the run's "straggler" options): scoring on, and the quarantine of a flagged rank's
+  // node on; unknown until the coordinator said (an older one sends no "quarantine").
+  std::optional<bool> straggler_scoring, straggler_quarantine;
 };
 
 // A rank of /v1/runs/{id}/ranks. The straggler fields come from the coordinator where it scores ranks;

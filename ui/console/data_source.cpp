@@ -63,6 +63,11 @@ RunView run_from_json(const json& j) {
   r.peak_name = field<std::string>(j, "peak_name", "");
   r.peak_flops = field<double>(j, "peak_flops", 0);
   r.mfu_formula = field<std::string>(j, "mfu_formula", "");
+  if (auto it = j.find("straggler"); it != j.end() && it->is_object()) {
+    if (auto e = it->find("enabled"); e != it->end() && e->is_boolean()) r.straggler_scoring = e->get<bool>();
+    if (auto q = it->find("quarantine"); q != it->end() && q->is_boolean())
+      r.straggler_quarantine = q->get<bool>();
+  }
   if (r.world == 0) r.world = r.dp;
   if (auto it = j.find("placement"); it != j.end() && it->is_array()) {
     for (const json& s : *it) {
@@ -189,6 +194,16 @@ void DataSource::request_resume_from(int64_t run_id, const std::string& checkpoi
 void DataSource::request_quarantine(const std::string& node) {
   std::lock_guard<std::mutex> lock(mu_);
   requests_.push_back({.what = "quarantine node " + node, .request = ApiClient::quarantine_request(node)});
+  cv_.notify_all();
+}
+
+void DataSource::request_straggler_quarantine(int64_t run_id, bool on) {
+  // On needs the scoring on too (the coordinator refuses quarantine without it); off leaves the scoring.
+  const json policy = on ? json{{"enabled", true}, {"quarantine", true}} : json{{"quarantine", false}};
+  std::lock_guard<std::mutex> lock(mu_);
+  requests_.push_back({.what = std::string("straggler quarantine ") + (on ? "on" : "off") + " for run " +
+                               std::to_string(run_id),
+                       .request = ApiClient::straggler_request(run_id, policy)});
   cv_.notify_all();
 }
 

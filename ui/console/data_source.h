@@ -91,6 +91,8 @@ class DataSource {
   }
   void request_resume_from(int64_t run_id, const std::string& checkpoint, const ResumeLayout& layout);
   void request_quarantine(const std::string& node);
+  // The run's straggler policy: quarantine a flagged rank's node (on), or only flag (off), from now on.
+  void request_straggler_quarantine(int64_t run_id, bool on);
   void request_submit_tiny();
   // The time metric the band and the heatmap show (busy by default): another one asks for both again.
   void set_rank_metric(RankTimeMetric m);

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "engine/cluster/run_lifecycle.h"  // run_state_terminal: the policy switches only while the run lives
 #include "ui/console/panels.h"
 #include "ui/console/stragglers.h"
 
@@ -11,6 +12,24 @@ namespace gantry::console {
 
 void StragglersPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
   ctx.frame.panels.push_back("Stragglers");
+  // The run's policy, switchable while it lives: a flagged rank's node quarantined by the coordinator.
+  if (s.run.id >= 0) {
+    const bool live =
+        s.connected && !run_state_terminal(run_state_from_name(s.run.state).value_or(RunState::kFinished));
+    const bool known = s.run.straggler_quarantine.has_value();
+    bool on = s.run.straggler_quarantine.value_or(false);
+    ImGui::BeginDisabled(!live || !known);
+    if (ImGui::Checkbox("Quarantine stragglers' nodes", &on))
+      ctx.source.request_straggler_quarantine(s.run.id, on);
+    ctx.clicks.record_last_item("Quarantine stragglers' nodes", live && known);
+    ImGui::EndDisabled();
+    if (ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled)) {
+      ImGui::SetTooltip("%s", !known  ? "the coordinator has not said (policy unknown)"
+                              : !live ? "the run has ended, or the coordinator is not connected"
+                                      : "on: a rank flagged for its windows has its node quarantined and the "
+                                        "run moves off it; off: stragglers are only flagged");
+    }
+  }
   if (s.ranks.empty()) {
     ImGui::TextDisabled("no ranks (no run followed)");
     return;

@@ -106,6 +106,38 @@ TEST(StragglerWatch, ANewPlacementClearsFlagsAndStartsOver) {
   EXPECT_TRUE(w.maybe_evaluate(7, 3.0, node_of).empty());  // nothing recorded since
 }
 
+// Switched while the run lives: quarantine alone keeps the scores and the flag; new scoring options start
+// over (the flag cleared, saying why); quarantine without scoring is refused naming the field.
+TEST(StragglerWatch, OptionsChangedAtRunTimeKeepOrRestartTheScores) {
+  json body = {{"window_steps", 2}, {"min_samples", 1}, {"windows_to_flag", 1}, {"individual_threshold", 0}};
+  StragglerWatchOptions o = straggler_watch_parse(&body).value();
+  EXPECT_FALSE(o.quarantine);  // off by default
+  StragglerWatch w(o);
+  for (int64_t s = 1; s <= 2; ++s) {
+    w.add(rec(0, s, 0.1, 0.5));
+    w.add(rec(1, s, 0.6, 0.0));
+  }
+  ASSERT_EQ(w.maybe_evaluate(7, 1.0, node_of).size(), 1u);
+  EXPECT_EQ(w.flagged_ranks(), std::vector<int32_t>{1});
+  o.quarantine = true;
+  EXPECT_TRUE(w.set_options(o, 7, 2.0, node_of).empty());
+  EXPECT_TRUE(w.options().quarantine);
+  EXPECT_EQ(w.flagged_ranks(), std::vector<int32_t>{1});  // kept: the policy acts on it now
+  EXPECT_EQ(straggler_watch_options_json(w.options())["quarantine"], true);
+  o.scoring.windows_to_flag = 3;
+  std::vector<EventRecord> cleared = w.set_options(o, 7, 3.0, node_of);
+  ASSERT_EQ(cleared.size(), 1u);
+  EXPECT_EQ(cleared[0].kind, "straggler_cleared");
+  EXPECT_THAT(cleared[0].message, HasSubstr("scoring options changed"));
+  EXPECT_TRUE(w.flagged_ranks().empty());
+  EXPECT_EQ(w.options().scoring.windows_to_flag, 3);
+
+  json bad = {{"quarantine", true}, {"enabled", false}};
+  Result<StragglerWatchOptions> refused = straggler_watch_parse(&bad);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.error(), HasSubstr("straggler.quarantine"));
+}
+
 TEST(StragglerWatch, DisabledScoresNothing) {
   json body = {{"enabled", false}, {"window_steps", 1}, {"min_samples", 1}, {"windows_to_flag", 1}};
   StragglerWatch w(straggler_watch_parse(&body).value());

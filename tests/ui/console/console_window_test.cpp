@@ -154,7 +154,7 @@ TEST(ConsoleWindow, ScreenshotStateAndAScriptedCheckpointAgainstARemoteCluster) 
             0)
       << slurp(dir / "up.err");
   const std::vector<pid_t> daemons = pid_files(cluster);
-  ASSERT_EQ(daemons.size(), 3u);
+  ASSERT_EQ(daemons.size(), 4u);  // the coordinator, its supervisor, two agents
   std::string url = slurp(dir / "up.out");
   url = url.substr(0, url.find('\n'));
   Result<std::string> token = token_file_read((cluster / "token").string());

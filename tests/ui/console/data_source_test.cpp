@@ -28,12 +28,12 @@ class DataSourceCluster : public ::testing::Test {
     dir_ = scratch_dir("data_source");
     cluster_ = dir_ / "cluster";
     ASSERT_EQ(
-        run_shell(std::string(GANTRY_ENGINE_BIN) + " up --nodes 2 --slots 2 --dir " + cluster_.string() +
-                  " >" + (dir_ / "up.out").string() + " 2>" + (dir_ / "up.err").string()),
+        run_shell(std::string(GANTRY_ENGINE_BIN) + " up --nodes 2 --slots 2 --no-restart --dir " +
+                  cluster_.string() + " >" + (dir_ / "up.out").string() + " 2>" + (dir_ / "up.err").string()),
         0)
         << slurp(dir_ / "up.err");
     pids_ = pid_files(cluster_);
-    ASSERT_EQ(pids_.size(), 3u);
+    ASSERT_EQ(pids_.size(), 3u);  // --no-restart: a test below starts the coordinator again itself
     std::string url = slurp(dir_ / "up.out");
     url = url.substr(0, url.find('\n'));
     Result<std::string> token = token_file_read((cluster_ / "token").string());
@@ -302,6 +302,56 @@ TEST_F(DataSourceCluster, CatchesUpWithoutAGapAfterTheCoordinatorIsKilledAndRest
   for (const EventView& e : s->events) EXPECT_TRUE(ids.insert(e.id).second) << "event " << e.id << " twice";
   source_->request_action(run, RunAction::kStop);
   ASSERT_TRUE(eventually([&] { return snap()->run.state == "stopped"; }, 60s));
+}
+
+// The Stragglers panel's toggle goes through the feed library: request_straggler_quarantine reaches the
+// coordinator (the run's options say so when asked directly), the change comes back as a straggler_policy
+// event on the console's stream, and the snapshot shows the policy as the coordinator holds it; off again
+// likewise.
+TEST_F(DataSourceCluster, TheStragglerToggleReachesTheCoordinator) {
+  source_ = std::make_unique<DataSource>(
+      DataSourceOptions{.tiny_config = slurp(GANTRY_CONSOLE_TINY_CONFIG), .tiny_dp = 4},
+      [this]() -> Result<Endpoint> { return endpoint_; });
+  source_->start();
+  source_->request_submit_tiny();
+  ASSERT_TRUE(eventually([&] { return snap()->steps->last_step() >= 2; }, 60s))
+      << snap()->last_action.message;
+  const int64_t run = snap()->run.id;
+  workers_ = children_of(pids_);
+  ASSERT_TRUE(eventually([&] { return snap()->run.straggler_quarantine.has_value(); }, 20s));
+  EXPECT_FALSE(*snap()->run.straggler_quarantine);  // off by default
+
+  ApiClient api({.url = endpoint_.url, .token = endpoint_.token});
+  auto policy_events = [&] {
+    int n = 0;
+    for (const EventView& e : snap()->events) n += e.record.kind == "straggler_policy";
+    return n;
+  };
+  source_->request_straggler_quarantine(run, true);
+  ASSERT_TRUE(eventually([&] { return snap()->run.straggler_quarantine == std::optional<bool>(true); }, 20s))
+      << snap()->last_action.message;
+  EXPECT_TRUE(snap()->last_action.ok) << snap()->last_action.message;
+  Result<nlohmann::json> held = api.run(run);
+  ASSERT_TRUE(held.ok()) << held.error();
+  EXPECT_EQ(held->at("straggler")["quarantine"], true) << held->dump();
+  EXPECT_EQ(held->at("straggler")["enabled"], true) << held->dump();
+  ASSERT_TRUE(eventually([&] { return policy_events() == 1; }, 20s));
+
+  source_->request_straggler_quarantine(run, false);
+  ASSERT_TRUE(eventually([&] { return snap()->run.straggler_quarantine == std::optional<bool>(false); }, 20s))
+      << snap()->last_action.message;
+  held = api.run(run);
+  ASSERT_TRUE(held.ok()) << held.error();
+  EXPECT_EQ(held->at("straggler")["quarantine"], false) << held->dump();
+  ASSERT_TRUE(eventually([&] { return policy_events() == 2; }, 20s));
+
+  source_->request_action(run, RunAction::kStop);
+  ASSERT_TRUE(eventually([&] { return snap()->run.state == "stopped"; }, 60s));
+  // An ended run's policy is not changed: the coordinator's 409 is the request's outcome.
+  source_->request_straggler_quarantine(run, true);
+  ASSERT_TRUE(eventually([&] { return snap()->last_action.message.find("409") != std::string::npos; }, 20s))
+      << snap()->last_action.message;
+  EXPECT_FALSE(snap()->last_action.ok);
 }
 
 TEST(DataSource, AnUnreachableCoordinatorIsShownNotWaitedOn) {
