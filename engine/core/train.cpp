@@ -153,7 +153,9 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
   if (!created.ok()) return created.status();
   std::unique_ptr<Backend> backend = std::move(created.value());
   const TensorTable& table = backend->params();
-  const RunUtilisation util = run_utilisation(c, table.numel(), backend->device_name());
+  // FLOPs per token are the whole model's: under tensor parallelism the table is one tp rank's share.
+  const RunUtilisation util = run_utilisation(
+      c, dims.tp > 1 ? gpt_param_table(c.model).numel() : table.numel(), backend->device_name());
   CheckpointGang gang{
       .store = dist != nullptr ? dist->store : nullptr, .layout = dims, .timeout = comm_timeout};
   if (dims.world > 1 && gang.store == nullptr)

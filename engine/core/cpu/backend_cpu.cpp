@@ -35,7 +35,8 @@ const char* state_buffer_name(StateBuffer b) {
 namespace {
 
 // Activations of one micro-batch, kept for the backward pass; one flat allocation carved by a table.
-// Under tensor parallelism Cl = C/tp, NHl = NH/tp and Hl = 4C/tp are this rank's share (else C, NH, 4C).
+// Cl = C/tp, NHl = n_head/tp and Hl = 4C/tp are this tensor-parallel rank's share (C, n_head and 4C at tp 1);
+// the code's locals name them Cl, NH and H.
 struct LayerActs {
   float* ln1;       // (N, C)
   float* ln1_mean;  // (N)
