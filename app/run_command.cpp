@@ -16,6 +16,7 @@
 #include "engine/core/checkpoint.h"
 #include "engine/core/config.h"
 #include "engine/core/parallel/parallel_dims.h"
+#include "engine/core/parallel/tensor_parallel.h"
 #include "engine/core/worker/gang.h"
 #include "engine/core/worker/worker_runtime.h"
 #include "telemetry/clock.h"
@@ -41,6 +42,7 @@ struct RunArgs {
   int nproc = 1;
   std::string config;
   int zero = 0;
+  int tp = 1;  // tensor-parallel degree; dp = nproc / tp
   std::string out;
   std::string resume;
   int64_t max_steps = -1;
@@ -69,10 +71,12 @@ int run_main(const RunArgs& a) {
     return kExitBadInput;
   }
   Result<ParallelDims> dims =
-      ParallelDims::make({.world = a.nproc, .rank = 0, .dp = a.nproc, .zero = a.zero});
-  if (!dims.ok()) {
-    std::fprintf(stderr, "gantry-engine run: --nproc %d --zero %d: %s\n", a.nproc, a.zero,
-                 dims.error().c_str());
+      ParallelDims::make({.world = a.nproc, .rank = 0, .dp = a.nproc / a.tp, .tp = a.tp, .zero = a.zero});
+  Status layout =
+      dims.ok() ? tensor_parallel_check(cfg->model, dims.value(), cfg->train.backend) : dims.status();
+  if (!layout.ok()) {
+    std::fprintf(stderr, "gantry-engine run: --nproc %d --tp %d --zero %d: %s\n", a.nproc, a.tp, a.zero,
+                 layout.message().c_str());
     return kExitBadInput;
   }
   // Workers get absolute paths: they agree on them whatever their working directory.
@@ -94,6 +98,8 @@ int run_main(const RunArgs& a) {
             out.string(),
             "--zero",
             std::to_string(a.zero),
+            "--tp",
+            std::to_string(a.tp),
             "--max-steps",
             std::to_string(a.max_steps),
             "--join-timeout",
@@ -144,7 +150,8 @@ int run_main(const RunArgs& a) {
 
 #ifdef GANTRY_HAVE_STORAGE
   HistoryWriter history(out.string(), out.filename().string(), a.nproc,
-                        "dp=" + std::to_string(a.nproc) + " tp=1 pp=1 zero=" + std::to_string(a.zero));
+                        "dp=" + std::to_string(dims->dp) + " tp=" + std::to_string(a.tp) +
+                            " pp=1 zero=" + std::to_string(a.zero));
 #endif
   const int64_t last_step = a.max_steps >= 0 ? a.max_steps : cfg->train.max_steps;
   g.on_spawn = [](int rank, int64_t pid) {
@@ -278,6 +285,9 @@ void run_command_add(CLI::App& app, int* exit_code) {
                   "ZeRO stage over the dp axis: 0 none, 1 optimizer state, 2 + gradients, 3 + "
                   "parameters")
       ->check(CLI::Range(0, 3));
+  sub->add_option("--tp", args->tp,
+                  "Tensor-parallel degree (CPU backend only): dp = nproc / tp; tp must divide the heads")
+      ->check(CLI::Range(1, 4096));
   sub->add_option("--out", args->out,
                   "Run folder for checkpoints, data and history.sqlite (default runs/<config name>)");
   sub->add_option("--resume", args->resume,

@@ -24,7 +24,19 @@ void Backend::snapshot_start(const std::vector<SnapshotPiece>& pieces, float* ho
 
 Result<std::unique_ptr<Backend>> backend_create(const std::string& kind, const ModelConfig& m, int max_batch,
                                                 const BackendOptions& options) {
-  if (kind == "cpu") return backend_cpu_create(m, max_batch, options);
+  if (kind == "cpu") {
+    if (options.tp != nullptr &&
+        (m.n_head % options.tp->size() != 0 || (4 * m.n_embd) % options.tp->size() != 0)) {
+      return Status::error("tp " + std::to_string(options.tp->size()) + " must divide model.n_head " +
+                           std::to_string(m.n_head) + " and the MLP width " + std::to_string(4 * m.n_embd));
+    }
+    return backend_cpu_create(m, max_batch, options);
+  }
+  // Before anything else: this holds whether or not this build has CUDA.
+  if (options.tp != nullptr && options.tp->size() > 1) {
+    return Status::error("tp " + std::to_string(options.tp->size()) + " with train.backend = \"" + kind +
+                         "\": tensor parallel is CPU-only for now; use tp 1, or train.backend = \"cpu\"");
+  }
   if (kind == "cuda") {
 #ifdef GANTRY_HAVE_CUDA
     if (options.zero < 0 || options.zero > 3) {

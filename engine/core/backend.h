@@ -195,6 +195,9 @@ struct BackendOptions {
   // Data parallel (cpu backend for now): the dp axis' communicator (null at dp 1), the ZeRO stage and
   // the gradient bucket size (parallel/shard_plan.h).
   Communicator* dp = nullptr;
+  // Tensor parallel (cpu backend only; parallel/tensor_parallel.h): the tp axis' communicator (null at tp 1).
+  // The backend then holds gpt_param_table(m, tp): params() is this tp rank's share of the model.
+  Communicator* tp = nullptr;
   int zero = 0;
   size_t bucket_bytes = size_t{25} << 20;
   std::chrono::milliseconds comm_timeout{std::chrono::seconds(120)};

@@ -7,8 +7,9 @@
 
 namespace gantry {
 
-TensorTable gpt_param_table(const ModelConfig& m) {
+TensorTable gpt_param_table(const ModelConfig& m, int tp) {
   const int64_t C = m.n_embd, V = m.vocab_size, T = m.seq_len;
+  const int64_t Cl = C / tp, Hl = 4 * C / tp;  // this tp rank's attention and MLP widths
   TensorTable t;
   t.add("wte", {V, C}, true, -1);
   t.add("wpe", {T, C}, true, -1);
@@ -16,15 +17,15 @@ TensorTable gpt_param_table(const ModelConfig& m) {
     const std::string p = "h." + std::to_string(l) + ".";
     t.add(p + "ln1.weight", {C}, false, l);
     t.add(p + "ln1.bias", {C}, false, l);
-    t.add(p + "attn.qkv.weight", {3 * C, C}, true, l);
-    t.add(p + "attn.qkv.bias", {3 * C}, false, l);
-    t.add(p + "attn.proj.weight", {C, C}, true, l);
+    t.add(p + "attn.qkv.weight", {3 * Cl, C}, true, l);
+    t.add(p + "attn.qkv.bias", {3 * Cl}, false, l);
+    t.add(p + "attn.proj.weight", {C, Cl}, true, l);
     t.add(p + "attn.proj.bias", {C}, false, l);
     t.add(p + "ln2.weight", {C}, false, l);
     t.add(p + "ln2.bias", {C}, false, l);
-    t.add(p + "mlp.fc.weight", {4 * C, C}, true, l);
-    t.add(p + "mlp.fc.bias", {4 * C}, false, l);
-    t.add(p + "mlp.proj.weight", {C, 4 * C}, true, l);
+    t.add(p + "mlp.fc.weight", {Hl, C}, true, l);
+    t.add(p + "mlp.fc.bias", {Hl}, false, l);
+    t.add(p + "mlp.proj.weight", {C, Hl}, true, l);
     t.add(p + "mlp.proj.bias", {C}, false, l);
   }
   t.add("lnf.weight", {C}, false, -1);

@@ -18,6 +18,7 @@
 #include "engine/core/memory_copy.h"
 #include "engine/core/optim.h"
 #include "engine/core/parallel/shard_plan.h"
+#include "engine/core/parallel/tensor_parallel.h"
 #include "engine/core/rng.h"
 #include "engine/core/sampler.h"
 #include "engine/core/sdc_check.h"
@@ -91,7 +92,22 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
   if (ec) return Status::error("cannot create output directory '" + opt.out_dir + "': " + ec.message());
   // In a gang, rank 0 writes the synthetic corpus while the others wait, so no two ranks write one file.
   const DistContext* gang_ctx = opt.dist != nullptr && opt.dist->dims.world > 1 ? opt.dist : nullptr;
-  if (gang_ctx != nullptr && gang_ctx->dp == nullptr)
+  // The communicator every rank of the gang is in: the world's under tensor parallelism, else the dp axis'.
+  Communicator* gang_comm =
+      gang_ctx == nullptr ? nullptr : (gang_ctx->world != nullptr ? gang_ctx->world : gang_ctx->dp);
+  if (opt.dist != nullptr) {
+    if (Status s = tensor_parallel_check(c.model, opt.dist->dims, c.train.backend); !s.ok()) return s;
+    // Checkpoints hold the whole model in global coordinates; writing a tp rank's share there (slicing
+    // through tensor_parallel_unslice) is the next step of issue 17, not done yet.
+    if (opt.dist->dims.tp > 1 && (c.train.checkpoint_every > 0 || !opt.resume.empty())) {
+      return Status::error("tp " + std::to_string(opt.dist->dims.tp) +
+                           ": checkpoints under tensor parallelism are not implemented yet; set "
+                           "train.checkpoint_every = 0 and start without resume, or use tp 1");
+    }
+  }
+  if (gang_ctx != nullptr && gang_ctx->dims.tp > 1 && (gang_ctx->tp == nullptr || gang_ctx->world == nullptr))
+    return Status::error("a tensor-parallel gang needs its tp and world communicators");
+  if (gang_ctx != nullptr && gang_comm == nullptr)
     return Status::error("a gang of ranks needs its dp communicator");
   // Only the data's own failures count as kData (bad input); the barrier between is the gang's.
   enter(TrainPhase::kData);
@@ -100,7 +116,7 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
                                      : Result<std::string>("");
   if (gang_ctx != nullptr) {
     enter(TrainPhase::kSetup);
-    Status st = gang_ctx->dp->barrier(gang_ctx->timeout);
+    Status st = gang_comm->barrier(gang_ctx->timeout);
     if (!st.ok()) return st;
     enter(TrainPhase::kData);
     if (gang_ctx->dims.rank != 0) data_dir = prepare_data_dir(c, opt.out_dir);
@@ -131,13 +147,16 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
                       .cuda_graphs = c.train.cuda_graphs,
                       .deterministic = c.train.deterministic,
                       .dp = dist != nullptr ? dist->dp : nullptr,
+                      .tp = dist != nullptr && dims.tp > 1 ? dist->tp : nullptr,
                       .zero = dims.zero,
                       .bucket_bytes = bucket_bytes,
                       .comm_timeout = dist != nullptr ? dist->timeout : std::chrono::milliseconds(120000)});
   if (!created.ok()) return created.status();
   std::unique_ptr<Backend> backend = std::move(created.value());
   const TensorTable& table = backend->params();
-  const RunUtilisation util = run_utilisation(c, table.numel(), backend->device_name());
+  // FLOPs per token are the whole model's: under tensor parallelism the table is one tp rank's share.
+  const RunUtilisation util = run_utilisation(
+      c, dims.tp > 1 ? gpt_param_table(c.model).numel() : table.numel(), backend->device_name());
   CheckpointGang gang{
       .store = dist != nullptr ? dist->store : nullptr, .layout = dims, .timeout = comm_timeout};
   if (dims.world > 1 && gang.store == nullptr)
@@ -161,7 +180,15 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
   if (opt.resume.empty()) {
     // Every rank draws the same initial parameters and keeps the part it holds.
     std::vector<float> init(table.numel());
-    gpt_init_params(c.model, table, rng.next_u64(), init.data());
+    if (dims.tp > 1) {
+      // The whole model drawn as one process draws it, then this tp rank's share cut out of it.
+      const TensorTable whole = gpt_param_table(c.model);
+      std::vector<float> all(whole.numel());
+      gpt_init_params(c.model, whole, rng.next_u64(), all.data());
+      tensor_parallel_slice(c.model, dims.tp, dims.tp_rank(), all.data(), init.data());
+    } else {
+      gpt_init_params(c.model, table, rng.next_u64(), init.data());
+    }
     for (const FlatRange& r : backend->held_ranges(StateBuffer::kParams)) {
       backend->write_state(StateBuffer::kParams, r.offset, r.count, init.data() + r.offset);
     }
@@ -228,6 +255,7 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
   // Declared after the backend, so a write still in flight ends before the backend does.
   TrainCheckpoints checkpoints(c, ckpt_root, *backend, ckpt_gang, observer, opt.test_checkpoint_hook);
   auto write_checkpoint = [&](double loss, bool from_action, bool final) -> Status {
+    if (dims.tp > 1) return {};  // not yet under tensor parallelism (refused above where it was asked for)
     enter(TrainPhase::kCheckpoint);
     CheckpointMeta meta{.step = step,
                         .sampler_seed = c.train.seed,
@@ -339,8 +367,8 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
       const TrainAction a = opt.control->poll();
       if (dims.rank == 0) v[0] = static_cast<float>(a);
     }
-    if (dp > 1) {
-      Status st = dist->dp->all_reduce_host(v, 3, comm_timeout);
+    if (gang_comm != nullptr) {
+      Status st = gang_comm->all_reduce_host(v, 3, comm_timeout);
       if (!st.ok()) return st;
     }
     Decision d{.action = static_cast<TrainAction>(static_cast<int>(v[0])),

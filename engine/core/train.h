@@ -31,7 +31,11 @@ struct SdcMismatch;  // engine/core/sdc_check.h
 // dims.zero, and checkpoints with every rank writing its shard and rank 0 committing.
 struct DistContext {
   ParallelDims dims;
-  Communicator* dp = nullptr;    // the dp axis; may be null only when dims.dp == 1
+  Communicator* dp = nullptr;  // the dp axis; may be null only when dims.dp == 1
+  // Tensor parallel (parallel/tensor_parallel.h): the tp axis (null at tp 1) and the whole gang, for the
+  // gang-wide agreements (start barrier, step-boundary decisions). world null: dp is the whole gang.
+  Communicator* tp = nullptr;
+  Communicator* world = nullptr;
   StoreClient* store = nullptr;  // the launcher's store: ranks report checkpoint shards, rank 0 commits
   std::chrono::milliseconds timeout{std::chrono::seconds(120)};  // every collective and store wait
 };

@@ -477,6 +477,26 @@ TEST(RunCli, BadInputExits2) {
   EXPECT_THAT(w.err, HasSubstr("RANK and WORLD_SIZE are not set"));
 }
 
+// Tensor parallelism (issue 17) through the launcher: layouts that cannot split are refused before any
+// worker starts, naming the numbers; tp 2 over two workers trains.
+TEST(RunCli, TensorParallelLayoutsAreCheckedAndTp2Trains) {
+  const std::string dir = fresh_dir("tp");
+  const std::string cfg = write_config(dir, 3, true);  // 2 heads
+  testing_support::Outcome r = testing_support::run_engine("run --nproc 4 --tp 3 --config " + cfg);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("dp 1 x tp 3 x pp 1 = 3 but the world has 4 ranks"));
+  r = testing_support::run_engine("run --nproc 4 --tp 4 --config " + cfg);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("tp 4 does not divide model.n_head 2"));
+
+  EngineChild run =
+      EngineChild::start({"run", "--nproc", "2", "--tp", "2", "--config", cfg, "--out", dir + "/run"});
+  EngineChild::Exit e = run.wait(60s);
+  ASSERT_EQ(e.code, 0) << run.err();
+  EXPECT_THAT(run.err(), HasSubstr("dp 1 x tp 2 x pp 1"));
+  EXPECT_THAT(run.err(), HasSubstr("done: step 3"));
+}
+
 int free_port() {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a = {};

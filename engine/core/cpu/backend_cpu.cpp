@@ -9,8 +9,10 @@
 #include "engine/core/comm/communicator.h"
 #include "engine/core/cpu/ops_cpu.h"
 #include "engine/core/cpu/thread_pool.h"
+#include "engine/core/fatal.h"
 #include "engine/core/gpt.h"
 #include "engine/core/optim.h"
+#include "engine/core/parallel/tensor_parallel.h"
 #include "engine/core/parallel/zero_host_state.h"
 #include "engine/core/replica_hash.h"
 
@@ -33,29 +35,42 @@ const char* state_buffer_name(StateBuffer b) {
 namespace {
 
 // Activations of one micro-batch, kept for the backward pass; one flat allocation carved by a table.
+// Cl = C/tp, NHl = n_head/tp and Hl = 4C/tp are this tensor-parallel rank's share (C, n_head and 4C at tp 1);
+// the code's locals name them Cl, NH and H.
 struct LayerActs {
   float* ln1;       // (N, C)
   float* ln1_mean;  // (N)
   float* ln1_rstd;  // (N)
-  float* qkv;       // (N, 3C)
-  float* att;       // (B, NH, T, T)
-  float* atty;      // (N, C)
+  float* qkv;       // (N, 3Cl)
+  float* att;       // (B, NHl, T, T)
+  float* atty;      // (N, Cl)
   float* res2;      // (N, C)
   float* ln2;       // (N, C)
   float* ln2_mean;  // (N)
   float* ln2_rstd;  // (N)
-  float* fch;       // (N, 4C)
-  float* fch_gelu;  // (N, 4C)
+  float* fch;       // (N, Hl)
+  float* fch_gelu;  // (N, Hl)
   float* res3;      // (N, C)
 };
 
 class CpuBackend final : public Backend {
  public:
   CpuBackend(const ModelConfig& m, int max_batch, const BackendOptions& o)
-      : m_(m), max_batch_(max_batch), table_(gpt_param_table(m)), pool_(o.threads) {
+      : m_(m),
+        max_batch_(max_batch),
+        tp_comm_(o.tp != nullptr && o.tp->size() > 1 ? o.tp : nullptr),
+        tp_(tp_comm_ != nullptr ? tp_comm_->size() : 1),
+        comm_timeout_(o.comm_timeout),
+        table_(gpt_param_table(m, tp_)),
+        pool_(o.threads) {
     const int dp = o.dp != nullptr ? o.dp->size() : 1, rank = o.dp != nullptr ? o.dp->rank() : 0;
     state_ = std::make_unique<ZeroHostState>(
         table_, shard_plan_make(table_, dp, rank, o.zero, o.bucket_bytes), o.dp, o.comm_timeout, &pool_);
+    if (tp_comm_ != nullptr) {
+      std::vector<bool> sharded;
+      for (const TensorInfo& t : table_.tensors()) sharded.push_back(tensor_parallel_sharded(t.name));
+      state_->set_tensor_parallel(tp_comm_, table_, std::move(sharded));
+    }
     allocate_activations();
   }
 
@@ -65,13 +80,13 @@ class CpuBackend final : public Backend {
   void forward_backward(const int32_t* inputs, const int32_t* targets, int batch, float grad_scale) override {
     state_->begin_micro_batch();
     const auto t0 = std::chrono::steady_clock::now();
-    const double exposed0 = state_->exposed_comm_seconds();
+    const double exposed0 = exposed_comm_seconds();
     loss_sum_ += forward(inputs, targets, batch);
     ++loss_count_;
     const auto t1 = std::chrono::steady_clock::now();
-    const double exposed1 = state_->exposed_comm_seconds();
+    const double exposed1 = exposed_comm_seconds();
     backward(inputs, targets, batch, grad_scale);
-    const double exposed2 = state_->exposed_comm_seconds();
+    const double exposed2 = exposed_comm_seconds();
     // Waiting for a gather or a staging buffer is communication, not compute.
     phases_.forward_s += std::chrono::duration<double>(t1 - t0).count() - (exposed1 - exposed0);
     phases_.backward_s +=
@@ -80,7 +95,7 @@ class CpuBackend final : public Backend {
 
   PhaseTimes phase_times() const override {
     PhaseTimes p = phases_;
-    p.comm_exposed_s = state_->exposed_comm_seconds();
+    p.comm_exposed_s = state_->exposed_comm_seconds() + tp_comm_s_;
     return p;
   }
 
@@ -91,6 +106,7 @@ class CpuBackend final : public Backend {
   void zero_grads() override { begin_step(1); }
   void begin_step(int micro_batches) override {
     state_->begin_step(micro_batches);
+    tp_comm_s_ = 0;
     loss_sum_ = 0;
     loss_count_ = 0;
     phases_ = {.measured = true};
@@ -172,10 +188,38 @@ class CpuBackend final : public Backend {
   }
   int block_unit(int layer) const { return 1 + layer; }
 
+  double exposed_comm_seconds() const { return state_->exposed_comm_seconds() + tp_comm_s_; }
+
+  // Row-parallel output: each tp rank holds a partial sum of out (N, C) over its share of the input
+  // columns; the all-reduce makes it whole (the same bits on every tp rank), then the bias, kept whole
+  // on every rank, is added once. Backward uses the same all-reduce for the column-parallel layers'
+  // input gradients. A failed collective is fatal, as the dp axis' are: the gang fails together.
+  void tp_all_reduce(float* x, size_t count) {
+    const auto t0 = std::chrono::steady_clock::now();
+    Status st = tp_comm_->all_reduce(x, count, comm_timeout_);
+    tp_comm_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!st.ok()) fatal_error(__FILE__, __LINE__, "tensor parallel: " + st.message());
+  }
+  // out (N, C) = inp (N, K) · w (C, K)ᵀ + bias, with w split by input columns over the tp ranks.
+  void row_parallel_forward(float* out, const float* inp, const float* w, const float* bias, int N, int K,
+                            int C) {
+    if (tp_comm_ == nullptr) {
+      matmul_forward(&pool_, out, inp, w, bias, N, K, C);
+      return;
+    }
+    matmul_forward(&pool_, out, inp, w, nullptr, N, K, C);
+    tp_all_reduce(out, static_cast<size_t>(N) * C);
+    for (int n = 0; n < N; ++n) {
+      float* row = out + static_cast<size_t>(n) * C;
+      for (int c = 0; c < C; ++c) row[c] += bias[c];
+    }
+  }
+
   void allocate_activations() {
-    const size_t B = max_batch_, T = m_.seq_len, C = m_.n_embd, NH = m_.n_head, V = m_.vocab_size;
+    const size_t B = max_batch_, T = m_.seq_len, C = m_.n_embd, V = m_.vocab_size;
     const size_t N = B * T;
-    const size_t per_layer = N * C * 5 + N * 4 + N * 3 * C + B * NH * T * T + N * 4 * C * 2;
+    const size_t Cl = m_.n_embd / tp_, NH = m_.n_head / tp_, H = 4 * C / tp_;  // this tp rank's share
+    const size_t per_layer = N * C * 4 + N * Cl + N * 4 + N * 3 * Cl + B * NH * T * T + N * H * 2;
     const size_t total = N * C + per_layer * m_.n_layer + N * C + 2 * N + N * V + N;
     acts_.assign(total, 0.0f);
     float* p = acts_.data();
@@ -190,15 +234,15 @@ class CpuBackend final : public Backend {
       l.ln1 = take(N * C);
       l.ln1_mean = take(N);
       l.ln1_rstd = take(N);
-      l.qkv = take(N * 3 * C);
+      l.qkv = take(N * 3 * Cl);
       l.att = take(B * NH * T * T);
-      l.atty = take(N * C);
+      l.atty = take(N * Cl);
       l.res2 = take(N * C);
       l.ln2 = take(N * C);
       l.ln2_mean = take(N);
       l.ln2_rstd = take(N);
-      l.fch = take(N * 4 * C);
-      l.fch_gelu = take(N * 4 * C);
+      l.fch = take(N * H);
+      l.fch_gelu = take(N * H);
       l.res3 = take(N * C);
     }
     lnf_ = take(N * C);
@@ -209,15 +253,16 @@ class CpuBackend final : public Backend {
     // Backward scratch, reused by every layer.
     dres_.assign(N * C, 0);
     dln_.assign(N * C, 0);
-    datty_.assign(N * C, 0);
-    dqkv_.assign(N * 3 * C, 0);
-    dfch_.assign(N * 4 * C, 0);
-    dfch_gelu_.assign(N * 4 * C, 0);
+    datty_.assign(N * Cl, 0);
+    dqkv_.assign(N * 3 * Cl, 0);
+    dfch_.assign(N * H, 0);
+    dfch_gelu_.assign(N * H, 0);
     dlogits_.assign(N * V, 0);
   }
 
   float forward(const int32_t* inputs, const int32_t* targets, int B) {
-    const int T = m_.seq_len, C = m_.n_embd, NH = m_.n_head, V = m_.vocab_size;
+    const int T = m_.seq_len, C = m_.n_embd, V = m_.vocab_size;
+    const int Cl = C / tp_, NH = m_.n_head / tp_, H = 4 * C / tp_;  // this tp rank's heads and MLP width
     const int N = B * T;
     const int emb = state_->plan().embedding_unit(), fin = state_->plan().final_unit();
     // Parameters are only read here; the views share GptTensors' (mutable) pointer type with gradients.
@@ -232,14 +277,14 @@ class CpuBackend final : public Backend {
       const GptBlock& p = w.blocks[l];
       LayerActs& a = layers_[l];
       layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, p.ln1_w, p.ln1_b, N, C);
-      matmul_forward(&pool_, a.qkv, a.ln1, p.qkv_w, p.qkv_b, N, C, 3 * C);
-      attention_forward(&pool_, a.atty, a.att, a.qkv, B, T, C, NH);
-      matmul_forward(&pool_, a.res2, a.atty, p.proj_w, p.proj_b, N, C, C);
+      matmul_forward(&pool_, a.qkv, a.ln1, p.qkv_w, p.qkv_b, N, C, 3 * Cl);  // column-parallel
+      attention_forward(&pool_, a.atty, a.att, a.qkv, B, T, Cl, NH);
+      row_parallel_forward(a.res2, a.atty, p.proj_w, p.proj_b, N, Cl, C);
       residual_forward(a.res2, a.res2, residual, static_cast<size_t>(N) * C);
       layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p.ln2_w, p.ln2_b, N, C);
-      matmul_forward(&pool_, a.fch, a.ln2, p.fc_w, p.fc_b, N, C, 4 * C);
-      gelu_forward(a.fch_gelu, a.fch, static_cast<size_t>(N) * 4 * C);
-      matmul_forward(&pool_, a.res3, a.fch_gelu, p.fcproj_w, p.fcproj_b, N, 4 * C, C);
+      matmul_forward(&pool_, a.fch, a.ln2, p.fc_w, p.fc_b, N, C, H);  // column-parallel
+      gelu_forward(a.fch_gelu, a.fch, static_cast<size_t>(N) * H);
+      row_parallel_forward(a.res3, a.fch_gelu, p.fcproj_w, p.fcproj_b, N, H, C);
       residual_forward(a.res3, a.res3, a.res2, static_cast<size_t>(N) * C);
       residual = a.res3;
       state_->release(u);
@@ -256,9 +301,11 @@ class CpuBackend final : public Backend {
   // Gradients are asked for unit by unit in the order the pass completes them (classifier and final norm,
   // the blocks from the top, the embeddings last), so each bucket can be reduced as soon as it is full.
   void backward(const int32_t* inputs, const int32_t* targets, int B, float grad_scale) {
-    const int T = m_.seq_len, C = m_.n_embd, NH = m_.n_head, V = m_.vocab_size;
+    const int T = m_.seq_len, C = m_.n_embd, V = m_.vocab_size;
+    const int Cl = C / tp_, NH = m_.n_head / tp_, H = 4 * C / tp_;  // this tp rank's share
     const int N = B * T;
-    const size_t NC = static_cast<size_t>(N) * C;
+    const size_t NC = static_cast<size_t>(N) * C, NCl = static_cast<size_t>(N) * Cl,
+                 NH4 = static_cast<size_t>(N) * H;
     auto zero = [](std::vector<float>& v, size_t n) { std::memset(v.data(), 0, n * sizeof(float)); };
     const int emb = state_->plan().embedding_unit(), fin = state_->plan().final_unit();
     GptTensors we = unit_view(emb, const_cast<float*>(state_->params(emb)));
@@ -287,21 +334,26 @@ class CpuBackend final : public Backend {
       LayerActs& a = layers_[l];
       const float* residual = l == 0 ? encoded_ : layers_[l - 1].res3;
       // dres_ holds d(res3); the MLP branch reads it before the norm's contribution turns it into d(res2).
-      zero(dfch_gelu_, NC * 4);
+      // Tensor parallel: d(res3) is whole on every tp rank, so the row-parallel layer's input gradient is
+      // this rank's share without communication and its (whole) bias gets the same bits everywhere; the
+      // column-parallel layer's input gradient is a partial sum over the shares, all-reduced.
+      zero(dfch_gelu_, NH4);
       matmul_backward(&pool_, dfch_gelu_.data(), gp.fcproj_w, gp.fcproj_b, dres_.data(), a.fch_gelu,
-                      p.fcproj_w, N, 4 * C, C);
-      gelu_backward(dfch_.data(), a.fch, dfch_gelu_.data(), NC * 4);
+                      p.fcproj_w, N, H, C);
+      gelu_backward(dfch_.data(), a.fch, dfch_gelu_.data(), NH4);
       zero(dln_, NC);
-      matmul_backward(&pool_, dln_.data(), gp.fc_w, gp.fc_b, dfch_.data(), a.ln2, p.fc_w, N, C, 4 * C);
+      matmul_backward(&pool_, dln_.data(), gp.fc_w, gp.fc_b, dfch_.data(), a.ln2, p.fc_w, N, C, H);
+      if (tp_comm_ != nullptr) tp_all_reduce(dln_.data(), NC);
       layernorm_backward(dres_.data(), gp.ln2_w, gp.ln2_b, dln_.data(), a.res2, p.ln2_w, a.ln2_mean,
                          a.ln2_rstd, N, C);
       // Now d(res2): the attention branch, then the first norm turns it into d(residual in).
-      zero(datty_, NC);
-      matmul_backward(&pool_, datty_.data(), gp.proj_w, gp.proj_b, dres_.data(), a.atty, p.proj_w, N, C, C);
-      zero(dqkv_, NC * 3);
-      attention_backward(&pool_, dqkv_.data(), datty_.data(), a.qkv, a.att, B, T, C, NH);
+      zero(datty_, NCl);
+      matmul_backward(&pool_, datty_.data(), gp.proj_w, gp.proj_b, dres_.data(), a.atty, p.proj_w, N, Cl, C);
+      zero(dqkv_, NCl * 3);
+      attention_backward(&pool_, dqkv_.data(), datty_.data(), a.qkv, a.att, B, T, Cl, NH);
       zero(dln_, NC);
-      matmul_backward(&pool_, dln_.data(), gp.qkv_w, gp.qkv_b, dqkv_.data(), a.ln1, p.qkv_w, N, C, 3 * C);
+      matmul_backward(&pool_, dln_.data(), gp.qkv_w, gp.qkv_b, dqkv_.data(), a.ln1, p.qkv_w, N, C, 3 * Cl);
+      if (tp_comm_ != nullptr) tp_all_reduce(dln_.data(), NC);
       layernorm_backward(dres_.data(), gp.ln1_w, gp.ln1_b, dln_.data(), residual, p.ln1_w, a.ln1_mean,
                          a.ln1_rstd, N, C);
       state_->grads_done(u);
@@ -313,6 +365,10 @@ class CpuBackend final : public Backend {
 
   ModelConfig m_;
   int max_batch_;
+  Communicator* tp_comm_;  // the tp axis; null at tp 1
+  int tp_;
+  std::chrono::milliseconds comm_timeout_;
+  double tp_comm_s_ = 0;  // seconds in tp all-reduces since begin_step (the compute waits for every one)
   TensorTable table_;
   ThreadPool pool_;
   std::unique_ptr<ZeroHostState> state_;  // parameters, gradients, AdamW state and their communication

@@ -31,6 +31,28 @@ double sum_squares(const float* x, size_t n, ThreadPool* pool) {
   return total;
 }
 
+// Sums k doubles over the communicator's ranks: they travel as (hi, lo) float pairs and are added in rank
+// order as doubles on every rank, so every rank gets the same bits and no precision is lost to float sums.
+Status sum_doubles(Communicator* comm, double* vals, int k, std::chrono::milliseconds timeout) {
+  const int n = comm->size();
+  std::vector<float> mine(static_cast<size_t>(2 * k)), all(static_cast<size_t>(2 * k) * n);
+  for (int i = 0; i < k; ++i) {
+    mine[2 * i] = static_cast<float>(vals[i]);
+    mine[2 * i + 1] = static_cast<float>(vals[i] - static_cast<double>(mine[2 * i]));
+  }
+  // all_gather's `in` is this rank's comm_block of the whole: 2k floats per rank.
+  Status st = comm->all_gather(mine.data(), all.data(), all.size(), timeout);
+  if (!st.ok()) return st;
+  for (int i = 0; i < k; ++i) vals[i] = 0;
+  for (int r = 0; r < n; ++r) {
+    for (int i = 0; i < k; ++i) {
+      const float* v = all.data() + static_cast<size_t>(2 * k) * r + 2 * i;
+      vals[i] += static_cast<double>(v[0]) + static_cast<double>(v[1]);
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
 // The table is not kept: the plan already holds every offset and size the state needs.
@@ -270,8 +292,52 @@ void ZeroHostState::grads_done(int unit) {
   bucket_task_[b] = id;
 }
 
+void ZeroHostState::set_tensor_parallel(Communicator* tp, const TensorTable& table,
+                                        std::vector<bool> sharded) {
+  GANTRY_CHECK(sharded.size() == table.size(), "one sharded flag per tensor");
+  tp_ = tp;
+  tp_tensors_.clear();
+  for (const TensorInfo& t : table.tensors()) tp_tensors_.push_back({t.offset, t.numel});
+  tp_sharded_ = std::move(sharded);
+}
+
+// Tensor parallel: the tensors split over the tp group hold different gradients on each tp rank (their
+// squares are summed over the group); the whole ones hold the same bits on every tp rank (counted once).
+ZeroHostState::Reduced ZeroHostState::reduce_stats_tp(double local_loss) {
+  double sq[2] = {0, 0};  // [0] split over tp, [1] whole on every tp rank
+  if (plan_.zero == 0) {
+    for (size_t t = 0; t < tp_tensors_.size(); ++t) {
+      sq[tp_sharded_[t] ? 0 : 1] +=
+          sum_squares(grads_.data() + tp_tensors_[t].offset, tp_tensors_[t].count, pool_);
+    }
+  } else {
+    // ZeRO 1 keeps the whole gradient buffer (global coordinates); ZeRO 2-3 only the packed shard.
+    for (const ShardSegment& s : plan_.segments) {
+      const size_t at = plan_.zero == 1 ? s.offset : s.shard_offset;
+      sq[tp_sharded_[s.tensor] ? 0 : 1] += sum_squares(grads_.data() + at, s.count, pool_);
+    }
+  }
+  const auto t0 = Clock::now();
+  double vals[3] = {local_loss, sq[0], sq[1]};
+  if (comm_ != nullptr) {
+    // The loss is averaged over dp; ZeRO 0's squares are already the whole buffer's, ZeRO 1-3's a shard's.
+    const double own[3] = {vals[0], vals[1], vals[2]};
+    if (Status st = sum_doubles(comm_, vals, 3, timeout_); !st.ok())
+      fatal_error(__FILE__, __LINE__, st.message());
+    vals[0] /= comm_->size();
+    if (plan_.zero == 0) vals[1] = own[1], vals[2] = own[2];
+  }
+  // Every tp rank computed the same loss; only the split tensors' squares differ.
+  double split = vals[1];
+  if (Status st = sum_doubles(tp_, &split, 1, timeout_); !st.ok())
+    fatal_error(__FILE__, __LINE__, st.message());
+  exposed_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
+  return {.loss = vals[0], .grad_norm = std::sqrt(split + vals[2])};
+}
+
 ZeroHostState::Reduced ZeroHostState::reduce_stats(double local_loss) {
   wait_all();
+  if (tp_ != nullptr) return reduce_stats_tp(local_loss);
   double sq = 0;
   if (plan_.zero == 0 || plan_.zero >= 2) {
     sq = sum_squares(grads_.data(), grads_.size(),

@@ -70,6 +70,9 @@ class ZeroHostState {
   // Waits for every reduction, then agrees on the global loss and gradient norm (one small all-gather of
   // doubles, summed in rank order on every rank: the same bits everywhere).
   Reduced reduce_stats(double local_loss);
+  // Tensor parallel (parallel/tensor_parallel.h): reduce_stats' norm then also sums, over `tp`, the squares
+  // of the tensors flagged sharded (one flag per tensor of `table`), and counts the others once.
+  void set_tensor_parallel(Communicator* tp, const TensorTable& table, std::vector<bool> sharded);
   // AdamW on the owned segments with gradients scaled by grad_scale; ZeRO 1/2 then all-gather the
   // parameters bucket by bucket.
   void adamw(const AdamWStep& s, double grad_scale);
@@ -105,11 +108,15 @@ class ZeroHostState {
   Status gather_bucket(int b, const float* mine, float* out);  // all blocks of bucket b into out
 
   float* full_or_shard(StateBuffer which);
+  Reduced reduce_stats_tp(double local_loss);
 
   ShardPlan plan_;
   Communicator* comm_;
   std::chrono::milliseconds timeout_;
   ThreadPool* pool_;
+  Communicator* tp_ = nullptr;         // set_tensor_parallel's; null: tp 1
+  std::vector<FlatRange> tp_tensors_;  // each tensor's range of the flat buffer
+  std::vector<bool> tp_sharded_;       // per tensor: split over the tp ranks
 
   std::vector<float> params_;           // P (ZeRO 0-2) or the shard S (ZeRO 3)
   std::vector<float> grads_;            // P (ZeRO 0-1) or the shard S (ZeRO 2-3)

@@ -30,6 +30,7 @@
 #include "engine/core/comm/store_server.h"
 #include "engine/core/config.h"
 #include "engine/core/parallel/parallel_dims.h"
+#include "engine/core/parallel/tensor_parallel.h"
 #include "engine/core/sdc_check.h"
 #include "engine/core/step_records.h"
 #include "engine/core/train_checkpoints.h"  // checkpoint_cost_text
@@ -469,15 +470,18 @@ int physical_device(const WorkerEnv& env) {
   return env.local_rank;
 }
 
-Result<std::unique_ptr<Communicator>> create_dp(const Config& cfg, const ParallelDims& dims, int store_fd,
-                                                const std::string& gloo_host,
-                                                std::chrono::milliseconds timeout, bool* bad_input) {
+// One communicator over `size` ranks of a group (`rank` this rank's index in it), rendezvousing under
+// `prefix`.
+Result<std::unique_ptr<Communicator>> create_comm(const Config& cfg, int rank, int size,
+                                                  const std::string& prefix, int store_fd,
+                                                  const std::string& gloo_host,
+                                                  std::chrono::milliseconds timeout, bool* bad_input) {
   *bad_input = false;
   if (cfg.train.backend == "cpu") {
 #ifdef GANTRY_HAVE_GLOO
-    return gloo_communicator_create(dims.rank, dims.dp, store_fd, "dp/", timeout, {.hostname = gloo_host});
+    return gloo_communicator_create(rank, size, store_fd, prefix, timeout, {.hostname = gloo_host});
 #else
-    (void)store_fd, (void)gloo_host, (void)timeout;
+    (void)rank, (void)size, (void)prefix, (void)store_fd, (void)gloo_host, (void)timeout;
     *bad_input = true;
     return Status::error(
         "train.backend = \"cpu\" needs the Gloo communicator, which this build lacks (Gloo was not found "
@@ -495,7 +499,7 @@ Result<std::unique_ptr<Communicator>> create_dp(const Config& cfg, const Paralle
       const long long ms = std::strtoll(h, &end, 10);
       if (end != h && *end == '\0' && ms > 0) watchdog = std::chrono::milliseconds(ms);
     }
-    return nccl_communicator_create(dims.rank, dims.dp, store_fd, "dp/", timeout,
+    return nccl_communicator_create(rank, size, store_fd, prefix, timeout,
                                     {.device = 0, .watchdog_timeout = watchdog});
 #else
     *bad_input = true;
@@ -648,17 +652,44 @@ WorkerResult worker_run(const WorkerOptions& options, const WorkerEnv& env) {
       const int cores = static_cast<int>(std::thread::hardware_concurrency());
       cfg->train.threads = std::max(1, cores / env.local_world);
     }
-    Result<ParallelDims> dims = ParallelDims::make(
-        {.world = env.world, .rank = env.rank, .dp = env.world, .tp = 1, .pp = 1, .zero = options.zero});
+    const int tp = std::max(1, options.tp);
+    Result<ParallelDims> dims = ParallelDims::make({.world = env.world,
+                                                    .rank = env.rank,
+                                                    .dp = env.world / tp,
+                                                    .tp = tp,
+                                                    .pp = 1,
+                                                    .zero = options.zero});
     if (!dims.ok()) return finish(kWorkerExitBadInput, who + ": " + dims.error());
+    if (Status s = tensor_parallel_check(cfg->model, dims.value(), cfg->train.backend); !s.ok())
+      return finish(kWorkerExitBadInput, who + ": " + s.message());
 
     const auto left =
         std::max(std::chrono::milliseconds(1000),
                  std::chrono::duration_cast<std::chrono::milliseconds>(join_deadline - Clock::now()));
     bool bad_input = false;
+    const ParallelDims& d = dims.value();
+    // tp 1: the dp communicator is the whole gang (as before tensor parallelism). tp > 1: a world
+    // communicator, then one per tp group and one per dp group, created in the same order on every rank,
+    // each group under a store prefix of its own (parallel/tensor_parallel.h).
     Result<std::unique_ptr<Communicator>> dp =
-        create_dp(cfg.value(), dims.value(), store_fd, gloo_host, left, &bad_input);
+        tp == 1 ? create_comm(cfg.value(), d.rank, d.dp, "dp/", store_fd, gloo_host, left, &bad_input)
+                : create_comm(cfg.value(), d.rank, d.world, "world/", store_fd, gloo_host, left, &bad_input);
     if (!dp.ok()) return finish(bad_input ? kWorkerExitBadInput : kWorkerExitFailed, who + ": " + dp.error());
+    std::unique_ptr<Communicator> tp_comm, dp_comm;
+    if (tp > 1) {
+      Result<std::unique_ptr<Communicator>> t =
+          create_comm(cfg.value(), d.tp_rank(), tp, "tp/" + std::to_string(d.dp_rank()) + "/", store_fd,
+                      gloo_host, left, &bad_input);
+      if (!t.ok()) return finish(kWorkerExitFailed, who + ": " + t.error());
+      tp_comm = std::move(t.value());
+      if (d.dp > 1) {
+        Result<std::unique_ptr<Communicator>> p =
+            create_comm(cfg.value(), d.dp_rank(), d.dp, "dp/" + std::to_string(d.tp_rank()) + "/", store_fd,
+                        gloo_host, left, &bad_input);
+        if (!p.ok()) return finish(kWorkerExitFailed, who + ": " + p.error());
+        dp_comm = std::move(p.value());
+      }
+    }
     // The flag overrides the config.
     const std::chrono::milliseconds collective_timeout =
         options.collective_timeout.count() > 0
@@ -678,6 +709,7 @@ WorkerResult worker_run(const WorkerOptions& options, const WorkerEnv& env) {
 
     // ---- train ------------------------------------------------------------------------------------------
     DistContext ctx{.dims = dims.value(), .dp = dp->get(), .store = &store, .timeout = collective_timeout};
+    if (tp > 1) ctx.dp = dp_comm.get(), ctx.tp = tp_comm.get(), ctx.world = dp->get();
     WorkerObserver observer(env, frames, device, fault.value(), options.local);
     // Only rank 0's answer counts (train.h); every rank's control takes the drills' faults for it.
     std::unique_ptr<CommandControl> control;

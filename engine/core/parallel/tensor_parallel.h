@@ -1,0 +1,39 @@
+// Tensor parallelism (Megatron-style) over the tp axis: how GPT-2's tensors split across the tp ranks of
+// one group, and which layouts can split at all. The CPU backend (cpu/backend_cpu.cpp) runs the split model.
+//
+// Each block's attention heads are divided over the tp ranks: rank r keeps heads [r·NH/tp, (r+1)·NH/tp),
+// i.e. the matching rows of Q, K and V (column-parallel QKV) and the matching input columns of the output
+// projection (row-parallel). The MLP's 4C hidden units split the same way (column-parallel up,
+// row-parallel down). LayerNorms, the embeddings (and so the tied classifier) and the row-parallel layers'
+// biases stay whole on every rank: their gradients come out bit-identical on every tp rank, so their
+// updates do too, with no communication.
+//
+//   Status ok = tensor_parallel_check(cfg.model, dims, cfg.train.backend);   // before anything is built
+//   TensorTable full = gpt_param_table(m), mine = gpt_param_table(m, tp);
+//   tensor_parallel_slice(m, tp, tp_rank, full_params, my_params);            // whole model -> this rank
+#pragma once
+
+#include <string>
+
+#include "engine/core/config.h"
+#include "engine/core/parallel/parallel_dims.h"
+#include "telemetry/status.h"
+
+namespace gantry {
+
+// Whether `d.tp` (and `d.pp`) can split this model on this backend: n_head and the MLP width 4·n_embd
+// must be multiples of tp; pipeline parallelism does not exist yet (pp must be 1); tensor parallelism runs
+// on the CPU backend only. The error names the numbers and what would be right.
+Status tensor_parallel_check(const ModelConfig& m, const ParallelDims& d, const std::string& backend);
+
+// Whether the tensor named `name` (gpt_param_table's names) is split over the tp ranks; false: every tp
+// rank keeps it whole.
+bool tensor_parallel_sharded(const std::string& name);
+
+// Copies tp rank `tp_rank`'s share of the whole model `full` (gpt_param_table(m)'s layout) into `local`
+// (gpt_param_table(m, tp)'s layout); unslice copies the other way, the share into its place in `full`
+// (whole tensors are copied too).
+void tensor_parallel_slice(const ModelConfig& m, int tp, int tp_rank, const float* full, float* local);
+void tensor_parallel_unslice(const ModelConfig& m, int tp, int tp_rank, const float* local, float* full);
+
+}  // namespace gantry
