@@ -17,21 +17,11 @@ load average at the start, UTC time), then a summary.
 """
 import argparse, json, os, platform, random, re, signal, subprocess, tempfile, time, urllib.request
 
-TINY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "assets", "configs", "tiny.toml")
+import recovery_time
+from recovery_time import TINY, children, rank_of
 
 
-class Api:
-    def __init__(self, url, token):
-        self.url, self.token = url, token
-
-    def call(self, method, path, body=None):
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Authorization": "Bearer " + self.token,
-                                              "Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return json.loads(r.read())
-
+class Api(recovery_time.Api):
     def events(self, run):
         # The event stream, read until it has nothing more for a moment.
         req = urllib.request.Request(f"{self.url}/v1/runs/{run}/events",
@@ -48,27 +38,8 @@ class Api:
         return out
 
 
-def children(pid):
-    out = []
-    for p in os.listdir("/proc"):
-        if not p.isdigit():
-            continue
-        try:
-            with open(f"/proc/{p}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except OSError:
-            continue
-        if ppid == pid:
-            out.append(int(p))
-    return out
-
-
 def has_rank(pid):
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            return re.search(rb"(?:^|\x00)RANK=(\d+)\x00", f.read()) is not None
-    except OSError:
-        return False
+    return rank_of(pid) is not None
 
 
 def wait(pred, limit):
