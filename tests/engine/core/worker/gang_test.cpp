@@ -201,8 +201,12 @@ TEST(Gang, WorkerIgnoringSigtermIsKilledAfterTheGrace) {
   std::atomic<bool> stop{false};
   g.stop = &stop;
   g.stop_grace = 300ms;
+  // Stopped once both have said hello: they ignore SIGTERM from before it (a stop sent earlier, on a slow
+  // machine, reached a worker still starting, which SIGTERM ended by itself).
+  std::atomic<int> hellos{0};
+  g.on_hello = [&](const WorkerHello&) { ++hellos; };
   std::thread stopper([&] {
-    std::this_thread::sleep_for(300ms);
+    for (int i = 0; i < 3000 && hellos.load() < 2; ++i) std::this_thread::sleep_for(10ms);
     stop.store(true);
   });
   GangResult r = gang_run(g);
@@ -222,8 +226,10 @@ TEST(Gang, SecondStopRequestKillsWithoutWaitingOutTheGrace) {
   g.stop = &stop;
   g.kill_now = &kill_now;
   g.stop_grace = 60s;
+  std::atomic<int> hellos{0};  // stopped once both ignore SIGTERM (above)
+  g.on_hello = [&](const WorkerHello&) { ++hellos; };
   std::thread stopper([&] {
-    std::this_thread::sleep_for(200ms);
+    for (int i = 0; i < 3000 && hellos.load() < 2; ++i) std::this_thread::sleep_for(10ms);
     stop.store(true);
     std::this_thread::sleep_for(200ms);
     kill_now.store(true);
