@@ -251,13 +251,6 @@ class ClusterAdoptSpare : public ClusterAdopt {
     EXPECT_TRUE(sub.ok()) << sub.error();
     return sub.ok() ? sub->at("id").get<int64_t>() : -1;
   }
-
-  std::map<int64_t, double> losses(int64_t id) {
-    std::map<int64_t, double> out;
-    const json page = get("/v1/runs/" + std::to_string(id) + "/steps?after=-1&limit=100000");
-    for (const json& s : page["steps"]) out[s["step"].get<int64_t>()] = s["loss"].get<double>();
-    return out;
-  }
 };
 
 TEST_F(ClusterAdoptSpare, AgentLostWhileTheCoordinatorWasDownMovesTheRunToTheSpareAndItFinishes) {

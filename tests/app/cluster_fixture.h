@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
@@ -50,6 +51,16 @@ inline bool eventually(F pred, std::chrono::milliseconds limit) {
     std::this_thread::sleep_for(50ms);
   }
   return pred();
+}
+
+// The pid whose environment says RANK=<rank>, among `pids`; 0 if none.
+inline pid_t pid_of_rank(const std::vector<pid_t>& pids, int rank) {
+  for (pid_t p : pids) {
+    std::string env = slurp("/proc/" + std::to_string(p) + "/environ");
+    std::replace(env.begin(), env.end(), '\0', '\n');
+    if (("\n" + env).find("\nRANK=" + std::to_string(rank) + "\n") != std::string::npos) return p;
+  }
+  return 0;
 }
 
 // Gone: reaped (we are their subreaper), or no such process.
@@ -166,6 +177,15 @@ class ClusterCli : public ::testing::Test {
     Result<json> r = api_->get_json(path);
     EXPECT_TRUE(r.ok()) << r.error();
     return r.ok() ? r.value() : json::object();
+  }
+
+  // Each step's loss, by step (the records as they stand: a recovered run's steps past its checkpoint
+  // are the ones trained again).
+  std::map<int64_t, double> losses(int64_t id) {
+    std::map<int64_t, double> out;
+    const json page = get("/v1/runs/" + std::to_string(id) + "/steps?after=-1&limit=100000");
+    for (const json& step : page["steps"]) out[step["step"].get<int64_t>()] = step["loss"].get<double>();
+    return out;
   }
   json run_state(int64_t id) { return get("/v1/runs/" + std::to_string(id)); }
   int64_t last_step(int64_t id) { return run_state(id).value("last_step", int64_t{-1}); }

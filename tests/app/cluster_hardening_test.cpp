@@ -29,16 +29,6 @@ std::pair<int, std::string> raw_post(int port, const std::string& path, const st
                                std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body);
 }
 
-// The pid whose environment says RANK=<rank>, among `pids`; 0 if none.
-pid_t pid_of_rank(const std::vector<pid_t>& pids, int rank) {
-  for (pid_t p : pids) {
-    std::string env = slurp("/proc/" + std::to_string(p) + "/environ");
-    std::replace(env.begin(), env.end(), '\0', '\n');
-    if (("\n" + env).find("\nRANK=" + std::to_string(rank) + "\n") != std::string::npos) return p;
-  }
-  return 0;
-}
-
 class ClusterHardening : public ClusterCli {
  protected:
   // The crash test kills the coordinator and brings the cluster back itself (`down`, `up`): no supervisor

@@ -16,16 +16,6 @@ namespace {
 
 using namespace cluster_testing;  // NOLINT: the fixture and its helpers are this suite's vocabulary
 
-// The pid whose environment says RANK=<rank>, among `pids`; 0 if none.
-pid_t pid_of_rank(const std::vector<pid_t>& pids, int rank) {
-  for (pid_t p : pids) {
-    std::string env = slurp("/proc/" + std::to_string(p) + "/environ");
-    std::replace(env.begin(), env.end(), '\0', '\n');
-    if (("\n" + env).find("\nRANK=" + std::to_string(rank) + "\n") != std::string::npos) return p;
-  }
-  return 0;
-}
-
 // Rank 0's forward is slowed by 100 ms (the arithmetic is the same), so a tiny run lasts long enough for
 // kills to land mid-run.
 class ClusterRecovery : public ClusterCli {
@@ -38,15 +28,6 @@ class ClusterRecovery : public ClusterCli {
     Result<json> sub = api_->post_json("/v1/runs", body);
     EXPECT_TRUE(sub.ok()) << sub.error();
     return sub.ok() ? sub->at("id").get<int64_t>() : -1;
-  }
-
-  // Each step's loss, by step (the records as they stand: a recovered run's steps past its checkpoint
-  // are the ones trained again).
-  std::map<int64_t, double> losses(int64_t id) {
-    std::map<int64_t, double> out;
-    const json page = get("/v1/runs/" + std::to_string(id) + "/steps?after=-1&limit=100000");
-    for (const json& s : page["steps"]) out[s["step"].get<int64_t>()] = s["loss"].get<double>();
-    return out;
   }
 };
 
