@@ -20,6 +20,7 @@
 #include "engine/core/worker/gang.h"
 #include "engine/core/worker/worker_runtime.h"
 #include "telemetry/clock.h"
+#include "telemetry/record_json.h"  // --json-ranks
 #ifdef GANTRY_HAVE_STORAGE
 #include "app/history_writer.h"
 #endif
@@ -47,6 +48,8 @@ struct RunArgs {
   std::string resume;
   int64_t max_steps = -1;
   bool json = false;
+  bool json_ranks =
+      false;  // also every rank's step record (its phases): where a data-parallel step's time goes
   double join_timeout_s = 60;
   double stop_grace_s = 60;
   double collective_timeout_s = 0;  // 0 = the config's train.collective_timeout_s
@@ -172,6 +175,13 @@ int run_main(const RunArgs& a) {
 #endif
   };
   g.on_records = [&](int, const RecordBatch& batch) {
+    if (a.json_ranks) {
+      // The telemetry codec's own form ({"rank_step": {...}}), so a reader parses it as the history does.
+      for (const RankStepRecord& r : batch.rank_steps) {
+        std::printf("%s\n", nlohmann::json{{"rank_step", r}}.dump().c_str());
+      }
+      std::fflush(stdout);
+    }
     for (const StepRecord& s : batch.steps) {
       step_line_print({.step = s.step,
                        .last_step = last_step,
@@ -296,6 +306,9 @@ void run_command_add(CLI::App& app, int* exit_code) {
                   "Stop after this optimizer step (the LR schedule still spans train.max_steps)")
       ->check(CLI::NonNegativeNumber);
   sub->add_flag("--json", args->json, "Also print one JSON object per step on stdout");
+  sub->add_flag(
+      "--json-ranks", args->json_ranks,
+      "Also print each rank's step record (phase times, memory) as {\"rank_step\": {...}} on stdout");
   sub->add_option(
          "--join-timeout", args->join_timeout_s,
          "Seconds every worker has to start and join; a rank that has not joined by then fails the gang")

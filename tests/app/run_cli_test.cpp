@@ -185,6 +185,42 @@ TEST(RunCli, TwoRanksTrainPrintJsonLinesAndKeepEveryRanksHistory) {
 // A checkpoint write that fails (the run's checkpoints folder is a file, so rank 0 cannot make the
 // checkpoint's directory) is a typed record from the rank that saw it fail: the catalog holds the step as
 // failed with the reason, the events name the rank, and the launcher says so; the run fails.
+// --json-ranks: each rank's step record, in the telemetry codec's form, beside the global step lines (how a
+// benchmark sees where a data-parallel step's time goes); without the flag, none.
+TEST(RunCli, JsonRanksPrintsEveryRanksStepRecordWithItsPhases) {
+  const std::string dir = fresh_dir("json_ranks");
+  const std::string cfg = write_config(dir, 3, true);
+  EngineChild run = EngineChild::start(
+      {"run", "--nproc", "2", "--config", cfg, "--out", dir + "/run", "--json", "--json-ranks"});
+  EngineChild::Exit e = run.wait(60s);
+  ASSERT_EQ(e.code, 0) << run.err();
+  std::set<std::pair<int, int>> seen;  // (step, rank)
+  std::istringstream in(run.out());
+  for (std::string line; std::getline(in, line);) {
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_object() || !j.contains("rank_step")) continue;
+    const nlohmann::json& r = j["rank_step"];
+    for (const char* key :
+         {"forward_s", "backward_s", "optimizer_s", "comm_exposed_s", "data_wait_s", "total_s"})
+      EXPECT_TRUE(r.contains(key) && r[key].is_number()) << key << " in " << line;
+    EXPECT_GT(r["total_s"].get<double>(), 0.0) << line;
+    EXPECT_GE(r["total_s"].get<double>(), r["forward_s"].get<double>()) << line;
+    seen.insert({r["step"].get<int>(), r["rank"].get<int>()});
+  }
+  std::set<std::pair<int, int>> want;
+  for (int step = 1; step <= 3; ++step)
+    for (int rank = 0; rank < 2; ++rank) want.insert({step, rank});
+  EXPECT_EQ(seen, want) << run.out();
+  EXPECT_EQ(step_json_lines(run.out()).size(), 3u) << "the global step lines stay as they were";
+
+  const std::string dir2 = fresh_dir("json_no_ranks");
+  const std::string cfg2 = write_config(dir2, 2, true);
+  EngineChild plain =
+      EngineChild::start({"run", "--nproc", "2", "--config", cfg2, "--out", dir2 + "/run", "--json"});
+  ASSERT_EQ(plain.wait(60s).code, 0) << plain.err();
+  EXPECT_THAT(plain.out(), Not(HasSubstr("rank_step")));
+}
+
 TEST(RunCli, AFailedCheckpointIsCataloguedAsFailedWithItsReason) {
   const std::string dir = fresh_dir("ckpt_fails");
   const std::string cfg = write_config(dir, 4, false);

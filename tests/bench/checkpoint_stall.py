@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Checkpoint stall and throughput cost, asynchronous against synchronous (benchmark, not a test): for each
 model, `gantry-engine run --nproc N` trains the same config three times in this one call: with
-train.checkpoint_async = true, with false (checkpointing every --every steps), and with no periodic checkpoint
-(the baseline). One JSON line per (model, mode), then a table side by side:
+train.checkpoint_async = true, with it and train.checkpoint_defer_when_busy ("deferred": a checkpoint due
+while the previous write is in flight waits for the first step boundary after it), with checkpoint_async =
+false (checkpointing every --every steps), and with no periodic checkpoint (the baseline). One JSON line per (model, mode), then a table side by side:
 
 - stall: the median (and max) over the periodic checkpoints of rank 0's stall (the time the train loop was
   held), write time (the writer's time to the commit), time spent waiting for the checkpoint before, size.
@@ -45,7 +46,7 @@ DEFAULTS = {  # per backend: steps, every, warmup
     "cpu": dict(steps=8, every=2, warmup=1),
     "cuda": dict(steps=90, every=20, warmup=10),  # checkpoints ~1.3 s apart at 124M: room for an async write
 }
-MODES = ("async", "sync", "none")
+MODES = ("async", "deferred", "sync", "none")
 
 
 def params(m):
@@ -76,6 +77,7 @@ val_every = 0
 checkpoint_every = {0 if mode == 'none' else every}
 keep_checkpoints = 2
 checkpoint_async = {'false' if mode == 'sync' else 'true'}
+checkpoint_defer_when_busy = {'true' if mode == 'deferred' else 'false'}
 {extra}[data]
 kind = "synthetic"
 {data}

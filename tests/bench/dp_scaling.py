@@ -5,6 +5,7 @@ on the built-in synthetic corpus. Prints one JSON line per N with the median tok
 and the scaling efficiency against N = 1 (tokens/s at N / (N x tokens/s at 1)).
 
   python3 tests/bench/dp_scaling.py --engine build/app/gantry-engine --gpus 1 2 [--zero 0] [--steps 30] [--bucket-mb 25]
+      [--set cuda_graphs=false ...]   (extra [train] lines; each line also names the NCCL_/GANTRY_ variables set)
 
 Each line also carries rank 0's device memory allocated up front (GB) and its training state by category.
 
@@ -19,7 +20,7 @@ MODELS = {
 }
 
 
-def config_text(model, nproc, steps, micro, bucket_mb):
+def config_text(model, nproc, steps, micro, bucket_mb, train_extra=()):
     m = MODELS[model]
     return f"""
 [model]
@@ -42,6 +43,7 @@ checkpoint_every = 0
 val_every = 0
 backend = "cuda"
 dp_bucket_mb = {bucket_mb}
+{chr(10).join(train_extra)}
 
 [data]
 kind = "synthetic"
@@ -51,22 +53,38 @@ synthetic_val_tokens = 65536
 """
 
 
-def run(engine, model, nproc, zero, steps, warmup, micro, bucket_mb, work):
+def run(engine, model, nproc, zero, steps, warmup, micro, bucket_mb, work, train_extra=()):
     cfg = os.path.join(work, f"{model}_n{nproc}_z{zero}.toml")
     with open(cfg, "w") as f:
-        f.write(config_text(model, nproc, steps, micro, bucket_mb))
+        f.write(config_text(model, nproc, steps, micro, bucket_mb, train_extra))
     out = os.path.join(work, f"run_{model}_n{nproc}_z{zero}")
-    cmd = [engine, "run", "--nproc", str(nproc), "--zero", str(zero), "--config", cfg, "--out", out, "--json"]
+    cmd = [engine, "run", "--nproc", str(nproc), "--zero", str(zero), "--config", cfg, "--out", out, "--json",
+           "--json-ranks"]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         sys.stderr.write(p.stderr[-4000:])
         return {"nproc": nproc, "zero": zero, "error": f"exit {p.returncode}"}
-    steps_seen = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{") and '"step"' in l and "event" not in l]
+    lines = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
+    steps_seen = [j for j in lines if "step" in j and "loss" in j and "event" not in j]
+    rank_steps = [j["rank_step"] for j in lines if "rank_step" in j and j["rank_step"]["step"] > warmup]
     timed = [s for s in steps_seen if s["step"] > warmup]
     tps = statistics.median(s["tokens_per_s"] for s in timed)
     ms = statistics.median(s["step_s"] * 1e3 for s in timed)
-    r = {"nproc": nproc, "zero": zero, "model": model, "bucket_mb": bucket_mb, "tokens_per_s": round(tps),
+    r = {"nproc": nproc, "zero": zero, "model": model, "bucket_mb": bucket_mb, "train": list(train_extra),
+         "env": {k: v for k, v in os.environ.items() if k.startswith(("NCCL_", "GANTRY_"))},
+         "tokens_per_s": round(tps),
          "step_ms": round(ms, 2), "timed_steps": len(timed)}
+    # Where each rank's step goes (the backend's CUDA-event phases), the median over the timed steps, in ms:
+    # per phase, rank 0's and the largest rank's.
+    if rank_steps:
+        ph = {}
+        for key in ("forward_s", "backward_s", "optimizer_s", "comm_exposed_s", "data_wait_s", "total_s"):
+            per_rank = {}
+            for rs in rank_steps:
+                per_rank.setdefault(rs["rank"], []).append(rs[key])
+            med = {k: statistics.median(v) * 1e3 for k, v in per_rank.items()}
+            ph[key[:-2] + "_ms"] = {"rank0": round(med.get(0, float("nan")), 3), "max": round(max(med.values()), 3)}
+        r["phases"] = ph
     # Rank 0's start-up summary: the device memory its backend allocated up front (everything it holds for
     # the run, activations included) and, data parallel, its training state by category.
     m = re.search(r"([0-9.]+) GB allocated up front", p.stderr)
@@ -87,12 +105,15 @@ def main():
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--bucket-mb", type=float, default=25)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="an extra [train] line, e.g. --set cuda_graphs=false (repeatable)")
     a = ap.parse_args()
     micro = MODELS[a.model]["micro"]
     with tempfile.TemporaryDirectory() as work:
         base = None
         for n in a.gpus:
-            r = run(a.engine, a.model, n, a.zero, a.steps, a.warmup, micro, a.bucket_mb, work)
+            extra = [kv.replace("=", " = ", 1) for kv in a.set]
+            r = run(a.engine, a.model, n, a.zero, a.steps, a.warmup, micro, a.bucket_mb, work, extra)
             if "tokens_per_s" in r:
                 if n == 1:
                     base = r["tokens_per_s"]

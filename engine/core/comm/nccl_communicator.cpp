@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>  // getenv, strtol
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -34,8 +35,22 @@ std::string nccl_text(ncclResult_t r, ncclComm_t comm) {
   return s;
 }
 
-// Sleeps that start short (an NVLink all-reduce of a small bucket takes microseconds) and grow to 1 ms
-// (a long one should not burn a core polling).
+// The longest sleep between two polls, in µs. The step's end is waited for here (the backend's sync on its
+// compute stream, about a step long): every µs the host oversleeps the GPU's last kernel is a µs the GPU sits
+// idle before the next step's launch. 1 ms cost GPT-2 124M on 4 H200 about 0.5 ms a step (docs/PERF.md,
+// issue 18); 50 µs costs a worker's core a few per cent in wake-ups. GANTRY_NCCL_POLL_MAX_US overrides it
+// (measurements).
+std::chrono::microseconds poll_max() {
+  static const std::chrono::microseconds max = [] {
+    const char* v = std::getenv("GANTRY_NCCL_POLL_MAX_US");
+    const long us = v != nullptr ? std::strtol(v, nullptr, 10) : 0;
+    return std::chrono::microseconds(us > 0 ? us : 50);
+  }();
+  return max;
+}
+
+// Sleeps that start short (an NVLink all-reduce of a small bucket takes microseconds) and grow to
+// poll_max() (a long wait should not burn a core spinning).
 class Backoff {
  public:
   void pause() {
@@ -44,7 +59,7 @@ class Backoff {
       return;
     }
     std::this_thread::sleep_for(delay_);
-    delay_ = std::min(delay_ * 2, std::chrono::microseconds(1000));
+    delay_ = std::min(delay_ * 2, poll_max());
   }
 
  private:

@@ -235,12 +235,17 @@ TEST(NcclCommunicator, TheWatchdogAbortsACollectiveAPeerNeverEntered) {
             nccl_communicator_create(rank, size, fd, "dp/", 60s, {.device = rank, .watchdog_timeout = 2s});
         if (!made.ok()) return made.error();
         Communicator& comm = *made.value();
-        if (rank == 1) {
-          std::this_thread::sleep_for(20s);  // never enters; its abort at exit ends nothing of rank 0's
-          return "";
-        }
         DeviceFloats data(1 << 16);
         data.put(std::vector<float>(1 << 16, 1.0f));
+        // One collective together first: NCCL connects peers lazily, on a communicator's first collective,
+        // and an enqueue that must connect to a peer that never comes waits in the enqueue (bounded by the
+        // communicator's own timeout), before the watchdog has anything queued to watch. A hang in training
+        // comes after many collectives, as here.
+        WORKER_CHECK_OK(comm.all_reduce(data.p, 1 << 16, 30s));
+        if (rank == 1) {
+          std::this_thread::sleep_for(20s);  // never enters again; its abort at exit ends nothing of rank 0's
+          return "";
+        }
         cudaStream_t stream;
         cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
         WORKER_CHECK_OK(comm.all_reduce_enqueue(data.p, 1 << 16, stream));
