@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# Issue 18's data-parallel overlap experiments, one device call on a machine with 4+ GPUs (benchmark, not a
-# test): GPT-2 124M, micro-batch 32 per GPU, ZeRO 0, every variant in the same call so they compare:
-#   - 1 GPU with CUDA graphs (the default) and without (data-parallel runs launch kernels directly, so the
-#     difference is part of the scaling loss);
-#   - 4 GPUs as they are, then one change at a time: NCCL_MAX_CTAS=8 (fewer SMs for NCCL beside the
-#     backward), 100 MB buckets;
-#   - PHASES="short": 1 GPU and 4 GPUs as is; "final": the side-by-side table with the peers; "ckpt": checkpoint_stall.py at 4 GPUs
-#     (async, deferred, none); "tests": ctest -L gpu; "ab": the poll cap, A/B twice;
-#     "watchdog": the NCCL watchdog's tests alone. PHASES="short ckpt tests" runs them in that order.
-# Each line is dp_scaling.py's JSON; everything also goes to $OUT/gpu_dp_overlap.txt as it comes.
+# Issue 18's data-parallel experiments, one device call on a machine with 4+ GPUs (benchmark, not a test):
+# GPT-2 124M, micro-batch 32 per GPU, every variant in the same call so they compare (docs/PERF.md, G1-G5).
+# PHASES picks what runs, in order:
+#   dp        1 GPU with and without CUDA graphs; 4 GPUs as they are, with NCCL_MAX_CTAS=8, with 100 MB buckets
+#   short     1 GPU and 4 GPUs as they are
+#   ab        the host's poll cap, 1 ms (the old one) against the default, interleaved twice
+#   final     the side-by-side table: ZeRO 0 at 1 and 4 GPUs, ZeRO 1 and 3 at 4, PyTorch + compile at 1 and
+#             DDP at 4 (REF: a folder holding ../shared/bench/torch_gpt2.py), one GPU's checkpoint stall
+#   ckpt      checkpoint_stall.py at 4 GPUs: async, deferred, none
+#   tests     ctest -L gpu (at most CT seconds)
+#   watchdog  the NCCL watchdog's test alone
+# Each dp_scaling.py line is JSON with each phase's median (rank 0 and the slowest rank); everything also
+# goes to $OUT/gpu_dp_overlap.txt as it comes.
 #
-#   PHASES="dp" GM_BUILD=/tmp/gdo_build bash tests/bench/gpu_dp_overlap.sh .      (GM_BUILD kept: no configure again)
+#   PHASES="final" REF=.gpu/peers bash tests/bench/gpu_dp_overlap.sh .   (GM_BUILD=DIR: reuse a build tree)
 set -uo pipefail
 SRC=$(cd "${1:-.}" && pwd)
 OUT=${OUT:-/tmp/gpu_dp_overlap}
