@@ -61,7 +61,7 @@ class CpuBackend final : public Backend {
         tp_comm_(o.tp != nullptr && o.tp->size() > 1 ? o.tp : nullptr),
         tp_(tp_comm_ != nullptr ? tp_comm_->size() : 1),
         comm_timeout_(o.comm_timeout),
-        table_(gpt_param_table(m, tp_)),
+        table_(tensor_parallel_table(m, tp_, tp_comm_ != nullptr ? tp_comm_->rank() : 0)),
         pool_(o.threads) {
     const int dp = o.dp != nullptr ? o.dp->size() : 1, rank = o.dp != nullptr ? o.dp->rank() : 0;
     state_ = std::make_unique<ZeroHostState>(

@@ -17,6 +17,7 @@
 
 #include "engine/core/config.h"
 #include "engine/core/parallel/parallel_dims.h"
+#include "engine/core/tensor_table.h"
 #include "telemetry/status.h"
 
 namespace gantry {
@@ -29,6 +30,11 @@ Status tensor_parallel_check(const ModelConfig& m, const ParallelDims& d, const 
 // Whether the tensor named `name` (gpt_param_table's names) is split over the tp ranks; false: every tp
 // rank keeps it whole.
 bool tensor_parallel_sharded(const std::string& name);
+
+// gpt_param_table(m, tp) with each tensor's place in the whole model (TensorShare, tensor_table.h) for tp
+// rank `tp_rank`: what a checkpoint writes and reads in the whole model's coordinates, so that any tp
+// loads any other's. tp 1: gpt_param_table(m).
+TensorTable tensor_parallel_table(const ModelConfig& m, int tp, int tp_rank);
 
 // Copies tp rank `tp_rank`'s share of the whole model `full` (gpt_param_table(m)'s layout) into `local`
 // (gpt_param_table(m, tp)'s layout); unslice copies the other way, the share into its place in `full`
