@@ -24,6 +24,13 @@ Status tensor_parallel_check(const ModelConfig& m, const ParallelDims& d, const 
                ": each tp rank keeps a whole number of attention heads; choose a tp that divides " +
                std::to_string(m.n_head));
   }
+  if (m.vocab_size % d.tp != 0) {
+    return bad(tp + " does not divide model.vocab_size " + std::to_string(m.vocab_size) +
+               ": the vocab-parallel embedding gives each tp rank a whole number of token rows; pad the "
+               "vocabulary to a multiple of " +
+               std::to_string(d.tp) + " (e.g. " + std::to_string((m.vocab_size + d.tp - 1) / d.tp * d.tp) +
+               ") or choose a tp that divides it");
+  }
   const long long mlp = 4LL * m.n_embd;
   if (mlp % d.tp != 0) {
     return bad(tp + " does not divide the MLP width 4 x model.n_embd = " + std::to_string(mlp) +
@@ -43,7 +50,7 @@ enum class Split {
 
 Split split_of(const std::string& name) {
   if (name.ends_with("attn.qkv.weight") || name.ends_with("attn.qkv.bias")) return Split::kQkvRows;
-  if (name.ends_with("mlp.fc.weight") || name.ends_with("mlp.fc.bias")) return Split::kRows;
+  if (name.ends_with("mlp.fc.weight") || name.ends_with("mlp.fc.bias") || name == "wte") return Split::kRows;
   if (name.ends_with("attn.proj.weight") || name.ends_with("mlp.proj.weight")) return Split::kColumns;
   return Split::kWhole;
 }

@@ -50,6 +50,16 @@ TEST(TensorParallelCheck, RefusesAnMlpWidthNotDivisibleByTp) {
   EXPECT_THAT(s.message(), HasSubstr("tp 8 does not divide the MLP width 4 x model.n_embd = 4"));
 }
 
+TEST(TensorParallelCheck, RefusesAVocabularyNotDivisibleByTp) {
+  ModelConfig m = tiny_model();
+  m.vocab_size = 257;
+  Status s = tensor_parallel_check(m, dims(2, 1, 2), "cpu");
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), HasSubstr("tp 2 does not divide model.vocab_size 257"));
+  EXPECT_THAT(s.message(), HasSubstr("pad the vocabulary to a multiple of 2 (e.g. 258)"));
+  EXPECT_TRUE(tensor_parallel_check(m, dims(2, 2, 1), "cpu").ok());  // tp 1 takes any vocabulary
+}
+
 TEST(TensorParallelCheck, RefusesPipelineAndTheCudaBackend) {
   EXPECT_THAT(tensor_parallel_check(tiny_model(), dims(2, 1, 1, 2), "cpu").message(),
               HasSubstr("pp 2: pipeline parallelism is not implemented yet"));
@@ -89,7 +99,7 @@ TEST(TensorParallelSplit, SharesHaveTheSplitShapes) {
   EXPECT_EQ(t.find("h.0.attn.proj.bias")->shape, (std::vector<int64_t>{64}));
   EXPECT_EQ(t.find("h.1.mlp.fc.weight")->shape, (std::vector<int64_t>{64, 64}));
   EXPECT_EQ(t.find("h.1.mlp.proj.weight")->shape, (std::vector<int64_t>{64, 64}));
-  EXPECT_EQ(t.find("wte")->shape, (std::vector<int64_t>{256, 64}));
+  EXPECT_EQ(t.find("wte")->shape, (std::vector<int64_t>{64, 64}));  // vocab-parallel: 256 / 4 token rows
 }
 
 TEST(TensorParallelSplit, SharesOfEveryRankRebuildTheWholeModel) {
@@ -120,7 +130,12 @@ TEST(TensorParallelSplit, SharesOfEveryRankRebuildTheWholeModel) {
   EXPECT_EQ(share[lp.offset + 1 * 32], full[wp.offset + 1 * 64 + 32]);  // row 1, column 32 (head 2's first)
   EXPECT_TRUE(tensor_parallel_sharded("h.3.mlp.proj.weight"));
   EXPECT_FALSE(tensor_parallel_sharded("h.3.mlp.proj.bias"));
-  EXPECT_FALSE(tensor_parallel_sharded("wte"));
+  EXPECT_TRUE(tensor_parallel_sharded("wte"));  // vocab-parallel
+  EXPECT_FALSE(tensor_parallel_sharded("wpe"));
+  // Rank 1 of tp 2 holds token rows 128..255 of wte.
+  const TensorInfo& we = *whole.find("wte");
+  const TensorInfo& le = *two.find("wte");
+  EXPECT_EQ(share[le.offset], full[we.offset + 128 * 64]);
 }
 
 // What a checkpoint writes: each tensor of a tp rank's table says where its share lies in the whole one.
