@@ -763,9 +763,10 @@ Result<CheckpointMeta> checkpoint_load(const std::string& dir_str, Backend& back
         r.share_offset = 0, r.share_width = whole, r.share_stride = whole;
         if (sl.contains("share")) {
           const auto sh = sl.at("share").get<std::vector<uint64_t>>();
-          if (sh.size() != 3 || sh[1] == 0 || sh[2] < sh[1])
+          if (sh.size() != 3 || sh[1] == 0 || sh[2] < sh[1] || sh[2] > whole || sh[0] >= whole)
             return bad("slice " + t->name + " has a bad share " + sl.at("share").dump() +
-                       " (want [offset, width, stride] with 0 < width <= stride)");
+                       " (want [offset, width, stride] with 0 < width <= stride <= " + std::to_string(whole) +
+                       " and offset < " + std::to_string(whole) + ")");
           r.share_offset = sh[0], r.share_width = sh[1], r.share_stride = sh[2];
         }
         // The slice's last element, where it lies in the whole tensor.

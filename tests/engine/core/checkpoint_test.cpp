@@ -220,6 +220,8 @@ TEST_F(CheckpointTest, ABadShareIsRefused) {
   std::string e = load_error(newer_);
   EXPECT_THAT(e, HasSubstr("slice " + tensor + " has a bad share [0,0,4]"));
   EXPECT_THAT(e, HasSubstr("0 < width <= stride"));
+  with_share({0, 1, count + 1});  // a stride past the whole tensor
+  EXPECT_THAT(load_error(newer_), HasSubstr("has a bad share"));
   with_share({1, count, count});  // the slice's last element one past the tensor's end
   EXPECT_THAT(load_error(newer_), HasSubstr("slice " + tensor + " lies outside its tensor or file"));
   expect_older_still_loads();
