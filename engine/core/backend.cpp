@@ -26,9 +26,11 @@ Result<std::unique_ptr<Backend>> backend_create(const std::string& kind, const M
                                                 const BackendOptions& options) {
   if (kind == "cpu") {
     if (options.tp != nullptr &&
-        (m.n_head % options.tp->size() != 0 || (4 * m.n_embd) % options.tp->size() != 0)) {
+        (m.n_head % options.tp->size() != 0 || (4 * m.n_embd) % options.tp->size() != 0 ||
+         m.vocab_size % options.tp->size() != 0)) {
       return Status::error("tp " + std::to_string(options.tp->size()) + " must divide model.n_head " +
-                           std::to_string(m.n_head) + " and the MLP width " + std::to_string(4 * m.n_embd));
+                           std::to_string(m.n_head) + ", the MLP width " + std::to_string(4 * m.n_embd) +
+                           " and model.vocab_size " + std::to_string(m.vocab_size));
     }
     return backend_cpu_create(m, max_batch, options);
   }

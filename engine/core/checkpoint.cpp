@@ -185,6 +185,46 @@ std::string checkpoint_earlier_hint(const std::string& dir) {
 
 namespace {
 
+// What this rank writes of buffer b: the backend's written ranges, less the parts of tensors that other
+// ranks hold too (replicas > 1, a tensor whole on every tp rank) and write instead: replica k of n writes
+// elements [k·numel/n, (k+1)·numel/n) of such a tensor, so every element is written once.
+std::vector<FlatRange> rank_written_ranges(const TensorTable& table, const Backend& backend, StateBuffer b) {
+  std::vector<FlatRange> out;
+  auto add = [&](size_t lo, size_t hi) {
+    if (lo >= hi) return;
+    if (!out.empty() && out.back().end() == lo) {
+      out.back().count += hi - lo;
+    } else {
+      out.push_back({lo, hi - lo});
+    }
+  };
+  for (const FlatRange& r : backend.written_ranges(b)) {
+    size_t at = r.offset;
+    while (at < r.end()) {
+      const TensorInfo& t = table[table.index_of_offset(at)];
+      const size_t stop = std::min(r.end(), t.offset + t.numel);
+      if (t.share.replicas <= 1) {
+        add(at, stop);
+      } else {
+        const size_t n = static_cast<size_t>(t.share.replicas), k = static_cast<size_t>(t.share.replica);
+        const size_t mine_lo = t.offset + t.numel * k / n, mine_hi = t.offset + t.numel * (k + 1) / n;
+        add(std::max(at, mine_lo), std::min(stop, mine_hi));
+      }
+      at = stop;
+    }
+  }
+  return out;
+}
+
+// The format version a table's checkpoint is written in: 2 when it holds shares of tensors (tensor
+// parallelism: slices then name the share), else 1, which readers before version 2 still read.
+int format_version_of(const TensorTable& table) {
+  for (const TensorInfo& t : table.tensors()) {
+    if (t.share.split()) return 2;
+  }
+  return 1;
+}
+
 // The slices of this rank's shard: the ranges its backend writes, buffer by buffer, cut at tensor
 // boundaries. A snapshot holds them back to back in this order.
 struct Piece {
@@ -194,7 +234,7 @@ struct Piece {
 std::vector<Piece> shard_pieces(const TensorTable& table, const Backend& backend) {
   std::vector<Piece> pieces;
   for (StateBuffer b : kSavedBuffers) {
-    for (const FlatRange& r : backend.written_ranges(b)) {
+    for (const FlatRange& r : rank_written_ranges(table, backend, b)) {
       size_t at = r.offset;
       while (at < r.end()) {
         const size_t ti = table.index_of_offset(at);
@@ -226,7 +266,8 @@ Result<json> write_shard(const fs::path& dir, int rank, const TensorTable& table
   if (fd < 0) return Status::error("cannot create '" + shard_path + "': " + std::strerror(errno));
   unsigned char header[kShardHeaderBytes] = {};
   std::memcpy(header, kShardMagic, sizeof kShardMagic);
-  const uint32_t version = kCheckpointFormatVersion, rank32 = static_cast<uint32_t>(rank);
+  const uint32_t version = static_cast<uint32_t>(format_version_of(table)),
+                 rank32 = static_cast<uint32_t>(rank);
   const uint64_t slice_count = pieces.size();
   std::memcpy(header + 8, &version, 4);
   std::memcpy(header + 12, &rank32, 4);
@@ -242,12 +283,16 @@ Result<json> write_shard(const fs::path& dir, int rank, const TensorTable& table
     const float* data = source(p, staging);
     const size_t bytes = p.count * sizeof(float);
     s = write_all(fd, data, bytes, shard_path);
-    slices.push_back({{"buffer", state_buffer_name(p.buffer)},
-                      {"tensor", t.name},
-                      {"start", p.start},
-                      {"count", p.count},
-                      {"file_offset", file_offset},
-                      {"xxh64", xxhash64_hex(xxhash64(data, bytes))}});
+    json slice = {{"buffer", state_buffer_name(p.buffer)},
+                  {"tensor", t.name},
+                  {"start", p.start},
+                  {"count", p.count},
+                  {"file_offset", file_offset},
+                  {"xxh64", xxhash64_hex(xxhash64(data, bytes))}};
+    // A share of the tensor (tensor parallelism): start and count are in the share's order; the share
+    // says where its elements are in the whole tensor.
+    if (t.share.split()) slice["share"] = {t.share.offset, t.share.width, t.share.stride};
+    slices.push_back(std::move(slice));
     file_offset += bytes;
     if (slices.size() == 1) hook_at(hook, CheckpointStage::kWrite, step);
   }
@@ -464,14 +509,18 @@ Result<CheckpointWritten> write_impl(const std::string& root, const TensorTable&
 
   uint64_t total_bytes = 0;
   for (const json& sh : shards) total_bytes += sh.at("bytes").get<uint64_t>();
+  // The whole model's table, whatever share of it this layout's ranks hold.
   json tensors = json::array();
+  size_t whole_offset = 0;
   for (const TensorInfo& t : table.tensors()) {
-    tensors.push_back({{"name", t.name}, {"shape", t.shape}, {"offset", t.offset}, {"decay", t.decay}});
+    tensors.push_back(
+        {{"name", t.name}, {"shape", t.whole_shape()}, {"offset", whole_offset}, {"decay", t.decay}});
+    whole_offset += tensor_numel(t.whole_shape());
   }
   const ParallelDims layout = gang != nullptr ? gang->layout : ParallelDims{};
   json manifest = {
       {"format", "gantry-checkpoint"},
-      {"format_version", kCheckpointFormatVersion},
+      {"format_version", format_version_of(table)},
       {"step", meta.step},
       {"loss", meta.loss},
       {"code_version", meta.code_version},
@@ -542,7 +591,7 @@ const char* checkpoint_stage_name(CheckpointStage s) {
 CheckpointSnapshot checkpoint_snapshot_pieces(const Backend& backend) {
   CheckpointSnapshot snap;
   for (StateBuffer b : kSavedBuffers) {
-    for (const FlatRange& r : backend.written_ranges(b)) {
+    for (const FlatRange& r : rank_written_ranges(backend.params(), backend, b)) {
       snap.pieces.push_back({.buffer = b, .offset = r.offset, .count = r.count, .host_offset = snap.floats});
       snap.floats += r.count;
     }
@@ -591,10 +640,26 @@ namespace {
 
 struct SliceRef {
   StateBuffer buffer;
-  const TensorInfo* tensor;
+  size_t tensor;  // index in the table
   uint64_t start, count, file_offset, hash;
+  // Where the slice's elements lie in the whole tensor (TensorShare's offset, width, stride); a slice of
+  // the whole tensor: 0, its numel, its numel.
+  uint64_t share_offset, share_width, share_stride;
   std::string file;
 };
+
+// Calls fn(whole element, position in the slice, count) for each run of the slice contiguous in the whole
+// tensor.
+template <typename Fn>
+void slice_runs(const SliceRef& r, Fn&& fn) {
+  const uint64_t end = r.start + r.count, w = r.share_width;
+  for (uint64_t i = r.start; i < end;) {
+    const uint64_t row = i / w, col = i % w, n = std::min(w - col, end - i);
+    fn(static_cast<size_t>(r.share_offset + row * r.share_stride + col), static_cast<size_t>(i - r.start),
+       static_cast<size_t>(n));
+    i += n;
+  }
+}
 
 }  // namespace
 
@@ -621,7 +686,7 @@ Result<CheckpointMeta> checkpoint_load(const std::string& dir_str, Backend& back
   try {
     if (m.value("format", "") != "gantry-checkpoint") return bad("not a gantry checkpoint manifest");
     const int fv = m.at("format_version").get<int>();
-    if (fv != kCheckpointFormatVersion) {
+    if (fv < 1 || fv > kCheckpointFormatVersion) {
       return bad("format_version " + std::to_string(fv) + " is not supported (this build reads version " +
                  std::to_string(kCheckpointFormatVersion) + ")");
     }
@@ -662,9 +727,9 @@ Result<CheckpointMeta> checkpoint_load(const std::string& dir_str, Backend& back
     for (size_t i = 0; i < table.size(); ++i) {
       const std::string name = tensors[i].at("name").get<std::string>();
       const auto shape = tensors[i].at("shape").get<std::vector<int64_t>>();
-      if (name != table[i].name || shape != table[i].shape) {
+      if (name != table[i].name || shape != table[i].whole_shape()) {
         return bad("tensor " + std::to_string(i) + " is " + name + " " + tensor_shape_text(shape) +
-                   ", the model has " + table[i].name + " " + tensor_shape_text(table[i].shape));
+                   ", the model has " + table[i].name + " " + tensor_shape_text(table[i].whole_shape()));
       }
     }
     for (const json& shard : m.at("shards")) {
@@ -686,16 +751,33 @@ Result<CheckpointMeta> checkpoint_load(const std::string& dir_str, Backend& back
         SliceRef r;
         r.buffer = buffer_from_name(sl.at("buffer").get<std::string>(), &ok);
         if (!ok) return bad("unknown buffer '" + sl.at("buffer").get<std::string>() + "'");
-        r.tensor = table.find(sl.at("tensor").get<std::string>());
-        if (r.tensor == nullptr) return bad("unknown tensor '" + sl.at("tensor").get<std::string>() + "'");
+        const TensorInfo* t = table.find(sl.at("tensor").get<std::string>());
+        if (t == nullptr) return bad("unknown tensor '" + sl.at("tensor").get<std::string>() + "'");
+        r.tensor = static_cast<size_t>(t - table.tensors().data());
         r.start = sl.at("start").get<uint64_t>();
         r.count = sl.at("count").get<uint64_t>();
         r.file_offset = sl.at("file_offset").get<uint64_t>();
         if (!xxhash64_parse_hex(sl.at("xxh64").get<std::string>(), &r.hash))
           return bad("a slice hash is not hex");
-        if (r.start + r.count > r.tensor->numel || r.file_offset + r.count * sizeof(float) > actual ||
+        const uint64_t whole = tensor_numel(t->whole_shape());
+        r.share_offset = 0, r.share_width = whole, r.share_stride = whole;
+        if (sl.contains("share")) {
+          const auto sh = sl.at("share").get<std::vector<uint64_t>>();
+          if (sh.size() != 3 || sh[1] == 0 || sh[2] < sh[1] || sh[2] > whole || sh[0] >= whole)
+            return bad("slice " + t->name + " has a bad share " + sl.at("share").dump() +
+                       " (want [offset, width, stride] with 0 < width <= stride <= " + std::to_string(whole) +
+                       " and offset < " + std::to_string(whole) + ")");
+          r.share_offset = sh[0], r.share_width = sh[1], r.share_stride = sh[2];
+        }
+        // The slice's last element, where it lies in the whole tensor.
+        const uint64_t last = r.start + r.count - 1;
+        const bool inside =
+            r.count == 0 ||
+            (r.start + r.count > r.start &&
+             r.share_offset + last / r.share_width * r.share_stride + last % r.share_width < whole);
+        if (!inside || r.file_offset + r.count * sizeof(float) > actual ||
             r.file_offset < kShardHeaderBytes) {
-          return bad("slice " + r.tensor->name + " lies outside its tensor or file");
+          return bad("slice " + t->name + " lies outside its tensor or file");
         }
         r.file = path;
         refs.push_back(r);
@@ -707,34 +789,70 @@ Result<CheckpointMeta> checkpoint_load(const std::string& dir_str, Backend& back
 
   // Stage and verify every byte this rank needs before the backend sees any of it: for each buffer, the
   // ranges the backend holds, taken from whichever slices overlap them (the writer's layout may differ).
+  // Both sides meet in the whole tensors' coordinates: the ranges this rank holds (of its own share of
+  // each tensor under tensor parallelism) and each slice (of the writer's share) are mapped to runs of the
+  // whole tensor, and the overlaps copied.
+  struct Run {
+    size_t whole = 0, count = 0;  // elements of the whole tensor
+    size_t staging = 0;           // where they go in staging
+  };
   struct Need {
     std::vector<FlatRange> ranges;
     std::vector<size_t> staging_offset;  // of each range
     std::vector<float> staging;
-    std::vector<FlatRange> filled;  // global intervals copied so far
+    std::vector<std::vector<Run>> runs;          // per tensor, sorted by whole element
+    std::vector<std::vector<FlatRange>> filled;  // per tensor: whole-tensor intervals copied so far
   };
   std::vector<Need> needs(std::size(kSavedBuffers));
   for (size_t bi = 0; bi < std::size(kSavedBuffers); ++bi) {
     Need& nd = needs[bi];
     nd.ranges = backend.held_ranges(kSavedBuffers[bi]);
+    nd.runs.resize(table.size());
+    nd.filled.resize(table.size());
     size_t total = 0;
     for (const FlatRange& r : nd.ranges) {
       nd.staging_offset.push_back(total);
+      for (size_t at = r.offset; at < r.end();) {
+        const size_t ti = table.index_of_offset(at);
+        const TensorInfo& t = table[ti];
+        const size_t stop = std::min(r.end(), t.offset + t.numel);
+        tensor_share_runs(t, at - t.offset, stop - at, [&](size_t whole, size_t local, size_t n) {
+          nd.runs[ti].push_back({whole, n, total + (t.offset + local - r.offset)});
+        });
+        at = stop;
+      }
       total += r.count;
     }
+    for (std::vector<Run>& rs : nd.runs)
+      std::sort(rs.begin(), rs.end(), [](const Run& a, const Run& b) { return a.whole < b.whole; });
     nd.staging.resize(total);
   }
   std::string open_path;
   int fd = -1;
   std::vector<float> slice;
+  struct Copy {
+    size_t from, to, count;  // slice position, staging position
+  };
+  std::vector<Copy> copies;
   for (const SliceRef& r : refs) {
     const size_t bi = static_cast<size_t>(
         std::find(std::begin(kSavedBuffers), std::end(kSavedBuffers), r.buffer) - std::begin(kSavedBuffers));
     Need& nd = needs[bi];
-    const size_t lo = r.tensor->offset + r.start, hi = lo + r.count;
-    bool wanted = false;
-    for (const FlatRange& h : nd.ranges) wanted = wanted || (lo < h.end() && h.offset < hi);
-    if (!wanted) continue;
+    const std::vector<Run>& runs = nd.runs[r.tensor];
+    copies.clear();
+    if (!runs.empty()) {
+      slice_runs(r, [&](size_t whole, size_t pos, size_t n) {
+        // The first held run that ends after `whole`, then every one that starts before the slice run ends.
+        auto it = std::upper_bound(runs.begin(), runs.end(), whole,
+                                   [](size_t w, const Run& h) { return w < h.whole + h.count; });
+        for (; it != runs.end() && it->whole < whole + n; ++it) {
+          const size_t a = std::max(whole, it->whole), b = std::min(whole + n, it->whole + it->count);
+          copies.push_back({pos + (a - whole), it->staging + (a - it->whole), b - a});
+          nd.filled[r.tensor].push_back({a, b - a});
+        }
+      });
+    }
+    if (copies.empty()) continue;
     if (r.file != open_path) {
       if (fd >= 0) ::close(fd);
       fd = ::open(r.file.c_str(), O_RDONLY);
@@ -747,47 +865,44 @@ Result<CheckpointMeta> checkpoint_load(const std::string& dir_str, Backend& back
         return Status::error("checkpoint shard '" + r.file + "' does not start with the GANTRYSH magic");
       }
     }
+    const std::string& name = table[r.tensor].name;
     slice.resize(r.count);
     const size_t bytes = r.count * sizeof(float);
     if (::pread(fd, slice.data(), bytes, static_cast<off_t>(r.file_offset)) != static_cast<ssize_t>(bytes)) {
       ::close(fd);
-      return Status::error("cannot read slice " + r.tensor->name + " of checkpoint shard '" + r.file + "'");
+      return Status::error("cannot read slice " + name + " of checkpoint shard '" + r.file + "'");
     }
     const uint64_t h = xxhash64(slice.data(), bytes);
     if (h != r.hash) {
       ::close(fd);
       return Status::error("checkpoint shard '" + r.file + "' is corrupt: " + state_buffer_name(r.buffer) +
-                           " " + r.tensor->name + " has checksum " + xxhash64_hex(h) +
-                           ", the manifest says " + xxhash64_hex(r.hash));
+                           " " + name + " has checksum " + xxhash64_hex(h) + ", the manifest says " +
+                           xxhash64_hex(r.hash));
     }
-    for (size_t k = 0; k < nd.ranges.size(); ++k) {
-      const FlatRange& held = nd.ranges[k];
-      const size_t a = std::max(lo, held.offset), b = std::min(hi, held.end());
-      if (a >= b) continue;
-      std::memcpy(nd.staging.data() + nd.staging_offset[k] + (a - held.offset), slice.data() + (a - lo),
-                  (b - a) * sizeof(float));
-      nd.filled.push_back({a, b - a});
-    }
+    for (const Copy& c : copies)
+      std::memcpy(nd.staging.data() + c.to, slice.data() + c.from, c.count * sizeof(float));
   }
   if (fd >= 0) ::close(fd);
-  // Every held element exactly once: sorted filled intervals must tile the held ranges.
+  // Every held element exactly once: per tensor, the sorted filled intervals must tile the held runs.
   for (size_t bi = 0; bi < std::size(kSavedBuffers); ++bi) {
     Need& nd = needs[bi];
-    std::sort(nd.filled.begin(), nd.filled.end(),
-              [](const FlatRange& a, const FlatRange& b) { return a.offset < b.offset; });
-    size_t f = 0;
-    for (const FlatRange& held : nd.ranges) {
-      size_t at = held.offset;
-      while (at < held.end()) {
-        if (f >= nd.filled.size() || nd.filled[f].offset != at) {
-          const TensorInfo& t = table[table.index_of_offset(at)];
-          const bool overlap = f < nd.filled.size() && nd.filled[f].offset < at;
-          return bad(std::string(state_buffer_name(kSavedBuffers[bi])) + " " + t.name + " element " +
-                     std::to_string(at - t.offset) +
-                     (overlap ? " is in more than one slice"
-                              : " is in no slice: the shards do not cover the model"));
+    for (size_t ti = 0; ti < table.size(); ++ti) {
+      std::vector<FlatRange>& filled = nd.filled[ti];
+      std::sort(filled.begin(), filled.end(),
+                [](const FlatRange& a, const FlatRange& b) { return a.offset < b.offset; });
+      size_t f = 0;
+      for (const Run& held : nd.runs[ti]) {
+        size_t at = held.whole;
+        while (at < held.whole + held.count) {
+          if (f >= filled.size() || filled[f].offset != at) {
+            const bool overlap = f < filled.size() && filled[f].offset < at;
+            return bad(std::string(state_buffer_name(kSavedBuffers[bi])) + " " + table[ti].name +
+                       " element " + std::to_string(at) +
+                       (overlap ? " is in more than one slice"
+                                : " is in no slice: the shards do not cover the model"));
+          }
+          at = filled[f++].end();
         }
-        at = nd.filled[f++].end();
       }
     }
   }

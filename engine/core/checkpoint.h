@@ -36,7 +36,9 @@ namespace gantry {
 
 class StoreClient;
 
-inline constexpr int kCheckpointFormatVersion = 1;
+// The newest format this build reads (and writes under tensor parallelism; a checkpoint of whole tensors
+// is written as version 1, which older builds read).
+inline constexpr int kCheckpointFormatVersion = 2;
 
 struct CheckpointMeta {
   int64_t step = 0;           // optimizer steps done; also the LR schedule position

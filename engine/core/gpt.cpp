@@ -11,7 +11,7 @@ TensorTable gpt_param_table(const ModelConfig& m, int tp) {
   const int64_t C = m.n_embd, V = m.vocab_size, T = m.seq_len;
   const int64_t Cl = C / tp, Hl = 4 * C / tp;  // this tp rank's attention and MLP widths
   TensorTable t;
-  t.add("wte", {V, C}, true, -1);
+  t.add("wte", {V / tp, C}, true, -1);  // tp: this rank's vocabulary rows (vocab-parallel)
   t.add("wpe", {T, C}, true, -1);
   for (int l = 0; l < m.n_layer; ++l) {
     const std::string p = "h." + std::to_string(l) + ".";

@@ -22,7 +22,8 @@ namespace gantry {
 // "h.<l>.mlp.fc.bias" (4C), "h.<l>.mlp.proj.weight" (C, 4C), "h.<l>.mlp.proj.bias" (C); "lnf.weight",
 // "lnf.bias" (C).
 // tp > 1: one tensor-parallel rank's share (engine/core/parallel/tensor_parallel.h): the QKV and MLP-up
-// rows, the attention and MLP-down projections' columns divided by tp; everything else whole.
+// rows, the attention and MLP-down projections' columns and wte's vocabulary rows divided by tp; everything
+// else whole.
 TensorTable gpt_param_table(const ModelConfig& m, int tp = 1);
 
 // GPT-2's init: weights N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)), biases 0, norms 1.

@@ -39,6 +39,12 @@ size_t TensorTable::index_of_offset(size_t offset) const {
   return static_cast<size_t>(it - tensors_.begin()) - 1;
 }
 
+size_t tensor_numel(const std::vector<int64_t>& shape) {
+  size_t n = 1;
+  for (int64_t d : shape) n *= static_cast<size_t>(d);
+  return n;
+}
+
 std::string tensor_shape_text(const std::vector<int64_t>& shape) {
   std::string out = "(";
   for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);

@@ -97,13 +97,6 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
       gang_ctx == nullptr ? nullptr : (gang_ctx->world != nullptr ? gang_ctx->world : gang_ctx->dp);
   if (opt.dist != nullptr) {
     if (Status s = tensor_parallel_check(c.model, opt.dist->dims, c.train.backend); !s.ok()) return s;
-    // Checkpoints hold the whole model in global coordinates; writing a tp rank's share there (slicing
-    // through tensor_parallel_unslice) is the next step of issue 17, not done yet.
-    if (opt.dist->dims.tp > 1 && (c.train.checkpoint_every > 0 || !opt.resume.empty())) {
-      return Status::error("tp " + std::to_string(opt.dist->dims.tp) +
-                           ": checkpoints under tensor parallelism are not implemented yet; set "
-                           "train.checkpoint_every = 0 and start without resume, or use tp 1");
-    }
   }
   if (gang_ctx != nullptr && gang_ctx->dims.tp > 1 && (gang_ctx->tp == nullptr || gang_ctx->world == nullptr))
     return Status::error("a tensor-parallel gang needs its tp and world communicators");
@@ -255,7 +248,6 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
   // Declared after the backend, so a write still in flight ends before the backend does.
   TrainCheckpoints checkpoints(c, ckpt_root, *backend, ckpt_gang, observer, opt.test_checkpoint_hook);
   auto write_checkpoint = [&](double loss, bool from_action, bool final) -> Status {
-    if (dims.tp > 1) return {};  // not yet under tensor parallelism (refused above where it was asked for)
     enter(TrainPhase::kCheckpoint);
     CheckpointMeta meta{.step = step,
                         .sampler_seed = c.train.seed,

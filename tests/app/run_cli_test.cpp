@@ -533,6 +533,66 @@ TEST(RunCli, TensorParallelLayoutsAreCheckedAndTp2Trains) {
   EXPECT_THAT(run.err(), HasSubstr("done: step 3"));
 }
 
+// Recovery at tp > 1 through the engine's own path (issue 17): a tp 2 run killed by SIGKILL mid-run
+// resumes from its newest committed checkpoint at one process and at tp 4 (--resume DIR), and at tp 2
+// again (--resume latest, as the same command would be rerun); each starts at the checkpoint's step and the
+// three end on the same loss within 1e-4 relative (tp is not bitwise against one process: the row-parallel
+// sums are added in another order).
+TEST(RunCli, TensorParallelRunKilledMidRunResumesAtAnyTp) {
+  const std::string dir = fresh_dir("tp_killed");
+  testing_support::Outcome d = testing_support::run_engine(
+      "data synthetic --out " + dir + "/data --vocab 32 --train-tokens 8192 --val-tokens 1024");
+  ASSERT_EQ(d.code, 0) << d.err;
+  const std::string cfg = dir + "/tp.toml";
+  std::ofstream(cfg) << "[model]\nn_layer = 1\nn_head = 4\nn_embd = 16\nvocab_size = 32\nseq_len = 8\n"
+                     << "[train]\nglobal_batch = 4\nmicro_batch = 2\nthreads = 1\nmax_steps = 1000000\n"
+                     << "val_every = 0\ncheckpoint_every = 2\nkeep_checkpoints = 5\n"
+                     << "[data]\nkind = \"shards\"\ndir = \"" << dir << "/data\"\n";
+  const std::string out = dir + "/run";
+  EngineChild run = EngineChild::start({"run", "--nproc", "2", "--tp", "2", "--config", cfg, "--out", out});
+  ASSERT_TRUE(run.wait_for_stderr(
+      [](const std::string& err) { return err.find("checkpoint step 4 ->") != std::string::npos; }, 60s))
+      << run.err();
+  const std::vector<pid_t> pids = run.worker_pids();
+  ASSERT_EQ(pids.size(), 2u) << run.err();
+  ASSERT_EQ(::kill(pids[1], SIGKILL), 0);
+  EXPECT_EQ(run.wait(60s).code, 1) << run.err();
+  expect_gone(pids);
+
+  // The newest committed checkpoint the kill left.
+  std::string latest;
+  for (const fs::directory_entry& e : fs::directory_iterator(out + "/checkpoints")) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("step_", 0) == 0 && fs::exists(e.path() / "manifest.json") && e.path().string() > latest)
+      latest = e.path().string();
+  }
+  ASSERT_FALSE(latest.empty());
+  const long long step = std::stoll(fs::path(latest).filename().string().substr(5));
+  ASSERT_GE(step, 4);
+  const std::string until = std::to_string(step + 4), from = "steps " + std::to_string(step) + "..";
+  auto last_loss = [](const std::string& stdout_text) {
+    const std::vector<nlohmann::json> steps = step_json_lines(stdout_text);
+    return steps.empty() ? -1.0 : steps.back().at("loss").get<double>();
+  };
+  const std::vector<std::pair<std::string, std::string>> resumes = {
+      {"--nproc 1 --tp 1", "--resume " + latest + " --out " + dir + "/tp1"},
+      {"--nproc 4 --tp 4", "--resume " + latest + " --out " + dir + "/tp4"},
+      {"--nproc 2 --tp 2", "--resume latest --out " + out}};
+  std::vector<double> losses;
+  for (const auto& [layout, where] : resumes) {
+    testing_support::Outcome r = testing_support::run_engine("run " + layout + " --json --config " + cfg +
+                                                             " --max-steps " + until + " " + where);
+    ASSERT_EQ(r.code, 0) << layout << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr(from)) << layout;
+    EXPECT_EQ(step_json_lines(r.out).size(), 4u) << layout << "\n" << r.out;
+    losses.push_back(last_loss(r.out));
+  }
+  ASSERT_GT(losses[0], 0);
+  for (size_t i = 1; i < losses.size(); ++i) {
+    EXPECT_NEAR(losses[i], losses[0], 1e-4 * losses[0]) << resumes[i].first << " against one process";
+  }
+}
+
 int free_port() {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a = {};

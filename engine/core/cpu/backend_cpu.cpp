@@ -9,6 +9,7 @@
 #include "engine/core/comm/communicator.h"
 #include "engine/core/cpu/ops_cpu.h"
 #include "engine/core/cpu/thread_pool.h"
+#include "engine/core/cpu/vocab_parallel_cpu.h"
 #include "engine/core/fatal.h"
 #include "engine/core/gpt.h"
 #include "engine/core/optim.h"
@@ -61,7 +62,7 @@ class CpuBackend final : public Backend {
         tp_comm_(o.tp != nullptr && o.tp->size() > 1 ? o.tp : nullptr),
         tp_(tp_comm_ != nullptr ? tp_comm_->size() : 1),
         comm_timeout_(o.comm_timeout),
-        table_(gpt_param_table(m, tp_)),
+        table_(tensor_parallel_table(m, tp_, tp_comm_ != nullptr ? tp_comm_->rank() : 0)),
         pool_(o.threads) {
     const int dp = o.dp != nullptr ? o.dp->size() : 1, rank = o.dp != nullptr ? o.dp->rank() : 0;
     state_ = std::make_unique<ZeroHostState>(
@@ -187,6 +188,8 @@ class CpuBackend final : public Backend {
     });
   }
   int block_unit(int layer) const { return 1 + layer; }
+  // The first token of this tp rank's vocabulary rows of wte (0 at tp 1).
+  int vocab_first() const { return tp_comm_ != nullptr ? tp_comm_->rank() * (m_.vocab_size / tp_) : 0; }
 
   double exposed_comm_seconds() const { return state_->exposed_comm_seconds() + tp_comm_s_; }
 
@@ -216,7 +219,7 @@ class CpuBackend final : public Backend {
   }
 
   void allocate_activations() {
-    const size_t B = max_batch_, T = m_.seq_len, C = m_.n_embd, V = m_.vocab_size;
+    const size_t B = max_batch_, T = m_.seq_len, C = m_.n_embd, V = m_.vocab_size / tp_;  // this rank's vocab
     const size_t N = B * T;
     const size_t Cl = m_.n_embd / tp_, NH = m_.n_head / tp_, H = 4 * C / tp_;  // this tp rank's share
     const size_t per_layer = N * C * 4 + N * Cl + N * 4 + N * 3 * Cl + B * NH * T * T + N * H * 2;
@@ -261,14 +264,21 @@ class CpuBackend final : public Backend {
   }
 
   float forward(const int32_t* inputs, const int32_t* targets, int B) {
-    const int T = m_.seq_len, C = m_.n_embd, V = m_.vocab_size;
-    const int Cl = C / tp_, NH = m_.n_head / tp_, H = 4 * C / tp_;  // this tp rank's heads and MLP width
+    const int T = m_.seq_len, C = m_.n_embd, V = m_.vocab_size / tp_;  // V: this tp rank's vocabulary
+    const int Cl = C / tp_, NH = m_.n_head / tp_, H = 4 * C / tp_;     // this tp rank's heads and MLP width
     const int N = B * T;
     const int emb = state_->plan().embedding_unit(), fin = state_->plan().final_unit();
     // Parameters are only read here; the views share GptTensors' (mutable) pointer type with gradients.
     GptTensors e = unit_view(emb, const_cast<float*>(state_->params(emb)));
     state_->prefetch(block_unit(0));
-    encoder_forward(encoded_, inputs, e.wte, e.wpe, B, T, C);
+    if (tp_comm_ == nullptr) {
+      encoder_forward(encoded_, inputs, e.wte, e.wpe, B, T, C);
+    } else {
+      // Vocab-parallel embedding: each token's row comes from the rank that owns it (vocab_parallel_cpu.h).
+      vocab_parallel_encoder_forward(encoded_, inputs, e.wte, vocab_first(), V, N, C);
+      tp_all_reduce(encoded_, static_cast<size_t>(N) * C);
+      vocab_parallel_add_positions(encoded_, e.wpe, B, T, C);
+    }
     const float* residual = encoded_;
     for (int l = 0; l < m_.n_layer; ++l) {
       const int u = block_unit(l);
@@ -291,8 +301,14 @@ class CpuBackend final : public Backend {
     }
     GptTensors f = unit_view(fin, const_cast<float*>(state_->params(fin)));
     layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, residual, f.lnf_w, f.lnf_b, N, C);
-    matmul_forward(&pool_, probs_, lnf_, e.wte, nullptr, N, C, V);
-    softmax_crossentropy_forward(&pool_, probs_, losses_, probs_, targets, N, V);
+    matmul_forward(&pool_, probs_, lnf_, e.wte, nullptr, N, C, V);  // tp: this rank's vocabulary's logits
+    if (tp_comm_ == nullptr) {
+      softmax_crossentropy_forward(&pool_, probs_, losses_, probs_, targets, N, V);
+    } else {
+      Status st = vocab_parallel_crossentropy_forward(tp_comm_, comm_timeout_, &pool_, probs_, losses_,
+                                                      targets, vocab_first(), N, V, &tp_comm_s_);
+      if (!st.ok()) fatal_error(__FILE__, __LINE__, "tensor parallel: " + st.message());
+    }
     double sum = 0;
     for (int n = 0; n < N; ++n) sum += losses_[n];
     return static_cast<float>(sum / N);
@@ -301,8 +317,8 @@ class CpuBackend final : public Backend {
   // Gradients are asked for unit by unit in the order the pass completes them (classifier and final norm,
   // the blocks from the top, the embeddings last), so each bucket can be reduced as soon as it is full.
   void backward(const int32_t* inputs, const int32_t* targets, int B, float grad_scale) {
-    const int T = m_.seq_len, C = m_.n_embd, V = m_.vocab_size;
-    const int Cl = C / tp_, NH = m_.n_head / tp_, H = 4 * C / tp_;  // this tp rank's share
+    const int T = m_.seq_len, C = m_.n_embd, V = m_.vocab_size / tp_;  // V: this tp rank's vocabulary
+    const int Cl = C / tp_, NH = m_.n_head / tp_, H = 4 * C / tp_;     // this tp rank's share
     const int N = B * T;
     const size_t NC = static_cast<size_t>(N) * C, NCl = static_cast<size_t>(N) * Cl,
                  NH4 = static_cast<size_t>(N) * H;
@@ -313,10 +329,17 @@ class CpuBackend final : public Backend {
     GptTensors ge = unit_view(emb, state_->grads(emb));
     GptTensors gf = unit_view(fin, state_->grads(fin));
 
-    softmax_crossentropy_backward(&pool_, dlogits_.data(), probs_, targets,
-                                  grad_scale / static_cast<float>(N), N, V);
+    if (tp_comm_ == nullptr) {
+      softmax_crossentropy_backward(&pool_, dlogits_.data(), probs_, targets,
+                                    grad_scale / static_cast<float>(N), N, V);
+    } else {
+      vocab_parallel_crossentropy_backward(&pool_, dlogits_.data(), probs_, targets,
+                                           grad_scale / static_cast<float>(N), vocab_first(), N, V);
+    }
     zero(dln_, NC);
     matmul_backward(&pool_, dln_.data(), ge.wte, nullptr, dlogits_.data(), lnf_, we.wte, N, C, V);
+    // Vocab-parallel classifier: each rank's d(lnf) is the part of the sum over its vocabulary.
+    if (tp_comm_ != nullptr) tp_all_reduce(dln_.data(), NC);
     zero(dres_, NC);
     const float* top = m_.n_layer > 0 ? layers_.back().res3 : encoded_;
     layernorm_backward(dres_.data(), gf.lnf_w, gf.lnf_b, dln_.data(), top, wf.lnf_w, lnf_mean_, lnf_rstd_, N,
@@ -359,7 +382,11 @@ class CpuBackend final : public Backend {
       state_->grads_done(u);
       state_->release(u);
     }
-    encoder_backward(ge.wte, ge.wpe, dres_.data(), inputs, B, T, C);
+    if (tp_comm_ == nullptr) {
+      encoder_backward(ge.wte, ge.wpe, dres_.data(), inputs, B, T, C);
+    } else {
+      vocab_parallel_encoder_backward(ge.wte, ge.wpe, dres_.data(), inputs, vocab_first(), V, B, T, C);
+    }
     state_->grads_done(emb);
   }
 

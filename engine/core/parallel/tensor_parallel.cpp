@@ -24,6 +24,13 @@ Status tensor_parallel_check(const ModelConfig& m, const ParallelDims& d, const 
                ": each tp rank keeps a whole number of attention heads; choose a tp that divides " +
                std::to_string(m.n_head));
   }
+  if (m.vocab_size % d.tp != 0) {
+    return bad(tp + " does not divide model.vocab_size " + std::to_string(m.vocab_size) +
+               ": the vocab-parallel embedding gives each tp rank a whole number of token rows; pad the "
+               "vocabulary to a multiple of " +
+               std::to_string(d.tp) + " (e.g. " + std::to_string((m.vocab_size + d.tp - 1) / d.tp * d.tp) +
+               ") or choose a tp that divides it");
+  }
   const long long mlp = 4LL * m.n_embd;
   if (mlp % d.tp != 0) {
     return bad(tp + " does not divide the MLP width 4 x model.n_embd = " + std::to_string(mlp) +
@@ -43,45 +50,51 @@ enum class Split {
 
 Split split_of(const std::string& name) {
   if (name.ends_with("attn.qkv.weight") || name.ends_with("attn.qkv.bias")) return Split::kQkvRows;
-  if (name.ends_with("mlp.fc.weight") || name.ends_with("mlp.fc.bias")) return Split::kRows;
+  if (name.ends_with("mlp.fc.weight") || name.ends_with("mlp.fc.bias") || name == "wte") return Split::kRows;
   if (name.ends_with("attn.proj.weight") || name.ends_with("mlp.proj.weight")) return Split::kColumns;
   return Split::kWhole;
 }
 
-// Visits each contiguous run of a tensor's share: fn(offset in the whole tensor, offset in the share, count).
-template <typename Fn>
-void for_each_run(Split s, const TensorInfo& whole, int tp, int r, Fn&& fn) {
-  const size_t rows = static_cast<size_t>(whole.shape[0]);
-  const size_t cols = whole.shape.size() > 1 ? static_cast<size_t>(whole.shape[1]) : 1;
+// Tensor `l` (of gpt_param_table(m, tp)) as tp rank r's share of the whole tensor `w`.
+TensorShare share_of(Split s, const TensorInfo& w, int tp, int r) {
+  TensorShare sh;
+  if (tp == 1) return sh;
+  if (s == Split::kWhole) {
+    sh.replicas = tp;
+    sh.replica = r;
+    return sh;
+  }
+  const size_t rows = static_cast<size_t>(w.shape[0]);
+  const size_t cols = w.shape.size() > 1 ? static_cast<size_t>(w.shape[1]) : 1;
+  sh.whole_shape = w.shape;
   switch (s) {
-    case Split::kWhole:
-      fn(size_t{0}, size_t{0}, whole.numel);
-      return;
     case Split::kQkvRows: {
-      const size_t c = rows / 3, cl = c / tp;  // rows per section (C), this rank's rows per section
-      for (size_t sec = 0; sec < 3; ++sec) fn((sec * c + r * cl) * cols, sec * cl * cols, cl * cols);
-      return;
+      const size_t cl = rows / 3 / tp;  // this rank's rows in each of the Q, K and V sections
+      sh.offset = r * cl * cols, sh.width = cl * cols, sh.stride = rows / 3 * cols;
+      break;
     }
     case Split::kRows: {
       const size_t rl = rows / tp;
-      fn(r * rl * cols, size_t{0}, rl * cols);
-      return;
+      sh.offset = r * rl * cols, sh.width = rl * cols, sh.stride = rl * cols;
+      break;
     }
     case Split::kColumns: {
       const size_t kl = cols / tp;
-      for (size_t i = 0; i < rows; ++i) fn(i * cols + r * kl, i * kl, kl);
-      return;
+      sh.offset = r * kl, sh.width = kl, sh.stride = cols;
+      break;
     }
+    case Split::kWhole:
+      break;
   }
+  return sh;
 }
 
 void copy_shares(const ModelConfig& m, int tp, int tp_rank, float* full, float* local, bool to_local) {
-  const TensorTable whole = gpt_param_table(m), mine = gpt_param_table(m, tp);
+  const TensorTable whole = gpt_param_table(m), mine = tensor_parallel_table(m, tp, tp_rank);
   for (size_t i = 0; i < whole.size(); ++i) {
-    const TensorInfo& w = whole[i];
     const TensorInfo& l = mine[i];
-    for_each_run(split_of(w.name), w, tp, tp_rank, [&](size_t wo, size_t lo, size_t n) {
-      float* f = full + w.offset + wo;
+    tensor_share_runs(l, 0, l.numel, [&](size_t wo, size_t lo, size_t n) {
+      float* f = full + whole[i].offset + wo;
       float* p = local + l.offset + lo;
       if (to_local) {
         std::memcpy(p, f, n * sizeof(float));
@@ -93,6 +106,15 @@ void copy_shares(const ModelConfig& m, int tp, int tp_rank, float* full, float* 
 }
 
 }  // namespace
+
+TensorTable tensor_parallel_table(const ModelConfig& m, int tp, int tp_rank) {
+  TensorTable mine = gpt_param_table(m, tp);
+  if (tp == 1) return mine;
+  const TensorTable whole = gpt_param_table(m);
+  for (size_t i = 0; i < whole.size(); ++i)
+    mine.set_share(i, share_of(split_of(whole[i].name), whole[i], tp, tp_rank));
+  return mine;
+}
 
 bool tensor_parallel_sharded(const std::string& name) {
   return split_of(name) != Split::kWhole;

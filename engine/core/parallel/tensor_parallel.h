@@ -4,12 +4,15 @@
 // Each block's attention heads are divided over the tp ranks: rank r keeps heads [r·NH/tp, (r+1)·NH/tp),
 // i.e. the matching rows of Q, K and V (column-parallel QKV) and the matching input columns of the output
 // projection (row-parallel). The MLP's 4C hidden units split the same way (column-parallel up,
-// row-parallel down). LayerNorms, the embeddings (and so the tied classifier) and the row-parallel layers'
-// biases stay whole on every rank: their gradients come out bit-identical on every tp rank, so their
-// updates do too, with no communication.
+// row-parallel down). The token embedding (and so the tied classifier) splits by vocabulary rows: rank r
+// keeps tokens [r·V/tp, (r+1)·V/tp) (vocab-parallel, cpu/vocab_parallel_cpu.h). LayerNorms, the position
+// embedding and the row-parallel layers' biases stay whole on every rank: their gradients come out
+// bit-identical on every tp rank, so their updates do too, with no communication.
+// Each tensor of tensor_parallel_table records where its share lies in the whole tensor (TensorShare), so
+// checkpoints are written and read in the whole model's coordinates and any tp loads any other's.
 //
 //   Status ok = tensor_parallel_check(cfg.model, dims, cfg.train.backend);   // before anything is built
-//   TensorTable full = gpt_param_table(m), mine = gpt_param_table(m, tp);
+//   TensorTable full = gpt_param_table(m), mine = tensor_parallel_table(m, tp, tp_rank);
 //   tensor_parallel_slice(m, tp, tp_rank, full_params, my_params);            // whole model -> this rank
 #pragma once
 
@@ -17,18 +20,24 @@
 
 #include "engine/core/config.h"
 #include "engine/core/parallel/parallel_dims.h"
+#include "engine/core/tensor_table.h"
 #include "telemetry/status.h"
 
 namespace gantry {
 
-// Whether `d.tp` (and `d.pp`) can split this model on this backend: n_head and the MLP width 4·n_embd
-// must be multiples of tp; pipeline parallelism does not exist yet (pp must be 1); tensor parallelism runs
-// on the CPU backend only. The error names the numbers and what would be right.
+// Whether `d.tp` (and `d.pp`) can split this model on this backend: n_head, the MLP width 4·n_embd and
+// vocab_size must be multiples of tp; pipeline parallelism does not exist yet (pp must be 1); tensor
+// parallelism runs on the CPU backend only. The error names the numbers and what would be right.
 Status tensor_parallel_check(const ModelConfig& m, const ParallelDims& d, const std::string& backend);
 
 // Whether the tensor named `name` (gpt_param_table's names) is split over the tp ranks; false: every tp
 // rank keeps it whole.
 bool tensor_parallel_sharded(const std::string& name);
+
+// gpt_param_table(m, tp) with each tensor's place in the whole model (TensorShare, tensor_table.h) for tp
+// rank `tp_rank`: what a checkpoint writes and reads in the whole model's coordinates, so that any tp
+// loads any other's. tp 1: gpt_param_table(m).
+TensorTable tensor_parallel_table(const ModelConfig& m, int tp, int tp_rank);
 
 // Copies tp rank `tp_rank`'s share of the whole model `full` (gpt_param_table(m)'s layout) into `local`
 // (gpt_param_table(m, tp)'s layout); unslice copies the other way, the share into its place in `full`

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>  // edits a manifest
 #include <vector>
 
 #include "engine/core/token_dataset.h"
@@ -185,6 +186,45 @@ TEST_F(CheckpointTest, ResumeThroughTrainRunRefusesCorruptLatest) {
   ASSERT_TRUE(ok.ok()) << ok.error();
   EXPECT_EQ(ok->first_step, 2);
   EXPECT_EQ(ok->last_step, 3);
+}
+
+// One process holds every tensor whole: format 1 with no shares, which builds before tensor-parallel
+// checkpoints still read.
+TEST_F(CheckpointTest, OneProcessWritesFormatOneWithoutShares) {
+  std::ifstream in(newer_ + "/manifest.json");
+  const nlohmann::json m = nlohmann::json::parse(in);
+  EXPECT_EQ(m.at("format_version"), 1);
+  for (const nlohmann::json& sh : m.at("shards")) {
+    for (const nlohmann::json& sl : sh.at("slices")) EXPECT_FALSE(sl.contains("share")) << sl.dump();
+  }
+}
+
+// A slice's share (tensor parallelism, docs/FORMATS.md) that is malformed or reaches past its tensor is
+// refused naming the slice, before anything is loaded.
+TEST_F(CheckpointTest, ABadShareIsRefused) {
+  const std::string path = newer_ + "/manifest.json";
+  nlohmann::json original;
+  {
+    std::ifstream in(path);
+    original = nlohmann::json::parse(in);
+  }
+  auto with_share = [&](const nlohmann::json& share) {
+    nlohmann::json m = original;
+    m["format_version"] = 2;
+    m["shards"][0]["slices"][0]["share"] = share;
+    std::ofstream(path, std::ios::trunc) << m.dump(1);
+  };
+  const std::string tensor = original["shards"][0]["slices"][0]["tensor"].get<std::string>();
+  const uint64_t count = original["shards"][0]["slices"][0]["count"].get<uint64_t>();
+  with_share({0, 0, 4});
+  std::string e = load_error(newer_);
+  EXPECT_THAT(e, HasSubstr("slice " + tensor + " has a bad share [0,0,4]"));
+  EXPECT_THAT(e, HasSubstr("0 < width <= stride"));
+  with_share({0, 1, count + 1});  // a stride past the whole tensor
+  EXPECT_THAT(load_error(newer_), HasSubstr("has a bad share"));
+  with_share({1, count, count});  // the slice's last element one past the tensor's end
+  EXPECT_THAT(load_error(newer_), HasSubstr("slice " + tensor + " lies outside its tensor or file"));
+  expect_older_still_loads();
 }
 
 }  // namespace

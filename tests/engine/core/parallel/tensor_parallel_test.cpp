@@ -50,6 +50,16 @@ TEST(TensorParallelCheck, RefusesAnMlpWidthNotDivisibleByTp) {
   EXPECT_THAT(s.message(), HasSubstr("tp 8 does not divide the MLP width 4 x model.n_embd = 4"));
 }
 
+TEST(TensorParallelCheck, RefusesAVocabularyNotDivisibleByTp) {
+  ModelConfig m = tiny_model();
+  m.vocab_size = 257;
+  Status s = tensor_parallel_check(m, dims(2, 1, 2), "cpu");
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), HasSubstr("tp 2 does not divide model.vocab_size 257"));
+  EXPECT_THAT(s.message(), HasSubstr("pad the vocabulary to a multiple of 2 (e.g. 258)"));
+  EXPECT_TRUE(tensor_parallel_check(m, dims(2, 2, 1), "cpu").ok());  // tp 1 takes any vocabulary
+}
+
 TEST(TensorParallelCheck, RefusesPipelineAndTheCudaBackend) {
   EXPECT_THAT(tensor_parallel_check(tiny_model(), dims(2, 1, 1, 2), "cpu").message(),
               HasSubstr("pp 2: pipeline parallelism is not implemented yet"));
@@ -73,12 +83,13 @@ TEST(TensorParallelCheck, TheTrainLoopRefusesABadLayoutBeforeBuildingAnything) {
       train_run(c.value(), {.out_dir = testing_support::fresh_dir("tp3"), .dist = &ctx}, nullptr);
   ASSERT_FALSE(s.ok());
   EXPECT_THAT(s.error(), HasSubstr("tp 3 does not divide model.n_head 4"));
-  // A checkpoint cadence under tp > 1 is refused too (checkpoints are not written at tp > 1 yet).
+  // A checkpoint cadence under tp > 1 is no longer refused (tensor_parallel_checkpoint_test.cpp): this
+  // context fails only for want of its communicators.
   c->train.checkpoint_every = 5;
   DistContext tp2{.dims = {.world = 2, .rank = 0, .dp = 1, .tp = 2}};
   s = train_run(c.value(), {.out_dir = testing_support::fresh_dir("tp2_ckpt"), .dist = &tp2}, nullptr);
   ASSERT_FALSE(s.ok());
-  EXPECT_THAT(s.error(), HasSubstr("checkpoints under tensor parallelism are not implemented yet"));
+  EXPECT_THAT(s.error(), HasSubstr("needs its tp and world communicators"));
 }
 
 TEST(TensorParallelSplit, SharesHaveTheSplitShapes) {
@@ -88,7 +99,7 @@ TEST(TensorParallelSplit, SharesHaveTheSplitShapes) {
   EXPECT_EQ(t.find("h.0.attn.proj.bias")->shape, (std::vector<int64_t>{64}));
   EXPECT_EQ(t.find("h.1.mlp.fc.weight")->shape, (std::vector<int64_t>{64, 64}));
   EXPECT_EQ(t.find("h.1.mlp.proj.weight")->shape, (std::vector<int64_t>{64, 64}));
-  EXPECT_EQ(t.find("wte")->shape, (std::vector<int64_t>{256, 64}));
+  EXPECT_EQ(t.find("wte")->shape, (std::vector<int64_t>{64, 64}));  // vocab-parallel: 256 / 4 token rows
 }
 
 TEST(TensorParallelSplit, SharesOfEveryRankRebuildTheWholeModel) {
@@ -119,7 +130,42 @@ TEST(TensorParallelSplit, SharesOfEveryRankRebuildTheWholeModel) {
   EXPECT_EQ(share[lp.offset + 1 * 32], full[wp.offset + 1 * 64 + 32]);  // row 1, column 32 (head 2's first)
   EXPECT_TRUE(tensor_parallel_sharded("h.3.mlp.proj.weight"));
   EXPECT_FALSE(tensor_parallel_sharded("h.3.mlp.proj.bias"));
-  EXPECT_FALSE(tensor_parallel_sharded("wte"));
+  EXPECT_TRUE(tensor_parallel_sharded("wte"));  // vocab-parallel
+  EXPECT_FALSE(tensor_parallel_sharded("wpe"));
+  // Rank 1 of tp 2 holds token rows 128..255 of wte.
+  const TensorInfo& we = *whole.find("wte");
+  const TensorInfo& le = *two.find("wte");
+  EXPECT_EQ(share[le.offset], full[we.offset + 128 * 64]);
+}
+
+// What a checkpoint writes: each tensor of a tp rank's table says where its share lies in the whole one.
+TEST(TensorParallelSplit, TheTableRecordsEachSharesPlaceInTheWholeTensor) {
+  const ModelConfig m = tiny_model();  // C 64, 4 heads: at tp 4 one head (16 rows of each of Q, K, V)
+  const TensorTable t = tensor_parallel_table(m, 4, 1);
+  const TensorInfo& qkv = *t.find("h.0.attn.qkv.weight");
+  EXPECT_EQ(qkv.whole_shape(), (std::vector<int64_t>{192, 64}));
+  EXPECT_EQ(qkv.share.offset, 16u * 64);  // Q rows 16..31, then K and V 64 rows further each
+  EXPECT_EQ(qkv.share.width, 16u * 64);
+  EXPECT_EQ(qkv.share.stride, 64u * 64);
+  const TensorInfo& proj = *t.find("h.1.mlp.proj.weight");  // (64, 256) split by columns
+  EXPECT_EQ(proj.whole_shape(), (std::vector<int64_t>{64, 256}));
+  EXPECT_EQ(proj.share.offset, 64u);
+  EXPECT_EQ(proj.share.width, 64u);
+  EXPECT_EQ(proj.share.stride, 256u);
+  const TensorInfo& fc_b = *t.find("h.1.mlp.fc.bias");  // (256) split by rows
+  EXPECT_EQ(fc_b.share.offset, 64u);
+  EXPECT_EQ(fc_b.share.width, 64u);
+  // Whole on every tp rank: one of 4 replicas, each writing a quarter into a checkpoint.
+  const TensorInfo& ln = *t.find("h.0.ln1.weight");
+  EXPECT_FALSE(ln.share.split());
+  EXPECT_EQ(ln.share.replicas, 4);
+  EXPECT_EQ(ln.share.replica, 1);
+  // tp 1: the whole model, nothing shared.
+  const TensorTable one = tensor_parallel_table(m, 1, 0);
+  for (const TensorInfo& w : one.tensors()) {
+    EXPECT_FALSE(w.share.split()) << w.name;
+    EXPECT_EQ(w.share.replicas, 1) << w.name;
+  }
 }
 
 }  // namespace
