@@ -13,6 +13,7 @@
 #include "engine/core/checkpoint.h"
 #include "engine/core/comm/communicator.h"
 #include "engine/core/corpus.h"
+#include "engine/core/data_cursor_log.h"
 #include "engine/core/fatal.h"
 #include "engine/core/gpt.h"
 #include "engine/core/memory_copy.h"
@@ -205,6 +206,8 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
     }
   }
   progress.step.store(step);
+  // Which samples this rank reads at each step, from here (engine/core/data_cursor_log.h).
+  DataCursorLog cursor_log(opt.out_dir, dims.rank, dp, dp_rank, step);
 
   const int64_t last_step = opt.max_steps >= 0 ? opt.max_steps : c.train.max_steps;
   TrainSummary summary;
@@ -343,6 +346,7 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
     rng.state = meta->rng_state;
     last_loss = meta->loss;
     progress.step.store(step);
+    cursor_log.rolled_back(step);
     guard = StepGuard(c.train);
     ++summary.guard_rollbacks;
     observer->on_guard_rollback(rb);
@@ -441,6 +445,7 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
       for (uint64_t k = 0; k < r.count; ++k) {
         const uint64_t w = sampler_window(c.train.seed, r.first + k, train->num_windows());
         train->window(w, inputs.data() + k * T, targets.data() + k * T);
+        cursor_log.add(r.first + k, w);
       }
       data_wait += seconds_since(d0);
       const std::chrono::milliseconds delay =
@@ -491,6 +496,7 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
     guard.record(loss, verdict.skip);
     ++step;
     progress.step.store(step);
+    cursor_log.step_done(step, batch);
     if (verdict.skip) {
       ++summary.skipped_steps;
       if (guard.skips_in_row() == 1) {
