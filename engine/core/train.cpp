@@ -177,6 +177,9 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
   int64_t step = 0;
   // Batches the data cursor passes over (rollbacks, this run's and the checkpoint's); sorted.
   std::vector<SkippedBatches> skipped_batches = opt.test_skip_batches;
+  for (const SkippedBatches& r : opt.skip_batches) {
+    for (uint64_t k = 0; k < r.count; ++k) sampler_skip_batch(skipped_batches, r.first + k);
+  }
   const std::string ckpt_root = (fs::path(opt.out_dir) / "checkpoints").string();
   if (opt.resume.empty()) {
     // Every rank draws the same initial parameters and keeps the part it holds.
@@ -310,6 +313,20 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
       return Status::error(streak + " after " + std::to_string(summary.guard_rollbacks) +
                            " rollbacks (train.guard_max_rollbacks = " +
                            std::to_string(c.train.guard_max_rollbacks) + ")" + advice);
+    }
+    if (dims.world > 1 && opt.launcher_rolls_back) {
+      // Every rank restores together from storage they all reach: the coordinator's recovery does that,
+      // from the newest checkpoint committed before the streak (a write in flight is one of them).
+      if (Status s = checkpoints.collect(/*wait=*/true); !s.ok()) return s;
+      observer->on_guard_streak({.from_step = step,
+                                 .to_step = streak_first_step - 1,
+                                 .skips = guard.skips_in_row(),
+                                 .skipped = streak_batches,
+                                 .rollback = static_cast<int>(summary.guard_rollbacks + 1),
+                                 .reason = verdict.reason});
+      return Status::error(streak +
+                           " (a gang: its coordinator rolls it back to a checkpoint at or before step " +
+                           std::to_string(streak_first_step - 1) + ", passing over the streak's batches)");
     }
     if (dims.world > 1) {
       // Every rank would have to restore together from storage they all reach: the coordinator's recovery.
