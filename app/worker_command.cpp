@@ -83,6 +83,11 @@ class Rank0Printer final : public TrainObserver {
 };
 
 int worker_main(const WorkerArgs& a) {
+  Result<std::vector<SkippedBatches>> skip = skip_batches_parse(a.skip_batches);
+  if (!skip.ok()) {
+    std::fprintf(stderr, "gantry-engine worker: %s\n", skip.error().c_str());
+    return kExitBadInput;
+  }
   Result<WorkerEnv> env = worker_env_read();
   if (!env.ok()) {
     std::fprintf(stderr, "gantry-engine worker: %s\n", env.error().c_str());
@@ -101,11 +106,6 @@ int worker_main(const WorkerArgs& a) {
   o.join_timeout = std::chrono::milliseconds(static_cast<int64_t>(a.join_timeout_s * 1e3));
   o.collective_timeout = std::chrono::milliseconds(static_cast<int64_t>(a.collective_timeout_s * 1e3));
   o.local = !launched && env->rank == 0 ? &printer : nullptr;
-  Result<std::vector<SkippedBatches>> skip = skip_batches_parse(a.skip_batches);
-  if (!skip.ok()) {
-    std::fprintf(stderr, "gantry-engine worker: %s\n", skip.error().c_str());
-    return kExitBadInput;
-  }
   o.skip_batches = skip.value();
   WorkerResult r = worker_run(o, env.value());
   // The launcher prints what it received; without one (or when it could not be told), say it here.
