@@ -797,7 +797,8 @@ bool Coordinator::Impl::recover(Run& r, const std::string& failure, std::string*
               (untrusted.empty()
                    ? std::string()
                    : "; " + std::to_string(untrusted.size()) + " newer checkpoint(s) moved to " + moved_to),
-          payload, step);
+          // At the streak's last step, as a single process' guard_rollback: the loss plot marks it there.
+          payload, streak.value("from_step", step));
     return true;
   }
   event(r.id, "recovery_placed",
