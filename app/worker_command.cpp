@@ -3,12 +3,14 @@
 // (--rendezvous HOST:PORT, or MASTER_ADDR and MASTER_PORT), where rank 0 serves the store and prints the
 // step lines. The logic is engine/core/worker/worker_runtime.h.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
 #include "app/commands.h"
 #include "app/step_lines.h"
 #include "engine/core/config.h"     // kCollectiveTimeoutMinS/MaxS
+#include "engine/core/sampler.h"    // SkippedBatches, sampler_skip_batch
 #include "engine/core/sdc_check.h"  // SdcMismatch, for the line printed without a launcher
 #include "engine/core/worker/worker_env.h"
 #include "engine/core/worker/worker_runtime.h"
@@ -27,7 +29,28 @@ struct WorkerArgs {
   bool json = false;
   double join_timeout_s = 60;
   double collective_timeout_s = 0;  // 0 = the config's train.collective_timeout_s
+  std::string skip_batches;         // "FIRST:COUNT,..." (TrainOptions::skip_batches)
 };
+
+// "6:2,11:1" -> {{6, 2}, {11, 1}}; an error names the part that is not FIRST:COUNT.
+Result<std::vector<SkippedBatches>> skip_batches_parse(const std::string& text) {
+  std::vector<SkippedBatches> out;
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t end = std::min(text.find(',', at), text.size());
+    const std::string part = text.substr(at, end - at);
+    unsigned long long first = 0, count = 0;
+    int used = 0;
+    if (std::sscanf(part.c_str(), "%llu:%llu%n", &first, &count, &used) != 2 ||
+        used != static_cast<int>(part.size()) || count == 0 || part[0] == '-') {
+      return Status::error("--skip-batches: '" + part +
+                           "' is not FIRST:COUNT (a global batch index and a count >= 1, e.g. 6:2,11:1)");
+    }
+    for (unsigned long long k = 0; k < count; ++k) sampler_skip_batch(out, first + k);
+    at = end + 1;
+  }
+  return out;
+}
 
 // Rank 0's lines when no launcher prints them (external launchers).
 class Rank0Printer final : public TrainObserver {
@@ -60,6 +83,11 @@ class Rank0Printer final : public TrainObserver {
 };
 
 int worker_main(const WorkerArgs& a) {
+  Result<std::vector<SkippedBatches>> skip = skip_batches_parse(a.skip_batches);
+  if (!skip.ok()) {
+    std::fprintf(stderr, "gantry-engine worker: %s\n", skip.error().c_str());
+    return kExitBadInput;
+  }
   Result<WorkerEnv> env = worker_env_read();
   if (!env.ok()) {
     std::fprintf(stderr, "gantry-engine worker: %s\n", env.error().c_str());
@@ -78,6 +106,7 @@ int worker_main(const WorkerArgs& a) {
   o.join_timeout = std::chrono::milliseconds(static_cast<int64_t>(a.join_timeout_s * 1e3));
   o.collective_timeout = std::chrono::milliseconds(static_cast<int64_t>(a.collective_timeout_s * 1e3));
   o.local = !launched && env->rank == 0 ? &printer : nullptr;
+  o.skip_batches = skip.value();
   WorkerResult r = worker_run(o, env.value());
   // The launcher prints what it received; without one (or when it could not be told), say it here.
   if (!r.reported && (r.code != kWorkerExitOk || env->rank == 0)) {
@@ -111,6 +140,9 @@ void worker_command_add(CLI::App& app, int* exit_code) {
   sub->add_option("--rendezvous", args->rendezvous,
                   "HOST:PORT where rank 0 serves the rendezvous store (external launchers; default "
                   "MASTER_ADDR:MASTER_PORT)");
+  sub->add_option("--skip-batches", args->skip_batches,
+                  "Global batches the data cursor passes over, FIRST:COUNT[,FIRST:COUNT...] (a coordinator's "
+                  "rollback past a streak of skipped steps)");
   sub->add_flag("--json", args->json,
                 "Rank 0 without a launcher: also print one JSON object per step on stdout");
   sub->add_option("--join-timeout", args->join_timeout_s,

@@ -301,6 +301,16 @@ struct Agent::Impl {
       g.args.push_back("--resume");
       g.args.push_back(resume);
     }
+    // A run the coordinator rolled back past streaks of skipped steps: their batches, [[first, count], ...].
+    if (const json* skip = a.contains("skip_batches") ? &a.at("skip_batches") : nullptr;
+        skip && !skip->empty()) {
+      std::string text;
+      for (const json& b : *skip)
+        text += (text.empty() ? "" : ",") + std::to_string(b.at(0).get<uint64_t>()) + ":" +
+                std::to_string(b.at(1).get<uint64_t>());
+      g.args.push_back("--skip-batches");
+      g.args.push_back(text);
+    }
     g.env = {{"GANTRY_RENDEZVOUS", a.at("rendezvous").get<std::string>()}};
     if (memory != nullptr) g.env.push_back({"GANTRY_MEMORY_DIR", memory->run_dir(s.run)});
     if (a.value("backend", "cpu") == "cuda") {

@@ -136,6 +136,13 @@ struct Coordinator::Impl {
     // A silent-data-corruption mismatch (its sdc_mismatch event) names the last step every replica passed:
     // the next recovery takes no checkpoint past it (those may hold the corruption). -1 = none pending.
     int64_t sdc_trusted_step = -1;
+    // The step guard's streak in the gang (its guard_streak event, payload as guard_rollback_payload's): the
+    // next recovery is a rollback to a checkpoint at or before its to_step, passing over its batches. null =
+    // none pending.
+    nlohmann::json guard_streak;
+    int guard_rollbacks = 0;  // rollbacks over the run's life, bounded by the config's guard_max_rollbacks
+    // Every rollback's passed-over batches, [[first, count], ...] sorted and merged: each generation is told.
+    nlohmann::json guard_skipped = nlohmann::json::array();
     StragglerWatch straggler;  // the straggler policy: scores of the current placement's ranks
     // submit's hang_timeout_s (1..3600): the agents' launchers fail a gang whose rank is silent this long.
     int hang_timeout_s = kDefaultHangTimeoutS;

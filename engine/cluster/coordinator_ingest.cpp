@@ -11,6 +11,9 @@ namespace {
 
 using json = nlohmann::json;
 
+// A streak is at most train.guard_max_skips_in_row (<= 1e6) batches: a larger count is not our worker's.
+constexpr uint64_t kMaxGuardStreakBatches = 1000000;
+
 }  // namespace
 
 void Coordinator::Impl::event(int64_t run, const std::string& kind, const std::string& message, json payload,
@@ -84,6 +87,20 @@ void Coordinator::Impl::ingest(RecordBatch& batch, size_t reserved) {
       if (passed < 0) passed = std::max<int64_t>(r.resumed_from, 0);
       r.sdc_trusted_step = r.sdc_trusted_step < 0 ? passed : std::min(r.sdc_trusted_step, passed);
       quarantine_for_sdc(r, e);
+    }
+    if (e.kind == "guard_streak" && e.rank == 0) {
+      // The gang stops next (kWorkerExitGuardStreak) and recover() rolls it back: only a payload it can use
+      // (guard_rollback_payload's) is kept; another one leaves an ordinary recovery.
+      json p = json::parse(e.payload, nullptr, false);
+      bool usable = p.is_object() && p.contains("to_step") && p["to_step"].is_number_integer() &&
+                    p.contains("from_step") && p["from_step"].is_number_integer() && p.contains("skips") &&
+                    p["skips"].is_number_integer() && p.contains("reason") && p["reason"].is_string() &&
+                    p.contains("skipped") && p["skipped"].is_array();
+      for (const json& b : usable ? p["skipped"] : json::array()) {
+        usable = usable && b.is_array() && b.size() == 2 && b[0].is_number_unsigned() &&
+                 b[1].is_number_unsigned() && b[1].get<uint64_t>() <= kMaxGuardStreakBatches;
+      }
+      if (usable) r.guard_streak = std::move(p);
     }
     keep.events.push_back(std::move(e));
   }

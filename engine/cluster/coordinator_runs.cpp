@@ -15,6 +15,7 @@
 #include "engine/core/checkpoint.h"  // checkpoint_list, checkpoint_latest: what a run can resume from
 #include "engine/core/config.h"
 #include "engine/core/gpt.h"          // gpt_param_table: N for the run's FLOPs per token
+#include "engine/core/sampler.h"      // SkippedBatches: a guard rollback's batches, merged
 #include "engine/core/utilisation.h"  // how the run's MFU is computed, for its runs row and the console
 
 namespace gantry {
@@ -226,6 +227,7 @@ Status Coordinator::Impl::start_generation(Run& r, const std::vector<PlacementNo
                                    {"resume", resume_dir},
                                    {"hang_timeout_ms", int64_t{r.hang_timeout_s} * 1000}});
     if (r.memory_restore.is_object()) nodes[s.node].start.back()["memory_restore"] = r.memory_restore;
+    if (!r.guard_skipped.empty()) nodes[s.node].start.back()["skip_batches"] = r.guard_skipped;
     r.shares.push_back(std::move(s));
   }
   r.memory_restore = nullptr;
@@ -250,6 +252,8 @@ json Coordinator::Impl::run_options(const Run& r) {
           {"max_dp", r.max_dp},
           {"hang_timeout_s", r.hang_timeout_s},
           {"restarts", r.restarts},
+          {"guard_rollbacks", r.guard_rollbacks},
+          {"guard_skipped", r.guard_skipped},
           {"straggler", straggler_watch_options_json(r.straggler.options())},
           {"checkpoint_every_steps", r.checkpoint_policy.options().every_steps},
           {"checkpoint_policy", checkpoint_policy_mode_name(r.checkpoint_policy.options().mode)},
@@ -290,6 +294,8 @@ Status Coordinator::Impl::restore_runs() {
       r.max_restarts = o.value("max_restarts", kDefaultMaxRestarts);
       r.hang_timeout_s = o.value("hang_timeout_s", kDefaultHangTimeoutS);
       r.restarts = o.value("restarts", 0);
+      r.guard_rollbacks = o.value("guard_rollbacks", 0);
+      r.guard_skipped = o.value("guard_skipped", json::array());
       r.min_dp = o.value("min_dp", 0);
       r.max_dp = o.value("max_dp", 0);
       r.recorded_placement = o.value("placement", json::array());
@@ -605,7 +611,26 @@ bool Coordinator::Impl::recover(Run& r, const std::string& failure, std::string*
   // After a silent-data-corruption mismatch, the checkpoints past the last check every replica passed may
   // hold the corruption: they are moved aside (kept for a post-mortem, out of every resume's way: the new
   // generation writes those steps again), and the newest one left is used.
-  const int64_t trusted = std::exchange(r.sdc_trusted_step, -1);
+  const int64_t sdc_trusted = std::exchange(r.sdc_trusted_step, -1);
+  // The step guard's streak in the gang (its guard_streak event; the gang stopped for it): a rollback to the
+  // newest state from before the streak, passing over the streak's batches, at most the config's
+  // train.guard_max_rollbacks times in the run. The checkpoints past it hold the streak's history: aside.
+  const json streak = std::exchange(r.guard_streak, nullptr);
+  const bool guard = streak.is_object();
+  int64_t trusted = sdc_trusted;
+  if (guard) {
+    Result<Config> cfg = config_parse(r.config_toml, "config");
+    const int limit = cfg.ok() ? cfg->train.guard_max_rollbacks : 0;
+    if (r.guard_rollbacks >= limit) {
+      *why = "the step guard's streak (" + streak.value("reason", std::string("?")) + ") after " +
+             std::to_string(r.guard_rollbacks) +
+             " rollbacks (train.guard_max_rollbacks = " + std::to_string(limit) +
+             "): resume from the last checkpoint, with a lower optim.lr or optim.grad_clip set";
+      return false;
+    }
+    const int64_t before = std::max<int64_t>(streak.value("to_step", int64_t{0}), 0);
+    trusted = trusted < 0 ? before : std::min(trusted, before);
+  }
   std::vector<std::string> untrusted;
   while (trusted >= 0 && !committed.empty() && checkpoint_dir_step(committed.back()) > trusted) {
     untrusted.push_back(committed.back());
@@ -620,8 +645,9 @@ bool Coordinator::Impl::recover(Run& r, const std::string& failure, std::string*
       if (!ec) std::filesystem::rename(u, moved_to + "/" + std::filesystem::path(u).filename().string(), ec);
     }
     if (ec) {
-      *why = "cannot move the checkpoints past step " + std::to_string(trusted) +
-             " (silent data corruption may be in them) out of the way: " + ec.message();
+      *why = "cannot move the checkpoints past step " + std::to_string(trusted) + " (" +
+             (guard ? "the step guard's streak came after it" : "silent data corruption may be in them") +
+             ") out of the way: " + ec.message();
       return false;
     }
   }
@@ -638,7 +664,7 @@ bool Coordinator::Impl::recover(Run& r, const std::string& failure, std::string*
   const bool from_memory = restore.source == RestoreSource::kMemory;
   const int64_t step = from_memory ? restore.step : dir.empty() ? 0 : checkpoint_dir_step(dir);
   if (step > r.restarted_from) r.restarts_in_row = 0;  // it got further since the last recovery
-  if (r.restarts_in_row >= r.max_restarts) {
+  if (!guard && r.restarts_in_row >= r.max_restarts) {
     *why = r.max_restarts == 0
                ? "recovery is off for this run (max_restarts 0)"
                : "it failed " + std::to_string(r.restarts_in_row + 1) + " times in a row without a newer " +
@@ -655,7 +681,24 @@ bool Coordinator::Impl::recover(Run& r, const std::string& failure, std::string*
   }
   const int old_dp = r.dp;
   r.dp = dp;
-  ++r.restarts;  // before start_generation, which records the run's options with the count
+  // Before start_generation, which records the run's options with the counts and tells the agents the
+  // batches to pass over.
+  const json skipped_before = r.guard_skipped;
+  if (guard) {
+    ++r.guard_rollbacks;
+    std::vector<SkippedBatches> all;
+    // Both are [[first, count], ...], checked as the event came in (ingest) or as this coordinator wrote
+    // them.
+    for (const json* ranges : {static_cast<const json*>(&r.guard_skipped), &streak.at("skipped")}) {
+      for (const json& b : *ranges)
+        for (uint64_t k = 0; k < b.at(1).get<uint64_t>(); ++k)
+          sampler_skip_batch(all, b.at(0).get<uint64_t>() + k);
+    }
+    r.guard_skipped = json::array();
+    for (const SkippedBatches& b : all) r.guard_skipped.push_back({b.first, b.count});
+  } else {
+    ++r.restarts;
+  }
   // Each rank's shard from the first live agent holding it (the agents fetch them; the disk checkpoint
   // stays in `resume` for an agent that cannot).
   json served = json::array();
@@ -671,12 +714,19 @@ bool Coordinator::Impl::recover(Run& r, const std::string& failure, std::string*
   if (Status s = start_generation(r, pn, p.value(), dir, GoodputCause::kRecovery); !s.ok()) {
     r.memory_restore = nullptr;
     r.dp = old_dp;
-    --r.restarts;
+    if (guard) {
+      --r.guard_rollbacks;
+      r.guard_skipped = skipped_before;
+    } else {
+      --r.restarts;
+    }
     *why = s.message();
     return false;
   }
-  ++r.restarts_in_row;
-  r.restarted_from = step;
+  if (!guard) {
+    ++r.restarts_in_row;
+    r.restarted_from = step;
+  }
   if (r.state != RunState::kRunning) set_state(r, RunState::kRunning);  // a paused run goes on
   r.message.clear();
   writer->push_op([id = r.id, step, dir, from_memory](HistoryDb& d) {
@@ -698,7 +748,7 @@ bool Coordinator::Impl::recover(Run& r, const std::string& failure, std::string*
   });
   r.last_step = step;
   r.resumed_from = step;
-  r.resume_kind = "recovery";
+  r.resume_kind = guard ? "guard_rollback" : "recovery";
   r.checkpoint_policy.restart_at(step);
   young_daly_apply(r);  // one more failure: a new failure rate
   std::string served_text;
@@ -720,19 +770,50 @@ bool Coordinator::Impl::recover(Run& r, const std::string& failure, std::string*
          {"checkpoint", from_memory ? json(nullptr) : json(dir)},
          {"shards", served}},
         step);
+  if (guard) {
+    std::string batches;
+    for (const json& b : streak.value("skipped", json::array())) {
+      const uint64_t first = b.at(0).get<uint64_t>(), count = b.at(1).get<uint64_t>();
+      batches += (batches.empty() ? "" : ", ") + std::to_string(first) +
+                 (count > 1 ? ".." + std::to_string(first + count - 1) : std::string());
+    }
+    json payload = streak;
+    payload["to_step"] = step;
+    payload["dir"] = from_memory ? json(nullptr) : json(dir);
+    payload["rollback"] = r.guard_rollbacks;
+    payload["generation"] = r.generation;
+    payload["source"] = "coordinator";
+    payload["passed_over"] = r.guard_skipped;
+    event(r.id, "guard_rollback",
+          "rollback " + std::to_string(r.guard_rollbacks) + ": the gang stopped at step " +
+              std::to_string(streak.value("from_step", int64_t{-1})) + " after " +
+              std::to_string(streak.value("skips", 0)) + " skipped steps in a row (the last: " +
+              streak.value("reason", std::string("?")) + "); generation " + std::to_string(r.generation) +
+              " placed at dp " + std::to_string(dp) + " from " +
+              (from_memory   ? "the in-memory copies at step " + std::to_string(step)
+               : dir.empty() ? std::string("the start (no committed checkpoint before the streak)")
+                             : "the checkpoint at step " + std::to_string(step)) +
+              ", passing over batches " + batches +
+              (untrusted.empty()
+                   ? std::string()
+                   : "; " + std::to_string(untrusted.size()) + " newer checkpoint(s) moved to " + moved_to),
+          // At the streak's last step, as a single process' guard_rollback: the loss plot marks it there.
+          payload, streak.value("from_step", step));
+    return true;
+  }
   event(r.id, "recovery_placed",
         "run " + std::to_string(r.id) + " failed (" + one_line(failure) + "); generation " +
             std::to_string(r.generation) + " placed at dp " + std::to_string(dp) + " from " +
             (from_memory   ? "the in-memory copies at step " + std::to_string(step)
              : dir.empty() ? std::string("the start (no committed checkpoint yet)")
                            : "the checkpoint at step " + std::to_string(step)) +
-            (trusted >= 0 ? " (no newer than step " + std::to_string(trusted) +
-                                ", the last silent-data-corruption check every replica passed" +
-                                (untrusted.empty() ? std::string()
-                                                   : "; " + std::to_string(untrusted.size()) +
-                                                         " newer checkpoint(s) moved to " + moved_to) +
-                                ")"
-                          : std::string()) +
+            (sdc_trusted >= 0 ? " (no newer than step " + std::to_string(sdc_trusted) +
+                                    ", the last silent-data-corruption check every replica passed" +
+                                    (untrusted.empty() ? std::string()
+                                                       : "; " + std::to_string(untrusted.size()) +
+                                                             " newer checkpoint(s) moved to " + moved_to) +
+                                    ")"
+                              : std::string()) +
             ": " + one_line(placement_describe(pn, p.value())),
         {{"failure", failure},
          {"generation", r.generation},
@@ -740,7 +821,7 @@ bool Coordinator::Impl::recover(Run& r, const std::string& failure, std::string*
          {"previous_dp", old_dp},
          {"spares_used", p->spares_used()},
          {"checkpoint", dir},
-         {"sdc_trusted_step", trusted >= 0 ? json(trusted) : json(nullptr)},
+         {"sdc_trusted_step", sdc_trusted >= 0 ? json(sdc_trusted) : json(nullptr)},
          {"untrusted_checkpoints", untrusted},
          {"restarts", r.restarts},
          {"restarts_in_row", r.restarts_in_row},

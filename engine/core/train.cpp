@@ -13,6 +13,7 @@
 #include "engine/core/checkpoint.h"
 #include "engine/core/comm/communicator.h"
 #include "engine/core/corpus.h"
+#include "engine/core/data_cursor_log.h"
 #include "engine/core/fatal.h"
 #include "engine/core/gpt.h"
 #include "engine/core/memory_copy.h"
@@ -169,6 +170,9 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
   int64_t step = 0;
   // Batches the data cursor passes over (rollbacks, this run's and the checkpoint's); sorted.
   std::vector<SkippedBatches> skipped_batches = opt.test_skip_batches;
+  for (const SkippedBatches& r : opt.skip_batches) {
+    for (uint64_t k = 0; k < r.count; ++k) sampler_skip_batch(skipped_batches, r.first + k);
+  }
   const std::string ckpt_root = (fs::path(opt.out_dir) / "checkpoints").string();
   if (opt.resume.empty()) {
     // Every rank draws the same initial parameters and keeps the part it holds.
@@ -198,6 +202,8 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
     }
   }
   progress.step.store(step);
+  // Which samples this rank reads at each step, from here (engine/core/data_cursor_log.h).
+  DataCursorLog cursor_log(opt.out_dir, dims.rank, dp, dp_rank, step);
 
   const int64_t last_step = opt.max_steps >= 0 ? opt.max_steps : c.train.max_steps;
   TrainSummary summary;
@@ -300,6 +306,20 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
                            " rollbacks (train.guard_max_rollbacks = " +
                            std::to_string(c.train.guard_max_rollbacks) + ")" + advice);
     }
+    if (dims.world > 1 && opt.launcher_rolls_back) {
+      // Every rank restores together from storage they all reach: the coordinator's recovery does that,
+      // from the newest checkpoint committed before the streak (a write in flight is one of them).
+      if (Status s = checkpoints.collect(/*wait=*/true); !s.ok()) return s;
+      observer->on_guard_streak({.from_step = step,
+                                 .to_step = streak_first_step - 1,
+                                 .skips = guard.skips_in_row(),
+                                 .skipped = streak_batches,
+                                 .rollback = static_cast<int>(summary.guard_rollbacks + 1),
+                                 .reason = verdict.reason});
+      return Status::error(streak +
+                           " (a gang: its coordinator rolls it back to a checkpoint at or before step " +
+                           std::to_string(streak_first_step - 1) + ", passing over the streak's batches)");
+    }
     if (dims.world > 1) {
       // Every rank would have to restore together from storage they all reach: the coordinator's recovery.
       return Status::error(streak +
@@ -335,6 +355,7 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
     rng.state = meta->rng_state;
     last_loss = meta->loss;
     progress.step.store(step);
+    cursor_log.rolled_back(step);
     guard = StepGuard(c.train);
     ++summary.guard_rollbacks;
     observer->on_guard_rollback(rb);
@@ -433,6 +454,7 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
       for (uint64_t k = 0; k < r.count; ++k) {
         const uint64_t w = sampler_window(c.train.seed, r.first + k, train->num_windows());
         train->window(w, inputs.data() + k * T, targets.data() + k * T);
+        cursor_log.add(r.first + k, w);
       }
       data_wait += seconds_since(d0);
       const std::chrono::milliseconds delay =
@@ -483,6 +505,7 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
     guard.record(loss, verdict.skip);
     ++step;
     progress.step.store(step);
+    cursor_log.step_done(step, batch);
     if (verdict.skip) {
       ++summary.skipped_steps;
       if (guard.skips_in_row() == 1) {

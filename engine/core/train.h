@@ -128,6 +128,10 @@ class TrainObserver {
   // The step guard rolled back after a streak of skipped steps (every rank hears it), after the last
   // skipped step's on_step; the next on_step is to_step + 1.
   virtual void on_guard_rollback(const GuardRollback& /*rollback*/) {}
+  // A gang whose launcher rolls it back (TrainOptions::launcher_rolls_back) reached a streak: every rank
+  // hears it (to_step: the newest step to restore, the one before the streak; dir ""), after the last
+  // skipped step's on_step; train_run then returns the error that stops the gang for its coordinator.
+  virtual void on_guard_streak(const GuardRollback& /*streak*/) {}
   // The silent-data-corruption check found replicas that disagree (engine/core/sdc_check.h): every rank
   // hears the same verdict at the same step, after that step's on_step; the run then stops with the reason.
   virtual void on_sdc_mismatch(const SdcMismatch& /*mismatch*/) {}
@@ -183,6 +187,13 @@ struct TrainOptions {
   // Test-only: the data cursor passes over these batches from the start, as after a rollback: the
   // reference a rolled-back run must equal.
   std::vector<SkippedBatches> test_skip_batches;
+  // Batches the data cursor passes over from the start, besides those the resumed checkpoint records: the
+  // streaks' batches of a gang its coordinator rolled back (`worker --skip-batches`).
+  std::vector<SkippedBatches> skip_batches;
+  // A gang under a coordinator (an agent's workers): a streak of skipped steps stops the gang with
+  // on_guard_streak, and the coordinator places it again from a checkpoint before the streak, passing over
+  // the streak's batches (engine/cluster's recover()). false: a gang stops at the streak, saying so.
+  bool launcher_rolls_back = false;
   // Test-only: the update of step test_skip_update_step is skipped as the guard skips one (the batch is
   // consumed, nothing updated), the reference a guarded run must equal. 0 = never.
   int64_t test_skip_update_step = 0;

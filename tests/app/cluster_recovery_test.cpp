@@ -6,9 +6,11 @@
 // keeps failing without progress, saying so.
 #include <signal.h>
 
+#include <algorithm>
 #include <random>
 #include <regex>
 
+#include "engine/core/data_cursor_log.h"
 #include "tests/app/cluster_fixture.h"
 
 namespace gantry {
@@ -86,6 +88,38 @@ TEST_F(ClusterRecovery, KilledWorkersAreRecoveredAndTheRunEndsAsIfNeverInterrupt
   const json want_final = final_state(ref), got_final = final_state(id);
   ASSERT_FALSE(want_final["slices"].empty());
   EXPECT_EQ(got_final, want_final);
+
+  // The data-cursor log (engine/core/data_cursor_log.h): every rank of every generation said where it went
+  // on from, and the steps each generation replayed from its checkpoint replace those lost with the gang.
+  // The committed history: each step read its own batch, the four ranks' samples tile it, and the whole
+  // run read every sample of batches 0..39 exactly once, the same samples and windows, step by step and
+  // rank by rank, as the run never interrupted.
+  const auto history = [&](int64_t run) {
+    Result<DataCursorHistory> h = data_cursor_read((dir_ / "runs" / std::to_string(run)).string());
+    EXPECT_TRUE(h.ok()) << h.error();
+    return h.ok() ? h.value() : DataCursorHistory{};
+  };
+  const DataCursorHistory want_cursor = history(ref), got_cursor = history(id);
+  EXPECT_EQ(want_cursor.starts, 4);
+  EXPECT_EQ(got_cursor.starts, 4 * 4);  // four ranks in each of four generations
+  EXPECT_GE(got_cursor.lines, want_cursor.lines);
+  ASSERT_EQ(want_cursor.steps.size(), static_cast<size_t>(kSteps));
+  const int global_batch = 16;  // tiny.toml's train.global_batch
+  for (const DataCursorHistory* h : {&want_cursor, &got_cursor}) {
+    const Status st = data_cursor_check(*h, kSteps, global_batch, {});
+    EXPECT_TRUE(st.ok()) << (h == &want_cursor ? "reference: " : "recovered: ") << st.message();
+  }
+  std::vector<uint64_t> samples;
+  for (const auto& [step, entries] : got_cursor.steps) {
+    EXPECT_EQ(entries.size(), 4u) << "step " << step;
+    for (const DataCursorEntry& e : entries)
+      for (uint64_t k = 0; k < e.count; ++k) samples.push_back(e.first + k);
+  }
+  std::sort(samples.begin(), samples.end());
+  ASSERT_EQ(samples.size(), static_cast<size_t>(kSteps * global_batch));
+  for (size_t k = 0; k < samples.size(); ++k)
+    ASSERT_EQ(samples[k], k) << "sample " << k << " skipped or repeated";
+  EXPECT_EQ(got_cursor.steps, want_cursor.steps);
 
   // Each recovery is an event naming the failure and the checkpoint it went on from.
   const std::vector<json> placed = events(id, "recovery_placed");

@@ -511,6 +511,13 @@ TEST(RunCli, BadInputExits2) {
   testing_support::Outcome w = testing_support::run_engine("worker --config " + cfg);
   EXPECT_EQ(w.code, 2);
   EXPECT_THAT(w.err, HasSubstr("RANK and WORLD_SIZE are not set"));
+  // The batches a coordinator's rollback passes over: FIRST:COUNT pairs, named when malformed.
+  for (const char* bad : {"6", "6:0", "x:1", "6:2,7", "-1:2"}) {
+    w = testing_support::run_engine("worker --config " + cfg + " --skip-batches " + bad);
+    EXPECT_EQ(w.code, 2) << bad;
+    EXPECT_THAT(w.err, HasSubstr("--skip-batches: '")) << bad;
+    EXPECT_THAT(w.err, HasSubstr("is not FIRST:COUNT")) << bad;
+  }
 }
 
 // Tensor parallelism (issue 17) through the launcher: layouts that cannot split are refused before any

@@ -5,12 +5,20 @@
 #include <string>
 
 #include "ui/console/checkpoint_text.h"
+#include "ui/console/memory_copy_view.h"
 #include "ui/console/panels.h"
 
 namespace gantry::console {
 
 void CheckpointsPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
   ctx.frame.panels.push_back("Checkpoints");
+  if (s.run.id >= 0) {
+    // The newest complete set of in-memory copies a recovery would restore from, and where its shards are.
+    const std::string mem = memory_copy_text(memory_copy_view(s.run.memory_copies, s.run.placement));
+    ImGui::TextDisabled("in memory:");
+    ImGui::SameLine();
+    ImGui::TextWrapped("%s", mem.c_str());
+  }
   if (s.checkpoints.empty()) {
     ImGui::TextDisabled(s.run.id >= 0 ? "no checkpoints yet" : "no run followed");
     return;

@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "telemetry/clock.h"
+#include "ui/console/memory_copy_view.h"
 
 namespace gantry::console {
 namespace {
@@ -107,6 +108,10 @@ nlohmann::json ConsoleApp::state_json(const ConsoleSnapshot& s) const {
     overlay.push_back({{"run", o.run_id}, {"name", o.name}, {"length", o.step.size()}});
   json events = json::object();
   for (const EventView& e : s.events) events[e.record.kind] = events.value(e.record.kind, 0) + 1;
+  const MemoryCopyView mem = memory_copy_view(s.run.memory_copies, s.run.placement);
+  json mem_shards = json::array();
+  for (const MemoryShardView& m : mem.shards)
+    mem_shards.push_back({{"rank", m.rank}, {"node", m.node}, {"peers", m.peers}});
   return {{"panels", frame_.panels},
           {"series", series},
           {"last_step", s.steps->last_step()},
@@ -122,6 +127,10 @@ nlohmann::json ConsoleApp::state_json(const ConsoleSnapshot& s) const {
           {"nodes", nodes},
           {"events", events},
           {"checkpoints", s.checkpoints.size()},
+          {"memory_copy",
+           {{"step", mem.step ? json(*mem.step) : json(nullptr)},
+            {"text", memory_copy_text(mem)},
+            {"shards", mem_shards}}},
           {"goodput",
            {{"have", s.goodput.have},
             {"known", s.goodput.known},

@@ -67,6 +67,8 @@ struct RunView {
   // Its straggler policy (the run's "straggler" options): scoring on, and the quarantine of a flagged rank's
   // node on; unknown until the coordinator said (an older one sends no "quarantine").
   std::optional<bool> straggler_scoring, straggler_quarantine;
+  // The in-memory copies the agents hold (the API's "memory_copies", newest first; memory_copy_view.h).
+  nlohmann::json memory_copies = nlohmann::json::array();
 };
 
 // A rank of /v1/runs/{id}/ranks. The straggler fields come from the coordinator where it scores ranks;

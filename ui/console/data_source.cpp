@@ -68,6 +68,7 @@ RunView run_from_json(const json& j) {
     if (auto q = it->find("quarantine"); q != it->end() && q->is_boolean())
       r.straggler_quarantine = q->get<bool>();
   }
+  if (auto it = j.find("memory_copies"); it != j.end() && it->is_array()) r.memory_copies = *it;
   if (r.world == 0) r.world = r.dp;
   if (auto it = j.find("placement"); it != j.end() && it->is_array()) {
     for (const json& s : *it) {

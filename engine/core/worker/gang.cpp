@@ -613,6 +613,8 @@ GangResult gang_run(const GangOptions& o) {
               who + " exited with code " + std::to_string(w.code) + (w.joined ? "" : " before joining") +
               (goodbye.empty() ? " (it sent no exit message; its own output above may say why)" : goodbye);
           if (w.code == kWorkerExitBadInput) res.code = kWorkerExitBadInput;
+          if (w.code == kWorkerExitGuardStreak)
+            res.code = kWorkerExitGuardStreak;  // the coordinator rolls back
           break;
         case Cause::no_join:
           res.error = who + " did not join within " + seconds_text(o.join_timeout) +

@@ -396,7 +396,30 @@ class WorkerObserver final : public TrainObserver {
     if (local_) local_->on_action(action, step);
   }
 
+  // Every rank hears the streak; rank 0 reports it once. The exit code then says so (kWorkerExitGuardStreak).
+  void on_guard_streak(const GuardRollback& r) override {
+    guard_streak_ = true;
+    if (env_.rank == 0) {
+      RecordBatch batch;
+      EventRecord e;
+      e.time_unix_s = unix_now_s();
+      e.step = r.from_step;
+      e.kind = "guard_streak";
+      e.rank = env_.rank;
+      e.node = host_;
+      e.message = "step " + std::to_string(r.from_step) + ": " + std::to_string(r.skips) +
+                  " steps in a row skipped by the step guard (the last: " + r.reason +
+                  "): the gang stops for its coordinator to roll it back to a checkpoint at or before step " +
+                  std::to_string(r.to_step);
+      e.payload = guard_rollback_payload(r);
+      batch.events.push_back(std::move(e));
+      send_batch(batch);
+    }
+    if (local_) local_->on_guard_streak(r);
+  }
+
   void set_control(const CommandControl* control) { control_ = control; }
+  bool guard_streak() const { return guard_streak_; }
   bool steps_seen() const { return steps_seen_; }
   bool stopped_by_action() const { return stopped_by_action_; }
 
@@ -429,6 +452,7 @@ class WorkerObserver final : public TrainObserver {
   std::string summary_;
   bool steps_seen_ = false;
   bool stopped_by_action_ = false;
+  bool guard_streak_ = false;
   bool warned_ = false;
   const CommandControl* control_ = nullptr;
 };
@@ -733,6 +757,9 @@ WorkerResult worker_run(const WorkerOptions& options, const WorkerEnv& env) {
                       .test_flip_bit_step = fault->kind == WorkerFault::flip_bit ? fault->step : 0};
     // The node agent's memory folder for this run's in-memory copies (agent_memory.h); unset: none.
     if (const char* mem = std::getenv("GANTRY_MEMORY_DIR"); mem != nullptr) topt.memory_dir = mem;
+    // An agent's worker (its store is the coordinator's): the coordinator rolls the gang back at a streak.
+    topt.launcher_rolls_back = attached && !env.rendezvous.empty();
+    topt.skip_batches = options.skip_batches;
     install_stop_handlers();
     Result<TrainSummary> s = train_run(cfg.value(), topt, &observer);
     if (!s.ok()) {
@@ -740,6 +767,7 @@ WorkerResult worker_run(const WorkerOptions& options, const WorkerEnv& env) {
       // read; anything after the first step is a failure of the run.
       const bool bad_resume = !options.resume.empty() && !observer.steps_seen();
       const bool bad_data = progress.phase.load() == TrainPhase::kData;
+      if (observer.guard_streak()) return finish(kWorkerExitGuardStreak, who + ": " + s.error());
       return finish(bad_resume || bad_data ? kWorkerExitBadInput : kWorkerExitFailed, who + ": " + s.error());
     }
     if (const char* faults = std::getenv(kWorkerFaultVariable); faults != nullptr && *faults != '\0') {

@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "engine/core/train.h"
 #include "engine/core/worker/worker_env.h"
@@ -36,14 +37,18 @@ inline constexpr int kWorkerExitBadInput = 2;
 inline constexpr int kWorkerExitInterrupted = 130;
 // A test fault's abrupt exit (worker_env.h: exit_after_step), distinct from every code above.
 inline constexpr int kWorkerExitTestFault = 3;
+// The step guard's streak in a gang under a coordinator (TrainOptions::launcher_rolls_back): every rank stops
+// with it, and the coordinator rolls the run back from a checkpoint before the streak.
+inline constexpr int kWorkerExitGuardStreak = 4;
 
 struct WorkerOptions {
   std::string config_path;
   std::string out_dir;
   std::string resume;  // "", "latest" or a checkpoint directory (train.h)
   int64_t max_steps = -1;
-  int zero = 0;  // ZeRO stage over the dp axis
-  int tp = 1;    // tensor-parallel degree (CPU backend only); dp = world / tp
+  int zero = 0;                              // ZeRO stage over the dp axis
+  int tp = 1;                                // tensor-parallel degree (CPU backend only); dp = world / tp
+  std::vector<SkippedBatches> skip_batches;  // TrainOptions::skip_batches (--skip-batches)
   std::string
       rendezvous;  // HOST:PORT for external launchers; "" = GANTRY_STORE_FD or MASTER_ADDR:MASTER_PORT
   std::chrono::milliseconds join_timeout{std::chrono::seconds(60)};  // reaching the store, meeting the peers

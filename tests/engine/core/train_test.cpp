@@ -13,6 +13,7 @@
 
 #include "engine/core/checkpoint.h"
 #include "engine/core/corpus.h"
+#include "engine/core/data_cursor_log.h"
 #include "engine/core/token_shard.h"
 #include "tests/engine/core/small_config.h"
 
@@ -136,9 +137,9 @@ TEST(Train, NanStreakRollsBackPastTheStreaksBatches) {
   const std::string dir = fresh_dir("guard_rollback");
   Result<TrainSummary> a = train_run(
       c, {.out_dir = dir, .max_steps = 14, .test_nan_grad_step = 7, .test_nan_grad_count = 2}, &rolled);
-  Result<TrainSummary> b = train_run(
-      c, {.out_dir = fresh_dir("guard_rollback_ref"), .max_steps = 14, .test_skip_batches = {{6, 2}}},
-      &reference);
+  const std::string ref_dir = fresh_dir("guard_rollback_ref");
+  Result<TrainSummary> b =
+      train_run(c, {.out_dir = ref_dir, .max_steps = 14, .test_skip_batches = {{6, 2}}}, &reference);
   ASSERT_TRUE(a.ok()) << a.error();
   ASSERT_TRUE(b.ok()) << b.error();
   const std::vector<int64_t> steps = {1, 2, 3, 4, 5, 6, 7, 8, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14};
@@ -166,6 +167,18 @@ TEST(Train, NanStreakRollsBackPastTheStreaksBatches) {
     EXPECT_EQ(rolled.skipped[i], "") << "step " << steps[i];
   }
   EXPECT_EQ(a->params_xxh64, b->params_xxh64);
+  // The data-cursor log: the rolled-back steps 5..8 replaced by their replay, every batch but the streak's
+  // read exactly once, as the reference read them.
+  Result<DataCursorHistory> ha = data_cursor_read(dir);
+  ASSERT_TRUE(ha.ok()) << ha.error();
+  EXPECT_EQ(ha->rollbacks, 1);
+  EXPECT_EQ(ha->lines, static_cast<int64_t>(steps.size()));
+  Status check = data_cursor_check(ha.value(), 14, c.train.global_batch, a->skipped_batches);
+  EXPECT_TRUE(check.ok()) << check.message();
+  EXPECT_FALSE(data_cursor_check(ha.value(), 14, c.train.global_batch, {}).ok());
+  Result<DataCursorHistory> hb = data_cursor_read(ref_dir);
+  ASSERT_TRUE(hb.ok()) << hb.error();
+  EXPECT_EQ(ha->steps, hb->steps);
   // The final checkpoint records the passed-over batches, so a resume keeps passing over them.
   EXPECT_THAT(file_bytes(a->checkpoint_dir + "/manifest.json"), testing::HasSubstr("\"skipped\""));
   Recorder resumed, resumed_ref;
@@ -267,6 +280,14 @@ TEST(Train, ResumeIsBitExact) {
   // Parameters and AdamW state: the final checkpoints' shards are the same bytes.
   EXPECT_EQ(file_bytes(s->checkpoint_dir + "/shard_r00000.bin"),
             file_bytes(r->checkpoint_dir + "/shard_r00000.bin"));
+  // The data-cursor log of the split run: two processes, the same samples step by step as straight through.
+  Result<DataCursorHistory> hs = data_cursor_read(dir_s), hr = data_cursor_read(dir_r);
+  ASSERT_TRUE(hs.ok()) << hs.error();
+  ASSERT_TRUE(hr.ok()) << hr.error();
+  EXPECT_EQ(hr->starts, 2);
+  EXPECT_EQ(hr->steps.size(), static_cast<size_t>(2 * k));
+  EXPECT_EQ(hr->steps, hs->steps);
+  EXPECT_TRUE(data_cursor_check(hr.value(), 2 * k, c.train.global_batch, {}).ok());
 }
 
 TEST(Train, GradientAccumulationKeepsTheGlobalBatch) {

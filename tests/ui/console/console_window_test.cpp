@@ -8,6 +8,7 @@
 
 #include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
 
 #include "engine/cluster/http_client.h"
@@ -211,6 +212,9 @@ TEST(ConsoleWindow, ScreenshotStateAndAScriptedCheckpointAgainstARemoteCluster) 
     EXPECT_GE((*s)["length"].get<size_t>(), 4u) << name;
   }
   EXPECT_GE(state["events"].value("checkpoint", 0), 1);
+  // No in-memory copies in this run (train.memory_copy_every = 0): a dash, never a made-up step.
+  EXPECT_EQ(state["memory_copy"]["text"], "\u2014") << state["memory_copy"].dump();
+  EXPECT_TRUE(state["memory_copy"]["step"].is_null()) << state["memory_copy"].dump();
 
   // The screenshot: the loss line (its colour) and the heatmap's cells are drawn over their backgrounds.
   Image img = load_png(dir / "out.png");
@@ -254,6 +258,100 @@ TEST(ConsoleWindow, ScreenshotStateAndAScriptedCheckpointAgainstARemoteCluster) 
     EXPECT_GE(kinds.count("checkpoint"), 1u);
   }
 
+  EXPECT_EQ(
+      run_shell(std::string(GANTRY_ENGINE_BIN) + " down --dir " + cluster.string() + " >/dev/null 2>&1"), 0);
+  for (pid_t p : daemons)
+    EXPECT_TRUE(eventually([&] { return gone(p); }, 10s)) << "pid " << p << " left behind";
+  for (pid_t p : workers)
+    EXPECT_TRUE(eventually([&] { return gone(p); }, 10s)) << "worker " << p << " left behind";
+}
+
+// The Checkpoints panel shows the followed run's in-memory copies (issue 16): a dp-4 run on two nodes with
+// train.memory_copy_every = 2, paused once the coordinator knows a complete set that every rank's ring peer
+// holds too; the console's state names that set's step, each rank's own node and its peer, as the API does.
+TEST(ConsoleWindow, TheCheckpointsPanelShowsTheInMemoryCopiesAndWhereTheyAre) {
+  if (!have_xvfb_run()) GTEST_SKIP() << "xvfb-run is not installed (Debian: xvfb)";
+  const fs::path dir = scratch_dir("console_memory");
+  const fs::path cluster = dir / "cluster";
+  ASSERT_EQ(run_shell(std::string(GANTRY_ENGINE_BIN) + " up --nodes 2 --slots 2 --dir " + cluster.string() +
+                      " >" + (dir / "up.out").string() + " 2>" + (dir / "up.err").string()),
+            0)
+      << slurp(dir / "up.err");
+  const std::vector<pid_t> daemons = pid_files(cluster);
+  std::string url = slurp(dir / "up.out");
+  url = url.substr(0, url.find('\n'));
+  Result<std::string> token = token_file_read((cluster / "token").string());
+  ASSERT_TRUE(token.ok()) << token.error();
+  HttpClient api({.url = url, .token = token.value()});
+  std::string config = slurp(GANTRY_CONSOLE_TINY_CONFIG);
+  config = std::regex_replace(config, std::regex("\\[train\\]"), "[train]\nmemory_copy_every = 2");
+  Result<json> sub =
+      api.post_json("/v1/runs", {{"config", config}, {"layout", {{"dp", 4}}}, {"name", "memory"}});
+  ASSERT_TRUE(sub.ok()) << sub.error();
+  const std::string run = "/v1/runs/" + std::to_string(sub->at("id").get<int64_t>());
+  // The newest complete set, with every rank's copy on two nodes (its own and the ring's next).
+  auto newest_with_peers = [&]() -> json {
+    Result<json> r = api.get_json(run);
+    if (!r.ok()) return nullptr;
+    json best = nullptr;
+    for (const json& c : r->value("memory_copies", json::array())) {
+      if (!c.value("complete", false)) continue;
+      if (!best.is_null() && best["step"].get<int64_t>() > c["step"].get<int64_t>()) continue;
+      best = c;
+    }
+    if (best.is_null()) return nullptr;
+    for (const json& rank : best["ranks"])
+      if (rank["nodes"].size() != 2) return nullptr;
+    return best;
+  };
+  ASSERT_TRUE(eventually([&] { return !newest_with_peers().is_null(); }, 120s)) << api.get_json(run)->dump();
+  ASSERT_TRUE(api.post_json(run + "/pause", json::object()).ok());
+  ASSERT_TRUE(eventually([&] { return api.get_json(run)->value("state", "") == "paused"; }, 60s));
+  // Paused after step L: the last copy is of step L rounded down to memory_copy_every; wait until the agents
+  // reported it and the ring's peers took it.
+  const int64_t paused_at = api.get_json(run)->value("last_step", int64_t{-1});
+  const int64_t last_copy = paused_at - paused_at % 2;
+  ASSERT_TRUE(eventually(
+      [&] {
+        const json n = newest_with_peers();
+        return !n.is_null() && n["step"] == last_copy;
+      },
+      60s))
+      << "paused at step " << paused_at << ": " << api.get_json(run)->dump();
+  const json want = newest_with_peers();
+
+  std::ofstream(dir / "script") << "wait_connected\nwait_state paused\nwait_frames 10\n";
+  const int code =
+      run_gantry_in_xvfb("--connect " + url + " --token-file " + (cluster / "token").string() +
+                             " --state-dir " + (dir / "state").string() + " --frames 5 --dump-state " +
+                             (dir / "state.json").string() + " --script " + (dir / "script").string(),
+                         dir / "gantry.err");
+  EXPECT_EQ(code, 0) << slurp(dir / "gantry.err");
+  const json state = json::parse(slurp(dir / "state.json"), nullptr, false);
+  ASSERT_FALSE(state.is_discarded());
+  EXPECT_THAT(state["panels"].get<std::vector<std::string>>(), ::testing::Contains("Checkpoints"));
+  const json& mem = state["memory_copy"];
+  EXPECT_EQ(mem["step"], want["step"]) << mem.dump() << " want " << want.dump();
+  ASSERT_EQ(mem["shards"].size(), 4u) << mem.dump();
+  // dp 4 on two nodes of two slots: each rank's own node from the run's placement, its peer the other node.
+  std::map<int, std::string> own;
+  const Result<json> placed = api.get_json(run);
+  ASSERT_TRUE(placed.ok()) << placed.error();
+  for (const json& share : placed->at("placement"))
+    for (int k = 0; k < share["ranks"].get<int>(); ++k)
+      own[share["first_rank"].get<int>() + k] = share["node"].get<std::string>();
+  ASSERT_EQ(own.size(), 4u);
+  for (const json& shard : mem["shards"]) {
+    const std::string node = own[shard["rank"].get<int>()];
+    EXPECT_EQ(shard["node"], node) << mem.dump();
+    EXPECT_EQ(shard["peers"], json::array({node == "node-0" ? "node-1" : "node-0"})) << mem.dump();
+  }
+  EXPECT_THAT(
+      mem["text"].get<std::string>(),
+      HasSubstr("step " + std::to_string(want["step"].get<int64_t>()) + ": rank 0 " + own[0] + " + peer "));
+
+  std::vector<pid_t> workers = children_of(daemons);
+  EXPECT_TRUE(api.post_json(run + "/stop", json::object()).ok());
   EXPECT_EQ(
       run_shell(std::string(GANTRY_ENGINE_BIN) + " down --dir " + cluster.string() + " >/dev/null 2>&1"), 0);
   for (pid_t p : daemons)
