@@ -30,7 +30,13 @@ Result<std::unique_ptr<Backend>> backend_create(const std::string& kind, const M
       return Status::error("tp " + std::to_string(options.tp->size()) + " must divide model.n_head " +
                            std::to_string(m.n_head) + " and the MLP width " + std::to_string(4 * m.n_embd));
     }
+    if (options.pp != nullptr && options.pp->size() > 1)
+      return backend_cpu_pipeline_create(m, max_batch, options);
     return backend_cpu_create(m, max_batch, options);
+  }
+  if (options.pp != nullptr && options.pp->size() > 1) {
+    return Status::error("pp " + std::to_string(options.pp->size()) + " with train.backend = \"" + kind +
+                         "\": pipeline parallel is CPU-only for now; use pp 1, or train.backend = \"cpu\"");
   }
   // Before anything else: this holds whether or not this build has CUDA.
   if (options.tp != nullptr && options.tp->size() > 1) {

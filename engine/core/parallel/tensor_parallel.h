@@ -22,7 +22,7 @@
 namespace gantry {
 
 // Whether `d.tp` (and `d.pp`) can split this model on this backend: n_head and the MLP width 4·n_embd
-// must be multiples of tp; pipeline parallelism does not exist yet (pp must be 1); tensor parallelism runs
+// must be multiples of tp (pp is pipeline_check's, parallel/pipeline_schedule.h); tensor parallelism runs
 // on the CPU backend only. The error names the numbers and what would be right.
 Status tensor_parallel_check(const ModelConfig& m, const ParallelDims& d, const std::string& backend);
 
