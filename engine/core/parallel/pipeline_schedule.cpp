@@ -182,6 +182,11 @@ Status pipeline_check(const Config& c, const ParallelDims& d, int micro_batches,
                ": checkpoints of a pipeline are not implemented yet (they would not reshard); set "
                "train.checkpoint_every = 0, or use pp 1");
   }
+  if (c.train.memory_copy_every > 0) {
+    return bad(pp +
+               ": in-memory copies of a pipeline are not implemented yet (a restore would not "
+               "reshard them); set train.memory_copy_every = 0, or use pp 1");
+  }
   return {};
 }
 

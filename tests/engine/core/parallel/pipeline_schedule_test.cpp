@@ -131,6 +131,10 @@ TEST(PipelineCheck, RefusesBadLayoutsNamingTheNumbers) {
   EXPECT_THAT(pipeline_check(c, dims(2, 1, 1, 2), 2).message(),
               HasSubstr("pp 2: checkpoints of a pipeline are not implemented yet"));
   c.train.checkpoint_every = 0;
+  c.train.memory_copy_every = 5;
+  EXPECT_THAT(pipeline_check(c, dims(2, 1, 1, 2), 2).message(),
+              HasSubstr("pp 2: in-memory copies of a pipeline are not implemented yet"));
+  c.train.memory_copy_every = 0;
   c.train.backend = "cuda";
   EXPECT_THAT(pipeline_check(c, dims(2, 1, 1, 2), 2).message(), HasSubstr("pipeline parallel is CPU-only"));
   // The product that is not the world is ParallelDims' to refuse.
