@@ -4,6 +4,7 @@
 // <out>/history.sqlite. The gang semantics (join timeout, a failed rank stops all, Ctrl-C) are in
 // engine/core/worker/gang.h.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -16,7 +17,9 @@
 #include "engine/core/checkpoint.h"
 #include "engine/core/config.h"
 #include "engine/core/parallel/parallel_dims.h"
+#include "engine/core/parallel/pipeline_schedule.h"
 #include "engine/core/parallel/tensor_parallel.h"
+#include "engine/core/train.h"
 #include "engine/core/worker/gang.h"
 #include "engine/core/worker/worker_runtime.h"
 #include "telemetry/clock.h"
@@ -43,7 +46,9 @@ struct RunArgs {
   int nproc = 1;
   std::string config;
   int zero = 0;
-  int tp = 1;  // tensor-parallel degree; dp = nproc / tp
+  int tp = 1;  // tensor-parallel degree; dp = nproc / (tp x pp)
+  int pp = 1;  // pipeline-parallel degree (train.pp_schedule)
+  int vp = 1;  // virtual stages per rank: only with an interleaved schedule, which does not exist yet
   std::string out;
   std::string resume;
   int64_t max_steps = -1;
@@ -73,13 +78,19 @@ int run_main(const RunArgs& a) {
     std::fprintf(stderr, "gantry-engine run: %s\n", cfg.error().c_str());
     return kExitBadInput;
   }
-  Result<ParallelDims> dims =
-      ParallelDims::make({.world = a.nproc, .rank = 0, .dp = a.nproc / a.tp, .tp = a.tp, .zero = a.zero});
+  Result<ParallelDims> dims = ParallelDims::make(
+      {.world = a.nproc, .rank = 0, .dp = a.nproc / (a.tp * a.pp), .tp = a.tp, .pp = a.pp, .zero = a.zero});
   Status layout =
       dims.ok() ? tensor_parallel_check(cfg->model, dims.value(), cfg->train.backend) : dims.status();
+  if (layout.ok()) layout = train_layout_check(cfg.value(), dims->dp);
+  if (layout.ok()) {
+    // The pipeline's micro-batches are the gradient-accumulation ones (train.cpp).
+    const int share = cfg->train.global_batch / dims->dp, B = std::min(cfg->train.micro_batch, share);
+    layout = pipeline_check(cfg.value(), dims.value(), share / B, a.vp);
+  }
   if (!layout.ok()) {
-    std::fprintf(stderr, "gantry-engine run: --nproc %d --tp %d --zero %d: %s\n", a.nproc, a.tp, a.zero,
-                 layout.message().c_str());
+    std::fprintf(stderr, "gantry-engine run: --nproc %d --tp %d --pp %d --vp %d --zero %d: %s\n", a.nproc,
+                 a.tp, a.pp, a.vp, a.zero, layout.message().c_str());
     return kExitBadInput;
   }
   // Workers get absolute paths: they agree on them whatever their working directory.
@@ -103,6 +114,8 @@ int run_main(const RunArgs& a) {
             std::to_string(a.zero),
             "--tp",
             std::to_string(a.tp),
+            "--pp",
+            std::to_string(a.pp),
             "--max-steps",
             std::to_string(a.max_steps),
             "--join-timeout",
@@ -154,7 +167,7 @@ int run_main(const RunArgs& a) {
 #ifdef GANTRY_HAVE_STORAGE
   HistoryWriter history(out.string(), out.filename().string(), a.nproc,
                         "dp=" + std::to_string(dims->dp) + " tp=" + std::to_string(a.tp) +
-                            " pp=1 zero=" + std::to_string(a.zero));
+                            " pp=" + std::to_string(a.pp) + " zero=" + std::to_string(a.zero));
 #endif
   const int64_t last_step = a.max_steps >= 0 ? a.max_steps : cfg->train.max_steps;
   g.on_spawn = [](int rank, int64_t pid) {
@@ -297,6 +310,13 @@ void run_command_add(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(0, 3));
   sub->add_option("--tp", args->tp,
                   "Tensor-parallel degree (CPU backend only): dp = nproc / tp; tp must divide the heads")
+      ->check(CLI::Range(1, 4096));
+  sub->add_option("--pp", args->pp,
+                  "Pipeline-parallel degree (CPU backend only): dp = nproc / (tp x pp); train.pp_schedule "
+                  "picks GPipe or 1F1B, train.micro_batch the micro-batch count")
+      ->check(CLI::Range(1, 4096));
+  sub->add_option("--vp", args->vp,
+                  "Virtual pipeline stages per rank (interleaved 1F1B); only 1 is accepted for now")
       ->check(CLI::Range(1, 4096));
   sub->add_option("--out", args->out,
                   "Run folder for checkpoints, data and history.sqlite (default runs/<config name>)");

@@ -32,7 +32,13 @@ Result<std::unique_ptr<Backend>> backend_create(const std::string& kind, const M
                            std::to_string(m.n_head) + ", the MLP width " + std::to_string(4 * m.n_embd) +
                            " and model.vocab_size " + std::to_string(m.vocab_size));
     }
+    if (options.pp != nullptr && options.pp->size() > 1)
+      return backend_cpu_pipeline_create(m, max_batch, options);
     return backend_cpu_create(m, max_batch, options);
+  }
+  if (options.pp != nullptr && options.pp->size() > 1) {
+    return Status::error("pp " + std::to_string(options.pp->size()) + " with train.backend = \"" + kind +
+                         "\": pipeline parallel is CPU-only for now; use pp 1, or train.backend = \"cpu\"");
   }
   // Before anything else: this holds whether or not this build has CUDA.
   if (options.tp != nullptr && options.tp->size() > 1) {

@@ -58,6 +58,11 @@ struct PhaseTimes {
   double comm_exposed_s =
       0;  // waiting for gradient reductions and parameter gathers the compute did not hide
   bool measured = false;
+  // Pipeline parallel (pp > 1): the part of this stage's schedule it spent waiting for its neighbours'
+  // activations and gradients (the measured bubble, 0..1; that wait is inside comm_exposed_s too), and the
+  // ideal pipeline's (p − 1)/(v·m + p − 1) beside it. Absent without a pipeline.
+  std::optional<double> bubble;
+  std::optional<double> bubble_formula;
 };
 
 // The device as the step left it, for the per-rank records. Optional fields are absent where the backend
@@ -198,6 +203,10 @@ struct BackendOptions {
   // Tensor parallel (cpu backend only; parallel/tensor_parallel.h): the tp axis' communicator (null at tp 1).
   // The backend then holds gpt_param_table(m, tp): params() is this tp rank's share of the model.
   Communicator* tp = nullptr;
+  // Pipeline parallel (cpu backend only; parallel/pipeline_schedule.h): the pp axis' communicator (null at
+  // pp 1) and train.pp_schedule. The backend then holds its stage's tensors (pipeline_stage_table).
+  Communicator* pp = nullptr;
+  std::string pp_schedule = "1f1b";
   int zero = 0;
   size_t bucket_bytes = size_t{25} << 20;
   std::chrono::milliseconds comm_timeout{std::chrono::seconds(120)};
@@ -207,6 +216,10 @@ struct BackendOptions {
 std::unique_ptr<Backend> backend_cpu_create(const ModelConfig& m, int max_batch, int threads);
 std::unique_ptr<Backend> backend_cpu_create(const ModelConfig& m, int max_batch,
                                             const BackendOptions& options);
+
+// One pipeline stage of the fp32 reference (options.pp non-null, of size > 1).
+std::unique_ptr<Backend> backend_cpu_pipeline_create(const ModelConfig& m, int max_batch,
+                                                     const BackendOptions& options);
 
 // kind "cpu" or "cuda" (an error when this build has no CUDA backend or the machine no GPU).
 Result<std::unique_ptr<Backend>> backend_create(const std::string& kind, const ModelConfig& m, int max_batch,

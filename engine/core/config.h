@@ -85,6 +85,10 @@ struct TrainConfig {
   // of the run's ring, so a recovery restores from RAM when that is newer than the newest disk checkpoint.
   // 0 = off, else 1..1000000000; off where no agent gives a memory folder (`train`, `run`).
   int memory_copy_every = 0;
+  // Pipeline parallel (pp > 1, engine/core/parallel/pipeline_schedule.h): the order of each stage's
+  // micro-batches, "gpipe" or "1f1b". The micro-batches are the gradient-accumulation ones: global_batch /
+  // (dp x micro_batch) per step, so train.micro_batch sets their count.
+  std::string pp_schedule = "1f1b";
 };
 
 // train.collective_timeout_s's range, shared with the flags that override it.

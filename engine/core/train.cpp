@@ -18,6 +18,7 @@
 #include "engine/core/gpt.h"
 #include "engine/core/memory_copy.h"
 #include "engine/core/optim.h"
+#include "engine/core/parallel/pipeline_schedule.h"
 #include "engine/core/parallel/shard_plan.h"
 #include "engine/core/parallel/tensor_parallel.h"
 #include "engine/core/rng.h"
@@ -93,12 +94,20 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
   if (ec) return Status::error("cannot create output directory '" + opt.out_dir + "': " + ec.message());
   // In a gang, rank 0 writes the synthetic corpus while the others wait, so no two ranks write one file.
   const DistContext* gang_ctx = opt.dist != nullptr && opt.dist->dims.world > 1 ? opt.dist : nullptr;
-  // The communicator every rank of the gang is in: the world's under tensor parallelism, else the dp axis'.
+  // The communicator every rank of the gang is in: the world's under tensor or pipeline parallelism, else
+  // the dp axis'.
   Communicator* gang_comm =
       gang_ctx == nullptr ? nullptr : (gang_ctx->world != nullptr ? gang_ctx->world : gang_ctx->dp);
   if (opt.dist != nullptr) {
     if (Status s = tensor_parallel_check(c.model, opt.dist->dims, c.train.backend); !s.ok()) return s;
+    if (opt.dist->dims.pp > 1 && !opt.resume.empty()) {
+      return Status::error("pp " + std::to_string(opt.dist->dims.pp) +
+                           ": a pipeline cannot resume from a checkpoint in this build (its stages write "
+                           "none yet); start without resume, or use pp 1");
+    }
   }
+  if (gang_ctx != nullptr && gang_ctx->dims.pp > 1 && (gang_ctx->pp == nullptr || gang_ctx->world == nullptr))
+    return Status::error("a pipeline-parallel gang needs its pp and world communicators");
   if (gang_ctx != nullptr && gang_ctx->dims.tp > 1 && (gang_ctx->tp == nullptr || gang_ctx->world == nullptr))
     return Status::error("a tensor-parallel gang needs its tp and world communicators");
   if (gang_ctx != nullptr && gang_comm == nullptr)
@@ -132,6 +141,7 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
   const int share = c.train.global_batch / dp;
   const int B = std::min(c.train.micro_batch, share);
   const int accum = share / B;
+  if (Status s = pipeline_check(c, dims, accum); !s.ok()) return s;
   const std::chrono::milliseconds comm_timeout =
       dist != nullptr ? dist->timeout : std::chrono::milliseconds(0);
   const size_t bucket_bytes = static_cast<size_t>(c.train.dp_bucket_mb * 1024.0 * 1024.0);
@@ -142,15 +152,18 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
                       .deterministic = c.train.deterministic,
                       .dp = dist != nullptr ? dist->dp : nullptr,
                       .tp = dist != nullptr && dims.tp > 1 ? dist->tp : nullptr,
+                      .pp = dist != nullptr && dims.pp > 1 ? dist->pp : nullptr,
+                      .pp_schedule = c.train.pp_schedule,
                       .zero = dims.zero,
                       .bucket_bytes = bucket_bytes,
                       .comm_timeout = dist != nullptr ? dist->timeout : std::chrono::milliseconds(120000)});
   if (!created.ok()) return created.status();
   std::unique_ptr<Backend> backend = std::move(created.value());
   const TensorTable& table = backend->params();
-  // FLOPs per token are the whole model's: under tensor parallelism the table is one tp rank's share.
-  const RunUtilisation util = run_utilisation(
-      c, dims.tp > 1 ? gpt_param_table(c.model).numel() : table.numel(), backend->device_name());
+  // FLOPs per token are the whole model's: under tensor or pipeline parallelism the table is a share.
+  const RunUtilisation util =
+      run_utilisation(c, dims.tp > 1 || dims.pp > 1 ? gpt_param_table(c.model).numel() : table.numel(),
+                      backend->device_name());
   CheckpointGang gang{
       .store = dist != nullptr ? dist->store : nullptr, .layout = dims, .timeout = comm_timeout};
   if (dims.world > 1 && gang.store == nullptr)
@@ -183,6 +196,12 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
       std::vector<float> all(whole.numel());
       gpt_init_params(c.model, whole, rng.next_u64(), all.data());
       tensor_parallel_slice(c.model, dims.tp, dims.tp_rank(), all.data(), init.data());
+    } else if (dims.pp > 1) {
+      // The same for a pipeline stage: its tensors cut out of the whole model.
+      const TensorTable whole = gpt_param_table(c.model);
+      std::vector<float> all(whole.numel());
+      gpt_init_params(c.model, whole, rng.next_u64(), all.data());
+      pipeline_slice(whole, all.data(), table, init.data());
     } else {
       gpt_init_params(c.model, table, rng.next_u64(), init.data());
     }
@@ -222,6 +241,12 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
     std::string summary_text = buf;
     summary_text += "\n" + util.formula;
     if (dims.world > 1) {
+      if (dims.pp > 1) {
+        summary_text += "\npipeline: " + c.train.pp_schedule + ", " + std::to_string(accum) +
+                        " micro-batches, ideal bubble (p-1)/(m+p-1) = " +
+                        std::to_string(pipeline_bubble_formula(dims.pp, 1, accum)) + " | " +
+                        pipeline_partition(c.model, dims.pp).describe();
+      }
       summary_text += "\nlayout " + dims.describe() + " | " +
                       shard_memory_text(shard_plan_make(table, dp, dp_rank, dims.zero, bucket_bytes)) + "\n" +
                       sdc.describe();
@@ -254,6 +279,8 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
   // Declared after the backend, so a write still in flight ends before the backend does.
   TrainCheckpoints checkpoints(c, ckpt_root, *backend, ckpt_gang, observer, opt.test_checkpoint_hook);
   auto write_checkpoint = [&](double loss, bool from_action, bool final) -> Status {
+    // No checkpoint under pipeline parallelism yet (asking for one is refused above).
+    if (dims.pp > 1) return {};
     enter(TrainPhase::kCheckpoint);
     CheckpointMeta meta{.step = step,
                         .sampler_seed = c.train.seed,

@@ -36,6 +36,8 @@ struct DistContext {
   // gang-wide agreements (start barrier, step-boundary decisions). world null: dp is the whole gang.
   Communicator* tp = nullptr;
   Communicator* world = nullptr;
+  // Pipeline parallel (parallel/pipeline_schedule.h): the pp axis (null at pp 1); world is then required.
+  Communicator* pp = nullptr;
   StoreClient* store = nullptr;  // the launcher's store: ranks report checkpoint shards, rank 0 commits
   std::chrono::milliseconds timeout{std::chrono::seconds(120)};  // every collective and store wait
 };

@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>  // parses the --json lines
 #include <set>
 #include <sstream>
@@ -598,6 +599,34 @@ TEST(RunCli, TensorParallelRunKilledMidRunResumesAtAnyTp) {
   for (size_t i = 1; i < losses.size(); ++i) {
     EXPECT_NEAR(losses[i], losses[0], 1e-4 * losses[0]) << resumes[i].first << " against one process";
   }
+}
+
+TEST(RunCli, PipelineLayoutsAreCheckedAndPp2Trains) {
+  const std::string dir = fresh_dir("pp");
+  const std::string one_layer = write_config(dir, 3, true);
+  testing_support::Outcome r = testing_support::run_engine("run --nproc 2 --pp 2 --config " + one_layer);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("pp 2 x vp 1 = 2 stages but model.n_layer is 1"));
+  r = testing_support::run_engine("run --nproc 3 --pp 2 --config " + one_layer);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("dp 1 x tp 1 x pp 2 = 2 but the world has 3 ranks"));
+
+  std::ifstream in(one_layer);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  text.replace(text.find("n_layer = 1"), 11, "n_layer = 2");
+  const std::string cfg = dir + "/two_layers.toml";
+  std::ofstream(cfg) << text;
+  r = testing_support::run_engine("run --nproc 2 --pp 2 --vp 2 --config " + cfg);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("vp 2: interleaved 1F1B (virtual stages) is not implemented"));
+
+  EngineChild run =
+      EngineChild::start({"run", "--nproc", "2", "--pp", "2", "--config", cfg, "--out", dir + "/run"});
+  EngineChild::Exit e = run.wait(60s);
+  ASSERT_EQ(e.code, 0) << run.err();
+  EXPECT_THAT(run.err(), HasSubstr("dp 1 x tp 1 x pp 2"));
+  EXPECT_THAT(run.err(), HasSubstr("rank 1 step 3: pipeline bubble"));
+  EXPECT_THAT(run.err(), HasSubstr("done: step 3"));
 }
 
 int free_port() {

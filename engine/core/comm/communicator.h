@@ -82,6 +82,12 @@ class Communicator {
   // Only the two ranks involved call these; the others' collectives stay in step.
   virtual Status send(const float* data, size_t count, int peer, Timeout timeout) = 0;
   virtual Status recv(float* data, size_t count, int peer, Timeout timeout) = 0;
+  // A send and a receive posted together and both waited for (a pipeline stage hands its output on while
+  // taking the next input): two ranks may each send to the other in one, which separate blocking calls
+  // would deadlock on. A count of 0 leaves that half out. Host communicators only; the default answers
+  // "not supported".
+  virtual Status send_recv(const float* send_data, size_t send_count, int send_peer, float* recv_data,
+                           size_t recv_count, int recv_peer, Timeout timeout);
   // Returns once every rank has entered the barrier.
   virtual Status barrier(Timeout timeout) = 0;
   // all_reduce of a few values in host memory (decisions and statistics: stop flags, a loss), whatever

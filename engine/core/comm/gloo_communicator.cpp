@@ -18,6 +18,7 @@
 #include <cstring>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -228,6 +229,39 @@ class GlooCommunicator final : public Communicator {
       post_recv(buf, peer, make_slot(OpKind::p2p, seq, count, 0), 0, count * sizeof(float));
       wait_recv(buf, peer, d);
     });
+  }
+
+  Status send_recv(const float* send_data, size_t send_count, int send_peer, float* recv_data,
+                   size_t recv_count, int recv_peer, Timeout timeout) override {
+    return run("send_recv", send_count + recv_count, timeout, /*collective=*/false,
+               [&](const Deadline& d, uint32_t) {
+                 if (send_count > 0) {
+                   check_ptr(send_data, send_count);
+                   check_rank(send_peer, "peer");
+                   if (send_peer == rank_) throw OpError{"invalid argument: send to self"};
+                 }
+                 if (recv_count > 0) {
+                   check_ptr(recv_data, recv_count);
+                   check_rank(recv_peer, "peer");
+                   if (recv_peer == rank_) throw OpError{"invalid argument: recv from self"};
+                 }
+                 // Both posted before either wait: the peer's matching pair of calls may be in either order.
+                 std::optional<Buf> out, in;
+                 if (send_count > 0) {
+                   const uint32_t seq = send_seq_[static_cast<size_t>(send_peer)]++;
+                   out.emplace(*this, const_cast<float*>(send_data), send_count * sizeof(float));
+                   post_send(*out, send_peer, make_slot(OpKind::p2p, seq, send_count, 0), 0,
+                             send_count * sizeof(float));
+                 }
+                 if (recv_count > 0) {
+                   const uint32_t seq = recv_seq_[static_cast<size_t>(recv_peer)]++;
+                   in.emplace(*this, recv_data, recv_count * sizeof(float));
+                   post_recv(*in, recv_peer, make_slot(OpKind::p2p, seq, recv_count, 0), 0,
+                             recv_count * sizeof(float));
+                 }
+                 if (in) wait_recv(*in, recv_peer, d);
+                 if (out) wait_send(*out, send_peer, d);
+               });
   }
 
   Status barrier(Timeout timeout) override {

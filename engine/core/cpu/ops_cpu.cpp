@@ -119,13 +119,18 @@ void matmul_forward(ThreadPool* pool, float* out, const float* inp, const float*
 
 void matmul_backward(ThreadPool* pool, float* dinp, float* dw, float* db, const float* dout, const float* inp,
                      const float* w, int N, int C, int OC) {
-  run(pool, static_cast<size_t>(N), [&](size_t begin, size_t end) {
-    for (size_t n = begin; n < end; ++n) {
-      const float* d = dout + n * OC;
-      float* dx = dinp + n * C;
-      for (int oc = 0; oc < OC; ++oc) axpy(dx, d[oc], w + static_cast<size_t>(oc) * C, C);
-    }
-  });
+  // Either half may be left out (a pipeline's tied classifier splits them over two stages); each output
+  // element is computed the same way whichever halves run.
+  if (dinp != nullptr) {
+    run(pool, static_cast<size_t>(N), [&](size_t begin, size_t end) {
+      for (size_t n = begin; n < end; ++n) {
+        const float* d = dout + n * OC;
+        float* dx = dinp + n * C;
+        for (int oc = 0; oc < OC; ++oc) axpy(dx, d[oc], w + static_cast<size_t>(oc) * C, C);
+      }
+    });
+  }
+  if (dw == nullptr) return;
   run(pool, static_cast<size_t>(OC), [&](size_t begin, size_t end) {
     for (size_t oc = begin; oc < end; ++oc) {
       float* dwrow = dw + oc * C;

@@ -26,7 +26,8 @@ void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, co
 // out (N,OC) = inp (N,C) · w (OC,C)ᵀ + bias (OC); bias may be nullptr.
 void matmul_forward(ThreadPool* pool, float* out, const float* inp, const float* w, const float* bias, int N,
                     int C, int OC);
-// dinp (N,C) += dout·w; dw (OC,C) += doutᵀ·inp; db (OC) += Σ dout (db may be nullptr).
+// dinp (N,C) += dout·w; dw (OC,C) += doutᵀ·inp; db (OC) += Σ dout. dinp or dw nullptr: that half is
+// skipped (db is summed with dw, so it may be nullptr, and is skipped with dw).
 void matmul_backward(ThreadPool* pool, float* dinp, float* dw, float* db, const float* dout, const float* inp,
                      const float* w, int N, int C, int OC);
 

@@ -76,7 +76,8 @@ std::vector<FlatRange> units_of(const TensorTable& table) {
     }
     units.back().count += t.numel;
   }
-  GANTRY_CHECK(units.size() >= 2, "the tensor table needs embeddings and a final norm around its blocks");
+  // A pipeline's middle stage may hold a single block: one unit, which is then its own bucket.
+  GANTRY_CHECK(!units.empty(), "the tensor table is empty");
   return units;
 }
 

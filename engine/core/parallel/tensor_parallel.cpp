@@ -9,10 +9,6 @@ namespace gantry {
 Status tensor_parallel_check(const ModelConfig& m, const ParallelDims& d, const std::string& backend) {
   auto bad = [](const std::string& what) { return Status::error("parallel layout: " + what); };
   const std::string tp = "tp " + std::to_string(d.tp);
-  if (d.pp != 1) {
-    return bad("pp " + std::to_string(d.pp) +
-               ": pipeline parallelism is not implemented yet; use pp 1 (dp and tp split the world)");
-  }
   if (d.tp == 1) return {};
   if (backend != "cpu") {
     return bad(

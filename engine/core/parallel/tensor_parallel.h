@@ -25,9 +25,9 @@
 
 namespace gantry {
 
-// Whether `d.tp` (and `d.pp`) can split this model on this backend: n_head, the MLP width 4·n_embd and
-// vocab_size must be multiples of tp; pipeline parallelism does not exist yet (pp must be 1); tensor
-// parallelism runs on the CPU backend only. The error names the numbers and what would be right.
+// Whether `d.tp` can split this model on this backend: n_head, the MLP width 4·n_embd and vocab_size must
+// be multiples of tp (pp is pipeline_check's, parallel/pipeline_schedule.h); tensor parallelism runs on the
+// CPU backend only. The error names the numbers and what would be right.
 Status tensor_parallel_check(const ModelConfig& m, const ParallelDims& d, const std::string& backend);
 
 // Whether the tensor named `name` (gpt_param_table's names) is split over the tp ranks; false: every tp

@@ -314,6 +314,13 @@ class WorkerObserver final : public TrainObserver {
     // The global figures are the same on every rank: one copy is enough.
     if (env_.rank == 0) batch.steps.push_back(step_record(r, unix_now_s()));
     send_batch(batch);
+    // A pipeline stage's bubble is this rank's own figure (the record has no field for it yet; its wait is
+    // inside comm_exposed): one line on stderr, beside the ideal pipeline's.
+    if (r.phases.bubble && r.phases.bubble_formula) {
+      std::fprintf(stderr, "rank %d step %lld: pipeline bubble %.1f %% measured, (p-1)/(m+p-1) = %.1f %%\n",
+                   env_.rank, static_cast<long long>(r.step), 100 * *r.phases.bubble,
+                   100 * *r.phases.bubble_formula);
+    }
     if (local_) local_->on_step(r);
     if (fault_.kind == WorkerFault::exit_after_step && r.step >= fault_.step) {
       std::fprintf(stderr, "gantry-engine worker (rank %d): %s: exiting after step %lld (test fault)\n",
@@ -676,12 +683,12 @@ WorkerResult worker_run(const WorkerOptions& options, const WorkerEnv& env) {
       const int cores = static_cast<int>(std::thread::hardware_concurrency());
       cfg->train.threads = std::max(1, cores / env.local_world);
     }
-    const int tp = std::max(1, options.tp);
+    const int tp = std::max(1, options.tp), pp = std::max(1, options.pp);
     Result<ParallelDims> dims = ParallelDims::make({.world = env.world,
                                                     .rank = env.rank,
-                                                    .dp = env.world / tp,
+                                                    .dp = env.world / (tp * pp),
                                                     .tp = tp,
-                                                    .pp = 1,
+                                                    .pp = pp,
                                                     .zero = options.zero});
     if (!dims.ok()) return finish(kWorkerExitBadInput, who + ": " + dims.error());
     if (Status s = tensor_parallel_check(cfg->model, dims.value(), cfg->train.backend); !s.ok())
@@ -695,11 +702,28 @@ WorkerResult worker_run(const WorkerOptions& options, const WorkerEnv& env) {
     // tp 1: the dp communicator is the whole gang (as before tensor parallelism). tp > 1: a world
     // communicator, then one per tp group and one per dp group, created in the same order on every rank,
     // each group under a store prefix of its own (parallel/tensor_parallel.h).
+    // pp > 1 (tp 1, parallel/pipeline_schedule.h): a world communicator, one per pp group and one per dp
+    // group (the ranks of one stage).
+    const bool axes = tp > 1 || pp > 1;
     Result<std::unique_ptr<Communicator>> dp =
-        tp == 1 ? create_comm(cfg.value(), d.rank, d.dp, "dp/", store_fd, gloo_host, left, &bad_input)
-                : create_comm(cfg.value(), d.rank, d.world, "world/", store_fd, gloo_host, left, &bad_input);
+        !axes ? create_comm(cfg.value(), d.rank, d.dp, "dp/", store_fd, gloo_host, left, &bad_input)
+              : create_comm(cfg.value(), d.rank, d.world, "world/", store_fd, gloo_host, left, &bad_input);
     if (!dp.ok()) return finish(bad_input ? kWorkerExitBadInput : kWorkerExitFailed, who + ": " + dp.error());
-    std::unique_ptr<Communicator> tp_comm, dp_comm;
+    std::unique_ptr<Communicator> tp_comm, dp_comm, pp_comm;
+    if (pp > 1) {
+      Result<std::unique_ptr<Communicator>> p =
+          create_comm(cfg.value(), d.pp_rank(), pp, "pp/" + std::to_string(d.dp_rank()) + "/", store_fd,
+                      gloo_host, left, &bad_input);
+      if (!p.ok()) return finish(kWorkerExitFailed, who + ": " + p.error());
+      pp_comm = std::move(p.value());
+      if (d.dp > 1) {
+        Result<std::unique_ptr<Communicator>> q =
+            create_comm(cfg.value(), d.dp_rank(), d.dp, "dp/p" + std::to_string(d.pp_rank()) + "/", store_fd,
+                        gloo_host, left, &bad_input);
+        if (!q.ok()) return finish(kWorkerExitFailed, who + ": " + q.error());
+        dp_comm = std::move(q.value());
+      }
+    }
     if (tp > 1) {
       Result<std::unique_ptr<Communicator>> t =
           create_comm(cfg.value(), d.tp_rank(), tp, "tp/" + std::to_string(d.dp_rank()) + "/", store_fd,
@@ -733,7 +757,7 @@ WorkerResult worker_run(const WorkerOptions& options, const WorkerEnv& env) {
 
     // ---- train ------------------------------------------------------------------------------------------
     DistContext ctx{.dims = dims.value(), .dp = dp->get(), .store = &store, .timeout = collective_timeout};
-    if (tp > 1) ctx.dp = dp_comm.get(), ctx.tp = tp_comm.get(), ctx.world = dp->get();
+    if (axes) ctx.dp = dp_comm.get(), ctx.tp = tp_comm.get(), ctx.pp = pp_comm.get(), ctx.world = dp->get();
     WorkerObserver observer(env, frames, device, fault.value(), options.local);
     // Only rank 0's answer counts (train.h); every rank's control takes the drills' faults for it.
     std::unique_ptr<CommandControl> control;

@@ -122,6 +122,29 @@ std::string collectives_body(int rank, int n, int fd) {
   errors += diff_bits(r1.data(), msg(left, 5, 1).data(), 5, "recv 1");
   errors += diff_bits(r2.data(), msg(left, 1000, 2).data(), 1000, "recv 2");
 
+  // send_recv around the ring: every rank sends right and receives from left in one call, all at once,
+  // which separate blocking sends would deadlock on (a pipeline stage handing on an activation while taking
+  // a gradient). Then both ways between neighbours 0 and 1 in one call each, and a half-empty one.
+  {
+    auto m = msg(rank, 700, 5);
+    std::vector<float> got(700, NAN);
+    WORKER_CHECK_OK(comm.send_recv(m.data(), 700, right, got.data(), 700, left, 10s));
+    errors += diff_bits(got.data(), msg(left, 700, 5).data(), 700, "send_recv around the ring");
+    if (rank < 2) {
+      const int other = 1 - rank;
+      auto mine = msg(rank, 64, 6);
+      std::vector<float> theirs(64, NAN);
+      WORKER_CHECK_OK(comm.send_recv(mine.data(), 64, other, theirs.data(), 64, other, 10s));
+      errors += diff_bits(theirs.data(), msg(other, 64, 6).data(), 64, "send_recv both ways");
+      if (rank == 0) {
+        WORKER_CHECK_OK(comm.send_recv(mine.data(), 64, 1, nullptr, 0, -1, 10s));
+      } else {
+        WORKER_CHECK_OK(comm.send_recv(nullptr, 0, -1, theirs.data(), 64, 0, 10s));
+        errors += diff_bits(theirs.data(), msg(0, 64, 6).data(), 64, "send_recv with one half");
+      }
+    }
+  }
+
   // Point to point between ranks 0 and 1 only: the other ranks sit it out, and the collectives after
   // it must still line up on every rank.
   if (rank < 2) {

@@ -1,0 +1,492 @@
+// One pipeline stage of the CPU reference backend (parallel/pipeline_schedule.h): the stage's blocks (and
+// the embeddings on the first stage, the final norm and classifier on the last), run micro-batch by
+// micro-batch in the schedule's order, with activations and their gradients handed between neighbouring
+// stages over the pp communicator's point-to-point pairs.
+//
+// The train loop does not change: it calls forward_backward once per micro-batch as under gradient
+// accumulation; the stage keeps each micro-batch's tokens and runs the whole schedule when the step's last
+// one arrives. Every stage's gradients are accumulated in micro-batch order, as one process adds them.
+//
+// The tied embedding: wte is owned (updated, counted in the norm) by the first stage. The last stage
+// runs the classifier with a copy of it, sent at the start of each step, and sends back each micro-batch's
+// final-norm output and logit gradient after its schedule; the first stage then adds the classifier's and
+// the encoder's wte gradients micro-batch by micro-batch, in one process's order, so wte's gradient has the
+// same bits as one process's (the price: N x (C + V) floats per micro-batch over that pair).
+//
+// Stage gradients are reduced over dp (ZeroHostState, ZeRO 0 or 1) after the schedule; the loss (the last
+// stage's) and the squared norm (every stage's) are then shared over pp in stage order.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "engine/core/backend.h"
+#include "engine/core/comm/communicator.h"
+#include "engine/core/cpu/ops_cpu.h"
+#include "engine/core/cpu/thread_pool.h"
+#include "engine/core/fatal.h"
+#include "engine/core/gpt.h"
+#include "engine/core/optim.h"
+#include "engine/core/parallel/pipeline_schedule.h"
+#include "engine/core/parallel/zero_host_state.h"
+#include "engine/core/replica_hash.h"
+
+namespace gantry {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// One block's activations of one micro-batch (as the one-process backend keeps them, at tp 1).
+struct BlockActs {
+  float* ln1;       // (N, C)
+  float* ln1_mean;  // (N)
+  float* ln1_rstd;  // (N)
+  float* qkv;       // (N, 3C)
+  float* att;       // (B, NH, T, T)
+  float* atty;      // (N, C)
+  float* res2;      // (N, C)
+  float* ln2;       // (N, C)
+  float* ln2_mean;  // (N)
+  float* ln2_rstd;  // (N)
+  float* fch;       // (N, 4C)
+  float* fch_gelu;  // (N, 4C)
+  float* res3;      // (N, C)
+};
+
+// A micro-batch in flight on this stage: its input, its blocks' activations and (last stage) the head's.
+struct Slot {
+  std::vector<float> mem;
+  float* in = nullptr;  // (N, C): the encoder's output (stage 0) or the previous stage's
+  std::vector<BlockActs> blocks;
+  float* lnf = nullptr;       // (N, C)
+  float* lnf_mean = nullptr;  // (N)
+  float* lnf_rstd = nullptr;  // (N)
+  float* probs = nullptr;     // (N, V)
+  float* losses = nullptr;    // (N)
+};
+
+struct Micro {
+  std::vector<int32_t> inputs, targets;
+  int batch = 0;
+  float grad_scale = 0;
+};
+
+class PipelineCpuBackend final : public Backend {
+ public:
+  PipelineCpuBackend(const ModelConfig& m, int max_batch, const BackendOptions& o)
+      : m_(m),
+        max_batch_(max_batch),
+        pp_(o.pp),
+        stage_(o.pp->rank()),
+        stages_(o.pp->size()),
+        timeout_(o.comm_timeout),
+        part_(pipeline_partition(m, stages_)),
+        table_(pipeline_stage_table(m, part_, stage_)),
+        pool_(o.threads) {
+    GANTRY_CHECK(pipeline_schedule_from_name(o.pp_schedule, &schedule_),
+                 "unknown pipeline schedule '" + o.pp_schedule + "'");
+    GANTRY_CHECK(o.zero <= 1, "a pipeline stage runs ZeRO 0 or 1 only");
+    const int dp = o.dp != nullptr ? o.dp->size() : 1, rank = o.dp != nullptr ? o.dp->rank() : 0;
+    state_ = std::make_unique<ZeroHostState>(
+        table_, shard_plan_make(table_, dp, rank, o.zero, o.bucket_bytes), o.dp, o.comm_timeout, &pool_);
+    const size_t N = static_cast<size_t>(max_batch) * m.seq_len, C = m.n_embd, V = m.vocab_size;
+    if (last()) wte_copy_.assign(V * C, 0.0f);
+    dres_[0].assign(N * C, 0.0f);
+    dres_[1].assign(N * C, 0.0f);
+    dln_.assign(N * C, 0.0f);
+    datty_.assign(N * C, 0.0f);
+    dqkv_.assign(N * 3 * C, 0.0f);
+    dfch_.assign(N * 4 * C, 0.0f);
+    dfch_gelu_.assign(N * 4 * C, 0.0f);
+  }
+
+  std::string name() const override { return "cpu"; }
+  const TensorTable& params() const override { return table_; }
+
+  void zero_grads() override { begin_step(1); }
+  void begin_step(int micro_batches) override {
+    // The stage accumulates every micro-batch into its gradients itself, so the dp state sees one.
+    state_->begin_step(1);
+    expected_micros_ = std::max(1, micro_batches);
+    micros_.clear();
+    loss_sum_ = 0;
+    loss_count_ = 0;
+    p2p_s_ = 0;
+    phases_ = {.measured = true};
+  }
+
+  void forward_backward(const int32_t* inputs, const int32_t* targets, int batch, float grad_scale) override {
+    const size_t n = static_cast<size_t>(batch) * m_.seq_len;
+    micros_.push_back({std::vector<int32_t>(inputs, inputs + n), std::vector<int32_t>(targets, targets + n),
+                       batch, grad_scale});
+    if (static_cast<int>(micros_.size()) == expected_micros_) run_step();
+  }
+
+  float forward_loss(const int32_t* inputs, const int32_t* targets, int batch) override {
+    sync_wte();
+    ensure_slots(1);
+    Slot& s = slots_[0];
+    const size_t NC = static_cast<size_t>(batch) * m_.seq_len * m_.n_embd;
+    if (first()) {
+      encoder_forward(s.in, inputs, param("wte"), param("wpe"), batch, m_.seq_len, m_.n_embd);
+    } else {
+      p2p(nullptr, 0, s.in, NC);
+    }
+    float loss = stage_forward(s, batch, targets);
+    if (!last()) p2p(output_of(s), NC, nullptr, 0);
+    // Only the last stage computed it; the others add zero, which leaves its bits as they are.
+    if (!last()) loss = 0;
+    check(pp_->all_reduce_host(&loss, 1, timeout_), "validation loss");
+    return loss;
+  }
+
+  void optimizer_step(const AdamWStep& s) override {
+    const auto t0 = Clock::now();
+    const double exposed0 = state_->exposed_comm_seconds();
+    const double local = last() && loss_count_ > 0 ? loss_sum_ / loss_count_ : 0.0;
+    const ZeroHostState::Reduced r = state_->reduce_stats(local);
+    // Every stage's (loss, squared norm) in stage order: the last stage's loss, the squares summed.
+    const auto g0 = Clock::now();
+    std::vector<float> mine(4), all(static_cast<size_t>(4) * stages_);
+    const double vals[2] = {r.loss, r.grad_norm * r.grad_norm};
+    for (int i = 0; i < 2; ++i) {
+      mine[2 * i] = static_cast<float>(vals[i]);
+      mine[2 * i + 1] = static_cast<float>(vals[i] - static_cast<double>(mine[2 * i]));
+    }
+    check(pp_->all_gather(mine.data(), all.data(), all.size(), timeout_), "loss and gradient norm");
+    stats_comm_s_ = since(g0);
+    double sq = 0;
+    for (int k = 0; k < stages_; ++k) sq += static_cast<double>(all[4 * k + 2]) + all[4 * k + 3];
+    const float* tail = all.data() + 4 * (stages_ - 1);
+    stats_.loss = static_cast<double>(tail[0]) + static_cast<double>(tail[1]);
+    stats_.grad_norm = std::sqrt(sq);
+    stats_.updated =
+        std::isfinite(stats_.grad_norm) && std::isfinite(stats_.loss) && !(stats_.loss > s.max_loss);
+    if (stats_.updated) state_->adamw(s, clip_scale(stats_.grad_norm, s.grad_clip));
+    phases_.optimizer_s += since(t0) - (state_->exposed_comm_seconds() - exposed0) - stats_comm_s_;
+  }
+
+  bool honours_max_loss() const override { return true; }
+  StepStats step_stats() override { return stats_; }
+
+  PhaseTimes phase_times() const override {
+    PhaseTimes p = phases_;
+    p.comm_exposed_s = state_->exposed_comm_seconds() + p2p_s_ + stats_comm_s_;
+    return p;
+  }
+
+  uint64_t memory_bytes() const override {
+    size_t floats = state_->allocated().total() + wte_copy_.size() + dres_[0].size() * 2 + dln_.size() +
+                    datty_.size() + dqkv_.size() + dfch_.size() + dfch_gelu_.size();
+    for (const Slot& s : slots_) floats += s.mem.size();
+    for (const std::vector<float>& v : tie_) floats += v.size();
+    for (const std::vector<float>& v : dres0_) floats += v.size();
+    return floats * sizeof(float);
+  }
+  StateBytes state_bytes() const override {
+    const ShardMemory mem = state_->allocated();
+    return {.params = mem.params * sizeof(float),
+            .grads = mem.grads * sizeof(float),
+            .optimizer = mem.optimizer * sizeof(float)};
+  }
+
+  // The norm of this stage's gradients over its dp group (tests and tools; not summed over the stages).
+  double grad_norm() override { return state_->reduce_stats(0.0).grad_norm; }
+  void read_state(StateBuffer which, size_t offset, size_t count, float* out) override {
+    state_->read(which, offset, count, out);
+  }
+  void write_state(StateBuffer which, size_t offset, size_t count, const float* in) override {
+    state_->write(which, offset, count, in);
+  }
+  std::vector<FlatRange> held_ranges(StateBuffer which) const override { return state_->held(which); }
+  std::vector<FlatRange> written_ranges(StateBuffer which) const override { return state_->written(which); }
+  void gather_params(float* out) override { state_->gather_params(out); }
+
+  std::string replicated_state() const override { return "fp32 parameters"; }
+  uint64_t replicated_bytes() const override { return table_.numel() * sizeof(float); }
+  uint64_t replicated_hash() override {
+    const float* p = state_->full_params();
+    return p != nullptr ? replica_hash(p, table_.numel() * sizeof(float)) : 0;
+  }
+
+ private:
+  bool first() const { return stage_ == 0; }
+  bool last() const { return stage_ == stages_ - 1; }
+  int first_layer() const { return part_.first_layer[stage_]; }
+  int layers() const { return part_.layers[stage_]; }
+
+  // ZeRO 0-1 keep every parameter and gradient of the stage in one buffer, in the table's coordinates.
+  float* param(const std::string& name) const {
+    return const_cast<float*>(state_->params(0)) + table_.at(name).offset;
+  }
+  float* grad(const std::string& name) const { return state_->grads(0) + table_.at(name).offset; }
+  GptBlock block(int layer, bool grads) const {
+    const std::string p = "h." + std::to_string(layer) + ".";
+    auto at = [&](const char* n) { return grads ? grad(p + n) : param(p + n); };
+    return {at("ln1.weight"),       at("ln1.bias"),       at("attn.qkv.weight"), at("attn.qkv.bias"),
+            at("attn.proj.weight"), at("attn.proj.bias"), at("ln2.weight"),      at("ln2.bias"),
+            at("mlp.fc.weight"),    at("mlp.fc.bias"),    at("mlp.proj.weight"), at("mlp.proj.bias")};
+  }
+
+  void check(const Status& st, const char* what) const {
+    if (!st.ok())
+      fatal_error(__FILE__, __LINE__, std::string("pipeline stage: ") + what + ": " + st.message());
+  }
+  // A send to the next or previous stage and a receive, posted together (either may be empty). The peer
+  // is implied by the direction: activations go down (to stage + 1), gradients up (to stage - 1).
+  struct Half {
+    const float* data = nullptr;
+    size_t count = 0;
+    int peer = -1;
+  };
+  void exchange(Half out, float* in, size_t in_count, int in_peer) {
+    if (out.count == 0 && in_count == 0) return;
+    const auto t0 = Clock::now();
+    Status st = pp_->send_recv(out.data, out.count, out.peer, in, in_count, in_peer, timeout_);
+    p2p_s_ += since(t0);
+    check(st, "point-to-point");
+  }
+  // Down the pipe (validation): send to stage + 1, receive from stage - 1.
+  void p2p(const float* out, size_t out_count, float* in, size_t in_count) {
+    exchange({out, out_count, stage_ + 1}, in, in_count, stage_ - 1);
+  }
+
+  // Stage 0 sends its wte to the last stage, which runs the classifier with the copy.
+  void sync_wte() {
+    const size_t n = static_cast<size_t>(m_.vocab_size) * m_.n_embd;
+    if (first()) exchange({param("wte"), n, stages_ - 1}, nullptr, 0, -1);
+    if (last()) exchange({}, wte_copy_.data(), n, 0);
+  }
+
+  void ensure_slots(int n) {
+    const size_t B = max_batch_, T = m_.seq_len, C = m_.n_embd, V = m_.vocab_size, NH = m_.n_head;
+    const size_t N = B * T;
+    while (static_cast<int>(slots_.size()) < n) {
+      Slot s;
+      const size_t per_block = N * C * 5 + N * 4 + N * 3 * C + B * NH * T * T + N * 4 * C * 2;
+      const size_t head = last() ? N * C + 2 * N + N * V + N : 0;
+      s.mem.assign(N * C + per_block * layers() + head, 0.0f);
+      float* p = s.mem.data();
+      auto take = [&](size_t k) {
+        float* r = p;
+        p += k;
+        return r;
+      };
+      s.in = take(N * C);
+      s.blocks.resize(layers());
+      for (BlockActs& a : s.blocks) {
+        a.ln1 = take(N * C);
+        a.ln1_mean = take(N);
+        a.ln1_rstd = take(N);
+        a.qkv = take(N * 3 * C);
+        a.att = take(B * NH * T * T);
+        a.atty = take(N * C);
+        a.res2 = take(N * C);
+        a.ln2 = take(N * C);
+        a.ln2_mean = take(N);
+        a.ln2_rstd = take(N);
+        a.fch = take(N * 4 * C);
+        a.fch_gelu = take(N * 4 * C);
+        a.res3 = take(N * C);
+      }
+      if (last()) {
+        s.lnf = take(N * C);
+        s.lnf_mean = take(N);
+        s.lnf_rstd = take(N);
+        s.probs = take(N * V);
+        s.losses = take(N);
+      }
+      slots_.push_back(std::move(s));
+    }
+  }
+  float* output_of(Slot& s) const { return layers() > 0 ? s.blocks.back().res3 : s.in; }
+
+  // The stage's blocks (and on the last stage the head) over slot s's input; the loss on the last stage.
+  float stage_forward(Slot& s, int B, const int32_t* targets) {
+    const int T = m_.seq_len, C = m_.n_embd, V = m_.vocab_size, NH = m_.n_head, H = 4 * C;
+    const int N = B * T;
+    const float* residual = s.in;
+    for (int i = 0; i < layers(); ++i) {
+      const GptBlock p = block(first_layer() + i, false);
+      BlockActs& a = s.blocks[i];
+      layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, p.ln1_w, p.ln1_b, N, C);
+      matmul_forward(&pool_, a.qkv, a.ln1, p.qkv_w, p.qkv_b, N, C, 3 * C);
+      attention_forward(&pool_, a.atty, a.att, a.qkv, B, T, C, NH);
+      matmul_forward(&pool_, a.res2, a.atty, p.proj_w, p.proj_b, N, C, C);
+      residual_forward(a.res2, a.res2, residual, static_cast<size_t>(N) * C);
+      layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p.ln2_w, p.ln2_b, N, C);
+      matmul_forward(&pool_, a.fch, a.ln2, p.fc_w, p.fc_b, N, C, H);
+      gelu_forward(a.fch_gelu, a.fch, static_cast<size_t>(N) * H);
+      matmul_forward(&pool_, a.res3, a.fch_gelu, p.fcproj_w, p.fcproj_b, N, H, C);
+      residual_forward(a.res3, a.res3, a.res2, static_cast<size_t>(N) * C);
+      residual = a.res3;
+    }
+    if (!last()) return 0;
+    layernorm_forward(s.lnf, s.lnf_mean, s.lnf_rstd, residual, param("lnf.weight"), param("lnf.bias"), N, C);
+    matmul_forward(&pool_, s.probs, s.lnf, wte_copy_.data(), nullptr, N, C, V);
+    softmax_crossentropy_forward(&pool_, s.probs, s.losses, s.probs, targets, N, V);
+    double sum = 0;
+    for (int n = 0; n < N; ++n) sum += s.losses[n];
+    return static_cast<float>(sum / N);
+  }
+
+  // d(output) in dres (the last stage makes it from the loss, keeping the head's tie data) back to
+  // d(input) in dres, the blocks' gradients added to the stage's.
+  void stage_backward(Slot& s, const Micro& mb, int micro, float* dres) {
+    const int T = m_.seq_len, C = m_.n_embd, V = m_.vocab_size, NH = m_.n_head, H = 4 * C;
+    const int N = mb.batch * T;
+    const size_t NC = static_cast<size_t>(N) * C, NH4 = static_cast<size_t>(N) * H;
+    auto zero = [](float* v, size_t n) { std::memset(v, 0, n * sizeof(float)); };
+    if (last()) {
+      float* tie = tie_[micro].data();  // [lnf (N, C) | dlogits (N, V)]
+      std::memcpy(tie, s.lnf, NC * sizeof(float));
+      float* dlogits = tie + NC;
+      softmax_crossentropy_backward(&pool_, dlogits, s.probs, mb.targets.data(),
+                                    mb.grad_scale / static_cast<float>(N), N, V);
+      zero(dln_.data(), NC);
+      // The input gradient only: the weight gradient is the first stage's (it owns wte).
+      matmul_backward(&pool_, dln_.data(), nullptr, nullptr, dlogits, s.lnf, wte_copy_.data(), N, C, V);
+      zero(dres, NC);
+      layernorm_backward(dres, grad("lnf.weight"), grad("lnf.bias"), dln_.data(), output_of(s),
+                         param("lnf.weight"), s.lnf_mean, s.lnf_rstd, N, C);
+    }
+    for (int i = layers() - 1; i >= 0; --i) {
+      const GptBlock p = block(first_layer() + i, false), gp = block(first_layer() + i, true);
+      BlockActs& a = s.blocks[i];
+      const float* residual = i == 0 ? s.in : s.blocks[i - 1].res3;
+      zero(dfch_gelu_.data(), NH4);
+      matmul_backward(&pool_, dfch_gelu_.data(), gp.fcproj_w, gp.fcproj_b, dres, a.fch_gelu, p.fcproj_w, N, H,
+                      C);
+      gelu_backward(dfch_.data(), a.fch, dfch_gelu_.data(), NH4);
+      zero(dln_.data(), NC);
+      matmul_backward(&pool_, dln_.data(), gp.fc_w, gp.fc_b, dfch_.data(), a.ln2, p.fc_w, N, C, H);
+      layernorm_backward(dres, gp.ln2_w, gp.ln2_b, dln_.data(), a.res2, p.ln2_w, a.ln2_mean, a.ln2_rstd, N,
+                         C);
+      zero(datty_.data(), NC);
+      matmul_backward(&pool_, datty_.data(), gp.proj_w, gp.proj_b, dres, a.atty, p.proj_w, N, C, C);
+      zero(dqkv_.data(), NC * 3);
+      attention_backward(&pool_, dqkv_.data(), datty_.data(), a.qkv, a.att, mb.batch, T, C, NH);
+      zero(dln_.data(), NC);
+      matmul_backward(&pool_, dln_.data(), gp.qkv_w, gp.qkv_b, dqkv_.data(), a.ln1, p.qkv_w, N, C, 3 * C);
+      layernorm_backward(dres, gp.ln1_w, gp.ln1_b, dln_.data(), residual, p.ln1_w, a.ln1_mean, a.ln1_rstd, N,
+                         C);
+    }
+  }
+
+  void run_step() {
+    const int m = static_cast<int>(micros_.size());
+    const int T = m_.seq_len, C = m_.n_embd, V = m_.vocab_size;
+    state_->begin_micro_batch();
+    sync_wte();
+    const std::vector<PipelineAction> actions = pipeline_actions(schedule_, stages_, stage_, m);
+    const int n_slots = pipeline_in_flight(actions);
+    ensure_slots(n_slots);
+    const size_t NCmax = static_cast<size_t>(max_batch_) * T * C;
+    if (last()) {
+      tie_.resize(m);
+      for (std::vector<float>& v : tie_) v.resize(NCmax + static_cast<size_t>(max_batch_) * T * V);
+    }
+    if (first()) {
+      dres0_.resize(m);
+      for (std::vector<float>& v : dres0_) v.resize(NCmax);
+    }
+
+    // The schedule: each action's send waits to be posted together with the next action's receive.
+    const auto s0 = Clock::now();
+    const double p2p0 = p2p_s_;
+    Half pending;
+    int next_dres = 0;
+    for (const PipelineAction& a : actions) {
+      const Micro& mb = micros_[a.micro];
+      const size_t NC = static_cast<size_t>(mb.batch) * T * C;
+      Slot& s = slots_[a.micro % n_slots];
+      if (a.op == PipelineOp::kForward) {
+        exchange(pending, first() ? nullptr : s.in, first() ? 0 : NC, stage_ - 1);
+        pending = {};
+        const auto t0 = Clock::now();
+        if (first()) encoder_forward(s.in, mb.inputs.data(), param("wte"), param("wpe"), mb.batch, T, C);
+        const float loss = stage_forward(s, mb.batch, mb.targets.data());
+        if (last()) loss_sum_ += loss, ++loss_count_;
+        phases_.forward_s += since(t0);
+        if (!last()) pending = {output_of(s), NC, stage_ + 1};
+      } else {
+        float* dres = dres_[next_dres].data();
+        next_dres = 1 - next_dres;  // the pending send may still read the other one
+        exchange(pending, last() ? nullptr : dres, last() ? 0 : NC, stage_ + 1);
+        pending = {};
+        const auto t0 = Clock::now();
+        stage_backward(s, mb, a.micro, dres);
+        if (first()) std::memcpy(dres0_[a.micro].data(), dres, NC * sizeof(float));
+        phases_.backward_s += since(t0);
+        if (!first()) pending = {dres, NC, stage_ - 1};
+      }
+    }
+    exchange(pending, nullptr, 0, -1);
+    const double schedule_s = since(s0), waited_s = p2p_s_ - p2p0;
+    phases_.bubble = schedule_s > 0 ? waited_s / schedule_s : 0.0;
+    phases_.bubble_formula = pipeline_bubble_formula(stages_, 1, m);
+
+    // The tied classifier's weight gradient and the encoder's, on the first stage, micro-batch by
+    // micro-batch (one process's order).
+    for (int k = 0; k < m; ++k) {
+      const Micro& mb = micros_[k];
+      const int N = mb.batch * T;
+      const size_t count = static_cast<size_t>(N) * C + static_cast<size_t>(N) * V;
+      if (last() && !first()) exchange({tie_[k].data(), count, 0}, nullptr, 0, -1);
+      if (first()) {
+        float* tie = tie_buffer(NCmax + static_cast<size_t>(max_batch_) * T * V);
+        if (!last()) exchange({}, tie, count, stages_ - 1);
+        const auto t0 = Clock::now();
+        matmul_backward(&pool_, nullptr, grad("wte"), nullptr, tie + static_cast<size_t>(N) * C, tie,
+                        param("wte"), N, C, V);
+        encoder_backward(grad("wte"), grad("wpe"), dres0_[k].data(), mb.inputs.data(), mb.batch, T, C);
+        phases_.backward_s += since(t0);
+      }
+    }
+    // Every unit's gradients are complete: the dp reductions, top unit first.
+    for (int u = static_cast<int>(state_->plan().units.size()) - 1; u >= 0; --u) state_->grads_done(u);
+  }
+  float* tie_buffer(size_t n) {
+    if (tie_in_.size() < n) tie_in_.resize(n);
+    return tie_in_.data();
+  }
+
+  ModelConfig m_;
+  int max_batch_;
+  Communicator* pp_;
+  int stage_, stages_;
+  std::chrono::milliseconds timeout_;
+  PipelineSchedule schedule_ = PipelineSchedule::kOneFOneB;
+  PipelinePartition part_;
+  TensorTable table_;
+  ThreadPool pool_;
+  std::unique_ptr<ZeroHostState> state_;
+  std::vector<float> wte_copy_;  // last stage: the first stage's wte, as of this step
+  std::vector<Slot> slots_;
+  std::vector<std::vector<float>> tie_;    // last stage, per micro-batch: [lnf (N, C) | dlogits (N, V)]
+  std::vector<float> tie_in_;              // first stage: one micro-batch's tie data, received
+  std::vector<std::vector<float>> dres0_;  // first stage, per micro-batch: d(encoder output) (N, C)
+  std::vector<float> dres_[2], dln_, datty_, dqkv_, dfch_, dfch_gelu_;
+  std::vector<Micro> micros_;
+  int expected_micros_ = 1;
+  double loss_sum_ = 0;
+  int loss_count_ = 0;
+  double p2p_s_ = 0;         // seconds in point-to-point waits since begin_step
+  double stats_comm_s_ = 0;  // the loss and norm's exchange over pp
+  StepStats stats_;
+  PhaseTimes phases_{.measured = true};
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> backend_cpu_pipeline_create(const ModelConfig& m, int max_batch,
+                                                     const BackendOptions& options) {
+  return std::make_unique<PipelineCpuBackend>(m, max_batch, options);
+}
+
+}  // namespace gantry
