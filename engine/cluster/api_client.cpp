@@ -2,7 +2,6 @@
 
 #include <cctype>
 #include <cstdio>
-
 #include <utility>
 
 namespace gantry {

@@ -117,7 +117,7 @@ void Coordinator::stop() {
   if (m.watch.joinable()) m.watch.join();
   if (m.alert_thread.joinable()) m.alert_thread.join();
   if (m.alert_hooks) m.alert_hooks->stop();  // a hook still running is killed; its event is written below
-  if (m.writer) m.writer->stop();  // what was accepted is written before the database closes
+  if (m.writer) m.writer->stop();            // what was accepted is written before the database closes
 }
 
 std::string Coordinator::url() const {

@@ -420,10 +420,10 @@ struct Coordinator::Impl {
   // <dir>/alerts.json (the rules as the API left them), then CoordinatorOptions::alerts_file over them.
   // Called by start(), before serving.
   Status alerts_load();
-  void alerts_save();  // <dir>/alerts.json, renamed into place; called with mu held
-  HttpResponse alerts_list();                            // GET /v1/alerts: rules and what fires now
-  HttpResponse alerts_add(const HttpRequest& req);       // POST /v1/alerts
-  HttpResponse alerts_delete(const HttpRequest& req);    // DELETE /v1/alerts/{name}
+  void alerts_save();          // <dir>/alerts.json, renamed into place; called with mu held
+  HttpResponse alerts_list();  // GET /v1/alerts: rules and what fires now
+  HttpResponse alerts_add(const HttpRequest& req);     // POST /v1/alerts
+  HttpResponse alerts_delete(const HttpRequest& req);  // DELETE /v1/alerts/{name}
   // Every kAlertPeriod until stopping: each live run's figures against the rules; events and hooks.
   void alert_loop();
 };

@@ -472,8 +472,9 @@ std::optional<HttpResponse> HttpServer::Impl::gate(const httplib::Request& req) 
     return r;
   }
 
-  if (req.method == "DELETE" && (req.has_header("Transfer-Encoding") ||
-                                 (req.has_header("Content-Length") && req.get_header_value("Content-Length") != "0"))) {
+  if (req.method == "DELETE" &&
+      (req.has_header("Transfer-Encoding") ||
+       (req.has_header("Content-Length") && req.get_header_value("Content-Length") != "0"))) {
     // No DELETE route reads a body: one sent is refused before it is read, so none is held to no limit.
     return HttpResponse::error(400, "DELETE " + req.path + " takes no request body: send it without one");
   }
