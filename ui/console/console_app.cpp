@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "telemetry/clock.h"
+#include "ui/console/alert_banner.h"
 
 namespace gantry::console {
 namespace {
@@ -43,6 +44,12 @@ void ConsoleApp::toolbar(const ConsoleSnapshot& s) {
       if (ImGui::Selectable(item.c_str(), it->id == s.run.id)) source_.follow(it->id);
     }
     ImGui::EndCombo();
+  }
+  // The banner: the newest alert firing for the followed run, and how many more (the Events panel has all).
+  const std::vector<FiringAlert> firing = alerts_firing(s.events);
+  if (!firing.empty()) {
+    ImGui::TextColored(ImVec4(1, 0.35f, 0.3f, 1), "ALERT %s%s", firing.back().message.c_str(),
+                       firing.size() > 1 ? (" (+" + std::to_string(firing.size() - 1) + " more)").c_str() : "");
   }
   ImGui::EndMainMenuBar();
 }
@@ -107,7 +114,11 @@ nlohmann::json ConsoleApp::state_json(const ConsoleSnapshot& s) const {
     overlay.push_back({{"run", o.run_id}, {"name", o.name}, {"length", o.step.size()}});
   json events = json::object();
   for (const EventView& e : s.events) events[e.record.kind] = events.value(e.record.kind, 0) + 1;
-  return {{"panels", frame_.panels},
+  json alerts = json::array();
+  for (const FiringAlert& a : alerts_firing(s.events))
+    alerts.push_back({{"rule", a.rule}, {"run", a.run}, {"message", a.message}});
+  return {{"alerts_firing", alerts},
+          {"panels", frame_.panels},
           {"series", series},
           {"last_step", s.steps->last_step()},
           {"steps_held", s.steps->size()},
