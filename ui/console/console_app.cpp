@@ -48,8 +48,9 @@ void ConsoleApp::toolbar(const ConsoleSnapshot& s) {
   // The banner: the newest alert firing for the followed run, and how many more (the Events panel has all).
   const std::vector<FiringAlert> firing = alerts_firing(s.events);
   if (!firing.empty()) {
-    ImGui::TextColored(ImVec4(1, 0.35f, 0.3f, 1), "ALERT %s%s", firing.back().message.c_str(),
-                       firing.size() > 1 ? (" (+" + std::to_string(firing.size() - 1) + " more)").c_str() : "");
+    ImGui::TextColored(
+        ImVec4(1, 0.35f, 0.3f, 1), "ALERT %s%s", firing.back().message.c_str(),
+        firing.size() > 1 ? (" (+" + std::to_string(firing.size() - 1) + " more)").c_str() : "");
   }
   ImGui::EndMainMenuBar();
 }

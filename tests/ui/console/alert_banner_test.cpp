@@ -19,10 +19,10 @@ EventView ev(int64_t id, const std::string& kind, const std::string& rule, doubl
 
 TEST(AlertBanner, ShowsWhatFiredAndWasNotClearedOncePerRule) {
   EXPECT_TRUE(alerts_firing({}).empty());
-  const std::vector<EventView> events = {ev(1, "alert", "a", 10),         ev(2, "checkpoint", "", 11),
-                                         ev(3, "alert", "b", 12),         ev(4, "alert_cleared", "a", 13),
-                                         ev(5, "alert", "c", 14),         ev(6, "alert_cleared", "c", 15),
-                                         ev(7, "alert", "c", 16),         ev(8, "alert", "", 17)};
+  const std::vector<EventView> events = {ev(1, "alert", "a", 10), ev(2, "checkpoint", "", 11),
+                                         ev(3, "alert", "b", 12), ev(4, "alert_cleared", "a", 13),
+                                         ev(5, "alert", "c", 14), ev(6, "alert_cleared", "c", 15),
+                                         ev(7, "alert", "c", 16), ev(8, "alert", "", 17)};
   const std::vector<FiringAlert> f = alerts_firing(events);
   ASSERT_EQ(f.size(), 2u);
   EXPECT_EQ(f[0].rule, "b");
