@@ -118,8 +118,10 @@ nlohmann::json ConsoleApp::state_json(const ConsoleSnapshot& s) const {
   json alerts = json::array();
   for (const FiringAlert& a : alerts_firing(s.events))
     alerts.push_back({{"rule", a.rule}, {"run", a.run}, {"message", a.message}});
-  return {{"alerts_firing", alerts},
-          {"panels", frame_.panels},
+  const QuarantinePlan& q = stragglers_.plan();
+  const json quarantine = {
+      {"node", q.node}, {"enabled", q.enabled}, {"why_not", q.why_not}, {"moves", q.moves}};
+  return {{"panels", frame_.panels},
           {"series", series},
           {"last_step", s.steps->last_step()},
           {"steps_held", s.steps->size()},
@@ -149,7 +151,9 @@ nlohmann::json ConsoleApp::state_json(const ConsoleSnapshot& s) const {
             {"runs", history_.model().runs().size()},
             {"overlay", overlay}}},
           {"last_action",
-           {{"what", s.last_action.what}, {"ok", s.last_action.ok}, {"message", s.last_action.message}}}};
+           {{"what", s.last_action.what}, {"ok", s.last_action.ok}, {"message", s.last_action.message}}},
+          {"alerts_firing", alerts},
+          {"quarantine", quarantine}};
 }
 
 }  // namespace gantry::console
