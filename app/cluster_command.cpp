@@ -68,6 +68,7 @@ struct CoordinatorArgs {
   double max_beats_per_s = CoordinatorOptions{}.max_beats_per_s;
   double adopt_grace_s = 10;
   bool allow_fault_injection = false;
+  std::string alerts_file;  // alert rules (TOML); "" = only those the API added
 };
 
 // This binary's path: each run's rendezvous store runs as `<it> rendezvous-store`.
@@ -104,7 +105,8 @@ int coordinator_main(const CoordinatorArgs& a) {
                  .tls_cert_file = a.tls_cert,
                  .tls_key_file = a.tls_key,
                  .store_exe = self_exe(),
-                 .adopt_grace = std::chrono::milliseconds(static_cast<int64_t>(a.adopt_grace_s * 1e3))});
+                 .adopt_grace = std::chrono::milliseconds(static_cast<int64_t>(a.adopt_grace_s * 1e3)),
+                 .alerts_file = a.alerts_file});
   install_stop_handlers();
   if (Status s = c.start(); !s.ok()) {
     std::fprintf(stderr, "gantry-engine coordinator: %s\n", s.message().c_str());
@@ -223,7 +225,8 @@ struct UpArgs {
   double max_beats_per_s = CoordinatorOptions{}.max_beats_per_s;
   double node_timeout_s = 5;
   bool allow_fault_injection = false;
-  bool restart = true;  // a supervisor starts the coordinator again when it dies (--no-restart: not)
+  std::string alerts_file;  // passed to the coordinator as an absolute path
+  bool restart = true;      // a supervisor starts the coordinator again when it dies (--no-restart: not)
 };
 
 std::string log_tail(const fs::path& p) {
@@ -381,6 +384,10 @@ int up_main(const UpArgs& a) {
       "--node-timeout",
       nlohmann::json(a.node_timeout_s).dump()};
   if (a.allow_fault_injection) coordinator_args.push_back("--allow-fault-injection");
+  if (!a.alerts_file.empty()) {
+    coordinator_args.push_back("--alerts");
+    coordinator_args.push_back(fs::absolute(a.alerts_file).string());  // the coordinator's cwd may differ
+  }
   // Supervised (the default), the supervisor starts the coordinator and starts it again when it dies;
   // `up` waits on the supervisor, which exits if the first coordinator never listens.
   std::vector<std::string> supervisor_args = {"coordinator-supervisor", "--dir", dir.string(), "--"};
@@ -527,6 +534,11 @@ void cluster_commands_add(CLI::App& app, int* exit_code) {
                     "Seconds a run that was live when the last coordinator on --dir went away waits for its "
                     "agents to report its gang (re-adoption) before it is interrupted (default 10)")
         ->check(CLI::PositiveNumber);
+    sub->add_option(
+           "--alerts", a->alerts_file,
+           "Alert rules (TOML, one [alert.NAME] table a rule: docs/CLUSTER.md, \"Alerts\"), over those "
+           "kept in --dir from the API")
+        ->check(CLI::ExistingFile);
     sub->callback([a, exit_code] { *exit_code = coordinator_main(*a); });
   }
   {
@@ -597,6 +609,8 @@ void cluster_commands_add(CLI::App& app, int* exit_code) {
         ->check(CLI::PositiveNumber);
     sub->add_flag("--allow-fault-injection", a->allow_fault_injection,
                   "The coordinator accepts `ctl inject` (kill, hang, slow or NaN a worker on purpose)");
+    sub->add_option("--alerts", a->alerts_file, "Alert rules for the coordinator (see `coordinator --help`)")
+        ->check(CLI::ExistingFile);
     sub->add_flag(
         "!--no-restart", a->restart,
         "Do not start the coordinator again when it dies (by default a supervisor does, on the same "

@@ -5,7 +5,9 @@
 //       checkpoint|pause|resume|stop RUN | ranks RUN | events RUN | quarantine|release NODE |
 //       resume-from RUN [--checkpoint latest|STEP|step_N] [--dp N] [--zero Z] | goodput RUN |
 //       inject RUN kill|hang|slow|nan [--rank N] [--ms MS] |
-//       straggler RUN --on|--off [--windows N] [--window-steps N] [--min-samples N]
+//       straggler RUN --on|--off [--windows N] [--window-steps N] [--min-samples N] |
+//       alerts [list | add NAME --kind K [--series S] [--above X | --below X] [--clear X] [--seconds N]
+//               [--for-run R] [--hook CMD [--hook-timeout S]] | delete NAME]
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>
@@ -44,6 +46,9 @@ struct CtlArgs {
   // straggler: the policy's quarantine on or off (neither: unchanged), and scoring options (0: unchanged).
   bool straggler_on = false, straggler_off = false;
   int windows = 0, window_steps = 0, min_samples = 0;
+  // alerts: what to do with the rules, and a rule's fields as given (a JSON value each; null: not given).
+  std::string alerts_action = "list", alert_name;
+  nlohmann::json alert_rule = nlohmann::json::object();
 };
 
 std::string cell(const json& v) {
@@ -68,6 +73,20 @@ void print_table(const std::vector<std::string>& head, const std::vector<std::ve
   };
   line(head);
   for (const auto& r : rows) line(r);
+}
+
+void print_alerts(const json& r) {
+  std::vector<std::vector<std::string>> rows;
+  for (const json& rule : r.at("rules")) {
+    std::string cond;
+    for (const char* k : {"series", "above", "below", "clear", "seconds", "run"})
+      if (rule.contains(k)) cond += (cond.empty() ? "" : " ") + std::string(k) + "=" + cell(rule.at(k));
+    rows.push_back({cell(rule.at("name")), cell(rule.at("kind")), cond, rule.value("hook", "-")});
+  }
+  print_table({"RULE", "KIND", "CONDITION", "HOOK"}, rows);
+  const json& firing = r.at("firing");
+  std::printf("\n%zu firing\n", firing.size());
+  for (const json& f : firing) std::printf("FIRING  %s\n", f.value("message", "").c_str());
 }
 
 void print_runs(const json& runs) {
@@ -236,6 +255,18 @@ int ctl_main(const std::string& what, const CtlArgs& a) {
           "straggler: give --on or --off, or an option to change (--windows, --window-steps, --min-samples)",
           kExitBadInput);
     r = api.straggler(a.run, policy);
+  } else if (what == "alerts") {
+    if (a.alerts_action == "list") {
+      r = api.alerts();
+    } else if (a.alert_name.empty()) {
+      return fail("alerts " + a.alerts_action + ": give the rule's NAME", kExitBadInput);
+    } else if (a.alerts_action == "add") {
+      json rule = a.alert_rule;
+      rule["name"] = a.alert_name;
+      r = api.alert_add(rule);
+    } else {
+      r = api.alert_delete(a.alert_name);
+    }
   } else if (what == "resume-from") {
     // A step number travels as a number, so that "42" names step 42 rather than a directory called "42".
     json ckpt = a.checkpoint;
@@ -257,7 +288,8 @@ int ctl_main(const std::string& what, const CtlArgs& a) {
     // too large) is bad input, as everywhere else: exit 2.
     const bool bad_input =
         r.error().find(": 400 ") != std::string::npos || r.error().find(": 403 ") != std::string::npos ||
-        r.error().find(": 404 ") != std::string::npos || r.error().find(": 413 ") != std::string::npos;
+        r.error().find(": 404 ") != std::string::npos || r.error().find(": 409 ") != std::string::npos ||
+        r.error().find(": 413 ") != std::string::npos;
     return fail(r.error(), bad_input ? kExitBadInput : kExitFailed);
   }
   if (a.json_out) {
@@ -302,6 +334,15 @@ int ctl_main(const std::string& what, const CtlArgs& a) {
         run.c_str(), cell(r->at("change")).c_str(), p.value("quarantine", false) ? "on" : "off",
         p.value("enabled", false) ? "on" : "off", cell(p.at("window_steps")).c_str(),
         cell(p.at("windows_to_flag")).c_str());
+  } else if (what == "alerts") {
+    if (a.alerts_action == "list") {
+      print_alerts(r.value());
+    } else if (a.alerts_action == "add") {
+      std::printf("alert rule %s added: %s\n", a.alert_name.c_str(), r->at("rule").dump().c_str());
+    } else {
+      std::printf("alert rule %s deleted (a firing of it clears with an alert_cleared event)\n",
+                  a.alert_name.c_str());
+    }
   } else if (what == "resume-from") {
     std::printf("run %s resumes from %s (step %s)\n", run.c_str(), cell(r->at("checkpoint")).c_str(),
                 cell(r->at("from_step")).c_str());
@@ -411,6 +452,34 @@ void ctl_command_add(CLI::App& app, int* exit_code) {
                           "A run's goodput ledger: where its wall time went, its failures, ETTR, "
                           "and the Young/Daly checkpoint interval");
   goodput->add_option("run", a->run, "The run's id")->required();
+  CLI::App* alerts =
+      add("alerts",
+          "Alert rules the coordinator evaluates: list them and what fires now, add one, delete "
+          "one (docs/CLUSTER.md, \"Alerts\")");
+  alerts->add_option("action", a->alerts_action, "list (default), add or delete")
+      ->check(CLI::IsMember({"list", "add", "delete"}));
+  alerts->add_option("name", a->alert_name, "add, delete: the rule's name");
+  // Each field goes to the coordinator as given; it checks the rule and names what is wrong.
+  auto field = [&](const std::string& flag, const std::string& key, const std::string& help, bool number) {
+    alerts->add_option_function<std::string>(
+        flag,
+        [a, key, number](const std::string& v) {
+          a->alert_rule[key] = number ? json::parse(v, nullptr, false) : json(v);
+          if (a->alert_rule[key].is_discarded()) a->alert_rule[key] = v;  // the coordinator says why not
+        },
+        help);
+  };
+  field("--kind", "kind", "threshold, nan, absence, rank_excess or ettr", false);
+  field("--series", "series", "threshold, nan: loss, grad_norm, step_s, tokens_per_s, mfu, lr or val_loss",
+        false);
+  field("--above", "above", "threshold, rank_excess: fire above this value (rank_excess: seconds)", true);
+  field("--below", "below", "threshold, ettr: fire below this value", true);
+  field("--clear", "clear", "clear at this value rather than the threshold (hysteresis)", true);
+  field("--seconds", "seconds", "absence: fire when no step came for this long", true);
+  field("--for-run", "run", "only this run (default: every live run)", true);
+  field("--hook", "hook", "a shell command run when the rule fires (GANTRY_ALERT_* in its environment)",
+        false);
+  field("--hook-timeout", "hook_timeout_s", "seconds before the hook is killed (default 10)", true);
   CLI::App* events = add("events", "Follow a run's events until it ends");
   events->add_option("run", a->run, "The run's id")->required();
 }

@@ -1,5 +1,7 @@
 #include "engine/cluster/api_client.h"
 
+#include <cctype>
+#include <cstdio>
 #include <utility>
 
 namespace gantry {
@@ -55,6 +57,26 @@ Result<json> ApiClient::goodput(int64_t id) {
 }
 Result<json> ApiClient::checkpoints(int64_t id) {
   return http_.get_json(run_path(id) + "/checkpoints");
+}
+
+Result<json> ApiClient::alerts() {
+  return http_.get_json("/v1/alerts");
+}
+
+Result<json> ApiClient::alert_add(const json& rule) {
+  return http_.post_json("/v1/alerts", rule);
+}
+
+Result<json> ApiClient::alert_delete(const std::string& name) {
+  // Percent-encoded: a name the coordinator would refuse must reach it whole, to be refused by name.
+  std::string path = "/v1/alerts/";
+  for (unsigned char c : name) {
+    const bool plain = std::isalnum(c) || c == '_' || c == '-' || c == '.';
+    char buf[4];
+    std::snprintf(buf, sizeof buf, "%%%02X", c);
+    path += plain ? std::string(1, static_cast<char>(c)) : std::string(buf);
+  }
+  return http_.del_json(path);
 }
 
 ApiRequest ApiClient::submit_request(const json& job) {

@@ -68,6 +68,10 @@ class ApiClient {
   Result<nlohmann::json> ranks(int64_t id);                                    // GET /v1/runs/{id}/ranks
   Result<nlohmann::json> goodput(int64_t id);  // GET /v1/runs/{id}/goodput: the goodput ledger, Young/Daly
   Result<nlohmann::json> checkpoints(int64_t id);  // GET /v1/runs/{id}/checkpoints
+  // Alert rules: GET /v1/alerts (rules, firing), POST /v1/alerts (a rule), DELETE /v1/alerts/{name}.
+  Result<nlohmann::json> alerts();
+  Result<nlohmann::json> alert_add(const nlohmann::json& rule);
+  Result<nlohmann::json> alert_delete(const std::string& name);
 
   // Writes (non-2xx is an error).
   Result<nlohmann::json> submit(const nlohmann::json& job) { return send_json(submit_request(job)); }

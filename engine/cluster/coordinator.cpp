@@ -62,6 +62,7 @@ Status Coordinator::start() {
     m.events_cv.notify_all();
   });
   if (Status st = m.restore_runs(); !st.ok()) return st;
+  if (Status st = m.alerts_load(); !st.ok()) return st;
   m.server = std::make_unique<HttpServer>(HttpServerOptions{
       .host = m.opt.host,
       .port = m.opt.port,
@@ -96,11 +97,15 @@ Status Coordinator::start() {
   s.post("/v1/nodes/{id}/quarantine", [&m](const HttpRequest& req) { return m.quarantine(req); });
   s.post("/v1/nodes/{id}/release", [&m](const HttpRequest& req) { return m.release(req); });
   s.get("/metrics", [&m](const HttpRequest&) { return m.metrics(); });
+  s.get("/v1/alerts", [&m](const HttpRequest&) { return m.alerts_list(); });
+  s.post("/v1/alerts", [&m](const HttpRequest& req) { return m.alerts_add(req); });
+  s.del("/v1/alerts/{name}", [&m](const HttpRequest& req) { return m.alerts_delete(req); });
   s.post("/v1/agents", [&m](const HttpRequest& req) { return m.agent_register(req); });
   s.post_bytes("/v1/agents/{node}/heartbeat", kAgentBeatMediaType,
                [&m](const HttpRequest& req) { return m.agent_heartbeat(req); });
   if (Status st = s.start(); !st.ok()) return st;
   m.watch = std::thread([&m] { m.watch_loop(); });
+  m.alert_thread = std::thread([&m] { m.alert_loop(); });
   return Status();
 }
 
@@ -110,7 +115,9 @@ void Coordinator::stop() {
   if (m.writer && !m.stopping.load()) m.interrupt_live_runs();
   m.stopping.store(true);
   if (m.watch.joinable()) m.watch.join();
-  if (m.writer) m.writer->stop();  // what was accepted is written before the database closes
+  if (m.alert_thread.joinable()) m.alert_thread.join();
+  if (m.alert_hooks) m.alert_hooks->stop();  // a hook still running is killed; its event is written below
+  if (m.writer) m.writer->stop();            // what was accepted is written before the database closes
 }
 
 std::string Coordinator::url() const {

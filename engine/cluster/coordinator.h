@@ -65,6 +65,9 @@ struct CoordinatorOptions {
   // A coordinator started on a folder whose runs were live: how long their agents have to come back and
   // report the gangs still training (re-adoption) before such a run is interrupted.
   std::chrono::milliseconds adopt_grace{10000};
+  // Alert rules (TOML, one [alert.NAME] table a rule: alert_rules.h), added to those the API left in
+  // <dir>/alerts.json and replacing any of the same name; "" = none. A bad file stops start() naming it.
+  std::string alerts_file;
 };
 
 class Coordinator {

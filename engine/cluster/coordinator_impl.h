@@ -9,6 +9,7 @@
 //   coordinator_views.cpp   the API's JSON replies: cluster, runs, steps, ranks, checkpoints, events, metrics
 //   coordinator_goodput.cpp the goodput ledger's marks, its reply, and the young_daly checkpoint interval
 //   coordinator_straggler.cpp the straggler policy changed while a run lives, and its quarantine action
+//   coordinator_alerts.cpp  alert rules (their routes, their file) and their evaluation thread
 // Member functions are called with `mu` held unless they say otherwise (the routes take it themselves).
 #pragma once
 
@@ -26,6 +27,8 @@
 #include <utility>
 #include <vector>
 
+#include "engine/cluster/alert_hook.h"
+#include "engine/cluster/alert_rules.h"
 #include "engine/cluster/checkpoint_policy.h"
 #include "engine/cluster/coordinator.h"
 #include "engine/cluster/goodput.h"
@@ -414,6 +417,22 @@ struct Coordinator::Impl {
   void young_daly_apply(Run& r);
 
   HttpResponse metrics();
+
+  // ---- alerts (coordinator_alerts.cpp) --------------------------------------------------------------------
+
+  std::vector<AlertRule> alert_rules;  // under mu
+  AlertEvaluator alert_eval;           // under mu
+  std::unique_ptr<AlertHooks> alert_hooks;
+  std::thread alert_thread;
+  // <dir>/alerts.json (the rules as the API left them), then CoordinatorOptions::alerts_file over them.
+  // Called by start(), before serving.
+  Status alerts_load();
+  void alerts_save();          // <dir>/alerts.json, renamed into place; called with mu held
+  HttpResponse alerts_list();  // GET /v1/alerts: rules and what fires now
+  HttpResponse alerts_add(const HttpRequest& req);     // POST /v1/alerts
+  HttpResponse alerts_delete(const HttpRequest& req);  // DELETE /v1/alerts/{name}
+  // Every kAlertPeriod until stopping: each live run's figures against the rules; events and hooks.
+  void alert_loop();
 };
 
 }  // namespace gantry

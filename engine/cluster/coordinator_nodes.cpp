@@ -68,6 +68,23 @@ HttpResponse Coordinator::Impl::quarantine(const HttpRequest& req) {
   const std::string& id = req.param("id");
   if (node->state == NodeState::quarantined)
     return HttpResponse::error(409, "node \"" + id + "\" is already quarantined");
+  // The last usable node is never fenced by hand: nothing could run, and its runs would have nowhere to go.
+  auto usable = [](NodeState st) { return st == NodeState::healthy || st == NodeState::spare; };
+  if (usable(node->state)) {
+    std::string others;
+    bool other_usable = false;
+    for (const auto& [oid, o] : nodes) {
+      if (oid == id) continue;
+      other_usable = other_usable || usable(o.state);
+      others += (others.empty() ? "" : ", ") + oid + " " + std::string(node_state_name(o.state));
+    }
+    if (!other_usable) {
+      return HttpResponse::error(409, "node \"" + id + "\" is the last healthy node (others: " +
+                                          (others.empty() ? std::string("none") : others) +
+                                          "): quarantining it would leave nothing to run on; release or add "
+                                          "a node first");
+    }
+  }
   const json moving = quarantine_node(*node, "from " + req.remote, req.remote);
   return HttpResponse::ok({{"node", id}, {"state", "quarantined"}, {"moving_runs", moving}}, 202);
 }

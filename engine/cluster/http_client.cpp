@@ -199,9 +199,12 @@ Result<HttpReply> HttpClient::request(const char* method, std::string_view path,
   } else {
     curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
   }
+  // DELETE: a GET's request line with its method replaced (no body); reset below, the handle is reused.
+  if (std::string_view(method) == "DELETE") curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
   curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers.list);
 
   const CURLcode rc = curl_easy_perform(c);
+  curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, nullptr);
   curl_easy_setopt(c, CURLOPT_HTTPHEADER, nullptr);  // the list dies with `headers`
   curl_easy_setopt(c, CURLOPT_ERRORBUFFER, nullptr);
   if (sink.over) {
@@ -229,6 +232,10 @@ Result<HttpReply> HttpClient::post(std::string_view path, const nlohmann::json& 
   return request("POST", path, &view);
 }
 
+Result<HttpReply> HttpClient::del(std::string_view path) {
+  return request("DELETE", path, nullptr);
+}
+
 Result<HttpReply> HttpClient::post_bytes(std::string_view path, std::string_view body,
                                          std::string_view content_type) {
   return request("POST", path, &body, content_type);
@@ -254,6 +261,10 @@ Result<nlohmann::json> HttpClient::get_json(std::string_view path) {
 
 Result<nlohmann::json> HttpClient::post_json(std::string_view path, const nlohmann::json& body) {
   return json_or_error(post(path, body), "POST", path);
+}
+
+Result<nlohmann::json> HttpClient::del_json(std::string_view path) {
+  return json_or_error(del(path), "DELETE", path);
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -79,6 +79,8 @@ class HttpClient {
   // As above, but a non-2xx reply is an error too: "GET /v1/runs/9: 404 Not Found: no run 9".
   Result<nlohmann::json> get_json(std::string_view path);
   Result<nlohmann::json> post_json(std::string_view path, const nlohmann::json& body);
+  Result<HttpReply> del(std::string_view path);  // DELETE, without a body
+  Result<nlohmann::json> del_json(std::string_view path);
 
   const HttpClientOptions& options() const { return opt_; }
 

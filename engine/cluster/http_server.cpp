@@ -472,6 +472,12 @@ std::optional<HttpResponse> HttpServer::Impl::gate(const httplib::Request& req) 
     return r;
   }
 
+  if (req.method == "DELETE" &&
+      (req.has_header("Transfer-Encoding") ||
+       (req.has_header("Content-Length") && req.get_header_value("Content-Length") != "0"))) {
+    // No DELETE route reads a body: one sent is refused before it is read, so none is held to no limit.
+    return HttpResponse::error(400, "DELETE " + req.path + " takes no request body: send it without one");
+  }
   if (req.method == "POST") {
     // The size of a chunked or compressed body is known only after reading (or inflating) it, past the
     // limit: refuse them, so that Content-Length is the whole truth.
@@ -670,6 +676,10 @@ void HttpServer::post(std::string pattern, HttpHandler handler) {
   impl_->add("POST", std::move(pattern), std::move(handler));
 }
 
+void HttpServer::del(std::string pattern, HttpHandler handler) {
+  impl_->add("DELETE", std::move(pattern), std::move(handler));
+}
+
 void HttpServer::post_bytes(std::string pattern, std::string media_type, HttpHandler handler) {
   impl_->add("POST", std::move(pattern), std::move(handler), std::move(media_type));
 }
@@ -785,6 +795,7 @@ Status HttpServer::start() {
   auto handler = [&s](const httplib::Request& req, httplib::Response& res) { s.dispatch(req, res); };
   h.Get(".*", handler);
   h.Post(".*", handler);
+  h.Delete(".*", handler);
   // What httplib answers itself (a malformed request, a body past the limit) gets the same error body.
   h.set_error_handler(
       httplib::Server::HandlerWithResponse([&s](const httplib::Request& req, httplib::Response& res) {

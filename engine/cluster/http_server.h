@@ -159,6 +159,8 @@ class HttpServer {
   // duplicate is reported by start(). GET /healthz is built in and open.
   void get(std::string pattern, HttpHandler handler);
   void post(std::string pattern, HttpHandler handler);
+  // A DELETE: no body is read (one sent is a 400); the handler's req.body is null.
+  void del(std::string pattern, HttpHandler handler);
   // A POST whose body is `media_type` (e.g. "application/octet-stream"), not JSON: 415 for any other.
   void post_bytes(std::string pattern, std::string media_type, HttpHandler handler);
 

@@ -69,6 +69,10 @@ void ClusterPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
     if (std::isfinite(age)) std::snprintf(age_text, sizeof age_text, "%.1f s", std::max(0.0, age));
     ImGui::Text("%s  %s  %d/%d busy  heartbeat %s ago  health %s", n.id.c_str(), n.state.c_str(),
                 n.busy_slots, n.slots, age_text, n.health.c_str());
+    if (n.state == "quarantined") {
+      ImGui::SameLine();
+      if (ctx.clicks.button(("Release " + n.id).c_str(), s.connected)) ctx.source.request_release(n.id);
+    }
     if (!n.health_reason.empty()) ImGui::TextWrapped("  %s", n.health_reason.c_str());
     for (int slot = 0; slot < n.slots; ++slot) {
       if (slot > 0) ImGui::SameLine();

@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "telemetry/clock.h"
+#include "ui/console/alert_banner.h"
 #include "ui/console/memory_copy_view.h"
 
 namespace gantry::console {
@@ -44,6 +45,13 @@ void ConsoleApp::toolbar(const ConsoleSnapshot& s) {
       if (ImGui::Selectable(item.c_str(), it->id == s.run.id)) source_.follow(it->id);
     }
     ImGui::EndCombo();
+  }
+  // The banner: the newest alert firing for the followed run, and how many more (the Events panel has all).
+  const std::vector<FiringAlert> firing = alerts_firing(s.events);
+  if (!firing.empty()) {
+    ImGui::TextColored(
+        ImVec4(1, 0.35f, 0.3f, 1), "ALERT %s%s", firing.back().message.c_str(),
+        firing.size() > 1 ? (" (+" + std::to_string(firing.size() - 1) + " more)").c_str() : "");
   }
   ImGui::EndMainMenuBar();
 }
@@ -112,6 +120,12 @@ nlohmann::json ConsoleApp::state_json(const ConsoleSnapshot& s) const {
   json mem_shards = json::array();
   for (const MemoryShardView& m : mem.shards)
     mem_shards.push_back({{"rank", m.rank}, {"node", m.node}, {"peers", m.peers}});
+  json alerts = json::array();
+  for (const FiringAlert& a : alerts_firing(s.events))
+    alerts.push_back({{"rule", a.rule}, {"run", a.run}, {"message", a.message}});
+  const QuarantinePlan& q = stragglers_.plan();
+  const json quarantine = {
+      {"node", q.node}, {"enabled", q.enabled}, {"why_not", q.why_not}, {"moves", q.moves}};
   return {{"panels", frame_.panels},
           {"series", series},
           {"last_step", s.steps->last_step()},
@@ -146,7 +160,9 @@ nlohmann::json ConsoleApp::state_json(const ConsoleSnapshot& s) const {
             {"runs", history_.model().runs().size()},
             {"overlay", overlay}}},
           {"last_action",
-           {{"what", s.last_action.what}, {"ok", s.last_action.ok}, {"message", s.last_action.message}}}};
+           {{"what", s.last_action.what}, {"ok", s.last_action.ok}, {"message", s.last_action.message}}},
+          {"alerts_firing", alerts},
+          {"quarantine", quarantine}};
 }
 
 }  // namespace gantry::console

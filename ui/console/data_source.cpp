@@ -198,6 +198,12 @@ void DataSource::request_quarantine(const std::string& node) {
   cv_.notify_all();
 }
 
+void DataSource::request_release(const std::string& node) {
+  std::lock_guard<std::mutex> lock(mu_);
+  requests_.push_back({.what = "release node " + node, .request = ApiClient::release_request(node)});
+  cv_.notify_all();
+}
+
 void DataSource::request_straggler_quarantine(int64_t run_id, bool on) {
   // On needs the scoring on too (the coordinator refuses quarantine without it); off leaves the scoring.
   const json policy = on ? json{{"enabled", true}, {"quarantine", true}} : json{{"quarantine", false}};

@@ -91,6 +91,7 @@ class DataSource {
   }
   void request_resume_from(int64_t run_id, const std::string& checkpoint, const ResumeLayout& layout);
   void request_quarantine(const std::string& node);
+  void request_release(const std::string& node);  // a quarantined node takes work again
   // The run's straggler policy: quarantine a flagged rank's node (on), or only flag (off), from now on.
   void request_straggler_quarantine(int64_t run_id, bool on);
   void request_submit_tiny();

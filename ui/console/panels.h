@@ -12,6 +12,7 @@
 #include "ui/console/clickables.h"
 #include "ui/console/console_state.h"
 #include "ui/console/data_source.h"
+#include "ui/console/quarantine_plan.h"
 #include "ui/history/history_model.h"
 #include "ui/history/history_panel.h"
 #include "ui/plot/heatmap.h"
@@ -103,9 +104,12 @@ struct RunPanel {
 // Ranks ordered slowest first (stragglers.h), and "Quarantine node…" with a confirmation.
 struct StragglersPanel {
   void draw(const ConsoleSnapshot& s, PanelContext& ctx);
+  const QuarantinePlan& plan() const { return plan_; }  // the last frame's, for --dump-state
 
  private:
   std::string confirm_node_;  // the node a confirmation is open for
+  bool override_ = false;     // quarantine a node with no flagged rank: the operator said so
+  QuarantinePlan plan_;
 };
 
 // Checkpoint now, pause, resume, stop, and resume from a chosen checkpoint on a chosen dp.

@@ -94,6 +94,13 @@ Result<std::vector<ScriptCommand>> script_parse(std::string_view text, std::stri
                            "\" is not a count (a whole number >= 0)");
     }
     if (spec->arg == 's') c.text = words.value()[1];
+    // A state no run can be in would wait for ever: refused now, with the states there are.
+    if (c.kind == K::wait_state && !run_state_from_name(c.text)) {
+      std::string states;
+      for (RunState st : kRunStates) states += (states.empty() ? "" : ", ") + std::string(run_state_name(st));
+      return Status::error(where + "wait_state: unknown state \"" + c.text +
+                           "\" (a run is one of: " + states + ")");
+    }
     out.push_back(std::move(c));
     if (end == text.size()) break;
   }

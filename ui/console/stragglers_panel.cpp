@@ -76,19 +76,24 @@ void StragglersPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
     ImGui::EndTable();
   }
 
-  // Quarantine: offered for the node of the slowest rank (the list's first), confirmed in a modal.
+  // Quarantine: offered for the node of the slowest rank (the list's first), only when a rank there is
+  // flagged or the operator overrides that (quarantine_plan.h), confirmed in a modal naming what moves.
   const std::string node = rows.front().node;
-  bool quarantined = false;
-  for (const NodeView& n : s.nodes) quarantined = quarantined || (n.id == node && n.state == "quarantined");
-  const bool can = s.connected && !node.empty() && !quarantined;
-  if (ctx.clicks.button("Quarantine node...", can)) {
+  plan_ = quarantine_plan(s, node, override_);
+  if (ctx.clicks.button("Quarantine node...", plan_.enabled)) {
     confirm_node_ = node;
     ImGui::OpenPopup("Quarantine?");
   }
   ImGui::SameLine();
   ImGui::TextDisabled("%s", node.c_str());
+  ImGui::SameLine();
+  ImGui::Checkbox("Override##quarantine", &override_);
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("offer the quarantine though no rank on the node is flagged");
+  if (!plan_.enabled) ImGui::TextDisabled("%s", plan_.why_not.c_str());
   if (ImGui::BeginPopupModal("Quarantine?", nullptr, ImGuiWindowFlags_AlwaysAutoResize)) {
     ImGui::Text("Quarantine node %s?", confirm_node_.c_str());
+    if (plan_.moves.empty()) ImGui::TextUnformatted("No run has ranks on it: nothing moves.");
+    for (const std::string& m : plan_.moves) ImGui::BulletText("%s", m.c_str());
     ImGui::TextWrapped(
         "Its runs checkpoint and stop at the next step, and are placed again without it (at a smaller dp if "
         "need be) "

@@ -395,5 +395,54 @@ TEST(ConsoleWindow, EmbeddedClusterStartsRunsTheTinyRunAndIsStoppedOnExit) {
       << children_of({::getpid()}).size() << " processes left behind";
 }
 
+// An alert rule on a remote cluster fires with no console open; the console shows it as a banner, in
+// --dump-state, beside its event.
+TEST(ConsoleWindow, AFiringAlertIsShownAsABanner) {
+  if (!have_xvfb_run()) GTEST_SKIP() << "xvfb-run is not installed (Debian: xvfb)";
+  become_subreaper();
+  const fs::path dir = scratch_dir("console_alert");
+  const fs::path cluster = dir / "cluster";
+  ASSERT_EQ(run_shell(std::string(GANTRY_ENGINE_BIN) + " up --nodes 2 --slots 2 --dir " + cluster.string() +
+                      " >" + (dir / "up.out").string() + " 2>" + (dir / "up.err").string()),
+            0)
+      << slurp(dir / "up.err");
+  const std::vector<pid_t> daemons = pid_files(cluster);
+  std::string url = slurp(dir / "up.out");
+  url = url.substr(0, url.find('\n'));
+  Result<std::string> token = token_file_read((cluster / "token").string());
+  ASSERT_TRUE(token.ok()) << token.error();
+  {
+    HttpClient api({.url = url, .token = token.value()});
+    // Loss above 0: holds from the first step on.
+    Result<json> rule = api.post_json(
+        "/v1/alerts", {{"name", "loss_seen"}, {"kind", "threshold"}, {"series", "loss"}, {"above", 0.0}});
+    ASSERT_TRUE(rule.ok()) << rule.error();
+    Result<json> sub = api.post_json(
+        "/v1/runs",
+        {{"config", slurp(GANTRY_CONSOLE_TINY_CONFIG)}, {"layout", {{"dp", 2}}}, {"name", "alerted"}});
+    ASSERT_TRUE(sub.ok()) << sub.error();
+  }
+  std::ofstream(dir / "script") << "wait_connected\nwait_steps 2\nwait_event alert\nwait_frames 3\n";
+  const int code =
+      run_gantry_in_xvfb("--connect " + url + " --token-file " + (cluster / "token").string() +
+                             " --state-dir " + (dir / "state").string() + " --frames 5 --dump-state " +
+                             (dir / "state.json").string() + " --script " + (dir / "script").string(),
+                         dir / "gantry.err");
+  EXPECT_EQ(code, 0) << slurp(dir / "gantry.err");
+  const std::vector<pid_t> workers = children_of(daemons);
+  json state = json::parse(slurp(dir / "state.json"), nullptr, false);
+  ASSERT_FALSE(state.is_discarded()) << slurp(dir / "state.json");
+  ASSERT_EQ(state["alerts_firing"].size(), 1u) << state.dump();
+  EXPECT_EQ(state["alerts_firing"][0]["rule"], "loss_seen");
+  EXPECT_THAT(state["alerts_firing"][0]["message"].get<std::string>(), HasSubstr("alert loss_seen: loss "));
+  EXPECT_EQ(state["events"].value("alert", 0), 1);
+  EXPECT_EQ(
+      run_shell(std::string(GANTRY_ENGINE_BIN) + " down --dir " + cluster.string() + " >/dev/null 2>&1"), 0);
+  for (pid_t p : daemons)
+    EXPECT_TRUE(eventually([&] { return gone(p); }, 10s)) << "pid " << p << " left behind";
+  for (pid_t p : workers)
+    EXPECT_TRUE(eventually([&] { return gone(p); }, 10s)) << "worker " << p << " left behind";
+}
+
 }  // namespace
 }  // namespace gantry::console

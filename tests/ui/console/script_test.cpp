@@ -55,6 +55,15 @@ TEST(ScriptParse, ErrorsNameFileLineAndWhatIsExpected) {
   EXPECT_THAT(error("quit now"), HasSubstr("quit takes no argument, got 1"));
 }
 
+// A state no run can be in would make wait_state wait for ever: the script is refused when it is read.
+TEST(ScriptParse, AnUnknownRunStateIsRefusedWhenTheScriptIsRead) {
+  Result<std::vector<ScriptCommand>> s = script_parse("wait_connected\nwait_state pausd\n", "s.txt");
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.error(),
+              HasSubstr("s.txt:2: wait_state: unknown state \"pausd\" (a run is one of: running, paused"));
+  EXPECT_TRUE(script_parse("wait_state interrupted\n", "s.txt").ok());
+}
+
 // A headless ImGui frame loop with one button drawn through Clickables.
 class ScriptClick : public ::testing::Test {
  protected:
