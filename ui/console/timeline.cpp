@@ -34,6 +34,25 @@ void timeline_layout(TimelineWindow& w) {
   }
 }
 
+bool timeline_put(TimelineWindow& w, const RankStepRecord& r) {
+  if (r.step < w.first_step || r.step >= w.first_step + w.steps || r.rank < 0 || r.rank >= w.ranks)
+    return false;
+  TimelineCell& c = w.cells[static_cast<size_t>(r.rank) * static_cast<size_t>(w.steps) +
+                            static_cast<size_t>(r.step - w.first_step)];
+  double sum = 0;
+  for (int k = 0; k < kPhaseCount; ++k) {
+    const double s = std::max(0.0, r.phases.get(static_cast<Phase>(k)));
+    c.seconds[k] = static_cast<float>(s);
+    sum += s;
+  }
+  // Below a nanosecond the remainder is the phase sum's rounding, not time.
+  const double rest = r.total_s - sum;
+  c.seconds[kTimelineUnattributed] = rest > kTimelineMinRemainderS ? static_cast<float>(rest) : 0.0f;
+  c.total = static_cast<float>(r.total_s);
+  c.present = true;
+  return true;
+}
+
 TimelineWindow timeline_window(int64_t run, int64_t first_step, int64_t steps, int ranks,
                                std::span<const RankStepRecord> records) {
   TimelineWindow w;
@@ -42,22 +61,7 @@ TimelineWindow timeline_window(int64_t run, int64_t first_step, int64_t steps, i
   w.steps = std::max<int64_t>(steps, 0);
   w.ranks = std::max(ranks, 0);
   w.cells.assign(static_cast<size_t>(w.steps) * static_cast<size_t>(w.ranks), TimelineCell{});
-  for (const RankStepRecord& r : records) {
-    if (r.step < first_step || r.step >= first_step + w.steps || r.rank < 0 || r.rank >= w.ranks) continue;
-    TimelineCell& c = w.cells[static_cast<size_t>(r.rank) * static_cast<size_t>(w.steps) +
-                              static_cast<size_t>(r.step - first_step)];
-    double sum = 0;
-    for (int k = 0; k < kPhaseCount; ++k) {
-      const double s = std::max(0.0, r.phases.get(static_cast<Phase>(k)));
-      c.seconds[k] = static_cast<float>(s);
-      sum += s;
-    }
-    // Below a nanosecond the remainder is the phase sum's rounding, not time.
-    const double rest = r.total_s - sum;
-    c.seconds[kTimelineUnattributed] = rest > kTimelineMinRemainderS ? static_cast<float>(rest) : 0.0f;
-    c.total = static_cast<float>(r.total_s);
-    c.present = true;
-  }
+  for (const RankStepRecord& r : records) timeline_put(w, r);
   timeline_layout(w);
   return w;
 }

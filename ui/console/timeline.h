@@ -76,7 +76,9 @@ struct TimelineWindow {
 // not report stays absent and takes no time on its lane).
 TimelineWindow timeline_window(int64_t run, int64_t first_step, int64_t steps, int ranks,
                                std::span<const RankStepRecord> records);
-// Recomputes step_begin from the cells (after cells were filled by hand).
+// Puts one record into its cell (false when it lies outside the window); timeline_layout afterwards.
+bool timeline_put(TimelineWindow& w, const RankStepRecord& r);
+// Recomputes step_begin from the cells (after cells were filled by hand or by timeline_put).
 void timeline_layout(TimelineWindow& w);
 
 // What one frame shows: the time [t0, t1) (seconds from the window's start) across width_px pixels, and the

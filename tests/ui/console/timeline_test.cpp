@@ -8,9 +8,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <map>
 #include <random>
 #include <set>
+
+#include "ui/console/script.h"  // wait_timeline, export_timeline
 
 namespace gantry::console {
 namespace {
@@ -294,6 +297,59 @@ TEST(Timeline, TheTraceHoldsOneCompleteEventPerSpan) {
   const Status bad = timeline_trace_write(w, "/nonexistent-dir/trace.json");
   EXPECT_FALSE(bad.ok());
   EXPECT_NE(bad.message().find("/nonexistent-dir/trace.json"), std::string::npos) << bad.message();
+}
+
+// The script's two timeline commands: parsed with their arguments; wait_timeline waits for the followed
+// run's window to hold N whole steps; export_timeline writes a trace that parses, and fails (naming why) on
+// an empty window or a path it cannot write.
+TEST(TimelineScript, WaitsForWholeStepsAndExportsTheWindow) {
+  Result<std::vector<ScriptCommand>> cmds =
+      script_parse("wait_timeline 2\nexport_timeline \"" + ::testing::TempDir() + "tl_script_" +
+                       std::to_string(::getpid()) + ".json\"\n",
+                   "s.txt");
+  ASSERT_TRUE(cmds.ok()) << cmds.error();
+  ASSERT_EQ(cmds->size(), 2u);
+  EXPECT_EQ(cmds.value()[0].kind, ScriptCommand::Kind::wait_timeline);
+  EXPECT_EQ(cmds.value()[0].number, 2);
+  EXPECT_EQ(cmds.value()[1].kind, ScriptCommand::Kind::export_timeline);
+  const std::string path = cmds.value()[1].text;
+  EXPECT_FALSE(script_parse("wait_timeline", "s.txt").ok());
+  EXPECT_FALSE(script_parse("export_timeline", "s.txt").ok());
+
+  ScriptRunner runner(cmds.value());
+  ConsoleSnapshot s;
+  s.connected = true;
+  s.run.id = 4;
+  ClickTargets none;
+  // Step 2 lacks rank 1: one whole step, the wait goes on.
+  const std::vector<RankStepRecord> part = {rec(1, 0, 0, 1, 1, 0, 0, 0, 2), rec(1, 1, 0, 1, 1, 0, 0, 0, 2),
+                                            rec(2, 0, 0, 1, 1, 0, 0, 0, 2)};
+  s.timeline = std::make_shared<TimelineWindow>(timeline_window(4, 1, 2, 2, part));
+  runner.step(s, none);
+  EXPECT_FALSE(runner.done());
+  std::vector<RankStepRecord> all = part;
+  all.push_back(rec(2, 1, 0, 1.5, 1, 0, 0, 0, 2.5));
+  s.timeline = std::make_shared<TimelineWindow>(timeline_window(4, 1, 2, 2, all));
+  runner.step(s, none);
+  EXPECT_TRUE(runner.done());
+  EXPECT_FALSE(runner.failed()) << runner.failure();
+  std::ifstream in(path);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << path;
+  size_t complete = 0;
+  for (const nlohmann::json& e : j["traceEvents"]) complete += e["ph"] == "X";
+  EXPECT_EQ(complete, spans_of(all));
+
+  ScriptRunner empty(script_parse("export_timeline /tmp/x.json", "s.txt").value());
+  s.timeline = std::make_shared<TimelineWindow>();
+  empty.step(s, none);
+  EXPECT_TRUE(empty.failed());
+  EXPECT_NE(empty.failure().find("holds no steps"), std::string::npos) << empty.failure();
+  ScriptRunner bad(script_parse("export_timeline /nonexistent-dir/x.json", "s.txt").value());
+  s.timeline = std::make_shared<TimelineWindow>(timeline_window(4, 1, 2, 2, all));
+  bad.step(s, none);
+  EXPECT_TRUE(bad.failed());
+  EXPECT_NE(bad.failure().find("/nonexistent-dir/x.json"), std::string::npos) << bad.failure();
 }
 
 }  // namespace
