@@ -184,9 +184,16 @@ void TimelinePanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
       lane_scroll_ = w.ranks - fit_lanes - top;
   }
 
-  timeline_build(
-      w, {.t0 = t0_, .t1 = t1_, .width_px = width_px_, .lane_first = lane_scroll_, .lane_count = fit_lanes},
-      frame_);
+  // Built again only when the window or the view changed: an ended run's still view costs the drawing alone.
+  const TimelineViewport view{
+      .t0 = t0_, .t1 = t1_, .width_px = width_px_, .lane_first = lane_scroll_, .lane_count = fit_lanes};
+  if (built_for_ != window_ || view.t0 != built_view_.t0 || view.t1 != built_view_.t1 ||
+      view.width_px != built_view_.width_px || view.lane_first != built_view_.lane_first ||
+      view.lane_count != built_view_.lane_count) {
+    timeline_build(w, view, frame_);
+    built_for_ = window_;
+    built_view_ = view;
+  }
   ctx.frame.series.push_back({.name = "timeline",
                               .length = frame_.items.size(),
                               .x0 = px0,
@@ -221,11 +228,28 @@ void TimelinePanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
     const std::string label = "rank " + std::to_string(lane.rank) + (slow ? " slow" : "");
     dl->AddText(ImVec2(p0.x + 2, y + (lane_h - ImGui::GetFontSize()) / 2),
                 slow ? kSlowText : IM_COL32(200, 200, 200, 255), label.c_str());
+    // Touching items of one colour are one rectangle (zoomed out, runs of folded columns keep one phase):
+    // the same pixels, a fraction of the vertices.
+    float run_x0 = 0, run_x1 = -1;
+    int run_kind = -1;
+    const auto emit = [&] {
+      if (run_kind >= 0)
+        dl->AddRectFilled(ImVec2(px0 + run_x0, y + 1), ImVec2(px0 + run_x1, y + lane_h - 1),
+                          kKindColour[run_kind]);
+    };
     for (size_t k = lane.first; k < lane.first + lane.count; ++k) {
       const TimelineItem& it = frame_.items[k];
-      dl->AddRectFilled(ImVec2(px0 + it.x0, y + 1), ImVec2(px0 + std::max(it.x1, it.x0 + 1), y + lane_h - 1),
-                        kKindColour[it.kind]);
+      const float x1 = std::max(it.x1, it.x0 + 1);
+      if (it.kind == run_kind && it.x0 >= run_x0 && it.x0 <= run_x1) {
+        run_x1 = std::max(run_x1, x1);
+        continue;
+      }
+      emit();
+      run_x0 = it.x0;
+      run_x1 = x1;
+      run_kind = it.kind;
     }
+    emit();
   }
   dl->PopClipRect();
 

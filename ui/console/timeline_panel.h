@@ -21,6 +21,8 @@
 namespace gantry::console {
 
 struct TimelinePanel {
+  TimelinePanel() = default;
+  explicit TimelinePanel(int steps) : steps_(steps) {}  // the newest `steps` (1..4,096)
   void draw(const ConsoleSnapshot& s, PanelContext& ctx);
   // For --dump-state: the window, the slow lane and why, each lane's forward and busy figures, and what
   // the last frame drew.
@@ -44,6 +46,8 @@ struct TimelinePanel {
   int slow_rank_ = -1;
   std::string slow_reason_;  // "flagged by the coordinator", "largest busy time in the window"
   TimelineFrame frame_;
+  std::shared_ptr<const TimelineWindow> built_for_;  // frame_ was built for this window and view
+  TimelineViewport built_view_;
   int width_px_ = 0;
 
   bool have_pinned_ = false;

@@ -1,8 +1,9 @@
 // The Timeline panel in the real window: `gantry` under Xvfb against a real cluster whose rank 2 has a slowed
 // forward (GANTRY_TEST_WORKER_FAULT, as tests/app's straggler tests do). Through --script and --dump-state:
 // the timeline holds the run's steps for every rank, rank 2's forward spans are the longest and its lane is
-// the one marked slow; the exported Chrome/Perfetto trace parses and holds one event per span of the rank
-// records the coordinator serves for those steps. No process may outlive the test.
+// the one marked slow; the "Export trace" button writes a trace beside the cache; the exported
+// Chrome/Perfetto trace parses and holds one event per span of the rank records the coordinator serves for
+// those steps. No process may outlive the test.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -55,7 +56,7 @@ TEST(ConsoleTimeline, TheSlowRanksForwardSpansAreTheLongestAndTheTraceHoldsEvery
                                    "wait_steps 6\n"
                                    "wait_timeline 5\n"
                                    "export_timeline \""
-                                << trace.string() << "\"\nwait_frames 3\n";
+                                << trace.string() << "\"\nclick \"Export trace\"\nwait_frames 3\n";
   const int code =
       run_shell("xvfb-run -a -s '-screen 0 1600x1000x24' " + std::string(GANTRY_BIN) +
                 " --width 1400 --height 900 --connect " + url + " --token-file " +
@@ -84,6 +85,12 @@ TEST(ConsoleTimeline, TheSlowRanksForwardSpansAreTheLongestAndTheTraceHoldsEvery
         << "rank " << r;
   }
   EXPECT_EQ(tl["slow_rank"], 2) << tl["slow_reason"];
+  // The panel's button wrote its own trace beside the console's cache, and said where.
+  const std::string said = tl["export"].get<std::string>();
+  EXPECT_THAT(said, ::testing::HasSubstr("wrote " + (dir / "state").string() + "/timeline-run" +
+                                         std::to_string(run)));
+  const std::string button_trace = said.substr(std::string("wrote ").size());
+  EXPECT_FALSE(json::parse(slurp(button_trace), nullptr, false).is_discarded()) << button_trace;
 
   // The trace: one complete event per span of the rank records it covers, as the coordinator serves them.
   const json t = json::parse(slurp(trace), nullptr, false);
