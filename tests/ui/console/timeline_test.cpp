@@ -4,7 +4,6 @@
 #include "ui/console/timeline.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -13,6 +12,7 @@
 #include <random>
 #include <set>
 
+#include "tests/scratch_dir.h"
 #include "ui/console/script.h"  // wait_timeline, export_timeline
 
 namespace gantry::console {
@@ -292,7 +292,7 @@ TEST(Timeline, TheTraceHoldsOneCompleteEventPerSpan) {
   EXPECT_NEAR(forward.at({2, 7}), 0.5e6, 0.1);  // µs; the cells hold floats
   EXPECT_NEAR(forward.at({0, 5}), 0.1e6, 0.1);
 
-  const std::string path = ::testing::TempDir() + "timeline_trace_" + std::to_string(::getpid()) + ".json";
+  const std::string path = (testing_support::scratch_dir("timeline_trace") / "trace.json").string();
   ASSERT_TRUE(timeline_trace_write(w, path).ok());
   const Status bad = timeline_trace_write(w, "/nonexistent-dir/trace.json");
   EXPECT_FALSE(bad.ok());
@@ -304,8 +304,8 @@ TEST(Timeline, TheTraceHoldsOneCompleteEventPerSpan) {
 // an empty window or a path it cannot write.
 TEST(TimelineScript, WaitsForWholeStepsAndExportsTheWindow) {
   Result<std::vector<ScriptCommand>> cmds =
-      script_parse("wait_timeline 2\nexport_timeline \"" + ::testing::TempDir() + "tl_script_" +
-                       std::to_string(::getpid()) + ".json\"\n",
+      script_parse("wait_timeline 2\nexport_timeline \"" +
+                       (testing_support::scratch_dir("timeline_script") / "trace.json").string() + "\"\n",
                    "s.txt");
   ASSERT_TRUE(cmds.ok()) << cmds.error();
   ASSERT_EQ(cmds->size(), 2u);
