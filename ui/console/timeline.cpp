@@ -17,15 +17,14 @@ float TimelineCell::length() const {
   return s;
 }
 
-int64_t TimelineWindow::complete_steps() const {
-  if (ranks <= 0) return 0;
-  for (int64_t i = 0; i < steps; ++i)
-    for (int r = 0; r < ranks; ++r)
-      if (!at(r, first_step + i).present) return i;
-  return steps;
-}
-
 void timeline_layout(TimelineWindow& w) {
+  w.whole_steps = 0;
+  while (w.ranks > 0 && w.whole_steps < w.steps) {
+    bool whole = true;
+    for (int r = 0; r < w.ranks && whole; ++r) whole = w.at(r, w.first_step + w.whole_steps).present;
+    if (!whole) break;
+    ++w.whole_steps;
+  }
   w.step_begin.assign(static_cast<size_t>(std::max<int64_t>(w.steps, 0)) + 1, 0.0);
   for (int64_t i = 0; i < w.steps; ++i) {
     double longest = 0;

@@ -68,8 +68,10 @@ struct TimelineWindow {
   }
   double length_s() const { return step_begin.empty() ? 0 : step_begin.back(); }
   bool empty() const { return steps <= 0 || ranks <= 0; }
-  // Steps every rank reported, counted from the first: the part of the window that is whole.
-  int64_t complete_steps() const;
+  // Steps every rank reported, counted from the first: the part of the window that is whole. Counted by
+  // timeline_layout (a pass over every cell: not per frame).
+  int64_t complete_steps() const { return whole_steps; }
+  int64_t whole_steps = 0;
 };
 
 // The window from rank-step records (any order; records outside the window are ignored; a step a rank did
