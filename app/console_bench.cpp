@@ -40,6 +40,7 @@
 #include "engine/cluster/token.h"
 #include "storage/history_db.h"
 #include "ui/console/panels.h"
+#include "ui/console/timeline_panel.h"
 
 namespace gantry {
 namespace {
@@ -264,6 +265,12 @@ int console_bench_frames(GLFWwindow* window, const ConsoleBenchOptions& o) {
 
   ImGuiIO& io = ImGui::GetIO();
   RunPanel panel;
+  // --bench-timeline: the Timeline panel instead, on the run's newest steps (its window's bound: 1,024 at
+  // 1,024 ranks). Its frames are measured once the window is whole, so they draw every step asked for.
+  const int64_t timeline_steps =
+      std::min<int64_t>({o.steps, 4096, std::max<int64_t>(1, kTimelineMaxRecords / std::max(o.ranks, 1))});
+  TimelinePanel timeline(static_cast<int>(timeline_steps));
+  const double wait_s = o.timeline ? 900 : 120;
   Clickables clicks;
   std::vector<double> cpu_ms, wall_ms;
   double first_frame_ms = 0, first_frame_s = -1, full_frame_s = -1;
@@ -280,7 +287,7 @@ int console_bench_frames(GLFWwindow* window, const ConsoleBenchOptions& o) {
   int vertices = 0, measured = 0;
   // Until the first frame with the heatmap's cells (at most 120 s), then `frames` frames measured.
   while (measured < o.frames && !glfwWindowShouldClose(window) &&
-         (first_frame_s >= 0 || wall_s() - asked < 120)) {
+         (first_frame_s >= 0 || wall_s() - asked < wait_s)) {
     const std::shared_ptr<const ConsoleSnapshot> snap = source.snapshot();
     glfwPollEvents();
     const double c0 = thread_cpu_s(), w0 = wall_s();
@@ -295,16 +302,25 @@ int console_bench_frames(GLFWwindow* window, const ConsoleBenchOptions& o) {
     const ImGuiViewport* vp = ImGui::GetMainViewport();
     ImGui::SetNextWindowPos(vp->WorkPos);
     ImGui::SetNextWindowSize(vp->WorkSize);
-    if (ImGui::Begin("Run", nullptr, ImGuiWindowFlags_NoScrollWithMouse | ImGuiWindowFlags_NoCollapse))
-      panel.draw(s, ctx);
+    if (ImGui::Begin(o.timeline ? "Timeline" : "Run", nullptr,
+                     ImGuiWindowFlags_NoScrollWithMouse | ImGuiWindowFlags_NoCollapse)) {
+      if (o.timeline)
+        timeline.draw(s, ctx);
+      else
+        panel.draw(s, ctx);
+    }
     ImGui::End();
     console_render(window);
     const double c1 = thread_cpu_s(), w1 = wall_s();
     vertices = ImGui::GetDrawData()->TotalVtxCount;
     glfwSwapBuffers(window);
-    const bool heat = std::any_of(record.series.begin(), record.series.end(),
-                                  [](const auto& x) { return x.name == "rank time heatmap"; });
-    if (heat && full_frame_s < 0 && full_resolution(s)) full_frame_s = w1 - asked;
+    const bool heat =
+        o.timeline ? s.timeline->complete_steps() >= timeline_steps &&
+                         std::any_of(record.series.begin(), record.series.end(),
+                                     [](const auto& x) { return x.name == "timeline" && x.length > 0; })
+                   : std::any_of(record.series.begin(), record.series.end(),
+                                 [](const auto& x) { return x.name == "rank time heatmap"; });
+    if (heat && full_frame_s < 0 && (o.timeline || full_resolution(s))) full_frame_s = w1 - asked;
     if (first_frame_s < 0) {
       if (heat) {
         first_frame_s = w1 - asked;
@@ -321,7 +337,8 @@ int console_bench_frames(GLFWwindow* window, const ConsoleBenchOptions& o) {
   const double coordinator_rss = proc_status_mb("VmRSS", std::to_string(coordinator.pid));
   source.stop();
   if (first_frame_s < 0) {
-    std::fprintf(stderr, "gantry: no heatmap within 120 s (%s)\n", last->error.c_str());
+    std::fprintf(stderr, "gantry: no %s within %.0f s (%s)\n", o.timeline ? "whole timeline" : "heatmap",
+                 wait_s, last->error.c_str());
     return 1;
   }
   const nlohmann::json out = {
@@ -347,6 +364,10 @@ int console_bench_frames(GLFWwindow* window, const ConsoleBenchOptions& o) {
       {"history", dir},
       {"ranks", o.ranks},
       {"steps", o.steps},
+      {"panel", o.timeline ? "timeline" : "run"},
+      {"timeline_steps", o.timeline ? nlohmann::json(timeline_steps) : nlohmann::json(nullptr)},
+      {"timeline_items",
+       o.timeline ? nlohmann::json(timeline.state_json()["items"]) : nlohmann::json(nullptr)},
       {"renderer", reinterpret_cast<const char*>(glGetString(GL_RENDERER))},
       {"measured",
        "first_frame_s: wall, follow(run) to the end of the first frame with heatmap cells (coarse rows "

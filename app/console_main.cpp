@@ -79,6 +79,7 @@ struct Options {
   int bench_ranks = 1024;
   int64_t bench_steps = 100000;
   std::string bench_history;
+  bool bench_timeline = false;
 };
 
 }  // namespace
@@ -123,6 +124,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 65536));
   cli.add_option("--bench-steps", o.bench_steps, "benchmark: steps of the synthetic run")
       ->check(CLI::Range(int64_t{1}, int64_t{10000000}));
+  cli.add_flag(
+      "--bench-timeline", o.bench_timeline,
+      "benchmark: draw the Timeline panel (the run's newest steps, up to 1,024) instead of the Run panel");
   cli.add_flag("--keep-cluster", o.keep_cluster, "leave the local cluster running on exit");
   try {
     cli.parse(argc, argv);
@@ -229,7 +233,8 @@ int main(int argc, char** argv) {
                                                  .ranks = o.bench_ranks,
                                                  .steps = o.bench_steps,
                                                  .history = o.bench_history,
-                                                 .engine = console_engine_path()});
+                                                 .engine = console_engine_path(),
+                                                 .timeline = o.bench_timeline});
     ImGui_ImplOpenGL3_Shutdown();
     ImGui_ImplGlfw_Shutdown();
     ImGui::DestroyContext();

@@ -39,8 +39,9 @@ struct ConsoleBenchOptions {
   int frames = 600;
   int ranks = 1024;
   int64_t steps = 100000;
-  std::string history;  // the folder of the coordinator's cluster.sqlite
-  std::string engine;   // gantry-engine
+  std::string history;    // the folder of the coordinator's cluster.sqlite
+  std::string engine;     // gantry-engine
+  bool timeline = false;  // draw the Timeline panel (its newest min(steps, 1,024) steps) instead of Run
 };
 int console_bench_frames(GLFWwindow* window, const ConsoleBenchOptions& o);
 

@@ -91,7 +91,11 @@ void ConsoleApp::draw(const ConsoleSnapshot& s) {
   ImGui::End();
   if (begin_panel("What-if", 0.0f, 0.66f, 0.26f, 0.34f)) whatif_.draw(s, ctx);
   ImGui::End();
-  if (begin_panel("Run", 0.26f, 0.0f, 0.50f, 1.0f, ImGuiWindowFlags_NoScrollWithMouse)) run_.draw(s, ctx);
+  if (begin_panel("Run", 0.26f, 0.0f, 0.50f, 0.64f, ImGuiWindowFlags_NoScrollWithMouse)) run_.draw(s, ctx);
+  ImGui::End();
+  // Under the run: the per-rank timeline (the wheel zooms it).
+  if (begin_panel("Timeline", 0.26f, 0.64f, 0.50f, 0.36f, ImGuiWindowFlags_NoScrollWithMouse))
+    timeline_.draw(s, ctx);
   ImGui::End();
   if (begin_panel("Checkpoints", 0.76f, 0.0f, 0.24f, 0.22f)) checkpoints_.draw(s, ctx);
   ImGui::End();
@@ -155,6 +159,7 @@ nlohmann::json ConsoleApp::state_json(const ConsoleSnapshot& s) const {
            {{"run", whatif_.loaded_run()},
             {"candidates", whatif_.model().candidates().size()},
             {"apply_enabled", whatif_.apply_enabled()}}},
+          {"timeline", timeline_.state_json()},
           {"history",
            {{"open", history_.model().is_open()},
             {"runs", history_.model().runs().size()},

@@ -13,6 +13,7 @@
 #include "ui/console/clickables.h"
 #include "ui/console/data_source.h"
 #include "ui/console/panels.h"
+#include "ui/console/timeline_panel.h"
 
 namespace gantry::console {
 
@@ -47,6 +48,7 @@ class ConsoleApp {
   EventsPanel events_;
   WhatIfPanel whatif_;
   HistoryPanel history_;
+  TimelinePanel timeline_;
 };
 
 }  // namespace gantry::console

@@ -17,6 +17,7 @@
 #include "ui/console/rank_band.h"
 #include "ui/console/step_log.h"
 #include "ui/console/tile_cache.h"
+#include "ui/console/timeline.h"
 
 namespace gantry::console {
 
@@ -143,6 +144,8 @@ struct ConsoleSnapshot {
   std::shared_ptr<const RankBand> band = std::make_shared<RankBand>();
   std::shared_ptr<const HeatPages> heat = std::make_shared<HeatPages>();
   size_t tile_cache_bytes = 0;  // the tile cache's size when published (its bound: DataSourceOptions)
+  // The Timeline panel's steps × ranks of phases (DataSource::want_timeline); empty until it asked.
+  std::shared_ptr<const TimelineWindow> timeline = std::make_shared<TimelineWindow>();
 
   // The tiny run on the built-in corpus that this console can submit (embedded clusters only).
   bool can_submit_tiny = false;

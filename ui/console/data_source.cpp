@@ -144,6 +144,7 @@ void DataSource::start() {
   net_ = std::thread([this] { net_main(); });
   events_ = std::thread([this] { events_main(); });
   tiles_thread_ = std::thread([this] { tiles_main(); });
+  timeline_thread_ = std::thread([this] { timeline_main(); });
 }
 
 void DataSource::stop() {
@@ -156,6 +157,7 @@ void DataSource::stop() {
   if (net_.joinable()) net_.join();
   if (events_.joinable()) events_.join();
   if (tiles_thread_.joinable()) tiles_thread_.join();
+  if (timeline_thread_.joinable()) timeline_thread_.join();
 }
 
 std::shared_ptr<const ConsoleSnapshot> DataSource::snapshot() const {
@@ -256,6 +258,7 @@ void DataSource::publish_locked() {
   s->steps = steps_dirty_ ? std::make_shared<const StepLog>(steps_) : published_->steps;
   s->band = band_;  // pointers: the band and the pages are immutable once made
   s->heat = heat_;
+  s->timeline = timeline_;
   steps_dirty_ = false;
   published_ = std::move(s);
 }
@@ -281,6 +284,7 @@ void DataSource::reset_run_locked(int64_t id) {
   steps_ = StepLog();
   band_ = std::make_shared<RankBand>();
   heat_ = std::make_shared<HeatPages>();
+  timeline_ = std::make_shared<TimelineWindow>();
   steps_dirty_ = true;
   last_event_id_ = 0;
   pending_rewind_ = -1;
@@ -667,6 +671,7 @@ void DataSource::events_main() {
             steps_dirty_ = true;
             heat_wanted_ = true;  // the band and the pages after the step are asked again
             tiles_rewound_ = true;
+            timeline_rewound_ = timeline_wanted_ = true;
             pending_rewind_ = v.record.step;
           }
           pending_cache_events_.push_back(v.record);

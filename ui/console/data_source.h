@@ -54,6 +54,16 @@ struct ResumeLayout {
   std::optional<int> zero, tp, pp;
 };
 
+// The steps the Timeline panel shows: the newest `steps` of the run (first_step 0) or `steps` from
+// first_step; bounded to kTimelineMaxRecords rank records (the steps shrink at a large world).
+struct TimelineWant {
+  int64_t run = -1;
+  int64_t first_step = 0;
+  int64_t steps = 64;
+  bool operator==(const TimelineWant&) const = default;
+};
+inline constexpr int64_t kTimelineMaxRecords = int64_t{1} << 20;  // 1,024 ranks × 1,024 steps
+
 struct DataSourceOptions {
   std::string cache_path;   // the local history file; "" = none
   std::string tiny_config;  // TOML of the tiny run request_submit_tiny() submits; "" = none offered
@@ -100,6 +110,10 @@ class DataSource {
   // What the heatmap shows now (the Run panel, each frame it changes): the network thread fetches the pages
   // of it that the cache lacks, at once (it is woken), and publishes them as snapshot()->heat.
   void want_heatmap(const HeatWant& want);
+  // What the Timeline panel shows: its thread reads those steps' rank records (GET /v1/runs/{id}/steps
+  // ?ranks=all, pages of 100,000) into snapshot()->timeline, keeping the steps already whole, and reads
+  // the newest steps again while the run lives (data_source_timeline.cpp).
+  void want_timeline(const TimelineWant& want);
   // The local history file (options' cache_path; "" = none), for panels that read it back.
   const std::string& cache_path() const { return opt_.cache_path; }
   // Drops both connections; the next poll opens new ones and catches up from where the model ends.
@@ -120,10 +134,11 @@ class DataSource {
   bool wait_locked(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds d);
   void reset_run_locked(int64_t id);
   void tiles_main();
+  void timeline_main();
 
   DataSourceOptions opt_;
   std::function<Result<Endpoint>()> endpoint_fn_;
-  std::thread net_, events_, tiles_thread_;
+  std::thread net_, events_, tiles_thread_, timeline_thread_;
 
   mutable std::mutex mu_;  // everything below
   std::condition_variable cv_;
@@ -147,6 +162,10 @@ class DataSource {
   std::shared_ptr<const HeatPages> heat_ = std::make_shared<HeatPages>();
   bool tiles_rewound_ = false;  // the run was rewound: the pages and the band held are stale
   TileCache tiles_{0};          // the tile thread's only (sized from the options in the constructor)
+  TimelineWant timeline_want_;
+  bool timeline_wanted_ = false;   // a new want not yet served
+  bool timeline_rewound_ = false;  // the run was rewound: the window held is stale
+  std::shared_ptr<const TimelineWindow> timeline_ = std::make_shared<TimelineWindow>();
   bool steps_dirty_ = false;
   static constexpr double kGoodputPollS = 2.0;
   double goodput_polled_s_ = 0;  // monotonic_s() of the last goodput request (network thread)

@@ -55,7 +55,9 @@ Result<std::vector<ScriptCommand>> script_parse(std::string_view text, std::stri
                                 {"click", K::click, 's'},
                                 {"submit_tiny", K::submit_tiny, 0},
                                 {"reconnect", K::reconnect, 0},
-                                {"quit", K::quit, 0}};
+                                {"quit", K::quit, 0},
+                                {"wait_timeline", K::wait_timeline, 'n'},
+                                {"export_timeline", K::export_timeline, 's'}};
   std::vector<ScriptCommand> out;
   int line_no = 0;
   size_t pos = 0;
@@ -110,11 +112,12 @@ Result<std::vector<ScriptCommand>> script_parse(std::string_view text, std::stri
 std::string ScriptRunner::current() const {
   if (next_ >= commands_.size()) return "";
   const ScriptCommand& c = commands_[next_];
-  static const char* const kNames[] = {"wait_connected", "wait_frames", "wait_steps", "wait_state",
-                                       "wait_event",     "wait_action", "click",      "submit_tiny",
-                                       "reconnect",      "quit"};
+  static const char* const kNames[] = {"wait_connected", "wait_frames", "wait_steps",    "wait_state",
+                                       "wait_event",     "wait_action", "click",         "submit_tiny",
+                                       "reconnect",      "quit",        "wait_timeline", "export_timeline"};
   std::string s = "line " + std::to_string(c.line) + ": " + kNames[static_cast<int>(c.kind)];
-  if (c.kind == ScriptCommand::Kind::wait_frames || c.kind == ScriptCommand::Kind::wait_steps)
+  if (c.kind == ScriptCommand::Kind::wait_frames || c.kind == ScriptCommand::Kind::wait_steps ||
+      c.kind == ScriptCommand::Kind::wait_timeline)
     s += " " + std::to_string(c.number);
   if (!c.text.empty()) s += " \"" + c.text + "\"";
   return s;
@@ -204,6 +207,20 @@ ScriptOrders ScriptRunner::step(const ConsoleSnapshot& s, const ClickTargets& cl
       case K::quit:
         next_ = commands_.size();
         return o;
+      case K::wait_timeline:
+        finished = s.timeline->run == s.run.id && s.timeline->complete_steps() >= c.number;
+        break;
+      case K::export_timeline:
+        if (s.timeline->empty()) {
+          fail("the Timeline panel holds no steps yet (wait_timeline first)");
+          return o;
+        }
+        if (Status st = timeline_trace_write(*s.timeline, c.text); !st.ok()) {
+          fail(st.message());
+          return o;
+        }
+        finished = true;
+        break;
     }
     if (!finished) return o;
     ++next_;

@@ -14,6 +14,8 @@
 //   submit_tiny               submits the tiny run (as the toolbar's button does) and follows it
 //   reconnect                 drops the connections; the console catches up from where it was
 //   quit                      ends the script here
+//   wait_timeline N           until the Timeline panel's window holds N steps every rank reported
+//   export_timeline PATH      writes the Timeline panel's window as Chrome/Perfetto trace JSON to PATH
 //
 // A parse error names the file, the line and what is expected; nothing is run. A failing wait ends the
 // console with exit code 1 and the reason.
@@ -41,11 +43,13 @@ struct ScriptCommand {
     click,
     submit_tiny,
     reconnect,
-    quit
+    quit,
+    wait_timeline,
+    export_timeline
   };
   Kind kind = Kind::quit;
-  int64_t number = 0;  // wait_frames, wait_steps
-  std::string text;    // wait_state, wait_event, click
+  int64_t number = 0;  // wait_frames, wait_steps, wait_timeline
+  std::string text;    // wait_state, wait_event, click, export_timeline
   int line = 0;
 };
 

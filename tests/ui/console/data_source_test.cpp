@@ -13,6 +13,7 @@
 
 #include "engine/cluster/token.h"
 #include "storage/history_db.h"
+#include "telemetry/record_json.h"
 #include "tests/ui/console/local_cluster.h"
 
 namespace gantry::console {
@@ -352,6 +353,57 @@ TEST_F(DataSourceCluster, TheStragglerToggleReachesTheCoordinator) {
   ASSERT_TRUE(eventually([&] { return snap()->last_action.message.find("409") != std::string::npos; }, 20s))
       << snap()->last_action.message;
   EXPECT_FALSE(snap()->last_action.ok);
+}
+
+// The Timeline panel's feed: nothing is read before the panel asks; a fixed range holds every rank's
+// record of those steps, as the coordinator serves them; the newest steps follow the live run.
+TEST_F(DataSourceCluster, TheTimelineHoldsTheWantedStepsOfEveryRank) {
+  source_ = std::make_unique<DataSource>(
+      DataSourceOptions{.tiny_config = slurp(GANTRY_CONSOLE_TINY_CONFIG), .tiny_dp = 4},
+      [this]() -> Result<Endpoint> { return endpoint_; });
+  source_->start();
+  source_->request_submit_tiny();
+  ASSERT_TRUE(eventually([&] { return snap()->steps->last_step() >= 8; }, 60s))
+      << snap()->last_action.message;
+  const int64_t run = snap()->run.id;
+  workers_ = children_of(pids_);
+  EXPECT_TRUE(snap()->timeline->empty()) << "read before the panel asked";
+
+  source_->want_timeline({.run = run, .first_step = 3, .steps = 4});
+  ASSERT_TRUE(eventually(
+      [&] {
+        auto t = snap()->timeline;
+        return t->run == run && t->first_step == 3 && t->steps == 4 && t->complete_steps() == 4;
+      },
+      20s));
+  const std::shared_ptr<const TimelineWindow> t = snap()->timeline;
+  EXPECT_EQ(t->ranks, 4);
+  ApiClient api({.url = endpoint_.url, .token = endpoint_.token});
+  Result<nlohmann::json> rows = api.steps(run, {.after = 2, .ranks = "all", .limit = 16});
+  ASSERT_TRUE(rows.ok()) << rows.error();
+  size_t compared = 0;
+  for (const nlohmann::json& row : rows->at("rank_steps")) {
+    RankStepRecord r;
+    std::string error;
+    ASSERT_TRUE(record_read_json(row, &r, &error)) << error;
+    if (r.step > 6) continue;
+    const TimelineCell& c = t->at(r.rank, r.step);
+    EXPECT_TRUE(c.present);
+    EXPECT_EQ(c.total, static_cast<float>(r.total_s)) << "rank " << r.rank << " step " << r.step;
+    EXPECT_EQ(c.seconds[static_cast<int>(Phase::forward)], static_cast<float>(r.phases.forward));
+    ++compared;
+  }
+  EXPECT_EQ(compared, 16u);
+
+  // The newest 5 steps, moving with the run.
+  source_->want_timeline({.run = run, .steps = 5});
+  ASSERT_TRUE(
+      eventually([&] { return snap()->timeline->steps == 5 && snap()->timeline->first_step > 3; }, 20s));
+  const int64_t first = snap()->timeline->first_step;
+  ASSERT_TRUE(eventually([&] { return snap()->timeline->first_step > first; }, 30s))
+      << "the window stayed at step " << first;
+  source_->request_action(run, RunAction::kStop);
+  ASSERT_TRUE(eventually([&] { return snap()->run.state == "stopped"; }, 60s));
 }
 
 TEST(DataSource, AnUnreachableCoordinatorIsShownNotWaitedOn) {
