@@ -46,9 +46,9 @@ struct WorkerOptions {
   std::string out_dir;
   std::string resume;  // "", "latest" or a checkpoint directory (train.h)
   int64_t max_steps = -1;
-  int zero = 0;                              // ZeRO stage over the dp axis
-  int tp = 1;                                // tensor-parallel degree (CPU backend only); dp = world / (tp x pp)
-  int pp = 1;                                // pipeline-parallel degree (CPU backend only; train.pp_schedule)
+  int zero = 0;  // ZeRO stage over the dp axis
+  int tp = 1;    // tensor-parallel degree (CPU backend only); dp = world / (tp x pp)
+  int pp = 1;    // pipeline-parallel degree (CPU backend only; train.pp_schedule)
   std::vector<SkippedBatches> skip_batches;  // TrainOptions::skip_batches (--skip-batches)
   std::string
       rendezvous;  // HOST:PORT for external launchers; "" = GANTRY_STORE_FD or MASTER_ADDR:MASTER_PORT

@@ -23,6 +23,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using comm_test::expect_all_passed;
+using comm_test::RunResult;
 using comm_test::run_workers;
 
 constexpr int kB = 2, kT = 5, kN = kB * kT, kV = 24, kC = 3;
@@ -104,8 +105,10 @@ std::string check(int rank, int tp, int fd) {
 TEST(VocabParallel, CrossEntropyAndEmbeddingMatchOneProcess) {
   for (int tp : {2, 4}) {
     SCOPED_TRACE("tp " + std::to_string(tp));
-    expect_all_passed(run_workers(
-        tp, [&](int rank, int n, int fd) { return check(rank, n, fd); }, 60s));
+    const RunResult res = run_workers(
+        tp, [&](int rank, int n, int fd) { return check(rank, n, fd); }, 60s);
+    ASSERT_EQ(res.workers.size(), static_cast<size_t>(tp));
+    expect_all_passed(res);  // each rank's check: "" or what differed
   }
 }
 
