@@ -23,8 +23,8 @@ namespace {
 
 using namespace std::chrono_literals;
 using comm_test::expect_all_passed;
-using comm_test::RunResult;
 using comm_test::run_workers;
+using comm_test::RunResult;
 
 constexpr int kB = 2, kT = 5, kN = kB * kT, kV = 24, kC = 3;
 
