@@ -295,7 +295,8 @@ struct Coordinator::Impl {
 
   // The node a POST /v1/nodes/{id}/... names (its body must be empty JSON); null with the answer in *fail.
   // Called with mu held.
-  Node* requested_node(const HttpRequest& req, HttpResponse* fail);
+  // force: where given, the body's optional "force" (quarantine's); any other field is a 400.
+  Node* requested_node(const HttpRequest& req, HttpResponse* fail, bool* force = nullptr);
 
   // Quarantine: the node takes no new work, and each live run on it moves: a stop at the next step
   // boundary (whose checkpoint every rank writes), then, once every gang has ended, placement without the

@@ -45,8 +45,10 @@ std::vector<PlacementNode> Coordinator::Impl::placement_nodes() const {
   return out;
 }
 
-Coordinator::Impl::Node* Coordinator::Impl::requested_node(const HttpRequest& req, HttpResponse* fail) {
+Coordinator::Impl::Node* Coordinator::Impl::requested_node(const HttpRequest& req, HttpResponse* fail,
+                                                           bool* force) {
   JsonFields f(req.body);
+  if (force != nullptr) *force = f.boolean("force", JsonFields::optional).value_or(false);
   if (Status s = f.finish(); !s.ok()) {
     *fail = HttpResponse::error(400, s.message());
     return nullptr;
@@ -63,14 +65,16 @@ Coordinator::Impl::Node* Coordinator::Impl::requested_node(const HttpRequest& re
 HttpResponse Coordinator::Impl::quarantine(const HttpRequest& req) {
   std::lock_guard<std::mutex> lock(mu);
   HttpResponse fail;
-  Node* node = requested_node(req, &fail);
+  // {"force": true} fences even the last usable node (an operator who knows it is broken).
+  bool force = false;
+  Node* node = requested_node(req, &fail, &force);
   if (node == nullptr) return fail;
   const std::string& id = req.param("id");
   if (node->state == NodeState::quarantined)
     return HttpResponse::error(409, "node \"" + id + "\" is already quarantined");
-  // The last usable node is never fenced by hand: nothing could run, and its runs would have nowhere to go.
+  // The last usable node is not fenced by mistake: nothing could run, and its runs would have nowhere to go.
   auto usable = [](NodeState st) { return st == NodeState::healthy || st == NodeState::spare; };
-  if (usable(node->state)) {
+  if (usable(node->state) && !force) {
     std::string others;
     bool other_usable = false;
     for (const auto& [oid, o] : nodes) {
@@ -82,7 +86,7 @@ HttpResponse Coordinator::Impl::quarantine(const HttpRequest& req) {
       return HttpResponse::error(409, "node \"" + id + "\" is the last healthy node (others: " +
                                           (others.empty() ? std::string("none") : others) +
                                           "): quarantining it would leave nothing to run on; release or add "
-                                          "a node first");
+                                          "a node first, or send {\"force\": true} to fence it anyway");
     }
   }
   const json moving = quarantine_node(*node, "from " + req.remote, req.remote);

@@ -229,7 +229,11 @@ TEST_F(BeatAgainstCoordinator, AQuarantineStaysWhateverTheHealthSays) {
           {{"ended", json::array()}, {"health", {{"state", "unhealthy"}, {"reason", "xid: 79"}}}},
           RecordBatch())
           .value();
-  ASSERT_EQ(api_->post("/v1/nodes/n0/quarantine", json::object())->status, 202);
+  // n0 is the cluster's only node: fencing it takes the operator's force.
+  ASSERT_EQ(api_->post("/v1/nodes/n0/quarantine", json::object())->status, 409);
+  ASSERT_EQ(api_->post("/v1/nodes/n0/quarantine", json{{"force", "yes"}})->status, 400);
+  Result<HttpReply> forced = api_->post("/v1/nodes/n0/quarantine", json{{"force", true}});
+  ASSERT_EQ(forced->status, 202) << forced->body;
   ASSERT_EQ(beat(unhealthy)->status, 200);
   EXPECT_EQ(state(), "quarantined");
   ASSERT_EQ(api_->post("/v1/nodes/n0/release", json::object())->status, 200);
