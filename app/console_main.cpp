@@ -179,7 +179,8 @@ int main(int argc, char** argv) {
     return kExitBadInput;
   }
   std::string tiny_config;
-  if (embedded) {
+  // An embedded cluster offers the tiny run by default; a connected console offers it when given one.
+  if (embedded || !o.run_config.empty()) {
     const std::string path = o.run_config.empty() ? std::string(GANTRY_CONSOLE_TINY_CONFIG) : o.run_config;
     bool ok = false;
     tiny_config = slurp(path, &ok);
