@@ -11,15 +11,17 @@
 
 namespace gantry {
 
-float* Backend::snapshot_memory(size_t floats) {
-  if (snapshot_host_.size() < floats) snapshot_host_.resize(floats);
-  return snapshot_host_.data();
+float* Backend::snapshot_memory(SnapshotSlot slot, size_t floats) {
+  std::vector<float>& host = snapshot_host_[static_cast<int>(slot)];
+  if (host.size() < floats) host.resize(floats);
+  return host.data();
 }
 
-void Backend::snapshot_start(const std::vector<SnapshotPiece>& pieces, float* host) {
+void Backend::snapshot_start(SnapshotSlot slot, const std::vector<SnapshotPiece>& pieces, float* host) {
   const auto t0 = std::chrono::steady_clock::now();
   for (const SnapshotPiece& p : pieces) read_state(p.buffer, p.offset, p.count, host + p.host_offset);
-  snapshot_copy_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  snapshot_copy_s_[static_cast<int>(slot)] =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 Result<std::unique_ptr<Backend>> backend_create(const std::string& kind, const ModelConfig& m, int max_batch,

@@ -86,6 +86,12 @@ struct SnapshotPiece {
   size_t host_offset = 0;
 };
 
+// Which of a backend's two host snapshots: the checkpoints' (checkpoint_async.h) or the in-memory copies'
+// (memory_copy.h). Each has its own host memory (and copy stream on CUDA), so an in-memory copy can be in
+// flight while a checkpoint is written from the other.
+enum class SnapshotSlot { kCheckpoint = 0, kMemoryCopy = 1 };
+inline constexpr int kSnapshotSlots = 2;
+
 // Bytes of training state this rank holds, per category (ZeRO shards some of them).
 struct StateBytes {
   uint64_t params = 0;
@@ -158,16 +164,18 @@ class Backend {
   // memory, taken at a step boundary, that a writer thread reads while training goes on.
   // Host memory for `floats` floats, kept and reused by the backend (pinned on CUDA, so the copy is a DMA
   // beside the compute); valid until the next call asks for more, or the backend's end.
-  virtual float* snapshot_memory(size_t floats);
+  virtual float* snapshot_memory(SnapshotSlot slot, size_t floats);
   // Starts copying each piece into host + piece.host_offset. CPU: copies before it returns. CUDA: on a
   // copy stream after the work enqueued so far; the next forward may overlap it, the next optimizer_step
   // (and read_state, write_state) waits for it on the device.
-  virtual void snapshot_start(const std::vector<SnapshotPiece>& pieces, float* host);
+  virtual void snapshot_start(SnapshotSlot slot, const std::vector<SnapshotPiece>& pieces, float* host);
   // Blocks until the copy snapshot_start began is in host memory. Any thread may call it.
-  virtual void snapshot_wait() {}
+  virtual void snapshot_wait(SnapshotSlot slot) { (void)slot; }
   // The time the copy snapshot_start began took by itself (CPU: the memcpy; CUDA: the copy stream's
   // device time), after snapshot_wait(): the copy's bandwidth is its bytes over this.
-  virtual double snapshot_copy_seconds() const { return snapshot_copy_s_; }
+  virtual double snapshot_copy_seconds(SnapshotSlot slot) const {
+    return snapshot_copy_s_[static_cast<int>(slot)];
+  }
   virtual StateBytes state_bytes() const {
     const uint64_t n = params().numel() * sizeof(float);
     return {.params = n, .grads = n, .optimizer = 2 * n};
@@ -189,8 +197,8 @@ class Backend {
   }
 
  private:
-  std::vector<float> snapshot_host_;  // snapshot_memory's default: ordinary host memory
-  double snapshot_copy_s_ = 0;        // snapshot_start's default: how long its copy took
+  std::vector<float> snapshot_host_[kSnapshotSlots];  // snapshot_memory's default: ordinary host memory
+  double snapshot_copy_s_[kSnapshotSlots] = {};       // snapshot_start's default: how long its copy took
 };
 
 struct BackendOptions {

@@ -17,8 +17,13 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 AsyncCheckpointer::AsyncCheckpointer(std::string root, Backend& backend, int keep, CheckpointGang* gang,
-                                     CheckpointHook hook)
-    : root_(std::move(root)), backend_(backend), keep_(keep), gang_(gang), hook_(std::move(hook)) {
+                                     CheckpointHook hook, SnapshotSlot slot)
+    : root_(std::move(root)),
+      backend_(backend),
+      keep_(keep),
+      gang_(gang),
+      hook_(std::move(hook)),
+      slot_(slot) {
   if (gang_ != nullptr) {
     gang_->poll_store = true;
     gang_->cancel = &cancel_;
@@ -32,7 +37,7 @@ AsyncCheckpointer::~AsyncCheckpointer() {
 }
 
 void AsyncCheckpointer::reserve() {
-  backend_.snapshot_memory(checkpoint_snapshot_pieces(backend_).floats);
+  backend_.snapshot_memory(slot_, checkpoint_snapshot_pieces(backend_).floats);
 }
 
 Result<double> AsyncCheckpointer::start(const CheckpointMeta& meta, double waited_s, bool from_action) {
@@ -40,8 +45,8 @@ Result<double> AsyncCheckpointer::start(const CheckpointMeta& meta, double waite
     return Status::error("checkpoint step " + std::to_string(meta.step) + ": a write is still in flight");
   const auto t0 = std::chrono::steady_clock::now();
   CheckpointSnapshot snapshot = checkpoint_snapshot_pieces(backend_);
-  float* host = backend_.snapshot_memory(snapshot.floats);
-  backend_.snapshot_start(snapshot.pieces, host);
+  float* host = backend_.snapshot_memory(slot_, snapshot.floats);
+  backend_.snapshot_start(slot_, snapshot.pieces, host);
   snapshot.host = host;
   if (hook_) hook_(CheckpointStage::kCopy, meta.step);  // the copy may not have ended (CUDA)
   const double stall = seconds_since(t0);
@@ -65,8 +70,8 @@ void AsyncCheckpointer::write(CheckpointMeta meta, CheckpointSnapshot snapshot) 
       Status::error("checkpoint step " + std::to_string(meta.step) + ": not written");
   std::optional<double> copy_s;
   try {
-    backend_.snapshot_wait();
-    copy_s = backend_.snapshot_copy_seconds();
+    backend_.snapshot_wait(slot_);
+    copy_s = backend_.snapshot_copy_seconds(slot_);
     w = checkpoint_write_snapshot(root_, backend_.params(), snapshot, meta, keep_, gang_, hook_);
   } catch (const std::exception& e) {
     // A device error while the copy ends (FatalError), or anything else thrown: the write fails, as it

@@ -42,8 +42,10 @@ struct CheckpointDone {
 
 class AsyncCheckpointer {
  public:
-  // The backend and the gang must outlive this. gang == nullptr: one process.
-  AsyncCheckpointer(std::string root, Backend& backend, int keep, CheckpointGang* gang, CheckpointHook hook);
+  // The backend and the gang must outlive this. gang == nullptr: one process. slot: the backend's host
+  // snapshot this writer uses (the in-memory copies have their own, memory_copy.h).
+  AsyncCheckpointer(std::string root, Backend& backend, int keep, CheckpointGang* gang, CheckpointHook hook,
+                    SnapshotSlot slot = SnapshotSlot::kCheckpoint);
   // A write still in flight is cancelled (its gang waits give up; the step stays uncommitted) and joined.
   ~AsyncCheckpointer();
   AsyncCheckpointer(const AsyncCheckpointer&) = delete;
@@ -69,6 +71,7 @@ class AsyncCheckpointer {
   int keep_;
   CheckpointGang* gang_;
   CheckpointHook hook_;
+  SnapshotSlot slot_;
   std::atomic<bool> cancel_{false};
   std::thread thread_;
   std::mutex mu_;

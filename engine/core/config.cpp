@@ -114,6 +114,8 @@ const std::vector<Field>& fields() {
        [](Config& c) -> void* { return &c.train.sdc_check_every; }},
       {"train.memory_copy_every", FieldKind::kInt, 0, 1e9, false,
        [](Config& c) -> void* { return &c.train.memory_copy_every; }},
+      {"train.memory_copy_async", FieldKind::kBool, 0, 0, false,
+       [](Config& c) -> void* { return &c.train.memory_copy_async; }},
       {"train.pp_schedule",
        FieldKind::kString,
        0,

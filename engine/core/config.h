@@ -85,6 +85,11 @@ struct TrainConfig {
   // of the run's ring, so a recovery restores from RAM when that is newer than the newest disk checkpoint.
   // 0 = off, else 1..1000000000; off where no agent gives a memory folder (`train`, `run`).
   int memory_copy_every = 0;
+  // The copies taken like asynchronous checkpoints: the loop stalls only to start the copy into host memory,
+  // a writer thread writes it, and a copy due while the one before is still being written is skipped. What
+  // makes memory_copy_every = 1 affordable on a GPU (docs/PERF.md). false: each copy is written before the
+  // next step starts, so the newest copy is always of the last multiple of memory_copy_every.
+  bool memory_copy_async = false;
   // Pipeline parallel (pp > 1, engine/core/parallel/pipeline_schedule.h): the order of each stage's
   // micro-batches, "gpipe" or "1f1b". The micro-batches are the gradient-accumulation ones: global_batch /
   // (dp x micro_batch) per step, so train.micro_batch sets their count.

@@ -294,7 +294,8 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
     summary.checkpoint_dir = checkpoints.last_dir();
     return s;
   };
-  MemoryCopies memory(c.train.memory_copy_every, opt.memory_dir, *backend, ckpt_gang);
+  MemoryCopies memory(c.train.memory_copy_every, opt.memory_dir, *backend, ckpt_gang,
+                      c.train.memory_copy_async);
   // A copy that fails is said and training goes on: the disk checkpoints still stand behind it.
   auto write_memory_copy = [&](double loss) {
     enter(TrainPhase::kCheckpoint);
@@ -308,6 +309,11 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
     if (!w.ok())
       std::fprintf(stderr, "rank %d: the in-memory copy of step %lld failed: %s\n", dims.rank,
                    static_cast<long long>(step), w.error().c_str());
+  };
+  // An asynchronous copy that has finished; one that failed is said, and training goes on.
+  auto collect_memory_copy = [&](bool wait) {
+    if (Status s = memory.collect(wait); !s.ok())
+      std::fprintf(stderr, "rank %d: an in-memory copy failed: %s\n", dims.rank, s.message().c_str());
   };
 
   double last_loss = 0;
@@ -397,10 +403,11 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
     TrainAction action = TrainAction::none;
     bool stop = false;
     bool writer_busy = false;  // some rank's async checkpoint write is still in flight
+    bool memory_busy = false;  // some rank's async in-memory copy is still being written
   };
   auto decide = [&]() -> Result<Decision> {
-    float v[3] = {0.0f, opt.stop != nullptr && opt.stop->load() ? 1.0f : 0.0f,
-                  checkpoints.in_flight() ? 1.0f : 0.0f};
+    float v[4] = {0.0f, opt.stop != nullptr && opt.stop->load() ? 1.0f : 0.0f,
+                  checkpoints.in_flight() ? 1.0f : 0.0f, memory.in_flight() ? 1.0f : 0.0f};
     // Every rank polls (its own control also takes the drills' faults for that rank); rank 0's answer alone
     // is the gang's action.
     if (opt.control != nullptr) {
@@ -408,12 +415,13 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
       if (dims.rank == 0) v[0] = static_cast<float>(a);
     }
     if (gang_comm != nullptr) {
-      Status st = gang_comm->all_reduce_host(v, 3, comm_timeout);
+      Status st = gang_comm->all_reduce_host(v, 4, comm_timeout);
       if (!st.ok()) return st;
     }
     Decision d{.action = static_cast<TrainAction>(static_cast<int>(v[0])),
                .stop = v[1] > 0,
-               .writer_busy = v[2] > 0};
+               .writer_busy = v[2] > 0,
+               .memory_busy = v[3] > 0};
     if (d.action == TrainAction::stop) d.stop = true;
     return d;
   };
@@ -452,6 +460,7 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
     auto t0 = std::chrono::steady_clock::now();
     enter(TrainPhase::kBoundary);
     if (Status s = checkpoints.collect(/*wait=*/false); !s.ok()) return s;
+    collect_memory_copy(/*wait=*/false);
     Result<Decision> d = decide();
     if (!d.ok()) return d.status();
     Result<bool> stop = apply(d.value());
@@ -460,6 +469,7 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
     while (stop.ok() && !stop.value() && paused) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       if (Status s = checkpoints.collect(/*wait=*/false); !s.ok()) return s;
+      collect_memory_copy(/*wait=*/false);
       d = decide();
       if (!d.ok()) return d.status();
       stop = apply(d.value());
@@ -615,8 +625,20 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
         if (!s.ok()) return s;
       }
     }
-    if (memory.due(step) && step < last_step) write_memory_copy(loss);
+    if (memory.due(step) && step < last_step) {
+      // Every rank saw the same memory_busy at this step's boundary, so every rank skips alike.
+      if (d->memory_busy)
+        memory.skip();
+      else
+        write_memory_copy(loss);
+    }
   }
+  collect_memory_copy(/*wait=*/true);
+  if (memory.on())
+    std::fprintf(
+        stderr,
+        "rank %d: in-memory copies: %lld written, %lld skipped (the one before was still being written)\n",
+        dims.rank, static_cast<long long>(memory.written()), static_cast<long long>(memory.skipped()));
   if (step > summary.first_step || opt.resume.empty()) {
     checkpoints.set_deferred_from(checkpoint_deferred_from);  // a deferred one that the end overtook
     Status s = write_checkpoint(last_loss, /*from_action=*/false, /*final=*/true);

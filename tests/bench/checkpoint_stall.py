@@ -3,7 +3,12 @@
 model, `gantry-engine run --nproc N` trains the same config three times in this one call: with
 train.checkpoint_async = true, with it and train.checkpoint_defer_when_busy ("deferred": a checkpoint due
 while the previous write is in flight waits for the first step boundary after it), with checkpoint_async =
-false (checkpointing every --every steps), and with no periodic checkpoint (the baseline). One JSON line per (model, mode), then a table side by side:
+false (checkpointing every --every steps), and with no periodic checkpoint (the baseline). One JSON line per (model, mode), then a table side by side.
+Two more modes take in-memory copies (train.memory_copy_every = --every, no periodic disk checkpoint) into a
+tmpfs folder given as an agent would (GANTRY_MEMORY_DIR, /dev/shm when there is one): "memory" writes each
+copy before the next step, "memory-async" with train.memory_copy_async (a copy due while the one before is
+still being written is skipped; the written/skipped counts are reported). They always run through `run`,
+whose workers read that folder: compare them with a baseline taken with --via-run.
 
 - stall: the median (and max) over the periodic checkpoints of rank 0's stall (the time the train loop was
   held), write time (the writer's time to the commit), time spent waiting for the checkpoint before, size.
@@ -34,7 +39,7 @@ so it is left out. Under ZeRO 0 rank 0 writes the whole state (the other ranks' 
 so its stall is the gang's. Each line names the machine
 (nproc, load average at the start; the GPU under cuda) and the UTC time.
 """
-import argparse, json, math, os, platform, statistics, subprocess, sys, tempfile, time
+import argparse, json, math, os, platform, re, shutil, statistics, subprocess, sys, tempfile, time
 
 MODELS = {
     "tiny": dict(n_layer=2, n_head=4, n_embd=64, vocab=256, seq=64, backend="cpu", micro=1),
@@ -46,7 +51,7 @@ DEFAULTS = {  # per backend: steps, every, warmup
     "cpu": dict(steps=8, every=2, warmup=1),
     "cuda": dict(steps=90, every=20, warmup=10),  # checkpoints ~1.3 s apart at 124M: room for an async write
 }
-MODES = ("async", "deferred", "sync", "none")
+MODES = ("async", "deferred", "sync", "none", "memory", "memory-async")
 
 
 def params(m):
@@ -74,10 +79,12 @@ seq_len = {m['seq']}
 {batch}
 max_steps = {steps}
 val_every = 0
-checkpoint_every = {0 if mode == 'none' else every}
+checkpoint_every = {0 if mode == 'none' or mode.startswith('memory') else every}
 keep_checkpoints = 2
 checkpoint_async = {'false' if mode == 'sync' else 'true'}
 checkpoint_defer_when_busy = {'true' if mode == 'deferred' else 'false'}
+memory_copy_every = {every if mode.startswith('memory') else 0}
+memory_copy_async = {'true' if mode == 'memory-async' else 'false'}
 {extra}[data]
 kind = "synthetic"
 {data}
@@ -93,9 +100,9 @@ def gpu_name():
         return "unknown"
 
 
-def run_engine(cmd):
+def run_engine(cmd, env=None):
     """Runs the engine, stamping each stdout line with when it arrived. Returns (rc, [(t, json)], stderr)."""
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1, env=env)
     err_chunks = []
     import threading
     t = threading.Thread(target=lambda: err_chunks.append(p.stderr.read()), daemon=True)
@@ -161,7 +168,7 @@ def summarise(model, m, mode, nproc, zero, steps, every, warmup, lines):
     return r
 
 
-def run(engine, model, nproc, steps, every, warmup, zero, mode, scratch, dry):
+def run(engine, model, nproc, steps, every, warmup, zero, mode, scratch, dry, via_run):
     m = MODELS[model]
     out = os.path.join(scratch, f"{model}_{mode}")
     os.makedirs(out, exist_ok=True)
@@ -170,17 +177,31 @@ def run(engine, model, nproc, steps, every, warmup, zero, mode, scratch, dry):
         f.write(config_text(m, nproc, steps, every, mode))
     # One rank trains in this process (`train`): its checkpoint lines carry the copy's own time (copy_s),
     # which the launcher's records do not.
-    cmd = ([engine, "train", "--config", cfg, "--out", os.path.join(out, "run"), "--json"] if nproc == 1 else
+    memory = mode.startswith("memory")
+    cmd = ([engine, "train", "--config", cfg, "--out", os.path.join(out, "run"), "--json"]
+           if nproc == 1 and not memory and not via_run else
            [engine, "run", "--nproc", str(nproc), "--zero", str(zero), "--config", cfg, "--out",
             os.path.join(out, "run"), "--json"])
     if dry:
         print(f"# {model} {mode}: {' '.join(cmd)}\n{open(cfg).read()}")
         return None
-    rc, lines, stderr = run_engine(cmd)
+    env = None
+    if memory:  # the agent's memory folder, a tmpfs as the agent's default
+        shm = "/dev/shm" if os.path.isdir("/dev/shm") else scratch
+        env = dict(os.environ, GANTRY_MEMORY_DIR=tempfile.mkdtemp(prefix=f"checkpoint_stall_{os.getpid()}_", dir=shm))
+    try:
+        rc, lines, stderr = run_engine(cmd, env)
+    finally:
+        if env is not None:
+            shutil.rmtree(env["GANTRY_MEMORY_DIR"], ignore_errors=True)
     if rc != 0:
         return {"bench": "checkpoint_stall", "model": model, "mode": mode, "ranks": nproc,
                 "error": f"gantry-engine run exited {rc}: {stderr[-1500:]}"}
     r = summarise(model, m, mode, nproc, zero, steps, every, warmup, lines)
+    if memory:  # rank 0's count of the copies written and skipped
+        found = re.search(r"rank 0: in-memory copies: (\d+) written, (\d+) skipped", stderr)
+        r["copies_written"], r["copies_skipped"] = (int(found[1]), int(found[2])) if found else (None, None)
+    r["launcher"] = cmd[1]
     r["utc"] = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
     r["machine"] = f"{platform.node()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}"
     if m["backend"] == "cuda":
@@ -208,6 +229,8 @@ def main():
     ap.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3))
     ap.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of " + ",".join(MODES))
     ap.add_argument("--dry-run", action="store_true", help="print the configs and commands; run nothing")
+    ap.add_argument("--via-run", action="store_true",
+                    help="one rank too through `run` (as the memory modes always are), for a like baseline")
     a = ap.parse_args()
     d = DEFAULTS[a.backend]
     steps, every, warmup = (a.steps or d["steps"], a.every or d["every"],
@@ -233,7 +256,8 @@ def main():
     with tempfile.TemporaryDirectory(prefix=f"checkpoint_stall_{os.getpid()}_") as scratch:
         for model in models:
             for mode in modes:
-                r = run(a.engine, model, a.nproc, steps, every, warmup, a.zero, mode, scratch, a.dry_run)
+                r = run(a.engine, model, a.nproc, steps, every, warmup, a.zero, mode, scratch, a.dry_run,
+                        a.via_run)
                 if r is None:
                     continue
                 print(json.dumps(r), flush=True)
@@ -258,6 +282,11 @@ def main():
                   f"— / {num(r.get('tokens_per_s_steps_without'))} | {num(w)} | — |")
             continue
         gbs = r.get("copy_gb_per_s")
+        if r["mode"].startswith("memory"):  # copies, not checkpoint events: the counts and the run's cost
+            print(f"| {r['model']} | {r['ranks']} | {r['mode']} | {r['every']} | — | "
+                  f"written {num(r.get('copies_written'))}, skipped {num(r.get('copies_skipped'))} | — | — | — | "
+                  f"{ms(r['step_s_median'])} | — / {num(r.get('tokens_per_s_steps_without'))} | {num(w)} | {cost} |")
+            continue
         print(f"| {r['model']} | {r['ranks']} | {r['mode']} | {r['every']} | {mb} | "
               f"{ms(r.get('stall_s_median'))} ({ms(r.get('stall_s_max'))}) | {'—' if gbs is None else gbs} | "
               f"{ms(r.get('write_s_median'))} | "

@@ -8,6 +8,11 @@
 #   final     the side-by-side table: ZeRO 0 at 1 and 4 GPUs, ZeRO 1 and 3 at 4, PyTorch + compile at 1 and
 #             DDP at 4 (REF: a folder holding ../shared/bench/torch_gpt2.py), one GPU's checkpoint stall
 #   ckpt      checkpoint_stall.py at 4 GPUs: async, deferred, none
+#   memory    1 GPU, 124M: in-memory copies every step (async, sync) and every 10 (async) against none
+#   stall350  1 GPU, 350M: checkpoint stall every 10, async, deferred and sync against none
+#   snapshot  ctest -R StateSnapshot (the checkpoint and in-memory copy slots)
+#   dd        dd's write rate to /tmp (the checkpoints' disk) and /dev/shm (the copies' tmpfs)
+#   probe     what the machine has of the cluster's libraries (SQLite, libcurl, cpp-httplib) and glibc
 #   tests     ctest -L gpu (at most CT seconds)
 #   watchdog  the NCCL watchdog's test alone
 # Each dp_scaling.py line is JSON with each phase's median (rank 0 and the slowest rank); everything also
@@ -74,6 +79,31 @@ case "$phase" in
     say "## checkpoint stall, 1 GPU, 124m every 10"
     CUDA_VISIBLE_DEVICES=0 python3 "$SRC/tests/bench/checkpoint_stall.py" --engine "$E" --backend cuda --nproc 1 \
       --models 124m --steps 60 --every 10 --warmup 10 --modes async,deferred,none 2>&1 | tee -a "$LOG"
+    ;;
+  memory)
+    M="python3 $SRC/tests/bench/checkpoint_stall.py --engine $E --backend cuda --nproc 1 --models 124m --via-run --steps 60 --warmup 10"
+    say "## in-memory copies, 1 GPU, 124m every step"
+    CUDA_VISIBLE_DEVICES=0 $M --every 1 --modes none,memory-async,memory 2>&1 | tee -a "$LOG"
+    say "## in-memory copies, 1 GPU, 124m every 10"
+    CUDA_VISIBLE_DEVICES=0 $M --every 10 --modes memory-async,none 2>&1 | tee -a "$LOG"
+    ;;
+  stall350)
+    say "## checkpoint stall, 1 GPU, 350m every 10"
+    CUDA_VISIBLE_DEVICES=0 python3 "$SRC/tests/bench/checkpoint_stall.py" --engine "$E" --backend cuda --nproc 1 \
+      --models 350m --steps 50 --every 10 --warmup 10 --modes async,deferred,sync,none 2>&1 | tee -a "$LOG"
+    ;;
+  snapshot)
+    ctest --test-dir "$B" -R StateSnapshot --timeout 120 --output-on-failure >"$OUT/ctest_snapshot.txt" 2>&1
+    say "ctest -R StateSnapshot rc=$?"; grep -E "Passed|Failed|tests passed" "$OUT/ctest_snapshot.txt" | tee -a "$LOG"
+    ;;
+  dd)
+    # The disk and tmpfs the checkpoints and copies are written to, 4 GB with one writer, as dd sees them.
+    say "## dd, 4 GB to /tmp (fdatasync): $(dd if=/dev/zero of=/tmp/gdo_dd bs=64M count=64 conv=fdatasync 2>&1 | tail -1)"; rm -f /tmp/gdo_dd
+    say "## dd, 4 GB to /dev/shm: $(dd if=/dev/zero of=/dev/shm/gdo_dd bs=64M count=64 2>&1 | tail -1)"; rm -f /dev/shm/gdo_dd
+    ;;
+  probe)
+    say "## libraries: $(ldd --version | head -1)"
+    ls /usr/lib/x86_64-linux-gnu/ /usr/include 2>/dev/null | grep -E "sqlite|curl|httplib|ssl\.so|brotli|nghttp|glfw" | sort -u | tr '\n' ' ' | tee -a "$LOG"; echo | tee -a "$LOG"
     ;;
   watchdog)
     ctest --test-dir "$B" -R Watchdog --timeout 120 --output-on-failure >"$OUT/ctest_watchdog.txt" 2>&1

@@ -122,7 +122,7 @@ class CudaBackend final : public Backend {
                          : shard_plan_make(table_, 1, 0, 0, dp.bucket_bytes);
     state_ = std::make_unique<ZeroDeviceState>(table_, std::move(plan), dp_, dp_timeout_, stream_, scratch_,
                                                [this](size_t bytes) { return device<char>(bytes); });
-    snapshot_ = std::make_unique<CudaStateSnapshot>(stream_);
+    for (auto& snap : snapshots_) snap = std::make_unique<CudaStateSnapshot>(stream_);
     layout_params();
   }
 
@@ -139,8 +139,8 @@ class CudaBackend final : public Backend {
     }
     cudaEventDestroy(opt_begin_);
     cudaEventDestroy(opt_end_);
-    snapshot_.reset();  // waits for a copy in flight before its pinned memory goes
-    state_.reset();     // waits for its communication stream before the memory goes
+    for (auto& snap : snapshots_) snap.reset();  // waits for a copy in flight before its pinned memory goes
+    state_.reset();                              // waits for its communication stream before the memory goes
     matmul_.reset();
     for (void* p : device_allocations_) cudaFree(p);
     for (void* p : host_allocations_) cudaFreeHost(p);
@@ -210,7 +210,7 @@ class CudaBackend final : public Backend {
     // What the backward pass did not hide of the reductions shows as the gap between its end and opt_begin_.
     state_->finish_reductions();
     CUDA_CHECK(cudaEventRecord(opt_begin_, stream_));
-    snapshot_->before_overwrite();  // a checkpoint's copy of the state must end before the update
+    before_overwrite();  // a checkpoint's or in-memory copy of the state must end before the update
     state_->update(s);
     CUDA_CHECK(cudaEventRecord(opt_end_, stream_));
     optimizer_timed_ = true;
@@ -268,23 +268,29 @@ class CudaBackend final : public Backend {
   }
 
   void write_state(StateBuffer which, size_t offset, size_t count, const float* in) override {
-    snapshot_->before_overwrite();  // a checkpoint's copy must end before its sources change
+    before_overwrite();  // a checkpoint's or in-memory copy must end before its sources change
     state_->write(which, offset, count, in);
   }
 
   // Checkpoint snapshots: pinned memory, and the copy on its own stream (cuda/state_snapshot.cuh).
-  float* snapshot_memory(size_t floats) override { return snapshot_->memory(floats); }
-  void snapshot_start(const std::vector<SnapshotPiece>& pieces, float* host) override {
+  float* snapshot_memory(SnapshotSlot slot, size_t floats) override { return snapshot(slot).memory(floats); }
+  void snapshot_start(SnapshotSlot slot, const std::vector<SnapshotPiece>& pieces, float* host) override {
     std::vector<CudaStateSnapshot::Copy> copies;
     for (const SnapshotPiece& p : pieces) {
       state_->device_ranges(p.buffer, p.offset, p.count, [&](size_t at, const float* src, size_t n) {
         copies.push_back({src, host + p.host_offset + (at - p.offset), n});
       });
     }
-    snapshot_->start(copies);
+    snapshot(slot).start(copies);
   }
-  void snapshot_wait() override { snapshot_->wait(); }
-  double snapshot_copy_seconds() const override { return snapshot_->copy_seconds(); }
+  void snapshot_wait(SnapshotSlot slot) override { snapshot(slot).wait(); }
+  double snapshot_copy_seconds(SnapshotSlot slot) const override {
+    return snapshots_[static_cast<int>(slot)]->copy_seconds();
+  }
+  CudaStateSnapshot& snapshot(SnapshotSlot slot) { return *snapshots_[static_cast<int>(slot)]; }
+  void before_overwrite() {
+    for (auto& snap : snapshots_) snap->before_overwrite();
+  }
 
   uint64_t memory_bytes() const override { return device_bytes_; }
 
@@ -657,7 +663,8 @@ class CudaBackend final : public Backend {
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t upload_done_[2] = {nullptr, nullptr};
-  std::unique_ptr<CudaStateSnapshot> snapshot_;  // checkpoint copies into pinned memory
+  // Checkpoint and in-memory copies into pinned memory, one per SnapshotSlot.
+  std::unique_ptr<CudaStateSnapshot> snapshots_[kSnapshotSlots];
   std::unique_ptr<Matmul> matmul_;
   std::vector<void*> device_allocations_, host_allocations_;
   size_t device_bytes_ = 0;

@@ -42,8 +42,13 @@ TEST(StateSnapshotCuda, TheCopyIsTheStateBeforeTheNextUpdate) {
   }
   CheckpointSnapshot snap = checkpoint_snapshot_pieces(gpu);
   ASSERT_EQ(snap.floats, 3 * n);
-  float* host = gpu.snapshot_memory(snap.floats);
-  gpu.snapshot_start(snap.pieces, host);
+  // Both slots at once (a checkpoint's and an in-memory copy's): each copy has its own memory and stream, and
+  // the update waits for both.
+  float* host = gpu.snapshot_memory(SnapshotSlot::kCheckpoint, snap.floats);
+  float* host2 = gpu.snapshot_memory(SnapshotSlot::kMemoryCopy, snap.floats);
+  ASSERT_NE(host, host2);
+  gpu.snapshot_start(SnapshotSlot::kCheckpoint, snap.pieces, host);
+  gpu.snapshot_start(SnapshotSlot::kMemoryCopy, snap.pieces, host2);
   // The next step, enqueued behind the copy: its update must wait for it.
   std::vector<int32_t> tokens(2 * 8);
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(i % 40);
@@ -51,9 +56,12 @@ TEST(StateSnapshotCuda, TheCopyIsTheStateBeforeTheNextUpdate) {
   gpu.forward_backward(tokens.data(), tokens.data(), 2, 1.0f);
   gpu.optimizer_step({.lr = 0.1, .step = 1});
   ASSERT_TRUE(gpu.step_stats().updated);
-  gpu.snapshot_wait();
+  gpu.snapshot_wait(SnapshotSlot::kCheckpoint);
+  gpu.snapshot_wait(SnapshotSlot::kMemoryCopy);
   for (size_t k = 0; k < 3; ++k) {
     EXPECT_EQ(std::vector<float>(host + k * n, host + (k + 1) * n), before[k]) << "buffer " << k;
+    EXPECT_EQ(std::vector<float>(host2 + k * n, host2 + (k + 1) * n), before[k])
+        << "memory copy, buffer " << k;
   }
   std::vector<float> after(n);
   gpu.read_state(StateBuffer::kParams, 0, n, after.data());
