@@ -116,6 +116,8 @@ const std::vector<Field>& fields() {
        [](Config& c) -> void* { return &c.train.memory_copy_every; }},
       {"train.memory_copy_async", FieldKind::kBool, 0, 0, false,
        [](Config& c) -> void* { return &c.train.memory_copy_async; }},
+      {"train.data_cursor_log", FieldKind::kBool, 0, 0, false,
+       [](Config& c) -> void* { return &c.train.data_cursor_log; }},
       {"train.pp_schedule",
        FieldKind::kString,
        0,

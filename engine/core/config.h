@@ -90,6 +90,10 @@ struct TrainConfig {
   // makes memory_copy_every = 1 affordable on a GPU (docs/PERF.md). false: each copy is written before the
   // next step starts, so the newest copy is always of the last multiple of memory_copy_every.
   bool memory_copy_async = false;
+  // The data-cursor log (engine/core/data_cursor_log.h): <out>/data_cursor.jsonl, about 150 bytes per rank
+  // per step, what the exactly-once check reads. false: not written (a long run's log grows without
+  // bound; the check then has nothing to read).
+  bool data_cursor_log = true;
   // Pipeline parallel (pp > 1, engine/core/parallel/pipeline_schedule.h): the order of each stage's
   // micro-batches, "gpipe" or "1f1b". The micro-batches are the gradient-accumulation ones: global_batch /
   // (dp x micro_batch) per step, so train.micro_batch sets their count.

@@ -21,10 +21,11 @@ using json = nlohmann::json;
 }  // namespace
 
 DataCursorLog::DataCursorLog(const std::string& out_dir, int rank, int dp, int dp_rank, int64_t from_step)
-    : path_((std::filesystem::path(out_dir) / kDataCursorLogFile).string()),
+    : path_(out_dir.empty() ? "" : (std::filesystem::path(out_dir) / kDataCursorLogFile).string()),
       rank_(rank),
       dp_(dp),
       dp_rank_(dp_rank) {
+  if (path_.empty()) return;  // off
   fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
   if (fd_ < 0) {
     warned_ = true;
@@ -56,6 +57,12 @@ void DataCursorLog::add(uint64_t global_index, uint64_t window) {
 }
 
 void DataCursorLog::step_done(int64_t step, uint64_t batch) {
+  if (fd_ < 0) {  // off, or unwritable (said once): nothing to hash
+    first_ = count_ = 0;
+    contiguous_ = true;
+    windows_.clear();
+    return;
+  }
   json line = {{"kind", "step"},
                {"step", step},
                {"rank", rank_},

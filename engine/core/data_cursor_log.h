@@ -36,7 +36,8 @@ class DataCursorLog {
  public:
   // Opens (creates) <out_dir>/data_cursor.jsonl and writes this process' start line at `from_step` (the
   // optimizer steps done when it begins). A log that cannot be written is said once on stderr and training
-  // goes on: it is an audit, not the state.
+  // goes on: it is an audit, not the state. out_dir "": off (train.data_cursor_log = false), nothing
+  // written.
   DataCursorLog(const std::string& out_dir, int rank, int dp, int dp_rank, int64_t from_step);
   ~DataCursorLog();
   DataCursorLog(const DataCursorLog&) = delete;

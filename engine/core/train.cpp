@@ -222,7 +222,7 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
   }
   progress.step.store(step);
   // Which samples this rank reads at each step, from here (engine/core/data_cursor_log.h).
-  DataCursorLog cursor_log(opt.out_dir, dims.rank, dp, dp_rank, step);
+  DataCursorLog cursor_log(c.train.data_cursor_log ? opt.out_dir : "", dims.rank, dp, dp_rank, step);
 
   const int64_t last_step = opt.max_steps >= 0 ? opt.max_steps : c.train.max_steps;
   TrainSummary summary;

@@ -9,6 +9,8 @@
 #include <string>
 
 #include "engine/core/sampler.h"
+#include "engine/core/train.h"
+#include "tests/engine/core/small_config.h"
 #include "tests/scratch_dir.h"
 
 namespace gantry {
@@ -124,6 +126,27 @@ TEST(DataCursorLog, ARollbackForgetsItsStepsAndTheSkippedBatchesAreNotDue) {
   EXPECT_TRUE(data_cursor_check(h.value(), 10, kGlobalBatch, {{6, 2}}).ok());
   EXPECT_THAT(data_cursor_check(h.value(), 10, kGlobalBatch, {}).message(),
               HasSubstr("step 7, rank 0 read batch 8"));
+}
+
+// train.data_cursor_log = false: a run writes no log (the check then has nothing to read); true, the
+// default: one line per step of the one rank, after its start line.
+TEST(DataCursorLog, TheConfigSwitchTurnsTheRunsLogOff) {
+  Config c = testing_support::small_config();
+  c.train.max_steps = 3;
+  for (bool on : {true, false}) {
+    c.train.data_cursor_log = on;
+    const std::string dir = testing_support::scratch_dir(on ? "cursor_on" : "cursor_off").string();
+    ASSERT_TRUE(train_run(c, {.out_dir = dir}, nullptr).ok());
+    const std::string path = dir + "/" + kDataCursorLogFile;
+    if (!on) {
+      EXPECT_FALSE(std::ifstream(path).good()) << path << " written with the log off";
+      continue;
+    }
+    Result<DataCursorHistory> h = data_cursor_read(dir);
+    ASSERT_TRUE(h.ok()) << h.error();
+    EXPECT_EQ(h->steps.size(), 3u);
+    EXPECT_EQ(h->starts, 1);
+  }
 }
 
 TEST(DataCursorLog, AnUnreadableLineIsNamed) {
