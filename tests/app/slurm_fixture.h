@@ -125,6 +125,7 @@ class SlurmCluster {
       const std::string n = "n" + std::to_string(i);
       Result<pid_t> d_pid = spawn({find_program("slurmd"), "-D", "-N", n}, dir / ("slurmd-" + n + ".out"));
       if (!d_pid.ok()) return d_pid.status();
+      slurmd_.push_back(d_pid.value());
     }
     const bool idle = wait_for(
         [&] {
@@ -218,8 +219,23 @@ class SlurmCluster {
       }
     }
     daemons_.clear();
+    slurmd_.clear();
     for (pid_t p : processes()) ::kill(p, SIGKILL);
     wait_for([&] { return processes().empty(); }, std::chrono::seconds(5));
+  }
+
+  // Kills node `k`'s slurmd (n1 is 1) with SIGKILL, as a crashed daemon: what it started (slurmstepd, the
+  // job's tasks) runs on. False when there is no such daemon.
+  bool kill_slurmd(int k) {
+    if (k < 1 || static_cast<size_t>(k) > slurmd_.size() || slurmd_[static_cast<size_t>(k) - 1] <= 0)
+      return false;
+    const pid_t pid = slurmd_[static_cast<size_t>(k) - 1];
+    ::kill(pid, SIGKILL);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    daemons_.erase(std::find(daemons_.begin(), daemons_.end(), pid));
+    slurmd_[static_cast<size_t>(k) - 1] = 0;
+    return true;
   }
 
   const std::string& conf() const { return conf_; }
@@ -308,6 +324,7 @@ class SlurmCluster {
   std::filesystem::path dir_;
   std::string conf_;
   std::vector<pid_t> daemons_;  // in start order: munged, slurmctld, the slurmd
+  std::vector<pid_t> slurmd_;   // n1's, n2's ...; 0 once killed
 };
 
 }  // namespace gantry::testing_support

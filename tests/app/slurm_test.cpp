@@ -79,17 +79,29 @@ class Slurm : public ::testing::Test {
     return s.empty() || s == "PENDING" || s == "RUNNING" || s == "CONFIGURING";
   }
 
-  // The job's end: its Slurm state once it left the queue.
-  std::pair<std::string, int> wait_job(const std::string& id, std::chrono::seconds limit) {
+  // The job's end: its Slurm state once it left the queue. `completing_ends`: COMPLETING counts as the end
+  // (its batch script has exited; a node whose slurmd is dead holds the job there until it is marked down).
+  std::pair<std::string, int> wait_job(const std::string& id, std::chrono::seconds limit,
+                                       bool completing_ends = false) {
     std::pair<std::string, int> s;
     SlurmCluster::wait_for(
         [&] {
           s = slurm_.job_state(id);
           return s.first != "PENDING" && s.first != "RUNNING" && s.first != "CONFIGURING" &&
-                 s.first != "COMPLETING" && !s.first.empty();
+                 (completing_ends || s.first != "COMPLETING") && !s.first.empty();
         },
         limit);
     return s;
+  }
+
+  // The pid of node `node`'s agent (the srun task that says SLURMD_NODENAME=node); 0 if none.
+  pid_t agent_of(const std::string& node) const {
+    for (pid_t p : slurm_.processes("slurm-agent")) {
+      std::string env = slurp("/proc/" + std::to_string(p) + "/environ");
+      std::replace(env.begin(), env.end(), '\0', '\n');
+      if (("\n" + env + "\n").find("\nSLURMD_NODENAME=" + node + "\n") != std::string::npos) return p;
+    }
+    return 0;
   }
 
   // The job's coordinator endpoint, from the files `gantry-engine slurm` wrote into the job's folder.
@@ -281,6 +293,73 @@ TEST_F(Slurm, DrainedNodeMovesToSpare) {
   EXPECT_THAT(where, ::testing::Not(HasSubstr("n2")));
   const std::map<int64_t, double> got = losses(*api, run);
   for (int64_t k = 1; k <= kSteps; ++k) EXPECT_TRUE(got.count(k)) << "step " << k << " missing";
+}
+
+// Three nodes for a 2-node layout, and n2 crashes mid-run: its slurmd and its agent killed with SIGKILL
+// (its workers die with the agent). The step's other agents run on (--no-kill, --kill-on-bad-exit=0), the
+// coordinator declares n2 lost, and the run recovers onto n1 and the spare n3 from its newest checkpoint,
+// at the same dp, and finishes.
+TEST_F(Slurm, CrashedNodeIsLostAndTheSpareTakesItsRanks) {
+  constexpr int64_t kSteps = 30;
+  const fs::path cfg = tiny_config(kSteps);
+  ASSERT_NO_FATAL_FAILURE(start_slurm(3));
+  const std::string job = sbatch(
+      3,
+      cfg.string() + " --nodes 2 --slots 2 --host 127.0.0.1 --submit-json '{\"checkpoint_every_steps\": 5}'",
+      "GANTRY_TEST_WORKER_FAULT=0:slow_forward:100");
+  ASSERT_FALSE(job.empty());
+  ASSERT_TRUE(
+      SlurmCluster::wait_for([&] { return fs::exists(dir_ / "job" / "run_id") || !job_running(job); }, 90s));
+  ASSERT_TRUE(fs::exists(dir_ / "job" / "run_id")) << "the run was not submitted";
+  const auto [url, token] = endpoint();
+  ApiClient live({.url = url, .token = token});
+  const int64_t run = std::stoll(slurp((dir_ / "job" / "run_id").string()));
+  ASSERT_TRUE(SlurmCluster::wait_for(
+      [&] {
+        Result<json> r = live.run(run);
+        return (r.ok() && r->value("last_step", int64_t{-1}) >= 7) || !job_running(job);
+      },
+      90s));
+  const pid_t n1 = agent_of("n1"), n2 = agent_of("n2"), n3 = agent_of("n3");
+  ASSERT_GT(n1, 0);
+  ASSERT_GT(n2, 0);
+  ASSERT_GT(n3, 0);
+  ASSERT_TRUE(slurm_.kill_slurmd(2));
+  ASSERT_EQ(::kill(n2, SIGKILL), 0);
+
+  ASSERT_TRUE(SlurmCluster::wait_for(
+      [&] {
+        Result<json> r = live.run(run);
+        return (r.ok() && r->value("restarts", 0) >= 1) || !job_running(job);
+      },
+      60s));
+  // The survivors' agents were left running by Slurm: the same processes as before the crash.
+  EXPECT_EQ(::kill(n1, 0), 0);
+  EXPECT_EQ(::kill(n3, 0), 0);
+
+  const auto [state, code] = wait_job(job, 180s, /*completing_ends=*/true);
+  EXPECT_THAT(state, ::testing::AnyOf("COMPLETED", "COMPLETING")) << slurp((dir_ / "job.out").string());
+  EXPECT_EQ(code, 0);
+  EXPECT_THAT(slurp((dir_ / "job.out").string()), HasSubstr("finished at step 30"));
+
+  std::unique_ptr<ApiClient> api;
+  EngineChild coordinator = reopen(&api);
+  const json r = run_json(*api, run);
+  EXPECT_EQ(r.value("state", ""), "finished") << r.dump();
+  EXPECT_EQ(r.value("layout", json::object()).value("dp", 0), 4) << "the spare kept the run at its dp";
+  testing_support::Outcome ev =
+      testing_support::run_engine("ctl --json --url " + api->http().options().url + " --token-file " +
+                                  (dir_ / "job" / "token").string() + " events " + std::to_string(run));
+  ASSERT_EQ(ev.code, 0) << ev.err;
+  std::vector<json> placed;
+  std::istringstream lines(ev.out);
+  for (std::string line; std::getline(lines, line);) {
+    const json e = json::parse(line, nullptr, false);
+    if (e.is_object() && e.value("kind", "") == "recovery_placed") placed.push_back(e);
+  }
+  ASSERT_EQ(placed.size(), 1u) << ev.out;
+  EXPECT_THAT(placed[0].value("message", ""), HasSubstr("node lost"));
+  EXPECT_THAT(placed[0].value("message", ""), HasSubstr("n3"));
 }
 
 }  // namespace
