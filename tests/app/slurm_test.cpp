@@ -295,6 +295,47 @@ TEST_F(Slurm, DrainedNodeMovesToSpare) {
   for (int64_t k = 1; k <= kSteps; ++k) EXPECT_TRUE(got.count(k)) << "step " << k << " missing";
 }
 
+// The time limit's or an operator's SIGTERM to the batch step (the script's --signal=B:TERM@300, or
+// `scancel --batch --signal=TERM`): the run checkpoints and stops, the job exits with 130, nothing is left.
+TEST_F(Slurm, TermToTheBatchStepStopsTheRunWithACheckpoint) {
+  const fs::path cfg = tiny_config(100000);
+  ASSERT_NO_FATAL_FAILURE(start_slurm(2));
+  const std::string job =
+      sbatch(2, cfg.string() + " --slots 2 --host 127.0.0.1", "GANTRY_TEST_WORKER_FAULT=0:slow_forward:100");
+  ASSERT_FALSE(job.empty());
+  ASSERT_TRUE(
+      SlurmCluster::wait_for([&] { return fs::exists(dir_ / "job" / "run_id") || !job_running(job); }, 90s));
+  ASSERT_TRUE(fs::exists(dir_ / "job" / "run_id")) << "the run was not submitted";
+  const auto [url, token] = endpoint();
+  ApiClient live({.url = url, .token = token});
+  const int64_t run = std::stoll(slurp((dir_ / "job" / "run_id").string()));
+  ASSERT_TRUE(SlurmCluster::wait_for(
+      [&] {
+        Result<json> r = live.run(run);
+        return (r.ok() && r->value("last_step", int64_t{-1}) >= 3) || !job_running(job);
+      },
+      90s));
+  testing_support::Outcome term = slurm_.sh("scancel --batch --signal=TERM " + job);
+  ASSERT_EQ(term.code, 0) << term.err;
+
+  const auto [state, code] = wait_job(job, 120s);
+  EXPECT_EQ(state, "FAILED") << slurp((dir_ / "job.out").string());
+  EXPECT_EQ(code, 130);
+  EXPECT_THAT(slurp((dir_ / "job.out").string()), HasSubstr("checkpoints and stops"));
+  EXPECT_TRUE(SlurmCluster::wait_for([&] { return slurm_.processes("gantry-engine").empty(); }, 20s));
+
+  std::unique_ptr<ApiClient> api;
+  EngineChild coordinator = reopen(&api);
+  const json r = run_json(*api, run);
+  EXPECT_EQ(r.value("state", ""), "stopped") << r.dump();
+  Result<json> ckpts = api->checkpoints(run);
+  ASSERT_TRUE(ckpts.ok()) << ckpts.error();
+  bool committed = false;
+  for (const json& c : ckpts->value("checkpoints", json::array()))
+    committed = committed || c.value("state", "") == "committed";
+  EXPECT_TRUE(committed) << ckpts->dump();
+}
+
 // Three nodes for a 2-node layout, and n2 crashes mid-run: its slurmd and its agent killed with SIGKILL
 // (its workers die with the agent). The step's other agents run on (--no-kill, --kill-on-bad-exit=0), the
 // coordinator declares n2 lost, and the run recovers onto n1 and the spare n3 from its newest checkpoint,
