@@ -147,6 +147,52 @@ class Slurm : public ::testing::Test {
   SlurmCluster slurm_;
 };
 
+// Bad input, refused before anything starts, each naming what is wrong and what would be right (no Slurm
+// needed: the variables are set by hand).
+TEST(SlurmCommand, RefusesWhatCannotWorkNamingTheFix) {
+  const fs::path dir = testing_support::scratch_dir("input");
+  const std::string cfg = GANTRY_TINY_CONFIG;
+  for (const char* v : {"SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES", "SLURM_NNODES",
+                        "SLURM_NODEID", "SLURM_GPUS_ON_NODE", "SLURMD_NODENAME"})
+    ::unsetenv(v);
+  testing_support::Outcome o = testing_support::run_engine("slurm --config " + cfg);
+  EXPECT_EQ(o.code, 2);
+  EXPECT_THAT(o.err, HasSubstr("not inside a Slurm allocation"));
+
+  ::setenv("SLURM_JOB_ID", "7", 1);
+  ::setenv("SLURM_JOB_NODELIST", "n[1-2]", 1);
+  ::setenv("SLURM_JOB_NUM_NODES", "2", 1);
+  o = testing_support::run_engine("slurm --config " + cfg + " --nodes 3 --dir " + (dir / "job").string());
+  EXPECT_EQ(o.code, 2);
+  EXPECT_THAT(o.err,
+              HasSubstr("--nodes 3 is more than the job's 2 nodes (n[1-2]): ask sbatch for --nodes=3"));
+  o = testing_support::run_engine("slurm --config " + cfg + " --submit-json '[1]' --dir " +
+                                  (dir / "job").string());
+  EXPECT_EQ(o.code, 2);
+  EXPECT_THAT(o.err, HasSubstr("is not a JSON object"));
+  o = testing_support::run_engine("slurm --config " + (dir / "none.toml").string() + " --dir " +
+                                  (dir / "job").string());
+  EXPECT_EQ(o.code, 2);
+  EXPECT_THAT(o.err, HasSubstr("is missing or empty"));
+  o = testing_support::run_engine("slurm --config " + cfg + " --coordinator http://127.0.0.1:1 --dir " +
+                                  (dir / "job").string());
+  EXPECT_EQ(o.code, 2);
+  EXPECT_THAT(o.err, HasSubstr("--coordinator needs --token-file"));
+
+  ASSERT_TRUE(token_file_write((dir / "token").string(), "t0ken-for-the-agent-test").ok());
+  const std::string agent = "slurm-agent --coordinator http://127.0.0.1:1 --token-file " +
+                            (dir / "token").string() + " --dir " + (dir / "agents").string();
+  o = testing_support::run_engine(agent);
+  EXPECT_EQ(o.code, 2);
+  EXPECT_THAT(o.err, HasSubstr("SLURM_NODEID is not set: run it as an srun task"));
+  ::setenv("SLURM_NODEID", "0", 1);
+  ::setenv("SLURMD_NODENAME", "n1", 1);
+  o = testing_support::run_engine(agent);
+  EXPECT_EQ(o.code, 2);
+  EXPECT_THAT(o.err, HasSubstr("n1: no GPUs from Slurm (SLURM_GPUS_ON_NODE is not set): ask sbatch for "
+                               "--gpus-per-node=N (or --gres=gpu:N), or give --slots N"));
+}
+
 // The fixture itself: one srun step spans both loopback nodes, each task told which node it is.
 TEST_F(Slurm, FixtureSpansTwoNodes) {
   ASSERT_NO_FATAL_FAILURE(start_slurm(2));
