@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -24,6 +25,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <string_view>
 #include <thread>
 
 #include "app/commands.h"
@@ -439,13 +441,20 @@ int slurm_agent_main(const SlurmAgentArgs& a) {
     ::close(fd);
   }
   const bool spare = a.layout_nodes > 0 && std::atoi(node_id) >= a.layout_nodes;
-  // Slots: the GPUs Slurm gave this node (--gpus-per-node, --gres=gpu:N), else --slots (CPU ranks).
+  // Slots: --slots (CPU ranks), else the GPUs Slurm gave this node (--gpus-per-node, --gres=gpu:N):
+  // SLURM_GPUS_ON_NODE, else the devices its GRES plugin put in CUDA_VISIBLE_DEVICES (older set-ups). The
+  // agent's workers get one of those devices each (gang.h).
   int slots = a.slots;
   if (slots == 0) slots = slurm_int("SLURM_GPUS_ON_NODE");
+  if (const char* cvd = std::getenv("CUDA_VISIBLE_DEVICES");
+      slots == 0 && cvd != nullptr && *cvd != '\0' && std::string_view(cvd) != "NoDevFiles") {
+    slots = 1 + static_cast<int>(std::count(cvd, cvd + std::strlen(cvd), ','));
+  }
   if (slots == 0) {
     std::fprintf(
         stderr,
-        "gantry-engine slurm-agent %s: no GPUs from Slurm (SLURM_GPUS_ON_NODE is not set): ask sbatch "
+        "gantry-engine slurm-agent %s: no GPUs from Slurm (SLURM_GPUS_ON_NODE and CUDA_VISIBLE_DEVICES are "
+        "not set): ask sbatch "
         "for --gpus-per-node=N (or --gres=gpu:N), or give --slots N for CPU ranks\n",
         node.c_str());
     return kExitBadInput;

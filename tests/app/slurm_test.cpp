@@ -153,7 +153,7 @@ TEST(SlurmCommand, RefusesWhatCannotWorkNamingTheFix) {
   const fs::path dir = testing_support::scratch_dir("input");
   const std::string cfg = GANTRY_TINY_CONFIG;
   for (const char* v : {"SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES", "SLURM_NNODES",
-                        "SLURM_NODEID", "SLURM_GPUS_ON_NODE", "SLURMD_NODENAME"})
+                        "SLURM_NODEID", "SLURM_GPUS_ON_NODE", "SLURMD_NODENAME", "CUDA_VISIBLE_DEVICES"})
     ::unsetenv(v);
   testing_support::Outcome o = testing_support::run_engine("slurm --config " + cfg);
   EXPECT_EQ(o.code, 2);
@@ -189,8 +189,9 @@ TEST(SlurmCommand, RefusesWhatCannotWorkNamingTheFix) {
   ::setenv("SLURMD_NODENAME", "n1", 1);
   o = testing_support::run_engine(agent);
   EXPECT_EQ(o.code, 2);
-  EXPECT_THAT(o.err, HasSubstr("n1: no GPUs from Slurm (SLURM_GPUS_ON_NODE is not set): ask sbatch for "
-                               "--gpus-per-node=N (or --gres=gpu:N), or give --slots N"));
+  EXPECT_THAT(o.err,
+              HasSubstr("n1: no GPUs from Slurm (SLURM_GPUS_ON_NODE and CUDA_VISIBLE_DEVICES are not "
+                        "set): ask sbatch for --gpus-per-node=N (or --gres=gpu:N), or give --slots N"));
 }
 
 // The fixture itself: one srun step spans both loopback nodes, each task told which node it is.
