@@ -233,12 +233,31 @@ int slurm_main(const SlurmArgs& a) {
     }
     const std::string host = a.host.empty() ? host_name() : a.host;
     fs::remove(url_file, ec);
-    Result<pid_t> c =
-        spawn_child({self, "coordinator", "--dir", (dir / "coordinator").string(), "--host", host,
-                     "--rendezvous-host", host, "--port", std::to_string(a.port), "--token-file",
-                     token_file.string(), "--agent-token-file", agent_token_file.string(), "--url-file",
-                     url_file.string(), "--node-timeout", json(a.node_timeout_s).dump()},
-                    dir / "coordinator.log");
+    // Under `up`'s supervisor: a coordinator that dies is started again on the same folder and port, and
+    // re-adopts the gangs the agents kept (docs/CLUSTER.md, "Restarts").
+    Result<pid_t> c = spawn_child({self,
+                                   "coordinator-supervisor",
+                                   "--dir",
+                                   dir.string(),
+                                   "--",
+                                   "coordinator",
+                                   "--dir",
+                                   (dir / "coordinator").string(),
+                                   "--host",
+                                   host,
+                                   "--rendezvous-host",
+                                   host,
+                                   "--port",
+                                   std::to_string(a.port),
+                                   "--token-file",
+                                   token_file.string(),
+                                   "--agent-token-file",
+                                   agent_token_file.string(),
+                                   "--url-file",
+                                   url_file.string(),
+                                   "--node-timeout",
+                                   json(a.node_timeout_s).dump()},
+                                  dir / "coordinator-supervisor.log");
     if (!c.ok()) {
       say(c.error());
       return kExitFailed;

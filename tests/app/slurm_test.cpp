@@ -383,6 +383,40 @@ TEST_F(Slurm, TermToTheBatchStepStopsTheRunWithACheckpoint) {
   EXPECT_TRUE(committed) << ckpts->dump();
 }
 
+// The job's coordinator killed with SIGKILL mid-run: its supervisor starts it again on the same port, it
+// re-adopts the gang the agents kept, and the run finishes.
+TEST_F(Slurm, AKilledCoordinatorIsStartedAgainAndTheRunFinishes) {
+  constexpr int64_t kSteps = 30;
+  const fs::path cfg = tiny_config(kSteps);
+  ASSERT_NO_FATAL_FAILURE(start_slurm(2));
+  const std::string job =
+      sbatch(2, cfg.string() + " --slots 2 --host 127.0.0.1", "GANTRY_TEST_WORKER_FAULT=0:slow_forward:100");
+  ASSERT_FALSE(job.empty());
+  ASSERT_TRUE(
+      SlurmCluster::wait_for([&] { return fs::exists(dir_ / "job" / "run_id") || !job_running(job); }, 90s));
+  ASSERT_TRUE(fs::exists(dir_ / "job" / "run_id")) << "the run was not submitted";
+  const auto [url, token] = endpoint();
+  ApiClient live({.url = url, .token = token});
+  const int64_t run = std::stoll(slurp((dir_ / "job" / "run_id").string()));
+  ASSERT_TRUE(SlurmCluster::wait_for(
+      [&] {
+        Result<json> r = live.run(run);
+        return (r.ok() && r->value("last_step", int64_t{-1}) >= 5) || !job_running(job);
+      },
+      90s));
+  const pid_t coordinator = static_cast<pid_t>(std::stol(slurp((dir_ / "job" / "coordinator.pid").string())));
+  ASSERT_GT(coordinator, 0);
+  ASSERT_EQ(::kill(coordinator, SIGKILL), 0);
+
+  const auto [state, code] = wait_job(job, 180s);
+  ASSERT_EQ(state, "COMPLETED") << slurp((dir_ / "job.out").string());
+  EXPECT_EQ(code, 0);
+  EXPECT_THAT(slurp((dir_ / "job.out").string()), HasSubstr("finished at step 30"));
+  EXPECT_THAT(slurp((dir_ / "job" / "coordinator-supervisor.log").string()),
+              HasSubstr("was killed by signal 9"));
+  EXPECT_TRUE(SlurmCluster::wait_for([&] { return slurm_.processes("gantry-engine").empty(); }, 20s));
+}
+
 // Three nodes for a 2-node layout, and n2 crashes mid-run: its slurmd and its agent killed with SIGKILL
 // (its workers die with the agent). The step's other agents run on (--no-kill, --kill-on-bad-exit=0), the
 // coordinator declares n2 lost, and the run recovers onto n1 and the spare n3 from its newest checkpoint,
