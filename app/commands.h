@@ -22,5 +22,6 @@ void worker_command_add(CLI::App& app, int* exit_code);  // one rank, as run (or
 // The control plane (built where cpp-httplib, libcurl and SQLite are: GANTRY_HAVE_CONTROL).
 void cluster_commands_add(CLI::App& app, int* exit_code);  // coordinator, agent, up, down
 void ctl_command_add(CLI::App& app, int* exit_code);       // the API from a terminal
+void slurm_commands_add(CLI::App& app, int* exit_code);    // slurm, slurm-agent: a Slurm job as the gang
 
 }  // namespace gantry

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
 #ifdef GANTRY_HAVE_CONTROL
   gantry::cluster_commands_add(app, &exit_code);
   gantry::ctl_command_add(app, &exit_code);
+  gantry::slurm_commands_add(app, &exit_code);
 #endif
   try {
     app.parse(argc, argv);

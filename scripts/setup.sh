@@ -19,6 +19,8 @@ packages=(
   # scripts/fuzz.sh: clang and its runtimes (libFuzzer, ASan, UBSan) for the fuzz targets in tests/fuzz.
   clang libclang-rt-14-dev
   clang-format                           # scripts/format.sh --check (CI): the one formatter version
+  # tests/app/slurm_test.cpp: a real Slurm cluster on loopback (munged, slurmctld, slurmd, the clients).
+  slurmctld slurmd slurm-client munge
 )
 
 missing=()
