@@ -60,6 +60,18 @@ TEST(TensorParallelCheck, RefusesAVocabularyNotDivisibleByTp) {
   EXPECT_TRUE(tensor_parallel_check(m, dims(2, 2, 1), "cpu").ok());  // tp 1 takes any vocabulary
 }
 
+TEST(TensorParallelCheck, SequenceParallelRefusesASequenceNotDivisibleByTp) {
+  ModelConfig m = tiny_model();
+  m.seq_len = 18;  // tp 4 divides the heads, the MLP and the vocabulary, not 18 positions
+  EXPECT_TRUE(tensor_parallel_check(m, dims(4, 1, 4), "cpu").ok());  // without sequence parallelism
+  Status s = tensor_parallel_check(m, dims(4, 1, 4), "cpu", /*sequence_parallel=*/true);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), HasSubstr("tp 4 with train.sequence_parallel does not divide model.seq_len 18"));
+  EXPECT_THAT(s.message(), HasSubstr("a seq_len that is a multiple of 4"));
+  EXPECT_TRUE(tensor_parallel_check(m, dims(2, 1, 2), "cpu", true).ok());  // 18 = 2 x 9
+  EXPECT_TRUE(tensor_parallel_check(m, dims(4, 4, 1), "cpu", true).ok());  // no tp: nothing to split
+}
+
 TEST(TensorParallelCheck, LeavesPipelineToItsOwnCheckAndRefusesTheCudaBackend) {
   // pp is pipeline_check's (parallel/pipeline_schedule.h, tested in pipeline_schedule_test).
   EXPECT_TRUE(tensor_parallel_check(tiny_model(), dims(2, 1, 1, 2), "cpu").ok());
@@ -83,6 +95,15 @@ TEST(TensorParallelCheck, TheTrainLoopRefusesABadLayoutBeforeBuildingAnything) {
       train_run(c.value(), {.out_dir = testing_support::fresh_dir("tp3"), .dist = &ctx}, nullptr);
   ASSERT_FALSE(s.ok());
   EXPECT_THAT(s.error(), HasSubstr("tp 3 does not divide model.n_head 4"));
+  // Sequence parallelism with tp 3 of 64 positions (heads fixed to split): refused the same way.
+  Config sp = c.value();
+  sp.model.n_head = 3;
+  sp.model.n_embd = 48;
+  sp.model.vocab_size = 255;
+  sp.train.sequence_parallel = true;
+  s = train_run(sp, {.out_dir = testing_support::fresh_dir("tp3_sp"), .dist = &ctx}, nullptr);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.error(), HasSubstr("tp 3 with train.sequence_parallel does not divide model.seq_len 64"));
   // A checkpoint cadence under tp > 1 is no longer refused (tensor_parallel_checkpoint_test.cpp): this
   // context fails only for want of its communicators.
   c->train.checkpoint_every = 5;
