@@ -91,7 +91,7 @@ TEST_P(TensorParallel, MatchesOneProcessWithinTolerance) {
 INSTANTIATE_TEST_SUITE_P(Layouts, TensorParallel,
                          ::testing::Values(Layout{1, 2, 0, false}, Layout{1, 4, 0, false},
                                            Layout{2, 2, 1, false}, Layout{1, 2, 0, true},
-                                           Layout{1, 4, 0, true}),
+                                           Layout{1, 4, 0, true}, Layout{2, 2, 3, true}),
                          [](const ::testing::TestParamInfo<Layout>& i) {
                            return "dp" + std::to_string(i.param.dp) + "_tp" + std::to_string(i.param.tp) +
                                   "_zero" + std::to_string(i.param.zero) + (i.param.sp ? "_sp" : "");
