@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/core/gpt.h"
+#include "engine/core/parallel/pipeline_schedule.h"
 #include "engine/core/train.h"
 #include "tests/engine/core/small_config.h"
 
@@ -157,6 +158,33 @@ TEST(TensorParallelSplit, SharesOfEveryRankRebuildTheWholeModel) {
   const TensorInfo& we = *whole.find("wte");
   const TensorInfo& le = *two.find("wte");
   EXPECT_EQ(share[le.offset], full[we.offset + 128 * 64]);
+}
+
+// tp x pp: a stage's table holds only its tensors, each the tp rank's share with its place in the whole.
+TEST(TensorParallelSplit, AStageTableKeepsTheStagesTensorsWithTheirShares) {
+  const ModelConfig m = tiny_model();  // 2 layers: at pp 2 stage 0 has wte, wpe and h.0; stage 1 h.1 and lnf
+  const PipelinePartition part = pipeline_partition(m, 2);
+  const TensorTable whole = tensor_parallel_table(m, 2, 1);
+  for (int stage = 0; stage < 2; ++stage) {
+    const TensorTable plain = pipeline_stage_table(m, part, stage);
+    const TensorTable t = tensor_parallel_stage_table(m, 2, 1, plain);
+    ASSERT_EQ(t.size(), plain.size());
+    size_t numel = 0;
+    for (size_t i = 0; i < t.size(); ++i) {
+      const TensorInfo& w = whole.at(t[i].name);
+      EXPECT_EQ(t[i].name, plain[i].name);
+      EXPECT_EQ(t[i].shape, w.shape) << t[i].name;  // the tp share's shape
+      EXPECT_EQ(t[i].share.offset, w.share.offset) << t[i].name;
+      EXPECT_EQ(t[i].share.width, w.share.width) << t[i].name;
+      EXPECT_EQ(t[i].share.replicas, w.share.replicas) << t[i].name;
+      numel += w.numel;
+    }
+    EXPECT_EQ(t.numel(), numel);
+  }
+  EXPECT_NE(tensor_parallel_stage_table(m, 2, 1, pipeline_stage_table(m, part, 0)).find("wte"), nullptr);
+  EXPECT_EQ(tensor_parallel_stage_table(m, 2, 1, pipeline_stage_table(m, part, 1)).find("wte"), nullptr);
+  EXPECT_EQ(tensor_parallel_stage_table(m, 2, 1, pipeline_stage_table(m, part, 0)).at("wte").shape,
+            (std::vector<int64_t>{128, 64}));  // vocab-parallel: half of the 256 token rows
 }
 
 // What a checkpoint writes: each tensor of a tp rank's table says where its share lies in the whole one.
