@@ -80,8 +80,9 @@ int run_main(const RunArgs& a) {
   }
   Result<ParallelDims> dims = ParallelDims::make(
       {.world = a.nproc, .rank = 0, .dp = a.nproc / (a.tp * a.pp), .tp = a.tp, .pp = a.pp, .zero = a.zero});
-  Status layout =
-      dims.ok() ? tensor_parallel_check(cfg->model, dims.value(), cfg->train.backend) : dims.status();
+  Status layout = dims.ok() ? tensor_parallel_check(cfg->model, dims.value(), cfg->train.backend,
+                                                    cfg->train.sequence_parallel)
+                            : dims.status();
   if (layout.ok()) layout = train_layout_check(cfg.value(), dims->dp);
   if (layout.ok()) {
     // The pipeline's micro-batches are the gradient-accumulation ones (train.cpp).

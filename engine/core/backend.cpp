@@ -34,6 +34,11 @@ Result<std::unique_ptr<Backend>> backend_create(const std::string& kind, const M
                            std::to_string(m.n_head) + ", the MLP width " + std::to_string(4 * m.n_embd) +
                            " and model.vocab_size " + std::to_string(m.vocab_size));
     }
+    if (options.tp != nullptr && options.sequence_parallel && m.seq_len % options.tp->size() != 0) {
+      return Status::error("tp " + std::to_string(options.tp->size()) +
+                           " with sequence parallelism must divide model.seq_len " +
+                           std::to_string(m.seq_len));
+    }
     if (options.pp != nullptr && options.pp->size() > 1)
       return backend_cpu_pipeline_create(m, max_batch, options);
     return backend_cpu_create(m, max_batch, options);

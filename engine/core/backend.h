@@ -211,6 +211,8 @@ struct BackendOptions {
   // Tensor parallel (cpu backend only; parallel/tensor_parallel.h): the tp axis' communicator (null at tp 1).
   // The backend then holds gpt_param_table(m, tp): params() is this tp rank's share of the model.
   Communicator* tp = nullptr;
+  // Sequence parallelism over the tp axis (train.sequence_parallel; needs seq_len a multiple of tp).
+  bool sequence_parallel = false;
   // Pipeline parallel (cpu backend only; parallel/pipeline_schedule.h): the pp axis' communicator (null at
   // pp 1) and train.pp_schedule. The backend then holds its stage's tensors (pipeline_stage_table).
   Communicator* pp = nullptr;

@@ -125,6 +125,8 @@ const std::vector<Field>& fields() {
        false,
        [](Config& c) -> void* { return &c.train.pp_schedule; },
        {"gpipe", "1f1b"}},
+      {"train.sequence_parallel", FieldKind::kBool, 0, 0, false,
+       [](Config& c) -> void* { return &c.train.sequence_parallel; }},
       {"data.kind",
        FieldKind::kString,
        0,

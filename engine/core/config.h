@@ -98,6 +98,11 @@ struct TrainConfig {
   // micro-batches, "gpipe" or "1f1b". The micro-batches are the gradient-accumulation ones: global_batch /
   // (dp x micro_batch) per step, so train.micro_batch sets their count.
   std::string pp_schedule = "1f1b";
+  // Sequence parallelism (tp > 1, engine/core/parallel/tensor_parallel.h): the LayerNorm and residual
+  // regions hold only this tp rank's share of each sequence (seq_len / tp positions), the row-parallel
+  // layers' all-reduce becomes a reduce-scatter and the column-parallel layers' input an all-gather
+  // (Megatron-LM SP). seq_len must be a multiple of tp. No effect at tp 1.
+  bool sequence_parallel = false;
 };
 
 // train.collective_timeout_s's range, shared with the flags that override it.

@@ -99,7 +99,9 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
   Communicator* gang_comm =
       gang_ctx == nullptr ? nullptr : (gang_ctx->world != nullptr ? gang_ctx->world : gang_ctx->dp);
   if (opt.dist != nullptr) {
-    if (Status s = tensor_parallel_check(c.model, opt.dist->dims, c.train.backend); !s.ok()) return s;
+    if (Status s = tensor_parallel_check(c.model, opt.dist->dims, c.train.backend, c.train.sequence_parallel);
+        !s.ok())
+      return s;
     if (opt.dist->dims.pp > 1 && !opt.resume.empty()) {
       return Status::error("pp " + std::to_string(opt.dist->dims.pp) +
                            ": a pipeline cannot resume from a checkpoint in this build (its stages write "
@@ -152,6 +154,7 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
                       .deterministic = c.train.deterministic,
                       .dp = dist != nullptr ? dist->dp : nullptr,
                       .tp = dist != nullptr && dims.tp > 1 ? dist->tp : nullptr,
+                      .sequence_parallel = c.train.sequence_parallel,
                       .pp = dist != nullptr && dims.pp > 1 ? dist->pp : nullptr,
                       .pp_schedule = c.train.pp_schedule,
                       .zero = dims.zero,
@@ -195,7 +198,15 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
       const TensorTable whole = gpt_param_table(c.model);
       std::vector<float> all(whole.numel());
       gpt_init_params(c.model, whole, rng.next_u64(), all.data());
-      tensor_parallel_slice(c.model, dims.tp, dims.tp_rank(), all.data(), init.data());
+      if (dims.pp > 1) {
+        // tp x pp: the tp share, then the stage's tensors of it.
+        const TensorTable tp_whole = gpt_param_table(c.model, dims.tp);
+        std::vector<float> tp_share(tp_whole.numel());
+        tensor_parallel_slice(c.model, dims.tp, dims.tp_rank(), all.data(), tp_share.data());
+        pipeline_slice(tp_whole, tp_share.data(), table, init.data());
+      } else {
+        tensor_parallel_slice(c.model, dims.tp, dims.tp_rank(), all.data(), init.data());
+      }
     } else if (dims.pp > 1) {
       // The same for a pipeline stage: its tensors cut out of the whole model.
       const TensorTable whole = gpt_param_table(c.model);
@@ -247,7 +258,8 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
                         std::to_string(pipeline_bubble_formula(dims.pp, 1, accum)) + " | " +
                         pipeline_partition(c.model, dims.pp).describe();
       }
-      summary_text += "\nlayout " + dims.describe() + " | " +
+      summary_text += "\nlayout " + dims.describe() +
+                      (dims.tp > 1 && c.train.sequence_parallel ? ", sequence parallel" : "") + " | " +
                       shard_memory_text(shard_plan_make(table, dp, dp_rank, dims.zero, bucket_bytes)) + "\n" +
                       sdc.describe();
       if (backend->name() != "cpu") {

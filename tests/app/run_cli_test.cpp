@@ -629,6 +629,34 @@ TEST(RunCli, PipelineLayoutsAreCheckedAndPp2Trains) {
   EXPECT_THAT(run.err(), HasSubstr("done: step 3"));
 }
 
+// tp x pp x dp (3D) through the launcher and the worker runtime's communicators (one per group of each
+// axis, ParallelDims::comm_prefix): 8 ranks train; sequence parallelism under pp is refused before any
+// worker starts, naming the layout.
+TEST(RunCli, ThreeDimensionalLayoutTrainsAndSequenceParallelUnderPpIsRefused) {
+  const std::string dir = fresh_dir("tp_pp_dp");
+  std::ifstream in(write_config(dir, 3, true));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  text.replace(text.find("n_layer = 1"), 11, "n_layer = 2");
+  text.replace(text.find("micro_batch = 2"), 15, "micro_batch = 1");  // 2 micro-batches per dp rank: 1F1B
+  const std::string cfg = dir + "/3d.toml";
+  std::ofstream(cfg) << text;
+  std::string sp_text = text;
+  sp_text.replace(sp_text.find("[train]\n"), 8, "[train]\nsequence_parallel = true\n");
+  const std::string sp_cfg = dir + "/sp.toml";
+  std::ofstream(sp_cfg) << sp_text;
+  testing_support::Outcome r = testing_support::run_engine("run --nproc 4 --tp 2 --pp 2 --config " + sp_cfg);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("tp 2 x pp 2 with train.sequence_parallel"));
+
+  EngineChild run = EngineChild::start({"run", "--nproc", "8", "--tp", "2", "--pp", "2", "--zero", "1",
+                                        "--config", cfg, "--out", dir + "/run"});
+  EngineChild::Exit e = run.wait(120s);
+  ASSERT_EQ(e.code, 0) << run.err();
+  EXPECT_THAT(run.err(), HasSubstr("dp 2 x tp 2 x pp 2"));
+  EXPECT_THAT(run.err(), HasSubstr("rank 7 step 3: pipeline bubble"));
+  EXPECT_THAT(run.err(), HasSubstr("done: step 3"));
+}
+
 int free_port() {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a = {};

@@ -2,6 +2,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <vector>
 
@@ -37,21 +38,22 @@ namespace {
 
 // Activations of one micro-batch, kept for the backward pass; one flat allocation carved by a table.
 // Cl = C/tp, NHl = n_head/tp and Hl = 4C/tp are this tensor-parallel rank's share (C, n_head and 4C at tp 1);
-// the code's locals name them Cl, NH and H.
+// the code's locals name them Cl, NH and H. Nr = N, or N/tp under sequence parallelism (this rank's
+// positions of each sequence).
 struct LayerActs {
-  float* ln1;       // (N, C)
-  float* ln1_mean;  // (N)
-  float* ln1_rstd;  // (N)
+  float* ln1;       // (Nr, C)
+  float* ln1_mean;  // (Nr)
+  float* ln1_rstd;  // (Nr)
   float* qkv;       // (N, 3Cl)
   float* att;       // (B, NHl, T, T)
   float* atty;      // (N, Cl)
-  float* res2;      // (N, C)
-  float* ln2;       // (N, C)
-  float* ln2_mean;  // (N)
-  float* ln2_rstd;  // (N)
+  float* res2;      // (Nr, C)
+  float* ln2;       // (Nr, C)
+  float* ln2_mean;  // (Nr)
+  float* ln2_rstd;  // (Nr)
   float* fch;       // (N, Hl)
   float* fch_gelu;  // (N, Hl)
-  float* res3;      // (N, C)
+  float* res3;      // (Nr, C)
 };
 
 class CpuBackend final : public Backend {
@@ -61,6 +63,7 @@ class CpuBackend final : public Backend {
         max_batch_(max_batch),
         tp_comm_(o.tp != nullptr && o.tp->size() > 1 ? o.tp : nullptr),
         tp_(tp_comm_ != nullptr ? tp_comm_->size() : 1),
+        sp_(tp_comm_ != nullptr && o.sequence_parallel),
         comm_timeout_(o.comm_timeout),
         table_(tensor_parallel_table(m, tp_, tp_comm_ != nullptr ? tp_comm_->rank() : 0)),
         pool_(o.threads) {
@@ -131,7 +134,8 @@ class CpuBackend final : public Backend {
 
   uint64_t memory_bytes() const override {
     size_t floats = state_->allocated().total() + acts_.size() + dres_.size() + dln_.size() + datty_.size() +
-                    dqkv_.size() + dfch_.size() + dfch_gelu_.size() + dlogits_.size();
+                    dqkv_.size() + dfch_.size() + dfch_gelu_.size() + dlogits_.size() + sp_full_.size() +
+                    sp_send_.size() + sp_dln_.size() + sp_dout_.size() + sp_lnf_.size() + sp_ln_grads_.size();
     return floats * sizeof(float);
   }
 
@@ -203,16 +207,70 @@ class CpuBackend final : public Backend {
     tp_comm_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!st.ok()) fatal_error(__FILE__, __LINE__, "tensor parallel: " + st.message());
   }
-  // out (N, C) = inp (N, K) · w (C, K)ᵀ + bias, with w split by input columns over the tp ranks.
-  void row_parallel_forward(float* out, const float* inp, const float* w, const float* bias, int N, int K,
+  // Sequence parallel: out (B, T/tp, C) = this rank's positions of the sum over the tp ranks of x (B, T, C).
+  // The communicator's blocks are contiguous, so x is first laid out position block by position block,
+  // (tp, B, T/tp, C).
+  void sp_reduce_scatter(const float* x, float* out, int B) {
+    const size_t T = m_.seq_len, Tl = T / tp_, C = m_.n_embd, row = Tl * C;
+    float* send = sp_send_.data();
+    for (int r = 0; r < tp_; ++r)
+      for (int b = 0; b < B; ++b)
+        std::memcpy(send + (static_cast<size_t>(r) * B + b) * row, x + (b * T + r * Tl) * C,
+                    row * sizeof(float));
+    const auto t0 = std::chrono::steady_clock::now();
+    Status st = tp_comm_->reduce_scatter(send, out, static_cast<size_t>(B) * T * C, comm_timeout_);
+    tp_comm_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!st.ok()) fatal_error(__FILE__, __LINE__, "sequence parallel: " + st.message());
+  }
+  // Sequence parallel: x (B, T, C) = every tp rank's positions; local (B, T/tp, C) is this rank's.
+  const float* sp_all_gather(const float* local, float* x, int B) {
+    const size_t T = m_.seq_len, Tl = T / tp_, C = m_.n_embd, row = Tl * C;
+    float* recv = sp_send_.data();
+    const auto t0 = std::chrono::steady_clock::now();
+    Status st = tp_comm_->all_gather(local, recv, static_cast<size_t>(B) * T * C, comm_timeout_);
+    tp_comm_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!st.ok()) fatal_error(__FILE__, __LINE__, "sequence parallel: " + st.message());
+    for (int r = 0; r < tp_; ++r)
+      for (int b = 0; b < B; ++b)
+        std::memcpy(x + (b * T + r * Tl) * C, recv + (static_cast<size_t>(r) * B + b) * row,
+                    row * sizeof(float));
+    return x;
+  }
+  // The input of a column-parallel layer: the LayerNorm's output, whole (all-gathered under sequence
+  // parallelism into sp_full_).
+  const float* column_input(const float* ln, int B) {
+    return sp_ ? sp_all_gather(ln, sp_full_.data(), B) : ln;
+  }
+  // The column-parallel layer's input gradient dx (N, C), a partial sum over the tp ranks: made whole
+  // (tp), or this rank's positions of it (sequence parallel, into sp_dln_). Returns where it now is.
+  const float* column_input_grad(float* dx, int B) {
+    if (tp_comm_ == nullptr) return dx;
+    if (!sp_) {
+      tp_all_reduce(dx, static_cast<size_t>(B) * m_.seq_len * m_.n_embd);
+      return dx;
+    }
+    sp_reduce_scatter(dx, sp_dln_.data(), B);
+    return sp_dln_.data();
+  }
+  // out (Nr, C) = inp (N, K) · w (C, K)ᵀ + bias, with w split by input columns over the tp ranks: Nr = N,
+  // or this rank's positions under sequence parallelism.
+  void row_parallel_forward(float* out, const float* inp, const float* w, const float* bias, int B, int K,
                             int C) {
+    const int N = B * m_.seq_len;
     if (tp_comm_ == nullptr) {
       matmul_forward(&pool_, out, inp, w, bias, N, K, C);
       return;
     }
-    matmul_forward(&pool_, out, inp, w, nullptr, N, K, C);
-    tp_all_reduce(out, static_cast<size_t>(N) * C);
-    for (int n = 0; n < N; ++n) {
+    int rows = N;
+    if (sp_) {
+      matmul_forward(&pool_, sp_full_.data(), inp, w, nullptr, N, K, C);
+      sp_reduce_scatter(sp_full_.data(), out, B);
+      rows = N / tp_;
+    } else {
+      matmul_forward(&pool_, out, inp, w, nullptr, N, K, C);
+      tp_all_reduce(out, static_cast<size_t>(N) * C);
+    }
+    for (int n = 0; n < rows; ++n) {
       float* row = out + static_cast<size_t>(n) * C;
       for (int c = 0; c < C; ++c) row[c] += bias[c];
     }
@@ -221,9 +279,10 @@ class CpuBackend final : public Backend {
   void allocate_activations() {
     const size_t B = max_batch_, T = m_.seq_len, C = m_.n_embd, V = m_.vocab_size / tp_;  // this rank's vocab
     const size_t N = B * T;
+    const size_t Nr = sp_ ? N / tp_ : N;  // rows of the LayerNorm and residual regions
     const size_t Cl = m_.n_embd / tp_, NH = m_.n_head / tp_, H = 4 * C / tp_;  // this tp rank's share
-    const size_t per_layer = N * C * 4 + N * Cl + N * 4 + N * 3 * Cl + B * NH * T * T + N * H * 2;
-    const size_t total = N * C + per_layer * m_.n_layer + N * C + 2 * N + N * V + N;
+    const size_t per_layer = Nr * C * 4 + N * Cl + Nr * 4 + N * 3 * Cl + B * NH * T * T + N * H * 2;
+    const size_t total = Nr * C + per_layer * m_.n_layer + Nr * C + 2 * Nr + N * V + N;
     acts_.assign(total, 0.0f);
     float* p = acts_.data();
     auto take = [&](size_t n) {
@@ -231,53 +290,69 @@ class CpuBackend final : public Backend {
       p += n;
       return r;
     };
-    encoded_ = take(N * C);
+    encoded_ = take(Nr * C);
     layers_.resize(m_.n_layer);
     for (LayerActs& l : layers_) {
-      l.ln1 = take(N * C);
-      l.ln1_mean = take(N);
-      l.ln1_rstd = take(N);
+      l.ln1 = take(Nr * C);
+      l.ln1_mean = take(Nr);
+      l.ln1_rstd = take(Nr);
       l.qkv = take(N * 3 * Cl);
       l.att = take(B * NH * T * T);
       l.atty = take(N * Cl);
-      l.res2 = take(N * C);
-      l.ln2 = take(N * C);
-      l.ln2_mean = take(N);
-      l.ln2_rstd = take(N);
+      l.res2 = take(Nr * C);
+      l.ln2 = take(Nr * C);
+      l.ln2_mean = take(Nr);
+      l.ln2_rstd = take(Nr);
       l.fch = take(N * H);
       l.fch_gelu = take(N * H);
-      l.res3 = take(N * C);
+      l.res3 = take(Nr * C);
     }
-    lnf_ = take(N * C);
-    lnf_mean_ = take(N);
-    lnf_rstd_ = take(N);
+    lnf_ = take(Nr * C);
+    lnf_mean_ = take(Nr);
+    lnf_rstd_ = take(Nr);
     probs_ = take(N * V);
     losses_ = take(N);
     // Backward scratch, reused by every layer.
-    dres_.assign(N * C, 0);
+    dres_.assign(Nr * C, 0);
     dln_.assign(N * C, 0);
     datty_.assign(N * Cl, 0);
     dqkv_.assign(N * 3 * Cl, 0);
     dfch_.assign(N * H, 0);
     dfch_gelu_.assign(N * H, 0);
     dlogits_.assign(N * V, 0);
+    if (sp_) {
+      sp_full_.assign(N * C, 0);
+      sp_send_.assign(N * C, 0);
+      sp_dln_.assign(Nr * C, 0);
+      sp_dout_.assign(N * C, 0);
+      sp_lnf_.assign(N * C, 0);
+      sp_ln_grads_.assign(4 * C, 0);
+    }
   }
 
   float forward(const int32_t* inputs, const int32_t* targets, int B) {
     const int T = m_.seq_len, C = m_.n_embd, V = m_.vocab_size / tp_;  // V: this tp rank's vocabulary
     const int Cl = C / tp_, NH = m_.n_head / tp_, H = 4 * C / tp_;     // this tp rank's heads and MLP width
     const int N = B * T;
+    const int Nr = sp_ ? N / tp_ : N;  // rows of the LayerNorm and residual regions
     const int emb = state_->plan().embedding_unit(), fin = state_->plan().final_unit();
     // Parameters are only read here; the views share GptTensors' (mutable) pointer type with gradients.
     GptTensors e = unit_view(emb, const_cast<float*>(state_->params(emb)));
     state_->prefetch(block_unit(0));
     if (tp_comm_ == nullptr) {
       encoder_forward(encoded_, inputs, e.wte, e.wpe, B, T, C);
-    } else {
+    } else if (!sp_) {
       // Vocab-parallel embedding: each token's row comes from the rank that owns it (vocab_parallel_cpu.h).
       vocab_parallel_encoder_forward(encoded_, inputs, e.wte, vocab_first(), V, N, C);
       tp_all_reduce(encoded_, static_cast<size_t>(N) * C);
       vocab_parallel_add_positions(encoded_, e.wpe, B, T, C);
+    } else {
+      // The same, reduce-scattered onto this rank's positions, which then get their position rows.
+      vocab_parallel_encoder_forward(sp_full_.data(), inputs, e.wte, vocab_first(), V, N, C);
+      sp_reduce_scatter(sp_full_.data(), encoded_, B);
+      const int Tl = T / tp_;
+      vocab_parallel_add_positions(encoded_, e.wpe + static_cast<size_t>(tp_comm_->rank()) * Tl * C, B, Tl,
+                                   C);
     }
     const float* residual = encoded_;
     for (int l = 0; l < m_.n_layer; ++l) {
@@ -286,22 +361,25 @@ class CpuBackend final : public Backend {
       state_->prefetch(u + 1);
       const GptBlock& p = w.blocks[l];
       LayerActs& a = layers_[l];
-      layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, p.ln1_w, p.ln1_b, N, C);
-      matmul_forward(&pool_, a.qkv, a.ln1, p.qkv_w, p.qkv_b, N, C, 3 * Cl);  // column-parallel
+      layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, p.ln1_w, p.ln1_b, Nr, C);
+      matmul_forward(&pool_, a.qkv, column_input(a.ln1, B), p.qkv_w, p.qkv_b, N, C,
+                     3 * Cl);  // column-parallel
       attention_forward(&pool_, a.atty, a.att, a.qkv, B, T, Cl, NH);
-      row_parallel_forward(a.res2, a.atty, p.proj_w, p.proj_b, N, Cl, C);
-      residual_forward(a.res2, a.res2, residual, static_cast<size_t>(N) * C);
-      layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p.ln2_w, p.ln2_b, N, C);
-      matmul_forward(&pool_, a.fch, a.ln2, p.fc_w, p.fc_b, N, C, H);  // column-parallel
+      row_parallel_forward(a.res2, a.atty, p.proj_w, p.proj_b, B, Cl, C);
+      residual_forward(a.res2, a.res2, residual, static_cast<size_t>(Nr) * C);
+      layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p.ln2_w, p.ln2_b, Nr, C);
+      matmul_forward(&pool_, a.fch, column_input(a.ln2, B), p.fc_w, p.fc_b, N, C, H);  // column-parallel
       gelu_forward(a.fch_gelu, a.fch, static_cast<size_t>(N) * H);
-      row_parallel_forward(a.res3, a.fch_gelu, p.fcproj_w, p.fcproj_b, N, H, C);
-      residual_forward(a.res3, a.res3, a.res2, static_cast<size_t>(N) * C);
+      row_parallel_forward(a.res3, a.fch_gelu, p.fcproj_w, p.fcproj_b, B, H, C);
+      residual_forward(a.res3, a.res3, a.res2, static_cast<size_t>(Nr) * C);
       residual = a.res3;
       state_->release(u);
     }
     GptTensors f = unit_view(fin, const_cast<float*>(state_->params(fin)));
-    layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, residual, f.lnf_w, f.lnf_b, N, C);
-    matmul_forward(&pool_, probs_, lnf_, e.wte, nullptr, N, C, V);  // tp: this rank's vocabulary's logits
+    layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, residual, f.lnf_w, f.lnf_b, Nr, C);
+    // The classifier sees every position (kept for its weight gradient).
+    const float* head_in = sp_ ? sp_all_gather(lnf_, sp_lnf_.data(), B) : lnf_;
+    matmul_forward(&pool_, probs_, head_in, e.wte, nullptr, N, C, V);  // tp: this rank's vocabulary's logits
     if (tp_comm_ == nullptr) {
       softmax_crossentropy_forward(&pool_, probs_, losses_, probs_, targets, N, V);
     } else {
@@ -314,15 +392,36 @@ class CpuBackend final : public Backend {
     return static_cast<float>(sum / N);
   }
 
+  // Sequence parallel: the LayerNorm weight gradients of this rank's positions, in sp_ln_grads_, summed
+  // over the tp ranks (the same bits on each) and added to the step's gradients. k tensors of C each.
+  void sp_add_ln_grads(std::initializer_list<float*> into) {
+    const size_t C = m_.n_embd;
+    tp_all_reduce(sp_ln_grads_.data(), into.size() * C);
+    size_t i = 0;
+    for (float* g : into) {
+      const float* s = sp_ln_grads_.data() + i++ * C;
+      for (size_t c = 0; c < C; ++c) g[c] += s[c];
+    }
+    std::memset(sp_ln_grads_.data(), 0, sp_ln_grads_.size() * sizeof(float));
+  }
+  // Where a LayerNorm's weight (k = 0) or bias (k = 1) gradient goes: the step's gradient, or under
+  // sequence parallelism scratch slot `slot` (summed over tp by sp_add_ln_grads).
+  float* ln_grad(float* g, int slot) {
+    return sp_ ? sp_ln_grads_.data() + static_cast<size_t>(slot) * m_.n_embd : g;
+  }
+
   // Gradients are asked for unit by unit in the order the pass completes them (classifier and final norm,
   // the blocks from the top, the embeddings last), so each bucket can be reduced as soon as it is full.
   void backward(const int32_t* inputs, const int32_t* targets, int B, float grad_scale) {
     const int T = m_.seq_len, C = m_.n_embd, V = m_.vocab_size / tp_;  // V: this tp rank's vocabulary
     const int Cl = C / tp_, NH = m_.n_head / tp_, H = 4 * C / tp_;     // this tp rank's share
     const int N = B * T;
+    const int Nr = sp_ ? N / tp_ : N;  // rows of the LayerNorm and residual regions
     const size_t NC = static_cast<size_t>(N) * C, NCl = static_cast<size_t>(N) * Cl,
-                 NH4 = static_cast<size_t>(N) * H;
+                 NH4 = static_cast<size_t>(N) * H, NrC = static_cast<size_t>(Nr) * C;
     auto zero = [](std::vector<float>& v, size_t n) { std::memset(v.data(), 0, n * sizeof(float)); };
+    // d(residual) over every position: under sequence parallelism gathered from the ranks' positions.
+    auto whole = [&](const float* local) { return sp_ ? sp_all_gather(local, sp_dout_.data(), B) : local; };
     const int emb = state_->plan().embedding_unit(), fin = state_->plan().final_unit();
     GptTensors we = unit_view(emb, const_cast<float*>(state_->params(emb)));
     GptTensors wf = unit_view(fin, const_cast<float*>(state_->params(fin)));
@@ -337,13 +436,15 @@ class CpuBackend final : public Backend {
                                            grad_scale / static_cast<float>(N), vocab_first(), N, V);
     }
     zero(dln_, NC);
-    matmul_backward(&pool_, dln_.data(), ge.wte, nullptr, dlogits_.data(), lnf_, we.wte, N, C, V);
+    matmul_backward(&pool_, dln_.data(), ge.wte, nullptr, dlogits_.data(), sp_ ? sp_lnf_.data() : lnf_,
+                    we.wte, N, C, V);
     // Vocab-parallel classifier: each rank's d(lnf) is the part of the sum over its vocabulary.
-    if (tp_comm_ != nullptr) tp_all_reduce(dln_.data(), NC);
-    zero(dres_, NC);
+    const float* dlnf = column_input_grad(dln_.data(), B);
+    zero(dres_, NrC);
     const float* top = m_.n_layer > 0 ? layers_.back().res3 : encoded_;
-    layernorm_backward(dres_.data(), gf.lnf_w, gf.lnf_b, dln_.data(), top, wf.lnf_w, lnf_mean_, lnf_rstd_, N,
-                       C);
+    layernorm_backward(dres_.data(), ln_grad(gf.lnf_w, 0), ln_grad(gf.lnf_b, 1), dlnf, top, wf.lnf_w,
+                       lnf_mean_, lnf_rstd_, Nr, C);
+    if (sp_) sp_add_ln_grads({gf.lnf_w, gf.lnf_b});
     state_->grads_done(fin);
     if (m_.n_layer > 0) state_->prefetch(block_unit(m_.n_layer - 1));
 
@@ -360,32 +461,39 @@ class CpuBackend final : public Backend {
       // Tensor parallel: d(res3) is whole on every tp rank, so the row-parallel layer's input gradient is
       // this rank's share without communication and its (whole) bias gets the same bits everywhere; the
       // column-parallel layer's input gradient is a partial sum over the shares, all-reduced.
+      // Sequence parallel: d(res3) is gathered first (this rank holds its positions), the column-parallel
+      // input gradient reduce-scattered back onto them, and the LayerNorm inputs re-gathered for the
+      // column-parallel weight gradients.
       zero(dfch_gelu_, NH4);
-      matmul_backward(&pool_, dfch_gelu_.data(), gp.fcproj_w, gp.fcproj_b, dres_.data(), a.fch_gelu,
+      matmul_backward(&pool_, dfch_gelu_.data(), gp.fcproj_w, gp.fcproj_b, whole(dres_.data()), a.fch_gelu,
                       p.fcproj_w, N, H, C);
       gelu_backward(dfch_.data(), a.fch, dfch_gelu_.data(), NH4);
       zero(dln_, NC);
-      matmul_backward(&pool_, dln_.data(), gp.fc_w, gp.fc_b, dfch_.data(), a.ln2, p.fc_w, N, C, H);
-      if (tp_comm_ != nullptr) tp_all_reduce(dln_.data(), NC);
-      layernorm_backward(dres_.data(), gp.ln2_w, gp.ln2_b, dln_.data(), a.res2, p.ln2_w, a.ln2_mean,
-                         a.ln2_rstd, N, C);
+      matmul_backward(&pool_, dln_.data(), gp.fc_w, gp.fc_b, dfch_.data(), column_input(a.ln2, B), p.fc_w, N,
+                      C, H);
+      layernorm_backward(dres_.data(), ln_grad(gp.ln2_w, 2), ln_grad(gp.ln2_b, 3),
+                         column_input_grad(dln_.data(), B), a.res2, p.ln2_w, a.ln2_mean, a.ln2_rstd, Nr, C);
       // Now d(res2): the attention branch, then the first norm turns it into d(residual in).
       zero(datty_, NCl);
-      matmul_backward(&pool_, datty_.data(), gp.proj_w, gp.proj_b, dres_.data(), a.atty, p.proj_w, N, Cl, C);
+      matmul_backward(&pool_, datty_.data(), gp.proj_w, gp.proj_b, whole(dres_.data()), a.atty, p.proj_w, N,
+                      Cl, C);
       zero(dqkv_, NCl * 3);
       attention_backward(&pool_, dqkv_.data(), datty_.data(), a.qkv, a.att, B, T, Cl, NH);
       zero(dln_, NC);
-      matmul_backward(&pool_, dln_.data(), gp.qkv_w, gp.qkv_b, dqkv_.data(), a.ln1, p.qkv_w, N, C, 3 * Cl);
-      if (tp_comm_ != nullptr) tp_all_reduce(dln_.data(), NC);
-      layernorm_backward(dres_.data(), gp.ln1_w, gp.ln1_b, dln_.data(), residual, p.ln1_w, a.ln1_mean,
-                         a.ln1_rstd, N, C);
+      matmul_backward(&pool_, dln_.data(), gp.qkv_w, gp.qkv_b, dqkv_.data(), column_input(a.ln1, B), p.qkv_w,
+                      N, C, 3 * Cl);
+      layernorm_backward(dres_.data(), ln_grad(gp.ln1_w, 0), ln_grad(gp.ln1_b, 1),
+                         column_input_grad(dln_.data(), B), residual, p.ln1_w, a.ln1_mean, a.ln1_rstd, Nr, C);
+      if (sp_) sp_add_ln_grads({gp.ln1_w, gp.ln1_b, gp.ln2_w, gp.ln2_b});
       state_->grads_done(u);
       state_->release(u);
     }
     if (tp_comm_ == nullptr) {
       encoder_backward(ge.wte, ge.wpe, dres_.data(), inputs, B, T, C);
     } else {
-      vocab_parallel_encoder_backward(ge.wte, ge.wpe, dres_.data(), inputs, vocab_first(), V, B, T, C);
+      // Every position's gradient (gathered under sequence parallelism): wpe's gradient is then whole, the
+      // same bits on every tp rank.
+      vocab_parallel_encoder_backward(ge.wte, ge.wpe, whole(dres_.data()), inputs, vocab_first(), V, B, T, C);
     }
     state_->grads_done(emb);
   }
@@ -394,6 +502,7 @@ class CpuBackend final : public Backend {
   int max_batch_;
   Communicator* tp_comm_;  // the tp axis; null at tp 1
   int tp_;
+  bool sp_;  // sequence parallel (tp > 1 only)
   std::chrono::milliseconds comm_timeout_;
   double tp_comm_s_ = 0;  // seconds in tp all-reduces since begin_step (the compute waits for every one)
   TensorTable table_;
@@ -408,6 +517,11 @@ class CpuBackend final : public Backend {
   float* probs_ = nullptr;
   float* losses_ = nullptr;
   std::vector<float> dres_, dln_, datty_, dqkv_, dfch_, dfch_gelu_, dlogits_;
+  // Sequence parallel: a whole (N, C) activation gathered for a column-parallel layer or summed before a
+  // reduce-scatter, the collectives' position-block staging, this rank's positions of a column-parallel
+  // input gradient, the gathered d(residual), the gathered final norm (the classifier's input) and the
+  // LayerNorm weight gradients of this rank's positions (4 x C).
+  std::vector<float> sp_full_, sp_send_, sp_dln_, sp_dout_, sp_lnf_, sp_ln_grads_;
   double loss_sum_ = 0;
   int loss_count_ = 0;
   StepStats stats_;

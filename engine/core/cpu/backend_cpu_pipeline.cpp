@@ -26,10 +26,12 @@
 #include "engine/core/comm/communicator.h"
 #include "engine/core/cpu/ops_cpu.h"
 #include "engine/core/cpu/thread_pool.h"
+#include "engine/core/cpu/tp_ops_cpu.h"
 #include "engine/core/fatal.h"
 #include "engine/core/gpt.h"
 #include "engine/core/optim.h"
 #include "engine/core/parallel/pipeline_schedule.h"
+#include "engine/core/parallel/tensor_parallel.h"
 #include "engine/core/parallel/zero_host_state.h"
 #include "engine/core/replica_hash.h"
 
@@ -86,7 +88,7 @@ class PipelineCpuBackend final : public Backend {
         stages_(o.pp->size()),
         timeout_(o.comm_timeout),
         part_(pipeline_partition(m, stages_)),
-        table_(pipeline_stage_table(m, part_, stage_)),
+        table_(stage_table(m, part_, stage_, o.tp)),
         pool_(o.threads) {
     GANTRY_CHECK(pipeline_schedule_from_name(o.pp_schedule, &schedule_),
                  "unknown pipeline schedule '" + o.pp_schedule + "'");
@@ -94,15 +96,26 @@ class PipelineCpuBackend final : public Backend {
     const int dp = o.dp != nullptr ? o.dp->size() : 1, rank = o.dp != nullptr ? o.dp->rank() : 0;
     state_ = std::make_unique<ZeroHostState>(
         table_, shard_plan_make(table_, dp, rank, o.zero, o.bucket_bytes), o.dp, o.comm_timeout, &pool_);
-    const size_t N = static_cast<size_t>(max_batch) * m.seq_len, C = m.n_embd, V = m.vocab_size;
+    // tp x pp: the stage's blocks run tensor-parallel over its tp group (tp_ops_cpu.h), the embedding and
+    // the classifier vocab-parallel; the pp communicator links matching tp ranks of the stages.
+    tp_ = {.comm = o.tp != nullptr && o.tp->size() > 1 ? o.tp : nullptr,
+           .timeout = o.comm_timeout,
+           .pool = &pool_};
+    if (tp_.comm != nullptr) {
+      std::vector<bool> sharded;
+      for (const TensorInfo& t : table_.tensors()) sharded.push_back(tensor_parallel_sharded(t.name));
+      state_->set_tensor_parallel(tp_.comm, table_, std::move(sharded));
+    }
+    const size_t N = static_cast<size_t>(max_batch) * m.seq_len, C = m.n_embd, V = m.vocab_size / tp_.size();
+    const size_t Cl = C / tp_.size();  // this tp rank's share of the heads' width
     if (last()) wte_copy_.assign(V * C, 0.0f);
     dres_[0].assign(N * C, 0.0f);
     dres_[1].assign(N * C, 0.0f);
     dln_.assign(N * C, 0.0f);
-    datty_.assign(N * C, 0.0f);
-    dqkv_.assign(N * 3 * C, 0.0f);
-    dfch_.assign(N * 4 * C, 0.0f);
-    dfch_gelu_.assign(N * 4 * C, 0.0f);
+    datty_.assign(N * Cl, 0.0f);
+    dqkv_.assign(N * 3 * Cl, 0.0f);
+    dfch_.assign(N * 4 * Cl, 0.0f);
+    dfch_gelu_.assign(N * 4 * Cl, 0.0f);
   }
 
   std::string name() const override { return "cpu"; }
@@ -117,6 +130,7 @@ class PipelineCpuBackend final : public Backend {
     loss_sum_ = 0;
     loss_count_ = 0;
     p2p_s_ = 0;
+    tp_.comm_s = 0;
     phases_ = {.measured = true};
   }
 
@@ -133,7 +147,7 @@ class PipelineCpuBackend final : public Backend {
     Slot& s = slots_[0];
     const size_t NC = static_cast<size_t>(batch) * m_.seq_len * m_.n_embd;
     if (first()) {
-      encoder_forward(s.in, inputs, param("wte"), param("wpe"), batch, m_.seq_len, m_.n_embd);
+      tp_.encoder_forward(s.in, inputs, param("wte"), param("wpe"), batch, m_.seq_len, m_.n_embd, vocab());
     } else {
       p2p(nullptr, 0, s.in, NC);
     }
@@ -176,7 +190,7 @@ class PipelineCpuBackend final : public Backend {
 
   PhaseTimes phase_times() const override {
     PhaseTimes p = phases_;
-    p.comm_exposed_s = state_->exposed_comm_seconds() + p2p_s_ + stats_comm_s_;
+    p.comm_exposed_s = state_->exposed_comm_seconds() + p2p_s_ + stats_comm_s_ + tp_.comm_s;
     return p;
   }
 
@@ -215,6 +229,13 @@ class PipelineCpuBackend final : public Backend {
   }
 
  private:
+  // The stage's tensors, each a share of the whole model's at tp > 1.
+  static TensorTable stage_table(const ModelConfig& m, const PipelinePartition& part, int stage,
+                                 Communicator* tp) {
+    const TensorTable t = pipeline_stage_table(m, part, stage);
+    return tp != nullptr && tp->size() > 1 ? tensor_parallel_stage_table(m, tp->size(), tp->rank(), t) : t;
+  }
+  int vocab() const { return m_.vocab_size / tp_.size(); }  // this tp rank's token rows of wte
   bool first() const { return stage_ == 0; }
   bool last() const { return stage_ == stages_ - 1; }
   int first_layer() const { return part_.first_layer[stage_]; }
@@ -258,17 +279,17 @@ class PipelineCpuBackend final : public Backend {
 
   // Stage 0 sends its wte to the last stage, which runs the classifier with the copy.
   void sync_wte() {
-    const size_t n = static_cast<size_t>(m_.vocab_size) * m_.n_embd;
+    const size_t n = static_cast<size_t>(vocab()) * m_.n_embd;
     if (first()) exchange({param("wte"), n, stages_ - 1}, nullptr, 0, -1);
     if (last()) exchange({}, wte_copy_.data(), n, 0);
   }
 
   void ensure_slots(int n) {
-    const size_t B = max_batch_, T = m_.seq_len, C = m_.n_embd, V = m_.vocab_size, NH = m_.n_head;
-    const size_t N = B * T;
+    const size_t B = max_batch_, T = m_.seq_len, C = m_.n_embd, V = vocab(), NH = m_.n_head / tp_.size();
+    const size_t N = B * T, Cl = C / tp_.size();
     while (static_cast<int>(slots_.size()) < n) {
       Slot s;
-      const size_t per_block = N * C * 5 + N * 4 + N * 3 * C + B * NH * T * T + N * 4 * C * 2;
+      const size_t per_block = N * C * 4 + N * Cl + N * 4 + N * 3 * Cl + B * NH * T * T + N * 4 * Cl * 2;
       const size_t head = last() ? N * C + 2 * N + N * V + N : 0;
       s.mem.assign(N * C + per_block * layers() + head, 0.0f);
       float* p = s.mem.data();
@@ -283,15 +304,15 @@ class PipelineCpuBackend final : public Backend {
         a.ln1 = take(N * C);
         a.ln1_mean = take(N);
         a.ln1_rstd = take(N);
-        a.qkv = take(N * 3 * C);
+        a.qkv = take(N * 3 * Cl);
         a.att = take(B * NH * T * T);
-        a.atty = take(N * C);
+        a.atty = take(N * Cl);
         a.res2 = take(N * C);
         a.ln2 = take(N * C);
         a.ln2_mean = take(N);
         a.ln2_rstd = take(N);
-        a.fch = take(N * 4 * C);
-        a.fch_gelu = take(N * 4 * C);
+        a.fch = take(N * 4 * Cl);
+        a.fch_gelu = take(N * 4 * Cl);
         a.res3 = take(N * C);
       }
       if (last()) {
@@ -308,28 +329,31 @@ class PipelineCpuBackend final : public Backend {
 
   // The stage's blocks (and on the last stage the head) over slot s's input; the loss on the last stage.
   float stage_forward(Slot& s, int B, const int32_t* targets) {
-    const int T = m_.seq_len, C = m_.n_embd, V = m_.vocab_size, NH = m_.n_head, H = 4 * C;
+    // At tp > 1: this tp rank's vocabulary, heads, width and MLP share (column-parallel QKV and MLP-up,
+    // row-parallel projections, as cpu/backend_cpu.cpp).
+    const int T = m_.seq_len, C = m_.n_embd, V = vocab(), NH = m_.n_head / tp_.size(), Cl = C / tp_.size(),
+              H = 4 * Cl;
     const int N = B * T;
     const float* residual = s.in;
     for (int i = 0; i < layers(); ++i) {
       const GptBlock p = block(first_layer() + i, false);
       BlockActs& a = s.blocks[i];
       layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, p.ln1_w, p.ln1_b, N, C);
-      matmul_forward(&pool_, a.qkv, a.ln1, p.qkv_w, p.qkv_b, N, C, 3 * C);
-      attention_forward(&pool_, a.atty, a.att, a.qkv, B, T, C, NH);
-      matmul_forward(&pool_, a.res2, a.atty, p.proj_w, p.proj_b, N, C, C);
+      matmul_forward(&pool_, a.qkv, a.ln1, p.qkv_w, p.qkv_b, N, C, 3 * Cl);
+      attention_forward(&pool_, a.atty, a.att, a.qkv, B, T, Cl, NH);
+      tp_.row_parallel_forward(a.res2, a.atty, p.proj_w, p.proj_b, N, Cl, C);
       residual_forward(a.res2, a.res2, residual, static_cast<size_t>(N) * C);
       layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p.ln2_w, p.ln2_b, N, C);
       matmul_forward(&pool_, a.fch, a.ln2, p.fc_w, p.fc_b, N, C, H);
       gelu_forward(a.fch_gelu, a.fch, static_cast<size_t>(N) * H);
-      matmul_forward(&pool_, a.res3, a.fch_gelu, p.fcproj_w, p.fcproj_b, N, H, C);
+      tp_.row_parallel_forward(a.res3, a.fch_gelu, p.fcproj_w, p.fcproj_b, N, H, C);
       residual_forward(a.res3, a.res3, a.res2, static_cast<size_t>(N) * C);
       residual = a.res3;
     }
     if (!last()) return 0;
     layernorm_forward(s.lnf, s.lnf_mean, s.lnf_rstd, residual, param("lnf.weight"), param("lnf.bias"), N, C);
     matmul_forward(&pool_, s.probs, s.lnf, wte_copy_.data(), nullptr, N, C, V);
-    softmax_crossentropy_forward(&pool_, s.probs, s.losses, s.probs, targets, N, V);
+    tp_.crossentropy_forward(s.probs, s.losses, targets, N, V);
     double sum = 0;
     for (int n = 0; n < N; ++n) sum += s.losses[n];
     return static_cast<float>(sum / N);
@@ -338,19 +362,22 @@ class PipelineCpuBackend final : public Backend {
   // d(output) in dres (the last stage makes it from the loss, keeping the head's tie data) back to
   // d(input) in dres, the blocks' gradients added to the stage's.
   void stage_backward(Slot& s, const Micro& mb, int micro, float* dres) {
-    const int T = m_.seq_len, C = m_.n_embd, V = m_.vocab_size, NH = m_.n_head, H = 4 * C;
+    const int T = m_.seq_len, C = m_.n_embd, V = vocab(), NH = m_.n_head / tp_.size(), Cl = C / tp_.size(),
+              H = 4 * Cl;
     const int N = mb.batch * T;
-    const size_t NC = static_cast<size_t>(N) * C, NH4 = static_cast<size_t>(N) * H;
+    const size_t NC = static_cast<size_t>(N) * C, NCl = static_cast<size_t>(N) * Cl,
+                 NH4 = static_cast<size_t>(N) * H;
     auto zero = [](float* v, size_t n) { std::memset(v, 0, n * sizeof(float)); };
     if (last()) {
       float* tie = tie_[micro].data();  // [lnf (N, C) | dlogits (N, V)]
       std::memcpy(tie, s.lnf, NC * sizeof(float));
       float* dlogits = tie + NC;
-      softmax_crossentropy_backward(&pool_, dlogits, s.probs, mb.targets.data(),
-                                    mb.grad_scale / static_cast<float>(N), N, V);
+      tp_.crossentropy_backward(dlogits, s.probs, mb.targets.data(), mb.grad_scale / static_cast<float>(N), N,
+                                V);
       zero(dln_.data(), NC);
       // The input gradient only: the weight gradient is the first stage's (it owns wte).
       matmul_backward(&pool_, dln_.data(), nullptr, nullptr, dlogits, s.lnf, wte_copy_.data(), N, C, V);
+      tp_.all_reduce(dln_.data(), NC);  // vocab-parallel: each tp rank's part of the sum over the vocabulary
       zero(dres, NC);
       layernorm_backward(dres, grad("lnf.weight"), grad("lnf.bias"), dln_.data(), output_of(s),
                          param("lnf.weight"), s.lnf_mean, s.lnf_rstd, N, C);
@@ -365,14 +392,16 @@ class PipelineCpuBackend final : public Backend {
       gelu_backward(dfch_.data(), a.fch, dfch_gelu_.data(), NH4);
       zero(dln_.data(), NC);
       matmul_backward(&pool_, dln_.data(), gp.fc_w, gp.fc_b, dfch_.data(), a.ln2, p.fc_w, N, C, H);
+      tp_.all_reduce(dln_.data(), NC);  // column-parallel: a partial sum over the tp shares
       layernorm_backward(dres, gp.ln2_w, gp.ln2_b, dln_.data(), a.res2, p.ln2_w, a.ln2_mean, a.ln2_rstd, N,
                          C);
-      zero(datty_.data(), NC);
-      matmul_backward(&pool_, datty_.data(), gp.proj_w, gp.proj_b, dres, a.atty, p.proj_w, N, C, C);
-      zero(dqkv_.data(), NC * 3);
-      attention_backward(&pool_, dqkv_.data(), datty_.data(), a.qkv, a.att, mb.batch, T, C, NH);
+      zero(datty_.data(), NCl);
+      matmul_backward(&pool_, datty_.data(), gp.proj_w, gp.proj_b, dres, a.atty, p.proj_w, N, Cl, C);
+      zero(dqkv_.data(), NCl * 3);
+      attention_backward(&pool_, dqkv_.data(), datty_.data(), a.qkv, a.att, mb.batch, T, Cl, NH);
       zero(dln_.data(), NC);
-      matmul_backward(&pool_, dln_.data(), gp.qkv_w, gp.qkv_b, dqkv_.data(), a.ln1, p.qkv_w, N, C, 3 * C);
+      matmul_backward(&pool_, dln_.data(), gp.qkv_w, gp.qkv_b, dqkv_.data(), a.ln1, p.qkv_w, N, C, 3 * Cl);
+      tp_.all_reduce(dln_.data(), NC);
       layernorm_backward(dres, gp.ln1_w, gp.ln1_b, dln_.data(), residual, p.ln1_w, a.ln1_mean, a.ln1_rstd, N,
                          C);
     }
@@ -380,7 +409,7 @@ class PipelineCpuBackend final : public Backend {
 
   void run_step() {
     const int m = static_cast<int>(micros_.size());
-    const int T = m_.seq_len, C = m_.n_embd, V = m_.vocab_size;
+    const int T = m_.seq_len, C = m_.n_embd, V = vocab();
     state_->begin_micro_batch();
     sync_wte();
     const std::vector<PipelineAction> actions = pipeline_actions(schedule_, stages_, stage_, m);
@@ -409,7 +438,8 @@ class PipelineCpuBackend final : public Backend {
         exchange(pending, first() ? nullptr : s.in, first() ? 0 : NC, stage_ - 1);
         pending = {};
         const auto t0 = Clock::now();
-        if (first()) encoder_forward(s.in, mb.inputs.data(), param("wte"), param("wpe"), mb.batch, T, C);
+        if (first())
+          tp_.encoder_forward(s.in, mb.inputs.data(), param("wte"), param("wpe"), mb.batch, T, C, V);
         const float loss = stage_forward(s, mb.batch, mb.targets.data());
         if (last()) loss_sum_ += loss, ++loss_count_;
         phases_.forward_s += since(t0);
@@ -444,7 +474,7 @@ class PipelineCpuBackend final : public Backend {
         const auto t0 = Clock::now();
         matmul_backward(&pool_, nullptr, grad("wte"), nullptr, tie + static_cast<size_t>(N) * C, tie,
                         param("wte"), N, C, V);
-        encoder_backward(grad("wte"), grad("wpe"), dres0_[k].data(), mb.inputs.data(), mb.batch, T, C);
+        tp_.encoder_backward(grad("wte"), grad("wpe"), dres0_[k].data(), mb.inputs.data(), mb.batch, T, C, V);
         phases_.backward_s += since(t0);
       }
     }
@@ -466,6 +496,7 @@ class PipelineCpuBackend final : public Backend {
   TensorTable table_;
   ThreadPool pool_;
   std::unique_ptr<ZeroHostState> state_;
+  TpOpsCpu tp_;                  // the stage's tp group (tp x pp); no communicator at tp 1
   std::vector<float> wte_copy_;  // last stage: the first stage's wte, as of this step
   std::vector<Slot> slots_;
   std::vector<std::vector<float>> tie_;    // last stage, per micro-batch: [lnf (N, C) | dlogits (N, V)]

@@ -40,6 +40,22 @@ std::vector<int> ParallelDims::pp_group() const {
   return g;
 }
 
+std::string ParallelDims::comm_prefix(ParallelAxis axis) const {
+  const std::string d = std::to_string(dp_rank()), t = std::to_string(tp_rank()),
+                    p = std::to_string(pp_rank());
+  switch (axis) {
+    case ParallelAxis::kWorld:
+      return "world/";
+    case ParallelAxis::kDp:
+      return tp == 1 && pp == 1 ? "dp/" : "dp/p" + p + "/t" + t + "/";
+    case ParallelAxis::kTp:
+      return "tp/d" + d + "/p" + p + "/";
+    case ParallelAxis::kPp:
+      return "pp/d" + d + "/t" + t + "/";
+  }
+  return "?/";
+}
+
 std::string ParallelDims::describe() const {
   return "dp " + std::to_string(dp) + " x tp " + std::to_string(tp) + " x pp " + std::to_string(pp) +
          ", zero " + std::to_string(zero) + " (world " + std::to_string(world) + ")";

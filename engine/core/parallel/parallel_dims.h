@@ -5,8 +5,6 @@
 //   d->dp_rank();   // 2          d->tp_rank();   // 1
 //   d->dp_group();  // {1, 3, 5, 7}: the global ranks that share this rank's tp and pp coordinates
 //
-// tp and pp are 1 for now (the engine has no tensor or pipeline split yet); the arithmetic is here so the
-// layouts that will use them validate and name their groups the same way.
 #pragma once
 
 #include <string>
@@ -15,6 +13,8 @@
 #include "telemetry/status.h"
 
 namespace gantry {
+
+enum class ParallelAxis { kWorld, kDp, kTp, kPp };
 
 struct ParallelDims {
   int world = 1;
@@ -38,6 +38,11 @@ struct ParallelDims {
   std::vector<int> dp_group() const;
   std::vector<int> tp_group() const;
   std::vector<int> pp_group() const;
+
+  // The store prefix under which this rank's group along `axis` rendezvouses when its communicator is
+  // made: one per group, naming the coordinates its ranks share ("tp/d1/p0/": dp rank 1, pp rank 0).
+  // At tp 1 and pp 1 the dp group is the whole gang, "dp/" (no world communicator beside it).
+  std::string comm_prefix(ParallelAxis axis) const;
 
   // "dp 4 x tp 1 x pp 1, zero 1 (world 4)"
   std::string describe() const;

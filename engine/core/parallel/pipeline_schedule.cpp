@@ -158,10 +158,6 @@ Status pipeline_check(const Config& c, const ParallelDims& d, int micro_batches,
                "\": pipeline parallel is CPU-only for now; use pp 1 on this backend, or train.backend = "
                "\"cpu\"");
   }
-  if (d.tp != 1) {
-    return bad(pp + " with tp " + std::to_string(d.tp) +
-               ": tensor and pipeline parallel do not compose yet; use tp 1 or pp 1");
-  }
   if (d.zero > 1) {
     return bad(pp + " with zero " + std::to_string(d.zero) +
                ": a pipeline stage keeps its whole gradient buffer for the step; use zero 0 or 1");

@@ -67,7 +67,7 @@ int pipeline_in_flight(const std::vector<PipelineAction>& actions);
 double pipeline_bubble_formula(int pp, int vp, int m);
 
 // Whether the layout can run a pipeline: layers at least pp x vp, vp 1 (interleaved 1F1B is refused, naming
-// vp), the CPU backend, ZeRO 0 or 1, tp 1, at least pp micro-batches under 1F1B, no checkpoints or in-memory
+// vp), the CPU backend, ZeRO 0 or 1, at least pp micro-batches under 1F1B, no checkpoints or in-memory
 // copies at pp > 1. The error names the numbers and what would be right. `micro_batches` is the
 // gradient-accumulation count, global_batch / (dp x micro_batch).
 Status pipeline_check(const Config& c, const ParallelDims& d, int micro_batches, int vp = 1);

@@ -6,7 +6,8 @@
 
 namespace gantry {
 
-Status tensor_parallel_check(const ModelConfig& m, const ParallelDims& d, const std::string& backend) {
+Status tensor_parallel_check(const ModelConfig& m, const ParallelDims& d, const std::string& backend,
+                             bool sequence_parallel) {
   auto bad = [](const std::string& what) { return Status::error("parallel layout: " + what); };
   const std::string tp = "tp " + std::to_string(d.tp);
   if (d.tp == 1) return {};
@@ -31,6 +32,18 @@ Status tensor_parallel_check(const ModelConfig& m, const ParallelDims& d, const 
   if (mlp % d.tp != 0) {
     return bad(tp + " does not divide the MLP width 4 x model.n_embd = " + std::to_string(mlp) +
                ": choose a tp that divides " + std::to_string(mlp));
+  }
+  if (sequence_parallel && d.pp > 1) {
+    return bad(tp + " x pp " + std::to_string(d.pp) +
+               " with train.sequence_parallel: sequence parallelism inside pipeline stages is not "
+               "implemented; set train.sequence_parallel = false, or use pp 1");
+  }
+  if (sequence_parallel && m.seq_len % d.tp != 0) {
+    return bad(tp + " with train.sequence_parallel does not divide model.seq_len " +
+               std::to_string(m.seq_len) + ": each tp rank keeps seq_len / tp positions of every sequence; " +
+               "choose a tp that divides " + std::to_string(m.seq_len) +
+               ", a seq_len that is a multiple of " + std::to_string(d.tp) +
+               ", or train.sequence_parallel = false");
   }
   return {};
 }
@@ -110,6 +123,16 @@ TensorTable tensor_parallel_table(const ModelConfig& m, int tp, int tp_rank) {
   for (size_t i = 0; i < whole.size(); ++i)
     mine.set_share(i, share_of(split_of(whole[i].name), whole[i], tp, tp_rank));
   return mine;
+}
+
+TensorTable tensor_parallel_stage_table(const ModelConfig& m, int tp, int tp_rank, const TensorTable& stage) {
+  const TensorTable mine = tensor_parallel_table(m, tp, tp_rank);
+  TensorTable t;
+  for (const TensorInfo& s : stage.tensors()) {
+    const TensorInfo& x = mine.at(s.name);
+    t.set_share(t.add(x.name, x.shape, x.decay, x.layer), x.share);
+  }
+  return t;
 }
 
 bool tensor_parallel_sharded(const std::string& name) {

@@ -11,6 +11,14 @@
 // Each tensor of tensor_parallel_table records where its share lies in the whole tensor (TensorShare), so
 // checkpoints are written and read in the whole model's coordinates and any tp loads any other's.
 //
+// Sequence parallelism (train.sequence_parallel, Megatron-LM SP, Korthikanti et al. 2022): between the
+// row-parallel output and the next column-parallel input (the residual adds and LayerNorms, and the final
+// norm) each tp rank holds only positions [r·T/tp, (r+1)·T/tp) of every sequence. The row-parallel
+// layers' all-reduce becomes a reduce-scatter onto those positions, the column-parallel layers' input an
+// all-gather (their backward: the other way round). The LayerNorms' weight gradients are then partial
+// sums over this rank's positions and are all-reduced over tp; the row-parallel biases' gradients come
+// from the gathered output gradient, whole on every rank.
+//
 //   Status ok = tensor_parallel_check(cfg.model, dims, cfg.train.backend);   // before anything is built
 //   TensorTable full = gpt_param_table(m), mine = tensor_parallel_table(m, tp, tp_rank);
 //   tensor_parallel_slice(m, tp, tp_rank, full_params, my_params);            // whole model -> this rank
@@ -26,9 +34,11 @@
 namespace gantry {
 
 // Whether `d.tp` can split this model on this backend: n_head, the MLP width 4·n_embd and vocab_size must
-// be multiples of tp (pp is pipeline_check's, parallel/pipeline_schedule.h); tensor parallelism runs on the
-// CPU backend only. The error names the numbers and what would be right.
-Status tensor_parallel_check(const ModelConfig& m, const ParallelDims& d, const std::string& backend);
+// be multiples of tp, and with sequence parallelism seq_len too (pp is pipeline_check's,
+// parallel/pipeline_schedule.h); tensor parallelism runs on the CPU backend only. The error names the
+// numbers and what would be right.
+Status tensor_parallel_check(const ModelConfig& m, const ParallelDims& d, const std::string& backend,
+                             bool sequence_parallel = false);
 
 // Whether the tensor named `name` (gpt_param_table's names) is split over the tp ranks; false: every tp
 // rank keeps it whole.
@@ -38,6 +48,10 @@ bool tensor_parallel_sharded(const std::string& name);
 // rank `tp_rank`: what a checkpoint writes and reads in the whole model's coordinates, so that any tp
 // loads any other's. tp 1: gpt_param_table(m).
 TensorTable tensor_parallel_table(const ModelConfig& m, int tp, int tp_rank);
+
+// tensor_parallel_table(m, tp, tp_rank) restricted to the tensors named in `stage` (a pipeline stage's
+// table, parallel/pipeline_schedule.h), in that order, each with its share: a stage's tensors at tp x pp.
+TensorTable tensor_parallel_stage_table(const ModelConfig& m, int tp, int tp_rank, const TensorTable& stage);
 
 // Copies tp rank `tp_rank`'s share of the whole model `full` (gpt_param_table(m)'s layout) into `local`
 // (gpt_param_table(m, tp)'s layout); unslice copies the other way, the share into its place in `full`

@@ -691,7 +691,9 @@ WorkerResult worker_run(const WorkerOptions& options, const WorkerEnv& env) {
                                                     .pp = pp,
                                                     .zero = options.zero});
     if (!dims.ok()) return finish(kWorkerExitBadInput, who + ": " + dims.error());
-    if (Status s = tensor_parallel_check(cfg->model, dims.value(), cfg->train.backend); !s.ok())
+    if (Status s =
+            tensor_parallel_check(cfg->model, dims.value(), cfg->train.backend, cfg->train.sequence_parallel);
+        !s.ok())
       return finish(kWorkerExitBadInput, who + ": " + s.message());
 
     const auto left =
@@ -699,44 +701,31 @@ WorkerResult worker_run(const WorkerOptions& options, const WorkerEnv& env) {
                  std::chrono::duration_cast<std::chrono::milliseconds>(join_deadline - Clock::now()));
     bool bad_input = false;
     const ParallelDims& d = dims.value();
-    // tp 1: the dp communicator is the whole gang (as before tensor parallelism). tp > 1: a world
-    // communicator, then one per tp group and one per dp group, created in the same order on every rank,
-    // each group under a store prefix of its own (parallel/tensor_parallel.h).
-    // pp > 1 (tp 1, parallel/pipeline_schedule.h): a world communicator, one per pp group and one per dp
-    // group (the ranks of one stage).
+    // tp 1 and pp 1: the dp communicator is the whole gang (as before tensor parallelism). Otherwise a world
+    // communicator, then one per tp group, one per pp group and one per dp group (the ranks of one tp x pp
+    // coordinate), created in the same order on every rank, each group under a store prefix of its own
+    // (ParallelDims::comm_prefix).
     const bool axes = tp > 1 || pp > 1;
     Result<std::unique_ptr<Communicator>> dp =
-        !axes ? create_comm(cfg.value(), d.rank, d.dp, "dp/", store_fd, gloo_host, left, &bad_input)
-              : create_comm(cfg.value(), d.rank, d.world, "world/", store_fd, gloo_host, left, &bad_input);
+        !axes ? create_comm(cfg.value(), d.rank, d.dp, d.comm_prefix(ParallelAxis::kDp), store_fd, gloo_host,
+                            left, &bad_input)
+              : create_comm(cfg.value(), d.rank, d.world, d.comm_prefix(ParallelAxis::kWorld), store_fd,
+                            gloo_host, left, &bad_input);
     if (!dp.ok()) return finish(bad_input ? kWorkerExitBadInput : kWorkerExitFailed, who + ": " + dp.error());
     std::unique_ptr<Communicator> tp_comm, dp_comm, pp_comm;
-    if (pp > 1) {
-      Result<std::unique_ptr<Communicator>> p =
-          create_comm(cfg.value(), d.pp_rank(), pp, "pp/" + std::to_string(d.dp_rank()) + "/", store_fd,
-                      gloo_host, left, &bad_input);
-      if (!p.ok()) return finish(kWorkerExitFailed, who + ": " + p.error());
-      pp_comm = std::move(p.value());
-      if (d.dp > 1) {
-        Result<std::unique_ptr<Communicator>> q =
-            create_comm(cfg.value(), d.dp_rank(), d.dp, "dp/p" + std::to_string(d.pp_rank()) + "/", store_fd,
-                        gloo_host, left, &bad_input);
-        if (!q.ok()) return finish(kWorkerExitFailed, who + ": " + q.error());
-        dp_comm = std::move(q.value());
-      }
-    }
-    if (tp > 1) {
-      Result<std::unique_ptr<Communicator>> t =
-          create_comm(cfg.value(), d.tp_rank(), tp, "tp/" + std::to_string(d.dp_rank()) + "/", store_fd,
-                      gloo_host, left, &bad_input);
-      if (!t.ok()) return finish(kWorkerExitFailed, who + ": " + t.error());
-      tp_comm = std::move(t.value());
-      if (d.dp > 1) {
-        Result<std::unique_ptr<Communicator>> p =
-            create_comm(cfg.value(), d.dp_rank(), d.dp, "dp/" + std::to_string(d.tp_rank()) + "/", store_fd,
-                        gloo_host, left, &bad_input);
-        if (!p.ok()) return finish(kWorkerExitFailed, who + ": " + p.error());
-        dp_comm = std::move(p.value());
-      }
+    const struct {
+      ParallelAxis axis;
+      int rank, size;
+      std::unique_ptr<Communicator>* out;
+    } groups[] = {{ParallelAxis::kTp, d.tp_rank(), tp, &tp_comm},
+                  {ParallelAxis::kPp, d.pp_rank(), pp, &pp_comm},
+                  {ParallelAxis::kDp, d.dp_rank(), d.dp, &dp_comm}};
+    for (const auto& g : groups) {
+      if (!axes || g.size == 1) continue;
+      Result<std::unique_ptr<Communicator>> c = create_comm(
+          cfg.value(), g.rank, g.size, d.comm_prefix(g.axis), store_fd, gloo_host, left, &bad_input);
+      if (!c.ok()) return finish(kWorkerExitFailed, who + ": " + c.error());
+      *g.out = std::move(c.value());
     }
     // The flag overrides the config.
     const std::chrono::milliseconds collective_timeout =

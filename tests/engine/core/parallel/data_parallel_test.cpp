@@ -26,6 +26,7 @@
 #include "engine/core/parallel/shard_plan.h"
 #include "engine/core/train.h"
 #include "tests/engine/core/comm/worker_harness.h"
+#include "tests/engine/core/parallel/gang_train.h"
 #include "tests/engine/core/small_config.h"
 
 namespace gantry {
@@ -34,7 +35,10 @@ namespace {
 using namespace std::chrono_literals;
 using comm_test::expect_all_passed;
 using comm_test::run_workers;
+using testing_support::curve_compare;
 using testing_support::fresh_dir;
+using testing_support::gang_train_rank;
+using testing_support::GangCurve;
 
 // The tiny config of assets/, 20 steps, one thread per rank, buckets small enough that the model's
 // 120K parameters make several of them.
@@ -50,34 +54,7 @@ Config tiny20() {
   return cfg;
 }
 
-struct Curve : TrainObserver {
-  std::vector<double> loss, val;
-  std::string start;
-  uint64_t params_xxh64 = 0;  // the run's final parameters (TrainSummary)
-  void on_start(const std::string& s) override { start = s; }
-  void on_step(const StepReport& r) override {
-    loss.push_back(r.loss);
-    if (r.val_loss) val.push_back(*r.val_loss);
-  }
-};
-
-// "" when every value is within `rel` of the reference, else the first that is not.
-std::string compare(const std::vector<double>& got, const std::vector<double>& want, double rel,
-                    const char* what) {
-  if (got.size() != want.size()) {
-    return std::string(what) + ": " + std::to_string(got.size()) + " values, expected " +
-           std::to_string(want.size());
-  }
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (!(std::fabs(got[i] - want[i]) <= rel * std::fabs(want[i]))) {
-      char buf[200];
-      std::snprintf(buf, sizeof buf, "%s[%zu] = %.9g, one process gave %.9g (relative difference %.3g)", what,
-                    i, got[i], want[i], std::fabs(got[i] - want[i]) / std::fabs(want[i]));
-      return buf;
-    }
-  }
-  return "";
-}
+using Curve = GangCurve;
 
 struct RankRun {
   Config config;
@@ -89,42 +66,19 @@ struct RankRun {
   TrainObserver* also = nullptr;  // sees every report too
 };
 
-struct Tee : TrainObserver {
-  TrainObserver* a;
-  TrainObserver* b;
-  Tee(TrainObserver* x, TrainObserver* y) : a(x), b(y) {}
-  void on_start(const std::string& s) override { a->on_start(s), b->on_start(s); }
-  void on_step(const StepReport& r) override { a->on_step(r), b->on_step(r); }
-  void on_checkpoint(const CheckpointReport& c) override { a->on_checkpoint(c), b->on_checkpoint(c); }
-  void on_action(TrainAction x, int64_t s) override { a->on_action(x, s), b->on_action(x, s); }
-};
-
-// One rank: the dp communicator and the store on the inherited socket, then the train loop.
+// One rank: the dp communicator (none at dp 1: the ZeRO machinery then runs its local equivalents of the
+// collectives) and the store on the inherited socket, then the train loop.
 Result<Curve> train_rank(const RankRun& run, int rank, int world, int fd) {
-  Result<ParallelDims> dims =
-      ParallelDims::make({.world = world, .rank = rank, .dp = world, .zero = run.zero});
-  if (!dims.ok()) return dims.status();
-  // One rank needs no communicator: the ZeRO machinery then runs its local equivalents of the collectives.
-  std::unique_ptr<Communicator> comm;
-  if (world > 1) {
-    Result<std::unique_ptr<Communicator>> made = gloo_communicator_create(rank, world, fd, "dp/", 30s);
-    if (!made.ok()) return made.status();
-    comm = std::move(made.value());
-  }
-  StoreClient store(fd);
-  DistContext ctx{.dims = dims.value(), .dp = comm.get(), .store = &store, .timeout = 30s};
-  Curve curve;
-  Tee tee(&curve, run.also != nullptr ? run.also : &curve);
-  Result<TrainSummary> s = train_run(run.config,
-                                     {.out_dir = run.out_dir,
-                                      .resume = run.resume,
-                                      .max_steps = run.max_steps,
-                                      .dist = &ctx,
-                                      .control = run.control},
-                                     run.also != nullptr ? static_cast<TrainObserver*>(&tee) : &curve);
-  if (!s.ok()) return s.status();
-  curve.params_xxh64 = s->params_xxh64;
-  return curve;
+  return gang_train_rank(run.config,
+                         {.out_dir = run.out_dir,
+                          .dp = world,
+                          .zero = run.zero,
+                          .max_steps = run.max_steps,
+                          .resume = run.resume,
+                          .control = run.control,
+                          .also = run.also,
+                          .timeout = 30s},
+                         rank, world, fd);
 }
 
 // The single-process curve every layout must reproduce. ctest runs each test in a process of its own, so
@@ -178,8 +132,8 @@ TEST_P(DataParallel, MatchesOneProcessWithinTolerance) {
       [&](int rank, int n, int fd) -> std::string {
         Result<Curve> c = train_rank(run, rank, n, fd);
         if (!c.ok()) return c.error();
-        std::string d = compare(c->loss, ref.loss, 1e-5, "loss");
-        if (d.empty()) d = compare(c->val, ref.val, 1e-5, "val loss");
+        std::string d = curve_compare(c->loss, ref.loss, "loss", 1e-5);
+        if (d.empty()) d = curve_compare(c->val, ref.val, "val loss", 1e-5);
         if (d.empty() && n > 1 &&
             c->start.find("zero " + std::to_string(zero) + " over dp") == std::string::npos) {
           d = "the start-up summary does not print the memory formula: " + c->start;
@@ -244,7 +198,7 @@ TEST(DataParallelCheckpoint, SavedAtDp4Zero3ResumesAtDp2Zero1) {
       [&](int rank, int n, int fd) -> std::string {
         Result<Curve> curve = train_rank(second, rank, n, fd);
         if (!curve.ok()) return curve.error();
-        return compare(curve->loss, tail, 1e-5, "resumed loss");
+        return curve_compare(curve->loss, tail, "resumed loss", 1e-5);
       },
       120s));
 }
@@ -305,7 +259,7 @@ TEST(DataParallelCheckpoint, Zero0WriteIsSpreadOverTheRanksAndLoadsIntoOtherLayo
   Curve one;
   Result<TrainSummary> s = train_run(c, {.out_dir = fresh_dir("zero0_spread_dp1"), .resume = dir}, &one);
   ASSERT_TRUE(s.ok()) << s.error();
-  EXPECT_EQ(compare(one.loss, tail, 1e-5, "dp 1 resumed loss"), "");
+  EXPECT_EQ(curve_compare(one.loss, tail, "dp 1 resumed loss", 1e-5), "");
   for (int zero : {3, 1}) {
     const std::string again = fresh_dir("zero0_spread_z" + std::to_string(zero));
     const RankRun second{.config = c, .out_dir = again, .zero = zero, .resume = dir};
@@ -314,7 +268,7 @@ TEST(DataParallelCheckpoint, Zero0WriteIsSpreadOverTheRanksAndLoadsIntoOtherLayo
         [&](int rank, int n, int fd) -> std::string {
           Result<Curve> curve = train_rank(second, rank, n, fd);
           if (!curve.ok()) return curve.error();
-          return compare(curve->loss, tail, 1e-5, "resumed loss");
+          return curve_compare(curve->loss, tail, "resumed loss", 1e-5);
         },
         120s));
   }
@@ -341,7 +295,7 @@ TEST(DataParallelCheckpoint, SavedAtDp2Zero3ResumesAtDp4Zero0) {
       [&](int rank, int n, int fd) -> std::string {
         Result<Curve> curve = train_rank(second, rank, n, fd);
         if (!curve.ok()) return curve.error();
-        return compare(curve->loss, tail, 1e-5, "resumed loss");
+        return curve_compare(curve->loss, tail, "resumed loss", 1e-5);
       },
       120s));
 }

@@ -4,6 +4,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <set>
+#include <string>
+#include <vector>
+
 namespace gantry {
 namespace {
 
@@ -36,6 +40,34 @@ TEST(ParallelDims, GroupsFollowTheRankOrder) {
   EXPECT_THAT(d->pp_group(), ElementsAre(5, 7));
   EXPECT_THAT(d->dp_group(), ElementsAre(1, 5));
   EXPECT_EQ(d->describe(), "dp 2 x tp 2 x pp 2, zero 1 (world 8)");
+}
+
+// Every group of every axis rendezvouses under a prefix of its own, the same for all of its ranks.
+TEST(ParallelDims, EachGroupHasItsOwnStorePrefix) {
+  std::set<std::string> prefixes[4];
+  for (int rank = 0; rank < 8; ++rank) {
+    Result<ParallelDims> d = ParallelDims::make({.world = 8, .rank = rank, .dp = 2, .tp = 2, .pp = 2});
+    ASSERT_TRUE(d.ok()) << d.error();
+    for (ParallelAxis a : {ParallelAxis::kDp, ParallelAxis::kTp, ParallelAxis::kPp}) {
+      const std::vector<int> group = a == ParallelAxis::kDp   ? d->dp_group()
+                                     : a == ParallelAxis::kTp ? d->tp_group()
+                                                              : d->pp_group();
+      for (int peer : group) {
+        ParallelDims p = d.value();
+        p.rank = peer;
+        EXPECT_EQ(p.comm_prefix(a), d->comm_prefix(a)) << "rank " << rank << " and its peer " << peer;
+      }
+      prefixes[static_cast<int>(a)].insert(d->comm_prefix(a));
+    }
+  }
+  // 8 ranks in groups of 2: 4 groups per axis.
+  for (ParallelAxis a : {ParallelAxis::kDp, ParallelAxis::kTp, ParallelAxis::kPp})
+    EXPECT_EQ(prefixes[static_cast<int>(a)].size(), 4u);
+  EXPECT_EQ(
+      ParallelDims::make({.world = 8, .rank = 5, .dp = 2, .tp = 2, .pp = 2})->comm_prefix(ParallelAxis::kTp),
+      "tp/d1/p0/");
+  // Data parallel alone: the dp group is the gang, under the prefix it always had.
+  EXPECT_EQ(ParallelDims::make({.world = 4, .rank = 3, .dp = 4})->comm_prefix(ParallelAxis::kDp), "dp/");
 }
 
 TEST(ParallelDims, PureDataParallelGroupIsEveryRank) {

@@ -22,11 +22,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/comm/gloo_communicator.h"
-#include "engine/core/comm/store_client.h"
 #include "engine/core/config.h"
 #include "engine/core/train.h"
 #include "tests/engine/core/comm/worker_harness.h"
+#include "tests/engine/core/parallel/gang_train.h"
 #include "tests/engine/core/small_config.h"
 
 namespace gantry {
@@ -35,7 +34,10 @@ namespace {
 using namespace std::chrono_literals;
 using comm_test::expect_all_passed;
 using comm_test::run_workers;
+using testing_support::curve_compare;
 using testing_support::fresh_dir;
+using testing_support::gang_train_rank;
+using testing_support::GangCurve;
 
 constexpr double kRelTolerance = 1e-4;    // dp > 1
 constexpr double kNormTolerance = 1e-12;  // dp 1: the norm's summation order only
@@ -56,77 +58,19 @@ Config tiny20(const std::string& schedule) {
   return cfg;
 }
 
-struct Curve : TrainObserver {
-  std::vector<double> loss, norm, val, bubble, formula;
-  void on_step(const StepReport& r) override {
-    loss.push_back(r.loss);
-    norm.push_back(r.grad_norm);
-    if (r.val_loss) val.push_back(*r.val_loss);
-    if (r.phases.bubble) bubble.push_back(*r.phases.bubble);
-    if (r.phases.bubble_formula) formula.push_back(*r.phases.bubble_formula);
-  }
-};
+using Curve = GangCurve;
 
-// "" when every value is within `tol` (relative) of the reference (tol 0: the same bits), else the first
-// that is not; the largest relative difference goes to stderr.
+// "" when every value is within `tol` (relative) of the reference (tol 0: the same bits).
 std::string compare(const std::vector<double>& got, const std::vector<double>& want, const char* what,
                     double tol) {
-  if (got.size() != want.size()) {
-    return std::string(what) + ": " + std::to_string(got.size()) + " values, expected " +
-           std::to_string(want.size());
-  }
-  double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i)
-    worst = std::max(worst, std::fabs(got[i] - want[i]) / std::fabs(want[i]));
-  std::fprintf(stderr, "%s: largest relative difference from the reference %.3g\n", what, worst);
-  for (size_t i = 0; i < got.size(); ++i) {
-    const bool ok = tol == 0 ? got[i] == want[i] : std::fabs(got[i] - want[i]) <= tol * std::fabs(want[i]);
-    if (!ok) {
-      char buf[200];
-      std::snprintf(buf, sizeof buf, "%s[%zu] = %.17g, one process gave %.17g (relative difference %.3g)",
-                    what, i, got[i], want[i], std::fabs(got[i] - want[i]) / std::fabs(want[i]));
-      return buf;
-    }
-  }
-  return "";
+  return curve_compare(got, want, what, tol);
 }
 
-// One rank of a dp x pp gang: the world, pp and dp communicators on the inherited store socket, then the
+// One rank of a dp x pp gang (gang_train.h): its communicators on the inherited store socket, then the
 // train loop.
 Result<Curve> train_rank(const Config& cfg, const std::string& out, int dp, int pp, int zero, int rank,
                          int world, int fd) {
-  Result<ParallelDims> dims =
-      ParallelDims::make({.world = world, .rank = rank, .dp = dp, .tp = 1, .pp = pp, .zero = zero});
-  if (!dims.ok()) return dims.status();
-  const ParallelDims& d = dims.value();
-  std::unique_ptr<Communicator> world_comm, pp_comm, dp_comm;
-  // Created in the same order on every rank; each group rendezvouses under a prefix of its own.
-  Result<std::unique_ptr<Communicator>> w = gloo_communicator_create(rank, world, fd, "world/", 60s);
-  if (!w.ok()) return w.status();
-  world_comm = std::move(w.value());
-  if (pp > 1) {
-    Result<std::unique_ptr<Communicator>> p =
-        gloo_communicator_create(d.pp_rank(), pp, fd, "pp/" + std::to_string(d.dp_rank()) + "/", 60s);
-    if (!p.ok()) return p.status();
-    pp_comm = std::move(p.value());
-  }
-  if (dp > 1) {
-    Result<std::unique_ptr<Communicator>> q =
-        gloo_communicator_create(d.dp_rank(), dp, fd, "dp/p" + std::to_string(d.pp_rank()) + "/", 60s);
-    if (!q.ok()) return q.status();
-    dp_comm = std::move(q.value());
-  }
-  StoreClient store(fd);
-  DistContext ctx{.dims = d,
-                  .dp = dp_comm.get(),
-                  .world = world_comm.get(),
-                  .pp = pp_comm.get(),
-                  .store = &store,
-                  .timeout = 60s};
-  Curve curve;
-  Result<TrainSummary> s = train_run(cfg, {.out_dir = out, .dist = &ctx}, &curve);
-  if (!s.ok()) return s.status();
-  return curve;
+  return gang_train_rank(cfg, {.out_dir = out, .dp = dp, .pp = pp, .zero = zero}, rank, world, fd);
 }
 
 struct Layout {

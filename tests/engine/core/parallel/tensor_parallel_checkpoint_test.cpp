@@ -24,7 +24,7 @@
 #include "engine/core/train.h"
 #include "engine/core/xxhash64.h"
 #include "tests/engine/core/comm/worker_harness.h"
-#include "tests/engine/core/parallel/tp_gang.h"
+#include "tests/engine/core/parallel/gang_train.h"
 #include "tests/engine/core/small_config.h"
 
 namespace gantry {
@@ -34,9 +34,9 @@ using namespace std::chrono_literals;
 using comm_test::expect_all_passed;
 using comm_test::run_workers;
 using testing_support::fresh_dir;
-using testing_support::tp_train_rank;
-using testing_support::TpCurve;
-using testing_support::TpRankRun;
+using testing_support::gang_train_rank;
+using testing_support::GangCurve;
+using testing_support::GangRun;
 
 constexpr double kRelTolerance = 1e-4;
 
@@ -81,16 +81,16 @@ struct Layout {
 
 // Runs `run` over a gang of the layout's ranks (one process in-line at dp 1 x tp 1); each rank's
 // parameter hash goes to <out_dir>/hash_r<rank>.txt, and `check` (rank 0's curve) decides pass or fail.
-void run_layout(const Config& cfg, const Layout& l, TpRankRun run,
-                const std::function<std::string(const TpCurve&)>& check) {
+void run_layout(const Config& cfg, const Layout& l, GangRun run,
+                const std::function<std::string(const GangCurve&)>& check) {
   run.dp = l.dp, run.tp = l.tp, run.zero = l.zero;
-  auto record = [&](int rank, const TpCurve& c) {
+  auto record = [&](int rank, const GangCurve& c) {
     FILE* f = std::fopen((run.out_dir + "/hash_r" + std::to_string(rank) + ".txt").c_str(), "w");
     std::fprintf(f, "%llu\n", static_cast<unsigned long long>(c.params_xxh64));
     std::fclose(f);
   };
   if (l.dp * l.tp == 1) {
-    TpCurve c;
+    GangCurve c;
     Result<TrainSummary> s =
         train_run(cfg, {.out_dir = run.out_dir, .resume = run.resume, .max_steps = run.max_steps}, &c);
     ASSERT_TRUE(s.ok()) << s.error();
@@ -102,7 +102,7 @@ void run_layout(const Config& cfg, const Layout& l, TpRankRun run,
   expect_all_passed(run_workers(
       l.dp * l.tp,
       [&](int rank, int n, int fd) -> std::string {
-        Result<TpCurve> c = tp_train_rank(cfg, run, rank, n, fd);
+        Result<GangCurve> c = gang_train_rank(cfg, run, rank, n, fd);
         if (!c.ok()) return "rank " + std::to_string(rank) + ": " + c.error();
         record(rank, c.value());
         const std::string bad = rank == 0 ? check(c.value()) : "";
@@ -148,7 +148,7 @@ class TensorParallelCheckpoint : public ::testing::TestWithParam<Layout> {};
 TEST_P(TensorParallelCheckpoint, ResumesAtOtherLayoutsOnTheOneProcessCurve) {
   const Layout saved = GetParam();
   const Config cfg = tiny20();
-  TpCurve ref;
+  GangCurve ref;
   Result<TrainSummary> one = train_run(cfg, {.out_dir = fresh_dir("one_process")}, &ref);
   ASSERT_TRUE(one.ok()) << one.error();
   ASSERT_EQ(ref.loss.size(), 20u);
@@ -157,7 +157,7 @@ TEST_P(TensorParallelCheckpoint, ResumesAtOtherLayoutsOnTheOneProcessCurve) {
 
   const std::string out = fresh_dir("saved_" + saved.name());
   run_layout(cfg, saved, {.out_dir = out, .max_steps = 10},
-             [&](const TpCurve& c) { return compare(c.loss, head, "saved " + saved.name() + " loss"); });
+             [&](const GangCurve& c) { return compare(c.loss, head, "saved " + saved.name() + " loss"); });
   if (HasFatalFailure() || HasFailure()) return;
   const std::string dir = out + "/checkpoints/step_00000010";
   {
@@ -187,14 +187,15 @@ TEST_P(TensorParallelCheckpoint, ResumesAtOtherLayoutsOnTheOneProcessCurve) {
   for (const Layout& to : {Layout{1, 1, 0}, Layout{1, 4, 0}, Layout{4, 1, 1}, Layout{2, 2, other_zero}}) {
     SCOPED_TRACE("resumed at " + to.name());
     const std::string again = fresh_dir("resumed_" + saved.name() + "_at_" + to.name());
-    run_layout(cfg, to, {.out_dir = again, .resume = dir},
-               [&](const TpCurve& c) { return compare(c.loss, tail, "resumed at " + to.name() + " loss"); });
+    run_layout(cfg, to, {.out_dir = again, .resume = dir}, [&](const GangCurve& c) {
+      return compare(c.loss, tail, "resumed at " + to.name() + " loss");
+    });
   }
 
   // Bitwise the other way: tp 4 ranks that load it (and take no step) hold their share of the same model.
   const std::string loaded = fresh_dir("loaded_" + saved.name() + "_at_tp4");
   run_layout(cfg, {1, 4, 0}, {.out_dir = loaded, .max_steps = 10, .resume = dir},
-             [](const TpCurve& c) { return c.loss.empty() ? "" : "took a step"; });
+             [](const GangCurve& c) { return c.loss.empty() ? "" : "took a step"; });
   for (int rank = 0; rank < 4; ++rank) {
     EXPECT_EQ(share_hash(cfg, whole, 4, rank), recorded_hash(loaded, rank))
         << "tp 4 rank " << rank << " loaded other parameters than its share of the checkpoint";

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/core/gpt.h"
+#include "engine/core/parallel/pipeline_schedule.h"
 #include "engine/core/train.h"
 #include "tests/engine/core/small_config.h"
 
@@ -60,6 +61,18 @@ TEST(TensorParallelCheck, RefusesAVocabularyNotDivisibleByTp) {
   EXPECT_TRUE(tensor_parallel_check(m, dims(2, 2, 1), "cpu").ok());  // tp 1 takes any vocabulary
 }
 
+TEST(TensorParallelCheck, SequenceParallelRefusesASequenceNotDivisibleByTp) {
+  ModelConfig m = tiny_model();
+  m.seq_len = 18;  // tp 4 divides the heads, the MLP and the vocabulary, not 18 positions
+  EXPECT_TRUE(tensor_parallel_check(m, dims(4, 1, 4), "cpu").ok());  // without sequence parallelism
+  Status s = tensor_parallel_check(m, dims(4, 1, 4), "cpu", /*sequence_parallel=*/true);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), HasSubstr("tp 4 with train.sequence_parallel does not divide model.seq_len 18"));
+  EXPECT_THAT(s.message(), HasSubstr("a seq_len that is a multiple of 4"));
+  EXPECT_TRUE(tensor_parallel_check(m, dims(2, 1, 2), "cpu", true).ok());  // 18 = 2 x 9
+  EXPECT_TRUE(tensor_parallel_check(m, dims(4, 4, 1), "cpu", true).ok());  // no tp: nothing to split
+}
+
 TEST(TensorParallelCheck, LeavesPipelineToItsOwnCheckAndRefusesTheCudaBackend) {
   // pp is pipeline_check's (parallel/pipeline_schedule.h, tested in pipeline_schedule_test).
   EXPECT_TRUE(tensor_parallel_check(tiny_model(), dims(2, 1, 1, 2), "cpu").ok());
@@ -83,6 +96,15 @@ TEST(TensorParallelCheck, TheTrainLoopRefusesABadLayoutBeforeBuildingAnything) {
       train_run(c.value(), {.out_dir = testing_support::fresh_dir("tp3"), .dist = &ctx}, nullptr);
   ASSERT_FALSE(s.ok());
   EXPECT_THAT(s.error(), HasSubstr("tp 3 does not divide model.n_head 4"));
+  // Sequence parallelism with tp 3 of 64 positions (heads fixed to split): refused the same way.
+  Config sp = c.value();
+  sp.model.n_head = 3;
+  sp.model.n_embd = 48;
+  sp.model.vocab_size = 255;
+  sp.train.sequence_parallel = true;
+  s = train_run(sp, {.out_dir = testing_support::fresh_dir("tp3_sp"), .dist = &ctx}, nullptr);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.error(), HasSubstr("tp 3 with train.sequence_parallel does not divide model.seq_len 64"));
   // A checkpoint cadence under tp > 1 is no longer refused (tensor_parallel_checkpoint_test.cpp): this
   // context fails only for want of its communicators.
   c->train.checkpoint_every = 5;
@@ -136,6 +158,33 @@ TEST(TensorParallelSplit, SharesOfEveryRankRebuildTheWholeModel) {
   const TensorInfo& we = *whole.find("wte");
   const TensorInfo& le = *two.find("wte");
   EXPECT_EQ(share[le.offset], full[we.offset + 128 * 64]);
+}
+
+// tp x pp: a stage's table holds only its tensors, each the tp rank's share with its place in the whole.
+TEST(TensorParallelSplit, AStageTableKeepsTheStagesTensorsWithTheirShares) {
+  const ModelConfig m = tiny_model();  // 2 layers: at pp 2 stage 0 has wte, wpe and h.0; stage 1 h.1 and lnf
+  const PipelinePartition part = pipeline_partition(m, 2);
+  const TensorTable whole = tensor_parallel_table(m, 2, 1);
+  for (int stage = 0; stage < 2; ++stage) {
+    const TensorTable plain = pipeline_stage_table(m, part, stage);
+    const TensorTable t = tensor_parallel_stage_table(m, 2, 1, plain);
+    ASSERT_EQ(t.size(), plain.size());
+    size_t numel = 0;
+    for (size_t i = 0; i < t.size(); ++i) {
+      const TensorInfo& w = whole.at(t[i].name);
+      EXPECT_EQ(t[i].name, plain[i].name);
+      EXPECT_EQ(t[i].shape, w.shape) << t[i].name;  // the tp share's shape
+      EXPECT_EQ(t[i].share.offset, w.share.offset) << t[i].name;
+      EXPECT_EQ(t[i].share.width, w.share.width) << t[i].name;
+      EXPECT_EQ(t[i].share.replicas, w.share.replicas) << t[i].name;
+      numel += w.numel;
+    }
+    EXPECT_EQ(t.numel(), numel);
+  }
+  EXPECT_NE(tensor_parallel_stage_table(m, 2, 1, pipeline_stage_table(m, part, 0)).find("wte"), nullptr);
+  EXPECT_EQ(tensor_parallel_stage_table(m, 2, 1, pipeline_stage_table(m, part, 1)).find("wte"), nullptr);
+  EXPECT_EQ(tensor_parallel_stage_table(m, 2, 1, pipeline_stage_table(m, part, 0)).at("wte").shape,
+            (std::vector<int64_t>{128, 64}));  // vocab-parallel: half of the 256 token rows
 }
 
 // What a checkpoint writes: each tensor of a tp rank's table says where its share lies in the whole one.
