@@ -175,5 +175,48 @@ TEST_F(Cluster3d, AQuarantineMovesATpGroupAsAWhole) {
   ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 60s)) << run_state(id).dump();
 }
 
+// What-if's Apply (issue 17) is resume-from on another layout: a stopped dp 2 run goes on at dp 1 x tp 2
+// from its checkpoint (the checkpoint reshards to tp), the run's layout and ranks say so, and its steps
+// continue past the checkpoint; a pipeline is refused naming layout.pp, and a larger world than the run was
+// recorded for names both numbers.
+TEST_F(Cluster3d, ResumeFromMovesAStoppedRunToAnotherTp) {
+  Result<json> sub =
+      api_->post_json("/v1/runs", {{"config", tiny_config(100000)}, {"layout", {{"dp", 2}}}, {"min_dp", 1}});
+  ASSERT_TRUE(sub.ok()) << sub.error();
+  const int64_t id = sub->at("id").get<int64_t>();
+  const std::string run = "/v1/runs/" + std::to_string(id);
+  ASSERT_TRUE(eventually([&] { return last_step(id) >= 2; }, 60s)) << run_state(id).dump();
+  ASSERT_TRUE(api_->post_json(run + "/stop", json::object()).ok());
+  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 60s)) << run_state(id).dump();
+  const int64_t stopped_at = last_step(id);
+
+  Result<HttpReply> pp =
+      api_->post(run + "/resume-from", {{"checkpoint", "latest"}, {"layout", {{"pp", 2}}}});
+  ASSERT_TRUE(pp.ok());
+  EXPECT_EQ(pp->status, 400) << pp->body;
+  EXPECT_THAT(pp->error_message(), HasSubstr("layout.pp"));
+  Result<HttpReply> big =
+      api_->post(run + "/resume-from", {{"checkpoint", "latest"}, {"layout", {{"dp", 2}, {"tp", 2}}}});
+  ASSERT_TRUE(big.ok());
+  EXPECT_EQ(big->status, 400) << big->body;
+  EXPECT_THAT(big->error_message(),
+              HasSubstr("is 4 ranks, but run " + std::to_string(id) + " was recorded for at most 2 ranks"));
+
+  Result<HttpReply> moved =
+      api_->post(run + "/resume-from", {{"checkpoint", "latest"}, {"layout", {{"dp", 1}, {"tp", 2}}}});
+  ASSERT_TRUE(moved.ok());
+  ASSERT_EQ(moved->status, 202) << moved->body;
+  ASSERT_TRUE(eventually([&] { return last_step(id) > stopped_at + 1; }, 60s)) << run_state(id).dump();
+  const json r = run_state(id);
+  EXPECT_EQ(r["layout"]["tp"], 2);
+  EXPECT_EQ(r["layout"]["dp"], 1);
+  const json ranks = get(run + "/ranks")["ranks"];
+  ASSERT_EQ(ranks.size(), 2u);
+  EXPECT_EQ(ranks[1]["coord"], json({{"dp", 0}, {"pp", 0}, {"tp", 1}}));
+  EXPECT_EQ(ranks[0]["node"], ranks[1]["node"]);
+  ASSERT_TRUE(api_->post_json(run + "/stop", json::object()).ok());
+  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 60s)) << run_state(id).dump();
+}
+
 }  // namespace
 }  // namespace gantry
