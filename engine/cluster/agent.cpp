@@ -294,6 +294,12 @@ struct Agent::Impl {
                  json({{"source", resume.empty() ? "start" : "disk"}, {"checkpoint", resume}}).dump()});
       }
     }
+    // Virtual stages only where there are some: a worker without interleaved 1F1B has no --vp flag, and the
+    // coordinator refuses vp > 1 until the engine's pipeline_check takes it.
+    if (const int vp = a.value("vp", 1); vp > 1) {
+      g.args.push_back("--vp");
+      g.args.push_back(std::to_string(vp));
+    }
     if (!resume.empty()) {
       g.args.push_back("--resume");
       g.args.push_back(resume);

@@ -220,6 +220,7 @@ Status Coordinator::Impl::start_generation(Run& r, const std::vector<PlacementNo
                                    {"world", r.world()},
                                    {"tp", r.tp},
                                    {"pp", r.pp},
+                                   {"vp", r.vp},
                                    {"slots", s.slots},
                                    {"rendezvous", rendezvous},
                                    {"config", r.config_toml},
