@@ -1,9 +1,10 @@
 // gantry-engine ctl: the coordinator's API from a terminal (engine/cluster/api_client.h). Tables by
 // default, the API's JSON with --json.
-//   ctl --url U --token-file F status | runs | submit --config C --dp N [--checkpoint-every N] [--keep-last
+//   ctl --url U --token-file F status | runs | submit --config C --dp N [--tp T] [--pp P] [--vp V]
+//   [--checkpoint-every N] [--keep-last
 //   K] [--hang-timeout S] |
 //       checkpoint|pause|resume|stop RUN | ranks RUN | events RUN | quarantine|release NODE |
-//       resume-from RUN [--checkpoint latest|STEP|step_N] [--dp N] [--zero Z] | goodput RUN |
+//       resume-from RUN [--checkpoint latest|STEP|step_N] [--dp N] [--tp T] [--zero Z] | goodput RUN |
 //       inject RUN kill|hang|slow|nan [--rank N] [--ms MS] |
 //       straggler RUN --on|--off [--windows N] [--window-steps N] [--min-samples N] |
 //       alerts [list | add NAME --kind K [--series S] [--above X | --below X] [--clear X] [--seconds N]
@@ -29,6 +30,7 @@ struct CtlArgs {
   bool json_out = false;
   std::string config;
   int dp = 1, zero = 0;
+  int tp = 1, pp = 1, vp = 1;  // world = dp x tp x pp (ParallelDims' order: tp innermost, then pp, dp)
   int64_t max_steps = -1;
   int64_t checkpoint_every = 0;   // 0: no checkpoint policy
   std::string checkpoint_policy;  // "": the coordinator's default (fixed)
@@ -40,6 +42,7 @@ struct CtlArgs {
   std::string node;
   std::string checkpoint = "latest";
   int resume_dp = 0, resume_zero = -1;  // 0 / -1: the run's own
+  int resume_tp = 0, resume_pp = 0;     // 0: the run's own
   std::string fault;
   int rank = -1;   // inject: -1 = one at random
   int64_t ms = 0;  // inject slow: the forward's delay
@@ -94,8 +97,9 @@ void print_runs(const json& runs) {
   for (const json& r : runs) {
     const json& l = r.at("layout");
     rows.push_back({cell(r.at("id")), cell(r.at("name")), cell(r.at("state")),
-                    "dp=" + cell(l.at("dp")) + " zero=" + cell(l.at("zero")), cell(r.at("last_step")),
-                    cell(r.at("message"))});
+                    "dp=" + cell(l.at("dp")) + " tp=" + cell(l.value("tp", json(1))) +
+                        " pp=" + cell(l.value("pp", json(1))) + " zero=" + cell(l.at("zero")),
+                    cell(r.at("last_step")), cell(r.at("message"))});
   }
   print_table({"RUN", "NAME", "STATE", "LAYOUT", "STEP", "MESSAGE"}, rows);
 }
@@ -116,9 +120,16 @@ void print_ranks(const json& r) {
     // The same words as the console's Stragglers panel: the slow phase and its time over the other ranks'.
     const std::string slow =
         scored ? straggler_excess_text(s.value("slow_phase", ""), s.value("slow_phase_excess_s", 0.0)) : "-";
-    rows.push_back({cell(k.at("rank")), cell(k.at("node")), cell(k.at("slot")), cell(k.at("last_step")),
-                    fixed(k.at("step_seconds"), 4), scored ? fixed(s.at("median_s"), 4) : "-",
-                    scored ? fixed(s.at("relative"), 3) : "-", scored ? fixed(s.at("individual"), 3) : "-",
+    // (dp, pp, tp): the rank's coordinate, so a slow stage or tp group shows in the column beside it.
+    const json c = k.value("coord", json::object());
+    const std::string coord =
+        c.is_object() && c.contains("dp")
+            ? "(" + cell(c.at("dp")) + "," + cell(c.at("pp")) + "," + cell(c.at("tp")) + ")"
+            : "-";
+    rows.push_back({cell(k.at("rank")), coord, cell(k.at("node")), cell(k.at("slot")),
+                    cell(k.at("last_step")), fixed(k.at("step_seconds"), 4),
+                    scored ? fixed(s.at("median_s"), 4) : "-", scored ? fixed(s.at("relative"), 3) : "-",
+                    scored ? fixed(s.at("individual"), 3) : "-",
                     scored && s.value("flagged", false) ? "STRAGGLER" : (scored ? "ok" : "-"), slow});
   }
   const json& sum = r.at("straggler");
@@ -127,9 +138,9 @@ void print_ranks(const json& r) {
       "run %s: straggler scores on the %s basis, window %s steps, evaluated at step %s (%s evaluations)\n",
       cell(r.at("run")).c_str(), cell(o.at("basis")).c_str(), cell(o.at("window_steps")).c_str(),
       cell(sum.at("evaluated_at_step")).c_str(), cell(sum.at("evaluations")).c_str());
-  print_table(
-      {"RANK", "NODE", "SLOT", "STEP", "STEP_S", "MEDIAN_S", "RELATIVE", "INDIVIDUAL", "FLAG", "EXCESS"},
-      rows);
+  print_table({"RANK", "DP,PP,TP", "NODE", "SLOT", "STEP", "STEP_S", "MEDIAN_S", "RELATIVE", "INDIVIDUAL",
+               "FLAG", "EXCESS"},
+              rows);
 }
 
 // GET /v1/runs/{id}/goodput: the ledger's categories with their share of the wall, the failures with their
@@ -228,7 +239,8 @@ int ctl_main(const std::string& what, const CtlArgs& a) {
     if (!in) return fail("cannot read --config " + a.config, kExitBadInput);
     std::stringstream ss;
     ss << in.rdbuf();
-    json body = {{"config", ss.str()}, {"layout", {{"dp", a.dp}, {"zero", a.zero}}}};
+    json body = {{"config", ss.str()},
+                 {"layout", {{"dp", a.dp}, {"tp", a.tp}, {"pp", a.pp}, {"vp", a.vp}, {"zero", a.zero}}}};
     if (a.max_steps >= 0) body["max_steps"] = a.max_steps;
     if (a.checkpoint_every > 0) body["checkpoint_every_steps"] = a.checkpoint_every;
     if (a.keep_last > 0) body["keep_last"] = a.keep_last;
@@ -276,6 +288,8 @@ int ctl_main(const std::string& what, const CtlArgs& a) {
     json body = {{"checkpoint", ckpt}};
     if (a.resume_dp > 0) body["layout"]["dp"] = a.resume_dp;
     if (a.resume_zero >= 0) body["layout"]["zero"] = a.resume_zero;
+    if (a.resume_tp > 0) body["layout"]["tp"] = a.resume_tp;
+    if (a.resume_pp > 0) body["layout"]["pp"] = a.resume_pp;
     r = api.resume_from(a.run, body);
     if (!r.ok() && r.error().find(" 409 ") != std::string::npos) return fail(r.error(), 3);
   } else {
@@ -375,6 +389,12 @@ void ctl_command_add(CLI::App& app, int* exit_code) {
   submit->add_option("--config", a->config, "Training config (TOML)")->required()->check(CLI::ExistingFile);
   submit->add_option("--dp", a->dp, "Data-parallel ranks")->check(CLI::Range(1, 1 << 20));
   submit->add_option("--zero", a->zero, "ZeRO stage 0-3")->check(CLI::Range(0, 3));
+  submit->add_option("--tp", a->tp, "Tensor-parallel degree (each group of tp ranks on one node)")
+      ->check(CLI::Range(1, 1 << 10));
+  submit->add_option("--pp", a->pp, "Pipeline-parallel stages (train.pp_schedule)")
+      ->check(CLI::Range(1, 1 << 10));
+  submit->add_option("--vp", a->vp, "Virtual stages per rank (interleaved 1F1B)")
+      ->check(CLI::Range(1, 1 << 10));
   submit->add_option("--max-steps", a->max_steps, "Stop after this step")->check(CLI::NonNegativeNumber);
   submit->add_option("--name", a->name, "The run's name");
   submit->add_option("--min-dp", a->min_dp, "The smallest dp a recovery may shrink the run to (default 1)")
@@ -420,6 +440,10 @@ void ctl_command_add(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(1, 1 << 20));
   resume_from->add_option("--zero", a->resume_zero, "ZeRO stage 0-3 (default the run's)")
       ->check(CLI::Range(0, 3));
+  resume_from->add_option("--tp", a->resume_tp, "Tensor-parallel degree (default the run's)")
+      ->check(CLI::Range(1, 1 << 10));
+  resume_from->add_option("--pp", a->resume_pp, "Pipeline stages (default the run's)")
+      ->check(CLI::Range(1, 1 << 10));
   CLI::App* inject =
       add("inject",
           "A drill: kill (SIGKILL), hang (SIGSTOP), slow (its forward slowed by --ms from its next step "

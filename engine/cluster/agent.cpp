@@ -261,15 +261,12 @@ struct Agent::Impl {
     g.first_rank = s.first_rank;
     g.world = a.at("world").get<int>();
     g.exe = opt.exe;
-    g.args = {"worker",
-              "--config",
-              config,
-              "--out",
-              a.at("out_dir").get<std::string>(),
-              "--zero",
+    g.args = {"worker", "--config", config, "--out", a.at("out_dir").get<std::string>(), "--zero",
               std::to_string(a.at("zero").get<int>()),
-              "--max-steps",
-              std::to_string(a.at("max_steps").get<int64_t>())};
+              // The run's model-parallel degrees (1 from a coordinator that sends none): the ranks derive
+              // their (dp, pp, tp) coordinates from RANK and these, as ParallelDims orders them.
+              "--tp", std::to_string(a.value("tp", 1)), "--pp", std::to_string(a.value("pp", 1)),
+              "--max-steps", std::to_string(a.at("max_steps").get<int64_t>())};
     // A run placed again (a quarantine's move, resume-from) starts from the checkpoint the coordinator
     // chose inside the run's folder; the ranks reshard it to this layout.
     std::string resume = a.value("resume", "");
@@ -296,6 +293,12 @@ struct Agent::Impl {
              .payload =
                  json({{"source", resume.empty() ? "start" : "disk"}, {"checkpoint", resume}}).dump()});
       }
+    }
+    // Virtual stages only where there are some: a worker without interleaved 1F1B has no --vp flag, and the
+    // coordinator refuses vp > 1 until the engine's pipeline_check takes it.
+    if (const int vp = a.value("vp", 1); vp > 1) {
+      g.args.push_back("--vp");
+      g.args.push_back(std::to_string(vp));
     }
     if (!resume.empty()) {
       g.args.push_back("--resume");

@@ -181,7 +181,7 @@ void Coordinator::Impl::alert_loop() {
       if (!fresh && it->second.first != r.last_step) it->second = {r.last_step, now};
       s.seconds_since_step = std::chrono::duration<double>(now - it->second.second).count();
       if (r.last_step >= 0) s.series = alert_series_of(r.latest_step);
-      for (int32_t rank = 0; rank < r.dp; ++rank) {
+      for (int32_t rank = 0; rank < r.world(); ++rank) {
         const json k = r.straggler.rank_json(rank);
         if (!k.is_object() || !k.contains("excess_s") || !k.at("excess_s").is_number()) continue;
         const double e = k.at("excess_s").get<double>();

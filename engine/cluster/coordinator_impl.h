@@ -95,6 +95,10 @@ struct Coordinator::Impl {
     std::string name;
     RunState state = RunState::kRunning;  // changed only through set_state (run_lifecycle.h's rules)
     int dp = 1, zero = 0;
+    // The model-parallel degrees (submit's layout.tp/pp/vp): fixed for the run's life but for resume-from;
+    // recovery and moves change dp only, so a lost node's ranks move as whole tp groups and pipelines.
+    int tp = 1, pp = 1, vp = 1;
+    int world() const { return dp * tp * pp; }  // ranks in ParallelDims' order: tp innermost, then pp, dp
     int64_t max_steps = -1;
     std::string config_toml, out_dir, backend;
     std::vector<NodeShare> shares;  // in rank order
@@ -191,7 +195,7 @@ struct Coordinator::Impl {
   // The run's id and world, under mu; the database is then read without it (reads take db_mu only).
   struct RunKey {
     int64_t id = -1;
-    int dp = 0;
+    int world = 0;  // dp·tp·pp ranks
   };
 
   // ---- the run lifecycle (coordinator_runs.cpp) -----------------------------------------------------------

@@ -42,7 +42,7 @@ void Coordinator::Impl::ingest(RecordBatch& batch, size_t reserved) {
   RecordBatch keep;
   for (RankStepRecord& rs : batch.rank_steps) {
     auto it = runs.find(rs.run_id);
-    if (it == runs.end() || rs.rank < 0 || rs.rank >= it->second.dp) continue;
+    if (it == runs.end() || rs.rank < 0 || rs.rank >= it->second.world()) continue;
     it->second.latest[static_cast<size_t>(rs.rank)] = rs;
     it->second.straggler.add(rs);
     keep.rank_steps.push_back(std::move(rs));

@@ -12,6 +12,7 @@
 
 #include "engine/cluster/coordinator_impl.h"
 #include "engine/cluster/json_fields.h"
+#include "engine/cluster/run_layout.h"
 #include "engine/core/checkpoint.h"  // checkpoint_list, checkpoint_latest: what a run can resume from
 #include "engine/core/config.h"
 #include "engine/core/gpt.h"          // gpt_param_table: N for the run's FLOPs per token
@@ -204,7 +205,7 @@ Status Coordinator::Impl::start_generation(Run& r, const std::vector<PlacementNo
   // The ranks land on other devices: their straggler scores start over (flags of the last placement end).
   record(r.straggler.reset(r.id, unix_now_s(), [&r](int32_t rank) { return r.node_of(rank); }));
   r.shares.clear();
-  r.latest.assign(static_cast<size_t>(r.dp), RankStepRecord{});
+  r.latest.assign(static_cast<size_t>(r.world()), RankStepRecord{});
   for (const PlacedNode& pnode : p.nodes) {
     NodeShare s;
     s.node = pn[static_cast<size_t>(pnode.node)].id;
@@ -216,7 +217,10 @@ Status Coordinator::Impl::start_generation(Run& r, const std::vector<PlacementNo
                                    {"generation", r.generation},
                                    {"first_rank", s.first_rank},
                                    {"ranks", s.ranks},
-                                   {"world", r.dp},
+                                   {"world", r.world()},
+                                   {"tp", r.tp},
+                                   {"pp", r.pp},
+                                   {"vp", r.vp},
                                    {"slots", s.slots},
                                    {"rendezvous", rendezvous},
                                    {"config", r.config_toml},
@@ -243,6 +247,9 @@ json Coordinator::Impl::run_options(const Run& r) {
   for (const NodeShare& s : r.shares)
     placement.push_back({{"node", s.node}, {"first_rank", s.first_rank}, {"ranks", s.ranks}});
   return {{"dp", r.dp},
+          {"tp", r.tp},
+          {"pp", r.pp},
+          {"vp", r.vp},
           {"zero", r.zero},
           {"max_steps", r.max_steps},
           {"db_world", r.db_world},
@@ -287,6 +294,9 @@ Status Coordinator::Impl::restore_runs() {
     const json o = json::parse(row.info.options, nullptr, false);
     if (o.is_object()) {
       r.dp = o.value("dp", r.dp);
+      r.tp = o.value("tp", 1);
+      r.pp = o.value("pp", 1);
+      r.vp = o.value("vp", 1);
       r.zero = o.value("zero", 0);
       r.max_steps = o.value("max_steps", int64_t{-1});
       r.db_world = o.value("db_world", r.db_world);
@@ -310,7 +320,7 @@ Status Coordinator::Impl::restore_runs() {
     }
     Result<Config> cfg = config_parse(r.config_toml, "config");
     r.backend = cfg.ok() ? cfg->train.backend : "cpu";
-    r.latest.assign(static_cast<size_t>(std::max(r.dp, 1)), RankStepRecord{});
+    r.latest.assign(static_cast<size_t>(std::max(r.world(), 1)), RankStepRecord{});
     if (r.last_step >= 0) {
       std::vector<StepRecord> last;
       std::lock_guard<std::mutex> db_lock(db_mu);
@@ -364,7 +374,7 @@ void Coordinator::Impl::adopt_gangs(const std::string& node, const json& gangs) 
     Run& r = it->second;
     if (g.value("generation", -1) != r.generation) continue;  // a gang of an earlier placement
     const int first = g.value("first_rank", -1), n = g.value("ranks", 0);
-    if (first < 0 || n <= 0 || first + n > r.dp) continue;
+    if (first < 0 || n <= 0 || first + n > r.world()) continue;
     bool overlaps = false;
     for (const NodeShare& s : r.shares)
       overlaps = overlaps || (first < s.first_rank + s.ranks && s.first_rank < first + n);
@@ -380,7 +390,7 @@ void Coordinator::Impl::adopt_gangs(const std::string& node, const json& gangs) 
               [](const NodeShare& a, const NodeShare& b) { return a.first_rank < b.first_rank; });
     int covered = 0;
     for (const NodeShare& x : r.shares) covered += x.ranks;
-    if (covered < r.dp) continue;
+    if (covered < r.world()) continue;
     r.adopting = false;
     std::string where;
     for (const NodeShare& x : r.shares)
@@ -421,23 +431,23 @@ void Coordinator::Impl::adopt_expired(Clock::time_point now) {
     // that did come back are stopped (a part of a gang cannot train without the rest), and once they have all
     // ended the run's end is decided as for a failure seen live: a spare, else a shrink, else a stop with the
     // reason.
-    std::vector<bool> back(static_cast<size_t>(std::max(r.dp, 0)), false);
+    std::vector<bool> back(static_cast<size_t>(std::max(r.world(), 0)), false);
     for (const NodeShare& s : r.shares)
-      for (int k = s.first_rank; k < s.first_rank + s.ranks && k < r.dp; ++k)
+      for (int k = s.first_rank; k < s.first_rank + s.ranks && k < r.world(); ++k)
         back[static_cast<size_t>(k)] = true;
     // Where the missing ranks ran, from the placement the run's options recorded (runs.options): the nodes
     // that held them and did not come back.
     std::set<std::string> suspects;
     for (const json& p : r.recorded_placement) {
       const int first = p.value("first_rank", -1), n = p.value("ranks", 0);
-      for (int k = std::max(first, 0); k < first + n && k < r.dp; ++k)
+      for (int k = std::max(first, 0); k < first + n && k < r.world(); ++k)
         if (!back[static_cast<size_t>(k)]) suspects.insert(p.value("node", ""));
     }
     suspects.erase("");
     std::string missing, where;
     for (const std::string& n : suspects) where += (where.empty() ? "" : ", ") + n;
     std::vector<NodeShare> lost;
-    for (int k = 0; k < r.dp; ++k) {
+    for (int k = 0; k < r.world(); ++k) {
       if (back[static_cast<size_t>(k)]) continue;
       missing += (missing.empty() ? "" : ",") + std::to_string(k);
       if (!lost.empty() && lost.back().first_rank + lost.back().ranks == k) {
@@ -585,12 +595,15 @@ Result<Placement> Coordinator::Impl::place_again(const Run& r, const std::vector
                                                  int* dp) const {
   Result<Config> cfg = config_parse(r.config_toml, "config");
   if (!cfg.ok()) return Status::error(cfg.error());
-  Result<Placement> p = placement_assign(pn, {.dp = r.dp});
+  Result<Placement> p = placement_assign(pn, {.dp = r.dp, .tp = r.tp, .pp = r.pp});
   *dp = r.dp;
   const int floor = std::min(r.dp, r.min_dp_or_1());
   for (int d = r.dp - 1; !p.ok() && d >= floor; --d) {
-    if (cfg->train.global_batch % d != 0) continue;
-    Result<Placement> q = placement_assign(pn, {.dp = d});
+    // A smaller dp keeps the tp and pp degrees (whole tp groups and pipelines move): it must be a layout
+    // the workers take (the global batch over dp, a 1F1B pipe's micro-batches).
+    if (!run_layout_check(cfg.value(), {.dp = d, .tp = r.tp, .pp = r.pp, .vp = r.vp, .zero = r.zero}).ok())
+      continue;
+    Result<Placement> q = placement_assign(pn, {.dp = d, .tp = r.tp, .pp = r.pp});
     if (q.ok()) {
       p = std::move(q);
       *dp = d;
@@ -845,13 +858,14 @@ HttpResponse Coordinator::Impl::submit(const HttpRequest& req) {
   std::optional<int64_t> min_dp = f.integer("min_dp", 1, 1 << 20, JsonFields::optional);
   std::optional<int64_t> max_dp = f.integer("max_dp", 1, 1 << 20, JsonFields::optional);
   std::optional<int64_t> hang_timeout = f.integer("hang_timeout_s", 1, 3600, JsonFields::optional);
-  std::optional<int64_t> dp, zero, tp, pp;
+  std::optional<int64_t> dp, zero, tp, pp, vp;
   if (layout != nullptr) {
     JsonFields l(*layout, "layout.");
     dp = l.integer("dp", 1, 1 << 20);
     zero = l.integer("zero", 0, 3, JsonFields::optional);
-    tp = l.integer("tp", 1, 1, JsonFields::optional);  // tp and pp are not trained yet: only 1 is accepted
-    pp = l.integer("pp", 1, 1, JsonFields::optional);
+    tp = l.integer("tp", 1, 1 << 10, JsonFields::optional);
+    pp = l.integer("pp", 1, 1 << 10, JsonFields::optional);
+    vp = l.integer("vp", 1, 1 << 10, JsonFields::optional);
     if (Status s = l.finish(); !s.ok()) return HttpResponse::error(400, s.message());
   }
   if (Status s = f.finish(); !s.ok()) return HttpResponse::error(400, s.message());
@@ -876,8 +890,13 @@ HttpResponse Coordinator::Impl::submit(const HttpRequest& req) {
     if (Status s = check_name("name", *name, kMaxRunName); !s.ok())
       return HttpResponse::error(400, s.message());
   }
-  if (Status s = train_layout_check(cfg.value(), static_cast<int>(*dp)); !s.ok()) {
-    return HttpResponse::error(400, "field \"layout.dp\": " + s.message());
+  const RunLayout lay{.dp = static_cast<int>(*dp),
+                      .tp = static_cast<int>(tp.value_or(1)),
+                      .pp = static_cast<int>(pp.value_or(1)),
+                      .vp = static_cast<int>(vp.value_or(1)),
+                      .zero = static_cast<int>(zero.value_or(0))};
+  if (Status s = run_layout_check(cfg.value(), lay); !s.ok()) {
+    return HttpResponse::error(400, "field \"layout\" (" + run_layout_text(lay) + "): " + s.message());
   }
   // The bounds a recovery shrinks within (and a resume-from stays within): around dp, and each a layout the
   // global batch splits over, as dp must be.
@@ -891,7 +910,9 @@ HttpResponse Coordinator::Impl::submit(const HttpRequest& req) {
   }
   for (const auto& [field, value] : {std::pair{"min_dp", min_dp}, std::pair{"max_dp", max_dp}}) {
     if (!value) continue;
-    if (Status s = train_layout_check(cfg.value(), static_cast<int>(*value)); !s.ok())
+    RunLayout at = lay;
+    at.dp = static_cast<int>(*value);
+    if (Status s = run_layout_check(cfg.value(), at); !s.ok())
       return HttpResponse::error(400, std::string("field \"") + field + "\": " + s.message());
   }
 
@@ -909,19 +930,22 @@ HttpResponse Coordinator::Impl::submit(const HttpRequest& req) {
                                    std::to_string(std::max<int64_t>(left.count(), 0) + 1) + " ms");
   }
   std::vector<PlacementNode> pn = placement_nodes();
-  Result<Placement> p = placement_assign(pn, {.dp = static_cast<int>(*dp)});
+  Result<Placement> p = placement_assign(pn, {.dp = lay.dp, .tp = lay.tp, .pp = lay.pp});
   if (!p.ok()) return HttpResponse::error(409, p.error());  // nothing started, nothing recorded
 
   const std::string run_name = name.value_or(std::string("run"));
   const RunUtilisation util = run_utilisation_planned(cfg.value(), gpt_param_table(cfg->model).numel());
-  const std::string layout_text =
-      "dp=" + std::to_string(*dp) + " tp=1 pp=1 zero=" + std::to_string(zero.value_or(0));
+  const std::string layout_text = run_layout_text(lay);
   int64_t id = -1;
   {
     // The one write not queued: the run's id comes from the database. Records of the run come later.
     std::lock_guard<std::mutex> db_lock(db_mu);
     Run draft;  // the options as run_options() writes them; the run itself is made once it has its id
-    draft.dp = draft.db_world = static_cast<int>(*dp);
+    draft.dp = lay.dp;
+    draft.tp = lay.tp;
+    draft.pp = lay.pp;
+    draft.vp = lay.vp;
+    draft.db_world = lay.world();
     draft.zero = static_cast<int>(zero.value_or(0));
     draft.max_steps = max_steps.value_or(-1);
     draft.max_restarts = static_cast<int>(max_restarts.value_or(kDefaultMaxRestarts));
@@ -933,7 +957,7 @@ HttpResponse Coordinator::Impl::submit(const HttpRequest& req) {
                                                 .keep_last = static_cast<int>(keep_last.value_or(0)),
                                                 .mode = *policy});
     id = db->begin_run({.name = run_name,
-                        .world_size = static_cast<int32_t>(*dp),
+                        .world_size = static_cast<int32_t>(lay.world()),
                         .config = *toml,
                         .layout = layout_text,
                         .peak_name = util.peak_name,
@@ -946,8 +970,11 @@ HttpResponse Coordinator::Impl::submit(const HttpRequest& req) {
   Run& r = runs[id];
   r.id = id;
   r.name = run_name;
-  r.dp = static_cast<int>(*dp);
-  r.zero = static_cast<int>(zero.value_or(0));
+  r.dp = lay.dp;
+  r.tp = lay.tp;
+  r.pp = lay.pp;
+  r.vp = lay.vp;
+  r.zero = lay.zero;
   r.max_steps = max_steps.value_or(-1);
   r.max_restarts = static_cast<int>(max_restarts.value_or(kDefaultMaxRestarts));
   r.min_dp = static_cast<int>(min_dp.value_or(0));
@@ -969,7 +996,7 @@ HttpResponse Coordinator::Impl::submit(const HttpRequest& req) {
   fs::create_directories(r.out_dir, ec);
   if (ec) return HttpResponse::error(500, "cannot create the run folder " + r.out_dir + ": " + ec.message());
   std::ofstream(r.out_dir + "/config.toml") << *toml;
-  r.db_world = r.dp;
+  r.db_world = r.world();
   if (Status st = start_generation(r, pn, p.value(), "", GoodputCause::kSubmit); !st.ok()) {
     set_state(r, RunState::kFailed);
     r.message = st.message();
@@ -1009,13 +1036,14 @@ HttpResponse Coordinator::Impl::resume_from(const HttpRequest& req) {
   JsonFields f(req.body);
   const json* ckpt = f.any("checkpoint");
   const json* layout = f.object("layout", JsonFields::optional);
-  std::optional<int64_t> dp, zero;
+  std::optional<int64_t> dp, zero, tp, pp, vp;
   if (layout != nullptr) {
     JsonFields l(*layout, "layout.");
     dp = l.integer("dp", 1, 1 << 20, JsonFields::optional);
     zero = l.integer("zero", 0, 3, JsonFields::optional);
-    l.integer("tp", 1, 1, JsonFields::optional);  // tp and pp are not trained yet: only 1 is accepted
-    l.integer("pp", 1, 1, JsonFields::optional);
+    tp = l.integer("tp", 1, 1 << 10, JsonFields::optional);
+    pp = l.integer("pp", 1, 1 << 10, JsonFields::optional);
+    vp = l.integer("vp", 1, 1 << 10, JsonFields::optional);
     if (Status s = l.finish(); !s.ok()) return HttpResponse::error(400, s.message());
   }
   if (Status s = f.finish(); !s.ok()) return HttpResponse::error(400, s.message());
@@ -1032,10 +1060,25 @@ HttpResponse Coordinator::Impl::resume_from(const HttpRequest& req) {
   const int new_dp = static_cast<int>(dp.value_or(r->dp));
   Result<Config> cfg = config_parse(r->config_toml, "config");
   if (!cfg.ok()) return HttpResponse::error(500, "the run's config no longer parses: " + cfg.error());
+  // Any layout the workers take, resharded from the checkpoint's global coordinates (tp, dp, ZeRO);
+  // unnamed degrees stay the run's.
+  const RunLayout lay{.dp = new_dp,
+                      .tp = static_cast<int>(tp.value_or(r->tp)),
+                      .pp = static_cast<int>(pp.value_or(r->pp)),
+                      .vp = static_cast<int>(vp.value_or(r->vp)),
+                      .zero = static_cast<int>(zero.value_or(r->zero))};
   if (cfg->train.global_batch % new_dp != 0) {
     return HttpResponse::error(400, "field \"layout.dp\": " + std::to_string(new_dp) +
                                         " does not divide the run's train.global_batch = " +
                                         std::to_string(cfg->train.global_batch));
+  }
+  if (lay.pp > 1) {
+    return HttpResponse::error(400, "field \"layout.pp\": " + std::to_string(lay.pp) +
+                                        ": a pipeline cannot resume from a checkpoint yet (the workers load "
+                                        "checkpoints at pp 1 only); resume at pp 1");
+  }
+  if (Status s = run_layout_check(cfg.value(), lay); !s.ok()) {
+    return HttpResponse::error(400, "field \"layout\" (" + run_layout_text(lay) + "): " + s.message());
   }
   if ((r->min_dp > 0 && new_dp < r->min_dp) || (r->max_dp > 0 && new_dp > r->max_dp)) {
     return HttpResponse::error(400, "field \"layout.dp\": " + std::to_string(new_dp) + " is outside run " +
@@ -1043,21 +1086,29 @@ HttpResponse Coordinator::Impl::resume_from(const HttpRequest& req) {
                                         "'s min_dp..max_dp = " + std::to_string(r->min_dp_or_1()) + ".." +
                                         (r->max_dp > 0 ? std::to_string(r->max_dp) : std::string("any")));
   }
-  if (new_dp > r->db_world) {
-    return HttpResponse::error(400, "field \"layout.dp\": run " + std::to_string(r->id) +
-                                        " was recorded for at most " + std::to_string(r->db_world) +
-                                        " ranks; resume it on dp <= " + std::to_string(r->db_world) +
-                                        ", or submit a new run for a larger layout");
+  if (lay.world() > r->db_world) {
+    return HttpResponse::error(
+        400, "field \"layout\": " + run_layout_text(lay) + " is " + std::to_string(lay.world()) +
+                 " ranks, but run " + std::to_string(r->id) + " was recorded for at most " +
+                 std::to_string(r->db_world) + " ranks; resume it on dp x tp x pp <= " +
+                 std::to_string(r->db_world) + ", or submit a new run for a larger layout");
   }
   const std::vector<PlacementNode> pn = placement_nodes();
-  Result<Placement> p = placement_assign(pn, {.dp = new_dp});
+  Result<Placement> p = placement_assign(pn, {.dp = lay.dp, .tp = lay.tp, .pp = lay.pp});
   if (!p.ok()) return HttpResponse::error(409, p.error());  // nothing started, nothing changed
-  const int old_dp = r->dp, old_zero = r->zero;
-  r->dp = new_dp;
-  r->zero = static_cast<int>(zero.value_or(r->zero));
+  const RunLayout old{.dp = r->dp, .tp = r->tp, .pp = r->pp, .vp = r->vp, .zero = r->zero};
+  const int old_dp = r->dp;
+  r->dp = lay.dp;
+  r->tp = lay.tp;
+  r->pp = lay.pp;
+  r->vp = lay.vp;
+  r->zero = lay.zero;
   if (Status s = start_generation(*r, pn, p.value(), c->first, GoodputCause::kResume); !s.ok()) {
-    r->dp = old_dp;
-    r->zero = old_zero;
+    r->dp = old.dp;
+    r->tp = old.tp;
+    r->pp = old.pp;
+    r->vp = old.vp;
+    r->zero = old.zero;
     return HttpResponse::error(500, s.message());
   }
   const int64_t step = c->second;
@@ -1068,13 +1119,19 @@ HttpResponse Coordinator::Impl::resume_from(const HttpRequest& req) {
   r->resumed_from = step;
   r->resume_kind = "resume";
   r->checkpoint_policy.restart_at(step);
-  const std::string layout_text = "dp=" + std::to_string(r->dp) + " zero=" + std::to_string(r->zero);
+  const std::string layout_text = run_layout_text(lay);
   event(r->id, "resume_requested",
         "resume from " + fs::path(c->first).filename().string() + " on " + layout_text + " requested from " +
             req.remote,
         {{"from", req.remote}, {"checkpoint", c->first}, {"step", step}, {"layout", layout_text}}, step);
   event(r->id, "resume_placed", one_line(placement_describe(pn, p.value())),
-        {{"dp", r->dp}, {"previous_dp", old_dp}, {"spares_used", p->spares_used()}}, step);
+        {{"dp", r->dp},
+         {"tp", r->tp},
+         {"pp", r->pp},
+         {"previous_dp", old_dp},
+         {"previous_layout", run_layout_text(old)},
+         {"spares_used", p->spares_used()}},
+        step);
   json out = run_json(*r, false);
   out["checkpoint"] = c->first;
   out["from_step"] = step;
@@ -1117,11 +1174,11 @@ HttpResponse Coordinator::Impl::inject(const HttpRequest& req) {
                                         std::string(run_state_name(r->state)) +
                                         ": faults go into live runs only");
   }
-  if (rank && *rank >= r->dp) {
+  if (rank && *rank >= r->world()) {
     return HttpResponse::error(400, "field \"rank\": run " + std::to_string(r->id) + " has ranks 0.." +
-                                        std::to_string(r->dp - 1) + ", not " + std::to_string(*rank));
+                                        std::to_string(r->world() - 1) + ", not " + std::to_string(*rank));
   }
-  const int target = rank ? static_cast<int>(*rank) : static_cast<int>(std::random_device{}() % r->dp);
+  const int target = rank ? static_cast<int>(*rank) : static_cast<int>(std::random_device{}() % r->world());
   const std::string node = r->node_of(target);
   auto it = nodes.find(node);
   if (node.empty() || it == nodes.end()) {

@@ -5,7 +5,8 @@
 #include <sstream>
 
 #include "engine/cluster/coordinator_impl.h"
-#include "engine/core/config.h"  // config_parse: the run's model and batch in its API object
+#include "engine/core/config.h"                  // config_parse: the run's model and batch in its API object
+#include "engine/core/parallel/parallel_dims.h"  // each rank's (dp, pp, tp) coordinate
 #include "telemetry/prometheus.h"
 #include "telemetry/record_json.h"
 
@@ -129,8 +130,8 @@ json Coordinator::Impl::run_json(const Run& r, bool full) const {
   json j = {{"id", r.id},
             {"name", r.name},
             {"state", run_state_name(r.state)},
-            {"layout", {{"dp", r.dp}, {"tp", 1}, {"pp", 1}, {"zero", r.zero}}},
-            {"world", r.dp},
+            {"layout", {{"dp", r.dp}, {"tp", r.tp}, {"pp", r.pp}, {"vp", r.vp}, {"zero", r.zero}}},
+            {"world", r.world()},
             {"last_step", r.last_step},
             {"max_steps", r.max_steps},
             {"message", r.message},
@@ -220,7 +221,7 @@ HttpResponse Coordinator::Impl::cluster() {
 Coordinator::Impl::RunKey Coordinator::Impl::run_key(const HttpRequest& req, HttpResponse* err) {
   std::lock_guard<std::mutex> lock(mu);
   Run* r = find_run(req, err);
-  return r == nullptr ? RunKey{} : RunKey{r->id, r->dp};
+  return r == nullptr ? RunKey{} : RunKey{r->id, r->world()};
 }
 
 std::unique_lock<std::mutex> Coordinator::Impl::read_lock() {
@@ -265,7 +266,7 @@ HttpResponse Coordinator::Impl::steps(const HttpRequest& req) {
   std::vector<int32_t> ranks;
   const std::optional<std::string> ranks_text = req.query_value("ranks");
   if (ranks_text) {
-    Result<std::vector<int32_t>> rk = parse_ranks(*ranks_text, r->dp);
+    Result<std::vector<int32_t>> rk = parse_ranks(*ranks_text, r->world);
     if (!rk.ok()) return HttpResponse::error(400, rk.error());
     ranks = rk.value();
   }
@@ -339,7 +340,7 @@ HttpResponse Coordinator::Impl::heatmap(const HttpRequest& req) {
   }
   // Rows are at most the world, columns at most `buckets`: refuse a matrix too big before reading it.
   if (static_cast<size_t>(buckets.value()) *
-          static_cast<size_t>(std::min<int64_t>(rank_buckets.value(), key.dp)) >
+          static_cast<size_t>(std::min<int64_t>(rank_buckets.value(), key.world)) >
       kMaxHeatmapCells) {
     return HttpResponse::error(400, "buckets=" + std::to_string(buckets.value()) +
                                         " × rank_buckets=" + std::to_string(rank_buckets.value()) +
@@ -392,7 +393,10 @@ HttpResponse Coordinator::Impl::ranks(const HttpRequest& req) {
     for (int k = 0; k < s.ranks; ++k) {
       const int rank = s.first_rank + k;
       const RankStepRecord& last = r->latest[static_cast<size_t>(rank)];
+      // The rank's coordinate in the layout, as ParallelDims orders ranks (tp innermost, then pp, then dp).
+      const ParallelDims d{.world = r->world(), .rank = rank, .dp = r->dp, .tp = r->tp, .pp = r->pp};
       out.push_back({{"rank", rank},
+                     {"coord", {{"dp", d.dp_rank()}, {"pp", d.pp_rank()}, {"tp", d.tp_rank()}}},
                      {"node", s.node},
                      {"slot", s.slots[static_cast<size_t>(k)]},
                      {"local_rank", k},

@@ -64,9 +64,22 @@ struct Table {
 
 // engine/core/cpu/backend_cpu.cpp: the four state vectors, acts_ (one flat allocation carved in
 // allocate_activations()'s order) and the backward scratch vectors; memory_bytes() sums them all.
-Table cpu_table(const PlanModel& m, uint64_t b) {
-  const uint64_t p = plan_param_counts(m).total;
-  const uint64_t t = m.seq, c = m.hidden, nh = m.heads, v = m.vocab, n = b * t, l = m.layers;
+// Parameters of one tensor-parallel rank (tensor_parallel.cpp's split_of): wte's vocabulary rows, the QKV's
+// and MLP-up's rows with their biases, the output projections' columns; positions, LayerNorms and the
+// row-parallel layers' biases whole. tp 1: plan_param_counts(m).total.
+uint64_t cpu_params_per_tp_rank(const PlanModel& m, uint64_t tp) {
+  const uint64_t c = m.hidden, v = m.vocab, t = m.seq;
+  const uint64_t layer = 2 * c + (3 * c * c + 3 * c) / tp + c * c / tp + c + 2 * c +
+                         (4 * c * c + 4 * c) / tp + 4 * c * c / tp + c;
+  return v / tp * c + t * c + static_cast<uint64_t>(m.layers) * layer + 2 * c;
+}
+
+// At tp > 1 the sharded widths are the rank's: C/tp of the attention, NH/tp heads, 4C/tp of the MLP, V/tp
+// of the logits (backend_cpu.cpp's Cl, NHl, Hl and V).
+Table cpu_table(const PlanModel& m, uint64_t b, uint64_t tp) {
+  const uint64_t p = cpu_params_per_tp_rank(m, tp);
+  const uint64_t t = m.seq, c = m.hidden, nh = m.heads / tp, v = m.vocab / tp, n = b * t, l = m.layers;
+  const uint64_t cl = c / tp, h = 4 * c / tp;
   using MB = MemoryBucket;
   Table tb;
   tb.add("params", "(P) fp32", MB::kWeights, p * kF32);
@@ -77,15 +90,15 @@ Table cpu_table(const PlanModel& m, uint64_t b) {
   tb.add("layer.ln1", "(N, C) fp32", MB::kActivations, n * c * kF32, l);
   tb.add("layer.ln1_mean", "(N) fp32", MB::kActivations, n * kF32, l);
   tb.add("layer.ln1_rstd", "(N) fp32", MB::kActivations, n * kF32, l);
-  tb.add("layer.qkv", "(N, 3C) fp32", MB::kActivations, n * 3 * c * kF32, l);
+  tb.add("layer.qkv", "(N, 3C) fp32", MB::kActivations, n * 3 * cl * kF32, l);
   tb.add("layer.att", "(B, NH, T, T) fp32", MB::kActivations, b * nh * t * t * kF32, l);
-  tb.add("layer.atty", "(N, C) fp32", MB::kActivations, n * c * kF32, l);
+  tb.add("layer.atty", "(N, C) fp32", MB::kActivations, n * cl * kF32, l);
   tb.add("layer.res2", "(N, C) fp32", MB::kActivations, n * c * kF32, l);
   tb.add("layer.ln2", "(N, C) fp32", MB::kActivations, n * c * kF32, l);
   tb.add("layer.ln2_mean", "(N) fp32", MB::kActivations, n * kF32, l);
   tb.add("layer.ln2_rstd", "(N) fp32", MB::kActivations, n * kF32, l);
-  tb.add("layer.fch", "(N, 4C) fp32", MB::kActivations, n * 4 * c * kF32, l);
-  tb.add("layer.fch_gelu", "(N, 4C) fp32", MB::kActivations, n * 4 * c * kF32, l);
+  tb.add("layer.fch", "(N, 4C) fp32", MB::kActivations, n * h * kF32, l);
+  tb.add("layer.fch_gelu", "(N, 4C) fp32", MB::kActivations, n * h * kF32, l);
   tb.add("layer.res3", "(N, C) fp32", MB::kActivations, n * c * kF32, l);
   tb.add("lnf", "(N, C) fp32", MB::kActivations, n * c * kF32);
   tb.add("lnf_mean", "(N) fp32", MB::kActivations, n * kF32);
@@ -94,10 +107,10 @@ Table cpu_table(const PlanModel& m, uint64_t b) {
   tb.add("losses", "(N) fp32", MB::kActivations, n * kF32);
   tb.add("dres", "(N, C) fp32", MB::kBuffers, n * c * kF32);
   tb.add("dln", "(N, C) fp32", MB::kBuffers, n * c * kF32);
-  tb.add("datty", "(N, C) fp32", MB::kBuffers, n * c * kF32);
-  tb.add("dqkv", "(N, 3C) fp32", MB::kBuffers, n * 3 * c * kF32);
-  tb.add("dfch", "(N, 4C) fp32", MB::kBuffers, n * 4 * c * kF32);
-  tb.add("dfch_gelu", "(N, 4C) fp32", MB::kBuffers, n * 4 * c * kF32);
+  tb.add("datty", "(N, C) fp32", MB::kBuffers, n * cl * kF32);
+  tb.add("dqkv", "(N, 3C) fp32", MB::kBuffers, n * 3 * cl * kF32);
+  tb.add("dfch", "(N, 4C) fp32", MB::kBuffers, n * h * kF32);
+  tb.add("dfch_gelu", "(N, 4C) fp32", MB::kBuffers, n * h * kF32);
   tb.add("dlogits", "(N, V) fp32", MB::kBuffers, n * v * kF32);
   return tb;
 }
@@ -240,15 +253,22 @@ CudaScratch plan_cuda_scratch_floats(const PlanModel& m, int micro_batch) {
   return s;
 }
 
-Result<EngineMemory> plan_engine_memory(EngineKind e, const PlanModel& m, int micro_batch) {
+Result<EngineMemory> plan_engine_memory(EngineKind e, const PlanModel& m, int micro_batch, int tp) {
   if (e == EngineKind::kGeneric) return Status::error("engine generic: has no allocation table");
   Status s = plan_engine_validate(e, m);
   if (!s.ok()) return s;
   if (micro_batch < 1)
     return Status::error("micro_batch = " + std::to_string(micro_batch) + ": allowed >= 1");
+  if (tp < 1 || (tp > 1 && (e != EngineKind::kGantryCpu || m.heads % tp != 0 || m.vocab % tp != 0 ||
+                            (4 * m.hidden) % tp != 0))) {
+    return Status::error("tp = " + std::to_string(tp) +
+                         ": the engine's tensor parallel runs on gantry-cpu with tp dividing the heads, the "
+                         "vocabulary and 4 x hidden");
+  }
   const uint64_t b = static_cast<uint64_t>(micro_batch);
   EngineMemory mem;
-  mem.allocations = (e == EngineKind::kGantryCpu ? cpu_table(m, b) : cuda_table(m, b)).rows;
+  mem.allocations =
+      (e == EngineKind::kGantryCpu ? cpu_table(m, b, static_cast<uint64_t>(tp)) : cuda_table(m, b)).rows;
   for (const EngineAllocation& a : mem.allocations) {
     const uint64_t bytes = a.bytes();
     switch (a.bucket) {
@@ -306,22 +326,23 @@ Status plan_cpu_rates_validate(const CpuRates& r) {
   return Status();
 }
 
-CpuWork plan_cpu_work(const PlanModel& m, int micro_batch) {
-  const double b = micro_batch, t = m.seq, c = m.hidden, nh = m.heads, v = m.vocab, l = m.layers;
-  const double n = b * t, hs = c / nh;
+CpuWork plan_cpu_work(const PlanModel& m, int micro_batch, int tp) {
+  const double b = micro_batch, t = m.seq, c = m.hidden, l = m.layers;
+  const double nh = static_cast<double>(m.heads) / tp, v = static_cast<double>(m.vocab) / tp;  // this rank's
+  const double n = b * t, hs = c / m.heads;
   CpuWork w;
-  w.dot_flops = l * 2 * n * c * (3 * c + c + 4 * c + 4 * c) + 2 * n * c * v;
+  w.dot_flops = (l * 2 * n * c * (3 * c + c + 4 * c + 4 * c)) / tp + 2 * n * c * v;
   w.axpy_flops = 2 * w.dot_flops;  // d(input) and d(weight), each as many FLOPs as the forward
   // Forward: q·k and the probability-weighted sum of v (2·hs each); backward: one dot and three axpys.
   w.attention_flops = l * 12 * hs * (b * nh * t * (t + 1) / 2);
-  w.gelu_elements = l * n * 4 * c;
+  w.gelu_elements = l * n * 4 * c / tp;
   w.layernorm_elements = (2 * l + 1) * n * c;
   w.softmax_elements = n * v;
   // backend_cpu.cpp: forward, per layer 4 matmuls and the attention, then the logits and the softmax;
   // backward, the softmax, the logits' two loops (rows, weight columns), per layer 4 matmuls of two loops
   // each and the attention.
   w.parallel_calls = l * (5 + 9) + 2 + 3;
-  w.params = static_cast<double>(plan_param_counts(m).total);
+  w.params = static_cast<double>(cpu_params_per_tp_rank(m, static_cast<uint64_t>(tp)));
   w.optimizer_parallel_calls = 1 + static_cast<double>(param_tensors(m).size());  // grad_norm, then AdamW
   return w;
 }

@@ -64,7 +64,9 @@ struct EngineMemory {
 Status plan_engine_validate(EngineKind e, const PlanModel& m);
 
 // The allocation table of the engine's backend created with max batch `micro_batch` (generic: an error).
-Result<EngineMemory> plan_engine_memory(EngineKind e, const PlanModel& m, int micro_batch);
+// `tp` > 1 (gantry-cpu only): one tensor-parallel rank's table (engine/core/parallel/tensor_parallel.cpp's
+// split: vocabulary rows, heads, the MLP's width); a data-parallel rank without ZeRO holds the same table.
+Result<EngineMemory> plan_engine_memory(EngineKind e, const PlanModel& m, int micro_batch, int tp = 1);
 
 // The CUDA backend's one fp32 scratch buffer is the largest of what its kernels need (floats), whichever
 // attention backward (train.deterministic) runs: attention_fast is the atomic-dQ backward's accumulator,
@@ -129,7 +131,9 @@ struct CpuWork {
   double params = 0;                    // once per optimizer step, not per micro-batch
   double optimizer_parallel_calls = 0;  // once per step: the norm, and AdamW one tensor at a time
 };
-CpuWork plan_cpu_work(const PlanModel& m, int micro_batch);
+// `tp`: one tensor-parallel rank's share (matmuls, attention heads, the MLP and the logits split tp ways;
+// the LayerNorms whole).
+CpuWork plan_cpu_work(const PlanModel& m, int micro_batch, int tp = 1);
 
 // The parts of one optimizer step of `micro_batches` micro-batches.
 struct CpuStep {

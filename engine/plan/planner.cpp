@@ -144,11 +144,18 @@ Result<PlanInput> engine_input(const PlanInput& in) {
   if (!s.ok()) return s;
   const std::string who = std::string("engine ") + engine_kind_name(in.engine) + ": ";
   const PlanLayout& l = in.layout;
-  if (in.cluster.gpus != 1 || l.tp != 1 || l.pp != 1 || l.vp != 1 || l.cp != 1 || l.dp > 1 || l.zero != 0 ||
-      l.hsdp != 0) {
-    return Status::error(who +
-                         "runs on one device: gpus, tp, pp, vp, cp and dp must be 1, zero 0 "
-                         "(the engine has no parallelism yet)");
+  // gantry-cpu's table is known per rank for tensor and data parallel without ZeRO (issue 17: a dp rank holds
+  // the whole table, a tp rank its share); pipeline stages and ZeRO's shards are not in the profile yet.
+  const bool cpu_parallel = in.engine == EngineKind::kGantryCpu && l.pp == 1 && l.vp == 1 && l.cp == 1 &&
+                            l.zero == 0 && l.hsdp == 0;
+  if (!cpu_parallel && (in.cluster.gpus != 1 || l.tp != 1 || l.pp != 1 || l.vp != 1 || l.cp != 1 ||
+                        l.dp > 1 || l.zero != 0 || l.hsdp != 0)) {
+    return Status::error(
+        who + (in.engine == EngineKind::kGantryCpu
+                   ? "profiles dp and tp layouts with zero 0 (pp, vp, cp, hsdp and ZeRO's shards are "
+                     "not in its table yet)"
+                   : "runs on one device: gpus, tp, pp, vp, cp and dp must be 1, zero 0 (the engine "
+                     "has no parallelism yet)"));
   }
   if (l.recompute != Recompute::kNone) return Status::error(who + "keeps every activation (recompute none)");
   PlanInput out = in;
@@ -161,6 +168,7 @@ Result<PlanInput> engine_input(const PlanInput& in) {
     t.master_bytes = 4;
   } else {
     out.layout.flash_attention = false;  // the CPU reference stores the (B, NH, T, T) probabilities
+    out.layout.sequence_parallel = false;  // its tensor parallel all-reduces whole activations
     // MFU on the CPU is against the engine's own forward matmul rate, the nearest thing it has to a peak.
     out.cluster.gpu.bf16_flops = in.cpu.dot_flops;
     out.cluster.gpu.compute_efficiency = 1;
@@ -341,7 +349,7 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
   }
   if (in.engine != EngineKind::kGeneric) {
     // The backend allocates everything up front from its table; nothing else is live.
-    Result<EngineMemory> em = plan_engine_memory(in.engine, md, l.micro_batch);
+    Result<EngineMemory> em = plan_engine_memory(in.engine, md, l.micro_batch, l.tp);
     if (!em.ok()) return em.status();
     const EngineMemory& e = em.value();
     p.memory = MemoryBuckets{.weights = static_cast<double>(e.weights),
@@ -552,10 +560,12 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
   p.step_s = p.compute_s + p.bubble_s + p.exposed_comm_s + p.optimizer_s;
   if (in.engine == EngineKind::kGantryCpu) {
     // The CPU reference's loops are not a GPU's: priced one kind of loop at a time at measured rates.
-    p.cpu_step = plan_cpu_step(plan_cpu_work(md, l.micro_batch), in.cpu, r.m);
+    // A tp rank runs its share; the tp and dp collectives priced above (over the cluster's links) are added
+    // as exposed: the CPU backend's compute waits for every tp all-reduce, and its dp buckets go at the end.
+    p.cpu_step = plan_cpu_step(plan_cpu_work(md, l.micro_batch, l.tp), in.cpu, r.m);
     p.compute_s = p.cpu_step.total() - p.cpu_step.optimizer_s;
     p.optimizer_s = p.cpu_step.optimizer_s;
-    p.step_s = p.cpu_step.total();
+    p.step_s = p.cpu_step.total() + p.exposed_comm_s;
   }
   const double tokens_step = static_cast<double>(r.global_batch) * md.seq;
   p.tokens_per_s = tokens_step / p.step_s;

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>  // parses --json
@@ -10,6 +11,7 @@
 #include <string>
 
 #include "tests/app/engine_process.h"
+#include "tests/scratch_dir.h"
 
 namespace gantry {
 namespace {
@@ -20,6 +22,51 @@ using testing_support::Outcome;
 
 Outcome run(const std::string& args) {
   return testing_support::run_engine("plan " + args);
+}
+
+// Issue 17, planner beside measurement: the gantry-cpu profile's memory per rank at tp 2 and at dp 2 is what
+// the real ranks of `gantry-engine run` allocate (their step records' mem_allocated_bytes), byte for byte.
+TEST(PlanCli, CpuProfileMemoryIsWhatTheRanksAllocateAtTpAndDp) {
+  const std::filesystem::path dir = testing_support::scratch_dir("plan_cpu_layouts");
+  std::ifstream in(GANTRY_TINY_CONFIG);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string t = ss.str();
+  for (const char* key : {"checkpoint_every", "val_every"}) {
+    const size_t at = t.find(std::string(key) + " = ");
+    ASSERT_NE(at, std::string::npos) << key;
+    t.replace(at, t.find('\n', at) - at, std::string(key) + " = 0");
+  }
+  const std::string cfg = (dir / "tiny.toml").string();
+  std::ofstream(cfg) << t;
+  struct Layout {
+    std::string run, plan;
+  };
+  int k = 0;
+  for (const Layout& l :
+       {Layout{"--nproc 2 --tp 2", "--gpus 2 --tp 2"}, Layout{"--nproc 2", "--gpus 2 --dp 2"},
+        Layout{"--nproc 4 --tp 4", "--gpus 4 --tp 4"}}) {
+    Outcome r = testing_support::run_engine("run " + l.run + " --config " + cfg +
+                                            " --max-steps 1 --json-ranks --out " +
+                                            (dir / ("run" + std::to_string(k++))).string());
+    ASSERT_EQ(r.code, 0) << l.run << ": " << r.err;
+    uint64_t measured = 0;
+    std::istringstream lines(r.out);
+    for (std::string line; std::getline(lines, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_object() && j.contains("rank_step"))
+        measured = std::max(measured, j["rank_step"]["mem_allocated_bytes"].get<uint64_t>());
+    }
+    ASSERT_GT(measured, 0u) << r.out;
+    Outcome p = run("--engine gantry-cpu --config " + cfg + " " + l.plan + " --json");
+    ASSERT_EQ(p.code, 0) << l.plan << ": " << p.err;
+    EXPECT_EQ(nlohmann::json::parse(p.out)["memory"]["total"].get<double>(), static_cast<double>(measured))
+        << l.run;
+  }
+  // What the profile does not hold yet is refused by name, not guessed.
+  Outcome pp = run("--engine gantry-cpu --config " + cfg + " --gpus 2 --pp 2 --json");
+  EXPECT_EQ(pp.code, 2);
+  EXPECT_THAT(pp.err, HasSubstr("profiles dp and tp layouts with zero 0"));
 }
 
 TEST(PlanCli, TablePrintsEverySection) {

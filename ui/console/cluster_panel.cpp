@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "ui/console/layout_times.h"  // each rank's (dp, pp, tp) coordinate
 #include "ui/console/panels.h"
 #include "ui/console/stragglers.h"
 
@@ -59,7 +60,14 @@ void ClusterPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
     return false;
   };
 
-  const float cell = ImGui::GetTextLineHeight() * 2.2f;
+  // A 3D run's cells are wide enough for the rank's coordinate under its number.
+  const auto view_of = [&](int rank) {
+    return std::find_if(s.ranks.begin(), s.ranks.end(), [&](const RankView& v) { return v.rank == rank; });
+  };
+  const bool coords =
+      std::any_of(s.ranks.begin(), s.ranks.end(), [](const RankView& v) { return v.coord.has_value(); });
+  const float cell_h = ImGui::GetTextLineHeight() * 2.2f;
+  const float cell = coords ? std::max(cell_h, ImGui::CalcTextSize("00,0,0").x + 8) : cell_h;
   ImDrawList* dl = ImGui::GetWindowDrawList();
   for (const NodeView& n : s.nodes) {
     const double age = s.cluster_seen_unix_s > 0 && n.last_seen_unix_s > 0
@@ -82,13 +90,18 @@ void ClusterPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
       const ImVec2 p = ImGui::GetCursorScreenPos();
       ImU32 fill = state_colour(state);
       if (rank < 0 && state == "healthy") fill = IM_COL32(45, 85, 60, 255);  // healthy but idle: dimmer
-      dl->AddRectFilled(p, ImVec2(p.x + cell, p.y + cell), fill, 3.0f);
+      dl->AddRectFilled(p, ImVec2(p.x + cell, p.y + cell_h), fill, 3.0f);
       char label[16];
       std::snprintf(label, sizeof label, rank >= 0 ? "r%d" : "-", rank);
       dl->AddText(ImVec2(p.x + 4, p.y + 4), IM_COL32(255, 255, 255, 255), label);
+      const auto rv = rank >= 0 ? view_of(rank) : s.ranks.end();
+      if (rv != s.ranks.end() && rv->coord) {
+        dl->AddText(ImVec2(p.x + 4, p.y + 4 + ImGui::GetTextLineHeight()), IM_COL32(220, 220, 220, 255),
+                    rank_coord_text(*rv).c_str());
+      }
       ImGui::PushID(n.id.c_str());
       ImGui::PushID(slot);
-      ImGui::InvisibleButton("##device", ImVec2(cell, cell));
+      ImGui::InvisibleButton("##device", ImVec2(cell, cell_h));
       ImGui::PopID();
       ImGui::PopID();
       if (ImGui::IsItemHovered()) {
@@ -96,8 +109,10 @@ void ClusterPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
         ImGui::Text("%s device %d: %s", n.id.c_str(), slot, state.c_str());
         if (rank >= 0) {
           ImGui::Text("rank %d of run %lld", rank, static_cast<long long>(s.run.id));
-          const auto view =
-              std::find_if(s.ranks.begin(), s.ranks.end(), [&](const RankView& v) { return v.rank == rank; });
+          const auto view = view_of(rank);
+          if (view != s.ranks.end() && view->coord) {
+            ImGui::Text("coordinate dp %d, pp %d, tp %d", view->coord->dp, view->coord->pp, view->coord->tp);
+          }
           if (view != s.ranks.end() && view->latest.step > 0) {
             const RankStepRecord& r = view->latest;
             ImGui::Text("step %lld: %.3f s", static_cast<long long>(r.step), r.total_s);

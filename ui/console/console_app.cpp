@@ -6,6 +6,7 @@
 
 #include "telemetry/clock.h"
 #include "ui/console/alert_banner.h"
+#include "ui/console/layout_times.h"  // --dump-state's "layout"
 #include "ui/console/memory_copy_view.h"
 
 namespace gantry::console {
@@ -138,6 +139,7 @@ nlohmann::json ConsoleApp::state_json(const ConsoleSnapshot& s) const {
           {"heat_pages", s.heat->pages.size()},
           {"tile_cache_bytes", s.tile_cache_bytes},
           {"run", {{"id", s.run.id}, {"state", s.run.state}, {"name", s.run.name}, {"dp", s.run.dp}}},
+          {"layout", layout_state_json(s)},  // issue 17: each rank's (dp, pp, tp), stage and tp group times
           {"connected", s.connected},
           {"url", s.url},
           {"embedded", s.embedded},

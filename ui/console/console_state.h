@@ -51,6 +51,7 @@ struct RunView {
   std::string message;
   int dp = 0;
   int zero = 0;
+  int tp = 1, pp = 1;  // the layout's model-parallel degrees (1 from a coordinator that sends none)
   int world = 0;
   int generation = 0;
   int64_t last_step = -1;
@@ -80,6 +81,11 @@ struct RankView {
   std::string host;
   int slot = 0;
   int local_rank = 0;
+  // "coord": the rank's place in the layout (ParallelDims' order); none from a coordinator without it.
+  struct Coord {
+    int dp = 0, pp = 0, tp = 0;
+  };
+  std::optional<Coord> coord;
   int64_t last_step = 0;
   double step_seconds = 0;
   double busy_seconds = 0;  // "busy_seconds": data wait + forward + backward + optimizer; 0 = not given

@@ -58,6 +58,8 @@ RunView run_from_json(const json& j) {
   if (auto it = j.find("layout"); it != j.end() && it->is_object()) {
     r.dp = field<int>(*it, "dp", 0);
     r.zero = field<int>(*it, "zero", 0);
+    r.tp = std::max(1, field<int>(*it, "tp", 1));
+    r.pp = std::max(1, field<int>(*it, "pp", 1));
     r.layout = it->dump();
   }
   r.peak_name = field<std::string>(j, "peak_name", "");
@@ -98,6 +100,9 @@ RankView rank_from_json(const json& j) {
              .busy_seconds = field<double>(j, "busy_seconds", 0),
              .done = field<bool>(j, "done", false)};
   r.latest = std::move(latest);
+  if (auto it = j.find("coord"); it != j.end() && it->is_object())
+    r.coord = RankView::Coord{
+        .dp = field<int>(*it, "dp", 0), .pp = field<int>(*it, "pp", 0), .tp = field<int>(*it, "tp", 0)};
   // The coordinator's straggler policy, where it has one (null until the rank has been scored).
   if (auto it = j.find("straggler"); it != j.end() && it->is_object()) {
     if (auto v = it->find("relative"); v != it->end() && v->is_number()) r.score = v->get<double>();

@@ -37,7 +37,8 @@ int64_t LocalCache::local_run(const std::string& url, const RunView& run) {
   const int64_t id =
       db_->begin_run({.name = run.name,
                       .world_size = world,
-                      .layout = "dp=" + std::to_string(run.dp) + " zero=" + std::to_string(run.zero),
+                      .layout = "dp=" + std::to_string(run.dp) + " tp=" + std::to_string(run.tp) +
+                                " pp=" + std::to_string(run.pp) + " zero=" + std::to_string(run.zero),
                       .out_dir = key,
                       .created_unix_s = run.created_unix_s,
                       .peak_name = run.peak_name,

@@ -9,6 +9,7 @@
 #include <span>
 
 #include "ui/console/event_markers.h"
+#include "ui/console/layout_times.h"  // (dp, pp, tp) per rank, per-stage and per-tp-group times
 #include "ui/console/mfu_caption.h"
 #include "ui/console/panels.h"
 
@@ -87,9 +88,10 @@ void RunPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
     return;
   }
   const StepLog& log = *s.steps;
-  ImGui::Text("run %lld \"%s\"  %s  step %lld  dp %d  zero %d  generation %d",
+  ImGui::Text("run %lld \"%s\"  %s  step %lld  dp %d  tp %d  pp %d  zero %d  generation %d",
               static_cast<long long>(s.run.id), s.run.name.c_str(), s.run.state.c_str(),
-              static_cast<long long>(log.last_step()), s.run.dp, s.run.zero, s.run.generation);
+              static_cast<long long>(log.last_step()), s.run.dp, s.run.tp, s.run.pp, s.run.zero,
+              s.run.generation);
   if (!s.run.message.empty()) ImGui::TextWrapped("%s", s.run.message.c_str());
   if (log.gap_steps() > 0)
     ImGui::TextColored(ImVec4(1, 0.6f, 0.2f, 1), "%lld steps the coordinator does not have",
@@ -188,6 +190,26 @@ void RunPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
                                 heat_view.map_max.y});
   }
 
+  // A 3D run: each pipeline stage's and tp group's busy time (its slowest rank's), the slowest marked.
+  const LayoutTimes lt = layout_times(s.ranks);
+  for (const std::vector<LayoutGroupTime>* groups : {&lt.stages, &lt.tp_groups}) {
+    if (groups->empty()) continue;
+    ImGui::TextUnformatted(groups == &lt.stages ? "stages (busy ms):" : "tp groups (busy ms):");
+    for (const LayoutGroupTime& g : *groups) {
+      ImGui::SameLine();
+      char text[96];
+      if (g.busy_s)
+        std::snprintf(text, sizeof text, "%s %.1f (rank %d)%s", g.name().c_str(), *g.busy_s * 1e3,
+                      g.slowest_rank, g.slowest ? " slowest" : "");
+      else
+        std::snprintf(text, sizeof text, "%s unknown", g.name().c_str());
+      if (g.slowest)
+        ImGui::TextColored(ImVec4(1, 0.6f, 0.2f, 1), "%s", text);
+      else
+        ImGui::TextUnformatted(text);
+    }
+  }
+
   // The timing breakdown per rank, from each rank's latest step record, the most excess time (of the chosen
   // metric, over the median rank's) first.
   std::vector<RankStepRecord> latest;
@@ -196,12 +218,12 @@ void RunPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
     if (r.latest.step > 0) latest.push_back(r.latest);
   const std::vector<BreakdownRow> order = breakdown_rows(latest, s.run.world, metric_);
   if (!order.empty() &&
-      ImGui::BeginTable("##breakdown", 11,
+      ImGui::BeginTable("##breakdown", 12,
                         ImGuiTableFlags_RowBg | ImGuiTableFlags_Borders | ImGuiTableFlags_ScrollY,
                         ImVec2(0, std::max(60.0f, ImGui::GetContentRegionAvail().y)))) {
     const std::string excess_head = std::string(rank_time_metric_label(metric_)) + " excess ms";
-    for (const char* h : {"rank", "step", excess_head.c_str(), "busy ms", "total ms", "data", "forward",
-                          "backward", "optimizer", "comm", "ckpt"})
+    for (const char* h : {"rank", "dp,pp,tp", "step", excess_head.c_str(), "busy ms", "total ms", "data",
+                          "forward", "backward", "optimizer", "comm", "ckpt"})
       ImGui::TableSetupColumn(h);
     ImGui::TableSetupScrollFreeze(0, 1);
     ImGui::TableHeadersRow();
@@ -214,6 +236,10 @@ void RunPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
         ImGui::TableNextRow();
         ImGui::TableNextColumn();
         ImGui::Text("%d", r->rank);
+        ImGui::TableNextColumn();
+        const auto view = std::find_if(s.ranks.begin(), s.ranks.end(),
+                                       [&](const RankView& x) { return x.rank == r->rank; });
+        ImGui::TextUnformatted(view != s.ranks.end() && view->coord ? rank_coord_text(*view).c_str() : "-");
         ImGui::TableNextColumn();
         ImGui::Text("%lld", static_cast<long long>(r->step));
         ImGui::TableNextColumn();

@@ -164,9 +164,16 @@ std::string whatif_apply_blocker(const Plan& plan, const WhatIfRun* run, int for
            itos(static_cast<long long>(plan_param_counts(run->model).total)) + "): load the run again";
   }
   if (!plan.fits) return "this layout does not fit in the GPUs' memory";
-  if (l.tp != 1 || l.pp != 1) {
-    return "tp = " + itos(l.tp) + ", pp = " + itos(l.pp) +
-           ": the engine trains tp = 1, pp = 1 only (resume-from accepts no other)";
+  // Checkpoints reshard across dp, tp and ZeRO (their tensors carry global coordinates); a pipeline's do not
+  // exist yet, so neither a move to pp > 1 nor one from it has a checkpoint to go through.
+  if (l.pp != 1 || run->pp != 1) {
+    return "pp = " + itos(l.pp) + (run->pp != 1 ? " (the run's pp = " + itos(run->pp) + ")" : std::string()) +
+           ": a pipeline cannot move through a checkpoint yet (the engine writes and loads checkpoints at "
+           "pp = 1 only); keep pp = 1";
+  }
+  if (l.tp != 1 && run->backend != "cpu") {
+    return "tp = " + itos(l.tp) + ": tensor parallel is CPU-only in the engine for now (the run's backend is " +
+           run->backend + ")";
   }
   if (l.cp != 1 || l.vp != 1) return "the engine has no context parallelism or virtual stages (cp = vp = 1)";
   if (l.recompute != Recompute::kNone) return "the engine keeps every activation: recompute must be none";

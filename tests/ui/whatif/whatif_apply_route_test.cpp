@@ -69,8 +69,11 @@ TEST_F(ApplyRoute, WhatTheRouteRefusesIsRefusedBeforeTheRunIsLookedUp) {
   // The checks the 404s above passed are real: the same request with a layout the engine cannot run, or
   // a field resume-from does not take, is a 400 that names the field.
   WhatIfApply a{.run_id = 41, .dp = 4, .zero = 1};
-  a.tp = 2;
+  a.tp = 2;  // a 3D layout passes the route's checks (issue 17): the run is looked up
   HttpReply r = post(a, a.body());
+  EXPECT_EQ(r.status, 404) << r.body;
+  a.tp = 0;
+  r = post(a, a.body());
   EXPECT_EQ(r.status, 400) << r.body;
   EXPECT_THAT(r.error_message(), HasSubstr("layout.tp"));
 

@@ -1,0 +1,222 @@
+// 3D layouts through the control plane (issue 17, Operations): `gantry-engine up` with two nodes of two
+// slots; runs submitted with tp and pp (through `ctl submit --tp/--pp` and the API) are placed in
+// ParallelDims' rank order (tp innermost, a tp group or a pipeline on one node, dp across nodes), each
+// rank's (dp, pp, tp) coordinate is in the ranks view, and the loss curve equals that of `gantry-engine
+// run` on the same layout (same processes, same reduction order: the same numbers). Layouts that cannot
+// run or cannot be placed are refused naming the numbers; a quarantine moves a tp group as a whole.
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+
+#include "tests/app/cluster_fixture.h"
+
+namespace gantry {
+namespace {
+
+using namespace cluster_testing;  // NOLINT: the fixture and its helpers are this suite's vocabulary
+
+// Each step's loss from `run --json`'s lines on stdout.
+std::map<int64_t, double> run_losses(const std::string& out) {
+  std::map<int64_t, double> losses;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    const json j = json::parse(line, nullptr, false);
+    if (j.is_object() && j.contains("step") && j.contains("loss"))
+      losses[j["step"].get<int64_t>()] = j["loss"].get<double>();
+  }
+  return losses;
+}
+
+class Cluster3d : public ClusterCli {
+ protected:
+  std::string ctl() const { return "ctl --url " + url_ + " --token-file " + (dir_ / "token").string() + " "; }
+
+  // Submits `config` through `ctl --json submit <layout>`, waits for it to finish and returns its id.
+  int64_t submit_and_finish(const std::string& config, const std::string& layout) {
+    testing_support::Outcome sub =
+        run_engine("ctl --json --url " + url_ + " --token-file " + (dir_ / "token").string() +
+                   " submit --config " + config + " " + layout);
+    EXPECT_EQ(sub.code, 0) << sub.err;
+    const json j = json::parse(sub.out, nullptr, false);
+    EXPECT_TRUE(j.is_object()) << sub.out;
+    if (!j.is_object()) return -1;
+    const int64_t id = j.value("id", int64_t{-1});
+    EXPECT_TRUE(eventually([&] { return run_state(id)["state"] == "finished"; }, 180s))
+        << run_state(id).dump();
+    return id;
+  }
+
+  // The coordinator's curve against `gantry-engine run`'s on the same layout.
+  void expect_same_curve(int64_t id, const std::string& config, const std::string& run_layout, int steps) {
+    const std::map<int64_t, double> cluster = losses(id);
+    testing_support::Outcome local =
+        run_engine("run " + run_layout + " --config " + config + " --out " +
+                   (dir_ / ("local-" + std::to_string(id))).string() + " --json");
+    ASSERT_EQ(local.code, 0) << local.err;
+    const std::map<int64_t, double> ref = run_losses(local.out);
+    ASSERT_EQ(ref.size(), static_cast<size_t>(steps)) << local.out;
+    ASSERT_EQ(cluster.size(), static_cast<size_t>(steps));
+    for (const auto& [step, loss] : ref) {
+      ASSERT_TRUE(cluster.count(step)) << "step " << step;
+      // The same layout in the same order: bitwise the same numbers (another layout of the same ranks,
+      // dp 4 for tp2 x dp2, differs in the 8th digit: a lost --tp would show here).
+      EXPECT_EQ(cluster.at(step), loss) << "step " << step;
+    }
+  }
+
+  std::string config_file(const std::string& name, const std::string& text) {
+    const std::string path = (dir_ / name).string();
+    std::ofstream(path) << text;
+    return path;
+  }
+};
+
+TEST_F(Cluster3d, Tp2Dp2IsPlacedByTpGroupAndMatchesTheLocalLauncher) {
+  const std::string cfg = config_file("tiny.toml", tiny_config(4));
+  const int64_t id = submit_and_finish(cfg, "--dp 2 --tp 2");
+  ASSERT_GE(id, 0);
+  const json r = run_state(id);
+  EXPECT_EQ(r["layout"]["tp"], 2);
+  EXPECT_EQ(r["layout"]["pp"], 1);
+  EXPECT_EQ(r["layout"]["dp"], 2);
+  EXPECT_EQ(r["world"], 4);
+  // Each tp group on one node: ranks 0-1 (dp 0) on one, 2-3 (dp 1) on the other.
+  const json ranks = get("/v1/runs/" + std::to_string(id) + "/ranks")["ranks"];
+  ASSERT_EQ(ranks.size(), 4u);
+  for (const json& k : ranks) {
+    const int rank = k["rank"].get<int>();
+    EXPECT_EQ(k["coord"], json({{"dp", rank / 2}, {"pp", 0}, {"tp", rank % 2}})) << k.dump();
+  }
+  EXPECT_EQ(ranks[0]["node"], ranks[1]["node"]);
+  EXPECT_EQ(ranks[2]["node"], ranks[3]["node"]);
+  EXPECT_NE(ranks[0]["node"], ranks[2]["node"]);
+  // ctl ranks prints the coordinate column.
+  testing_support::Outcome table = run_engine(ctl() + "ranks " + std::to_string(id));
+  EXPECT_EQ(table.code, 0) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("DP,PP,TP"));
+  EXPECT_THAT(table.out, HasSubstr("(1,0,1)"));
+  testing_support::Outcome runs = run_engine(ctl() + "runs");
+  EXPECT_THAT(runs.out, HasSubstr("dp=2 tp=2 pp=1"));
+  expect_same_curve(id, cfg, "--nproc 4 --tp 2", 4);
+}
+
+TEST_F(Cluster3d, Pp2Dp2IsPlacedByPipelineAndMatchesTheLocalLauncher) {
+  // Two micro-batches per rank (16 / dp 2 / micro_batch 4): 1F1B fills a 2-stage pipe.
+  std::string text = std::regex_replace(tiny_config(4), std::regex("micro_batch = \\d+"), "micro_batch = 4");
+  text = std::regex_replace(text, std::regex("\\[train\\]"), "[train]\npp_schedule = \"1f1b\"");
+  const std::string cfg = config_file("tiny-pp.toml", text);
+  const int64_t id = submit_and_finish(cfg, "--dp 2 --pp 2");
+  ASSERT_GE(id, 0);
+  const json ranks = get("/v1/runs/" + std::to_string(id) + "/ranks")["ranks"];
+  ASSERT_EQ(ranks.size(), 4u);
+  for (const json& k : ranks) {
+    const int rank = k["rank"].get<int>();
+    EXPECT_EQ(k["coord"], json({{"dp", rank / 2}, {"pp", rank % 2}, {"tp", 0}})) << k.dump();
+  }
+  EXPECT_EQ(ranks[0]["node"], ranks[1]["node"]);  // a pipeline's stages on one node
+  expect_same_curve(id, cfg, "--nproc 4 --pp 2", 4);
+}
+
+TEST_F(Cluster3d, LayoutsThatCannotRunOrBePlacedAreRefusedNamingTheNumbers) {
+  const std::string cfg = config_file("tiny.toml", tiny_config(4));
+  struct Case {
+    std::string layout;
+    int code;  // ctl: 2 bad input (400), 3 cannot be placed (409)
+    std::string says;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"--dp 1 --tp 3", 2, "tp 3 does not divide model.n_head 4"},
+           {"--dp 1 --pp 4", 2, "pp 4 x vp 1 = 4 stages but model.n_layer is 2"},
+           {"--dp 2 --pp 2 --vp 2", 2, "vp 2"},
+           // 4 ranks fit the 4 slots, but a tp group of 4 fits no node of 2.
+           {"--dp 1 --tp 4", 3, "tp 4 needs 4 free slots on one node"},
+           {"--dp 4 --tp 2", 3, "cannot place dp 4 x tp 2 x pp 1 (8 ranks)"},
+       }) {
+    testing_support::Outcome r = run_engine(ctl() + "submit --config " + cfg + " " + c.layout);
+    EXPECT_EQ(r.code, c.code) << c.layout << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr(c.says)) << c.layout;
+  }
+  EXPECT_EQ(get("/v1/runs")["runs"].size(), 0u);
+  EXPECT_TRUE(children_of(agent_pids()).empty()) << "a refused job started workers";
+}
+
+// A quarantine of the node under one tp group of a tp2 x dp2 run: the run checkpoints, stops and is placed
+// again at dp 1 with its tp group whole on the other node (tp and pp are kept; dp is what shrinks), and
+// trains on from the checkpoint.
+TEST_F(Cluster3d, AQuarantineMovesATpGroupAsAWhole) {
+  Result<json> sub = api_->post_json(
+      "/v1/runs", {{"config", tiny_config(100000)}, {"layout", {{"dp", 2}, {"tp", 2}}}, {"min_dp", 1}});
+  ASSERT_TRUE(sub.ok()) << sub.error();
+  const int64_t id = sub->at("id").get<int64_t>();
+  ASSERT_TRUE(eventually([&] { return last_step(id) >= 2; }, 60s)) << run_state(id).dump();
+  Result<HttpReply> q = api_->post("/v1/nodes/node-1/quarantine", json::object());
+  ASSERT_TRUE(q.ok()) << q.error();
+  ASSERT_EQ(q->status, 202) << q->body;
+  ASSERT_TRUE(eventually(
+      [&] {
+        const json r = run_state(id);
+        return r["generation"] == 2 && r["state"] == "running";
+      },
+      60s))
+      << run_state(id).dump();
+  const int64_t placed_at = last_step(id);
+  ASSERT_TRUE(eventually([&] { return last_step(id) > placed_at; }, 60s)) << run_state(id).dump();
+  const json moved = run_state(id);
+  EXPECT_EQ(moved["layout"], json({{"dp", 1}, {"tp", 2}, {"pp", 1}, {"vp", 1}, {"zero", 0}}));
+  EXPECT_EQ(moved["world"], 2);
+  const json ranks = get("/v1/runs/" + std::to_string(id) + "/ranks")["ranks"];
+  ASSERT_EQ(ranks.size(), 2u);
+  for (const json& k : ranks) {
+    EXPECT_EQ(k["node"], "node-0");
+    EXPECT_EQ(k["coord"]["dp"], 0);
+  }
+  ASSERT_TRUE(api_->post_json("/v1/runs/" + std::to_string(id) + "/stop", json::object()).ok());
+  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 60s)) << run_state(id).dump();
+}
+
+// What-if's Apply (issue 17) is resume-from on another layout: a stopped dp 2 run goes on at dp 1 x tp 2
+// from its checkpoint (the checkpoint reshards to tp), the run's layout and ranks say so, and its steps
+// continue past the checkpoint; a pipeline is refused naming layout.pp, and a larger world than the run was
+// recorded for names both numbers.
+TEST_F(Cluster3d, ResumeFromMovesAStoppedRunToAnotherTp) {
+  Result<json> sub =
+      api_->post_json("/v1/runs", {{"config", tiny_config(100000)}, {"layout", {{"dp", 2}}}, {"min_dp", 1}});
+  ASSERT_TRUE(sub.ok()) << sub.error();
+  const int64_t id = sub->at("id").get<int64_t>();
+  const std::string run = "/v1/runs/" + std::to_string(id);
+  ASSERT_TRUE(eventually([&] { return last_step(id) >= 2; }, 60s)) << run_state(id).dump();
+  ASSERT_TRUE(api_->post_json(run + "/stop", json::object()).ok());
+  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 60s)) << run_state(id).dump();
+  const int64_t stopped_at = last_step(id);
+
+  Result<HttpReply> pp =
+      api_->post(run + "/resume-from", {{"checkpoint", "latest"}, {"layout", {{"pp", 2}}}});
+  ASSERT_TRUE(pp.ok());
+  EXPECT_EQ(pp->status, 400) << pp->body;
+  EXPECT_THAT(pp->error_message(), HasSubstr("layout.pp"));
+  Result<HttpReply> big =
+      api_->post(run + "/resume-from", {{"checkpoint", "latest"}, {"layout", {{"dp", 2}, {"tp", 2}}}});
+  ASSERT_TRUE(big.ok());
+  EXPECT_EQ(big->status, 400) << big->body;
+  EXPECT_THAT(big->error_message(),
+              HasSubstr("is 4 ranks, but run " + std::to_string(id) + " was recorded for at most 2 ranks"));
+
+  Result<HttpReply> moved =
+      api_->post(run + "/resume-from", {{"checkpoint", "latest"}, {"layout", {{"dp", 1}, {"tp", 2}}}});
+  ASSERT_TRUE(moved.ok());
+  ASSERT_EQ(moved->status, 202) << moved->body;
+  ASSERT_TRUE(eventually([&] { return last_step(id) > stopped_at + 1; }, 60s)) << run_state(id).dump();
+  const json r = run_state(id);
+  EXPECT_EQ(r["layout"]["tp"], 2);
+  EXPECT_EQ(r["layout"]["dp"], 1);
+  const json ranks = get(run + "/ranks")["ranks"];
+  ASSERT_EQ(ranks.size(), 2u);
+  EXPECT_EQ(ranks[1]["coord"], json({{"dp", 0}, {"pp", 0}, {"tp", 1}}));
+  EXPECT_EQ(ranks[0]["node"], ranks[1]["node"]);
+  ASSERT_TRUE(api_->post_json(run + "/stop", json::object()).ok());
+  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 60s)) << run_state(id).dump();
+}
+
+}  // namespace
+}  // namespace gantry
