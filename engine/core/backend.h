@@ -207,6 +207,7 @@ struct BackendOptions {
   // pp 1) and train.pp_schedule. The backend then holds its stage's tensors (pipeline_stage_table).
   Communicator* pp = nullptr;
   std::string pp_schedule = "1f1b";
+  int vp = 1;  // model chunks per pp rank (train.vp; > 1 under the interleaved schedule)
   int zero = 0;
   size_t bucket_bytes = size_t{25} << 20;
   std::chrono::milliseconds comm_timeout{std::chrono::seconds(120)};

@@ -87,8 +87,10 @@ struct TrainConfig {
   int memory_copy_every = 0;
   // Pipeline parallel (pp > 1, engine/core/parallel/pipeline_schedule.h): the order of each stage's
   // micro-batches, "gpipe" or "1f1b". The micro-batches are the gradient-accumulation ones: global_batch /
-  // (dp x micro_batch) per step, so train.micro_batch sets their count.
+  // (dp x micro_batch) per step, so train.micro_batch sets their count. "interleaved" runs vp model chunks
+  // per rank (train.vp > 1, micro-batches a multiple of pp); "zbh1" splits the weight gradient off.
   std::string pp_schedule = "1f1b";
+  int vp = 1;  // virtual pipeline stages (model chunks) per rank: > 1 only with pp_schedule "interleaved"
 };
 
 // train.collective_timeout_s's range, shared with the flags that override it.

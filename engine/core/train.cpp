@@ -141,7 +141,7 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
   const int share = c.train.global_batch / dp;
   const int B = std::min(c.train.micro_batch, share);
   const int accum = share / B;
-  if (Status s = pipeline_check(c, dims, accum); !s.ok()) return s;
+  if (Status s = pipeline_check(c, dims, accum, c.train.vp); !s.ok()) return s;
   const std::chrono::milliseconds comm_timeout =
       dist != nullptr ? dist->timeout : std::chrono::milliseconds(0);
   const size_t bucket_bytes = static_cast<size_t>(c.train.dp_bucket_mb * 1024.0 * 1024.0);
@@ -154,6 +154,7 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
                       .tp = dist != nullptr && dims.tp > 1 ? dist->tp : nullptr,
                       .pp = dist != nullptr && dims.pp > 1 ? dist->pp : nullptr,
                       .pp_schedule = c.train.pp_schedule,
+                      .vp = c.train.vp,
                       .zero = dims.zero,
                       .bucket_bytes = bucket_bytes,
                       .comm_timeout = dist != nullptr ? dist->timeout : std::chrono::milliseconds(120000)});
@@ -242,10 +243,12 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
     summary_text += "\n" + util.formula;
     if (dims.world > 1) {
       if (dims.pp > 1) {
-        summary_text += "\npipeline: " + c.train.pp_schedule + ", " + std::to_string(accum) +
-                        " micro-batches, ideal bubble (p-1)/(m+p-1) = " +
-                        std::to_string(pipeline_bubble_formula(dims.pp, 1, accum)) + " | " +
-                        pipeline_partition(c.model, dims.pp).describe();
+        PipelineSchedule ps{};
+        pipeline_schedule_from_name(c.train.pp_schedule, &ps);
+        summary_text += "\npipeline: " + c.train.pp_schedule + ", vp " + std::to_string(c.train.vp) + ", " +
+                        std::to_string(accum) + " micro-batches, ideal bubble " +
+                        std::to_string(pipeline_schedule_bubble(ps, dims.pp, c.train.vp, accum)) + " | " +
+                        pipeline_partition(c.model, dims.pp * c.train.vp).describe();
       }
       summary_text += "\nlayout " + dims.describe() + " | " +
                       shard_memory_text(shard_plan_make(table, dp, dp_rank, dims.zero, bucket_bytes)) + "\n" +

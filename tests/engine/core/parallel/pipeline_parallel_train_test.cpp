@@ -9,7 +9,9 @@
 // bits. The gradient norm does not: each stage sums its own squares, in chunks that start at its own
 // offset, and the stages' sums are added after, so the norm differs in its last bits (relative ~1e-16);
 // the clip factor it gives is rounded to a float before use, which hides that difference, so the
-// parameters, the loss and the validation loss stay bitwise (the test asserts it). At dp 2 the ring
+// parameters, the loss and the validation loss stay bitwise (the test asserts it). The same holds
+// interleaved (each chunk adds its micro-batches in order) and under ZB-H1 (the weight-gradient pass adds
+// the same products as the fused backward, in micro-batch order). At dp 2 the ring
 // all-reduce adds two ranks' halves of the batch where one process adds the micro-batches in turn: not
 // associative, so that layout is held to the tolerance the tensor-parallel test uses (relative 1e-4 over 20
 // steps at lr 1e-2) against one process, and to dp 2 alone (the same reduction order) bit for bit.
@@ -25,6 +27,7 @@
 #include "engine/core/comm/gloo_communicator.h"
 #include "engine/core/comm/store_client.h"
 #include "engine/core/config.h"
+#include "engine/core/parallel/pipeline_schedule.h"
 #include "engine/core/train.h"
 #include "tests/engine/core/comm/worker_harness.h"
 #include "tests/engine/core/small_config.h"
@@ -132,20 +135,26 @@ Result<Curve> train_rank(const Config& cfg, const std::string& out, int dp, int 
 struct Layout {
   int pp, dp, zero;
   const char* schedule;
+  int vp = 1;
+  int layers = 4;  // pp x vp at most
 };
 
 class PipelineParallel : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(PipelineParallel, MatchesOneProcess) {
   const Layout l = GetParam();
-  const Config cfg = tiny20(l.schedule);
+  Config cfg = tiny20(l.schedule);
+  cfg.model.n_layer = l.layers;
   Curve ref;
   Result<TrainSummary> one = train_run(cfg, {.out_dir = fresh_dir("one_process")}, &ref);
+  cfg.train.vp = l.vp;  // the pipeline's; one process has no virtual stages
   ASSERT_TRUE(one.ok()) << one.error();
   ASSERT_EQ(ref.loss.size(), 20u);
   const std::string out = fresh_dir("gang");
   const int m = cfg.train.global_batch / l.dp / cfg.train.micro_batch;
-  const double formula = static_cast<double>(l.pp - 1) / (m + l.pp - 1);
+  PipelineSchedule sched{};
+  ASSERT_TRUE(pipeline_schedule_from_name(l.schedule, &sched));
+  const double formula = pipeline_schedule_bubble(sched, l.pp, l.vp, m);
   comm_test::RunResult res = run_workers(
       l.pp * l.dp,
       [&](int rank, int n, int fd) -> std::string {
@@ -173,10 +182,15 @@ TEST_P(PipelineParallel, MatchesOneProcess) {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, PipelineParallel,
                          ::testing::Values(Layout{2, 1, 0, "gpipe"}, Layout{2, 1, 0, "1f1b"},
-                                           Layout{4, 1, 0, "1f1b"}, Layout{2, 2, 1, "1f1b"}),
+                                           Layout{4, 1, 0, "1f1b"}, Layout{2, 2, 1, "1f1b"},
+                                           Layout{2, 1, 0, "interleaved", 2, 4},
+                                           Layout{4, 1, 0, "interleaved", 2, 8}, Layout{2, 1, 0, "zbh1"},
+                                           Layout{4, 1, 0, "zbh1"}, Layout{2, 2, 2, "1f1b"},
+                                           Layout{2, 2, 3, "1f1b"}, Layout{2, 2, 3, "zbh1"}),
                          [](const ::testing::TestParamInfo<Layout>& i) {
-                           return "pp" + std::to_string(i.param.pp) + "_dp" + std::to_string(i.param.dp) +
-                                  "_zero" + std::to_string(i.param.zero) + "_" + i.param.schedule;
+                           return "pp" + std::to_string(i.param.pp) + "_vp" + std::to_string(i.param.vp) +
+                                  "_dp" + std::to_string(i.param.dp) + "_zero" +
+                                  std::to_string(i.param.zero) + "_" + i.param.schedule;
                          });
 
 // The whole of pp2_dp2's difference from one process is dp's: against dp 2 alone on the same config (the
