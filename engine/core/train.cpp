@@ -100,11 +100,6 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
       gang_ctx == nullptr ? nullptr : (gang_ctx->world != nullptr ? gang_ctx->world : gang_ctx->dp);
   if (opt.dist != nullptr) {
     if (Status s = tensor_parallel_check(c.model, opt.dist->dims, c.train.backend); !s.ok()) return s;
-    if (opt.dist->dims.pp > 1 && !opt.resume.empty()) {
-      return Status::error("pp " + std::to_string(opt.dist->dims.pp) +
-                           ": a pipeline cannot resume from a checkpoint in this build (its stages write "
-                           "none yet); start without resume, or use pp 1");
-    }
   }
   if (gang_ctx != nullptr && gang_ctx->dims.pp > 1 && (gang_ctx->pp == nullptr || gang_ctx->world == nullptr))
     return Status::error("a pipeline-parallel gang needs its pp and world communicators");
@@ -282,8 +277,6 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
   // Declared after the backend, so a write still in flight ends before the backend does.
   TrainCheckpoints checkpoints(c, ckpt_root, *backend, ckpt_gang, observer, opt.test_checkpoint_hook);
   auto write_checkpoint = [&](double loss, bool from_action, bool final) -> Status {
-    // No checkpoint under pipeline parallelism yet (asking for one is refused above).
-    if (dims.pp > 1) return {};
     enter(TrainPhase::kCheckpoint);
     CheckpointMeta meta{.step = step,
                         .sampler_seed = c.train.seed,

@@ -235,6 +235,7 @@ class PipelineCpuBackend final : public Backend {
   }
   void write_state(StateBuffer which, size_t offset, size_t count, const float* in) override {
     state_->write(which, offset, count, in);
+    if (which == StateBuffer::kParams) work_params_fresh_ = false;  // ZeRO 3: gather them again
   }
   std::vector<FlatRange> held_ranges(StateBuffer which) const override { return state_->held(which); }
   std::vector<FlatRange> written_ranges(StateBuffer which) const override { return state_->written(which); }

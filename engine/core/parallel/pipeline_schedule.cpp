@@ -389,11 +389,6 @@ Status pipeline_check(const Config& c, const ParallelDims& d, int micro_batches,
                std::to_string(d.pp) + " micro-batches per step to fill the pipe, but " + given +
                ": lower train.micro_batch or raise train.global_batch");
   }
-  if (c.train.checkpoint_every > 0) {
-    return bad(pp +
-               ": checkpoints of a pipeline are not implemented yet (they would not reshard); set "
-               "train.checkpoint_every = 0, or use pp 1");
-  }
   if (c.train.memory_copy_every > 0) {
     return bad(pp +
                ": in-memory copies of a pipeline are not implemented yet (a restore would not "
