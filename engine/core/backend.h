@@ -204,7 +204,7 @@ struct BackendOptions {
   // The backend then holds gpt_param_table(m, tp): params() is this tp rank's share of the model.
   Communicator* tp = nullptr;
   // Pipeline parallel (cpu backend only; parallel/pipeline_schedule.h): the pp axis' communicator (null at
-  // pp 1) and train.pp_schedule. The backend then holds its stage's tensors (pipeline_stage_table).
+  // pp 1), train.pp_schedule and train.vp. The backend then holds its stage's tensors (pipeline_rank_table).
   Communicator* pp = nullptr;
   std::string pp_schedule = "1f1b";
   int vp = 1;  // model chunks per pp rank (train.vp; > 1 under the interleaved schedule)
