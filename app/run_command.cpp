@@ -48,7 +48,7 @@ struct RunArgs {
   int zero = 0;
   int tp = 1;  // tensor-parallel degree; dp = nproc / (tp x pp)
   int pp = 1;  // pipeline-parallel degree (train.pp_schedule)
-  int vp = 1;  // virtual stages per rank: only with an interleaved schedule, which does not exist yet
+  int vp = 0;  // virtual stages per pp rank (train.pp_schedule "interleaved"); 0 = the config's train.vp
   std::string out;
   std::string resume;
   int64_t max_steps = -1;
@@ -78,6 +78,7 @@ int run_main(const RunArgs& a) {
     std::fprintf(stderr, "gantry-engine run: %s\n", cfg.error().c_str());
     return kExitBadInput;
   }
+  if (a.vp > 0) cfg->train.vp = a.vp;
   Result<ParallelDims> dims = ParallelDims::make(
       {.world = a.nproc, .rank = 0, .dp = a.nproc / (a.tp * a.pp), .tp = a.tp, .pp = a.pp, .zero = a.zero});
   Status layout = dims.ok() ? tensor_parallel_check(cfg->model, dims.value(), cfg->train.backend,
@@ -87,11 +88,11 @@ int run_main(const RunArgs& a) {
   if (layout.ok()) {
     // The pipeline's micro-batches are the gradient-accumulation ones (train.cpp).
     const int share = cfg->train.global_batch / dims->dp, B = std::min(cfg->train.micro_batch, share);
-    layout = pipeline_check(cfg.value(), dims.value(), share / B, a.vp);
+    layout = pipeline_check(cfg.value(), dims.value(), share / B, cfg->train.vp);
   }
   if (!layout.ok()) {
     std::fprintf(stderr, "gantry-engine run: --nproc %d --tp %d --pp %d --vp %d --zero %d: %s\n", a.nproc,
-                 a.tp, a.pp, a.vp, a.zero, layout.message().c_str());
+                 a.tp, a.pp, cfg->train.vp, a.zero, layout.message().c_str());
     return kExitBadInput;
   }
   // Workers get absolute paths: they agree on them whatever their working directory.
@@ -117,6 +118,8 @@ int run_main(const RunArgs& a) {
             std::to_string(a.tp),
             "--pp",
             std::to_string(a.pp),
+            "--vp",
+            std::to_string(cfg->train.vp),
             "--max-steps",
             std::to_string(a.max_steps),
             "--join-timeout",
@@ -312,12 +315,13 @@ void run_command_add(CLI::App& app, int* exit_code) {
   sub->add_option("--tp", args->tp,
                   "Tensor-parallel degree (CPU backend only): dp = nproc / tp; tp must divide the heads")
       ->check(CLI::Range(1, 4096));
-  sub->add_option("--pp", args->pp,
-                  "Pipeline-parallel degree (CPU backend only): dp = nproc / (tp x pp); train.pp_schedule "
-                  "picks GPipe or 1F1B, train.micro_batch the micro-batch count")
+  sub->add_option(
+         "--pp", args->pp,
+         "Pipeline-parallel degree (CPU backend only): dp = nproc / (tp x pp); train.pp_schedule "
+         "picks GPipe, 1F1B, interleaved (with --vp) or ZB-H1, train.micro_batch the micro-batch count")
       ->check(CLI::Range(1, 4096));
   sub->add_option("--vp", args->vp,
-                  "Virtual pipeline stages per rank (interleaved 1F1B); only 1 is accepted for now")
+                  "Virtual pipeline stages per rank (train.pp_schedule \"interleaved\"); default train.vp")
       ->check(CLI::Range(1, 4096));
   sub->add_option("--out", args->out,
                   "Run folder for checkpoints, data and history.sqlite (default runs/<config name>)");

@@ -22,6 +22,7 @@ struct WorkerArgs {
   std::string config;
   int tp = 1;
   int pp = 1;
+  int vp = 0;  // 0 = the config's train.vp
   int zero = 0;
   std::string out;
   std::string resume;
@@ -104,6 +105,7 @@ int worker_main(const WorkerArgs& a) {
   o.zero = a.zero;
   o.tp = a.tp;
   o.pp = a.pp;
+  o.vp = a.vp;
   o.rendezvous = a.rendezvous;
   o.join_timeout = std::chrono::milliseconds(static_cast<int64_t>(a.join_timeout_s * 1e3));
   o.collective_timeout = std::chrono::milliseconds(static_cast<int64_t>(a.collective_timeout_s * 1e3));
@@ -133,6 +135,9 @@ void worker_command_add(CLI::App& app, int* exit_code) {
       ->check(CLI::ExistingFile);
   sub->add_option("--zero", args->zero, "ZeRO stage over the dp axis (0-3)")->check(CLI::Range(0, 3));
   sub->add_option("--tp", args->tp, "Tensor-parallel degree (CPU backend); dp = world / (tp x pp)")
+      ->check(CLI::Range(1, 4096));
+  sub->add_option("--vp", args->vp,
+                  "Virtual stages per pp rank (train.pp_schedule \"interleaved\"); default train.vp")
       ->check(CLI::Range(1, 4096));
   sub->add_option("--pp", args->pp, "Pipeline-parallel degree (CPU backend; train.pp_schedule)")
       ->check(CLI::Range(1, 4096));

@@ -214,9 +214,10 @@ struct BackendOptions {
   // Sequence parallelism over the tp axis (train.sequence_parallel; needs seq_len a multiple of tp).
   bool sequence_parallel = false;
   // Pipeline parallel (cpu backend only; parallel/pipeline_schedule.h): the pp axis' communicator (null at
-  // pp 1) and train.pp_schedule. The backend then holds its stage's tensors (pipeline_stage_table).
+  // pp 1), train.pp_schedule and train.vp. The backend then holds its stage's tensors (pipeline_rank_table).
   Communicator* pp = nullptr;
   std::string pp_schedule = "1f1b";
+  int vp = 1;  // model chunks per pp rank (train.vp; > 1 under the interleaved schedule)
   int zero = 0;
   size_t bucket_bytes = size_t{25} << 20;
   std::chrono::milliseconds comm_timeout{std::chrono::seconds(120)};

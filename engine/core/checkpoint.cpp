@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "engine/core/comm/store_client.h"
+#include "engine/core/gpt.h"
 #include "engine/core/xxhash64.h"
 
 namespace gantry {
@@ -509,10 +510,17 @@ Result<CheckpointWritten> write_impl(const std::string& root, const TensorTable&
 
   uint64_t total_bytes = 0;
   for (const json& sh : shards) total_bytes += sh.at("bytes").get<uint64_t>();
-  // The whole model's table, whatever share of it this layout's ranks hold.
+  // The whole model's table, whatever share of it this layout's ranks hold: rank 0's table names every
+  // tensor (whole or a share) except under pipeline parallelism, where it holds the first stage's only.
   json tensors = json::array();
   size_t whole_offset = 0;
+  const TensorTable model = gpt_param_table(meta.config.model);
+  bool stage = table.size() < model.size();
   for (const TensorInfo& t : table.tensors()) {
+    const TensorInfo* w = model.find(t.name);
+    stage = stage && w != nullptr && w->shape == t.whole_shape();
+  }
+  for (const TensorInfo& t : (stage ? model : table).tensors()) {
     tensors.push_back(
         {{"name", t.name}, {"shape", t.whole_shape()}, {"offset", whole_offset}, {"decay", t.decay}});
     whole_offset += tensor_numel(t.whole_shape());
@@ -683,6 +691,8 @@ Result<CheckpointMeta> checkpoint_load(const std::string& dir_str, Backend& back
   CheckpointMeta meta;
   std::vector<SliceRef> refs;
   const TensorTable& table = backend.params();
+  const TensorTable model = gpt_param_table(config.model);
+  const TensorTable& listed = table.size() < model.size() ? model : table;
   try {
     if (m.value("format", "") != "gantry-checkpoint") return bad("not a gantry checkpoint manifest");
     const int fv = m.at("format_version").get<int>();
@@ -720,16 +730,18 @@ Result<CheckpointMeta> checkpoint_load(const std::string& dir_str, Backend& back
                  "on, or start a fresh run without --resume");
     }
     const json& tensors = m.at("tensors");
-    if (tensors.size() != table.size()) {
+    // Checked against the whole model: a pipeline stage holds some of its tensors (by name, whole), and
+    // takes the slices of those only.
+    if (tensors.size() != listed.size()) {
       return bad("has " + std::to_string(tensors.size()) + " tensors, the model has " +
-                 std::to_string(table.size()));
+                 std::to_string(listed.size()));
     }
-    for (size_t i = 0; i < table.size(); ++i) {
+    for (size_t i = 0; i < listed.size(); ++i) {
       const std::string name = tensors[i].at("name").get<std::string>();
       const auto shape = tensors[i].at("shape").get<std::vector<int64_t>>();
-      if (name != table[i].name || shape != table[i].whole_shape()) {
+      if (name != listed[i].name || shape != listed[i].whole_shape()) {
         return bad("tensor " + std::to_string(i) + " is " + name + " " + tensor_shape_text(shape) +
-                   ", the model has " + table[i].name + " " + tensor_shape_text(table[i].whole_shape()));
+                   ", the model has " + listed[i].name + " " + tensor_shape_text(listed[i].whole_shape()));
       }
     }
     for (const json& shard : m.at("shards")) {
@@ -751,9 +763,9 @@ Result<CheckpointMeta> checkpoint_load(const std::string& dir_str, Backend& back
         SliceRef r;
         r.buffer = buffer_from_name(sl.at("buffer").get<std::string>(), &ok);
         if (!ok) return bad("unknown buffer '" + sl.at("buffer").get<std::string>() + "'");
-        const TensorInfo* t = table.find(sl.at("tensor").get<std::string>());
+        const TensorInfo* t = listed.find(sl.at("tensor").get<std::string>());
         if (t == nullptr) return bad("unknown tensor '" + sl.at("tensor").get<std::string>() + "'");
-        r.tensor = static_cast<size_t>(t - table.tensors().data());
+        const TensorInfo* mine = table.find(t->name);  // null: another pipeline stage's tensor
         r.start = sl.at("start").get<uint64_t>();
         r.count = sl.at("count").get<uint64_t>();
         r.file_offset = sl.at("file_offset").get<uint64_t>();
@@ -780,6 +792,8 @@ Result<CheckpointMeta> checkpoint_load(const std::string& dir_str, Backend& back
           return bad("slice " + t->name + " lies outside its tensor or file");
         }
         r.file = path;
+        if (mine == nullptr) continue;
+        r.tensor = static_cast<size_t>(mine - table.tensors().data());
         refs.push_back(r);
       }
     }

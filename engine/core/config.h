@@ -96,8 +96,10 @@ struct TrainConfig {
   bool data_cursor_log = true;
   // Pipeline parallel (pp > 1, engine/core/parallel/pipeline_schedule.h): the order of each stage's
   // micro-batches, "gpipe" or "1f1b". The micro-batches are the gradient-accumulation ones: global_batch /
-  // (dp x micro_batch) per step, so train.micro_batch sets their count.
+  // (dp x micro_batch) per step, so train.micro_batch sets their count. "interleaved" runs vp model chunks
+  // per rank (train.vp > 1, micro-batches a multiple of pp); "zbh1" splits the weight gradient off.
   std::string pp_schedule = "1f1b";
+  int vp = 1;  // virtual pipeline stages (model chunks) per rank: > 1 only with pp_schedule "interleaved"
   // Sequence parallelism (tp > 1, engine/core/parallel/tensor_parallel.h): the LayerNorm and residual
   // regions hold only this tp rank's share of each sequence (seq_len / tp positions), the row-parallel
   // layers' all-reduce becomes a reduce-scatter and the column-parallel layers' input an all-gather

@@ -102,11 +102,6 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
     if (Status s = tensor_parallel_check(c.model, opt.dist->dims, c.train.backend, c.train.sequence_parallel);
         !s.ok())
       return s;
-    if (opt.dist->dims.pp > 1 && !opt.resume.empty()) {
-      return Status::error("pp " + std::to_string(opt.dist->dims.pp) +
-                           ": a pipeline cannot resume from a checkpoint in this build (its stages write "
-                           "none yet); start without resume, or use pp 1");
-    }
   }
   if (gang_ctx != nullptr && gang_ctx->dims.pp > 1 && (gang_ctx->pp == nullptr || gang_ctx->world == nullptr))
     return Status::error("a pipeline-parallel gang needs its pp and world communicators");
@@ -143,7 +138,7 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
   const int share = c.train.global_batch / dp;
   const int B = std::min(c.train.micro_batch, share);
   const int accum = share / B;
-  if (Status s = pipeline_check(c, dims, accum); !s.ok()) return s;
+  if (Status s = pipeline_check(c, dims, accum, c.train.vp); !s.ok()) return s;
   const std::chrono::milliseconds comm_timeout =
       dist != nullptr ? dist->timeout : std::chrono::milliseconds(0);
   const size_t bucket_bytes = static_cast<size_t>(c.train.dp_bucket_mb * 1024.0 * 1024.0);
@@ -157,6 +152,7 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
                       .sequence_parallel = c.train.sequence_parallel,
                       .pp = dist != nullptr && dims.pp > 1 ? dist->pp : nullptr,
                       .pp_schedule = c.train.pp_schedule,
+                      .vp = c.train.vp,
                       .zero = dims.zero,
                       .bucket_bytes = bucket_bytes,
                       .comm_timeout = dist != nullptr ? dist->timeout : std::chrono::milliseconds(120000)});
@@ -253,10 +249,12 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
     summary_text += "\n" + util.formula;
     if (dims.world > 1) {
       if (dims.pp > 1) {
-        summary_text += "\npipeline: " + c.train.pp_schedule + ", " + std::to_string(accum) +
-                        " micro-batches, ideal bubble (p-1)/(m+p-1) = " +
-                        std::to_string(pipeline_bubble_formula(dims.pp, 1, accum)) + " | " +
-                        pipeline_partition(c.model, dims.pp).describe();
+        PipelineSchedule ps{};
+        pipeline_schedule_from_name(c.train.pp_schedule, &ps);
+        summary_text += "\npipeline: " + c.train.pp_schedule + ", vp " + std::to_string(c.train.vp) + ", " +
+                        std::to_string(accum) + " micro-batches, ideal bubble " +
+                        std::to_string(pipeline_schedule_bubble(ps, dims.pp, c.train.vp, accum)) + " | " +
+                        pipeline_partition(c.model, dims.pp * c.train.vp).describe();
       }
       summary_text += "\nlayout " + dims.describe() +
                       (dims.tp > 1 && c.train.sequence_parallel ? ", sequence parallel" : "") + " | " +
@@ -291,8 +289,6 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
   // Declared after the backend, so a write still in flight ends before the backend does.
   TrainCheckpoints checkpoints(c, ckpt_root, *backend, ckpt_gang, observer, opt.test_checkpoint_hook);
   auto write_checkpoint = [&](double loss, bool from_action, bool final) -> Status {
-    // No checkpoint under pipeline parallelism yet (asking for one is refused above).
-    if (dims.pp > 1) return {};
     enter(TrainPhase::kCheckpoint);
     CheckpointMeta meta{.step = step,
                         .sampler_seed = c.train.seed,

@@ -618,7 +618,22 @@ TEST(RunCli, PipelineLayoutsAreCheckedAndPp2Trains) {
   std::ofstream(cfg) << text;
   r = testing_support::run_engine("run --nproc 2 --pp 2 --vp 2 --config " + cfg);
   EXPECT_EQ(r.code, 2) << r.err;
-  EXPECT_THAT(r.err, HasSubstr("vp 2: interleaved 1F1B (virtual stages) is not implemented"));
+  EXPECT_THAT(r.err, HasSubstr("pp 2 x vp 2 = 4 stages but model.n_layer is 2"));
+  // --vp reaches the workers: four layers interleaved over two ranks (two chunks each) train.
+  std::string four = text;
+  four.replace(four.find("n_layer = 2"), 11, "n_layer = 4");
+  four.replace(four.find("[train]\n"), 8, "[train]\npp_schedule = \"interleaved\"\n");
+  const std::string cfg4 = dir + "/four_layers.toml";
+  std::ofstream(cfg4) << four;
+  r = testing_support::run_engine("run --nproc 2 --pp 2 --config " + cfg4);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("virtual stages run only under the interleaved schedule, and it needs them"));
+  EngineChild interleaved = EngineChild::start(
+      {"run", "--nproc", "2", "--pp", "2", "--vp", "2", "--config", cfg4, "--out", dir + "/run_vp2"});
+  EngineChild::Exit ie = interleaved.wait(60s);
+  ASSERT_EQ(ie.code, 0) << interleaved.err();
+  EXPECT_THAT(interleaved.err(), HasSubstr("pipeline: interleaved, vp 2"));
+  EXPECT_THAT(interleaved.err(), HasSubstr("rank 1 step 3: pipeline bubble"));
 
   EngineChild run =
       EngineChild::start({"run", "--nproc", "2", "--pp", "2", "--config", cfg, "--out", dir + "/run"});

@@ -1,7 +1,10 @@
 // One pipeline stage of the CPU reference backend (parallel/pipeline_schedule.h): the stage's blocks (and
 // the embeddings on the first stage, the final norm and classifier on the last), run micro-batch by
 // micro-batch in the schedule's order, with activations and their gradients handed between neighbouring
-// stages over the pp communicator's point-to-point pairs.
+// stages over the pp communicator's point-to-point pairs. Interleaved, a rank holds vp model chunks
+// (virtual stages rank, pp + rank, ...), each with its own activations per micro-batch; under ZB-H1 a
+// micro-batch's backward is split in two, the input gradient (sent on at once) and the weight gradient
+// (run later from the output gradients the first half kept).
 //
 // The train loop does not change: it calls forward_backward once per micro-batch as under gradient
 // accumulation; the stage keeps each micro-batch's tokens and runs the whole schedule when the step's last
@@ -13,8 +16,13 @@
 // the encoder's wte gradients micro-batch by micro-batch, in one process's order, so wte's gradient has the
 // same bits as one process's (the price: N x (C + V) floats per micro-batch over that pair).
 //
-// Stage gradients are reduced over dp (ZeroHostState, ZeRO 0 or 1) after the schedule; the loss (the last
-// stage's) and the squared norm (every stage's) are then shared over pp in stage order.
+// Stage gradients are reduced over dp (ZeroHostState) after the schedule; the loss (the last stage's) and
+// the squared norm (every stage's) are then shared over pp in stage order. A schedule visits the stage's
+// layers micro-batch after micro-batch in no block order, so under ZeRO 2 and 3 the stage works on whole
+// buffers for the step: ZeRO 3 gathers its parameters once at the step's start (and before validation),
+// ZeRO 2 and 3 accumulate its gradients in a whole buffer and hand it to the dp state as one micro-batch
+// after the schedule, which reduce-scatters it into the owned shard. Between steps only the shards stay
+// (optimizer state, ZeRO 2's gradients, ZeRO 3's parameters); during one the stage holds ZeRO 1's memory.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -43,27 +51,39 @@ double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// One block's activations of one micro-batch (as the one-process backend keeps them, at tp 1).
+// One block's activations of one micro-batch (as the one-process backend keeps them, at tp 1), and under
+// ZB-H1 the output gradients of its four matmuls, kept from the input-gradient pass for the weight pass.
 struct BlockActs {
-  float* ln1;       // (N, C)
-  float* ln1_mean;  // (N)
-  float* ln1_rstd;  // (N)
-  float* qkv;       // (N, 3C)
-  float* att;       // (B, NH, T, T)
-  float* atty;      // (N, C)
-  float* res2;      // (N, C)
-  float* ln2;       // (N, C)
-  float* ln2_mean;  // (N)
-  float* ln2_rstd;  // (N)
-  float* fch;       // (N, 4C)
-  float* fch_gelu;  // (N, 4C)
-  float* res3;      // (N, C)
+  float* ln1;                 // (N, C)
+  float* ln1_mean;            // (N)
+  float* ln1_rstd;            // (N)
+  float* qkv;                 // (N, 3C)
+  float* att;                 // (B, NH, T, T)
+  float* atty;                // (N, C)
+  float* res2;                // (N, C)
+  float* ln2;                 // (N, C)
+  float* ln2_mean;            // (N)
+  float* ln2_rstd;            // (N)
+  float* fch;                 // (N, 4C)
+  float* fch_gelu;            // (N, 4C)
+  float* res3;                // (N, C)
+  float* d_fcproj = nullptr;  // (N, C)
+  float* d_fc = nullptr;      // (N, 4C)
+  float* d_proj = nullptr;    // (N, C)
+  float* d_qkv = nullptr;     // (N, 3C)
 };
 
-// A micro-batch in flight on this stage: its input, its blocks' activations and (last stage) the head's.
+// A micro-batch in flight in one chunk of this stage: its input, its blocks' activations, (last virtual
+// stage) the head's, and the gradient of its output (received, or the head's), which the backward turns
+// into the gradient of its input in place.
 struct Slot {
   std::vector<float> mem;
-  float* in = nullptr;  // (N, C): the encoder's output (stage 0) or the previous stage's
+  int chunk = 0, first_layer = 0, layers = 0;
+  bool embed = false, head = false;  // virtual stage 0 / the last one
+  bool split = false;                // ZB-H1: the backward leaves the matmuls' weight gradients for later
+  bool release_after_send = false;   // its input gradient is still to be sent
+  float* in = nullptr;               // (N, C): the encoder's output (stage 0) or the previous stage's
+  float* dout = nullptr;             // (N, C): d(output), then d(input)
   std::vector<BlockActs> blocks;
   float* lnf = nullptr;       // (N, C)
   float* lnf_mean = nullptr;  // (N)
@@ -87,12 +107,16 @@ class PipelineCpuBackend final : public Backend {
         stage_(o.pp->rank()),
         stages_(o.pp->size()),
         timeout_(o.comm_timeout),
-        part_(pipeline_partition(m, stages_)),
-        table_(stage_table(m, part_, stage_, o.tp)),
+        vp_(std::max(1, o.vp)),
+        part_(pipeline_partition(m, stages_ * vp_)),
+        table_(rank_table(m, part_, stages_, stage_, o.tp)),
         pool_(o.threads) {
     GANTRY_CHECK(pipeline_schedule_from_name(o.pp_schedule, &schedule_),
                  "unknown pipeline schedule '" + o.pp_schedule + "'");
-    GANTRY_CHECK(o.zero <= 1, "a pipeline stage runs ZeRO 0 or 1 only");
+    zero_ = o.zero;
+    slots_.resize(vp_);
+    busy_.resize(vp_);
+    slot_of_.resize(vp_);
     const int dp = o.dp != nullptr ? o.dp->size() : 1, rank = o.dp != nullptr ? o.dp->rank() : 0;
     state_ = std::make_unique<ZeroHostState>(
         table_, shard_plan_make(table_, dp, rank, o.zero, o.bucket_bytes), o.dp, o.comm_timeout, &pool_);
@@ -106,11 +130,11 @@ class PipelineCpuBackend final : public Backend {
       for (const TensorInfo& t : table_.tensors()) sharded.push_back(tensor_parallel_sharded(t.name));
       state_->set_tensor_parallel(tp_.comm, table_, std::move(sharded));
     }
-    const size_t N = static_cast<size_t>(max_batch) * m.seq_len, C = m.n_embd, V = m.vocab_size / tp_.size();
+    const size_t N = static_cast<size_t>(max_batch) * m.seq_len, C = m.n_embd, V = vocab();
     const size_t Cl = C / tp_.size();  // this tp rank's share of the heads' width
     if (last()) wte_copy_.assign(V * C, 0.0f);
-    dres_[0].assign(N * C, 0.0f);
-    dres_[1].assign(N * C, 0.0f);
+    if (zero_ >= 2) work_grads_.assign(table_.numel(), 0.0f);
+    if (zero_ >= 3) work_params_.assign(table_.numel(), 0.0f);
     dln_.assign(N * C, 0.0f);
     datty_.assign(N * Cl, 0.0f);
     dqkv_.assign(N * 3 * Cl, 0.0f);
@@ -125,6 +149,7 @@ class PipelineCpuBackend final : public Backend {
   void begin_step(int micro_batches) override {
     // The stage accumulates every micro-batch into its gradients itself, so the dp state sees one.
     state_->begin_step(1);
+    if (zero_ >= 2) std::fill(work_grads_.begin(), work_grads_.end(), 0.0f);
     expected_micros_ = std::max(1, micro_batches);
     micros_.clear();
     loss_sum_ = 0;
@@ -142,19 +167,24 @@ class PipelineCpuBackend final : public Backend {
   }
 
   float forward_loss(const int32_t* inputs, const int32_t* targets, int batch) override {
+    gather_work_params();
     sync_wte();
-    ensure_slots(1);
-    Slot& s = slots_[0];
     const size_t NC = static_cast<size_t>(batch) * m_.seq_len * m_.n_embd;
-    if (first()) {
-      tp_.encoder_forward(s.in, inputs, param("wte"), param("wpe"), batch, m_.seq_len, m_.n_embd, vocab());
-    } else {
-      p2p(nullptr, 0, s.in, NC);
+    float loss = 0;
+    // Down the virtual stages in order: each owner takes its input from the previous one's and hands on.
+    for (int v = stage_; v < virtual_stages(); v += stages_) {
+      Slot& s = acquire(v / stages_, -1);
+      if (v == 0) {
+        tp_.encoder_forward(s.in, inputs, param("wte"), param("wpe"), batch, m_.seq_len, m_.n_embd, vocab());
+      } else {
+        exchange({}, s.in, NC, owner(v - 1));
+      }
+      const float l = stage_forward(s, batch, targets);
+      if (s.head) loss = l;
+      if (v + 1 < virtual_stages()) exchange({output_of(s), NC, owner(v + 1)}, nullptr, 0, -1);
+      release(s);
     }
-    float loss = stage_forward(s, batch, targets);
-    if (!last()) p2p(output_of(s), NC, nullptr, 0);
     // Only the last stage computed it; the others add zero, which leaves its bits as they are.
-    if (!last()) loss = 0;
     check(pp_->all_reduce_host(&loss, 1, timeout_), "validation loss");
     return loss;
   }
@@ -182,6 +212,7 @@ class PipelineCpuBackend final : public Backend {
     stats_.updated =
         std::isfinite(stats_.grad_norm) && std::isfinite(stats_.loss) && !(stats_.loss > s.max_loss);
     if (stats_.updated) state_->adamw(s, clip_scale(stats_.grad_norm, s.grad_clip));
+    work_params_fresh_ = false;
     phases_.optimizer_s += since(t0) - (state_->exposed_comm_seconds() - exposed0) - stats_comm_s_;
   }
 
@@ -195,9 +226,11 @@ class PipelineCpuBackend final : public Backend {
   }
 
   uint64_t memory_bytes() const override {
-    size_t floats = state_->allocated().total() + wte_copy_.size() + dres_[0].size() * 2 + dln_.size() +
-                    datty_.size() + dqkv_.size() + dfch_.size() + dfch_gelu_.size();
-    for (const Slot& s : slots_) floats += s.mem.size();
+    size_t floats = state_->allocated().total() + wte_copy_.size() + work_params_.size() +
+                    work_grads_.size() + dln_.size() + datty_.size() + dqkv_.size() + dfch_.size() +
+                    dfch_gelu_.size();
+    for (const std::vector<Slot>& chunk : slots_)
+      for (const Slot& s : chunk) floats += s.mem.size();
     for (const std::vector<float>& v : tie_) floats += v.size();
     for (const std::vector<float>& v : dres0_) floats += v.size();
     return floats * sizeof(float);
@@ -216,6 +249,7 @@ class PipelineCpuBackend final : public Backend {
   }
   void write_state(StateBuffer which, size_t offset, size_t count, const float* in) override {
     state_->write(which, offset, count, in);
+    if (which == StateBuffer::kParams) work_params_fresh_ = false;  // ZeRO 3: gather them again
   }
   std::vector<FlatRange> held_ranges(StateBuffer which) const override { return state_->held(which); }
   std::vector<FlatRange> written_ranges(StateBuffer which) const override { return state_->written(which); }
@@ -229,23 +263,38 @@ class PipelineCpuBackend final : public Backend {
   }
 
  private:
-  // The stage's tensors, each a share of the whole model's at tp > 1.
-  static TensorTable stage_table(const ModelConfig& m, const PipelinePartition& part, int stage,
-                                 Communicator* tp) {
-    const TensorTable t = pipeline_stage_table(m, part, stage);
+  // The rank's tensors (its virtual stages'), each a share of the whole model's at tp > 1.
+  static TensorTable rank_table(const ModelConfig& m, const PipelinePartition& part, int stages, int stage,
+                                Communicator* tp) {
+    const TensorTable t = pipeline_rank_table(m, part, stages, stage);
     return tp != nullptr && tp->size() > 1 ? tensor_parallel_stage_table(m, tp->size(), tp->rank(), t) : t;
   }
   int vocab() const { return m_.vocab_size / tp_.size(); }  // this tp rank's token rows of wte
   bool first() const { return stage_ == 0; }
   bool last() const { return stage_ == stages_ - 1; }
-  int first_layer() const { return part_.first_layer[stage_]; }
-  int layers() const { return part_.layers[stage_]; }
+  // Chunk c of this rank is virtual stage c·pp + stage.
+  int virtual_stage(int chunk) const { return chunk * stages_ + stage_; }
+  int owner(int virtual_stage) const { return virtual_stage % stages_; }
+  int virtual_stages() const { return stages_ * vp_; }
 
-  // ZeRO 0-1 keep every parameter and gradient of the stage in one buffer, in the table's coordinates.
+  // ZeRO 0-1 keep every parameter and gradient of the stage in one buffer, in the table's coordinates; under
+  // ZeRO 2-3 the step's whole buffers are the backend's (work_grads_, and ZeRO 3's work_params_).
   float* param(const std::string& name) const {
-    return const_cast<float*>(state_->params(0)) + table_.at(name).offset;
+    float* base =
+        zero_ >= 3 ? const_cast<float*>(work_params_.data()) : const_cast<float*>(state_->params(0));
+    return base + table_.at(name).offset;
   }
-  float* grad(const std::string& name) const { return state_->grads(0) + table_.at(name).offset; }
+  float* grad(const std::string& name) const {
+    float* base = zero_ >= 2 ? const_cast<float*>(work_grads_.data()) : state_->grads(0);
+    return base + table_.at(name).offset;
+  }
+  // ZeRO 3: the stage's parameters, gathered over dp once after each update (a collective of the dp group,
+  // whose ranks run the same calls).
+  void gather_work_params() {
+    if (zero_ < 3 || work_params_fresh_) return;
+    state_->gather_params(work_params_.data());
+    work_params_fresh_ = true;
+  }
   GptBlock block(int layer, bool grads) const {
     const std::string p = "h." + std::to_string(layer) + ".";
     auto at = [&](const char* n) { return grads ? grad(p + n) : param(p + n); };
@@ -272,10 +321,6 @@ class PipelineCpuBackend final : public Backend {
     p2p_s_ += since(t0);
     check(st, "point-to-point");
   }
-  // Down the pipe (validation): send to stage + 1, receive from stage - 1.
-  void p2p(const float* out, size_t out_count, float* in, size_t in_count) {
-    exchange({out, out_count, stage_ + 1}, in, in_count, stage_ - 1);
-  }
 
   // Stage 0 sends its wte to the last stage, which runs the classifier with the copy.
   void sync_wte() {
@@ -284,48 +329,79 @@ class PipelineCpuBackend final : public Backend {
     if (last()) exchange({}, wte_copy_.data(), n, 0);
   }
 
-  void ensure_slots(int n) {
+  // A free slot of `chunk` for micro-batch `micro` (-1: validation), allocated on first use; a chunk keeps
+  // as many as its schedule holds at once.
+  Slot& acquire(int chunk, int micro) {
     const size_t B = max_batch_, T = m_.seq_len, C = m_.n_embd, V = vocab(), NH = m_.n_head / tp_.size();
     const size_t N = B * T, Cl = C / tp_.size();
-    while (static_cast<int>(slots_.size()) < n) {
-      Slot s;
-      const size_t per_block = N * C * 4 + N * Cl + N * 4 + N * 3 * Cl + B * NH * T * T + N * 4 * Cl * 2;
-      const size_t head = last() ? N * C + 2 * N + N * V + N : 0;
-      s.mem.assign(N * C + per_block * layers() + head, 0.0f);
-      float* p = s.mem.data();
-      auto take = [&](size_t k) {
-        float* r = p;
-        p += k;
-        return r;
-      };
-      s.in = take(N * C);
-      s.blocks.resize(layers());
-      for (BlockActs& a : s.blocks) {
-        a.ln1 = take(N * C);
-        a.ln1_mean = take(N);
-        a.ln1_rstd = take(N);
-        a.qkv = take(N * 3 * Cl);
-        a.att = take(B * NH * T * T);
-        a.atty = take(N * Cl);
-        a.res2 = take(N * C);
-        a.ln2 = take(N * C);
-        a.ln2_mean = take(N);
-        a.ln2_rstd = take(N);
-        a.fch = take(N * 4 * Cl);
-        a.fch_gelu = take(N * 4 * Cl);
-        a.res3 = take(N * C);
+    std::vector<Slot>& pool = slots_[chunk];
+    for (size_t i = 0; i < pool.size(); ++i) {
+      if (!busy_[chunk][i]) {
+        busy_[chunk][i] = true;
+        if (micro >= 0) slot_of_[chunk][micro] = static_cast<int>(i);
+        return pool[i];
       }
-      if (last()) {
-        s.lnf = take(N * C);
-        s.lnf_mean = take(N);
-        s.lnf_rstd = take(N);
-        s.probs = take(N * V);
-        s.losses = take(N);
-      }
-      slots_.push_back(std::move(s));
     }
+    const int v = virtual_stage(chunk);
+    Slot s;
+    s.chunk = chunk;
+    s.first_layer = part_.first_layer[v];
+    s.layers = part_.layers[v];
+    s.embed = v == 0;
+    s.head = v == virtual_stages() - 1;
+    s.split = schedule_ == PipelineSchedule::kZeroBubbleH1;
+    const size_t per_block = N * C * 4 + N * Cl + N * 4 + N * 3 * Cl + B * NH * T * T + N * 4 * Cl * 2 +
+                             (s.split ? N * C * 2 + N * 4 * Cl + N * 3 * Cl : 0);
+    const size_t head = s.head ? N * C + 2 * N + N * V + N : 0;
+    s.mem.assign(2 * N * C + per_block * s.layers + head, 0.0f);
+    float* p = s.mem.data();
+    auto take = [&](size_t k) {
+      float* r = p;
+      p += k;
+      return r;
+    };
+    s.in = take(N * C);
+    s.dout = take(N * C);
+    s.blocks.resize(s.layers);
+    for (BlockActs& a : s.blocks) {
+      a.ln1 = take(N * C);
+      a.ln1_mean = take(N);
+      a.ln1_rstd = take(N);
+      a.qkv = take(N * 3 * Cl);
+      a.att = take(B * NH * T * T);
+      a.atty = take(N * Cl);
+      a.res2 = take(N * C);
+      a.ln2 = take(N * C);
+      a.ln2_mean = take(N);
+      a.ln2_rstd = take(N);
+      a.fch = take(N * 4 * Cl);
+      a.fch_gelu = take(N * 4 * Cl);
+      a.res3 = take(N * C);
+      if (s.split) {
+        a.d_fcproj = take(N * C);
+        a.d_fc = take(N * 4 * Cl);
+        a.d_proj = take(N * C);
+        a.d_qkv = take(N * 3 * Cl);
+      }
+    }
+    if (s.head) {
+      s.lnf = take(N * C);
+      s.lnf_mean = take(N);
+      s.lnf_rstd = take(N);
+      s.probs = take(N * V);
+      s.losses = take(N);
+    }
+    pool.push_back(std::move(s));
+    busy_[chunk].push_back(true);
+    if (micro >= 0) slot_of_[chunk][micro] = static_cast<int>(pool.size() - 1);
+    return pool.back();
   }
-  float* output_of(Slot& s) const { return layers() > 0 ? s.blocks.back().res3 : s.in; }
+  Slot& slot(int chunk, int micro) { return slots_[chunk][slot_of_[chunk][micro]]; }
+  void release(const Slot& s) {
+    std::vector<Slot>& pool = slots_[s.chunk];
+    busy_[s.chunk][&s - pool.data()] = false;
+  }
+  float* output_of(Slot& s) const { return s.layers > 0 ? s.blocks.back().res3 : s.in; }
 
   // The stage's blocks (and on the last stage the head) over slot s's input; the loss on the last stage.
   float stage_forward(Slot& s, int B, const int32_t* targets) {
@@ -335,8 +411,8 @@ class PipelineCpuBackend final : public Backend {
               H = 4 * Cl;
     const int N = B * T;
     const float* residual = s.in;
-    for (int i = 0; i < layers(); ++i) {
-      const GptBlock p = block(first_layer() + i, false);
+    for (int i = 0; i < s.layers; ++i) {
+      const GptBlock p = block(s.first_layer + i, false);
       BlockActs& a = s.blocks[i];
       layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, p.ln1_w, p.ln1_b, N, C);
       matmul_forward(&pool_, a.qkv, a.ln1, p.qkv_w, p.qkv_b, N, C, 3 * Cl);
@@ -350,7 +426,7 @@ class PipelineCpuBackend final : public Backend {
       residual_forward(a.res3, a.res3, a.res2, static_cast<size_t>(N) * C);
       residual = a.res3;
     }
-    if (!last()) return 0;
+    if (!s.head) return 0;
     layernorm_forward(s.lnf, s.lnf_mean, s.lnf_rstd, residual, param("lnf.weight"), param("lnf.bias"), N, C);
     matmul_forward(&pool_, s.probs, s.lnf, wte_copy_.data(), nullptr, N, C, V);
     tp_.crossentropy_forward(s.probs, s.losses, targets, N, V);
@@ -360,7 +436,8 @@ class PipelineCpuBackend final : public Backend {
   }
 
   // d(output) in dres (the last stage makes it from the loss, keeping the head's tie data) back to
-  // d(input) in dres, the blocks' gradients added to the stage's.
+  // d(input) in dres, the blocks' gradients added to the stage's; under ZB-H1 (s.split) the matmuls'
+  // weight gradients are left to stage_weights, their output gradients kept for it.
   void stage_backward(Slot& s, const Micro& mb, int micro, float* dres) {
     const int T = m_.seq_len, C = m_.n_embd, V = vocab(), NH = m_.n_head / tp_.size(), Cl = C / tp_.size(),
               H = 4 * Cl;
@@ -368,7 +445,7 @@ class PipelineCpuBackend final : public Backend {
     const size_t NC = static_cast<size_t>(N) * C, NCl = static_cast<size_t>(N) * Cl,
                  NH4 = static_cast<size_t>(N) * H;
     auto zero = [](float* v, size_t n) { std::memset(v, 0, n * sizeof(float)); };
-    if (last()) {
+    if (s.head) {
       float* tie = tie_[micro].data();  // [lnf (N, C) | dlogits (N, V)]
       std::memcpy(tie, s.lnf, NC * sizeof(float));
       float* dlogits = tie + NC;
@@ -382,23 +459,35 @@ class PipelineCpuBackend final : public Backend {
       layernorm_backward(dres, grad("lnf.weight"), grad("lnf.bias"), dln_.data(), output_of(s),
                          param("lnf.weight"), s.lnf_mean, s.lnf_rstd, N, C);
     }
-    for (int i = layers() - 1; i >= 0; --i) {
-      const GptBlock p = block(first_layer() + i, false), gp = block(first_layer() + i, true);
+    const bool split = s.split;
+    auto keep = [&](float* to, const float* from, size_t n) {
+      if (split) std::memcpy(to, from, n * sizeof(float));
+    };
+    for (int i = s.layers - 1; i >= 0; --i) {
+      const GptBlock p = block(s.first_layer + i, false), g = block(s.first_layer + i, true);
+      // Under ZB-H1 the matmuls take no weight gradient here (null: matmul_backward skips that half).
+      const GptBlock gp = split ? GptBlock{g.ln1_w, g.ln1_b, nullptr, nullptr, nullptr, nullptr,
+                                           g.ln2_w, g.ln2_b, nullptr, nullptr, nullptr, nullptr}
+                                : g;
       BlockActs& a = s.blocks[i];
       const float* residual = i == 0 ? s.in : s.blocks[i - 1].res3;
+      keep(a.d_fcproj, dres, NC);
       zero(dfch_gelu_.data(), NH4);
       matmul_backward(&pool_, dfch_gelu_.data(), gp.fcproj_w, gp.fcproj_b, dres, a.fch_gelu, p.fcproj_w, N, H,
                       C);
       gelu_backward(dfch_.data(), a.fch, dfch_gelu_.data(), NH4);
+      keep(a.d_fc, dfch_.data(), NH4);
       zero(dln_.data(), NC);
       matmul_backward(&pool_, dln_.data(), gp.fc_w, gp.fc_b, dfch_.data(), a.ln2, p.fc_w, N, C, H);
       tp_.all_reduce(dln_.data(), NC);  // column-parallel: a partial sum over the tp shares
       layernorm_backward(dres, gp.ln2_w, gp.ln2_b, dln_.data(), a.res2, p.ln2_w, a.ln2_mean, a.ln2_rstd, N,
                          C);
+      keep(a.d_proj, dres, NC);
       zero(datty_.data(), NCl);
       matmul_backward(&pool_, datty_.data(), gp.proj_w, gp.proj_b, dres, a.atty, p.proj_w, N, Cl, C);
       zero(dqkv_.data(), NCl * 3);
       attention_backward(&pool_, dqkv_.data(), datty_.data(), a.qkv, a.att, mb.batch, T, Cl, NH);
+      keep(a.d_qkv, dqkv_.data(), NCl * 3);
       zero(dln_.data(), NC);
       matmul_backward(&pool_, dln_.data(), gp.qkv_w, gp.qkv_b, dqkv_.data(), a.ln1, p.qkv_w, N, C, 3 * Cl);
       tp_.all_reduce(dln_.data(), NC);
@@ -407,14 +496,27 @@ class PipelineCpuBackend final : public Backend {
     }
   }
 
+  // ZB-H1's W pass: the matmuls' weight gradients of slot s from the output gradients stage_backward kept,
+  // in the order it would have added them (each tensor's sum over micro-batches keeps one process's order).
+  void stage_weights(Slot& s, const Micro& mb) {
+    const int T = m_.seq_len, C = m_.n_embd, Cl = C / tp_.size(), H = 4 * Cl, N = mb.batch * T;
+    for (int i = s.layers - 1; i >= 0; --i) {
+      const GptBlock p = block(s.first_layer + i, false), gp = block(s.first_layer + i, true);
+      BlockActs& a = s.blocks[i];
+      matmul_backward(&pool_, nullptr, gp.fcproj_w, gp.fcproj_b, a.d_fcproj, a.fch_gelu, p.fcproj_w, N, H, C);
+      matmul_backward(&pool_, nullptr, gp.fc_w, gp.fc_b, a.d_fc, a.ln2, p.fc_w, N, C, H);
+      matmul_backward(&pool_, nullptr, gp.proj_w, gp.proj_b, a.d_proj, a.atty, p.proj_w, N, Cl, C);
+      matmul_backward(&pool_, nullptr, gp.qkv_w, gp.qkv_b, a.d_qkv, a.ln1, p.qkv_w, N, C, 3 * Cl);
+    }
+  }
+
   void run_step() {
     const int m = static_cast<int>(micros_.size());
     const int T = m_.seq_len, C = m_.n_embd, V = vocab();
+    gather_work_params();
     state_->begin_micro_batch();
     sync_wte();
-    const std::vector<PipelineAction> actions = pipeline_actions(schedule_, stages_, stage_, m);
-    const int n_slots = pipeline_in_flight(actions);
-    ensure_slots(n_slots);
+    for (std::vector<int>& v : slot_of_) v.assign(m, -1);
     const size_t NCmax = static_cast<size_t>(max_batch_) * T * C;
     if (last()) {
       tie_.resize(m);
@@ -425,41 +527,54 @@ class PipelineCpuBackend final : public Backend {
       for (std::vector<float>& v : dres0_) v.resize(NCmax);
     }
 
-    // The schedule: each action's send waits to be posted together with the next action's receive.
+    // The program: this rank's actions with its messages between them, in the one global order.
     const auto s0 = Clock::now();
     const double p2p0 = p2p_s_;
-    Half pending;
-    int next_dres = 0;
-    for (const PipelineAction& a : actions) {
+    for (const PipelineStep& step : pipeline_program(schedule_, stages_, vp_, stage_, m)) {
+      const PipelineAction& a = step.action;
       const Micro& mb = micros_[a.micro];
       const size_t NC = static_cast<size_t>(mb.batch) * T * C;
-      Slot& s = slots_[a.micro % n_slots];
+      if (step.kind == PipelineStep::Kind::kRecv) {
+        if (!step.grad) {
+          exchange({}, acquire(a.chunk, a.micro).in, NC, step.peer);
+        } else {
+          exchange({}, slot(a.chunk, a.micro).dout, NC, step.peer);
+        }
+        continue;
+      }
+      if (step.kind == PipelineStep::Kind::kSend) {
+        Slot& s = slot(a.chunk, a.micro);
+        exchange({step.grad ? s.dout : output_of(s), NC, step.peer}, nullptr, 0, -1);
+        if (step.grad && s.release_after_send) release(s);
+        continue;
+      }
+      const auto t0 = Clock::now();
       if (a.op == PipelineOp::kForward) {
-        exchange(pending, first() ? nullptr : s.in, first() ? 0 : NC, stage_ - 1);
-        pending = {};
-        const auto t0 = Clock::now();
-        if (first())
+        Slot& s = s_forward(a);
+        if (s.embed)
           tp_.encoder_forward(s.in, mb.inputs.data(), param("wte"), param("wpe"), mb.batch, T, C, V);
         const float loss = stage_forward(s, mb.batch, mb.targets.data());
-        if (last()) loss_sum_ += loss, ++loss_count_;
+        if (s.head) loss_sum_ += loss, ++loss_count_;
         phases_.forward_s += since(t0);
-        if (!last()) pending = {output_of(s), NC, stage_ + 1};
-      } else {
-        float* dres = dres_[next_dres].data();
-        next_dres = 1 - next_dres;  // the pending send may still read the other one
-        exchange(pending, last() ? nullptr : dres, last() ? 0 : NC, stage_ + 1);
-        pending = {};
-        const auto t0 = Clock::now();
-        stage_backward(s, mb, a.micro, dres);
-        if (first()) std::memcpy(dres0_[a.micro].data(), dres, NC * sizeof(float));
-        phases_.backward_s += since(t0);
-        if (!first()) pending = {dres, NC, stage_ - 1};
+        continue;
       }
+      Slot& s = slot(a.chunk, a.micro);
+      if (a.op == PipelineOp::kWeight) {
+        stage_weights(s, mb);
+        release(s);
+      } else {
+        stage_backward(s, mb, a.micro, s.dout);
+        if (s.embed) std::memcpy(dres0_[a.micro].data(), s.dout, NC * sizeof(float));
+        // A whole backward frees the slot once its input gradient has gone (at once on virtual stage 0);
+        // an input-gradient pass leaves it to the weight pass, which comes after the send.
+        s.release_after_send = a.op == PipelineOp::kBackward && !s.embed;
+        if (a.op == PipelineOp::kBackward && s.embed) release(s);
+      }
+      phases_.backward_s += since(t0);
     }
-    exchange(pending, nullptr, 0, -1);
     const double schedule_s = since(s0), waited_s = p2p_s_ - p2p0;
     phases_.bubble = schedule_s > 0 ? waited_s / schedule_s : 0.0;
-    phases_.bubble_formula = pipeline_bubble_formula(stages_, 1, m);
+    phases_.bubble_formula = pipeline_schedule_bubble(schedule_, stages_, vp_, m);
 
     // The tied classifier's weight gradient and the encoder's, on the first stage, micro-batch by
     // micro-batch (one process's order).
@@ -479,7 +594,19 @@ class PipelineCpuBackend final : public Backend {
       }
     }
     // Every unit's gradients are complete: the dp reductions, top unit first.
-    for (int u = static_cast<int>(state_->plan().units.size()) - 1; u >= 0; --u) state_->grads_done(u);
+    // (ZeRO 2-3: each unit's whole gradient handed to the dp state, which stages and reduce-scatters it.)
+    for (int u = static_cast<int>(state_->plan().units.size()) - 1; u >= 0; --u) {
+      if (zero_ >= 2) {
+        const FlatRange& r = state_->plan().units[u];
+        std::memcpy(state_->grads(u), work_grads_.data() + r.offset, r.count * sizeof(float));
+      }
+      state_->grads_done(u);
+    }
+  }
+  // The slot a forward runs in: the one its input was received into, or (virtual stage 0) a fresh one.
+  Slot& s_forward(const PipelineAction& a) {
+    if (slot_of_[a.chunk][a.micro] >= 0) return slot(a.chunk, a.micro);
+    return acquire(a.chunk, a.micro);
   }
   float* tie_buffer(size_t n) {
     if (tie_in_.size() < n) tie_in_.resize(n);
@@ -492,17 +619,24 @@ class PipelineCpuBackend final : public Backend {
   int stage_, stages_;
   std::chrono::milliseconds timeout_;
   PipelineSchedule schedule_ = PipelineSchedule::kOneFOneB;
-  PipelinePartition part_;
+  int vp_;
+  PipelinePartition part_;  // pp x vp virtual stages
   TensorTable table_;
   ThreadPool pool_;
   std::unique_ptr<ZeroHostState> state_;
-  TpOpsCpu tp_;                  // the stage's tp group (tp x pp); no communicator at tp 1
+  TpOpsCpu tp_;  // the stage's tp group (tp x pp); no communicator at tp 1
+  int zero_ = 0;
+  std::vector<float> work_params_, work_grads_;  // ZeRO 3 / ZeRO 2-3: the stage's whole buffers for a step
+  bool work_params_fresh_ = false;
   std::vector<float> wte_copy_;  // last stage: the first stage's wte, as of this step
-  std::vector<Slot> slots_;
+  // Per chunk: its slots, which are in use, and the slot of each micro-batch of this step (-1: none yet).
+  std::vector<std::vector<Slot>> slots_;
+  std::vector<std::vector<bool>> busy_;
+  std::vector<std::vector<int>> slot_of_;
   std::vector<std::vector<float>> tie_;    // last stage, per micro-batch: [lnf (N, C) | dlogits (N, V)]
   std::vector<float> tie_in_;              // first stage: one micro-batch's tie data, received
   std::vector<std::vector<float>> dres0_;  // first stage, per micro-batch: d(encoder output) (N, C)
-  std::vector<float> dres_[2], dln_, datty_, dqkv_, dfch_, dfch_gelu_;
+  std::vector<float> dln_, datty_, dqkv_, dfch_, dfch_gelu_;
   std::vector<Micro> micros_;
   int expected_micros_ = 1;
   double loss_sum_ = 0;

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 
+#include "engine/core/fatal.h"
 #include "engine/core/gpt.h"
 
 namespace gantry {
@@ -15,6 +16,10 @@ const char* pipeline_schedule_name(PipelineSchedule s) {
       return "gpipe";
     case PipelineSchedule::kOneFOneB:
       return "1f1b";
+    case PipelineSchedule::kInterleaved:
+      return "interleaved";
+    case PipelineSchedule::kZeroBubbleH1:
+      return "zbh1";
   }
   return "?";
 }
@@ -26,6 +31,14 @@ bool pipeline_schedule_from_name(const std::string& name, PipelineSchedule* out)
   }
   if (name == "1f1b") {
     *out = PipelineSchedule::kOneFOneB;
+    return true;
+  }
+  if (name == "interleaved") {
+    *out = PipelineSchedule::kInterleaved;
+    return true;
+  }
+  if (name == "zbh1") {
+    *out = PipelineSchedule::kZeroBubbleH1;
     return true;
   }
   return false;
@@ -99,6 +112,23 @@ TensorTable pipeline_stage_table(const ModelConfig& m, const PipelinePartition& 
   return t;
 }
 
+TensorTable pipeline_rank_table(const ModelConfig& m, const PipelinePartition& v, int pp, int rank) {
+  const int stages = static_cast<int>(v.layers.size());
+  auto mine = [&](int layer) {
+    for (int s = rank; s < stages; s += pp)
+      if (layer >= v.first_layer[s] && layer < v.first_layer[s] + v.layers[s]) return true;
+    return false;
+  };
+  const TensorTable whole = gpt_param_table(m);
+  TensorTable t;
+  for (const TensorInfo& x : whole.tensors()) {
+    const bool keep =
+        x.layer >= 0 ? mine(x.layer) : (x.name == "wte" || x.name == "wpe" ? rank == 0 : rank == pp - 1);
+    if (keep) t.add(x.name, x.shape, x.decay, x.layer);
+  }
+  return t;
+}
+
 void pipeline_slice(const TensorTable& whole, const float* all, const TensorTable& stage, float* out) {
   for (const TensorInfo& t : stage.tensors()) {
     const TensorInfo& w = whole.at(t.name);
@@ -106,45 +136,217 @@ void pipeline_slice(const TensorTable& whole, const float* all, const TensorTabl
   }
 }
 
-std::vector<PipelineAction> pipeline_actions(PipelineSchedule s, int pp, int stage, int m) {
+std::vector<PipelineAction> pipeline_actions(PipelineSchedule s, int pp, int stage, int m, int vp) {
   std::vector<PipelineAction> a;
+  auto add = [&](PipelineOp op, int micro, int chunk = 0) { a.push_back({op, micro, chunk}); };
   if (s == PipelineSchedule::kGpipe) {
-    for (int i = 0; i < m; ++i) a.push_back({PipelineOp::kForward, i});
-    for (int i = 0; i < m; ++i) a.push_back({PipelineOp::kBackward, i});
+    for (int i = 0; i < m; ++i) add(PipelineOp::kForward, i);
+    for (int i = 0; i < m; ++i) add(PipelineOp::kBackward, i);
+    return a;
+  }
+  if (s == PipelineSchedule::kInterleaved) {
+    // Megatron's interleaved 1F1B: the k-th forward of a rank is chunk (k / pp) mod vp of micro-batch
+    // (k / (pp·vp))·pp + k mod pp, so pp micro-batches pass through one chunk before the next chunk starts
+    // (m a multiple of pp, pipeline_check); the k-th backward walks the chunks from the last. The warm-up
+    // fills the pipe of pp·vp virtual stages: 2(pp − stage − 1) + (vp − 1)·pp forwards.
+    const int total = m * vp;
+    auto micro_of = [&](int k) { return (k / (pp * vp)) * pp + k % pp; };
+    auto fwd = [&](int k) { add(PipelineOp::kForward, micro_of(k), (k / pp) % vp); };
+    auto bwd = [&](int k) { add(PipelineOp::kBackward, micro_of(k), vp - 1 - (k / pp) % vp); };
+    const int warmup = std::min(2 * (pp - stage - 1) + (vp - 1) * pp, total);
+    int f = 0, b = 0;
+    for (; f < warmup; ++f) fwd(f);
+    while (f < total) {
+      fwd(f++);
+      bwd(b++);
+    }
+    while (b < total) bwd(b++);
     return a;
   }
   // 1F1B: the stage runs ahead by the forwards its successors need to fill the pipe, then alternates.
   const int warmup = std::min(pp - stage - 1, m);
-  int f = 0, b = 0;
-  for (; f < warmup; ++f) a.push_back({PipelineOp::kForward, f});
-  while (f < m) {
-    a.push_back({PipelineOp::kForward, f++});
-    a.push_back({PipelineOp::kBackward, b++});
+  int f = 0, b = 0, w = 0;
+  for (; f < warmup; ++f) add(PipelineOp::kForward, f);
+  if (s == PipelineSchedule::kZeroBubbleH1) {
+    // ZB-H1: the same warm-up; then F, B (input gradient) and W (weight gradient), stage i deferring its
+    // first i W's, which keeps at most pp activations on every stage (1F1B's peak, on stage 0); the
+    // cool-down's waits for the next B are filled with the deferred W's.
+    for (int k = 0; f < m; ++k) {
+      add(PipelineOp::kForward, f++);
+      add(PipelineOp::kInput, b++);
+      if (k >= stage) add(PipelineOp::kWeight, w++);
+    }
+    while (b < m) {
+      add(PipelineOp::kInput, b++);
+      add(PipelineOp::kWeight, w++);
+    }
+    while (w < m) add(PipelineOp::kWeight, w++);
+    return a;
   }
-  while (b < m) a.push_back({PipelineOp::kBackward, b++});
+  while (f < m) {
+    add(PipelineOp::kForward, f++);
+    add(PipelineOp::kBackward, b++);
+  }
+  while (b < m) add(PipelineOp::kBackward, b++);
   return a;
 }
 
 int pipeline_in_flight(const std::vector<PipelineAction>& actions) {
   int now = 0, most = 0;
   for (const PipelineAction& x : actions) {
-    now += x.op == PipelineOp::kForward ? 1 : -1;
+    if (x.op == PipelineOp::kForward) ++now;
+    if (x.op == PipelineOp::kBackward || x.op == PipelineOp::kWeight) --now;
     most = std::max(most, now);
   }
   return most;
+}
+
+namespace {
+
+// The whole pipeline's step under unit costs: every rank's actions with their start times, and the
+// messages with the time they can be taken (their producer's finish). Each round starts the action that
+// can start earliest over all ranks (ties: the lower rank), so the result is the same on every rank.
+struct Simulation {
+  std::vector<std::vector<PipelineAction>> actions;  // [rank]
+  std::vector<std::vector<double>> start;            // [rank][action]
+  struct Message {
+    double time;
+    int seq;  // order of production: ties in time keep it
+    int from, to;
+    bool grad;
+    int micro, from_chunk, to_chunk;
+  };
+  std::vector<Message> messages;
+  double makespan = 0;
+  std::vector<double> busy;
+};
+
+double unit_cost(PipelineOp op) {
+  return op == PipelineOp::kBackward ? 2.0 : 1.0;
+}
+
+Simulation simulate(PipelineSchedule s, int pp, int vp, int m) {
+  Simulation sim;
+  const int stages = pp * vp;
+  sim.actions.resize(pp);
+  sim.start.resize(pp);
+  sim.busy.assign(pp, 0.0);
+  for (int r = 0; r < pp; ++r) sim.actions[r] = pipeline_actions(s, pp, r, m, vp);
+  // done_f[stage][micro], done_b[stage][micro]: when the activation / input gradient left that stage.
+  const double never = -1;
+  std::vector<std::vector<double>> done_f(stages, std::vector<double>(m, never)), done_b = done_f;
+  std::vector<size_t> next(pp, 0);
+  std::vector<double> clock(pp, 0.0);
+  for (;;) {
+    int pick = -1;
+    double pick_start = 0;
+    bool left = false;
+    for (int r = 0; r < pp; ++r) {
+      if (next[r] >= sim.actions[r].size()) continue;
+      left = true;
+      const PipelineAction& a = sim.actions[r][next[r]];
+      const int v = a.chunk * pp + r;
+      double ready = clock[r];
+      if (a.op == PipelineOp::kForward && v > 0) {
+        if (done_f[v - 1][a.micro] == never) continue;
+        ready = std::max(ready, done_f[v - 1][a.micro]);
+      }
+      if ((a.op == PipelineOp::kBackward || a.op == PipelineOp::kInput) && v < stages - 1) {
+        if (done_b[v + 1][a.micro] == never) continue;
+        ready = std::max(ready, done_b[v + 1][a.micro]);
+      }
+      if (pick < 0 || ready < pick_start) pick = r, pick_start = ready;
+    }
+    if (!left) break;
+    if (pick < 0) {
+      std::fprintf(stderr, "pipeline schedule %s (pp %d, vp %d, m %d) deadlocks\n", pipeline_schedule_name(s),
+                   pp, vp, m);
+      std::abort();
+    }
+    const PipelineAction& a = sim.actions[pick][next[pick]];
+    const int v = a.chunk * pp + pick;
+    const double end = pick_start + unit_cost(a.op);
+    sim.start[pick].push_back(pick_start);
+    sim.busy[pick] += unit_cost(a.op);
+    clock[pick] = end;
+    ++next[pick];
+    const int seq = static_cast<int>(sim.messages.size());
+    if (a.op == PipelineOp::kForward) {
+      done_f[v][a.micro] = end;
+      if (v < stages - 1)
+        sim.messages.push_back({end, seq, pick, (v + 1) % pp, false, a.micro, a.chunk, (v + 1) / pp});
+    } else if (a.op != PipelineOp::kWeight) {
+      done_b[v][a.micro] = end;
+      if (v > 0) sim.messages.push_back({end, seq, pick, (v - 1) % pp, true, a.micro, a.chunk, (v - 1) / pp});
+    }
+    sim.makespan = std::max(sim.makespan, end);
+  }
+  std::stable_sort(sim.messages.begin(), sim.messages.end(), [](const auto& x, const auto& y) {
+    return x.time < y.time || (x.time == y.time && x.seq < y.seq);
+  });
+  return sim;
+}
+
+}  // namespace
+
+std::vector<PipelineStep> pipeline_program(PipelineSchedule s, int pp, int vp, int stage, int m) {
+  const Simulation sim = simulate(s, pp, vp, m);
+  const std::vector<PipelineAction>& acts = sim.actions[stage];
+  std::vector<PipelineStep> out;
+  size_t k = 0;
+  // Before each action, this rank's messages that can be taken by its start (its inputs among them: they
+  // were produced before it started); the rest after the last action.
+  auto flush = [&](double until, bool all) {
+    for (; k < sim.messages.size(); ++k) {
+      const Simulation::Message& x = sim.messages[k];
+      if (!all && x.time > until) break;
+      if (x.from == stage)
+        out.push_back(
+            {PipelineStep::Kind::kSend, {PipelineOp::kForward, x.micro, x.from_chunk}, x.grad, x.to});
+      else if (x.to == stage)
+        out.push_back(
+            {PipelineStep::Kind::kRecv, {PipelineOp::kForward, x.micro, x.to_chunk}, x.grad, x.from});
+    }
+  };
+  for (size_t i = 0; i < acts.size(); ++i) {
+    flush(sim.start[stage][i], false);
+    out.push_back({PipelineStep::Kind::kCompute, acts[i], false, -1});
+  }
+  flush(0, true);
+  return out;
+}
+
+double pipeline_simulated_bubble(PipelineSchedule s, int pp, int vp, int m) {
+  const Simulation sim = simulate(s, pp, vp, m);
+  double idle = 0;
+  for (double b : sim.busy) idle = std::max(idle, sim.makespan - b);
+  return sim.makespan > 0 ? idle / sim.makespan : 0.0;
 }
 
 double pipeline_bubble_formula(int pp, int vp, int m) {
   return static_cast<double>(pp - 1) / (static_cast<double>(vp) * m + pp - 1);
 }
 
+double pipeline_schedule_bubble(PipelineSchedule s, int pp, int vp, int m) {
+  switch (s) {
+    case PipelineSchedule::kGpipe:
+    case PipelineSchedule::kOneFOneB:
+      return pipeline_bubble_formula(pp, 1, m);
+    case PipelineSchedule::kInterleaved:
+      return pipeline_bubble_formula(pp, vp, m);
+    case PipelineSchedule::kZeroBubbleH1:
+      return pipeline_bubble_formula(pp, 3, m);  // (p − 1) / (3m + p − 1), see the header
+  }
+  return pipeline_bubble_formula(pp, vp, m);
+}
+
 Status pipeline_check(const Config& c, const ParallelDims& d, int micro_batches, int vp) {
   auto bad = [](const std::string& what) { return Status::error("parallel layout: " + what); };
   const std::string pp = "pp " + std::to_string(d.pp);
-  if (vp != 1) {
+  if (vp < 1) return bad("vp " + std::to_string(vp) + ": virtual stages per rank must be at least 1");
+  if (vp > 1 && d.pp == 1) {
     return bad("vp " + std::to_string(vp) +
-               ": interleaved 1F1B (virtual stages) is not implemented; use vp 1 with train.pp_schedule = "
-               "\"gpipe\" or \"1f1b\"");
+               " with pp 1: virtual stages interleave a pipeline; use vp 1, or pp > 1");
   }
   if (d.pp == 1) return {};
   if (static_cast<long long>(d.pp) * vp > c.model.n_layer) {
@@ -158,25 +360,30 @@ Status pipeline_check(const Config& c, const ParallelDims& d, int micro_batches,
                "\": pipeline parallel is CPU-only for now; use pp 1 on this backend, or train.backend = "
                "\"cpu\"");
   }
-  if (d.zero > 1) {
-    return bad(pp + " with zero " + std::to_string(d.zero) +
-               ": a pipeline stage keeps its whole gradient buffer for the step; use zero 0 or 1");
-  }
   PipelineSchedule s{};
   if (!pipeline_schedule_from_name(c.train.pp_schedule, &s)) {
-    return bad("train.pp_schedule = \"" + c.train.pp_schedule + "\": use \"gpipe\" or \"1f1b\"");
+    return bad("train.pp_schedule = \"" + c.train.pp_schedule +
+               "\": use \"gpipe\", \"1f1b\", \"interleaved\" or \"zbh1\"");
   }
-  if (s == PipelineSchedule::kOneFOneB && micro_batches < d.pp) {
-    return bad(pp + " with train.pp_schedule = \"1f1b\" needs at least " + std::to_string(d.pp) +
-               " micro-batches per step to fill the pipe, but global_batch " +
-               std::to_string(c.train.global_batch) + " / (dp " + std::to_string(d.dp) + " x micro_batch " +
-               std::to_string(c.train.micro_batch) + ") gives " + std::to_string(micro_batches) +
-               ": lower train.micro_batch or raise train.global_batch");
+  const std::string mb = std::to_string(micro_batches),
+                    given = "global_batch " + std::to_string(c.train.global_batch) + " / (dp " +
+                            std::to_string(d.dp) + " x micro_batch " + std::to_string(c.train.micro_batch) +
+                            ") gives " + mb;
+  if ((s == PipelineSchedule::kInterleaved) != (vp > 1)) {
+    return bad(
+        pp + " with vp " + std::to_string(vp) + " and train.pp_schedule = \"" + c.train.pp_schedule +
+        "\": virtual stages run only under the interleaved schedule, and it needs them; use vp > 1 with "
+        "\"interleaved\", or vp 1 with \"gpipe\", \"1f1b\" or \"zbh1\"");
   }
-  if (c.train.checkpoint_every > 0) {
+  if (s == PipelineSchedule::kInterleaved && micro_batches % d.pp != 0) {
     return bad(pp +
-               ": checkpoints of a pipeline are not implemented yet (they would not reshard); set "
-               "train.checkpoint_every = 0, or use pp 1");
+               " with train.pp_schedule = \"interleaved\" needs micro-batches per step a multiple of pp (" +
+               std::to_string(d.pp) + "), but " + given + ": change train.micro_batch or train.global_batch");
+  }
+  if ((s == PipelineSchedule::kOneFOneB || s == PipelineSchedule::kZeroBubbleH1) && micro_batches < d.pp) {
+    return bad(pp + " with train.pp_schedule = \"" + c.train.pp_schedule + "\" needs at least " +
+               std::to_string(d.pp) + " micro-batches per step to fill the pipe, but " + given +
+               ": lower train.micro_batch or raise train.global_batch");
   }
   if (c.train.memory_copy_every > 0) {
     return bad(pp +

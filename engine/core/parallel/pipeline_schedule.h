@@ -1,6 +1,7 @@
 // Pipeline parallelism over the pp axis: how GPT-2's layers split into stages, the order in which a stage
-// runs its micro-batches' forward and backward passes (GPipe, 1F1B), the bubble those orders leave, and
-// which layouts can run at all. Pure arithmetic, the same on every rank; the CPU backend's pipeline
+// runs its micro-batches' forward and backward passes (GPipe, 1F1B, interleaved 1F1B over vp model chunks
+// per rank, ZB-H1 with the weight-gradient pass split off), the bubble those orders leave, and which
+// layouts can run at all. Pure arithmetic, the same on every rank; the CPU backend's pipeline
 // (cpu/backend_cpu_pipeline.cpp) executes it.
 //
 //   Status ok = pipeline_check(cfg, dims, micro_batches);               // before anything is built
@@ -21,10 +22,12 @@
 namespace gantry {
 
 enum class PipelineSchedule {
-  kGpipe,     // every micro-batch's forward, then every backward (m activations held)
-  kOneFOneB,  // warm-up forwards, then one forward and one backward in turn (at most p held)
+  kGpipe,        // every micro-batch's forward, then every backward (m activations held)
+  kOneFOneB,     // warm-up forwards, then one forward and one backward in turn (at most p held)
+  kInterleaved,  // 1F1B over vp chunks per rank (Narayanan et al. 2021): bubble / vp, more p2p
+  kZeroBubbleH1  // ZB-H1 (Qi et al. 2023): 1F1B with the weight gradient (W) deferred into the bubble
 };
-// "gpipe", "1f1b": train.pp_schedule's values.
+// "gpipe", "1f1b", "interleaved", "zbh1": train.pp_schedule's values.
 const char* pipeline_schedule_name(PipelineSchedule s);
 bool pipeline_schedule_from_name(const std::string& name, PipelineSchedule* out);
 
@@ -52,24 +55,57 @@ PipelinePartition pipeline_partition(const ModelConfig& m, int pp);
 TensorTable pipeline_stage_table(const ModelConfig& m, const PipelinePartition& p, int stage);
 void pipeline_slice(const TensorTable& whole, const float* all, const TensorTable& stage, float* out);
 
-enum class PipelineOp { kForward, kBackward };
+// Under interleaving (vp > 1) rank r holds vp model chunks: chunk c is virtual stage c·pp + r of
+// pipeline_partition(m, pp·vp), so the layers go round-robin over the ranks in vp runs.
+// pipeline_rank_table is the union of rank `rank`'s chunks' tensors (wte and wpe on rank 0, lnf on the
+// last), in gpt_param_table's order; at vp 1 it is pipeline_stage_table.
+TensorTable pipeline_rank_table(const ModelConfig& m, const PipelinePartition& virtual_stages, int pp,
+                                int rank);
+
+// kForward and kBackward (both gradients) under GPipe, 1F1B and interleaving; ZB-H1 splits the backward
+// into kInput (the input gradient, which the previous stage waits for) and kWeight (the weight gradient,
+// which nobody waits for).
+enum class PipelineOp { kForward, kBackward, kInput, kWeight };
 struct PipelineAction {
   PipelineOp op = PipelineOp::kForward;
   int micro = 0;
+  int chunk = 0;  // which of the rank's vp chunks (0 unless interleaved)
 };
-// Stage `stage`'s actions for one step of `m` micro-batches. Backward passes run in micro-batch order
-// under every schedule, so a stage adds its gradients in the order one process adds them.
-std::vector<PipelineAction> pipeline_actions(PipelineSchedule s, int pp, int stage, int m);
-// Activations a stage holds at once under its actions (the slots it allocates).
+// Stage `stage`'s actions for one step of `m` micro-batches. Each chunk's backward (and weight) passes run
+// in micro-batch order under every schedule, so a stage adds its gradients in the order one process adds
+// them.
+std::vector<PipelineAction> pipeline_actions(PipelineSchedule s, int pp, int stage, int m, int vp = 1);
+// Activations a stage holds at once under its actions (freed by kBackward or kWeight).
 int pipeline_in_flight(const std::vector<PipelineAction>& actions);
+
+// A rank's program for one step: its actions with the point-to-point messages placed between them. The
+// messages are ordered by a simulation of the whole pipeline with unit costs (a forward, an input
+// gradient, a weight gradient 1 each; a whole backward 2), and every rank's messages come in that one
+// global order; a send returns when its peer has taken the data (comm/communicator.h), and a rank only
+// waits on the globally earliest message it is part of, so no order of arrival deadlocks.
+struct PipelineStep {
+  enum class Kind { kCompute, kSend, kRecv };
+  Kind kind = Kind::kCompute;
+  PipelineAction action;  // kCompute: what to run; kSend/kRecv: the chunk and micro-batch of this rank
+  bool grad = false;      // kSend/kRecv: a gradient going up (else an activation going down)
+  int peer = -1;          // kSend/kRecv: the other rank
+};
+std::vector<PipelineStep> pipeline_program(PipelineSchedule s, int pp, int vp, int stage, int m);
+// The idle fraction the same simulation gives (makespan − busy time) / makespan, equal on every rank.
+double pipeline_simulated_bubble(PipelineSchedule s, int pp, int vp, int m);
 
 // The idle fraction of an ideal pipeline (equal stages, free communication): (p − 1) / (v·m + p − 1).
 double pipeline_bubble_formula(int pp, int vp, int m);
+// The schedule's own formula: (p − 1) / (m + p − 1) for GPipe and 1F1B, (p − 1) / (v·m + p − 1)
+// interleaved, and for ZB-H1 (p − 1) / (3·m + p − 1): each stage idles (p − 1)(T_F + T_B − T_W) of
+// m(T_F + T_B + T_W), a third of 1F1B's idle time at T_F = T_B = T_W (Qi et al., section 3.1).
+double pipeline_schedule_bubble(PipelineSchedule s, int pp, int vp, int m);
 
-// Whether the layout can run a pipeline: layers at least pp x vp, vp 1 (interleaved 1F1B is refused, naming
-// vp), the CPU backend, ZeRO 0 or 1, at least pp micro-batches under 1F1B, no checkpoints or in-memory
-// copies at pp > 1. The error names the numbers and what would be right. `micro_batches` is the
-// gradient-accumulation count, global_batch / (dp x micro_batch).
+// Whether the layout can run a pipeline: layers at least pp x vp, vp > 1 only with the interleaved schedule
+// (and that one only with vp > 1 and micro-batches a multiple of pp), the CPU backend, at least pp
+// micro-batches under 1F1B and ZB-H1, no in-memory copies at pp > 1 (checkpoints are written and loaded by
+// tensor name, checkpoint.h). tp composes (tp x pp, tensor_parallel.h). The error names the numbers and what
+// would be right. `micro_batches` is the gradient-accumulation count, global_batch / (dp x micro_batch).
 Status pipeline_check(const Config& c, const ParallelDims& d, int micro_batches, int vp = 1);
 
 }  // namespace gantry

@@ -315,9 +315,10 @@ class WorkerObserver final : public TrainObserver {
     if (env_.rank == 0) batch.steps.push_back(step_record(r, unix_now_s()));
     send_batch(batch);
     // A pipeline stage's bubble is this rank's own figure (the record has no field for it yet; its wait is
-    // inside comm_exposed): one line on stderr, beside the ideal pipeline's.
+    // inside comm_exposed): one line on stderr, beside the ideal pipeline's under its schedule
+    // (pipeline_schedule_bubble: (p-1)/(m+p-1), interleaved (p-1)/(v·m+p-1), ZB-H1 (p-1)/(3m+p-1)).
     if (r.phases.bubble && r.phases.bubble_formula) {
-      std::fprintf(stderr, "rank %d step %lld: pipeline bubble %.1f %% measured, (p-1)/(m+p-1) = %.1f %%\n",
+      std::fprintf(stderr, "rank %d step %lld: pipeline bubble %.1f %% measured, formula %.1f %%\n",
                    env_.rank, static_cast<long long>(r.step), 100 * *r.phases.bubble,
                    100 * *r.phases.bubble_formula);
     }
@@ -652,6 +653,7 @@ WorkerResult worker_run(const WorkerOptions& options, const WorkerEnv& env) {
 
   // ---- say hello, then set up the layout and the communicator -------------------------------------------
   Result<Config> cfg = config_load(options.config_path);
+  if (cfg.ok() && options.vp > 0) cfg->train.vp = options.vp;
   int device = -1;
   if (cfg.ok() && cfg->train.backend == "cuda") {
     if (Status st = pin_cuda_device(env); !st.ok()) {

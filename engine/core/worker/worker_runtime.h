@@ -49,6 +49,7 @@ struct WorkerOptions {
   int zero = 0;  // ZeRO stage over the dp axis
   int tp = 1;    // tensor-parallel degree (CPU backend only); dp = world / (tp x pp)
   int pp = 1;    // pipeline-parallel degree (CPU backend only; train.pp_schedule)
+  int vp = 0;    // virtual stages per pp rank (interleaved schedule); 0 = the config's train.vp
   std::vector<SkippedBatches> skip_batches;  // TrainOptions::skip_batches (--skip-batches)
   std::string
       rendezvous;  // HOST:PORT for external launchers; "" = GANTRY_STORE_FD or MASTER_ADDR:MASTER_PORT

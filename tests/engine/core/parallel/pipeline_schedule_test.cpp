@@ -106,6 +106,129 @@ TEST(PipelineActions, OrdersAndActivationsHeld) {
   }
 }
 
+// Interleaved 1F1B: every (chunk, micro-batch) once forward and once backward, each chunk's backward passes
+// in micro-batch order, a forward before its backward; Megatron's warm-up 2(p - s - 1) + (v - 1)p.
+TEST(PipelineActions, InterleavedVisitsEveryChunkInOrder) {
+  for (int pp : {2, 4}) {
+    for (int vp : {2, 3}) {
+      for (int m : {pp, 2 * pp, 4 * pp}) {
+        for (int stage = 0; stage < pp; ++stage) {
+          const std::vector<PipelineAction> a =
+              pipeline_actions(PipelineSchedule::kInterleaved, pp, stage, m, vp);
+          ASSERT_EQ(a.size(), static_cast<size_t>(2 * m * vp));
+          std::vector<std::vector<int>> forward_at(vp, std::vector<int>(m, -1));
+          std::vector<int> next_backward(vp, 0), next_forward(vp, 0);
+          int warmup = 0;
+          for (size_t i = 0; i < a.size(); ++i) {
+            ASSERT_GE(a[i].chunk, 0);
+            ASSERT_LT(a[i].chunk, vp);
+            if (a[i].op == PipelineOp::kForward) {
+              EXPECT_EQ(a[i].micro, next_forward[a[i].chunk]++);
+              forward_at[a[i].chunk][a[i].micro] = static_cast<int>(i);
+              if (warmup == static_cast<int>(i)) ++warmup;
+            } else {
+              EXPECT_EQ(a[i].op, PipelineOp::kBackward);
+              EXPECT_EQ(a[i].micro, next_backward[a[i].chunk]++);
+              EXPECT_GE(forward_at[a[i].chunk][a[i].micro], 0);
+            }
+          }
+          // The warm-up, then one more forward before the first backward.
+          EXPECT_EQ(warmup,
+                    std::min(2 * (pp - stage - 1) + (vp - 1) * pp, m * vp) + (warmup < m * vp ? 1 : 0))
+              << "pp " << pp << " vp " << vp << " m " << m << " stage " << stage;
+        }
+      }
+    }
+  }
+}
+
+// ZB-H1: F, B (input gradient) and W (weight gradient) once each per micro-batch, B and W in micro-batch
+// order, W after its B; at most pp activations held on every stage (1F1B's peak).
+TEST(PipelineActions, ZeroBubbleSplitsTheBackwardAndHoldsWhat1F1BHolds) {
+  for (int pp : {2, 4, 8}) {
+    for (int m : {pp, 2 * pp, 3 * pp + 1}) {
+      for (int stage = 0; stage < pp; ++stage) {
+        const std::vector<PipelineAction> a = pipeline_actions(PipelineSchedule::kZeroBubbleH1, pp, stage, m);
+        ASSERT_EQ(a.size(), static_cast<size_t>(3 * m));
+        int f = 0, b = 0, w = 0;
+        for (const PipelineAction& x : a) {
+          if (x.op == PipelineOp::kForward) {
+            EXPECT_EQ(x.micro, f++);
+          }
+          if (x.op == PipelineOp::kInput) {
+            EXPECT_EQ(x.micro, b++);
+            EXPECT_LT(x.micro, f);
+          }
+          if (x.op == PipelineOp::kWeight) {
+            EXPECT_EQ(x.micro, w++);
+            EXPECT_LT(x.micro, b);
+          }
+          EXPECT_NE(x.op, PipelineOp::kBackward);
+        }
+        EXPECT_EQ(pipeline_in_flight(a), pp) << "pp " << pp << " m " << m << " stage " << stage;
+      }
+    }
+  }
+}
+
+// Every schedule's program, simulated with unit costs, leaves the idle fraction of its formula: GPipe and
+// 1F1B (p-1)/(m+p-1), interleaved (p-1)/(vm+p-1), ZB-H1 (p-1)/(3m+p-1), a third of 1F1B's idle time.
+TEST(PipelineProgram, SimulatedBubbleIsEachSchedulesFormula) {
+  struct Case {
+    PipelineSchedule s;
+    int pp, vp, m;
+  };
+  for (const Case& c :
+       {Case{PipelineSchedule::kGpipe, 4, 1, 8}, Case{PipelineSchedule::kOneFOneB, 2, 1, 4},
+        Case{PipelineSchedule::kOneFOneB, 8, 1, 16}, Case{PipelineSchedule::kInterleaved, 2, 2, 4},
+        Case{PipelineSchedule::kInterleaved, 4, 2, 8}, Case{PipelineSchedule::kInterleaved, 8, 2, 16},
+        Case{PipelineSchedule::kZeroBubbleH1, 2, 1, 4}, Case{PipelineSchedule::kZeroBubbleH1, 4, 1, 8},
+        Case{PipelineSchedule::kZeroBubbleH1, 8, 1, 16}}) {
+    EXPECT_NEAR(pipeline_simulated_bubble(c.s, c.pp, c.vp, c.m),
+                pipeline_schedule_bubble(c.s, c.pp, c.vp, c.m), 1e-12)
+        << pipeline_schedule_name(c.s) << " pp " << c.pp << " vp " << c.vp << " m " << c.m;
+  }
+  EXPECT_DOUBLE_EQ(pipeline_schedule_bubble(PipelineSchedule::kZeroBubbleH1, 4, 1, 8), 3.0 / 27.0);
+}
+
+// The programs pair up: rank r's k-th send to rank q is rank q's k-th receive from r, the same message
+// (activation or gradient, micro-batch, chunks next to each other), and every rank's messages come in one
+// global order (so blocking sends cannot deadlock): merging the ranks' message lists by that order works.
+TEST(PipelineProgram, SendsAndReceivesPairUpInOneOrder) {
+  for (PipelineSchedule s : {PipelineSchedule::kGpipe, PipelineSchedule::kOneFOneB,
+                             PipelineSchedule::kInterleaved, PipelineSchedule::kZeroBubbleH1}) {
+    const int pp = 4, vp = s == PipelineSchedule::kInterleaved ? 2 : 1, m = 8;
+    std::vector<std::vector<PipelineStep>> prog(pp);
+    for (int r = 0; r < pp; ++r) prog[r] = pipeline_program(s, pp, vp, r, m);
+    // Replay with rendezvous: a message goes when its sender is at the send and its receiver at the receive.
+    std::vector<size_t> at(pp, 0);
+    size_t messages = 0;
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (int r = 0; r < pp; ++r) {
+        while (at[r] < prog[r].size() && prog[r][at[r]].kind == PipelineStep::Kind::kCompute)
+          ++at[r], moved = true;
+        if (at[r] >= prog[r].size() || prog[r][at[r]].kind != PipelineStep::Kind::kSend) continue;
+        const PipelineStep& x = prog[r][at[r]];
+        const int q = x.peer;
+        while (at[q] < prog[q].size() && prog[q][at[q]].kind == PipelineStep::Kind::kCompute) ++at[q];
+        if (at[q] >= prog[q].size()) continue;
+        const PipelineStep& y = prog[q][at[q]];
+        if (y.kind != PipelineStep::Kind::kRecv || y.peer != r) continue;
+        EXPECT_EQ(x.grad, y.grad);
+        EXPECT_EQ(x.action.micro, y.action.micro);
+        const int from = x.action.chunk * pp + r, to = y.action.chunk * pp + q;
+        EXPECT_EQ(to, x.grad ? from - 1 : from + 1);
+        ++at[r], ++at[q], ++messages, moved = true;
+      }
+    }
+    for (int r = 0; r < pp; ++r)
+      EXPECT_EQ(at[r], prog[r].size()) << pipeline_schedule_name(s) << " rank " << r;
+    // Each micro-batch crosses pp·vp - 1 boundaries each way.
+    EXPECT_EQ(messages, static_cast<size_t>(2 * m * (pp * vp - 1))) << pipeline_schedule_name(s);
+  }
+}
+
 TEST(PipelineBubble, Formula) {
   EXPECT_DOUBLE_EQ(pipeline_bubble_formula(4, 1, 8), 3.0 / 11.0);
   EXPECT_DOUBLE_EQ(pipeline_bubble_formula(4, 2, 8), 3.0 / 19.0);
@@ -119,17 +242,40 @@ TEST(PipelineCheck, RefusesBadLayoutsNamingTheNumbers) {
   EXPECT_THAT(pipeline_check(c, dims(4, 1, 1, 4), 8).message(),
               HasSubstr("pp 4 x vp 1 = 4 stages but model.n_layer is 2"));
   EXPECT_THAT(pipeline_check(c, dims(2, 1, 1, 2), 8, 2).message(),
-              HasSubstr("vp 2: interleaved 1F1B (virtual stages) is not implemented"));
+              HasSubstr("pp 2 x vp 2 = 4 stages but model.n_layer is 2"));
+  {
+    Config v = tiny(4);
+    v.train.micro_batch = 2;
+    EXPECT_THAT(
+        pipeline_check(v, dims(2, 1, 1, 2), 8, 2).message(),
+        HasSubstr("pp 2 with vp 2 and train.pp_schedule = \"1f1b\": virtual stages run only under the "
+                  "interleaved schedule"));
+    v.train.pp_schedule = "interleaved";
+    EXPECT_TRUE(pipeline_check(v, dims(2, 1, 1, 2), 8, 2).ok());
+    EXPECT_THAT(pipeline_check(v, dims(2, 1, 1, 2), 8, 1).message(), HasSubstr("pp 2 with vp 1 and"));
+    EXPECT_THAT(pipeline_check(v, dims(2, 1, 1, 2), 3, 2).message(),
+                HasSubstr("needs micro-batches per step a multiple of pp (2), but global_batch 16 / (dp 1 x "
+                          "micro_batch 2) gives 3"));
+    EXPECT_THAT(pipeline_check(v, dims(1, 1, 1, 1), 8, 2).message(), HasSubstr("vp 2 with pp 1"));
+    v.train.pp_schedule = "zbh1";
+    EXPECT_TRUE(pipeline_check(v, dims(2, 1, 1, 2), 8).ok());
+    EXPECT_THAT(pipeline_check(v, dims(2, 1, 1, 2), 1).message(),
+                HasSubstr("pp 2 with train.pp_schedule = \"zbh1\" needs at least 2 micro-batches"));
+    v.train.pp_schedule = "zb";
+    EXPECT_THAT(
+        pipeline_check(v, dims(2, 1, 1, 2), 8).message(),
+        HasSubstr("train.pp_schedule = \"zb\": use \"gpipe\", \"1f1b\", \"interleaved\" or \"zbh1\""));
+  }
   c.train.micro_batch = 8;
   EXPECT_THAT(pipeline_check(c, dims(2, 1, 1, 2), 1).message(),
               HasSubstr("pp 2 with train.pp_schedule = \"1f1b\" needs at least 2 micro-batches per step"));
   c.train.pp_schedule = "gpipe";
-  EXPECT_TRUE(pipeline_check(c, dims(2, 1, 1, 2), 1).ok());  // GPipe runs (all bubble) with one
-  EXPECT_THAT(pipeline_check(c, dims(4, 2, 1, 2, 2), 2).message(), HasSubstr("pp 2 with zero 2"));
+  EXPECT_TRUE(pipeline_check(c, dims(2, 1, 1, 2), 1).ok());     // GPipe runs (all bubble) with one
+  EXPECT_TRUE(pipeline_check(c, dims(4, 2, 1, 2, 2), 2).ok());  // ZeRO 2 and 3 run on the dp axis
+  EXPECT_TRUE(pipeline_check(c, dims(4, 2, 1, 2, 3), 2).ok());
   EXPECT_TRUE(pipeline_check(c, dims(4, 1, 2, 2), 2).ok());  // tp x pp composes (stages run tensor-parallel)
   c.train.checkpoint_every = 10;
-  EXPECT_THAT(pipeline_check(c, dims(2, 1, 1, 2), 2).message(),
-              HasSubstr("pp 2: checkpoints of a pipeline are not implemented yet"));
+  EXPECT_TRUE(pipeline_check(c, dims(2, 1, 1, 2), 2).ok());  // checkpoints reshard by tensor name
   c.train.checkpoint_every = 0;
   c.train.memory_copy_every = 5;
   EXPECT_THAT(pipeline_check(c, dims(2, 1, 1, 2), 2).message(),
