@@ -80,6 +80,7 @@ struct Options {
   int64_t bench_steps = 100000;
   std::string bench_history;
   bool bench_timeline = false;
+  int bench_devices = 0;  // > 0: the Devices panel on that many GPUs × bench_steps samples
 };
 
 }  // namespace
@@ -127,6 +128,10 @@ int main(int argc, char** argv) {
   cli.add_flag(
       "--bench-timeline", o.bench_timeline,
       "benchmark: draw the Timeline panel (the run's newest steps, up to 1,024) instead of the Run panel");
+  cli.add_option("--bench-devices", o.bench_devices,
+                 "benchmark: draw the Devices panel on N GPUs x --bench-steps samples (made in memory, no "
+                 "coordinator) instead of the Run panel")
+      ->check(CLI::Range(1, 65536));
   cli.add_flag("--keep-cluster", o.keep_cluster, "leave the local cluster running on exit");
   try {
     cli.parse(argc, argv);
@@ -229,6 +234,15 @@ int main(int argc, char** argv) {
   if (font == nullptr) io.Fonts->AddFontDefault();  // ImGui's own bitmap font when DejaVu is missing
   ImGui_ImplGlfw_InitForOpenGL(window, true);
   ImGui_ImplOpenGL3_Init("#version 130");
+  if (bench && o.bench_devices > 0) {
+    const int rc = console_bench_devices(window, o.bench_devices, o.bench_steps, o.bench_frames);
+    ImGui_ImplOpenGL3_Shutdown();
+    ImGui_ImplGlfw_Shutdown();
+    ImGui::DestroyContext();
+    glfwDestroyWindow(window);
+    glfwTerminate();
+    return rc;
+  }
   if (bench) {
     const int rc = console_bench_frames(window, {.frames = o.bench_frames,
                                                  .ranks = o.bench_ranks,
@@ -282,7 +296,7 @@ int main(int argc, char** argv) {
       glfwWaitEventsTimeout(0.1);  // wake for input, or to show what the network brought
     }
     snap = source.snapshot();
-    ScriptOrders orders = script.step(*snap, app.clicks().targets());
+    ScriptOrders orders = script.step(*snap, app.clicks().targets(), {.compared_runs = app.compared_runs()});
     if (orders.submit_tiny) source.request_submit_tiny();
     if (orders.reconnect) source.reconnect();
 

@@ -44,5 +44,8 @@ struct ConsoleBenchOptions {
   bool timeline = false;  // draw the Timeline panel (its newest min(steps, 1,024) steps) instead of Run
 };
 int console_bench_frames(GLFWwindow* window, const ConsoleBenchOptions& o);
+// --bench-frames with --bench-devices N: the Devices panel on N GPUs × `samples` samples made in memory
+// (console_bench_devices.cpp). Prints one JSON line; returns the exit code.
+int console_bench_devices(GLFWwindow* window, int gpus, int64_t samples, int frames);
 
 }  // namespace gantry

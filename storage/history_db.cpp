@@ -211,6 +211,10 @@ std::unique_ptr<HistoryDb> HistoryDb::open(const std::string& path, const Histor
        "NOTHING"},
       {&s.node_id, "SELECT id FROM nodes WHERE host = ?"},
       {&s.node_host, "SELECT host FROM nodes WHERE id = ?"},
+      {&s.device_put,
+       "INSERT OR REPLACE INTO device_samples (metric, node_id, device, time_unix_s, value) VALUES (?, ?, ?, "
+       "?, "
+       "?)"},
   };
   for (const auto& [stmt, sql] : statements) {
     if (!stmt->prepare(h->db_, sql))
@@ -696,6 +700,7 @@ bool HistoryDb::ingest(const RecordBatch& batch) {
     // The operator's line, from the record (so the Events panel and the event stream show it).
     ok = ok && put_event(checkpoint_event(c), "writing a checkpoint's event");
   }
+  ok = ok && put_device_samples(batch.device_samples);
 
   // Each run whose rank steps moved: what became final gets its tiles, what arrived late gets them rebuilt.
   for (size_t i = 0; ok && i < touched.size();) {

@@ -214,6 +214,29 @@ struct HeatmapResult {
 };
 inline constexpr size_t kMaxHeatmapCells = size_t{1} << 22;
 
+// A device metric over time, every node's devices as rows (telemetry/records.h DeviceSampleRecord): columns
+// are aligned windows of bucket_s seconds (a power of two of seconds, at least 1/16 s, with the range ÷
+// bucket_s ≤ max_buckets), so the same sample always falls in the same column however the view pans.
+struct DeviceSeriesQuery {
+  DeviceMetric metric = DeviceMetric::kNodeCpu;
+  double time_begin = 0;       // unix seconds; 0 = the first sample of the metric
+  double time_end = 0;         // exclusive; 0 = just past the newest sample
+  int32_t max_buckets = 1000;  // columns, 1..100,000
+};
+struct DeviceRow {
+  std::string host;
+  int32_t device = kDeviceNode;
+};
+struct DeviceSeriesResult {
+  double first_time = 0;  // column c covers [first_time + c·bucket_s, + bucket_s)
+  double bucket_s = 1;
+  int32_t cols = 0;
+  std::vector<DeviceRow> rows;  // by host, then device (the node's row, −1, first)
+  // [row · cols + col]: the samples' min, max and mean in the cell; NaN = no sample (unknown).
+  std::vector<float> min, max, mean;
+  int64_t rows_read = 0;
+};
+
 struct HistoryDbOptions {
   bool read_only = false;
   // A step's aggregate tiles are built once the run has reached `rollup_lag_steps` steps past it, so
@@ -276,6 +299,9 @@ class HistoryDb {
   bool query_heatmap(const HeatmapQuery& q, HeatmapResult* out);  // tiled metrics only
   bool query_step_band(int64_t run_id, StepMetric metric, int64_t step_begin, int64_t step_end,
                        int32_t max_buckets, BandResult* out);
+  // One device metric, every device that reported it, at display resolution (storage/device_series.cpp).
+  // Refused past kMaxHeatmapCells cells.
+  bool query_devices(const DeviceSeriesQuery& q, DeviceSeriesResult* out);
 
   // Raw reads, bounded by `limit`, for details (a tooltip, a table, an API page).
   bool read_rank_steps(int64_t run_id, int64_t step_begin, int64_t step_end,
@@ -303,6 +329,7 @@ class HistoryDb {
   bool fail_sqlite(std::string_view what);
   // One checkpoint record into the catalog, inside ingest's transaction.
   bool catalog_checkpoint(const CheckpointRecord& c);
+  bool put_device_samples(const std::vector<DeviceSampleRecord>& samples);  // inside ingest's transaction
   bool exec(const char* sql);
   bool load_run(int64_t run_id, RunState* out);
   bool save_run(const RunState& run);

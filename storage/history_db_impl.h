@@ -70,6 +70,7 @@ struct HistoryDb::Statements {
   Stmt tile_put, tile_get, tiles_range, tiles_delete;
   Stmt step_put, event_put;
   Stmt node_insert, node_id, node_host;
+  Stmt device_put;
 };
 
 // A run's rollup bookkeeping, read from its runs row at the start of every transaction or query (another

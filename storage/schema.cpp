@@ -142,6 +142,20 @@ ALTER TABLE checkpoints ADD COLUMN manifest_xxh64 TEXT NOT NULL DEFAULT '';
 ALTER TABLE checkpoints ADD COLUMN message TEXT NOT NULL DEFAULT '';
 )sql";
 
+// Version 6: the agents' device samples (telemetry/records.h DeviceSampleRecord): per node and GPU, one row
+// per reading. node_id is nodes.id; device −1 is the node itself. Keyed metric-first, so one metric's series
+// (what a panel or a query asks for) lie together; a reading not made is no row (unknown, never 0).
+constexpr const char* kSchemaV6 = R"sql(
+CREATE TABLE device_samples (
+  metric INTEGER NOT NULL,
+  node_id INTEGER NOT NULL,
+  device INTEGER NOT NULL,
+  time_unix_s REAL NOT NULL,
+  value REAL,
+  PRIMARY KEY (metric, node_id, device, time_unix_s)
+) WITHOUT ROWID;
+)sql";
+
 int pragma_int(sqlite3* db, const char* sql) {
   sqlite3_stmt* st = nullptr;
   int v = -1;
@@ -164,7 +178,7 @@ bool exec(sqlite3* db, const std::string& sql, std::string* error) {
 
 const std::vector<Migration>& schema_migrations() {
   static const std::vector<Migration> kMigrations = {
-      {1, kSchemaV1}, {2, kSchemaV2}, {3, kSchemaV3}, {4, kSchemaV4}, {5, kSchemaV5},
+      {1, kSchemaV1}, {2, kSchemaV2}, {3, kSchemaV3}, {4, kSchemaV4}, {5, kSchemaV5}, {6, kSchemaV6},
   };
   return kMigrations;
 }

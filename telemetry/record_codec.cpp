@@ -1,6 +1,7 @@
 // Layout (all little-endian; docs/TELEMETRY.md has the table):
 //   header: u32 magic "GTLM", u16 version, u16 reserved = 0, u32 body bytes
-//   body:   string table, then rank-step, step, event and checkpoint records, each section a varint count.
+//   body:   string table, then rank-step, step, event, checkpoint and device-sample records, each section a
+//           varint count.
 // Integers are LEB128 varints (signed ones zigzagged); run, step and rank are stored as differences to the
 // previous record because a batch is nearly always one run and one step. Doubles are raw IEEE-754 so a
 // record survives the trip bit for bit. Strings (hosts, event kinds, messages) are interned once per batch.
@@ -20,6 +21,7 @@ constexpr size_t kMinRankStepBytes = 3 + 1 + 1 + 7 * 8 + 1 + 1 + 1 + 1;
 constexpr size_t kMinStepBytes = 2 + 6 * 8 + 1;
 constexpr size_t kMinEventBytes = 1 + 8 + 1 + 1 + 1 + 1 + 1 + 1;
 constexpr size_t kMinCheckpointBytes = 1 + 1 + 8 + 1 + 1 + 1 + 1 + 1 + 1 + 8 + 8 + 1 + 1;
+constexpr size_t kMinDeviceSampleBytes = 1 + 1 + 8 + 1 + 8;
 // Version 2 added the utilisation bits (rank-step mfu/hfu; the step's mfu/hfu moved from fixed f64s to
 // flagged optionals, absent = the peak is unknown).
 constexpr uint8_t kRankStepTemperature = 1, kRankStepClock = 2, kRankStepPower = 4, kRankStepMfu = 8,
@@ -290,6 +292,22 @@ bool decode_body(Reader& r, RecordBatch* out) {
     if (async > 1) return r.fail("checkpoint async flag " + std::to_string(async) + " is not 0 or 1");
     x.async = async == 1;
   }
+
+  if (!r.count(kMinDeviceSampleBytes, "device sample", &n)) return false;
+  out->device_samples.resize(n);
+  for (DeviceSampleRecord& x : out->device_samples) {
+    uint8_t metric = 0;
+    if (!string_ref(r, strings, &x.host) || !r.i32(&x.device, "device sample device") ||
+        !r.f64(&x.time_unix_s) || !r.u8(&metric)) {
+      return false;
+    }
+    if (metric >= kDeviceMetricCount) {
+      return r.fail("device sample metric " + std::to_string(metric) + " is not one of 0.." +
+                    std::to_string(kDeviceMetricCount - 1));
+    }
+    x.metric = static_cast<DeviceMetric>(metric);
+    if (!r.f64(&x.value)) return false;
+  }
   return true;
 }
 
@@ -310,10 +328,11 @@ bool record_batch_encode(const RecordBatch& batch, std::vector<uint8_t>* out, st
     strings.index(x.manifest_xxh64);
     strings.index(x.message);
   }
+  for (const DeviceSampleRecord& x : batch.device_samples) strings.index(x.host);
 
   out->clear();
   out->reserve(kRecordCodecHeaderBytes + 16 + batch.rank_steps.size() * 80 + batch.steps.size() * 80 +
-               batch.events.size() * 32 + batch.checkpoints.size() * 48);
+               batch.events.size() * 32 + batch.checkpoints.size() * 48 + batch.device_samples.size() * 20);
   Writer w(out);
   w.fixed(kRecordCodecMagic, 4);
   w.fixed(kRecordCodecVersion, 2);
@@ -404,6 +423,15 @@ bool record_batch_encode(const RecordBatch& batch, std::vector<uint8_t>* out, st
     w.varint(strings.index(x.message));
   }
 
+  w.varint(batch.device_samples.size());
+  for (const DeviceSampleRecord& x : batch.device_samples) {
+    w.varint(strings.index(x.host));
+    w.svarint(x.device);
+    w.f64(x.time_unix_s);
+    w.u8(static_cast<uint8_t>(x.metric));
+    w.f64(x.value);
+  }
+
   const size_t body = out->size() - kRecordCodecHeaderBytes;
   if (body > kRecordCodecMaxBodyBytes) {
     out->clear();
@@ -431,6 +459,7 @@ size_t record_batch_frame_size(const uint8_t* data, size_t size, std::string* er
     // mixed deployment: refused, never guessed at. The versions this build knows of are named.
     const char* known = version == 1   ? ": version 1 has no rank-step mfu/hfu"
                         : version == 2 ? ": version 2 carries checkpoints as events, not checkpoint records"
+                        : version == 3 ? ": version 3 has no device samples"
                                        : "";
     why = "telemetry batch version " + std::to_string(version) + " is not supported (this build reads " +
           std::to_string(kRecordCodecVersion) + "; the sender is a different Gantry build" + known + ")";

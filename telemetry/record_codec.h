@@ -22,8 +22,9 @@ namespace gantry {
 
 inline constexpr uint32_t kRecordCodecMagic = 0x4D4C5447;  // "GTLM" in file order
 // 2: rank steps carry mfu/hfu, and a step's mfu/hfu are optional (flag bits). 3: checkpoint records (a
-// fourth section; before, a checkpoint was an event with a JSON payload). A reader refuses any other.
-inline constexpr uint16_t kRecordCodecVersion = 3;
+// fourth section; before, a checkpoint was an event with a JSON payload). 4: device samples (a fifth section:
+// the agents' GPU and node readings). A reader refuses any other.
+inline constexpr uint16_t kRecordCodecVersion = 4;
 inline constexpr size_t kRecordCodecHeaderBytes = 12;  // magic u32, version u16, reserved u16, body u32
 // Limits a decoder enforces, so a hostile length cannot make it allocate: a batch is at most this large.
 inline constexpr size_t kRecordCodecMaxBodyBytes = size_t{1} << 30;

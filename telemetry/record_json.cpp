@@ -58,6 +58,13 @@ void put(json& j, CheckpointState v) {
   j = std::string(checkpoint_state_name(v));
 }
 
+void put(json& j, DeviceMetric v) {
+  j = std::string(device_metric_name(v));
+}
+const char* expected(const DeviceMetric*) {
+  return "a device metric name (\"gpu_utilisation\", \"node_cpu\", ...: docs/TELEMETRY.md)";
+}
+
 const char* expected(const CheckpointState*) {
   return "one of \"written\", \"committed\", \"failed\"";
 }
@@ -133,6 +140,9 @@ bool get(const json& v, bool* out) {
 }
 bool get(const json& v, CheckpointState* out) {
   return v.is_string() && checkpoint_state_from_name(v.get_ref<const std::string&>(), out);
+}
+bool get(const json& v, DeviceMetric* out) {
+  return v.is_string() && device_metric_from_name(v.get_ref<const std::string&>(), out);
 }
 
 // ---- the two directions -----------------------------------------------------------------------------
@@ -292,6 +302,15 @@ void checkpoint_fields(R& r, M& m) {
   m.defaulted("message", r.message);
 }
 
+template <class R, class M>
+void device_sample_fields(R& r, M& m) {
+  m("host", r.host);
+  m("device", r.device);
+  m("time_unix_s", r.time_unix_s);
+  m("metric", r.metric);
+  m("value", r.value);
+}
+
 template <class R, class Fields>
 bool read_record(const json& v, R* out, const char* what, Fields fields, std::string* error) {
   R r;
@@ -392,9 +411,14 @@ void to_json(json& j, const CheckpointRecord& r) {
   Writer m(j);
   checkpoint_fields(r, m);
 }
+void to_json(json& j, const DeviceSampleRecord& r) {
+  Writer m(j);
+  device_sample_fields(r, m);
+}
 void to_json(json& j, const RecordBatch& b) {
   j = {
       {"rank_steps", b.rank_steps}, {"steps", b.steps}, {"events", b.events}, {"checkpoints", b.checkpoints}};
+  if (!b.device_samples.empty()) j["device_samples"] = b.device_samples;
 }
 
 void from_json(const json& j, RankStepRecord& r) {
@@ -407,6 +431,9 @@ void from_json(const json& j, EventRecord& r) {
   throwing_from_json(j, r);
 }
 void from_json(const json& j, CheckpointRecord& r) {
+  throwing_from_json(j, r);
+}
+void from_json(const json& j, DeviceSampleRecord& r) {
   throwing_from_json(j, r);
 }
 void from_json(const json& j, RecordBatch& b) {
@@ -428,6 +455,11 @@ bool record_read_json(const json& v, EventRecord* out, std::string* error) {
 bool record_read_json(const json& v, CheckpointRecord* out, std::string* error) {
   return read_record(
       v, out, "checkpoint record", [](auto& r, auto& m) { checkpoint_fields(r, m); }, error);
+}
+
+bool record_read_json(const json& v, DeviceSampleRecord* out, std::string* error) {
+  return read_record(
+      v, out, "device sample", [](auto& r, auto& m) { device_sample_fields(r, m); }, error);
 }
 
 bool record_read_json(const json& v, RecordBatch* out, std::string* error) {
@@ -462,6 +494,8 @@ bool record_read_json(const json& v, RecordBatch* out, std::string* error) {
       ok = read_array(it.value(), it.key(), &b.events);
     else if (it.key() == "checkpoints")
       ok = read_array(it.value(), it.key(), &b.checkpoints);
+    else if (it.key() == "device_samples")
+      ok = read_array(it.value(), it.key(), &b.device_samples);
     else {
       if (error) *error = "batch: unknown key \"" + it.key() + "\"";
       return false;

@@ -16,8 +16,9 @@
 //   if (!record_from_json(text, &back, &error)) reply_400(error);
 //   if (!record_read_json(j, &back, &error)) ...               // an already parsed value
 //
-// A batch is {"rank_steps": [...], "steps": [...], "events": [...], "checkpoints": [...]}; each array may
-// be omitted. A checkpoint's state is "written", "committed" or "failed".
+// A batch is {"rank_steps": [...], "steps": [...], "events": [...], "checkpoints": [...],
+// "device_samples": [...]}; each array may be omitted (device_samples is left out when empty). A checkpoint's
+// state is "written", "committed" or "failed".
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -34,11 +35,13 @@ void to_json(nlohmann::json& j, const RankStepRecord& r);
 void to_json(nlohmann::json& j, const StepRecord& r);
 void to_json(nlohmann::json& j, const EventRecord& r);
 void to_json(nlohmann::json& j, const CheckpointRecord& r);
+void to_json(nlohmann::json& j, const DeviceSampleRecord& r);
 void to_json(nlohmann::json& j, const RecordBatch& b);
 void from_json(const nlohmann::json& j, RankStepRecord& r);
 void from_json(const nlohmann::json& j, StepRecord& r);
 void from_json(const nlohmann::json& j, EventRecord& r);
 void from_json(const nlohmann::json& j, CheckpointRecord& r);
+void from_json(const nlohmann::json& j, DeviceSampleRecord& r);
 void from_json(const nlohmann::json& j, RecordBatch& b);
 
 // Text: one object, no newline; invalid UTF-8 in a string is replaced by U+FFFD, so the text is valid.
@@ -60,6 +63,7 @@ bool record_read_json(const nlohmann::json& v, RankStepRecord* out, std::string*
 bool record_read_json(const nlohmann::json& v, StepRecord* out, std::string* error);
 bool record_read_json(const nlohmann::json& v, EventRecord* out, std::string* error);
 bool record_read_json(const nlohmann::json& v, CheckpointRecord* out, std::string* error);
+bool record_read_json(const nlohmann::json& v, DeviceSampleRecord* out, std::string* error);
 bool record_read_json(const nlohmann::json& v, RecordBatch* out, std::string* error);
 
 }  // namespace gantry

@@ -54,6 +54,48 @@ bool checkpoint_state_from_name(std::string_view name, CheckpointState* out) {
   return false;
 }
 
+namespace {
+struct DeviceMetricInfo {
+  std::string_view name, unit;
+};
+// In DeviceMetric's order.
+constexpr DeviceMetricInfo kDeviceMetrics[kDeviceMetricCount] = {
+    {"gpu_utilisation", "ratio"},
+    {"gpu_memory_used", "bytes"},
+    {"gpu_sm_clock", "hertz"},
+    {"gpu_power", "watts"},
+    {"gpu_temperature", "celsius"},
+    {"gpu_throttle_reasons", "mask"},
+    {"gpu_ecc_errors", "count"},
+    {"gpu_xid_errors", "count"},
+    {"node_cpu", "ratio"},
+    {"node_memory_used", "bytes"},
+    {"node_disk_used", "bytes"},
+    {"node_net_receive", "bytes_per_second"},
+    {"node_net_transmit", "bytes_per_second"},
+};
+}  // namespace
+
+std::string_view device_metric_name(DeviceMetric m) {
+  const auto i = static_cast<size_t>(m);
+  return i < static_cast<size_t>(kDeviceMetricCount) ? kDeviceMetrics[i].name : std::string_view("unknown");
+}
+
+std::string_view device_metric_unit(DeviceMetric m) {
+  const auto i = static_cast<size_t>(m);
+  return i < static_cast<size_t>(kDeviceMetricCount) ? kDeviceMetrics[i].unit : std::string_view("");
+}
+
+bool device_metric_from_name(std::string_view name, DeviceMetric* out) {
+  for (int i = 0; i < kDeviceMetricCount; ++i) {
+    if (kDeviceMetrics[i].name == name) {
+      *out = static_cast<DeviceMetric>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
 EventRecord checkpoint_event(const CheckpointRecord& c) {
   EventRecord e;
   e.run_id = c.run_id;
@@ -155,9 +197,14 @@ bool operator==(const CheckpointRecord& a, const CheckpointRecord& b) {
          a.message == b.message;
 }
 
+bool operator==(const DeviceSampleRecord& a, const DeviceSampleRecord& b) {
+  return a.host == b.host && a.device == b.device && same(a.time_unix_s, b.time_unix_s) &&
+         a.metric == b.metric && same(a.value, b.value);
+}
+
 bool operator==(const RecordBatch& a, const RecordBatch& b) {
   return a.rank_steps == b.rank_steps && a.steps == b.steps && a.events == b.events &&
-         a.checkpoints == b.checkpoints;
+         a.checkpoints == b.checkpoints && a.device_samples == b.device_samples;
 }
 
 }  // namespace gantry

@@ -143,20 +143,64 @@ struct CheckpointRecord {
   std::string message;         // failed: why; otherwise ""
 };
 
+// What a device sample measures. A GPU's readings come from NVML, a node's (device kDeviceNode) from /proc
+// and statvfs. The wire and storage formats depend on the values: append only.
+enum class DeviceMetric : uint8_t {
+  kGpuUtilisation = 0,      // ratio 0..1 of the sample period a kernel ran (NVML utilization.gpu)
+  kGpuMemoryUsed = 1,       // bytes
+  kGpuSmClock = 2,          // hertz
+  kGpuPower = 3,            // watts
+  kGpuTemperature = 4,      // degrees Celsius
+  kGpuThrottleReasons = 5,  // NVML's clocks-event bit mask (0: not throttled)
+  kGpuEccErrors = 6,        // volatile uncorrected ECC errors, a count since the driver loaded
+  kGpuXidErrors = 7,        // fatal Xids seen in the kernel log for the node (node_health.h), a count
+  kNodeCpu = 8,             // ratio 0..1 of all cores busy over the sample period (/proc/stat)
+  kNodeMemoryUsed = 9,      // bytes of host memory in use (MemTotal - MemAvailable)
+  kNodeDiskUsed = 10,       // bytes used on the agent's folder's file system (statvfs)
+  kNodeNetReceive = 11,     // bytes received per second on every interface but loopback (/proc/net/dev)
+  kNodeNetTransmit = 12,    // bytes sent per second, the same way
+};
+inline constexpr int kDeviceMetricCount = 13;
+// "gpu_utilisation", "gpu_memory_used", ...: JSON values, API parameters, the console's selector.
+std::string_view device_metric_name(DeviceMetric m);
+bool device_metric_from_name(std::string_view name, DeviceMetric* out);
+// The Prometheus base unit suffix of the metric's family ("ratio", "bytes", "hertz", ...).
+std::string_view device_metric_unit(DeviceMetric m);
+
+// The device field of a sample about the node as a whole (CPU, host memory, disk, network).
+inline constexpr int32_t kDeviceNode = -1;
+
+// One reading of one device of one node at one time. A reading that cannot be made (no NVML, no GPU, a
+// counter not supported) is no record at all: absent means unknown, never 0.
+struct DeviceSampleRecord {
+  std::string host;
+  int32_t device = kDeviceNode;  // local GPU index, or kDeviceNode
+  double time_unix_s = 0;
+  DeviceMetric metric = DeviceMetric::kNodeCpu;
+  double value = 0;
+};
+
 // What travels together: a worker's step, an agent's per-node batch, an API upload.
 struct RecordBatch {
   std::vector<RankStepRecord> rank_steps;
   std::vector<StepRecord> steps;
   std::vector<EventRecord> events;
   std::vector<CheckpointRecord> checkpoints;
+  std::vector<DeviceSampleRecord> device_samples;
 
-  bool empty() const { return rank_steps.empty() && steps.empty() && events.empty() && checkpoints.empty(); }
-  size_t size() const { return rank_steps.size() + steps.size() + events.size() + checkpoints.size(); }
+  bool empty() const {
+    return rank_steps.empty() && steps.empty() && events.empty() && checkpoints.empty() &&
+           device_samples.empty();
+  }
+  size_t size() const {
+    return rank_steps.size() + steps.size() + events.size() + checkpoints.size() + device_samples.size();
+  }
   void clear() {
     rank_steps.clear();
     steps.clear();
     events.clear();
     checkpoints.clear();
+    device_samples.clear();
   }
 };
 
@@ -171,6 +215,7 @@ bool operator==(const RankStepRecord& a, const RankStepRecord& b);
 bool operator==(const StepRecord& a, const StepRecord& b);
 bool operator==(const EventRecord& a, const EventRecord& b);
 bool operator==(const CheckpointRecord& a, const CheckpointRecord& b);
+bool operator==(const DeviceSampleRecord& a, const DeviceSampleRecord& b);
 bool operator==(const RecordBatch& a, const RecordBatch& b);
 
 }  // namespace gantry

@@ -22,6 +22,7 @@
 
 #include "engine/cluster/agent_beat.h"
 #include "engine/cluster/agent_memory.h"
+#include "engine/cluster/device_sampler.h"
 #include "engine/cluster/http_client.h"
 #include "engine/cluster/http_server.h"
 #include "engine/cluster/node_health.h"
@@ -49,6 +50,9 @@ constexpr size_t kMaxRecordsPerBeat = 1024;
 // Records held while the coordinator cannot be reached: past this, the oldest rank-step records go (and
 // are counted) so that a long outage cannot take the node's memory.
 constexpr size_t kMaxPendingRecords = 262144;
+// Device samples held while the coordinator is away (an hour of a node with 8 GPUs at one round a second
+// is ~230k): past this the oldest go.
+constexpr size_t kMaxPendingDeviceSamples = 65536;
 
 // Moves up to `max` of the oldest records of each kind off the front of `from`, checkpoints and events
 // first (few, and they carry the actions' outcomes), then step records, then rank-step records.
@@ -65,6 +69,7 @@ RecordBatch take_records(RecordBatch& from, size_t max) {
   take(from.events, out.events);
   take(from.steps, out.steps);
   take(from.rank_steps, out.rank_steps);
+  take(from.device_samples, out.device_samples);
   return out;
 }
 
@@ -77,6 +82,7 @@ void append_records(RecordBatch& to, RecordBatch&& from) {
   add(to.events, from.events);
   add(to.steps, from.steps);
   add(to.rank_steps, from.rank_steps);
+  add(to.device_samples, from.device_samples);
 }
 
 json collective_json(const CollectiveRecord& c) {
@@ -516,6 +522,10 @@ Status Agent::run(const std::atomic<bool>* stop) {
   std::unique_ptr<HttpClient> beats = beats_client(reg.value());
   m.log("registered " + std::to_string(m.opt.slots) + " slots with " + m.opt.url);
 
+  // Device telemetry (device_sampler.h): sampled on its own interval, sent with the records in the beats.
+  DeviceSampler sampler({.host = m.opt.node, .disk_path = m.opt.dir, .nvml_library = m.opt.nvml_library});
+  auto next_sample = Clock::now();
+  std::string nvml_told;
   auto last_ok = Clock::now();
   Status result;
   bool stopping = false;
@@ -555,6 +565,23 @@ Status Agent::run(const std::atomic<bool>* stop) {
         std::lock_guard<std::mutex> lock(m.mu);
         m.latest.erase(ended_run);  // its ranks are no longer this node's
       }
+    }
+    if (m.opt.device_sample_interval.count() > 0 && t0 >= next_sample) {
+      std::vector<DeviceSampleRecord> samples;
+      sampler.sample(unix_now_s(), &samples);
+      if (sampler.nvml_status() != nvml_told) {
+        nvml_told = sampler.nvml_status();
+        m.log("device telemetry: GPUs: " + nvml_told);
+      }
+      std::lock_guard<std::mutex> lock(m.mu);
+      auto& held = m.pending.device_samples;
+      held.insert(held.end(), std::make_move_iterator(samples.begin()),
+                  std::make_move_iterator(samples.end()));
+      // Bounded like the rank steps while the coordinator is away: the oldest samples go first.
+      if (held.size() > kMaxPendingDeviceSamples)
+        held.erase(held.begin(),
+                   held.begin() + static_cast<ptrdiff_t>(held.size() - kMaxPendingDeviceSamples));
+      next_sample = t0 + m.opt.device_sample_interval;
     }
     RecordBatch batch;
     const bool replaying = !m.replay.empty();

@@ -46,6 +46,9 @@ struct AgentOptions {
   double min_free_disk_gb = 1.0;
   std::string kmsg_path = "/dev/kmsg";
   std::string nvml_library = "libnvidia-ml.so.1";
+  // Device telemetry (device_sampler.h: GPUs through NVML, the node from /proc), one round per interval,
+  // sent in the beats; 0 = none.
+  std::chrono::milliseconds device_sample_interval{std::chrono::seconds(1)};
   // Where the in-memory copies of its runs' state live (agent_memory.h); "" = a folder of its own in
   // /dev/shm (RAM), else <dir>/memory. Removed when the agent ends.
   std::string memory_dir;

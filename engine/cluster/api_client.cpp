@@ -59,6 +59,14 @@ Result<json> ApiClient::checkpoints(int64_t id) {
   return http_.get_json(run_path(id) + "/checkpoints");
 }
 
+Result<HttpReply> ApiClient::get(std::string_view path) {
+  return http_.get(path);
+}
+
+Result<json> ApiClient::devices(const std::string& metric, int buckets) {
+  return http_.get_json("/v1/devices?metric=" + metric + "&buckets=" + std::to_string(buckets));
+}
+
 Result<json> ApiClient::alerts() {
   return http_.get_json("/v1/alerts");
 }

@@ -60,15 +60,19 @@ class ApiClient {
   explicit ApiClient(HttpClientOptions options);
 
   // Reads.
-  Result<nlohmann::json> cluster();                                   // GET /v1/cluster
-  Result<nlohmann::json> runs();                                      // GET /v1/runs
-  Result<nlohmann::json> run(int64_t id);                             // GET /v1/runs/{id} (config included)
-  Result<nlohmann::json> steps(int64_t id, const StepsQuery& query);  // GET /v1/runs/{id}/steps?...
+  Result<nlohmann::json> cluster();              // GET /v1/cluster
+  Result<HttpReply> get(std::string_view path);  // any GET; any status the coordinator answered is a reply
+  Result<nlohmann::json> runs();                 // GET /v1/runs
+  Result<nlohmann::json> run(int64_t id);        // GET /v1/runs/{id} (config included)
+  Result<nlohmann::json> steps(int64_t id, const StepsQuery& query);           // GET /v1/runs/{id}/steps?...
   Result<nlohmann::json> heatmap(int64_t id, const HeatmapTilesQuery& query);  // GET /v1/runs/{id}/heatmap
   Result<nlohmann::json> ranks(int64_t id);                                    // GET /v1/runs/{id}/ranks
   Result<nlohmann::json> goodput(int64_t id);  // GET /v1/runs/{id}/goodput: the goodput ledger, Young/Daly
   Result<nlohmann::json> checkpoints(int64_t id);  // GET /v1/runs/{id}/checkpoints
   // Alert rules: GET /v1/alerts (rules, firing), POST /v1/alerts (a rule), DELETE /v1/alerts/{name}.
+  // GET /v1/devices: one device metric ("node_cpu", "gpu_power", ...) over time for every device, at most
+  // `buckets` columns of time.
+  Result<nlohmann::json> devices(const std::string& metric, int buckets);
   Result<nlohmann::json> alerts();
   Result<nlohmann::json> alert_add(const nlohmann::json& rule);
   Result<nlohmann::json> alert_delete(const std::string& name);

@@ -97,6 +97,7 @@ Status Coordinator::start() {
   s.post("/v1/nodes/{id}/quarantine", [&m](const HttpRequest& req) { return m.quarantine(req); });
   s.post("/v1/nodes/{id}/release", [&m](const HttpRequest& req) { return m.release(req); });
   s.get("/metrics", [&m](const HttpRequest&) { return m.metrics(); });
+  s.get("/v1/devices", [&m](const HttpRequest& req) { return m.devices(req); });
   s.get("/v1/alerts", [&m](const HttpRequest&) { return m.alerts_list(); });
   s.post("/v1/alerts", [&m](const HttpRequest& req) { return m.alerts_add(req); });
   s.del("/v1/alerts/{name}", [&m](const HttpRequest& req) { return m.alerts_delete(req); });

@@ -24,6 +24,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -45,6 +46,8 @@
 #include "telemetry/clock.h"
 
 namespace gantry {
+
+class PrometheusWriter;  // telemetry/prometheus.h
 
 struct Coordinator::Impl {
   using json = nlohmann::json;
@@ -422,6 +425,14 @@ struct Coordinator::Impl {
   void young_daly_apply(Run& r);
 
   HttpResponse metrics();
+
+  // ---- device telemetry (coordinator_devices.cpp) -------------------------------------------------------
+
+  // Each (node, device, metric)'s newest sample, for /metrics; under mu.
+  std::map<std::tuple<std::string, int32_t, DeviceMetric>, DeviceSampleRecord> device_latest;
+  void devices_take(std::vector<DeviceSampleRecord>& samples, RecordBatch& keep);  // ingest, under mu
+  void devices_metrics(PrometheusWriter& w) const;                                 // under mu
+  HttpResponse devices(const HttpRequest& req);  // GET /v1/devices?metric=&time_begin=&time_end=&buckets=
 
   // ---- alerts (coordinator_alerts.cpp) --------------------------------------------------------------------
 

@@ -125,6 +125,7 @@ void Coordinator::Impl::ingest(RecordBatch& batch, size_t reserved) {
     }
     keep.checkpoints.push_back(std::move(c));
   }
+  devices_take(batch.device_samples, keep);
   writer->push(std::move(keep), reserved);
   // After the new catalog entries (queue order): the workers keep their last train.keep_checkpoints, and
   // the catalog says which went; then the run's keep_last.

@@ -537,6 +537,7 @@ HttpResponse Coordinator::Impl::metrics() {
   w.family("gantry_run_stragglers", MetricType::gauge, "Ranks of each live run flagged as stragglers.");
   for (const auto& [id, r] : runs)
     if (!run_state_terminal(r.state)) w.sample({{"run", std::to_string(id)}}, r.straggler.flagged_count());
+  devices_metrics(w);
   if (!w.ok()) return HttpResponse::error(500, "metrics: " + w.error());
   return HttpResponse::plain(w.text(), std::string(kPrometheusContentType));
 }

@@ -102,6 +102,9 @@ void IngestWriter::write_batches(std::vector<RecordBatch>& batches) {
                            std::make_move_iterator(b.events.end()));
       merged.checkpoints.insert(merged.checkpoints.end(), std::make_move_iterator(b.checkpoints.begin()),
                                 std::make_move_iterator(b.checkpoints.end()));
+      merged.device_samples.insert(merged.device_samples.end(),
+                                   std::make_move_iterator(b.device_samples.begin()),
+                                   std::make_move_iterator(b.device_samples.end()));
     }
   }
   uint64_t written = 0, failed = 0, transactions = 0;
@@ -117,11 +120,11 @@ void IngestWriter::write_batches(std::vector<RecordBatch>& batches) {
     } else {
       // All or nothing per transaction: write the batches one by one, so that a bad one loses only itself.
       // The rank-step records were moved out of the batches; take them back from the merge in order.
-      size_t rs = 0, ev = 0, st = 0, ck = 0;
+      size_t rs = 0, ev = 0, st = 0, ck = 0, ds = 0;
       for (RecordBatch& b : batches) {
         RecordBatch one;
         const size_t n_rs = b.rank_steps.size(), n_ev = b.events.size(), n_st = b.steps.size(),
-                     n_ck = b.checkpoints.size();
+                     n_ck = b.checkpoints.size(), n_ds = b.device_samples.size();
         one.rank_steps.assign(merged.rank_steps.begin() + static_cast<std::ptrdiff_t>(rs),
                               merged.rank_steps.begin() + static_cast<std::ptrdiff_t>(rs + n_rs));
         one.steps.assign(merged.steps.begin() + static_cast<std::ptrdiff_t>(st),
@@ -130,6 +133,9 @@ void IngestWriter::write_batches(std::vector<RecordBatch>& batches) {
                           merged.events.begin() + static_cast<std::ptrdiff_t>(ev + n_ev));
         one.checkpoints.assign(merged.checkpoints.begin() + static_cast<std::ptrdiff_t>(ck),
                                merged.checkpoints.begin() + static_cast<std::ptrdiff_t>(ck + n_ck));
+        one.device_samples.assign(merged.device_samples.begin() + static_cast<std::ptrdiff_t>(ds),
+                                  merged.device_samples.begin() + static_cast<std::ptrdiff_t>(ds + n_ds));
+        ds += n_ds;
         rs += n_rs;
         st += n_st;
         ev += n_ev;

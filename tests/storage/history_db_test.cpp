@@ -504,10 +504,11 @@ TEST(HistoryDb, UpgradeRebuildsOldTilesWithBusyTime) {
       ASSERT_EQ(sqlite3_step(st), SQLITE_DONE);
     }
     sqlite3_finalize(st);
-    // Back to version 2's tables: without what versions 4 (tile_format) and 5 (the checkpoints' columns)
-    // added.
+    // Back to version 2's tables: without what versions 4 (tile_format), 5 (the checkpoints' columns) and 6
+    // (device_samples) added.
     ASSERT_EQ(
         sqlite3_exec(raw,
+                     "DROP TABLE device_samples; "
                      "ALTER TABLE runs DROP COLUMN tile_format; ALTER TABLE checkpoints DROP COLUMN stall_s; "
                      "ALTER TABLE checkpoints DROP COLUMN shards; ALTER TABLE checkpoints DROP COLUMN "
                      "manifest_xxh64; ALTER TABLE checkpoints DROP COLUMN message; PRAGMA user_version = 2;",

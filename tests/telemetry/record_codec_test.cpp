@@ -136,6 +136,27 @@ RecordBatch sample_batch() {
   bare.kind = "pause";
   b.events.push_back(bare);
   b.checkpoints = sample_checkpoints();
+  // Device samples: a node's own readings and a GPU's, a NaN and an extreme value.
+  b.device_samples.push_back({.host = "node-0",
+                              .device = kDeviceNode,
+                              .time_unix_s = 1795651200.25,
+                              .metric = DeviceMetric::kNodeCpu,
+                              .value = 0.73});
+  b.device_samples.push_back({.host = "node-1",
+                              .device = 7,
+                              .time_unix_s = 1795651200.5,
+                              .metric = DeviceMetric::kGpuPower,
+                              .value = 651.25});
+  b.device_samples.push_back({.host = "node-1",
+                              .device = 0,
+                              .time_unix_s = 1795651200.5,
+                              .metric = DeviceMetric::kGpuEccErrors,
+                              .value = std::numeric_limits<double>::quiet_NaN()});
+  b.device_samples.push_back({.host = "node-0",
+                              .device = kDeviceNode,
+                              .time_unix_s = 1795651201,
+                              .metric = DeviceMetric::kNodeNetTransmit,
+                              .value = 1e300});
   return b;
 }
 
@@ -191,16 +212,16 @@ TEST(RecordCodec, RejectsBadHeaders) {
   EXPECT_NE(error.find("magic"), std::string::npos) << error;
 
   bad = wire;
-  bad[4] = 4;  // a version from the future
+  bad[4] = 5;  // a version from the future
   EXPECT_FALSE(record_batch_decode(bad.data(), bad.size(), &out, &error));
-  EXPECT_NE(error.find("version 4"), std::string::npos) << error;
+  EXPECT_NE(error.find("version 5"), std::string::npos) << error;
 
   // Version 1 (step mfu/hfu as fixed doubles, none on rank steps) comes only from an older build: refused
   // by name rather than misread.
   bad = wire;
   bad[4] = 1;
   EXPECT_FALSE(record_batch_decode(bad.data(), bad.size(), &out, &error));
-  EXPECT_NE(error.find("version 1 is not supported (this build reads 3"), std::string::npos) << error;
+  EXPECT_NE(error.find("version 1 is not supported (this build reads 4"), std::string::npos) << error;
   bad = wire;
   bad[6] = 1;  // reserved
   EXPECT_FALSE(record_batch_decode(bad.data(), bad.size(), &out, &error));
@@ -225,7 +246,7 @@ TEST(RecordCodec, RefusesVersion2ByName) {
   out.steps.emplace_back();
   std::string error;
   EXPECT_FALSE(record_batch_decode(wire.data(), wire.size(), &out, &error));
-  EXPECT_NE(error.find("telemetry batch version 2 is not supported (this build reads 3"), std::string::npos)
+  EXPECT_NE(error.find("telemetry batch version 2 is not supported (this build reads 4"), std::string::npos)
       << error;
   EXPECT_NE(error.find("checkpoint records"), std::string::npos) << error;
   EXPECT_TRUE(out.empty());
@@ -254,6 +275,56 @@ TEST(RecordCodec, RejectsAnUnknownCheckpointState) {
   EXPECT_FALSE(record_batch_decode(wire.data(), wire.size(), &out, &error));
   EXPECT_NE(error.find("checkpoint state 3 is not one of 0..2"), std::string::npos) << error;
   EXPECT_TRUE(out.empty());
+}
+
+// Version 3 had no device-sample section: refused by name.
+TEST(RecordCodec, RefusesVersion3ByName) {
+  std::vector<uint8_t> wire;
+  ASSERT_TRUE(record_batch_encode(RecordBatch(), &wire));
+  wire[4] = 3;
+  RecordBatch out;
+  std::string error;
+  EXPECT_FALSE(record_batch_decode(wire.data(), wire.size(), &out, &error));
+  EXPECT_NE(error.find("version 3 is not supported (this build reads 4"), std::string::npos) << error;
+  EXPECT_NE(error.find("no device samples"), std::string::npos) << error;
+}
+
+TEST(RecordCodec, RejectsAnUnknownDeviceMetric) {
+  RecordBatch b;
+  b.device_samples.push_back(
+      {.host = "n", .device = 0, .time_unix_s = 1, .metric = DeviceMetric::kGpuPower, .value = 2});
+  std::vector<uint8_t> wire;
+  ASSERT_TRUE(record_batch_encode(b, &wire));
+  // The metric byte comes right before the value's 8 bytes, the last of the frame.
+  const size_t at = wire.size() - 9;
+  ASSERT_EQ(wire[at], static_cast<uint8_t>(DeviceMetric::kGpuPower));
+  wire[at] = kDeviceMetricCount;
+  RecordBatch out;
+  std::string error;
+  EXPECT_FALSE(record_batch_decode(wire.data(), wire.size(), &out, &error));
+  EXPECT_NE(error.find("device sample metric 13 is not one of 0..12"), std::string::npos) << error;
+  EXPECT_TRUE(out.empty());
+}
+
+TEST(RecordJson, DeviceSamplesRoundTripAndUnknownMetricIsNamed) {
+  RecordBatch b;
+  b.device_samples.push_back({.host = "node-0",
+                              .device = kDeviceNode,
+                              .time_unix_s = 1795651200.25,
+                              .metric = DeviceMetric::kNodeMemoryUsed,
+                              .value = 1.5e10});
+  const std::string text = record_to_json(b);
+  EXPECT_NE(text.find(R"("metric":"node_memory_used")"), std::string::npos) << text;
+  RecordBatch back;
+  std::string error;
+  ASSERT_TRUE(record_from_json(text, &back, &error)) << error;
+  EXPECT_EQ(back, b);
+  std::string bad = text;
+  bad.replace(bad.find("node_memory_used"), 16, "node_memory_uzed");
+  EXPECT_FALSE(record_from_json(bad, &back, &error));
+  EXPECT_NE(error.find("\"metric\": expected a device metric name"), std::string::npos) << error;
+  // A batch without device samples writes no such key (older readers' JSON stays as it was).
+  EXPECT_EQ(record_to_json(RecordBatch()).find("device_samples"), std::string::npos);
 }
 
 TEST(RecordCodec, EveryTruncationIsAnErrorAndLeavesNothing) {

@@ -75,12 +75,14 @@ void ClusterPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
                            : NAN;
     char age_text[32] = "-";
     if (std::isfinite(age)) std::snprintf(age_text, sizeof age_text, "%.1f s", std::max(0.0, age));
+    // Release first on the line: after the node's long status line it sat past a narrow panel's right edge,
+    // out of sight and out of a scripted click's reach (the Quarantine/Release window test hung on it).
+    if (n.state == "quarantined") {
+      if (ctx.clicks.button(("Release " + n.id).c_str(), s.connected)) ctx.source.request_release(n.id);
+      ImGui::SameLine();
+    }
     ImGui::Text("%s  %s  %d/%d busy  heartbeat %s ago  health %s", n.id.c_str(), n.state.c_str(),
                 n.busy_slots, n.slots, age_text, n.health.c_str());
-    if (n.state == "quarantined") {
-      ImGui::SameLine();
-      if (ctx.clicks.button(("Release " + n.id).c_str(), s.connected)) ctx.source.request_release(n.id);
-    }
     if (!n.health_reason.empty()) ImGui::TextWrapped("  %s", n.health_reason.c_str());
     for (int slot = 0; slot < n.slots; ++slot) {
       if (slot > 0) ImGui::SameLine();

@@ -3,6 +3,7 @@
 #include <imgui.h>
 
 #include <chrono>
+#include <iterator>
 
 #include "telemetry/clock.h"
 #include "ui/console/alert_banner.h"
@@ -12,15 +13,29 @@
 namespace gantry::console {
 namespace {
 
-// A panel window placed at (x, y, w, h), fractions of the area under the toolbar, the first time only.
+// Set for one frame by "Reset layout": every panel goes back to its place in the default layout.
+bool g_reset_layout = false;
+
+// A panel window placed at (x, y, w, h), fractions of the area under the toolbar, the first time only (or
+// on "Reset layout").
 bool begin_panel(const char* name, float x, float y, float w, float h, ImGuiWindowFlags flags = 0) {
   const ImGuiViewport* vp = ImGui::GetMainViewport();
   const float top = ImGui::GetFrameHeight();
   const ImVec2 area(vp->WorkSize.x, vp->WorkSize.y - top);
-  ImGui::SetNextWindowPos(ImVec2(vp->WorkPos.x + x * area.x, vp->WorkPos.y + top + y * area.y),
-                          ImGuiCond_FirstUseEver);
-  ImGui::SetNextWindowSize(ImVec2(w * area.x, h * area.y), ImGuiCond_FirstUseEver);
+  const ImGuiCond cond = g_reset_layout ? ImGuiCond_Always : ImGuiCond_FirstUseEver;
+  ImGui::SetNextWindowPos(ImVec2(vp->WorkPos.x + x * area.x, vp->WorkPos.y + top + y * area.y), cond);
+  ImGui::SetNextWindowSize(ImVec2(w * area.x, h * area.y), cond);
   return ImGui::Begin(name, nullptr, flags | ImGuiWindowFlags_NoCollapse);
+}
+
+// Ctrl + a digit brings a panel to the front (docs/CONSOLE.md, "Keyboard").
+constexpr const char* kPanelKeys[] = {"Cluster",     "Run",    "Timeline", "Devices", "Stragglers",
+                                      "Checkpoints", "Events", "History",  "Actions"};
+
+// The GLFW backend of this ImGui (1.86) indexes io.KeysDown by GLFW key code, which is the ASCII code for
+// digits and letters: the panels do not include GLFW (app/ owns the window), so the codes are written so.
+bool ctrl_key(char key) {
+  return ImGui::GetIO().KeyCtrl && ImGui::IsKeyPressed(static_cast<int>(key), false);
 }
 
 }  // namespace
@@ -47,6 +62,8 @@ void ConsoleApp::toolbar(const ConsoleSnapshot& s) {
     }
     ImGui::EndCombo();
   }
+  if (clicks_.button(light_ ? "Dark theme" : "Light theme")) toggle_theme();
+  if (clicks_.button("Reset layout")) reset_layout();
   // The banner: the newest alert firing for the followed run, and how many more (the Events panel has all).
   const std::vector<FiringAlert> firing = alerts_firing(s.events);
   if (!firing.empty()) {
@@ -79,9 +96,38 @@ void ConsoleApp::close_dialog(const ConsoleSnapshot& s) {
   ImGui::EndPopup();
 }
 
+void ConsoleApp::toggle_theme() {
+  light_ = !light_;
+  if (light_)
+    ImGui::StyleColorsLight();
+  else
+    ImGui::StyleColorsDark();
+}
+
+void ConsoleApp::reset_layout() {
+  g_reset_layout = true;
+  ++layout_resets_;
+}
+
+void ConsoleApp::shortcuts(const ConsoleSnapshot& s) {
+  if (ImGui::GetIO().WantTextInput) return;  // typing in a filter: the keys are the text's
+  for (size_t i = 0; i < std::size(kPanelKeys); ++i)
+    if (ctrl_key(static_cast<char>('1' + i))) ImGui::SetWindowFocus(kPanelKeys[i]);
+  if (ctrl_key('0')) reset_layout();
+  if (ctrl_key('L')) toggle_theme();
+  // Checkpoint now: the one action safe to take on a key (it stops nothing), and only when the coordinator
+  // would accept it.
+  size_t committed = 0;
+  for (const CheckpointView& c : s.checkpoints) committed += c.state == "committed";
+  if (ctrl_key('K') && s.run.id >= 0 &&
+      action_availability(RunAction::kCheckpoint, s.run.state, committed, s.connected).enabled)
+    source_.request_action(s.run.id, RunAction::kCheckpoint);
+}
+
 void ConsoleApp::draw(const ConsoleSnapshot& s) {
   frame_ = FrameRecord();
   PanelContext ctx{.source = source_, .clicks = clicks_, .frame = frame_, .now_unix_s = unix_now_s()};
+  shortcuts(s);
   toolbar(s);
   // Left: cluster, actions, stragglers, what-if. Middle: the run. Right: checkpoints, events, history.
   if (begin_panel("Cluster", 0.0f, 0.0f, 0.26f, 0.28f)) cluster_.draw(s, ctx);
@@ -92,11 +138,14 @@ void ConsoleApp::draw(const ConsoleSnapshot& s) {
   ImGui::End();
   if (begin_panel("What-if", 0.0f, 0.66f, 0.26f, 0.34f)) whatif_.draw(s, ctx);
   ImGui::End();
-  if (begin_panel("Run", 0.26f, 0.0f, 0.50f, 0.64f, ImGuiWindowFlags_NoScrollWithMouse)) run_.draw(s, ctx);
+  if (begin_panel("Run", 0.26f, 0.0f, 0.50f, 0.52f, ImGuiWindowFlags_NoScrollWithMouse)) run_.draw(s, ctx);
   ImGui::End();
-  // Under the run: the per-rank timeline (the wheel zooms it).
-  if (begin_panel("Timeline", 0.26f, 0.64f, 0.50f, 0.36f, ImGuiWindowFlags_NoScrollWithMouse))
+  // Under the run: the per-rank timeline (the wheel zooms it), then the devices over time.
+  if (begin_panel("Timeline", 0.26f, 0.52f, 0.50f, 0.28f, ImGuiWindowFlags_NoScrollWithMouse))
     timeline_.draw(s, ctx);
+  ImGui::End();
+  if (begin_panel("Devices", 0.26f, 0.80f, 0.50f, 0.20f, ImGuiWindowFlags_NoScrollWithMouse))
+    devices_.draw(s, ctx);
   ImGui::End();
   if (begin_panel("Checkpoints", 0.76f, 0.0f, 0.24f, 0.22f)) checkpoints_.draw(s, ctx);
   ImGui::End();
@@ -107,6 +156,13 @@ void ConsoleApp::draw(const ConsoleSnapshot& s) {
     history_.draw(s, ctx);
   ImGui::End();
   close_dialog(s);
+  g_reset_layout = false;
+}
+
+int64_t ConsoleApp::compared_runs() const {
+  int64_t n = 0;
+  for (const history::OverlaySeries& o : history_.model().overlay()) n += !o.step.empty();
+  return n;
 }
 
 nlohmann::json ConsoleApp::state_json(const ConsoleSnapshot& s) const {
@@ -116,9 +172,11 @@ nlohmann::json ConsoleApp::state_json(const ConsoleSnapshot& s) const {
     series.push_back({{"name", r.name}, {"length", r.length}, {"rect", {r.x0, r.y0, r.x1, r.y1}}});
   json nodes = json::array();
   for (const NodeView& n : s.nodes) nodes.push_back({{"id", n.id}, {"state", n.state}, {"slots", n.slots}});
-  json overlay = json::array();
+  json overlay = json::array(), overlay2 = json::array();
   for (const history::OverlaySeries& o : history_.model().overlay())
     overlay.push_back({{"run", o.run_id}, {"name", o.name}, {"length", o.step.size()}});
+  for (const history::OverlaySeries& o : history_.model().overlay(1))
+    overlay2.push_back({{"run", o.run_id}, {"name", o.name}, {"length", o.step.size()}});
   json events = json::object();
   for (const EventView& e : s.events) events[e.record.kind] = events.value(e.record.kind, 0) + 1;
   const MemoryCopyView mem = memory_copy_view(s.run.memory_copies, s.run.placement);
@@ -141,6 +199,10 @@ nlohmann::json ConsoleApp::state_json(const ConsoleSnapshot& s) const {
           {"run", {{"id", s.run.id}, {"state", s.run.state}, {"name", s.run.name}, {"dp", s.run.dp}}},
           {"layout", layout_state_json(s)},  // issue 17: each rank's (dp, pp, tp), stage and tp group times
           {"connected", s.connected},
+          {"theme", light_ ? "light" : "dark"},
+          {"layout_resets", layout_resets_},
+          {"phase", s.phase},
+          {"auth_refusals", s.auth_refusals},
           {"url", s.url},
           {"embedded", s.embedded},
           {"error", s.error},
@@ -162,10 +224,18 @@ nlohmann::json ConsoleApp::state_json(const ConsoleSnapshot& s) const {
             {"candidates", whatif_.model().candidates().size()},
             {"apply_enabled", whatif_.apply_enabled()}}},
           {"timeline", timeline_.state_json()},
+          {"devices", devices_.state_json()},
           {"history",
            {{"open", history_.model().is_open()},
             {"runs", history_.model().runs().size()},
-            {"overlay", overlay}}},
+            {"overlay", overlay},
+            {"overlay2", overlay2},
+            {"metrics",
+             {std::string(step_metric_name(history_.model().metric(0))),
+              std::string(step_metric_name(history_.model().metric(1)))}},
+            {"axis", history_.view().axis == history::CompareAxis::kTime ? "time" : "step"},
+            {"smoothing", history_.view().smoothing},
+            {"log_scale", history_.view().log_scale}}},
           {"last_action",
            {{"what", s.last_action.what}, {"ok", s.last_action.ok}, {"message", s.last_action.message}}},
           {"alerts_firing", alerts},

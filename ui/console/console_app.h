@@ -12,6 +12,7 @@
 
 #include "ui/console/clickables.h"
 #include "ui/console/data_source.h"
+#include "ui/console/devices_panel.h"
 #include "ui/console/panels.h"
 #include "ui/console/timeline_panel.h"
 
@@ -27,6 +28,8 @@ class ConsoleApp {
   // length, the last step seen, the run's state, the connection.
   nlohmann::json state_json(const ConsoleSnapshot& s) const;
   const FrameRecord& last_frame() const { return frame_; }
+  // The History panel's compared runs with points in their curves (a script's wait_compared).
+  int64_t compared_runs() const;
 
   // The embedded cluster's close question: set by the main loop when the window is asked to close.
   bool confirm_close = false;
@@ -35,6 +38,9 @@ class ConsoleApp {
 
  private:
   void toolbar(const ConsoleSnapshot& s);
+  void shortcuts(const ConsoleSnapshot& s);  // Ctrl+1..9 panels, Ctrl+0 reset layout, Ctrl+L theme, Ctrl+K
+  void toggle_theme();
+  void reset_layout();
   void close_dialog(const ConsoleSnapshot& s);
 
   DataSource& source_;
@@ -49,6 +55,9 @@ class ConsoleApp {
   WhatIfPanel whatif_;
   HistoryPanel history_;
   TimelinePanel timeline_;
+  DevicesPanel devices_;
+  bool light_ = false;     // the light theme (dark by default)
+  int layout_resets_ = 0;  // "Reset layout" pressed (or Ctrl+0), for --dump-state
 };
 
 }  // namespace gantry::console

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "telemetry/records.h"
+#include "ui/console/device_series.h"
 #include "ui/console/goodput_view.h"
 #include "ui/console/rank_band.h"
 #include "ui/console/step_log.h"
@@ -130,7 +131,8 @@ struct ConsoleSnapshot {
   // The connection.
   std::string url;
   bool embedded = false;  // a cluster this console started (stopped on exit)
-  std::string phase;      // "starting the local cluster", "connecting", "connected", ...
+  std::string phase;      // "starting the local cluster", "connecting", "connected", "unauthorized", ...
+  int auth_refusals = 0;  // answers that refused the token (401/403): the console stops asking after one
   bool connected = false;
   std::string error;  // the last connection error, "" while healthy
   double cluster_seen_unix_s = 0;
@@ -152,6 +154,11 @@ struct ConsoleSnapshot {
   size_t tile_cache_bytes = 0;  // the tile cache's size when published (its bound: DataSourceOptions)
   // The Timeline panel's steps × ranks of phases (DataSource::want_timeline); empty until it asked.
   std::shared_ptr<const TimelineWindow> timeline = std::make_shared<TimelineWindow>();
+
+  // The Devices panel's metric over time for every device (DataSource::set_device_metric), and why it is
+  // missing when the coordinator could not answer ("" otherwise).
+  std::shared_ptr<const DeviceSeries> devices = std::make_shared<DeviceSeries>();
+  std::string devices_error;
 
   // The tiny run on the built-in corpus that this console can submit (embedded clusters only).
   bool can_submit_tiny = false;

@@ -150,6 +150,7 @@ void DataSource::start() {
   events_ = std::thread([this] { events_main(); });
   tiles_thread_ = std::thread([this] { tiles_main(); });
   timeline_thread_ = std::thread([this] { timeline_main(); });
+  devices_thread_ = std::thread([this] { devices_main(); });
 }
 
 void DataSource::stop() {
@@ -163,6 +164,7 @@ void DataSource::stop() {
   if (events_.joinable()) events_.join();
   if (tiles_thread_.joinable()) tiles_thread_.join();
   if (timeline_thread_.joinable()) timeline_thread_.join();
+  if (devices_thread_.joinable()) devices_thread_.join();
 }
 
 std::shared_ptr<const ConsoleSnapshot> DataSource::snapshot() const {
@@ -264,6 +266,8 @@ void DataSource::publish_locked() {
   s->band = band_;  // pointers: the band and the pages are immutable once made
   s->heat = heat_;
   s->timeline = timeline_;
+  s->devices = devices_;
+  s->devices_error = devices_error_;
   steps_dirty_ = false;
   published_ = std::move(s);
 }
@@ -345,6 +349,16 @@ void DataSource::net_main() {
     const bool ok = poll_once(*api);
     std::unique_lock<std::mutex> lock(mu_);
     if (!ok) api.reset();  // a fresh connection next time
+    if (unauthorized_) {
+      // Refused: nothing more is asked until the operator reconnects (a script's `reconnect`).
+      cv_.wait(lock, [&] { return stop_ || reconnect_; });
+      if (stop_) return;
+      unauthorized_ = false;
+      have_endpoint_ = true;
+      master_.phase = "connecting";
+      publish_locked();
+      continue;
+    }
     if (!wait_locked(lock, ok ? opt_.poll_interval : opt_.retry_interval)) return;
   }
 }
@@ -376,7 +390,25 @@ void DataSource::carry_out(ApiClient& api, const Request& r) {
 }
 
 bool DataSource::poll_once(ApiClient& api) {
-  Result<json> cluster = api.cluster();
+  Result<HttpReply> reply = api.get("/v1/cluster");
+  if (reply.ok() && (reply->status == 401 || reply->status == 403)) {
+    // The token is wrong: every retry would be refused the same way (and an attacker's guesses look like
+    // this). Said once, and the console stops asking until told to reconnect.
+    std::lock_guard<std::mutex> lock(mu_);
+    unauthorized_ = true;
+    have_endpoint_ = false;  // the other threads stop asking too
+    master_.phase = "unauthorized";
+    master_.auth_refusals += 1;
+    fail_locked("the coordinator at " + endpoint_.url + " refused the token (" +
+                std::to_string(reply->status) + ": " + reply->error_message() +
+                "): check --token-file (the operator's token, <cluster dir>/token); not retrying");
+    return false;
+  }
+  Result<json> cluster =
+      !reply.ok()    ? Result<json>(reply.status())
+      : !reply->ok() ? Result<json>(Status::error("GET /v1/cluster: " + std::to_string(reply->status) + ": " +
+                                                  reply->error_message()))
+                     : reply->json();
   Result<json> runs = cluster.ok() ? api.runs() : Result<json>(cluster.status());
   if (!runs.ok()) {
     std::lock_guard<std::mutex> lock(mu_);

@@ -114,6 +114,9 @@ class DataSource {
   // ?ranks=all, pages of 100,000) into snapshot()->timeline, keeping the steps already whole, and reads
   // the newest steps again while the run lives (data_source_timeline.cpp).
   void want_timeline(const TimelineWant& want);
+  // The device metric the Devices panel shows (node CPU by default): its thread reads it for every device
+  // (GET /v1/devices) at once and then every second into snapshot()->devices (data_source_devices.cpp).
+  void set_device_metric(DeviceMetric m);
   // The local history file (options' cache_path; "" = none), for panels that read it back.
   const std::string& cache_path() const { return opt_.cache_path; }
   // Drops both connections; the next poll opens new ones and catches up from where the model ends.
@@ -135,10 +138,11 @@ class DataSource {
   void reset_run_locked(int64_t id);
   void tiles_main();
   void timeline_main();
+  void devices_main();
 
   DataSourceOptions opt_;
   std::function<Result<Endpoint>()> endpoint_fn_;
-  std::thread net_, events_, tiles_thread_, timeline_thread_;
+  std::thread net_, events_, tiles_thread_, timeline_thread_, devices_thread_;
 
   mutable std::mutex mu_;  // everything below
   std::condition_variable cv_;
@@ -149,6 +153,7 @@ class DataSource {
       false;  // the server ended the run's stream (the run had ended): reopen if it lives again
   Endpoint endpoint_;
   bool have_endpoint_ = false;
+  bool unauthorized_ = false;  // the coordinator refused the token: no retries until a reconnect
   std::deque<Request> requests_;
   int64_t follow_ = -1;      // asked for; -1 = automatic
   int64_t config_run_ = -1;  // the run whose own object detail_ holds (GET /v1/runs/{id}, once a run)
@@ -166,6 +171,10 @@ class DataSource {
   bool timeline_wanted_ = false;   // a new want not yet served
   bool timeline_rewound_ = false;  // the run was rewound: the window held is stale
   std::shared_ptr<const TimelineWindow> timeline_ = std::make_shared<TimelineWindow>();
+  DeviceMetric device_metric_ = DeviceMetric::kNodeCpu;
+  bool device_wanted_ = false;  // a new metric not yet read
+  std::shared_ptr<const DeviceSeries> devices_ = std::make_shared<DeviceSeries>();
+  std::string devices_error_;
   bool steps_dirty_ = false;
   static constexpr double kGoodputPollS = 2.0;
   double goodput_polled_s_ = 0;  // monotonic_s() of the last goodput request (network thread)

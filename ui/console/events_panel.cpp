@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <ctime>
 #include <string>
 
 #include "ui/console/panels.h"
@@ -24,6 +25,19 @@ ImVec4 kind_colour(const std::string& kind) {
     return ImVec4(1, 0.7f, 0.3f, 1);
   if (kind.find("checkpoint") != std::string::npos) return ImVec4(0.5f, 0.9f, 0.5f, 1);
   return ImVec4(0.7f, 0.8f, 1, 1);
+}
+
+// When it happened, in the operator's local time: "14:03:27" (the date too when not today).
+std::string event_time(double unix_s, double now_unix_s) {
+  if (!(unix_s > 0)) return "--:--:--";
+  const std::time_t t = static_cast<std::time_t>(unix_s), now = static_cast<std::time_t>(now_unix_s);
+  std::tm tm{}, today{};
+  localtime_r(&t, &tm);
+  localtime_r(&now, &today);
+  char buf[32];
+  const bool same_day = tm.tm_year == today.tm_year && tm.tm_yday == today.tm_yday;
+  std::strftime(buf, sizeof buf, same_day ? "%H:%M:%S" : "%m-%d %H:%M:%S", &tm);
+  return buf;
 }
 
 }  // namespace
@@ -49,6 +63,8 @@ void EventsPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
   while (clip.Step()) {
     for (int i = clip.DisplayStart; i < clip.DisplayEnd; ++i) {
       const EventRecord& r = shown[static_cast<size_t>(i)]->record;
+      ImGui::TextDisabled("%s", event_time(r.time_unix_s, ctx.now_unix_s).c_str());
+      ImGui::SameLine();
       if (r.step >= 0)
         ImGui::Text("%6lld", static_cast<long long>(r.step));
       else

@@ -39,6 +39,16 @@ void HistoryPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
     model_.refresh();
     refresh_at_unix_s_ = 0;
   }
+  // Keeping up with the live run: its steps reach the cache as they arrive, so the list and the compared
+  // curves are read again every two seconds while the followed run lives.
+  if (model_.is_open() && s.run.id >= 0 && !run_ended_now && ctx.now_unix_s >= live_refresh_at_unix_s_) {
+    model_.refresh();
+    live_refresh_at_unix_s_ = ctx.now_unix_s + 2.0;
+  }
+  // Something before a click: with nothing chosen, the newest run (the one the console follows, as a rule)
+  // is compared; once the operator has chosen, their choice stays.
+  if (model_.is_open() && model_.selected().empty() && !model_.runs().empty() && !operator_chose_)
+    model_.select(model_.runs().front().id);
   seen_run_ = s.run.id;
   seen_ended_ = run_ended_now;
 
@@ -46,8 +56,15 @@ void HistoryPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
     ImGui::TextDisabled("this console keeps no local cache");
   else if (!model_.is_open())
     ImGui::TextDisabled("%s", open_error_.c_str());
-  history::history_panel(model_, view_,
-                         [&](const char* label, bool enabled) { return ctx.clicks.button(label, enabled); });
+  if (history::history_panel(
+          model_, view_, [&](const char* label, bool enabled) { return ctx.clicks.button(label, enabled); }))
+    operator_chose_ = true;
+  for (size_t k = 0; k < 2; ++k) {
+    for (const history::OverlaySeries& o : model_.overlay(k)) {
+      ctx.frame.series.push_back({"compare " + std::string(step_metric_name(model_.metric(k))) + " " + o.name,
+                                  o.step.size(), 0, 0, 0, 0});
+    }
+  }
 }
 
 }  // namespace gantry::console

@@ -151,18 +151,21 @@ struct WhatIfPanel {
   std::string load_error_;
 };
 
-// The local cache's runs (ui/history) with two runs' loss curves overlaid. The cache file is opened
-// read-only once it exists (the network thread creates it with the first run), and re-read when the
-// followed run ends or on Refresh.
+// The local cache's runs (ui/history) compared: any number of them on two step metrics (history_panel.h). The
+// cache file is opened read-only once it exists (the network thread creates it with the first run), and
+// re-read when the followed run ends or on Refresh.
 struct HistoryPanel {
   void draw(const ConsoleSnapshot& s, PanelContext& ctx);
   const history::HistoryModel& model() const { return model_; }
+  const history::HistoryPanelView& view() const { return view_; }
 
  private:
   history::HistoryModel model_;
   history::HistoryPanelView view_;
-  double next_open_unix_s_ = 0;   // when to try opening the cache again
-  double refresh_at_unix_s_ = 0;  // a second read after a run ended; 0 = none due
+  double next_open_unix_s_ = 0;        // when to try opening the cache again
+  double refresh_at_unix_s_ = 0;       // a second read after a run ended; 0 = none due
+  double live_refresh_at_unix_s_ = 0;  // the next read while the followed run lives
+  bool operator_chose_ = false;        // the operator changed the selection: no more automatic choice
   std::string open_error_;
   int64_t seen_run_ = -1;  // the followed run and whether it had ended, last frame
   bool seen_ended_ = false;

@@ -1,8 +1,11 @@
 #include "ui/console/script.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 
 #include "engine/cluster/run_lifecycle.h"  // run_state_terminal
+#include "ui/console/actions.h"            // action_label: the Actions panel's buttons
 
 namespace gantry::console {
 namespace {
@@ -28,6 +31,105 @@ Result<std::vector<std::string>> split_words(std::string_view line) {
     out.emplace_back(line.substr(i, end - i));
     i = end;
   }
+  return out;
+}
+
+// The buttons a script can click: the console's fixed labels, the Actions panel's (action_label), and
+// "Release NODE" for any node (its id is not known when the script is read). A label outside these would
+// be waited for forever, so it is refused when the script is read.
+const std::vector<std::string>& known_labels() {
+  static const std::vector<std::string> kLabels = [] {
+    std::vector<std::string> v = {"Submit tiny run",
+                                  "Stop the cluster and quit",
+                                  "Quit, leave it running",
+                                  "Cancel##quit",
+                                  "Quarantine node...",
+                                  "Cancel##quarantine",
+                                  "Export trace",
+                                  "Refresh",
+                                  "Clear selection",
+                                  "Apply",
+                                  "Light theme",
+                                  "Dark theme",
+                                  "Reset layout"};
+    for (RunAction a : kRunActions) v.emplace_back(action_label(a));
+    return v;
+  }();
+  return kLabels;
+}
+constexpr std::string_view kReleasePrefix = "Release ";
+
+bool label_known(const std::string& label) {
+  if (label.size() > kReleasePrefix.size() && label.starts_with(kReleasePrefix)) return true;
+  for (const std::string& l : known_labels())
+    if (l == label) return true;
+  return false;
+}
+
+// The event kinds the coordinator, the agents and the workers record (docs/CLUSTER.md, TELEMETRY.md), and
+// "run_STATE" for every run state. wait_event on another kind would wait forever: refused when read.
+const std::vector<std::string>& known_event_kinds() {
+  static const std::vector<std::string> kKinds = [] {
+    std::vector<std::string> v = {"action_checkpoint",
+                                  "action_pause",
+                                  "action_resume",
+                                  "action_stop",
+                                  "action_requested",
+                                  "adopt_missing",
+                                  "adopt_waiting",
+                                  "alert",
+                                  "alert_cleared",
+                                  "alert_hook",
+                                  "checkpoint",
+                                  "checkpoint_deleted",
+                                  "checkpoint_delete_failed",
+                                  "checkpoint_failed",
+                                  "checkpoint_interval",
+                                  "checkpoint_written",
+                                  "fault_injected",
+                                  "generation_first_step",
+                                  "generation_placed",
+                                  "guard_rollback",
+                                  "guard_rollback_placed",
+                                  "guard_rollback_resumed",
+                                  "guard_streak",
+                                  "hang",
+                                  "node_failed",
+                                  "node_healthy",
+                                  "node_lost",
+                                  "node_unhealthy",
+                                  "placed",
+                                  "quarantine_checkpointed",
+                                  "quarantine_placed",
+                                  "quarantine_requested",
+                                  "quarantine_resumed",
+                                  "quarantine_stopped",
+                                  "rank_failed",
+                                  "recovery_placed",
+                                  "recovery_resumed",
+                                  "restore",
+                                  "restore_fallback",
+                                  "resume_placed",
+                                  "resume_requested",
+                                  "resume_resumed",
+                                  "run_adopted",
+                                  "sdc_mismatch",
+                                  "sdc_quarantine",
+                                  "step_skipped",
+                                  "straggler",
+                                  "straggler_cleared",
+                                  "straggler_policy",
+                                  "straggler_quarantine",
+                                  "submitted"};
+    for (RunState st : kRunStates) v.push_back("run_" + std::string(run_state_name(st)));
+    return v;
+  }();
+  return kKinds;
+}
+
+std::string joined(const std::vector<std::string>& v) {
+  std::string out;
+  for (const std::string& x : v) out += (out.empty() ? "" : ", ") + x;
   return out;
 }
 
@@ -57,7 +159,9 @@ Result<std::vector<ScriptCommand>> script_parse(std::string_view text, std::stri
                                 {"reconnect", K::reconnect, 0},
                                 {"quit", K::quit, 0},
                                 {"wait_timeline", K::wait_timeline, 'n'},
-                                {"export_timeline", K::export_timeline, 's'}};
+                                {"export_timeline", K::export_timeline, 's'},
+                                {"wait_devices", K::wait_devices, 'n'},
+                                {"wait_compared", K::wait_compared, 'n'}};
   std::vector<ScriptCommand> out;
   int line_no = 0;
   size_t pos = 0;
@@ -103,6 +207,17 @@ Result<std::vector<ScriptCommand>> script_parse(std::string_view text, std::stri
       return Status::error(where + "wait_state: unknown state \"" + c.text +
                            "\" (a run is one of: " + states + ")");
     }
+    if (c.kind == K::click && !label_known(c.text)) {
+      return Status::error(where + "click: unknown label \"" + c.text + "\" (the console's buttons: " +
+                           joined(known_labels()) + ", and \"Release NODE\" for a node)");
+    }
+    if (c.kind == K::wait_event) {
+      const std::vector<std::string>& kinds = known_event_kinds();
+      if (std::find(kinds.begin(), kinds.end(), c.text) == kinds.end()) {
+        return Status::error(where + "wait_event: unknown event kind \"" + c.text +
+                             "\" (known: " + joined(kinds) + ")");
+      }
+    }
     out.push_back(std::move(c));
     if (end == text.size()) break;
   }
@@ -112,12 +227,14 @@ Result<std::vector<ScriptCommand>> script_parse(std::string_view text, std::stri
 std::string ScriptRunner::current() const {
   if (next_ >= commands_.size()) return "";
   const ScriptCommand& c = commands_[next_];
-  static const char* const kNames[] = {"wait_connected", "wait_frames", "wait_steps",    "wait_state",
-                                       "wait_event",     "wait_action", "click",         "submit_tiny",
-                                       "reconnect",      "quit",        "wait_timeline", "export_timeline"};
+  static const char* const kNames[] = {"wait_connected", "wait_frames",  "wait_steps",    "wait_state",
+                                       "wait_event",     "wait_action",  "click",         "submit_tiny",
+                                       "reconnect",      "quit",         "wait_timeline", "export_timeline",
+                                       "wait_devices",   "wait_compared"};
   std::string s = "line " + std::to_string(c.line) + ": " + kNames[static_cast<int>(c.kind)];
   if (c.kind == ScriptCommand::Kind::wait_frames || c.kind == ScriptCommand::Kind::wait_steps ||
-      c.kind == ScriptCommand::Kind::wait_timeline)
+      c.kind == ScriptCommand::Kind::wait_timeline || c.kind == ScriptCommand::Kind::wait_devices ||
+      c.kind == ScriptCommand::Kind::wait_compared)
     s += " " + std::to_string(c.number);
   if (!c.text.empty()) s += " \"" + c.text + "\"";
   return s;
@@ -135,7 +252,8 @@ void ScriptRunner::mark(const ConsoleSnapshot& s) {
   mark_action_serial_ = s.last_action.serial;
 }
 
-ScriptOrders ScriptRunner::step(const ConsoleSnapshot& s, const ClickTargets& clicks) {
+ScriptOrders ScriptRunner::step(const ConsoleSnapshot& s, const ClickTargets& clicks,
+                                const ScriptUiFacts& ui) {
   using K = ScriptCommand::Kind;
   ScriptOrders o;
   if (next_ == 0 && frames_waited_ == 0 && click_phase_ == 0) mark(s);
@@ -143,7 +261,7 @@ ScriptOrders ScriptRunner::step(const ConsoleSnapshot& s, const ClickTargets& cl
   for (int guard = 0; guard < 64 && !done(); ++guard) {
     const ScriptCommand& c = commands_[next_];
     auto fail = [&](const std::string& why) { failure_ = current() + ": " + why; };
-    if (s.phase == "failed" && c.kind != K::quit) {
+    if ((s.phase == "failed" || s.phase == "unauthorized") && c.kind != K::quit && c.kind != K::reconnect) {
       fail("the console could not connect: " + s.error);
       return o;
     }
@@ -220,6 +338,21 @@ ScriptOrders ScriptRunner::step(const ConsoleSnapshot& s, const ClickTargets& cl
           return o;
         }
         finished = true;
+        break;
+      case K::wait_devices: {
+        // Rows of the Devices panel's metric with a sample in the newest column that has any.
+        const DeviceSeries& d = *s.devices;
+        int64_t rows = 0;
+        for (size_t r = 0; r < d.rows.size(); ++r) {
+          bool any = false;
+          for (int32_t col = 0; col < d.cols && !any; ++col) any = !std::isnan(d.at_max(r, col));
+          rows += any;
+        }
+        finished = rows >= c.number;
+        break;
+      }
+      case K::wait_compared:
+        finished = ui.compared_runs >= c.number;
         break;
     }
     if (!finished) return o;

@@ -16,6 +16,8 @@
 //   quit                      ends the script here
 //   wait_timeline N           until the Timeline panel's window holds N steps every rank reported
 //   export_timeline PATH      writes the Timeline panel's window as Chrome/Perfetto trace JSON to PATH
+//   wait_devices N            until the Devices panel's metric has samples from N devices (nodes or GPUs)
+//   wait_compared N           until the History panel compares N runs with points in their curves
 //
 // A parse error names the file, the line and what is expected; nothing is run. A failing wait ends the
 // console with exit code 1 and the reason.
@@ -45,10 +47,12 @@ struct ScriptCommand {
     reconnect,
     quit,
     wait_timeline,
-    export_timeline
+    export_timeline,
+    wait_devices,
+    wait_compared
   };
   Kind kind = Kind::quit;
-  int64_t number = 0;  // wait_frames, wait_steps, wait_timeline
+  int64_t number = 0;  // wait_frames, wait_steps, wait_timeline, wait_devices
   std::string text;    // wait_state, wait_event, click, export_timeline
   int line = 0;
 };
@@ -64,12 +68,17 @@ struct ScriptOrders {
   bool reconnect = false;
 };
 
+// What the window drew that the snapshot does not hold (the panels' own state), for the waits on it.
+struct ScriptUiFacts {
+  int64_t compared_runs = 0;  // the History panel's compared runs with points
+};
+
 class ScriptRunner {
  public:
   explicit ScriptRunner(std::vector<ScriptCommand> commands) : commands_(std::move(commands)) {}
 
   // Once per frame, before the UI's new frame, with the frame's snapshot and the buttons of the last frame.
-  ScriptOrders step(const ConsoleSnapshot& s, const ClickTargets& clicks);
+  ScriptOrders step(const ConsoleSnapshot& s, const ClickTargets& clicks, const ScriptUiFacts& ui = {});
 
   bool done() const { return next_ >= commands_.size() || failed(); }
   bool failed() const { return !failure_.empty(); }

@@ -46,8 +46,35 @@ bool newest_step(HistoryDb& db, const RunRow& row, int64_t* step, double* loss) 
 }  // namespace
 
 bool history_loss_curve(HistoryDb& db, int64_t run_id, int32_t max_points, OverlaySeries* out) {
+  return history_step_curve(db, run_id, StepMetric::loss, max_points, out);
+}
+
+// Each point's time: the step record at its step, or the next one there is (a gap's point), relative to the
+// run's first step record. Point lookups on the steps table's key: about 2 × max_points per curve.
+bool fill_times(HistoryDb& db, int64_t run_id, OverlaySeries* out) {
+  out->time_s.clear();
+  std::vector<StepRecord> rec;
+  if (!db.read_steps(run_id, 0, kStepEnd, 1, &rec)) return false;
+  if (rec.empty()) {
+    out->time_s.assign(out->step.size(), kNaN);
+    return true;
+  }
+  const double t0 = rec.front().time_unix_s;
+  double last = 0;
+  for (double step : out->step) {
+    if (!db.read_steps(run_id, static_cast<int64_t>(step), kStepEnd, 1, &rec)) return false;
+    // Past the last record (a NaN closing the curve): the newest time, so x still ascends.
+    const double t = rec.empty() ? last : std::max(last, rec.front().time_unix_s - t0);
+    out->time_s.push_back(t);
+    last = t;
+  }
+  return true;
+}
+
+bool history_step_curve(HistoryDb& db, int64_t run_id, StepMetric metric, int32_t max_points,
+                        OverlaySeries* out, bool times) {
   BandResult band;
-  if (!db.query_step_band(run_id, StepMetric::loss, 0, kStepEnd, std::max<int32_t>(1, max_points), &band)) {
+  if (!db.query_step_band(run_id, metric, 0, kStepEnd, std::max<int32_t>(1, max_points), &band)) {
     return false;
   }
   out->run_id = run_id;
@@ -79,7 +106,8 @@ bool history_loss_curve(HistoryDb& db, int64_t run_id, int32_t max_points, Overl
     out->step.push_back(static_cast<double>(b.step_begin + w / 2));
     out->loss.push_back(max_last ? b.max : b.min);
   }
-  return true;
+  out->time_s.clear();
+  return !times || fill_times(db, run_id, out);
 }
 
 HistoryModel::HistoryModel() = default;
@@ -142,7 +170,7 @@ bool HistoryModel::is_selected(int64_t run_id) const {
 bool HistoryModel::select(int64_t run_id) {
   if (find(run_id) == nullptr) return false;
   if (is_selected(run_id)) return true;
-  if (selected_.size() == kMaxSelected) selected_.erase(selected_.begin());
+  if (selected_.size() >= max_selected_) selected_.erase(selected_.begin());
   selected_.push_back(run_id);
   load_curves();
   return true;
@@ -165,6 +193,28 @@ bool HistoryModel::toggle(int64_t run_id) {
 void HistoryModel::clear_selection() {
   selected_.clear();
   overlay_.clear();
+  second_.clear();
+}
+
+void HistoryModel::set_max_selected(size_t n) {
+  max_selected_ = std::max<size_t>(1, n);
+  if (selected_.size() > max_selected_)
+    selected_.erase(selected_.begin(),
+                    selected_.begin() + static_cast<ptrdiff_t>(selected_.size() - max_selected_));
+  load_curves();
+}
+
+void HistoryModel::set_axis(CompareAxis a) {
+  if (a == axis_) return;
+  axis_ = a;
+  load_curves();
+}
+
+void HistoryModel::set_metrics(StepMetric first, StepMetric second) {
+  if (first == metric_ && second == metric2_) return;
+  metric_ = first;
+  metric2_ = second;
+  load_curves();
 }
 
 void HistoryModel::set_max_points(int32_t n) {
@@ -176,11 +226,21 @@ void HistoryModel::set_max_points(int32_t n) {
 
 Status HistoryModel::load_curves() {
   overlay_.clear();
+  second_.clear();
   if (!db_) return {};
+  for (int k = 0; k < 2; ++k) {
+    if (Status st = load_metric(k == 0 ? metric_ : metric2_, k == 0 ? &overlay_ : &second_); !st.ok())
+      return st;
+  }
+  return {};
+}
+
+Status HistoryModel::load_metric(StepMetric metric, std::vector<OverlaySeries>* curves) {
   for (int64_t id : selected_) {
     OverlaySeries s;
-    if (!history_loss_curve(*db_, id, max_points_, &s)) {
-      return Status::error(error_ = "reading the loss of run " + std::to_string(id) + ": " + db_->error());
+    if (!history_step_curve(*db_, id, metric, max_points_, &s, axis_ == CompareAxis::kTime)) {
+      return Status::error(error_ = "reading the " + std::string(step_metric_name(metric)) + " of run " +
+                                    std::to_string(id) + ": " + db_->error());
     }
     const HistoryRun* r = find(id);
     // Steps after the last loss (diverged ones, stored as NULL) still belong to the run: a NaN at its last
@@ -189,9 +249,10 @@ Status HistoryModel::load_curves() {
         (s.step.empty() || s.step.back() < static_cast<double>(r->last_step))) {
       s.step.push_back(static_cast<double>(r->last_step));
       s.loss.push_back(kNaN);
+      if (axis_ == CompareAxis::kTime) s.time_s.push_back(s.time_s.empty() ? 0 : s.time_s.back());
     }
     s.name = "run " + std::to_string(id) + (r != nullptr && !r->name.empty() ? ": " + r->name : "");
-    overlay_.push_back(std::move(s));
+    curves->push_back(std::move(s));
   }
   return {};
 }

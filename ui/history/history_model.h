@@ -26,7 +26,12 @@
 
 namespace gantry::history {
 
-inline constexpr size_t kMaxSelected = 2;
+// Runs compared at once by default (set_max_selected changes it): a colour each in the panel.
+inline constexpr size_t kMaxSelected = 8;
+
+// What a compared curve's x is: the step, or the seconds since the run's first step record (runs started
+// at different times, or at different speeds, side by side).
+enum class CompareAxis { kStep, kTime };
 
 // One line of the runs table.
 struct HistoryRun {
@@ -40,12 +45,15 @@ struct HistoryRun {
   int32_t world_size = 1;
 };
 
-// One run's loss against step, ready for plot::PlotSeries (x ascending; NaN = gap).
+// One run's curve of the chosen step metric (loss by default) against step, ready for plot::PlotSeries (x
+// ascending; NaN = gap).
 struct OverlaySeries {
   int64_t run_id = 0;
-  std::string name;          // "run 3: gpt2-124m"
-  std::vector<double> step;  // x
-  std::vector<double> loss;  // y
+  std::string name;            // "run 3: gpt2-124m"
+  std::vector<double> step;    // x by step
+  std::vector<double> loss;    // y: the metric's values (named when loss was the only one)
+  std::vector<double> time_s;  // x by time: seconds since the run's first step record, per point
+  const std::vector<double>& x(CompareAxis a) const { return a == CompareAxis::kTime ? time_s : step; }
   int64_t bucket_steps = 1;  // 1: every point is one step's loss; > 1: bucket minima and maxima
 };
 
@@ -77,8 +85,20 @@ class HistoryModel {
   bool is_selected(int64_t run_id) const;
   const std::vector<int64_t>& selected() const { return selected_; }
 
-  // The selected runs' loss curves, in selection order.
+  // The selected runs' curves of the first metric, in selection order; overlay(k) of the k-th metric.
   const std::vector<OverlaySeries>& overlay() const { return overlay_; }
+  const std::vector<OverlaySeries>& overlay(size_t metric_index) const {
+    return metric_index == 0 ? overlay_ : second_;
+  }
+  // The metrics compared (each re-reads the curves when it changes): the first, and the second one the
+  // panel's linked plot shows.
+  void set_metrics(StepMetric first, StepMetric second);
+  StepMetric metric(size_t index) const { return index == 0 ? metric_ : metric2_; }
+  void set_max_selected(size_t n);
+  // The x the curves are read for: by time costs a point lookup per point (the step records' times), so
+  // time_s is filled only while the time axis is chosen (else it is empty).
+  void set_axis(CompareAxis a);
+  CompareAxis axis() const { return axis_; }
   // Points per curve before storage decimates it (buckets of a power-of-two number of steps); a plot
   // passes about its width in pixels. Changing it re-reads the curves.
   void set_max_points(int32_t n);
@@ -86,6 +106,7 @@ class HistoryModel {
 
  private:
   Status load_curves();
+  Status load_metric(StepMetric metric, std::vector<OverlaySeries>* curves);
   const HistoryRun* find(int64_t run_id) const;
 
   std::unique_ptr<HistoryDb> db_;
@@ -93,12 +114,18 @@ class HistoryModel {
   std::string error_;
   std::vector<HistoryRun> runs_;
   std::vector<int64_t> selected_;
-  std::vector<OverlaySeries> overlay_;
+  std::vector<OverlaySeries> overlay_, second_;
   int32_t max_points_ = 2000;
+  size_t max_selected_ = kMaxSelected;
+  StepMetric metric_ = StepMetric::loss, metric2_ = StepMetric::grad_norm;
+  CompareAxis axis_ = CompareAxis::kStep;
 };
 
 // A loss curve from storage's decimated query over [step_begin, step_end), as the model draws it (see the
 // header note). Exposed for tests and other panels; false with db.error() on failure.
 bool history_loss_curve(HistoryDb& db, int64_t run_id, int32_t max_points, OverlaySeries* out);
+// The same for any step metric; with `times`, time_s too (the step records' times, relative to the first).
+bool history_step_curve(HistoryDb& db, int64_t run_id, StepMetric metric, int32_t max_points,
+                        OverlaySeries* out, bool times = true);
 
 }  // namespace gantry::history

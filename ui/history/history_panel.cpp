@@ -31,8 +31,50 @@ bool draw_button(const PanelButton& button, const char* label, bool enabled) {
 }  // namespace
 
 uint32_t history_series_colour(size_t n) {
-  return n == 0 ? IM_COL32(90, 170, 255, 255) : IM_COL32(255, 160, 60, 255);
+  static const uint32_t kColours[] = {IM_COL32(90, 170, 255, 255),  IM_COL32(255, 160, 60, 255),
+                                      IM_COL32(110, 200, 120, 255), IM_COL32(230, 90, 80, 255),
+                                      IM_COL32(180, 130, 255, 255), IM_COL32(240, 220, 80, 255),
+                                      IM_COL32(80, 210, 210, 255),  IM_COL32(230, 130, 200, 255)};
+  return kColours[n % (sizeof kColours / sizeof kColours[0])];
 }
+
+namespace {
+
+constexpr StepMetric kStepMetrics[] = {StepMetric::loss,         StepMetric::grad_norm, StepMetric::lr,
+                                       StepMetric::tokens_per_s, StepMetric::step_s,    StepMetric::mfu,
+                                       StepMetric::hfu,          StepMetric::val_loss};
+
+// The compared curves of one metric as drawn: x by the chosen axis, y smoothed and on the chosen scale.
+struct Drawn {
+  std::vector<std::vector<double>> y;
+  std::vector<plot::PlotSeries> series;
+};
+void prepare(const std::vector<OverlaySeries>& curves, const HistoryPanelView& view, Drawn* d) {
+  d->y.clear();
+  d->series.clear();
+  d->y.reserve(curves.size());
+  for (size_t i = 0; i < curves.size(); ++i) {
+    const OverlaySeries& s = curves[i];
+    std::vector<double> y = ema_smooth(s.loss, view.smoothing);
+    if (view.log_scale) y = log10_values(y);
+    d->y.push_back(std::move(y));
+    const std::vector<double>& x = s.x(view.axis);
+    d->series.push_back({s.name, x.data(), d->y.back().data(), std::min(x.size(), d->y.back().size()),
+                         history_series_colour(i)});
+  }
+}
+
+// The other plot's hovered x as a vertical line across this one: the crosshair.
+void crosshair(const plot::PlotView& at, double x) {
+  if (std::isnan(x) || !(at.x_max > at.x_min)) return;
+  const float px = at.plot_min.x + static_cast<float>((x - at.x_min) / (at.x_max - at.x_min)) *
+                                       (at.plot_max.x - at.plot_min.x);
+  if (px < at.plot_min.x || px > at.plot_max.x) return;
+  ImGui::GetWindowDrawList()->AddLine(ImVec2(px, at.plot_min.y), ImVec2(px, at.plot_max.y),
+                                      IM_COL32(255, 255, 255, 140));
+}
+
+}  // namespace
 
 bool history_panel(HistoryModel& m, HistoryPanelView& view, const PanelButton& button) {
   bool changed = false;
@@ -45,7 +87,7 @@ bool history_panel(HistoryModel& m, HistoryPanelView& view, const PanelButton& b
     changed = true;
   }
   ImGui::SameLine();
-  ImGui::TextDisabled("%s  (click runs to overlay two)", m.is_open() ? m.path().c_str() : "no history open");
+  ImGui::TextDisabled("%s  (click runs to compare them)", m.is_open() ? m.path().c_str() : "no history open");
   if (!m.error().empty()) ImGui::TextColored(ImVec4(1.0f, 0.45f, 0.35f, 1.0f), "%s", m.error().c_str());
 
   const ImGuiTableFlags flags = ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV |
@@ -113,14 +155,53 @@ bool history_panel(HistoryModel& m, HistoryPanelView& view, const PanelButton& b
   int32_t points = 64;
   while (points < static_cast<int32_t>(width) && points < (1 << 20)) points *= 2;
   m.set_max_points(points);
-  std::vector<plot::PlotSeries> series;
-  for (size_t i = 0; i < m.overlay().size(); ++i) {
-    const OverlaySeries& s = m.overlay()[i];
-    series.push_back({s.name, s.step.data(), s.loss.data(), s.step.size(), history_series_colour(i)});
+  // The comparison's controls: the two metrics, the x axis, smoothing, the scale.
+  bool refit = changed;
+  for (int k = 0; k < 2; ++k) {
+    ImGui::SetNextItemWidth(110);
+    const char* label = k == 0 ? "##metric0" : "##metric1";
+    if (ImGui::BeginCombo(label, std::string(step_metric_name(kStepMetrics[view.metric[k]])).c_str())) {
+      for (int i = 0; i < static_cast<int>(std::size(kStepMetrics)); ++i) {
+        if (ImGui::Selectable(std::string(step_metric_name(kStepMetrics[i])).c_str(), i == view.metric[k])) {
+          view.metric[k] = i;
+          refit = true;
+        }
+      }
+      ImGui::EndCombo();
+    }
+    ImGui::SameLine();
   }
-  if (changed) view.plot.fit();
-  plot::plot_lines("##loss overlay", view.plot, series, {},
-                   ImVec2(-1, std::max(160.0f, ImGui::GetContentRegionAvail().y)));
+  m.set_metrics(kStepMetrics[view.metric[0]], kStepMetrics[view.metric[1]]);
+  int axis = view.axis == CompareAxis::kTime ? 1 : 0;
+  refit |= ImGui::RadioButton("step", &axis, 0);
+  ImGui::SameLine();
+  refit |= ImGui::RadioButton("time", &axis, 1);
+  view.axis = axis == 1 ? CompareAxis::kTime : CompareAxis::kStep;
+  m.set_axis(view.axis);
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(100);
+  ImGui::SliderFloat("smoothing", &view.smoothing, 0.0f, 0.99f, "%.2f");
+  ImGui::SameLine();
+  refit |= ImGui::Checkbox("log", &view.log_scale);
+
+  Drawn d[2];
+  plot::PlotView* plots[2] = {&view.plot, &view.plot2};
+  for (int k = 0; k < 2; ++k) {
+    prepare(m.overlay(static_cast<size_t>(k)), view, &d[k]);
+    const std::string name(step_metric_name(kStepMetrics[view.metric[k]]));
+    plots[k]->y_label = view.log_scale ? "log10 " + name : name;
+    plots[k]->x_label = view.axis == CompareAxis::kTime ? "seconds since the run's first step" : "step";
+    plots[k]->x_integer = view.axis == CompareAxis::kStep;
+    if (refit) plots[k]->fit();
+  }
+  const float h = std::max(80.0f, (ImGui::GetContentRegionAvail().y - ImGui::GetStyle().ItemSpacing.y) / 2);
+  const bool moved0 = plot::plot_lines("##loss overlay", view.plot, d[0].series, {}, ImVec2(-1, h));
+  const bool moved1 = plot::plot_lines("##second overlay", view.plot2, d[1].series, {}, ImVec2(-1, h));
+  // Linked zoom: whichever the operator moved, the other follows (from the next frame on).
+  if (moved0) link_x(view.plot, view.plot2);
+  if (moved1 && !moved0) link_x(view.plot2, view.plot);
+  if (view.plot.hovered) crosshair(view.plot2, view.plot.hover_x);
+  if (view.plot2.hovered) crosshair(view.plot, view.plot2.hover_x);
   ImGui::PopID();
   return changed;
 }

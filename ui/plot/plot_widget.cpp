@@ -214,6 +214,22 @@ void PlotView::set_hidden(std::string_view name, bool hide) {
   if (!hide && it != hidden.end()) hidden.erase(it);
 }
 
+std::vector<int> marker_label_rows(std::span<const float> x_px, std::span<const float> width_px, int rows) {
+  constexpr float kGapPx = 4;
+  std::vector<float> row_end(static_cast<size_t>(std::max(rows, 0)), -INFINITY);
+  std::vector<int> out(x_px.size(), -1);
+  for (size_t i = 0; i < x_px.size() && i < width_px.size(); ++i) {
+    for (size_t r = 0; r < row_end.size(); ++r) {
+      if (row_end[r] + kGapPx <= x_px[i]) {
+        out[i] = static_cast<int>(r);
+        row_end[r] = x_px[i] + width_px[i];
+        break;
+      }
+    }
+  }
+  return out;
+}
+
 bool plot_lines(const char* id, PlotView& view, std::span<const PlotSeries> series,
                 std::span<const PlotMarker> markers, ImVec2 size) {
   const ImGuiIO& io = ImGui::GetIO();
@@ -360,11 +376,29 @@ bool plot_lines(const char* id, PlotView& view, std::span<const PlotSeries> seri
   }
 
   dl->PushClipRect(pmin, pmax, true);
-  for (const PlotMarker& m : markers) {
-    if (m.x < view.x_min || m.x > view.x_max) continue;
-    const float x = std::round(xm.to_px(m.x)) + 0.5f;
-    dl->AddLine(ImVec2(x, pmin.y), ImVec2(x, pmax.y), with_alpha(m.colour, 0.7f));
-    dl->AddText(ImVec2(x + 3, pmin.y + 2), m.colour, m.label.c_str());
+  {
+    // Labels in rows so that none overprints another (marker_label_rows); what has no room shows on hover.
+    std::vector<const PlotMarker*> shown;
+    std::vector<float> xs, widths;
+    for (const PlotMarker& m : markers) {
+      if (m.x < view.x_min || m.x > view.x_max) continue;
+      shown.push_back(&m);
+    }
+    std::stable_sort(shown.begin(), shown.end(),
+                     [](const PlotMarker* a, const PlotMarker* b) { return a->x < b->x; });
+    for (const PlotMarker* m : shown) {
+      xs.push_back(std::round(xm.to_px(m->x)) + 3.5f);
+      widths.push_back(ImGui::CalcTextSize(m->label.c_str()).x);
+    }
+    const int rows = std::max(1, std::min(3, static_cast<int>((pmax.y - pmin.y) / (3 * line_h))));
+    const std::vector<int> row = marker_label_rows(xs, widths, rows);
+    for (size_t i = 0; i < shown.size(); ++i) {
+      const float x = xs[i] - 3;
+      dl->AddLine(ImVec2(x, pmin.y), ImVec2(x, pmax.y), with_alpha(shown[i]->colour, 0.7f));
+      if (row[i] >= 0)
+        dl->AddText(ImVec2(xs[i], pmin.y + 2 + static_cast<float>(row[i]) * line_h), shown[i]->colour,
+                    shown[i]->label.c_str());
+    }
   }
   for (size_t i = 0; i < series.size(); ++i) {
     if (view.is_hidden(series[i].name) || length(series[i]) == 0) continue;

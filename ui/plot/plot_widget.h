@@ -97,6 +97,12 @@ struct PlotView {
   bool dragging = false;  // a pan that began inside the data area is under way
 };
 
+// Where each marker's label goes so that none overprints another: markers in x order, `x_px` where each
+// label starts and `width_px` its width; the result holds per marker the row (0 = the top line of the plot,
+// 1 the line under it, ... below `rows`) or −1 when no row has room there (its line is still drawn and its
+// label still shows on hover). Greedy, left to right: the first row whose last label ends before this one.
+std::vector<int> marker_label_rows(std::span<const float> x_px, std::span<const float> width_px, int rows);
+
 // Draws a line plot of `series` with `markers` into a rectangle of `size` at the cursor, handles its
 // mouse input and advances the cursor. Returns true when the user changed the view this frame (zoom,
 // pan, fit, legend toggle), so a caller that sleeps when nothing changes knows to redraw.

@@ -64,6 +64,28 @@ TEST(ScriptParse, AnUnknownRunStateIsRefusedWhenTheScriptIsRead) {
   EXPECT_TRUE(script_parse("wait_state interrupted\n", "s.txt").ok());
 }
 
+// A label no button has, or an event kind nothing records, would wait for ever: refused when the script is
+// read, naming it and the known ones.
+TEST(ScriptParse, AnUnknownLabelOrEventKindIsRefusedWhenTheScriptIsRead) {
+  Result<std::vector<ScriptCommand>> s = script_parse("wait_connected\nclick \"Chekpoint now\"\n", "s.txt");
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.error(),
+              HasSubstr("s.txt:2: click: unknown label \"Chekpoint now\" (the console's buttons: "));
+  EXPECT_THAT(s.error(), HasSubstr("Checkpoint now"));
+  EXPECT_THAT(s.error(), HasSubstr("\"Release NODE\" for a node"));
+  s = script_parse("wait_event checkpont\n", "s.txt");
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.error(), HasSubstr("s.txt:1: wait_event: unknown event kind \"checkpont\" (known: "));
+  EXPECT_THAT(s.error(), HasSubstr("checkpoint_written"));
+  // What the console and the coordinator do have is taken.
+  EXPECT_TRUE(
+      script_parse("click \"Release node-1\"\nclick \"Resume from checkpoint\"\nclick \"Export trace\"\n"
+                   "wait_event alert\nwait_event quarantine_placed\nwait_event run_finished\n",
+                   "s.txt")
+          .ok());
+  EXPECT_FALSE(script_parse("click \"Release \"\n", "s.txt").ok()) << "a release names its node";
+}
+
 // A headless ImGui frame loop with one button drawn through Clickables.
 class ScriptClick : public ::testing::Test {
  protected:

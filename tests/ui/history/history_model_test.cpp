@@ -124,13 +124,14 @@ TEST_F(History, ALongRunKeepsEveryBucketsMinimumAndMaximum) {
   EXPECT_TRUE(std::is_sorted(s.step.begin(), s.step.end()));
 }
 
-TEST_F(History, AtMostTwoRunsAreSelected) {
+TEST_F(History, AtMostTheCapOfRunsAreSelected) {
   const int64_t c = h_.begin("third", 1, "dp=1 tp=1 pp=1 zero=0", 1.7e9 + 200);
   std::vector<double> c_loss = falling(10, 4.0);
   c_loss.back() = kNaN;  // it diverged on its last step
   ASSERT_TRUE(h_.write(c, 0, c_loss, 1, false));
   HistoryModel m;
   ASSERT_TRUE(m.open(h_.path()).ok());
+  m.set_max_selected(2);  // the default compares kMaxSelected (8): a cap of two shows the eviction
   ASSERT_EQ(m.runs().size(), 3u);
   EXPECT_EQ(m.runs()[0].last_step, 9);
   EXPECT_TRUE(std::isnan(m.runs()[0].last_loss));

@@ -427,3 +427,27 @@ TEST_F(Widgets, HeatmapVerticesAreBoundedByPixelsNotSteps) {
 
 }  // namespace
 }  // namespace gantry::plot
+
+namespace gantry::plot {
+namespace {
+
+// Markers close together: their labels go to rows under each other, and what has no row left is hidden (its
+// line stays, its label shows on hover), so no label overprints another.
+TEST(MarkerLabels, CloseMarkersStackAndNeverOverprint) {
+  const std::vector<float> x = {10, 20, 30, 200, 205};
+  const std::vector<float> w = {50, 50, 50, 20, 20};
+  const std::vector<int> rows = marker_label_rows(x, w, 2);
+  EXPECT_EQ(rows, (std::vector<int>{0, 1, -1, 0, 1}));
+  // Every pair of labels placed in one row is apart.
+  for (size_t i = 0; i < x.size(); ++i)
+    for (size_t j = i + 1; j < x.size(); ++j)
+      if (rows[i] >= 0 && rows[i] == rows[j]) {
+        EXPECT_LE(x[i] + w[i], x[j]) << i << " " << j;
+      }
+  // Far apart: all in the top row.
+  EXPECT_EQ(marker_label_rows(std::vector<float>{0, 100, 200}, std::vector<float>{30, 30, 30}, 3),
+            (std::vector<int>{0, 0, 0}));
+}
+
+}  // namespace
+}  // namespace gantry::plot

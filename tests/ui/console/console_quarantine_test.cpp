@@ -1,0 +1,105 @@
+// Quarantine and Release in the real window (issue 21): `gantry` under Xvfb against a real `up` cluster.
+// With no rank flagged (the run's straggler scoring off, so no flag can come by chance on a loaded machine)
+// the Stragglers panel's Quarantine is disabled and says why; a node quarantined through the API shows a
+// Release button in the Cluster panel, and clicking it brings the node back at the coordinator.
+//
+// Made robust against what hung an earlier attempt: the script waits on nothing that may already have
+// happened (no wait_event: the quarantine happens before the console starts, and the release's outcome is
+// wait_action's, which counts only outcomes after the click) and opens no modal dialog (the Release button
+// acts at once; Quarantine's confirmation is never opened). No timing bounds: each wait is on a condition.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "engine/cluster/http_client.h"
+#include "engine/cluster/token.h"
+#include "tests/ui/console/local_cluster.h"
+
+namespace gantry::console {
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+using namespace testing_support;
+
+TEST(ConsoleQuarantine, QuarantineIsDisabledWithNothingFlaggedAndReleaseBringsANodeBack) {
+  if (run_shell("command -v xvfb-run >/dev/null 2>&1") != 0) GTEST_SKIP() << "xvfb-run is not installed";
+  become_subreaper();
+  const fs::path dir = scratch_dir("console_quarantine");
+  const fs::path cluster = dir / "cluster";
+  ASSERT_EQ(run_shell(std::string(GANTRY_ENGINE_BIN) + " up --nodes 3 --slots 1 --dir " + cluster.string() +
+                      " >" + (dir / "up.out").string() + " 2>" + (dir / "up.err").string()),
+            0)
+      << slurp(dir / "up.err");
+  const std::vector<pid_t> daemons = pid_files(cluster);
+  std::string url = slurp(dir / "up.out");
+  url = url.substr(0, url.find('\n'));
+  Result<std::string> token = token_file_read((cluster / "token").string());
+  ASSERT_TRUE(token.ok()) << token.error();
+  HttpClient api({.url = url, .token = token.value()});
+  Result<json> sub = api.post_json("/v1/runs", {{"config", slurp(GANTRY_CONSOLE_TINY_CONFIG)},
+                                                {"layout", {{"dp", 2}}},
+                                                {"name", "quarantine-test"},
+                                                {"straggler", {{"enabled", false}}}});
+  ASSERT_TRUE(sub.ok()) << sub.error();
+  const int64_t run = sub->at("id").get<int64_t>();
+  // The node the run is not on: fencing it moves nothing, and two healthy nodes stay.
+  std::set<std::string> used;
+  ASSERT_TRUE(eventually(
+      [&] {
+        Result<json> r = api.get_json("/v1/runs/" + std::to_string(run));
+        used.clear();
+        if (r.ok())
+          for (const json& s : r->value("placement", json::array())) used.insert(s.value("node", ""));
+        return !used.empty();
+      },
+      60s));
+  std::string idle;
+  for (const char* n : {"node-0", "node-1", "node-2"})
+    if (!used.count(n)) idle = n;
+  ASSERT_FALSE(idle.empty());
+  Result<json> q = api.post_json("/v1/nodes/" + idle + "/quarantine", json::object());
+  ASSERT_TRUE(q.ok()) << q.error();
+  const auto state_of = [&](const std::string& node) {
+    Result<json> c = api.get_json("/v1/cluster");
+    if (c.ok())
+      for (const json& n : c->value("nodes", json::array()))
+        if (n.value("id", "") == node) return n.value("state", std::string());
+    return std::string();
+  };
+  ASSERT_EQ(state_of(idle), "quarantined");
+
+  std::ofstream(dir / "script") << "wait_connected\nwait_steps 3\nclick \"Release " << idle
+                                << "\"\nwait_action\nwait_frames 3\n";
+  const int code =
+      run_shell("xvfb-run -a -s '-screen 0 1600x1000x24' " + std::string(GANTRY_BIN) +
+                " --width 1400 --height 900 --connect " + url + " --token-file " +
+                (cluster / "token").string() + " --state-dir " + (dir / "state").string() +
+                " --frames 5 --dump-state " + (dir / "state.json").string() + " --script " +
+                (dir / "script").string() + " </dev/null >/dev/null 2>" + (dir / "gantry.err").string());
+  EXPECT_EQ(code, 0) << slurp(dir / "gantry.err");
+  const std::vector<pid_t> workers = children_of(daemons);
+
+  const json state = json::parse(slurp(dir / "state.json"), nullptr, false);
+  ASSERT_FALSE(state.is_discarded()) << slurp(dir / "state.json");
+  // Nothing flagged: Quarantine is disabled, and says why.
+  EXPECT_EQ(state["quarantine"]["enabled"], false) << state["quarantine"].dump();
+  EXPECT_THAT(state["quarantine"]["why_not"].get<std::string>(),
+              ::testing::HasSubstr("is flagged as a straggler (tick Override"));
+  // Release: the coordinator accepted it (wait_action), and the node takes work again.
+  EXPECT_EQ(state["last_action"]["ok"], true) << state["last_action"].dump();
+  EXPECT_EQ(state_of(idle), "healthy");
+
+  EXPECT_EQ(
+      run_shell(std::string(GANTRY_ENGINE_BIN) + " down --dir " + cluster.string() + " >/dev/null 2>&1"), 0);
+  for (pid_t p : daemons)
+    EXPECT_TRUE(eventually([&] { return gone(p); }, 10s)) << "pid " << p << " left behind";
+  for (pid_t p : workers)
+    EXPECT_TRUE(eventually([&] { return gone(p); }, 10s)) << "worker " << p << " left behind";
+}
+
+}  // namespace
+}  // namespace gantry::console
