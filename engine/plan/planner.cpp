@@ -167,7 +167,7 @@ Result<PlanInput> engine_input(const PlanInput& in) {
     t.grad_bytes = 4;
     t.master_bytes = 4;
   } else {
-    out.layout.flash_attention = false;  // the CPU reference stores the (B, NH, T, T) probabilities
+    out.layout.flash_attention = false;    // the CPU reference stores the (B, NH, T, T) probabilities
     out.layout.sequence_parallel = false;  // its tensor parallel all-reduces whole activations
     // MFU on the CPU is against the engine's own forward matmul rate, the nearest thing it has to a peak.
     out.cluster.gpu.bf16_flops = in.cpu.dot_flops;

@@ -172,8 +172,8 @@ std::string whatif_apply_blocker(const Plan& plan, const WhatIfRun* run, int for
            "pp = 1 only); keep pp = 1";
   }
   if (l.tp != 1 && run->backend != "cpu") {
-    return "tp = " + itos(l.tp) + ": tensor parallel is CPU-only in the engine for now (the run's backend is " +
-           run->backend + ")";
+    return "tp = " + itos(l.tp) +
+           ": tensor parallel is CPU-only in the engine for now (the run's backend is " + run->backend + ")";
   }
   if (l.cp != 1 || l.vp != 1) return "the engine has no context parallelism or virtual stages (cp = vp = 1)";
   if (l.recompute != Recompute::kNone) return "the engine keeps every activation: recompute must be none";

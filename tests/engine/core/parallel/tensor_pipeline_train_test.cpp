@@ -82,7 +82,8 @@ TEST_P(TensorPipeline, MatchesOneProcessWithinTolerance) {
   expect_all_passed(res);
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, TensorPipeline, ::testing::Values(Layout{2, 2, 1, 0}, Layout{2, 2, 2, 1}),
+INSTANTIATE_TEST_SUITE_P(Layouts, TensorPipeline,
+                         ::testing::Values(Layout{2, 2, 1, 0}, Layout{2, 2, 2, 1}, Layout{2, 2, 2, 3}),
                          [](const ::testing::TestParamInfo<Layout>& i) {
                            return "tp" + std::to_string(i.param.tp) + "_pp" + std::to_string(i.param.pp) +
                                   "_dp" + std::to_string(i.param.dp) + "_zero" + std::to_string(i.param.zero);
