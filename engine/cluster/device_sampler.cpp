@@ -206,7 +206,10 @@ void DeviceSampler::sample(double now, std::vector<DeviceSampleRecord>* out) {
   };
   if (std::optional<std::string> t = read_text(opt_.proc_root + "/stat")) {
     const std::optional<CpuTimes> cpu = parse_proc_stat(*t);
-    if (cpu && last_cpu_ && cpu->total > last_cpu_->total && cpu->busy >= last_cpu_->busy) {
+    // Linux's iowait can go backwards, and with it idle: a busy share above 1 would follow, so that interval
+    // is left unknown.
+    if (cpu && last_cpu_ && cpu->total > last_cpu_->total && cpu->busy >= last_cpu_->busy &&
+        cpu->total - cpu->busy >= last_cpu_->total - last_cpu_->busy) {
       put(DeviceMetric::kNodeCpu, static_cast<double>(cpu->busy - last_cpu_->busy) /
                                       static_cast<double>(cpu->total - last_cpu_->total));
     }
