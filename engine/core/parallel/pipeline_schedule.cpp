@@ -1,7 +1,6 @@
 #include "engine/core/parallel/pipeline_schedule.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <cstring>
 #include <limits>
 
@@ -258,11 +257,10 @@ Simulation simulate(PipelineSchedule s, int pp, int vp, int m) {
       if (pick < 0 || ready < pick_start) pick = r, pick_start = ready;
     }
     if (!left) break;
-    if (pick < 0) {
-      std::fprintf(stderr, "pipeline schedule %s (pp %d, vp %d, m %d) deadlocks\n", pipeline_schedule_name(s),
-                   pp, vp, m);
-      std::abort();
-    }
+    // No rank can go on: the schedule's own orders are inconsistent (a bug here, never the input's).
+    GANTRY_CHECK(pick >= 0, std::string("pipeline schedule ") + pipeline_schedule_name(s) + " (pp " +
+                                std::to_string(pp) + ", vp " + std::to_string(vp) + ", m " +
+                                std::to_string(m) + ") deadlocks");
     const PipelineAction& a = sim.actions[pick][next[pick]];
     const int v = a.chunk * pp + pick;
     const double end = pick_start + unit_cost(a.op);
