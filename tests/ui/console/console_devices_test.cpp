@@ -26,20 +26,15 @@ TEST(ConsoleDevices, DeviceSeriesAComparedRunAndAWrongTokenInTheWindow) {
   if (run_shell("command -v xvfb-run >/dev/null 2>&1") != 0) GTEST_SKIP() << "xvfb-run is not installed";
   become_subreaper();
   const fs::path dir = scratch_dir("console_devices");
-  const fs::path cluster = dir / "cluster";
-  const int up =
-      run_shell(std::string(GANTRY_ENGINE_BIN) + " up --nodes 2 --slots 1 --dir " + cluster.string() + " >" +
-                (dir / "up.out").string() + " 2>" + (dir / "up.err").string());
-  ASSERT_EQ(up, 0) << slurp(dir / "up.err");
-  const std::vector<pid_t> daemons = pid_files(cluster);
+  const UpCluster up = up_cluster(dir, "--nodes 2 --slots 1");
+  ASSERT_EQ(up.error, "");
+  const fs::path& cluster = up.dir;
+  const std::vector<pid_t>& daemons = up.daemons;
+  const std::string& url = up.url;
   const auto workers_of = [&] { return children_of(daemons); };
-  std::string url = slurp(dir / "up.out");
-  url = url.substr(0, url.find('\n'));
 
   // A run, so the History panel has something to compare (it shows the newest run before any click).
-  Result<std::string> token = token_file_read((cluster / "token").string());
-  ASSERT_TRUE(token.ok()) << token.error();
-  HttpClient api({.url = url, .token = token.value()});
+  HttpClient api({.url = url, .token = up.token});
   Result<json> sub = api.post_json(
       "/v1/runs",
       {{"config", slurp(GANTRY_CONSOLE_TINY_CONFIG)}, {"layout", {{"dp", 2}}}, {"name", "compared"}});

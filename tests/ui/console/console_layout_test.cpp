@@ -28,20 +28,15 @@ TEST(ConsoleLayout, EachRanksCoordinateAndTheSlowTpGroupShow) {
   if (!have_xvfb_run()) GTEST_SKIP() << "xvfb-run is not installed (Debian: xvfb)";
   become_subreaper();
   const fs::path dir = scratch_dir("console_layout");
-  const fs::path cluster = dir / "cluster";
   // Every worker of this cluster reads the fault: rank 3's forward (tp group dp 1) takes 300 ms longer.
   ::setenv("GANTRY_TEST_WORKER_FAULT", "3:slow_forward:300", 1);
-  const int up =
-      run_shell(std::string(GANTRY_ENGINE_BIN) + " up --nodes 2 --slots 2 --dir " + cluster.string() + " >" +
-                (dir / "up.out").string() + " 2>" + (dir / "up.err").string());
+  const UpCluster up = up_cluster(dir, "--nodes 2 --slots 2");
   ::unsetenv("GANTRY_TEST_WORKER_FAULT");
-  ASSERT_EQ(up, 0) << slurp(dir / "up.err");
-  const std::vector<pid_t> daemons = pid_files(cluster);
-  std::string url = slurp(dir / "up.out");
-  url = url.substr(0, url.find('\n'));
-  Result<std::string> token = token_file_read((cluster / "token").string());
-  ASSERT_TRUE(token.ok()) << token.error();
-  HttpClient api({.url = url, .token = token.value()});
+  ASSERT_EQ(up.error, "");
+  const fs::path& cluster = up.dir;
+  const std::vector<pid_t>& daemons = up.daemons;
+  const std::string& url = up.url;
+  HttpClient api({.url = url, .token = up.token});
   Result<json> sub = api.post_json("/v1/runs", {{"config", slurp(GANTRY_CONSOLE_TINY_CONFIG)},
                                                 {"layout", {{"dp", 2}, {"tp", 2}}},
                                                 {"name", "layout-test"}});

@@ -29,17 +29,12 @@ TEST(ConsoleQuarantine, QuarantineIsDisabledWithNothingFlaggedAndReleaseBringsAN
   if (run_shell("command -v xvfb-run >/dev/null 2>&1") != 0) GTEST_SKIP() << "xvfb-run is not installed";
   become_subreaper();
   const fs::path dir = scratch_dir("console_quarantine");
-  const fs::path cluster = dir / "cluster";
-  ASSERT_EQ(run_shell(std::string(GANTRY_ENGINE_BIN) + " up --nodes 3 --slots 1 --dir " + cluster.string() +
-                      " >" + (dir / "up.out").string() + " 2>" + (dir / "up.err").string()),
-            0)
-      << slurp(dir / "up.err");
-  const std::vector<pid_t> daemons = pid_files(cluster);
-  std::string url = slurp(dir / "up.out");
-  url = url.substr(0, url.find('\n'));
-  Result<std::string> token = token_file_read((cluster / "token").string());
-  ASSERT_TRUE(token.ok()) << token.error();
-  HttpClient api({.url = url, .token = token.value()});
+  const UpCluster up = up_cluster(dir, "--nodes 3 --slots 1");
+  ASSERT_EQ(up.error, "");
+  const fs::path& cluster = up.dir;
+  const std::vector<pid_t>& daemons = up.daemons;
+  const std::string& url = up.url;
+  HttpClient api({.url = url, .token = up.token});
   Result<json> sub = api.post_json("/v1/runs", {{"config", slurp(GANTRY_CONSOLE_TINY_CONFIG)},
                                                 {"layout", {{"dp", 2}}},
                                                 {"name", "quarantine-test"},

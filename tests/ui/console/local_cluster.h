@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/cluster/token.h"
 #include "tests/app/engine_process.h"
 #include "tests/scratch_dir.h"
 
@@ -77,6 +78,33 @@ inline fs::path scratch_dir(const char* what) {
 
 inline void become_subreaper() {
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+}
+
+// A cluster started by `gantry-engine up <args> --dir <dir>/cluster` (its output in <dir>/up.out and
+// up.err): the daemons' pids, the coordinator's URL and the operator's token. `error` says why not
+// (up's stderr, or the token file's problem); empty when it started.
+struct UpCluster {
+  fs::path dir;  // <dir>/cluster
+  std::vector<pid_t> daemons;
+  std::string url, token, error;
+};
+inline UpCluster up_cluster(const fs::path& dir, const std::string& args) {
+  UpCluster c{.dir = dir / "cluster"};
+  if (run_shell(std::string(GANTRY_ENGINE_BIN) + " up " + args + " --dir " + c.dir.string() + " >" +
+                (dir / "up.out").string() + " 2>" + (dir / "up.err").string()) != 0) {
+    c.error = "up failed: " + slurp(dir / "up.err");
+    return c;
+  }
+  c.daemons = pid_files(c.dir);
+  c.url = slurp(dir / "up.out");
+  c.url = c.url.substr(0, c.url.find('\n'));
+  Result<std::string> token = token_file_read((c.dir / "token").string());
+  if (token.ok()) {
+    c.token = token.value();
+  } else {
+    c.error = token.error();
+  }
+  return c;
 }
 
 }  // namespace gantry::console::testing_support
