@@ -384,9 +384,9 @@ Status pipeline_check(const Config& c, const ParallelDims& d, int micro_batches,
                ": lower train.micro_batch or raise train.global_batch");
   }
   if (c.train.memory_copy_every > 0) {
-    return bad(pp +
-               ": in-memory copies of a pipeline are not implemented yet (a restore would not "
-               "reshard them); set train.memory_copy_every = 0, or use pp 1");
+    return bad(pp + " with train.memory_copy_every = " + std::to_string(c.train.memory_copy_every) +
+               ": in-memory copies of a pipeline's stages are refused (the agents' restore assembles a "
+               "data-parallel set and would not reshard them); set train.memory_copy_every = 0, or use pp 1");
   }
   return {};
 }

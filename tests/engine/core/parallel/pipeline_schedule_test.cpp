@@ -278,8 +278,10 @@ TEST(PipelineCheck, RefusesBadLayoutsNamingTheNumbers) {
   EXPECT_TRUE(pipeline_check(c, dims(2, 1, 1, 2), 2).ok());  // checkpoints reshard by tensor name
   c.train.checkpoint_every = 0;
   c.train.memory_copy_every = 5;
-  EXPECT_THAT(pipeline_check(c, dims(2, 1, 1, 2), 2).message(),
-              HasSubstr("pp 2: in-memory copies of a pipeline are not implemented yet"));
+  EXPECT_THAT(
+      pipeline_check(c, dims(2, 1, 1, 2), 2).message(),
+      HasSubstr(
+          "pp 2 with train.memory_copy_every = 5: in-memory copies of a pipeline's stages are refused"));
   c.train.memory_copy_every = 0;
   c.train.backend = "cuda";
   EXPECT_THAT(pipeline_check(c, dims(2, 1, 1, 2), 2).message(), HasSubstr("pipeline parallel is CPU-only"));
