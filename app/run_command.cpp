@@ -79,6 +79,14 @@ int run_main(const RunArgs& a) {
     return kExitBadInput;
   }
   if (a.vp > 0) cfg->train.vp = a.vp;
+  if (a.nproc % (a.tp * a.pp) != 0) {  // else dp = nproc / (tp x pp) would round down and name a wrong layout
+    std::fprintf(
+        stderr,
+        "gantry-engine run: --nproc %d is not a multiple of tp x pp = %d x %d = %d: the data-parallel "
+        "degree nproc / (tp x pp) must be whole; choose --nproc as a multiple of %d\n",
+        a.nproc, a.tp, a.pp, a.tp * a.pp, a.tp * a.pp);
+    return kExitBadInput;
+  }
   Result<ParallelDims> dims = ParallelDims::make(
       {.world = a.nproc, .rank = 0, .dp = a.nproc / (a.tp * a.pp), .tp = a.tp, .pp = a.pp, .zero = a.zero});
   Status layout = dims.ok() ? tensor_parallel_check(cfg->model, dims.value(), cfg->train.backend,

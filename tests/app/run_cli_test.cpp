@@ -522,13 +522,18 @@ TEST(RunCli, BadInputExits2) {
 }
 
 // Tensor parallelism (issue 17) through the launcher: layouts that cannot split are refused before any
-// worker starts, naming the numbers; tp 2 over two workers trains.
+// worker starts, naming the numbers (a worker count that tp x pp does not divide first); tp 2 over two
+// workers trains.
 TEST(RunCli, TensorParallelLayoutsAreCheckedAndTp2Trains) {
   const std::string dir = fresh_dir("tp");
   const std::string cfg = write_config(dir, 3, true);  // 2 heads
   testing_support::Outcome r = testing_support::run_engine("run --nproc 4 --tp 3 --config " + cfg);
   EXPECT_EQ(r.code, 2) << r.err;
-  EXPECT_THAT(r.err, HasSubstr("dp 1 x tp 3 x pp 1 = 3 but the world has 4 ranks"));
+  EXPECT_THAT(r.err, HasSubstr("--nproc 4 is not a multiple of tp x pp = 3 x 1 = 3"));
+  // Fewer workers than tp: the launcher named "dp 0" (the quotient rounded down) instead of the cause.
+  r = testing_support::run_engine("run --nproc 1 --tp 2 --config " + cfg);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--nproc 1 is not a multiple of tp x pp = 2 x 1 = 2"));
   r = testing_support::run_engine("run --nproc 4 --tp 4 --config " + cfg);
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_THAT(r.err, HasSubstr("tp 4 does not divide model.n_head 2"));
