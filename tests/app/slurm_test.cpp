@@ -112,6 +112,23 @@ class Slurm : public ::testing::Test {
     return {url, token.ok() ? token.value() : ""};
   }
 
+  // The run the job submitted, once it has reached `step` or the job has ended (the caller's checks of the
+  // job's end then say why); a fatal failure if no run was submitted.
+  void wait_for_run_step(const std::string& job, int64_t step, int64_t* run) {
+    ASSERT_TRUE(SlurmCluster::wait_for(
+        [&] { return fs::exists(dir_ / "job" / "run_id") || !job_running(job); }, 90s));
+    ASSERT_TRUE(fs::exists(dir_ / "job" / "run_id")) << "the run was not submitted";
+    const auto [url, token] = endpoint();
+    ApiClient live({.url = url, .token = token});
+    *run = std::stoll(slurp((dir_ / "job" / "run_id").string()));
+    ASSERT_TRUE(SlurmCluster::wait_for(
+        [&] {
+          Result<json> r = live.run(*run);
+          return (r.ok() && r->value("last_step", int64_t{-1}) >= step) || !job_running(job);
+        },
+        90s));
+  }
+
   // After the job: a coordinator started again on the job's state folder, to read what the run recorded.
   EngineChild reopen(std::unique_ptr<ApiClient>* api) {
     const fs::path url_file = dir_ / "reopened_url";
@@ -282,18 +299,10 @@ TEST_F(Slurm, DrainedNodeMovesToSpare) {
       sbatch(3, cfg.string() + " --nodes 2 --slots 2 --host 127.0.0.1 --watch-interval 0.5",
              "GANTRY_TEST_WORKER_FAULT=0:slow_forward:100");
   ASSERT_FALSE(job.empty());
-  ASSERT_TRUE(
-      SlurmCluster::wait_for([&] { return fs::exists(dir_ / "job" / "run_id") || !job_running(job); }, 90s));
-  ASSERT_TRUE(fs::exists(dir_ / "job" / "run_id")) << "the run was not submitted";
+  int64_t run = -1;
+  ASSERT_NO_FATAL_FAILURE(wait_for_run_step(job, 3, &run));
   const auto [url, token] = endpoint();
   ApiClient live({.url = url, .token = token});
-  const int64_t run = std::stoll(slurp((dir_ / "job" / "run_id").string()));
-  ASSERT_TRUE(SlurmCluster::wait_for(
-      [&] {
-        Result<json> r = live.run(run);
-        return (r.ok() && r->value("last_step", int64_t{-1}) >= 3) || !job_running(job);
-      },
-      90s));
   Result<json> cluster = live.cluster();
   ASSERT_TRUE(cluster.ok()) << cluster.error();
   std::map<std::string, std::string> node_state;
@@ -350,18 +359,8 @@ TEST_F(Slurm, TermToTheBatchStepStopsTheRunWithACheckpoint) {
   const std::string job =
       sbatch(2, cfg.string() + " --slots 2 --host 127.0.0.1", "GANTRY_TEST_WORKER_FAULT=0:slow_forward:100");
   ASSERT_FALSE(job.empty());
-  ASSERT_TRUE(
-      SlurmCluster::wait_for([&] { return fs::exists(dir_ / "job" / "run_id") || !job_running(job); }, 90s));
-  ASSERT_TRUE(fs::exists(dir_ / "job" / "run_id")) << "the run was not submitted";
-  const auto [url, token] = endpoint();
-  ApiClient live({.url = url, .token = token});
-  const int64_t run = std::stoll(slurp((dir_ / "job" / "run_id").string()));
-  ASSERT_TRUE(SlurmCluster::wait_for(
-      [&] {
-        Result<json> r = live.run(run);
-        return (r.ok() && r->value("last_step", int64_t{-1}) >= 3) || !job_running(job);
-      },
-      90s));
+  int64_t run = -1;
+  ASSERT_NO_FATAL_FAILURE(wait_for_run_step(job, 3, &run));
   testing_support::Outcome term = slurm_.sh("scancel --batch --signal=TERM " + job);
   ASSERT_EQ(term.code, 0) << term.err;
 
@@ -392,18 +391,8 @@ TEST_F(Slurm, AKilledCoordinatorIsStartedAgainAndTheRunFinishes) {
   const std::string job =
       sbatch(2, cfg.string() + " --slots 2 --host 127.0.0.1", "GANTRY_TEST_WORKER_FAULT=0:slow_forward:100");
   ASSERT_FALSE(job.empty());
-  ASSERT_TRUE(
-      SlurmCluster::wait_for([&] { return fs::exists(dir_ / "job" / "run_id") || !job_running(job); }, 90s));
-  ASSERT_TRUE(fs::exists(dir_ / "job" / "run_id")) << "the run was not submitted";
-  const auto [url, token] = endpoint();
-  ApiClient live({.url = url, .token = token});
-  const int64_t run = std::stoll(slurp((dir_ / "job" / "run_id").string()));
-  ASSERT_TRUE(SlurmCluster::wait_for(
-      [&] {
-        Result<json> r = live.run(run);
-        return (r.ok() && r->value("last_step", int64_t{-1}) >= 5) || !job_running(job);
-      },
-      90s));
+  int64_t run = -1;
+  ASSERT_NO_FATAL_FAILURE(wait_for_run_step(job, 5, &run));
   const pid_t coordinator = static_cast<pid_t>(std::stol(slurp((dir_ / "job" / "coordinator.pid").string())));
   ASSERT_GT(coordinator, 0);
   ASSERT_EQ(::kill(coordinator, SIGKILL), 0);
@@ -430,18 +419,10 @@ TEST_F(Slurm, CrashedNodeIsLostAndTheSpareTakesItsRanks) {
       cfg.string() + " --nodes 2 --slots 2 --host 127.0.0.1 --submit-json '{\"checkpoint_every_steps\": 5}'",
       "GANTRY_TEST_WORKER_FAULT=0:slow_forward:100");
   ASSERT_FALSE(job.empty());
-  ASSERT_TRUE(
-      SlurmCluster::wait_for([&] { return fs::exists(dir_ / "job" / "run_id") || !job_running(job); }, 90s));
-  ASSERT_TRUE(fs::exists(dir_ / "job" / "run_id")) << "the run was not submitted";
+  int64_t run = -1;
+  ASSERT_NO_FATAL_FAILURE(wait_for_run_step(job, 7, &run));
   const auto [url, token] = endpoint();
   ApiClient live({.url = url, .token = token});
-  const int64_t run = std::stoll(slurp((dir_ / "job" / "run_id").string()));
-  ASSERT_TRUE(SlurmCluster::wait_for(
-      [&] {
-        Result<json> r = live.run(run);
-        return (r.ok() && r->value("last_step", int64_t{-1}) >= 7) || !job_running(job);
-      },
-      90s));
   const pid_t n1 = agent_of("n1"), n2 = agent_of("n2"), n3 = agent_of("n3");
   ASSERT_GT(n1, 0);
   ASSERT_GT(n2, 0);
