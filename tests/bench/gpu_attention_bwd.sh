@@ -59,12 +59,13 @@ elif [ "${TESTS:-1}" = 1 ]; then
   done
   el "other gpu tests done"
 fi
-gb() { env GANTRY_CUDA_ATTENTION_WGMMA_BWD=$2 timeout 150 /tmp/ge/tests/bench/gpt_bench --label "$1" ${3:-} 2>&1 | \
+# OLD_ENV: the setting gpt_bench's "old" runs take (default: the mma.sync backward).
+gb() { env $2 timeout 150 /tmp/ge/tests/bench/gpt_bench --label "$1" ${3:-} 2>&1 | \
          grep '^{' | tee -a "$OUTD/gpt_bench.jsonl" | grep -o '"label":"[^"]*"\|"model":"[^"]*"\|"tokens_per_s":[0-9.]*\|"step_ms_median":[0-9.]*\|"bwd_ms":[0-9.]*\|"loss":[0-9.]*' | paste -sd' '; }
 for round in 1 2; do
   [ "$(left)" -gt 90 ] || break
-  gb "wgmma_bwd_$round" 1; el "gpt_bench new $round"
+  gb "new_$round" GANTRY_NONE=1; el "gpt_bench new $round"
   [ "$(left)" -gt 60 ] || break
-  gb "mma_bwd_$round" 0; el "gpt_bench old $round"
+  gb "old_$round" "${OLD_ENV:-GANTRY_CUDA_ATTENTION_WGMMA_BWD=0}"; el "gpt_bench old $round"
 done
 el "end"
