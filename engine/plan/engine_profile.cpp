@@ -235,7 +235,7 @@ Status plan_engine_validate(EngineKind e, const PlanModel& m) {
 }
 
 uint64_t CudaScratch::total() const {
-  return std::max({layernorm, bias, attention_deterministic, attention_fast, attention_fused, global_norm});
+  return std::max({layernorm, bias, attention_deterministic, attention_fast, global_norm});
 }
 
 CudaScratch plan_cuda_scratch_floats(const PlanModel& m, int micro_batch) {
@@ -248,11 +248,6 @@ CudaScratch plan_cuda_scratch_floats(const PlanModel& m, int micro_batch) {
   const uint64_t hs = c / nh;
   for (uint64_t d : {16, 32, 64, 128}) {
     if (d <= hs) s.attention_fast = std::max(s.attention_fast, attention_fast_scratch(b, t, nh, d));
-  }
-  if (hs >= 64) {  // attention_wgmma_bwd.cuh fused_scratch: delta, the dQ accumulator, the share counts
-    const uint64_t heads = b * nh;
-    const uint64_t sem = ceil_div(heads * t, 64) * 64 + heads * t * 64;
-    s.attention_fused = sem + ceil_div(1 + heads * ceil_div(t, 64), 64) * 64;
   }
   s.global_norm = kNormBlocks;
   return s;

@@ -70,16 +70,14 @@ Result<EngineMemory> plan_engine_memory(EngineKind e, const PlanModel& m, int mi
 
 // The CUDA backend's one fp32 scratch buffer is the largest of what its kernels need (floats), whichever
 // attention backward (train.deterministic) runs: attention_fast is the atomic-dQ backward's accumulator,
-// about B·T·NH·HS floats, and attention_fused the deterministic wgmma backward's ordered one (B·T·NH·64
-// plus its share counts): for GPT-2 shapes these are the largest.
+// about B·T·NH·HS floats, and for GPT-2 shapes the largest.
 struct CudaScratch {
   uint64_t layernorm = 0;                // layernorm_backward_scratch_floats(N, C)
   uint64_t bias = 0;                     // bias_backward_scratch_floats for widths C, 3C, 4C (largest)
   uint64_t attention_deterministic = 0;  // B·T·NH
   uint64_t attention_fast = 0;           // fast_scratch(B, T, NH, d).total, largest d <= head size
-  uint64_t attention_fused = 0;  // attention_wgmma_bwd::fused_scratch(B, T, NH).total, head size >= 64
-  uint64_t global_norm = 0;      // global_norm_scratch_floats
-  uint64_t total() const;        // the largest
+  uint64_t global_norm = 0;              // global_norm_scratch_floats
+  uint64_t total() const;                // the largest
 };
 CudaScratch plan_cuda_scratch_floats(const PlanModel& m, int micro_batch);
 

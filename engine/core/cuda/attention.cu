@@ -1007,7 +1007,6 @@ size_t attention_backward_scratch_floats(int B, int T, int NH, int HS) {
   size_t n = static_cast<size_t>(B) * static_cast<size_t>(T) * static_cast<size_t>(NH);  // deterministic
   for (int d : {16, 32, 64, 128})
     if (d <= HS) n = std::max(n, fast_scratch(B, T, NH, d).total);
-  if (HS >= 64) n = std::max(n, attention_wgmma_bwd::fused_scratch(B, T, NH).total);
   return n;
 }
 

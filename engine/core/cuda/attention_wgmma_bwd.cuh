@@ -44,8 +44,6 @@ constexpr size_t kDqSmem =
     (2 + 2 * kStages) * kTileBytes + 1024 + 64 * sizeof(float) + (1 + kStages) * sizeof(uint64_t);
 constexpr size_t kDkvSmem =
     (2 + 2 * kStages) * kTileBytes + 1024 + kStages * 128 * sizeof(float) + (1 + kStages) * sizeof(uint64_t);
-// The fused kernel also stages dSᵀ (one tile) for the dQ product and holds its ticket.
-constexpr size_t kDkvqSmem = kDkvSmem + 3 * kTileBytes + 16;  // + dSᵀ, the fp32 dQ share, the ticket
 
 __device__ __forceinline__ uint8_t* align1024(uint8_t* p) {
   return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(p) + 1023) & ~uintptr_t{1023});
@@ -81,8 +79,8 @@ __device__ __forceinline__ void to_a_operand(uint32_t (&a)[4][4], const float (&
 // Block → (head, heavy-first tile index) of a 1-D grid of heads × tiles CTAs, issued in groups of `group`
 // heads, tile-major inside a group (every head's heaviest tile, then the next ...): the CTAs resident at once
 // share few heads, so the tiles they all stream (a head's Q and dO, or K and V) are read from L2, not DRAM.
-__device__ __forceinline__ int2 head_and_tile(int tiles, int group, int id) {
-  const int heads = static_cast<int>(gridDim.x) / tiles;
+__device__ __forceinline__ int2 head_and_tile(int tiles, int group) {
+  const int heads = static_cast<int>(gridDim.x) / tiles, id = static_cast<int>(blockIdx.x);
   const int per_group = group * tiles, gi = id / per_group, r = id - gi * per_group;
   const int gsize = min(group, heads - gi * group);
   return make_int2(gi * group + r % gsize, r / gsize);
@@ -92,28 +90,6 @@ template <int N>
 __device__ __forceinline__ void fence_all(float (&x)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) fence_operand(x[i]);
-}
-
-// Half of rowsum(dO ∘ O) of one row: 32 of its 64 columns from global memory at `off` (two threads a row,
-// adjacent lanes, summed by the caller's shuffle).
-__device__ __forceinline__ float half_row_delta(const __nv_bfloat16* out, const __nv_bfloat16* dout,
-                                                size_t off) {
-  const uint4* po = reinterpret_cast<const uint4*>(out + off);
-  const uint4* pd = reinterpret_cast<const uint4*>(dout + off);
-  float acc = 0.f;
-#pragma unroll
-  for (int c = 0; c < 4; ++c) {
-    const uint4 vo = po[c], vd = pd[c];
-    const __nv_bfloat162* o2 = reinterpret_cast<const __nv_bfloat162*>(&vo);
-    const __nv_bfloat162* d2 = reinterpret_cast<const __nv_bfloat162*>(&vd);
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float2 fo = __bfloat1622float2(o2[e]), fd = __bfloat1622float2(d2[e]);
-      acc = fmaf(fo.x, fd.x, acc);
-      acc = fmaf(fo.y, fd.y, acc);
-    }
-  }
-  return acc + __shfl_xor_sync(0xffffffffu, acc, 1);
 }
 
 // grid B·NH·T/64 (head_and_tile order), 128 threads; heavy-first index 0 is the last query tile (the most key
@@ -137,7 +113,7 @@ __global__ void __launch_bounds__(128, 4)
   uint64_t* bars = reinterpret_cast<uint64_t*>(s_delta + 64);  // q/dO, full[kStages]
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, q4 = lane % 4;
   const int n = T / 64;
-  const int2 ht = head_and_tile(n, group, static_cast<int>(blockIdx.x));
+  const int2 ht = head_and_tile(n, group);
   const int bh = ht.x, b = bh / NH, h = bh % NH, C = NH * 64;
   const int qt = n - 1 - ht.y;
   const int tiles = qt + 1;  // causal: key tiles 0..qt
@@ -162,7 +138,23 @@ __global__ void __launch_bounds__(128, 4)
   }
   {  // delta of the 64 rows while the tiles land: two threads a row, 32 columns each, from global memory
     const int r = tid / 2, half = tid % 2;
-    const float acc = half_row_delta(out, dout, (row_base + r) * C + h * 64 + half * 32);
+    const size_t off = (row_base + r) * C + h * 64 + half * 32;
+    const uint4* po = reinterpret_cast<const uint4*>(out + off);
+    const uint4* pd = reinterpret_cast<const uint4*>(dout + off);
+    float acc = 0.f;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const uint4 vo = po[c], vd = pd[c];
+      const __nv_bfloat162* o2 = reinterpret_cast<const __nv_bfloat162*>(&vo);
+      const __nv_bfloat162* d2 = reinterpret_cast<const __nv_bfloat162*>(&vd);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float2 fo = __bfloat1622float2(o2[e]), fd = __bfloat1622float2(d2[e]);
+        acc = fmaf(fo.x, fd.x, acc);
+        acc = fmaf(fo.y, fd.y, acc);
+      }
+    }
+    acc += __shfl_xor_sync(0xffffffffu, acc, 1);
     if (half == 0) {
       s_delta[r] = acc;
       delta[static_cast<size_t>(bh) * T + qt * 64 + r] = acc;
@@ -235,130 +227,16 @@ __global__ void __launch_bounds__(128, 4)
 #endif
 }
 
-// The fused dkdv_kernel's dQ shares. Key tile kt's share for query tile qt (step it = qt − kt) is share
-// number `it` of qt's accumulator: the diagonal's (it 0) is copied in, the later ones reduce-added, each by
-// the bulk copy engine from a staged fp32 tile and issued by one thread once the count says the shares before
-// it are in; the count is raised one step later, when the copy has completed (so the warps never wait for
-// it). Key tile 0 adds the last share itself and writes dQ as bf16. All under one CTA-wide barrier per step.
-struct DqShares {
-  float* acc;    // B·NH·T·64 fp32, (bh, t, d)
-  int* counts;   // 1 + B·NH·(T/64): the ticket, then the shares in per (bh, query tile)
-  int* pending;  // thread 0: the count to raise once the last issued copy completes (null: none)
-  int pending_value;
-};
-
-__device__ __forceinline__ void count_acquire(const int* count, int at_least) {
-  int seen = 0;
-  do {
-    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(seen) : "l"(count) : "memory");
-  } while (seen < at_least);
-  asm volatile("fence.proxy.async.global;" ::: "memory");  // the bulk reduce below comes after the acquire
-}
-
-// Thread 0: the last issued share has completed (written, not only read); then its count is raised.
-__device__ __forceinline__ void shares_flush(DqShares& d) {
-  if (d.pending == nullptr) return;
-  tma_store_wait_all();
-  asm volatile("fence.proxy.async.global;" ::: "memory");
-  __threadfence();
-  asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(d.pending), "r"(d.pending_value) : "memory");
-  d.pending = nullptr;
-}
-
-// dqp: the share in wgmma accumulator layout (dqp[4i + {0,1}]: query row lr0, columns 8i + 2·q4 + {0,1};
-// [4i + {2,3}]: row lr0 + 8). stage: 64 × 64 fp32, row-major (16 KB, 16-byte aligned).
-__device__ __forceinline__ void add_dq_share(const float (&dqp)[32], DqShares& d, float* stage,
-                                             __nv_bfloat16* dqkv, int bh, int b, int h, int C, int T, int n,
-                                             int qt, int order, bool last, int lr0, int q4) {
-  int* count = d.counts + 1 + static_cast<size_t>(bh) * n + qt;
-  float* acc = d.acc + (static_cast<size_t>(bh) * T + qt * 64) * 64;
-  if (threadIdx.x == 0) {
-    shares_flush(d);  // also: the copy out of `stage` is over before it is written again
-    if (last && order > 0) count_acquire(count, order);
-  }
-  __syncthreads();
-  if (last) {
-    const size_t ld = 3 * static_cast<size_t>(C);
-    __nv_bfloat16* row = dqkv + (static_cast<size_t>(b) * T + qt * 64 + lr0) * ld + h * 64;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int r = lr0 + 8 * half, col = 8 * i + 2 * q4;
-        float2 v = make_float2(dqp[4 * i + 2 * half], dqp[4 * i + 2 * half + 1]);
-        if (order > 0) {
-          const float2 before = __ldcg(reinterpret_cast<const float2*>(acc + r * 64 + col));
-          v = make_float2(before.x + v.x, before.y + v.y);
-        }
-        *reinterpret_cast<__nv_bfloat162*>(row + 8 * half * ld + col) =
-            __floats2bfloat162_rn(v.x * kScale, v.y * kScale);
-      }
-    }
-    return;  // no share comes after the last
-  }
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int r = lr0 + 8 * half, col = 8 * i + 2 * q4;
-      *reinterpret_cast<float2*>(stage + r * 64 + col) =
-          make_float2(dqp[4 * i + 2 * half], dqp[4 * i + 2 * half + 1]);
-    }
-  }
-  fence_async_shared();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    constexpr uint32_t kBytes = 64 * 64 * sizeof(float);
-    if (order == 0) {
-      asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(acc),
-                   "r"(smem_u32(stage)), "r"(kBytes)
-                   : "memory");
-    } else {
-      count_acquire(count, order);
-      asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(acc),
-                   "r"(smem_u32(stage)), "r"(kBytes)
-                   : "memory");
-    }
-    tma_store_commit();
-    d.pending = count;
-    d.pending_value = order + 1;
-  }
-}
-
-// delta = rowsum(dO ∘ O) for the fused backward (the dQ kernel computes it in the unfused one): grid
-// B·NH·T/64, 128 threads, two a row.
-__global__ void __launch_bounds__(128)
-    delta_kernel(const __nv_bfloat16* __restrict__ out, const __nv_bfloat16* __restrict__ dout,
-                 float* __restrict__ delta, int T, int NH) {
-  const int n = T / 64, bh = static_cast<int>(blockIdx.x) / n, qt = static_cast<int>(blockIdx.x) % n;
-  const int b = bh / NH, h = bh % NH, C = NH * 64, r = threadIdx.x / 2, half = threadIdx.x % 2;
-  const float acc =
-      half_row_delta(out, dout, (static_cast<size_t>(b) * T + qt * 64 + r) * C + h * 64 + half * 32);
-  if (half == 0) delta[static_cast<size_t>(bh) * T + qt * 64 + r] = acc;
-}
-
 // grid B·NH·T/64 (head_and_tile order), 128 threads; heavy-first index 0 is key tile 0 (the most query
 // tiles). delta: the dQ kernel's, (B, NH, T); lse and delta 16-byte aligned.
 // dS takes P from its bf16 copy (the dV product's A operand) rather than from fp32, so the fp32 P is dead
 // once packed: fewer live registers (3 CTAs an SM without serialised products; with fp32 P, 172 registers
 // and 2 CTAs, B4: 2-4 % slower), P rounded to bf16 in dS as it already is in dV.
 // 154 registers: 3 CTAs an SM.
-//
-// kFusedDq: dQ too, without the dQ kernel's recomputed S and dP (five products a tile pair instead of seven):
-// dQ's share of this key tile, dS·K, from dSᵀ staged in shared memory, added into an fp32 accumulator
-// (dq_acc, B·NH·T·64) in a fixed order so that the sum stays bit-identical run to run: for query tile i the
-// key tiles add in the order i (its diagonal, which stores), i − 1, ..., 0 (which adds the last share and
-// writes dQ as bf16), each waiting on sem[1 + bh·n + i] for the count of shares before its own. Key tile kt
-// adds to query tile kt + it at its step it, one step behind key tile kt + 1's add there, so the CTAs move
-// as a staircase and seldom wait. CTAs take their work from a ticket (sem[0]) in light-first order, so a CTA
-// only ever waits on CTAs holding earlier tickets, which are running or done: no deadlock whatever the
-// scheduler does. sem is zeroed before the launch; delta comes from delta_kernel.
-template <bool kFusedDq, int kMinCtas = 3>
-__global__ void __launch_bounds__(128, kMinCtas)
+__global__ void __launch_bounds__(128, 3)
     dkdv_kernel(const __grid_constant__ CUtensorMap tm_qkv, const __grid_constant__ CUtensorMap tm_dout,
                 const float* __restrict__ lse, const float* __restrict__ delta,
-                __nv_bfloat16* __restrict__ dqkv, float* __restrict__ dq_acc, int* __restrict__ sem, int T,
-                int NH, int group) {
+                __nv_bfloat16* __restrict__ dqkv, int T, int NH, int group) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();
 #else
@@ -366,25 +244,14 @@ __global__ void __launch_bounds__(128, kMinCtas)
   uint8_t* smem = align1024(smem_raw);
   uint8_t* s_k = smem;
   uint8_t* s_v = smem + kTileBytes;
-  uint8_t* s_q = smem + 2 * kTileBytes;                          // kStages stages
-  uint8_t* s_do = smem + (2 + kStages) * kTileBytes;             // kStages stages
-  uint8_t* s_ds = smem + (2 + 2 * kStages) * kTileBytes;         // kFusedDq: dSᵀ, keys as rows
-  float* s_share = reinterpret_cast<float*>(s_ds + kTileBytes);  // kFusedDq: the fp32 dQ share (2 tiles)
+  uint8_t* s_q = smem + 2 * kTileBytes;               // kStages stages
+  uint8_t* s_do = smem + (2 + kStages) * kTileBytes;  // kStages stages
   // stage st: lse at 128·st, delta 64 further
-  float* s_stats = reinterpret_cast<float*>(smem + (2 + 2 * kStages + (kFusedDq ? 3 : 0)) * kTileBytes);
+  float* s_stats = reinterpret_cast<float*>(smem + (2 + 2 * kStages) * kTileBytes);
   uint64_t* bars = reinterpret_cast<uint64_t*>(s_stats + kStages * 128);  // k/v, full[kStages]
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, q4 = lane % 4;
   const int n = T / 64;
-  int2 ht;
-  if constexpr (kFusedDq) {
-    int* s_ticket = reinterpret_cast<int*>(bars + 1 + kStages);
-    if (tid == 0) *s_ticket = atomicAdd(sem, 1);
-    __syncthreads();
-    ht = head_and_tile(n, group, *s_ticket);
-    ht.y = n - 1 - ht.y;  // light first: a key tile's CTA waits only on the next key tile's
-  } else {
-    ht = head_and_tile(n, group, static_cast<int>(blockIdx.x));
-  }
+  const int2 ht = head_and_tile(n, group);
   const int bh = ht.x, b = bh / NH, h = bh % NH, C = NH * 64;
   const int kt = ht.y;
   const int tiles = n - kt;  // causal: query tiles kt..n-1
@@ -413,7 +280,6 @@ __global__ void __launch_bounds__(128, kMinCtas)
   mbar_wait(&bars[0], 0);
   const uint64_t desc_k = desc_sw128(s_k), desc_v = desc_sw128(s_v);
   float dk[32], dv[32], s[32], dp[32];  // dK and dV start at the first products (scale_d 0)
-  DqShares shares{dq_acc, sem, nullptr, 0};
   for (int it = 0; it < tiles; ++it) {
     const int st = it % kStages;
     const int next = it + kStages - 1;  // the tile whose load this step issues
@@ -478,41 +344,13 @@ __global__ void __launch_bounds__(128, kMinCtas)
     }
     uint32_t a_ds[4][4];
     to_a_operand(a_ds, ds);
-    if constexpr (kFusedDq) {
-      // dSᵀ into its tile, 128-byte swizzled: key row r, queries 8i + 2·q4 + {0,1} at chunk i ^ (r % 8)
-      // (a_ds[kk][0..3]: rows lk0, lk1 of chunk 2kk, then of chunk 2kk + 1).
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-#pragma unroll
-        for (int x = 0; x < 4; ++x) {
-          const int r = x % 2 == 0 ? lk0 : lk1, chunk = 2 * kk + x / 2;
-          *reinterpret_cast<uint32_t*>(s_ds + r * 128 + ((chunk ^ (r % 8)) * 16) + 4 * q4) = a_ds[kk][x];
-        }
-      }
-      fence_async_shared();
-      __syncthreads();  // every warp's rows are in before the product reads the tile
-    }
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) mma_rs_mn(dk, a_ds[kk], dq + 128 * kk, it > 0 || kk > 0 ? 1 : 0);
-    if constexpr (kFusedDq) {
-      // This key tile's share of dQ for query tile kt + it, dS·K (queries as rows), into S's registers
-      // (S is spent).
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) mma_ss_mn(s, desc_sw128(s_ds) + 128 * kk, desc_k + 128 * kk, kk > 0);
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_all(s);
-      add_dq_share(s, shares, s_share, dqkv, bh, b, h, C, T, n, kt + it, it, kt == 0, lk0, q4);
-    } else {
-      wgmma_commit();
-      wgmma_wait<0>();
-    }
+    wgmma_commit();
+    wgmma_wait<0>();
     fence_all(dk);
     fence_all(dv);
-  }
-  if constexpr (kFusedDq) {
-    if (tid == 0) shares_flush(shares);
   }
   const size_t ld = 3 * static_cast<size_t>(C);
   __nv_bfloat16* row = dqkv + (static_cast<size_t>(b) * T + kt * 64 + lk0) * ld + h * 64;
@@ -529,31 +367,6 @@ inline bool enabled() {
     return attention_wgmma::enabled() && !(env != nullptr && env[0] == '0');
   }();
   return on;
-}
-
-// GANTRY_ATTN_WGMMA_BWD_FUSED=0 keeps the two-kernel backward (dQ recomputing S and dP) in place of the fused
-// one, for the bench's A/B; =2 takes the fused kernel built for 2 CTAs an SM (no register spills) instead of
-// 3 (the default). Read once.
-inline int fused() {
-  static const int mode = [] {
-    const char* env = std::getenv("GANTRY_ATTN_WGMMA_BWD_FUSED");
-    return env == nullptr ? 3 : env[0] == '0' ? 0 : env[0] == '2' ? 2 : 3;
-  }();
-  return mode;
-}
-
-// Scratch of the fused backward, in floats: delta (B·NH·T, padded to 64), the fp32 dQ accumulator
-// (B·NH·T·64), then the ticket and the per-query-tile share counts (1 + B·NH·T/64 ints, padded to 64).
-struct FusedScratch {
-  size_t acc, sem, total;
-};
-inline FusedScratch fused_scratch(int B, int T, int NH) {
-  const size_t heads = static_cast<size_t>(B) * static_cast<size_t>(NH), t = static_cast<size_t>(T);
-  FusedScratch f;
-  f.acc = (heads * t + 63) / 64 * 64;
-  f.sem = f.acc + heads * t * 64;
-  f.total = f.sem + (1 + heads * ((t + 63) / 64) + 63) / 64 * 64;
-  return f;
 }
 
 // CTAs of `kernel` resident on the whole device at once (at least 1).
@@ -586,31 +399,23 @@ inline int head_group(int resident, int heads, int tiles) {
 }
 
 // Launches the deterministic backward and returns true where it applies (HS 64, T % 64 == 0, Hopper, lse
-// and scratch 16-byte aligned, not switched off); false, launching nothing, elsewhere. scratch: at least
-// fused_scratch(B, T, NH).total floats (the two-kernel backward uses its first B·NH·T for delta).
+// and delta 16-byte aligned, not switched off); false, launching nothing, elsewhere. delta: B·NH·T floats of
+// scratch.
 inline bool backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* out,
-                     const float* lse, const __nv_bfloat16* qkv, float* scratch, int B, int T, int NH, int HS,
+                     const float* lse, const __nv_bfloat16* qkv, float* delta, int B, int T, int NH, int HS,
                      cudaStream_t stream) {
   if (HS != 64 || T % 64 != 0 || !enabled()) return false;
-  if (reinterpret_cast<uintptr_t>(lse) % 16 != 0 || reinterpret_cast<uintptr_t>(scratch) % 16 != 0)
+  if (reinterpret_cast<uintptr_t>(lse) % 16 != 0 || reinterpret_cast<uintptr_t>(delta) % 16 != 0)
     return false;
   const Support& sup = support();
   if (!sup.hopper || sup.encode == nullptr) return false;
-  static const bool smem_ok =
-      cudaFuncSetAttribute(dq_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(kDqSmem)) == cudaSuccess &&
-      cudaFuncSetAttribute(dkdv_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(kDkvSmem)) == cudaSuccess &&
-      cudaFuncSetAttribute(dkdv_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(kDkvqSmem)) == cudaSuccess &&
-      cudaFuncSetAttribute(dkdv_kernel<true, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(kDkvqSmem)) == cudaSuccess;
+  static const bool smem_ok = cudaFuncSetAttribute(dq_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   static_cast<int>(kDqSmem)) == cudaSuccess &&
+                              cudaFuncSetAttribute(dkdv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   static_cast<int>(kDkvSmem)) == cudaSuccess;
   if (!smem_ok) return false;
   static const int resident_dq = resident_ctas(dq_kernel, kDqSmem);
-  static const int resident_dkdv = resident_ctas(dkdv_kernel<false>, kDkvSmem);
-  static const int resident_dkdvq = resident_ctas(dkdv_kernel<true>, kDkvqSmem);
-  static const int resident_dkdvq2 = resident_ctas(dkdv_kernel<true, 2>, kDkvqSmem);
-  float* delta = scratch;
+  static const int resident_dkdv = resident_ctas(dkdv_kernel, kDkvSmem);
   const int C = NH * 64;
   const uint64_t rows = static_cast<uint64_t>(B) * T;
   CUtensorMap tm_qkv{}, tm_dout{};
@@ -620,26 +425,10 @@ inline bool backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_
   }
   const int tiles = T / 64, heads = B * NH;
   if (static_cast<long long>(heads) * tiles > 0x7FFFFFFFLL) return false;
-  if (fused() != 0) {
-    const FusedScratch f = fused_scratch(B, T, NH);
-    int* sem = reinterpret_cast<int*>(scratch + f.sem);
-    if (cudaMemsetAsync(sem, 0, (f.total - f.sem) * sizeof(float), stream) != cudaSuccess) return false;
-    delta_kernel<<<heads * tiles, 128, 0, stream>>>(out, dout, delta, T, NH);
-    if (fused() == 2) {
-      dkdv_kernel<true, 2>
-          <<<heads * tiles, 128, kDkvqSmem, stream>>>(tm_qkv, tm_dout, lse, delta, dqkv, scratch + f.acc, sem,
-                                                      T, NH, head_group(resident_dkdvq2, heads, tiles));
-    } else {
-      dkdv_kernel<true><<<heads * tiles, 128, kDkvqSmem, stream>>>(tm_qkv, tm_dout, lse, delta, dqkv,
-                                                                   scratch + f.acc, sem, T, NH,
-                                                                   head_group(resident_dkdvq, heads, tiles));
-    }
-    return true;
-  }
   dq_kernel<<<heads * tiles, 128, kDqSmem, stream>>>(tm_qkv, tm_dout, out, dout, lse, delta, dqkv, T, NH,
                                                      head_group(resident_dq, heads, tiles));
-  dkdv_kernel<false><<<heads * tiles, 128, kDkvSmem, stream>>>(
-      tm_qkv, tm_dout, lse, delta, dqkv, nullptr, nullptr, T, NH, head_group(resident_dkdv, heads, tiles));
+  dkdv_kernel<<<heads * tiles, 128, kDkvSmem, stream>>>(tm_qkv, tm_dout, lse, delta, dqkv, T, NH,
+                                                        head_group(resident_dkdv, heads, tiles));
   return true;
 }
 
