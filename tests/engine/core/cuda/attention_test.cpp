@@ -211,8 +211,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionCuda,
 // dk and dv give the same bytes and dq stays within rounding of the first run.
 TEST(AttentionCudaDeterminism, BitIdenticalRunToRun) {
   SKIP_WITHOUT_GPU();
-  // B4_T1024_NH12_HS64: more CTAs than fit the device at once, so the fused wgmma backward's ordered dQ sums
-  // cross CTA waves.
+  // B4_T1024_NH12_HS64: more CTAs than fit the device at once (several groups of heads, several waves).
   for (const Shape s :
        {Shape{2, 256, 4, 64}, Shape{4, 1024, 12, 64}, Shape{1, 100, 2, 32}, Shape{1, 77, 2, 128}}) {
     SCOPED_TRACE(name(s));
