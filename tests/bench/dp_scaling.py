@@ -5,7 +5,11 @@ on the built-in synthetic corpus. Prints one JSON line per N with the median tok
 and the scaling efficiency against N = 1 (tokens/s at N / (N x tokens/s at 1)).
 
   python3 tests/bench/dp_scaling.py --engine build/app/gantry-engine --gpus 1 2 [--zero 0] [--steps 30] [--bucket-mb 25]
-      [--set cuda_graphs=false ...]   (extra [train] lines; each line also names the NCCL_/GANTRY_ variables set)
+      [--tp T] [--set cuda_graphs=false ...]   (extra [train] lines; each line also names the NCCL_/GANTRY_ variables set)
+
+With --tp T (> 1) every N > 1 runs tensor parallel over groups of T GPUs, data parallel over N / T groups
+(global batch micro x N / T); N = 1 stays the one-GPU baseline, so the efficiency is the layout's tokens/s
+against N single GPUs'.
 
 Each line also carries rank 0's device memory allocated up front (GB) and its training state by category.
 
@@ -20,7 +24,7 @@ MODELS = {
 }
 
 
-def config_text(model, nproc, steps, micro, bucket_mb, train_extra=()):
+def config_text(model, nproc, steps, micro, bucket_mb, train_extra=(), tp=1):
     m = MODELS[model]
     return f"""
 [model]
@@ -36,7 +40,7 @@ min_lr = 6e-5
 warmup_steps = 10
 
 [train]
-global_batch = {micro * nproc}
+global_batch = {micro * nproc // tp}
 micro_batch = {micro}
 max_steps = {steps}
 checkpoint_every = 0
@@ -53,24 +57,24 @@ synthetic_val_tokens = 65536
 """
 
 
-def run(engine, model, nproc, zero, steps, warmup, micro, bucket_mb, work, train_extra=()):
-    cfg = os.path.join(work, f"{model}_n{nproc}_z{zero}.toml")
+def run(engine, model, nproc, zero, steps, warmup, micro, bucket_mb, work, train_extra=(), tp=1):
+    cfg = os.path.join(work, f"{model}_n{nproc}_z{zero}_tp{tp}.toml")
     with open(cfg, "w") as f:
-        f.write(config_text(model, nproc, steps, micro, bucket_mb, train_extra))
-    out = os.path.join(work, f"run_{model}_n{nproc}_z{zero}")
-    cmd = [engine, "run", "--nproc", str(nproc), "--zero", str(zero), "--config", cfg, "--out", out, "--json",
-           "--json-ranks"]
+        f.write(config_text(model, nproc, steps, micro, bucket_mb, train_extra, tp))
+    out = os.path.join(work, f"run_{model}_n{nproc}_z{zero}_tp{tp}")
+    cmd = [engine, "run", "--nproc", str(nproc), "--tp", str(tp), "--zero", str(zero), "--config", cfg, "--out",
+           out, "--json", "--json-ranks"]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         sys.stderr.write(p.stderr[-4000:])
-        return {"nproc": nproc, "zero": zero, "error": f"exit {p.returncode}"}
+        return {"nproc": nproc, "tp": tp, "zero": zero, "error": f"exit {p.returncode}"}
     lines = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
     steps_seen = [j for j in lines if "step" in j and "loss" in j and "event" not in j]
     rank_steps = [j["rank_step"] for j in lines if "rank_step" in j and j["rank_step"]["step"] > warmup]
     timed = [s for s in steps_seen if s["step"] > warmup]
     tps = statistics.median(s["tokens_per_s"] for s in timed)
     ms = statistics.median(s["step_s"] * 1e3 for s in timed)
-    r = {"nproc": nproc, "zero": zero, "model": model, "bucket_mb": bucket_mb, "train": list(train_extra),
+    r = {"nproc": nproc, "tp": tp, "zero": zero, "model": model, "bucket_mb": bucket_mb, "train": list(train_extra),
          "env": {k: v for k, v in os.environ.items() if k.startswith(("NCCL_", "GANTRY_"))},
          "tokens_per_s": round(tps),
          "step_ms": round(ms, 2), "timed_steps": len(timed)}
@@ -105,6 +109,7 @@ def main():
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--bucket-mb", type=float, default=25)
+    ap.add_argument("--tp", type=int, default=1, help="tensor-parallel degree of every N > 1 (divides N)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="an extra [train] line, e.g. --set cuda_graphs=false (repeatable)")
     a = ap.parse_args()
@@ -113,7 +118,8 @@ def main():
         base = None
         for n in a.gpus:
             extra = [kv.replace("=", " = ", 1) for kv in a.set]
-            r = run(a.engine, a.model, n, a.zero, a.steps, a.warmup, micro, a.bucket_mb, work, extra)
+            tp = a.tp if n > 1 else 1
+            r = run(a.engine, a.model, n, a.zero, a.steps, a.warmup, micro, a.bucket_mb, work, extra, tp)
             if "tokens_per_s" in r:
                 if n == 1:
                     base = r["tokens_per_s"]
