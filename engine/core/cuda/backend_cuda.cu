@@ -184,6 +184,10 @@ class CudaBackend final : public Backend {
     for (void* p : device_allocations_) cudaFree(p);
     for (void* p : host_allocations_) cudaFreeHost(p);
     for (cudaEvent_t e : upload_done_) cudaEventDestroy(e);
+    for (TpWait& w : tp_wait_events_) {
+      cudaEventDestroy(w.before);
+      cudaEventDestroy(w.after);
+    }
     if (tp_stream_ != nullptr) {
       cudaEventDestroy(tp_before_);
       cudaEventDestroy(tp_after_);
@@ -229,6 +233,9 @@ class CudaBackend final : public Backend {
   }
 
   float forward_loss(const int32_t* inputs, const int32_t* targets, int B) override {
+    // Validation is no part of the step's phases: its tp waits are not counted (their events are reused;
+    // this waits for them below).
+    const size_t step_waits = tp_waits_;
     upload(inputs, targets, B, false);
     forward(B);
     const int N = B * m_.seq_len;
@@ -239,6 +246,7 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaMemcpyAsync(&sum, eval_sum_, sizeof(float), cudaMemcpyDeviceToHost, stream_));
     if (tp_comm_ != nullptr) check(tp_comm_->sync(stream_, dp_timeout_));  // a dead tp peer: the timeout
     CUDA_CHECK(cudaStreamSynchronize(stream_));
+    tp_waits_ = step_waits;
     return sum / static_cast<float>(N);
   }
 
@@ -249,6 +257,7 @@ class CudaBackend final : public Backend {
     tokens_ = 0;
     micro_in_step_ = 0;
     optimizer_timed_ = false;
+    tp_waits_ = 0;
   }
 
   void optimizer_step(const AdamWStep& s) override {
@@ -417,6 +426,14 @@ class CudaBackend final : public Backend {
     }
     if (dp_ != nullptr && micro_in_step_ > 0 && optimizer_timed_) {
       phases_.comm_exposed_s = ms(micro_events_[micro_in_step_ - 1].end, opt_begin_) * 1e-3;
+    }
+    // Tensor parallel: the compute stream's stalls for the tp stream are communication, not compute (as the
+    // CPU backend counts its tp all-reduces); each is taken out of the phase it fell in.
+    for (size_t k = 0; k < tp_waits_; ++k) {
+      const TpWait& w = tp_wait_events_[k];
+      const double s = std::max(0.0, ms(w.before, w.after) * 1e-3);
+      phases_.comm_exposed_s += s;
+      (w.forward ? phases_.forward_s : phases_.backward_s) -= s;
     }
     if (optimizer_timed_) {
       follows(opt_begin_);
@@ -643,8 +660,10 @@ class CudaBackend final : public Backend {
   void micro_batch(int B, float grad_scale, const MicroEvents& ev) {
     const int N = B * m_.seq_len;
     mark(ev.begin);
+    tp_in_forward_ = true;
     forward(B);
     mark(ev.mid);
+    tp_in_forward_ = false;
     classifier(B, grad_scale / static_cast<float>(N), true);
     sum_accumulate_cuda(state_->loss_sum(), losses_, N, stream_);
     backward(B);
@@ -702,10 +721,22 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaEventRecord(tp_before_, stream_));
     CUDA_CHECK(cudaStreamWaitEvent(tp_stream_, tp_before_));
   }
-  // The compute stream waits for every tp collective enqueued so far.
+  // The compute stream waits for every tp collective enqueued so far. Two timing events on the compute
+  // stream bracket the wait: the time between them is how long the compute stood still for tp traffic (the
+  // exposed part; what the products hid does not show).
   void tp_join() {
     CUDA_CHECK(cudaEventRecord(tp_after_, tp_stream_));
+    if (tp_waits_ == tp_wait_events_.size()) {
+      TpWait w;
+      CUDA_CHECK(cudaEventCreate(&w.before));
+      CUDA_CHECK(cudaEventCreate(&w.after));
+      tp_wait_events_.push_back(w);
+    }
+    TpWait& w = tp_wait_events_[tp_waits_++];
+    w.forward = tp_in_forward_;
+    CUDA_CHECK(cudaEventRecord(w.before, stream_));
     CUDA_CHECK(cudaStreamWaitEvent(stream_, tp_after_));
+    CUDA_CHECK(cudaEventRecord(w.after, stream_));
   }
   // x (count, bf16) becomes the sum over the tp ranks; the compute stream may go on with work that neither
   // reads nor writes x until tp_join().
@@ -863,6 +894,15 @@ class CudaBackend final : public Backend {
   Communicator* tp_comm_ = nullptr;
   cudaStream_t tp_stream_ = nullptr;
   cudaEvent_t tp_before_ = nullptr, tp_after_ = nullptr;
+  // The compute stream's waits for the tp stream since begin_step, each bracketed by two timing events
+  // (reused step after step), and whether it fell in a micro-batch's forward phase.
+  struct TpWait {
+    cudaEvent_t before = nullptr, after = nullptr;
+    bool forward = false;
+  };
+  std::vector<TpWait> tp_wait_events_;
+  size_t tp_waits_ = 0;
+  bool tp_in_forward_ = false;
   float *ce_max_ = nullptr, *ce_all_max_ = nullptr, *ce_part_ = nullptr, *ce_all_part_ = nullptr;
 };
 
