@@ -320,8 +320,9 @@ void run_command_add(CLI::App& app, int* exit_code) {
                   "ZeRO stage over the dp axis: 0 none, 1 optimizer state, 2 + gradients, 3 + "
                   "parameters")
       ->check(CLI::Range(0, 3));
-  sub->add_option("--tp", args->tp,
-                  "Tensor-parallel degree (CPU backend only): dp = nproc / tp; tp must divide the heads")
+  sub->add_option(
+         "--tp", args->tp,
+         "Tensor-parallel degree (CPU and CUDA backends): dp = nproc / (tp x pp); tp must divide the heads")
       ->check(CLI::Range(1, 4096));
   sub->add_option(
          "--pp", args->pp,

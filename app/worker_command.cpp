@@ -134,7 +134,7 @@ void worker_command_add(CLI::App& app, int* exit_code) {
       ->required()
       ->check(CLI::ExistingFile);
   sub->add_option("--zero", args->zero, "ZeRO stage over the dp axis (0-3)")->check(CLI::Range(0, 3));
-  sub->add_option("--tp", args->tp, "Tensor-parallel degree (CPU backend); dp = world / (tp x pp)")
+  sub->add_option("--tp", args->tp, "Tensor-parallel degree (CPU and CUDA backends); dp = world / (tp x pp)")
       ->check(CLI::Range(1, 4096));
   sub->add_option("--vp", args->vp,
                   "Virtual stages per pp rank (train.pp_schedule \"interleaved\"); default train.vp")

@@ -48,9 +48,14 @@ Result<std::unique_ptr<Backend>> backend_create(const std::string& kind, const M
                          "\": pipeline parallel is CPU-only for now; use pp 1, or train.backend = \"cpu\"");
   }
   // Before anything else: this holds whether or not this build has CUDA.
-  if (options.tp != nullptr && options.tp->size() > 1) {
+  if (options.tp != nullptr && options.tp->size() > 1 && kind != "cuda") {
     return Status::error("tp " + std::to_string(options.tp->size()) + " with train.backend = \"" + kind +
-                         "\": tensor parallel is CPU-only for now; use tp 1, or train.backend = \"cpu\"");
+                         "\": tensor parallel runs on the \"cpu\" and \"cuda\" backends; use one of them");
+  }
+  if (options.tp != nullptr && options.tp->size() > 1 && options.sequence_parallel) {
+    return Status::error("tp " + std::to_string(options.tp->size()) +
+                         " with sequence parallelism on train.backend = \"cuda\": sequence parallelism is "
+                         "CPU-only for now; set train.sequence_parallel = false, or train.backend = \"cpu\"");
   }
   if (kind == "cuda") {
 #ifdef GANTRY_HAVE_CUDA
@@ -69,11 +74,19 @@ Result<std::unique_ptr<Backend>> backend_create(const std::string& kind, const M
           "(n_embd / n_head) of 16, 32, 64 or 128; this model has n_embd " +
           std::to_string(m.n_embd) + ", head size " + std::to_string(hs));
     }
+    if (options.tp != nullptr &&
+        (m.n_head % options.tp->size() != 0 || (4 * m.n_embd) % options.tp->size() != 0 ||
+         m.vocab_size % options.tp->size() != 0)) {
+      return Status::error("tp " + std::to_string(options.tp->size()) + " must divide model.n_head " +
+                           std::to_string(m.n_head) + ", the MLP width " + std::to_string(4 * m.n_embd) +
+                           " and model.vocab_size " + std::to_string(m.vocab_size));
+    }
     return backend_cuda_create(m, max_batch, options.cuda_graphs, options.deterministic,
                                {.comm = options.dp,
                                 .zero = options.zero,
                                 .bucket_bytes = options.bucket_bytes,
-                                .timeout = options.comm_timeout});
+                                .timeout = options.comm_timeout},
+                               {.comm = options.tp});
 #else
     return Status::error(
         "train.backend = \"cuda\" but this build has no CUDA backend (nvcc was not found when it "

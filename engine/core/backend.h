@@ -208,10 +208,11 @@ struct BackendOptions {
   // Data parallel (cpu backend for now): the dp axis' communicator (null at dp 1), the ZeRO stage and
   // the gradient bucket size (parallel/shard_plan.h).
   Communicator* dp = nullptr;
-  // Tensor parallel (cpu backend only; parallel/tensor_parallel.h): the tp axis' communicator (null at tp 1).
-  // The backend then holds gpt_param_table(m, tp): params() is this tp rank's share of the model.
+  // Tensor parallel (cpu and cuda backends; parallel/tensor_parallel.h): the tp axis' communicator (null at
+  // tp 1). The backend then holds tensor_parallel_table(m, tp, tp rank): params() is this rank's share.
   Communicator* tp = nullptr;
-  // Sequence parallelism over the tp axis (train.sequence_parallel; needs seq_len a multiple of tp).
+  // Sequence parallelism over the tp axis (train.sequence_parallel; needs seq_len a multiple of tp; cpu
+  // only).
   bool sequence_parallel = false;
   // Pipeline parallel (cpu backend only; parallel/pipeline_schedule.h): the pp axis' communicator (null at
   // pp 1), train.pp_schedule and train.vp. The backend then holds its stage's tensors (pipeline_rank_table).

@@ -107,6 +107,10 @@ class Communicator {
   virtual Status reduce_scatter_enqueue(const float* in, float* out, size_t count, void* stream);
   virtual Status all_gather_enqueue(const void* in, void* out, size_t count, size_t element_bytes,
                                     void* stream);
+  // all_reduce_enqueue on `count` bf16 values (tensor parallelism's activations and their gradients, which
+  // the kernels hold in bf16: half the bytes of fp32, and at tp 2 the same bits, since the one add is
+  // taken in fp32 and rounded once either way).
+  virtual Status all_reduce_bf16_enqueue(void* data, size_t count, void* stream);
   // Waits until `stream` has drained, failing on the communicator's asynchronous error, the deadline or
   // abort().
   virtual Status sync(void* stream, Timeout timeout);

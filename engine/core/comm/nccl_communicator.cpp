@@ -155,6 +155,12 @@ class NcclCommunicator final : public Communicator {
       return ncclAllReduce(data, data, count, ncclFloat, ncclSum, comm_, static_cast<cudaStream_t>(stream));
     });
   }
+  Status all_reduce_bf16_enqueue(void* data, size_t count, void* stream) override {
+    return enqueue_only("all_reduce_bf16_enqueue", count, [&]() -> ncclResult_t {
+      return ncclAllReduce(data, data, count, ncclBfloat16, ncclSum, comm_,
+                           static_cast<cudaStream_t>(stream));
+    });
+  }
   Status reduce_scatter_enqueue(const float* in, float* out, size_t count, void* stream) override {
     return enqueue_only("reduce_scatter_enqueue", count, [&]() {
       return enqueue_reduce_scatter(in, out, count, static_cast<cudaStream_t>(stream));

@@ -6,6 +6,17 @@
 // its one wait; device_health() adds this backend's memory and NVML's sensors (engine/core/cuda/device.h).
 // The training state (parameters, gradients, AdamW moments) and its data parallel traffic live in
 // ZeroDeviceState (zero_device_state.cuh): the kernels ask it where a unit's parameters and gradients are.
+//
+// Tensor parallel (CudaTensorParallel): each tp rank holds its heads' rows of QKV, its share of the MLP's
+// hidden units and its V/tp rows of wte (tensor_parallel_table). The row-parallel products (attention and
+// MLP projections) leave partial sums, all-reduced in bf16 on the tp stream before the residual add (the
+// projection's bias added by tp rank 0 only, so the sum holds it once); the column-parallel products' input
+// gradients (QKV, MLP-up, and the tied classifier's) are all-reduced the same way, each started as soon as
+// it is computed and hidden under the weight-gradient products that follow it. The embedding sums each
+// token's row from its owner (the others contribute exact zeros), and the cross-entropy combines every
+// rank's row maxima and sums of exponentials (cuda/vocab_parallel.cuh): the logits are never gathered.
+// Everything between those all-reduces (residual stream, LayerNorms, their gradients, the position
+// embedding's) is the same bits on every tp rank, so the whole tensors' updates agree with no traffic.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -22,27 +33,30 @@
 #include "engine/core/cuda/kernels.cuh"
 #include "engine/core/cuda/matmul.cuh"
 #include "engine/core/cuda/state_snapshot.cuh"
+#include "engine/core/cuda/vocab_parallel.cuh"
 #include "engine/core/cuda/zero_device_state.cuh"
 #include "engine/core/fatal.h"
 #include "engine/core/gpt.h"
 #include "engine/core/parallel/shard_plan.h"
+#include "engine/core/parallel/tensor_parallel.h"  // tensor_parallel_table, tensor_parallel_sharded
 
 namespace gantry {
 namespace {
 
+// Cl = C/tp, NHl = NH/tp and Hl = 4C/tp are this tp rank's share (C, NH and 4C at tp 1).
 struct LayerActs {
   bf16* ln1;        // (N, C)
   float* ln1_mean;  // (N)
   float* ln1_rstd;  // (N)
-  bf16* qkv;        // (N, 3C)
-  bf16* atty;       // (N, C)
-  float* lse;       // (B, NH, T)
+  bf16* qkv;        // (N, 3Cl)
+  bf16* atty;       // (N, Cl)
+  float* lse;       // (B, NHl, T)
   bf16* res2;       // (N, C)
   bf16* ln2;        // (N, C)
   float* ln2_mean;  // (N)
   float* ln2_rstd;  // (N)
-  bf16* fch_pre;    // (N, 4C) before GELU, for the GELU derivative
-  bf16* fch_gelu;   // (N, 4C) after GELU, for the weight gradient (stored: recomputing cost 3.5 ms a step)
+  bf16* fch_pre;    // (N, Hl) before GELU, for the GELU derivative
+  bf16* fch_gelu;   // (N, Hl) after GELU, for the weight gradient (stored: recomputing cost 3.5 ms a step)
   bf16* res3;       // (N, C)
 };
 
@@ -95,22 +109,42 @@ struct CapturedMicroBatch {
   std::array<cudaGraphNode_t, 3> marks{};
 };
 
+// The tp degree and this rank's place in it (1 and 0 without tensor parallelism).
+int tp_size_of(const CudaTensorParallel& tp) {
+  return tp.comm != nullptr ? tp.comm->size() : 1;
+}
+int tp_rank_of(const CudaTensorParallel& tp) {
+  return tp.comm != nullptr && tp.comm->size() > 1 ? tp.comm->rank() : 0;
+}
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(const ModelConfig& m, int max_batch, bool graphs, bool deterministic,
-              const CudaDataParallel& dp)
+              const CudaDataParallel& dp, const CudaTensorParallel& tp)
       : m_(m),
         max_batch_(max_batch),
-        table_(gpt_param_table(m)),
-        // The bucket reductions are issued by the host as the backward pass is enqueued; a graph replay
-        // would skip them, so data parallel runs launch kernels directly.
-        graphs_(graphs && (dp.comm == nullptr || dp.comm->size() == 1)),
+        tp_(tp_size_of(tp)),
+        tp_rank_(tp_rank_of(tp)),
+        table_(tensor_parallel_table(m, tp_, tp_rank_)),
+        // The bucket reductions (and the tp all-reduces) are issued by the host as the passes are enqueued;
+        // a graph replay would skip them, so data and tensor parallel runs launch kernels directly.
+        graphs_(graphs && (dp.comm == nullptr || dp.comm->size() == 1) && tp_ == 1),
         deterministic_(deterministic),
         dp_(dp.comm != nullptr && dp.comm->size() > 1 ? dp.comm : nullptr),
-        dp_timeout_(dp.timeout) {
+        dp_timeout_(dp.timeout),
+        tp_comm_(tp_ > 1 ? tp.comm : nullptr) {
     GANTRY_CHECK(dp.zero >= 0 && dp.zero <= 3, "zero stage " + std::to_string(dp.zero) + " (allowed 0-3)");
+    GANTRY_CHECK(m.n_head % tp_ == 0 && (4 * m.n_embd) % tp_ == 0 && m.vocab_size % tp_ == 0,
+                 "tp " + std::to_string(tp_) + " must divide model.n_head " + std::to_string(m.n_head) +
+                     ", the MLP width " + std::to_string(4 * m.n_embd) + " and model.vocab_size " +
+                     std::to_string(m.vocab_size));
     CUDA_CHECK(cudaGetDevice(&device_));
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    if (tp_comm_ != nullptr) {
+      CUDA_CHECK(cudaStreamCreateWithFlags(&tp_stream_, cudaStreamNonBlocking));
+      CUDA_CHECK(cudaEventCreateWithFlags(&tp_before_, cudaEventDisableTiming));
+      CUDA_CHECK(cudaEventCreateWithFlags(&tp_after_, cudaEventDisableTiming));
+    }
     for (cudaEvent_t& e : upload_done_) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreate(&opt_begin_));
     CUDA_CHECK(cudaEventCreate(&opt_end_));
@@ -120,13 +154,18 @@ class CudaBackend final : public Backend {
     ShardPlan plan = dp_ != nullptr
                          ? shard_plan_make(table_, dp_->size(), dp_->rank(), dp.zero, dp.bucket_bytes)
                          : shard_plan_make(table_, 1, 0, 0, dp.bucket_bytes);
-    state_ = std::make_unique<ZeroDeviceState>(table_, std::move(plan), dp_, dp_timeout_, stream_, scratch_,
-                                               [this](size_t bytes) { return device<char>(bytes); });
+    std::vector<bool> sharded;
+    for (const TensorInfo& t : table_.tensors()) sharded.push_back(tensor_parallel_sharded(t.name));
+    state_ = std::make_unique<ZeroDeviceState>(
+        table_, std::move(plan), dp_, dp_timeout_, stream_, scratch_,
+        [this](size_t bytes) { return device<char>(bytes); }, tp_comm_, std::move(sharded));
     for (auto& snap : snapshots_) snap = std::make_unique<CudaStateSnapshot>(stream_);
     layout_params();
   }
 
   ~CudaBackend() override {
+    // Bounded: all-reduces queued behind a dead tp peer must not hang the teardown.
+    if (tp_comm_ != nullptr) (void)tp_comm_->sync(tp_stream_, dp_timeout_);
     cudaStreamSynchronize(stream_);
     for (auto& [key, g] : graphs_by_shape_) {
       cudaGraphExecDestroy(g.exec);
@@ -145,6 +184,15 @@ class CudaBackend final : public Backend {
     for (void* p : device_allocations_) cudaFree(p);
     for (void* p : host_allocations_) cudaFreeHost(p);
     for (cudaEvent_t e : upload_done_) cudaEventDestroy(e);
+    for (TpWait& w : tp_wait_events_) {
+      cudaEventDestroy(w.before);
+      cudaEventDestroy(w.after);
+    }
+    if (tp_stream_ != nullptr) {
+      cudaEventDestroy(tp_before_);
+      cudaEventDestroy(tp_after_);
+      cudaStreamDestroy(tp_stream_);
+    }
     cudaStreamDestroy(stream_);
   }
 
@@ -185,6 +233,9 @@ class CudaBackend final : public Backend {
   }
 
   float forward_loss(const int32_t* inputs, const int32_t* targets, int B) override {
+    // Validation is no part of the step's phases: its tp waits are not counted (their events are reused;
+    // this waits for them below).
+    const size_t step_waits = tp_waits_;
     upload(inputs, targets, B, false);
     forward(B);
     const int N = B * m_.seq_len;
@@ -193,7 +244,9 @@ class CudaBackend final : public Backend {
     sum_accumulate_cuda(eval_sum_, losses_, N, stream_);
     float sum = 0;
     CUDA_CHECK(cudaMemcpyAsync(&sum, eval_sum_, sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    if (tp_comm_ != nullptr) check(tp_comm_->sync(stream_, dp_timeout_));  // a dead tp peer: the timeout
     CUDA_CHECK(cudaStreamSynchronize(stream_));
+    tp_waits_ = step_waits;
     return sum / static_cast<float>(N);
   }
 
@@ -204,6 +257,7 @@ class CudaBackend final : public Backend {
     tokens_ = 0;
     micro_in_step_ = 0;
     optimizer_timed_ = false;
+    tp_waits_ = 0;
   }
 
   void optimizer_step(const AdamWStep& s) override {
@@ -223,6 +277,7 @@ class CudaBackend final : public Backend {
         cudaMemcpyAsync(&host_stats_[1], state_->norm(), sizeof(float), cudaMemcpyDeviceToHost, stream_));
     // A collective that never finishes (a dead peer) must fail at the timeout, not hang in a stream wait.
     if (dp_ != nullptr) check(dp_->sync(stream_, dp_timeout_));
+    if (tp_comm_ != nullptr) check(tp_comm_->sync(stream_, dp_timeout_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     StepStats s;
     const double tokens = static_cast<double>(tokens_) * (dp_ != nullptr ? dp_->size() : 1);  // equal shares
@@ -372,6 +427,14 @@ class CudaBackend final : public Backend {
     if (dp_ != nullptr && micro_in_step_ > 0 && optimizer_timed_) {
       phases_.comm_exposed_s = ms(micro_events_[micro_in_step_ - 1].end, opt_begin_) * 1e-3;
     }
+    // Tensor parallel: the compute stream's stalls for the tp stream are communication, not compute (as the
+    // CPU backend counts its tp all-reduces); each is taken out of the phase it fell in.
+    for (size_t k = 0; k < tp_waits_; ++k) {
+      const TpWait& w = tp_wait_events_[k];
+      const double s = std::max(0.0, ms(w.before, w.after) * 1e-3);
+      phases_.comm_exposed_s += s;
+      (w.forward ? phases_.forward_s : phases_.backward_s) -= s;
+    }
     if (optimizer_timed_) {
       follows(opt_begin_);
       follows(opt_end_);
@@ -399,6 +462,7 @@ class CudaBackend final : public Backend {
   void allocate() {
     const size_t P = table_.numel();
     const size_t B = max_batch_, T = m_.seq_len, C = m_.n_embd, NH = m_.n_head, V = m_.vocab_size;
+    const size_t tp = static_cast<size_t>(tp_), Cl = C / tp, NHl = NH / tp, Hl = 4 * C / tp, Vl = V / tp;
     const size_t N = B * T;
     encoded_ = device<bf16>(N * C);
     layers_.resize(m_.n_layer);
@@ -406,15 +470,15 @@ class CudaBackend final : public Backend {
       l.ln1 = device<bf16>(N * C);
       l.ln1_mean = device<float>(N);
       l.ln1_rstd = device<float>(N);
-      l.qkv = device<bf16>(N * 3 * C);
-      l.atty = device<bf16>(N * C);
-      l.lse = device<float>(B * NH * T);
+      l.qkv = device<bf16>(N * 3 * Cl);
+      l.atty = device<bf16>(N * Cl);
+      l.lse = device<float>(B * NHl * T);
       l.res2 = device<bf16>(N * C);
       l.ln2 = device<bf16>(N * C);
       l.ln2_mean = device<float>(N);
       l.ln2_rstd = device<float>(N);
-      l.fch_pre = device<bf16>(N * 4 * C);
-      l.fch_gelu = device<bf16>(N * 4 * C);
+      l.fch_pre = device<bf16>(N * Hl);
+      l.fch_gelu = device<bf16>(N * Hl);
       l.res3 = device<bf16>(N * C);
     }
     lnf_ = device<bf16>(N * C);
@@ -427,7 +491,8 @@ class CudaBackend final : public Backend {
     // after the forward's last use of tmp_nc and before the backward's first write of dres): the chunk is
     // as large as those buffers together, at least ~256 MB. Larger chunks mean fewer passes of the dwte
     // product over its fp32 V × C accumulator (at 124M, 7 instead of 13 passes of 309 MB a micro-batch).
-    const ClassifierRegion region = classifier_region(N, C, V);
+    // Tensor parallel: the logits chunk holds this rank's Vl columns of its rows.
+    const ClassifierRegion region = classifier_region(N, C, Vl);
     bf16* shared = device<bf16>(region.elements);
     dres_ = shared + region.dres;
     dfch_ = shared + region.dfch;
@@ -435,7 +500,14 @@ class CudaBackend final : public Backend {
     datty_ = shared + region.datty;
     tmp_nc_ = shared + region.tmp_nc;
     logits_ = shared;
-    chunk_rows_ = static_cast<int>(std::min<size_t>(region.elements / V, N));
+    chunk_rows_ = static_cast<int>(std::min<size_t>(region.elements / Vl, N));
+    if (tp_comm_ != nullptr) {
+      // The vocab-parallel cross-entropy's per-row values: this rank's, and every rank's gathered.
+      ce_max_ = device<float>(chunk_rows_);
+      ce_all_max_ = device<float>(tp * chunk_rows_);
+      ce_part_ = device<float>(2 * static_cast<size_t>(chunk_rows_));
+      ce_all_part_ = device<float>(2 * tp * chunk_rows_);
+    }
     const size_t scratch =
         std::max({layernorm_backward_scratch_floats(static_cast<int>(N), static_cast<int>(C)),
                   bias_backward_scratch_floats(static_cast<int>(N), static_cast<int>(C)),
@@ -509,18 +581,25 @@ class CudaBackend final : public Backend {
       int32_t* s_tok = staging + 2 * N;
       int32_t* s_start = staging + 3 * N;
       int32_t* s_pos = staging + 4 * N + 1;
-      for (int i = 0; i < N; ++i) ++token_count_[inputs[i]];
+      // Tensor parallel: only the tokens of this rank's wte rows, numbered from its first (v0).
+      const int v0 = vocab_first(), v1 = v0 + m_.vocab_size / tp_;
+      auto mine = [&](int32_t t) { return t >= v0 && t < v1; };
+      for (int i = 0; i < N; ++i) {
+        if (mine(inputs[i])) ++token_count_[inputs[i]];
+      }
       int k = 0, at = 0;
-      for (int v = 0; v < m_.vocab_size; ++v) {
+      for (int v = v0; v < v1; ++v) {
         if (token_count_[v] == 0) continue;
-        s_tok[k] = v;
+        s_tok[k] = v - v0;
         s_start[k] = at;
         at += token_count_[v];
         token_count_[v] = s_start[k];  // becomes the fill cursor
         ++k;
       }
-      for (int j = k; j <= N; ++j) s_start[j] = at;                      // spare buckets are empty
-      for (int i = 0; i < N; ++i) s_pos[token_count_[inputs[i]]++] = i;  // positions ascend within a bucket
+      for (int j = k; j <= N; ++j) s_start[j] = at;  // spare buckets are empty
+      for (int i = 0; i < N; ++i) {
+        if (mine(inputs[i])) s_pos[token_count_[inputs[i]]++] = i;  // positions ascend within a bucket
+      }
       for (int i = 0; i < N; ++i) token_count_[inputs[i]] = 0;
       CUDA_CHECK(cudaMemcpyAsync(bucket_token_, s_tok, k * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
       CUDA_CHECK(cudaMemcpyAsync(bucket_start_, s_start, (N + 1) * sizeof(int32_t), cudaMemcpyHostToDevice,
@@ -532,11 +611,18 @@ class CudaBackend final : public Backend {
 
   void forward(int B) {
     const int T = m_.seq_len, C = m_.n_embd, NH = m_.n_head, HS = C / NH, N = B * T, L = m_.n_layer;
+    const int Cl = C / tp_, NHl = NH / tp_, Hl = 4 * C / tp_;  // this tp rank's share
     // Under ZeRO 3 each unit's parameters are gathered just before use (the next one while this one
     // computes) and released after its last reader is enqueued.
     const bf16* embeddings = state_->params(0);
     state_->prefetch(1);
-    encoder_forward_cuda(encoded_, inputs_, embeddings, embeddings + wpe_at_, N, T, C, stream_);
+    if (tp_comm_ == nullptr) {
+      encoder_forward_cuda(encoded_, inputs_, embeddings, embeddings + wpe_at_, N, T, C, stream_);
+    } else {
+      vocab_parallel_encoder_forward_cuda(encoded_, inputs_, embeddings, embeddings + wpe_at_, vocab_first(),
+                                          m_.vocab_size / tp_, N, T, C, stream_);
+      tp_all_reduce(encoded_, static_cast<size_t>(N) * C);
+    }
     for (int l = 0; l < L; ++l) {
       const BlockParams p = block_params(l);
       state_->prefetch(2 + l);
@@ -550,13 +636,13 @@ class CudaBackend final : public Backend {
                                         layers_[l - 1].res2, tmp_nc_, p.ln1_w, p.ln1_b, N, C, stream_);
       }
       const bf16* residual = l == 0 ? encoded_ : layers_[l - 1].res3;
-      matmul_->forward(a.qkv, a.ln1, p.qkv_w, p.qkv_b, N, C, 3 * C, nullptr);
-      attention_forward(a.atty, a.lse, a.qkv, B, T, NH, HS, stream_);
-      matmul_->forward(tmp_nc_, a.atty, p.proj_w, p.proj_b, N, C, C, nullptr);
+      matmul_->forward(a.qkv, a.ln1, p.qkv_w, p.qkv_b, N, C, 3 * Cl, nullptr);  // column-parallel
+      attention_forward(a.atty, a.lse, a.qkv, B, T, NHl, HS, stream_);
+      row_parallel_forward(tmp_nc_, a.atty, p.proj_w, p.proj_b, N, Cl, C);
       residual_layernorm_forward_cuda(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, residual, tmp_nc_, p.ln2_w,
                                       p.ln2_b, N, C, stream_);
-      matmul_->forward(a.fch_gelu, a.ln2, p.fc_w, p.fc_b, N, C, 4 * C, a.fch_pre);
-      matmul_->forward(tmp_nc_, a.fch_gelu, p.fcproj_w, p.fcproj_b, N, 4 * C, C, nullptr);
+      matmul_->forward(a.fch_gelu, a.ln2, p.fc_w, p.fc_b, N, C, Hl, a.fch_pre);  // column-parallel
+      row_parallel_forward(tmp_nc_, a.fch_gelu, p.fcproj_w, p.fcproj_b, N, Hl, C);
       state_->release(1 + l);
     }
     const bf16* lnf = state_->params(final_unit());
@@ -574,8 +660,10 @@ class CudaBackend final : public Backend {
   void micro_batch(int B, float grad_scale, const MicroEvents& ev) {
     const int N = B * m_.seq_len;
     mark(ev.begin);
+    tp_in_forward_ = true;
     forward(B);
     mark(ev.mid);
+    tp_in_forward_ = false;
     classifier(B, grad_scale / static_cast<float>(N), true);
     sum_accumulate_cuda(state_->loss_sum(), losses_, N, stream_);
     backward(B);
@@ -584,7 +672,7 @@ class CudaBackend final : public Backend {
 
   // Logits, loss and (with backward) dlogits → dlnf and dwte, a chunk of rows at a time.
   void classifier(int B, float dloss, bool backward) {
-    const int C = m_.n_embd, V = m_.vocab_size, N = B * m_.seq_len;
+    const int C = m_.n_embd, V = m_.vocab_size / tp_, N = B * m_.seq_len;  // V: this tp rank's vocabulary
     const bf16* wte = state_->params(0);
     float* dwte = backward ? state_->grads(0) : nullptr;  // wte begins the embeddings
     // Chunks of nearly equal size (a multiple of 128 rows where that fits), so no last chunk is a sliver.
@@ -595,15 +683,102 @@ class CudaBackend final : public Backend {
       const int rows = std::min(step, N - r0);
       const bf16* x = lnf_ + static_cast<size_t>(r0) * C;
       matmul_->forward(logits_, x, wte, nullptr, rows, C, V, nullptr);
-      classifier_cuda(logits_, losses_ + r0, targets_ + r0, dloss, backward, rows, V, stream_);
+      if (tp_comm_ == nullptr) {
+        classifier_cuda(logits_, losses_ + r0, targets_ + r0, dloss, backward, rows, V, stream_);
+      } else {
+        vocab_parallel_classifier(r0, rows, dloss, backward);
+      }
       if (!backward) continue;
-      matmul_->backward_input(dln_ + static_cast<size_t>(r0) * C, logits_, wte, rows, C, V, nullptr);
+      bf16* dx = dln_ + static_cast<size_t>(r0) * C;
+      matmul_->backward_input(dx, logits_, wte, rows, C, V, nullptr);
+      // Tensor parallel: each rank's d(lnf) is the part of the sum over its vocabulary; its all-reduce runs
+      // under the dwte product.
+      if (tp_comm_ != nullptr) tp_all_reduce_start(dx, static_cast<size_t>(rows) * C);
       matmul_->backward_weight(dwte, logits_, x, rows, C, V);
     }
+    if (backward && tp_comm_ != nullptr) tp_join();
+  }
+
+  // The cross-entropy of one chunk of rows over the tp group's vocabulary (cuda/vocab_parallel.cuh): this
+  // rank's logits_ (rows, Vl) become its columns of d(logits) when `backward`.
+  void vocab_parallel_classifier(int r0, int rows, float dloss, bool backward) {
+    const int Vl = m_.vocab_size / tp_;
+    const size_t n = static_cast<size_t>(rows) * tp_;
+    vocab_parallel_row_max_cuda(ce_max_, logits_, rows, Vl, stream_);
+    tp_all_gather(ce_max_, ce_all_max_, n);
+    vocab_parallel_sum_exp_cuda(ce_part_, logits_, ce_all_max_, targets_ + r0, vocab_first(), tp_, rows, Vl,
+                                stream_);
+    tp_all_gather(ce_part_, ce_all_part_, 2 * n);
+    vocab_parallel_loss_cuda(logits_, losses_ + r0, ce_all_max_, ce_all_part_, targets_ + r0, vocab_first(),
+                             tp_, dloss, backward, rows, Vl, stream_);
+  }
+
+  // ---- tensor parallel collectives: on tp_stream_, ordered against the compute stream by events ----
+  // The first tp rank of this rank's vocabulary rows of wte (0 at tp 1).
+  int vocab_first() const { return tp_rank_ * (m_.vocab_size / tp_); }
+  // The tp stream starts after what the compute stream has enqueued so far.
+  void tp_follow() {
+    CUDA_CHECK(cudaEventRecord(tp_before_, stream_));
+    CUDA_CHECK(cudaStreamWaitEvent(tp_stream_, tp_before_));
+  }
+  // The compute stream waits for every tp collective enqueued so far. Two timing events on the compute
+  // stream bracket the wait: the time between them is how long the compute stood still for tp traffic (the
+  // exposed part; what the products hid does not show).
+  void tp_join() {
+    CUDA_CHECK(cudaEventRecord(tp_after_, tp_stream_));
+    if (tp_waits_ == tp_wait_events_.size()) {
+      TpWait w;
+      CUDA_CHECK(cudaEventCreate(&w.before));
+      CUDA_CHECK(cudaEventCreate(&w.after));
+      tp_wait_events_.push_back(w);
+    }
+    TpWait& w = tp_wait_events_[tp_waits_++];
+    w.forward = tp_in_forward_;
+    CUDA_CHECK(cudaEventRecord(w.before, stream_));
+    CUDA_CHECK(cudaStreamWaitEvent(stream_, tp_after_));
+    CUDA_CHECK(cudaEventRecord(w.after, stream_));
+  }
+  // x (count, bf16) becomes the sum over the tp ranks; the compute stream may go on with work that neither
+  // reads nor writes x until tp_join().
+  void tp_all_reduce_start(bf16* x, size_t count) {
+    tp_follow();
+    check(tp_comm_->all_reduce_bf16_enqueue(x, count, tp_stream_));
+  }
+  void tp_all_reduce(bf16* x, size_t count) {
+    tp_all_reduce_start(x, count);
+    tp_join();
+  }
+  // out (count floats) = every tp rank's count / tp values of `in`, in rank order.
+  void tp_all_gather(const float* in, float* out, size_t count) {
+    tp_follow();
+    check(tp_comm_->all_gather_enqueue(in, out, count, sizeof(float), tp_stream_));
+    tp_join();
+  }
+  // out (N, C) = inp (N, K) · w (C, K)ᵀ + bias. Tensor parallel: w holds this rank's K input columns, so
+  // out is a partial sum, all-reduced; tp rank 0 alone adds the (whole) bias, so the sum holds it once.
+  // The rows go in two halves where they split evenly (16-byte aligned): the first half's all-reduce runs
+  // under the second half's product, and the compute stream waits only for the second's.
+  void row_parallel_forward(bf16* out, const bf16* inp, const bf16* w, const bf16* bias, int N, int K,
+                            int C) {
+    const bf16* b = tp_rank_ == 0 ? bias : nullptr;
+    if (tp_comm_ == nullptr) {
+      matmul_->forward(out, inp, w, b, N, K, C, nullptr);
+      return;
+    }
+    const int parts = N % 16 == 0 && K % 8 == 0 && C % 8 == 0 ? 2 : 1;
+    const int rows = N / parts;
+    for (int part = 0; part < parts; ++part) {
+      const size_t r0 = static_cast<size_t>(part) * rows;
+      matmul_->forward(out + r0 * C, inp + r0 * K, w, b, rows, K, C, nullptr);
+      tp_all_reduce_start(out + r0 * C, static_cast<size_t>(rows) * C);
+    }
+    tp_join();
   }
 
   void backward(int B) {
     const int T = m_.seq_len, C = m_.n_embd, NH = m_.n_head, HS = C / NH, N = B * T, L = m_.n_layer;
+    const int Cl = C / tp_, NHl = NH / tp_, Hl = 4 * C / tp_;  // this tp rank's share
+    const size_t NC = static_cast<size_t>(N) * C;
     // Each LayerNorm backward also sums the dres it leaves into the gradient of the bias whose output that
     // residual stream is (no separate bias pass). The final norm writes dres (no memset first); dres is then
     // d(res3) of the last block, whose MLP projection bias it is.
@@ -621,22 +796,29 @@ class CudaBackend final : public Backend {
       LayerActs& a = layers_[l];
       const bf16* residual = l == 0 ? encoded_ : layers_[l - 1].res3;
       // MLP branch, reading d(res3) before the second norm's contribution turns dres into d(res2).
-      matmul_->backward_weight(g.fcproj_w, dres_, a.fch_gelu, N, 4 * C, C);
-      matmul_->backward_input(dfch_, dres_, p.fcproj_w, N, 4 * C, C, a.fch_pre);
-      bias_backward_cuda(g.fc_b, scratch_, dfch_, N, 4 * C, stream_);
-      matmul_->backward_weight(g.fc_w, dfch_, a.ln2, N, C, 4 * C);
-      matmul_->backward_input(dln_, dfch_, p.fc_w, N, C, 4 * C, nullptr);
+      // Tensor parallel: d(res3) is whole on every rank, so the row-parallel projection's input gradient is
+      // this rank's share with no traffic; the column-parallel MLP-up's (dln) is a partial sum, all-reduced
+      // under its weight and bias gradients.
+      matmul_->backward_weight(g.fcproj_w, dres_, a.fch_gelu, N, Hl, C);
+      matmul_->backward_input(dfch_, dres_, p.fcproj_w, N, Hl, C, a.fch_pre);
+      matmul_->backward_input(dln_, dfch_, p.fc_w, N, C, Hl, nullptr);
+      if (tp_comm_ != nullptr) tp_all_reduce_start(dln_, NC);
+      bias_backward_cuda(g.fc_b, scratch_, dfch_, N, Hl, stream_);
+      matmul_->backward_weight(g.fc_w, dfch_, a.ln2, N, C, Hl);
+      if (tp_comm_ != nullptr) tp_join();
       // dres becomes d(res2): the attention projection's bias gradient.
       layernorm_backward_cuda(dres_, g.ln2_w, g.ln2_b, g.proj_b, scratch_, dln_, a.res2, p.ln2_w, a.ln2_mean,
                               a.ln2_rstd, N, C, true, stream_);
       // Attention branch, then the first norm turns dres into d(residual in).
-      matmul_->backward_weight(g.proj_w, dres_, a.atty, N, C, C);
-      matmul_->backward_input(datty_, dres_, p.proj_w, N, C, C, nullptr);
-      attention_backward(dqkv_, datty_, a.atty, a.lse, a.qkv, scratch_, B, T, NH, HS, stream_,
+      matmul_->backward_weight(g.proj_w, dres_, a.atty, N, Cl, C);
+      matmul_->backward_input(datty_, dres_, p.proj_w, N, Cl, C, nullptr);
+      attention_backward(dqkv_, datty_, a.atty, a.lse, a.qkv, scratch_, B, T, NHl, HS, stream_,
                          deterministic_);
-      matmul_->backward_weight(g.qkv_w, dqkv_, a.ln1, N, C, 3 * C);
-      bias_backward_cuda(g.qkv_b, scratch_, dqkv_, N, 3 * C, stream_);
-      matmul_->backward_input(dln_, dqkv_, p.qkv_w, N, C, 3 * C, nullptr);
+      matmul_->backward_input(dln_, dqkv_, p.qkv_w, N, C, 3 * Cl, nullptr);
+      if (tp_comm_ != nullptr) tp_all_reduce_start(dln_, NC);  // column-parallel QKV: as MLP-up's above
+      matmul_->backward_weight(g.qkv_w, dqkv_, a.ln1, N, C, 3 * Cl);
+      bias_backward_cuda(g.qkv_b, scratch_, dqkv_, N, 3 * Cl, stream_);
+      if (tp_comm_ != nullptr) tp_join();
       // dres becomes d(res3) of the block below: its MLP projection's bias gradient.
       float* below_bias = l > 0 ? block_grads(l - 1).fcproj_b : nullptr;
       layernorm_backward_cuda(dres_, g.ln1_w, g.ln1_b, below_bias, scratch_, dln_, residual, p.ln1_w,
@@ -659,6 +841,7 @@ class CudaBackend final : public Backend {
 
   ModelConfig m_;
   int max_batch_;
+  int tp_ = 1, tp_rank_ = 0;  // the tp degree and this rank's place (1, 0 without tensor parallelism)
   TensorTable table_;
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
@@ -703,16 +886,32 @@ class CudaBackend final : public Backend {
   std::vector<int32_t> token_count_;
   int64_t tokens_ = 0;
 
-  // Data parallel: the dp communicator (null on one GPU) and its collectives' timeout.
+  // Data parallel: the dp communicator (null on one GPU) and its collectives' timeout (the tp axis' too).
   Communicator* dp_ = nullptr;
   std::chrono::milliseconds dp_timeout_{0};
+  // Tensor parallel: the tp axis (null at tp 1), its stream and the events ordering it against the compute
+  // stream, and the vocab-parallel cross-entropy's per-row values (chunk_rows_ each; all_*: every rank's).
+  Communicator* tp_comm_ = nullptr;
+  cudaStream_t tp_stream_ = nullptr;
+  cudaEvent_t tp_before_ = nullptr, tp_after_ = nullptr;
+  // The compute stream's waits for the tp stream since begin_step, each bracketed by two timing events
+  // (reused step after step), and whether it fell in a micro-batch's forward phase.
+  struct TpWait {
+    cudaEvent_t before = nullptr, after = nullptr;
+    bool forward = false;
+  };
+  std::vector<TpWait> tp_wait_events_;
+  size_t tp_waits_ = 0;
+  bool tp_in_forward_ = false;
+  float *ce_max_ = nullptr, *ce_all_max_ = nullptr, *ce_part_ = nullptr, *ce_all_part_ = nullptr;
 };
 
 }  // namespace
 
 std::unique_ptr<Backend> backend_cuda_create(const ModelConfig& m, int max_batch, bool graphs,
-                                             bool deterministic, const CudaDataParallel& dp) {
-  return std::make_unique<CudaBackend>(m, max_batch, graphs, deterministic, dp);
+                                             bool deterministic, const CudaDataParallel& dp,
+                                             const CudaTensorParallel& tp) {
+  return std::make_unique<CudaBackend>(m, max_batch, graphs, deterministic, dp, tp);
 }
 
 }  // namespace gantry

@@ -22,7 +22,17 @@ struct CudaDataParallel {
   size_t bucket_bytes = size_t{25} << 20;
   std::chrono::milliseconds timeout{std::chrono::seconds(120)};
 };
+// Tensor parallel over NCCL (Megatron-style, parallel/tensor_parallel.h): the tp communicator (null or size
+// 1: none). params() is then this tp rank's share, tensor_parallel_table(m, tp, tp rank), the table the CPU
+// backend holds at the same tp, so checkpoints of either load on the other. Column-parallel QKV and MLP-up,
+// row-parallel attention and MLP projections, heads split over the ranks, the vocab-parallel embedding and
+// cross-entropy (cuda/vocab_parallel.cuh); the activations' all-reduces are bf16, on a stream of their own.
+// Composes with CudaDataParallel (ZeRO over the dp axis); CUDA graphs are off.
+struct CudaTensorParallel {
+  Communicator* comm = nullptr;
+};
 std::unique_ptr<Backend> backend_cuda_create(const ModelConfig& m, int max_batch, bool graphs,
-                                             bool deterministic, const CudaDataParallel& dp = {});
+                                             bool deterministic, const CudaDataParallel& dp = {},
+                                             const CudaTensorParallel& tp = {});
 
 }  // namespace gantry

@@ -11,13 +11,17 @@ namespace gantry {
 
 ZeroDeviceState::ZeroDeviceState(const TensorTable& table, ShardPlan plan, Communicator* dp,
                                  std::chrono::milliseconds timeout, cudaStream_t compute, float* norm_scratch,
-                                 const Allocate& allocate)
+                                 const Allocate& allocate, Communicator* tp, std::vector<bool> tp_sharded)
     : plan_(std::move(plan)),
       comm_(dp),
       timeout_(timeout),
       compute_(compute),
       zero_(plan_.zero),
-      norm_scratch_(norm_scratch) {
+      norm_scratch_(norm_scratch),
+      tp_(tp != nullptr && tp->size() > 1 ? tp : nullptr),
+      tp_sharded_(std::move(tp_sharded)) {
+  GANTRY_CHECK(tp_ == nullptr || tp_sharded_.size() == table.size(),
+               "tensor parallel needs one split flag per tensor of the table");
   GANTRY_CHECK(plan_.dp == 1 || (comm_ != nullptr && comm_->size() == plan_.dp),
                "data parallel over more than one rank needs a communicator of the plan's size");
   GANTRY_CHECK(plan_.dp > 1 || zero_ == 0, "a plan over one rank shards nothing: ZeRO 0");
@@ -36,10 +40,10 @@ ZeroDeviceState::ZeroDeviceState(const TensorTable& table, ShardPlan plan, Commu
   CUDA_CHECK(cudaMemset(m_, 0, held * sizeof(float)));
   CUDA_CHECK(cudaMemset(v_, 0, held * sizeof(float)));
   CUDA_CHECK(cudaMemset(grads_, 0, (zero_ < 2 ? P : S) * sizeof(float)));
-  stats_ = floats(2);
+  stats_ = floats(3);
   norm_ = floats(1);
   hash_sum_ = static_cast<unsigned long long*>(allocate(sizeof(unsigned long long)));
-  CUDA_CHECK(cudaMemset(stats_, 0, 2 * sizeof(float)));
+  CUDA_CHECK(cudaMemset(stats_, 0, 3 * sizeof(float)));
   CUDA_CHECK(cudaMemset(norm_, 0, sizeof(float)));
   build_chunks(table, allocate);
 
@@ -105,8 +109,18 @@ void ZeroDeviceState::build_chunks(const TensorTable& table, const Allocate& all
   } else {
     ranges = plan_.segments;
   }
+  // Tensor parallel: the split tensors' ranges first, so their chunks are one run for the norm's two sums
+  // (the update does not care about the order).
+  if (tp_ != nullptr) {
+    std::stable_partition(ranges.begin(), ranges.end(),
+                          [&](const ShardSegment& r) { return static_cast<bool>(tp_sharded_[r.tensor]); });
+  }
   std::vector<AdamWChunk> chunks;
   for (const ShardSegment& r : ranges) {
+    if (tp_ != nullptr && tp_sharded_[r.tensor]) {
+      n_tp_sharded_chunks_ +=
+          static_cast<int>((r.count + adamw_chunk_elements() - 1) / adamw_chunk_elements());
+    }
     for (size_t off = 0; off < r.count; off += adamw_chunk_elements()) {
       const uint64_t global = r.offset + off, shard = r.shard_offset + off;
       chunks.push_back(
@@ -120,7 +134,7 @@ void ZeroDeviceState::build_chunks(const TensorTable& table, const Allocate& all
   n_chunks_ = static_cast<int>(chunks.size());
   chunks_ = static_cast<AdamWChunk*>(allocate(std::max<size_t>(chunks.size(), 1) * sizeof(AdamWChunk)));
   CUDA_CHECK(cudaMemcpy(chunks_, chunks.data(), chunks.size() * sizeof(AdamWChunk), cudaMemcpyHostToDevice));
-  if (zero_ > 0) {
+  if (zero_ > 0 || tp_ != nullptr) {
     chunk_scratch_ = static_cast<float*>(allocate(std::max<size_t>(chunks.size(), 1) * sizeof(float)));
   }
 }
@@ -327,8 +341,37 @@ void ZeroDeviceState::finish_reductions() {
   CUDA_CHECK(cudaStreamWaitEvent(compute_, comm_mark_));
 }
 
+void ZeroDeviceState::tp_sum_squares(bool with_loss) {
+  // A rank's ZeRO 1-3 segments may hold no split tensor, or no whole one: an empty sum is 0.
+  auto sum = [&](float* out, int first, int count) {
+    if (count > 0) {
+      chunk_sum_squares_cuda(out, chunk_scratch_ + first, grads_, chunks_ + first, count, compute_);
+    } else {
+      CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(float), compute_));
+    }
+  };
+  sum(stats_ + 1, 0, n_tp_sharded_chunks_);
+  sum(stats_ + 2, n_tp_sharded_chunks_, n_chunks_ - n_tp_sharded_chunks_);
+  if (comm_ != nullptr && zero_ > 0) {
+    // ZeRO 1-3: each dp rank's squares are its shard's (ZeRO 0's are the whole reduced buffer's already).
+    comm_follows_compute();
+    float* first = with_loss ? stats_ : stats_ + 1;
+    check(comm_->all_reduce_enqueue(first, with_loss ? 3 : 2, comm_stream_));
+    CUDA_CHECK(cudaEventRecord(comm_mark_, comm_stream_));
+    CUDA_CHECK(cudaStreamWaitEvent(compute_, comm_mark_));
+  }
+  // The split tensors' squares over the tp group (a float on the compute stream, which waits for it anyway),
+  // then the whole tensors' once.
+  check(tp_->all_reduce_enqueue(stats_ + 1, 1, compute_));
+  add_in_place_cuda(stats_ + 1, stats_ + 2, 1, compute_);
+}
+
 void ZeroDeviceState::update(const AdamWStep& s) {
-  if (zero_ == 0) {
+  if (tp_ != nullptr) {
+    tp_sum_squares(/*with_loss=*/true);
+    CUDA_CHECK(cudaMemcpyAsync(norm_, stats_ + 1, sizeof(float), cudaMemcpyDeviceToDevice, compute_));
+    sqrt_in_place_cuda(norm_, compute_);
+  } else if (zero_ == 0) {
     global_norm_cuda(norm_, norm_scratch_, grads_, plan_.numel, compute_);
   } else {
     // Each rank's share of Σg², summed with the loss in one all-reduce of two floats.
@@ -364,6 +407,12 @@ float ZeroDeviceState::grad_norm() {
     CUDA_CHECK(cudaStreamWaitEvent(compute_, comm_mark_));
   }
   float n = 0;
+  if (tp_ != nullptr) {
+    tp_sum_squares(/*with_loss=*/false);
+    CUDA_CHECK(cudaMemcpyAsync(&n, stats_ + 1, sizeof(float), cudaMemcpyDeviceToHost, compute_));
+    check(tp_->sync(compute_, timeout_));  // a dead tp peer fails at the timeout, not in a stream wait
+    return std::sqrt(n);
+  }
   if (zero_ == 0) {
     global_norm_cuda(stats_ + 1, norm_scratch_, grads_, plan_.numel, compute_);
     CUDA_CHECK(cudaMemcpyAsync(&n, stats_ + 1, sizeof(float), cudaMemcpyDeviceToHost, compute_));

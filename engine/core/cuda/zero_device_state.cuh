@@ -27,6 +27,12 @@
 // On one GPU (no communicator) the plan is ZeRO 0 and every call is pointer arithmetic with no events, so a
 // micro-batch can be captured as a CUDA graph.
 //
+// Tensor parallel (parallel/tensor_parallel.h): `table` is this tp rank's share of the model and the plan
+// splits it over dp as ever; the gradient norm then sums, over the tp group, the squares of the tensors
+// split over tp and counts the ones every tp rank holds whole once (their gradients are the same bits on
+// every tp rank), as ZeroHostState::set_tensor_parallel does on the CPU. The loss is not reduced over tp:
+// every tp rank computes the same one.
+//
 // A failed collective is fatal (FatalError carrying the communicator's message): the gang fails together.
 #pragma once
 
@@ -51,9 +57,10 @@ class ZeroDeviceState {
   using Allocate = std::function<void*(size_t bytes)>;
   // dp may be null only when plan.dp == 1; a plan over one rank must be ZeRO 0. norm_scratch: at least
   // global_norm_scratch_floats(numel) floats that the compute stream may use between other kernels.
+  // tp: the tp axis (null at tp 1), with one flag per tensor of `table`: split over the tp ranks.
   ZeroDeviceState(const TensorTable& table, ShardPlan plan, Communicator* dp,
                   std::chrono::milliseconds timeout, cudaStream_t compute, float* norm_scratch,
-                  const Allocate& allocate);
+                  const Allocate& allocate, Communicator* tp = nullptr, std::vector<bool> tp_sharded = {});
   ~ZeroDeviceState();
   ZeroDeviceState(const ZeroDeviceState&) = delete;
   ZeroDeviceState& operator=(const ZeroDeviceState&) = delete;
@@ -144,6 +151,9 @@ class ZeroDeviceState {
   ParamSlot& resident_slot(int unit);
   GradSlot& open_grad_slot(int bucket);
   void apply_flip(uint64_t bit);  // flip_replicated_bit's byte, now, on the compute stream
+  // Tensor parallel: stats_[1] = the squared global norm (the split tensors' squares summed over tp, the
+  // whole ones' once), on the compute stream; with_loss, ZeRO 1-3's dp all-reduce also sums the loss.
+  void tp_sum_squares(bool with_loss);
 
   ShardPlan plan_;
   Communicator* comm_;
@@ -155,15 +165,20 @@ class ZeroDeviceState {
 
   float* master_ = nullptr;  // P (ZeRO 0) or the shard S
   float *m_ = nullptr, *v_ = nullptr;
-  float* grads_ = nullptr;                  // P (ZeRO 0/1) or the shard S (ZeRO 2/3)
-  bf16* params_ = nullptr;                  // P (ZeRO 0-2) or the shard S (ZeRO 3)
-  float* stats_ = nullptr;                  // [loss sum, sum of squared gradients]
+  float* grads_ = nullptr;  // P (ZeRO 0/1) or the shard S (ZeRO 2/3)
+  bf16* params_ = nullptr;  // P (ZeRO 0-2) or the shard S (ZeRO 3)
+  float* stats_ = nullptr;  // [loss sum, sum of squared gradients, (tp) that of the whole tensors]
   unsigned long long* hash_sum_ = nullptr;  // replicated_hash()'s device scratch word
   int64_t pending_flip_bit_ = -1;           // flip_replicated_bit's, until the gather it waits for
   float* norm_ = nullptr;
   float* chunk_scratch_ = nullptr;  // ZeRO 1-3: one partial sum of squares per chunk
   AdamWChunk* chunks_ = nullptr;
   int n_chunks_ = 0;
+  // Tensor parallel: the tp axis (null at tp 1), each tensor's flag (split over tp), and how many of the
+  // chunks (which then come first) belong to split tensors.
+  Communicator* tp_ = nullptr;
+  std::vector<bool> tp_sharded_;
+  int n_tp_sharded_chunks_ = 0;
 
   // ZeRO 2/3 gradient staging: the embeddings' bucket, and two slots for the others.
   GradSlot embedding_grads_;

@@ -11,10 +11,20 @@ Status tensor_parallel_check(const ModelConfig& m, const ParallelDims& d, const 
   auto bad = [](const std::string& what) { return Status::error("parallel layout: " + what); };
   const std::string tp = "tp " + std::to_string(d.tp);
   if (d.tp == 1) return {};
-  if (backend != "cpu") {
+  if (backend != "cpu" && backend != "cuda") {
+    return bad(tp + " with train.backend = \"" + backend +
+               "\": tensor parallel runs on the \"cpu\" and \"cuda\" backends; use one of them, or tp 1");
+  }
+  if (backend == "cuda" && d.pp > 1) {
+    return bad(tp + " x pp " + std::to_string(d.pp) +
+               " with train.backend = \"cuda\": tensor x pipeline parallel is CPU-only for now (the CUDA "
+               "backend has no pipeline stages); use pp 1 on the GPU, or train.backend = \"cpu\"");
+  }
+  if (backend == "cuda" && sequence_parallel) {
     return bad(
-        tp + " with train.backend = \"" + backend +
-        "\": tensor parallel is CPU-only for now; use tp 1 on this backend, or train.backend = \"cpu\"");
+        tp +
+        " with train.sequence_parallel and train.backend = \"cuda\": sequence parallelism is "
+        "CPU-only for now; set train.sequence_parallel = false on the GPU, or train.backend = \"cpu\"");
   }
   if (m.n_head % d.tp != 0) {
     return bad(tp + " does not divide model.n_head " + std::to_string(m.n_head) +

@@ -7,7 +7,8 @@
 // row-parallel down). The token embedding (and so the tied classifier) splits by vocabulary rows: rank r
 // keeps tokens [r·V/tp, (r+1)·V/tp) (vocab-parallel, cpu/vocab_parallel_cpu.h). LayerNorms, the position
 // embedding and the row-parallel layers' biases stay whole on every rank: their gradients come out
-// bit-identical on every tp rank, so their updates do too, with no communication.
+// bit-identical on every tp rank, so their updates do too, with no communication. The CUDA backend
+// (cuda/backend_cuda.cu, cuda/vocab_parallel.cuh) runs the same split with the same table.
 // Each tensor of tensor_parallel_table records where its share lies in the whole tensor (TensorShare), so
 // checkpoints are written and read in the whole model's coordinates and any tp loads any other's.
 //
@@ -35,8 +36,8 @@ namespace gantry {
 
 // Whether `d.tp` can split this model on this backend: n_head, the MLP width 4·n_embd and vocab_size must
 // be multiples of tp, and with sequence parallelism seq_len too (pp is pipeline_check's,
-// parallel/pipeline_schedule.h); tensor parallelism runs on the CPU backend only. The error names the
-// numbers and what would be right.
+// parallel/pipeline_schedule.h); tensor parallelism runs on the CPU backend and on the CUDA backend (there
+// without pp or sequence parallelism). The error names the numbers and what would be right.
 Status tensor_parallel_check(const ModelConfig& m, const ParallelDims& d, const std::string& backend,
                              bool sequence_parallel = false);
 

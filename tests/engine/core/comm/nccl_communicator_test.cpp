@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -166,6 +168,32 @@ std::string nccl_enqueue_body(int rank, int n, int fd) {
     cudaMemcpy(got.data(), bf, count * 2, cudaMemcpyDeviceToHost);
     cudaFree(bf);
     if (got != all) errors += "all_gather_enqueue of 2-byte elements" + at + " differs\n";
+
+    // bf16 all-reduce (tensor parallelism's): small integers, exact in bf16 and so are their sums, whose
+    // bf16 bits are the top half of the float's.
+    auto bf16_bits = [](float v) {
+      uint32_t u = 0;
+      std::memcpy(&u, &v, sizeof u);
+      return static_cast<uint16_t>(u >> 16);
+    };
+    auto value = [](size_t i, int r) {
+      return static_cast<float>(static_cast<int>((i * 7 + r * 3) % 64) - 32);
+    };
+    std::vector<uint16_t> mine16(count), want16(count);
+    for (size_t i = 0; i < count; ++i) {
+      float total = 0.0f;
+      for (int r = 0; r < n; ++r) total += value(i, r);
+      mine16[i] = bf16_bits(value(i, rank));
+      want16[i] = bf16_bits(total);
+    }
+    uint16_t* sum16 = nullptr;
+    cudaMalloc(&sum16, count * 2);
+    cudaMemcpy(sum16, mine16.data(), count * 2, cudaMemcpyHostToDevice);
+    WORKER_CHECK_OK(comm.all_reduce_bf16_enqueue(sum16, count, stream));
+    WORKER_CHECK_OK(comm.sync(stream, 30s));
+    cudaMemcpy(got.data(), sum16, count * 2, cudaMemcpyDeviceToHost);
+    cudaFree(sum16);
+    if (got != want16) errors += "all_reduce_bf16_enqueue" + at + " differs from the exact sums\n";
   }
   cudaStreamDestroy(stream);
   return errors;
