@@ -614,7 +614,7 @@ TEST(RunCli, PipelineLayoutsAreCheckedAndPp2Trains) {
   EXPECT_THAT(r.err, HasSubstr("pp 2 x vp 1 = 2 stages but model.n_layer is 1"));
   r = testing_support::run_engine("run --nproc 3 --pp 2 --config " + one_layer);
   EXPECT_EQ(r.code, 2) << r.err;
-  EXPECT_THAT(r.err, HasSubstr("dp 1 x tp 1 x pp 2 = 2 but the world has 3 ranks"));
+  EXPECT_THAT(r.err, HasSubstr("--nproc 3 is not a multiple of tp x pp = 1 x 2 = 2"));
 
   std::ifstream in(one_layer);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
