@@ -32,6 +32,7 @@
 
 #include "engine/core/backend.h"
 #include "engine/core/comm/communicator.h"
+#include "engine/core/cpu/cpu_state.h"
 #include "engine/core/cpu/ops_cpu.h"
 #include "engine/core/cpu/thread_pool.h"
 #include "engine/core/cpu/tp_ops_cpu.h"
@@ -41,7 +42,6 @@
 #include "engine/core/parallel/pipeline_schedule.h"
 #include "engine/core/parallel/tensor_parallel.h"
 #include "engine/core/parallel/zero_host_state.h"
-#include "engine/core/replica_hash.h"
 
 namespace gantry {
 namespace {
@@ -101,7 +101,7 @@ struct Micro {
   float grad_scale = 0;
 };
 
-class PipelineCpuBackend final : public Backend {
+class PipelineCpuBackend final : public CpuStateBackend {
  public:
   PipelineCpuBackend(const ModelConfig& m, int max_batch, const BackendOptions& o)
       : m_(m),
@@ -120,22 +120,13 @@ class PipelineCpuBackend final : public Backend {
     slots_.resize(vp_);
     busy_.resize(vp_);
     slot_of_.resize(vp_);
-    const int dp = o.dp != nullptr ? o.dp->size() : 1, rank = o.dp != nullptr ? o.dp->rank() : 0;
-    state_ = std::make_unique<ZeroHostState>(
-        table_, shard_plan_make(table_, dp, rank, o.zero, o.bucket_bytes), o.dp, o.comm_timeout, &pool_);
     // tp x pp: the stage's blocks run tensor-parallel over its tp group (tp_ops_cpu.h), the embedding and
     // the classifier vocab-parallel; the pp communicator links matching tp ranks of the stages.
     // Sequence parallel: the stage's residual stream and LayerNorms hold this tp rank's positions only, and
     // so do the activations and gradients passed between stages (matching tp ranks hold the same ones).
-    tp_ = {.comm = o.tp != nullptr && o.tp->size() > 1 ? o.tp : nullptr,
-           .timeout = o.comm_timeout,
-           .pool = &pool_,
-           .sequence_parallel = o.sequence_parallel};
-    if (tp_.comm != nullptr) {
-      std::vector<bool> sharded;
-      for (const TensorInfo& t : table_.tensors()) sharded.push_back(tensor_parallel_sharded(t.name));
-      state_->set_tensor_parallel(tp_.comm, table_, std::move(sharded));
-    }
+    // The tp pieces and the dp state are set up as the one-process backend's (cpu_state.h).
+    tp_ = cpu_tp_ops(o, &pool_, m, max_batch);
+    state_ = cpu_state_create(table_, o, tp_, &pool_);
     const size_t N = static_cast<size_t>(max_batch) * m.seq_len, C = m.n_embd, V = vocab();
     const size_t Cl = C / tp_.size();  // this tp rank's share of the heads' width
     if (last()) wte_copy_.assign(V * C, 0.0f);
@@ -241,32 +232,13 @@ class PipelineCpuBackend final : public Backend {
     for (const std::vector<float>& v : dres0_) floats += v.size();
     return floats * sizeof(float);
   }
-  StateBytes state_bytes() const override {
-    const ShardMemory mem = state_->allocated();
-    return {.params = mem.params * sizeof(float),
-            .grads = mem.grads * sizeof(float),
-            .optimizer = mem.optimizer * sizeof(float)};
-  }
-
-  // The norm of this stage's gradients over its dp group (tests and tools; not summed over the stages).
-  double grad_norm() override { return state_->reduce_stats(0.0).grad_norm; }
-  void read_state(StateBuffer which, size_t offset, size_t count, float* out) override {
-    state_->read(which, offset, count, out);
-  }
   void write_state(StateBuffer which, size_t offset, size_t count, const float* in) override {
-    state_->write(which, offset, count, in);
+    CpuStateBackend::write_state(which, offset, count, in);
     if (which == StateBuffer::kParams) work_params_fresh_ = false;  // ZeRO 3: gather them again
   }
-  std::vector<FlatRange> held_ranges(StateBuffer which) const override { return state_->held(which); }
-  std::vector<FlatRange> written_ranges(StateBuffer which) const override { return state_->written(which); }
-  void gather_params(float* out) override { state_->gather_params(out); }
 
   std::string replicated_state() const override { return "fp32 parameters"; }
   uint64_t replicated_bytes() const override { return table_.numel() * sizeof(float); }
-  uint64_t replicated_hash() override {
-    const float* p = state_->full_params();
-    return p != nullptr ? replica_hash(p, table_.numel() * sizeof(float)) : 0;
-  }
 
  private:
   // The rank's tensors (its virtual stages'), each a share of the whole model's at tp > 1.
@@ -645,7 +617,6 @@ class PipelineCpuBackend final : public Backend {
   PipelinePartition part_;  // pp x vp virtual stages
   TensorTable table_;
   ThreadPool pool_;
-  std::unique_ptr<ZeroHostState> state_;
   TpOpsCpu tp_;  // the stage's tp group (tp x pp); no communicator at tp 1
   int zero_ = 0;
   std::vector<float> work_params_, work_grads_;  // ZeRO 3 / ZeRO 2-3: the stage's whole buffers for a step

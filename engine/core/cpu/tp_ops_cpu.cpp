@@ -23,6 +23,16 @@ float* TpOpsCpu::sized(std::vector<float>& v, size_t n) {
   return v.data();
 }
 
+void TpOpsCpu::reserve(int B, int T, int C) {
+  if (!sp()) return;
+  const size_t all = static_cast<size_t>(B) * T * C;
+  sized(full_, all);
+  sized(stage_, all);
+  sized(grad_full_, all);
+  sized(grad_local_, static_cast<size_t>(rows(B * T)) * C);
+  sized(ln_grads_, static_cast<size_t>(4) * C);
+}
+
 size_t TpOpsCpu::scratch_floats() const {
   return full_.size() + stage_.size() + grad_full_.size() + grad_local_.size() + ln_grads_.size();
 }

@@ -78,6 +78,9 @@ struct TpOpsCpu {
   void crossentropy_backward(float* dlogits, const float* probs, const int32_t* targets, float dloss, int N,
                              int Vl);
 
+  // Sizes sequence parallelism's scratch for B sequences of T positions (nothing otherwise), so that it is
+  // there, and counted, from the start; the pieces grow it on demand all the same.
+  void reserve(int B, int T, int C);
   // Floats held by the scratch buffers (sequence parallelism's; none otherwise).
   size_t scratch_floats() const;
 

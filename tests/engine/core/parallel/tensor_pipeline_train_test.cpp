@@ -19,6 +19,7 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,12 @@ struct Layout {
   bool sp = false;  // train.sequence_parallel
   const char* schedule = "1f1b";
 };
+
+// gtest names the parameter by this, not by its bytes (the schedule's pointer would make the name vary).
+void PrintTo(const Layout& l, std::ostream* os) {
+  *os << "tp" << l.tp << " pp" << l.pp << " dp" << l.dp << " zero" << l.zero << (l.sp ? " sp " : " ")
+      << l.schedule;
+}
 
 class TensorPipeline : public ::testing::TestWithParam<Layout> {};
 
