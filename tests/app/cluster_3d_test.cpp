@@ -216,8 +216,9 @@ TEST_F(Cluster3d, ResumeFromMovesAStoppedRunToAnotherTp) {
 // Pipeline checkpoints reshard (issue 17), so resume-from moves a run into a pipeline and out of it: a dp 2
 // run stopped after a few steps goes on at pp 2 (its two stages on one node, each rank's coordinate
 // saying so) from its checkpoint, then, stopped again, at dp 2 from the pipeline's checkpoint. Each move
-// continues the curve: the first step after a resume is within 0.25 of the step before it (a model drawn
-// afresh would start again near ln 256 = 5.55), and the steps go on past the checkpoint.
+// continues the curve: the first step after a resume is within 0.5 of the step before it (the loss falls by
+// up to about 0.2 a step there; a model drawn afresh would start again near ln 256 = 5.55), and the steps go
+// on past the checkpoint.
 TEST_F(Cluster3d, ResumeFromMovesARunIntoAPipelineAndOutOfIt) {
   Result<json> sub =
       api_->post_json("/v1/runs", {{"config", tiny_config(100000)}, {"layout", {{"dp", 2}}}, {"min_dp", 1}});
@@ -241,8 +242,8 @@ TEST_F(Cluster3d, ResumeFromMovesARunIntoAPipelineAndOutOfIt) {
     ASSERT_TRUE(l.count(from) && l.count(from + 1)) << "step " << from;
     std::fprintf(stderr, "moved to %s at step %lld: loss %.4f, then %.4f\n", layout.dump().c_str(),
                  static_cast<long long>(from), l.at(from), l.at(from + 1));
-    EXPECT_LT(l.at(from), 5.0) << "the run had not learned before the move";
-    EXPECT_NEAR(l.at(from + 1), l.at(from), 0.25) << "the curve jumped at the move to " << layout.dump();
+    EXPECT_LT(l.at(from), 4.8) << "the run had not learned before the move";
+    EXPECT_NEAR(l.at(from + 1), l.at(from), 0.5) << "the curve jumped at the move to " << layout.dump();
   };
   stop_after(12);
   move_to({{"dp", 1}, {"pp", 2}});

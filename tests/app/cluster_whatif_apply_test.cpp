@@ -3,7 +3,8 @@
 // GET /v1/runs/{id}), offers the planner's dp 1 x pp 2 layout for it, and the request Apply hands the
 // console (WhatIfApply::body() through ApiClient::resume_from_request) moves the stopped run onto that
 // pipeline from its checkpoint: the run's layout and ranks say pp 2 and its steps go on from the checkpoint
-// on the curve (within 0.25 of the step before; a model drawn afresh would start near ln 256 = 5.55).
+// on the curve (within 0.5 of the step before, where the loss falls by up to about 0.2 a step; a model drawn
+// afresh would start near ln 256 = 5.55).
 #include "engine/cluster/api_client.h"
 #include "tests/app/cluster_fixture.h"
 #include "ui/whatif/whatif_model.h"
@@ -62,8 +63,8 @@ TEST_F(ClusterWhatIfApply, ApplyMovesALiveRunOntoAPipeline) {
   }
   const std::map<int64_t, double> l = losses(id);
   ASSERT_TRUE(l.count(from) && l.count(from + 1)) << "step " << from;
-  EXPECT_LT(l.at(from), 5.0) << "the run had not learned before the move";
-  EXPECT_NEAR(l.at(from + 1), l.at(from), 0.25);
+  EXPECT_LT(l.at(from), 4.8) << "the run had not learned before the move";
+  EXPECT_NEAR(l.at(from + 1), l.at(from), 0.5);
   ASSERT_TRUE(api_->post_json(run + "/stop", json::object()).ok());
   ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 60s)) << run_state(id).dump();
 }
