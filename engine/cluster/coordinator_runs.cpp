@@ -1060,7 +1060,7 @@ HttpResponse Coordinator::Impl::resume_from(const HttpRequest& req) {
   const int new_dp = static_cast<int>(dp.value_or(r->dp));
   Result<Config> cfg = config_parse(r->config_toml, "config");
   if (!cfg.ok()) return HttpResponse::error(500, "the run's config no longer parses: " + cfg.error());
-  // Any layout the workers take, resharded from the checkpoint's global coordinates (tp, dp, ZeRO);
+  // Any layout the workers take, resharded from the checkpoint's global coordinates (tp, pp, dp, ZeRO);
   // unnamed degrees stay the run's.
   const RunLayout lay{.dp = new_dp,
                       .tp = static_cast<int>(tp.value_or(r->tp)),
@@ -1071,11 +1071,6 @@ HttpResponse Coordinator::Impl::resume_from(const HttpRequest& req) {
     return HttpResponse::error(400, "field \"layout.dp\": " + std::to_string(new_dp) +
                                         " does not divide the run's train.global_batch = " +
                                         std::to_string(cfg->train.global_batch));
-  }
-  if (lay.pp > 1) {
-    return HttpResponse::error(400, "field \"layout.pp\": " + std::to_string(lay.pp) +
-                                        ": a pipeline cannot resume from a checkpoint yet (the workers load "
-                                        "checkpoints at pp 1 only); resume at pp 1");
   }
   if (Status s = run_layout_check(cfg.value(), lay); !s.ok()) {
     return HttpResponse::error(400, "field \"layout\" (" + run_layout_text(lay) + "): " + s.message());

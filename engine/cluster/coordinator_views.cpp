@@ -171,6 +171,8 @@ json Coordinator::Impl::run_json(const Run& r, bool full) const {
     // its own: the model's dimensions and the batch.
     if (Result<Config> cfg = config_parse(r.config_toml, "config"); cfg.ok()) {
       j["backend"] = cfg->train.backend;
+      j["pp_schedule"] =
+          cfg->train.pp_schedule;  // what a move to a pipeline runs (What-if's Apply checks it)
       j["model"] = {{"n_layer", cfg->model.n_layer},
                     {"n_head", cfg->model.n_head},
                     {"n_embd", cfg->model.n_embd},

@@ -194,6 +194,7 @@ void DataSource::request_resume_from(int64_t run_id, const std::string& checkpoi
   if (layout.zero) l["zero"] = *layout.zero;
   if (layout.tp) l["tp"] = *layout.tp;
   if (layout.pp) l["pp"] = *layout.pp;
+  if (layout.vp) l["vp"] = *layout.vp;
   if (!l.empty()) body["layout"] = std::move(l);
   std::lock_guard<std::mutex> lock(mu_);
   requests_.push_back({.what = "resume run " + std::to_string(run_id) + " from " + checkpoint,

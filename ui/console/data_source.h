@@ -51,7 +51,7 @@ struct Endpoint {
 // stay the run's. dp 0 = the run's.
 struct ResumeLayout {
   int dp = 0;
-  std::optional<int> zero, tp, pp;
+  std::optional<int> zero, tp, pp, vp;
 };
 
 // The steps the Timeline panel shows: the newest `steps` of the run (first_step 0) or `steps` from

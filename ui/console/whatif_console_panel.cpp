@@ -42,8 +42,9 @@ void WhatIfPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
   const std::optional<whatif::WhatIfApply> a = whatif::whatif_panel(
       model_, view_, [&](const char* label, bool enabled) { return ctx.clicks.button(label, enabled); });
   if (a) {
-    ctx.source.request_resume_from(a->run_id, a->checkpoint,
-                                   ResumeLayout{.dp = a->dp, .zero = a->zero, .tp = a->tp, .pp = a->pp});
+    ctx.source.request_resume_from(
+        a->run_id, a->checkpoint,
+        ResumeLayout{.dp = a->dp, .zero = a->zero, .tp = a->tp, .pp = a->pp, .vp = a->vp});
   }
 }
 

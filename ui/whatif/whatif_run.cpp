@@ -16,6 +16,7 @@ Status set_layout_field(WhatIfRun& r, const std::string& key, long long v) {
   int* field = key == "dp"     ? &r.dp
                : key == "tp"   ? &r.tp
                : key == "pp"   ? &r.pp
+               : key == "vp"   ? &r.vp
                : key == "zero" ? &r.zero
                                : nullptr;
   if (field == nullptr) return {};
@@ -33,7 +34,7 @@ Status parse_layout_json(WhatIfRun& r, std::string_view text) {
   if (j.is_discarded() || !j.is_object())
     return Status::error("layout: not a JSON object: " + std::string(text));
   for (const auto& [key, value] : j.items()) {
-    if (key != "dp" && key != "tp" && key != "pp" && key != "zero") continue;
+    if (key != "dp" && key != "tp" && key != "pp" && key != "vp" && key != "zero") continue;
     if (!value.is_number_integer())
       return Status::error("layout." + key + ": expected an integer, got " + value.dump());
     if (Status s = set_layout_field(r, key, value.get<long long>()); !s.ok()) return s;
@@ -61,7 +62,7 @@ Status parse_layout_text(WhatIfRun& r, std::string_view text) {
     const std::string_view value = word.substr(eq + 1);
     long long v = 0;
     const auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
-    if (key != "dp" && key != "tp" && key != "pp" && key != "zero") continue;
+    if (key != "dp" && key != "tp" && key != "pp" && key != "vp" && key != "zero") continue;
     if (ec != std::errc() || p != value.data() + value.size()) {
       return Status::error("layout." + key + ": '" + std::string(value) + "' is not an integer");
     }
@@ -108,6 +109,8 @@ Result<WhatIfRun> whatif_run_parse(const json& run) {
   r.name = run.value("name", std::string());
   r.state = run.value("state", std::string());
   r.backend = run.value("backend", std::string());
+  r.pp_schedule =
+      run.value("pp_schedule", std::string("1f1b"));  // absent from older coordinators: the default
   // Gantry's model is GPT-2 shaped: PlanModel's defaults (learned positions, LayerNorm, biases, GELU with
   // ffn = 4d, tied embeddings, no dropout) are that shape; only the dimensions come from the run. The
   // coordinator validated them with the engine's config rules at submit; these bounds only keep a planner
@@ -140,6 +143,7 @@ void whatif_form_from_run(WhatIfForm& f, const WhatIfRun& run) {
   f.layout = PlanLayout{};
   f.layout.tp = run.tp;
   f.layout.pp = run.pp;
+  f.layout.vp = run.vp;
   f.layout.dp = 0;  // derived from the GPUs, so changing their number alone asks "what if on N GPUs"
   f.layout.zero = run.zero;
   f.layout.recompute = Recompute::kNone;
@@ -164,18 +168,30 @@ std::string whatif_apply_blocker(const Plan& plan, const WhatIfRun* run, int for
            itos(static_cast<long long>(plan_param_counts(run->model).total)) + "): load the run again";
   }
   if (!plan.fits) return "this layout does not fit in the GPUs' memory";
-  // Checkpoints reshard across dp, tp and ZeRO (their tensors carry global coordinates); a pipeline's do not
-  // exist yet, so neither a move to pp > 1 nor one from it has a checkpoint to go through.
-  if (l.pp != 1 || run->pp != 1) {
-    return "pp = " + itos(l.pp) + (run->pp != 1 ? " (the run's pp = " + itos(run->pp) + ")" : std::string()) +
-           ": a pipeline cannot move through a checkpoint yet (the engine writes and loads checkpoints at "
-           "pp = 1 only); keep pp = 1";
-  }
+  // Checkpoints reshard across every axis (their tensors carry global coordinates, a stage's included), so
+  // a move into, out of or between pipelines goes through one like any other.
   if (l.tp != 1 && run->backend != "cpu") {
     return "tp = " + itos(l.tp) +
            ": tensor parallel is CPU-only in the engine for now (the run's backend is " + run->backend + ")";
   }
-  if (l.cp != 1 || l.vp != 1) return "the engine has no context parallelism or virtual stages (cp = vp = 1)";
+  if (l.pp != 1 && run->backend != "cpu") {
+    return "pp = " + itos(l.pp) +
+           ": pipeline parallel is CPU-only in the engine for now (the run's backend is " + run->backend +
+           ")";
+  }
+  if (l.cp != 1) return "the engine has no context parallelism (cp = 1)";
+  // Virtual stages run under the interleaved schedule only, and it needs them; the schedule is the run's
+  // config (train.pp_schedule), which resume-from keeps.
+  const bool interleaved = run->pp_schedule == "interleaved";
+  if (l.vp != 1 && !interleaved) {
+    return "vp = " + itos(l.vp) +
+           ": virtual stages run only under train.pp_schedule = \"interleaved\", and the run's is \"" +
+           run->pp_schedule + "\" (resume-from keeps it)";
+  }
+  if (l.pp != 1 && l.vp == 1 && interleaved) {
+    return "pp = " + itos(l.pp) +
+           " with vp = 1: the run's train.pp_schedule = \"interleaved\" needs vp > 1 (resume-from keeps it)";
+  }
   if (l.recompute != Recompute::kNone) return "the engine keeps every activation: recompute must be none";
   if (l.hsdp != 0) return "the engine shards ZeRO over all of dp: hsdp must be 0";
   if (run->global_batch % l.dp != 0) {
@@ -193,6 +209,18 @@ std::string whatif_apply_blocker(const Plan& plan, const WhatIfRun* run, int for
            " the engine runs micro-batches of " + itos(engine_micro) +
            " (train.micro_batch = " + itos(run->micro_batch) + ", which resume-from keeps)";
   }
+  // A pipeline's micro-batches are the step's gradient-accumulation ones (pipeline_check's rules).
+  const int micro_batches = share / engine_micro;
+  if (l.pp != 1 && interleaved && micro_batches % l.pp != 0) {
+    return "pp = " + itos(l.pp) +
+           ": the interleaved schedule needs micro-batches per step a multiple of pp, but dp = " +
+           itos(l.dp) + " gives " + itos(micro_batches);
+  }
+  if (l.pp != 1 && (run->pp_schedule == "1f1b" || run->pp_schedule == "zbh1") && micro_batches < l.pp) {
+    return "pp = " + itos(l.pp) + ": train.pp_schedule = \"" + run->pp_schedule + "\" needs at least " +
+           itos(l.pp) + " micro-batches per step to fill the pipe, but dp = " + itos(l.dp) + " gives " +
+           itos(micro_batches);
+  }
   return "";
 }
 
@@ -201,11 +229,12 @@ WhatIfApply whatif_apply_of(const Plan& plan, const WhatIfRun& run) {
                      .dp = plan.layout.dp,
                      .zero = plan.layout.zero,
                      .tp = plan.layout.tp,
-                     .pp = plan.layout.pp};
+                     .pp = plan.layout.pp,
+                     .vp = plan.layout.vp};
 }
 
 json WhatIfApply::layout() const {
-  return {{"dp", dp}, {"tp", tp}, {"pp", pp}, {"zero", zero}};
+  return {{"dp", dp}, {"tp", tp}, {"pp", pp}, {"vp", vp}, {"zero", zero}};
 }
 
 json WhatIfApply::body() const {
@@ -213,7 +242,8 @@ json WhatIfApply::body() const {
 }
 
 std::string WhatIfApply::text() const {
-  return "dp=" + itos(dp) + " tp=" + itos(tp) + " pp=" + itos(pp) + " zero=" + itos(zero);
+  return "dp=" + itos(dp) + " tp=" + itos(tp) + " pp=" + itos(pp) +
+         (vp != 1 ? " vp=" + itos(vp) : std::string()) + " zero=" + itos(zero);
 }
 
 }  // namespace gantry::whatif

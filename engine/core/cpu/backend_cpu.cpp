@@ -8,15 +8,14 @@
 
 #include "engine/core/backend.h"
 #include "engine/core/comm/communicator.h"
+#include "engine/core/cpu/cpu_state.h"
 #include "engine/core/cpu/ops_cpu.h"
 #include "engine/core/cpu/thread_pool.h"
-#include "engine/core/cpu/vocab_parallel_cpu.h"
-#include "engine/core/fatal.h"
+#include "engine/core/cpu/tp_ops_cpu.h"
 #include "engine/core/gpt.h"
 #include "engine/core/optim.h"
 #include "engine/core/parallel/tensor_parallel.h"
 #include "engine/core/parallel/zero_host_state.h"
-#include "engine/core/replica_hash.h"
 
 namespace gantry {
 
@@ -56,25 +55,18 @@ struct LayerActs {
   float* res3;      // (Nr, C)
 };
 
-class CpuBackend final : public Backend {
+// The tensor-parallel pieces (the row-parallel all-reduce, the vocab-parallel embedding and
+// cross-entropy, sequence parallelism's reduce-scatters and all-gathers) are TpOpsCpu's (cpu/tp_ops_cpu.h),
+// which the pipeline stage runs too; the set-up both share is cpu/cpu_state.h's.
+class CpuBackend final : public CpuStateBackend {
  public:
   CpuBackend(const ModelConfig& m, int max_batch, const BackendOptions& o)
       : m_(m),
         max_batch_(max_batch),
-        tp_comm_(o.tp != nullptr && o.tp->size() > 1 ? o.tp : nullptr),
-        tp_(tp_comm_ != nullptr ? tp_comm_->size() : 1),
-        sp_(tp_comm_ != nullptr && o.sequence_parallel),
-        comm_timeout_(o.comm_timeout),
-        table_(tensor_parallel_table(m, tp_, tp_comm_ != nullptr ? tp_comm_->rank() : 0)),
+        tp_(cpu_tp_ops(o, &pool_, m, max_batch)),
+        table_(tensor_parallel_table(m, tp_.size(), tp_.rank())),
         pool_(o.threads) {
-    const int dp = o.dp != nullptr ? o.dp->size() : 1, rank = o.dp != nullptr ? o.dp->rank() : 0;
-    state_ = std::make_unique<ZeroHostState>(
-        table_, shard_plan_make(table_, dp, rank, o.zero, o.bucket_bytes), o.dp, o.comm_timeout, &pool_);
-    if (tp_comm_ != nullptr) {
-      std::vector<bool> sharded;
-      for (const TensorInfo& t : table_.tensors()) sharded.push_back(tensor_parallel_sharded(t.name));
-      state_->set_tensor_parallel(tp_comm_, table_, std::move(sharded));
-    }
+    state_ = cpu_state_create(table_, o, tp_, &pool_);
     allocate_activations();
   }
 
@@ -99,7 +91,7 @@ class CpuBackend final : public Backend {
 
   PhaseTimes phase_times() const override {
     PhaseTimes p = phases_;
-    p.comm_exposed_s = state_->exposed_comm_seconds() + tp_comm_s_;
+    p.comm_exposed_s = state_->exposed_comm_seconds() + tp_.comm_s;
     return p;
   }
 
@@ -110,7 +102,7 @@ class CpuBackend final : public Backend {
   void zero_grads() override { begin_step(1); }
   void begin_step(int micro_batches) override {
     state_->begin_step(micro_batches);
-    tp_comm_s_ = 0;
+    tp_.comm_s = 0;
     loss_sum_ = 0;
     loss_count_ = 0;
     phases_ = {.measured = true};
@@ -134,39 +126,16 @@ class CpuBackend final : public Backend {
 
   uint64_t memory_bytes() const override {
     size_t floats = state_->allocated().total() + acts_.size() + dres_.size() + dln_.size() + datty_.size() +
-                    dqkv_.size() + dfch_.size() + dfch_gelu_.size() + dlogits_.size() + sp_full_.size() +
-                    sp_send_.size() + sp_dln_.size() + sp_dout_.size() + sp_lnf_.size() + sp_ln_grads_.size();
+                    dqkv_.size() + dfch_.size() + dfch_gelu_.size() + dlogits_.size() + tp_.scratch_floats() +
+                    sp_lnf_.size();
     return floats * sizeof(float);
   }
-
-  StateBytes state_bytes() const override {
-    const ShardMemory m = state_->allocated();
-    return {.params = m.params * sizeof(float),
-            .grads = m.grads * sizeof(float),
-            .optimizer = m.optimizer * sizeof(float)};
-  }
-
-  double grad_norm() override { return state_->reduce_stats(0.0).grad_norm; }
-
-  void read_state(StateBuffer which, size_t offset, size_t count, float* out) override {
-    state_->read(which, offset, count, out);
-  }
-  void write_state(StateBuffer which, size_t offset, size_t count, const float* in) override {
-    state_->write(which, offset, count, in);
-  }
-  std::vector<FlatRange> held_ranges(StateBuffer which) const override { return state_->held(which); }
-  std::vector<FlatRange> written_ranges(StateBuffer which) const override { return state_->written(which); }
-  void gather_params(float* out) override { state_->gather_params(out); }
 
   // ZeRO 0-2 keep every parameter on every rank (ZeRO 1-2 all-gather the updated shards at the end of the
   // update): those fp32 values are what the replicas must hold identically. ZeRO 3 keeps only the shard.
   std::string replicated_state() const override { return state_->plan().zero < 3 ? "fp32 parameters" : ""; }
   uint64_t replicated_bytes() const override {
     return state_->plan().zero < 3 ? table_.numel() * sizeof(float) : 0;
-  }
-  uint64_t replicated_hash() override {
-    const float* p = state_->full_params();
-    return p != nullptr ? replica_hash(p, table_.numel() * sizeof(float)) : 0;
   }
   bool test_flip_replicated_bit(uint64_t bit) override {
     if (state_->plan().zero >= 3 || bit >= replicated_bytes() * 8) return false;
@@ -192,95 +161,14 @@ class CpuBackend final : public Backend {
     });
   }
   int block_unit(int layer) const { return 1 + layer; }
-  // The first token of this tp rank's vocabulary rows of wte (0 at tp 1).
-  int vocab_first() const { return tp_comm_ != nullptr ? tp_comm_->rank() * (m_.vocab_size / tp_) : 0; }
-
-  double exposed_comm_seconds() const { return state_->exposed_comm_seconds() + tp_comm_s_; }
-
-  // Row-parallel output: each tp rank holds a partial sum of out (N, C) over its share of the input
-  // columns; the all-reduce makes it whole (the same bits on every tp rank), then the bias, kept whole
-  // on every rank, is added once. Backward uses the same all-reduce for the column-parallel layers'
-  // input gradients. A failed collective is fatal, as the dp axis' are: the gang fails together.
-  void tp_all_reduce(float* x, size_t count) {
-    const auto t0 = std::chrono::steady_clock::now();
-    Status st = tp_comm_->all_reduce(x, count, comm_timeout_);
-    tp_comm_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (!st.ok()) fatal_error(__FILE__, __LINE__, "tensor parallel: " + st.message());
-  }
-  // Sequence parallel: out (B, T/tp, C) = this rank's positions of the sum over the tp ranks of x (B, T, C).
-  // The communicator's blocks are contiguous, so x is first laid out position block by position block,
-  // (tp, B, T/tp, C).
-  void sp_reduce_scatter(const float* x, float* out, int B) {
-    const size_t T = m_.seq_len, Tl = T / tp_, C = m_.n_embd, row = Tl * C;
-    float* send = sp_send_.data();
-    for (int r = 0; r < tp_; ++r)
-      for (int b = 0; b < B; ++b)
-        std::memcpy(send + (static_cast<size_t>(r) * B + b) * row, x + (b * T + r * Tl) * C,
-                    row * sizeof(float));
-    const auto t0 = std::chrono::steady_clock::now();
-    Status st = tp_comm_->reduce_scatter(send, out, static_cast<size_t>(B) * T * C, comm_timeout_);
-    tp_comm_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (!st.ok()) fatal_error(__FILE__, __LINE__, "sequence parallel: " + st.message());
-  }
-  // Sequence parallel: x (B, T, C) = every tp rank's positions; local (B, T/tp, C) is this rank's.
-  const float* sp_all_gather(const float* local, float* x, int B) {
-    const size_t T = m_.seq_len, Tl = T / tp_, C = m_.n_embd, row = Tl * C;
-    float* recv = sp_send_.data();
-    const auto t0 = std::chrono::steady_clock::now();
-    Status st = tp_comm_->all_gather(local, recv, static_cast<size_t>(B) * T * C, comm_timeout_);
-    tp_comm_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (!st.ok()) fatal_error(__FILE__, __LINE__, "sequence parallel: " + st.message());
-    for (int r = 0; r < tp_; ++r)
-      for (int b = 0; b < B; ++b)
-        std::memcpy(x + (b * T + r * Tl) * C, recv + (static_cast<size_t>(r) * B + b) * row,
-                    row * sizeof(float));
-    return x;
-  }
-  // The input of a column-parallel layer: the LayerNorm's output, whole (all-gathered under sequence
-  // parallelism into sp_full_).
-  const float* column_input(const float* ln, int B) {
-    return sp_ ? sp_all_gather(ln, sp_full_.data(), B) : ln;
-  }
-  // The column-parallel layer's input gradient dx (N, C), a partial sum over the tp ranks: made whole
-  // (tp), or this rank's positions of it (sequence parallel, into sp_dln_). Returns where it now is.
-  const float* column_input_grad(float* dx, int B) {
-    if (tp_comm_ == nullptr) return dx;
-    if (!sp_) {
-      tp_all_reduce(dx, static_cast<size_t>(B) * m_.seq_len * m_.n_embd);
-      return dx;
-    }
-    sp_reduce_scatter(dx, sp_dln_.data(), B);
-    return sp_dln_.data();
-  }
-  // out (Nr, C) = inp (N, K) · w (C, K)ᵀ + bias, with w split by input columns over the tp ranks: Nr = N,
-  // or this rank's positions under sequence parallelism.
-  void row_parallel_forward(float* out, const float* inp, const float* w, const float* bias, int B, int K,
-                            int C) {
-    const int N = B * m_.seq_len;
-    if (tp_comm_ == nullptr) {
-      matmul_forward(&pool_, out, inp, w, bias, N, K, C);
-      return;
-    }
-    int rows = N;
-    if (sp_) {
-      matmul_forward(&pool_, sp_full_.data(), inp, w, nullptr, N, K, C);
-      sp_reduce_scatter(sp_full_.data(), out, B);
-      rows = N / tp_;
-    } else {
-      matmul_forward(&pool_, out, inp, w, nullptr, N, K, C);
-      tp_all_reduce(out, static_cast<size_t>(N) * C);
-    }
-    for (int n = 0; n < rows; ++n) {
-      float* row = out + static_cast<size_t>(n) * C;
-      for (int c = 0; c < C; ++c) row[c] += bias[c];
-    }
-  }
+  double exposed_comm_seconds() const { return state_->exposed_comm_seconds() + tp_.comm_s; }
 
   void allocate_activations() {
-    const size_t B = max_batch_, T = m_.seq_len, C = m_.n_embd, V = m_.vocab_size / tp_;  // this rank's vocab
+    const size_t tp = tp_.size(), B = max_batch_, T = m_.seq_len, C = m_.n_embd,
+                 V = m_.vocab_size / tp;  // this rank's vocab
     const size_t N = B * T;
-    const size_t Nr = sp_ ? N / tp_ : N;  // rows of the LayerNorm and residual regions
-    const size_t Cl = m_.n_embd / tp_, NH = m_.n_head / tp_, H = 4 * C / tp_;  // this tp rank's share
+    const size_t Nr = tp_.rows(static_cast<int>(N));  // rows of the LayerNorm and residual regions
+    const size_t Cl = m_.n_embd / tp, NH = m_.n_head / tp, H = 4 * C / tp;  // this tp rank's share
     const size_t per_layer = Nr * C * 4 + N * Cl + Nr * 4 + N * 3 * Cl + B * NH * T * T + N * H * 2;
     const size_t total = Nr * C + per_layer * m_.n_layer + Nr * C + 2 * Nr + N * V + N;
     acts_.assign(total, 0.0f);
@@ -320,40 +208,21 @@ class CpuBackend final : public Backend {
     dfch_.assign(N * H, 0);
     dfch_gelu_.assign(N * H, 0);
     dlogits_.assign(N * V, 0);
-    if (sp_) {
-      sp_full_.assign(N * C, 0);
-      sp_send_.assign(N * C, 0);
-      sp_dln_.assign(Nr * C, 0);
-      sp_dout_.assign(N * C, 0);
-      sp_lnf_.assign(N * C, 0);
-      sp_ln_grads_.assign(4 * C, 0);
-    }
+    if (tp_.sp()) sp_lnf_.assign(N * C, 0);
   }
 
   float forward(const int32_t* inputs, const int32_t* targets, int B) {
-    const int T = m_.seq_len, C = m_.n_embd, V = m_.vocab_size / tp_;  // V: this tp rank's vocabulary
-    const int Cl = C / tp_, NH = m_.n_head / tp_, H = 4 * C / tp_;     // this tp rank's heads and MLP width
+    const int tp = tp_.size(), T = m_.seq_len, C = m_.n_embd, V = m_.vocab_size / tp;  // V: this tp rank's
+    const int Cl = C / tp, NH = m_.n_head / tp, H = 4 * C / tp;  // this tp rank's heads and MLP width
     const int N = B * T;
-    const int Nr = sp_ ? N / tp_ : N;  // rows of the LayerNorm and residual regions
+    const int Nr = tp_.rows(N);  // rows of the LayerNorm and residual regions
     const int emb = state_->plan().embedding_unit(), fin = state_->plan().final_unit();
     // Parameters are only read here; the views share GptTensors' (mutable) pointer type with gradients.
     GptTensors e = unit_view(emb, const_cast<float*>(state_->params(emb)));
     state_->prefetch(block_unit(0));
-    if (tp_comm_ == nullptr) {
-      encoder_forward(encoded_, inputs, e.wte, e.wpe, B, T, C);
-    } else if (!sp_) {
-      // Vocab-parallel embedding: each token's row comes from the rank that owns it (vocab_parallel_cpu.h).
-      vocab_parallel_encoder_forward(encoded_, inputs, e.wte, vocab_first(), V, N, C);
-      tp_all_reduce(encoded_, static_cast<size_t>(N) * C);
-      vocab_parallel_add_positions(encoded_, e.wpe, B, T, C);
-    } else {
-      // The same, reduce-scattered onto this rank's positions, which then get their position rows.
-      vocab_parallel_encoder_forward(sp_full_.data(), inputs, e.wte, vocab_first(), V, N, C);
-      sp_reduce_scatter(sp_full_.data(), encoded_, B);
-      const int Tl = T / tp_;
-      vocab_parallel_add_positions(encoded_, e.wpe + static_cast<size_t>(tp_comm_->rank()) * Tl * C, B, Tl,
-                                   C);
-    }
+    // Vocab-parallel at tp > 1: each token's row comes from the rank that owns it (vocab_parallel_cpu.h),
+    // under sequence parallelism reduce-scattered onto this rank's positions.
+    tp_.encoder_forward(encoded_, inputs, e.wte, e.wpe, B, T, C, V);
     const float* residual = encoded_;
     for (int l = 0; l < m_.n_layer; ++l) {
       const int u = block_unit(l);
@@ -362,15 +231,16 @@ class CpuBackend final : public Backend {
       const GptBlock& p = w.blocks[l];
       LayerActs& a = layers_[l];
       layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, p.ln1_w, p.ln1_b, Nr, C);
-      matmul_forward(&pool_, a.qkv, column_input(a.ln1, B), p.qkv_w, p.qkv_b, N, C,
+      matmul_forward(&pool_, a.qkv, tp_.column_input(a.ln1, B, T, C), p.qkv_w, p.qkv_b, N, C,
                      3 * Cl);  // column-parallel
       attention_forward(&pool_, a.atty, a.att, a.qkv, B, T, Cl, NH);
-      row_parallel_forward(a.res2, a.atty, p.proj_w, p.proj_b, B, Cl, C);
+      tp_.row_parallel_forward(a.res2, a.atty, p.proj_w, p.proj_b, B, T, Cl, C);
       residual_forward(a.res2, a.res2, residual, static_cast<size_t>(Nr) * C);
       layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p.ln2_w, p.ln2_b, Nr, C);
-      matmul_forward(&pool_, a.fch, column_input(a.ln2, B), p.fc_w, p.fc_b, N, C, H);  // column-parallel
+      matmul_forward(&pool_, a.fch, tp_.column_input(a.ln2, B, T, C), p.fc_w, p.fc_b, N, C,
+                     H);  // column-parallel
       gelu_forward(a.fch_gelu, a.fch, static_cast<size_t>(N) * H);
-      row_parallel_forward(a.res3, a.fch_gelu, p.fcproj_w, p.fcproj_b, B, H, C);
+      tp_.row_parallel_forward(a.res3, a.fch_gelu, p.fcproj_w, p.fcproj_b, B, T, H, C);
       residual_forward(a.res3, a.res3, a.res2, static_cast<size_t>(Nr) * C);
       residual = a.res3;
       state_->release(u);
@@ -378,73 +248,44 @@ class CpuBackend final : public Backend {
     GptTensors f = unit_view(fin, const_cast<float*>(state_->params(fin)));
     layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, residual, f.lnf_w, f.lnf_b, Nr, C);
     // The classifier sees every position (kept for its weight gradient).
-    const float* head_in = sp_ ? sp_all_gather(lnf_, sp_lnf_.data(), B) : lnf_;
+    if (tp_.sp()) tp_.gather_positions(lnf_, sp_lnf_.data(), B, T, C);
+    const float* head_in = tp_.sp() ? sp_lnf_.data() : lnf_;
     matmul_forward(&pool_, probs_, head_in, e.wte, nullptr, N, C, V);  // tp: this rank's vocabulary's logits
-    if (tp_comm_ == nullptr) {
-      softmax_crossentropy_forward(&pool_, probs_, losses_, probs_, targets, N, V);
-    } else {
-      Status st = vocab_parallel_crossentropy_forward(tp_comm_, comm_timeout_, &pool_, probs_, losses_,
-                                                      targets, vocab_first(), N, V, &tp_comm_s_);
-      if (!st.ok()) fatal_error(__FILE__, __LINE__, "tensor parallel: " + st.message());
-    }
+    tp_.crossentropy_forward(probs_, losses_, targets, N, V);
     double sum = 0;
     for (int n = 0; n < N; ++n) sum += losses_[n];
     return static_cast<float>(sum / N);
   }
 
-  // Sequence parallel: the LayerNorm weight gradients of this rank's positions, in sp_ln_grads_, summed
-  // over the tp ranks (the same bits on each) and added to the step's gradients. k tensors of C each.
-  void sp_add_ln_grads(std::initializer_list<float*> into) {
-    const size_t C = m_.n_embd;
-    tp_all_reduce(sp_ln_grads_.data(), into.size() * C);
-    size_t i = 0;
-    for (float* g : into) {
-      const float* s = sp_ln_grads_.data() + i++ * C;
-      for (size_t c = 0; c < C; ++c) g[c] += s[c];
-    }
-    std::memset(sp_ln_grads_.data(), 0, sp_ln_grads_.size() * sizeof(float));
-  }
-  // Where a LayerNorm's weight (k = 0) or bias (k = 1) gradient goes: the step's gradient, or under
-  // sequence parallelism scratch slot `slot` (summed over tp by sp_add_ln_grads).
-  float* ln_grad(float* g, int slot) {
-    return sp_ ? sp_ln_grads_.data() + static_cast<size_t>(slot) * m_.n_embd : g;
-  }
-
   // Gradients are asked for unit by unit in the order the pass completes them (classifier and final norm,
   // the blocks from the top, the embeddings last), so each bucket can be reduced as soon as it is full.
   void backward(const int32_t* inputs, const int32_t* targets, int B, float grad_scale) {
-    const int T = m_.seq_len, C = m_.n_embd, V = m_.vocab_size / tp_;  // V: this tp rank's vocabulary
-    const int Cl = C / tp_, NH = m_.n_head / tp_, H = 4 * C / tp_;     // this tp rank's share
+    const int tp = tp_.size(), T = m_.seq_len, C = m_.n_embd, V = m_.vocab_size / tp;  // V: this tp rank's
+    const int Cl = C / tp, NH = m_.n_head / tp, H = 4 * C / tp;                        // this tp rank's share
     const int N = B * T;
-    const int Nr = sp_ ? N / tp_ : N;  // rows of the LayerNorm and residual regions
+    const int Nr = tp_.rows(N);  // rows of the LayerNorm and residual regions
     const size_t NC = static_cast<size_t>(N) * C, NCl = static_cast<size_t>(N) * Cl,
                  NH4 = static_cast<size_t>(N) * H, NrC = static_cast<size_t>(Nr) * C;
     auto zero = [](std::vector<float>& v, size_t n) { std::memset(v.data(), 0, n * sizeof(float)); };
     // d(residual) over every position: under sequence parallelism gathered from the ranks' positions.
-    auto whole = [&](const float* local) { return sp_ ? sp_all_gather(local, sp_dout_.data(), B) : local; };
+    auto whole = [&](const float* local) { return tp_.whole_grad(local, B, T, C); };
     const int emb = state_->plan().embedding_unit(), fin = state_->plan().final_unit();
     GptTensors we = unit_view(emb, const_cast<float*>(state_->params(emb)));
     GptTensors wf = unit_view(fin, const_cast<float*>(state_->params(fin)));
     GptTensors ge = unit_view(emb, state_->grads(emb));
     GptTensors gf = unit_view(fin, state_->grads(fin));
 
-    if (tp_comm_ == nullptr) {
-      softmax_crossentropy_backward(&pool_, dlogits_.data(), probs_, targets,
-                                    grad_scale / static_cast<float>(N), N, V);
-    } else {
-      vocab_parallel_crossentropy_backward(&pool_, dlogits_.data(), probs_, targets,
-                                           grad_scale / static_cast<float>(N), vocab_first(), N, V);
-    }
+    tp_.crossentropy_backward(dlogits_.data(), probs_, targets, grad_scale / static_cast<float>(N), N, V);
     zero(dln_, NC);
-    matmul_backward(&pool_, dln_.data(), ge.wte, nullptr, dlogits_.data(), sp_ ? sp_lnf_.data() : lnf_,
+    matmul_backward(&pool_, dln_.data(), ge.wte, nullptr, dlogits_.data(), tp_.sp() ? sp_lnf_.data() : lnf_,
                     we.wte, N, C, V);
     // Vocab-parallel classifier: each rank's d(lnf) is the part of the sum over its vocabulary.
-    const float* dlnf = column_input_grad(dln_.data(), B);
+    const float* dlnf = tp_.column_input_grad(dln_.data(), B, T, C);
     zero(dres_, NrC);
     const float* top = m_.n_layer > 0 ? layers_.back().res3 : encoded_;
-    layernorm_backward(dres_.data(), ln_grad(gf.lnf_w, 0), ln_grad(gf.lnf_b, 1), dlnf, top, wf.lnf_w,
-                       lnf_mean_, lnf_rstd_, Nr, C);
-    if (sp_) sp_add_ln_grads({gf.lnf_w, gf.lnf_b});
+    layernorm_backward(dres_.data(), tp_.ln_grad(gf.lnf_w, 0, C), tp_.ln_grad(gf.lnf_b, 1, C), dlnf, top,
+                       wf.lnf_w, lnf_mean_, lnf_rstd_, Nr, C);
+    tp_.add_ln_grads({gf.lnf_w, gf.lnf_b}, C);
     state_->grads_done(fin);
     if (m_.n_layer > 0) state_->prefetch(block_unit(m_.n_layer - 1));
 
@@ -469,10 +310,11 @@ class CpuBackend final : public Backend {
                       p.fcproj_w, N, H, C);
       gelu_backward(dfch_.data(), a.fch, dfch_gelu_.data(), NH4);
       zero(dln_, NC);
-      matmul_backward(&pool_, dln_.data(), gp.fc_w, gp.fc_b, dfch_.data(), column_input(a.ln2, B), p.fc_w, N,
-                      C, H);
-      layernorm_backward(dres_.data(), ln_grad(gp.ln2_w, 2), ln_grad(gp.ln2_b, 3),
-                         column_input_grad(dln_.data(), B), a.res2, p.ln2_w, a.ln2_mean, a.ln2_rstd, Nr, C);
+      matmul_backward(&pool_, dln_.data(), gp.fc_w, gp.fc_b, dfch_.data(), tp_.column_input(a.ln2, B, T, C),
+                      p.fc_w, N, C, H);
+      layernorm_backward(dres_.data(), tp_.ln_grad(gp.ln2_w, 2, C), tp_.ln_grad(gp.ln2_b, 3, C),
+                         tp_.column_input_grad(dln_.data(), B, T, C), a.res2, p.ln2_w, a.ln2_mean, a.ln2_rstd,
+                         Nr, C);
       // Now d(res2): the attention branch, then the first norm turns it into d(residual in).
       zero(datty_, NCl);
       matmul_backward(&pool_, datty_.data(), gp.proj_w, gp.proj_b, whole(dres_.data()), a.atty, p.proj_w, N,
@@ -480,34 +322,26 @@ class CpuBackend final : public Backend {
       zero(dqkv_, NCl * 3);
       attention_backward(&pool_, dqkv_.data(), datty_.data(), a.qkv, a.att, B, T, Cl, NH);
       zero(dln_, NC);
-      matmul_backward(&pool_, dln_.data(), gp.qkv_w, gp.qkv_b, dqkv_.data(), column_input(a.ln1, B), p.qkv_w,
-                      N, C, 3 * Cl);
-      layernorm_backward(dres_.data(), ln_grad(gp.ln1_w, 0), ln_grad(gp.ln1_b, 1),
-                         column_input_grad(dln_.data(), B), residual, p.ln1_w, a.ln1_mean, a.ln1_rstd, Nr, C);
-      if (sp_) sp_add_ln_grads({gp.ln1_w, gp.ln1_b, gp.ln2_w, gp.ln2_b});
+      matmul_backward(&pool_, dln_.data(), gp.qkv_w, gp.qkv_b, dqkv_.data(), tp_.column_input(a.ln1, B, T, C),
+                      p.qkv_w, N, C, 3 * Cl);
+      layernorm_backward(dres_.data(), tp_.ln_grad(gp.ln1_w, 0, C), tp_.ln_grad(gp.ln1_b, 1, C),
+                         tp_.column_input_grad(dln_.data(), B, T, C), residual, p.ln1_w, a.ln1_mean,
+                         a.ln1_rstd, Nr, C);
+      tp_.add_ln_grads({gp.ln1_w, gp.ln1_b, gp.ln2_w, gp.ln2_b}, C);
       state_->grads_done(u);
       state_->release(u);
     }
-    if (tp_comm_ == nullptr) {
-      encoder_backward(ge.wte, ge.wpe, dres_.data(), inputs, B, T, C);
-    } else {
-      // Every position's gradient (gathered under sequence parallelism): wpe's gradient is then whole, the
-      // same bits on every tp rank.
-      vocab_parallel_encoder_backward(ge.wte, ge.wpe, whole(dres_.data()), inputs, vocab_first(), V, B, T, C);
-    }
+    // At tp > 1 every position's gradient (gathered under sequence parallelism): wpe's gradient is then
+    // whole, the same bits on every tp rank.
+    tp_.encoder_backward(ge.wte, ge.wpe, dres_.data(), inputs, B, T, C, V);
     state_->grads_done(emb);
   }
 
   ModelConfig m_;
   int max_batch_;
-  Communicator* tp_comm_;  // the tp axis; null at tp 1
-  int tp_;
-  bool sp_;  // sequence parallel (tp > 1 only)
-  std::chrono::milliseconds comm_timeout_;
-  double tp_comm_s_ = 0;  // seconds in tp all-reduces since begin_step (the compute waits for every one)
+  TpOpsCpu tp_;  // the tp axis' pieces (no communicator at tp 1); comm_s: its seconds since begin_step
   TensorTable table_;
   ThreadPool pool_;
-  std::unique_ptr<ZeroHostState> state_;  // parameters, gradients, AdamW state and their communication
   std::vector<float> acts_;
   float* encoded_ = nullptr;
   std::vector<LayerActs> layers_;
@@ -517,11 +351,8 @@ class CpuBackend final : public Backend {
   float* probs_ = nullptr;
   float* losses_ = nullptr;
   std::vector<float> dres_, dln_, datty_, dqkv_, dfch_, dfch_gelu_, dlogits_;
-  // Sequence parallel: a whole (N, C) activation gathered for a column-parallel layer or summed before a
-  // reduce-scatter, the collectives' position-block staging, this rank's positions of a column-parallel
-  // input gradient, the gathered d(residual), the gathered final norm (the classifier's input) and the
-  // LayerNorm weight gradients of this rank's positions (4 x C).
-  std::vector<float> sp_full_, sp_send_, sp_dln_, sp_dout_, sp_lnf_, sp_ln_grads_;
+  // Sequence parallel: the gathered final norm (the classifier's input, kept for wte's gradient).
+  std::vector<float> sp_lnf_;
   double loss_sum_ = 0;
   int loss_count_ = 0;
   StepStats stats_;

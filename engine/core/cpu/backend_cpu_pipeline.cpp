@@ -32,6 +32,7 @@
 
 #include "engine/core/backend.h"
 #include "engine/core/comm/communicator.h"
+#include "engine/core/cpu/cpu_state.h"
 #include "engine/core/cpu/ops_cpu.h"
 #include "engine/core/cpu/thread_pool.h"
 #include "engine/core/cpu/tp_ops_cpu.h"
@@ -41,7 +42,6 @@
 #include "engine/core/parallel/pipeline_schedule.h"
 #include "engine/core/parallel/tensor_parallel.h"
 #include "engine/core/parallel/zero_host_state.h"
-#include "engine/core/replica_hash.h"
 
 namespace gantry {
 namespace {
@@ -53,24 +53,26 @@ double since(Clock::time_point t0) {
 
 // One block's activations of one micro-batch (as the one-process backend keeps them, at tp 1), and under
 // ZB-H1 the output gradients of its four matmuls, kept from the input-gradient pass for the weight pass.
+// Cl = C/tp is this tp rank's share of the width; Nr = N, or N/tp under sequence parallelism (this rank's
+// positions of each sequence).
 struct BlockActs {
-  float* ln1;                 // (N, C)
-  float* ln1_mean;            // (N)
-  float* ln1_rstd;            // (N)
-  float* qkv;                 // (N, 3C)
-  float* att;                 // (B, NH, T, T)
-  float* atty;                // (N, C)
-  float* res2;                // (N, C)
-  float* ln2;                 // (N, C)
-  float* ln2_mean;            // (N)
-  float* ln2_rstd;            // (N)
-  float* fch;                 // (N, 4C)
-  float* fch_gelu;            // (N, 4C)
-  float* res3;                // (N, C)
+  float* ln1;                 // (Nr, C)
+  float* ln1_mean;            // (Nr)
+  float* ln1_rstd;            // (Nr)
+  float* qkv;                 // (N, 3Cl)
+  float* att;                 // (B, NH/tp, T, T)
+  float* atty;                // (N, Cl)
+  float* res2;                // (Nr, C)
+  float* ln2;                 // (Nr, C)
+  float* ln2_mean;            // (Nr)
+  float* ln2_rstd;            // (Nr)
+  float* fch;                 // (N, 4Cl)
+  float* fch_gelu;            // (N, 4Cl)
+  float* res3;                // (Nr, C)
   float* d_fcproj = nullptr;  // (N, C)
-  float* d_fc = nullptr;      // (N, 4C)
+  float* d_fc = nullptr;      // (N, 4Cl)
   float* d_proj = nullptr;    // (N, C)
-  float* d_qkv = nullptr;     // (N, 3C)
+  float* d_qkv = nullptr;     // (N, 3Cl)
 };
 
 // A micro-batch in flight in one chunk of this stage: its input, its blocks' activations, (last virtual
@@ -82,12 +84,13 @@ struct Slot {
   bool embed = false, head = false;  // virtual stage 0 / the last one
   bool split = false;                // ZB-H1: the backward leaves the matmuls' weight gradients for later
   bool release_after_send = false;   // its input gradient is still to be sent
-  float* in = nullptr;               // (N, C): the encoder's output (stage 0) or the previous stage's
-  float* dout = nullptr;             // (N, C): d(output), then d(input)
+  float* in = nullptr;               // (Nr, C): the encoder's output (stage 0) or the previous stage's
+  float* dout = nullptr;             // (Nr, C): d(output), then d(input)
   std::vector<BlockActs> blocks;
-  float* lnf = nullptr;       // (N, C)
-  float* lnf_mean = nullptr;  // (N)
-  float* lnf_rstd = nullptr;  // (N)
+  float* lnf = nullptr;       // (Nr, C)
+  float* lnf_mean = nullptr;  // (Nr)
+  float* lnf_rstd = nullptr;  // (Nr)
+  float* head_in = nullptr;   // (N, C): the classifier's input, lnf (or under SP lnf gathered over tp)
   float* probs = nullptr;     // (N, V)
   float* losses = nullptr;    // (N)
 };
@@ -98,7 +101,7 @@ struct Micro {
   float grad_scale = 0;
 };
 
-class PipelineCpuBackend final : public Backend {
+class PipelineCpuBackend final : public CpuStateBackend {
  public:
   PipelineCpuBackend(const ModelConfig& m, int max_batch, const BackendOptions& o)
       : m_(m),
@@ -117,19 +120,13 @@ class PipelineCpuBackend final : public Backend {
     slots_.resize(vp_);
     busy_.resize(vp_);
     slot_of_.resize(vp_);
-    const int dp = o.dp != nullptr ? o.dp->size() : 1, rank = o.dp != nullptr ? o.dp->rank() : 0;
-    state_ = std::make_unique<ZeroHostState>(
-        table_, shard_plan_make(table_, dp, rank, o.zero, o.bucket_bytes), o.dp, o.comm_timeout, &pool_);
     // tp x pp: the stage's blocks run tensor-parallel over its tp group (tp_ops_cpu.h), the embedding and
     // the classifier vocab-parallel; the pp communicator links matching tp ranks of the stages.
-    tp_ = {.comm = o.tp != nullptr && o.tp->size() > 1 ? o.tp : nullptr,
-           .timeout = o.comm_timeout,
-           .pool = &pool_};
-    if (tp_.comm != nullptr) {
-      std::vector<bool> sharded;
-      for (const TensorInfo& t : table_.tensors()) sharded.push_back(tensor_parallel_sharded(t.name));
-      state_->set_tensor_parallel(tp_.comm, table_, std::move(sharded));
-    }
+    // Sequence parallel: the stage's residual stream and LayerNorms hold this tp rank's positions only, and
+    // so do the activations and gradients passed between stages (matching tp ranks hold the same ones).
+    // The tp pieces and the dp state are set up as the one-process backend's (cpu_state.h).
+    tp_ = cpu_tp_ops(o, &pool_, m, max_batch);
+    state_ = cpu_state_create(table_, o, tp_, &pool_);
     const size_t N = static_cast<size_t>(max_batch) * m.seq_len, C = m.n_embd, V = vocab();
     const size_t Cl = C / tp_.size();  // this tp rank's share of the heads' width
     if (last()) wte_copy_.assign(V * C, 0.0f);
@@ -169,7 +166,7 @@ class PipelineCpuBackend final : public Backend {
   float forward_loss(const int32_t* inputs, const int32_t* targets, int batch) override {
     gather_work_params();
     sync_wte();
-    const size_t NC = static_cast<size_t>(batch) * m_.seq_len * m_.n_embd;
+    const size_t NC = static_cast<size_t>(tp_.rows(batch * m_.seq_len)) * m_.n_embd;  // a stage's output
     float loss = 0;
     // Down the virtual stages in order: each owner takes its input from the previous one's and hands on.
     for (int v = stage_; v < virtual_stages(); v += stages_) {
@@ -228,39 +225,20 @@ class PipelineCpuBackend final : public Backend {
   uint64_t memory_bytes() const override {
     size_t floats = state_->allocated().total() + wte_copy_.size() + work_params_.size() +
                     work_grads_.size() + dln_.size() + datty_.size() + dqkv_.size() + dfch_.size() +
-                    dfch_gelu_.size();
+                    dfch_gelu_.size() + tp_.scratch_floats();
     for (const std::vector<Slot>& chunk : slots_)
       for (const Slot& s : chunk) floats += s.mem.size();
     for (const std::vector<float>& v : tie_) floats += v.size();
     for (const std::vector<float>& v : dres0_) floats += v.size();
     return floats * sizeof(float);
   }
-  StateBytes state_bytes() const override {
-    const ShardMemory mem = state_->allocated();
-    return {.params = mem.params * sizeof(float),
-            .grads = mem.grads * sizeof(float),
-            .optimizer = mem.optimizer * sizeof(float)};
-  }
-
-  // The norm of this stage's gradients over its dp group (tests and tools; not summed over the stages).
-  double grad_norm() override { return state_->reduce_stats(0.0).grad_norm; }
-  void read_state(StateBuffer which, size_t offset, size_t count, float* out) override {
-    state_->read(which, offset, count, out);
-  }
   void write_state(StateBuffer which, size_t offset, size_t count, const float* in) override {
-    state_->write(which, offset, count, in);
+    CpuStateBackend::write_state(which, offset, count, in);
     if (which == StateBuffer::kParams) work_params_fresh_ = false;  // ZeRO 3: gather them again
   }
-  std::vector<FlatRange> held_ranges(StateBuffer which) const override { return state_->held(which); }
-  std::vector<FlatRange> written_ranges(StateBuffer which) const override { return state_->written(which); }
-  void gather_params(float* out) override { state_->gather_params(out); }
 
   std::string replicated_state() const override { return "fp32 parameters"; }
   uint64_t replicated_bytes() const override { return table_.numel() * sizeof(float); }
-  uint64_t replicated_hash() override {
-    const float* p = state_->full_params();
-    return p != nullptr ? replica_hash(p, table_.numel() * sizeof(float)) : 0;
-  }
 
  private:
   // The rank's tensors (its virtual stages'), each a share of the whole model's at tp > 1.
@@ -333,7 +311,7 @@ class PipelineCpuBackend final : public Backend {
   // as many as its schedule holds at once.
   Slot& acquire(int chunk, int micro) {
     const size_t B = max_batch_, T = m_.seq_len, C = m_.n_embd, V = vocab(), NH = m_.n_head / tp_.size();
-    const size_t N = B * T, Cl = C / tp_.size();
+    const size_t N = B * T, Cl = C / tp_.size(), Nr = tp_.rows(static_cast<int>(N));
     std::vector<Slot>& pool = slots_[chunk];
     for (size_t i = 0; i < pool.size(); ++i) {
       if (!busy_[chunk][i]) {
@@ -350,33 +328,33 @@ class PipelineCpuBackend final : public Backend {
     s.embed = v == 0;
     s.head = v == virtual_stages() - 1;
     s.split = schedule_ == PipelineSchedule::kZeroBubbleH1;
-    const size_t per_block = N * C * 4 + N * Cl + N * 4 + N * 3 * Cl + B * NH * T * T + N * 4 * Cl * 2 +
+    const size_t per_block = Nr * C * 4 + N * Cl + Nr * 4 + N * 3 * Cl + B * NH * T * T + N * 4 * Cl * 2 +
                              (s.split ? N * C * 2 + N * 4 * Cl + N * 3 * Cl : 0);
-    const size_t head = s.head ? N * C + 2 * N + N * V + N : 0;
-    s.mem.assign(2 * N * C + per_block * s.layers + head, 0.0f);
+    const size_t head = s.head ? Nr * C + 2 * Nr + (tp_.sp() ? N * C : 0) + N * V + N : 0;
+    s.mem.assign(2 * Nr * C + per_block * s.layers + head, 0.0f);
     float* p = s.mem.data();
     auto take = [&](size_t k) {
       float* r = p;
       p += k;
       return r;
     };
-    s.in = take(N * C);
-    s.dout = take(N * C);
+    s.in = take(Nr * C);
+    s.dout = take(Nr * C);
     s.blocks.resize(s.layers);
     for (BlockActs& a : s.blocks) {
-      a.ln1 = take(N * C);
-      a.ln1_mean = take(N);
-      a.ln1_rstd = take(N);
+      a.ln1 = take(Nr * C);
+      a.ln1_mean = take(Nr);
+      a.ln1_rstd = take(Nr);
       a.qkv = take(N * 3 * Cl);
       a.att = take(B * NH * T * T);
       a.atty = take(N * Cl);
-      a.res2 = take(N * C);
-      a.ln2 = take(N * C);
-      a.ln2_mean = take(N);
-      a.ln2_rstd = take(N);
+      a.res2 = take(Nr * C);
+      a.ln2 = take(Nr * C);
+      a.ln2_mean = take(Nr);
+      a.ln2_rstd = take(Nr);
       a.fch = take(N * 4 * Cl);
       a.fch_gelu = take(N * 4 * Cl);
-      a.res3 = take(N * C);
+      a.res3 = take(Nr * C);
       if (s.split) {
         a.d_fcproj = take(N * C);
         a.d_fc = take(N * 4 * Cl);
@@ -385,9 +363,10 @@ class PipelineCpuBackend final : public Backend {
       }
     }
     if (s.head) {
-      s.lnf = take(N * C);
-      s.lnf_mean = take(N);
-      s.lnf_rstd = take(N);
+      s.lnf = take(Nr * C);
+      s.lnf_mean = take(Nr);
+      s.lnf_rstd = take(Nr);
+      s.head_in = tp_.sp() ? take(N * C) : s.lnf;
       s.probs = take(N * V);
       s.losses = take(N);
     }
@@ -409,26 +388,28 @@ class PipelineCpuBackend final : public Backend {
     // row-parallel projections, as cpu/backend_cpu.cpp).
     const int T = m_.seq_len, C = m_.n_embd, V = vocab(), NH = m_.n_head / tp_.size(), Cl = C / tp_.size(),
               H = 4 * Cl;
-    const int N = B * T;
+    const int N = B * T, Nr = tp_.rows(N);  // Nr: rows of the residual stream and the LayerNorms
     const float* residual = s.in;
     for (int i = 0; i < s.layers; ++i) {
       const GptBlock p = block(s.first_layer + i, false);
       BlockActs& a = s.blocks[i];
-      layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, p.ln1_w, p.ln1_b, N, C);
-      matmul_forward(&pool_, a.qkv, a.ln1, p.qkv_w, p.qkv_b, N, C, 3 * Cl);
+      layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, p.ln1_w, p.ln1_b, Nr, C);
+      matmul_forward(&pool_, a.qkv, tp_.column_input(a.ln1, B, T, C), p.qkv_w, p.qkv_b, N, C, 3 * Cl);
       attention_forward(&pool_, a.atty, a.att, a.qkv, B, T, Cl, NH);
-      tp_.row_parallel_forward(a.res2, a.atty, p.proj_w, p.proj_b, N, Cl, C);
-      residual_forward(a.res2, a.res2, residual, static_cast<size_t>(N) * C);
-      layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p.ln2_w, p.ln2_b, N, C);
-      matmul_forward(&pool_, a.fch, a.ln2, p.fc_w, p.fc_b, N, C, H);
+      tp_.row_parallel_forward(a.res2, a.atty, p.proj_w, p.proj_b, B, T, Cl, C);
+      residual_forward(a.res2, a.res2, residual, static_cast<size_t>(Nr) * C);
+      layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p.ln2_w, p.ln2_b, Nr, C);
+      matmul_forward(&pool_, a.fch, tp_.column_input(a.ln2, B, T, C), p.fc_w, p.fc_b, N, C, H);
       gelu_forward(a.fch_gelu, a.fch, static_cast<size_t>(N) * H);
-      tp_.row_parallel_forward(a.res3, a.fch_gelu, p.fcproj_w, p.fcproj_b, N, H, C);
-      residual_forward(a.res3, a.res3, a.res2, static_cast<size_t>(N) * C);
+      tp_.row_parallel_forward(a.res3, a.fch_gelu, p.fcproj_w, p.fcproj_b, B, T, H, C);
+      residual_forward(a.res3, a.res3, a.res2, static_cast<size_t>(Nr) * C);
       residual = a.res3;
     }
     if (!s.head) return 0;
-    layernorm_forward(s.lnf, s.lnf_mean, s.lnf_rstd, residual, param("lnf.weight"), param("lnf.bias"), N, C);
-    matmul_forward(&pool_, s.probs, s.lnf, wte_copy_.data(), nullptr, N, C, V);
+    layernorm_forward(s.lnf, s.lnf_mean, s.lnf_rstd, residual, param("lnf.weight"), param("lnf.bias"), Nr, C);
+    // The classifier sees every position (kept for the tied wte's gradient on the first stage).
+    if (tp_.sp()) tp_.gather_positions(s.lnf, s.head_in, B, T, C);
+    matmul_forward(&pool_, s.probs, s.head_in, wte_copy_.data(), nullptr, N, C, V);
     tp_.crossentropy_forward(s.probs, s.losses, targets, N, V);
     double sum = 0;
     for (int n = 0; n < N; ++n) sum += s.losses[n];
@@ -441,23 +422,25 @@ class PipelineCpuBackend final : public Backend {
   void stage_backward(Slot& s, const Micro& mb, int micro, float* dres) {
     const int T = m_.seq_len, C = m_.n_embd, V = vocab(), NH = m_.n_head / tp_.size(), Cl = C / tp_.size(),
               H = 4 * Cl;
-    const int N = mb.batch * T;
+    const int B = mb.batch, N = B * T, Nr = tp_.rows(N);
     const size_t NC = static_cast<size_t>(N) * C, NCl = static_cast<size_t>(N) * Cl,
-                 NH4 = static_cast<size_t>(N) * H;
+                 NH4 = static_cast<size_t>(N) * H, NrC = static_cast<size_t>(Nr) * C;
     auto zero = [](float* v, size_t n) { std::memset(v, 0, n * sizeof(float)); };
     if (s.head) {
       float* tie = tie_[micro].data();  // [lnf (N, C) | dlogits (N, V)]
-      std::memcpy(tie, s.lnf, NC * sizeof(float));
+      std::memcpy(tie, s.head_in, NC * sizeof(float));
       float* dlogits = tie + NC;
       tp_.crossentropy_backward(dlogits, s.probs, mb.targets.data(), mb.grad_scale / static_cast<float>(N), N,
                                 V);
       zero(dln_.data(), NC);
       // The input gradient only: the weight gradient is the first stage's (it owns wte).
-      matmul_backward(&pool_, dln_.data(), nullptr, nullptr, dlogits, s.lnf, wte_copy_.data(), N, C, V);
-      tp_.all_reduce(dln_.data(), NC);  // vocab-parallel: each tp rank's part of the sum over the vocabulary
-      zero(dres, NC);
-      layernorm_backward(dres, grad("lnf.weight"), grad("lnf.bias"), dln_.data(), output_of(s),
-                         param("lnf.weight"), s.lnf_mean, s.lnf_rstd, N, C);
+      matmul_backward(&pool_, dln_.data(), nullptr, nullptr, dlogits, s.head_in, wte_copy_.data(), N, C, V);
+      // Vocab-parallel: each tp rank's part of the sum over the vocabulary (under SP, its positions of it).
+      const float* dlnf = tp_.column_input_grad(dln_.data(), B, T, C);
+      zero(dres, NrC);
+      layernorm_backward(dres, tp_.ln_grad(grad("lnf.weight"), 0, C), tp_.ln_grad(grad("lnf.bias"), 1, C),
+                         dlnf, output_of(s), param("lnf.weight"), s.lnf_mean, s.lnf_rstd, Nr, C);
+      tp_.add_ln_grads({grad("lnf.weight"), grad("lnf.bias")}, C);
     }
     const bool split = s.split;
     auto keep = [&](float* to, const float* from, size_t n) {
@@ -471,42 +454,53 @@ class PipelineCpuBackend final : public Backend {
                                 : g;
       BlockActs& a = s.blocks[i];
       const float* residual = i == 0 ? s.in : s.blocks[i - 1].res3;
-      keep(a.d_fcproj, dres, NC);
+      // dres holds d(res3); the MLP branch reads it (whole: gathered under SP) before the norm's
+      // contribution turns it into d(res2). The column-parallel layers' input gradients are partial sums
+      // over the tp shares: all-reduced, or under SP reduce-scattered onto this rank's positions, the
+      // LayerNorm inputs re-gathered for the column-parallel weight gradients.
+      const float* d_res3 = tp_.whole_grad(dres, B, T, C);
+      keep(a.d_fcproj, d_res3, NC);
       zero(dfch_gelu_.data(), NH4);
-      matmul_backward(&pool_, dfch_gelu_.data(), gp.fcproj_w, gp.fcproj_b, dres, a.fch_gelu, p.fcproj_w, N, H,
-                      C);
+      matmul_backward(&pool_, dfch_gelu_.data(), gp.fcproj_w, gp.fcproj_b, d_res3, a.fch_gelu, p.fcproj_w, N,
+                      H, C);
       gelu_backward(dfch_.data(), a.fch, dfch_gelu_.data(), NH4);
       keep(a.d_fc, dfch_.data(), NH4);
       zero(dln_.data(), NC);
-      matmul_backward(&pool_, dln_.data(), gp.fc_w, gp.fc_b, dfch_.data(), a.ln2, p.fc_w, N, C, H);
-      tp_.all_reduce(dln_.data(), NC);  // column-parallel: a partial sum over the tp shares
-      layernorm_backward(dres, gp.ln2_w, gp.ln2_b, dln_.data(), a.res2, p.ln2_w, a.ln2_mean, a.ln2_rstd, N,
-                         C);
-      keep(a.d_proj, dres, NC);
+      matmul_backward(&pool_, dln_.data(), gp.fc_w, gp.fc_b, dfch_.data(), tp_.column_input(a.ln2, B, T, C),
+                      p.fc_w, N, C, H);
+      layernorm_backward(dres, tp_.ln_grad(gp.ln2_w, 2, C), tp_.ln_grad(gp.ln2_b, 3, C),
+                         tp_.column_input_grad(dln_.data(), B, T, C), a.res2, p.ln2_w, a.ln2_mean, a.ln2_rstd,
+                         Nr, C);
+      const float* d_res2 = tp_.whole_grad(dres, B, T, C);
+      keep(a.d_proj, d_res2, NC);
       zero(datty_.data(), NCl);
-      matmul_backward(&pool_, datty_.data(), gp.proj_w, gp.proj_b, dres, a.atty, p.proj_w, N, Cl, C);
+      matmul_backward(&pool_, datty_.data(), gp.proj_w, gp.proj_b, d_res2, a.atty, p.proj_w, N, Cl, C);
       zero(dqkv_.data(), NCl * 3);
-      attention_backward(&pool_, dqkv_.data(), datty_.data(), a.qkv, a.att, mb.batch, T, Cl, NH);
+      attention_backward(&pool_, dqkv_.data(), datty_.data(), a.qkv, a.att, B, T, Cl, NH);
       keep(a.d_qkv, dqkv_.data(), NCl * 3);
       zero(dln_.data(), NC);
-      matmul_backward(&pool_, dln_.data(), gp.qkv_w, gp.qkv_b, dqkv_.data(), a.ln1, p.qkv_w, N, C, 3 * Cl);
-      tp_.all_reduce(dln_.data(), NC);
-      layernorm_backward(dres, gp.ln1_w, gp.ln1_b, dln_.data(), residual, p.ln1_w, a.ln1_mean, a.ln1_rstd, N,
-                         C);
+      matmul_backward(&pool_, dln_.data(), gp.qkv_w, gp.qkv_b, dqkv_.data(), tp_.column_input(a.ln1, B, T, C),
+                      p.qkv_w, N, C, 3 * Cl);
+      layernorm_backward(dres, tp_.ln_grad(gp.ln1_w, 0, C), tp_.ln_grad(gp.ln1_b, 1, C),
+                         tp_.column_input_grad(dln_.data(), B, T, C), residual, p.ln1_w, a.ln1_mean,
+                         a.ln1_rstd, Nr, C);
+      tp_.add_ln_grads({gp.ln1_w, gp.ln1_b, gp.ln2_w, gp.ln2_b}, C);
     }
   }
 
   // ZB-H1's W pass: the matmuls' weight gradients of slot s from the output gradients stage_backward kept,
   // in the order it would have added them (each tensor's sum over micro-batches keeps one process's order).
   void stage_weights(Slot& s, const Micro& mb) {
-    const int T = m_.seq_len, C = m_.n_embd, Cl = C / tp_.size(), H = 4 * Cl, N = mb.batch * T;
+    const int T = m_.seq_len, C = m_.n_embd, Cl = C / tp_.size(), H = 4 * Cl, B = mb.batch, N = B * T;
     for (int i = s.layers - 1; i >= 0; --i) {
       const GptBlock p = block(s.first_layer + i, false), gp = block(s.first_layer + i, true);
       BlockActs& a = s.blocks[i];
       matmul_backward(&pool_, nullptr, gp.fcproj_w, gp.fcproj_b, a.d_fcproj, a.fch_gelu, p.fcproj_w, N, H, C);
-      matmul_backward(&pool_, nullptr, gp.fc_w, gp.fc_b, a.d_fc, a.ln2, p.fc_w, N, C, H);
+      matmul_backward(&pool_, nullptr, gp.fc_w, gp.fc_b, a.d_fc, tp_.column_input(a.ln2, B, T, C), p.fc_w, N,
+                      C, H);
       matmul_backward(&pool_, nullptr, gp.proj_w, gp.proj_b, a.d_proj, a.atty, p.proj_w, N, Cl, C);
-      matmul_backward(&pool_, nullptr, gp.qkv_w, gp.qkv_b, a.d_qkv, a.ln1, p.qkv_w, N, C, 3 * Cl);
+      matmul_backward(&pool_, nullptr, gp.qkv_w, gp.qkv_b, a.d_qkv, tp_.column_input(a.ln1, B, T, C), p.qkv_w,
+                      N, C, 3 * Cl);
     }
   }
 
@@ -533,7 +527,7 @@ class PipelineCpuBackend final : public Backend {
     for (const PipelineStep& step : pipeline_program(schedule_, stages_, vp_, stage_, m)) {
       const PipelineAction& a = step.action;
       const Micro& mb = micros_[a.micro];
-      const size_t NC = static_cast<size_t>(mb.batch) * T * C;
+      const size_t NC = static_cast<size_t>(tp_.rows(mb.batch * T)) * C;  // a stage's output (its positions)
       if (step.kind == PipelineStep::Kind::kRecv) {
         if (!step.grad) {
           exchange({}, acquire(a.chunk, a.micro).in, NC, step.peer);
@@ -623,7 +617,6 @@ class PipelineCpuBackend final : public Backend {
   PipelinePartition part_;  // pp x vp virtual stages
   TensorTable table_;
   ThreadPool pool_;
-  std::unique_ptr<ZeroHostState> state_;
   TpOpsCpu tp_;  // the stage's tp group (tp x pp); no communicator at tp 1
   int zero_ = 0;
   std::vector<float> work_params_, work_grads_;  // ZeRO 3 / ZeRO 2-3: the stage's whole buffers for a step

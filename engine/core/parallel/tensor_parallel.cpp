@@ -43,11 +43,6 @@ Status tensor_parallel_check(const ModelConfig& m, const ParallelDims& d, const 
     return bad(tp + " does not divide the MLP width 4 x model.n_embd = " + std::to_string(mlp) +
                ": choose a tp that divides " + std::to_string(mlp));
   }
-  if (sequence_parallel && d.pp > 1) {
-    return bad(tp + " x pp " + std::to_string(d.pp) +
-               " with train.sequence_parallel: sequence parallelism inside pipeline stages is not "
-               "implemented; set train.sequence_parallel = false, or use pp 1");
-  }
   if (sequence_parallel && m.seq_len % d.tp != 0) {
     return bad(tp + " with train.sequence_parallel does not divide model.seq_len " +
                std::to_string(m.seq_len) + ": each tp rank keeps seq_len / tp positions of every sequence; " +

@@ -18,7 +18,9 @@
 // layers' all-reduce becomes a reduce-scatter onto those positions, the column-parallel layers' input an
 // all-gather (their backward: the other way round). The LayerNorms' weight gradients are then partial
 // sums over this rank's positions and are all-reduced over tp; the row-parallel biases' gradients come
-// from the gathered output gradient, whole on every rank.
+// from the gathered output gradient, whole on every rank. Inside pipeline stages (tp x pp,
+// cpu/backend_cpu_pipeline.cpp) the same holds, and the activations and gradients passed between stages
+// are this rank's positions only (matching tp ranks of neighbouring stages hold the same ones).
 //
 //   Status ok = tensor_parallel_check(cfg.model, dims, cfg.train.backend);   // before anything is built
 //   TensorTable full = gpt_param_table(m), mine = tensor_parallel_table(m, tp, tp_rank);

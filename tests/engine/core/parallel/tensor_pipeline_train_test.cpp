@@ -4,6 +4,9 @@
 // tensor-parallel over its tp group, the first stage the vocab-parallel embedding, the last the
 // vocab-parallel classifier and cross-entropy; activations pass between matching tp ranks of neighbouring
 // stages. Every layout must follow the single-process curve of the same config (same micro-batches).
+// With sequence parallelism (train.sequence_parallel) each stage's residual stream and LayerNorms hold this
+// tp rank's positions, and so do the activations and gradients passed between stages; under ZB-H1 the
+// weight pass re-gathers the LayerNorm outputs it needs.
 //
 // Not bitwise, for tensor parallelism's reason (tensor_parallel_train_test.cpp): the row-parallel outputs
 // and the column-parallel input gradients are sums of tp partial sums added by the ring all-reduce, where
@@ -14,10 +17,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <ostream>
 #include <string>
 #include <vector>
 
 #include "engine/core/config.h"
+#include "engine/core/gpt.h"
 #include "engine/core/train.h"
 #include "tests/engine/core/comm/worker_harness.h"
 #include "tests/engine/core/parallel/gang_train.h"
@@ -52,13 +59,23 @@ Config tiny12() {
 
 struct Layout {
   int tp, pp, dp, zero;
+  bool sp = false;  // train.sequence_parallel
+  const char* schedule = "1f1b";
 };
+
+// gtest names the parameter by this, not by its bytes (the schedule's pointer would make the name vary).
+void PrintTo(const Layout& l, std::ostream* os) {
+  *os << "tp" << l.tp << " pp" << l.pp << " dp" << l.dp << " zero" << l.zero << (l.sp ? " sp " : " ")
+      << l.schedule;
+}
 
 class TensorPipeline : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(TensorPipeline, MatchesOneProcessWithinTolerance) {
   const Layout l = GetParam();
-  const Config cfg = tiny12();
+  Config cfg = tiny12();
+  cfg.train.sequence_parallel = l.sp;
+  cfg.train.pp_schedule = l.schedule;
   GangCurve ref;
   Result<TrainSummary> one = train_run(cfg, {.out_dir = fresh_dir("one_process")}, &ref);
   ASSERT_TRUE(one.ok()) << one.error();
@@ -76,28 +93,106 @@ TEST_P(TensorPipeline, MatchesOneProcessWithinTolerance) {
         // Every stage reports the pipeline's measured bubble.
         if (diff.empty() && c->bubble.size() != ref.loss.size())
           diff = "a bubble for " + std::to_string(c->bubble.size()) + " steps";
+        if (diff.empty() && l.sp && c->start.find("sequence parallel") == std::string::npos)
+          diff = "the start summary does not say sequence parallel: " + c->start;
         return diff.empty() ? "" : "rank " + std::to_string(rank) + ": " + diff;
       },
       300s);
   expect_all_passed(res);
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, TensorPipeline,
-                         ::testing::Values(Layout{2, 2, 1, 0}, Layout{2, 2, 2, 1}, Layout{2, 2, 2, 3}),
-                         [](const ::testing::TestParamInfo<Layout>& i) {
-                           return "tp" + std::to_string(i.param.tp) + "_pp" + std::to_string(i.param.pp) +
-                                  "_dp" + std::to_string(i.param.dp) + "_zero" + std::to_string(i.param.zero);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, TensorPipeline,
+    ::testing::Values(Layout{2, 2, 1, 0}, Layout{2, 2, 2, 1}, Layout{2, 2, 2, 3}, Layout{2, 2, 1, 0, true},
+                      Layout{2, 2, 1, 0, true, "zbh1"}, Layout{2, 2, 2, 3, true}),
+    [](const ::testing::TestParamInfo<Layout>& i) {
+      return "tp" + std::to_string(i.param.tp) + "_pp" + std::to_string(i.param.pp) + "_dp" +
+             std::to_string(i.param.dp) + "_zero" + std::to_string(i.param.zero) + (i.param.sp ? "_sp" : "") +
+             (std::string(i.param.schedule) != "1f1b" ? "_" + std::string(i.param.schedule) : "");
+    });
 
-// Sequence parallelism inside pipeline stages is not implemented: refused before anything is built,
-// naming the layout.
-TEST(TensorPipelineCheck, SequenceParallelUnderPpIsRefused) {
+// The 3D checkpoint: saved after 10 of 20 steps at tp2 x pp2 x dp2 with ZeRO 3 (every rank writes
+// its tp share of its stage's tensors, ZeRO-sharded over dp, with their global coordinates), it resumes at
+// dp 4 (ZeRO 3), at pp 4, at tp 4 and at one process, and each resumed run's steps 11-20 follow the
+// uninterrupted one-process curve within kRelTolerance (not bitwise: tp's partial sums and dp's ring sum
+// are added in other orders). Four layers and four heads, so that pp 4 and tp 4 divide the model.
+struct Layout3d {
+  int tp = 1, pp = 1, dp = 1, zero = 0;
+  int world() const { return tp * pp * dp; }
+  std::string name() const {
+    return "tp" + std::to_string(tp) + "_pp" + std::to_string(pp) + "_dp" + std::to_string(dp) + "_zero" +
+           std::to_string(zero);
+  }
+};
+
+// Trains `l` (in-line at one process, else a gang of forked ranks) from `resume` up to `max_steps`; every
+// rank's loss curve is held to `want`.
+void train_3d(const Config& cfg, const Layout3d& l, const std::string& out, const std::string& resume,
+              int64_t max_steps, const std::vector<double>& want) {
+  if (l.world() == 1) {
+    GangCurve c;
+    Result<TrainSummary> s = train_run(cfg, {.out_dir = out, .resume = resume, .max_steps = max_steps}, &c);
+    ASSERT_TRUE(s.ok()) << s.error();
+    EXPECT_EQ(curve_compare(c.loss, want, "loss", kRelTolerance), "") << l.name();
+    return;
+  }
+  expect_all_passed(run_workers(
+      l.world(),
+      [&](int rank, int n, int fd) -> std::string {
+        Result<GangCurve> c = gang_train_rank(cfg,
+                                              {.out_dir = out,
+                                               .dp = l.dp,
+                                               .tp = l.tp,
+                                               .pp = l.pp,
+                                               .zero = l.zero,
+                                               .max_steps = max_steps,
+                                               .resume = resume},
+                                              rank, n, fd);
+        if (!c.ok()) return l.name() + " rank " + std::to_string(rank) + ": " + c.error();
+        const std::string diff = curve_compare(c->loss, want, "loss", kRelTolerance);
+        return diff.empty() ? "" : l.name() + " rank " + std::to_string(rank) + ": " + diff;
+      },
+      300s));
+}
+
+TEST(TensorPipelineCheckpoint, Tp2Pp2Dp2Zero3ResumesAtDp4Pp4Tp4AndOneProcess) {
   Config cfg = tiny12();
-  cfg.train.sequence_parallel = true;
-  DistContext ctx{.dims = {.world = 4, .rank = 0, .dp = 1, .tp = 2, .pp = 2}};
-  Result<TrainSummary> s = train_run(cfg, {.out_dir = fresh_dir("tp2_pp2_sp"), .dist = &ctx}, nullptr);
-  ASSERT_FALSE(s.ok());
-  EXPECT_THAT(s.error(), ::testing::HasSubstr("tp 2 x pp 2 with train.sequence_parallel"));
+  cfg.model.n_layer = 4;
+  cfg.train.max_steps = 20;
+  cfg.train.val_every = 0;
+  cfg.train.checkpoint_every = 10;
+  GangCurve ref;
+  Result<TrainSummary> one = train_run(cfg, {.out_dir = fresh_dir("one_process")}, &ref);
+  ASSERT_TRUE(one.ok()) << one.error();
+  ASSERT_EQ(ref.loss.size(), 20u);
+  const std::vector<double> head(ref.loss.begin(), ref.loss.begin() + 10);
+  const std::vector<double> tail(ref.loss.begin() + 10, ref.loss.end());
+
+  const Layout3d saved{.tp = 2, .pp = 2, .dp = 2, .zero = 3};
+  const std::string out = fresh_dir("saved_" + saved.name());
+  train_3d(cfg, saved, out, "", 10, head);
+  if (HasFailure()) return;
+  const std::string dir = out + "/checkpoints/step_00000010";
+  {
+    std::ifstream in(dir + "/manifest.json");
+    ASSERT_TRUE(in.good()) << dir;
+    const nlohmann::json m = nlohmann::json::parse(in);
+    EXPECT_EQ(m.at("layout").at("tp"), 2);
+    EXPECT_EQ(m.at("layout").at("pp"), 2);
+    EXPECT_EQ(m.at("shards").size(), 8u);
+    // The whole model's table, whatever the writers' split.
+    const TensorTable whole = gpt_param_table(cfg.model);
+    ASSERT_EQ(m.at("tensors").size(), whole.size());
+    for (size_t i = 0; i < whole.size(); ++i) {
+      EXPECT_EQ(m.at("tensors")[i].at("name").get<std::string>(), whole[i].name);
+      EXPECT_EQ(m.at("tensors")[i].at("shape").get<std::vector<int64_t>>(), whole[i].shape) << whole[i].name;
+    }
+  }
+  for (const Layout3d& to :
+       {Layout3d{.dp = 4, .zero = 3}, Layout3d{.pp = 4}, Layout3d{.tp = 4}, Layout3d{}}) {
+    SCOPED_TRACE("resumed at " + to.name());
+    train_3d(cfg, to, fresh_dir("resumed_at_" + to.name()), dir, -1, tail);
+  }
 }
 
 }  // namespace
