@@ -170,10 +170,6 @@ std::string whatif_apply_blocker(const Plan& plan, const WhatIfRun* run, int for
   if (!plan.fits) return "this layout does not fit in the GPUs' memory";
   // Checkpoints reshard across every axis (their tensors carry global coordinates, a stage's included), so
   // a move into, out of or between pipelines goes through one like any other.
-  if (l.tp != 1 && run->backend != "cpu") {
-    return "tp = " + itos(l.tp) +
-           ": tensor parallel is CPU-only in the engine for now (the run's backend is " + run->backend + ")";
-  }
   if (l.pp != 1 && run->backend != "cpu") {
     return "pp = " + itos(l.pp) +
            ": pipeline parallel is CPU-only in the engine for now (the run's backend is " + run->backend +

@@ -214,25 +214,31 @@ TEST(WhatIfRun, TheWholeRunObjectLoadsIntoTheForm) {
               HasSubstr("no \"model\" and \"batch\""));
 }
 
-// Issue 17: a move to another tp goes through the checkpoint (it reshards), and so does one to a pipeline.
+// Issue 17: a move to another tp goes through the checkpoint (it reshards), and so does one to a pipeline;
+// tensor parallel runs on both backends, so a GPU run is offered tp as a CPU run is.
 TEST(WhatIfApply, ATpChangeIsOffered) {
-  WhatIfModel m;
-  ASSERT_TRUE(m.load_run(tiny_run({{"dp", 2}, {"tp", 1}, {"pp", 1}, {"zero", 1}})).ok());
-  m.form.gpus = 4;  // dp 2 x tp 2 keeps the run's micro-batch of 8 on its global batch of 16
-  m.form.layout.tp = 2;
-  m.evaluate();
-  ASSERT_TRUE(m.issues().empty()) << m.issues()[0].message;
-  int tp_offered = 0;
-  for (int i = 0; i < static_cast<int>(m.candidates().size()); ++i) {
-    const Candidate& c = m.candidates()[i];
-    const PlanLayout& l = c.plan.layout;
-    if (l.tp == 2 && l.pp == 1 && c.apply_blocker.empty()) {
-      ++tp_offered;
-      ASSERT_TRUE(m.apply(i).has_value());
-      EXPECT_EQ(m.apply(i)->layout(), json({{"dp", 2}, {"tp", 2}, {"pp", 1}, {"vp", 1}, {"zero", l.zero}}));
+  for (const char* backend : {"cpu", "cuda"}) {
+    SCOPED_TRACE(backend);
+    WhatIfModel m;
+    json run = tiny_run({{"dp", 2}, {"tp", 1}, {"pp", 1}, {"zero", 1}});
+    run["backend"] = backend;
+    ASSERT_TRUE(m.load_run(run).ok());
+    m.form.gpus = 4;  // dp 2 x tp 2 keeps the run's micro-batch of 8 on its global batch of 16
+    m.form.layout.tp = 2;
+    m.evaluate();
+    ASSERT_TRUE(m.issues().empty()) << m.issues()[0].message;
+    int tp_offered = 0;
+    for (int i = 0; i < static_cast<int>(m.candidates().size()); ++i) {
+      const Candidate& c = m.candidates()[i];
+      const PlanLayout& l = c.plan.layout;
+      if (l.tp == 2 && l.pp == 1 && c.apply_blocker.empty()) {
+        ++tp_offered;
+        ASSERT_TRUE(m.apply(i).has_value());
+        EXPECT_EQ(m.apply(i)->layout(), json({{"dp", 2}, {"tp", 2}, {"pp", 1}, {"vp", 1}, {"zero", l.zero}}));
+      }
     }
+    EXPECT_GT(tp_offered, 0) << "no tp 2 layout was offered";
   }
-  EXPECT_GT(tp_offered, 0) << "no tp 2 layout was offered";
 }
 
 // The form's own layout (kFromForm) with pp, for a tiny run (global batch 16, micro-batch 8) under
