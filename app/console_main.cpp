@@ -29,6 +29,7 @@
 #include "engine/cluster/token.h"
 #include "ui/console/console_app.h"
 #include "ui/console/script.h"
+#include "ui/plot/plot_export.h"
 
 namespace {
 
@@ -282,6 +283,10 @@ int main(int argc, char** argv) {
   source.start();
   ConsoleApp app(source);
   ScriptRunner script(std::move(commands));
+  // Plot exports (a plot's right-click menu, a script's export_plot) go to STATE/exports.
+  plot::PlotExports exports(state_dir + "/exports");
+  plot::plot_exports_set_current(&exports);
+  ScriptUiFacts facts;
 
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
@@ -296,7 +301,11 @@ int main(int argc, char** argv) {
       glfwWaitEventsTimeout(0.1);  // wake for input, or to show what the network brought
     }
     snap = source.snapshot();
-    ScriptOrders orders = script.step(*snap, app.clicks().targets(), {.compared_runs = app.compared_runs()});
+    facts.compared_runs = app.compared_runs();
+    for (size_t i = facts.exports.size(); i < exports.outcomes().size(); ++i)
+      facts.exports.push_back({exports.outcomes()[i].path, exports.outcomes()[i].error});
+    ScriptOrders orders = script.step(*snap, app.clicks().targets(), facts);
+    if (!orders.export_plot.empty()) exports.request(orders.export_plot, orders.export_path);
     if (orders.submit_tiny) source.request_submit_tiny();
     if (orders.reconnect) source.reconnect();
 
@@ -314,6 +323,13 @@ int main(int argc, char** argv) {
     app.draw(*snap);
     console_render(window);
     ++frames;
+    // A plot's PNG: its pixels exist now, after the render and before the swap.
+    for (const plot::PngCapture& c : exports.take_captures()) {
+      int w = 0, h = 0;
+      glfwGetFramebufferSize(window, &w, &h);
+      const Status st = console_plot_png_write(c.path, c.min, c.max, w, h);
+      exports.finished(c.plot, c.path, st.ok() ? "" : st.message());
+    }
 
     if (script.failed()) {
       std::fprintf(stderr, "gantry: script %s: %s\n", o.script.c_str(), script.failure().c_str());
@@ -351,6 +367,7 @@ int main(int argc, char** argv) {
     }
   }
 
+  plot::plot_exports_set_current(nullptr);
   const nlohmann::json state = app.state_json(*snap);
   source.stop();  // closes its connections first: an idle one would hold the coordinator's stop
   if (!o.dump_state.empty()) {

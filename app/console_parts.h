@@ -1,6 +1,8 @@
 // The console main's helpers (app/console_*.cpp): the embedded local cluster and the framebuffer's PNG.
 #pragma once
 
+#include <imgui.h>
+
 #include <cstdint>
 #include <string>
 
@@ -29,6 +31,12 @@ Status console_cluster_down(const std::string& engine, const std::string& dir);
 void console_render(GLFWwindow* window);
 // Reads the current GL framebuffer (width × height, from the back buffer) and writes it as a PNG.
 Status console_screenshot_write(const std::string& path, int width, int height);
+// The framebuffer's rectangle [x, x + width) × [y, y + height) (y from the top) as a PNG; read after the
+// frame is rendered and before the buffer swap.
+Status console_png_region_write(const std::string& path, int x, int y, int width, int height,
+                                int framebuffer_height);
+// A plot's rectangle in ImGui's coordinates (plot::PngCapture), clipped to the framebuffer, as a PNG.
+Status console_plot_png_write(const std::string& path, ImVec2 min, ImVec2 max, int fb_width, int fb_height);
 
 // --bench-frames: a run of `ranks` × `steps` in a real coordinator's history (built once into `history`,
 // reused while present), served by `engine` (gantry-engine coordinator) in a process of its own; the real

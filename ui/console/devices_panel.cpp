@@ -66,6 +66,7 @@ void DevicesPanel::draw_series(const std::shared_ptr<const DeviceSeries>& d, Pan
   const float half = (avail - ImGui::GetStyle().ItemSpacing.x) / 2;
   const float h = std::max(100.0f, ImGui::GetContentRegionAvail().y - 4);
   band_view.y_label = unit;
+  band_view.y_unit = unit;
   const plot::PlotSeries series[] = {
       {"max", band_.t.data(), band_.max.data(), band_.size(), kRed},
       {"mean", band_.t.data(), band_.mean.data(), band_.size(), kBlue},

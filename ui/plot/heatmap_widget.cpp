@@ -5,6 +5,7 @@
 #include <string>
 
 #include "ui/plot/axes.h"
+#include "ui/plot/plot_export.h"
 #include "ui/plot/plot_widget.h"
 #include "ui/plot/ticks.h"
 
@@ -59,6 +60,8 @@ bool heatmap_widget(const char* id, HeatmapView& view, const HeatmapSource& mode
   const AxesItem item = axes_item(id, size);
   const ImVec2 wmin = item.min, wmax = item.max;
   const bool item_hovered = item.hovered, item_active = item.active;
+  PlotExports* exports = plot_exports_current();
+  if (exports != nullptr) exports->context_menu(id);
 
   const float line_h = ImGui::GetTextLineHeight();
   const float left = ImGui::CalcTextSize("00000").x + kAxisTickLen + 2 * kAxisGap;
@@ -220,6 +223,7 @@ bool heatmap_widget(const char* id, HeatmapView& view, const HeatmapSource& mode
   dl->AddText(ImVec2(pmin.x, wmin.y), ImGui::GetColorU32(ImGuiCol_Text),
               (view.value_label + (view.unit.empty() ? "" : " (" + view.unit + ")")).c_str());
   draw_scale_bar(dl, view, bmin, bmax);
+  if (exports != nullptr) exports->on_plot(id, wmin, wmax, [&] { return heatmap_csv(view, ranks); });
   return changed;
 }
 

@@ -75,6 +75,7 @@ struct PlotView {
   double follow_width = 0;          // ≤ 0: the width at the moment following takes over
   std::vector<std::string> hidden;  // names of hidden series; clicking a legend entry toggles its name
   std::string x_label, y_label;     // axis titles; empty: none
+  std::string y_unit;               // the series' unit, for the CSV export's header (plot_export.h)
   bool x_integer = false;           // x is a whole number (steps): integer ticks only (ticks_integer)
   bool show_legend = true;
 
