@@ -81,6 +81,7 @@ struct Options {
   int64_t bench_steps = 100000;
   std::string bench_history;
   bool bench_timeline = false;
+  bool no_textures = false;
   int bench_devices = 0;  // > 0: the Devices panel on that many GPUs × bench_steps samples
 };
 
@@ -129,6 +130,10 @@ int main(int argc, char** argv) {
   cli.add_flag(
       "--bench-timeline", o.bench_timeline,
       "benchmark: draw the Timeline panel (the run's newest steps, up to 1,024) instead of the Run panel");
+  cli.add_flag(
+      "--no-textures", o.no_textures,
+      "draw heatmaps and the timeline's lanes as rectangles, not textures (the earlier way; to compare "
+      "frame times)");
   cli.add_option("--bench-devices", o.bench_devices,
                  "benchmark: draw the Devices panel on N GPUs x --bench-steps samples (made in memory, no "
                  "coordinator) instead of the Run panel")
@@ -235,8 +240,12 @@ int main(int argc, char** argv) {
   if (font == nullptr) io.Fonts->AddFontDefault();  // ImGui's own bitmap font when DejaVu is missing
   ImGui_ImplGlfw_InitForOpenGL(window, true);
   ImGui_ImplOpenGL3_Init("#version 130");
+  // The heatmaps' and the timeline's cells as textures (ui/plot/texture.h) while this GL context lives.
+  ConsoleTextures textures;
+  if (!o.no_textures) plot::set_texture_backend(&textures);
   if (bench && o.bench_devices > 0) {
     const int rc = console_bench_devices(window, o.bench_devices, o.bench_steps, o.bench_frames);
+    plot::set_texture_backend(nullptr);
     ImGui_ImplOpenGL3_Shutdown();
     ImGui_ImplGlfw_Shutdown();
     ImGui::DestroyContext();
@@ -251,6 +260,7 @@ int main(int argc, char** argv) {
                                                  .history = o.bench_history,
                                                  .engine = console_engine_path(),
                                                  .timeline = o.bench_timeline});
+    plot::set_texture_backend(nullptr);
     ImGui_ImplOpenGL3_Shutdown();
     ImGui_ImplGlfw_Shutdown();
     ImGui::DestroyContext();
@@ -378,6 +388,7 @@ int main(int argc, char** argv) {
       exit_code = kExitScriptFailed;
     }
   }
+  plot::set_texture_backend(nullptr);
   ImGui_ImplOpenGL3_Shutdown();
   ImGui_ImplGlfw_Shutdown();
   ImGui::DestroyContext();

@@ -8,6 +8,7 @@
 
 #include "telemetry/status.h"
 #include "ui/console/data_source.h"
+#include "ui/plot/texture.h"
 
 struct GLFWwindow;
 
@@ -25,6 +26,15 @@ Result<console::Endpoint> console_cluster_up(const std::string& engine, const st
                                              int slots, bool* started);
 // `gantry-engine down --dir DIR`: stops the coordinator, the agents and their workers.
 Status console_cluster_down(const std::string& engine, const std::string& dir);
+
+// The plot widgets' textures in the window's GL context (app/console_textures.cpp): registered with
+// plot::set_texture_backend while the context lives.
+class ConsoleTextures final : public plot::TextureBackend {
+ public:
+  ImTextureID create(int w, int h) override;
+  void update(ImTextureID id, const uint32_t* rgba, int w, int h) override;
+  void destroy(ImTextureID id) override;
+};
 
 // Ends the ImGui frame and draws it into the window's framebuffer: ImGui::Render, the viewport, the clear
 // colour, the OpenGL 3 backend's draw calls (no buffer swap).

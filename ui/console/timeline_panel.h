@@ -48,6 +48,11 @@ struct TimelinePanel {
   TimelineFrame frame_;
   std::shared_ptr<const TimelineWindow> built_for_;  // frame_ was built for this window and view
   TimelineViewport built_view_;
+  // With a texture backend (ui/plot/texture.h) each lane is a row of texels, one a pixel, drawn as one quad a
+  // lane; rasterised when frame_ is built, not every frame.
+  plot::PlotTexture lanes_texture_;
+  std::vector<uint32_t> lane_texels_;
+  bool lanes_textured_ = false;
   int width_px_ = 0;
 
   bool have_pinned_ = false;

@@ -7,6 +7,7 @@
 #include "ui/plot/axes.h"
 #include "ui/plot/plot_export.h"
 #include "ui/plot/plot_widget.h"
+#include "ui/plot/texture.h"
 #include "ui/plot/ticks.h"
 
 namespace gantry::plot {
@@ -158,7 +159,24 @@ bool heatmap_widget(const char* id, HeatmapView& view, const HeatmapSource& mode
   const AxisMap ym{0.0, static_cast<double>(ranks), pmin.y, pmax.y};  // rank 0 at the top
   dl->AddRectFilled(pmin, pmax, ImGui::GetColorU32(ImGuiCol_FrameBg));
   dl->PushClipRect(pmin, pmax, true);
-  for (int r = 0; r < g.rows; ++r) {
+  bool as_texture = false;
+  if (texture_backend() != nullptr && g.cols > 0 && g.rows > 0) {
+    // One texel a cell: the same picture as the rectangles below in 4 vertices (texture.h says why).
+    view.texels.resize(static_cast<size_t>(g.cols) * static_cast<size_t>(g.rows));
+    for (int r = 0; r < g.rows; ++r)
+      for (int c = 0; c < g.cols; ++c)
+        view.texels[static_cast<size_t>(r) * g.cols + c] =
+            colour_scale_map(view.scale.min, view.scale.max, g.at(r, c));
+    if (view.texture.upload(view.texels, g.cols, g.rows)) {
+      // Rows are ranks_per_row ranks each; the last may hold fewer ranks and reach past the map (clipped).
+      const ImVec2 a(std::round(xm.to_px(static_cast<double>(g.col_step_begin(0)))), std::round(ym.to_px(0)));
+      const ImVec2 b(std::round(xm.to_px(static_cast<double>(g.col_step_begin(g.cols)))),
+                     std::round(ym.to_px(static_cast<double>(g.rows) * g.ranks_per_row)));
+      dl->AddImage(view.texture.id(), a, b);
+      as_texture = true;
+    }
+  }
+  for (int r = 0; r < g.rows && !as_texture; ++r) {
     const int r0 = g.row_rank_begin(r), r1 = std::min(ranks, r0 + g.ranks_per_row);
     const float y0 = std::round(ym.to_px(r0)), y1 = std::round(ym.to_px(r1));
     // Neighbouring cells of one colour become one rectangle: flat stretches cost 4 vertices, not 4 a cell.

@@ -39,6 +39,7 @@
 
 #include "ui/plot/decimate.h"
 #include "ui/plot/heatmap.h"
+#include "ui/plot/texture.h"
 
 namespace gantry::plot {
 
@@ -135,6 +136,9 @@ struct HeatmapView {
   ImVec2 map_min{0, 0}, map_max{0, 0};           // the cell area in screen pixels
 
   HeatmapGrid grid;  // the cells drawn last frame (also the scratch buffer); rows = rank buckets
+  // With a texture backend (texture.h) the cells are one texture of a texel each, uploaded when they change.
+  PlotTexture texture;
+  std::vector<uint32_t> texels;
   bool dragging = false;
   double drag_steps = 0;  // the fraction of a step a pan has moved but not yet applied
 };
