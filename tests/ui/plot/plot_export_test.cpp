@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <imgui.h>
 
+#include <cfloat>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -136,6 +137,43 @@ TEST_F(Export, TheHeatmapCsvHoldsEachDrawnCell) {
                                          "2,3,0,1,2.5",
                                          "2,3,1,2,"};
   EXPECT_EQ(lines_of(slurp(csv)), want);
+}
+
+// The operator's path: a right click on the plot opens the menu, "Export CSV" writes NAME-TIME.csv into the
+// exports folder (created on demand) with the plot's data, and the menu then names the file.
+TEST_F(Export, TheRightClickMenuWritesIntoTheExportsFolder) {
+  PlotExports exports((dir_ / "exports").string());
+  plot_exports_set_current(&exports);
+  const std::vector<double> x = {1, 2}, y = {0.5, 0.25};
+  const PlotSeries series[] = {{"loss", x.data(), y.data(), x.size(), IM_COL32(255, 0, 0, 255)}};
+  PlotView view{.x_label = "step"};
+  ImGuiIO& io = ImGui::GetIO();
+  const auto frame_at = [&](ImVec2 mouse, bool right, bool left) {
+    io.MousePos = mouse;
+    io.MouseDown[1] = right;
+    io.MouseDown[0] = left;
+    frame([&] { plot_lines("##loss", view, series, {}, ImVec2(500, 200)); });
+  };
+  const ImVec2 over(250, 100);
+  frame_at(over, false, false);
+  frame_at(over, true, false);   // press
+  frame_at(over, false, false);  // release: the menu opens
+  frame_at(over, false, false);  // drawn where the mouse was
+  // "Export CSV" is the menu's first line, a window padding in from its corner at the mouse.
+  const ImGuiStyle& st = ImGui::GetStyle();
+  const ImVec2 item(over.x + st.WindowPadding.x + 10, over.y + st.WindowPadding.y + ImGui::GetFontSize() / 2);
+  frame_at(item, false, false);
+  frame_at(item, false, true);
+  frame_at(item, false, false);
+  frame_at(ImVec2(-FLT_MAX, -FLT_MAX), false, false);  // the request is carried out when the plot is drawn
+  ASSERT_EQ(exports.outcomes().size(), 1u);
+  const ExportOutcome& o = exports.outcomes()[0];
+  EXPECT_EQ(o.error, "");
+  EXPECT_EQ(fs::path(o.path).parent_path(), dir_ / "exports");
+  EXPECT_EQ(fs::path(o.path).filename().string().rfind("loss-", 0), 0u) << o.path;
+  EXPECT_EQ(fs::path(o.path).extension(), ".csv");
+  EXPECT_EQ(lines_of(slurp(o.path)), (std::vector<std::string>{"step,loss", "1,0.5", "2,0.25"}));
+  plot_exports_set_current(&exports_);
 }
 
 TEST(PlotName, IsTheIdWithoutItsHashes) {
