@@ -41,7 +41,7 @@ void TimelinePanel::summarise(const ConsoleSnapshot& s) {
     window_ = s.timeline;
     summaries_ = timeline_rank_summaries(*window_);
   }
-  // The coordinator's flag first (its policy over its windows); else the window's largest busy time.
+  // The coordinator's flag first (its policy over its windows); else the largest median busy time a step.
   slow_rank_ = -1;
   slow_reason_.clear();
   for (const RankView& r : s.ranks)
@@ -50,13 +50,13 @@ void TimelinePanel::summarise(const ConsoleSnapshot& s) {
       slow_reason_ = "flagged by the coordinator";
       return;
     }
-  double most = -1;
+  const TimelineRankSummary* slowest = nullptr;
   for (const TimelineRankSummary& r : summaries_)
-    if (r.steps > 0 && r.busy_s > most) {
-      most = r.busy_s;
-      slow_rank_ = r.rank;
-      slow_reason_ = "largest busy time in the window";
-    }
+    if (r.steps > 0 && (slowest == nullptr || timeline_rank_slower(r, *slowest))) slowest = &r;
+  if (slowest != nullptr) {
+    slow_rank_ = slowest->rank;
+    slow_reason_ = "largest median busy time a step in the window";
+  }
 }
 
 void TimelinePanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
@@ -329,6 +329,7 @@ nlohmann::json TimelinePanel::state_json() const {
     lanes.push_back({{"rank", r.rank},
                      {"steps", r.steps},
                      {"busy_s", r.busy_s},
+                     {"busy_median_s", r.busy_median_s},
                      {"forward_max_s", r.forward_max_s},
                      {"forward_mean_s", r.forward_mean_s}});
   return {{"run", w.run},

@@ -44,7 +44,7 @@ struct TimelinePanel {
   std::shared_ptr<const TimelineWindow> window_ = std::make_shared<TimelineWindow>();
   std::vector<TimelineRankSummary> summaries_;  // of window_
   int slow_rank_ = -1;
-  std::string slow_reason_;  // "flagged by the coordinator", "largest busy time in the window"
+  std::string slow_reason_;  // "flagged by the coordinator", "largest median busy time a step in the window"
   TimelineFrame frame_;
   std::shared_ptr<const TimelineWindow> built_for_;  // frame_ was built for this window and view
   TimelineViewport built_view_;
