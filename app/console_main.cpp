@@ -29,6 +29,7 @@
 #include "engine/cluster/token.h"
 #include "ui/console/console_app.h"
 #include "ui/console/script.h"
+#include "ui/plot/plot_export.h"
 
 namespace {
 
@@ -80,6 +81,7 @@ struct Options {
   int64_t bench_steps = 100000;
   std::string bench_history;
   bool bench_timeline = false;
+  bool no_textures = false;
   int bench_devices = 0;  // > 0: the Devices panel on that many GPUs × bench_steps samples
 };
 
@@ -128,6 +130,10 @@ int main(int argc, char** argv) {
   cli.add_flag(
       "--bench-timeline", o.bench_timeline,
       "benchmark: draw the Timeline panel (the run's newest steps, up to 1,024) instead of the Run panel");
+  cli.add_flag(
+      "--no-textures", o.no_textures,
+      "draw heatmaps and the timeline's lanes as rectangles, not textures (the earlier way; to compare "
+      "frame times)");
   cli.add_option("--bench-devices", o.bench_devices,
                  "benchmark: draw the Devices panel on N GPUs x --bench-steps samples (made in memory, no "
                  "coordinator) instead of the Run panel")
@@ -234,8 +240,12 @@ int main(int argc, char** argv) {
   if (font == nullptr) io.Fonts->AddFontDefault();  // ImGui's own bitmap font when DejaVu is missing
   ImGui_ImplGlfw_InitForOpenGL(window, true);
   ImGui_ImplOpenGL3_Init("#version 130");
+  // The heatmaps' and the timeline's cells as textures (ui/plot/texture.h) while this GL context lives.
+  ConsoleTextures textures;
+  if (!o.no_textures) plot::set_texture_backend(&textures);
   if (bench && o.bench_devices > 0) {
     const int rc = console_bench_devices(window, o.bench_devices, o.bench_steps, o.bench_frames);
+    plot::set_texture_backend(nullptr);
     ImGui_ImplOpenGL3_Shutdown();
     ImGui_ImplGlfw_Shutdown();
     ImGui::DestroyContext();
@@ -250,6 +260,7 @@ int main(int argc, char** argv) {
                                                  .history = o.bench_history,
                                                  .engine = console_engine_path(),
                                                  .timeline = o.bench_timeline});
+    plot::set_texture_backend(nullptr);
     ImGui_ImplOpenGL3_Shutdown();
     ImGui_ImplGlfw_Shutdown();
     ImGui::DestroyContext();
@@ -282,6 +293,10 @@ int main(int argc, char** argv) {
   source.start();
   ConsoleApp app(source);
   ScriptRunner script(std::move(commands));
+  // Plot exports (a plot's right-click menu, a script's export_plot) go to STATE/exports.
+  plot::PlotExports exports(state_dir + "/exports");
+  plot::plot_exports_set_current(&exports);
+  ScriptUiFacts facts;
 
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
@@ -296,7 +311,11 @@ int main(int argc, char** argv) {
       glfwWaitEventsTimeout(0.1);  // wake for input, or to show what the network brought
     }
     snap = source.snapshot();
-    ScriptOrders orders = script.step(*snap, app.clicks().targets(), {.compared_runs = app.compared_runs()});
+    facts.compared_runs = app.compared_runs();
+    for (size_t i = facts.exports.size(); i < exports.outcomes().size(); ++i)
+      facts.exports.push_back({exports.outcomes()[i].path, exports.outcomes()[i].error});
+    ScriptOrders orders = script.step(*snap, app.clicks().targets(), facts);
+    if (!orders.export_plot.empty()) exports.request(orders.export_plot, orders.export_path);
     if (orders.submit_tiny) source.request_submit_tiny();
     if (orders.reconnect) source.reconnect();
 
@@ -314,6 +333,13 @@ int main(int argc, char** argv) {
     app.draw(*snap);
     console_render(window);
     ++frames;
+    // A plot's PNG: its pixels exist now, after the render and before the swap.
+    for (const plot::PngCapture& c : exports.take_captures()) {
+      int w = 0, h = 0;
+      glfwGetFramebufferSize(window, &w, &h);
+      const Status st = console_plot_png_write(c.path, c.min, c.max, w, h);
+      exports.finished(c.plot, c.path, st.ok() ? "" : st.message());
+    }
 
     if (script.failed()) {
       std::fprintf(stderr, "gantry: script %s: %s\n", o.script.c_str(), script.failure().c_str());
@@ -351,6 +377,7 @@ int main(int argc, char** argv) {
     }
   }
 
+  plot::plot_exports_set_current(nullptr);
   const nlohmann::json state = app.state_json(*snap);
   source.stop();  // closes its connections first: an idle one would hold the coordinator's stop
   if (!o.dump_state.empty()) {
@@ -361,6 +388,7 @@ int main(int argc, char** argv) {
       exit_code = kExitScriptFailed;
     }
   }
+  plot::set_texture_backend(nullptr);
   ImGui_ImplOpenGL3_Shutdown();
   ImGui_ImplGlfw_Shutdown();
   ImGui::DestroyContext();

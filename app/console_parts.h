@@ -1,11 +1,14 @@
 // The console main's helpers (app/console_*.cpp): the embedded local cluster and the framebuffer's PNG.
 #pragma once
 
+#include <imgui.h>
+
 #include <cstdint>
 #include <string>
 
 #include "telemetry/status.h"
 #include "ui/console/data_source.h"
+#include "ui/plot/texture.h"
 
 struct GLFWwindow;
 
@@ -24,11 +27,26 @@ Result<console::Endpoint> console_cluster_up(const std::string& engine, const st
 // `gantry-engine down --dir DIR`: stops the coordinator, the agents and their workers.
 Status console_cluster_down(const std::string& engine, const std::string& dir);
 
+// The plot widgets' textures in the window's GL context (app/console_textures.cpp): registered with
+// plot::set_texture_backend while the context lives.
+class ConsoleTextures final : public plot::TextureBackend {
+ public:
+  ImTextureID create(int w, int h) override;
+  void update(ImTextureID id, const uint32_t* rgba, int w, int h) override;
+  void destroy(ImTextureID id) override;
+};
+
 // Ends the ImGui frame and draws it into the window's framebuffer: ImGui::Render, the viewport, the clear
 // colour, the OpenGL 3 backend's draw calls (no buffer swap).
 void console_render(GLFWwindow* window);
 // Reads the current GL framebuffer (width × height, from the back buffer) and writes it as a PNG.
 Status console_screenshot_write(const std::string& path, int width, int height);
+// The framebuffer's rectangle [x, x + width) × [y, y + height) (y from the top) as a PNG; read after the
+// frame is rendered and before the buffer swap.
+Status console_png_region_write(const std::string& path, int x, int y, int width, int height,
+                                int framebuffer_height);
+// A plot's rectangle in ImGui's coordinates (plot::PngCapture), clipped to the framebuffer, as a PNG.
+Status console_plot_png_write(const std::string& path, ImVec2 min, ImVec2 max, int fb_width, int fb_height);
 
 // --bench-frames: a run of `ranks` × `steps` in a real coordinator's history (built once into `history`,
 // reused while present), served by `engine` (gantry-engine coordinator) in a process of its own; the real

@@ -153,7 +153,7 @@ enum class DeviceMetric : uint8_t {
   kGpuTemperature = 4,      // degrees Celsius
   kGpuThrottleReasons = 5,  // NVML's clocks-event bit mask (0: not throttled)
   kGpuEccErrors = 6,        // volatile uncorrected ECC errors, a count since the driver loaded
-  kGpuXidErrors = 7,        // fatal Xids seen in the kernel log for the node (node_health.h), a count
+  kGpuXidErrors = 7,        // Xids the kernel logged for the GPU since the agent started (xid_counts.h)
   kNodeCpu = 8,             // ratio 0..1 of all cores busy over the sample period (/proc/stat)
   kNodeMemoryUsed = 9,      // bytes of host memory in use (MemTotal - MemAvailable)
   kNodeDiskUsed = 10,       // bytes used on the agent's folder's file system (statvfs)

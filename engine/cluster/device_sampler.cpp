@@ -103,6 +103,11 @@ struct DeviceSampler::Nvml {
   struct Memory {
     unsigned long long total, free, used;
   };
+  struct PciInfo {  // nvmlPciInfo_t (v2 and v3 share it)
+    char bus_id_legacy[16];
+    unsigned domain, bus, device, pci_device_id, pci_subsystem_id;
+    char bus_id[32];
+  };
   void* lib = nullptr;
   std::string error;
   Ret (*init)() = nullptr;
@@ -117,6 +122,7 @@ struct DeviceSampler::Nvml {
   Ret (*temperature)(Device, int, unsigned*) = nullptr;  // NVML_TEMPERATURE_GPU = 0
   Ret (*throttle)(Device, unsigned long long*) = nullptr;
   Ret (*ecc)(Device, int, int, unsigned long long*) = nullptr;  // uncorrected = 1, volatile = 0
+  Ret (*pci)(Device, PciInfo*) = nullptr;
 
   explicit Nvml(const std::string& name) {
     lib = ::dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -146,6 +152,8 @@ struct DeviceSampler::Nvml {
       throttle =
           reinterpret_cast<decltype(throttle)>(::dlsym(lib, "nvmlDeviceGetCurrentClocksThrottleReasons"));
     ecc = reinterpret_cast<decltype(ecc)>(::dlsym(lib, "nvmlDeviceGetTotalEccErrors"));
+    pci = reinterpret_cast<decltype(pci)>(::dlsym(lib, "nvmlDeviceGetPciInfo_v3"));
+    if (pci == nullptr) pci = reinterpret_cast<decltype(pci)>(::dlsym(lib, "nvmlDeviceGetPciInfo_v2"));
     if (Ret r = init(); r != 0) error = std::string("nvmlInit: ") + error_string(r);
     initialised = error.empty();
   }
@@ -176,6 +184,8 @@ void DeviceSampler::sample_gpus(double now, std::vector<DeviceSampleRecord>* out
     return;
   }
   nvml_status_ = std::to_string(count) + " GPUs";
+  if (!xids_) xids_ = std::make_unique<XidCounter>(opt_.kmsg_path);
+  xids_->poll();
   for (unsigned i = 0; i < count; ++i) {
     Nvml::Device d = nullptr;
     if (n.handle(i, &d) != 0) continue;
@@ -197,6 +207,12 @@ void DeviceSampler::sample_gpus(double now, std::vector<DeviceSampleRecord>* out
       put(DeviceMetric::kGpuThrottleReasons, static_cast<double>(r));
     if (unsigned long long e = 0; n.ecc && n.ecc(d, 1, 0, &e) == 0)
       put(DeviceMetric::kGpuEccErrors, static_cast<double>(e));
+    // The kernel log names a GPU by its PCI address; without NVML's for this GPU, or without the log, the
+    // count is unknown (no record).
+    if (Nvml::PciInfo p{}; n.pci && n.pci(d, &p) == 0) {
+      if (std::optional<uint64_t> x = xids_->count({.domain = p.domain, .bus = p.bus, .device = p.device}))
+        put(DeviceMetric::kGpuXidErrors, static_cast<double>(*x));
+    }
   }
 }
 

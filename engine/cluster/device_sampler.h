@@ -1,7 +1,8 @@
 // The agent's device telemetry (issue 21): per GPU from NVML (utilisation, memory used, SM clock, power,
-// temperature, throttle reasons, uncorrected ECC errors), per node from /proc and statvfs (CPU busy, host
-// memory used, disk used, network bytes per second), as DeviceSampleRecords that travel in the node's
-// heartbeat like its rank-step records (one record path: telemetry/records.h, record_codec.h).
+// temperature, throttle reasons, uncorrected ECC errors; Xid errors from the kernel log, xid_counts.h), per
+// node from /proc and statvfs (CPU busy, host memory used, disk used, network bytes per second), as
+// DeviceSampleRecords that travel in the node's heartbeat like its rank-step records (one record path:
+// telemetry/records.h, record_codec.h).
 //
 // NVML is opened at run time (dlopen of libnvidia-ml.so.1: no link dependency). Where it is missing, or a
 // GPU does not support a reading, that reading is not made: no record, so the coordinator, /metrics and the
@@ -19,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/cluster/xid_counts.h"
 #include "telemetry/records.h"
 
 namespace gantry {
@@ -28,6 +30,7 @@ struct DeviceSamplerOptions {
   std::string disk_path;                           // statvfs of this folder gives disk used ("" = none)
   std::string nvml_library = "libnvidia-ml.so.1";  // "" = no GPU readings
   std::string proc_root = "/proc";                 // stat, meminfo, net/dev (another root in tests)
+  std::string kmsg_path = "/dev/kmsg";             // the kernel log for Xid counts ("" = none)
 };
 
 // /proc/stat's first line: the jiffies spent busy and in total, over all cores.
@@ -61,6 +64,7 @@ class DeviceSampler {
 
   DeviceSamplerOptions opt_;
   std::unique_ptr<Nvml> nvml_;
+  std::unique_ptr<XidCounter> xids_;  // opened with NVML's first answer: Xids from then on
   std::string nvml_status_ = "not sampled yet";
   std::optional<CpuTimes> last_cpu_;
   std::optional<NetBytes> last_net_;

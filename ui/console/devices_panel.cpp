@@ -42,6 +42,15 @@ void DevicesPanel::draw_series(const std::shared_ptr<const DeviceSeries>& d, Pan
     band_now_ = ctx.now_unix_s;
     band_ = device_band(*d, band_now_);
     heat_.reset();
+    newest_counts_.clear();
+    if (d->metric == DeviceMetric::kGpuXidErrors || d->metric == DeviceMetric::kGpuEccErrors) {
+      for (size_t r = 0; r < d->rows.size(); ++r) {
+        float v = NAN;
+        for (int32_t c = d->cols - 1; c >= 0 && std::isnan(v); --c) v = d->at_max(r, c);
+        newest_counts_ += (newest_counts_.empty() ? "" : ",  ") + d->rows[r] + ": " +
+                          (std::isnan(v) ? std::string("unknown") : std::to_string(std::llround(v)));
+      }
+    }
     if (!d->rows.empty() && d->cols > 0) {
       heat_ = std::make_unique<plot::HeatmapModel>(static_cast<int>(d->rows.size()));
       heat_->reserve(d->cols);
@@ -59,13 +68,19 @@ void DevicesPanel::draw_series(const std::shared_ptr<const DeviceSeries>& d, Pan
               d->bucket_s);
   if (d->rows.empty()) {
     ImGui::TextDisabled(
-        "no device reported this metric: unknown (GPU readings need NVML on the node; see the agent's log)");
+        "%s", d->metric == DeviceMetric::kGpuXidErrors
+                  ? "no device reported Xid counts: unknown (they need NVML, for each GPU's PCI address, "
+                    "and a kernel log the agent can read, /dev/kmsg; see the agent's log)"
+                  : "no device reported this metric: unknown (GPU readings need NVML on the node; see the "
+                    "agent's log)");
     return;
   }
+  if (!newest_counts_.empty()) ImGui::TextWrapped("newest: %s", newest_counts_.c_str());
   const float avail = ImGui::GetContentRegionAvail().x;
   const float half = (avail - ImGui::GetStyle().ItemSpacing.x) / 2;
   const float h = std::max(100.0f, ImGui::GetContentRegionAvail().y - 4);
   band_view.y_label = unit;
+  band_view.y_unit = unit;
   const plot::PlotSeries series[] = {
       {"max", band_.t.data(), band_.max.data(), band_.size(), kRed},
       {"mean", band_.t.data(), band_.mean.data(), band_.size(), kBlue},

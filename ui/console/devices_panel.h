@@ -26,6 +26,9 @@ struct DevicesPanel {
   double band_now_ = 0;                        // the time the band's x is relative to
   DeviceBand band_;
   std::unique_ptr<plot::HeatmapModel> heat_;
+  // For a count (Xid, ECC errors): each device's newest count, or "unknown" where its newest column has no
+  // sample; made once per answer, not per frame (a scan of every row's columns).
+  std::string newest_counts_;
   plot::PlotView band_view{.x_label = "seconds (0 = now)", .y_label = "value"};
   // Cells of at least 3 px wide: a third fewer rectangles than at 2 px (the rows are the devices either way).
   // Measured on 128 GPUs it did not make the frames faster (docs/PERF.md, the Devices panel): the band's

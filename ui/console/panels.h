@@ -95,7 +95,7 @@ struct RunPanel {
   plot::PlotView loss_view{.follow_latest = false, .x_label = "step", .y_label = "loss", .x_integer = true};
   plot::PlotView grad_view{.x_label = "step", .y_label = "grad norm", .x_integer = true};
   plot::PlotView tokens_view{.x_label = "step", .y_label = "tokens/s", .x_integer = true};
-  plot::PlotView mfu_view{.x_label = "step", .y_label = "MFU (%)", .x_integer = true};
+  plot::PlotView mfu_view{.x_label = "step", .y_label = "MFU (%)", .y_unit = "%", .x_integer = true};
   plot::PlotView band_view{.x_label = "step", .y_label = "busy time (s)", .x_integer = true};
   plot::HeatmapView heat_view{.value_label = "busy time", .unit = "s"};
   TileHeatmap heat_;

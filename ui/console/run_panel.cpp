@@ -161,6 +161,7 @@ void RunPanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
   }
   const std::string shown = std::string(rank_time_metric_label(metric_)) + (excess_ ? " excess" : " time");
   band_view.y_label = shown + " (s)";
+  band_view.y_unit = "s";
   heat_view.value_label = shown;
 
   // The chosen time across ranks: the band (min, mean, max per bucket, from the coordinator's tiles) and

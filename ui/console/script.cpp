@@ -133,6 +133,25 @@ std::string joined(const std::vector<std::string>& v) {
   return out;
 }
 
+// The plot widgets' ids without their "##" (plot_export.h's plot_name): a plot outside these would be
+// waited for forever, so it is refused when the script is read.
+const std::vector<std::string>& known_plots() {
+  static const std::vector<std::string> kPlots = {"loss",         "grad",          "tokens",  "mfu",
+                                                  "band",         "heat",          "devband", "devheat",
+                                                  "loss overlay", "second overlay"};
+  return kPlots;
+}
+
+bool path_ends_with(const std::string& path, std::string_view ext) {
+  if (path.size() < ext.size()) return false;
+  for (size_t i = 0; i < ext.size(); ++i) {
+    char c = path[path.size() - ext.size() + i];
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    if (c != ext[i]) return false;
+  }
+  return true;
+}
+
 bool parse_count(const std::string& s, int64_t* out) {
   if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos || s.size() > 12) return false;
   *out = std::strtoll(s.c_str(), nullptr, 10);
@@ -161,7 +180,8 @@ Result<std::vector<ScriptCommand>> script_parse(std::string_view text, std::stri
                                 {"wait_timeline", K::wait_timeline, 'n'},
                                 {"export_timeline", K::export_timeline, 's'},
                                 {"wait_devices", K::wait_devices, 'n'},
-                                {"wait_compared", K::wait_compared, 'n'}};
+                                {"wait_compared", K::wait_compared, 'n'},
+                                {"export_plot", K::export_plot, 'p'}};
   std::vector<ScriptCommand> out;
   int line_no = 0;
   size_t pos = 0;
@@ -185,21 +205,34 @@ Result<std::vector<ScriptCommand>> script_parse(std::string_view text, std::stri
       for (const Spec& s : kSpecs) known += (known.empty() ? "" : ", ") + std::string(s.word);
       return Status::error(where + "unknown command \"" + cmd + "\" (known: " + known + ")");
     }
-    const size_t want = spec->arg == 0 ? 1 : 2;
+    const size_t want = spec->arg == 0 ? 1 : spec->arg == 'p' ? 3 : 2;
     if (words->size() != want) {
-      return Status::error(where + cmd + " takes " +
-                           (spec->arg == 0 ? std::string("no argument")
-                            : spec->arg == 'n'
-                                ? std::string("one count, e.g. ") + cmd + " 3"
-                                : std::string("one argument, e.g. ") + cmd + " \"Checkpoint now\"") +
-                           ", got " + std::to_string(words->size() - 1));
+      return Status::error(
+          where + cmd + " takes " +
+          (spec->arg == 0     ? std::string("no argument")
+           : spec->arg == 'p' ? std::string("a plot and a path, e.g. ") + cmd + " loss out.csv"
+           : spec->arg == 'n' ? std::string("one count, e.g. ") + cmd + " 3"
+                              : std::string("one argument, e.g. ") + cmd + " \"Checkpoint now\"") +
+          ", got " + std::to_string(words->size() - 1));
     }
     ScriptCommand c{.kind = spec->kind, .line = line_no};
     if (spec->arg == 'n' && !parse_count(words.value()[1], &c.number)) {
       return Status::error(where + cmd + ": \"" + words.value()[1] +
                            "\" is not a count (a whole number >= 0)");
     }
-    if (spec->arg == 's') c.text = words.value()[1];
+    if (spec->arg == 's' || spec->arg == 'p') c.text = words.value()[1];
+    if (spec->arg == 'p') c.path = words.value()[2];
+    if (c.kind == K::export_plot) {
+      const std::vector<std::string>& plots = known_plots();
+      if (std::find(plots.begin(), plots.end(), c.text) == plots.end()) {
+        return Status::error(where + "export_plot: unknown plot \"" + c.text +
+                             "\" (the console's plots: " + joined(plots) + ")");
+      }
+      if (!path_ends_with(c.path, ".csv") && !path_ends_with(c.path, ".png")) {
+        return Status::error(where + "export_plot: \"" + c.path +
+                             "\" must end in .csv (the plot's data) or .png (its picture)");
+      }
+    }
     // A state no run can be in would wait for ever: refused now, with the states there are.
     if (c.kind == K::wait_state && !run_state_from_name(c.text)) {
       std::string states;
@@ -227,16 +260,17 @@ Result<std::vector<ScriptCommand>> script_parse(std::string_view text, std::stri
 std::string ScriptRunner::current() const {
   if (next_ >= commands_.size()) return "";
   const ScriptCommand& c = commands_[next_];
-  static const char* const kNames[] = {"wait_connected", "wait_frames",  "wait_steps",    "wait_state",
-                                       "wait_event",     "wait_action",  "click",         "submit_tiny",
-                                       "reconnect",      "quit",         "wait_timeline", "export_timeline",
-                                       "wait_devices",   "wait_compared"};
+  static const char* const kNames[] = {"wait_connected", "wait_frames",   "wait_steps",    "wait_state",
+                                       "wait_event",     "wait_action",   "click",         "submit_tiny",
+                                       "reconnect",      "quit",          "wait_timeline", "export_timeline",
+                                       "wait_devices",   "wait_compared", "export_plot"};
   std::string s = "line " + std::to_string(c.line) + ": " + kNames[static_cast<int>(c.kind)];
   if (c.kind == ScriptCommand::Kind::wait_frames || c.kind == ScriptCommand::Kind::wait_steps ||
       c.kind == ScriptCommand::Kind::wait_timeline || c.kind == ScriptCommand::Kind::wait_devices ||
       c.kind == ScriptCommand::Kind::wait_compared)
     s += " " + std::to_string(c.number);
   if (!c.text.empty()) s += " \"" + c.text + "\"";
+  if (!c.path.empty()) s += " " + c.path;
   return s;
 }
 
@@ -353,6 +387,25 @@ ScriptOrders ScriptRunner::step(const ConsoleSnapshot& s, const ClickTargets& cl
       }
       case K::wait_compared:
         finished = ui.compared_runs >= c.number;
+        break;
+      case K::export_plot:
+        if (!export_asked_) {
+          // Asked once; the widget writes it when next drawn (a PNG after that frame is rendered).
+          export_asked_ = true;
+          export_mark_ = ui.exports.size();
+          o.export_plot = c.text;
+          o.export_path = c.path;
+          return o;
+        }
+        for (size_t i = export_mark_; i < ui.exports.size() && !finished; ++i) {
+          if (ui.exports[i].path != c.path) continue;
+          if (!ui.exports[i].error.empty()) {
+            fail(ui.exports[i].error);
+            return o;
+          }
+          finished = true;
+        }
+        if (finished) export_asked_ = false;
         break;
     }
     if (!finished) return o;

@@ -18,6 +18,9 @@
 //   export_timeline PATH      writes the Timeline panel's window as Chrome/Perfetto trace JSON to PATH
 //   wait_devices N            until the Devices panel's metric has samples from N devices (nodes or GPUs)
 //   wait_compared N           until the History panel compares N runs with points in their curves
+//   export_plot NAME PATH     writes the plot NAME (loss, grad, tokens, mfu, band, heat, devband, devheat,
+//                             "loss overlay", "second overlay") as CSV or PNG (by PATH's extension) the next
+//                             time it is drawn; fails, naming why, when the file cannot be written
 //
 // A parse error names the file, the line and what is expected; nothing is run. A failing wait ends the
 // console with exit code 1 and the reason.
@@ -49,11 +52,13 @@ struct ScriptCommand {
     wait_timeline,
     export_timeline,
     wait_devices,
-    wait_compared
+    wait_compared,
+    export_plot
   };
   Kind kind = Kind::quit;
   int64_t number = 0;  // wait_frames, wait_steps, wait_timeline, wait_devices
-  std::string text;    // wait_state, wait_event, click, export_timeline
+  std::string text;    // wait_state, wait_event, click, export_timeline; export_plot's plot name
+  std::string path;    // export_plot
   int line = 0;
 };
 
@@ -66,11 +71,18 @@ struct ScriptOrders {
   bool mouse_down = false;
   bool submit_tiny = false;
   bool reconnect = false;
+  std::string export_plot, export_path;  // ask the plot widgets for this export (plot_export.h)
+};
+
+// A plot export's end as the window saw it: `error` empty when written.
+struct ScriptExportOutcome {
+  std::string path, error;
 };
 
 // What the window drew that the snapshot does not hold (the panels' own state), for the waits on it.
 struct ScriptUiFacts {
-  int64_t compared_runs = 0;  // the History panel's compared runs with points
+  int64_t compared_runs = 0;                 // the History panel's compared runs with points
+  std::vector<ScriptExportOutcome> exports;  // every plot export finished so far, oldest first
 };
 
 class ScriptRunner {
@@ -96,6 +108,8 @@ class ScriptRunner {
   int click_phase_ = 0;        // 0: not started, 1: mouse over, 2: pressed, 3: released
   int64_t mark_event_id_ = 0;  // events with a larger id count for wait_event
   uint64_t mark_action_serial_ = 0;
+  bool export_asked_ = false;  // export_plot: the request is out; its outcome is awaited
+  size_t export_mark_ = 0;     // outcomes before the request
   std::string failure_;
 };
 

@@ -155,28 +155,37 @@ std::vector<TimelineRankSummary> timeline_rank_summaries(const TimelineWindow& w
     TimelineRankSummary& s = out[static_cast<size_t>(r)];
     s.rank = r;
     double forward_sum = 0;
+    std::vector<double> busy;
     for (int64_t i = 0; i < w.steps; ++i) {
       const TimelineCell& c = w.at(r, w.first_step + i);
       if (!c.present) continue;
       ++s.steps;
-      s.busy_s += double{c.seconds[0]} + c.seconds[1] + c.seconds[2] + c.seconds[3];
+      busy.push_back(double{c.seconds[0]} + c.seconds[1] + c.seconds[2] + c.seconds[3]);
+      s.busy_s += busy.back();
       forward_sum += c.seconds[static_cast<int>(Phase::forward)];
       s.forward_max_s = std::max(s.forward_max_s, double{c.seconds[static_cast<int>(Phase::forward)]});
     }
     s.forward_mean_s = s.steps > 0 ? forward_sum / static_cast<double>(s.steps) : 0;
+    if (!busy.empty()) {
+      std::sort(busy.begin(), busy.end());
+      const size_t m = busy.size() / 2;
+      s.busy_median_s = busy.size() % 2 == 1 ? busy[m] : (busy[m - 1] + busy[m]) / 2;
+    }
   }
   return out;
 }
 
+bool timeline_rank_slower(const TimelineRankSummary& a, const TimelineRankSummary& b) {
+  if (a.busy_median_s != b.busy_median_s) return a.busy_median_s > b.busy_median_s;
+  return a.busy_s > b.busy_s;
+}
+
 int timeline_slowest_rank(const TimelineWindow& w) {
-  int best = -1;
-  double most = -1;
-  for (const TimelineRankSummary& s : timeline_rank_summaries(w))
-    if (s.steps > 0 && s.busy_s > most) {
-      most = s.busy_s;
-      best = s.rank;
-    }
-  return best;
+  const TimelineRankSummary* best = nullptr;
+  const std::vector<TimelineRankSummary> all = timeline_rank_summaries(w);
+  for (const TimelineRankSummary& s : all)
+    if (s.steps > 0 && (best == nullptr || timeline_rank_slower(s, *best))) best = &s;
+  return best == nullptr ? -1 : best->rank;
 }
 
 nlohmann::json timeline_trace_json(const TimelineWindow& w) {

@@ -124,14 +124,17 @@ TimelineViewport timeline_view_of_steps(const TimelineWindow& w, int64_t first, 
 // longest and the mean of its forward spans.
 struct TimelineRankSummary {
   int rank = 0;
-  int64_t steps = 0;  // steps it reported
-  double busy_s = 0;
+  int64_t steps = 0;         // steps it reported
+  double busy_s = 0;         // over the window
+  double busy_median_s = 0;  // the median step's: one slow step (a warm-up, a page-in) does not move it
   double forward_max_s = 0;
   double forward_mean_s = 0;
 };
 std::vector<TimelineRankSummary> timeline_rank_summaries(const TimelineWindow& w);
-// The rank with the largest busy time over the window (the lane that stands out when the coordinator has
-// flagged none); -1 for an empty window.
+// The rank with the largest median busy time a step over the window (the lane that stands out when the
+// coordinator has flagged none; a straggler is slow at every step, while a sum lets one long step of another
+// rank outweigh it), ties by the sum; -1 for an empty window.
+bool timeline_rank_slower(const TimelineRankSummary& a, const TimelineRankSummary& b);
 int timeline_slowest_rank(const TimelineWindow& w);
 
 // The window as a Chrome/Perfetto trace (the JSON Object Format): one complete event ("ph": "X") per span

@@ -41,7 +41,7 @@ void TimelinePanel::summarise(const ConsoleSnapshot& s) {
     window_ = s.timeline;
     summaries_ = timeline_rank_summaries(*window_);
   }
-  // The coordinator's flag first (its policy over its windows); else the window's largest busy time.
+  // The coordinator's flag first (its policy over its windows); else the largest median busy time a step.
   slow_rank_ = -1;
   slow_reason_.clear();
   for (const RankView& r : s.ranks)
@@ -50,13 +50,13 @@ void TimelinePanel::summarise(const ConsoleSnapshot& s) {
       slow_reason_ = "flagged by the coordinator";
       return;
     }
-  double most = -1;
+  const TimelineRankSummary* slowest = nullptr;
   for (const TimelineRankSummary& r : summaries_)
-    if (r.steps > 0 && r.busy_s > most) {
-      most = r.busy_s;
-      slow_rank_ = r.rank;
-      slow_reason_ = "largest busy time in the window";
-    }
+    if (r.steps > 0 && (slowest == nullptr || timeline_rank_slower(r, *slowest))) slowest = &r;
+  if (slowest != nullptr) {
+    slow_rank_ = slowest->rank;
+    slow_reason_ = "largest median busy time a step in the window";
+  }
 }
 
 void TimelinePanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
@@ -193,6 +193,25 @@ void TimelinePanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
     timeline_build(w, view, frame_);
     built_for_ = window_;
     built_view_ = view;
+    lanes_textured_ = false;
+    if (plot::texture_backend() != nullptr && !frame_.lanes.empty()) {
+      // Paint order as the rectangles': a later item over an earlier one; a pixel is an item's when its
+      // centre lies in [x0, max(x1, x0 + 1)).
+      const size_t width = static_cast<size_t>(width_px_);
+      lane_texels_.assign(width * frame_.lanes.size(), 0);  // transparent: the lane's background shows
+      for (size_t li = 0; li < frame_.lanes.size(); ++li) {
+        uint32_t* row = &lane_texels_[li * width];
+        const TimelineLane& lane = frame_.lanes[li];
+        for (size_t k = lane.first; k < lane.first + lane.count; ++k) {
+          const TimelineItem& it = frame_.items[k];
+          const double x1 = std::max(it.x1, it.x0 + 1);
+          const double b = std::clamp(std::ceil(it.x0 - 0.5), 0.0, static_cast<double>(width));
+          const double e = std::clamp(std::ceil(x1 - 0.5), 0.0, static_cast<double>(width));
+          std::fill(row + static_cast<size_t>(b), row + static_cast<size_t>(e), kKindColour[it.kind]);
+        }
+      }
+      lanes_textured_ = lanes_texture_.upload(lane_texels_, width_px_, static_cast<int>(frame_.lanes.size()));
+    }
   }
   ctx.frame.series.push_back({.name = "timeline",
                               .length = frame_.items.size(),
@@ -228,6 +247,13 @@ void TimelinePanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
     const std::string label = "rank " + std::to_string(lane.rank) + (slow ? " slow" : "");
     dl->AddText(ImVec2(p0.x + 2, y + (lane_h - ImGui::GetFontSize()) / 2),
                 slow ? kSlowText : IM_COL32(200, 200, 200, 255), label.c_str());
+    if (lanes_textured_) {
+      const float n = static_cast<float>(frame_.lanes.size());
+      dl->AddImage(lanes_texture_.id(), ImVec2(px0, y + 1),
+                   ImVec2(px0 + static_cast<float>(width_px_), y + lane_h - 1),
+                   ImVec2(0, static_cast<float>(li) / n), ImVec2(1, static_cast<float>(li + 1) / n));
+      continue;
+    }
     // Touching items of one colour are one rectangle (zoomed out, runs of folded columns keep one phase):
     // the same pixels, a fraction of the vertices.
     float run_x0 = 0, run_x1 = -1;
@@ -303,6 +329,7 @@ nlohmann::json TimelinePanel::state_json() const {
     lanes.push_back({{"rank", r.rank},
                      {"steps", r.steps},
                      {"busy_s", r.busy_s},
+                     {"busy_median_s", r.busy_median_s},
                      {"forward_max_s", r.forward_max_s},
                      {"forward_mean_s", r.forward_mean_s}});
   return {{"run", w.run},

@@ -44,10 +44,15 @@ struct TimelinePanel {
   std::shared_ptr<const TimelineWindow> window_ = std::make_shared<TimelineWindow>();
   std::vector<TimelineRankSummary> summaries_;  // of window_
   int slow_rank_ = -1;
-  std::string slow_reason_;  // "flagged by the coordinator", "largest busy time in the window"
+  std::string slow_reason_;  // "flagged by the coordinator", "largest median busy time a step in the window"
   TimelineFrame frame_;
   std::shared_ptr<const TimelineWindow> built_for_;  // frame_ was built for this window and view
   TimelineViewport built_view_;
+  // With a texture backend (ui/plot/texture.h) each lane is a row of texels, one a pixel, drawn as one quad a
+  // lane; rasterised when frame_ is built, not every frame.
+  plot::PlotTexture lanes_texture_;
+  std::vector<uint32_t> lane_texels_;
+  bool lanes_textured_ = false;
   int width_px_ = 0;
 
   bool have_pinned_ = false;

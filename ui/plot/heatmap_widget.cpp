@@ -5,7 +5,9 @@
 #include <string>
 
 #include "ui/plot/axes.h"
+#include "ui/plot/plot_export.h"
 #include "ui/plot/plot_widget.h"
+#include "ui/plot/texture.h"
 #include "ui/plot/ticks.h"
 
 namespace gantry::plot {
@@ -59,6 +61,8 @@ bool heatmap_widget(const char* id, HeatmapView& view, const HeatmapSource& mode
   const AxesItem item = axes_item(id, size);
   const ImVec2 wmin = item.min, wmax = item.max;
   const bool item_hovered = item.hovered, item_active = item.active;
+  PlotExports* exports = plot_exports_current();
+  if (exports != nullptr) exports->context_menu(id);
 
   const float line_h = ImGui::GetTextLineHeight();
   const float left = ImGui::CalcTextSize("00000").x + kAxisTickLen + 2 * kAxisGap;
@@ -155,7 +159,24 @@ bool heatmap_widget(const char* id, HeatmapView& view, const HeatmapSource& mode
   const AxisMap ym{0.0, static_cast<double>(ranks), pmin.y, pmax.y};  // rank 0 at the top
   dl->AddRectFilled(pmin, pmax, ImGui::GetColorU32(ImGuiCol_FrameBg));
   dl->PushClipRect(pmin, pmax, true);
-  for (int r = 0; r < g.rows; ++r) {
+  bool as_texture = false;
+  if (texture_backend() != nullptr && g.cols > 0 && g.rows > 0) {
+    // One texel a cell: the same picture as the rectangles below in 4 vertices (texture.h says why).
+    view.texels.resize(static_cast<size_t>(g.cols) * static_cast<size_t>(g.rows));
+    for (int r = 0; r < g.rows; ++r)
+      for (int c = 0; c < g.cols; ++c)
+        view.texels[static_cast<size_t>(r) * g.cols + c] =
+            colour_scale_map(view.scale.min, view.scale.max, g.at(r, c));
+    if (view.texture.upload(view.texels, g.cols, g.rows)) {
+      // Rows are ranks_per_row ranks each; the last may hold fewer ranks and reach past the map (clipped).
+      const ImVec2 a(std::round(xm.to_px(static_cast<double>(g.col_step_begin(0)))), std::round(ym.to_px(0)));
+      const ImVec2 b(std::round(xm.to_px(static_cast<double>(g.col_step_begin(g.cols)))),
+                     std::round(ym.to_px(static_cast<double>(g.rows) * g.ranks_per_row)));
+      dl->AddImage(view.texture.id(), a, b);
+      as_texture = true;
+    }
+  }
+  for (int r = 0; r < g.rows && !as_texture; ++r) {
     const int r0 = g.row_rank_begin(r), r1 = std::min(ranks, r0 + g.ranks_per_row);
     const float y0 = std::round(ym.to_px(r0)), y1 = std::round(ym.to_px(r1));
     // Neighbouring cells of one colour become one rectangle: flat stretches cost 4 vertices, not 4 a cell.
@@ -220,6 +241,7 @@ bool heatmap_widget(const char* id, HeatmapView& view, const HeatmapSource& mode
   dl->AddText(ImVec2(pmin.x, wmin.y), ImGui::GetColorU32(ImGuiCol_Text),
               (view.value_label + (view.unit.empty() ? "" : " (" + view.unit + ")")).c_str());
   draw_scale_bar(dl, view, bmin, bmax);
+  if (exports != nullptr) exports->on_plot(id, wmin, wmax, [&] { return heatmap_csv(view, ranks); });
   return changed;
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "ui/plot/axes.h"
+#include "ui/plot/plot_export.h"
 #include "ui/plot/ticks.h"
 
 namespace gantry::plot {
@@ -236,6 +237,8 @@ bool plot_lines(const char* id, PlotView& view, std::span<const PlotSeries> seri
   const AxesItem item = axes_item(id, size);
   const ImVec2 wmin = item.min, wmax = item.max;
   const bool item_hovered = item.hovered, item_active = item.active;
+  PlotExports* exports = plot_exports_current();
+  if (exports != nullptr) exports->context_menu(id);
 
   // Layout: fixed margins sized for compact labels ("-888.8k"), so the plot does not shift as values do.
   const float line_h = ImGui::GetTextLineHeight();
@@ -429,6 +432,7 @@ bool plot_lines(const char* id, PlotView& view, std::span<const PlotSeries> seri
   }
   dl->PopClipRect();
   dl->AddRect(pmin, pmax, ImGui::GetColorU32(ImGuiCol_Border));
+  if (exports != nullptr) exports->on_plot(id, wmin, wmax, [&] { return plot_csv(series, view); });
   return changed;
 }
 

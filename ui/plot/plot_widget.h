@@ -39,6 +39,7 @@
 
 #include "ui/plot/decimate.h"
 #include "ui/plot/heatmap.h"
+#include "ui/plot/texture.h"
 
 namespace gantry::plot {
 
@@ -75,6 +76,7 @@ struct PlotView {
   double follow_width = 0;          // ≤ 0: the width at the moment following takes over
   std::vector<std::string> hidden;  // names of hidden series; clicking a legend entry toggles its name
   std::string x_label, y_label;     // axis titles; empty: none
+  std::string y_unit;               // the series' unit, for the CSV export's header (plot_export.h)
   bool x_integer = false;           // x is a whole number (steps): integer ticks only (ticks_integer)
   bool show_legend = true;
 
@@ -134,6 +136,9 @@ struct HeatmapView {
   ImVec2 map_min{0, 0}, map_max{0, 0};           // the cell area in screen pixels
 
   HeatmapGrid grid;  // the cells drawn last frame (also the scratch buffer); rows = rank buckets
+  // With a texture backend (texture.h) the cells are one texture of a texel each, uploaded when they change.
+  PlotTexture texture;
+  std::vector<uint32_t> texels;
   bool dragging = false;
   double drag_steps = 0;  // the fraction of a step a pan has moved but not yet applied
 };

@@ -1,6 +1,6 @@
-// The agent's device sampler: the /proc parsers on real-format text, and a sampler over a /proc of the test's
-// own (two rounds: a rate needs two readings) with an NVML library that cannot be opened, so no GPU record is
-// made (unknown, never 0) and the status says why.
+// The agent's device sampler: the /proc parsers and the kernel log's Xid counts (xid_counts.h) on real-format
+// text, and a sampler over a /proc of the test's own (two rounds: a rate needs two readings) with an NVML
+// library that cannot be opened, so no GPU record is made (unknown, never 0) and the status says why.
 #include "engine/cluster/device_sampler.h"
 
 #include <gtest/gtest.h>
@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 
+#include "engine/cluster/xid_counts.h"
 #include "tests/scratch_dir.h"
 
 namespace gantry {
@@ -84,6 +85,48 @@ TEST(DeviceSampler, NodeReadingsFromProcAndNoGpuRecordsWithoutNvml) {
       EXPECT_EQ(second.count(metric), 0u);
     }
   }
+}
+
+// The kernel log's Xid lines, from a fixture of /dev/kmsg records as the driver prints them (continuation
+// lines, other drivers' messages, an upper-case bus): every Xid counted for its GPU's PCI address, only
+// those logged after the counter opened the log.
+TEST(XidCounter, CountsEachGpusXidsFromTheKernelLog) {
+  const std::filesystem::path dir = testing_support::scratch_dir("xid");
+  const std::filesystem::path log = dir / "kmsg";
+  std::ofstream(log) << "4,1,10,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1, before the agent started\n";
+  XidCounter x(log.string());
+  ASSERT_TRUE(x.poll()) << x.error();
+  const PciAddress gpu0 = *parse_pci_address("0000:3b:00");
+  const PciAddress gpu1 = *parse_pci_address("00000000:86:00.0");  // NVML's busId spelling
+  const PciAddress gpu2 = *parse_pci_address("0000:b1:00");
+  const PciAddress quiet = *parse_pci_address("0000:af:00");
+  EXPECT_EQ(x.count(gpu0), std::optional<uint64_t>(0)) << "an Xid from before the log was opened";
+  const std::string fixture_path =
+      std::string(GANTRY_SOURCE_DIR) + "/tests/engine/cluster/fixtures/kmsg_xid.txt";
+  std::ifstream fixture(fixture_path);
+  ASSERT_TRUE(fixture) << fixture_path;
+  std::ofstream(log, std::ios::app) << fixture.rdbuf();
+  ASSERT_TRUE(x.poll()) << x.error();
+  EXPECT_EQ(x.count(gpu0), std::optional<uint64_t>(2));  // 79, then 48 (its bus written 3B)
+  EXPECT_EQ(x.count(gpu1), std::optional<uint64_t>(3));  // 13, 13, 31
+  EXPECT_EQ(x.count(gpu2), std::optional<uint64_t>(1));  // 94
+  EXPECT_EQ(x.count(quiet), std::optional<uint64_t>(0)) << "read, and no Xid for it: a real 0";
+  // A line still being written is counted once it ends.
+  std::ofstream(log, std::ios::app) << "4,9,99,-;NVRM: Xid (PCI:0000:b1:00): 9";
+  ASSERT_TRUE(x.poll());
+  EXPECT_EQ(x.count(gpu2), std::optional<uint64_t>(1));
+  std::ofstream(log, std::ios::app) << "5, pid=3, half a line\n";
+  ASSERT_TRUE(x.poll());
+  EXPECT_EQ(x.count(gpu2), std::optional<uint64_t>(2));
+}
+
+TEST(XidCounter, AnUnreadableLogIsUnknownNotZero) {
+  XidCounter x((testing_support::scratch_dir("xid_none") / "no-such-kmsg").string());
+  EXPECT_FALSE(x.poll());
+  EXPECT_FALSE(x.count(*parse_pci_address("0000:3b:00")).has_value());
+  EXPECT_NE(x.error().find("no-such-kmsg is not readable here"), std::string::npos) << x.error();
+  EXPECT_FALSE(parse_pci_address("PCI:0000:3b:00").has_value());
+  EXPECT_FALSE(parse_pci_address("0000:3b").has_value());
 }
 
 }  // namespace

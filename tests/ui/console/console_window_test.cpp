@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
+#include <sstream>
 
 #include "engine/cluster/http_client.h"
 #include "engine/cluster/token.h"
@@ -177,7 +178,15 @@ TEST(ConsoleWindow, ScreenshotStateAndAScriptedCheckpointAgainstARemoteCluster) 
                                    "click \"Checkpoint now\"\n"
                                    "wait_action\n"
                                    "wait_event checkpoint\n"
-                                   "wait_steps 8\n";
+                                   "wait_steps 8\n"
+                                   "export_plot loss " +
+                                       (dir / "loss.csv").string() +
+                                       "\n"
+                                       "export_plot loss " +
+                                       (dir / "loss.png").string() +
+                                       "\n"
+                                       "export_plot heat " +
+                                       (dir / "heat.png").string() + "\n";
   const int code =
       run_gantry_in_xvfb("--connect " + url + " --token-file " + (cluster / "token").string() +
                              " --state-dir " + (dir / "state").string() + " --screenshot " +
@@ -230,6 +239,50 @@ TEST(ConsoleWindow, ScreenshotStateAndAScriptedCheckpointAgainstARemoteCluster) 
   EXPECT_GT(loss.off_background, 60u);
   const Census heat = census(img, (*series_named(state, "rank time heatmap"))["rect"], loss_blue);
   EXPECT_GT(heat.off_background, heat.pixels / 10) << "the heatmap shows no cells";
+
+  // The exported PNGs (issue 21): a real window's pixels read back, the widget's size (its data area and
+  // axes: a little larger than the data area the state names), the loss line's blue in the loss plot and
+  // cells, not background, in the heatmap.
+  const Image loss_png = load_png(dir / "loss.png");
+  const json loss_area = (*series_named(state, "loss"))["rect"];
+  const double area_w = loss_area[2].get<double>() - loss_area[0].get<double>();
+  const double area_h = loss_area[3].get<double>() - loss_area[1].get<double>();
+  EXPECT_GE(loss_png.w, area_w) << "loss.png did not decode";
+  EXPECT_LE(loss_png.w, area_w + 150);
+  EXPECT_GE(loss_png.h, area_h);
+  EXPECT_LE(loss_png.h, area_h + 80);
+  const json whole = json::array({0, 0, loss_png.w, loss_png.h});
+  const Census loss_pixels = census(loss_png, whole, loss_blue);
+  EXPECT_GT(loss_pixels.of_colour, 30u) << "no loss line in loss.png";
+  EXPECT_GT(loss_pixels.off_background, loss_pixels.pixels / 50) << "loss.png is blank";
+  const Image heat_png = load_png(dir / "heat.png");
+  ASSERT_GT(heat_png.w, 50) << "heat.png did not decode";
+  const Census heat_pixels = census(heat_png, json::array({0, 0, heat_png.w, heat_png.h}), loss_blue);
+  EXPECT_GT(heat_pixels.off_background, heat_pixels.pixels / 10) << "heat.png shows no cells";
+  // The exported CSV: the loss of each step as the coordinator serves it, steps 1.. in order.
+  {
+    HttpClient api({.url = url, .token = token.value()});
+    Result<json> steps = api.get_json("/v1/runs/" + std::to_string(run) + "/steps?after=0&limit=100000");
+    ASSERT_TRUE(steps.ok()) << steps.error();
+    std::map<int64_t, double> loss_at;
+    for (const json& st : steps->at("steps")) loss_at[st["step"].get<int64_t>()] = st["loss"].get<double>();
+    std::stringstream csv(slurp(dir / "loss.csv"));
+    std::string line;
+    ASSERT_TRUE(std::getline(csv, line));
+    EXPECT_EQ(line, "step,loss");
+    int64_t rows = 0, prev = 0;
+    while (std::getline(csv, line)) {
+      const size_t comma = line.find(',');
+      ASSERT_NE(comma, std::string::npos) << line;
+      const int64_t step = std::stoll(line.substr(0, comma));
+      EXPECT_GT(step, prev) << "steps out of order: " << line;
+      prev = step;
+      ASSERT_TRUE(loss_at.count(step)) << "a step the coordinator does not have: " << line;
+      EXPECT_EQ(std::stod(line.substr(comma + 1)), loss_at[step]) << line;
+      ++rows;
+    }
+    EXPECT_GE(rows, 8) << "the export was asked for after step 8";
+  }
 
   // Through the API: the console's click is a checkpoint action with its event and a catalog entry.
   {

@@ -86,6 +86,52 @@ TEST(ScriptParse, AnUnknownLabelOrEventKindIsRefusedWhenTheScriptIsRead) {
   EXPECT_FALSE(script_parse("click \"Release \"\n", "s.txt").ok()) << "a release names its node";
 }
 
+// export_plot names a plot the console draws and a .csv or .png path; anything else would wait for ever or
+// write nothing, so it is refused when the script is read.
+TEST(ScriptParse, ExportPlotTakesAKnownPlotAndACsvOrPngPath) {
+  Result<std::vector<ScriptCommand>> s =
+      script_parse("export_plot loss out.csv\nexport_plot \"loss overlay\" /tmp/o.PNG\n", "s.txt");
+  ASSERT_TRUE(s.ok()) << s.error();
+  ASSERT_EQ(s->size(), 2u);
+  EXPECT_EQ(s.value()[0].kind, ScriptCommand::Kind::export_plot);
+  EXPECT_EQ(s.value()[0].text, "loss");
+  EXPECT_EQ(s.value()[0].path, "out.csv");
+  EXPECT_EQ(s.value()[1].text, "loss overlay");
+  s = script_parse("export_plot los out.csv\n", "s.txt");
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.error(), HasSubstr("s.txt:1: export_plot: unknown plot \"los\" (the console's plots: loss,"));
+  s = script_parse("export_plot loss out.txt\n", "s.txt");
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.error(), HasSubstr("must end in .csv (the plot's data) or .png (its picture)"));
+  s = script_parse("export_plot loss\n", "s.txt");
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.error(),
+              HasSubstr("export_plot takes a plot and a path, e.g. export_plot loss out.csv, got 1"));
+}
+
+// The runner asks for the export once, then waits for its outcome; a failed write fails the script.
+TEST(ScriptRun, ExportPlotAsksOnceAndFailsOnTheWritersError) {
+  Result<std::vector<ScriptCommand>> cmds = script_parse("export_plot heat /x/h.png\n", "s.txt");
+  ASSERT_TRUE(cmds.ok()) << cmds.error();
+  ScriptRunner r(std::move(cmds.value()));
+  ConsoleSnapshot snap;
+  ClickTargets clicks;
+  ScriptUiFacts facts;
+  ScriptOrders o = r.step(snap, clicks, facts);
+  EXPECT_EQ(o.export_plot, "heat");
+  EXPECT_EQ(o.export_path, "/x/h.png");
+  o = r.step(snap, clicks, facts);
+  EXPECT_TRUE(o.export_plot.empty()) << "asked once";
+  EXPECT_FALSE(r.done());
+  facts.exports.push_back({"/x/other.png", ""});
+  r.step(snap, clicks, facts);
+  EXPECT_FALSE(r.done()) << "another export's outcome is not this one's";
+  facts.exports.push_back({"/x/h.png", "cannot write /x/h.png"});
+  r.step(snap, clicks, facts);
+  ASSERT_TRUE(r.failed());
+  EXPECT_THAT(r.failure(), HasSubstr("export_plot \"heat\" /x/h.png: cannot write /x/h.png"));
+}
+
 // A headless ImGui frame loop with one button drawn through Clickables.
 class ScriptClick : public ::testing::Test {
  protected:

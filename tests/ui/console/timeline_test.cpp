@@ -63,6 +63,26 @@ TEST(Timeline, StepsAreAlignedAtTheSlowestRanksEnd) {
   EXPECT_EQ(timeline_slowest_rank(w), 1);
 }
 
+// The slow lane is the rank slow at every step, not one whose single step was long: rank 0's first step
+// takes 3 s of data wait (a warm-up on a loaded node), rank 2's forward is 0.3 s slower at every step. By the
+// window's sum rank 0 would win (3.45 + 5 × 0.5 = 5.95 s against 6 × 0.8 = 4.8 s); by the median step,
+// rank 2.
+TEST(Timeline, TheSlowLaneIsSlowAtEveryStepNotInOne) {
+  std::vector<RankStepRecord> rs;
+  for (int64_t step = 1; step <= 6; ++step)
+    for (int rank = 0; rank < 4; ++rank) {
+      const double data = rank == 0 && step == 1 ? 3.0 : 0.05;
+      const double fwd = rank == 2 ? 0.45 : 0.15;
+      rs.push_back(rec(step, rank, data, fwd, 0.25, 0.05, 0, 0, data + fwd + 0.3 + 0.3));
+    }
+  const TimelineWindow w = timeline_window(7, 1, 6, 4, rs);
+  const std::vector<TimelineRankSummary> sum = timeline_rank_summaries(w);
+  EXPECT_GT(sum[0].busy_s, sum[2].busy_s) << "the case a sum gets wrong";
+  EXPECT_NEAR(sum[2].busy_median_s, 0.8, 1e-6);
+  EXPECT_NEAR(sum[0].busy_median_s, 0.5, 1e-6);
+  EXPECT_EQ(timeline_slowest_rank(w), 2);
+}
+
 TEST(Timeline, AStepARankDidNotReportIsAbsentNotZero) {
   const std::vector<RankStepRecord> rs = {rec(1, 0, 0, 1, 1, 0, 0, 0, 2), rec(1, 1, 0, 1, 1, 0, 0, 0, 2),
                                           rec(2, 0, 0, 1, 1, 0, 0, 0, 2)};
