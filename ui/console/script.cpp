@@ -136,9 +136,9 @@ std::string joined(const std::vector<std::string>& v) {
 // The plot widgets' ids without their "##" (plot_export.h's plot_name): a plot outside these would be
 // waited for forever, so it is refused when the script is read.
 const std::vector<std::string>& known_plots() {
-  static const std::vector<std::string> kPlots = {"loss",         "grad",          "tokens",  "mfu",
-                                                  "band",         "heat",          "devband", "devheat",
-                                                  "loss overlay", "second overlay"};
+  static const std::vector<std::string> kPlots = {"loss",         "grad",           "tokens",  "mfu",
+                                                  "band",         "heat",           "devband", "devheat",
+                                                  "loss overlay", "second overlay", "timeline"};
   return kPlots;
 }
 

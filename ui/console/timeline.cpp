@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 
 namespace gantry::console {
@@ -238,6 +239,31 @@ nlohmann::json timeline_trace_json(const TimelineWindow& w) {
         {"steps", w.steps},
         {"ranks", w.ranks},
         {"time_axis", "steps aligned at their boundaries: each step begins where its slowest rank ended"}}}};
+}
+
+std::string timeline_csv(const TimelineWindow& w) {
+  std::string out = "rank,step";
+  for (uint8_t k = 0; k < kTimelineKinds; ++k) out += "," + std::string(timeline_kind_name(k)) + " (s)";
+  out += ",total (s)\n";
+  char num[32];
+  const auto value = [&](double v) {
+    std::snprintf(num, sizeof num, ",%.17g", v);
+    out += num;
+  };
+  for (int r = 0; r < w.ranks; ++r) {
+    for (int64_t i = 0; i < w.steps; ++i) {
+      const TimelineCell& c = w.at(r, w.first_step + i);
+      out += std::to_string(r) + "," + std::to_string(w.first_step + i);
+      if (c.present) {
+        for (uint8_t k = 0; k < kTimelineKinds; ++k) value(c.seconds[k]);
+        value(c.total);
+      } else {
+        out += std::string(kTimelineKinds + 1, ',');
+      }
+      out += "\n";
+    }
+  }
+  return out;
 }
 
 Status timeline_trace_write(const TimelineWindow& w, const std::string& path) {

@@ -144,4 +144,9 @@ nlohmann::json timeline_trace_json(const TimelineWindow& w);
 // Writes it to `path`; the error names the file.
 Status timeline_trace_write(const TimelineWindow& w, const std::string& path);
 
+// The window's data as CSV (the panel's Export CSV, plot_export.h): a row per rank and step, "rank,step,"
+// then each span kind's seconds ("forward (s)", ..., "unattributed (s)") and the step's wall time on that
+// rank ("total (s)"); a step the rank did not report has its values empty (unknown, not 0). 17 digits.
+std::string timeline_csv(const TimelineWindow& w);
+
 }  // namespace gantry::console

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <filesystem>
 
+#include "ui/plot/plot_export.h"
+
 namespace gantry::console {
 namespace {
 
@@ -137,6 +139,12 @@ void TimelinePanel::draw(const ConsoleSnapshot& s, PanelContext& ctx) {
   ImGui::InvisibleButton("##timeline", size);
   const bool hovered = ImGui::IsItemHovered();
   const ImVec2 p1(p0.x + size.x, p0.y + size.y);
+  // Export CSV / PNG on a right click and `export_plot timeline PATH`, as every plot (plot_export.h); the
+  // CSV is the window's data, every rank and step.
+  if (plot::PlotExports* exports = plot::plot_exports_current(); exports != nullptr) {
+    exports->context_menu("##timeline");
+    exports->on_plot("##timeline", p0, p1, [&] { return timeline_csv(w); });
+  }
   const float px0 = p0.x + label_w, px1 = p1.x, lanes_top = p0.y + axis_h;
   width_px_ = std::max(1, static_cast<int>(px1 - px0));
   const double length = std::max(w.length_s(), 1e-9);

@@ -96,6 +96,26 @@ TEST(Timeline, AStepARankDidNotReportIsAbsentNotZero) {
   EXPECT_EQ(f.lanes[1].count, 2u);  // step 2 absent: nothing drawn for it
 }
 
+// The panel's Export CSV: a row per rank and step with each kind's seconds and the total; a step the rank did
+// not report is a row of empty values, not zeros.
+TEST(Timeline, TheCsvHasARowPerRankAndStepAndLeavesAnUnreportedStepEmpty) {
+  const std::vector<RankStepRecord> rs = {rec(1, 0, 0.25, 1, 1, 0, 0, 0, 2.5), rec(1, 1, 0, 1, 1, 0, 0, 0, 2),
+                                          rec(2, 0, 0, 1, 1, 0, 0, 0, 2)};
+  const TimelineWindow w = timeline_window(1, 1, 2, 2, rs);
+  const std::string csv = timeline_csv(w);
+  std::vector<std::string> lines;
+  for (size_t at = 0, nl; (nl = csv.find('\n', at)) != std::string::npos; at = nl + 1)
+    lines.push_back(csv.substr(at, nl - at));
+  ASSERT_EQ(lines.size(), 5u) << csv;
+  EXPECT_EQ(
+      lines[0],
+      "rank,step,data_wait (s),forward (s),backward (s),optimizer (s),comm_exposed (s),checkpoint_stall "
+      "(s),unattributed (s),total (s)");
+  EXPECT_EQ(lines[1], "0,1,0.25,1,1,0,0,0,0.25,2.5");  // 0.25 s of the 2.5 s no phase covers
+  EXPECT_EQ(lines[3], "1,1,0,1,1,0,0,0,0,2");
+  EXPECT_EQ(lines[4], "1,2,,,,,,,,");  // rank 1 never reported step 2
+}
+
 TEST(Timeline, EverySpanWiderThanAPixelIsDrawnAsItIs) {
   const std::vector<RankStepRecord> rs = {rec(1, 0, 0.5, 1, 2, 0.5, 0.25, 0.25, 5),  // remainder 0.5
                                           rec(1, 1, 0.5, 1, 2, 0.5, 0, 0, 4)};
