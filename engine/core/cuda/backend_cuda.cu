@@ -581,7 +581,8 @@ class CudaBackend final : public Backend {
     // as large as those buffers together, at least ~256 MB. Larger chunks mean fewer passes of the dwte
     // product over its fp32 V × C accumulator (at 124M, 7 instead of 13 passes of 309 MB a micro-batch).
     // Tensor parallel: the logits chunk holds this rank's Vl columns of its rows.
-    const ClassifierRegion region = classifier_region(N, C, Vl);
+    // A pipeline stage before the last runs no classifier: its region is the gradient buffers alone.
+    const ClassifierRegion region = classifier_region(N, C, head_ ? Vl : 1);
     bf16* shared = device<bf16>(region.elements);
     dres_ = shared + region.dres;
     dfch_ = shared + region.dfch;
