@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "engine/core/comm/communicator.h"
+#include "engine/core/parallel/pipeline_schedule.h"
 
 #ifdef GANTRY_HAVE_CUDA
 #include "engine/core/cuda/backend_cuda.h"
@@ -43,9 +44,10 @@ Result<std::unique_ptr<Backend>> backend_create(const std::string& kind, const M
       return backend_cpu_pipeline_create(m, max_batch, options);
     return backend_cpu_create(m, max_batch, options);
   }
-  if (options.pp != nullptr && options.pp->size() > 1) {
-    return Status::error("pp " + std::to_string(options.pp->size()) + " with train.backend = \"" + kind +
-                         "\": pipeline parallel is CPU-only for now; use pp 1, or train.backend = \"cpu\"");
+  if (options.pp != nullptr && options.pp->size() > 1 && kind != "cuda") {
+    return Status::error(
+        "pp " + std::to_string(options.pp->size()) + " with train.backend = \"" + kind +
+        "\": pipeline parallel runs on the \"cpu\" and \"cuda\" backends; use pp 1, or one of them");
   }
   // Before anything else: this holds whether or not this build has CUDA.
   if (options.tp != nullptr && options.tp->size() > 1 && kind != "cuda") {
@@ -81,12 +83,34 @@ Result<std::unique_ptr<Backend>> backend_create(const std::string& kind, const M
                            std::to_string(m.n_head) + ", the MLP width " + std::to_string(4 * m.n_embd) +
                            " and model.vocab_size " + std::to_string(m.vocab_size));
     }
+    if (options.pp != nullptr && options.pp->size() > 1) {
+      PipelineSchedule s{};
+      if (!pipeline_schedule_from_name(options.pp_schedule, &s) ||
+          (s != PipelineSchedule::kGpipe && s != PipelineSchedule::kOneFOneB) || options.vp > 1) {
+        return Status::error("pp " + std::to_string(options.pp->size()) + " with train.pp_schedule = \"" +
+                             options.pp_schedule + "\" and vp " + std::to_string(options.vp) +
+                             " on train.backend = \"cuda\": the GPU pipeline runs \"gpipe\" and \"1f1b\" at "
+                             "vp 1; use one of those, or train.backend = \"cpu\"");
+      }
+      if (options.tp != nullptr && options.tp->size() > 1) {
+        return Status::error(
+            "tp " + std::to_string(options.tp->size()) + " x pp " + std::to_string(options.pp->size()) +
+            " on train.backend = \"cuda\": tensor x pipeline parallel is CPU-only for now; use "
+            "tp 1 or pp 1 on the GPU, or train.backend = \"cpu\"");
+      }
+      if (options.zero > 1) {
+        return Status::error("pp " + std::to_string(options.pp->size()) + " with zero " +
+                             std::to_string(options.zero) +
+                             " on train.backend = \"cuda\": a GPU pipeline stage shards over dp with ZeRO 0 "
+                             "or 1 only; use zero 0 or 1, or train.backend = \"cpu\"");
+      }
+    }
     return backend_cuda_create(m, max_batch, options.cuda_graphs, options.deterministic,
                                {.comm = options.dp,
                                 .zero = options.zero,
                                 .bucket_bytes = options.bucket_bytes,
                                 .timeout = options.comm_timeout},
-                               {.comm = options.tp});
+                               {.comm = options.tp}, {.comm = options.pp, .schedule = options.pp_schedule});
 #else
     return Status::error(
         "train.backend = \"cuda\" but this build has no CUDA backend (nvcc was not found when it "

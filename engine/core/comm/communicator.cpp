@@ -27,6 +27,12 @@ Status Communicator::all_gather_enqueue(const void*, void*, size_t count, size_t
 Status Communicator::all_reduce_bf16_enqueue(void*, size_t count, void*) {
   return no_streams(*this, "all_reduce_bf16_enqueue", count);
 }
+Status Communicator::send_enqueue(const void*, size_t count, size_t, int, void*) {
+  return no_streams(*this, "send_enqueue", count);
+}
+Status Communicator::recv_enqueue(void*, size_t count, size_t, int, void*) {
+  return no_streams(*this, "recv_enqueue", count);
+}
 Status Communicator::send_recv(const float*, size_t send_count, int, float*, size_t recv_count, int,
                                Timeout) {
   return Status::error(comm_error_prefix(backend(), "send_recv", rank(), size(), send_count + recv_count) +

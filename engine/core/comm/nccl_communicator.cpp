@@ -176,6 +176,26 @@ class NcclCommunicator final : public Communicator {
       return enqueue_all_gather(in, out, count, element_bytes, static_cast<cudaStream_t>(stream));
     });
   }
+  Status send_enqueue(const void* data, size_t count, size_t element_bytes, int peer, void* stream) override {
+    if (Status st = check_p2p("send_enqueue", count, element_bytes, peer); !st.ok()) return st;
+    return enqueue_only("send_enqueue", count, [&]() -> ncclResult_t {
+      return ncclSend(data, count, element_bytes == 2 ? ncclBfloat16 : ncclFloat, peer, comm_,
+                      static_cast<cudaStream_t>(stream));
+    });
+  }
+  Status recv_enqueue(void* data, size_t count, size_t element_bytes, int peer, void* stream) override {
+    if (Status st = check_p2p("recv_enqueue", count, element_bytes, peer); !st.ok()) return st;
+    return enqueue_only("recv_enqueue", count, [&]() -> ncclResult_t {
+      return ncclRecv(data, count, element_bytes == 2 ? ncclBfloat16 : ncclFloat, peer, comm_,
+                      static_cast<cudaStream_t>(stream));
+    });
+  }
+  Status check_p2p(const char* op, size_t count, size_t element_bytes, int peer) {
+    if (peer < 0 || peer >= size_ || peer == rank_) return invalid(op, count, "peer " + std::to_string(peer));
+    if (element_bytes != 2 && element_bytes != 4)
+      return invalid(op, count, "element size " + std::to_string(element_bytes) + " (2 or 4)");
+    return {};
+  }
   Status sync(void* stream, Timeout timeout) override {
     const std::string prefix = comm_error_prefix("nccl", "sync", rank_, size_, 0);
     {

@@ -17,6 +17,20 @@
 // rank's row maxima and sums of exponentials (cuda/vocab_parallel.cuh): the logits are never gathered.
 // Everything between those all-reduces (residual stream, LayerNorms, their gradients, the position
 // embedding's) is the same bits on every tp rank, so the whole tensors' updates agree with no traffic.
+//
+// Pipeline parallel (CudaPipeline, parallel/pipeline_schedule.h): the backend is then one stage, holding
+// pipeline_rank_table's tensors: its blocks, the embeddings on stage 0, the final norm on the last. The
+// same forward() and backward() run over the stage's blocks (the input received from the previous stage
+// instead of the encoder's, d(output) from the next instead of the final norm's); each micro-batch in flight
+// has its own activations (a StageSlot). The train loop's micro-batches are kept until the step's last one,
+// then the rank's pipeline_program is enqueued: computes, and bf16 activations and input gradients sent
+// with NCCL on the compute stream, so stream order is the program's order and the host never waits
+// mid-step. The tied wte: stage 0 owns it (updated, counted in the norm, checkpointed there); it sends its
+// bf16 copy to the last stage at each step's start (and before validation), and the last stage sends back
+// the classifier's fp32 weight gradient once per step, added to stage 0's before the dp reductions. The
+// stage's dp reductions run after the schedule (ZeRO 0 or 1); the gradient norm sums every stage's squares
+// over pp (ZeroDeviceState's tp path, every tensor counted as split), the loss is the last stage's, summed
+// over pp (the others add 0), so both are the same on every rank.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -37,6 +51,7 @@
 #include "engine/core/cuda/zero_device_state.cuh"
 #include "engine/core/fatal.h"
 #include "engine/core/gpt.h"
+#include "engine/core/parallel/pipeline_schedule.h"
 #include "engine/core/parallel/shard_plan.h"
 #include "engine/core/parallel/tensor_parallel.h"  // tensor_parallel_table, tensor_parallel_sharded
 
@@ -109,6 +124,25 @@ struct CapturedMicroBatch {
   std::array<cudaGraphNode_t, 3> marks{};
 };
 
+// Pipeline parallel: a micro-batch as the train loop gave it, the activations of one micro-batch in flight
+// through a stage, and the events around its forward and backward computes.
+struct PipeMicro {
+  std::vector<int32_t> inputs, targets;
+  int batch = 0;
+  float grad_scale = 0;
+};
+struct StageSlot {
+  bf16* in = nullptr;    // (N, C): the stage's input (the encoder's output on stage 0)
+  bf16* dout = nullptr;  // (N, C): d(output) received, then d(input) to send
+  std::vector<LayerActs> layers;
+  bf16* lnf = nullptr;  // last stage: the final norm's output and statistics
+  float *lnf_mean = nullptr, *lnf_rstd = nullptr;
+  bool busy = false;
+};
+struct PipeEvents {
+  cudaEvent_t f0 = nullptr, f1 = nullptr, b0 = nullptr, b1 = nullptr;  // a micro-batch's two computes
+};
+
 // The tp degree and this rank's place in it (1 and 0 without tensor parallelism).
 int tp_size_of(const CudaTensorParallel& tp) {
   return tp.comm != nullptr ? tp.comm->size() : 1;
@@ -120,15 +154,20 @@ int tp_rank_of(const CudaTensorParallel& tp) {
 class CudaBackend final : public Backend {
  public:
   CudaBackend(const ModelConfig& m, int max_batch, bool graphs, bool deterministic,
-              const CudaDataParallel& dp, const CudaTensorParallel& tp)
+              const CudaDataParallel& dp, const CudaTensorParallel& tp, const CudaPipeline& pp)
       : m_(m),
         max_batch_(max_batch),
         tp_(tp_size_of(tp)),
         tp_rank_(tp_rank_of(tp)),
-        table_(tensor_parallel_table(m, tp_, tp_rank_)),
+        pp_comm_(pp.comm != nullptr && pp.comm->size() > 1 ? pp.comm : nullptr),
+        stage_(pp_comm_ != nullptr ? pp_comm_->rank() : 0),
+        stages_(pp_comm_ != nullptr ? pp_comm_->size() : 1),
+        part_(pipeline_partition(m, stages_)),
+        table_(pp_comm_ != nullptr ? pipeline_rank_table(m, part_, stages_, stage_)
+                                   : tensor_parallel_table(m, tp_, tp_rank_)),
         // The bucket reductions (and the tp all-reduces) are issued by the host as the passes are enqueued;
         // a graph replay would skip them, so data and tensor parallel runs launch kernels directly.
-        graphs_(graphs && (dp.comm == nullptr || dp.comm->size() == 1) && tp_ == 1),
+        graphs_(graphs && (dp.comm == nullptr || dp.comm->size() == 1) && tp_ == 1 && pp_comm_ == nullptr),
         deterministic_(deterministic),
         dp_(dp.comm != nullptr && dp.comm->size() > 1 ? dp.comm : nullptr),
         dp_timeout_(dp.timeout),
@@ -138,6 +177,21 @@ class CudaBackend final : public Backend {
                  "tp " + std::to_string(tp_) + " must divide model.n_head " + std::to_string(m.n_head) +
                      ", the MLP width " + std::to_string(4 * m.n_embd) + " and model.vocab_size " +
                      std::to_string(m.vocab_size));
+    if (pp_comm_ != nullptr) {
+      GANTRY_CHECK(tp_ == 1, "tp " + std::to_string(tp_) + " x pp " + std::to_string(stages_) +
+                                 ": tensor x pipeline parallel is CPU-only for now");
+      GANTRY_CHECK(dp.zero <= 1, "pp " + std::to_string(stages_) + " with zero " + std::to_string(dp.zero) +
+                                     ": a GPU pipeline stage shards over dp with ZeRO 0 or 1 only");
+      GANTRY_CHECK(pipeline_schedule_from_name(pp.schedule, &schedule_) &&
+                       (schedule_ == PipelineSchedule::kGpipe || schedule_ == PipelineSchedule::kOneFOneB),
+                   "train.pp_schedule \"" + pp.schedule + "\": the GPU pipeline runs \"gpipe\" and \"1f1b\"");
+      first_layer_ = part_.first_layer[stage_];
+      n_local_ = part_.layers[stage_];
+      embed_ = stage_ == 0;
+      head_ = stage_ == stages_ - 1;
+    } else {
+      n_local_ = m.n_layer;
+    }
     CUDA_CHECK(cudaGetDevice(&device_));
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     if (tp_comm_ != nullptr) {
@@ -154,11 +208,15 @@ class CudaBackend final : public Backend {
     ShardPlan plan = dp_ != nullptr
                          ? shard_plan_make(table_, dp_->size(), dp_->rank(), dp.zero, dp.bucket_bytes)
                          : shard_plan_make(table_, 1, 0, 0, dp.bucket_bytes);
+    // The norm's second axis: tp (the split tensors' squares summed over it), or pp, where every stage's
+    // tensors are its own, so all of them count as split and the squares sum over the stages.
     std::vector<bool> sharded;
-    for (const TensorInfo& t : table_.tensors()) sharded.push_back(tensor_parallel_sharded(t.name));
+    for (const TensorInfo& t : table_.tensors())
+      sharded.push_back(pp_comm_ != nullptr || tensor_parallel_sharded(t.name));
     state_ = std::make_unique<ZeroDeviceState>(
         table_, std::move(plan), dp_, dp_timeout_, stream_, scratch_,
-        [this](size_t bytes) { return device<char>(bytes); }, tp_comm_, std::move(sharded));
+        [this](size_t bytes) { return device<char>(bytes); }, pp_comm_ != nullptr ? pp_comm_ : tp_comm_,
+        std::move(sharded));
     for (auto& snap : snapshots_) snap = std::make_unique<CudaStateSnapshot>(stream_);
     layout_params();
   }
@@ -166,7 +224,14 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override {
     // Bounded: all-reduces queued behind a dead tp peer must not hang the teardown.
     if (tp_comm_ != nullptr) (void)tp_comm_->sync(tp_stream_, dp_timeout_);
+    if (pp_comm_ != nullptr) (void)pp_comm_->sync(stream_, dp_timeout_);  // a dead stage: bounded too
     cudaStreamSynchronize(stream_);
+    for (PipeEvents& e : pipe_events_) {
+      for (cudaEvent_t x : {e.f0, e.f1, e.b0, e.b1}) cudaEventDestroy(x);
+    }
+    for (cudaEvent_t x : {span_begin_, span_end_, tokens_copied_}) {
+      if (x != nullptr) cudaEventDestroy(x);
+    }
     for (auto& [key, g] : graphs_by_shape_) {
       cudaGraphExecDestroy(g.exec);
       cudaGraphDestroy(g.graph);
@@ -201,6 +266,21 @@ class CudaBackend final : public Backend {
   const TensorTable& params() const override { return table_; }
 
   void forward_backward(const int32_t* inputs, const int32_t* targets, int B, float grad_scale) override {
+    if (pp_comm_ != nullptr) {
+      // A stage keeps the step's micro-batches and runs its program when the last one arrives.
+      GANTRY_CHECK(
+          B > 0 && B <= max_batch_,
+          "batch " + std::to_string(B) + " exceeds the backend's max batch " + std::to_string(max_batch_));
+      GANTRY_CHECK(static_cast<int>(micros_.size()) < expected_micros_,
+                   "a pipeline step got more micro-batches than begin_step(" +
+                       std::to_string(expected_micros_) + ") announced");
+      const size_t n = static_cast<size_t>(B) * m_.seq_len;
+      micros_.push_back({std::vector<int32_t>(inputs, inputs + n), std::vector<int32_t>(targets, targets + n),
+                         B, grad_scale});
+      tokens_ += static_cast<int64_t>(n);
+      if (static_cast<int>(micros_.size()) == expected_micros_) pipeline_step();
+      return;
+    }
     upload(inputs, targets, B, true);
     tokens_ += static_cast<int64_t>(B) * m_.seq_len;
     state_->begin_micro_batch();
@@ -233,6 +313,7 @@ class CudaBackend final : public Backend {
   }
 
   float forward_loss(const int32_t* inputs, const int32_t* targets, int B) override {
+    if (pp_comm_ != nullptr) return pipeline_forward_loss(inputs, targets, B);
     // Validation is no part of the step's phases: its tp waits are not counted (their events are reused;
     // this waits for them below).
     const size_t step_waits = tp_waits_;
@@ -253,7 +334,12 @@ class CudaBackend final : public Backend {
   void zero_grads() override { begin_step(1); }
 
   void begin_step(int micro_batches) override {
-    state_->begin_step(micro_batches);
+    // A pipeline stage adds every micro-batch into the full gradient buffer and hands the dp state one
+    // (its reductions run after the schedule).
+    state_->begin_step(pp_comm_ != nullptr ? 1 : micro_batches);
+    expected_micros_ = std::max(1, micro_batches);
+    micros_.clear();
+    pipe_micros_ = 0;
     tokens_ = 0;
     micro_in_step_ = 0;
     optimizer_timed_ = false;
@@ -266,6 +352,8 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaEventRecord(opt_begin_, stream_));
     before_overwrite();  // a checkpoint's or in-memory copy of the state must end before the update
     state_->update(s);
+    // The loss is the last stage's (the others' sums are 0): summed over pp, every rank reports it.
+    if (pp_comm_ != nullptr) check(pp_comm_->all_reduce_enqueue(state_->loss_sum(), 1, stream_));
     CUDA_CHECK(cudaEventRecord(opt_end_, stream_));
     optimizer_timed_ = true;
   }
@@ -278,13 +366,18 @@ class CudaBackend final : public Backend {
     // A collective that never finishes (a dead peer) must fail at the timeout, not hang in a stream wait.
     if (dp_ != nullptr) check(dp_->sync(stream_, dp_timeout_));
     if (tp_comm_ != nullptr) check(tp_comm_->sync(stream_, dp_timeout_));
+    if (pp_comm_ != nullptr) check(pp_comm_->sync(stream_, dp_timeout_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     StepStats s;
     const double tokens = static_cast<double>(tokens_) * (dp_ != nullptr ? dp_->size() : 1);  // equal shares
     s.loss = tokens_ ? host_stats_[0] / tokens : 0.0;
     s.grad_norm = host_stats_[1];
     s.updated = std::isfinite(s.grad_norm);
-    read_phase_times();  // every event is complete now: no further wait
+    if (pp_comm_ != nullptr) {
+      read_pipeline_phase_times();
+    } else {
+      read_phase_times();  // every event is complete now: no further wait
+    }
     return s;
   }
 
@@ -462,24 +555,20 @@ class CudaBackend final : public Backend {
   void allocate() {
     const size_t P = table_.numel();
     const size_t B = max_batch_, T = m_.seq_len, C = m_.n_embd, NH = m_.n_head, V = m_.vocab_size;
-    const size_t tp = static_cast<size_t>(tp_), Cl = C / tp, NHl = NH / tp, Hl = 4 * C / tp, Vl = V / tp;
+    const size_t tp = static_cast<size_t>(tp_), Vl = V / tp;
     const size_t N = B * T;
-    encoded_ = device<bf16>(N * C);
-    layers_.resize(m_.n_layer);
-    for (LayerActs& l : layers_) {
-      l.ln1 = device<bf16>(N * C);
-      l.ln1_mean = device<float>(N);
-      l.ln1_rstd = device<float>(N);
-      l.qkv = device<bf16>(N * 3 * Cl);
-      l.atty = device<bf16>(N * Cl);
-      l.lse = device<float>(B * NHl * T);
-      l.res2 = device<bf16>(N * C);
-      l.ln2 = device<bf16>(N * C);
-      l.ln2_mean = device<float>(N);
-      l.ln2_rstd = device<float>(N);
-      l.fch_pre = device<bf16>(N * Hl);
-      l.fch_gelu = device<bf16>(N * Hl);
-      l.res3 = device<bf16>(N * C);
+    // A pipeline stage's activations are per micro-batch in flight (StageSlot); lnf_ then serves a stage
+    // before the last as the unused norm output of its hand-off (forward()).
+    if (pp_comm_ == nullptr) {
+      encoded_ = device<bf16>(N * C);
+      layers_.resize(m_.n_layer);
+      for (LayerActs& l : layers_) l = layer_acts();
+    } else {
+      if (head_) wte_copy_ = device<bf16>(V * C), dwte_ = device<float>(V * C);
+      if (embed_) dwte_in_ = device<float>(V * C);
+      CUDA_CHECK(cudaEventCreate(&span_begin_));
+      CUDA_CHECK(cudaEventCreate(&span_end_));
+      CUDA_CHECK(cudaEventCreateWithFlags(&tokens_copied_, cudaEventDisableTiming));
     }
     lnf_ = device<bf16>(N * C);
     lnf_mean_ = device<float>(N);
@@ -492,7 +581,8 @@ class CudaBackend final : public Backend {
     // as large as those buffers together, at least ~256 MB. Larger chunks mean fewer passes of the dwte
     // product over its fp32 V × C accumulator (at 124M, 7 instead of 13 passes of 309 MB a micro-batch).
     // Tensor parallel: the logits chunk holds this rank's Vl columns of its rows.
-    const ClassifierRegion region = classifier_region(N, C, Vl);
+    // A pipeline stage before the last runs no classifier: its region is the gradient buffers alone.
+    const ClassifierRegion region = classifier_region(N, C, head_ ? Vl : 1);
     bf16* shared = device<bf16>(region.elements);
     dres_ = shared + region.dres;
     dfch_ = shared + region.dfch;
@@ -518,41 +608,82 @@ class CudaBackend final : public Backend {
                   global_norm_scratch_floats(P)});
     scratch_ = device<float>(scratch);
     eval_sum_ = device<float>(1);
-    inputs_ = device<int32_t>(N);
-    targets_ = device<int32_t>(N);
-    bucket_token_ = device<int32_t>(N);
-    bucket_start_ = device<int32_t>(N + 1);
-    positions_ = device<int32_t>(N);
+    own_tokens_ = device<int32_t>(5 * N + 1);
+    set_tokens(own_tokens_, static_cast<int>(N));
     for (int32_t*& slot : staging_) slot = pinned<int32_t>(5 * N + 1);
     host_stats_ = pinned<float>(2);
     token_count_.assign(V, 0);
   }
 
+  // One block's activations for micro-batches of up to max_batch_ sequences (this tp rank's share).
+  LayerActs layer_acts() {
+    const size_t B = max_batch_, T = m_.seq_len, C = m_.n_embd, N = B * T;
+    const size_t Cl = C / tp_, NHl = m_.n_head / tp_, Hl = 4 * C / tp_;
+    LayerActs l;
+    l.ln1 = device<bf16>(N * C);
+    l.ln1_mean = device<float>(N);
+    l.ln1_rstd = device<float>(N);
+    l.qkv = device<bf16>(N * 3 * Cl);
+    l.atty = device<bf16>(N * Cl);
+    l.lse = device<float>(B * NHl * T);
+    l.res2 = device<bf16>(N * C);
+    l.ln2 = device<bf16>(N * C);
+    l.ln2_mean = device<float>(N);
+    l.ln2_rstd = device<float>(N);
+    l.fch_pre = device<bf16>(N * Hl);
+    l.fch_gelu = device<bf16>(N * Hl);
+    l.res3 = device<bf16>(N * C);
+    return l;
+  }
+
   // Where each tensor sits inside its unit: units are contiguous in the table (shard_plan.h), so these
-  // offsets hold wherever a unit's parameters or gradients are kept.
+  // offsets hold wherever a unit's parameters or gradients are kept. A pipeline stage's table has the
+  // embeddings only on stage 0 and the final norm only on the last.
   void layout_params() {
     const ShardPlan& plan = state_->plan();
-    const int L = m_.n_layer;
-    GANTRY_CHECK(table_.size() == static_cast<size_t>(4 + kBlockTensors * L),
-                 "GPT-2's tensor table expected");
+    const int L = n_local_;
+    const size_t first = embed_ ? 2 : 0;  // table index of the stage's first block tensor
+    GANTRY_CHECK(table_.size() == first + static_cast<size_t>(kBlockTensors * L) + (head_ ? 2 : 0),
+                 "GPT-2's tensor table (or a pipeline stage's) expected");
+    GANTRY_CHECK(plan.units.size() == static_cast<size_t>((embed_ ? 1 : 0) + L + (head_ ? 1 : 0)),
+                 "one unit per block, the embeddings and the final norm");
+    final_unit_ = head_ ? plan.final_unit() : -1;
     auto in_unit = [&](size_t tensor, int unit) { return table_[tensor].offset - plan.units[unit].offset; };
-    wpe_at_ = in_unit(1, plan.embedding_unit());
-    GANTRY_CHECK(in_unit(0, plan.embedding_unit()) == 0, "wte begins the embeddings");
-    lnf_w_at_ = in_unit(2 + kBlockTensors * L, plan.final_unit());
-    lnf_b_at_ = in_unit(3 + kBlockTensors * L, plan.final_unit());
+    if (embed_) {
+      wpe_at_ = in_unit(1, plan.embedding_unit());
+      GANTRY_CHECK(in_unit(0, plan.embedding_unit()) == 0, "wte begins the embeddings");
+    }
+    if (head_) {
+      lnf_w_at_ = in_unit(first + kBlockTensors * L, final_unit_);
+      lnf_b_at_ = in_unit(first + kBlockTensors * L + 1, final_unit_);
+    }
     for (int l = 0; l < L; ++l) {
       for (int k = 0; k < kBlockTensors; ++k) {
-        const size_t at = in_unit(2 + kBlockTensors * l + k, 1 + l);
+        const size_t at = in_unit(first + kBlockTensors * l + k, block_unit(l));
         GANTRY_CHECK(l == 0 || at == block_at_[k], "every block has the same layout");
         block_at_[k] = at;
       }
     }
   }
 
-  // Units: 0 the embeddings, 1 + l block l, L + 1 the final norm.
-  int final_unit() const { return m_.n_layer + 1; }
-  BlockParams block_params(int l) { return block_at(state_->params(1 + l), block_at_); }
-  BlockGrads block_grads(int l) { return block_at(state_->grads(1 + l), block_at_); }
+  // Units: 0 the embeddings, 1 + l block l, L + 1 the final norm; on a pipeline stage its own blocks
+  // (l local), after the embeddings on stage 0, and the final norm after them on the last.
+  int block_unit(int l) const { return (embed_ ? 1 : 0) + l; }
+  BlockParams block_params(int l) { return block_at(state_->params(block_unit(l)), block_at_); }
+  BlockGrads block_grads(int l) { return block_at(state_->grads(block_unit(l)), block_at_); }
+  LayerActs& act(int l) { return (*acts_)[l]; }
+  // One GPU reduces each unit's bucket as the backward completes it; a pipeline stage after its schedule.
+  void grads_done(int unit) {
+    if (pp_comm_ == nullptr) state_->grads_done(unit);
+  }
+  // The token arrays of one micro-batch of N tokens, laid out as fill_staging writes them.
+  void set_tokens(int32_t* base, int N) {
+    inputs_ = base;
+    targets_ = base + N;
+    bucket_token_ = base + 2 * N;
+    bucket_start_ = base + 3 * N;
+    positions_ = base + 4 * N + 1;
+  }
 
   // Copies the batch to the device; with `buckets`, also the token-sorted positions the deterministic
   // embedding backward needs (a counting sort over the vocabulary, on the host, while the GPU works).
@@ -561,22 +692,38 @@ class CudaBackend final : public Backend {
         B > 0 && B <= max_batch_,
         "batch " + std::to_string(B) + " exceeds the backend's max batch " + std::to_string(max_batch_));
     const int N = B * m_.seq_len;
-    for (int i = 0; i < N; ++i) {
-      GANTRY_CHECK(
-          inputs[i] >= 0 && inputs[i] < m_.vocab_size && targets[i] >= 0 && targets[i] < m_.vocab_size,
-          "token id out of [0, vocab_size)");
-    }
+    set_tokens(own_tokens_, max_batch_ * m_.seq_len);
     // Two staging slots in turn: the host fills one while the copy out of the other may still be queued,
     // and waits only for the copy issued two batches ago (long done), never for compute.
     slot_ ^= 1;
     CUDA_CHECK(cudaEventSynchronize(upload_done_[slot_]));
     int32_t* staging = staging_[slot_];
-    int32_t* s_in = staging;
-    int32_t* s_tg = staging + N;
-    std::memcpy(s_in, inputs, N * sizeof(int32_t));
-    std::memcpy(s_tg, targets, N * sizeof(int32_t));
-    CUDA_CHECK(cudaMemcpyAsync(inputs_, s_in, N * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
-    CUDA_CHECK(cudaMemcpyAsync(targets_, s_tg, N * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+    const int k = fill_staging(inputs, targets, N, buckets, staging);
+    CUDA_CHECK(cudaMemcpyAsync(inputs_, staging, N * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+    CUDA_CHECK(cudaMemcpyAsync(targets_, staging + N, N * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+    if (buckets) {
+      CUDA_CHECK(cudaMemcpyAsync(bucket_token_, staging + 2 * N, k * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                 stream_));
+      CUDA_CHECK(cudaMemcpyAsync(bucket_start_, staging + 3 * N, (N + 1) * sizeof(int32_t),
+                                 cudaMemcpyHostToDevice, stream_));
+      CUDA_CHECK(cudaMemcpyAsync(positions_, staging + 4 * N + 1, N * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                 stream_));
+    }
+    CUDA_CHECK(cudaEventRecord(upload_done_[slot_], stream_));
+  }
+
+  // Fills `staging` (5N + 1 ints) with a batch's inputs and targets and, with `buckets`, the token-sorted
+  // positions the deterministic embedding backward needs (a counting sort over the vocabulary); returns
+  // the number of buckets. Layout: inputs, targets, bucket tokens, bucket starts (N + 1), positions.
+  int fill_staging(const int32_t* inputs, const int32_t* targets, int N, bool buckets, int32_t* staging) {
+    for (int i = 0; i < N; ++i) {
+      GANTRY_CHECK(
+          inputs[i] >= 0 && inputs[i] < m_.vocab_size && targets[i] >= 0 && targets[i] < m_.vocab_size,
+          "token id out of [0, vocab_size)");
+    }
+    std::memcpy(staging, inputs, N * sizeof(int32_t));
+    std::memcpy(staging + N, targets, N * sizeof(int32_t));
+    int k = 0;
     if (buckets) {
       int32_t* s_tok = staging + 2 * N;
       int32_t* s_start = staging + 3 * N;
@@ -587,7 +734,7 @@ class CudaBackend final : public Backend {
       for (int i = 0; i < N; ++i) {
         if (mine(inputs[i])) ++token_count_[inputs[i]];
       }
-      int k = 0, at = 0;
+      int at = 0;
       for (int v = v0; v < v1; ++v) {
         if (token_count_[v] == 0) continue;
         s_tok[k] = v - v0;
@@ -601,41 +748,41 @@ class CudaBackend final : public Backend {
         if (mine(inputs[i])) s_pos[token_count_[inputs[i]]++] = i;  // positions ascend within a bucket
       }
       for (int i = 0; i < N; ++i) token_count_[inputs[i]] = 0;
-      CUDA_CHECK(cudaMemcpyAsync(bucket_token_, s_tok, k * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
-      CUDA_CHECK(cudaMemcpyAsync(bucket_start_, s_start, (N + 1) * sizeof(int32_t), cudaMemcpyHostToDevice,
-                                 stream_));
-      CUDA_CHECK(cudaMemcpyAsync(positions_, s_pos, N * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
     }
-    CUDA_CHECK(cudaEventRecord(upload_done_[slot_], stream_));
+    return k;
   }
 
+  // The stage's blocks over encoded_ (the encoder's output, or on a later pipeline stage the previous
+  // stage's, received), then the final norm (last stage) or the hand-off's res3 (the others).
   void forward(int B) {
-    const int T = m_.seq_len, C = m_.n_embd, NH = m_.n_head, HS = C / NH, N = B * T, L = m_.n_layer;
+    const int T = m_.seq_len, C = m_.n_embd, NH = m_.n_head, HS = C / NH, N = B * T, L = n_local_;
     const int Cl = C / tp_, NHl = NH / tp_, Hl = 4 * C / tp_;  // this tp rank's share
     // Under ZeRO 3 each unit's parameters are gathered just before use (the next one while this one
     // computes) and released after its last reader is enqueued.
-    const bf16* embeddings = state_->params(0);
-    state_->prefetch(1);
-    if (tp_comm_ == nullptr) {
-      encoder_forward_cuda(encoded_, inputs_, embeddings, embeddings + wpe_at_, N, T, C, stream_);
-    } else {
-      vocab_parallel_encoder_forward_cuda(encoded_, inputs_, embeddings, embeddings + wpe_at_, vocab_first(),
-                                          m_.vocab_size / tp_, N, T, C, stream_);
-      tp_all_reduce(encoded_, static_cast<size_t>(N) * C);
+    if (embed_) {
+      const bf16* embeddings = state_->params(0);
+      state_->prefetch(1);
+      if (tp_comm_ == nullptr) {
+        encoder_forward_cuda(encoded_, inputs_, embeddings, embeddings + wpe_at_, N, T, C, stream_);
+      } else {
+        vocab_parallel_encoder_forward_cuda(encoded_, inputs_, embeddings, embeddings + wpe_at_,
+                                            vocab_first(), m_.vocab_size / tp_, N, T, C, stream_);
+        tp_all_reduce(encoded_, static_cast<size_t>(N) * C);
+      }
     }
     for (int l = 0; l < L; ++l) {
       const BlockParams p = block_params(l);
-      state_->prefetch(2 + l);
-      LayerActs& a = layers_[l];
+      if (pp_comm_ == nullptr) state_->prefetch(block_unit(l) + 1);  // ZeRO 3 only (not under pp)
+      LayerActs& a = act(l);
       // This block's first norm also finishes the previous block: res3 = res2 + its MLP output.
       if (l == 0) {
         residual_layernorm_forward_cuda(nullptr, a.ln1, a.ln1_mean, a.ln1_rstd, encoded_, nullptr, p.ln1_w,
                                         p.ln1_b, N, C, stream_);
       } else {
-        residual_layernorm_forward_cuda(layers_[l - 1].res3, a.ln1, a.ln1_mean, a.ln1_rstd,
-                                        layers_[l - 1].res2, tmp_nc_, p.ln1_w, p.ln1_b, N, C, stream_);
+        residual_layernorm_forward_cuda(act(l - 1).res3, a.ln1, a.ln1_mean, a.ln1_rstd, act(l - 1).res2,
+                                        tmp_nc_, p.ln1_w, p.ln1_b, N, C, stream_);
       }
-      const bf16* residual = l == 0 ? encoded_ : layers_[l - 1].res3;
+      const bf16* residual = l == 0 ? encoded_ : act(l - 1).res3;
       matmul_->forward(a.qkv, a.ln1, p.qkv_w, p.qkv_b, N, C, 3 * Cl, nullptr);  // column-parallel
       attention_forward(a.atty, a.lse, a.qkv, B, T, NHl, HS, stream_);
       row_parallel_forward(tmp_nc_, a.atty, p.proj_w, p.proj_b, N, Cl, C);
@@ -643,15 +790,24 @@ class CudaBackend final : public Backend {
                                       p.ln2_b, N, C, stream_);
       matmul_->forward(a.fch_gelu, a.ln2, p.fc_w, p.fc_b, N, C, Hl, a.fch_pre);  // column-parallel
       row_parallel_forward(tmp_nc_, a.fch_gelu, p.fcproj_w, p.fcproj_b, N, Hl, C);
-      state_->release(1 + l);
+      if (pp_comm_ == nullptr) state_->release(block_unit(l));
     }
-    const bf16* lnf = state_->params(final_unit());
+    if (!head_) {
+      // A stage before the last hands on its last block's res3 = res2 + MLP output, which on one GPU the
+      // next block's first norm forms; the same fused kernel forms it here, the same bits (its norm output
+      // goes to lnf_, unused: a pipeline stage uses ZeRO 0 or 1, so these parameters stay resident).
+      const BlockParams p = block_params(L - 1);
+      residual_layernorm_forward_cuda(act(L - 1).res3, lnf_, lnf_mean_, lnf_rstd_, act(L - 1).res2, tmp_nc_,
+                                      p.ln2_w, p.ln2_b, N, C, stream_);
+      return;
+    }
+    const bf16* lnf = state_->params(final_unit_);
     if (L == 0) {
       residual_layernorm_forward_cuda(nullptr, lnf_, lnf_mean_, lnf_rstd_, encoded_, nullptr, lnf + lnf_w_at_,
                                       lnf + lnf_b_at_, N, C, stream_);
     } else {
-      residual_layernorm_forward_cuda(layers_[L - 1].res3, lnf_, lnf_mean_, lnf_rstd_, layers_[L - 1].res2,
-                                      tmp_nc_, lnf + lnf_w_at_, lnf + lnf_b_at_, N, C, stream_);
+      residual_layernorm_forward_cuda(act(L - 1).res3, lnf_, lnf_mean_, lnf_rstd_, act(L - 1).res2, tmp_nc_,
+                                      lnf + lnf_w_at_, lnf + lnf_b_at_, N, C, stream_);
     }
   }
 
@@ -673,8 +829,10 @@ class CudaBackend final : public Backend {
   // Logits, loss and (with backward) dlogits → dlnf and dwte, a chunk of rows at a time.
   void classifier(int B, float dloss, bool backward) {
     const int C = m_.n_embd, V = m_.vocab_size / tp_, N = B * m_.seq_len;  // V: this tp rank's vocabulary
-    const bf16* wte = state_->params(0);
-    float* dwte = backward ? state_->grads(0) : nullptr;  // wte begins the embeddings
+    // wte begins the embeddings; a last pipeline stage uses stage 0's copy and keeps the weight gradient
+    // for stage 0 (pipeline_step).
+    const bf16* wte = pp_comm_ != nullptr ? wte_copy_ : state_->params(0);
+    float* dwte = !backward ? nullptr : pp_comm_ != nullptr ? dwte_ : state_->grads(0);
     // Chunks of nearly equal size (a multiple of 128 rows where that fits), so no last chunk is a sliver.
     const int chunks = (N + chunk_rows_ - 1) / chunk_rows_;
     const int even = (N + chunks - 1) / chunks;
@@ -775,26 +933,35 @@ class CudaBackend final : public Backend {
     tp_join();
   }
 
+  // From d(lnf) in dln_ (last stage; on a pipeline stage before it, d(output) already in dres_) down the
+  // stage's blocks to d(input) in dres_, then the encoder's gradients on the first stage.
   void backward(int B) {
-    const int T = m_.seq_len, C = m_.n_embd, NH = m_.n_head, HS = C / NH, N = B * T, L = m_.n_layer;
+    const int T = m_.seq_len, C = m_.n_embd, NH = m_.n_head, HS = C / NH, N = B * T, L = n_local_;
     const int Cl = C / tp_, NHl = NH / tp_, Hl = 4 * C / tp_;  // this tp rank's share
     const size_t NC = static_cast<size_t>(N) * C;
     // Each LayerNorm backward also sums the dres it leaves into the gradient of the bias whose output that
     // residual stream is (no separate bias pass). The final norm writes dres (no memset first); dres is then
     // d(res3) of the last block, whose MLP projection bias it is.
-    const bf16* top = L > 0 ? layers_[L - 1].res3 : encoded_;
+    const bf16* top = L > 0 ? act(L - 1).res3 : encoded_;
     float* top_bias = L > 0 ? block_grads(L - 1).fcproj_b : nullptr;
-    const bf16* lnf = state_->params(final_unit());
-    float* dlnf = state_->grads(final_unit());
-    layernorm_backward_cuda(dres_, dlnf + lnf_w_at_, dlnf + lnf_b_at_, top_bias, scratch_, dln_, top,
-                            lnf + lnf_w_at_, lnf_mean_, lnf_rstd_, N, C, false, stream_);
-    state_->grads_done(final_unit());
+    if (head_) {
+      const bf16* lnf = state_->params(final_unit_);
+      float* dlnf = state_->grads(final_unit_);
+      layernorm_backward_cuda(dres_, dlnf + lnf_w_at_, dlnf + lnf_b_at_, top_bias, scratch_, dln_, top,
+                              lnf + lnf_w_at_, lnf_mean_, lnf_rstd_, N, C, false, stream_);
+      grads_done(final_unit_);
+    } else {
+      // The next stage's d(res3) is this stage's last MLP projection's bias gradient, which the final
+      // norm's backward adds on one GPU.
+      bias_backward_cuda(top_bias, scratch_, dres_, N, C, stream_);
+    }
     for (int l = L - 1; l >= 0; --l) {
       const BlockParams p = block_params(l);
-      state_->prefetch(l);  // the block below (or the embeddings, which stay gathered for the step)
+      // The block below (or the embeddings, which stay gathered for the step): ZeRO 3 only, not under pp.
+      if (pp_comm_ == nullptr) state_->prefetch(block_unit(l) - 1);
       const BlockGrads g = block_grads(l);
-      LayerActs& a = layers_[l];
-      const bf16* residual = l == 0 ? encoded_ : layers_[l - 1].res3;
+      LayerActs& a = act(l);
+      const bf16* residual = l == 0 ? encoded_ : act(l - 1).res3;
       // MLP branch, reading d(res3) before the second norm's contribution turns dres into d(res2).
       // Tensor parallel: d(res3) is whole on every rank, so the row-parallel projection's input gradient is
       // this rank's share with no traffic; the column-parallel MLP-up's (dln) is a partial sum, all-reduced
@@ -823,25 +990,226 @@ class CudaBackend final : public Backend {
       float* below_bias = l > 0 ? block_grads(l - 1).fcproj_b : nullptr;
       layernorm_backward_cuda(dres_, g.ln1_w, g.ln1_b, below_bias, scratch_, dln_, residual, p.ln1_w,
                               a.ln1_mean, a.ln1_rstd, N, C, true, stream_);
-      state_->release(1 + l);
-      state_->grads_done(
-          1 + l);  // block l's gradients are complete (block l + 1 wrote its MLP projection bias's)
+      if (pp_comm_ == nullptr) state_->release(block_unit(l));
+      grads_done(block_unit(l));  // block l's gradients are complete (block l + 1 wrote its MLP projection's)
     }
+    if (!embed_) return;  // d(input) stays in dres_, for the previous stage
     // A fixed grid of N buckets (the most a batch can have; spare ones are empty) keeps this launch the
     // same for every batch of a shape, as graph replay needs.
     float* dembeddings = state_->grads(0);
     encoder_backward_cuda(dembeddings, dembeddings + wpe_at_, dres_, bucket_token_, bucket_start_, positions_,
                           N, B, T, C, stream_);
-    state_->grads_done(0);  // the embeddings: the classifier wrote wte's gradient first, the encoder last
+    grads_done(0);  // the embeddings: the classifier wrote wte's gradient first, the encoder last
   }
 
   static void check(const Status& st) {
     if (!st.ok()) fatal_error(__FILE__, __LINE__, st.message());
   }
 
+  // ---- pipeline parallel: one stage's program (parallel/pipeline_schedule.h) ----
+  // Point to point over pp on the compute stream: the stream waits for the peer, the host does not.
+  // Activations and their gradients go as bf16 (element size 2), the tied classifier's gradient as fp32.
+  void p2p_send(const void* data, size_t count, size_t element_bytes, int peer) {
+    check(pp_comm_->send_enqueue(data, count, element_bytes, peer, stream_));
+  }
+  void p2p_recv(void* data, size_t count, size_t element_bytes, int peer) {
+    check(pp_comm_->recv_enqueue(data, count, element_bytes, peer, stream_));
+  }
+  // Stage 0 sends its bf16 wte (the update's result) to the last stage, which runs the classifier with it.
+  void sync_wte() {
+    const size_t VC = static_cast<size_t>(m_.vocab_size) * m_.n_embd;
+    if (embed_) p2p_send(state_->params(0), VC, sizeof(bf16), stages_ - 1);  // ZeRO 1: after its gather
+    if (head_) p2p_recv(wte_copy_, VC, sizeof(bf16), 0);
+  }
+  // A free slot (activations for one micro-batch in flight), allocated on first use; `micro` < 0: none
+  // of this step's (validation).
+  int acquire(int micro) {
+    size_t i = 0;
+    while (i < slots_.size() && slots_[i].busy) ++i;
+    if (i == slots_.size()) {
+      const size_t N = static_cast<size_t>(max_batch_) * m_.seq_len, C = m_.n_embd;
+      StageSlot s;
+      s.in = device<bf16>(N * C);
+      s.dout = device<bf16>(N * C);
+      for (int l = 0; l < n_local_; ++l) s.layers.push_back(layer_acts());
+      if (head_) {
+        s.lnf = device<bf16>(N * C);
+        s.lnf_mean = device<float>(N);
+        s.lnf_rstd = device<float>(N);
+      }
+      slots_.push_back(std::move(s));
+    }
+    slots_[i].busy = true;
+    if (micro >= 0) slot_of_[micro] = static_cast<int>(i);
+    return static_cast<int>(i);
+  }
+  // forward() and backward() work on this slot's activations.
+  void use_slot(StageSlot& s) {
+    encoded_ = s.in;
+    acts_ = &s.layers;
+    if (head_) {
+      lnf_ = s.lnf;
+      lnf_mean_ = s.lnf_mean;
+      lnf_rstd_ = s.lnf_rstd;
+    }
+  }
+
+  // The step's micro-batches through this stage in its program's order, all enqueued on the compute
+  // stream. The last stage's classifier (loss, d(logits), its wte gradient) runs at the start of each
+  // micro-batch's backward, where the shared logits/gradient region is free.
+  void pipeline_step() {
+    const int m = static_cast<int>(micros_.size());
+    const int T = m_.seq_len, C = m_.n_embd;
+    const size_t stride = 5 * static_cast<size_t>(max_batch_) * T + 1;
+    // Every micro-batch's tokens in one copy (the host fills pinned memory, the copy runs ahead of them).
+    if (tokens_micros_ < m) {
+      CUDA_CHECK(cudaStreamSynchronize(stream_));  // first step only: nothing reads the old buffers now
+      tokens_dev_ = device<int32_t>(static_cast<size_t>(m) * stride);
+      tokens_host_ = pinned<int32_t>(static_cast<size_t>(m) * stride);
+      tokens_micros_ = m;
+    }
+    CUDA_CHECK(cudaEventSynchronize(tokens_copied_));  // the previous step's copy, long done
+    for (int k = 0; k < m; ++k) {
+      const PipeMicro& mb = micros_[k];
+      (void)fill_staging(mb.inputs.data(), mb.targets.data(), mb.batch * T, embed_,
+                         tokens_host_ + static_cast<size_t>(k) * stride);
+    }
+    CUDA_CHECK(cudaMemcpyAsync(tokens_dev_, tokens_host_, static_cast<size_t>(m) * stride * sizeof(int32_t),
+                               cudaMemcpyHostToDevice, stream_));
+    CUDA_CHECK(cudaEventRecord(tokens_copied_, stream_));
+    while (static_cast<int>(pipe_events_.size()) < m) {
+      PipeEvents e;
+      for (cudaEvent_t* x : {&e.f0, &e.f1, &e.b0, &e.b1}) CUDA_CHECK(cudaEventCreate(x));
+      pipe_events_.push_back(e);
+    }
+    state_->begin_micro_batch();
+    sync_wte();
+    const size_t VC = static_cast<size_t>(m_.vocab_size) * C;
+    if (head_) CUDA_CHECK(cudaMemsetAsync(dwte_, 0, VC * sizeof(float), stream_));
+    slot_of_.assign(m, -1);
+    CUDA_CHECK(cudaEventRecord(span_begin_, stream_));
+    for (const PipelineStep& step : pipeline_program(schedule_, stages_, 1, stage_, m)) {
+      const int k = step.action.micro;
+      const PipeMicro& mb = micros_[k];
+      const int N = mb.batch * T;
+      const size_t NC = static_cast<size_t>(N) * C;
+      if (step.kind == PipelineStep::Kind::kRecv) {
+        if (!step.grad) {
+          p2p_recv(slots_[acquire(k)].in, NC, sizeof(bf16), step.peer);
+        } else {
+          p2p_recv(slots_[slot_of_[k]].dout, NC, sizeof(bf16), step.peer);
+        }
+        continue;
+      }
+      if (step.kind == PipelineStep::Kind::kSend) {
+        StageSlot& s = slots_[slot_of_[k]];
+        p2p_send(step.grad ? s.dout : s.layers[n_local_ - 1].res3, NC, sizeof(bf16), step.peer);
+        // Stream order: the slot's next user is enqueued after the send, which it waits behind.
+        if (step.grad) s.busy = false;
+        continue;
+      }
+      set_tokens(tokens_dev_ + static_cast<size_t>(k) * stride, N);
+      const PipeEvents& ev = pipe_events_[k];
+      if (step.action.op == PipelineOp::kForward) {
+        use_slot(slots_[slot_of_[k] >= 0 ? slot_of_[k] : acquire(k)]);
+        CUDA_CHECK(cudaEventRecord(ev.f0, stream_));
+        forward(mb.batch);
+        CUDA_CHECK(cudaEventRecord(ev.f1, stream_));
+        continue;
+      }
+      GANTRY_CHECK(step.action.op == PipelineOp::kBackward, "the GPU pipeline runs whole backward passes");
+      StageSlot& s = slots_[slot_of_[k]];
+      use_slot(s);
+      CUDA_CHECK(cudaEventRecord(ev.b0, stream_));
+      if (head_) {
+        classifier(mb.batch, mb.grad_scale / static_cast<float>(N), true);
+        sum_accumulate_cuda(state_->loss_sum(), losses_, N, stream_);
+      } else {
+        CUDA_CHECK(cudaMemcpyAsync(dres_, s.dout, NC * sizeof(bf16), cudaMemcpyDeviceToDevice, stream_));
+      }
+      backward(mb.batch);
+      if (!embed_) {
+        CUDA_CHECK(cudaMemcpyAsync(s.dout, dres_, NC * sizeof(bf16), cudaMemcpyDeviceToDevice, stream_));
+      } else {
+        s.busy = false;  // stage 0 sends nothing up
+      }
+      CUDA_CHECK(cudaEventRecord(ev.b1, stream_));
+    }
+    CUDA_CHECK(cudaEventRecord(span_end_, stream_));
+    pipe_micros_ = m;
+    // The tied classifier's weight gradient, once per step, into stage 0's wte gradient.
+    if (head_) p2p_send(dwte_, VC, sizeof(float), 0);
+    if (embed_) {
+      p2p_recv(dwte_in_, VC, sizeof(float), stages_ - 1);
+      add_in_place_cuda(state_->grads(0), dwte_in_, VC, stream_);
+    }
+    // Every unit's gradients are complete: the dp reductions, top unit first.
+    for (int u = static_cast<int>(state_->plan().units.size()) - 1; u >= 0; --u) state_->grads_done(u);
+  }
+
+  // Validation down the stages: each receives the previous one's output and hands its own on; the last
+  // stage's loss is summed over pp (the others add 0), so every rank returns it.
+  float pipeline_forward_loss(const int32_t* inputs, const int32_t* targets, int B) {
+    upload(inputs, targets, B, false);
+    sync_wte();
+    const int N = B * m_.seq_len;
+    const size_t NC = static_cast<size_t>(N) * m_.n_embd;
+    StageSlot& s = slots_[acquire(-1)];
+    use_slot(s);
+    if (!embed_) p2p_recv(s.in, NC, sizeof(bf16), stage_ - 1);
+    forward(B);
+    if (!head_) p2p_send(act(n_local_ - 1).res3, NC, sizeof(bf16), stage_ + 1);
+    CUDA_CHECK(cudaMemsetAsync(eval_sum_, 0, sizeof(float), stream_));
+    if (head_) {
+      classifier(B, 0.0f, false);
+      sum_accumulate_cuda(eval_sum_, losses_, N, stream_);
+    }
+    check(pp_comm_->all_reduce_enqueue(eval_sum_, 1, stream_));
+    s.busy = false;
+    float sum = 0;
+    CUDA_CHECK(cudaMemcpyAsync(&sum, eval_sum_, sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    check(pp_comm_->sync(stream_, dp_timeout_));  // a dead stage fails at the timeout
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return sum / static_cast<float>(N);
+  }
+
+  // A stage's phases from its events: forward and backward are the sums of its computes; the bubble is the
+  // part of the schedule's span (first compute's start to last's end, on the stream) not covered by them:
+  // waiting for the neighbours and the transfers themselves, which on one stream are the same thing. That
+  // idle time is exposed communication, with the wait from the schedule's end to the update (the tied
+  // gradient's transfer and the dp reductions).
+  void read_pipeline_phase_times() {
+    phases_ = PhaseTimes{};
+    phases_.measured = pipe_micros_ > 0;
+    if (!phases_.measured) return;
+    auto ms = [](cudaEvent_t a, cudaEvent_t b) {
+      float t = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
+      return static_cast<double>(t);
+    };
+    for (int k = 0; k < pipe_micros_; ++k) {
+      const PipeEvents& e = pipe_events_[k];
+      phases_.forward_s += ms(e.f0, e.f1) * 1e-3;
+      phases_.backward_s += ms(e.b0, e.b1) * 1e-3;
+    }
+    const double span = ms(span_begin_, span_end_) * 1e-3;
+    const double idle = std::max(0.0, span - phases_.forward_s - phases_.backward_s);
+    phases_.bubble = span > 0 ? idle / span : 0.0;
+    phases_.bubble_formula = pipeline_schedule_bubble(schedule_, stages_, 1, pipe_micros_);
+    phases_.comm_exposed_s = idle;
+    if (optimizer_timed_) {
+      phases_.comm_exposed_s += std::max(0.0, ms(span_end_, opt_begin_) * 1e-3);
+      phases_.optimizer_s = ms(opt_begin_, opt_end_) * 1e-3;
+    }
+  }
+
   ModelConfig m_;
   int max_batch_;
   int tp_ = 1, tp_rank_ = 0;  // the tp degree and this rank's place (1, 0 without tensor parallelism)
+  // Pipeline parallel: the pp axis (null at pp 1), this stage and the stage count, the layers' split.
+  Communicator* pp_comm_ = nullptr;
+  int stage_ = 0, stages_ = 1;
+  PipelinePartition part_;
   TensorTable table_;
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
@@ -858,6 +1226,12 @@ class CudaBackend final : public Backend {
 
   bf16* encoded_ = nullptr;
   std::vector<LayerActs> layers_;
+  std::vector<LayerActs>* acts_ = &layers_;  // the activations forward() and backward() use
+  // The stage's blocks (all L at pp 1): the first one's global index and how many; whether it holds the
+  // embeddings (stage 0) and the final norm and classifier (the last), and the final norm's unit.
+  int first_layer_ = 0, n_local_ = 0;
+  bool embed_ = true, head_ = true;
+  int final_unit_ = -1;
   bf16* lnf_ = nullptr;
   float *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr;
   int chunk_rows_ = 0;
@@ -884,6 +1258,25 @@ class CudaBackend final : public Backend {
   int slot_ = 0;
   float* host_stats_ = nullptr;
   std::vector<int32_t> token_count_;
+  int32_t* own_tokens_ = nullptr;  // the one-micro-batch token arrays (upload(), set_tokens())
+
+  // Pipeline parallel (pipeline_step): the schedule, the step's micro-batches as the train loop gave them,
+  // the activations of each micro-batch in flight, every micro-batch's tokens on the device, the wte copy
+  // and its gradient (last stage) and that gradient received (stage 0), and the phase events.
+  PipelineSchedule schedule_ = PipelineSchedule::kOneFOneB;
+  std::vector<PipeMicro> micros_;
+  int expected_micros_ = 1;
+  std::vector<StageSlot> slots_;
+  std::vector<int> slot_of_;  // this step's slot of each micro-batch (-1: none yet)
+  int32_t* tokens_dev_ = nullptr;
+  int32_t* tokens_host_ = nullptr;
+  int tokens_micros_ = 0;  // micro-batches tokens_dev_ and tokens_host_ hold
+  cudaEvent_t tokens_copied_ = nullptr;
+  bf16* wte_copy_ = nullptr;
+  float *dwte_ = nullptr, *dwte_in_ = nullptr;
+  std::vector<PipeEvents> pipe_events_;
+  cudaEvent_t span_begin_ = nullptr, span_end_ = nullptr;
+  int pipe_micros_ = 0;  // micro-batches the last step ran (0: none since begin_step)
   int64_t tokens_ = 0;
 
   // Data parallel: the dp communicator (null on one GPU) and its collectives' timeout (the tp axis' too).
@@ -910,8 +1303,8 @@ class CudaBackend final : public Backend {
 
 std::unique_ptr<Backend> backend_cuda_create(const ModelConfig& m, int max_batch, bool graphs,
                                              bool deterministic, const CudaDataParallel& dp,
-                                             const CudaTensorParallel& tp) {
-  return std::make_unique<CudaBackend>(m, max_batch, graphs, deterministic, dp, tp);
+                                             const CudaTensorParallel& tp, const CudaPipeline& pp) {
+  return std::make_unique<CudaBackend>(m, max_batch, graphs, deterministic, dp, tp, pp);
 }
 
 }  // namespace gantry

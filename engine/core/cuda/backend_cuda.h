@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <memory>
+#include <string>
 
 #include "engine/core/backend.h"
 
@@ -31,8 +32,16 @@ struct CudaDataParallel {
 struct CudaTensorParallel {
   Communicator* comm = nullptr;
 };
+// Pipeline parallel over NCCL point-to-point (parallel/pipeline_schedule.h): the pp communicator (null or
+// size 1: none) and train.pp_schedule ("gpipe" or "1f1b"; pipeline_check refuses the others on cuda).
+// params() is then this stage's pipeline_rank_table, as on the CPU, so checkpoints reshard between the two
+// and to any pp. Composes with CudaDataParallel at ZeRO 0 or 1, not with tensor parallel; CUDA graphs off.
+struct CudaPipeline {
+  Communicator* comm = nullptr;
+  std::string schedule = "1f1b";
+};
 std::unique_ptr<Backend> backend_cuda_create(const ModelConfig& m, int max_batch, bool graphs,
                                              bool deterministic, const CudaDataParallel& dp = {},
-                                             const CudaTensorParallel& tp = {});
+                                             const CudaTensorParallel& tp = {}, const CudaPipeline& pp = {});
 
 }  // namespace gantry

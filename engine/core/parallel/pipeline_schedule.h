@@ -2,7 +2,7 @@
 // runs its micro-batches' forward and backward passes (GPipe, 1F1B, interleaved 1F1B over vp model chunks
 // per rank, ZB-H1 with the weight-gradient pass split off), the bubble those orders leave, and which
 // layouts can run at all. Pure arithmetic, the same on every rank; the CPU backend's pipeline
-// (cpu/backend_cpu_pipeline.cpp) executes it.
+// (cpu/backend_cpu_pipeline.cpp) and the CUDA backend's stage (cuda/backend_cuda.cu) execute it.
 //
 //   Status ok = pipeline_check(cfg, dims, micro_batches);               // before anything is built
 //   PipelinePartition part = pipeline_partition(cfg.model, dims.pp);    // layers of each stage, by cost
@@ -102,7 +102,8 @@ double pipeline_bubble_formula(int pp, int vp, int m);
 double pipeline_schedule_bubble(PipelineSchedule s, int pp, int vp, int m);
 
 // Whether the layout can run a pipeline: layers at least pp x vp, vp > 1 only with the interleaved schedule
-// (and that one only with vp > 1 and micro-batches a multiple of pp), the CPU backend, at least pp
+// (and that one only with vp > 1 and micro-batches a multiple of pp), the CPU backend (or the CUDA one with
+// GPipe or 1F1B at ZeRO 0 or 1), at least pp
 // micro-batches under 1F1B and ZB-H1, no in-memory copies at pp > 1 (checkpoints are written and loaded by
 // tensor name, checkpoint.h). tp composes (tp x pp, tensor_parallel.h). The error names the numbers and what
 // would be right. `micro_batches` is the gradient-accumulation count, global_batch / (dp x micro_batch).

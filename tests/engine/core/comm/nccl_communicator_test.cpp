@@ -205,6 +205,79 @@ TEST(NcclCommunicator, StreamOrderedOperationsMatchHostSums) {
   expect_all_passed(run_workers(2, nccl_enqueue_body, 180s));
 }
 
+// Point to point on a stream (a GPU pipeline's hand-offs, cuda/backend_cuda.cu): rank 0 sends bf16 (as raw
+// 16-bit words, which must arrive bit for bit) and fp32 to rank 1, which answers with each word plus one;
+// every call is enqueued on one stream per rank in the order both sides agree on, the host never waits
+// before sync(). Counts 1 and 2^20 + 3 (a partial last chunk). A bad element size is refused.
+std::string nccl_p2p_body(int rank, int n, int fd) {
+  auto made = nccl_communicator_create(rank, n, fd, "pp/", 60s, {.device = rank});
+  if (!made.ok()) return made.error();
+  Communicator& comm = *made.value();
+  cudaStream_t stream;
+  cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  std::string errors;
+  for (size_t count : {size_t{1}, (size_t{1} << 20) + 3}) {
+    std::vector<uint16_t> words(count);
+    std::vector<float> floats(count);
+    for (size_t i = 0; i < count; ++i) {
+      words[i] = static_cast<uint16_t>(i * 7 + 3);
+      floats[i] = static_cast<float>(i) * 0.5f - 3.0f;
+    }
+    uint16_t* w = nullptr;
+    float* f = nullptr;
+    cudaMalloc(&w, count * sizeof(uint16_t));
+    cudaMalloc(&f, count * sizeof(float));
+    const std::string at = " (count " + std::to_string(count) + ")";
+    if (rank == 0) {
+      cudaMemcpy(w, words.data(), count * sizeof(uint16_t), cudaMemcpyHostToDevice);
+      cudaMemcpy(f, floats.data(), count * sizeof(float), cudaMemcpyHostToDevice);
+      WORKER_CHECK_OK(comm.send_enqueue(w, count, 2, 1, stream));
+      WORKER_CHECK_OK(comm.send_enqueue(f, count, 4, 1, stream));
+      WORKER_CHECK_OK(comm.recv_enqueue(w, count, 2, 1, stream));  // the answer, in place
+    } else {
+      WORKER_CHECK_OK(comm.recv_enqueue(w, count, 2, 0, stream));
+      WORKER_CHECK_OK(comm.recv_enqueue(f, count, 4, 0, stream));
+    }
+    WORKER_CHECK_OK(comm.sync(stream, 60s));
+    std::vector<uint16_t> got_w(count);
+    std::vector<float> got_f(count);
+    cudaMemcpy(got_w.data(), w, count * sizeof(uint16_t), cudaMemcpyDeviceToHost);
+    cudaMemcpy(got_f.data(), f, count * sizeof(float), cudaMemcpyDeviceToHost);
+    if (rank == 1) {
+      if (got_w != words) errors += "bf16 words differ after recv_enqueue" + at + "\n";
+      if (got_f != floats) errors += "floats differ after recv_enqueue" + at + "\n";
+      for (uint16_t& x : got_w) ++x;
+      cudaMemcpy(w, got_w.data(), count * sizeof(uint16_t), cudaMemcpyHostToDevice);
+      WORKER_CHECK_OK(comm.send_enqueue(w, count, 2, 0, stream));
+      WORKER_CHECK_OK(comm.sync(stream, 60s));
+    } else {
+      for (size_t i = 0; i < count; ++i) {
+        if (got_w[i] != static_cast<uint16_t>(words[i] + 1)) {
+          errors += "the answer's word " + std::to_string(i) + " is " + std::to_string(got_w[i]) + at + "\n";
+          break;
+        }
+      }
+    }
+    cudaFree(w);
+    cudaFree(f);
+  }
+  // Refusing breaks the communicator (as any failed call does): rank 0 only, after it has received the last
+  // answer, so rank 1's traffic is complete.
+  if (rank == 0) {
+    const Status bad = comm.send_enqueue(nullptr, 1, 8, 1, stream);
+    if (bad.ok() || bad.message().find("element size 8 (2 or 4)") == std::string::npos)
+      errors += "element size 8 was not refused: " + bad.message() + "\n";
+  }
+  cudaStreamDestroy(stream);
+  return errors;
+}
+
+TEST(NcclCommunicator, PointToPointOnAStreamDeliversBitForBitInOrder) {
+  const int gpus = gpu_count();
+  if (gpus < 2) GTEST_SKIP() << "needs at least two GPUs (found " << gpus << ")";
+  expect_all_passed(run_workers(2, nccl_p2p_body, 180s));
+}
+
 TEST(NcclCommunicator, CollectivesAcrossProcessesMatchHostSums) {
   const int gpus = gpu_count();
   if (gpus < 2) GTEST_SKIP() << "needs at least two GPUs (found " << gpus << ")";

@@ -283,8 +283,28 @@ TEST(PipelineCheck, RefusesBadLayoutsNamingTheNumbers) {
       HasSubstr(
           "pp 2 with train.memory_copy_every = 5: in-memory copies of a pipeline's stages are refused"));
   c.train.memory_copy_every = 0;
+  // The GPU pipeline (cuda/backend_cuda.cu): GPipe and 1F1B at ZeRO 0 or 1 over dp; the rest is refused
+  // with the value and what would run.
   c.train.backend = "cuda";
-  EXPECT_THAT(pipeline_check(c, dims(2, 1, 1, 2), 2).message(), HasSubstr("pipeline parallel is CPU-only"));
+  c.train.pp_schedule = "gpipe";
+  EXPECT_TRUE(pipeline_check(c, dims(2, 1, 1, 2), 2).ok());
+  c.train.pp_schedule = "1f1b";
+  EXPECT_TRUE(pipeline_check(c, dims(4, 2, 1, 2, 1), 2).ok());
+  EXPECT_THAT(pipeline_check(c, dims(4, 2, 1, 2, 2), 2).message(),
+              HasSubstr("pp 2 with zero 2 on train.backend = \"cuda\": a GPU pipeline stage shards over dp "
+                        "with ZeRO 0 or 1 only"));
+  c.train.pp_schedule = "zbh1";
+  EXPECT_THAT(pipeline_check(c, dims(2, 1, 1, 2), 2).message(),
+              HasSubstr("pp 2 with train.pp_schedule = \"zbh1\" on train.backend = \"cuda\": the GPU "
+                        "pipeline runs \"gpipe\" and \"1f1b\""));
+  c.train.pp_schedule = "interleaved";
+  EXPECT_THAT(pipeline_check(c, dims(2, 1, 1, 2), 2).message(),
+              HasSubstr("train.pp_schedule = \"interleaved\" on train.backend = \"cuda\""));
+  c.train.pp_schedule = "1f1b";
+  c.train.backend = "tpu";
+  EXPECT_THAT(pipeline_check(c, dims(2, 1, 1, 2), 2).message(),
+              HasSubstr("pp 2 with train.backend = \"tpu\": pipeline parallel runs on the \"cpu\" and "
+                        "\"cuda\" backends"));
   // The product that is not the world is ParallelDims' to refuse.
   Result<ParallelDims> d = ParallelDims::make({.world = 6, .rank = 0, .dp = 2, .tp = 1, .pp = 2});
   ASSERT_FALSE(d.ok());
