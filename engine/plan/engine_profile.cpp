@@ -1,6 +1,7 @@
 #include "engine/plan/engine_profile.h"
 
 #include <algorithm>
+#include <limits>
 #include <string>
 
 namespace gantry {
@@ -301,11 +302,30 @@ double plan_engine_compute_efficiency(EngineKind e, std::string_view gpu) {
 
 // ---- CPU step time.
 
-CpuRates plan_cpu_rates_default() {
+CpuRates plan_cpu_rates_default(int threads) {
+  CpuRates r;
+  // Gloo over loopback on the developer VM, 2026-11-27 (`--measure-cpu`, docs/PERF.md "Planner beside
+  // measurement"): the quiet machine's ring step; under load a wake-up waits for a scheduler tick (4-6 ms).
+  r.comm_latency_s = 150e-6;
+  r.comm_bw = 0.7e9;
+  if (threads == 1) {
+    // One thread, timed by CPU time: the median of 5 `--measure-cpu --threads 1` runs on the developer VM,
+    // 2026-11-27 (docs/PERF.md). No thread pool to wake.
+    r.threads = 1;
+    r.dot_flops = 14.6e9;
+    r.axpy_flops = 4.65e9;
+    r.attention_flops = 4.0e9;
+    r.gelu_elements = 37e6;
+    r.layernorm_elements = 195e6;
+    r.softmax_elements = 200e6;
+    r.optimizer_params = 160e6;
+    r.parallel_for_s = 6e-9;
+    return r;
+  }
   // The developer VM (2-core AMD EPYC, 2 threads): the median of 25 `gantry-engine plan --engine gantry-cpu
   // --measure-cpu` runs on 2026-11-26, while other builds shared its cores (load average 3-6), so a quiet
   // VM is faster (docs/PERF.md, "Planner calibration against the engine").
-  CpuRates r;
+  r.threads = 2;
   r.dot_flops = 18.7e9;
   r.axpy_flops = 4.61e9;
   r.attention_flops = 5.29e9;
@@ -323,28 +343,79 @@ Status plan_cpu_rates_validate(const CpuRates& r) {
     if (!(v > 0)) return Status::error("CPU rates: every rate must be > 0 (measure them with --measure-cpu)");
   }
   if (!(r.parallel_for_s >= 0)) return Status::error("CPU rates: parallel_for_s must be >= 0");
+  if (!(r.comm_latency_s >= 0) || !(r.comm_bw > 0)) {
+    return Status::error("CPU rates: comm_latency_s must be >= 0 and comm_bw > 0 (Gloo over loopback)");
+  }
+  if (r.threads < 1)
+    return Status::error("CPU rates: threads must be >= 1 (the threads they were timed with)");
   return Status();
 }
 
-CpuWork plan_cpu_work(const PlanModel& m, int micro_batch, int tp) {
-  const double b = micro_batch, t = m.seq, c = m.hidden, l = m.layers;
+CpuWork plan_cpu_stage_work(const PlanModel& m, int micro_batch, int tp, int layers, bool first, bool last) {
+  const double b = micro_batch, t = m.seq, c = m.hidden, l = layers;
   const double nh = static_cast<double>(m.heads) / tp, v = static_cast<double>(m.vocab) / tp;  // this rank's
   const double n = b * t, hs = c / m.heads;
   CpuWork w;
-  w.dot_flops = (l * 2 * n * c * (3 * c + c + 4 * c + 4 * c)) / tp + 2 * n * c * v;
-  w.axpy_flops = 2 * w.dot_flops;  // d(input) and d(weight), each as many FLOPs as the forward
+  const double blocks = (l * 2 * n * c * (3 * c + c + 4 * c + 4 * c)) / tp, logits = 2 * n * c * v;
+  w.dot_flops = blocks + (last ? logits : 0);
+  w.axpy_flops = 2 * blocks + (last ? logits : 0);  // d(input) and d(weight); the logits' d(input) only
   // Forward: q·k and the probability-weighted sum of v (2·hs each); backward: one dot and three axpys.
   w.attention_flops = l * 12 * hs * (b * nh * t * (t + 1) / 2);
   w.gelu_elements = l * n * 4 * c / tp;
-  w.layernorm_elements = (2 * l + 1) * n * c;
-  w.softmax_elements = n * v;
+  w.layernorm_elements = (2 * l + (last ? 1 : 0)) * n * c;
+  w.softmax_elements = last ? n * v : 0;
   // backend_cpu.cpp: forward, per layer 4 matmuls and the attention, then the logits and the softmax;
   // backward, the softmax, the logits' two loops (rows, weight columns), per layer 4 matmuls of two loops
   // each and the attention.
-  w.parallel_calls = l * (5 + 9) + 2 + 3;
-  w.params = static_cast<double>(cpu_params_per_tp_rank(m, static_cast<uint64_t>(tp)));
-  w.optimizer_parallel_calls = 1 + static_cast<double>(param_tensors(m).size());  // grad_norm, then AdamW
+  w.parallel_calls = l * (5 + 9) + (last ? 2 + 3 : 0);
+  // Parameters (cpu_params_per_tp_rank's split) and tensors (gpt_param_table's) this stage updates.
+  const uint64_t ct = static_cast<uint64_t>(m.hidden), ut = static_cast<uint64_t>(tp);
+  const uint64_t layer = 2 * ct + (3 * ct * ct + 3 * ct) / ut + ct * ct / ut + ct + 2 * ct +
+                         (4 * ct * ct + 4 * ct) / ut + 4 * ct * ct / ut + ct;
+  uint64_t params = static_cast<uint64_t>(layers) * layer, tensors = 12 * static_cast<uint64_t>(layers);
+  if (first)
+    params += static_cast<uint64_t>(m.vocab) / ut * ct + static_cast<uint64_t>(m.seq) * ct, tensors += 2;
+  if (last) params += 2 * ct, tensors += 2;
+  w.params = static_cast<double>(params);
+  w.optimizer_parallel_calls = 1 + static_cast<double>(tensors);  // grad_norm, then AdamW
   return w;
+}
+
+double plan_cpu_classifier_wgrad_flops(const PlanModel& m, int micro_batch, int tp) {
+  return 2.0 * micro_batch * m.seq * m.hidden * (static_cast<double>(m.vocab) / tp);
+}
+
+CpuWork plan_cpu_work(const PlanModel& m, int micro_batch, int tp) {
+  CpuWork w = plan_cpu_stage_work(m, micro_batch, tp, m.layers, true, true);
+  w.axpy_flops += plan_cpu_classifier_wgrad_flops(m, micro_batch, tp);
+  return w;
+}
+
+std::vector<int> plan_cpu_pipeline_layers(const PlanModel& m, int stages) {
+  const int L = m.layers;
+  const double c = m.hidden, t = m.seq, block = 3.0 * (24.0 * c * c + 4.0 * t * c), vc = 2.0 * m.vocab * c;
+  auto extra = [&](int stage) { return (stage == 0 ? vc : 0) + (stage == stages - 1 ? 2 * vc : 0); };
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<double>> best(stages + 1, std::vector<double>(L + 1, inf));
+  std::vector<std::vector<int>> cut(stages + 1, std::vector<int>(L + 1, -1));
+  best[0][0] = 0;
+  for (int s = 1; s <= stages; ++s) {
+    for (int l = s; l <= L; ++l) {
+      for (int k = s - 1; k < l; ++k) {  // stage s-1 holds layers k..l-1
+        if (best[s - 1][k] == inf) continue;
+        const double cost = std::max(best[s - 1][k], (l - k) * block + extra(s - 1));
+        if (cost < best[s][l]) best[s][l] = cost, cut[s][l] = k;
+      }
+    }
+  }
+  std::vector<int> layers(static_cast<size_t>(std::max(stages, 0)), 0);
+  if (stages < 1 || stages > L) return layers;
+  for (int s = stages, l = L; s >= 1; --s) {
+    const int k = cut[s][l];
+    layers[static_cast<size_t>(s - 1)] = l - k;
+    l = k;
+  }
+  return layers;
 }
 
 CpuStep plan_cpu_step(const CpuWork& w, const CpuRates& r, int micro_batches) {

@@ -63,10 +63,21 @@ TEST(PlanCli, CpuProfileMemoryIsWhatTheRanksAllocateAtTpAndDp) {
     EXPECT_EQ(nlohmann::json::parse(p.out)["memory"]["total"].get<double>(), static_cast<double>(measured))
         << l.run;
   }
-  // What the profile does not hold yet is refused by name, not guessed.
+  // Pipeline stages: the step is priced, the memory the profile's table does not hold is unknown (null),
+  // never a guess; what the profile does not model at all is refused by name.
   Outcome pp = run("--engine gantry-cpu --config " + cfg + " --gpus 2 --pp 2 --json");
-  EXPECT_EQ(pp.code, 2);
-  EXPECT_THAT(pp.err, HasSubstr("profiles dp and tp layouts with zero 0"));
+  ASSERT_EQ(pp.code, 0) << pp.err;
+  const nlohmann::json j = nlohmann::json::parse(pp.out);
+  EXPECT_TRUE(j["memory"]["total"].is_null()) << pp.out;
+  EXPECT_THAT(j["memory"]["why_unknown"].get<std::string>(), HasSubstr("pipeline stages"));
+  EXPECT_GT(j["time"]["step_s"].get<double>(), 0);
+  EXPECT_GT(j["time"]["bubble_s"].get<double>(), 0);
+  Outcome zero = run("--engine gantry-cpu --config " + cfg + " --gpus 2 --zero 1 --json");
+  EXPECT_EQ(zero.code, 2);
+  EXPECT_THAT(zero.err, HasSubstr("profiles dp, tp and pp layouts with zero 0"));
+  Outcome overlap = run("--engine gantry-cpu --config " + cfg + " --gpus 2 --tp 2 --tp-overlap 0.5");
+  EXPECT_EQ(overlap.code, 2);
+  EXPECT_THAT(overlap.err, HasSubstr("tp_overlap"));
 }
 
 TEST(PlanCli, TablePrintsEverySection) {
