@@ -46,6 +46,7 @@ struct PlanArgs {
   bool measure_cpu = false;
   int threads = 0;    // gantry-cpu: the backend's threads; 0 = all cores (or the config's train.threads)
   int cpu_cores = 0;  // gantry-cpu: the host's cores its ranks share; 0 = this machine's
+  double cpu_background = -1;  // gantry-cpu: other runnable threads on the host; -1 = 0, or sampled
   double tp_overlap = 0;
 
   std::string model = "gpt2-124m";
@@ -235,6 +236,29 @@ void measure_gloo(CpuRates* r) {
 #endif
 }
 
+// Runnable threads of other work on this host right now: /proc/stat's procs_running (which counts this
+// thread too), sampled every 10 ms for half a second, averaged, less this thread. Linux only; 0 elsewhere.
+double measure_background_threads() {
+  double sum = 0;
+  int n = 0;
+  for (int i = 0; i < 50; ++i) {
+    std::FILE* f = std::fopen("/proc/stat", "r");
+    if (f == nullptr) return 0;
+    char line[256];
+    while (std::fgets(line, sizeof line, f) != nullptr) {
+      int running = 0;
+      if (std::sscanf(line, "procs_running %d", &running) == 1) {
+        sum += running;
+        ++n;
+        break;
+      }
+    }
+    std::fclose(f);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return n > 0 ? std::max(0.0, sum / n - 1) : 0;
+}
+
 // --measure-cpu: the CPU backend's loops (engine/core/cpu/ops_cpu.cpp) timed at fixed reference shapes,
 // none of them a configuration the planner is later compared on: a matmul of 512 rows, 128 in, 512 out;
 // attention with B 8, NH 4, T 64, head size 32; GELU over 256K elements; LayerNorm over 2048 x 128;
@@ -384,10 +408,14 @@ Result<PlanInput> build_input(const PlanArgs& a) {
     const double page = static_cast<double>(sysconf(_SC_PAGE_SIZE));
     gpu = GpuSpec{.name = "cpu", .hbm_bytes = pages > 0 && page > 0 ? pages * page : 0};
     const int threads = a.threads > 0 ? a.threads : (a.config.empty() ? 0 : cfg.train.threads);
+    const double background_now = a.measure_cpu && a.cpu_background < 0 ? measure_background_threads() : 0;
     in.cpu = a.measure_cpu ? measure_cpu_rates(threads) : plan_cpu_rates_default(threads);
     // Every rank of `gantry-engine run --nproc N` runs on this host, sharing its cores.
     const unsigned hw = std::thread::hardware_concurrency();
     in.cpu_cores = a.cpu_cores > 0 ? a.cpu_cores : static_cast<int>(hw);
+    // The host's other work: as given, else sampled with --measure-cpu (before its loops, which would
+    // count themselves), else none.
+    in.cpu_background = a.cpu_background >= 0 ? a.cpu_background : background_now;
   }
   // An engine's own measured efficiency on this GPU kind, where there is one, unless --efficiency says.
   const double engine_efficiency = plan_engine_compute_efficiency(in.engine, a.gpu);
@@ -522,9 +550,14 @@ nlohmann::json plan_json(const Plan& p, const PlanInput& in) {
     memory["allocations"] = allocations;
   }
   if (p.engine == EngineKind::kGantryCpu) {
-    time["cpu"] = {{"matmul_s", p.cpu_step.matmul_s},           {"attention_s", p.cpu_step.attention_s},
-                   {"elementwise_s", p.cpu_step.elementwise_s}, {"optimizer_s", p.cpu_step.optimizer_s},
-                   {"dispatch_s", p.cpu_step.dispatch_s},       {"cores_share", p.cpu_share}};
+    time["cpu"] = {{"matmul_s", p.cpu_step.matmul_s},
+                   {"attention_s", p.cpu_step.attention_s},
+                   {"elementwise_s", p.cpu_step.elementwise_s},
+                   {"optimizer_s", p.cpu_step.optimizer_s},
+                   {"dispatch_s", p.cpu_step.dispatch_s},
+                   {"cores_share", p.cpu_share},
+                   {"cores", in.cpu_cores},
+                   {"background_threads", in.cpu_background}};
   }
   json out = {
       {"engine", engine_kind_name(p.engine)},
@@ -801,6 +834,10 @@ void plan_command_add(CLI::App& app, int* exit_code) {
   sub->add_option("--cpu-cores", a->cpu_cores,
                   "gantry-cpu: cores of the host the ranks share (default: this machine's)")
       ->check(CLI::Range(1, 1000000));
+  sub->add_option("--cpu-background", a->cpu_background,
+                  "gantry-cpu: runnable threads of other work sharing the host's cores (default 0; "
+                  "--measure-cpu samples it)")
+      ->check(CLI::Range(0.0, 1e6));
   sub->add_option("--tp-overlap", a->tp_overlap,
                   "Fraction of the GEMM next to each tensor-parallel collective that hides it (0 = none; "
                   "gantry-cpu: 0 only)")

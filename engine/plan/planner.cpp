@@ -135,6 +135,9 @@ Result<Resolved> resolve(const PlanInput& in) {
   if (!(tr.tp_overlap >= 0) || tr.tp_overlap > 1) {
     return Status::error("tp_overlap = " + std::to_string(tr.tp_overlap) + ": allowed 0..1");
   }
+  if (!(in.cpu_background >= 0)) {
+    return Status::error("cpu_background = " + std::to_string(in.cpu_background) + ": allowed >= 0");
+  }
   if (in.cpu_cores < 0)
     return Status::error(fail("cpu_cores", in.cpu_cores, "allowed >= 0 (0 = one per thread)"));
   return r;
@@ -309,11 +312,23 @@ void cpu_step_time(const PlanInput& in, const Resolved& r, Plan* p) {
     waits[rank] += sends * p2p;
     if (rank == 0 || v == virtual_stages - 1) pp_sends += sends;
   }
+  // The host's cores: every rank's threads share them with the background's runnable threads (other work on
+  // the host), as the kernel's fair scheduler does: each runnable thread gets K / (runnable threads) of a
+  // core, at most one. Alone (a pipeline rank whose neighbours wait), a rank's threads compete with the
+  // background only.
+  const int ranks = std::min(in.cluster.gpus, in.cluster.gpus_per_node);
+  const double threads = static_cast<double>(ranks) * rates.threads;
+  const double background = in.cpu_background;
+  const double cores = in.cpu_cores > 0 ? in.cpu_cores : threads + background;
+  const double lone = std::min(1.0, cores / (background + rates.threads));  // a core share, one rank running
+  const double all = std::min(1.0, cores / (background + threads));         // every rank running
+  p->cpu_share = (background + threads) / cores;
+
   std::vector<double> per_mb(l.pp);
   int slowest = 0;
   double sum = 0;
   for (int k = 0; k < l.pp; ++k) {
-    per_mb[k] = compute[k] + waits[k];
+    per_mb[k] = compute[k] / lone + waits[k];
     sum += per_mb[k];
     if (per_mb[k] > per_mb[slowest]) slowest = k;
   }
@@ -345,31 +360,26 @@ void cpu_step_time(const PlanInput& in, const Resolved& r, Plan* p) {
                        (l.tp > 1 ? plan_collective_seconds(Collective::kAllReduce, 8, l.tp, link) : 0) +
                        (l.pp > 1 ? 2 * plan_collective_seconds(Collective::kAllReduce, 8, l.pp, link) : 0);
 
-  // The host's cores: every rank's threads share them.
-  const int ranks = std::min(in.cluster.gpus, in.cluster.gpus_per_node);
-  const double threads = static_cast<double>(ranks) * rates.threads;
-  const double cores = in.cpu_cores > 0 ? in.cpu_cores : threads;
-  p->cpu_share = std::max(1.0, threads / cores);
   double rank_waits = 0;  // what one micro-batch's collectives cost the slowest rank
   for (int k = 0; k < l.pp; ++k) rank_waits = std::max(rank_waits, waits[k]);
-  const double one_core_each = pipeline + tail_compute + tail_wait + opt + dp_s + small;
+  const double one_core_each = pipeline + (tail_compute + opt) / lone + tail_wait + dp_s + small;
   double all_compute = 0;
   for (int k = 0; k < l.pp; ++k) all_compute += m * compute[k];
-  const double host_work =
-      (all_compute + tail_compute + opt_total) * (static_cast<double>(ranks) / l.pp) * rates.threads / cores;
-  const double shared = host_work + m * rank_waits + tail_wait + dp_s + small;
+  // Every rank's CPU seconds (a rank's work times its threads), over the cores the job's threads get.
+  const double cpu_seconds =
+      (all_compute + tail_compute + opt_total) * (static_cast<double>(ranks) / l.pp) * rates.threads;
+  const double shared = cpu_seconds / (threads * all) + m * rank_waits + tail_wait + dp_s + small;
   p->step_s = std::max(one_core_each, shared);
-
   CpuStep& st = p->cpu_step;
   st = steps[slowest];
   st.matmul_s *= m, st.attention_s *= m, st.elementwise_s *= m, st.dispatch_s *= m;
   st.matmul_s += tail_compute;
   st.optimizer_s = opt;
-  p->optimizer_s = opt;
-  p->compute_s = m * compute[slowest] + tail_compute;
+  p->optimizer_s = opt / lone;
+  p->compute_s = m * compute[slowest] / lone + tail_compute / lone;
   p->bubble_s = l.pp > 1 ? pipeline - m * t_max : 0;
   p->exposed_comm_s = m * waits[slowest] + tail_wait + dp_s + small;
-  if (p->step_s > one_core_each) p->compute_s = p->step_s - p->exposed_comm_s - opt - p->bubble_s;
+  if (p->step_s > one_core_each) p->compute_s = p->step_s - p->exposed_comm_s - p->optimizer_s - p->bubble_s;
 
   // The axes' communication as the CPU runs it (none hidden).
   p->comm.clear();

@@ -80,6 +80,9 @@ struct PlanInput {
   // cpu.threads threads); 0 = a core for every thread. Fewer cores than threads stretch the compute: a
   // step is never shorter than the host's CPU work over its cores.
   int cpu_cores = 0;
+  // gantry-cpu: runnable threads of other work on the host (a load average, less the job's own), which
+  // share the cores with the job's threads; 0 = the host is the job's. `--measure-cpu` samples it.
+  double cpu_background = 0;
 };
 
 // Per-GPU bytes on the heaviest pipeline stage.
@@ -140,7 +143,7 @@ struct Plan {
   double exposed_comm_s = 0;
   double optimizer_s = 0;  // AdamW over the local shard, memory-bound
   CpuStep cpu_step;        // gantry-cpu: the slowest rank's step by kind of loop (its compute, no waits)
-  double cpu_share = 0;    // gantry-cpu: threads on the host per core (>= 1; 1 = a core each)
+  double cpu_share = 0;  // gantry-cpu: runnable threads on the host (the job's and the background's) per core
   double step_s = 0;
   double tokens_per_s = 0;
 

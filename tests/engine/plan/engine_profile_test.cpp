@@ -360,6 +360,28 @@ TEST(PlanEngineProfile, CpuRanksShareTheHostsCores) {
   ASSERT_TRUE(one.ok() && one8.ok());
   EXPECT_DOUBLE_EQ(one->step_s, one8->step_s);
   EXPECT_DOUBLE_EQ(one->step_s, one->cpu_step.total());
+  // Other work on the host: one busy thread beside one rank on 2 cores leaves it a core; three leave it half
+  // of one (the kernel's fair share), so the same work takes twice as long.
+  PlanInput in;
+  in.model = plan_model_of({.n_layer = 4, .n_head = 4, .n_embd = 64, .vocab_size = 256, .seq_len = 64});
+  in.cluster = plan_cluster_default(GpuSpec{.name = "cpu", .hbm_bytes = 24e9}, 1, 1);
+  in.layout = PlanLayout{.micro_batch = 4};
+  in.training.global_batch = 16;
+  in.engine = EngineKind::kGantryCpu;
+  in.cpu = plan_cpu_rates_default(1);
+  in.cpu_cores = 2;
+  in.cpu_background = 1;
+  Result<Plan> quiet = plan_evaluate(in);
+  in.cpu_background = 3;
+  Result<Plan> busy = plan_evaluate(in);
+  ASSERT_TRUE(quiet.ok() && busy.ok());
+  EXPECT_DOUBLE_EQ(quiet->step_s, one->step_s);
+  EXPECT_NEAR(busy->step_s, 2 * one->step_s, 1e-12);
+  EXPECT_DOUBLE_EQ(busy->cpu_share, 2);
+  in.cpu_background = -1;
+  Result<Plan> bad = plan_evaluate(in);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().find("cpu_background"), std::string::npos) << bad.error();
 }
 
 TEST(PlanEngineProfile, CpuTensorParallelWaitsForItsGlooCollectives) {
