@@ -153,7 +153,8 @@ def main():
         line = (f"{name:<22}{mm:>12.3f}{cell(pm, '{:.3f}'):>12}{cell(err(pm, mm), '{:+.1f}%'):>7}"
                 f"{ms:>10.4f} ({min(steps):.3f}-{max(steps):.3f}){cell(ps, '{:.4f}'):>9}{cell(err(ps, ms), '{:+.1f}%'):>8}")
         if a.measure_cpu:
-            star = [r["planned_measured_rates"]["step_s"] for r in ok if r.get("planned_measured_rates")]
+            star = [r["planned_measured_rates"]["step_s"] for r in ok
+                    if r.get("planned_measured_rates", {}).get("step_s") is not None]
             pstar = statistics.median(star) if star else None
             line += f"{cell(pstar, '{:.4f}'):>9}{cell(err(pstar, ms), '{:+.1f}%'):>8}"
         print(line)
