@@ -177,7 +177,7 @@ double median_seconds(bool cpu, F&& f) {
 }
 
 // The CPU backend's collectives (gloo_communicator.h: rings over loopback TCP), timed between two ranks of
-// this process (two threads, a store served by a third): all-reduces of 1 KiB (median of 21) and of 8 MiB
+// this process (two threads, a store served by a third): all-reduces of 1 KiB (mean of 21) and of 8 MiB
 // (median of 5), fitted to the planner's ring model t = 2(n-1)·latency + S·2(n-1)/n / bw (n = 2: 2·latency +
 // S/bw). Wall clock: the time includes each rank waiting for the other's thread to be scheduled, as a run's
 // does. Where Gloo is not built in, the rates keep the developer VM's defaults.
@@ -208,10 +208,15 @@ void measure_gloo(CpuRates* r) {
         if (i > 0) t.push_back(seconds_now(false) - t0);
       }
       std::sort(t.begin(), t.end());
-      return t[t.size() / 2];
+      return t;
     };
-    small_s[k] = time(kSmall, 21);
-    large_s[k] = time(kLarge, 5);
+    // The small one's mean, not its median: on a busy machine a wake-up either finds a core (~0.1 ms) or
+    // waits for a scheduler tick (4-6 ms), and a step's many collectives add up to their mean.
+    const std::vector<double> small = time(kSmall, 21), large = time(kLarge, 5);
+    double sum = 0;
+    for (double v : small) sum += v;
+    small_s[k] = sum / static_cast<double>(small.size());
+    large_s[k] = large[large.size() / 2];
   };
   std::thread a(rank, 0), b(rank, 1);
   // Serve the store until both ranks are connected and done (they never talk to it after the rendezvous).
@@ -238,27 +243,27 @@ void measure_gloo(CpuRates* r) {
 #endif
 }
 
-// Runnable threads of other work on this host right now: /proc/stat's procs_running (which counts this
-// thread too), sampled every 10 ms for half a second, averaged, less this thread. Linux only; 0 elsewhere.
-double measure_background_threads() {
-  double sum = 0;
-  int n = 0;
-  for (int i = 0; i < 50; ++i) {
-    std::FILE* f = std::fopen("/proc/stat", "r");
-    if (f == nullptr) return 0;
-    char line[256];
-    while (std::fgets(line, sizeof line, f) != nullptr) {
-      int running = 0;
-      if (std::sscanf(line, "procs_running %d", &running) == 1) {
-        sum += running;
-        ++n;
-        break;
-      }
-    }
-    std::fclose(f);
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+// Other work on this host right now, as the count of busy threads that would leave one thread of ours the
+// share of a core it gets: a 0.3 s loop of real arithmetic timed by this thread's CPU time and by the wall
+// clock; share = CPU / wall, and with K cores shared fairly, K / (background + 1) = share. A thread that
+// gets a whole core says nothing of up to K − 1 busy threads beside it: 0 then.
+double measure_background_threads(int cores) {
+  auto thread_cpu = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  };
+  std::vector<float> x(64 * 1024, 1.0f);
+  volatile float sink = 0;
+  const double w0 = seconds_now(false), c0 = thread_cpu();
+  while (seconds_now(false) - w0 < 0.3) {
+    float acc = 0;
+    for (float v : x) acc += v * 1.0001f;
+    sink = sink + acc;
   }
-  return n > 0 ? std::max(0.0, sum / n - 1) : 0;
+  const double share = (thread_cpu() - c0) / (seconds_now(false) - w0);
+  if (!(share > 0) || share >= 0.97 || cores < 1) return 0;
+  return std::max(0.0, cores / share - 1);
 }
 
 // --measure-cpu: the CPU backend's loops (engine/core/cpu/ops_cpu.cpp) timed at fixed reference shapes,
@@ -414,11 +419,12 @@ Result<PlanInput> build_input(const PlanArgs& a) {
     const double page = static_cast<double>(sysconf(_SC_PAGE_SIZE));
     gpu = GpuSpec{.name = "cpu", .hbm_bytes = pages > 0 && page > 0 ? pages * page : 0};
     const int threads = a.threads > 0 ? a.threads : (a.config.empty() ? 0 : cfg.train.threads);
-    const double background_now = a.measure_cpu && a.cpu_background < 0 ? measure_background_threads() : 0;
-    in.cpu = a.measure_cpu ? measure_cpu_rates(threads) : plan_cpu_rates_default(threads);
     // Every rank of `gantry-engine run --nproc N` runs on this host, sharing its cores.
     const unsigned hw = std::thread::hardware_concurrency();
     in.cpu_cores = a.cpu_cores > 0 ? a.cpu_cores : static_cast<int>(hw);
+    const double background_now =
+        a.measure_cpu && a.cpu_background < 0 ? measure_background_threads(in.cpu_cores) : 0;
+    in.cpu = a.measure_cpu ? measure_cpu_rates(threads) : plan_cpu_rates_default(threads);
     // The host's other work: as given, else sampled with --measure-cpu (before its loops, which would
     // count themselves), else none.
     in.cpu_background = a.cpu_background >= 0 ? a.cpu_background : background_now;
