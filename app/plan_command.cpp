@@ -704,7 +704,11 @@ void print_plan(const Plan& p, const PlanInput& in) {
     std::printf("  axis  group  link            bytes        time      exposed   overlapped  pattern\n");
     for (const CommAxis& a : p.comm) {
       char link[32];
-      std::snprintf(link, sizeof link, "%s %.0f GB/s", a.crosses_nodes ? "net" : "nvlink", a.bus_bw / 1e9);
+      if (p.engine == EngineKind::kGantryCpu) {
+        std::snprintf(link, sizeof link, "gloo %.2f GB/s", a.bus_bw / 1e9);  // loopback TCP, one host
+      } else {
+        std::snprintf(link, sizeof link, "%s %.0f GB/s", a.crosses_nodes ? "net" : "nvlink", a.bus_bw / 1e9);
+      }
       std::printf("  %-4s  %5d  %-14s %10s  %10s  %10s  %10s  %s\n", a.axis.c_str(), a.group, link,
                   human_bytes(a.bytes).c_str(), human_seconds(a.seconds).c_str(),
                   human_seconds(a.exposed_s).c_str(), human_seconds(a.overlappable_s).c_str(),
@@ -734,6 +738,12 @@ void print_plan(const Plan& p, const PlanInput& in) {
         r.dot_flops / 1e9, r.axpy_flops / 1e9, r.attention_flops / 1e9, r.gelu_elements / 1e6,
         r.layernorm_elements / 1e6, r.softmax_elements / 1e6, r.optimizer_params / 1e6,
         r.parallel_for_s * 1e6, "--measure-cpu measures this machine's; the default is the developer VM's");
+    std::printf(
+        "cpu host    %d cores; %d rank(s) x %d thread(s) and %.1f background thread(s): %.2f runnable per "
+        "core; "
+        "Gloo %.0f us a ring step, %.2f GB/s\n",
+        in.cpu_cores, std::min(in.cluster.gpus, in.cluster.gpus_per_node), r.threads, in.cpu_background,
+        p.cpu_share, r.comm_latency_s * 1e6, r.comm_bw / 1e9);
   }
   std::printf("MFU         %.1f%%, HFU %.1f%% (with recomputation)\n", 100 * p.mfu, 100 * p.hfu);
   if (p.engine == EngineKind::kGantryCpu) {
