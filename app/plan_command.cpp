@@ -422,8 +422,10 @@ Result<PlanInput> build_input(const PlanArgs& a) {
     // Every rank of `gantry-engine run --nproc N` runs on this host, sharing its cores.
     const unsigned hw = std::thread::hardware_concurrency();
     in.cpu_cores = a.cpu_cores > 0 ? a.cpu_cores : static_cast<int>(hw);
+    // Only beside CPU-timed rates (one thread): with more, --measure-cpu times the loops by the wall clock,
+    // which already holds the load.
     const double background_now =
-        a.measure_cpu && a.cpu_background < 0 ? measure_background_threads(in.cpu_cores) : 0;
+        a.measure_cpu && a.cpu_background < 0 && threads == 1 ? measure_background_threads(in.cpu_cores) : 0;
     in.cpu = a.measure_cpu ? measure_cpu_rates(threads) : plan_cpu_rates_default(threads);
     // The host's other work: as given, else sampled with --measure-cpu (before its loops, which would
     // count themselves), else none.
