@@ -80,6 +80,36 @@ TEST(PlanCli, CpuProfileMemoryIsWhatTheRanksAllocateAtTpAndDp) {
   EXPECT_THAT(overlap.err, HasSubstr("tp_overlap"));
 }
 
+// --measure-cpu times this machine's loops and Gloo's collectives (two ranks over loopback) and, with one
+// thread, how much of a core a thread gets; the host's other work is an input too. Figures, not bounds.
+TEST(PlanCli, MeasureCpuGivesEveryRateAndTheHostsLoadCountsInTheStep) {
+  const std::string cfg = GANTRY_TINY_CONFIG;
+  Outcome m =
+      run("--engine gantry-cpu --config " + cfg + " --measure-cpu --threads 1 --gpus 2 --tp 2 --json");
+  ASSERT_EQ(m.code, 0) << m.err;
+  const nlohmann::json j = nlohmann::json::parse(m.out);
+  for (const char* k : {"dot_flops", "axpy_flops", "attention_flops", "gelu_elements", "layernorm_elements",
+                        "softmax_elements", "optimizer_params", "comm_bw"})
+    EXPECT_GT(j["cpu_rates"][k].get<double>(), 0) << k;
+  EXPECT_GE(j["cpu_rates"]["comm_latency_s"].get<double>(), 0);
+  EXPECT_EQ(j["cpu_rates"]["threads"].get<int>(), 1);
+  EXPECT_GE(j["time"]["cpu"]["background_threads"].get<double>(), 0);
+  // The default rates, the same layout on 2 cores: three busy threads beside the job's two slow it down.
+  Outcome quiet =
+      run("--engine gantry-cpu --config " + cfg + " --threads 1 --gpus 2 --tp 2 --cpu-cores 2 --json");
+  Outcome busy = run("--engine gantry-cpu --config " + cfg +
+                     " --threads 1 --gpus 2 --tp 2 --cpu-cores 2 --cpu-background 3 --json");
+  ASSERT_EQ(quiet.code, 0) << quiet.err;
+  ASSERT_EQ(busy.code, 0) << busy.err;
+  const nlohmann::json q = nlohmann::json::parse(quiet.out), b = nlohmann::json::parse(busy.out);
+  EXPECT_EQ(b["time"]["cpu"]["background_threads"].get<double>(), 3);
+  EXPECT_DOUBLE_EQ(b["time"]["cpu"]["cores_share"].get<double>(), 2.5);
+  EXPECT_GT(b["time"]["step_s"].get<double>(), q["time"]["step_s"].get<double>());
+  Outcome bad = run("--engine gantry-cpu --config " + cfg + " --cpu-cores 0");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--cpu-cores"));
+}
+
 TEST(PlanCli, TablePrintsEverySection) {
   Outcome r =
       run("--model gpt3-175b --gpu a100-80gb --gpus 1024 --tp 8 --pp 16 --vp 2 --recompute full --no-flash "
