@@ -288,8 +288,8 @@ void cpu_step_time(const PlanInput& in, const Resolved& r, Plan* p) {
 
   // Per micro-batch, each pp rank: compute (its chunks' loops) and waits (its collectives).
   std::vector<double> compute(l.pp, 0), waits(l.pp, 0), params(l.pp, 0), opt_calls(l.pp, 0);
+  std::vector<double> tp_wait(l.pp, 0), tp_calls(l.pp, 0), tp_bytes(l.pp, 0), pp_sends(l.pp, 0);
   std::vector<CpuStep> steps(l.pp);
-  double tp_calls = 0, tp_bytes = 0, pp_sends = 0;  // the first pp rank's
   for (int v = 0; v < virtual_stages; ++v) {
     const int rank = v % l.pp;
     const bool first = v == 0, last = v == virtual_stages - 1;
@@ -304,13 +304,12 @@ void cpu_step_time(const PlanInput& in, const Resolved& r, Plan* p) {
     acc.dispatch_s += s.dispatch_s - optimizer_dispatch;
     if (l.tp > 1) {
       const double calls = (first ? 1 : 0) + 4.0 * layers[v] + (last ? 1 : 0);
-      waits[rank] += calls * tp_ar + (last ? tp_ce : 0);
-      if (rank == 0)
-        tp_calls += calls, tp_bytes += calls * act_bytes + (last ? 16.0 * mb * md.seq * l.tp : 0);
+      tp_wait[rank] += calls * tp_ar + (last ? tp_ce : 0);
+      tp_calls[rank] += calls;
+      tp_bytes[rank] += calls * act_bytes + (last ? 16.0 * mb * md.seq * l.tp : 0);
     }
-    const double sends = (first ? 0 : 1) + (last ? 0 : 1);  // the gradient back, the activation forward
-    waits[rank] += sends * p2p;
-    if (rank == 0 || v == virtual_stages - 1) pp_sends += sends;
+    pp_sends[rank] += (first ? 0 : 1) + (last ? 0 : 1);  // the gradient back, the activation forward
+    waits[rank] = tp_wait[rank] + pp_sends[rank] * p2p;
   }
   // The host's cores: every rank's threads share them with the background's runnable threads (other work on
   // the host), as the kernel's fair scheduler does: each runnable thread gets K / (runnable threads) of a
@@ -396,14 +395,14 @@ void cpu_step_time(const PlanInput& in, const Resolved& r, Plan* p) {
   };
   if (l.tp > 1) {
     axis("tp", l.tp,
-         "Gloo all-reduce of (N, C) x" + std::to_string(static_cast<int>(tp_calls)) +
-             (l.pp == 1 ? " + 2 all-gathers (cross-entropy)" : "") +
-             " per micro-batch (the first stage's), " + "not overlapped",
-         m * tp_bytes, m * waits[0] - m * (l.pp > 1 ? pp_sends * p2p : 0));
+         "Gloo all-reduce of (N, C) x" + std::to_string(static_cast<int>(tp_calls[slowest])) +
+             (slowest == l.pp - 1 ? " + 2 all-gathers (cross-entropy)" : "") +
+             " per micro-batch (the slowest stage's), not overlapped",
+         m * tp_bytes[slowest], m * tp_wait[slowest]);
   }
   if (l.pp > 1) {
-    axis("pp", l.pp, "Gloo send/recv of (N, C), blocking, at every stage boundary", m * pp_sends * act_bytes,
-         m * pp_sends * p2p + tail_wait);
+    axis("pp", l.pp, "Gloo send/recv of (N, C), blocking, at every stage boundary (the slowest stage's)",
+         m * pp_sends[slowest] * act_bytes, m * pp_sends[slowest] * p2p + tail_wait);
   }
   if (l.dp > 1) axis("dp", l.dp, "Gloo all-reduce of the gradients per step", grad_bytes, dp_s);
 }
