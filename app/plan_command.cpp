@@ -70,6 +70,7 @@ struct PlanArgs {
   bool no_sp = false, no_flash = false;
   std::string recompute = "none";
   std::string schedule = "1f1b";
+  bool schedule_given = false;  // --schedule on the command line (else a config's train.pp_schedule)
   long long global_batch = 0, global_batch_tokens = 0;
   double tokens = 0;
   std::string grad_dtype = "bf16";
@@ -453,10 +454,25 @@ Result<PlanInput> build_input(const PlanArgs& a) {
 
   Result<Recompute> rc = recompute_parse(a.recompute);
   if (!rc.ok()) return Status::error("--recompute: " + rc.error());
+  // A config's pipeline schedule, unless --schedule says: gpipe and 1f1b as they are, interleaved through
+  // its vp (when --vp is not given); ZB-H1 is no planner schedule, so it is refused by name, not priced as
+  // another.
+  std::string schedule = a.schedule;
+  int vp = a.vp;
+  if (!a.schedule_given && !a.config.empty() && a.pp > 1) {
+    const std::string& cs = cfg.train.pp_schedule;
+    if (cs == "zbh1") {
+      return Status::error(
+          "--config: train.pp_schedule = \"zbh1\": the planner has no ZB-H1 schedule; pass "
+          "--schedule gpipe or 1f1b to price the layout as one of those");
+    }
+    if (cs == "gpipe" || cs == "1f1b") schedule = cs;
+    if (cs == "interleaved" && vp == 1) vp = cfg.train.vp;
+  }
   in.layout = PlanLayout{
       .tp = a.tp,
       .pp = a.pp,
-      .vp = a.vp,
+      .vp = vp,
       .dp = a.dp,
       .cp = a.cp,
       .zero = a.zero,
@@ -464,7 +480,7 @@ Result<PlanInput> build_input(const PlanArgs& a) {
       .sequence_parallel = !a.no_sp,
       .recompute = rc.value(),
       .flash_attention = !a.no_flash,
-      .schedule = a.schedule == "gpipe" ? Schedule::kGpipe : Schedule::k1F1B,
+      .schedule = schedule == "gpipe" ? Schedule::kGpipe : Schedule::k1F1B,
       .micro_batch = a.micro_batch > 0 ? a.micro_batch : (a.config.empty() ? 1 : cfg.train.micro_batch)};
 
   PlanTraining& t = in.training;
@@ -542,7 +558,8 @@ nlohmann::json plan_json(const Plan& p, const PlanInput& in) {
     for (const char* k : {"weights", "gradients", "optimizer", "activations", "buffers", "total", "fits",
                           "activation_bytes_per_layer", "microbatches_in_flight"})
       memory[k] = nullptr;
-    memory["why_unknown"] = "gantry-cpu: the pipeline stages' allocations are not in the profile's table";
+    memory["why_unknown"] =
+        "gantry-cpu: the interleaved pipeline's stages (vp > 1) are not in the profile's table";
   }
   json time = {{"step_s", p.step_s},
                {"compute_s", p.compute_s},
@@ -671,7 +688,7 @@ void print_plan(const Plan& p, const PlanInput& in) {
               p.micro_batches);
 
   if (!p.memory_known) {
-    std::printf("memory      unknown: gantry-cpu's profile has no table for pipeline stages yet\n\n");
+    std::printf("memory      unknown: gantry-cpu's profile has no table for interleaved stages (vp > 1)\n\n");
   }
   if (p.memory_known) {
     std::printf("memory per GPU (pipeline stage %d of %d)   GiB\n", p.memory_stage, l.pp);
@@ -928,9 +945,13 @@ void plan_command_add(CLI::App& app, int* exit_code) {
       ->check(CLI::IsMember({"none", "selective", "full"}))
       ->capture_default_str();
   sub->add_flag("--no-flash", a->no_flash, "Materialised attention instead of flash attention");
-  sub->add_option("--schedule", a->schedule, "Pipeline schedule (--vp > 1 makes it interleaved)")
+  sub->add_option(
+         "--schedule", a->schedule,
+         "Pipeline schedule (--vp > 1 makes it interleaved; default: a config's train.pp_schedule, or "
+         "1f1b)")
       ->check(CLI::IsMember({"gpipe", "1f1b"}))
-      ->capture_default_str();
+      ->capture_default_str()
+      ->each([a](const std::string&) { a->schedule_given = true; });
   sub->add_option("--micro-batch", a->micro_batch, "Sequences per micro-batch")
       ->check(CLI::Range(1, 1000000));
   sub->add_option("--global-batch", a->global_batch,

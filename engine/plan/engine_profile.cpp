@@ -116,6 +116,45 @@ Table cpu_table(const PlanModel& m, uint64_t b, uint64_t tp) {
   return tb;
 }
 
+// engine/core/cpu/backend_cpu_pipeline.cpp, one pipeline stage (ZeRO 0, vp 1): its parameters' four state
+// vectors, the last stage's copy of wte, the backward scratch, the activation slots (each a micro-batch's
+// input, its output gradient, the stage's blocks and on the last stage the head; allocated as the schedule
+// first holds that many at once), the last stage's ties (each micro-batch's final-norm output and logits
+// gradient, kept for the first stage) and the first stage's d(embedding) per micro-batch.
+// Slots: GPipe holds every micro-batch; 1F1B stage s holds min(m, p − s), one more on the stages that
+// receive (s > 0: the next activation arrives into a slot of its own before the last backward frees one),
+// as the backend's runs show (tests/app/plan_cli_test.cpp compares with real ranks).
+Table cpu_pipeline_table(const PlanModel& m, uint64_t b, uint64_t tp, int pp, int stage, int layers,
+                         uint64_t micro_batches, bool gpipe) {
+  const bool first = stage == 0, last = stage == pp - 1;
+  const uint64_t t = m.seq, c = m.hidden, nh = m.heads / tp, v = m.vocab / tp, n = b * t;
+  const uint64_t cl = c / tp, h = 4 * c / tp, l = static_cast<uint64_t>(layers);
+  const uint64_t p = static_cast<uint64_t>(
+      plan_cpu_stage_work(m, static_cast<int>(b), static_cast<int>(tp), layers, first, last).params);
+  const uint64_t in_flight = std::min<uint64_t>(
+      micro_batches, gpipe ? micro_batches : static_cast<uint64_t>(pp - stage) + (first ? 0 : 1));
+  using MB = MemoryBucket;
+  Table tb;
+  tb.add("params", "(P_stage) fp32", MB::kWeights, p * kF32);
+  tb.add("grads", "(P_stage) fp32", MB::kGradients, p * kF32);
+  tb.add("adam_m", "(P_stage) fp32", MB::kOptimizer, p * kF32);
+  tb.add("adam_v", "(P_stage) fp32", MB::kOptimizer, p * kF32);
+  if (last) tb.add("wte_copy", "(V, C) fp32", MB::kWeights, v * c * kF32);
+  tb.add("dln", "(N, C) fp32", MB::kBuffers, n * c * kF32);
+  tb.add("datty", "(N, C) fp32", MB::kBuffers, n * cl * kF32);
+  tb.add("dqkv", "(N, 3C) fp32", MB::kBuffers, n * 3 * cl * kF32);
+  tb.add("dfch", "(N, 4C) fp32", MB::kBuffers, n * h * kF32);
+  tb.add("dfch_gelu", "(N, 4C) fp32", MB::kBuffers, n * h * kF32);
+  const uint64_t block = n * c * 4 + n * cl + n * 4 + n * 3 * cl + b * nh * t * t + n * h * 2;
+  const uint64_t head = last ? n * c + 2 * n + n * v + n : 0;
+  tb.add("slot (in, dout, blocks" + std::string(last ? ", head)" : ")"), "one micro-batch's",
+         MB::kActivations, (2 * n * c + block * l + head) * kF32, in_flight);
+  if (last)
+    tb.add("tie", "(N, C + V) fp32 per micro-batch", MB::kBuffers, (n * c + n * v) * kF32, micro_batches);
+  if (first) tb.add("dres0", "(N, C) fp32 per micro-batch", MB::kBuffers, n * c * kF32, micro_batches);
+  return tb;
+}
+
 // engine/core/cuda/backend_cuda.cu: allocate() and build_adamw_chunks() through device<T>() (which
 // memory_bytes() sums), and the cuBLASLt workspace the Matmul object allocates for itself.
 Table cuda_table(const PlanModel& m, uint64_t b) {
@@ -165,6 +204,35 @@ Table cuda_table(const PlanModel& m, uint64_t b) {
   tb.add("adamw_chunks", "(one per 64K elements a tensor) 32 B", MB::kBuffers, chunks * kAdamwChunkBytes);
   tb.add("cublaslt_workspace", "32 MiB", MB::kBuffers, kCudaMatmulWorkspaceBytes, 1, false);
   return tb;
+}
+
+// Sums a table by bucket: what the engine takes, and what its memory_bytes() counts.
+EngineMemory sum_table(std::vector<EngineAllocation> rows) {
+  EngineMemory mem;
+  mem.allocations = std::move(rows);
+  for (const EngineAllocation& a : mem.allocations) {
+    const uint64_t bytes = a.bytes();
+    switch (a.bucket) {
+      case MemoryBucket::kWeights:
+        mem.weights += bytes;
+        break;
+      case MemoryBucket::kGradients:
+        mem.gradients += bytes;
+        break;
+      case MemoryBucket::kOptimizer:
+        mem.optimizer += bytes;
+        break;
+      case MemoryBucket::kActivations:
+        mem.activations += bytes;
+        break;
+      case MemoryBucket::kBuffers:
+        mem.buffers += bytes;
+        break;
+    }
+    mem.total += bytes;
+    if (a.in_backend_bytes) mem.backend_bytes += bytes;
+  }
+  return mem;
 }
 
 }  // namespace
@@ -267,32 +335,27 @@ Result<EngineMemory> plan_engine_memory(EngineKind e, const PlanModel& m, int mi
                          "vocabulary and 4 x hidden");
   }
   const uint64_t b = static_cast<uint64_t>(micro_batch);
-  EngineMemory mem;
-  mem.allocations =
-      (e == EngineKind::kGantryCpu ? cpu_table(m, b, static_cast<uint64_t>(tp)) : cuda_table(m, b)).rows;
-  for (const EngineAllocation& a : mem.allocations) {
-    const uint64_t bytes = a.bytes();
-    switch (a.bucket) {
-      case MemoryBucket::kWeights:
-        mem.weights += bytes;
-        break;
-      case MemoryBucket::kGradients:
-        mem.gradients += bytes;
-        break;
-      case MemoryBucket::kOptimizer:
-        mem.optimizer += bytes;
-        break;
-      case MemoryBucket::kActivations:
-        mem.activations += bytes;
-        break;
-      case MemoryBucket::kBuffers:
-        mem.buffers += bytes;
-        break;
-    }
-    mem.total += bytes;
-    if (a.in_backend_bytes) mem.backend_bytes += bytes;
+  return sum_table(
+      (e == EngineKind::kGantryCpu ? cpu_table(m, b, static_cast<uint64_t>(tp)) : cuda_table(m, b)).rows);
+}
+
+Result<EngineMemory> plan_cpu_pipeline_memory(const PlanModel& m, int micro_batch, int tp, int pp, int stage,
+                                              int micro_batches, bool gpipe) {
+  Status s = plan_engine_validate(EngineKind::kGantryCpu, m);
+  if (!s.ok()) return s;
+  if (micro_batch < 1 || micro_batches < 1 || pp < 1 || pp > m.layers || stage < 0 || stage >= pp || tp < 1 ||
+      m.heads % tp != 0 || m.vocab % tp != 0) {
+    return Status::error(
+        "pipeline stage " + std::to_string(stage) + " of pp " + std::to_string(pp) + " (tp " +
+        std::to_string(tp) + ", micro-batch " + std::to_string(micro_batch) + " x " +
+        std::to_string(micro_batches) +
+        "): allowed 0 <= stage < pp <= layers, tp dividing heads and vocabulary, batches >= 1");
   }
-  return mem;
+  const std::vector<int> layers = plan_cpu_pipeline_layers(m, pp);
+  return sum_table(cpu_pipeline_table(m, static_cast<uint64_t>(micro_batch), static_cast<uint64_t>(tp), pp,
+                                      stage, layers[static_cast<size_t>(stage)],
+                                      static_cast<uint64_t>(micro_batches), gpipe)
+                       .rows);
 }
 
 double plan_engine_compute_efficiency(EngineKind e, std::string_view gpu) {

@@ -68,6 +68,12 @@ Status plan_engine_validate(EngineKind e, const PlanModel& m);
 // split: vocabulary rows, heads, the MLP's width); a data-parallel rank without ZeRO holds the same table.
 Result<EngineMemory> plan_engine_memory(EngineKind e, const PlanModel& m, int micro_batch, int tp = 1);
 
+// One pipeline stage's table on the CPU (engine/core/cpu/backend_cpu_pipeline.cpp; ZeRO 0, one model chunk
+// per rank): `stage` of `pp` (the engine's partition, plan_cpu_pipeline_layers), a tp rank's share at
+// tp > 1, `micro_batches` per step under GPipe (`gpipe`) or 1F1B. Interleaved and ZB-H1 stages are not in it.
+Result<EngineMemory> plan_cpu_pipeline_memory(const PlanModel& m, int micro_batch, int tp, int pp, int stage,
+                                              int micro_batches, bool gpipe);
+
 // The CUDA backend's one fp32 scratch buffer is the largest of what its kernels need (floats), whichever
 // attention backward (train.deterministic) runs: attention_fast is the atomic-dQ backward's accumulator,
 // about B·T·NH·HS floats, and for GPT-2 shapes the largest.

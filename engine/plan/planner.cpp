@@ -521,9 +521,30 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
     }
   }
   if (in.engine == EngineKind::kGantryCpu && l.pp > 1) {
-    // The pipeline backend's stages hold their slots, ties and copies (backend_cpu_pipeline.cpp), which
-    // the table does not list yet: unknown, not the generic model's guess.
-    p.memory_known = false;
+    // The pipeline backend's stages (backend_cpu_pipeline.cpp): the heaviest stage's table. Interleaved
+    // chunks (and ZB-H1, which the planner does not schedule) are not in the profile: unknown, not the
+    // generic model's guess.
+    p.memory_known = l.vp == 1 && (l.schedule == Schedule::kGpipe || l.schedule == Schedule::k1F1B);
+    for (int stage = 0; p.memory_known && stage < l.pp; ++stage) {
+      Result<EngineMemory> em =
+          plan_cpu_pipeline_memory(md, l.micro_batch, l.tp, l.pp, stage, r.m, l.schedule == Schedule::kGpipe);
+      if (!em.ok()) return em.status();
+      const EngineMemory& e = em.value();
+      if (stage > 0 && static_cast<double>(e.total) <= p.memory.total()) continue;
+      p.memory = MemoryBuckets{.weights = static_cast<double>(e.weights),
+                               .gradients = static_cast<double>(e.gradients),
+                               .optimizer = static_cast<double>(e.optimizer),
+                               .activations = static_cast<double>(e.activations),
+                               .buffers = static_cast<double>(e.buffers)};
+      p.memory_stage = stage;
+      p.backend_bytes = static_cast<double>(e.backend_bytes);
+      p.allocations = e.allocations;
+      p.activation_layer_bytes = 0;
+      p.microbatches_in_flight = 0;
+      for (const EngineAllocation& a : e.allocations) {
+        if (a.bucket == MemoryBucket::kActivations) p.microbatches_in_flight = static_cast<double>(a.count);
+      }
+    }
   } else if (in.engine != EngineKind::kGeneric) {
     // The backend allocates everything up front from its table; nothing else is live.
     Result<EngineMemory> em = plan_engine_memory(in.engine, md, l.micro_batch, l.tp);

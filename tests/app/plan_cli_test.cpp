@@ -24,8 +24,9 @@ Outcome run(const std::string& args) {
   return testing_support::run_engine("plan " + args);
 }
 
-// Issue 17, planner beside measurement: the gantry-cpu profile's memory per rank at tp 2 and at dp 2 is what
-// the real ranks of `gantry-engine run` allocate (their step records' mem_allocated_bytes), byte for byte.
+// Issue 17, planner beside measurement: the gantry-cpu profile's memory per rank at tp, dp, pp and tp x pp is
+// what the real ranks of `gantry-engine run` allocate (the largest of their step records'
+// mem_allocated_bytes), byte for byte.
 TEST(PlanCli, CpuProfileMemoryIsWhatTheRanksAllocateAtTpAndDp) {
   const std::filesystem::path dir = testing_support::scratch_dir("plan_cpu_layouts");
   std::ifstream in(GANTRY_TINY_CONFIG);
@@ -45,7 +46,8 @@ TEST(PlanCli, CpuProfileMemoryIsWhatTheRanksAllocateAtTpAndDp) {
   int k = 0;
   for (const Layout& l :
        {Layout{"--nproc 2 --tp 2", "--gpus 2 --tp 2"}, Layout{"--nproc 2", "--gpus 2 --dp 2"},
-        Layout{"--nproc 4 --tp 4", "--gpus 4 --tp 4"}}) {
+        Layout{"--nproc 4 --tp 4", "--gpus 4 --tp 4"}, Layout{"--nproc 2 --pp 2", "--gpus 2 --pp 2"},
+        Layout{"--nproc 4 --tp 2 --pp 2", "--gpus 4 --tp 2 --pp 2"}}) {
     Outcome r = testing_support::run_engine("run " + l.run + " --config " + cfg +
                                             " --max-steps 1 --json-ranks --out " +
                                             (dir / ("run" + std::to_string(k++))).string());
@@ -63,15 +65,25 @@ TEST(PlanCli, CpuProfileMemoryIsWhatTheRanksAllocateAtTpAndDp) {
     EXPECT_EQ(nlohmann::json::parse(p.out)["memory"]["total"].get<double>(), static_cast<double>(measured))
         << l.run;
   }
-  // Pipeline stages: the step is priced, the memory the profile's table does not hold is unknown (null),
+  // Interleaved stages: the step is priced, the memory the profile's table does not hold is unknown (null),
   // never a guess; what the profile does not model at all is refused by name.
-  Outcome pp = run("--engine gantry-cpu --config " + cfg + " --gpus 2 --pp 2 --json");
+  Outcome pp = run("--engine gantry-cpu --config " + cfg + " --layers 4 --gpus 2 --pp 2 --vp 2 --json");
   ASSERT_EQ(pp.code, 0) << pp.err;
   const nlohmann::json j = nlohmann::json::parse(pp.out);
   EXPECT_TRUE(j["memory"]["total"].is_null()) << pp.out;
-  EXPECT_THAT(j["memory"]["why_unknown"].get<std::string>(), HasSubstr("pipeline stages"));
+  EXPECT_THAT(j["memory"]["why_unknown"].get<std::string>(), HasSubstr("interleaved"));
   EXPECT_GT(j["time"]["step_s"].get<double>(), 0);
   EXPECT_GT(j["time"]["bubble_s"].get<double>(), 0);
+  std::string zb = t;
+  zb += "\n";
+  const size_t at = zb.find("[train]");
+  ASSERT_NE(at, std::string::npos);
+  zb.insert(at + 8, "pp_schedule = \"zbh1\"\n");
+  const std::string zb_cfg = (dir / "zbh1.toml").string();
+  std::ofstream(zb_cfg) << zb;
+  Outcome zbh1 = run("--engine gantry-cpu --config " + zb_cfg + " --gpus 2 --pp 2");
+  EXPECT_EQ(zbh1.code, 2);
+  EXPECT_THAT(zbh1.err, HasSubstr("no ZB-H1 schedule"));
   Outcome zero = run("--engine gantry-cpu --config " + cfg + " --gpus 2 --zero 1 --json");
   EXPECT_EQ(zero.code, 2);
   EXPECT_THAT(zero.err, HasSubstr("profiles dp, tp and pp layouts with zero 0"));

@@ -409,7 +409,7 @@ TEST(PlanEngineProfile, CpuTensorParallelWaitsForItsGlooCollectives) {
   EXPECT_NE(refused.error().find("tp_overlap"), std::string::npos) << refused.error();
 }
 
-TEST(PlanEngineProfile, CpuPipelineHasItsBubbleAndNoMemoryFigure) {
+TEST(PlanEngineProfile, CpuPipelineHasItsBubbleAndInterleavedStagesNoMemoryFigure) {
   // pp 2, a core each: the fill and drain cost (p − 1) stage-times, which more micro-batches amortise.
   Result<Plan> m4 = cpu_plan(2, PlanLayout{.pp = 2, .micro_batch = 4}, 2, 16);
   Result<Plan> m8 = cpu_plan(2, PlanLayout{.pp = 2, .micro_batch = 2}, 2, 16);
@@ -427,11 +427,42 @@ TEST(PlanEngineProfile, CpuPipelineHasItsBubbleAndNoMemoryFigure) {
   Result<Plan> v2 = cpu_plan(2, PlanLayout{.pp = 2, .vp = 2, .micro_batch = 4}, 2, 16);
   ASSERT_TRUE(v2.ok()) << v2.error();
   EXPECT_LT(v2->bubble_s, m4->bubble_s);
-  // The stages' own allocations are not in the profile: no figure, not the generic model's.
-  EXPECT_FALSE(m4->memory_known);
+  // GPipe and 1F1B stages have their table; interleaved chunks do not: no figure, not the generic model's.
+  EXPECT_TRUE(m4->memory_known);
   EXPECT_TRUE(one->memory_known);
+  EXPECT_FALSE(v2->memory_known);
   ASSERT_EQ(m4->comm.size(), 1u);
   EXPECT_EQ(m4->comm[0].axis, "pp");
+}
+
+TEST(PlanEngineProfile, CpuPipelineStagesHoldTheirSlotsTiesAndCopies) {
+  // 4 layers (d 64, V 256, T 64), micro-batch 4 (N 256), m 4, pp 4: one block a stage.
+  const PlanModel m =
+      plan_model_of({.n_layer = 4, .n_head = 4, .n_embd = 64, .vocab_size = 256, .seq_len = 64});
+  const double n = 256, c = 64, v = 256;
+  const double block = n * c * 4 + n * c + n * 4 + n * 3 * c + 4.0 * 4 * 64 * 64 + n * 4 * c * 2;
+  const double slot = 4 * (2 * n * c + block), head = 4 * (n * c + 2 * n + n * v + n);
+  std::vector<uint64_t> one_f_one_b, gpipe;
+  for (int s = 0; s < 4; ++s) {
+    one_f_one_b.push_back(plan_cpu_pipeline_memory(m, 4, 1, 4, s, 4, false)->total);
+    gpipe.push_back(plan_cpu_pipeline_memory(m, 4, 1, 4, s, 4, true)->total);
+  }
+  // 1F1B: stage 0 holds min(m, p) slots, stage s > 0 min(m, p − s + 1); GPipe every micro-batch's.
+  EXPECT_DOUBLE_EQ(static_cast<double>(gpipe[1] - one_f_one_b[1]), 0);
+  EXPECT_DOUBLE_EQ(static_cast<double>(gpipe[2] - one_f_one_b[2]), slot);
+  EXPECT_DOUBLE_EQ(static_cast<double>(gpipe[3] - one_f_one_b[3]), 2 * (slot + head));
+  // The last stage's copy of wte and its ties, the first stage's embeddings and d(embedding)s.
+  Result<EngineMemory> last = plan_cpu_pipeline_memory(m, 4, 1, 4, 3, 4, false);
+  ASSERT_TRUE(last.ok());
+  auto row = [](const EngineMemory& e, const std::string& name) {
+    for (const EngineAllocation& a : e.allocations)
+      if (a.name == name) return a.bytes();
+    return uint64_t{0};
+  };
+  EXPECT_EQ(row(last.value(), "wte_copy"), 4 * 256 * 64u);
+  EXPECT_EQ(row(last.value(), "tie"), 4 * 4 * (256 * 64 + 256 * 256u));
+  EXPECT_EQ(row(plan_cpu_pipeline_memory(m, 4, 1, 4, 0, 4, false).value(), "dres0"), 4 * 4 * 256 * 64u);
+  EXPECT_FALSE(plan_cpu_pipeline_memory(m, 4, 1, 4, 4, 4, false).ok()) << "no stage 4 of 4";
 }
 
 }  // namespace

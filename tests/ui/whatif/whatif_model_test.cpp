@@ -320,7 +320,7 @@ TEST(WhatIfModel, CpuPipelineStepPartsAddUpAndItsMemoryIsUnknown) {
   in.model.vocab = 256;
   in.model.seq = 64;
   in.cluster = plan_cluster_default(GpuSpec{.name = "cpu", .hbm_bytes = 24e9}, 2, 2);
-  in.layout = PlanLayout{.pp = 2, .micro_batch = 4};
+  in.layout = PlanLayout{.pp = 2, .vp = 2, .micro_batch = 4};  // interleaved: the profile has no table
   in.training.global_batch = 16;
   in.engine = EngineKind::kGantryCpu;
   Result<Plan> p = plan_evaluate(in);
