@@ -5,8 +5,8 @@ records' mem_allocated_bytes: the backend's own allocation, the largest rank's) 
 over the steps after --warmup of the slowest rank's total_s), beside what `gantry-engine plan --engine
 gantry-cpu` predicts for the same layout: with the default (developer VM) rates, and with --measure-cpu
 also with rates measured right before that run (the loops by CPU time, Gloo's latency and bandwidth by the
-wall clock, so under whatever load the machine has then). Where the planner has no figure (the pipeline
-stages' memory) it is printed as "unknown" with the planner's reason, never 0.
+wall clock, so under whatever load the machine has then). Where the planner has no figure (interleaved
+pipeline stages, vp > 1) it is printed as "unknown" with the planner's reason, never 0.
 
 --repeats R runs every layout R times, round-robin (so a burst of load hits different layouts), and reports
 the median of the R medians with their range. One JSON line per run and a table.
