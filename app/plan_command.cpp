@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>  // --json
 #include <random>
 #include <string>
+#include <thread>  // hardware_concurrency: gantry-cpu's cores
 #include <vector>
 
 #include "app/commands.h"
@@ -23,6 +24,15 @@
 #include "engine/core/cpu/ops_cpu.h"  // --measure-cpu runs the CPU backend's own loops
 #include "engine/core/cpu/thread_pool.h"
 #include "engine/plan/planner.h"
+#ifdef GANTRY_HAVE_GLOO
+#include <sys/socket.h>  // socketpair: the two measuring ranks' ends of the store
+
+#include <atomic>
+#include <thread>
+
+#include "engine/core/comm/gloo_communicator.h"  // --measure-cpu times the CPU backend's collectives
+#include "engine/core/comm/store_server.h"
+#endif
 #include "engine/plan/search.h"
 
 namespace gantry {
@@ -34,7 +44,10 @@ struct PlanArgs {
   std::string config;  // a training config: its model, micro-batch, global batch, backend and threads
   std::string engine;  // generic, gantry-cpu, gantry-cuda; empty = generic, or gantry-<backend> with --config
   bool measure_cpu = false;
-  int threads = 0;  // gantry-cpu: the backend's threads; 0 = all cores (or the config's train.threads)
+  int threads = 0;    // gantry-cpu: the backend's threads; 0 = all cores (or the config's train.threads)
+  int cpu_cores = 0;  // gantry-cpu: the host's cores its ranks share; 0 = this machine's
+  double cpu_background = -1;  // gantry-cpu: other runnable threads on the host; -1 = 0, or sampled
+  double tp_overlap = 0;
 
   std::string model = "gpt2-124m";
   int layers = 0, hidden = 0, heads = 0, kv_heads = -1, ffn = -1, vocab = 0, seq = 0;
@@ -46,6 +59,7 @@ struct PlanArgs {
   int gpus = 0;   // 0 = 8, or 1 with an engine profile (the engine runs on one device)
   int nodes = 0;  // > 0: gpus = nodes × gpus_per_node
   int gpus_per_node = 8;
+  bool gpus_per_node_default = true;                    // --gpus-per-node not given
   double intra_gbps = 0, inter_gbps = 0;                // 0 = the GPU's links at kLinkEfficiency
   double intra_latency_us = -1, inter_latency_us = -1;  // -1 = the defaults
   double node_mtbf_hours = -1;                          // -1 = the default; 0 = no failures
@@ -56,6 +70,7 @@ struct PlanArgs {
   bool no_sp = false, no_flash = false;
   std::string recompute = "none";
   std::string schedule = "1f1b";
+  bool schedule_given = false;  // --schedule on the command line (else a config's train.pp_schedule)
   long long global_batch = 0, global_batch_tokens = 0;
   double tokens = 0;
   std::string grad_dtype = "bf16";
@@ -162,6 +177,96 @@ double median_seconds(bool cpu, F&& f) {
   return t[t.size() / 2];
 }
 
+// The CPU backend's collectives (gloo_communicator.h: rings over loopback TCP), timed between two ranks of
+// this process (two threads, a store served by a third): all-reduces of 1 KiB (mean of 21) and of 8 MiB
+// (median of 5), fitted to the planner's ring model t = 2(n-1)·latency + S·2(n-1)/n / bw (n = 2: 2·latency +
+// S/bw). Wall clock: the time includes each rank waiting for the other's thread to be scheduled, as a run's
+// does. Where Gloo is not built in, the rates keep the developer VM's defaults.
+void measure_gloo(CpuRates* r) {
+#ifdef GANTRY_HAVE_GLOO
+  constexpr size_t kSmall = 256, kLarge = 2 * 1024 * 1024;  // floats
+  int sp[2][2];
+  for (auto& p : sp) {
+    if (::socketpair(AF_UNIX, SOCK_STREAM, 0, p) != 0) return;
+  }
+  StoreServer server;
+  for (int k = 0; k < 2; ++k) server.add_client(sp[k][0], "rank " + std::to_string(k));
+  double small_s[2] = {0, 0}, large_s[2] = {0, 0};
+  bool failed[2] = {false, false};
+  auto rank = [&](int k) {
+    Result<std::unique_ptr<Communicator>> c =
+        gloo_communicator_create(k, 2, sp[k][1], "measure/", std::chrono::seconds(10));
+    if (!c.ok()) {
+      failed[k] = true;
+      return;
+    }
+    std::vector<float> buf(kLarge, 1.0f);
+    auto time = [&](size_t count, int iters) {
+      std::vector<double> t;
+      for (int i = 0; i < iters + 1; ++i) {
+        const double t0 = seconds_now(false);
+        if (!c.value()->all_reduce(buf.data(), count, std::chrono::seconds(10)).ok()) failed[k] = true;
+        if (i > 0) t.push_back(seconds_now(false) - t0);
+      }
+      std::sort(t.begin(), t.end());
+      return t;
+    };
+    // The small one's mean, not its median: on a busy machine a wake-up either finds a core (~0.1 ms) or
+    // waits for a scheduler tick (4-6 ms), and a step's many collectives add up to their mean.
+    const std::vector<double> small = time(kSmall, 21), large = time(kLarge, 5);
+    double sum = 0;
+    for (double v : small) sum += v;
+    small_s[k] = sum / static_cast<double>(small.size());
+    large_s[k] = large[large.size() / 2];
+  };
+  std::thread a(rank, 0), b(rank, 1);
+  // Serve the store until both ranks are connected and done (they never talk to it after the rendezvous).
+  std::atomic<bool> done{false};
+  std::thread joiner([&] {
+    a.join();
+    b.join();
+    done = true;
+    server.wake();
+  });
+  while (!done) (void)server.poll_once(std::chrono::milliseconds(20));
+  joiner.join();
+  ::close(sp[0][1]);
+  ::close(sp[1][1]);
+  if (failed[0] || failed[1]) return;
+  const double small = std::max(small_s[0], small_s[1]), large = std::max(large_s[0], large_s[1]);
+  const double bytes_small = kSmall * sizeof(float), bytes_large = kLarge * sizeof(float);
+  // On a loaded machine the small all-reduce's wake-ups can outlast the large one's copy: then only the
+  // latency is fitted, at the bandwidth the rates already hold.
+  if (large > small) r->comm_bw = (bytes_large - bytes_small) / (large - small);
+  r->comm_latency_s = std::max(0.0, (small - bytes_small / r->comm_bw) / 2);
+#else
+  (void)r;
+#endif
+}
+
+// Other work on this host right now, as the count of busy threads that would leave one thread of ours the
+// share of a core it gets: a 0.3 s loop of real arithmetic timed by this thread's CPU time and by the wall
+// clock; share = CPU / wall, and with K cores shared fairly, K / (background + 1) = share. A thread that
+// gets a whole core says nothing of up to K − 1 busy threads beside it: 0 then.
+double measure_background_threads(int cores) {
+  auto thread_cpu = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  };
+  std::vector<float> x(64 * 1024, 1.0f);
+  volatile float sink = 0;
+  const double w0 = seconds_now(false), c0 = thread_cpu();
+  while (seconds_now(false) - w0 < 0.3) {
+    float acc = 0;
+    for (float v : x) acc += v * 1.0001f;
+    sink = sink + acc;
+  }
+  const double share = (thread_cpu() - c0) / (seconds_now(false) - w0);
+  if (!(share > 0) || share >= 0.97 || cores < 1) return 0;
+  return std::max(0.0, cores / share - 1);
+}
+
 // --measure-cpu: the CPU backend's loops (engine/core/cpu/ops_cpu.cpp) timed at fixed reference shapes,
 // none of them a configuration the planner is later compared on: a matmul of 512 rows, 128 in, 512 out;
 // attention with B 8, NH 4, T 64, head size 32; GELU over 256K elements; LayerNorm over 2048 x 128;
@@ -179,6 +284,11 @@ CpuRates measure_cpu_rates(int threads) {
     return v;
   };
   CpuRates r;
+  r.threads = pool.threads();
+  // Gloo's figures start as the defaults: measure_gloo keeps them where it cannot time a collective.
+  const CpuRates defaults = plan_cpu_rates_default(r.threads);
+  r.comm_latency_s = defaults.comm_latency_s;
+  r.comm_bw = defaults.comm_bw;
   {
     const int n = 512, c = 128, oc = 512;
     auto x = values(static_cast<size_t>(n) * c), w = values(static_cast<size_t>(oc) * c), b = values(oc);
@@ -248,6 +358,7 @@ CpuRates measure_cpu_rates(int threads) {
                                       }) /
                        kCalls;
   }
+  measure_gloo(&r);
   {
     const ModelConfig mc{.n_layer = 1, .n_head = 4, .n_embd = 128, .vocab_size = 512, .seq_len = 64};
     std::unique_ptr<Backend> be = backend_cpu_create(mc, 1, threads);
@@ -309,7 +420,17 @@ Result<PlanInput> build_input(const PlanArgs& a) {
     const double page = static_cast<double>(sysconf(_SC_PAGE_SIZE));
     gpu = GpuSpec{.name = "cpu", .hbm_bytes = pages > 0 && page > 0 ? pages * page : 0};
     const int threads = a.threads > 0 ? a.threads : (a.config.empty() ? 0 : cfg.train.threads);
-    if (a.measure_cpu) in.cpu = measure_cpu_rates(threads);
+    // Every rank of `gantry-engine run --nproc N` runs on this host, sharing its cores.
+    const unsigned hw = std::thread::hardware_concurrency();
+    in.cpu_cores = a.cpu_cores > 0 ? a.cpu_cores : static_cast<int>(hw);
+    // Only beside CPU-timed rates (one thread): with more, --measure-cpu times the loops by the wall clock,
+    // which already holds the load.
+    const double background_now =
+        a.measure_cpu && a.cpu_background < 0 && threads == 1 ? measure_background_threads(in.cpu_cores) : 0;
+    in.cpu = a.measure_cpu ? measure_cpu_rates(threads) : plan_cpu_rates_default(threads);
+    // The host's other work: as given, else sampled with --measure-cpu (before its loops, which would
+    // count themselves), else none.
+    in.cpu_background = a.cpu_background >= 0 ? a.cpu_background : background_now;
   }
   // An engine's own measured efficiency on this GPU kind, where there is one, unless --efficiency says.
   const double engine_efficiency = plan_engine_compute_efficiency(in.engine, a.gpu);
@@ -320,7 +441,11 @@ Result<PlanInput> build_input(const PlanArgs& a) {
       a.nodes > 0 ? static_cast<long long>(a.nodes) * a.gpus_per_node : (a.gpus > 0 ? a.gpus : default_gpus);
   if (gpus > 10000000)
     return Status::error("--nodes " + std::to_string(a.nodes) + ": at most 10,000,000 GPUs in all");
-  in.cluster = plan_cluster_default(gpu.value(), static_cast<int>(gpus), a.gpus_per_node);
+  // gantry-cpu: one host holds every rank unless --gpus-per-node says otherwise.
+  const int per_node = in.engine == EngineKind::kGantryCpu && a.gpus_per_node_default
+                           ? static_cast<int>(std::min<long long>(gpus, 1024))
+                           : a.gpus_per_node;
+  in.cluster = plan_cluster_default(gpu.value(), static_cast<int>(gpus), per_node);
   if (a.intra_gbps > 0) in.cluster.intra_bw = a.intra_gbps * 1e9;
   if (a.inter_gbps > 0) in.cluster.inter_bw = a.inter_gbps * 1e9;
   if (a.intra_latency_us >= 0) in.cluster.intra_latency_s = a.intra_latency_us * 1e-6;
@@ -329,10 +454,25 @@ Result<PlanInput> build_input(const PlanArgs& a) {
 
   Result<Recompute> rc = recompute_parse(a.recompute);
   if (!rc.ok()) return Status::error("--recompute: " + rc.error());
+  // A config's pipeline schedule, unless --schedule says: gpipe and 1f1b as they are, interleaved through
+  // its vp (when --vp is not given); ZB-H1 is no planner schedule, so it is refused by name, not priced as
+  // another.
+  std::string schedule = a.schedule;
+  int vp = a.vp;
+  if (!a.schedule_given && !a.config.empty() && a.pp > 1) {
+    const std::string& cs = cfg.train.pp_schedule;
+    if (cs == "zbh1") {
+      return Status::error(
+          "--config: train.pp_schedule = \"zbh1\": the planner has no ZB-H1 schedule; pass "
+          "--schedule gpipe or 1f1b to price the layout as one of those");
+    }
+    if (cs == "gpipe" || cs == "1f1b") schedule = cs;
+    if (cs == "interleaved" && vp == 1) vp = cfg.train.vp;
+  }
   in.layout = PlanLayout{
       .tp = a.tp,
       .pp = a.pp,
-      .vp = a.vp,
+      .vp = vp,
       .dp = a.dp,
       .cp = a.cp,
       .zero = a.zero,
@@ -340,7 +480,7 @@ Result<PlanInput> build_input(const PlanArgs& a) {
       .sequence_parallel = !a.no_sp,
       .recompute = rc.value(),
       .flash_attention = !a.no_flash,
-      .schedule = a.schedule == "gpipe" ? Schedule::kGpipe : Schedule::k1F1B,
+      .schedule = schedule == "gpipe" ? Schedule::kGpipe : Schedule::k1F1B,
       .micro_batch = a.micro_batch > 0 ? a.micro_batch : (a.config.empty() ? 1 : cfg.train.micro_batch)};
 
   PlanTraining& t = in.training;
@@ -365,6 +505,7 @@ Result<PlanInput> build_input(const PlanArgs& a) {
   t.checkpoint_write_bw = a.ckpt_write_gbps * 1e9;
   t.restart_s = a.restart_minutes * 60;
   t.mfu_convention = a.mfu_convention == "megatron" ? FlopConvention::kMegatron : FlopConvention::kGantry;
+  t.tp_overlap = a.tp_overlap;
   return in;
 }
 
@@ -412,6 +553,14 @@ nlohmann::json plan_json(const Plan& p, const PlanInput& in) {
                  {"activation_bytes_per_layer", p.activation_layer_bytes},
                  {"microbatches_in_flight", p.microbatches_in_flight},
                  {"unit", "bytes"}};
+  if (!p.memory_known) {
+    // The profile has no table for this layout: unknown, never the generic model's figure.
+    for (const char* k : {"weights", "gradients", "optimizer", "activations", "buffers", "total", "fits",
+                          "activation_bytes_per_layer", "microbatches_in_flight"})
+      memory[k] = nullptr;
+    memory["why_unknown"] =
+        "gantry-cpu: the interleaved pipeline's stages (vp > 1) are not in the profile's table";
+  }
   json time = {{"step_s", p.step_s},
                {"compute_s", p.compute_s},
                {"bubble_s", p.bubble_s},
@@ -428,7 +577,7 @@ nlohmann::json plan_json(const Plan& p, const PlanInput& in) {
                              {"bytes", a.bytes()},
                              {"in_backend_bytes", a.in_backend_bytes}});
     }
-    memory["backend_bytes"] = p.backend_bytes;
+    memory["backend_bytes"] = p.memory_known ? json(p.backend_bytes) : json(nullptr);
     memory["allocations"] = allocations;
   }
   if (p.engine == EngineKind::kGantryCpu) {
@@ -436,7 +585,10 @@ nlohmann::json plan_json(const Plan& p, const PlanInput& in) {
                    {"attention_s", p.cpu_step.attention_s},
                    {"elementwise_s", p.cpu_step.elementwise_s},
                    {"optimizer_s", p.cpu_step.optimizer_s},
-                   {"dispatch_s", p.cpu_step.dispatch_s}};
+                   {"dispatch_s", p.cpu_step.dispatch_s},
+                   {"cores_share", p.cpu_share},
+                   {"cores", in.cpu_cores},
+                   {"background_threads", in.cpu_background}};
   }
   json out = {
       {"engine", engine_kind_name(p.engine)},
@@ -506,7 +658,10 @@ nlohmann::json plan_json(const Plan& p, const PlanInput& in) {
                         {"layernorm_elements", r.layernorm_elements},
                         {"softmax_elements", r.softmax_elements},
                         {"optimizer_params", r.optimizer_params},
-                        {"parallel_for_s", r.parallel_for_s}};
+                        {"parallel_for_s", r.parallel_for_s},
+                        {"comm_latency_s", r.comm_latency_s},
+                        {"comm_bw", r.comm_bw},
+                        {"threads", r.threads}};
   }
   return out;
 }
@@ -532,29 +687,35 @@ void print_plan(const Plan& p, const PlanInput& in) {
               p.global_batch, m.seq, grouped(static_cast<uint64_t>(p.global_batch) * m.seq).c_str(),
               p.micro_batches);
 
-  std::printf("memory per GPU (pipeline stage %d of %d)   GiB\n", p.memory_stage, l.pp);
-  std::printf("  weights                              %9.2f\n", p.memory.weights / kGiB);
-  std::printf("  gradients                            %9.2f\n", p.memory.gradients / kGiB);
-  std::printf("  optimizer                            %9.2f\n", p.memory.optimizer / kGiB);
-  std::printf(
-      "  activations                          %9.2f   (%.1f MB per layer per micro-batch, %.2f micro-batches "
-      "in flight)\n",
-      p.memory.activations / kGiB, p.activation_layer_bytes / 1e6, p.microbatches_in_flight);
-  std::printf("  buffers                              %9.2f\n", p.memory.buffers / kGiB);
-  std::printf("  total                                %9.2f   of %.2f GiB %s: %s\n\n",
-              p.memory.total() / kGiB, p.hbm_bytes / kGiB,
-              p.engine == EngineKind::kGantryCpu ? "host memory" : "HBM", p.fits ? "fits" : "DOES NOT FIT");
-  if (p.engine != EngineKind::kGeneric) {
+  if (!p.memory_known) {
+    std::printf("memory      unknown: gantry-cpu's profile has no table for interleaved stages (vp > 1)\n\n");
+  }
+  if (p.memory_known) {
+    std::printf("memory per GPU (pipeline stage %d of %d)   GiB\n", p.memory_stage, l.pp);
+    std::printf("  weights                              %9.2f\n", p.memory.weights / kGiB);
+    std::printf("  gradients                            %9.2f\n", p.memory.gradients / kGiB);
+    std::printf("  optimizer                            %9.2f\n", p.memory.optimizer / kGiB);
     std::printf(
-        "engine      %s: its backend allocates everything up front; Backend::memory_bytes() = %s bytes\n",
-        engine_kind_name(p.engine), grouped(static_cast<uint64_t>(p.backend_bytes)).c_str());
-    std::printf("  %-42s %-36s %-11s %5s %16s\n", "allocation", "shape", "bucket", "count", "bytes");
-    for (const EngineAllocation& a : p.allocations) {
-      std::printf("  %-42s %-36s %-11s %5llu %16s%s\n", a.name.c_str(), a.shape.c_str(),
-                  memory_bucket_name(a.bucket), static_cast<unsigned long long>(a.count),
-                  grouped(a.bytes()).c_str(), a.in_backend_bytes ? "" : "  (not in memory_bytes())");
+        "  activations                          %9.2f   (%.1f MB per layer per micro-batch, %.2f "
+        "micro-batches "
+        "in flight)\n",
+        p.memory.activations / kGiB, p.activation_layer_bytes / 1e6, p.microbatches_in_flight);
+    std::printf("  buffers                              %9.2f\n", p.memory.buffers / kGiB);
+    std::printf("  total                                %9.2f   of %.2f GiB %s: %s\n\n",
+                p.memory.total() / kGiB, p.hbm_bytes / kGiB,
+                p.engine == EngineKind::kGantryCpu ? "host memory" : "HBM", p.fits ? "fits" : "DOES NOT FIT");
+    if (p.engine != EngineKind::kGeneric) {
+      std::printf(
+          "engine      %s: its backend allocates everything up front; Backend::memory_bytes() = %s bytes\n",
+          engine_kind_name(p.engine), grouped(static_cast<uint64_t>(p.backend_bytes)).c_str());
+      std::printf("  %-42s %-36s %-11s %5s %16s\n", "allocation", "shape", "bucket", "count", "bytes");
+      for (const EngineAllocation& a : p.allocations) {
+        std::printf("  %-42s %-36s %-11s %5llu %16s%s\n", a.name.c_str(), a.shape.c_str(),
+                    memory_bucket_name(a.bucket), static_cast<unsigned long long>(a.count),
+                    grouped(a.bytes()).c_str(), a.in_backend_bytes ? "" : "  (not in memory_bytes())");
+      }
+      std::printf("\n");
     }
-    std::printf("\n");
   }
 
   if (!p.comm.empty()) {
@@ -562,7 +723,11 @@ void print_plan(const Plan& p, const PlanInput& in) {
     std::printf("  axis  group  link            bytes        time      exposed   overlapped  pattern\n");
     for (const CommAxis& a : p.comm) {
       char link[32];
-      std::snprintf(link, sizeof link, "%s %.0f GB/s", a.crosses_nodes ? "net" : "nvlink", a.bus_bw / 1e9);
+      if (p.engine == EngineKind::kGantryCpu) {
+        std::snprintf(link, sizeof link, "gloo %.2f GB/s", a.bus_bw / 1e9);  // loopback TCP, one host
+      } else {
+        std::snprintf(link, sizeof link, "%s %.0f GB/s", a.crosses_nodes ? "net" : "nvlink", a.bus_bw / 1e9);
+      }
       std::printf("  %-4s  %5d  %-14s %10s  %10s  %10s  %10s  %s\n", a.axis.c_str(), a.group, link,
                   human_bytes(a.bytes).c_str(), human_seconds(a.seconds).c_str(),
                   human_seconds(a.exposed_s).c_str(), human_seconds(a.overlappable_s).c_str(),
@@ -592,6 +757,12 @@ void print_plan(const Plan& p, const PlanInput& in) {
         r.dot_flops / 1e9, r.axpy_flops / 1e9, r.attention_flops / 1e9, r.gelu_elements / 1e6,
         r.layernorm_elements / 1e6, r.softmax_elements / 1e6, r.optimizer_params / 1e6,
         r.parallel_for_s * 1e6, "--measure-cpu measures this machine's; the default is the developer VM's");
+    std::printf(
+        "cpu host    %d cores; %d rank(s) x %d thread(s) and %.1f background thread(s): %.2f runnable per "
+        "core; "
+        "Gloo %.0f us a ring step, %.2f GB/s\n",
+        in.cpu_cores, std::min(in.cluster.gpus, in.cluster.gpus_per_node), r.threads, in.cpu_background,
+        p.cpu_share, r.comm_latency_s * 1e6, r.comm_bw / 1e9);
   }
   std::printf("MFU         %.1f%%, HFU %.1f%% (with recomputation)\n", 100 * p.mfu, 100 * p.hfu);
   if (p.engine == EngineKind::kGantryCpu) {
@@ -701,6 +872,17 @@ void plan_command_add(CLI::App& app, int* exit_code) {
       "developer VM's rates");
   sub->add_option("--threads", a->threads, "gantry-cpu: the backend's threads; 0 = all cores")
       ->check(CLI::Range(0, 4096));
+  sub->add_option("--cpu-cores", a->cpu_cores,
+                  "gantry-cpu: cores of the host the ranks share (default: this machine's)")
+      ->check(CLI::Range(1, 1000000));
+  sub->add_option("--cpu-background", a->cpu_background,
+                  "gantry-cpu: runnable threads of other work sharing the host's cores (default 0; "
+                  "--measure-cpu samples it)")
+      ->check(CLI::Range(0.0, 1e6));
+  sub->add_option("--tp-overlap", a->tp_overlap,
+                  "Fraction of the GEMM next to each tensor-parallel collective that hides it (0 = none; "
+                  "gantry-cpu: 0 only)")
+      ->check(CLI::Range(0.0, 1.0));
   sub->add_option("--model", a->model, "Preset the model flags start from")
       ->check(CLI::IsMember(plan_model_preset_names()))
       ->capture_default_str();
@@ -725,9 +907,11 @@ void plan_command_add(CLI::App& app, int* exit_code) {
   sub->add_option("--nodes", a->nodes, "Nodes in the job (instead of --gpus): gpus = nodes x gpus-per-node")
       ->check(CLI::Range(1, 10000000))
       ->excludes(gpus);
-  sub->add_option("--gpus-per-node", a->gpus_per_node, "GPUs per node")
+  sub->add_option("--gpus-per-node", a->gpus_per_node,
+                  "GPUs per node (gantry-cpu: ranks per host, default all of them)")
       ->check(CLI::Range(1, 1024))
-      ->capture_default_str();
+      ->capture_default_str()
+      ->each([a](const std::string&) { a->gpus_per_node_default = false; });
   sub->add_option("--intra-bw", a->intra_gbps, "Bus bandwidth inside a node, GB/s (default: 0.8 x NVLink)")
       ->check(CLI::PositiveNumber);
   sub->add_option("--inter-bw", a->inter_gbps,
@@ -761,9 +945,13 @@ void plan_command_add(CLI::App& app, int* exit_code) {
       ->check(CLI::IsMember({"none", "selective", "full"}))
       ->capture_default_str();
   sub->add_flag("--no-flash", a->no_flash, "Materialised attention instead of flash attention");
-  sub->add_option("--schedule", a->schedule, "Pipeline schedule (--vp > 1 makes it interleaved)")
+  sub->add_option(
+         "--schedule", a->schedule,
+         "Pipeline schedule (--vp > 1 makes it interleaved; default: a config's train.pp_schedule, or "
+         "1f1b)")
       ->check(CLI::IsMember({"gpipe", "1f1b"}))
-      ->capture_default_str();
+      ->capture_default_str()
+      ->each([a](const std::string&) { a->schedule_given = true; });
   sub->add_option("--micro-batch", a->micro_batch, "Sequences per micro-batch")
       ->check(CLI::Range(1, 1000000));
   sub->add_option("--global-batch", a->global_batch,

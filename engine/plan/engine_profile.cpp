@@ -1,6 +1,7 @@
 #include "engine/plan/engine_profile.h"
 
 #include <algorithm>
+#include <limits>
 #include <string>
 
 namespace gantry {
@@ -115,6 +116,45 @@ Table cpu_table(const PlanModel& m, uint64_t b, uint64_t tp) {
   return tb;
 }
 
+// engine/core/cpu/backend_cpu_pipeline.cpp, one pipeline stage (ZeRO 0, vp 1): its parameters' four state
+// vectors, the last stage's copy of wte, the backward scratch, the activation slots (each a micro-batch's
+// input, its output gradient, the stage's blocks and on the last stage the head; allocated as the schedule
+// first holds that many at once), the last stage's ties (each micro-batch's final-norm output and logits
+// gradient, kept for the first stage) and the first stage's d(embedding) per micro-batch.
+// Slots: GPipe holds every micro-batch; 1F1B stage s holds min(m, p − s), one more on the stages that
+// receive (s > 0: the next activation arrives into a slot of its own before the last backward frees one),
+// as the backend's runs show (tests/app/plan_cli_test.cpp compares with real ranks).
+Table cpu_pipeline_table(const PlanModel& m, uint64_t b, uint64_t tp, int pp, int stage, int layers,
+                         uint64_t micro_batches, bool gpipe) {
+  const bool first = stage == 0, last = stage == pp - 1;
+  const uint64_t t = m.seq, c = m.hidden, nh = m.heads / tp, v = m.vocab / tp, n = b * t;
+  const uint64_t cl = c / tp, h = 4 * c / tp, l = static_cast<uint64_t>(layers);
+  const uint64_t p = static_cast<uint64_t>(
+      plan_cpu_stage_work(m, static_cast<int>(b), static_cast<int>(tp), layers, first, last).params);
+  const uint64_t in_flight = std::min<uint64_t>(
+      micro_batches, gpipe ? micro_batches : static_cast<uint64_t>(pp - stage) + (first ? 0 : 1));
+  using MB = MemoryBucket;
+  Table tb;
+  tb.add("params", "(P_stage) fp32", MB::kWeights, p * kF32);
+  tb.add("grads", "(P_stage) fp32", MB::kGradients, p * kF32);
+  tb.add("adam_m", "(P_stage) fp32", MB::kOptimizer, p * kF32);
+  tb.add("adam_v", "(P_stage) fp32", MB::kOptimizer, p * kF32);
+  if (last) tb.add("wte_copy", "(V, C) fp32", MB::kWeights, v * c * kF32);
+  tb.add("dln", "(N, C) fp32", MB::kBuffers, n * c * kF32);
+  tb.add("datty", "(N, C) fp32", MB::kBuffers, n * cl * kF32);
+  tb.add("dqkv", "(N, 3C) fp32", MB::kBuffers, n * 3 * cl * kF32);
+  tb.add("dfch", "(N, 4C) fp32", MB::kBuffers, n * h * kF32);
+  tb.add("dfch_gelu", "(N, 4C) fp32", MB::kBuffers, n * h * kF32);
+  const uint64_t block = n * c * 4 + n * cl + n * 4 + n * 3 * cl + b * nh * t * t + n * h * 2;
+  const uint64_t head = last ? n * c + 2 * n + n * v + n : 0;
+  tb.add("slot (in, dout, blocks" + std::string(last ? ", head)" : ")"), "one micro-batch's",
+         MB::kActivations, (2 * n * c + block * l + head) * kF32, in_flight);
+  if (last)
+    tb.add("tie", "(N, C + V) fp32 per micro-batch", MB::kBuffers, (n * c + n * v) * kF32, micro_batches);
+  if (first) tb.add("dres0", "(N, C) fp32 per micro-batch", MB::kBuffers, n * c * kF32, micro_batches);
+  return tb;
+}
+
 // engine/core/cuda/backend_cuda.cu: allocate() and build_adamw_chunks() through device<T>() (which
 // memory_bytes() sums), and the cuBLASLt workspace the Matmul object allocates for itself.
 Table cuda_table(const PlanModel& m, uint64_t b) {
@@ -164,6 +204,35 @@ Table cuda_table(const PlanModel& m, uint64_t b) {
   tb.add("adamw_chunks", "(one per 64K elements a tensor) 32 B", MB::kBuffers, chunks * kAdamwChunkBytes);
   tb.add("cublaslt_workspace", "32 MiB", MB::kBuffers, kCudaMatmulWorkspaceBytes, 1, false);
   return tb;
+}
+
+// Sums a table by bucket: what the engine takes, and what its memory_bytes() counts.
+EngineMemory sum_table(std::vector<EngineAllocation> rows) {
+  EngineMemory mem;
+  mem.allocations = std::move(rows);
+  for (const EngineAllocation& a : mem.allocations) {
+    const uint64_t bytes = a.bytes();
+    switch (a.bucket) {
+      case MemoryBucket::kWeights:
+        mem.weights += bytes;
+        break;
+      case MemoryBucket::kGradients:
+        mem.gradients += bytes;
+        break;
+      case MemoryBucket::kOptimizer:
+        mem.optimizer += bytes;
+        break;
+      case MemoryBucket::kActivations:
+        mem.activations += bytes;
+        break;
+      case MemoryBucket::kBuffers:
+        mem.buffers += bytes;
+        break;
+    }
+    mem.total += bytes;
+    if (a.in_backend_bytes) mem.backend_bytes += bytes;
+  }
+  return mem;
 }
 
 }  // namespace
@@ -266,32 +335,27 @@ Result<EngineMemory> plan_engine_memory(EngineKind e, const PlanModel& m, int mi
                          "vocabulary and 4 x hidden");
   }
   const uint64_t b = static_cast<uint64_t>(micro_batch);
-  EngineMemory mem;
-  mem.allocations =
-      (e == EngineKind::kGantryCpu ? cpu_table(m, b, static_cast<uint64_t>(tp)) : cuda_table(m, b)).rows;
-  for (const EngineAllocation& a : mem.allocations) {
-    const uint64_t bytes = a.bytes();
-    switch (a.bucket) {
-      case MemoryBucket::kWeights:
-        mem.weights += bytes;
-        break;
-      case MemoryBucket::kGradients:
-        mem.gradients += bytes;
-        break;
-      case MemoryBucket::kOptimizer:
-        mem.optimizer += bytes;
-        break;
-      case MemoryBucket::kActivations:
-        mem.activations += bytes;
-        break;
-      case MemoryBucket::kBuffers:
-        mem.buffers += bytes;
-        break;
-    }
-    mem.total += bytes;
-    if (a.in_backend_bytes) mem.backend_bytes += bytes;
+  return sum_table(
+      (e == EngineKind::kGantryCpu ? cpu_table(m, b, static_cast<uint64_t>(tp)) : cuda_table(m, b)).rows);
+}
+
+Result<EngineMemory> plan_cpu_pipeline_memory(const PlanModel& m, int micro_batch, int tp, int pp, int stage,
+                                              int micro_batches, bool gpipe) {
+  Status s = plan_engine_validate(EngineKind::kGantryCpu, m);
+  if (!s.ok()) return s;
+  if (micro_batch < 1 || micro_batches < 1 || pp < 1 || pp > m.layers || stage < 0 || stage >= pp || tp < 1 ||
+      m.heads % tp != 0 || m.vocab % tp != 0) {
+    return Status::error(
+        "pipeline stage " + std::to_string(stage) + " of pp " + std::to_string(pp) + " (tp " +
+        std::to_string(tp) + ", micro-batch " + std::to_string(micro_batch) + " x " +
+        std::to_string(micro_batches) +
+        "): allowed 0 <= stage < pp <= layers, tp dividing heads and vocabulary, batches >= 1");
   }
-  return mem;
+  const std::vector<int> layers = plan_cpu_pipeline_layers(m, pp);
+  return sum_table(cpu_pipeline_table(m, static_cast<uint64_t>(micro_batch), static_cast<uint64_t>(tp), pp,
+                                      stage, layers[static_cast<size_t>(stage)],
+                                      static_cast<uint64_t>(micro_batches), gpipe)
+                       .rows);
 }
 
 double plan_engine_compute_efficiency(EngineKind e, std::string_view gpu) {
@@ -301,11 +365,30 @@ double plan_engine_compute_efficiency(EngineKind e, std::string_view gpu) {
 
 // ---- CPU step time.
 
-CpuRates plan_cpu_rates_default() {
+CpuRates plan_cpu_rates_default(int threads) {
+  CpuRates r;
+  // Gloo over loopback on the developer VM, 2026-11-27 (`--measure-cpu`, docs/PERF.md "Planner beside
+  // measurement"): the quiet machine's ring step; under load a wake-up waits for a scheduler tick (4-6 ms).
+  r.comm_latency_s = 150e-6;
+  r.comm_bw = 0.7e9;
+  if (threads == 1) {
+    // One thread, timed by CPU time: the median of 5 `--measure-cpu --threads 1` runs on the developer VM,
+    // 2026-11-27 (docs/PERF.md). No thread pool to wake.
+    r.threads = 1;
+    r.dot_flops = 14.6e9;
+    r.axpy_flops = 4.65e9;
+    r.attention_flops = 4.0e9;
+    r.gelu_elements = 37e6;
+    r.layernorm_elements = 195e6;
+    r.softmax_elements = 200e6;
+    r.optimizer_params = 160e6;
+    r.parallel_for_s = 6e-9;
+    return r;
+  }
   // The developer VM (2-core AMD EPYC, 2 threads): the median of 25 `gantry-engine plan --engine gantry-cpu
   // --measure-cpu` runs on 2026-11-26, while other builds shared its cores (load average 3-6), so a quiet
   // VM is faster (docs/PERF.md, "Planner calibration against the engine").
-  CpuRates r;
+  r.threads = 2;
   r.dot_flops = 18.7e9;
   r.axpy_flops = 4.61e9;
   r.attention_flops = 5.29e9;
@@ -323,28 +406,79 @@ Status plan_cpu_rates_validate(const CpuRates& r) {
     if (!(v > 0)) return Status::error("CPU rates: every rate must be > 0 (measure them with --measure-cpu)");
   }
   if (!(r.parallel_for_s >= 0)) return Status::error("CPU rates: parallel_for_s must be >= 0");
+  if (!(r.comm_latency_s >= 0) || !(r.comm_bw > 0)) {
+    return Status::error("CPU rates: comm_latency_s must be >= 0 and comm_bw > 0 (Gloo over loopback)");
+  }
+  if (r.threads < 1)
+    return Status::error("CPU rates: threads must be >= 1 (the threads they were timed with)");
   return Status();
 }
 
-CpuWork plan_cpu_work(const PlanModel& m, int micro_batch, int tp) {
-  const double b = micro_batch, t = m.seq, c = m.hidden, l = m.layers;
+CpuWork plan_cpu_stage_work(const PlanModel& m, int micro_batch, int tp, int layers, bool first, bool last) {
+  const double b = micro_batch, t = m.seq, c = m.hidden, l = layers;
   const double nh = static_cast<double>(m.heads) / tp, v = static_cast<double>(m.vocab) / tp;  // this rank's
   const double n = b * t, hs = c / m.heads;
   CpuWork w;
-  w.dot_flops = (l * 2 * n * c * (3 * c + c + 4 * c + 4 * c)) / tp + 2 * n * c * v;
-  w.axpy_flops = 2 * w.dot_flops;  // d(input) and d(weight), each as many FLOPs as the forward
+  const double blocks = (l * 2 * n * c * (3 * c + c + 4 * c + 4 * c)) / tp, logits = 2 * n * c * v;
+  w.dot_flops = blocks + (last ? logits : 0);
+  w.axpy_flops = 2 * blocks + (last ? logits : 0);  // d(input) and d(weight); the logits' d(input) only
   // Forward: q·k and the probability-weighted sum of v (2·hs each); backward: one dot and three axpys.
   w.attention_flops = l * 12 * hs * (b * nh * t * (t + 1) / 2);
   w.gelu_elements = l * n * 4 * c / tp;
-  w.layernorm_elements = (2 * l + 1) * n * c;
-  w.softmax_elements = n * v;
+  w.layernorm_elements = (2 * l + (last ? 1 : 0)) * n * c;
+  w.softmax_elements = last ? n * v : 0;
   // backend_cpu.cpp: forward, per layer 4 matmuls and the attention, then the logits and the softmax;
   // backward, the softmax, the logits' two loops (rows, weight columns), per layer 4 matmuls of two loops
   // each and the attention.
-  w.parallel_calls = l * (5 + 9) + 2 + 3;
-  w.params = static_cast<double>(cpu_params_per_tp_rank(m, static_cast<uint64_t>(tp)));
-  w.optimizer_parallel_calls = 1 + static_cast<double>(param_tensors(m).size());  // grad_norm, then AdamW
+  w.parallel_calls = l * (5 + 9) + (last ? 2 + 3 : 0);
+  // Parameters (cpu_params_per_tp_rank's split) and tensors (gpt_param_table's) this stage updates.
+  const uint64_t ct = static_cast<uint64_t>(m.hidden), ut = static_cast<uint64_t>(tp);
+  const uint64_t layer = 2 * ct + (3 * ct * ct + 3 * ct) / ut + ct * ct / ut + ct + 2 * ct +
+                         (4 * ct * ct + 4 * ct) / ut + 4 * ct * ct / ut + ct;
+  uint64_t params = static_cast<uint64_t>(layers) * layer, tensors = 12 * static_cast<uint64_t>(layers);
+  if (first)
+    params += static_cast<uint64_t>(m.vocab) / ut * ct + static_cast<uint64_t>(m.seq) * ct, tensors += 2;
+  if (last) params += 2 * ct, tensors += 2;
+  w.params = static_cast<double>(params);
+  w.optimizer_parallel_calls = 1 + static_cast<double>(tensors);  // grad_norm, then AdamW
   return w;
+}
+
+double plan_cpu_classifier_wgrad_flops(const PlanModel& m, int micro_batch, int tp) {
+  return 2.0 * micro_batch * m.seq * m.hidden * (static_cast<double>(m.vocab) / tp);
+}
+
+CpuWork plan_cpu_work(const PlanModel& m, int micro_batch, int tp) {
+  CpuWork w = plan_cpu_stage_work(m, micro_batch, tp, m.layers, true, true);
+  w.axpy_flops += plan_cpu_classifier_wgrad_flops(m, micro_batch, tp);
+  return w;
+}
+
+std::vector<int> plan_cpu_pipeline_layers(const PlanModel& m, int stages) {
+  const int L = m.layers;
+  const double c = m.hidden, t = m.seq, block = 3.0 * (24.0 * c * c + 4.0 * t * c), vc = 2.0 * m.vocab * c;
+  auto extra = [&](int stage) { return (stage == 0 ? vc : 0) + (stage == stages - 1 ? 2 * vc : 0); };
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<double>> best(stages + 1, std::vector<double>(L + 1, inf));
+  std::vector<std::vector<int>> cut(stages + 1, std::vector<int>(L + 1, -1));
+  best[0][0] = 0;
+  for (int s = 1; s <= stages; ++s) {
+    for (int l = s; l <= L; ++l) {
+      for (int k = s - 1; k < l; ++k) {  // stage s-1 holds layers k..l-1
+        if (best[s - 1][k] == inf) continue;
+        const double cost = std::max(best[s - 1][k], (l - k) * block + extra(s - 1));
+        if (cost < best[s][l]) best[s][l] = cost, cut[s][l] = k;
+      }
+    }
+  }
+  std::vector<int> layers(static_cast<size_t>(std::max(stages, 0)), 0);
+  if (stages < 1 || stages > L) return layers;
+  for (int s = stages, l = L; s >= 1; --s) {
+    const int k = cut[s][l];
+    layers[static_cast<size_t>(s - 1)] = l - k;
+    l = k;
+  }
+  return layers;
 }
 
 CpuStep plan_cpu_step(const CpuWork& w, const CpuRates& r, int micro_batches) {

@@ -68,6 +68,12 @@ Status plan_engine_validate(EngineKind e, const PlanModel& m);
 // split: vocabulary rows, heads, the MLP's width); a data-parallel rank without ZeRO holds the same table.
 Result<EngineMemory> plan_engine_memory(EngineKind e, const PlanModel& m, int micro_batch, int tp = 1);
 
+// One pipeline stage's table on the CPU (engine/core/cpu/backend_cpu_pipeline.cpp; ZeRO 0, one model chunk
+// per rank): `stage` of `pp` (the engine's partition, plan_cpu_pipeline_layers), a tp rank's share at
+// tp > 1, `micro_batches` per step under GPipe (`gpipe`) or 1F1B. Interleaved and ZB-H1 stages are not in it.
+Result<EngineMemory> plan_cpu_pipeline_memory(const PlanModel& m, int micro_batch, int tp, int pp, int stage,
+                                              int micro_batches, bool gpipe);
+
 // The CUDA backend's one fp32 scratch buffer is the largest of what its kernels need (floats), whichever
 // attention backward (train.deterministic) runs: attention_fast is the atomic-dQ backward's accumulator,
 // about B·T·NH·HS floats, and for GPT-2 shapes the largest.
@@ -113,8 +119,18 @@ struct CpuRates {
   // One ThreadPool::parallel_for with nothing to do: waking the workers and waiting for them, seconds.
   // Every parallelised loop pays it once; on small models, with short loops, it is a visible share.
   double parallel_for_s = 0;
+  // The CPU backend's collectives: Gloo rings over loopback TCP (gloo_communicator.h), timed between two
+  // ranks. One ring step's latency (a message's round through the kernel and the peer's wake-up), and the
+  // bytes/s one ring link carries (nccl-tests' bus bandwidth: the model of cluster.h applies).
+  double comm_latency_s = 0;
+  double comm_bw = 0;
+  // The backend's threads these rates were measured with (ThreadPool's count); the planner needs it to
+  // know how many of the host's cores a rank takes.
+  int threads = 0;
 };
-CpuRates plan_cpu_rates_default();
+// threads 1: one thread per rank (as `gantry-engine run` ranks usually train, train.threads = 1), timed by
+// CPU time; otherwise the 2-thread figures.
+CpuRates plan_cpu_rates_default(int threads = 2);
 Status plan_cpu_rates_validate(const CpuRates& r);  // every rate > 0
 
 // What the CPU backend executes per micro-batch of `micro_batch` sequences (forward and backward), by the
@@ -134,6 +150,19 @@ struct CpuWork {
 // `tp`: one tensor-parallel rank's share (matmuls, attention heads, the MLP and the logits split tp ways;
 // the LayerNorms whole).
 CpuWork plan_cpu_work(const PlanModel& m, int micro_batch, int tp = 1);
+
+// One pipeline stage's share (backend_cpu_pipeline.cpp): `layers` blocks; the first stage also owns the
+// embeddings (and wte's optimizer state), the last the final norm, the logits, the softmax and the logits'
+// input gradient. The classifier's weight gradient, which the first stage computes after the schedule, is
+// not in it (plan_cpu_classifier_wgrad_flops). plan_cpu_work = the whole model as one stage plus that.
+CpuWork plan_cpu_stage_work(const PlanModel& m, int micro_batch, int tp, int layers, bool first, bool last);
+// The classifier's weight gradient of one micro-batch, axpy FLOPs (2·N·C·V/tp).
+double plan_cpu_classifier_wgrad_flops(const PlanModel& m, int micro_batch, int tp);
+
+// The engine's pipeline partition mirrored (engine/core/parallel/pipeline_schedule.cpp pipeline_partition:
+// contiguous blocks, the costliest stage as cheap as can be, the classifier's weight gradient counted on
+// the first stage and its forward and input gradient on the last): blocks per (virtual) stage.
+std::vector<int> plan_cpu_pipeline_layers(const PlanModel& m, int stages);
 
 // The parts of one optimizer step of `micro_batches` micro-batches.
 struct CpuStep {

@@ -132,6 +132,14 @@ Result<Resolved> resolve(const PlanInput& in) {
   if (tr.tokens < 0 || tr.checkpoint_bytes_per_param < 0 || tr.checkpoint_write_bw < 0 || tr.restart_s < 0) {
     return Status::error("tokens, checkpoint bytes, write bandwidth and restart time must be >= 0");
   }
+  if (!(tr.tp_overlap >= 0) || tr.tp_overlap > 1) {
+    return Status::error("tp_overlap = " + std::to_string(tr.tp_overlap) + ": allowed 0..1");
+  }
+  if (!(in.cpu_background >= 0)) {
+    return Status::error("cpu_background = " + std::to_string(in.cpu_background) + ": allowed >= 0");
+  }
+  if (in.cpu_cores < 0)
+    return Status::error(fail("cpu_cores", in.cpu_cores, "allowed >= 0 (0 = one per thread)"));
   return r;
 }
 
@@ -146,18 +154,22 @@ Result<PlanInput> engine_input(const PlanInput& in) {
   const PlanLayout& l = in.layout;
   // gantry-cpu's table is known per rank for tensor and data parallel without ZeRO (issue 17: a dp rank holds
   // the whole table, a tp rank its share); pipeline stages and ZeRO's shards are not in the profile yet.
-  const bool cpu_parallel = in.engine == EngineKind::kGantryCpu && l.pp == 1 && l.vp == 1 && l.cp == 1 &&
-                            l.zero == 0 && l.hsdp == 0;
+  // Pipeline stages are priced (their step time) but their memory is not in the table: the plan says so.
+  const bool cpu_parallel = in.engine == EngineKind::kGantryCpu && l.cp == 1 && l.zero == 0 && l.hsdp == 0;
   if (!cpu_parallel && (in.cluster.gpus != 1 || l.tp != 1 || l.pp != 1 || l.vp != 1 || l.cp != 1 ||
                         l.dp > 1 || l.zero != 0 || l.hsdp != 0)) {
     return Status::error(
         who + (in.engine == EngineKind::kGantryCpu
-                   ? "profiles dp and tp layouts with zero 0 (pp, vp, cp, hsdp and ZeRO's shards are "
-                     "not in its table yet)"
+                   ? "profiles dp, tp and pp layouts with zero 0 (cp, hsdp and ZeRO's shards are not in its "
+                     "table yet)"
                    : "runs on one device: gpus, tp, pp, vp, cp and dp must be 1, zero 0 (the engine "
                      "has no parallelism yet)"));
   }
   if (l.recompute != Recompute::kNone) return Status::error(who + "keeps every activation (recompute none)");
+  if (in.engine == EngineKind::kGantryCpu && in.training.tp_overlap != 0) {
+    return Status::error("tp_overlap = " + std::to_string(in.training.tp_overlap) + ": " + who +
+                         "waits for every tensor-parallel collective (allowed 0)");
+  }
   PlanInput out = in;
   PlanTraining& t = out.training;
   if (in.engine == EngineKind::kGantryCuda) {
@@ -238,6 +250,163 @@ StageMemory stage_memory(const PlanInput& in, const Resolved& r, int stage, doub
   return s;
 }
 
+// ---- gantry-cpu's step: the CPU backend's loops at the measured rates, its Gloo collectives over loopback
+// (alpha-beta, cluster.h's ring model with the rates' latency and bandwidth), the pipeline's fill and drain,
+// and the host's cores shared by every rank's threads.
+//
+// Per micro-batch, rank (dp, pp stage, tp) runs its stage's forward and backward (plan_cpu_stage_work) and
+// waits for its collectives, none overlapped (the backend blocks on each): tp all-reduces of the (N, C)
+// activations, 1 for the embedding, 4 per block and 1 for the final norm's input gradient, and the
+// vocab-parallel cross-entropy's two all-gathers (row maxima; sums and target logits); pp, a blocking send
+// of the activation forward and of its gradient back at every stage boundary. Per step: the first stage
+// adds the classifier's weight gradient of each micro-batch after the schedule (the last stage sends it the
+// final norm's output and the logits' gradient); the dp all-reduce of the gradients in buckets; the loss
+// and the gradient norm reduced over dp, pp and tp; AdamW over the rank's parameters.
+//
+// The step with a core per thread: the pipeline's m micro-batches at the slowest rank's pace plus the other
+// ranks' share of the fill and drain, divided by v under interleaving (m·T_max + (ΣT − T_max)/v: at equal
+// stages (m + (p − 1)/v)·T, the bubble (p − 1)/(v·m + p − 1)), then the tail, the dp reduction and the
+// optimizer. With fewer cores than threads, never less than the host's CPU work over its cores (the
+// collectives' waits, which take no CPU, added).
+void cpu_step_time(const PlanInput& in, const Resolved& r, Plan* p) {
+  const PlanModel& md = in.model;
+  const PlanLayout& l = r.l;
+  const CpuRates& rates = in.cpu;
+  const GroupLink link{.bw = rates.comm_bw, .latency_s = rates.comm_latency_s, .crosses_nodes = false};
+  const int mb = l.micro_batch;
+  const double m = r.m;
+  const double act_bytes = 4.0 * mb * md.seq * md.hidden;  // an (N, C) fp32 activation
+  const int chunks = l.pp > 1 ? l.vp : 1;
+  const int virtual_stages = l.pp * chunks;
+  const std::vector<int> layers = plan_cpu_pipeline_layers(md, virtual_stages);
+
+  // One tp all-reduce and the cross-entropy's gathers (tp > 1).
+  const double tp_ar = plan_collective_seconds(Collective::kAllReduce, act_bytes, l.tp, link);
+  const double tp_ce = plan_collective_seconds(Collective::kAllGather, 4.0 * mb * md.seq * l.tp, l.tp, link) +
+                       plan_collective_seconds(Collective::kAllGather, 12.0 * mb * md.seq * l.tp, l.tp, link);
+  const double p2p = plan_collective_seconds(Collective::kSendRecv, act_bytes, 2, link);
+
+  // Per micro-batch, each pp rank: compute (its chunks' loops) and waits (its collectives).
+  std::vector<double> compute(l.pp, 0), waits(l.pp, 0), params(l.pp, 0), opt_calls(l.pp, 0);
+  std::vector<double> tp_wait(l.pp, 0), tp_calls(l.pp, 0), tp_bytes(l.pp, 0), pp_sends(l.pp, 0);
+  std::vector<CpuStep> steps(l.pp);
+  for (int v = 0; v < virtual_stages; ++v) {
+    const int rank = v % l.pp;
+    const bool first = v == 0, last = v == virtual_stages - 1;
+    const CpuWork w = plan_cpu_stage_work(md, mb, l.tp, layers[v], first, last);
+    const CpuStep s = plan_cpu_step(w, rates, 1);
+    const double optimizer_dispatch = w.optimizer_parallel_calls * rates.parallel_for_s;  // once a step
+    compute[rank] += s.total() - s.optimizer_s - optimizer_dispatch;
+    params[rank] += w.params;
+    opt_calls[rank] += w.optimizer_parallel_calls;
+    CpuStep& acc = steps[rank];
+    acc.matmul_s += s.matmul_s, acc.attention_s += s.attention_s, acc.elementwise_s += s.elementwise_s;
+    acc.dispatch_s += s.dispatch_s - optimizer_dispatch;
+    if (l.tp > 1) {
+      const double calls = (first ? 1 : 0) + 4.0 * layers[v] + (last ? 1 : 0);
+      tp_wait[rank] += calls * tp_ar + (last ? tp_ce : 0);
+      tp_calls[rank] += calls;
+      tp_bytes[rank] += calls * act_bytes + (last ? 16.0 * mb * md.seq * l.tp : 0);
+    }
+    pp_sends[rank] += (first ? 0 : 1) + (last ? 0 : 1);  // the gradient back, the activation forward
+    waits[rank] = tp_wait[rank] + pp_sends[rank] * p2p;
+  }
+  // The host's cores: every rank's threads share them with the background's runnable threads (other work on
+  // the host), as the kernel's fair scheduler does: each runnable thread gets K / (runnable threads) of a
+  // core, at most one. Alone (a pipeline rank whose neighbours wait), a rank's threads compete with the
+  // background only.
+  const int ranks = std::min(in.cluster.gpus, in.cluster.gpus_per_node);
+  const double threads = static_cast<double>(ranks) * rates.threads;
+  const double background = in.cpu_background;
+  const double cores = in.cpu_cores > 0 ? in.cpu_cores : threads + background;
+  const double lone = std::min(1.0, cores / (background + rates.threads));  // a core share, one rank running
+  const double all = std::min(1.0, cores / (background + threads));         // every rank running
+  p->cpu_share = (background + threads) / cores;
+
+  std::vector<double> per_mb(l.pp);
+  int slowest = 0;
+  double sum = 0;
+  for (int k = 0; k < l.pp; ++k) {
+    per_mb[k] = compute[k] / lone + waits[k];
+    sum += per_mb[k];
+    if (per_mb[k] > per_mb[slowest]) slowest = k;
+  }
+  const double t_max = per_mb[slowest];
+  const double pipeline = m * t_max + (sum - t_max) / chunks;
+
+  // After the schedule (pp > 1): the first stage's classifier weight gradients, the tie's transfers.
+  double tail_compute = 0, tail_wait = 0;
+  if (l.pp > 1) {
+    tail_compute = m * plan_cpu_classifier_wgrad_flops(md, mb, l.tp) / rates.axpy_flops;
+    const double tie_bytes = 4.0 * mb * md.seq * (md.hidden + static_cast<double>(md.vocab) / l.tp);
+    tail_wait = m * plan_collective_seconds(Collective::kSendRecv, tie_bytes, 2, link) +
+                plan_collective_seconds(Collective::kSendRecv, 4.0 * md.vocab / l.tp * md.hidden, 2, link);
+  }
+  // Per step: AdamW (the costliest rank), the dp gradient all-reduce in buckets, the small reductions of the
+  // loss and the norm (one all-reduce per axis that has more than one rank, two over pp).
+  double opt = 0, opt_total = 0;
+  for (int k = 0; k < l.pp; ++k) {
+    const double o = params[k] / rates.optimizer_params + opt_calls[k] * rates.parallel_for_s;
+    opt = std::max(opt, o);
+    opt_total += o;
+  }
+  const double grad_bytes = 4.0 * params[slowest];
+  const double buckets = std::max(1.0, std::ceil(grad_bytes / in.training.bucket_bytes));
+  const double dp_s =
+      l.dp > 1 ? buckets * plan_collective_seconds(Collective::kAllReduce, grad_bytes / buckets, l.dp, link)
+               : 0;
+  const double small = (l.dp > 1 ? plan_collective_seconds(Collective::kAllReduce, 8, l.dp, link) : 0) +
+                       (l.tp > 1 ? plan_collective_seconds(Collective::kAllReduce, 8, l.tp, link) : 0) +
+                       (l.pp > 1 ? 2 * plan_collective_seconds(Collective::kAllReduce, 8, l.pp, link) : 0);
+
+  double rank_waits = 0;  // what one micro-batch's collectives cost the slowest rank
+  for (int k = 0; k < l.pp; ++k) rank_waits = std::max(rank_waits, waits[k]);
+  const double one_core_each = pipeline + (tail_compute + opt) / lone + tail_wait + dp_s + small;
+  double all_compute = 0;
+  for (int k = 0; k < l.pp; ++k) all_compute += m * compute[k];
+  // Every rank's CPU seconds (a rank's work times its threads), over the cores the job's threads get.
+  const double cpu_seconds =
+      (all_compute + tail_compute + opt_total) * (static_cast<double>(ranks) / l.pp) * rates.threads;
+  const double shared = cpu_seconds / (threads * all) + m * rank_waits + tail_wait + dp_s + small;
+  p->step_s = std::max(one_core_each, shared);
+  CpuStep& st = p->cpu_step;
+  st = steps[slowest];
+  st.matmul_s *= m, st.attention_s *= m, st.elementwise_s *= m, st.dispatch_s *= m;
+  st.matmul_s += tail_compute;
+  st.optimizer_s = opt;
+  p->optimizer_s = opt / lone;
+  p->compute_s = m * compute[slowest] / lone + tail_compute / lone;
+  p->bubble_s = l.pp > 1 ? pipeline - m * t_max : 0;
+  p->exposed_comm_s = m * waits[slowest] + tail_wait + dp_s + small;
+  if (p->step_s > one_core_each) p->compute_s = p->step_s - p->exposed_comm_s - p->optimizer_s - p->bubble_s;
+
+  // The axes' communication as the CPU runs it (none hidden).
+  p->comm.clear();
+  auto axis = [&](const char* name, int group, std::string pattern, double bytes, double seconds) {
+    CommAxis a;
+    a.axis = name;
+    a.group = group;
+    a.pattern = std::move(pattern);
+    a.bus_bw = link.bw;
+    a.bytes = bytes;
+    a.seconds = seconds;
+    a.exposed_s = seconds;
+    p->comm.push_back(a);
+  };
+  if (l.tp > 1) {
+    axis("tp", l.tp,
+         "Gloo all-reduce of (N, C) x" + std::to_string(static_cast<int>(tp_calls[slowest])) +
+             (slowest == l.pp - 1 ? " + 2 all-gathers (cross-entropy)" : "") +
+             " per micro-batch (the slowest stage's), not overlapped",
+         m * tp_bytes[slowest], m * tp_wait[slowest]);
+  }
+  if (l.pp > 1) {
+    axis("pp", l.pp, "Gloo send/recv of (N, C), blocking, at every stage boundary (the slowest stage's)",
+         m * pp_sends[slowest] * act_bytes, m * pp_sends[slowest] * p2p + tail_wait);
+  }
+  if (l.dp > 1) axis("dp", l.dp, "Gloo all-reduce of the gradients per step", grad_bytes, dp_s);
+}
+
 }  // namespace
 
 const char* recompute_name(Recompute r) {
@@ -309,6 +478,10 @@ Utilization plan_utilization(const PlanModel& m, Recompute r, double global_batc
   return u;
 }
 
+double plan_tp_exposed_seconds(double comm_s, double product_s, double overlap) {
+  return comm_s - std::min(comm_s, std::max(0.0, overlap) * std::max(0.0, product_s));
+}
+
 Result<Plan> plan_evaluate(const PlanInput& input) {
   Result<PlanInput> engine_in = engine_input(input);
   if (!engine_in.ok()) return engine_in.status();
@@ -347,7 +520,32 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
       p.params_on_gpu = params_on_stage(md, r, stage);
     }
   }
-  if (in.engine != EngineKind::kGeneric) {
+  if (in.engine == EngineKind::kGantryCpu && l.pp > 1) {
+    // The pipeline backend's stages (backend_cpu_pipeline.cpp): the heaviest stage's table. Interleaved
+    // chunks (and ZB-H1, which the planner does not schedule) are not in the profile: unknown, not the
+    // generic model's guess.
+    p.memory_known = l.vp == 1 && (l.schedule == Schedule::kGpipe || l.schedule == Schedule::k1F1B);
+    for (int stage = 0; p.memory_known && stage < l.pp; ++stage) {
+      Result<EngineMemory> em =
+          plan_cpu_pipeline_memory(md, l.micro_batch, l.tp, l.pp, stage, r.m, l.schedule == Schedule::kGpipe);
+      if (!em.ok()) return em.status();
+      const EngineMemory& e = em.value();
+      if (stage > 0 && static_cast<double>(e.total) <= p.memory.total()) continue;
+      p.memory = MemoryBuckets{.weights = static_cast<double>(e.weights),
+                               .gradients = static_cast<double>(e.gradients),
+                               .optimizer = static_cast<double>(e.optimizer),
+                               .activations = static_cast<double>(e.activations),
+                               .buffers = static_cast<double>(e.buffers)};
+      p.memory_stage = stage;
+      p.backend_bytes = static_cast<double>(e.backend_bytes);
+      p.allocations = e.allocations;
+      p.activation_layer_bytes = 0;
+      p.microbatches_in_flight = 0;
+      for (const EngineAllocation& a : e.allocations) {
+        if (a.bucket == MemoryBucket::kActivations) p.microbatches_in_flight = static_cast<double>(a.count);
+      }
+    }
+  } else if (in.engine != EngineKind::kGeneric) {
     // The backend allocates everything up front from its table; nothing else is live.
     Result<EngineMemory> em = plan_engine_memory(in.engine, md, l.micro_batch, l.tp);
     if (!em.ok()) return em.status();
@@ -370,7 +568,7 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
   }
   p.engine = in.engine;
   p.hbm_bytes = c.gpu.hbm_bytes;
-  p.fits = p.memory.total() <= p.hbm_bytes;
+  p.fits = !p.memory_known || p.memory.total() <= p.hbm_bytes;
 
   // ---- Compute per micro-batch on the last stage (it also runs the output layer).
   const double peak = c.gpu.bf16_flops * c.gpu.compute_efficiency;
@@ -410,7 +608,10 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
 
   // ---- Tensor parallel: Megatron's two all-reduces forward and two backward per layer (Narayanan et al.
   // 2021 §2.3), an all-gather and a reduce-scatter each with sequence parallelism (same bytes, Korthikanti
-  // §4.2.2); full recomputation repeats the forward pair. Not overlapped.
+  // §4.2.2); full recomputation repeats the forward pair. Overlap (PlanTraining::tp_overlap): each forward
+  // collective hides under the row-parallel GEMM that produces it (attention out, MLP down), each backward
+  // one under the weight-gradient GEMM of the column-parallel layer whose input gradient it reduces (QKV,
+  // MLP up), chunk by chunk; what the product cannot cover stays exposed.
   if (l.tp > 1) {
     CommAxis a;
     a.axis = "tp";
@@ -427,11 +628,23 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
     }
     a.pattern = std::string(l.sequence_parallel ? "all-gather + reduce-scatter" : "all-reduce") + " x" +
                 std::to_string(per_layer) + " per layer per micro-batch";
+    if (tr.tp_overlap > 0) a.pattern += ", overlapped with the next chunk's GEMM";
+    // The products beside the layer's collectives, per micro-batch (one tp rank's share).
+    const double d = md.hidden, kv = static_cast<double>(plan_model_kv_dim(md)), f = plan_model_ffn(md);
+    const double up = (md.ffn_kind == FfnKind::kGelu ? 1 : 2) * 2 * d * f;
+    const double gemm_s = tokens_mb / l.tp / peak;                           // seconds per FLOP per token
+    const double products[] = {2 * d * d * gemm_s, 2 * f * d * gemm_s,       // forward
+                               2 * d * (d + 2 * kv) * gemm_s, up * gemm_s};  // backward
+    double exposed_layer = 0;
+    for (int k = 0; k < per_layer; ++k) {
+      exposed_layer +=
+          plan_tp_exposed_seconds(one, products[k % 2 + (k >= 2 && k < 4 ? 2 : 0)], tr.tp_overlap);
+    }
     const double calls = per_layer * layers * m_steps;
     a.bytes = calls * bytes * (l.sequence_parallel ? 2 : 1);
     a.seconds = calls * one;
-    a.exposed_s = a.seconds;
-    exposed_mb += per_layer * layers * one;
+    a.exposed_s = layers * m_steps * exposed_layer;
+    exposed_mb += layers * exposed_layer;
     p.comm.push_back(a);
   }
 
@@ -558,15 +771,7 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
   p.bubble_s = l.pp > 1 ? (l.pp - 1) / v * t_mb : 0;  // (no 0 × ∞ where gantry-cpu skips the GPU model)
   p.exposed_comm_s = m_steps * exposed_mb + exposed_step;
   p.step_s = p.compute_s + p.bubble_s + p.exposed_comm_s + p.optimizer_s;
-  if (in.engine == EngineKind::kGantryCpu) {
-    // The CPU reference's loops are not a GPU's: priced one kind of loop at a time at measured rates.
-    // A tp rank runs its share; the tp and dp collectives priced above (over the cluster's links) are added
-    // as exposed: the CPU backend's compute waits for every tp all-reduce, and its dp buckets go at the end.
-    p.cpu_step = plan_cpu_step(plan_cpu_work(md, l.micro_batch, l.tp), in.cpu, r.m);
-    p.compute_s = p.cpu_step.total() - p.cpu_step.optimizer_s;
-    p.optimizer_s = p.cpu_step.optimizer_s;
-    p.step_s = p.cpu_step.total() + p.exposed_comm_s;
-  }
+  if (in.engine == EngineKind::kGantryCpu) cpu_step_time(in, r, &p);
   const double tokens_step = static_cast<double>(r.global_batch) * md.seq;
   p.tokens_per_s = tokens_step / p.step_s;
 

@@ -54,6 +54,12 @@ struct PlanTraining {
   // Gradient all-reduce bucket: PyTorch DDP's default bucket_cap_mb = 25; two are live while overlapping.
   double bucket_bytes = 25.0 * 1024.0 * 1024.0;
   FlopConvention mfu_convention = FlopConvention::kGantry;
+  // Tensor-parallel communication overlap: the fraction of the product next to each tp collective (the
+  // row-parallel GEMM whose output it reduces, forward; the weight-gradient GEMM of the layer whose input
+  // gradient it reduces, backward) that hides it, the collective split into chunks that travel while the
+  // next chunk's product runs. Exposed = comm − min(comm, overlap × product). 0: no overlap (the CPU
+  // backend, whose collectives block); about 1 − 1/chunks for a GPU stack that chunks its TP GEMMs.
+  double tp_overlap = 0;
 };
 
 struct PlanInput {
@@ -70,6 +76,13 @@ struct PlanInput {
   // plan_engine_compute_efficiency(engine, gpu name) when it is > 0 (gantry-engine plan does).
   EngineKind engine = EngineKind::kGeneric;
   CpuRates cpu = plan_cpu_rates_default();
+  // gantry-cpu: the cores of the host its ranks share (cluster.gpus_per_node ranks to a host, each with
+  // cpu.threads threads); 0 = a core for every thread. Fewer cores than threads stretch the compute: a
+  // step is never shorter than the host's CPU work over its cores.
+  int cpu_cores = 0;
+  // gantry-cpu: runnable threads of other work on the host (a load average, less the job's own), which
+  // share the cores with the job's threads; 0 = the host is the job's. `--measure-cpu` samples it.
+  double cpu_background = 0;
 };
 
 // Per-GPU bytes on the heaviest pipeline stage.
@@ -106,7 +119,9 @@ struct Plan {
   uint64_t params = 0;    // exact
   ParamCounts counts;
 
-  // Memory on the heaviest stage.
+  // Memory on the heaviest stage. memory_known false: the engine profile has no table for this layout
+  // (gantry-cpu's pipeline stages); memory and fits are then not figures to show.
+  bool memory_known = true;
   MemoryBuckets memory;
   int memory_stage = 0;               // which pipeline stage is heaviest (0-based)
   uint64_t params_on_gpu = 0;         // parameters that stage's GPU owns before ZeRO sharding
@@ -127,7 +142,8 @@ struct Plan {
   double bubble_s = 0;         // pipeline fill and drain
   double exposed_comm_s = 0;
   double optimizer_s = 0;  // AdamW over the local shard, memory-bound
-  CpuStep cpu_step;        // gantry-cpu: the step by kind of loop (compute_s: all of it but the optimizer)
+  CpuStep cpu_step;        // gantry-cpu: the slowest rank's step by kind of loop (its compute, no waits)
+  double cpu_share = 0;  // gantry-cpu: runnable threads on the host (the job's and the background's) per core
   double step_s = 0;
   double tokens_per_s = 0;
 
@@ -149,6 +165,10 @@ struct Plan {
   double goodput = 0;  // useful / elapsed at the Daly interval (Daly 2006's expected wall time)
   double days_to_train_expected = 0;  // with failures, restarts and checkpoints
 };
+
+// The tensor-parallel overlap rule (PlanTraining::tp_overlap): of a collective of `comm_s` next to a product
+// of `product_s`, what stays on the critical path: comm − min(comm, overlap × product).
+double plan_tp_exposed_seconds(double comm_s, double product_s, double overlap);
 
 // Validates the input (the message names the field and the allowed values) and evaluates it.
 Result<Plan> plan_evaluate(const PlanInput& in);

@@ -24,8 +24,9 @@ Outcome run(const std::string& args) {
   return testing_support::run_engine("plan " + args);
 }
 
-// Issue 17, planner beside measurement: the gantry-cpu profile's memory per rank at tp 2 and at dp 2 is what
-// the real ranks of `gantry-engine run` allocate (their step records' mem_allocated_bytes), byte for byte.
+// Issue 17, planner beside measurement: the gantry-cpu profile's memory per rank at tp, dp, pp and tp x pp is
+// what the real ranks of `gantry-engine run` allocate (the largest of their step records'
+// mem_allocated_bytes), byte for byte.
 TEST(PlanCli, CpuProfileMemoryIsWhatTheRanksAllocateAtTpAndDp) {
   const std::filesystem::path dir = testing_support::scratch_dir("plan_cpu_layouts");
   std::ifstream in(GANTRY_TINY_CONFIG);
@@ -45,7 +46,8 @@ TEST(PlanCli, CpuProfileMemoryIsWhatTheRanksAllocateAtTpAndDp) {
   int k = 0;
   for (const Layout& l :
        {Layout{"--nproc 2 --tp 2", "--gpus 2 --tp 2"}, Layout{"--nproc 2", "--gpus 2 --dp 2"},
-        Layout{"--nproc 4 --tp 4", "--gpus 4 --tp 4"}}) {
+        Layout{"--nproc 4 --tp 4", "--gpus 4 --tp 4"}, Layout{"--nproc 2 --pp 2", "--gpus 2 --pp 2"},
+        Layout{"--nproc 4 --tp 2 --pp 2", "--gpus 4 --tp 2 --pp 2"}}) {
     Outcome r = testing_support::run_engine("run " + l.run + " --config " + cfg +
                                             " --max-steps 1 --json-ranks --out " +
                                             (dir / ("run" + std::to_string(k++))).string());
@@ -63,10 +65,61 @@ TEST(PlanCli, CpuProfileMemoryIsWhatTheRanksAllocateAtTpAndDp) {
     EXPECT_EQ(nlohmann::json::parse(p.out)["memory"]["total"].get<double>(), static_cast<double>(measured))
         << l.run;
   }
-  // What the profile does not hold yet is refused by name, not guessed.
-  Outcome pp = run("--engine gantry-cpu --config " + cfg + " --gpus 2 --pp 2 --json");
-  EXPECT_EQ(pp.code, 2);
-  EXPECT_THAT(pp.err, HasSubstr("profiles dp and tp layouts with zero 0"));
+  // Interleaved stages: the step is priced, the memory the profile's table does not hold is unknown (null),
+  // never a guess; what the profile does not model at all is refused by name.
+  Outcome pp = run("--engine gantry-cpu --config " + cfg + " --layers 4 --gpus 2 --pp 2 --vp 2 --json");
+  ASSERT_EQ(pp.code, 0) << pp.err;
+  const nlohmann::json j = nlohmann::json::parse(pp.out);
+  EXPECT_TRUE(j["memory"]["total"].is_null()) << pp.out;
+  EXPECT_THAT(j["memory"]["why_unknown"].get<std::string>(), HasSubstr("interleaved"));
+  EXPECT_GT(j["time"]["step_s"].get<double>(), 0);
+  EXPECT_GT(j["time"]["bubble_s"].get<double>(), 0);
+  std::string zb = t;
+  zb += "\n";
+  const size_t at = zb.find("[train]");
+  ASSERT_NE(at, std::string::npos);
+  zb.insert(at + 8, "pp_schedule = \"zbh1\"\n");
+  const std::string zb_cfg = (dir / "zbh1.toml").string();
+  std::ofstream(zb_cfg) << zb;
+  Outcome zbh1 = run("--engine gantry-cpu --config " + zb_cfg + " --gpus 2 --pp 2");
+  EXPECT_EQ(zbh1.code, 2);
+  EXPECT_THAT(zbh1.err, HasSubstr("no ZB-H1 schedule"));
+  Outcome zero = run("--engine gantry-cpu --config " + cfg + " --gpus 2 --zero 1 --json");
+  EXPECT_EQ(zero.code, 2);
+  EXPECT_THAT(zero.err, HasSubstr("profiles dp, tp and pp layouts with zero 0"));
+  Outcome overlap = run("--engine gantry-cpu --config " + cfg + " --gpus 2 --tp 2 --tp-overlap 0.5");
+  EXPECT_EQ(overlap.code, 2);
+  EXPECT_THAT(overlap.err, HasSubstr("tp_overlap"));
+}
+
+// --measure-cpu times this machine's loops and Gloo's collectives (two ranks over loopback) and, with one
+// thread, how much of a core a thread gets; the host's other work is an input too. Figures, not bounds.
+TEST(PlanCli, MeasureCpuGivesEveryRateAndTheHostsLoadCountsInTheStep) {
+  const std::string cfg = GANTRY_TINY_CONFIG;
+  Outcome m =
+      run("--engine gantry-cpu --config " + cfg + " --measure-cpu --threads 1 --gpus 2 --tp 2 --json");
+  ASSERT_EQ(m.code, 0) << m.err;
+  const nlohmann::json j = nlohmann::json::parse(m.out);
+  for (const char* k : {"dot_flops", "axpy_flops", "attention_flops", "gelu_elements", "layernorm_elements",
+                        "softmax_elements", "optimizer_params", "comm_bw"})
+    EXPECT_GT(j["cpu_rates"][k].get<double>(), 0) << k;
+  EXPECT_GE(j["cpu_rates"]["comm_latency_s"].get<double>(), 0);
+  EXPECT_EQ(j["cpu_rates"]["threads"].get<int>(), 1);
+  EXPECT_GE(j["time"]["cpu"]["background_threads"].get<double>(), 0);
+  // The default rates, the same layout on 2 cores: three busy threads beside the job's two slow it down.
+  Outcome quiet =
+      run("--engine gantry-cpu --config " + cfg + " --threads 1 --gpus 2 --tp 2 --cpu-cores 2 --json");
+  Outcome busy = run("--engine gantry-cpu --config " + cfg +
+                     " --threads 1 --gpus 2 --tp 2 --cpu-cores 2 --cpu-background 3 --json");
+  ASSERT_EQ(quiet.code, 0) << quiet.err;
+  ASSERT_EQ(busy.code, 0) << busy.err;
+  const nlohmann::json q = nlohmann::json::parse(quiet.out), b = nlohmann::json::parse(busy.out);
+  EXPECT_EQ(b["time"]["cpu"]["background_threads"].get<double>(), 3);
+  EXPECT_DOUBLE_EQ(b["time"]["cpu"]["cores_share"].get<double>(), 2.5);
+  EXPECT_GT(b["time"]["step_s"].get<double>(), q["time"]["step_s"].get<double>());
+  Outcome bad = run("--engine gantry-cpu --config " + cfg + " --cpu-cores 0");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--cpu-cores"));
 }
 
 TEST(PlanCli, TablePrintsEverySection) {

@@ -3,13 +3,19 @@
 --tp T --pp P --json-ranks` on the CPU backend, and per layout the measured memory per rank (the step
 records' mem_allocated_bytes: the backend's own allocation, the largest rank's) and step time (the median
 over the steps after --warmup of the slowest rank's total_s), beside what `gantry-engine plan --engine
-gantry-cpu` predicts for the same layout. Where the planner does not take the layout (its gantry-cpu profile
-is one device today) the prediction is printed as "unknown" with the planner's reason, never 0. One JSON
-line per layout and a table.
+gantry-cpu` predicts for the same layout: with the default (developer VM) rates, and with --measure-cpu
+also with rates measured right before that run (the loops by CPU time, Gloo's latency and bandwidth by the
+wall clock, so under whatever load the machine has then). Where the planner has no figure (interleaved
+pipeline stages, vp > 1) it is printed as "unknown" with the planner's reason, never 0.
 
-  python3 tests/bench/layout_plan.py --engine build/app/gantry-engine [--steps 8] [--warmup 3]
+--repeats R runs every layout R times, round-robin (so a burst of load hits different layouts), and reports
+the median of the R medians with their range. One JSON line per run and a table.
 
-The ranks share the machine's cores (train.threads = 1 each); the load average is printed before and after.
+  python3 tests/bench/layout_plan.py --engine build/app/gantry-engine [--steps 8] [--warmup 3] \
+      [--repeats 3] [--measure-cpu]
+
+The ranks share the machine's cores (train.threads = 1 each); the planner is told the host's cores (its
+default, std::thread::hardware_concurrency). The load average is printed with each run.
 """
 import argparse, json, os, statistics, subprocess, sys, tempfile
 
@@ -43,15 +49,20 @@ synthetic_train_tokens = 262144
 synthetic_val_tokens = 16384
 """
 
-# (nproc, tp, pp, micro_batch): what the CPU backend on main trains (tp x pp does not compose yet).
+# (nproc, tp, pp, micro_batch): what the CPU backend trains with this 2-layer model.
 LAYOUTS = [(1, 1, 1, 8), (2, 1, 1, 8), (4, 1, 1, 4), (2, 2, 1, 8), (4, 2, 1, 8), (4, 4, 1, 8),
-           (2, 1, 2, 4), (4, 1, 2, 4)]
+           (2, 1, 2, 4), (4, 1, 2, 4), (4, 2, 2, 4)]
 
 
-def measure(engine, nproc, tp, pp, micro, steps, warmup, work):
+def write_config(work, nproc, tp, pp, micro, steps):
     cfg = os.path.join(work, f"n{nproc}_tp{tp}_pp{pp}.toml")
     with open(cfg, "w") as f:
         f.write(CONFIG.format(micro=micro, steps=steps))
+    return cfg
+
+
+def measure(engine, nproc, tp, pp, micro, steps, warmup, work):
+    cfg = write_config(work, nproc, tp, pp, micro, steps)
     cmd = [engine, "run", "--nproc", str(nproc), "--tp", str(tp), "--pp", str(pp), "--config", cfg, "--out",
            os.path.join(work, f"run_n{nproc}_tp{tp}_pp{pp}"), "--json-ranks"]
     p = subprocess.run(cmd, capture_output=True, text=True)
@@ -73,15 +84,20 @@ def measure(engine, nproc, tp, pp, micro, steps, warmup, work):
     return cfg, {"mem_bytes": max(mem.values()), "step_s": statistics.median(total.values())}
 
 
-def predict(engine, cfg, nproc, tp, pp):
+def predict(engine, cfg, nproc, tp, pp, measure):
     dp = nproc // (tp * pp)
     cmd = [engine, "plan", "--engine", "gantry-cpu", "--config", cfg, "--gpus", str(nproc), "--tp", str(tp),
-           "--pp", str(pp), "--dp", str(dp), "--json"]
+           "--pp", str(pp), "--dp", str(dp), "--json"] + (["--measure-cpu"] if measure else [])
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         return {"why_unknown": p.stderr.strip().splitlines()[-1] if p.stderr.strip() else f"exit {p.returncode}"}
     j = json.loads(p.stdout)
-    return {"mem_bytes": j["memory"]["total"], "step_s": j["time"]["step_s"] if "step_s" in j["time"] else None}
+    out = {"mem_bytes": j["memory"]["total"], "step_s": j["time"]["step_s"]}
+    if j["memory"]["total"] is None:
+        out["why_unknown"] = j["memory"].get("why_unknown", "unknown")
+    if measure:
+        out["comm_latency_s"] = j["cpu_rates"]["comm_latency_s"]
+    return out
 
 
 def main():
@@ -89,37 +105,61 @@ def main():
     ap.add_argument("--engine", default="build/app/gantry-engine")
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--measure-cpu", action="store_true", help="also predict with rates measured right before")
     a = ap.parse_args()
-    print(f"# load average before: {os.getloadavg()}", flush=True)
-    rows = []
+    print(f"# cores {os.cpu_count()}, load average before: {os.getloadavg()}", flush=True)
+    runs = {l: [] for l in LAYOUTS}
     with tempfile.TemporaryDirectory(prefix=f"layout_plan_{os.getpid()}_") as work:
-        for nproc, tp, pp, micro in LAYOUTS:
-            cfg, m = measure(a.engine, nproc, tp, pp, micro, a.steps, a.warmup, work)
-            pr = predict(a.engine, cfg, nproc, tp, pp) if "error" not in m else {}
-            row = {"nproc": nproc, "dp": nproc // (tp * pp), "tp": tp, "pp": pp, "micro_batch": micro,
-                   "measured": m, "planned": pr}
-            print(json.dumps(row), flush=True)
-            rows.append(row)
+        for rep in range(a.repeats):
+            for nproc, tp, pp, micro in LAYOUTS:
+                # The rates under the load of the moment, right before the run they predict.
+                cfg = write_config(work, nproc, tp, pp, micro, a.steps)
+                measured_now = predict(a.engine, cfg, nproc, tp, pp, True) if a.measure_cpu else None
+                load = os.getloadavg()[0]
+                cfg, m = measure(a.engine, nproc, tp, pp, micro, a.steps, a.warmup, work)
+                pr = predict(a.engine, cfg, nproc, tp, pp, False) if "error" not in m else {}
+                row = {"repeat": rep, "nproc": nproc, "dp": nproc // (tp * pp), "tp": tp, "pp": pp,
+                       "micro_batch": micro, "load1": round(load, 2), "measured": m, "planned": pr}
+                if measured_now is not None:
+                    row["planned_measured_rates"] = measured_now
+                print(json.dumps(row), flush=True)
+                runs[(nproc, tp, pp, micro)].append(row)
     print(f"# load average after: {os.getloadavg()}")
 
     def cell(v, fmt):
         return "unknown" if v is None else fmt.format(v)
 
-    print(f"{'layout':<22}{'mem meas MB':>12}{'mem plan MB':>12}{'err':>8}{'step meas s':>13}{'step plan s':>13}{'err':>8}")
-    for r in rows:
-        m, pr = r["measured"], r["planned"]
-        name = f"dp{r['dp']} tp{r['tp']} pp{r['pp']} mb{r['micro_batch']}"
-        if "error" in m:
-            print(f"{name:<22} {m['error']}")
+    def err(p, m):
+        return None if p is None else 100 * (p - m) / m
+
+    hdr = f"{'layout':<22}{'mem meas MB':>12}{'mem plan MB':>12}{'err':>7}{'step meas s (range)':>26}{'plan s':>9}{'err':>8}"
+    if a.measure_cpu:
+        hdr += f"{'plan* s':>9}{'err*':>8}"
+    print(hdr)
+    for l, rows in runs.items():
+        ok = [r for r in rows if "error" not in r["measured"]]
+        name = f"dp{l[0] // (l[1] * l[2])} tp{l[1]} pp{l[2]} mb{l[3]}"
+        if not ok:
+            print(f"{name:<22} {rows[0]['measured'].get('error')}")
             continue
-        mm, pm = m["mem_bytes"] / 1e6, (pr.get("mem_bytes") or 0) / 1e6 or None
-        ms, ps = m["step_s"], pr.get("step_s")
-        me = None if pm is None else 100 * (pm - mm) / mm
-        se = None if ps is None else 100 * (ps - ms) / ms
-        print(f"{name:<22}{mm:>12.3f}{cell(pm, '{:.3f}'):>12}{cell(me, '{:+.1f}%'):>8}{ms:>13.4f}"
-              f"{cell(ps, '{:.4f}'):>13}{cell(se, '{:+.1f}%'):>8}")
-        if "why_unknown" in pr:
-            print(f"{'':<22}planner: {pr['why_unknown']}")
+        steps = [r["measured"]["step_s"] for r in ok]
+        ms = statistics.median(steps)
+        mm = max(r["measured"]["mem_bytes"] for r in ok) / 1e6
+        pr = ok[0]["planned"]
+        pm = pr.get("mem_bytes")
+        pm = None if pm is None else pm / 1e6
+        ps = pr.get("step_s")
+        line = (f"{name:<22}{mm:>12.3f}{cell(pm, '{:.3f}'):>12}{cell(err(pm, mm), '{:+.1f}%'):>7}"
+                f"{ms:>10.4f} ({min(steps):.3f}-{max(steps):.3f}){cell(ps, '{:.4f}'):>9}{cell(err(ps, ms), '{:+.1f}%'):>8}")
+        if a.measure_cpu:
+            star = [r["planned_measured_rates"]["step_s"] for r in ok
+                    if r.get("planned_measured_rates", {}).get("step_s") is not None]
+            pstar = statistics.median(star) if star else None
+            line += f"{cell(pstar, '{:.4f}'):>9}{cell(err(pstar, ms), '{:+.1f}%'):>8}"
+        print(line)
+        if pm is None and "why_unknown" in pr:
+            print(f"{'':<22}memory: {pr['why_unknown']}")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "engine/core/backend.h"
+#include "engine/core/parallel/pipeline_schedule.h"
 #include "engine/plan/planner.h"
 
 namespace gantry {
@@ -294,6 +295,174 @@ TEST(PlanEngineProfile, CpuWorkCountsTheBackendsLoops) {
   r.gelu_elements = 0;
   EXPECT_FALSE(plan_cpu_rates_validate(r).ok());
   EXPECT_TRUE(plan_cpu_rates_validate(plan_cpu_rates_default()).ok()) << "the developer VM's rates are set";
+}
+
+// ---- The CPU backend's layouts (issue 17): pipeline stages, tp collectives, the host's cores.
+
+TEST(PlanEngineProfile, CpuPipelinePartitionIsTheEngines) {
+  for (const Shape& s : kCpuShapes) {
+    const PlanModel m = plan_model_of(s.model);
+    for (int stages = 1; stages <= s.model.n_layer; ++stages) {
+      const PipelinePartition want = pipeline_partition(s.model, stages);
+      EXPECT_EQ(plan_cpu_pipeline_layers(m, stages), want.layers)
+          << s.model.n_layer << " layers, d " << s.model.n_embd << ", " << stages << " stages";
+    }
+  }
+}
+
+TEST(PlanEngineProfile, CpuStagesAddUpToTheWholeModel) {
+  const PlanModel m =
+      plan_model_of({.n_layer = 4, .n_head = 4, .n_embd = 64, .vocab_size = 256, .seq_len = 64});
+  const CpuWork whole = plan_cpu_work(m, 4, 2);
+  CpuWork sum;
+  const std::vector<int> layers = plan_cpu_pipeline_layers(m, 3);
+  for (int s = 0; s < 3; ++s) {
+    const CpuWork w = plan_cpu_stage_work(m, 4, 2, layers[s], s == 0, s == 2);
+    sum.dot_flops += w.dot_flops, sum.axpy_flops += w.axpy_flops, sum.params += w.params;
+    sum.attention_flops += w.attention_flops, sum.layernorm_elements += w.layernorm_elements;
+    sum.softmax_elements += w.softmax_elements, sum.parallel_calls += w.parallel_calls;
+  }
+  EXPECT_DOUBLE_EQ(sum.dot_flops, whole.dot_flops);
+  EXPECT_DOUBLE_EQ(sum.axpy_flops + plan_cpu_classifier_wgrad_flops(m, 4, 2), whole.axpy_flops);
+  EXPECT_DOUBLE_EQ(sum.params, whole.params);
+  EXPECT_DOUBLE_EQ(sum.attention_flops, whole.attention_flops);
+  EXPECT_DOUBLE_EQ(sum.layernorm_elements, whole.layernorm_elements);
+  EXPECT_DOUBLE_EQ(sum.softmax_elements, whole.softmax_elements);
+  EXPECT_DOUBLE_EQ(sum.parallel_calls, whole.parallel_calls);
+}
+
+Result<Plan> cpu_plan(int gpus, PlanLayout layout, int cores, int global_batch = 16) {
+  PlanInput in;
+  in.model = plan_model_of({.n_layer = 4, .n_head = 4, .n_embd = 64, .vocab_size = 256, .seq_len = 64});
+  in.cluster = plan_cluster_default(GpuSpec{.name = "cpu", .hbm_bytes = 24e9}, gpus, gpus);
+  in.layout = layout;
+  in.training.global_batch = global_batch;
+  in.engine = EngineKind::kGantryCpu;
+  in.cpu = plan_cpu_rates_default(1);
+  in.cpu_cores = cores;
+  return plan_evaluate(in);
+}
+
+TEST(PlanEngineProfile, CpuRanksShareTheHostsCores) {
+  // dp 4 with a core each: a quarter of the batch per rank. On 2 cores the four ranks' work queues for
+  // them: about twice as long, never less than the host's work over its cores.
+  Result<Plan> own = cpu_plan(4, PlanLayout{.micro_batch = 4}, 4);
+  Result<Plan> shared = cpu_plan(4, PlanLayout{.micro_batch = 4}, 2);
+  ASSERT_TRUE(own.ok() && shared.ok()) << own.error() << shared.error();
+  EXPECT_DOUBLE_EQ(own->cpu_share, 1);
+  EXPECT_DOUBLE_EQ(shared->cpu_share, 2);
+  const double work = own->cpu_step.total();
+  EXPECT_GE(shared->step_s, 2 * work);
+  EXPECT_GT(shared->step_s, own->step_s);
+  // One rank alone: the cores it does not use change nothing.
+  Result<Plan> one = cpu_plan(1, PlanLayout{.micro_batch = 4}, 2),
+               one8 = cpu_plan(1, PlanLayout{.micro_batch = 4}, 8);
+  ASSERT_TRUE(one.ok() && one8.ok());
+  EXPECT_DOUBLE_EQ(one->step_s, one8->step_s);
+  EXPECT_DOUBLE_EQ(one->step_s, one->cpu_step.total());
+  // Other work on the host: one busy thread beside one rank on 2 cores leaves it a core; three leave it half
+  // of one (the kernel's fair share), so the same work takes twice as long.
+  PlanInput in;
+  in.model = plan_model_of({.n_layer = 4, .n_head = 4, .n_embd = 64, .vocab_size = 256, .seq_len = 64});
+  in.cluster = plan_cluster_default(GpuSpec{.name = "cpu", .hbm_bytes = 24e9}, 1, 1);
+  in.layout = PlanLayout{.micro_batch = 4};
+  in.training.global_batch = 16;
+  in.engine = EngineKind::kGantryCpu;
+  in.cpu = plan_cpu_rates_default(1);
+  in.cpu_cores = 2;
+  in.cpu_background = 1;
+  Result<Plan> quiet = plan_evaluate(in);
+  in.cpu_background = 3;
+  Result<Plan> busy = plan_evaluate(in);
+  ASSERT_TRUE(quiet.ok() && busy.ok());
+  EXPECT_DOUBLE_EQ(quiet->step_s, one->step_s);
+  EXPECT_NEAR(busy->step_s, 2 * one->step_s, 1e-12);
+  EXPECT_DOUBLE_EQ(busy->cpu_share, 2);
+  in.cpu_background = -1;
+  Result<Plan> bad = plan_evaluate(in);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().find("cpu_background"), std::string::npos) << bad.error();
+}
+
+TEST(PlanEngineProfile, CpuTensorParallelWaitsForItsGlooCollectives) {
+  Result<Plan> tp2 = cpu_plan(2, PlanLayout{.tp = 2, .micro_batch = 8}, 2);
+  ASSERT_TRUE(tp2.ok()) << tp2.error();
+  ASSERT_EQ(tp2->comm.size(), 1u);
+  const CommAxis& a = tp2->comm[0];
+  EXPECT_EQ(a.axis, "tp");
+  // (N, C) fp32 all-reduces: the embedding, 4 per block, the final norm's input gradient; the
+  // cross-entropy's all-gathers of N and 3N floats per rank; 2 micro-batches.
+  EXPECT_DOUBLE_EQ(a.bytes, 2 * ((1 + 4 * 4 + 1) * 4.0 * 8 * 64 * 64 + 4.0 * 4 * 512 * 2));
+  EXPECT_GT(a.seconds, 0);
+  EXPECT_DOUBLE_EQ(a.exposed_s, a.seconds) << "the CPU backend blocks on every collective";
+  EXPECT_GT(tp2->step_s, tp2->cpu_step.total()) << "its waits are on top of the compute";
+  // The CPU backend cannot overlap: asking for it is refused by name.
+  PlanInput in;
+  in.model = plan_model_of({.n_layer = 4, .n_head = 4, .n_embd = 64, .vocab_size = 256, .seq_len = 64});
+  in.cluster = plan_cluster_default(GpuSpec{.name = "cpu", .hbm_bytes = 24e9}, 2, 2);
+  in.layout = PlanLayout{.tp = 2, .micro_batch = 8};
+  in.training.global_batch = 16;
+  in.training.tp_overlap = 0.5;
+  in.engine = EngineKind::kGantryCpu;
+  Result<Plan> refused = plan_evaluate(in);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().find("tp_overlap"), std::string::npos) << refused.error();
+}
+
+TEST(PlanEngineProfile, CpuPipelineHasItsBubbleAndInterleavedStagesNoMemoryFigure) {
+  // pp 2, a core each: the fill and drain cost (p − 1) stage-times, which more micro-batches amortise.
+  Result<Plan> m4 = cpu_plan(2, PlanLayout{.pp = 2, .micro_batch = 4}, 2, 16);
+  Result<Plan> m8 = cpu_plan(2, PlanLayout{.pp = 2, .micro_batch = 2}, 2, 16);
+  ASSERT_TRUE(m4.ok() && m8.ok()) << m4.error() << m8.error();
+  EXPECT_EQ(m4->micro_batches, 4);
+  EXPECT_EQ(m8->micro_batches, 8);
+  EXPECT_GT(m4->bubble_s, 0);
+  EXPECT_LT(m8->bubble_s / m8->step_s, m4->bubble_s / m4->step_s);
+  // The pipeline is faster than one rank doing it all, slower than half of it.
+  Result<Plan> one = cpu_plan(1, PlanLayout{.micro_batch = 4}, 2, 16);
+  ASSERT_TRUE(one.ok());
+  EXPECT_LT(m4->step_s, one->step_s);
+  EXPECT_GT(m4->step_s, one->step_s / 2);
+  // Interleaving (v 2, 4 stages' worth of chunks on 2 ranks) shrinks the bubble.
+  Result<Plan> v2 = cpu_plan(2, PlanLayout{.pp = 2, .vp = 2, .micro_batch = 4}, 2, 16);
+  ASSERT_TRUE(v2.ok()) << v2.error();
+  EXPECT_LT(v2->bubble_s, m4->bubble_s);
+  // GPipe and 1F1B stages have their table; interleaved chunks do not: no figure, not the generic model's.
+  EXPECT_TRUE(m4->memory_known);
+  EXPECT_TRUE(one->memory_known);
+  EXPECT_FALSE(v2->memory_known);
+  ASSERT_EQ(m4->comm.size(), 1u);
+  EXPECT_EQ(m4->comm[0].axis, "pp");
+}
+
+TEST(PlanEngineProfile, CpuPipelineStagesHoldTheirSlotsTiesAndCopies) {
+  // 4 layers (d 64, V 256, T 64), micro-batch 4 (N 256), m 4, pp 4: one block a stage.
+  const PlanModel m =
+      plan_model_of({.n_layer = 4, .n_head = 4, .n_embd = 64, .vocab_size = 256, .seq_len = 64});
+  const double n = 256, c = 64, v = 256;
+  const double block = n * c * 4 + n * c + n * 4 + n * 3 * c + 4.0 * 4 * 64 * 64 + n * 4 * c * 2;
+  const double slot = 4 * (2 * n * c + block), head = 4 * (n * c + 2 * n + n * v + n);
+  std::vector<uint64_t> one_f_one_b, gpipe;
+  for (int s = 0; s < 4; ++s) {
+    one_f_one_b.push_back(plan_cpu_pipeline_memory(m, 4, 1, 4, s, 4, false)->total);
+    gpipe.push_back(plan_cpu_pipeline_memory(m, 4, 1, 4, s, 4, true)->total);
+  }
+  // 1F1B: stage 0 holds min(m, p) slots, stage s > 0 min(m, p − s + 1); GPipe every micro-batch's.
+  EXPECT_DOUBLE_EQ(static_cast<double>(gpipe[1] - one_f_one_b[1]), 0);
+  EXPECT_DOUBLE_EQ(static_cast<double>(gpipe[2] - one_f_one_b[2]), slot);
+  EXPECT_DOUBLE_EQ(static_cast<double>(gpipe[3] - one_f_one_b[3]), 2 * (slot + head));
+  // The last stage's copy of wte and its ties, the first stage's embeddings and d(embedding)s.
+  Result<EngineMemory> last = plan_cpu_pipeline_memory(m, 4, 1, 4, 3, 4, false);
+  ASSERT_TRUE(last.ok());
+  auto row = [](const EngineMemory& e, const std::string& name) {
+    for (const EngineAllocation& a : e.allocations)
+      if (a.name == name) return a.bytes();
+    return uint64_t{0};
+  };
+  EXPECT_EQ(row(last.value(), "wte_copy"), 4 * 256 * 64u);
+  EXPECT_EQ(row(last.value(), "tie"), 4 * 4 * (256 * 64 + 256 * 256u));
+  EXPECT_EQ(row(plan_cpu_pipeline_memory(m, 4, 1, 4, 0, 4, false).value(), "dres0"), 4 * 4 * 256 * 64u);
+  EXPECT_FALSE(plan_cpu_pipeline_memory(m, 4, 1, 4, 4, 4, false).ok()) << "no stage 4 of 4";
 }
 
 }  // namespace

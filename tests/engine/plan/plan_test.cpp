@@ -420,5 +420,107 @@ TEST(PlanSearch, FindsTheFittingLayoutsBestFirst) {
   EXPECT_FALSE(plan_search(in, SearchOptions{.top = 0}).ok());
 }
 
+// ---- Tensor-parallel communication and its overlap (issue 17).
+
+// Four GPT-3 175B blocks (d 12288, T 2048) on H100s, tp over all of them (dp 1), 4 micro-batches of one
+// sequence: the GEMMs are wide enough that NVLink's collectives fit under them at tp 2.
+Result<Plan> tp_plan(int tp, double overlap, int gpus_per_node = 8, double intra_bw = 0) {
+  PlanInput in;
+  in.model = gpt3_shaped(4, 12288, 96);
+  in.cluster = plan_cluster_default(plan_gpu_preset("h100").value(), tp, gpus_per_node);
+  if (intra_bw > 0) in.cluster.intra_bw = intra_bw;
+  in.layout = PlanLayout{.tp = tp, .sequence_parallel = false, .micro_batch = 1};
+  in.training.global_batch = 4;
+  in.training.tp_overlap = overlap;
+  return plan_evaluate(in);
+}
+
+const CommAxis* axis_of(const Plan& p, const std::string& name) {
+  for (const CommAxis& a : p.comm)
+    if (a.axis == name) return &a;
+  return nullptr;
+}
+
+TEST(PlannerTensorParallel, TheOverlapRuleHidesUpToTheProduct) {
+  EXPECT_DOUBLE_EQ(plan_tp_exposed_seconds(5, 3, 0), 5);  // no overlap: all of it exposed
+  EXPECT_DOUBLE_EQ(plan_tp_exposed_seconds(5, 3, 1), 2);  // the product hides 3 of 5
+  EXPECT_DOUBLE_EQ(plan_tp_exposed_seconds(1, 3, 1), 0);  // never below zero
+  EXPECT_DOUBLE_EQ(plan_tp_exposed_seconds(5, 3, 0.5), 3.5);
+}
+
+TEST(PlannerTensorParallel, MoreTpSendsMoreBytesPerGpuAndTakesLonger) {
+  double last_wire = 0, last_seconds = 0, last_share = 0;
+  for (int tp : {2, 4, 8}) {
+    Result<Plan> p = tp_plan(tp, 0);
+    ASSERT_TRUE(p.ok()) << p.error();
+    const CommAxis* a = axis_of(p.value(), "tp");
+    ASSERT_NE(a, nullptr);
+    // Each GPU's wire bytes: S·2(n−1)/n per all-reduce, 4 a layer a micro-batch.
+    const double wire = a->bytes * plan_bus_factor(Collective::kAllReduce, tp);
+    EXPECT_GT(wire, last_wire) << "tp " << tp;
+    EXPECT_GT(a->seconds, last_seconds) << "tp " << tp;
+    // ... against compute that shrinks as 1/tp: communication's share of the step grows.
+    const double share = a->exposed_s / p->step_s;
+    EXPECT_GT(share, last_share) << "tp " << tp;
+    last_wire = wire, last_seconds = a->seconds, last_share = share;
+    EXPECT_DOUBLE_EQ(a->exposed_s, a->seconds) << "no overlap asked for";
+  }
+}
+
+TEST(PlannerTensorParallel, OverlapHidesCommunicationUpToTheCompute) {
+  // tp 2 on NVLink: every collective is shorter than the GEMM beside it, so full overlap hides all of it.
+  Result<Plan> none = tp_plan(2, 0), full = tp_plan(2, 1);
+  ASSERT_TRUE(none.ok() && full.ok());
+  const CommAxis* a0 = axis_of(none.value(), "tp");
+  const CommAxis* a1 = axis_of(full.value(), "tp");
+  ASSERT_TRUE(a0 != nullptr && a1 != nullptr);
+  EXPECT_DOUBLE_EQ(a1->seconds, a0->seconds) << "overlap moves no fewer bytes";
+  EXPECT_DOUBLE_EQ(a1->exposed_s, 0);
+  EXPECT_NEAR(a1->overlappable_s, a1->seconds, 1e-15);
+  EXPECT_NEAR(none->step_s - full->step_s, a0->seconds, 1e-12);
+  // A link so slow that the collectives outlast the GEMMs: only the GEMMs' time is hidden, the rest stays.
+  Result<Plan> slow0 = tp_plan(2, 0, 8, 1e8), slow1 = tp_plan(2, 1, 8, 1e8);
+  ASSERT_TRUE(slow0.ok() && slow1.ok());
+  const CommAxis* s1 = axis_of(slow1.value(), "tp");
+  ASSERT_NE(s1, nullptr);
+  EXPECT_GT(s1->exposed_s, 0);
+  EXPECT_LT(s1->exposed_s, s1->seconds);
+  EXPECT_GE(s1->exposed_s, s1->seconds - slow1->compute_s) << "hidden at most under the compute";
+  EXPECT_LT(slow1->step_s, slow0->step_s);
+  // Half the overlap hides less.
+  Result<Plan> half = tp_plan(2, 0.5, 8, 1e8);
+  ASSERT_TRUE(half.ok());
+  EXPECT_GT(axis_of(half.value(), "tp")->exposed_s, s1->exposed_s);
+  EXPECT_GT(half->step_s, slow1->step_s);
+}
+
+TEST(PlannerTensorParallel, ASlowerTierMakesASlowerStep) {
+  // tp 8 inside one node (NVLink) against tp 8 over two nodes of 4 (the network): same bytes, slower link.
+  Result<Plan> nvlink = tp_plan(8, 0, 8), network = tp_plan(8, 0, 4);
+  ASSERT_TRUE(nvlink.ok() && network.ok());
+  const CommAxis* fast = axis_of(nvlink.value(), "tp");
+  const CommAxis* slow = axis_of(network.value(), "tp");
+  ASSERT_TRUE(fast != nullptr && slow != nullptr);
+  EXPECT_FALSE(fast->crosses_nodes);
+  EXPECT_TRUE(slow->crosses_nodes);
+  EXPECT_LT(slow->bus_bw, fast->bus_bw);
+  EXPECT_DOUBLE_EQ(slow->bytes, fast->bytes);
+  EXPECT_GT(slow->seconds, fast->seconds);
+  EXPECT_GT(network->step_s, nvlink->step_s);
+  // Overlap does not make the slow tier free: the network's collectives outlast what the GEMMs hide.
+  Result<Plan> nvlink1 = tp_plan(8, 1, 8), network1 = tp_plan(8, 1, 4);
+  ASSERT_TRUE(nvlink1.ok() && network1.ok());
+  EXPECT_GT(network1->step_s, nvlink1->step_s);
+}
+
+TEST(PlannerTensorParallel, OverlapOutsideZeroToOneIsRefused) {
+  for (double bad : {-0.1, 1.5}) {
+    Result<Plan> p = tp_plan(2, bad);
+    ASSERT_FALSE(p.ok());
+    EXPECT_NE(p.error().find("tp_overlap"), std::string::npos) << p.error();
+    EXPECT_NE(p.error().find("allowed 0..1"), std::string::npos) << p.error();
+  }
+}
+
 }  // namespace
 }  // namespace gantry

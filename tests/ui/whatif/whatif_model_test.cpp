@@ -375,5 +375,31 @@ TEST(WhatIfApply, OfferedExactlyForLayoutsResumeFromTakes) {
   EXPECT_THAT(m.candidates()[0].apply_blocker, HasSubstr("no run is loaded"));
 }
 
+// gantry-cpu's step has a pipeline bubble and Gloo waits (issue 17): the panel's parts are the plan's and
+// add up to its step; a pipeline stage's memory, which its table does not hold, is shown as unknown.
+TEST(WhatIfModel, CpuPipelineStepPartsAddUpAndItsMemoryIsUnknown) {
+  PlanInput in;
+  in.model = plan_model_preset("gpt2-124m").value();
+  in.model.layers = 4;
+  in.model.hidden = 64;
+  in.model.heads = 4;
+  in.model.vocab = 256;
+  in.model.seq = 64;
+  in.cluster = plan_cluster_default(GpuSpec{.name = "cpu", .hbm_bytes = 24e9}, 2, 2);
+  in.layout = PlanLayout{.pp = 2, .vp = 2, .micro_batch = 4};  // interleaved: the profile has no table
+  in.training.global_batch = 16;
+  in.engine = EngineKind::kGantryCpu;
+  Result<Plan> p = plan_evaluate(in);
+  ASSERT_TRUE(p.ok()) << p.error();
+  double parts = 0, bubble = 0;
+  for (const TimePart& t : whatif_time_parts(p.value())) {
+    parts += t.seconds;
+    if (t.name == "pipeline bubble") bubble = t.seconds;
+  }
+  EXPECT_GT(bubble, 0);
+  EXPECT_NEAR(parts, p->step_s, 1e-12 * p->step_s);
+  EXPECT_FALSE(p->memory_known);
+}
+
 }  // namespace
 }  // namespace gantry::whatif
