@@ -326,7 +326,7 @@ void run_command_add(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(1, 4096));
   sub->add_option(
          "--pp", args->pp,
-         "Pipeline-parallel degree (CPU backend only): dp = nproc / (tp x pp); train.pp_schedule "
+         "Pipeline-parallel degree (CPU and CUDA backends): dp = nproc / (tp x pp); train.pp_schedule "
          "picks GPipe, 1F1B, interleaved (with --vp) or ZB-H1, train.micro_batch the micro-batch count")
       ->check(CLI::Range(1, 4096));
   sub->add_option("--vp", args->vp,

@@ -47,8 +47,8 @@ struct WorkerOptions {
   std::string resume;  // "", "latest" or a checkpoint directory (train.h)
   int64_t max_steps = -1;
   int zero = 0;  // ZeRO stage over the dp axis
-  int tp = 1;    // tensor-parallel degree (CPU backend only); dp = world / (tp x pp)
-  int pp = 1;    // pipeline-parallel degree (CPU backend only; train.pp_schedule)
+  int tp = 1;    // tensor-parallel degree; dp = world / (tp x pp)
+  int pp = 1;    // pipeline-parallel degree (train.pp_schedule)
   int vp = 0;    // virtual stages per pp rank (interleaved schedule); 0 = the config's train.vp
   std::vector<SkippedBatches> skip_batches;  // TrainOptions::skip_batches (--skip-batches)
   std::string
