@@ -9,7 +9,9 @@ and the scaling efficiency against N = 1 (tokens/s at N / (N x tokens/s at 1)).
 
 With --tp T (> 1) every N > 1 runs tensor parallel over groups of T GPUs, data parallel over N / T groups
 (global batch micro x N / T); N = 1 stays the one-GPU baseline, so the efficiency is the layout's tokens/s
-against N single GPUs'.
+against N single GPUs'. With --pp P (> 1) every N > 1 runs a P-stage pipeline (train.pp_schedule --schedule,
+--pp-micro M micro-batches a step per pipeline: global batch micro x M x N / (T x P)); the baseline then
+accumulates M micro-batches a step too, so both take the same optimizer steps.
 
 Each line also carries rank 0's device memory allocated up front (GB) and its training state by category.
 
@@ -24,7 +26,7 @@ MODELS = {
 }
 
 
-def config_text(model, nproc, steps, micro, bucket_mb, train_extra=(), tp=1):
+def config_text(model, nproc, steps, micro, bucket_mb, train_extra=(), tp=1, pp=1, accum=1):
     m = MODELS[model]
     return f"""
 [model]
@@ -40,7 +42,7 @@ min_lr = 6e-5
 warmup_steps = 10
 
 [train]
-global_batch = {micro * nproc // tp}
+global_batch = {micro * accum * nproc // (tp * pp)}
 micro_batch = {micro}
 max_steps = {steps}
 checkpoint_every = 0
@@ -57,24 +59,24 @@ synthetic_val_tokens = 65536
 """
 
 
-def run(engine, model, nproc, zero, steps, warmup, micro, bucket_mb, work, train_extra=(), tp=1):
-    cfg = os.path.join(work, f"{model}_n{nproc}_z{zero}_tp{tp}.toml")
+def run(engine, model, nproc, zero, steps, warmup, micro, bucket_mb, work, train_extra=(), tp=1, pp=1, accum=1):
+    cfg = os.path.join(work, f"{model}_n{nproc}_z{zero}_tp{tp}_pp{pp}.toml")
     with open(cfg, "w") as f:
-        f.write(config_text(model, nproc, steps, micro, bucket_mb, train_extra, tp))
-    out = os.path.join(work, f"run_{model}_n{nproc}_z{zero}_tp{tp}")
-    cmd = [engine, "run", "--nproc", str(nproc), "--tp", str(tp), "--zero", str(zero), "--config", cfg, "--out",
-           out, "--json", "--json-ranks"]
+        f.write(config_text(model, nproc, steps, micro, bucket_mb, train_extra, tp, pp, accum))
+    out = os.path.join(work, f"run_{model}_n{nproc}_z{zero}_tp{tp}_pp{pp}")
+    cmd = [engine, "run", "--nproc", str(nproc), "--tp", str(tp), "--pp", str(pp), "--zero", str(zero), "--config",
+           cfg, "--out", out, "--json", "--json-ranks"]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         sys.stderr.write(p.stderr[-4000:])
-        return {"nproc": nproc, "tp": tp, "zero": zero, "error": f"exit {p.returncode}"}
+        return {"nproc": nproc, "tp": tp, "pp": pp, "zero": zero, "error": f"exit {p.returncode}"}
     lines = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
     steps_seen = [j for j in lines if "step" in j and "loss" in j and "event" not in j]
     rank_steps = [j["rank_step"] for j in lines if "rank_step" in j and j["rank_step"]["step"] > warmup]
     timed = [s for s in steps_seen if s["step"] > warmup]
     tps = statistics.median(s["tokens_per_s"] for s in timed)
     ms = statistics.median(s["step_s"] * 1e3 for s in timed)
-    r = {"nproc": nproc, "tp": tp, "zero": zero, "model": model, "bucket_mb": bucket_mb, "train": list(train_extra),
+    r = {"nproc": nproc, "tp": tp, "pp": pp, "accum": accum, "zero": zero, "model": model, "bucket_mb": bucket_mb, "train": list(train_extra),
          "env": {k: v for k, v in os.environ.items() if k.startswith(("NCCL_", "GANTRY_"))},
          "tokens_per_s": round(tps),
          "step_ms": round(ms, 2), "timed_steps": len(timed)}
@@ -89,6 +91,17 @@ def run(engine, model, nproc, zero, steps, warmup, micro, bucket_mb, work, train
             med = {k: statistics.median(v) * 1e3 for k, v in per_rank.items()}
             ph[key[:-2] + "_ms"] = {"rank0": round(med.get(0, float("nan")), 3), "max": round(max(med.values()), 3)}
         r["phases"] = ph
+    # A pipeline's measured bubble (each rank prints it every step): the median over the timed steps of the
+    # most idle stage, beside the schedule's formula.
+    bub = {}
+    formula = None
+    for m in re.finditer(r"rank (\d+) step (\d+): pipeline bubble ([0-9.]+) % measured, formula ([0-9.]+) %", p.stderr):
+        if int(m.group(2)) > warmup:
+            bub.setdefault(int(m.group(1)), []).append(float(m.group(3)))
+            formula = float(m.group(4))
+    if bub:
+        r["bubble_pct"] = round(max(statistics.median(v) for v in bub.values()), 1)
+        r["bubble_formula_pct"] = formula
     # Rank 0's start-up summary: the device memory its backend allocated up front (everything it holds for
     # the run, activations included) and, data parallel, its training state by category.
     m = re.search(r"([0-9.]+) GB allocated up front", p.stderr)
@@ -110,6 +123,9 @@ def main():
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--bucket-mb", type=float, default=25)
     ap.add_argument("--tp", type=int, default=1, help="tensor-parallel degree of every N > 1 (divides N)")
+    ap.add_argument("--pp", type=int, default=1, help="pipeline stages of every N > 1 (tp x pp divides N)")
+    ap.add_argument("--pp-micro", type=int, default=8, help="with --pp: micro-batches a step per pipeline")
+    ap.add_argument("--schedule", default="1f1b", help="with --pp: train.pp_schedule")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="an extra [train] line, e.g. --set cuda_graphs=false (repeatable)")
     a = ap.parse_args()
@@ -119,7 +135,11 @@ def main():
         for n in a.gpus:
             extra = [kv.replace("=", " = ", 1) for kv in a.set]
             tp = a.tp if n > 1 else 1
-            r = run(a.engine, a.model, n, a.zero, a.steps, a.warmup, micro, a.bucket_mb, work, extra, tp)
+            pp = a.pp if n > 1 else 1
+            accum = a.pp_micro if a.pp > 1 else 1
+            if a.pp > 1:
+                extra.append(f'pp_schedule = "{a.schedule}"')
+            r = run(a.engine, a.model, n, a.zero, a.steps, a.warmup, micro, a.bucket_mb, work, extra, tp, pp, accum)
             if "tokens_per_s" in r:
                 if n == 1:
                     base = r["tokens_per_s"]

@@ -7,12 +7,13 @@
 #   2. all-reduce at 4 GPUs: allreduce_bench (our communicator) and torch_allreduce.py at the same sizes
 #   3. checkpoint stall and throughput cost at 4 GPUs, async against sync against none (checkpoint_stall.py)
 #   4. ZeRO 1 and 3 at 4 GPUs; 5. ZeRO 0 and DDP at 2 GPUs; 6. ZeRO 1 and 3 at 2 GPUs
-#   7. tensor parallel over the first 2 or 4 GPUs, GPT-2 124M and 350M, beside one GPU (dp_scaling.py --tp)
+#   7. tensor parallel over the first 2 or 4 GPUs, GPT-2 124M and 350M, and a 350M pipeline (1F1B, 8
+#      micro-batches), each beside one GPU (dp_scaling.py --tp, --pp)
 # A step that would not fit in what is left of BUDGET (seconds, default 560) is skipped and named; so is one
 # whose name STEPS (an extended regex, default every step) does not match. Ends with one compact summary;
 # every log is in $OUT/gpu_multi_logs.tgz. Not a test.
 #
-#   BUDGET=560 [STEPS='ctest|tp_'] bash tests/bench/gpu_multi.sh SRC_DIR REF_DIR
+#   BUDGET=560 [STEPS='ctest|tp_'] [CT_REGEX=<the GPU tests to run>] bash tests/bench/gpu_multi.sh SRC_DIR REF_DIR
 # SRC_DIR: the checkout; REF_DIR: copies of ../shared/bench/*.py (torch_gpt2.py, torch_allreduce.py).
 set -u -o pipefail
 [ $# -eq 2 ] || { echo "usage: BUDGET=560 bash tests/bench/gpu_multi.sh SRC_DIR REF_DIR"; exit 2; }
@@ -83,7 +84,7 @@ ENGINE=$B/app/gantry-engine
 # ---- every GPU test ----------------------------------------------------------------------------------------
 # Capped so that the measurements keep at least 200 s; each test at most 150 s.
 CT=$(($(left) - 200)); [ $CT -gt 200 ] && CT=200; [ $CT -lt 60 ] && CT=60
-step ctest_gpu 30 timeout $CT ctest --test-dir $B -L gpu --timeout 150 --output-on-failure
+step ctest_gpu 30 timeout $CT ctest --test-dir $B -L gpu -R "${CT_REGEX:-.}" --timeout 150 --output-on-failure
 grep -E "tests passed|\(Failed\)|Timeout|Not Run|\*\*\*" "$OUTD/ctest_gpu.log" | tail -12
 
 # ---- measurements -------------------------------------------------------------------------------------------
@@ -95,8 +96,11 @@ torch1() { python3 "$P/torch_gpt2.py" --batch 32 --seq 1024; }
 tp() {  # tp MODEL GPUS: one tensor-parallel group over GPUS, beside one GPU
   python3 "$BENCH/dp_scaling.py" --engine $ENGINE --model "$1" --zero 0 --tp "$2" --gpus 1 "$2"
 }
+pp() {  # pp MODEL GPUS: a pipeline of GPUS stages (1F1B, 8 micro-batches a step), beside one GPU accumulating 8
+  python3 "$BENCH/dp_scaling.py" --engine $ENGINE --model "$1" --zero 0 --pp "$2" --pp-micro 8 --gpus 1 "$2"
+}
 ddp() { torchrun --standalone --nproc_per_node "$1" "$P/torch_gpt2.py" --ddp 1 --batch 32 --seq 1024; }
-export -f dp torch1 ddp tp
+export -f dp torch1 ddp tp pp
 export ENGINE BENCH P
 FIRST=(1)
 
@@ -132,6 +136,7 @@ fi
 if [ "$W" -ge 2 ]; then
   step tp_124m_$W 45 tp 124m $W
   step tp_350m_$W 60 tp 350m $W
+  step pp_350m_$W 90 pp 350m $W
 fi
 el "measurements done"
 
@@ -195,18 +200,20 @@ for n in counts:
     a, r = g.get((0, n)), t.get(n)
     if a and r and "tokens_per_s" in a: print(f"ratio Gantry ZeRO 0 / DDP at {n}: {a['tokens_per_s'] / r['tokens_per_s']:.3f}x")
 # Tensor parallel: each model's one-GPU run and its tp group, from the same dp_scaling.py call.
-tp_rows = [r for n in names("tp_") for r in lines(n)]
+tp_rows = [r for n in names("tp_") + names("pp_") for r in lines(n)]
 if tp_rows:
-    print(f"\nTensor parallel, GPT-2 at its dp_scaling.py micro-batch, T1024 ({gpu}); efficiency = tok/s / (GPUs x one GPU's)")
-    print("| model | layout | tok/s | step ms | rank 0 GB | efficiency |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print(f"\nTensor and pipeline parallel, GPT-2 at its dp_scaling.py micro-batch, T1024 ({gpu}); efficiency = tok/s / (GPUs x one GPU's)")
+    print("| model | layout | tok/s | step ms | rank 0 GB | efficiency | bubble measured / formula |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in tp_rows:
-        lay = "1 GPU" if r.get("nproc") == 1 else f"tp {r.get('tp')} over {r.get('nproc')} GPUs"
+        lay = ("1 GPU" if r.get("nproc") == 1 else f"tp {r.get('tp')} x pp {r.get('pp', 1)} over {r.get('nproc')} GPUs")
+        lay += f", {r['accum']} micro-batches a step" if r.get("accum", 1) > 1 else ""
         if "error" in r:
-            print(f"| {r.get('model', '?')} | {lay} | failed: {r['error']} | | | |")
+            print(f"| {r.get('model', '?')} | {lay} | failed: {r['error']} | | | | |")
             continue
         e = f"{100 * r['scaling_efficiency']:.1f} %" if "scaling_efficiency" in r and r["nproc"] > 1 else "—"
-        print(f"| {r['model']} | {lay} | {r['tokens_per_s']:,} | {r['step_ms']} | {r.get('rank0_gb_allocated', '?')} | {e} |")
+        b = f"{r['bubble_pct']} % / {r['bubble_formula_pct']} %" if "bubble_pct" in r else "—"
+        print(f"| {r['model']} | {lay} | {r['tokens_per_s']:,} | {r['step_ms']} | {r.get('rank0_gb_allocated', '?')} | {e} | {b} |")
 # All-reduce: ours against torch's at the same sizes.
 ours_lines = [r for n in names("allreduce_ours_") for r in lines(n)]
 ours = {r["bytes"]: r for r in ours_lines if r.get("what") == "size"}
