@@ -254,7 +254,10 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
         summary_text += "\npipeline: " + c.train.pp_schedule + ", vp " + std::to_string(c.train.vp) + ", " +
                         std::to_string(accum) + " micro-batches, ideal bubble " +
                         std::to_string(pipeline_schedule_bubble(ps, dims.pp, c.train.vp, accum)) + " | " +
-                        pipeline_partition(c.model, dims.pp * c.train.vp).describe();
+                        pipeline_partition(c.model, dims.pp * c.train.vp,
+                                           c.train.backend == "cuda" ? ClassifierGradStage::kLast
+                                                                     : ClassifierGradStage::kFirst)
+                            .describe();
       }
       summary_text += "\nlayout " + dims.describe() +
                       (dims.tp > 1 && c.train.sequence_parallel ? ", sequence parallel" : "") + " | " +

@@ -162,7 +162,7 @@ class CudaBackend final : public Backend {
         pp_comm_(pp.comm != nullptr && pp.comm->size() > 1 ? pp.comm : nullptr),
         stage_(pp_comm_ != nullptr ? pp_comm_->rank() : 0),
         stages_(pp_comm_ != nullptr ? pp_comm_->size() : 1),
-        part_(pipeline_partition(m, stages_)),
+        part_(pipeline_partition(m, stages_, ClassifierGradStage::kLast)),  // its weight gradient runs here
         table_(pp_comm_ != nullptr ? pipeline_rank_table(m, part_, stages_, stage_)
                                    : tensor_parallel_table(m, tp_, tp_rank_)),
         // The bucket reductions (and the tp all-reduces) are issued by the host as the passes are enqueued;

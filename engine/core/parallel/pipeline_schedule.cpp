@@ -59,14 +59,15 @@ double pipeline_block_cost(const ModelConfig& m) {
   return 3.0 * (24.0 * C * C + 4.0 * T * C);
 }
 
-PipelinePartition pipeline_partition(const ModelConfig& m, int pp) {
+PipelinePartition pipeline_partition(const ModelConfig& m, int pp, ClassifierGradStage grad) {
   const int L = m.n_layer;
   const double block = pipeline_block_cost(m), vc = 2.0 * m.vocab_size * m.n_embd;
-  // Stage-specific extras: the classifier's weight gradient on the first stage, its forward and input
-  // gradient on the last (one stage alone carries both).
+  // Stage-specific extras: the classifier's weight gradient where `grad` says, its forward and input
+  // gradient on the last (one stage alone carries all three).
+  const int grad_stage = grad == ClassifierGradStage::kFirst ? 0 : pp - 1;
   auto extra = [&](int stage) {
     double e = 0;
-    if (stage == 0) e += vc;
+    if (stage == grad_stage) e += vc;
     if (stage == pp - 1) e += 2 * vc;
     return e;
   };

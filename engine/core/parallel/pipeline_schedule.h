@@ -42,12 +42,18 @@ struct PipelinePartition {
   std::string describe() const;
 };
 
+// Where the tied classifier's weight gradient is computed: the CPU pipeline adds it on the first stage
+// (micro-batch by micro-batch, in one process's order, from what the last stage sends), the GPU stage on the
+// last (its fp32 V × C gradient sent to the first once a step).
+enum class ClassifierGradStage { kFirst, kLast };
+
 // The model's cost per token, forward and backward (3 x the forward's FLOPs): a block 3·(24·C² + 4·T·C);
 // the classifier's forward and input gradient (2 x 2·V·C) on the last stage, its weight gradient
-// (2·V·C) on the first. pipeline_partition splits the layers into `pp` contiguous runs of at least one
+// (2·V·C) where `grad` says. pipeline_partition splits the layers into `pp` contiguous runs of at least one
 // layer each that minimise the costliest stage (exact, by dynamic programming over the split points).
 double pipeline_block_cost(const ModelConfig& m);
-PipelinePartition pipeline_partition(const ModelConfig& m, int pp);
+PipelinePartition pipeline_partition(const ModelConfig& m, int pp,
+                                     ClassifierGradStage grad = ClassifierGradStage::kFirst);
 
 // Stage `stage`'s tensors, in gpt_param_table's order and with its names and layer indices: wte and wpe
 // (stage 0), its blocks, lnf (last stage). pipeline_slice copies each of `stage`'s tensors out of a

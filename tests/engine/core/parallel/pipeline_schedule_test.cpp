@@ -54,6 +54,27 @@ TEST(PipelinePartition, ACostlyClassifierTakesLayersOffTheLastStage) {
   for (int k = 1; k < 8; ++k) EXPECT_LE(best, std::max(k * block + vc, (8 - k) * block + 2 * vc) + 1e-6);
 }
 
+// The GPU stage computes the classifier's weight gradient on the last stage (the CPU pipeline on the first):
+// priced where it runs, the last stage gives up more layers. Call X6 (docs/PERF.md): at 350M on pp 2 the
+// first-stage pricing left the last stage's backward 25 % longer than the first's.
+TEST(PipelinePartition, TheClassifierGradientIsPricedOnTheStageThatRunsIt) {
+  Config m = tiny(24);  // GPT-2 350M's shape
+  m.model.n_embd = 1024;
+  m.model.n_head = 16;
+  m.model.vocab_size = 50304;
+  m.model.seq_len = 1024;
+  const PipelinePartition cpu = pipeline_partition(m.model, 2);
+  const PipelinePartition gpu = pipeline_partition(m.model, 2, ClassifierGradStage::kLast);
+  EXPECT_EQ(cpu.layers, (std::vector<int>{13, 11})) << cpu.describe();
+  EXPECT_EQ(gpu.layers, (std::vector<int>{14, 10})) << gpu.describe();
+  const double block = pipeline_block_cost(m.model), vc = 2.0 * m.model.vocab_size * m.model.n_embd;
+  EXPECT_DOUBLE_EQ(gpu.cost[0], gpu.layers[0] * block);
+  EXPECT_DOUBLE_EQ(gpu.cost[1], gpu.layers[1] * block + 3 * vc);
+  // Optimal: no other split has a smaller costliest stage.
+  const double best = std::max(gpu.cost[0], gpu.cost[1]);
+  for (int k = 1; k < 24; ++k) EXPECT_LE(best, std::max(k * block, (24 - k) * block + 3 * vc) + 1e-6);
+}
+
 TEST(PipelinePartition, StageTablesCoverTheModelOnceAndSliceByName) {
   const Config c = tiny(4);
   const TensorTable whole = gpt_param_table(c.model);
