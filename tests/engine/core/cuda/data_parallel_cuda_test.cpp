@@ -14,34 +14,14 @@
 #include <vector>
 
 #include "engine/core/cuda/device.h"
+#include "tests/engine/core/cuda/engine_run_losses.h"
 #include "tests/scratch_dir.h"
 
 namespace gantry {
 namespace {
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// Runs gantry-engine with `args`; the losses of its --json step lines, in step order.
-std::vector<double> losses_of(const std::string& args, const std::string& dir, int* code, std::string* err) {
-  const std::string out = dir + "/stdout.txt", errf = dir + "/stderr.txt";
-  const int status =
-      std::system((std::string(GANTRY_ENGINE_BIN) + " " + args + " >" + out + " 2>" + errf).c_str());
-  *code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  *err = slurp(errf);
-  std::vector<double> losses;
-  std::istringstream lines(slurp(out));
-  for (std::string line; std::getline(lines, line);) {
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_object() && j.contains("loss") && !j.contains("event"))
-      losses.push_back(j["loss"].get<double>());
-  }
-  return losses;
-}
+using testing_support::losses_of;
+using testing_support::slurp;
 
 struct Layout {
   int gpus;

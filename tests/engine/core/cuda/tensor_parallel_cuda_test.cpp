@@ -20,38 +20,14 @@
 #include <vector>
 
 #include "engine/core/cuda/device.h"
+#include "tests/engine/core/cuda/engine_run_losses.h"
 #include "tests/scratch_dir.h"
 
 namespace gantry {
 namespace {
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// Runs gantry-engine with `args`; the losses of its --json step lines, in step order (and their gradient
-// norms, into `norms` when given).
-std::vector<double> losses_of(const std::string& args, const std::string& dir, int* code, std::string* err,
-                              std::vector<double>* norms = nullptr) {
-  const std::string out = dir + "/stdout.txt", errf = dir + "/stderr.txt";
-  const int status =
-      std::system((std::string(GANTRY_ENGINE_BIN) + " " + args + " >" + out + " 2>" + errf).c_str());
-  *code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  *err = slurp(errf);
-  std::vector<double> losses;
-  std::istringstream lines(slurp(out));
-  for (std::string line; std::getline(lines, line);) {
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_object() && j.contains("loss") && !j.contains("event")) {
-      losses.push_back(j["loss"].get<double>());
-      if (norms != nullptr) norms->push_back(j.value("grad_norm", -1.0));
-    }
-  }
-  return losses;
-}
+using testing_support::losses_of;
+using testing_support::slurp;
 
 // The tiny model's config on `backend`, written under `root`.
 std::string tiny_config(const std::string& root, const std::string& backend) {
