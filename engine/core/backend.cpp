@@ -25,16 +25,26 @@ void Backend::snapshot_start(SnapshotSlot slot, const std::vector<SnapshotPiece>
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+namespace {
+
+// Both backends split the heads, the MLP's width and the vocabulary over tp ranks.
+Status tp_split_check(const ModelConfig& m, const Communicator* tp) {
+  if (tp == nullptr) return Status();
+  const int t = tp->size();
+  if (m.n_head % t != 0 || (4 * m.n_embd) % t != 0 || m.vocab_size % t != 0) {
+    return Status::error("tp " + std::to_string(t) + " must divide model.n_head " + std::to_string(m.n_head) +
+                         ", the MLP width " + std::to_string(4 * m.n_embd) + " and model.vocab_size " +
+                         std::to_string(m.vocab_size));
+  }
+  return Status();
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Backend>> backend_create(const std::string& kind, const ModelConfig& m, int max_batch,
                                                 const BackendOptions& options) {
   if (kind == "cpu") {
-    if (options.tp != nullptr &&
-        (m.n_head % options.tp->size() != 0 || (4 * m.n_embd) % options.tp->size() != 0 ||
-         m.vocab_size % options.tp->size() != 0)) {
-      return Status::error("tp " + std::to_string(options.tp->size()) + " must divide model.n_head " +
-                           std::to_string(m.n_head) + ", the MLP width " + std::to_string(4 * m.n_embd) +
-                           " and model.vocab_size " + std::to_string(m.vocab_size));
-    }
+    if (Status st = tp_split_check(m, options.tp); !st.ok()) return st;
     if (options.tp != nullptr && options.sequence_parallel && m.seq_len % options.tp->size() != 0) {
       return Status::error("tp " + std::to_string(options.tp->size()) +
                            " with sequence parallelism must divide model.seq_len " +
@@ -76,13 +86,7 @@ Result<std::unique_ptr<Backend>> backend_create(const std::string& kind, const M
           "(n_embd / n_head) of 16, 32, 64 or 128; this model has n_embd " +
           std::to_string(m.n_embd) + ", head size " + std::to_string(hs));
     }
-    if (options.tp != nullptr &&
-        (m.n_head % options.tp->size() != 0 || (4 * m.n_embd) % options.tp->size() != 0 ||
-         m.vocab_size % options.tp->size() != 0)) {
-      return Status::error("tp " + std::to_string(options.tp->size()) + " must divide model.n_head " +
-                           std::to_string(m.n_head) + ", the MLP width " + std::to_string(4 * m.n_embd) +
-                           " and model.vocab_size " + std::to_string(m.vocab_size));
-    }
+    if (Status st = tp_split_check(m, options.tp); !st.ok()) return st;
     if (options.pp != nullptr && options.pp->size() > 1) {
       PipelineSchedule s{};
       if (!pipeline_schedule_from_name(options.pp_schedule, &s) ||
