@@ -43,15 +43,7 @@ using testing_support::GangCurve;
 // The tiny config of assets/, 20 steps, one thread per rank, buckets small enough that the model's
 // 120K parameters make several of them.
 Config tiny20() {
-  Result<Config> c = config_load(std::string(GANTRY_SOURCE_DIR) + "/assets/configs/tiny.toml");
-  EXPECT_TRUE(c.ok()) << c.error();
-  Config cfg = c.value();
-  cfg.train.max_steps = 20;
-  cfg.train.val_every = 10;
-  cfg.train.checkpoint_every = 0;
-  cfg.train.threads = 1;
-  cfg.train.dp_bucket_mb = 0.1;
-  return cfg;
+  return testing_support::gang_tiny_config(20, 10);
 }
 
 using Curve = GangCurve;

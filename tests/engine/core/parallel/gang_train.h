@@ -13,6 +13,8 @@
 // (ParallelDims::comm_prefix).
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -27,6 +29,22 @@
 #include "engine/core/train.h"
 
 namespace gantry::testing_support {
+
+// assets/configs/tiny.toml for a gang test: `steps` steps, validation every `val_every` (0: none), no
+// checkpoints, one thread a rank (the gang's ranks share the cores) and small gradient buckets (several a
+// step). Each test changes what its layouts need on top.
+inline Config gang_tiny_config(int64_t steps, int64_t val_every) {
+  Result<Config> c = config_load(std::string(GANTRY_SOURCE_DIR) + "/assets/configs/tiny.toml");
+  EXPECT_TRUE(c.ok()) << c.error();
+  if (!c.ok()) return Config{};
+  Config cfg = c.value();
+  cfg.train.max_steps = steps;
+  cfg.train.val_every = val_every;
+  cfg.train.checkpoint_every = 0;
+  cfg.train.threads = 1;
+  cfg.train.dp_bucket_mb = 0.1;
+  return cfg;
+}
 
 struct GangCurve : TrainObserver {
   std::vector<double> loss, norm, val, bubble, formula;

@@ -50,16 +50,9 @@ constexpr double kNormTolerance = 1e-12;  // dp 1: the norm's summation order on
 
 // Four layers (pp 4 needs one each), micro-batches of 4: 4 per step at dp 1, 2 per rank at dp 2.
 Config tiny20(const std::string& schedule) {
-  Result<Config> c = config_load(std::string(GANTRY_SOURCE_DIR) + "/assets/configs/tiny.toml");
-  EXPECT_TRUE(c.ok()) << c.error();
-  Config cfg = c.value();
+  Config cfg = testing_support::gang_tiny_config(20, 10);
   cfg.model.n_layer = 4;
   cfg.train.micro_batch = 4;
-  cfg.train.max_steps = 20;
-  cfg.train.val_every = 10;
-  cfg.train.checkpoint_every = 0;
-  cfg.train.threads = 1;
-  cfg.train.dp_bucket_mb = 0.1;
   cfg.train.pp_schedule = schedule;
   return cfg;
 }

@@ -45,15 +45,8 @@ constexpr double kRelTolerance = 1e-4;
 
 // Micro-batches of 4: 4 per step at dp 1, 2 per rank at dp 2 (1F1B needs at least pp of them).
 Config tiny12() {
-  Result<Config> c = config_load(std::string(GANTRY_SOURCE_DIR) + "/assets/configs/tiny.toml");
-  EXPECT_TRUE(c.ok()) << c.error();
-  Config cfg = c.value();
+  Config cfg = testing_support::gang_tiny_config(12, 6);
   cfg.train.micro_batch = 4;
-  cfg.train.max_steps = 12;
-  cfg.train.val_every = 6;
-  cfg.train.checkpoint_every = 0;
-  cfg.train.threads = 1;
-  cfg.train.dp_bucket_mb = 0.1;
   return cfg;
 }
 
