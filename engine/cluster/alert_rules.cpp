@@ -332,8 +332,17 @@ std::vector<AlertTransition> AlertEvaluator::evaluate(const std::vector<AlertRul
       const Reading rd = read(rule, s, it != firing_.end());
       if (rd.verdict == Verdict::kUnknown) continue;
       const bool holds = rd.verdict == Verdict::kHolds;
+      const std::string where =
+          " on run " + std::to_string(s.run) + (s.step >= 0 ? " at step " + std::to_string(s.step) : "");
+      const std::string message = "alert " + rule.name + (holds ? ": " : " cleared: ") + rd.what + where;
       if (holds == (it != firing_.end())) {
-        if (holds) it->second.value = rd.value;  // the banner shows the latest figure
+        if (holds) {
+          // The banner shows the latest figure, and for a rank rule the rank that is slowest now: the
+          // rank that first crossed the bound (a start-up hiccup, say) may no longer be the one behind.
+          it->second.value = rd.value;
+          it->second.rank = rd.rank;
+          it->second.message = message;
+        }
         continue;
       }
       AlertTransition t{.change = holds ? AlertChange::kFired : AlertChange::kCleared,
@@ -343,9 +352,7 @@ std::vector<AlertTransition> AlertEvaluator::evaluate(const std::vector<AlertRul
                         .step = s.step,
                         .value = rd.value,
                         .rank = rd.rank};
-      const std::string where =
-          " on run " + std::to_string(s.run) + (s.step >= 0 ? " at step " + std::to_string(s.step) : "");
-      t.message = "alert " + rule.name + (holds ? ": " : " cleared: ") + rd.what + where;
+      t.message = message;
       if (holds) {
         firing_[key] = AlertFiring{.rule = rule.name,
                                    .run = s.run,

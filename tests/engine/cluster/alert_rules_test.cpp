@@ -158,6 +158,30 @@ TEST(AlertEvaluator, UnknownValuesChangeNothingAndEachRunHasItsOwnState) {
   EXPECT_EQ(t[0].run, 2);
 }
 
+// A rank rule fires for the rank that first crosses its bound (a start-up hiccup on rank 0, say); while it
+// holds, the listing follows the rank that is slowest now, without firing again.
+TEST(AlertEvaluator, AFiringRankRuleNamesTheRankThatIsSlowestNow) {
+  const std::vector<AlertRule> rules = {
+      rule({{"name", "slow_rank"}, {"kind", "rank_excess"}, {"above", 0.15}})};
+  auto excess = [](int64_t step, int32_t rank, double s) {
+    AlertRunSample r = sample(1, step, 3.0);
+    r.max_excess_s = s;
+    r.excess_rank = rank;
+    return r;
+  };
+  AlertEvaluator ev;
+  std::vector<AlertTransition> t = ev.evaluate(rules, {excess(1, 0, 0.4)}, 1);
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_EQ(t[0].rank, 0);
+  EXPECT_TRUE(ev.evaluate(rules, {excess(5, 2, 0.3)}, 2).empty());
+  ASSERT_EQ(ev.firing().size(), 1u);
+  EXPECT_EQ(ev.firing()[0].rank, 2);
+  EXPECT_EQ(*ev.firing()[0].value, 0.3);
+  EXPECT_EQ(ev.firing()[0].since_unix_s, 1);
+  EXPECT_EQ(ev.firing()[0].message,
+            "alert slow_rank: rank 2's excess over the median rank (s) 0.3 > 0.15 on run 1 at step 5");
+}
+
 TEST(AlertEvaluator, NanFiresOnANonFiniteValueAndAThresholdDoesNotTakeNanForAFigure) {
   const std::vector<AlertRule> rules = {
       rule({{"name", "loss_nan"}, {"kind", "nan"}, {"series", "loss"}}),
