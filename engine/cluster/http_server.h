@@ -69,7 +69,10 @@ struct HttpServerOptions {
   std::chrono::milliseconds read_timeout{5000};      // per read of a request
   std::chrono::milliseconds write_timeout{5000};     // per write of a response (a stalled stream reader)
   std::chrono::seconds keep_alive_timeout{5};        // an idle kept-alive connection is closed after this
-  std::chrono::milliseconds sse_keepalive{15000};    // a comment on an idle stream, so dead peers are noticed
+  // A comment on a stream idle this long. Its write is the only way a closed client is noticed (the second
+  // write after the peer left fails), and until then the stream holds its thread and its place among
+  // max_event_streams: so often that a client that polls by opening and closing streams is not refused.
+  std::chrono::milliseconds sse_keepalive{1000};
   // HTTPS: both PEM files, or neither. A build whose cpp-httplib lacks OpenSSL refuses them at start().
   std::string tls_cert_file;
   std::string tls_key_file;

@@ -202,6 +202,18 @@ class Api : public ::testing::Test {
         return ok;
       });
     });
+    // One event, then silence (a run's events stream between events): only the keep-alive writes to it.
+    s.get("/v1/hello-then-quiet", [](const HttpRequest&) {
+      auto said = std::make_shared<bool>(false);
+      return HttpResponse::stream([said](SseWriter& w) {
+        if (*said) {
+          w.sleep(250ms);
+          return true;
+        }
+        *said = true;
+        return w.send({.id = "1", .event = "hello", .data = "x"});
+      });
+    });
     // Never ends by itself: a tick every 20 ms until the client or the server goes.
     s.get("/v1/forever", [](const HttpRequest&) {
       auto n = std::make_shared<int>(0);
@@ -537,6 +549,30 @@ TEST_F(Api, TooManyStreamsIs503) {
     std::this_thread::sleep_for(20ms);
   }
   EXPECT_TRUE(again.ok()) << again.message();
+}
+
+// A client that polls by opening a stream, reading what there is and closing it (the console reconnecting,
+// a script, the cluster tests' event reads) leaves a stream the server only notices gone when a write to it
+// fails; on a quiet stream only the keep-alive writes. Each place must come back soon enough for the next
+// poll: with the fixture's two places, the third poll waits for one. (A 15 s keep-alive held each closed
+// stream's place for about 30 s, and every poll in that window was refused.)
+TEST_F(Api, AClosedQuietStreamGivesItsPlaceBackForTheNextPoll) {
+  for (int poll = 0; poll < 4; ++poll) {
+    Status got;
+    int hellos = 0;
+    for (int attempt = 0; attempt < 400; ++attempt) {  // 20 ms apart: about 8 s
+      HttpEventStream s({.url = server_->url(), .token = kToken});
+      got = s.run("/v1/hello-then-quiet", [&](const SseEvent& e) {
+        hellos += e.event == "hello";
+        return false;  // read what there is, then close
+      });
+      if (got.ok()) break;
+      EXPECT_THAT(got.message(), HasSubstr("503 Service Unavailable: too many event streams open (2)"));
+      std::this_thread::sleep_for(20ms);
+    }
+    ASSERT_TRUE(got.ok()) << "poll " << poll << ": " << got.message();
+    EXPECT_EQ(hellos, 1);
+  }
 }
 
 TEST_F(Api, StoppingTheServerEndsOpenStreams) {
