@@ -4,11 +4,12 @@
 //
 //   gantry-engine plan --model gpt3-175b --gpu a100-80gb --gpus 1024 --tp 8 --pp 16 --vp 2 --recompute full
 //   gantry-engine plan --model llama3-70b --gpu h100 --gpus 512 --search --top 5
-#include <time.h>    // clock_gettime(CLOCK_PROCESS_CPUTIME_ID): --measure-cpu with one thread
+#include <time.h>    // clock_gettime(CLOCK_THREAD_CPUTIME_ID): --measure-cpu with one thread
 #include <unistd.h>  // sysconf: the host's memory, which gantry-cpu's `fits` compares with
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -155,7 +156,7 @@ std::string flag_message(std::string msg) {
 double seconds_now(bool cpu) {
   if (cpu) {
     timespec ts{};
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);  // the calling thread's: copies run side by side
     return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
   }
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -267,15 +268,38 @@ double measure_background_threads(int cores) {
   return std::max(0.0, cores / share - 1);
 }
 
-// --measure-cpu: the CPU backend's loops (engine/core/cpu/ops_cpu.cpp) timed at fixed reference shapes,
-// none of them a configuration the planner is later compared on: a matmul of 512 rows, 128 in, 512 out;
-// attention with B 8, NH 4, T 64, head size 32; GELU over 256K elements; LayerNorm over 2048 x 128;
-// softmax over 512 x 1024; the optimizer of a one-layer width-128 model. About a second on two cores.
-// With one thread the loops are timed by CPU time (the process's only busy thread), so the rates do not
-// depend on what else the machine runs; with more, by the wall clock.
-CpuRates measure_cpu_rates(int threads) {
-  ThreadPool pool(threads);
-  const bool cpu_clock = pool.threads() == 1;
+// The shapes --measure-cpu times the CPU backend's loops at: the plan's own model, micro-batch and tp split.
+// A loop's rate depends on its shape (on the developer VM a matmul whose dot products are 64 long runs at
+// half the FLOP rate of one 128 long), so rates taken at other shapes mis-price a model by up to 2x. Rows,
+// output columns and attention heads are cut down where the model is large (a row's cost does not depend
+// on how many rows there are), so that a GPT-2-sized plan still measures in about a second.
+struct LoopShapes {
+  int rows = 0;   // micro_batch · seq, capped
+  int c = 0;      // the width (whole: the LayerNorms and the row-parallel products' outputs)
+  int heads = 0;  // this rank's heads
+  int seq = 0, micro = 0, layers = 0;
+  int vocab = 0;  // this rank's vocabulary rows
+  int tp = 1;
+};
+
+LoopShapes loop_shapes(const PlanModel& m, int micro_batch, int tp) {
+  LoopShapes s;
+  s.c = m.hidden;
+  s.tp = std::max(1, tp);
+  s.heads = std::max(1, m.heads / s.tp);
+  s.seq = m.seq;
+  s.micro = std::max(1, micro_batch);
+  s.layers = m.layers;
+  s.vocab = std::max(1, m.vocab / s.tp);
+  // About 64 MFLOP for the widest block product.
+  const double widest = static_cast<double>(s.c) * std::max(4 * s.c / s.tp, s.c);
+  s.rows = static_cast<int>(std::clamp(32e6 / widest, 16.0, static_cast<double>(s.micro) * s.seq));
+  return s;
+}
+
+// The matmuls, attention, GELU, LayerNorm and softmax loops of one micro-batch at `at`, each rate the
+// model's mix of its shapes (Σ FLOPs / Σ seconds, each block product counted once a layer).
+void measure_loop_rates(ThreadPool* pool, bool cpu_clock, const LoopShapes& at, CpuRates* r) {
   std::mt19937 gen(1);
   std::uniform_real_distribution<float> u(-0.1f, 0.1f);
   auto values = [&](size_t n) {
@@ -283,50 +307,63 @@ CpuRates measure_cpu_rates(int threads) {
     for (float& x : v) x = u(gen);
     return v;
   };
-  CpuRates r;
-  r.threads = pool.threads();
-  // Gloo's figures start as the defaults: measure_gloo keeps them where it cannot time a collective.
-  const CpuRates defaults = plan_cpu_rates_default(r.threads);
-  r.comm_latency_s = defaults.comm_latency_s;
-  r.comm_bw = defaults.comm_bw;
+  const int n = at.rows, c = at.c, tp = at.tp;
   {
-    const int n = 512, c = 128, oc = 512;
-    auto x = values(static_cast<size_t>(n) * c), w = values(static_cast<size_t>(oc) * c), b = values(oc);
-    auto y = values(static_cast<size_t>(n) * oc), dx = values(x.size()), dw = values(w.size()),
-         db = values(oc);
-    const double flops = 2.0 * n * c * oc;
-    r.dot_flops = flops / median_seconds(cpu_clock, [&] {
-                    matmul_forward(&pool, y.data(), x.data(), w.data(), b.data(), n, c, oc);
-                  });
-    r.axpy_flops =
-        2 * flops / median_seconds(cpu_clock, [&] {
-          matmul_backward(&pool, dx.data(), dw.data(), db.data(), y.data(), x.data(), w.data(), n, c, oc);
+    // (inputs, outputs, times a step): QKV and MLP-up column-parallel, the projections row-parallel, the
+    // logits over this rank's vocabulary (at most 8192 rows of it: each output column costs the same).
+    const int blocks = at.layers;
+    const std::array<std::array<int, 3>, 5> products = {{{c, 3 * c / tp, blocks},
+                                                         {c / tp, c, blocks},
+                                                         {c, 4 * c / tp, blocks},
+                                                         {4 * c / tp, c, blocks},
+                                                         {c, std::min(at.vocab, 8192), 1}}};
+    double flops = 0, dot_s = 0, axpy_s = 0;
+    for (const auto& [in, out, times] : products) {
+      auto x = values(static_cast<size_t>(n) * in), w = values(static_cast<size_t>(out) * in),
+           b = values(static_cast<size_t>(out));
+      auto y = values(static_cast<size_t>(n) * out), dx = values(x.size()), dw = values(w.size()),
+           db = values(static_cast<size_t>(out));
+      flops += times * 2.0 * n * in * out;
+      dot_s += times * median_seconds(cpu_clock, [&] {
+                 matmul_forward(pool, y.data(), x.data(), w.data(), b.data(), n, in, out);
+               });
+      axpy_s +=
+          times * median_seconds(cpu_clock, [&] {
+            matmul_backward(pool, dx.data(), dw.data(), db.data(), y.data(), x.data(), w.data(), n, in, out);
+          });
+    }
+    r->dot_flops = flops / dot_s;
+    r->axpy_flops = 2 * flops / axpy_s;
+  }
+  {
+    // Attention over whole sequences: fewer of them (sequences, then heads) where there are many.
+    const int hs = c / std::max(1, at.heads * tp);
+    const double per_head = 12.0 * hs * at.seq * (at.seq + 1) / 2;
+    int b = at.micro, nh = at.heads;
+    while (b > 1 && b * nh * per_head > 200e6) --b;
+    while (nh > 1 && b * nh * per_head > 200e6) --nh;
+    const int ch = nh * hs;  // the heads' width
+    auto qkv = values(static_cast<size_t>(b) * at.seq * 3 * ch),
+         att = values(static_cast<size_t>(b) * nh * at.seq * at.seq);
+    auto out = values(static_cast<size_t>(b) * at.seq * ch), dqkv = values(qkv.size());
+    r->attention_flops =
+        b * nh * per_head / median_seconds(cpu_clock, [&] {
+          attention_forward(pool, out.data(), att.data(), qkv.data(), b, at.seq, ch, nh);
+          attention_backward(pool, dqkv.data(), out.data(), qkv.data(), att.data(), b, at.seq, ch, nh);
         });
   }
   {
-    const int b = 8, nh = 4, t = 64, c = 128;
-    auto qkv = values(static_cast<size_t>(b) * t * 3 * c), att = values(static_cast<size_t>(b) * nh * t * t);
-    auto out = values(static_cast<size_t>(b) * t * c), dqkv = values(qkv.size());
-    const double pairs = static_cast<double>(b) * nh * t * (t + 1) / 2;
-    r.attention_flops =
-        12.0 * (c / nh) * pairs / median_seconds(cpu_clock, [&] {
-          attention_forward(&pool, out.data(), att.data(), qkv.data(), b, t, c, nh);
-          attention_backward(&pool, dqkv.data(), out.data(), qkv.data(), att.data(), b, t, c, nh);
-        });
+    const size_t e = static_cast<size_t>(n) * 4 * c / tp;
+    auto x = values(e), y = values(e), dx = values(e);
+    r->gelu_elements = static_cast<double>(e) / median_seconds(cpu_clock, [&] {
+                         gelu_forward(y.data(), x.data(), e);
+                         gelu_backward(dx.data(), x.data(), y.data(), e);
+                       });
   }
   {
-    const size_t n = 256 * 1024;
-    auto x = values(n), y = values(n), dx = values(n);
-    r.gelu_elements = static_cast<double>(n) / median_seconds(cpu_clock, [&] {
-                        gelu_forward(y.data(), x.data(), n);
-                        gelu_backward(dx.data(), x.data(), y.data(), n);
-                      });
-  }
-  {
-    const int n = 2048, c = 128;
     auto x = values(static_cast<size_t>(n) * c), y = values(x.size()), dx = values(x.size());
     auto w = values(c), b = values(c), dw = values(c), db = values(c), mean = values(n), rstd = values(n);
-    r.layernorm_elements =
+    r->layernorm_elements =
         static_cast<double>(n) * c / median_seconds(cpu_clock, [&] {
           layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), n, c);
           layernorm_backward(dx.data(), dw.data(), db.data(), y.data(), x.data(), w.data(), mean.data(),
@@ -334,19 +371,63 @@ CpuRates measure_cpu_rates(int threads) {
         });
   }
   {
-    const int n = 512, v = 1024;
+    const int v = at.vocab;
     auto logits = values(static_cast<size_t>(n) * v), probs = values(logits.size()),
          dl = values(logits.size());
     auto losses = values(n);
     std::vector<int32_t> targets(n);
     for (int i = 0; i < n; ++i) targets[i] = static_cast<int32_t>(gen() % v);
-    r.softmax_elements =
+    r->softmax_elements =
         static_cast<double>(n) * v / median_seconds(cpu_clock, [&] {
-          softmax_crossentropy_forward(&pool, probs.data(), losses.data(), logits.data(), targets.data(), n,
+          softmax_crossentropy_forward(pool, probs.data(), losses.data(), logits.data(), targets.data(), n,
                                        v);
-          softmax_crossentropy_backward(&pool, dl.data(), probs.data(), targets.data(), 1.0f, n, v);
+          softmax_crossentropy_backward(pool, dl.data(), probs.data(), targets.data(), 1.0f, n, v);
         });
   }
+}
+
+// --measure-cpu: the CPU backend's loops timed at the plan's shapes (above), with as many copies running
+// at once as the plan has ranks on this host's cores (at most one a core), each on its own thread and
+// data: ranks sharing a machine share its caches and memory bandwidth, and a rank's loops are slower
+// beside the others' than alone. Each rate is the median over the copies. With one thread the loops are
+// timed by the thread's CPU time, so the rates do not depend on what else the machine runs; with more,
+// by the wall clock (and one copy).
+CpuRates measure_cpu_rates(int threads, const LoopShapes& at, int ranks_here) {
+  ThreadPool pool(threads);
+  const bool cpu_clock = pool.threads() == 1;
+  CpuRates r;
+  r.threads = pool.threads();
+  // Gloo's figures start as the defaults: measure_gloo keeps them where it cannot time a collective.
+  const CpuRates defaults = plan_cpu_rates_default(r.threads);
+  r.comm_latency_s = defaults.comm_latency_s;
+  r.comm_bw = defaults.comm_bw;
+  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  const int copies = cpu_clock ? std::clamp(ranks_here, 1, static_cast<int>(hw)) : 1;
+  std::vector<CpuRates> each(static_cast<size_t>(copies));
+  {
+    std::vector<std::thread> others;
+    for (int k = 1; k < copies; ++k) {
+      others.emplace_back([&, k] {
+        ThreadPool own(1);
+        measure_loop_rates(&own, true, at, &each[static_cast<size_t>(k)]);
+      });
+    }
+    measure_loop_rates(&pool, cpu_clock, at, &each[0]);
+    for (std::thread& t : others) t.join();
+  }
+  auto median = [&](double CpuRates::*field) {
+    std::vector<double> v;
+    for (const CpuRates& e : each) v.push_back(e.*field);
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+  };
+  for (double CpuRates::*f :
+       {&CpuRates::dot_flops, &CpuRates::axpy_flops, &CpuRates::attention_flops, &CpuRates::gelu_elements,
+        &CpuRates::layernorm_elements, &CpuRates::softmax_elements}) {
+    r.*f = median(f);
+  }
+  r.measured_copies = copies;
+  r.measured_rows = at.rows;
   {
     // Two chunks per thread of nothing: only the wake-up and the wait are timed, 1,000 times over.
     constexpr int kCalls = 1000;
@@ -427,7 +508,13 @@ Result<PlanInput> build_input(const PlanArgs& a) {
     // which already holds the load.
     const double background_now =
         a.measure_cpu && a.cpu_background < 0 && threads == 1 ? measure_background_threads(in.cpu_cores) : 0;
-    in.cpu = a.measure_cpu ? measure_cpu_rates(threads) : plan_cpu_rates_default(threads);
+    if (a.measure_cpu) {
+      const int micro = a.micro_batch > 0 ? a.micro_batch : (a.config.empty() ? 1 : cfg.train.micro_batch);
+      const long long ranks = a.nodes > 0 ? 1LL * a.nodes * a.gpus_per_node : std::max(a.gpus, 1);
+      in.cpu = measure_cpu_rates(threads, loop_shapes(m, micro, a.tp), static_cast<int>(ranks));
+    } else {
+      in.cpu = plan_cpu_rates_default(threads);
+    }
     // The host's other work: as given, else sampled with --measure-cpu (before its loops, which would
     // count themselves), else none.
     in.cpu_background = a.cpu_background >= 0 ? a.cpu_background : background_now;
@@ -662,6 +749,9 @@ nlohmann::json plan_json(const Plan& p, const PlanInput& in) {
                         {"comm_latency_s", r.comm_latency_s},
                         {"comm_bw", r.comm_bw},
                         {"threads", r.threads}};
+    if (r.measured_copies > 0) {
+      out["cpu_rates"]["measured"] = {{"copies", r.measured_copies}, {"rows", r.measured_rows}};
+    }
   }
   return out;
 }

@@ -106,8 +106,9 @@ double plan_engine_compute_efficiency(EngineKind e, std::string_view gpu);
 // ---- The CPU backend's step time.
 
 // Rates of the CPU backend's loops on one machine, with the backend's thread count. Measured by running
-// the engine's own ops at fixed reference shapes (`gantry-engine plan --engine gantry-cpu --measure-cpu`);
-// the defaults are the developer VM's (2-core AMD EPYC, 2 threads, 2026-11-26; docs/PERF.md).
+// the engine's own ops at the plan's shapes (`gantry-engine plan --engine gantry-cpu --measure-cpu`); the
+// defaults are the developer VM's at fixed reference shapes (2-core AMD EPYC, 2 threads, 2026-11-26;
+// docs/PERF.md), so they price a model much narrower or wider than width 128 less well.
 struct CpuRates {
   double dot_flops = 0;           // matmul_forward: dot-product rows, FLOP/s
   double axpy_flops = 0;          // matmul_backward: axpy rows and weight columns, FLOP/s
@@ -127,6 +128,10 @@ struct CpuRates {
   // The backend's threads these rates were measured with (ThreadPool's count); the planner needs it to
   // know how many of the host's cores a rank takes.
   int threads = 0;
+  // Measured rates only (0 for the defaults): how many copies of the loops ran side by side, and the rows
+  // of the plan's shapes they ran at.
+  int measured_copies = 0;
+  int measured_rows = 0;
 };
 // threads 1: one thread per rank (as `gantry-engine run` ranks usually train, train.threads = 1), timed by
 // CPU time; otherwise the 2-thread figures.

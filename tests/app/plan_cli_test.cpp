@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>  // parses --json
 #include <sstream>
 #include <string>
+#include <thread>  // hardware_concurrency: the copies --measure-cpu runs
 
 #include "tests/app/engine_process.h"
 #include "tests/scratch_dir.h"
@@ -105,6 +106,11 @@ TEST(PlanCli, MeasureCpuGivesEveryRateAndTheHostsLoadCountsInTheStep) {
     EXPECT_GT(j["cpu_rates"][k].get<double>(), 0) << k;
   EXPECT_GE(j["cpu_rates"]["comm_latency_s"].get<double>(), 0);
   EXPECT_EQ(j["cpu_rates"]["threads"].get<int>(), 1);
+  // At the plan's own shapes (tiny.toml's micro-batch of 8 sequences of 64 tokens), with a copy of the
+  // loops per rank running beside the other (up to one a core).
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  EXPECT_EQ(j["cpu_rates"]["measured"]["rows"].get<int>(), 8 * 64);
+  EXPECT_EQ(j["cpu_rates"]["measured"]["copies"].get<int>(), std::min(2, cores));
   EXPECT_GE(j["time"]["cpu"]["background_threads"].get<double>(), 0);
   // The default rates, the same layout on 2 cores: three busy threads beside the job's two slow it down.
   Outcome quiet =
@@ -114,6 +120,7 @@ TEST(PlanCli, MeasureCpuGivesEveryRateAndTheHostsLoadCountsInTheStep) {
   ASSERT_EQ(quiet.code, 0) << quiet.err;
   ASSERT_EQ(busy.code, 0) << busy.err;
   const nlohmann::json q = nlohmann::json::parse(quiet.out), b = nlohmann::json::parse(busy.out);
+  EXPECT_FALSE(q["cpu_rates"].contains("measured")) << "the defaults were not measured here";
   EXPECT_EQ(b["time"]["cpu"]["background_threads"].get<double>(), 3);
   EXPECT_DOUBLE_EQ(b["time"]["cpu"]["cores_share"].get<double>(), 2.5);
   EXPECT_GT(b["time"]["step_s"].get<double>(), q["time"]["step_s"].get<double>());
