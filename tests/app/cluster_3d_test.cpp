@@ -138,6 +138,20 @@ TEST_F(Cluster3d, LayoutsThatCannotRunOrBePlacedAreRefusedNamingTheNumbers) {
     EXPECT_EQ(r.code, c.code) << c.layout << ": " << r.err;
     EXPECT_THAT(r.err, HasSubstr(c.says)) << c.layout;
   }
+  // Defects: the degrees' product overflowed int and was refused as "world size 0"; and the coordinator
+  // checked tp without the config's sequence parallelism, so a seq_len that tp does not divide was
+  // accepted (201), placed, and left a failed run behind when its workers refused it with exit code 2.
+  testing_support::Outcome huge =
+      run_engine(ctl() + "submit --config " + cfg + " --dp 1048576 --tp 1024 --pp 1024");
+  EXPECT_EQ(huge.code, 2) << huge.err;
+  EXPECT_THAT(huge.err,
+              HasSubstr("dp 1048576 x tp 1024 x pp 1024 = 1099511627776 ranks, more than the 1048576"));
+  std::string sp = std::regex_replace(tiny_config(4), std::regex("seq_len = \\d+"), "seq_len = 65");
+  sp = std::regex_replace(sp, std::regex("\\[train\\]"), "[train]\nsequence_parallel = true");
+  testing_support::Outcome seq =
+      run_engine(ctl() + "submit --config " + config_file("tiny-sp.toml", sp) + " --dp 1 --tp 2");
+  EXPECT_EQ(seq.code, 2) << seq.out << seq.err;
+  EXPECT_THAT(seq.err, HasSubstr("tp 2 with train.sequence_parallel does not divide model.seq_len 65"));
   EXPECT_EQ(get("/v1/runs")["runs"].size(), 0u);
   EXPECT_TRUE(children_of(agent_pids()).empty()) << "a refused job started workers";
 }
