@@ -4,7 +4,10 @@
 // rank's (dp, pp, tp) coordinate is in the ranks view, and the loss curve equals that of `gantry-engine
 // run` on the same layout (same processes, same reduction order: the same numbers). Layouts that cannot
 // run or cannot be placed are refused naming the numbers; a quarantine moves a tp group as a whole.
+#include <signal.h>
+
 #include <cstdio>
+#include <cstring>  // strsignal
 #include <fstream>
 #include <map>
 #include <regex>
@@ -188,6 +191,56 @@ TEST_F(Cluster3d, AQuarantineMovesATpGroupAsAWhole) {
   }
   ASSERT_TRUE(api_->post_json("/v1/runs/" + std::to_string(id) + "/stop", json::object()).ok());
   ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 60s)) << run_state(id).dump();
+}
+
+// Kill and starve a tp2 x pp2 gang (issue 17: a failure's recovery at pp > 1 had no test): its four ranks
+// span both nodes (a tp group on each, the pipeline across them). Rank 2 killed with -9, then rank 1
+// stopped with SIGSTOP (a hung stage: its peers block in a send/recv): each time the coordinator finds it
+// (the exit; the hang timeout, naming rank 1), places the run again from its newest checkpoint on the same
+// layout, and the run trains on; no worker of an old generation is left.
+TEST_F(Cluster3d, AKilledAndAStoppedRankOfATp2Pp2RunAreRecoveredOnTheSameLayout) {
+  const std::string text =
+      std::regex_replace(tiny_config(100000), std::regex("micro_batch = \\d+"), "micro_batch = 4");
+  Result<json> sub = api_->post_json("/v1/runs", {{"config", text},
+                                                  {"layout", {{"dp", 1}, {"tp", 2}, {"pp", 2}}},
+                                                  {"checkpoint_every_steps", 3},
+                                                  {"hang_timeout_s", 3}});
+  ASSERT_TRUE(sub.ok()) << sub.error();
+  const int64_t id = sub->at("id").get<int64_t>();
+  const std::string run = "/v1/runs/" + std::to_string(id);
+  for (const int signal : {SIGKILL, SIGSTOP}) {
+    const int restarts = run_state(id)["restarts"].get<int>();
+    const int64_t from = last_step(id);
+    ASSERT_TRUE(eventually([&] { return last_step(id) >= from + 4; }, 120s)) << run_state(id).dump();
+    const std::vector<pid_t> before = children_of(agent_pids());
+    workers_.insert(workers_.end(), before.begin(), before.end());
+    const int rank = signal == SIGKILL ? 2 : 1;
+    const pid_t victim = pid_of_rank(before, rank);
+    ASSERT_GT(victim, 0) << "no worker with RANK=" << rank;
+    ASSERT_EQ(::kill(victim, signal), 0);
+    ASSERT_TRUE(eventually(
+        [&] {
+          const json r = run_state(id);
+          return r["restarts"] == restarts + 1 && r["state"] == "running";
+        },
+        120s))
+        << strsignal(signal) << ": " << run_state(id).dump();
+    const int64_t placed_at = last_step(id);
+    ASSERT_TRUE(eventually([&] { return last_step(id) > placed_at + 1; }, 120s)) << run_state(id).dump();
+    const json r = run_state(id);
+    EXPECT_EQ(r["layout"], json({{"dp", 1}, {"tp", 2}, {"pp", 2}, {"vp", 1}, {"zero", 0}}));
+    EXPECT_EQ(r["world"], 4);
+    // The failed generation's workers are gone, the stopped one included (the launcher kills it).
+    for (pid_t p : before) EXPECT_TRUE(eventually([&] { return gone(p); }, 30s)) << "worker " << p << " left";
+  }
+  const std::vector<json> hangs = events(id, "hang");
+  ASSERT_EQ(hangs.size(), 1u);
+  const json hang = json::parse(hangs[0]["payload"].get<std::string>());
+  EXPECT_EQ(hang.value("rank", -1), 1) << hang.dump();
+  EXPECT_EQ(hang.value("process_state", ""), "T") << hang.dump();
+  ASSERT_TRUE(api_->post_json(run + "/stop", json::object()).ok());
+  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 60s)) << run_state(id).dump();
+  workers_ = children_of(agent_pids());
 }
 
 // What-if's Apply (issue 17) is resume-from on another layout: a stopped dp 2 run goes on at dp 1 x tp 2
