@@ -24,8 +24,9 @@ Status checkpoint_load_agree(const Status& own, const std::string& dir, Communic
   if (comm == nullptr || comm->size() <= 1) return own;
   const int rank = comm->rank(), world = comm->size();
   // Every rank that failed sets it before the all-reduce (the last one's stays), so once the all-reduce
-  // says some rank failed, the key holds a failed rank's reason.
-  const std::string key = "resume_refused/" + dir;
+  // says some rank failed, the key holds a failed rank's reason. One key, not one per directory: the
+  // agents' in-memory restore gives each node a path of its own; and each gang has a store of its own.
+  const std::string key = "resume_refused";
   if (!own.ok() && store != nullptr) {
     const std::string v = std::to_string(rank) + "\n" + own.message();
     (void)store->set(key, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()), v.size()),
