@@ -280,6 +280,45 @@ TEST_F(Cluster3d, ResumeFromMovesAStoppedRunToAnotherTp) {
   ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 60s)) << run_state(id).dump();
 }
 
+// What-if's Apply on a live run: the operator stops it, then resumes it on the new layout. Defect: a live
+// run's resume-from was refused for its state (409) before its layout was looked at, so a layout the model
+// cannot take (tp 3 of 4 heads), or one no node can hold (a tp group of 4 on nodes of 2 slots), was found
+// only after the stop, and the run stood stopped for nothing. Now those are refused while it trains
+// (400 naming the numbers; 409 naming the placement, its own slots counted free), a layout that can be
+// placed gets the state's 409 (stop it first), and the run trains on throughout.
+TEST_F(Cluster3d, ResumeFromRefusesALayoutALiveRunCannotTakeBeforeItIsStopped) {
+  Result<json> sub =
+      api_->post_json("/v1/runs", {{"config", tiny_config(100000)}, {"layout", {{"dp", 4}}}, {"min_dp", 1}});
+  ASSERT_TRUE(sub.ok()) << sub.error();
+  const int64_t id = sub->at("id").get<int64_t>();
+  const std::string run = "/v1/runs/" + std::to_string(id);
+  ASSERT_TRUE(eventually([&] { return last_step(id) >= 2; }, 60s)) << run_state(id).dump();
+  struct Case {
+    json layout;
+    int status;
+    std::string says;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{{"dp", 1}, {"tp", 3}}, 400, "tp 3 does not divide model.n_head 4"},
+           {{{"dp", 1}, {"tp", 4}}, 409, "tp 4 needs 4 free slots on one node"},
+           // Placeable on the run's own slots: refused for the state only.
+           {{{"dp", 2}, {"tp", 2}}, 409, "only a stopped, failed or interrupted run resumes"},
+       }) {
+    Result<HttpReply> r = api_->post(run + "/resume-from", {{"checkpoint", "latest"}, {"layout", c.layout}});
+    ASSERT_TRUE(r.ok()) << r.error();
+    EXPECT_EQ(r->status, c.status) << c.layout.dump() << ": " << r->body;
+    EXPECT_THAT(r->error_message(), HasSubstr(c.says)) << c.layout.dump();
+  }
+  const int64_t at = last_step(id);
+  ASSERT_TRUE(eventually([&] { return last_step(id) > at; }, 60s)) << "the run stopped training";
+  const json r = run_state(id);
+  EXPECT_EQ(r["state"], "running");
+  EXPECT_EQ(r["generation"], 1);
+  EXPECT_EQ(r["layout"]["dp"], 4);
+  ASSERT_TRUE(api_->post_json(run + "/stop", json::object()).ok());
+  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 60s)) << run_state(id).dump();
+}
+
 // Pipeline checkpoints reshard (issue 17), so resume-from moves a run into a pipeline and out of it: a dp 2
 // run stopped after a few steps goes on at pp 2 (its two stages on one node, each rank's coordinate
 // saying so) from its checkpoint, then, stopped again, at dp 2 from the pipeline's checkpoint. Each move
