@@ -71,6 +71,8 @@ std::string seconds_arg(double s) {
   return buf;
 }
 
+constexpr int kMaxNproc = 4096;  // --nproc's bound (and each of --tp, --pp, --vp's)
+
 int run_main(const RunArgs& a) {
   namespace fs = std::filesystem;
   Result<Config> cfg = config_load(a.config);
@@ -79,6 +81,13 @@ int run_main(const RunArgs& a) {
     return kExitBadInput;
   }
   if (a.vp > 0) cfg->train.vp = a.vp;
+  if (a.tp * a.pp > kMaxNproc) {  // no worker count --nproc takes is a multiple of it
+    std::fprintf(stderr,
+                 "gantry-engine run: tp x pp = %d x %d = %d ranks is more than --nproc can be (at most %d): "
+                 "lower --tp or --pp so that tp x pp <= %d\n",
+                 a.tp, a.pp, a.tp * a.pp, kMaxNproc, kMaxNproc);
+    return kExitBadInput;
+  }
   if (a.nproc % (a.tp * a.pp) != 0) {  // else dp = nproc / (tp x pp) would round down and name a wrong layout
     std::fprintf(
         stderr,
@@ -312,7 +321,7 @@ void run_command_add(CLI::App& app, int* exit_code) {
       "Train with N worker processes on this machine (data parallel; one GPU each with the cuda backend)");
   sub->add_option("--nproc", args->nproc, "Worker processes (the dp degree)")
       ->required()
-      ->check(CLI::Range(1, 4096));
+      ->check(CLI::Range(1, kMaxNproc));
   sub->add_option("--config", args->config, "Training config (TOML), e.g. assets/configs/tiny.toml")
       ->required()
       ->check(CLI::ExistingFile);
@@ -323,15 +332,15 @@ void run_command_add(CLI::App& app, int* exit_code) {
   sub->add_option(
          "--tp", args->tp,
          "Tensor-parallel degree (CPU and CUDA backends): dp = nproc / (tp x pp); tp must divide the heads")
-      ->check(CLI::Range(1, 4096));
+      ->check(CLI::Range(1, kMaxNproc));
   sub->add_option(
          "--pp", args->pp,
          "Pipeline-parallel degree (CPU and CUDA backends): dp = nproc / (tp x pp); train.pp_schedule "
          "picks GPipe, 1F1B, interleaved (with --vp) or ZB-H1, train.micro_batch the micro-batch count")
-      ->check(CLI::Range(1, 4096));
+      ->check(CLI::Range(1, kMaxNproc));
   sub->add_option("--vp", args->vp,
                   "Virtual pipeline stages per rank (train.pp_schedule \"interleaved\"); default train.vp")
-      ->check(CLI::Range(1, 4096));
+      ->check(CLI::Range(1, kMaxNproc));
   sub->add_option("--out", args->out,
                   "Run folder for checkpoints, data and history.sqlite (default runs/<config name>)");
   sub->add_option("--resume", args->resume,

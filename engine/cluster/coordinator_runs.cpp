@@ -1051,12 +1051,6 @@ HttpResponse Coordinator::Impl::resume_from(const HttpRequest& req) {
   HttpResponse err;
   Run* r = find_run(req, &err);
   if (r == nullptr) return err;
-  if (Status s = run_action_check(RunAction::kResumeFrom, r->state); !s.ok()) {
-    return HttpResponse::error(
-        409, "cannot resume run " + std::to_string(r->id) + " from a checkpoint: " + s.message());
-  }
-  Result<std::pair<std::string, int64_t>> c = resolve_checkpoint(*r, *ckpt);
-  if (!c.ok()) return HttpResponse::error(400, c.error());
   const int new_dp = static_cast<int>(dp.value_or(r->dp));
   Result<Config> cfg = config_parse(r->config_toml, "config");
   if (!cfg.ok()) return HttpResponse::error(500, "the run's config no longer parses: " + cfg.error());
@@ -1088,6 +1082,32 @@ HttpResponse Coordinator::Impl::resume_from(const HttpRequest& req) {
                  std::to_string(r->db_world) + " ranks; resume it on dp x tp x pp <= " +
                  std::to_string(r->db_world) + ", or submit a new run for a larger layout");
   }
+  // A live run is refused below (stop it first), but a layout it could never take is refused here, while
+  // it still trains: the What-if Apply's operator stops a run only for a move that can happen. Its own
+  // slots count as free: the stop gives them back.
+  if (!run_state_terminal(r->state)) {
+    std::vector<PlacementNode> freed = placement_nodes();
+    for (PlacementNode& n : freed) {
+      for (const NodeShare& sh : r->shares) {
+        if (sh.node != n.id || sh.done) continue;
+        std::erase_if(n.busy, [&](int slot) {
+          return std::find(sh.slots.begin(), sh.slots.end(), slot) != sh.slots.end();
+        });
+      }
+    }
+    Result<Placement> fits = placement_assign(freed, {.dp = lay.dp, .tp = lay.tp, .pp = lay.pp});
+    if (!fits.ok()) {
+      return HttpResponse::error(409, "run " + std::to_string(r->id) + " cannot be moved to " +
+                                          run_layout_text(lay) +
+                                          " (even with its own slots free): " + fits.error());
+    }
+  }
+  if (Status s = run_action_check(RunAction::kResumeFrom, r->state); !s.ok()) {
+    return HttpResponse::error(
+        409, "cannot resume run " + std::to_string(r->id) + " from a checkpoint: " + s.message());
+  }
+  Result<std::pair<std::string, int64_t>> c = resolve_checkpoint(*r, *ckpt);
+  if (!c.ok()) return HttpResponse::error(400, c.error());
   const std::vector<PlacementNode> pn = placement_nodes();
   Result<Placement> p = placement_assign(pn, {.dp = lay.dp, .tp = lay.tp, .pp = lay.pp});
   if (!p.ok()) return HttpResponse::error(409, p.error());  // nothing started, nothing changed

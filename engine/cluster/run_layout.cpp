@@ -11,10 +11,24 @@ namespace gantry {
 
 Status run_layout_check(const Config& c, const RunLayout& l) {
   if (l.vp < 1) return Status::error("vp " + std::to_string(l.vp) + " must be at least 1");
+  // The API takes each degree up to its own bound, so their product can pass int's range: counted in 64
+  // bits, or dp 2^20 x tp 2^10 x pp 2^10 reads as a world of 0 ranks.
+  const long long world = static_cast<long long>(l.dp) * l.tp * l.pp;
+  if (world > kRunLayoutMaxWorld) {
+    return Status::error("parallel layout: dp " + std::to_string(l.dp) + " x tp " + std::to_string(l.tp) +
+                         " x pp " + std::to_string(l.pp) + " = " + std::to_string(world) +
+                         " ranks, more than the " + std::to_string(kRunLayoutMaxWorld) +
+                         " a run may have: choose degrees whose product is at most " +
+                         std::to_string(kRunLayoutMaxWorld));
+  }
   Result<ParallelDims> d =
       ParallelDims::make({.world = l.world(), .rank = 0, .dp = l.dp, .tp = l.tp, .pp = l.pp, .zero = l.zero});
   if (!d.ok()) return d.status();
-  if (Status s = tensor_parallel_check(c.model, d.value(), c.train.backend); !s.ok()) return s;
+  // With the config's sequence parallelism, as the workers check it: without it a seq_len that tp does not
+  // divide passed here and the gang failed at start with exit code 2, leaving a failed run behind.
+  if (Status s = tensor_parallel_check(c.model, d.value(), c.train.backend, c.train.sequence_parallel);
+      !s.ok())
+    return s;
   if (Status s = train_layout_check(c, l.dp); !s.ok()) return s;
   // The pipeline's micro-batches are the gradient-accumulation ones (train.cpp), as `run` counts them.
   const int share = c.train.global_batch / l.dp, B = std::min(c.train.micro_batch, share);

@@ -14,6 +14,10 @@
 
 namespace gantry {
 
+// The most ranks a run may have (dp's own bound, 2^20): the degrees' product is checked against it before
+// anything multiplies them in int.
+inline constexpr long long kRunLayoutMaxWorld = 1LL << 20;
+
 struct RunLayout {
   int dp = 1;
   int tp = 1;  // tensor parallel: a group of tp consecutive ranks, always on one node

@@ -1,8 +1,13 @@
 #include "engine/core/train_checkpoints.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <utility>
+#include <vector>
+
+#include "engine/core/comm/communicator.h"
+#include "engine/core/comm/store_client.h"
 
 namespace gantry {
 
@@ -13,6 +18,42 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 }  // namespace
+
+Status checkpoint_load_agree(const Status& own, const std::string& dir, Communicator* comm,
+                             StoreClient* store, std::chrono::milliseconds timeout) {
+  if (comm == nullptr || comm->size() <= 1) return own;
+  const int rank = comm->rank(), world = comm->size();
+  // Every rank that failed sets it before the all-reduce (the last one's stays), so once the all-reduce
+  // says some rank failed, the key holds a failed rank's reason. One key, not one per directory: the
+  // agents' in-memory restore gives each node a path of its own; and each gang has a store of its own.
+  const std::string key = "resume_refused";
+  if (!own.ok() && store != nullptr) {
+    const std::string v = std::to_string(rank) + "\n" + own.message();
+    (void)store->set(key, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()), v.size()),
+                     timeout);  // best effort: without it the peers still say that a rank failed
+  }
+  float failed = own.ok() ? 0.0f : 1.0f;
+  if (Status st = comm->all_reduce(&failed, 1, timeout); !st.ok()) {
+    if (!own.ok()) return own;
+    return Status::error("checkpoint " + dir +
+                         ": the ranks could not agree that every one loaded it: " + st.message());
+  }
+  if (!own.ok()) return own;
+  const int n = static_cast<int>(failed);
+  if (n == 0) return {};
+  std::string who = std::to_string(n) + " of " + std::to_string(world) + " ranks", why;
+  if (store != nullptr) {
+    Result<std::vector<uint8_t>> got = store->get(key, std::min(timeout, std::chrono::milliseconds(5000)));
+    const std::string v = got.ok() ? std::string(got->begin(), got->end()) : "";
+    if (const size_t nl = v.find('\n'); nl != std::string::npos) {
+      who = "rank " + v.substr(0, nl) + " of " + std::to_string(world) +
+            (n > 1 ? " (and " + std::to_string(n - 1) + " more)" : "");
+      why = ": " + v.substr(nl + 1);
+    }
+  }
+  return Status::error(who + " could not load the checkpoint " + dir + ", so no rank resumes" +
+                       (why.empty() ? " (their own messages say why)" : why));
+}
 
 std::string checkpoint_cost_text(const CheckpointReport& c) {
   char buf[160];

@@ -25,6 +25,16 @@ namespace gantry {
 // synchronous one (its stall is its write).
 std::string checkpoint_cost_text(const CheckpointReport& c);
 
+// A resume's load, agreed by the gang before any other collective: under tp, pp or ZeRO each rank reads
+// only its part of the checkpoint, so a missing, truncated or corrupt shard may fail a few ranks alone,
+// and their peers, already training, failed next on "peer closed", which the launcher then named as the
+// cause. Every rank calls this with its own load's outcome; a rank that failed leaves its reason in the
+// store, and every rank returns an error: its own, or a failed rank's ("rank 3 of 4 could not load the
+// checkpoint DIR, so no rank resumes: <its reason>"), so each names the file. `comm` spans the gang
+// (DistContext's world, or dp when that is the gang). One process (comm null): `own` as it is.
+Status checkpoint_load_agree(const Status& own, const std::string& dir, Communicator* comm,
+                             StoreClient* store, std::chrono::milliseconds timeout);
+
 class TrainCheckpoints {
  public:
   TrainCheckpoints(const Config& c, std::string root, Backend& backend, CheckpointGang* gang,

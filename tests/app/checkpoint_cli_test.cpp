@@ -14,6 +14,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>  // reads the manifest
 #include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -161,6 +162,45 @@ void refuses_a_damaged_checkpoint(int ranks) {
         << resume;
     expect_no_worker_left(r.err);
   }
+}
+
+// Defect: under tp x pp each rank reads only its part of a checkpoint, so a damaged shard of the second
+// stage failed ranks 2-3 alone; ranks 0-1 had loaded, went on training and failed on "peer closed", and
+// the launcher named rank 1's "gloo all_reduce ... peer closed" as the cause. Now the gang agrees on the
+// load first: every rank's message names the damaged file, no rank reports a broken connection, and the
+// checkpoint is left as it was.
+TEST(CheckpointCli, RunTp2Pp2RefusesAStagesDamagedShardOnEveryRankNamingTheFile) {
+  const std::string dir = fresh_dir(), cfg = dir + "/tp-pp.toml", run = dir + "/run";
+  // Two heads and two layers, so tp 2 x pp 2 fits; 4 / micro_batch 2 = 2 micro-batches fill 1F1B's pipe.
+  std::ofstream(cfg)
+      << "[model]\nn_layer = 2\nn_head = 2\nn_embd = 16\nvocab_size = 32\nseq_len = 8\n"
+         "[train]\nglobal_batch = 4\nmicro_batch = 2\nthreads = 1\nmax_steps = 3\nval_every = 0\n"
+         "checkpoint_every = 3\n"
+         "[data]\nsynthetic_train_tokens = 8192\nsynthetic_val_tokens = 1024\n";
+  const std::string layout = "run --nproc 4 --tp 2 --pp 2 --config " + cfg + " --out " + run;
+  Outcome first = testing_support::run_engine(layout);
+  ASSERT_EQ(first.code, 0) << first.err;
+  const std::string ckpt = run + "/checkpoints/step_00000003", shard = ckpt + "/shard_r00003.bin";
+  flip_byte(shard, fs::file_size(shard) / 2);
+  std::vector<std::string> before;
+  for (const std::string& name : names_in(ckpt)) before.push_back(testing_support::slurp(ckpt + "/" + name));
+
+  Outcome r = testing_support::run_engine(layout + " --resume latest");
+  EXPECT_EQ(r.code, 2) << r.err;
+  // The headline, then each rank's line: "rank R (pid P) exited with code 2: rank R of 4: <its message>".
+  EXPECT_THAT(r.err.substr(r.err.find("gantry-engine run: rank ")), HasSubstr(shard));
+  static const std::regex line(R"(rank (\d) \(pid \d+\) exited with code 2: rank \d of 4: ([^\n]*))");
+  std::set<int> named;
+  for (auto it = std::sregex_iterator(r.err.begin(), r.err.end(), line); it != std::sregex_iterator(); ++it) {
+    EXPECT_THAT((*it)[2].str(), HasSubstr("checkpoint shard '" + shard + "' is corrupt")) << (*it)[0];
+    named.insert(std::stoi((*it)[1]));
+  }
+  EXPECT_EQ(named, (std::set<int>{0, 1, 2, 3})) << r.err;
+  EXPECT_THAT(r.err, Not(HasSubstr("peer closed")));
+  expect_no_worker_left(r.err);
+  std::vector<std::string> after;
+  for (const std::string& name : names_in(ckpt)) after.push_back(testing_support::slurp(ckpt + "/" + name));
+  EXPECT_EQ(after, before) << "the refused checkpoint was changed";
 }
 
 TEST(CheckpointCli, TrainPassingADamagedCheckpointsStepAgainReplacesIt) {

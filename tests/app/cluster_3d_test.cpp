@@ -4,7 +4,10 @@
 // rank's (dp, pp, tp) coordinate is in the ranks view, and the loss curve equals that of `gantry-engine
 // run` on the same layout (same processes, same reduction order: the same numbers). Layouts that cannot
 // run or cannot be placed are refused naming the numbers; a quarantine moves a tp group as a whole.
+#include <signal.h>
+
 #include <cstdio>
+#include <cstring>  // strsignal
 #include <fstream>
 #include <map>
 #include <regex>
@@ -138,6 +141,20 @@ TEST_F(Cluster3d, LayoutsThatCannotRunOrBePlacedAreRefusedNamingTheNumbers) {
     EXPECT_EQ(r.code, c.code) << c.layout << ": " << r.err;
     EXPECT_THAT(r.err, HasSubstr(c.says)) << c.layout;
   }
+  // Defects: the degrees' product overflowed int and was refused as "world size 0"; and the coordinator
+  // checked tp without the config's sequence parallelism, so a seq_len that tp does not divide was
+  // accepted (201), placed, and left a failed run behind when its workers refused it with exit code 2.
+  testing_support::Outcome huge =
+      run_engine(ctl() + "submit --config " + cfg + " --dp 1048576 --tp 1024 --pp 1024");
+  EXPECT_EQ(huge.code, 2) << huge.err;
+  EXPECT_THAT(huge.err,
+              HasSubstr("dp 1048576 x tp 1024 x pp 1024 = 1099511627776 ranks, more than the 1048576"));
+  std::string sp = std::regex_replace(tiny_config(4), std::regex("seq_len = \\d+"), "seq_len = 65");
+  sp = std::regex_replace(sp, std::regex("\\[train\\]"), "[train]\nsequence_parallel = true");
+  testing_support::Outcome seq =
+      run_engine(ctl() + "submit --config " + config_file("tiny-sp.toml", sp) + " --dp 1 --tp 2");
+  EXPECT_EQ(seq.code, 2) << seq.out << seq.err;
+  EXPECT_THAT(seq.err, HasSubstr("tp 2 with train.sequence_parallel does not divide model.seq_len 65"));
   EXPECT_EQ(get("/v1/runs")["runs"].size(), 0u);
   EXPECT_TRUE(children_of(agent_pids()).empty()) << "a refused job started workers";
 }
@@ -176,6 +193,56 @@ TEST_F(Cluster3d, AQuarantineMovesATpGroupAsAWhole) {
   ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 60s)) << run_state(id).dump();
 }
 
+// Kill and starve a tp2 x pp2 gang (issue 17: a failure's recovery at pp > 1 had no test): its four ranks
+// span both nodes (a tp group on each, the pipeline across them). Rank 2 killed with -9, then rank 1
+// stopped with SIGSTOP (a hung stage: its peers block in a send/recv): each time the coordinator finds it
+// (the exit; the hang timeout, naming rank 1), places the run again from its newest checkpoint on the same
+// layout, and the run trains on; no worker of an old generation is left.
+TEST_F(Cluster3d, AKilledAndAStoppedRankOfATp2Pp2RunAreRecoveredOnTheSameLayout) {
+  const std::string text =
+      std::regex_replace(tiny_config(100000), std::regex("micro_batch = \\d+"), "micro_batch = 4");
+  Result<json> sub = api_->post_json("/v1/runs", {{"config", text},
+                                                  {"layout", {{"dp", 1}, {"tp", 2}, {"pp", 2}}},
+                                                  {"checkpoint_every_steps", 3},
+                                                  {"hang_timeout_s", 3}});
+  ASSERT_TRUE(sub.ok()) << sub.error();
+  const int64_t id = sub->at("id").get<int64_t>();
+  const std::string run = "/v1/runs/" + std::to_string(id);
+  for (const int signal : {SIGKILL, SIGSTOP}) {
+    const int restarts = run_state(id)["restarts"].get<int>();
+    const int64_t from = last_step(id);
+    ASSERT_TRUE(eventually([&] { return last_step(id) >= from + 4; }, 120s)) << run_state(id).dump();
+    const std::vector<pid_t> before = children_of(agent_pids());
+    workers_.insert(workers_.end(), before.begin(), before.end());
+    const int rank = signal == SIGKILL ? 2 : 1;
+    const pid_t victim = pid_of_rank(before, rank);
+    ASSERT_GT(victim, 0) << "no worker with RANK=" << rank;
+    ASSERT_EQ(::kill(victim, signal), 0);
+    ASSERT_TRUE(eventually(
+        [&] {
+          const json r = run_state(id);
+          return r["restarts"] == restarts + 1 && r["state"] == "running";
+        },
+        120s))
+        << strsignal(signal) << ": " << run_state(id).dump();
+    const int64_t placed_at = last_step(id);
+    ASSERT_TRUE(eventually([&] { return last_step(id) > placed_at + 1; }, 120s)) << run_state(id).dump();
+    const json r = run_state(id);
+    EXPECT_EQ(r["layout"], json({{"dp", 1}, {"tp", 2}, {"pp", 2}, {"vp", 1}, {"zero", 0}}));
+    EXPECT_EQ(r["world"], 4);
+    // The failed generation's workers are gone, the stopped one included (the launcher kills it).
+    for (pid_t p : before) EXPECT_TRUE(eventually([&] { return gone(p); }, 30s)) << "worker " << p << " left";
+  }
+  const std::vector<json> hangs = events(id, "hang");
+  ASSERT_EQ(hangs.size(), 1u);
+  const json hang = json::parse(hangs[0]["payload"].get<std::string>());
+  EXPECT_EQ(hang.value("rank", -1), 1) << hang.dump();
+  EXPECT_EQ(hang.value("process_state", ""), "T") << hang.dump();
+  ASSERT_TRUE(api_->post_json(run + "/stop", json::object()).ok());
+  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 60s)) << run_state(id).dump();
+  workers_ = children_of(agent_pids());
+}
+
 // What-if's Apply (issue 17) is resume-from on another layout: a stopped dp 2 run goes on at dp 1 x tp 2
 // from its checkpoint (the checkpoint reshards to tp), the run's layout and ranks say so, and its steps
 // continue past the checkpoint; a larger world than the run was recorded for names both numbers.
@@ -209,6 +276,45 @@ TEST_F(Cluster3d, ResumeFromMovesAStoppedRunToAnotherTp) {
   ASSERT_EQ(ranks.size(), 2u);
   EXPECT_EQ(ranks[1]["coord"], json({{"dp", 0}, {"pp", 0}, {"tp", 1}}));
   EXPECT_EQ(ranks[0]["node"], ranks[1]["node"]);
+  ASSERT_TRUE(api_->post_json(run + "/stop", json::object()).ok());
+  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 60s)) << run_state(id).dump();
+}
+
+// What-if's Apply on a live run: the operator stops it, then resumes it on the new layout. Defect: a live
+// run's resume-from was refused for its state (409) before its layout was looked at, so a layout the model
+// cannot take (tp 3 of 4 heads), or one no node can hold (a tp group of 4 on nodes of 2 slots), was found
+// only after the stop, and the run stood stopped for nothing. Now those are refused while it trains
+// (400 naming the numbers; 409 naming the placement, its own slots counted free), a layout that can be
+// placed gets the state's 409 (stop it first), and the run trains on throughout.
+TEST_F(Cluster3d, ResumeFromRefusesALayoutALiveRunCannotTakeBeforeItIsStopped) {
+  Result<json> sub =
+      api_->post_json("/v1/runs", {{"config", tiny_config(100000)}, {"layout", {{"dp", 4}}}, {"min_dp", 1}});
+  ASSERT_TRUE(sub.ok()) << sub.error();
+  const int64_t id = sub->at("id").get<int64_t>();
+  const std::string run = "/v1/runs/" + std::to_string(id);
+  ASSERT_TRUE(eventually([&] { return last_step(id) >= 2; }, 60s)) << run_state(id).dump();
+  struct Case {
+    json layout;
+    int status;
+    std::string says;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{{"dp", 1}, {"tp", 3}}, 400, "tp 3 does not divide model.n_head 4"},
+           {{{"dp", 1}, {"tp", 4}}, 409, "tp 4 needs 4 free slots on one node"},
+           // Placeable on the run's own slots: refused for the state only.
+           {{{"dp", 2}, {"tp", 2}}, 409, "only a stopped, failed or interrupted run resumes"},
+       }) {
+    Result<HttpReply> r = api_->post(run + "/resume-from", {{"checkpoint", "latest"}, {"layout", c.layout}});
+    ASSERT_TRUE(r.ok()) << r.error();
+    EXPECT_EQ(r->status, c.status) << c.layout.dump() << ": " << r->body;
+    EXPECT_THAT(r->error_message(), HasSubstr(c.says)) << c.layout.dump();
+  }
+  const int64_t at = last_step(id);
+  ASSERT_TRUE(eventually([&] { return last_step(id) > at; }, 60s)) << "the run stopped training";
+  const json r = run_state(id);
+  EXPECT_EQ(r["state"], "running");
+  EXPECT_EQ(r["generation"], 1);
+  EXPECT_EQ(r["layout"]["dp"], 4);
   ASSERT_TRUE(api_->post_json(run + "/stop", json::object()).ok());
   ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 60s)) << run_state(id).dump();
 }

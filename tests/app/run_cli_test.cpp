@@ -537,6 +537,12 @@ TEST(RunCli, TensorParallelLayoutsAreCheckedAndTp2Trains) {
   r = testing_support::run_engine("run --nproc 4 --tp 4 --config " + cfg);
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_THAT(r.err, HasSubstr("tp 4 does not divide model.n_head 2"));
+  // tp x pp past --nproc's bound: the launcher asked for --nproc as a multiple of 16777216, which no
+  // --nproc can be.
+  r = testing_support::run_engine("run --nproc 4096 --tp 4096 --pp 4096 --config " + cfg);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("tp x pp = 4096 x 4096 = 16777216 ranks is more than --nproc can be (at most "
+                               "4096): lower --tp or --pp"));
 
   EngineChild run =
       EngineChild::start({"run", "--nproc", "2", "--tp", "2", "--config", cfg, "--out", dir + "/run"});
