@@ -193,10 +193,7 @@ class ClusterCli : public ::testing::Test {
   std::string tiny_config(int64_t max_steps) {
     // tiny.toml as it is, but one thread a rank and no periodic validation or checkpoints: four ranks share
     // two cores, and the checkpoints under test are the operator's.
-    std::ifstream in(GANTRY_TINY_CONFIG);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    std::string t = ss.str();
+    std::string t = slurp(GANTRY_TINY_CONFIG);
     t = std::regex_replace(t, std::regex("max_steps = \\d+"), "max_steps = " + std::to_string(max_steps));
     t = std::regex_replace(t, std::regex("checkpoint_every = \\d+"), "checkpoint_every = 0");
     t = std::regex_replace(t, std::regex("val_every = \\d+"), "val_every = 0");
