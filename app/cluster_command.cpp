@@ -19,10 +19,10 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <thread>
 
 #include "app/commands.h"
+#include "app/file_text.h"
 #include "engine/cluster/agent.h"
 #include "engine/cluster/api_client.h"
 #include "engine/cluster/coordinator.h"
@@ -48,13 +48,6 @@ void install_stop_handlers() {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
-}
-
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 // ---- coordinator
@@ -175,14 +168,15 @@ int agent_main(const AgentArgs& a) {
 // reboot must not make `down` signal a stranger) and is not a zombie waiting for its reaper.
 bool ours_alive(pid_t pid) {
   if (pid <= 0 || ::kill(pid, 0) != 0) return false;
-  const std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  const std::string stat = file_text_read("/proc/" + std::to_string(pid) + "/stat");
   const size_t close = stat.rfind(')');
   if (close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'Z') return false;
-  return read_file("/proc/" + std::to_string(pid) + "/cmdline").find("gantry-engine") != std::string::npos;
+  return file_text_read("/proc/" + std::to_string(pid) + "/cmdline").find("gantry-engine") !=
+         std::string::npos;
 }
 
 pid_t read_pid(const fs::path& p) {
-  std::string t = read_file(p);
+  std::string t = file_text_read(p);
   return static_cast<pid_t>(std::atol(t.c_str()));
 }
 
@@ -230,9 +224,7 @@ struct UpArgs {
 };
 
 std::string log_tail(const fs::path& p) {
-  std::string t = read_file(p);
-  if (t.size() > 2000) t = t.substr(t.size() - 2000);
-  return t;
+  return file_text_tail(p, 2000);
 }
 
 // ---- the coordinator's supervisor
@@ -281,7 +273,7 @@ int supervisor_main(const SupervisorArgs& a) {
       if (w == child.value()) break;
       if (!listened) {
         // Its port, from the URL it wrote (with --port 0 a free one was chosen): a restart asks for it.
-        const std::string url = read_file(url_file);
+        const std::string url = file_text_read(url_file);
         const size_t colon = url.rfind(':');
         if (colon != std::string::npos && url.find('\n') != std::string::npos) {
           const std::string port = std::to_string(std::atoi(url.c_str() + colon + 1));
@@ -399,7 +391,7 @@ int up_main(const UpArgs& a) {
   const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(a.timeout_s * 1e3));
   std::string url;
   while (url.empty()) {
-    url = read_file(dir / "url");
+    url = file_text_read(dir / "url");
     while (!url.empty() && (url.back() == '\n' || url.back() == ' ')) url.pop_back();
     if (!url.empty()) break;
     // The coordinator is still our child here: ask waitpid, not /proc (whose cmdline reads empty while the

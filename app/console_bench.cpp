@@ -27,7 +27,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -39,6 +38,7 @@
 #include "app/console_parts.h"
 #include "engine/cluster/token.h"
 #include "storage/history_db.h"
+#include "telemetry/clock.h"  // thread_cpu_s, monotonic_s: the frame times
 #include "ui/console/panels.h"
 #include "ui/console/timeline_panel.h"
 
@@ -47,16 +47,6 @@ namespace {
 
 using namespace gantry::console;
 namespace fs = std::filesystem;
-
-double thread_cpu_s() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
-double wall_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // kB of /proc/<pid>/status's `key` (VmRSS, VmHWM), in MiB; -1 when absent.
 double proc_status_mb(const std::string& key, const std::string& pid = "self") {
@@ -97,7 +87,7 @@ int bench_fill(const std::string& path, int ranks, int64_t steps) {
     return 1;
   }
   const int64_t batch_steps = std::max<int64_t>(1, 65536 / ranks);
-  const double t0 = wall_s();
+  const double t0 = monotonic_s();
   for (int64_t s0 = 1; s0 <= steps; s0 += batch_steps) {
     const int64_t s1 = std::min(steps + 1, s0 + batch_steps);
     RecordBatch batch;
@@ -141,7 +131,7 @@ int bench_fill(const std::string& path, int ranks, int64_t steps) {
     }
     if ((s0 / batch_steps) % 160 == 0)
       std::fprintf(stderr, "bench: history to step %lld of %lld (%.0f s)\n", static_cast<long long>(s1 - 1),
-                   static_cast<long long>(steps), wall_s() - t0);
+                   static_cast<long long>(steps), monotonic_s() - t0);
   }
   if (!db->finish_run(run, RunStatus::finished, "", 1.7e9 + 0.5 * static_cast<double>(steps))) {
     std::fprintf(stderr, "bench: %s\n", db->error().c_str());
@@ -166,7 +156,7 @@ Result<double> bench_history(const std::string& dir, int ranks, int64_t steps) {
   fs::create_directories(dir, ec);
   for (const char* f : {"cluster.sqlite", "cluster.sqlite-wal", "cluster.sqlite-shm"})
     fs::remove(fs::path(dir) / f, ec);
-  const double t0 = wall_s();
+  const double t0 = monotonic_s();
   const pid_t pid = ::fork();
   if (pid < 0) return Status::error(std::string("fork: ") + std::strerror(errno));
   if (pid == 0) ::_exit(bench_fill((fs::path(dir) / "cluster.sqlite").string(), ranks, steps));
@@ -176,7 +166,7 @@ Result<double> bench_history(const std::string& dir, int ranks, int64_t steps) {
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
     return Status::error("building the bench history failed");
   std::ofstream(marker) << want.dump() << "\n";
-  return wall_s() - t0;
+  return monotonic_s() - t0;
 }
 
 // `gantry-engine coordinator` on the folder, in a process of its own; its URL once it listens.
@@ -213,8 +203,8 @@ Status start_coordinator(const std::string& engine, const std::string& dir, Coor
     ::execv(argv[0], argv.data());
     ::_exit(127);
   }
-  const double t0 = wall_s();
-  while (wall_s() - t0 < 120) {
+  const double t0 = monotonic_s();
+  while (monotonic_s() - t0 < 120) {
     std::ifstream in(url_file);
     std::string url;
     if (std::getline(in, url) && !url.empty()) {
@@ -259,7 +249,7 @@ int console_bench_frames(GLFWwindow* window, const ConsoleBenchOptions& o) {
   }
   const Endpoint endpoint{coordinator.url, coordinator.token};
   DataSource source({}, [endpoint] { return Result<Endpoint>(endpoint); });
-  const double asked = wall_s();
+  const double asked = monotonic_s();
   source.follow(1);
   source.start();
 
@@ -287,10 +277,10 @@ int console_bench_frames(GLFWwindow* window, const ConsoleBenchOptions& o) {
   int vertices = 0, measured = 0;
   // Until the first frame with the heatmap's cells (at most 120 s), then `frames` frames measured.
   while (measured < o.frames && !glfwWindowShouldClose(window) &&
-         (first_frame_s >= 0 || wall_s() - asked < wait_s)) {
+         (first_frame_s >= 0 || monotonic_s() - asked < wait_s)) {
     const std::shared_ptr<const ConsoleSnapshot> snap = source.snapshot();
     glfwPollEvents();
-    const double c0 = thread_cpu_s(), w0 = wall_s();
+    const double c0 = thread_cpu_s(), w0 = monotonic_s();
     ImGui_ImplOpenGL3_NewFrame();
     ImGui_ImplGlfw_NewFrame();
     io.MousePos = ImVec2(-FLT_MAX, -FLT_MAX);  // no hover readouts: the same work every frame
@@ -311,7 +301,7 @@ int console_bench_frames(GLFWwindow* window, const ConsoleBenchOptions& o) {
     }
     ImGui::End();
     console_render(window);
-    const double c1 = thread_cpu_s(), w1 = wall_s();
+    const double c1 = thread_cpu_s(), w1 = monotonic_s();
     vertices = ImGui::GetDrawData()->TotalVtxCount;
     glfwSwapBuffers(window);
     const bool heat =

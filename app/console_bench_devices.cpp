@@ -11,15 +11,14 @@
 
 #include <algorithm>
 #include <cfloat>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <ctime>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <vector>
 
 #include "app/console_parts.h"
+#include "telemetry/clock.h"  // thread_cpu_s, monotonic_s: the frame times
 #include "ui/console/devices_panel.h"
 
 namespace gantry {
@@ -27,14 +26,6 @@ namespace {
 
 using namespace gantry::console;
 
-double cpu_s() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 double pct(std::vector<double> v, double q) {
   if (v.empty()) return NAN;
   std::sort(v.begin(), v.end());
@@ -72,7 +63,7 @@ int console_bench_devices(GLFWwindow* window, int gpus, int64_t samples, int fra
   double build_ms = 0;
   for (int f = 0; f <= frames && !glfwWindowShouldClose(window); ++f) {
     glfwPollEvents();
-    const double c0 = cpu_s(), w0 = now_s();
+    const double c0 = thread_cpu_s(), w0 = monotonic_s();
     ImGui_ImplOpenGL3_NewFrame();
     ImGui_ImplGlfw_NewFrame();
     io.MousePos = ImVec2(-FLT_MAX, -FLT_MAX);  // no hover readouts: the same work every frame
@@ -87,7 +78,7 @@ int console_bench_devices(GLFWwindow* window, int gpus, int64_t samples, int fra
       panel.draw_series(d, ctx);
     ImGui::End();
     console_render(window);
-    const double c1 = cpu_s(), w1 = now_s();
+    const double c1 = thread_cpu_s(), w1 = monotonic_s();
     glfwSwapBuffers(window);
     if (f == 0) {
       build_ms = 1e3 * (c1 - c0);  // the first frame builds the band and the heatmap's model

@@ -8,11 +8,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <vector>
 
 #include "app/console_parts.h"
+#include "app/file_text.h"
 #include "engine/cluster/api_client.h"
 #include "engine/cluster/token.h"
 
@@ -20,13 +19,6 @@ namespace gantry {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 std::string first_line(std::string s) {
   const size_t k = s.find('\n');
@@ -89,7 +81,7 @@ Result<console::Endpoint> console_cluster_up(const std::string& engine, const st
   // A cluster already answering in this folder (another console's, or one left running) is used as it is.
   const fs::path url_file = fs::path(dir) / "url", token_file = fs::path(dir) / "token";
   if (fs::exists(url_file) && fs::exists(token_file)) {
-    const std::string url = first_line(slurp(url_file));
+    const std::string url = first_line(file_text_read(url_file));
     Result<std::string> token = token_file_read(token_file.string());
     if (token.ok() && !url.empty()) {
       ApiClient probe({.url = url,
@@ -106,10 +98,10 @@ Result<console::Endpoint> console_cluster_up(const std::string& engine, const st
   if (!code.ok()) return code.status();
   if (code.value() != 0) {
     return Status::error("`gantry-engine up` failed (exit " + std::to_string(code.value()) +
-                         "): " + first_line(slurp(err)) + " (logs in " + dir + ")");
+                         "): " + first_line(file_text_read(err)) + " (logs in " + dir + ")");
   }
   *started = true;
-  const std::string url = first_line(slurp(out));
+  const std::string url = first_line(file_text_read(out));
   Result<std::string> token = token_file_read(token_file.string());
   if (!token.ok())
     return Status::error("the local cluster started but its token is unreadable: " + token.error());
@@ -121,7 +113,7 @@ Status console_cluster_down(const std::string& engine, const std::string& dir) {
   Result<int> code = run_engine(engine, {"down", "--dir", dir}, out, err);
   if (!code.ok()) return code.status();
   if (code.value() != 0)
-    return Status::error("`gantry-engine down --dir " + dir + "` failed: " + first_line(slurp(err)));
+    return Status::error("`gantry-engine down --dir " + dir + "` failed: " + first_line(file_text_read(err)));
   return Status();
 }
 

@@ -22,10 +22,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <thread>
 
 #include "app/console_parts.h"
+#include "app/file_text.h"
 #include "engine/cluster/token.h"
 #include "ui/console/console_app.h"
 #include "ui/console/script.h"
@@ -49,14 +49,6 @@ const char* const kNoDisplay =
     "status|runs|submit|checkpoint|pause|resume|stop|events\n"
     "  gantry-engine run --nproc N --config FILE.toml      train with N worker processes, no cluster\n"
     "(or run the console under a virtual display: xvfb-run -a gantry)\n";
-
-std::string slurp(const std::string& path, bool* ok) {
-  std::ifstream in(path);
-  *ok = static_cast<bool>(in);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // SIGINT / SIGTERM end the frame loop as a closed window does, so the embedded cluster is still stopped
 // and --dump-state still written.
@@ -159,7 +151,7 @@ int main(int argc, char** argv) {
   std::vector<ScriptCommand> commands;
   if (!o.script.empty()) {
     bool ok = false;
-    const std::string text = slurp(o.script, &ok);
+    const std::string text = file_text_read(o.script, &ok);
     if (!ok) {
       std::fprintf(stderr, "gantry: cannot read the script %s\n", o.script.c_str());
       return kExitBadInput;
@@ -194,7 +186,7 @@ int main(int argc, char** argv) {
   if (embedded || !o.run_config.empty()) {
     const std::string path = o.run_config.empty() ? std::string(GANTRY_CONSOLE_TINY_CONFIG) : o.run_config;
     bool ok = false;
-    tiny_config = slurp(path, &ok);
+    tiny_config = file_text_read(path, &ok);
     if (!ok) {
       std::fprintf(stderr, "gantry: cannot read the tiny run's config %s\n", path.c_str());
       return kExitBadInput;

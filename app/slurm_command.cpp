@@ -29,6 +29,7 @@
 #include <thread>
 
 #include "app/commands.h"
+#include "app/file_text.h"
 #include "engine/cluster/agent.h"
 #include "engine/cluster/api_client.h"
 #include "engine/cluster/token.h"
@@ -55,16 +56,8 @@ void slurm_install_stop_handlers() {
   sigaction(SIGTERM, &sa, nullptr);
 }
 
-std::string slurm_read_file(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 std::string slurm_tail(const fs::path& p) {
-  std::string t = slurm_read_file(p);
-  return t.size() > 2000 ? t.substr(t.size() - 2000) : t;
+  return file_text_tail(p, 2000);
 }
 
 void say(const std::string& line) {
@@ -197,7 +190,7 @@ int slurm_main(const SlurmArgs& a) {
     say("--coordinator needs --token-file (the operator's token: this command submits the run)");
     return kExitBadInput;
   }
-  const std::string config = slurm_read_file(a.config);
+  const std::string config = file_text_read(a.config);
   if (config.empty()) {
     say("--config " + a.config + " is missing or empty (a training config, e.g. assets/configs/tiny.toml)");
     return kExitBadInput;
@@ -265,7 +258,7 @@ int slurm_main(const SlurmArgs& a) {
     coordinator = c.value();
     const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(a.timeout_s * 1e3));
     for (;;) {
-      url = slurm_read_file(url_file);
+      url = file_text_read(url_file);
       while (!url.empty() && (url.back() == '\n' || url.back() == ' ')) url.pop_back();
       if (!url.empty()) break;
       int status = 0;

@@ -1,5 +1,5 @@
-// What a step looks like to a user, shared by the commands that print steps (run, worker): one human line
-// on stderr, and with --json one JSON object on stdout with the same keys as `train --json`.
+// What a step looks like to a user, shared by the commands that print steps (train, run, worker): one human
+// line on stderr, and with --json one JSON object on stdout with the same keys as `train --json`.
 //
 //   StepLine s{.step = 5, .last_step = 100, .loss = 3.2, ...};
 //   step_line_print(s, json);
@@ -11,7 +11,7 @@
 #include <optional>
 #include <string>
 
-#include "engine/core/train.h"              // CheckpointReport
+#include "engine/core/train.h"              // CheckpointReport, StepReport
 #include "engine/core/train_checkpoints.h"  // checkpoint_cost_text
 
 namespace gantry {
@@ -27,6 +27,19 @@ struct StepLine {
   std::optional<double> val_loss;
   std::optional<double> mfu;  // 0..1; absent when the device's peak is unknown: printed "n/a", JSON null
 };
+
+// A step as the training loop reports it to its observer (train, and a worker's rank 0 without a launcher).
+inline StepLine step_line_of(const StepReport& r) {
+  return {.step = r.step,
+          .last_step = r.last_step,
+          .loss = r.loss,
+          .grad_norm = r.grad_norm,
+          .lr = r.lr,
+          .tokens_per_s = r.tokens_per_s,
+          .step_s = r.step_s,
+          .val_loss = r.val_loss,
+          .mfu = r.mfu};
+}
 
 inline void step_line_print(const StepLine& r, bool json) {
   std::fprintf(stderr, "step %6lld/%lld | loss %.6f | grad norm %.4f | lr %.3e | %9.0f tok/s | %8.1f ms",

@@ -59,18 +59,7 @@ class Rank0Printer final : public TrainObserver {
  public:
   explicit Rank0Printer(bool json) : json_(json) {}
   void on_start(const std::string& summary) override { std::fprintf(stderr, "%s\n", summary.c_str()); }
-  void on_step(const StepReport& r) override {
-    step_line_print({.step = r.step,
-                     .last_step = r.last_step,
-                     .loss = r.loss,
-                     .grad_norm = r.grad_norm,
-                     .lr = r.lr,
-                     .tokens_per_s = r.tokens_per_s,
-                     .step_s = r.step_s,
-                     .val_loss = r.val_loss,
-                     .mfu = r.mfu},
-                    json_);
-  }
+  void on_step(const StepReport& r) override { step_line_print(step_line_of(r), json_); }
   void on_checkpoint(const CheckpointReport& c) override { checkpoint_line_print(c, json_); }
   void on_step_skipped(int64_t step, const std::string& reason) override {
     skipped_line_print(step, reason, json_);

@@ -15,4 +15,8 @@ double unix_now_s();
 // Seconds since an arbitrary fixed point (steady clock): for intervals within one process only.
 double monotonic_s();
 
+// CPU seconds the calling thread has used (CLOCK_THREAD_CPUTIME_ID): what a piece of work cost the thread
+// that did it, apart from the time others on a shared machine took from it.
+double thread_cpu_s();
+
 }  // namespace gantry

@@ -222,12 +222,12 @@ class Parser {
     if (c == '"') {
       if (rest_starts_with("\"\"\""))
         return fail("multi-line strings (\"\"\") are unsupported in this subset");
-      return basic_string_parse();
+      return string_parse('"');
     }
     if (c == '\'') {
       if (rest_starts_with("'''"))
         return fail("multi-line literal strings (''') are unsupported in this subset");
-      return literal_string_parse();
+      return string_parse('\'');
     }
     if (c == '[') {
       if (in_array) return fail("nested arrays are unsupported in this subset; arrays hold scalars only");
@@ -338,19 +338,21 @@ class Parser {
     return Status();
   }
 
-  Result<TomlValue> basic_string_parse() {
+  // A basic string ("...": backslash escapes) or a literal one ('...': none), on one line; `quote` says
+  // which.
+  Result<TomlValue> string_parse(char quote) {
+    const bool escapes = quote == '"';
     TomlValue v;
     v.kind = TomlValue::Kind::kString;
     v.line = line_no_;
     ++pos_;  // opening quote
     for (;;) {
       if (at_end())
-        return fail(
-            "unterminated string: expected a closing '\"' on the same line "
-            "(multi-line strings are unsupported in this subset)");
+        return fail(std::string("unterminated string: expected a closing ") + (escapes ? "'\"'" : "\"'\"") +
+                    " on the same line (multi-line strings are unsupported in this subset)");
       const char c = line_[pos_++];
-      if (c == '"') return v;
-      if (c != '\\') {
+      if (c == quote) return v;
+      if (!escapes || c != '\\') {
         if (Status st = control_char_check(c); !st.ok()) return st;
         v.s += c;
         continue;
@@ -376,23 +378,6 @@ class Parser {
           return fail(std::string("unsupported escape '\\") + e +
                       "' in string; this subset supports \\\" \\\\ \\n and \\t (or use a 'literal string')");
       }
-    }
-  }
-
-  Result<TomlValue> literal_string_parse() {
-    TomlValue v;
-    v.kind = TomlValue::Kind::kString;
-    v.line = line_no_;
-    ++pos_;  // opening quote
-    for (;;) {
-      if (at_end())
-        return fail(
-            "unterminated string: expected a closing \"'\" on the same line "
-            "(multi-line strings are unsupported in this subset)");
-      const char c = line_[pos_++];
-      if (c == '\'') return v;
-      if (Status st = control_char_check(c); !st.ok()) return st;
-      v.s += c;
     }
   }
 

@@ -161,6 +161,26 @@ class ClusterCli : public ::testing::Test {
     }
   }
 
+  // `down`, then `up` on the same folder: a new coordinator (and new agents) on the old database.
+  void restart_cluster() {
+    api_.reset();
+    testing_support::Outcome down = run_engine("down --dir " + dir_.string());
+    ASSERT_EQ(down.code, 0) << down.err;
+    for (pid_t p : pids_)
+      ASSERT_TRUE(eventually([&] { return gone(p); }, 10s)) << "pid " << p << " survived down";
+    for (pid_t p : workers_)
+      ASSERT_TRUE(eventually([&] { return gone(p); }, 10s)) << "worker " << p << " survived down";
+    testing_support::Outcome up = run_engine("up " + up_args() + " --dir " + dir_.string());
+    ASSERT_EQ(up.code, 0) << up.err;
+    url_ = up.out.substr(0, up.out.find('\n'));
+    Result<std::string> token = token_file_read((dir_ / "token").string());
+    ASSERT_TRUE(token.ok()) << token.error();
+    token_ = token.value();
+    api_ = std::make_unique<HttpClient>(HttpClientOptions{.url = url_, .token = token_});
+    pids_ = cluster_pids(dir_);
+    workers_.clear();
+  }
+
   // The agents' pids (D/agent-*.pid): the workers' parents. Not pids_[0..2]: `up`'s supervisor is a pid
   // file too, and its child is the coordinator.
   std::vector<pid_t> agent_pids() const {
@@ -193,10 +213,7 @@ class ClusterCli : public ::testing::Test {
   std::string tiny_config(int64_t max_steps) {
     // tiny.toml as it is, but one thread a rank and no periodic validation or checkpoints: four ranks share
     // two cores, and the checkpoints under test are the operator's.
-    std::ifstream in(GANTRY_TINY_CONFIG);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    std::string t = ss.str();
+    std::string t = slurp(GANTRY_TINY_CONFIG);
     t = std::regex_replace(t, std::regex("max_steps = \\d+"), "max_steps = " + std::to_string(max_steps));
     t = std::regex_replace(t, std::regex("checkpoint_every = \\d+"), "checkpoint_every = 0");
     t = std::regex_replace(t, std::regex("val_every = \\d+"), "val_every = 0");

@@ -42,26 +42,6 @@ class ClusterGoodput : public ClusterCli {
     EXPECT_DOUBLE_EQ(g["ettr"].get<double>(),
                      g["seconds"]["productive"].get<double>() / g["wall_s"].get<double>());
   }
-
-  // `down`, then `up` on the same folder: a new coordinator on the old database.
-  void restart_cluster() {
-    api_.reset();
-    testing_support::Outcome down = run_engine("down --dir " + dir_.string());
-    ASSERT_EQ(down.code, 0) << down.err;
-    for (pid_t p : pids_)
-      ASSERT_TRUE(eventually([&] { return gone(p); }, 10s)) << "pid " << p << " survived down";
-    for (pid_t p : workers_)
-      ASSERT_TRUE(eventually([&] { return gone(p); }, 10s)) << "worker " << p << " survived down";
-    testing_support::Outcome up = run_engine("up " + up_args() + " --dir " + dir_.string());
-    ASSERT_EQ(up.code, 0) << up.err;
-    url_ = up.out.substr(0, up.out.find('\n'));
-    Result<std::string> token = token_file_read((dir_ / "token").string());
-    ASSERT_TRUE(token.ok()) << token.error();
-    token_ = token.value();
-    api_ = std::make_unique<HttpClient>(HttpClientOptions{.url = url_, .token = token_});
-    pids_ = cluster_pids(dir_);
-    workers_.clear();
-  }
 };
 
 TEST_F(ClusterGoodput, AnInjectedKillCostsDetectionRestoreAndRecomputedTimeThatSumToTheWall) {

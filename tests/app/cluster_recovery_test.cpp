@@ -31,6 +31,30 @@ class ClusterRecovery : public ClusterCli {
     EXPECT_TRUE(sub.ok()) << sub.error();
     return sub.ok() ? sub->at("id").get<int64_t>() : -1;
   }
+
+  // submit() a run that does not end by itself, wait (60 s) for its step `step` and note its workers (the
+  // TearDown checks that none is left behind); *id is the run's.
+  void submit_and_reach(int64_t step, int64_t* id, const json& extra) {
+    *id = submit(100000, extra);
+    ASSERT_GE(*id, 0);
+    ASSERT_TRUE(eventually([&] { return last_step(*id) >= step; }, 60s)) << run_state(*id).dump();
+    workers_ = children_of(pids_);
+  }
+
+  // node-1 lost: its agent killed with -9 (the workers it started are noted first).
+  void agent1_kill() {
+    workers_ = children_of(pids_);
+    const pid_t agent1 = static_cast<pid_t>(std::stol(slurp((dir_ / "agent-node-1.pid").string())));
+    ASSERT_EQ(::kill(agent1, SIGKILL), 0);
+  }
+
+  // The operator's stop, after noting the workers of the run's latest placement; waits until it is stopped.
+  void stop_and_wait(int64_t id, std::chrono::seconds limit) {
+    workers_ = children_of(pids_);
+    ASSERT_TRUE(api_->post_json("/v1/runs/" + std::to_string(id) + "/stop", json::object()).ok());
+    ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, limit))
+        << run_state(id).dump();
+  }
 };
 
 TEST_F(ClusterRecovery, KilledWorkersAreRecoveredAndTheRunEndsAsIfNeverInterrupted) {
@@ -134,12 +158,9 @@ TEST_F(ClusterRecovery, KilledWorkersAreRecoveredAndTheRunEndsAsIfNeverInterrupt
 // A lost node (its agent killed): the run cannot stay at dp 4 on the one node left (2 slots), so it
 // shrinks to dp 2, which divides the global batch, and trains on.
 TEST_F(ClusterRecovery, ALostNodesRunShrinksOntoTheNodesLeft) {
-  const int64_t id = submit(100000, json::object());
-  ASSERT_GE(id, 0);
-  ASSERT_TRUE(eventually([&] { return last_step(id) >= 7; }, 60s)) << run_state(id).dump();
-  workers_ = children_of(pids_);
-  const pid_t agent1 = static_cast<pid_t>(std::stol(slurp((dir_ / "agent-node-1.pid").string())));
-  ASSERT_EQ(::kill(agent1, SIGKILL), 0);
+  int64_t id = -1;
+  ASSERT_NO_FATAL_FAILURE(submit_and_reach(7, &id, json::object()));
+  ASSERT_NO_FATAL_FAILURE(agent1_kill());
   ASSERT_TRUE(eventually([&] { return run_state(id)["restarts"] == 1; }, 30s)) << run_state(id).dump();
   const json state = run_state(id);
   EXPECT_EQ(state["layout"]["dp"], 2) << state.dump();
@@ -152,9 +173,7 @@ TEST_F(ClusterRecovery, ALostNodesRunShrinksOntoTheNodesLeft) {
   ASSERT_EQ(placed.size(), 1u);
   EXPECT_THAT(placed[0]["message"].get<std::string>(), HasSubstr("node lost"));
   EXPECT_EQ(json::parse(placed[0]["payload"].get<std::string>())["previous_dp"], 4) << placed[0].dump();
-  workers_ = children_of(pids_);
-  ASSERT_TRUE(api_->post_json("/v1/runs/" + std::to_string(id) + "/stop", json::object()).ok());
-  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 30s)) << run_state(id).dump();
+  ASSERT_NO_FATAL_FAILURE(stop_and_wait(id, 30s));
 }
 
 // A node killed with its workers breaks its peers' collectives at once: the peers' gang fails, and the
@@ -166,21 +185,16 @@ class ClusterLostNodeSuspect : public ClusterRecovery {
 };
 
 TEST_F(ClusterLostNodeSuspect, ASilentNodeWhosePeersFailedIsLostWithoutWaitingTheNodeTimeout) {
-  const int64_t id = submit(100000, json::object());
-  ASSERT_GE(id, 0);
-  ASSERT_TRUE(eventually([&] { return last_step(id) >= 7; }, 60s)) << run_state(id).dump();
-  workers_ = children_of(pids_);
-  const pid_t agent1 = static_cast<pid_t>(std::stol(slurp((dir_ / "agent-node-1.pid").string())));
-  ASSERT_EQ(::kill(agent1, SIGKILL), 0);
+  int64_t id = -1;
+  ASSERT_NO_FATAL_FAILURE(submit_and_reach(7, &id, json::object()));
+  ASSERT_NO_FATAL_FAILURE(agent1_kill());
   ASSERT_TRUE(eventually([&] { return run_state(id)["restarts"] == 1; }, 60s)) << run_state(id).dump();
   const std::vector<json> lost = events(id, "node_lost");
   ASSERT_EQ(lost.size(), 1u);
   EXPECT_THAT(lost[0]["message"].get<std::string>(), HasSubstr("after its gang's peer on node-0 failed"))
       << lost[0].dump();
   EXPECT_EQ(run_state(id)["layout"]["dp"], 2);
-  workers_ = children_of(pids_);
-  ASSERT_TRUE(api_->post_json("/v1/runs/" + std::to_string(id) + "/stop", json::object()).ok());
-  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 30s)) << run_state(id).dump();
+  ASSERT_NO_FATAL_FAILURE(stop_and_wait(id, 30s));
 }
 
 // min_dp bounds the shrink: the same lost node with min_dp 4 cannot go on at dp 2, so the run stops saying
@@ -204,9 +218,7 @@ TEST_F(ClusterRecovery, MinDpStopsTheShrinkAndBadBoundsAreRefused) {
   EXPECT_EQ(run_state(id)["min_dp"], 4);
   EXPECT_EQ(run_state(id)["max_dp"], 4);
   ASSERT_TRUE(eventually([&] { return last_step(id) >= 3; }, 60s)) << run_state(id).dump();
-  workers_ = children_of(pids_);
-  const pid_t agent1 = static_cast<pid_t>(std::stol(slurp((dir_ / "agent-node-1.pid").string())));
-  ASSERT_EQ(::kill(agent1, SIGKILL), 0);
+  ASSERT_NO_FATAL_FAILURE(agent1_kill());
   ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "failed"; }, 60s)) << run_state(id).dump();
   const json state = run_state(id);
   EXPECT_EQ(state["restarts"], 0);
@@ -228,10 +240,8 @@ TEST_F(ClusterRecovery, RecoveryOffFailsTheRunSayingSo) {
   ASSERT_TRUE(bad.ok()) << bad.error();
   EXPECT_EQ(bad->status, 400);
   EXPECT_THAT(bad->error_message(), HasSubstr("max_restarts"));
-  const int64_t id = submit(100000, {{"max_restarts", 0}});
-  ASSERT_GE(id, 0);
-  ASSERT_TRUE(eventually([&] { return last_step(id) >= 2; }, 60s)) << run_state(id).dump();
-  workers_ = children_of(pids_);
+  int64_t id = -1;
+  ASSERT_NO_FATAL_FAILURE(submit_and_reach(2, &id, {{"max_restarts", 0}}));
   const pid_t victim = pid_of_rank(workers_, 1);
   ASSERT_GT(victim, 0);
   ASSERT_EQ(::kill(victim, SIGKILL), 0);
@@ -245,10 +255,8 @@ TEST_F(ClusterRecovery, RecoveryOffFailsTheRunSayingSo) {
 // Fault injection is refused unless the coordinator was started with it allowed, and bad requests are
 // refused naming what is wrong.
 TEST_F(ClusterRecovery, InjectionIsRefusedUnlessAllowed) {
-  const int64_t id = submit(100000, json::object());
-  ASSERT_GE(id, 0);
-  ASSERT_TRUE(eventually([&] { return last_step(id) >= 1; }, 60s)) << run_state(id).dump();
-  workers_ = children_of(pids_);
+  int64_t id = -1;
+  ASSERT_NO_FATAL_FAILURE(submit_and_reach(1, &id, json::object()));
   Result<HttpReply> r = api_->post("/v1/runs/" + std::to_string(id) + "/inject", {{"fault", "kill"}});
   ASSERT_TRUE(r.ok()) << r.error();
   EXPECT_EQ(r->status, 403);
@@ -270,10 +278,8 @@ class ClusterDrills : public ClusterRecovery {
 // `ctl inject RUN kill`: the agent of the rank's node kills it with SIGKILL; the event names the rank and
 // node; the run recovers by itself.
 TEST_F(ClusterDrills, AnInjectedKillIsRecovered) {
-  const int64_t id = submit(100000, json::object());
-  ASSERT_GE(id, 0);
-  ASSERT_TRUE(eventually([&] { return last_step(id) >= 7; }, 60s)) << run_state(id).dump();
-  workers_ = children_of(pids_);
+  int64_t id = -1;
+  ASSERT_NO_FATAL_FAILURE(submit_and_reach(7, &id, json::object()));
   const std::string run = "/v1/runs/" + std::to_string(id);
   for (const auto& [body, want] :
        std::vector<std::pair<json, std::string>>{{{{"fault", "melt"}}, "give \"kill\""},
@@ -299,9 +305,7 @@ TEST_F(ClusterDrills, AnInjectedKillIsRecovered) {
   EXPECT_THAT(placed[0]["message"].get<std::string>(), HasSubstr("SIGKILL"));
   const int64_t from = run_state(id)["last_step"].get<int64_t>();
   ASSERT_TRUE(eventually([&] { return last_step(id) > from + 2; }, 60s)) << run_state(id).dump();
-  workers_ = children_of(pids_);
-  ASSERT_TRUE(api_->post_json(run + "/stop", json::object()).ok());
-  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 30s)) << run_state(id).dump();
+  ASSERT_NO_FATAL_FAILURE(stop_and_wait(id, 30s));
 }
 
 // The `hang` event of a run: exactly one, its payload parsed.
@@ -357,9 +361,7 @@ TEST_F(ClusterDrills, AnInjectedHangIsFoundNamedAndRecovered) {
   EXPECT_THAT(placed[0]["message"].get<std::string>(), HasSubstr("hung: no heartbeat"));
   const int64_t from = run_state(id)["last_step"].get<int64_t>();
   ASSERT_TRUE(eventually([&] { return last_step(id) > from + 2; }, 60s)) << run_state(id).dump();
-  workers_ = children_of(pids_);
-  ASSERT_TRUE(api_->post_json("/v1/runs/" + std::to_string(id) + "/stop", json::object()).ok());
-  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 30s)) << run_state(id).dump();
+  ASSERT_NO_FATAL_FAILURE(stop_and_wait(id, 30s));
 }
 
 // A worker SIGSTOPped from outside (no injection): with the default hang timeout (10 s) its node names
@@ -449,9 +451,7 @@ TEST_F(ClusterLiveDrills, AnInjectedSlowRankIsFlaggedNotHung) {
   EXPECT_EQ(p["rank"], 2);
   EXPECT_TRUE(events(id, "hang").empty());
   EXPECT_EQ(run_state(id)["restarts"], 0);
-  workers_ = children_of(pids_);
-  ASSERT_TRUE(api_->post_json(run + "/stop", json::object()).ok());
-  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 60s)) << run_state(id).dump();
+  ASSERT_NO_FATAL_FAILURE(stop_and_wait(id, 60s));
 }
 
 // The straggler policy switched at run time: submitted with its quarantine off (the default), a rank slowed
@@ -536,9 +536,7 @@ TEST_F(ClusterLiveDrills, TheStragglerPolicyTurnedOnAtRunTimeQuarantinesTheSlowR
   ASSERT_EQ(ctl.code, 0) << ctl.err;
   EXPECT_EQ(events(id, "straggler_policy").size(), 2u);
   EXPECT_EQ(run_state(id)["straggler"]["quarantine"], false);
-  workers_ = children_of(pids_);
-  ASSERT_TRUE(api_->post_json(run + "/stop", json::object()).ok());
-  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 60s)) << run_state(id).dump();
+  ASSERT_NO_FATAL_FAILURE(stop_and_wait(id, 60s));
 }
 
 // nan: rank 1's gradients of its next step are NaN; the gang's norm is NaN, the step guard skips that
@@ -563,9 +561,7 @@ TEST_F(ClusterLiveDrills, AnInjectedNanStepIsSkipped) {
   EXPECT_EQ(run_state(id)["restarts"], 0);
   EXPECT_EQ(run_state(id)["state"], "running");
   EXPECT_EQ(events(id, "fault_injected").size(), 1u);
-  workers_ = children_of(pids_);
-  ASSERT_TRUE(api_->post_json(run + "/stop", json::object()).ok());
-  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 60s)) << run_state(id).dump();
+  ASSERT_NO_FATAL_FAILURE(stop_and_wait(id, 60s));
 }
 
 // A slow rank is not a hung one: rank 2's forward takes 4 s a step, twice the run's hang timeout, and its

@@ -8,11 +8,11 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "tests/file_text.h"  // slurp
 #include "tests/scratch_dir.h"
 
 namespace gantry::testing_support {
@@ -22,13 +22,6 @@ struct Outcome {
   std::string out;  // stdout
   std::string err;  // stderr
 };
-
-inline std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // Live (not zombie) children of `parents`, from /proc: the workers a launcher or an agent started.
 inline std::vector<pid_t> children_of(const std::vector<pid_t>& parents) {

@@ -87,10 +87,7 @@ TEST(GantryEngineCli, TrainPrintsOneLinePerStepAndJsonLines) {
 
 // tiny.toml as shipped, with `extra` lines at the top of its [train] section.
 std::string tiny_config(const std::string& dir, const std::string& extra) {
-  std::ifstream in(GANTRY_TINY_CONFIG);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string t = ss.str();
+  std::string t = testing_support::slurp(GANTRY_TINY_CONFIG);
   const size_t at = t.find("[train]\n");
   EXPECT_NE(at, std::string::npos) << "tiny.toml has no [train] section";
   if (at != std::string::npos) t.insert(at + 8, extra);

@@ -30,10 +30,7 @@ Outcome run(const std::string& args) {
 // mem_allocated_bytes), byte for byte.
 TEST(PlanCli, CpuProfileMemoryIsWhatTheRanksAllocateAtTpAndDp) {
   const std::filesystem::path dir = testing_support::scratch_dir("plan_cpu_layouts");
-  std::ifstream in(GANTRY_TINY_CONFIG);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string t = ss.str();
+  std::string t = testing_support::slurp(GANTRY_TINY_CONFIG);
   for (const char* key : {"checkpoint_every", "val_every"}) {
     const size_t at = t.find(std::string(key) + " = ");
     ASSERT_NE(at, std::string::npos) << key;

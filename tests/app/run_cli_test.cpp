@@ -387,58 +387,65 @@ TEST(RunCli, WorkerExitingMidRunIsNamedWithItsExitCode) {
   expect_gone(pids);
 }
 
+// What the launcher said about a run one of whose ranks was SIGSTOPped.
+struct StoppedRank {
+  std::string err;          // the launcher's stderr
+  std::string who;          // the stopped rank as the launcher names it: "rank 2 (pid 1234)"
+  std::vector<pid_t> pids;  // every rank's, for expect_gone
+};
+
+// A run of 4 ranks (with `flags`) whose rank `rank` is SIGSTOPped once 3 steps are printed: the launcher
+// must end the run itself, with code 1, within `limit`. The stopped rank is let go again afterwards, in case
+// the launcher left it (it must not), so that expect_gone sees it.
+void run_and_stop_a_rank(const std::string& name, const std::vector<std::string>& flags, int rank,
+                         std::chrono::seconds limit, StoppedRank* out) {
+  const std::string dir = fresh_dir(name);
+  const std::string cfg = write_config(dir, 1000000, true);
+  std::vector<std::string> args = {"run", "--nproc", "4", "--config", cfg, "--out", dir + "/run"};
+  args.insert(args.end(), flags.begin(), flags.end());
+  EngineChild run = EngineChild::start(args);
+  ASSERT_TRUE(run.wait_for_stderr([](const std::string& err) { return step_lines(err) >= 3; }, 120s))
+      << run.err();
+  out->pids = run.worker_pids();
+  ASSERT_EQ(out->pids.size(), 4u) << run.err();
+  const pid_t stopped = out->pids[static_cast<size_t>(rank)];
+  ASSERT_EQ(::kill(stopped, SIGSTOP), 0);
+  EngineChild::Exit e = run.wait(limit);
+  ::kill(stopped, SIGCONT);
+  out->err = run.err();
+  out->who = "rank " + std::to_string(rank) + " (pid " + std::to_string(stopped) + ")";
+  EXPECT_FALSE(e.timed_out) << out->err;
+  EXPECT_EQ(e.code, 1) << out->err;
+}
+
 // A SIGSTOPped worker used to be found after a fixed 120 s, and the failure was blamed on a healthy peer
 // ("rank 1 ... timeout sending to rank 2"). The timeout is a flag now, and the launcher names the rank
 // that stopped answering, with the peer that gave up on it as the witness.
 TEST(RunCli, StoppedWorkerIsNamedAsTheRankThatStoppedAnswering) {
-  const std::string dir = fresh_dir("sigstop");
-  const std::string cfg = write_config(dir, 1000000, true);
-  EngineChild run = EngineChild::start(
-      {"run", "--nproc", "4", "--config", cfg, "--out", dir + "/run", "--collective-timeout", "3"});
-  ASSERT_TRUE(run.wait_for_stderr([](const std::string& err) { return step_lines(err) >= 3; }, 120s))
-      << run.err();
-  const std::vector<pid_t> pids = run.worker_pids();
-  ASSERT_EQ(pids.size(), 4u) << run.err();
-  ASSERT_EQ(::kill(pids[2], SIGSTOP), 0);
-  EngineChild::Exit e = run.wait(120s);
-  ::kill(pids[2], SIGCONT);  // in case the launcher left it (it must not): let the check below see it
-  EXPECT_FALSE(e.timed_out) << run.err();
-  EXPECT_EQ(e.code, 1) << run.err();
-  const std::string who = "rank 2 (pid " + std::to_string(pids[2]) + ")";
-  EXPECT_THAT(run.err(),
-              HasSubstr("gantry-engine run: " + who + " stopped answering: its process is stopped"))
-      << run.err();
-  EXPECT_THAT(run.err(), HasSubstr("after the collective timeout of 3 s")) << run.err();
+  StoppedRank r;
+  ASSERT_NO_FATAL_FAILURE(run_and_stop_a_rank("sigstop", {"--collective-timeout", "3"}, 2, 120s, &r));
+  EXPECT_THAT(r.err, HasSubstr("gantry-engine run: " + r.who + " stopped answering: its process is stopped"))
+      << r.err;
+  EXPECT_THAT(r.err, HasSubstr("after the collective timeout of 3 s")) << r.err;
   for (int peer : {0, 1, 3}) {
-    EXPECT_THAT(run.err(), Not(HasSubstr("gantry-engine run: rank " + std::to_string(peer))))
+    EXPECT_THAT(r.err, Not(HasSubstr("gantry-engine run: rank " + std::to_string(peer))))
         << "a peer that merely timed out waiting is not the failure\n"
-        << run.err();
+        << r.err;
   }
-  expect_gone(pids);
+  expect_gone(r.pids);
 }
 
 // The launcher's hang timeout finds a SIGSTOPped worker by its silence, long before the collective
 // timeout (the config's 120 s): the stopped rank is named as hung, with where its last heartbeat was.
 TEST(RunCli, StoppedWorkerIsFoundByTheHangTimeout) {
-  const std::string dir = fresh_dir("hang_timeout");
-  const std::string cfg = write_config(dir, 1000000, true);
-  EngineChild run = EngineChild::start(
-      {"run", "--nproc", "4", "--config", cfg, "--out", dir + "/run", "--hang-timeout", "3"});
-  ASSERT_TRUE(run.wait_for_stderr([](const std::string& err) { return step_lines(err) >= 3; }, 120s))
-      << run.err();
-  const std::vector<pid_t> pids = run.worker_pids();
-  ASSERT_EQ(pids.size(), 4u) << run.err();
-  ASSERT_EQ(::kill(pids[1], SIGSTOP), 0);
-  EngineChild::Exit e = run.wait(100s);  // under the 120 s collective timeout: only the hang timeout fits
-  ::kill(pids[1], SIGCONT);
-  EXPECT_FALSE(e.timed_out) << run.err();
-  EXPECT_EQ(e.code, 1) << run.err();
-  const std::string who = "rank 1 (pid " + std::to_string(pids[1]) + ")";
-  EXPECT_THAT(run.err(), HasSubstr("gantry-engine run: " + who + " hung: no heartbeat for")) << run.err();
-  EXPECT_THAT(run.err(), HasSubstr("(hang timeout 3 s)")) << run.err();
-  EXPECT_THAT(run.err(), HasSubstr("stopped (state T")) << run.err();
-  EXPECT_THAT(run.err(), HasSubstr("its last heartbeat was at step ")) << run.err();
-  expect_gone(pids);
+  StoppedRank r;
+  // 100 s, under the 120 s collective timeout: only the hang timeout fits.
+  ASSERT_NO_FATAL_FAILURE(run_and_stop_a_rank("hang_timeout", {"--hang-timeout", "3"}, 1, 100s, &r));
+  EXPECT_THAT(r.err, HasSubstr("gantry-engine run: " + r.who + " hung: no heartbeat for")) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("(hang timeout 3 s)")) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("stopped (state T")) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("its last heartbeat was at step ")) << r.err;
+  expect_gone(r.pids);
 }
 
 // Data that cannot be read is bad input (exit 2) in a gang too: every rank says so before its first step.

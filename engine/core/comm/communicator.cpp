@@ -7,6 +7,10 @@ std::string comm_error_prefix(const char* backend, const char* op, int rank, int
          ", " + std::to_string(count) + " floats): ";
 }
 
+std::string comm_unusable_text(bool aborted, const std::string& broken) {
+  return aborted ? std::string("aborted") : "communicator unusable after an earlier error: " + broken;
+}
+
 namespace {
 Status no_streams(const Communicator& c, const char* op, size_t count) {
   return Status::error(

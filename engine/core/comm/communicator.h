@@ -135,5 +135,8 @@ class Communicator {
 
 // How an operation's error message begins: "gloo all_reduce (rank 1 of 4, 1000 floats): ".
 std::string comm_error_prefix(const char* backend, const char* op, int rank, int size, size_t count);
+// Why an operation is refused, after that prefix, on a communicator that an earlier error or abort() broke:
+// "aborted", or "communicator unusable after an earlier error: " and that error.
+std::string comm_unusable_text(bool aborted, const std::string& broken);
 
 }  // namespace gantry

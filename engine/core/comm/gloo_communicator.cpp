@@ -445,11 +445,7 @@ class GlooCommunicator final : public Communicator {
     const std::string prefix = comm_error_prefix("gloo", op, rank_, size_, count);
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (!broken_.empty()) {
-        return Status::error(prefix + (aborted_
-                                           ? std::string("aborted")
-                                           : "communicator unusable after an earlier error: " + broken_));
-      }
+      if (!broken_.empty()) return Status::error(prefix + comm_unusable_text(aborted_, broken_));
       in_op_ = true;
     }
     const Deadline d{Clock::now() + timeout, timeout};

@@ -198,15 +198,7 @@ class NcclCommunicator final : public Communicator {
   }
   Status sync(void* stream, Timeout timeout) override {
     const std::string prefix = comm_error_prefix("nccl", "sync", rank_, size_, 0);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!broken_.empty()) {
-        return Status::error(prefix + (aborted_
-                                           ? std::string("aborted")
-                                           : "communicator unusable after an earlier error: " + broken_));
-      }
-      in_op_ = true;
-    }
+    if (Status s = op_begin(prefix); !s.ok()) return s;
     std::string cause = wait_done(static_cast<cudaStream_t>(stream), Clock::now() + timeout, timeout);
     if (cause.empty()) {
       std::lock_guard<std::mutex> lock(mu_);
@@ -325,15 +317,7 @@ class NcclCommunicator final : public Communicator {
   template <class Enqueue>
   Status enqueue_only(const char* op, size_t count, Enqueue&& enqueue) {
     const std::string prefix = comm_error_prefix("nccl", op, rank_, size_, count);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!broken_.empty()) {
-        return Status::error(prefix + (aborted_
-                                           ? std::string("aborted")
-                                           : "communicator unusable after an earlier error: " + broken_));
-      }
-      in_op_ = true;
-    }
+    if (Status s = op_begin(prefix); !s.ok()) return s;
     const Timeout settle_limit{std::chrono::seconds(60)};
     std::string cause;
     if (cudaError_t e = cudaSetDevice(device_); e != cudaSuccess) {
@@ -346,6 +330,14 @@ class NcclCommunicator final : public Communicator {
       if (!outstanding_since_) outstanding_since_ = Clock::now();  // the watchdog's clock starts
     }
     return finish(prefix, cause);
+  }
+
+  // Starts an operation: refused when an earlier error or abort() broke the communicator.
+  Status op_begin(const std::string& prefix) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!broken_.empty()) return Status::error(prefix + comm_unusable_text(aborted_, broken_));
+    in_op_ = true;
+    return Status();
   }
 
   // Ends an operation: ok, or the communicator broken and aborted with `cause`.
@@ -363,15 +355,7 @@ class NcclCommunicator final : public Communicator {
   template <class Enqueue>
   Status run(const char* op, size_t count, Timeout timeout, Enqueue&& enqueue) {
     const std::string prefix = comm_error_prefix("nccl", op, rank_, size_, count);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!broken_.empty()) {
-        return Status::error(prefix + (aborted_
-                                           ? std::string("aborted")
-                                           : "communicator unusable after an earlier error: " + broken_));
-      }
-      in_op_ = true;
-    }
+    if (Status s = op_begin(prefix); !s.ok()) return s;
     const auto deadline = Clock::now() + timeout;
     std::string cause;
     if (cudaError_t e = cudaSetDevice(device_); e != cudaSuccess) {

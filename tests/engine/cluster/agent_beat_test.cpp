@@ -9,13 +9,12 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "engine/cluster/coordinator.h"
 #include "engine/cluster/http_client.h"
 #include "engine/cluster/token.h"
 #include "telemetry/record_codec.h"
+#include "tests/file_text.h"  // slurp
 #include "tests/scratch_dir.h"
 
 namespace gantry {
@@ -109,10 +108,8 @@ class BeatAgainstCoordinator : public ::testing::Test {
     ASSERT_TRUE(coordinator_->start().ok());
     api_ = std::make_unique<HttpClient>(HttpClientOptions{.url = coordinator_->url(), .token = token_});
     ASSERT_TRUE(api_->post_json("/v1/agents", {{"node", "n0"}, {"slots", 8}, {"pid", 1}}).ok());
-    std::ifstream in(GANTRY_TINY_CONFIG);
-    std::stringstream config;
-    config << in.rdbuf();
-    Result<json> run = api_->post_json("/v1/runs", {{"config", config.str()}, {"layout", {{"dp", 8}}}});
+    Result<json> run = api_->post_json(
+        "/v1/runs", {{"config", testing_support::slurp(GANTRY_TINY_CONFIG)}, {"layout", {{"dp", 8}}}});
     ASSERT_TRUE(run.ok()) << run.error();
     run_ = run->at("id").get<int64_t>();
   }

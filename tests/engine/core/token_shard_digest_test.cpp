@@ -12,12 +12,12 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>  // reads and edits the cache file
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "engine/core/token_dataset.h"
 #include "engine/core/xxhash64.h"
+#include "tests/file_text.h"  // slurp
 #include "tests/scratch_dir.h"
 
 namespace gantry {
@@ -30,12 +30,7 @@ std::string fresh_dir() {
   return fs::absolute(testing_support::scratch_dir("digest")).lexically_normal().string();
 }
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing_support::slurp;
 
 // Tokens first, first + 1, ... (modulo `modulo`) as a shard last modified `age` ago: an hour is long
 // settled.

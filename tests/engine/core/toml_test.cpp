@@ -278,6 +278,18 @@ TEST(TomlErrors, UnterminatedString) {
   expect_error("d = \"abc\\\"\n", 1, "unterminated string");  // the escaped quote does not close it
   expect_error("e = \"abc\\\n", 1, "unterminated string");
   expect_error("f = [\"a\", \"b]\n", 1, "unterminated string");
+  // The message names the quote that would close the string it is in (a basic and a literal string share
+  // one parser).
+  expect_error("g = \"abc'\n", 1, "unterminated string: expected a closing '\"' on the same line");
+  expect_error("h = 'abc\"\n", 1, "unterminated string: expected a closing \"'\" on the same line");
+  expect_error("i = 'abc\\\n", 1, "unterminated string: expected a closing \"'\"");
+}
+
+// A literal string has no escapes: a backslash in it is text, even just before its closing quote.
+TEST(Toml, LiteralStringBackslashBeforeItsQuote) {
+  const TomlDocument doc = parse_ok("a = 'ends\\'\nb = 'x\\\"'\n");
+  EXPECT_EQ(get(doc, "a").s, "ends\\");
+  EXPECT_EQ(get(doc, "b").s, "x\\\"");
 }
 
 TEST(TomlErrors, MalformedNumbers) {

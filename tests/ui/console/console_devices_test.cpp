@@ -13,7 +13,7 @@
 
 #include "engine/cluster/http_client.h"
 #include "engine/cluster/token.h"
-#include "tests/ui/console/local_cluster.h"
+#include "tests/ui/console/xvfb_console.h"
 
 namespace gantry::console {
 namespace {
@@ -23,7 +23,7 @@ using namespace std::chrono_literals;
 using namespace testing_support;
 
 TEST(ConsoleDevices, DeviceSeriesAComparedRunAndAWrongTokenInTheWindow) {
-  if (run_shell("command -v xvfb-run >/dev/null 2>&1") != 0) GTEST_SKIP() << "xvfb-run is not installed";
+  if (!have_xvfb_run()) GTEST_SKIP() << "xvfb-run is not installed (Debian: xvfb)";
   become_subreaper();
   const fs::path dir = scratch_dir("console_devices");
   const UpCluster up = up_cluster(dir, "--nodes 2 --slots 1");
@@ -42,12 +42,7 @@ TEST(ConsoleDevices, DeviceSeriesAComparedRunAndAWrongTokenInTheWindow) {
 
   std::ofstream(dir / "script")
       << "wait_connected\nwait_devices 2\nwait_steps 3\nwait_compared 1\nwait_frames 3\n";
-  const int code =
-      run_shell("xvfb-run -a -s '-screen 0 1600x1000x24' " + std::string(GANTRY_BIN) +
-                " --width 1400 --height 900 --connect " + url + " --token-file " +
-                (cluster / "token").string() + " --state-dir " + (dir / "state").string() +
-                " --frames 5 --dump-state " + (dir / "state.json").string() + " --script " +
-                (dir / "script").string() + " </dev/null >/dev/null 2>" + (dir / "gantry.err").string());
+  const int code = run_gantry_script(dir, url, cluster / "token", 5);
   EXPECT_EQ(code, 0) << slurp(dir / "gantry.err");
   const std::vector<pid_t> workers = workers_of();
 
@@ -111,12 +106,7 @@ TEST(ConsoleDevices, DeviceSeriesAComparedRunAndAWrongTokenInTheWindow) {
       << slurp(dir / "wrong2.err");
   EXPECT_THAT(slurp(dir / "wrong2.err"), ::testing::HasSubstr("refused the token"));
 
-  EXPECT_EQ(
-      run_shell(std::string(GANTRY_ENGINE_BIN) + " down --dir " + cluster.string() + " >/dev/null 2>&1"), 0);
-  for (pid_t p : daemons)
-    EXPECT_TRUE(eventually([&] { return gone(p); }, 10s)) << "pid " << p << " left behind";
-  for (pid_t p : workers)
-    EXPECT_TRUE(eventually([&] { return gone(p); }, 10s)) << "worker " << p << " left behind";
+  down_and_expect_gone(cluster, daemons, workers);
 }
 
 }  // namespace

@@ -11,7 +11,7 @@
 
 #include "engine/cluster/http_client.h"
 #include "engine/cluster/token.h"
-#include "tests/ui/console/local_cluster.h"
+#include "tests/ui/console/xvfb_console.h"
 
 namespace gantry::console {
 namespace {
@@ -19,10 +19,6 @@ namespace {
 using json = nlohmann::json;
 using namespace std::chrono_literals;
 using namespace testing_support;
-
-bool have_xvfb_run() {
-  return run_shell("command -v xvfb-run >/dev/null 2>&1") == 0;
-}
 
 TEST(ConsoleLayout, EachRanksCoordinateAndTheSlowTpGroupShow) {
   if (!have_xvfb_run()) GTEST_SKIP() << "xvfb-run is not installed (Debian: xvfb)";
@@ -44,12 +40,7 @@ TEST(ConsoleLayout, EachRanksCoordinateAndTheSlowTpGroupShow) {
   const int64_t run = sub->at("id").get<int64_t>();
 
   std::ofstream(dir / "script") << "wait_connected\nwait_steps 6\nwait_frames 3\n";
-  const int code =
-      run_shell("xvfb-run -a -s '-screen 0 1600x1000x24' " + std::string(GANTRY_BIN) +
-                " --width 1400 --height 900 --connect " + url + " --token-file " +
-                (cluster / "token").string() + " --state-dir " + (dir / "state").string() +
-                " --frames 5 --dump-state " + (dir / "state.json").string() + " --script " +
-                (dir / "script").string() + " </dev/null >/dev/null 2>" + (dir / "gantry.err").string());
+  const int code = run_gantry_script(dir, url, cluster / "token", 5);
   EXPECT_EQ(code, 0) << slurp(dir / "gantry.err");
   const std::vector<pid_t> workers = children_of(daemons);
 
@@ -75,12 +66,7 @@ TEST(ConsoleLayout, EachRanksCoordinateAndTheSlowTpGroupShow) {
   EXPECT_TRUE(l["tp_groups"][1]["slowest"].get<bool>()) << l.dump();
   EXPECT_FALSE(l["tp_groups"][0]["slowest"].get<bool>()) << l.dump();
 
-  EXPECT_EQ(
-      run_shell(std::string(GANTRY_ENGINE_BIN) + " down --dir " + cluster.string() + " >/dev/null 2>&1"), 0);
-  for (pid_t p : daemons)
-    EXPECT_TRUE(eventually([&] { return gone(p); }, 10s)) << "pid " << p << " left behind";
-  for (pid_t p : workers)
-    EXPECT_TRUE(eventually([&] { return gone(p); }, 10s)) << "worker " << p << " left behind";
+  down_and_expect_gone(cluster, daemons, workers);
 }
 
 }  // namespace

@@ -16,7 +16,7 @@
 
 #include "engine/cluster/http_client.h"
 #include "engine/cluster/token.h"
-#include "tests/ui/console/local_cluster.h"
+#include "tests/ui/console/xvfb_console.h"
 
 namespace gantry::console {
 namespace {
@@ -26,7 +26,7 @@ using namespace std::chrono_literals;
 using namespace testing_support;
 
 TEST(ConsoleQuarantine, QuarantineIsDisabledWithNothingFlaggedAndReleaseBringsANodeBack) {
-  if (run_shell("command -v xvfb-run >/dev/null 2>&1") != 0) GTEST_SKIP() << "xvfb-run is not installed";
+  if (!have_xvfb_run()) GTEST_SKIP() << "xvfb-run is not installed (Debian: xvfb)";
   become_subreaper();
   const fs::path dir = scratch_dir("console_quarantine");
   const UpCluster up = up_cluster(dir, "--nodes 3 --slots 1");
@@ -69,12 +69,7 @@ TEST(ConsoleQuarantine, QuarantineIsDisabledWithNothingFlaggedAndReleaseBringsAN
 
   std::ofstream(dir / "script") << "wait_connected\nwait_steps 3\nclick \"Release " << idle
                                 << "\"\nwait_action\nwait_frames 3\n";
-  const int code =
-      run_shell("xvfb-run -a -s '-screen 0 1600x1000x24' " + std::string(GANTRY_BIN) +
-                " --width 1400 --height 900 --connect " + url + " --token-file " +
-                (cluster / "token").string() + " --state-dir " + (dir / "state").string() +
-                " --frames 5 --dump-state " + (dir / "state.json").string() + " --script " +
-                (dir / "script").string() + " </dev/null >/dev/null 2>" + (dir / "gantry.err").string());
+  const int code = run_gantry_script(dir, url, cluster / "token", 5);
   EXPECT_EQ(code, 0) << slurp(dir / "gantry.err");
   const std::vector<pid_t> workers = children_of(daemons);
 
@@ -88,12 +83,7 @@ TEST(ConsoleQuarantine, QuarantineIsDisabledWithNothingFlaggedAndReleaseBringsAN
   EXPECT_EQ(state["last_action"]["ok"], true) << state["last_action"].dump();
   EXPECT_EQ(state_of(idle), "healthy");
 
-  EXPECT_EQ(
-      run_shell(std::string(GANTRY_ENGINE_BIN) + " down --dir " + cluster.string() + " >/dev/null 2>&1"), 0);
-  for (pid_t p : daemons)
-    EXPECT_TRUE(eventually([&] { return gone(p); }, 10s)) << "pid " << p << " left behind";
-  for (pid_t p : workers)
-    EXPECT_TRUE(eventually([&] { return gone(p); }, 10s)) << "worker " << p << " left behind";
+  down_and_expect_gone(cluster, daemons, workers);
 }
 
 }  // namespace

@@ -14,7 +14,7 @@
 #include "engine/cluster/http_client.h"
 #include "engine/cluster/token.h"
 #include "telemetry/record_json.h"
-#include "tests/ui/console/local_cluster.h"
+#include "tests/ui/console/xvfb_console.h"
 
 namespace gantry::console {
 namespace {
@@ -23,28 +23,19 @@ using json = nlohmann::json;
 using namespace std::chrono_literals;
 using namespace testing_support;
 
-bool have_xvfb_run() {
-  return run_shell("command -v xvfb-run >/dev/null 2>&1") == 0;
-}
-
 TEST(ConsoleTimeline, TheSlowRanksForwardSpansAreTheLongestAndTheTraceHoldsEverySpan) {
   if (!have_xvfb_run()) GTEST_SKIP() << "xvfb-run is not installed (Debian: xvfb)";
   become_subreaper();
   const fs::path dir = scratch_dir("console_timeline");
-  const fs::path cluster = dir / "cluster";
   // Every worker of this cluster reads the fault: rank 2's forward takes 300 ms longer.
   ::setenv("GANTRY_TEST_WORKER_FAULT", "2:slow_forward:300", 1);
-  const int up =
-      run_shell(std::string(GANTRY_ENGINE_BIN) + " up --nodes 2 --slots 2 --dir " + cluster.string() + " >" +
-                (dir / "up.out").string() + " 2>" + (dir / "up.err").string());
+  const UpCluster up = up_cluster(dir, "--nodes 2 --slots 2");
   ::unsetenv("GANTRY_TEST_WORKER_FAULT");
-  ASSERT_EQ(up, 0) << slurp(dir / "up.err");
-  const std::vector<pid_t> daemons = pid_files(cluster);
-  std::string url = slurp(dir / "up.out");
-  url = url.substr(0, url.find('\n'));
-  Result<std::string> token = token_file_read((cluster / "token").string());
-  ASSERT_TRUE(token.ok()) << token.error();
-  HttpClient api({.url = url, .token = token.value()});
+  ASSERT_EQ(up.error, "");
+  const fs::path& cluster = up.dir;
+  const std::vector<pid_t>& daemons = up.daemons;
+  const std::string& url = up.url;
+  HttpClient api({.url = url, .token = up.token});
   Result<json> sub = api.post_json(
       "/v1/runs",
       {{"config", slurp(GANTRY_CONSOLE_TINY_CONFIG)}, {"layout", {{"dp", 4}}}, {"name", "timeline-test"}});
@@ -57,12 +48,7 @@ TEST(ConsoleTimeline, TheSlowRanksForwardSpansAreTheLongestAndTheTraceHoldsEvery
                                    "wait_timeline 5\n"
                                    "export_timeline \""
                                 << trace.string() << "\"\nclick \"Export trace\"\nwait_frames 3\n";
-  const int code =
-      run_shell("xvfb-run -a -s '-screen 0 1600x1000x24' " + std::string(GANTRY_BIN) +
-                " --width 1400 --height 900 --connect " + url + " --token-file " +
-                (cluster / "token").string() + " --state-dir " + (dir / "state").string() +
-                " --frames 10 --dump-state " + (dir / "state.json").string() + " --script " +
-                (dir / "script").string() + " </dev/null >/dev/null 2>" + (dir / "gantry.err").string());
+  const int code = run_gantry_script(dir, url, cluster / "token", 10);
   EXPECT_EQ(code, 0) << slurp(dir / "gantry.err");
   const std::vector<pid_t> workers = children_of(daemons);
 
@@ -122,12 +108,7 @@ TEST(ConsoleTimeline, TheSlowRanksForwardSpansAreTheLongestAndTheTraceHoldsEvery
   EXPECT_GE(checked, 4u * 5);
   EXPECT_EQ(ranks_seen.size(), 4u);
 
-  EXPECT_EQ(
-      run_shell(std::string(GANTRY_ENGINE_BIN) + " down --dir " + cluster.string() + " >/dev/null 2>&1"), 0);
-  for (pid_t p : daemons)
-    EXPECT_TRUE(eventually([&] { return gone(p); }, 10s)) << "pid " << p << " left behind";
-  for (pid_t p : workers)
-    EXPECT_TRUE(eventually([&] { return gone(p); }, 10s)) << "worker " << p << " left behind";
+  down_and_expect_gone(cluster, daemons, workers);
 }
 
 }  // namespace

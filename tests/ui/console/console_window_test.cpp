@@ -14,7 +14,7 @@
 
 #include "engine/cluster/http_client.h"
 #include "engine/cluster/token.h"
-#include "tests/ui/console/local_cluster.h"
+#include "tests/ui/console/xvfb_console.h"
 
 namespace gantry::console {
 namespace {
@@ -23,16 +23,6 @@ using json = nlohmann::json;
 using namespace std::chrono_literals;
 using namespace testing_support;
 using ::testing::HasSubstr;
-
-bool have_xvfb_run() {
-  return run_shell("command -v xvfb-run >/dev/null 2>&1") == 0;
-}
-
-// `gantry ARGS` under a fresh virtual display; its exit code, stderr in `err`.
-int run_gantry_in_xvfb(const std::string& args, const fs::path& err) {
-  return run_shell("xvfb-run -a -s '-screen 0 1600x1000x24' " + std::string(GANTRY_BIN) +
-                   " --width 1400 --height 900 " + args + " </dev/null >/dev/null 2>" + err.string());
-}
 
 struct Image {
   int w = 0, h = 0;
@@ -150,21 +140,16 @@ TEST(ConsoleWindow, ScreenshotStateAndAScriptedCheckpointAgainstARemoteCluster) 
   if (!have_xvfb_run()) GTEST_SKIP() << "xvfb-run is not installed (Debian: xvfb)";
   become_subreaper();
   const fs::path dir = scratch_dir("console_window");
-  const fs::path cluster = dir / "cluster";
-  ASSERT_EQ(run_shell(std::string(GANTRY_ENGINE_BIN) + " up --nodes 2 --slots 2 --dir " + cluster.string() +
-                      " >" + (dir / "up.out").string() + " 2>" + (dir / "up.err").string()),
-            0)
-      << slurp(dir / "up.err");
-  const std::vector<pid_t> daemons = pid_files(cluster);
+  const UpCluster up = up_cluster(dir, "--nodes 2 --slots 2");
+  ASSERT_EQ(up.error, "");
+  const fs::path& cluster = up.dir;
+  const std::vector<pid_t>& daemons = up.daemons;
   ASSERT_EQ(daemons.size(), 4u);  // the coordinator, its supervisor, two agents
-  std::string url = slurp(dir / "up.out");
-  url = url.substr(0, url.find('\n'));
-  Result<std::string> token = token_file_read((cluster / "token").string());
-  ASSERT_TRUE(token.ok()) << token.error();
+  const std::string& url = up.url;
   std::vector<pid_t> workers;
   int64_t run = -1;
   {
-    HttpClient api({.url = url, .token = token.value()});
+    HttpClient api({.url = url, .token = up.token});
     Result<json> sub = api.post_json(
         "/v1/runs",
         {{"config", slurp(GANTRY_CONSOLE_TINY_CONFIG)}, {"layout", {{"dp", 4}}}, {"name", "window-test"}});
@@ -261,7 +246,7 @@ TEST(ConsoleWindow, ScreenshotStateAndAScriptedCheckpointAgainstARemoteCluster) 
   EXPECT_GT(heat_pixels.off_background, heat_pixels.pixels / 10) << "heat.png shows no cells";
   // The exported CSV: the loss of each step as the coordinator serves it, steps 1.. in order.
   {
-    HttpClient api({.url = url, .token = token.value()});
+    HttpClient api({.url = url, .token = up.token});
     Result<json> steps = api.get_json("/v1/runs/" + std::to_string(run) + "/steps?after=0&limit=100000");
     ASSERT_TRUE(steps.ok()) << steps.error();
     std::map<int64_t, double> loss_at;
@@ -286,12 +271,12 @@ TEST(ConsoleWindow, ScreenshotStateAndAScriptedCheckpointAgainstARemoteCluster) 
 
   // Through the API: the console's click is a checkpoint action with its event and a catalog entry.
   {
-    HttpClient api({.url = url, .token = token.value()});
+    HttpClient api({.url = url, .token = up.token});
     Result<json> ckpts = api.get_json("/v1/runs/" + std::to_string(run) + "/checkpoints");
     ASSERT_TRUE(ckpts.ok()) << ckpts.error();
     EXPECT_GE(ckpts->at("checkpoints").size(), 1u);
     std::multiset<std::string> kinds;
-    HttpEventStream events({.url = url, .token = token.value()});
+    HttpEventStream events({.url = url, .token = up.token});
     std::thread stopper([&] {
       std::this_thread::sleep_for(500ms);  // read what is there; the run is live and the stream would go on
       events.stop();
@@ -311,12 +296,7 @@ TEST(ConsoleWindow, ScreenshotStateAndAScriptedCheckpointAgainstARemoteCluster) 
     EXPECT_GE(kinds.count("checkpoint"), 1u);
   }
 
-  EXPECT_EQ(
-      run_shell(std::string(GANTRY_ENGINE_BIN) + " down --dir " + cluster.string() + " >/dev/null 2>&1"), 0);
-  for (pid_t p : daemons)
-    EXPECT_TRUE(eventually([&] { return gone(p); }, 10s)) << "pid " << p << " left behind";
-  for (pid_t p : workers)
-    EXPECT_TRUE(eventually([&] { return gone(p); }, 10s)) << "worker " << p << " left behind";
+  down_and_expect_gone(cluster, daemons, workers);
 }
 
 // The Checkpoints panel shows the followed run's in-memory copies (issue 16): a dp-4 run on two nodes with
@@ -325,17 +305,12 @@ TEST(ConsoleWindow, ScreenshotStateAndAScriptedCheckpointAgainstARemoteCluster) 
 TEST(ConsoleWindow, TheCheckpointsPanelShowsTheInMemoryCopiesAndWhereTheyAre) {
   if (!have_xvfb_run()) GTEST_SKIP() << "xvfb-run is not installed (Debian: xvfb)";
   const fs::path dir = scratch_dir("console_memory");
-  const fs::path cluster = dir / "cluster";
-  ASSERT_EQ(run_shell(std::string(GANTRY_ENGINE_BIN) + " up --nodes 2 --slots 2 --dir " + cluster.string() +
-                      " >" + (dir / "up.out").string() + " 2>" + (dir / "up.err").string()),
-            0)
-      << slurp(dir / "up.err");
-  const std::vector<pid_t> daemons = pid_files(cluster);
-  std::string url = slurp(dir / "up.out");
-  url = url.substr(0, url.find('\n'));
-  Result<std::string> token = token_file_read((cluster / "token").string());
-  ASSERT_TRUE(token.ok()) << token.error();
-  HttpClient api({.url = url, .token = token.value()});
+  const UpCluster up = up_cluster(dir, "--nodes 2 --slots 2");
+  ASSERT_EQ(up.error, "");
+  const fs::path& cluster = up.dir;
+  const std::vector<pid_t>& daemons = up.daemons;
+  const std::string& url = up.url;
+  HttpClient api({.url = url, .token = up.token});
   std::string config = slurp(GANTRY_CONSOLE_TINY_CONFIG);
   config = std::regex_replace(config, std::regex("\\[train\\]"), "[train]\nmemory_copy_every = 2");
   Result<json> sub =
@@ -405,12 +380,7 @@ TEST(ConsoleWindow, TheCheckpointsPanelShowsTheInMemoryCopiesAndWhereTheyAre) {
 
   std::vector<pid_t> workers = children_of(daemons);
   EXPECT_TRUE(api.post_json(run + "/stop", json::object()).ok());
-  EXPECT_EQ(
-      run_shell(std::string(GANTRY_ENGINE_BIN) + " down --dir " + cluster.string() + " >/dev/null 2>&1"), 0);
-  for (pid_t p : daemons)
-    EXPECT_TRUE(eventually([&] { return gone(p); }, 10s)) << "pid " << p << " left behind";
-  for (pid_t p : workers)
-    EXPECT_TRUE(eventually([&] { return gone(p); }, 10s)) << "worker " << p << " left behind";
+  down_and_expect_gone(cluster, daemons, workers);
 }
 
 // `gantry` with no --connect: it starts its own cluster, submits the tiny run from the script, and on exit
@@ -454,18 +424,13 @@ TEST(ConsoleWindow, AFiringAlertIsShownAsABanner) {
   if (!have_xvfb_run()) GTEST_SKIP() << "xvfb-run is not installed (Debian: xvfb)";
   become_subreaper();
   const fs::path dir = scratch_dir("console_alert");
-  const fs::path cluster = dir / "cluster";
-  ASSERT_EQ(run_shell(std::string(GANTRY_ENGINE_BIN) + " up --nodes 2 --slots 2 --dir " + cluster.string() +
-                      " >" + (dir / "up.out").string() + " 2>" + (dir / "up.err").string()),
-            0)
-      << slurp(dir / "up.err");
-  const std::vector<pid_t> daemons = pid_files(cluster);
-  std::string url = slurp(dir / "up.out");
-  url = url.substr(0, url.find('\n'));
-  Result<std::string> token = token_file_read((cluster / "token").string());
-  ASSERT_TRUE(token.ok()) << token.error();
+  const UpCluster up = up_cluster(dir, "--nodes 2 --slots 2");
+  ASSERT_EQ(up.error, "");
+  const fs::path& cluster = up.dir;
+  const std::vector<pid_t>& daemons = up.daemons;
+  const std::string& url = up.url;
   {
-    HttpClient api({.url = url, .token = token.value()});
+    HttpClient api({.url = url, .token = up.token});
     // Loss above 0: holds from the first step on.
     Result<json> rule = api.post_json(
         "/v1/alerts", {{"name", "loss_seen"}, {"kind", "threshold"}, {"series", "loss"}, {"above", 0.0}});
@@ -491,12 +456,7 @@ TEST(ConsoleWindow, AFiringAlertIsShownAsABanner) {
   EXPECT_EQ(state["alerts_firing"][0]["rule"], "loss_seen");
   EXPECT_THAT(state["alerts_firing"][0]["message"].get<std::string>(), HasSubstr("alert loss_seen: loss "));
   EXPECT_EQ(state["events"].value("alert", 0), 1);
-  EXPECT_EQ(
-      run_shell(std::string(GANTRY_ENGINE_BIN) + " down --dir " + cluster.string() + " >/dev/null 2>&1"), 0);
-  for (pid_t p : daemons)
-    EXPECT_TRUE(eventually([&] { return gone(p); }, 10s)) << "pid " << p << " left behind";
-  for (pid_t p : workers)
-    EXPECT_TRUE(eventually([&] { return gone(p); }, 10s)) << "worker " << p << " left behind";
+  down_and_expect_gone(cluster, daemons, workers);
 }
 
 }  // namespace

@@ -55,6 +55,30 @@ class DataSourceCluster : public ::testing::Test {
 
   std::shared_ptr<const ConsoleSnapshot> snap() const { return source_->snapshot(); }
 
+  // A source following the cluster submits the tiny run (dp 4) and waits for its step `steps`; *run is its
+  // id.
+  void tiny_run_start(int64_t steps, int64_t* run) {
+    source_ = std::make_unique<DataSource>(
+        DataSourceOptions{.tiny_config = slurp(GANTRY_CONSOLE_TINY_CONFIG), .tiny_dp = 4},
+        [this]() -> Result<Endpoint> { return endpoint_; });
+    source_->start();
+    source_->request_submit_tiny();
+    ASSERT_TRUE(eventually([&] { return snap()->steps->last_step() >= steps; }, 60s))
+        << snap()->last_action.message;
+    *run = snap()->run.id;
+    workers_ = children_of(pids_);
+  }
+
+  // One history, whatever happened to the run or the coordinator: every step from 1 on, once, in order, no
+  // gap, and no event twice.
+  static void expect_one_history(const ConsoleSnapshot& s) {
+    const std::vector<StepRecord>& steps = s.steps->records();
+    for (size_t k = 0; k < steps.size(); ++k) ASSERT_EQ(steps[k].step, static_cast<int64_t>(k) + 1);
+    EXPECT_EQ(s.steps->gap_steps(), 0);
+    std::set<int64_t> ids;
+    for (const EventView& e : s.events) EXPECT_TRUE(ids.insert(e.id).second) << "event " << e.id << " twice";
+  }
+
   fs::path dir_, cluster_;
   Endpoint endpoint_;
   std::vector<pid_t> pids_, workers_;
@@ -115,11 +139,8 @@ TEST_F(DataSourceCluster, FollowsTheTinyRunActsAndCatchesUpWithoutAGap) {
   std::shared_ptr<const ConsoleSnapshot> s = snap();
   const std::vector<StepRecord>& steps = s->steps->records();
   ASSERT_GE(steps.size(), 10u);
-  for (size_t k = 0; k < steps.size(); ++k) ASSERT_EQ(steps[k].step, static_cast<int64_t>(k) + 1);
-  EXPECT_EQ(s->steps->gap_steps(), 0);
+  ASSERT_NO_FATAL_FAILURE(expect_one_history(*s));
   EXPECT_GT(steps.front().loss, 4.0);  // ln 256 = 5.5 at the start
-  std::set<int64_t> ids;
-  for (const EventView& e : s->events) EXPECT_TRUE(ids.insert(e.id).second) << "event " << e.id << " twice";
   EXPECT_EQ(s->ranks.size(), 4u);
   for (const RankView& r : s->ranks) EXPECT_GT(r.latest.step, 0) << "rank " << r.rank << ": no latest record";
 
@@ -218,15 +239,8 @@ bool saw(const ConsoleSnapshot& s, const std::string& kind) {
 // one run id, one step history with no gap and no repeat, and the event stream reopened after the run
 // had ended and lived again.
 TEST_F(DataSourceCluster, QuarantineStopAndResumeFromKeepOneHistoryWithoutAGap) {
-  source_ = std::make_unique<DataSource>(
-      DataSourceOptions{.tiny_config = slurp(GANTRY_CONSOLE_TINY_CONFIG), .tiny_dp = 4},
-      [this]() -> Result<Endpoint> { return endpoint_; });
-  source_->start();
-  source_->request_submit_tiny();
-  ASSERT_TRUE(eventually([&] { return snap()->steps->last_step() >= 4; }, 60s))
-      << snap()->last_action.message;
-  const int64_t run = snap()->run.id;
-  workers_ = children_of(pids_);
+  int64_t run = -1;
+  ASSERT_NO_FATAL_FAILURE(tiny_run_start(4, &run));
 
   source_->request_quarantine("node-1");
   ASSERT_TRUE(eventually([&] { return saw(*snap(), "quarantine_resumed"); }, 60s))
@@ -248,11 +262,7 @@ TEST_F(DataSourceCluster, QuarantineStopAndResumeFromKeepOneHistoryWithoutAGap) 
 
   std::shared_ptr<const ConsoleSnapshot> s = snap();
   EXPECT_EQ(s->run.id, run);
-  const std::vector<StepRecord>& steps = s->steps->records();
-  for (size_t k = 0; k < steps.size(); ++k) ASSERT_EQ(steps[k].step, static_cast<int64_t>(k) + 1);
-  EXPECT_EQ(s->steps->gap_steps(), 0);
-  std::set<int64_t> ids;
-  for (const EventView& e : s->events) EXPECT_TRUE(ids.insert(e.id).second) << "event " << e.id << " twice";
+  ASSERT_NO_FATAL_FAILURE(expect_one_history(*s));
   bool quarantined = false;
   for (const NodeView& n : s->nodes)
     quarantined = quarantined || (n.id == "node-1" && n.state == "quarantined");
@@ -266,15 +276,8 @@ TEST_F(DataSourceCluster, QuarantineStopAndResumeFromKeepOneHistoryWithoutAGap) 
 // arrive, every step once from 1 on, the event stream resumes (the re-adoption's event included), no
 // event twice.
 TEST_F(DataSourceCluster, CatchesUpWithoutAGapAfterTheCoordinatorIsKilledAndRestarted) {
-  source_ = std::make_unique<DataSource>(
-      DataSourceOptions{.tiny_config = slurp(GANTRY_CONSOLE_TINY_CONFIG), .tiny_dp = 4},
-      [this]() -> Result<Endpoint> { return endpoint_; });
-  source_->start();
-  source_->request_submit_tiny();
-  ASSERT_TRUE(eventually([&] { return snap()->steps->last_step() >= 4; }, 60s))
-      << snap()->last_action.message;
-  const int64_t run = snap()->run.id;
-  workers_ = children_of(pids_);
+  int64_t run = -1;
+  ASSERT_NO_FATAL_FAILURE(tiny_run_start(4, &run));
 
   const pid_t coordinator = static_cast<pid_t>(std::stol(slurp(cluster_ / "coordinator.pid")));
   ASSERT_EQ(::kill(coordinator, SIGKILL), 0);
@@ -296,11 +299,7 @@ TEST_F(DataSourceCluster, CatchesUpWithoutAGapAfterTheCoordinatorIsKilledAndRest
   EXPECT_EQ(snap()->run.state, "running");
 
   std::shared_ptr<const ConsoleSnapshot> s = snap();
-  const std::vector<StepRecord>& steps = s->steps->records();
-  for (size_t k = 0; k < steps.size(); ++k) ASSERT_EQ(steps[k].step, static_cast<int64_t>(k) + 1);
-  EXPECT_EQ(s->steps->gap_steps(), 0);
-  std::set<int64_t> ids;
-  for (const EventView& e : s->events) EXPECT_TRUE(ids.insert(e.id).second) << "event " << e.id << " twice";
+  ASSERT_NO_FATAL_FAILURE(expect_one_history(*s));
   source_->request_action(run, RunAction::kStop);
   ASSERT_TRUE(eventually([&] { return snap()->run.state == "stopped"; }, 60s));
 }
@@ -310,15 +309,8 @@ TEST_F(DataSourceCluster, CatchesUpWithoutAGapAfterTheCoordinatorIsKilledAndRest
 // event on the console's stream, and the snapshot shows the policy as the coordinator holds it; off again
 // likewise.
 TEST_F(DataSourceCluster, TheStragglerToggleReachesTheCoordinator) {
-  source_ = std::make_unique<DataSource>(
-      DataSourceOptions{.tiny_config = slurp(GANTRY_CONSOLE_TINY_CONFIG), .tiny_dp = 4},
-      [this]() -> Result<Endpoint> { return endpoint_; });
-  source_->start();
-  source_->request_submit_tiny();
-  ASSERT_TRUE(eventually([&] { return snap()->steps->last_step() >= 2; }, 60s))
-      << snap()->last_action.message;
-  const int64_t run = snap()->run.id;
-  workers_ = children_of(pids_);
+  int64_t run = -1;
+  ASSERT_NO_FATAL_FAILURE(tiny_run_start(2, &run));
   ASSERT_TRUE(eventually([&] { return snap()->run.straggler_quarantine.has_value(); }, 20s));
   EXPECT_FALSE(*snap()->run.straggler_quarantine);  // off by default
 
@@ -358,15 +350,8 @@ TEST_F(DataSourceCluster, TheStragglerToggleReachesTheCoordinator) {
 // The Timeline panel's feed: nothing is read before the panel asks; a fixed range holds every rank's
 // record of those steps, as the coordinator serves them; the newest steps follow the live run.
 TEST_F(DataSourceCluster, TheTimelineHoldsTheWantedStepsOfEveryRank) {
-  source_ = std::make_unique<DataSource>(
-      DataSourceOptions{.tiny_config = slurp(GANTRY_CONSOLE_TINY_CONFIG), .tiny_dp = 4},
-      [this]() -> Result<Endpoint> { return endpoint_; });
-  source_->start();
-  source_->request_submit_tiny();
-  ASSERT_TRUE(eventually([&] { return snap()->steps->last_step() >= 8; }, 60s))
-      << snap()->last_action.message;
-  const int64_t run = snap()->run.id;
-  workers_ = children_of(pids_);
+  int64_t run = -1;
+  ASSERT_NO_FATAL_FAILURE(tiny_run_start(8, &run));
   EXPECT_TRUE(snap()->timeline->empty()) << "read before the panel asked";
 
   source_->want_timeline({.run = run, .first_step = 3, .steps = 4});

@@ -14,26 +14,20 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "engine/cluster/token.h"
 #include "tests/app/engine_process.h"
+#include "tests/file_text.h"  // slurp
 #include "tests/scratch_dir.h"
 
 namespace gantry::console::testing_support {
 
 namespace fs = std::filesystem;
 
-inline std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using gantry::testing_support::slurp;
 
 // Polls `pred` every 50 ms until it holds or `limit` passes (a guard against hanging, not a measurement).
 template <class F>

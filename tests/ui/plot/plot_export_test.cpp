@@ -9,11 +9,11 @@
 #include <cfloat>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "tests/file_text.h"  // slurp
 #include "tests/scratch_dir.h"
 #include "tests/ui/headless_imgui.h"
 
@@ -22,12 +22,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing_support::slurp;
 
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> out;

@@ -6,20 +6,14 @@
 #include <sys/wait.h>
 
 #include <cstdlib>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
-namespace gantry::testing_support {
+#include "tests/file_text.h"  // slurp
 
-inline std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+namespace gantry::testing_support {
 
 // stdout and stderr go to files in `dir`; `norms`, when given, gets each step's gradient norm.
 inline std::vector<double> losses_of(const std::string& args, const std::string& dir, int* code,

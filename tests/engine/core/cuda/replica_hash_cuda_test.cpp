@@ -8,7 +8,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -19,6 +18,7 @@
 #include "engine/core/replica_hash.h"
 #include "engine/core/rng.h"
 #include "tests/engine/core/cuda/cuda_test_util.h"
+#include "tests/file_text.h"  // slurp
 #include "tests/scratch_dir.h"
 
 namespace gantry {
@@ -67,12 +67,7 @@ TEST(ReplicaHashCuda, BackendHashesItsMasterWeightsAndTheTestFaultFlipsOneBit) {
   EXPECT_FALSE(gpu.test_flip_replicated_bit(n * 32));
 }
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing_support::slurp;
 
 struct Case {
   int zero;
