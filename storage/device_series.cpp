@@ -16,9 +16,11 @@ namespace {
 constexpr double kMinBucketSeconds = 1.0 / 16;
 
 // The smallest power of two of seconds (at least kMinBucketSeconds) that puts `span` in `buckets` columns.
-double bucket_width(double span, int32_t buckets) {
+// The narrowest width (the minimum doubled) whose columns, aligned to a multiple of it, cover [t0, t1) in at
+// most `buckets`: the alignment can add a column to span / width, and a caller asking for 10 gets 10.
+double bucket_width(double t0, double t1, int32_t buckets) {
   double w = kMinBucketSeconds;
-  while (span / w > buckets) w *= 2;
+  while (std::ceil((t1 - std::floor(t0 / w) * w) / w) > buckets) w *= 2;
   return w;
 }
 
@@ -71,7 +73,7 @@ bool HistoryDb::query_devices(const DeviceSeriesQuery& q, DeviceSeriesResult* ou
     if (t0 == 0) t0 = lo;
     if (t1 == 0) t1 = std::max(hi + kMinBucketSeconds, t0 + kMinBucketSeconds);
   }
-  out->bucket_s = bucket_width(t1 - t0, q.max_buckets);
+  out->bucket_s = bucket_width(t0, t1, q.max_buckets);
   out->first_time = std::floor(t0 / out->bucket_s) * out->bucket_s;
   out->cols = static_cast<int32_t>(std::ceil((t1 - out->first_time) / out->bucket_s));
   out->cols = std::max<int32_t>(1, out->cols);

@@ -75,6 +75,29 @@ TEST(DeviceSeries, IngestedSamplesComeBackPerDeviceAndBucket) {
   EXPECT_FLOAT_EQ(r.max[1], 305);
 }
 
+// Samples off the buckets' grid (every 1 s from 1000.5 to 1009.5). A width chosen by the span alone can
+// need one column more once aligned to a multiple of itself: asked for 1, 16 s columns from 992 took 2.
+// Asked for at most N, the answer has at most N, and every sample is in one.
+TEST(DeviceSeries, ColumnsAlignedToTheirWidthNeverExceedTheBucketsAskedFor) {
+  auto db = open_db("devices_aligned");
+  ASSERT_TRUE(db);
+  RecordBatch b;
+  for (int i = 0; i < 10; ++i)
+    b.device_samples.push_back(sample("node-a", kDeviceNode, 1000.5 + i, DeviceMetric::kNodeCpu, 1.0));
+  ASSERT_TRUE(db->ingest(b)) << db->error();
+  for (int32_t buckets : {1, 3, 10, 11}) {
+    DeviceSeriesResult r;
+    ASSERT_TRUE(db->query_devices({.metric = DeviceMetric::kNodeCpu, .max_buckets = buckets}, &r))
+        << db->error();
+    EXPECT_LE(r.cols, buckets);
+    EXPECT_LE(r.first_time, 1000.5);
+    EXPECT_GE(r.first_time + r.cols * r.bucket_s, 1009.5) << buckets;
+    int known = 0;
+    for (int32_t c = 0; c < r.cols; ++c) known += !std::isnan(r.max[static_cast<size_t>(c)]);
+    EXPECT_GE(known, std::min(10, r.cols)) << buckets;
+  }
+}
+
 TEST(DeviceSeries, RefusesBadQueriesWithTheReason) {
   auto db = open_db("devices_refuse");
   ASSERT_TRUE(db);
