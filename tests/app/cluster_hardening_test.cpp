@@ -267,5 +267,60 @@ TEST_F(ClusterHardening, BadSubmissionsAreRefusedWithTheNumbers) {
   EXPECT_FALSE(fs::exists(dir_ / "runs" / "1"));
 }
 
+// Garbage that used to get through, each refused with a 400 naming the field and what would be right, and
+// nothing changed: a key given twice (nlohmann kept the last: the server trained dp 3 where a reader of the
+// request saw dp 1); a field an action does not take (dropped with a 202); a node name its routes cannot
+// carry (registered, then lost, every heartbeat a 404); a 100 KB unknown key (echoed back whole); a step
+// past int64 (named as a negative step).
+TEST_F(ClusterHardening, GarbageFieldsAreRefusedNamingThemAndChangeNothing) {
+  const int port = port_of(url_);
+  const std::string config = json(tiny_config(100000)).dump();
+  auto [twice, twice_body] =
+      raw_post(port, "/v1/runs", token_,
+               "{\"config\": " + config + ", \"layout\": {\"dp\": 1}, \"layout\": {\"dp\": 3}}");
+  EXPECT_EQ(twice, 400) << twice_body;
+  EXPECT_THAT(twice_body, HasSubstr("field \\\"layout\\\" is given twice"));
+  Result<HttpReply> long_key = api_->post(
+      "/v1/runs", {{"config", tiny_config(10)}, {"layout", {{"dp", 1}}}, {std::string(100000, 'k'), 1}});
+  ASSERT_TRUE(long_key.ok()) << long_key.error();
+  EXPECT_EQ(long_key->status, 400);
+  EXPECT_THAT(long_key->error_message(), HasSubstr("unknown field \"kkkk"));
+  EXPECT_LT(long_key->body.size(), 1000u) << "the refusal echoed the key";
+  EXPECT_EQ(get("/v1/runs")["runs"].size(), 0u);
+
+  Result<std::string> agent_token = token_file_read((dir_ / "agent_token").string());
+  ASSERT_TRUE(agent_token.ok()) << agent_token.error();
+  for (const std::string node : {"rack/a", "node 2", ".."}) {
+    auto [status, body] =
+        raw_post(port, "/v1/agents", agent_token.value(), json({{"node", node}, {"slots", 1}}).dump());
+    EXPECT_EQ(status, 400) << node << ": " << body;
+    EXPECT_THAT(body, HasSubstr("use letters, digits, '.', '_' and '-'")) << node;
+  }
+  EXPECT_EQ(get("/v1/cluster")["nodes"].size(), 2u);
+
+  Result<json> sub = api_->post_json("/v1/runs", {{"config", tiny_config(100000)}, {"layout", {{"dp", 1}}}});
+  ASSERT_TRUE(sub.ok()) << sub.error();
+  const int64_t id = sub->at("id").get<int64_t>();
+  const std::string run = "/v1/runs/" + std::to_string(id);
+  ASSERT_TRUE(eventually([&] { return last_step(id) >= 2; }, 60s)) << run_state(id).dump();
+  Result<HttpReply> paws = api_->post(run + "/pause", {{"paws", true}});
+  ASSERT_TRUE(paws.ok()) << paws.error();
+  EXPECT_EQ(paws->status, 400);
+  EXPECT_THAT(paws->error_message(), HasSubstr("unknown field \"paws\" (this request takes no fields)"));
+  const int64_t before = last_step(id);
+  ASSERT_TRUE(eventually([&] { return last_step(id) > before + 1; }, 30s)) << run_state(id).dump();
+  EXPECT_EQ(run_state(id)["state"], "running");
+
+  ASSERT_TRUE(api_->post_json(run + "/stop", json::object()).ok());
+  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 30s)) << run_state(id).dump();
+  ASSERT_TRUE(eventually([&] { return !get(run + "/checkpoints")["checkpoints"].empty(); }, 10s))
+      << "the stop wrote no checkpoint";
+  Result<HttpReply> far = api_->post(run + "/resume-from", {{"checkpoint", uint64_t{1} << 63}});
+  ASSERT_TRUE(far.ok()) << far.error();
+  EXPECT_EQ(far->status, 400);
+  EXPECT_THAT(far->error_message(), HasSubstr("no committed checkpoint at step 9223372036854775808"));
+  EXPECT_EQ(run_state(id)["state"], "stopped");
+}
+
 }  // namespace
 }  // namespace gantry
