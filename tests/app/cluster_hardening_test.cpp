@@ -11,11 +11,13 @@
 #include <algorithm>
 
 #include "tests/app/cluster_fixture.h"
+#include "tests/app/engine_child.h"  // the agent started again by hand
 
 namespace gantry {
 namespace {
 
 using namespace cluster_testing;  // NOLINT: the fixture and its helpers are this suite's vocabulary
+using testing_support::EngineChild;
 
 int port_of(const std::string& url) {
   return std::stoi(url.substr(url.rfind(':') + 1));
@@ -270,8 +272,9 @@ TEST_F(ClusterHardening, BadSubmissionsAreRefusedWithTheNumbers) {
 // Garbage that used to get through, each refused with a 400 naming the field and what would be right, and
 // nothing changed: a key given twice (nlohmann kept the last: the server trained dp 3 where a reader of the
 // request saw dp 1); a field an action does not take (dropped with a 202); a node name its routes cannot
-// carry (registered, then lost, every heartbeat a 404); a 100 KB unknown key (echoed back whole); a step
-// past int64 (named as a negative step).
+// carry (registered, then lost, every heartbeat a 404); a re-registration's gang whose run is not a number
+// (a 400 that left the node registered); a 100 KB unknown key (echoed back whole); a step past int64
+// (named as a negative step).
 TEST_F(ClusterHardening, GarbageFieldsAreRefusedNamingThemAndChangeNothing) {
   const int port = port_of(url_);
   const std::string config = json(tiny_config(100000)).dump();
@@ -296,7 +299,12 @@ TEST_F(ClusterHardening, GarbageFieldsAreRefusedNamingThemAndChangeNothing) {
     EXPECT_EQ(status, 400) << node << ": " << body;
     EXPECT_THAT(body, HasSubstr("use letters, digits, '.', '_' and '-'")) << node;
   }
-  EXPECT_EQ(get("/v1/cluster")["nodes"].size(), 2u);
+  auto [adopt, adopt_body] = raw_post(port, "/v1/agents", agent_token.value(),
+                                      R"({"node": "node-9", "slots": 1, "gangs": [{"run": "x"}]})");
+  EXPECT_EQ(adopt, 400) << adopt_body;
+  EXPECT_EQ(json::parse(adopt_body).value("error", ""),
+            "field \"gangs[0].run\": expected an integer, got a string");
+  EXPECT_EQ(get("/v1/cluster")["nodes"].size(), 2u) << "a refused registration registered its node";
 
   Result<json> sub = api_->post_json("/v1/runs", {{"config", tiny_config(100000)}, {"layout", {{"dp", 1}}}});
   ASSERT_TRUE(sub.ok()) << sub.error();
@@ -320,6 +328,62 @@ TEST_F(ClusterHardening, GarbageFieldsAreRefusedNamingThemAndChangeNothing) {
   EXPECT_EQ(far->status, 400);
   EXPECT_THAT(far->error_message(), HasSubstr("no committed checkpoint at step 9223372036854775808"));
   EXPECT_EQ(run_state(id)["state"], "stopped");
+}
+
+// An agent killed with -9 and started again at once (a crash under a supervisor, a quick restart): its
+// predecessor still held the node's name until the coordinator found it silent, and the new agent exited
+// with that 409. Now it waits that out and registers; the node is healthy under the new pid and takes a
+// run. A second live agent of the same name is still refused, after the same wait.
+TEST_F(ClusterHardening, AnAgentRestartedAtOnceTakesItsNodeBack) {
+  const pid_t old = static_cast<pid_t>(std::stol(slurp((dir_ / "agent-node-1.pid").string())));
+  std::string cmdline = slurp("/proc/" + std::to_string(old) + "/cmdline");
+  std::vector<std::string> args;
+  for (size_t at = 0; at < cmdline.size();) {
+    const size_t end = cmdline.find('\0', at);
+    args.push_back(cmdline.substr(at, end - at));
+    at = end == std::string::npos ? cmdline.size() : end + 1;
+  }
+  ASSERT_GE(args.size(), 2u);
+  ASSERT_EQ(args[1], "agent") << cmdline;
+  args.erase(args.begin());  // the binary: EngineChild puts its own
+  ASSERT_EQ(::kill(old, SIGKILL), 0);
+  ASSERT_TRUE(eventually([&] { return gone(old); }, 5s));
+
+  EngineChild again = EngineChild::start(args);
+  ASSERT_TRUE(again.wait_for_stderr(
+      [](const std::string& e) { return e.find("registered 2 slots") != std::string::npos; }, 30s))
+      << again.err();
+  EXPECT_THAT(again.err(), HasSubstr("already registered by another agent"));
+  auto node_1 = [&] {
+    const json cluster = get("/v1/cluster");
+    for (const json& n : cluster["nodes"])
+      if (n["id"] == "node-1") return n;
+    return json::object();
+  };
+  ASSERT_TRUE(eventually([&] { return node_1().value("pid", 0) == again.pid(); }, 10s)) << node_1().dump();
+  EXPECT_EQ(node_1()["state"], "healthy");
+
+  std::vector<std::string> dup_args = args;
+  const auto dir_flag = std::find(dup_args.begin(), dup_args.end(), "--dir");
+  ASSERT_NE(dir_flag, dup_args.end());
+  *(dir_flag + 1) = (dir_ / "duplicate-agent").string();
+  EngineChild dup = EngineChild::start(dup_args);
+  const EngineChild::Exit dup_exit = dup.wait(60s);
+  EXPECT_EQ(dup_exit.code, 1) << dup.err();
+  EXPECT_THAT(dup.err(),
+              HasSubstr("cannot register with the coordinator: POST /v1/agents: 409 Conflict: node "
+                        "\"node-1\" is already registered by another agent (pid " +
+                        std::to_string(again.pid())));
+
+  Result<json> sub = api_->post_json("/v1/runs", {{"config", tiny_config(100000)}, {"layout", {{"dp", 4}}}});
+  ASSERT_TRUE(sub.ok()) << sub.error();
+  const int64_t id = sub->at("id").get<int64_t>();
+  ASSERT_TRUE(eventually([&] { return last_step(id) >= 1; }, 60s)) << run_state(id).dump();
+  EXPECT_EQ(node_1()["busy_slots"], 2) << node_1().dump();
+  ASSERT_TRUE(api_->post_json("/v1/runs/" + std::to_string(id) + "/stop", json::object()).ok());
+  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 30s)) << run_state(id).dump();
+  ::kill(again.pid(), SIGTERM);
+  EXPECT_EQ(again.wait(30s).code, 0) << again.err();
 }
 
 }  // namespace
