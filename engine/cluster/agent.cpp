@@ -450,6 +450,9 @@ Agent::~Agent() = default;
 
 Status Agent::run(const std::atomic<bool>* stop) {
   Impl& m = *impl_;
+  // Before anything is made: the name is part of paths here too (the memory folder under /dev/shm), and
+  // "x/../../y" made folders outside it before the coordinator refused the name.
+  if (Status s = agent_node_name_check(m.opt.node); !s.ok()) return Status::error("--node: " + s.message());
   HttpClient api({.url = m.opt.url, .token = m.opt.token, .ca_file = m.opt.ca_file});
   std::error_code ec;
   fs::create_directories(m.opt.dir, ec);

@@ -1,7 +1,6 @@
 // The node registry (coordinator_impl.h): agents register and heartbeat, nodes are quarantined and
 // released, and the health watch marks silent nodes lost.
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <set>
@@ -252,17 +251,10 @@ HttpResponse Coordinator::Impl::agent_register(const HttpRequest& req) {
                                  at + ".slots\": expected an array, got " + json_type_phrase(g.at("slots")));
   }
   if (Status s = check_name("node", *id, kMaxNodeName); !s.ok()) return HttpResponse::error(400, s.message());
-  // The name is one path segment of the node's routes (/v1/agents/NAME/heartbeat, /v1/nodes/NAME/...): a
-  // name they cannot carry ("a/b", "a b", "..") used to register, and the node was lost a node timeout
-  // later, every heartbeat answered 404. Host names and Slurm's node names fit.
-  const bool segment = std::all_of(id->begin(), id->end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '.' || c == '_' || c == '-';
-  });
-  if (!segment || *id == "." || *id == "..") {
-    return HttpResponse::error(400, "field \"node\": \"" + *id +
-                                        "\" cannot name a node: use letters, digits, '.', '_' and '-' "
-                                        "(a host name), not \".\" or \"..\"");
-  }
+  // The name is a path segment of the node's routes: one they cannot carry ("a/b", "a b", "..") used to
+  // register, and the node was lost a node timeout later, every heartbeat answered 404.
+  if (Status s = agent_node_name_check(*id); !s.ok())
+    return HttpResponse::error(400, "field \"node\": " + s.message());
   if (metrics_url && (metrics_url->size() > 2048 ||
                       (metrics_url->rfind("http://", 0) != 0 && metrics_url->rfind("https://", 0) != 0))) {
     return HttpResponse::error(

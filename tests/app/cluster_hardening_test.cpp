@@ -303,8 +303,20 @@ TEST_F(ClusterHardening, GarbageFieldsAreRefusedNamingThemAndChangeNothing) {
     auto [status, body] =
         raw_post(port, "/v1/agents", agent_token.value(), json({{"node", node}, {"slots", 1}}).dump());
     EXPECT_EQ(status, 400) << node << ": " << body;
-    EXPECT_THAT(body, HasSubstr("use letters, digits, '.', '_' and '-'")) << node;
+    EXPECT_THAT(body, HasSubstr("cannot name a node: use 1-128 letters, digits, '.', '_' and '-'")) << node;
   }
+  // The agent itself refuses such a name before it makes anything: its memory folder is
+  // /dev/shm/gantry-agent-NAME-PID, and "t<pid>/x" made /dev/shm/gantry-agent-t<pid>/ (".." in it, a folder
+  // anywhere) before the coordinator's refusal.
+  const std::string nested = "t" + std::to_string(::getpid()) + "/x";
+  testing_support::Outcome agent =
+      run_engine("agent --coordinator " + url_ + " --token-file " + (dir_ / "agent_token").string() +
+                 " --node " + nested + " --dir " + (dir_ / "nested-agent").string());
+  EXPECT_EQ(agent.code, 1) << agent.err;
+  EXPECT_THAT(agent.err, HasSubstr("--node: \"" + nested + "\" cannot name a node"));
+  const fs::path escaped = "/dev/shm/gantry-agent-t" + std::to_string(::getpid());
+  EXPECT_FALSE(fs::exists(escaped)) << "the agent made a folder from its bad name";
+  fs::remove_all(escaped);
   auto [adopt, adopt_body] = raw_post(port, "/v1/agents", agent_token.value(),
                                       R"({"node": "node-9", "slots": 1, "gangs": [{"run": "x"}]})");
   EXPECT_EQ(adopt, 400) << adopt_body;
