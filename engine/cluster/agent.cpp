@@ -25,6 +25,7 @@
 #include "engine/cluster/device_sampler.h"
 #include "engine/cluster/http_client.h"
 #include "engine/cluster/http_server.h"
+#include "engine/cluster/http_status.h"  // http_reason_phrase: the refusal as post_json words it
 #include "engine/cluster/node_health.h"
 #include "engine/core/worker/gang.h"
 #include "telemetry/clock.h"
@@ -449,6 +450,9 @@ Agent::~Agent() = default;
 
 Status Agent::run(const std::atomic<bool>* stop) {
   Impl& m = *impl_;
+  // Before anything is made: the name is part of paths here too (the memory folder under /dev/shm), and
+  // "x/../../y" made folders outside it before the coordinator refused the name.
+  if (Status s = agent_node_name_check(m.opt.node); !s.ok()) return Status::error("--node: " + s.message());
   HttpClient api({.url = m.opt.url, .token = m.opt.token, .ca_file = m.opt.ca_file});
   std::error_code ec;
   fs::create_directories(m.opt.dir, ec);
@@ -483,7 +487,9 @@ Status Agent::run(const std::atomic<bool>* stop) {
   json ended = json::array();  // gangs that ended, until a coordinator has heard so
   // Registering again (a restarted coordinator knows no credential of ours) reports the gangs this node
   // runs, and those that ended unheard, so that it re-adopts them; and the records dropped meanwhile.
-  auto register_node = [&](bool again) {
+  // `lost_in_ms`, when given, is set from a 409 that says the name is held by an agent the coordinator has
+  // not found silent yet: how long until it would (0 otherwise).
+  auto register_node = [&](bool again, int64_t* lost_in_ms = nullptr) -> Result<json> {
     json body = {{"node", m.opt.node}, {"slots", m.opt.slots}, {"pid", ::getpid()},
                  {"host", host},       {"spare", m.opt.spare}, {"metrics_url", metrics.url() + "/metrics"}};
     if (again) {
@@ -499,11 +505,34 @@ Status Agent::run(const std::atomic<bool>* stop) {
       body["gangs"] = gangs;
       body["records_dropped"] = m.records_dropped.load() - m.dropped_told;
     }
-    Result<json> r = api.post_json("/v1/agents", body);
+    Result<HttpReply> reply = api.post("/v1/agents", body);
+    if (!reply.ok()) return reply.status();
+    if (!reply->ok()) {
+      if (Result<json> j = reply->json(); lost_in_ms != nullptr && reply->status == 409 && j.ok() &&
+                                          j->is_object() && j->contains("lost_in_ms") &&
+                                          j->at("lost_in_ms").is_number_integer()) {
+        *lost_in_ms = j->at("lost_in_ms").get<int64_t>();
+      }
+      return Status::error("POST /v1/agents: " + std::to_string(reply->status) + " " +
+                           http_reason_phrase(reply->status) + ": " + reply->error_message());
+    }
+    Result<json> r = reply->json();
     if (r.ok() && again) m.dropped_told = m.records_dropped.load();
     return r;
   };
-  Result<json> reg = register_node(false);
+  int64_t lost_in_ms = 0;
+  Result<json> reg = register_node(false, &lost_in_ms);
+  // This agent restarted quicker than the node timeout (killed, crashed, `systemctl restart`): its
+  // predecessor still holds the name until the coordinator finds it silent, and the restart used to fail
+  // with that 409. Waited out once; a holder that beat meanwhile is a live agent of that name, and the
+  // second 409 stands.
+  if (!reg.ok() && lost_in_ms > 0 && lost_in_ms <= 3600 * 1000) {
+    m.log(reg.error() + ": waiting " + std::to_string(lost_in_ms) +
+          " ms for the coordinator to find that agent silent, then registering again");
+    m.sleep_until(Clock::now() + std::chrono::milliseconds(lost_in_ms + 500), stop);
+    if (stop != nullptr && stop->load()) return Status::error("stopped while waiting to register");
+    reg = register_node(false);
+  }
   if (!reg.ok()) return Status::error("cannot register with the coordinator: " + reg.error());
   // The coordinator's interval, from every reply (it grows with the cluster); bounded so that a bad value
   // can neither make the agent spin nor look dead.

@@ -1,6 +1,9 @@
 #include "engine/cluster/agent_beat.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "engine/cluster/json_fields.h"  // json_parse_bounded: the control part is outside bytes
@@ -85,6 +88,18 @@ Status agent_beat_decode(std::string_view body, AgentBeat* out) {
   out->control = std::move(control.value());
   out->records = std::move(records);
   return Status();
+}
+
+Status agent_node_name_check(std::string_view node) {
+  const bool segment = std::all_of(node.begin(), node.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '.' || c == '_' || c == '-';
+  });
+  if (!node.empty() && node.size() <= 128 && segment && node != "." && node != "..") return Status();
+  const std::string shown = node.size() > 40 ? std::string(node.substr(0, 40)) + "..." : std::string(node);
+  return Status::error(
+      "\"" + shown +
+      "\" cannot name a node: use 1-128 letters, digits, '.', '_' and '-' (a host name), not "
+      "\".\" or \"..\"");
 }
 
 }  // namespace gantry

@@ -49,4 +49,10 @@ Result<std::string> agent_beat_encode(const nlohmann::json& control, const Recor
 // Replaces *out with the beat in `body`; on error *out is left empty and the message says what and where.
 Status agent_beat_decode(std::string_view body, AgentBeat* out);
 
+// A node's name is one path segment of its routes (/v1/agents/NAME/heartbeat, /v1/nodes/NAME/...) and a part
+// of the agent's own paths (/dev/shm/gantry-agent-NAME-PID): 1-128 letters, digits, '.', '_' or '-', not
+// "." or "..". Host names and Slurm's node names fit. Checked by the agent before it makes anything, and
+// by the coordinator at registration.
+Status agent_node_name_check(std::string_view node);
+
 }  // namespace gantry

@@ -15,6 +15,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -28,15 +29,47 @@ void close_socket(int fd) {
   ::close(fd);
 }
 
+// "POST /v1/agents%2F?x=1 HTTP/1.1\r\n..." -> "POST /v1/agents": the target the router will see, so that
+// spellings of one route are one target.
+std::string target_of(std::string_view head) {
+  const size_t space = head.find(' ');
+  if (space == std::string_view::npos) return std::string(head.substr(0, head.find("\r\n")));
+  const size_t end = head.find_first_of(" ?#\r", space + 1);
+  const std::string_view raw = head.substr(space + 1, end == std::string_view::npos ? end : end - space - 1);
+  std::string out(head.substr(0, space + 1));
+  auto hex = [](char c) {
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+  };
+  for (size_t i = 0; i < raw.size(); ++i) {
+    if (raw[i] == '%' && i + 2 < raw.size() && hex(raw[i + 1]) >= 0 && hex(raw[i + 2]) >= 0) {
+      out += static_cast<char>(hex(raw[i + 1]) * 16 + hex(raw[i + 2]));
+      i += 2;
+    } else {
+      out += raw[i];
+    }
+  }
+  while (out.size() > space + 2 && out.back() == '/') out.pop_back();
+  return out;
+}
+
 }  // namespace
 
 struct ConnectionGate::Impl {
   struct Waiting {
     Clock::time_point deadline;
-    uint64_t order = 0;  // admission order: the oldest is evicted first
+    uint64_t order = 0;   // admission order: the oldest is evicted first
+    bool parked = false;  // its header is whole, but a request for its target is being served
+  };
+  struct Job {
+    int fd = -1;
+    size_t header_bytes = 0;
+    std::string target;  // held in `serving` while served; "" where the lane is not one_per_target
   };
   struct Lane {
-    std::deque<std::pair<int, size_t>> ready;  // (fd, header bytes)
+    std::deque<Job> ready;
     std::condition_variable cv;
     std::vector<std::thread> threads;
   };
@@ -53,6 +86,7 @@ struct ConnectionGate::Impl {
   std::unordered_map<int, Waiting> waiting;
   uint64_t next_order = 0;
   Lane lanes[2];
+  std::unordered_set<std::string> serving;  // one_per_target lanes: targets being served
   ConnectionGateStats counts;
 
   // Stops watching `fd` and forgets it (hold mu). The caller closes it or hands it on.
@@ -88,9 +122,18 @@ struct ConnectionGate::Impl {
     }
     int lane = opt.lane_of ? opt.lane_of(head.substr(0, std::min<size_t>(head.size(), 256))) : 0;
     lane = lane == 1 ? 1 : 0;
+    std::string target;
+    if (opt.one_per_target[lane]) {
+      target = target_of(head.substr(0, end));
+      if (serving.count(target)) {
+        waiting[fd].parked = true;  // looked at again when that request is done (lane_loop)
+        return;
+      }
+      serving.insert(target);
+    }
     forget(fd);
     ++counts.served;
-    lanes[lane].ready.emplace_back(fd, end + 4);
+    lanes[lane].ready.push_back(Job{.fd = fd, .header_bytes = end + 4, .target = std::move(target)});
     lanes[lane].cv.notify_one();
   }
 
@@ -137,25 +180,38 @@ struct ConnectionGate::Impl {
 
   void lane_loop(int lane) {
     Lane& l = lanes[lane];
+    std::vector<char> buf(opt.max_header_bytes);  // for the parked connections' second look
     while (true) {
-      std::pair<int, size_t> job;
+      Job job;
       {
         std::unique_lock<std::mutex> lock(mu);
         l.cv.wait(lock, [&] { return stopping.load() || !l.ready.empty(); });
         if (stopping.load()) return;
-        job = l.ready.front();
+        job = std::move(l.ready.front());
         l.ready.pop_front();
       }
       bool keep = false;
       try {
-        keep = serve(job.first, job.second);
+        keep = serve(job.fd, job.header_bytes);
       } catch (...) {
         keep = false;  // the server answers its own errors; whatever escapes ends the connection only
       }
+      if (!job.target.empty()) {
+        std::lock_guard<std::mutex> lock(mu);
+        serving.erase(job.target);
+        std::vector<int> parked;
+        for (auto& [fd, w] : waiting) {
+          if (w.parked) parked.push_back(fd);
+        }
+        for (int fd : parked) {  // the first for this target is served; the others park again
+          waiting[fd].parked = false;
+          examine(fd, buf);
+        }
+      }
       if (keep && !stopping.load()) {
-        admit_again(job.first);
+        admit_again(job.fd);
       } else {
-        close_socket(job.first);
+        close_socket(job.fd);
       }
     }
   }
@@ -252,7 +308,7 @@ void ConnectionGate::stop() {
   for (const auto& [fd, w2] : g.waiting) close_socket(fd);
   g.waiting.clear();
   for (Impl::Lane& l : g.lanes) {
-    for (const auto& [fd, bytes] : l.ready) close_socket(fd);
+    for (const Impl::Job& job : l.ready) close_socket(job.fd);
     l.ready.clear();
   }
 }

@@ -35,6 +35,12 @@ struct ConnectionGateOptions {
   int threads[2] = {16, 4};                            // serving threads per lane: [0] public, [1] agents
   // Picks the lane from the start of the request ("POST /v1/agents/n1/heartbeat HTTP/1.1\r\n..."); 0 or 1.
   std::function<int(std::string_view head)> lane_of;
+  // Per lane: serve at most one request per target (method and path, decoded, without query or trailing
+  // '/') at a time; another for that target waits here, holding no thread, within its header deadline.
+  // For the agents' lane: each agent sends one request at a time to its own path, so requests that
+  // trickle their bodies under one target (a holder of the join token on "/v1/agents") hold one thread of
+  // the lane, not all of them, and the other nodes' heartbeats go on.
+  bool one_per_target[2] = {false, false};
 };
 
 struct ConnectionGateStats {

@@ -234,7 +234,27 @@ HttpResponse Coordinator::Impl::agent_register(const HttpRequest& req) {
                                "field \"gangs\": expected an array of {run, generation, first_rank, "
                                "ranks, slots}, got " +
                                    json_type_phrase(*gangs));
+  // Each gang's numbers checked before anything changes: adopt_gangs reads them after the node is
+  // registered, and a {"run": "x"} used to throw there, a 400 that left the node registered anyway.
+  for (size_t i = 0; gangs != nullptr && i < gangs->size(); ++i) {
+    const json& g = gangs->at(i);
+    const std::string at = "field \"gangs[" + std::to_string(i) + "]";
+    if (!g.is_object())
+      return HttpResponse::error(400, at + "\": expected an object, got " + json_type_phrase(g));
+    for (const char* key : {"run", "generation", "first_rank", "ranks"}) {
+      if (g.contains(key) && !g.at(key).is_number_integer())
+        return HttpResponse::error(
+            400, at + "." + key + "\": expected an integer, got " + json_type_phrase(g.at(key)));
+    }
+    if (g.contains("slots") && !g.at("slots").is_array())
+      return HttpResponse::error(400,
+                                 at + ".slots\": expected an array, got " + json_type_phrase(g.at("slots")));
+  }
   if (Status s = check_name("node", *id, kMaxNodeName); !s.ok()) return HttpResponse::error(400, s.message());
+  // The name is a path segment of the node's routes: one they cannot carry ("a/b", "a b", "..") used to
+  // register, and the node was lost a node timeout later, every heartbeat answered 404.
+  if (Status s = agent_node_name_check(*id); !s.ok())
+    return HttpResponse::error(400, "field \"node\": " + s.message());
   if (metrics_url && (metrics_url->size() > 2048 ||
                       (metrics_url->rfind("http://", 0) != 0 && metrics_url->rfind("https://", 0) != 0))) {
     return HttpResponse::error(
@@ -244,8 +264,14 @@ HttpResponse Coordinator::Impl::agent_register(const HttpRequest& req) {
   Node& n = nodes[*id];
   const bool back = n.id == *id;
   if (back && n.state != NodeState::lost && pid.value_or(0) != n.pid) {
-    return HttpResponse::error(409, "node \"" + *id + "\" is already registered by another agent (pid " +
-                                        std::to_string(n.pid) + "): give each agent its own --node");
+    HttpResponse busy =
+        HttpResponse::error(409, "node \"" + *id + "\" is already registered by another agent (pid " +
+                                     std::to_string(n.pid) + "): give each agent its own --node");
+    // When that agent would be lost if it stays silent: a restarted agent (its predecessor died within the
+    // node timeout) waits this long and registers again (agent.cpp).
+    const auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - n.last_seen);
+    busy.json["lost_in_ms"] = std::max<int64_t>((node_timeout() - silent).count(), 1);
+    return busy;
   }
   n.id = *id;
   n.slots = static_cast<int>(*slots);

@@ -521,7 +521,7 @@ Result<std::pair<std::string, int64_t>> Coordinator::Impl::resolve_checkpoint(co
     for (const std::string& d : all)
       if (step_of(d) == want) return std::pair{d, want};
     return Status::error("field \"checkpoint\": run " + std::to_string(r.id) +
-                         " has no committed checkpoint at step " + std::to_string(want) + " (it has steps " +
+                         " has no committed checkpoint at step " + spec.dump() + " (it has steps " +
                          std::to_string(step_of(all.front())) + ".." + std::to_string(step_of(all.back())) +
                          ")" + hint);
   }
@@ -1011,6 +1011,9 @@ HttpResponse Coordinator::Impl::submit(const HttpRequest& req) {
 }
 
 HttpResponse Coordinator::Impl::action(const HttpRequest& req, TrainAction a) {
+  // The actions take no fields: one sent ({"force": true}, {"step": 40}) asks for something they would not
+  // do, and used to be dropped with a 202.
+  if (Status s = JsonFields(req.body).finish(); !s.ok()) return HttpResponse::error(400, s.message());
   std::lock_guard<std::mutex> lock(mu);
   HttpResponse err;
   Run* r = find_run(req, &err);

@@ -741,13 +741,15 @@ Status HttpServer::start() {
                                        .header_timeout = o.header_timeout,
                                        .keep_alive_timeout = o.keep_alive_timeout,
                                        .threads = {o.threads, std::max(1, o.private_lane_threads)},
-                                       .lane_of = [prefix](std::string_view head) {
-                                         // "POST /v1/agents/n1/heartbeat HTTP/1.1": the target after the
-                                         // method
-                                         const size_t space = head.find(' ');
-                                         if (prefix.empty() || space == std::string_view::npos) return 0;
-                                         return head.substr(space + 1).starts_with(prefix) ? 1 : 0;
-                                       }};
+                                       .lane_of =
+                                           [prefix](std::string_view head) {
+                                             // "POST /v1/agents/n1/heartbeat HTTP/1.1": the target after the
+                                             // method
+                                             const size_t space = head.find(' ');
+                                             if (prefix.empty() || space == std::string_view::npos) return 0;
+                                             return head.substr(space + 1).starts_with(prefix) ? 1 : 0;
+                                           },
+                                       .one_per_target = {false, !prefix.empty()}};
     s.connections =
         std::make_unique<ConnectionGate>(std::move(gate_options), [&s, g](int fd, size_t header_bytes) {
           return g->serve(fd, header_bytes, s.opt, s.stopping.load());

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 namespace gantry {
 namespace {
@@ -28,6 +29,18 @@ std::string range(double min, double max) {
 }
 
 struct TooDeep {};
+struct DuplicateKey {
+  std::string key;
+};
+
+// A key as an error names it: cut short, like a value (a 100 KB key is not echoed back whole).
+std::string key_preview(std::string_view key) {
+  constexpr size_t kMax = 40;
+  std::string s = nlohmann::json(std::string(key.substr(0, kMax)))
+                      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  s = s.substr(1, s.size() - 2);  // without the quotes: the message puts its own
+  return key.size() > kMax ? s + "..." : s;
+}
 
 }  // namespace
 
@@ -42,12 +55,19 @@ std::string json_error_text(const std::exception& e) {
 
 Result<nlohmann::json> json_parse_bounded(std::string_view text, int max_depth) {
   // The callback sees each value's depth as it opens, so the parse stops at the first level too many,
-  // before anything that deep exists.
-  auto guard = [max_depth](int depth, nlohmann::json::parse_event_t event, nlohmann::json&) {
-    if ((event == nlohmann::json::parse_event_t::object_start ||
-         event == nlohmann::json::parse_event_t::array_start) &&
-        depth >= max_depth) {
-      throw TooDeep{};
+  // before anything that deep exists. It also sees each object's keys: a key given twice is refused, where
+  // nlohmann would keep the last silently ({"layout": {"dp": 1}, "layout": {"dp": 99}} must not be dp 99
+  // to the server and dp 1 to whoever reads the request).
+  using Event = nlohmann::json::parse_event_t;
+  std::vector<std::set<std::string>> keys;  // the keys of each object being read, innermost last (a set:
+                                            // a 1 MiB body holds ~100,000 keys)
+  auto guard = [max_depth, &keys](int depth, Event event, nlohmann::json& parsed) {
+    if ((event == Event::object_start || event == Event::array_start) && depth >= max_depth) throw TooDeep{};
+    if (event == Event::object_start) keys.emplace_back();
+    if (event == Event::object_end && !keys.empty()) keys.pop_back();
+    if (event == Event::key && !keys.empty()) {
+      if (!keys.back().insert(parsed.get<std::string>()).second)
+        throw DuplicateKey{parsed.get<std::string>()};
     }
     return true;
   };
@@ -55,6 +75,8 @@ Result<nlohmann::json> json_parse_bounded(std::string_view text, int max_depth) 
     return nlohmann::json::parse(text.begin(), text.end(), guard);
   } catch (const TooDeep&) {
     return Status::error("nested deeper than " + std::to_string(max_depth) + " levels of arrays and objects");
+  } catch (const DuplicateKey& d) {
+    return Status::error("field \"" + key_preview(d.key) + "\" is given twice in one object: give it once");
   } catch (const nlohmann::json::exception& e) {
     return Status::error(json_error_text(e));
   }
@@ -191,7 +213,7 @@ Status JsonFields::finish() const {
     sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
     for (const std::string& k : sorted) known += (known.empty() ? "" : ", ") + k;
     return Status::error(
-        "unknown field \"" + prefix_ + it.key() + "\"" +
+        "unknown field \"" + prefix_ + key_preview(it.key()) + "\"" +
         (known.empty() ? std::string(" (this request takes no fields)") : " (known: " + known + ")"));
   }
   return Status();

@@ -466,7 +466,10 @@ TEST_F(ClusterCli, QuarantineMovesTheRunAndResumeFromContinues) {
             404);
   EXPECT_EQ(run_state(id)["state"], "stopped");
   EXPECT_EQ(run_state(id)["generation"], 2);
-  for (const json& n : get("/v1/cluster")["nodes"]) EXPECT_EQ(n["state"], "healthy") << n.dump();
+  const json nodes_now =
+      get("/v1/cluster");  // held: a range over get(...)["nodes"] would dangle and check nothing
+  EXPECT_EQ(nodes_now["nodes"].size(), 2u) << nodes_now.dump();
+  for (const json& n : nodes_now["nodes"]) EXPECT_EQ(n["state"], "healthy") << n.dump();
   EXPECT_EQ(get("/v1/runs")["runs"].size(), 2u);
 
   // resume-from latest, on dp 4 over both nodes again (through ctl): it continues where it stopped.

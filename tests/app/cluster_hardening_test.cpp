@@ -4,18 +4,22 @@
 // with -9, or stopped with `down`, comes back with its runs (interrupted, with why), their events and
 // checkpoints, and resume-from continues them; a failed run names the rank that died, not a peer that
 // fell with it; bad submissions (a dp that does not divide the batch, an oversized name or body) are
-// refused with the numbers, changing nothing.
+// refused with the numbers, changing nothing; garbage fields (a key given twice, a field an action does not
+// take, a node name its routes cannot carry) are 400s naming them; an agent restarted at once takes its
+// node back; registrations that trickle their bodies do not stall the heartbeats.
 #include <fcntl.h>
 #include <netinet/tcp.h>
 
 #include <algorithm>
 
 #include "tests/app/cluster_fixture.h"
+#include "tests/app/engine_child.h"  // the agent started again by hand
 
 namespace gantry {
 namespace {
 
 using namespace cluster_testing;  // NOLINT: the fixture and its helpers are this suite's vocabulary
+using testing_support::EngineChild;
 
 int port_of(const std::string& url) {
   return std::stoi(url.substr(url.rfind(':') + 1));
@@ -48,7 +52,11 @@ class ClusterHardening : public ClusterCli {
   }
 
   void expect_nodes_healthy() {
-    for (const json& n : get("/v1/cluster")["nodes"]) EXPECT_EQ(n["state"], "healthy") << n.dump();
+    // Held in a variable: a range-for over get(...)["nodes"] iterates a member of a destroyed temporary,
+    // and saw no node at all, so this passed with both nodes lost.
+    const json cluster = get("/v1/cluster");
+    EXPECT_EQ(cluster["nodes"].size(), 2u) << cluster.dump();
+    for (const json& n : cluster["nodes"]) EXPECT_EQ(n["state"], "healthy") << n.dump();
   }
 };
 
@@ -245,6 +253,166 @@ TEST_F(ClusterHardening, BadSubmissionsAreRefusedWithTheNumbers) {
   EXPECT_EQ(get("/v1/runs")["runs"].size(), 0u);
   EXPECT_TRUE(children_of({pids_[0], pids_[1], pids_[2]}).empty()) << "a refused job started workers";
   EXPECT_FALSE(fs::exists(dir_ / "runs" / "1"));
+}
+
+// Garbage that used to get through, each refused with a 400 naming the field and what would be right, and
+// nothing changed: a key given twice (nlohmann kept the last: the server trained dp 3 where a reader of the
+// request saw dp 1); a field an action does not take (dropped with a 202); a node name its routes cannot
+// carry (registered, then lost, every heartbeat a 404); a re-registration's gang whose run is not a number
+// (a 400 that left the node registered); a 100 KB unknown key (echoed back whole); a step past int64
+// (named as a negative step).
+TEST_F(ClusterHardening, GarbageFieldsAreRefusedNamingThemAndChangeNothing) {
+  const int port = port_of(url_);
+  const std::string config = json(tiny_config(100000)).dump();
+  auto [twice, twice_body] =
+      raw_post(port, "/v1/runs", token_,
+               "{\"config\": " + config + ", \"layout\": {\"dp\": 1}, \"layout\": {\"dp\": 3}}");
+  EXPECT_EQ(twice, 400) << twice_body;
+  EXPECT_THAT(twice_body, HasSubstr("field \\\"layout\\\" is given twice"));
+  Result<HttpReply> long_key = api_->post(
+      "/v1/runs", {{"config", tiny_config(10)}, {"layout", {{"dp", 1}}}, {std::string(100000, 'k'), 1}});
+  ASSERT_TRUE(long_key.ok()) << long_key.error();
+  EXPECT_EQ(long_key->status, 400);
+  EXPECT_THAT(long_key->error_message(), HasSubstr("unknown field \"kkkk"));
+  EXPECT_LT(long_key->body.size(), 1000u) << "the refusal echoed the key";
+  EXPECT_EQ(get("/v1/runs")["runs"].size(), 0u);
+
+  Result<std::string> agent_token = token_file_read((dir_ / "agent_token").string());
+  ASSERT_TRUE(agent_token.ok()) << agent_token.error();
+  for (const std::string node : {"rack/a", "node 2", ".."}) {
+    auto [status, body] =
+        raw_post(port, "/v1/agents", agent_token.value(), json({{"node", node}, {"slots", 1}}).dump());
+    EXPECT_EQ(status, 400) << node << ": " << body;
+    EXPECT_THAT(body, HasSubstr("cannot name a node: use 1-128 letters, digits, '.', '_' and '-'")) << node;
+  }
+  // The agent itself refuses such a name before it makes anything: its memory folder is
+  // /dev/shm/gantry-agent-NAME-PID, and "t<pid>/x" made /dev/shm/gantry-agent-t<pid>/ (".." in it, a folder
+  // anywhere) before the coordinator's refusal.
+  const std::string nested = "t" + std::to_string(::getpid()) + "/x";
+  testing_support::Outcome agent =
+      run_engine("agent --coordinator " + url_ + " --token-file " + (dir_ / "agent_token").string() +
+                 " --node " + nested + " --dir " + (dir_ / "nested-agent").string());
+  EXPECT_EQ(agent.code, 1) << agent.err;
+  EXPECT_THAT(agent.err, HasSubstr("--node: \"" + nested + "\" cannot name a node"));
+  const fs::path escaped = "/dev/shm/gantry-agent-t" + std::to_string(::getpid());
+  EXPECT_FALSE(fs::exists(escaped)) << "the agent made a folder from its bad name";
+  fs::remove_all(escaped);
+  auto [adopt, adopt_body] = raw_post(port, "/v1/agents", agent_token.value(),
+                                      R"({"node": "node-9", "slots": 1, "gangs": [{"run": "x"}]})");
+  EXPECT_EQ(adopt, 400) << adopt_body;
+  EXPECT_EQ(json::parse(adopt_body).value("error", ""),
+            "field \"gangs[0].run\": expected an integer, got a string");
+  EXPECT_EQ(get("/v1/cluster")["nodes"].size(), 2u) << "a refused registration registered its node";
+
+  Result<json> sub = api_->post_json("/v1/runs", {{"config", tiny_config(100000)}, {"layout", {{"dp", 1}}}});
+  ASSERT_TRUE(sub.ok()) << sub.error();
+  const int64_t id = sub->at("id").get<int64_t>();
+  const std::string run = "/v1/runs/" + std::to_string(id);
+  ASSERT_TRUE(eventually([&] { return last_step(id) >= 2; }, 60s)) << run_state(id).dump();
+  Result<HttpReply> paws = api_->post(run + "/pause", {{"paws", true}});
+  ASSERT_TRUE(paws.ok()) << paws.error();
+  EXPECT_EQ(paws->status, 400);
+  EXPECT_THAT(paws->error_message(), HasSubstr("unknown field \"paws\" (this request takes no fields)"));
+  const int64_t before = last_step(id);
+  ASSERT_TRUE(eventually([&] { return last_step(id) > before + 1; }, 30s)) << run_state(id).dump();
+  EXPECT_EQ(run_state(id)["state"], "running");
+
+  ASSERT_TRUE(api_->post_json(run + "/stop", json::object()).ok());
+  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 30s)) << run_state(id).dump();
+  ASSERT_TRUE(eventually([&] { return !get(run + "/checkpoints")["checkpoints"].empty(); }, 10s))
+      << "the stop wrote no checkpoint";
+  Result<HttpReply> far = api_->post(run + "/resume-from", {{"checkpoint", uint64_t{1} << 63}});
+  ASSERT_TRUE(far.ok()) << far.error();
+  EXPECT_EQ(far->status, 400);
+  EXPECT_THAT(far->error_message(), HasSubstr("no committed checkpoint at step 9223372036854775808"));
+  EXPECT_EQ(run_state(id)["state"], "stopped");
+}
+
+// An agent killed with -9 and started again at once (a crash under a supervisor, a quick restart): its
+// predecessor still held the node's name until the coordinator found it silent, and the new agent exited
+// with that 409. Now it waits that out and registers; the node is healthy under the new pid and takes a
+// run. A second live agent of the same name is still refused, after the same wait.
+TEST_F(ClusterHardening, AnAgentRestartedAtOnceTakesItsNodeBack) {
+  const pid_t old = static_cast<pid_t>(std::stol(slurp((dir_ / "agent-node-1.pid").string())));
+  std::string cmdline = slurp("/proc/" + std::to_string(old) + "/cmdline");
+  std::vector<std::string> args;
+  for (size_t at = 0; at < cmdline.size();) {
+    const size_t end = cmdline.find('\0', at);
+    args.push_back(cmdline.substr(at, end - at));
+    at = end == std::string::npos ? cmdline.size() : end + 1;
+  }
+  ASSERT_GE(args.size(), 2u);
+  ASSERT_EQ(args[1], "agent") << cmdline;
+  args.erase(args.begin());  // the binary: EngineChild puts its own
+  ASSERT_EQ(::kill(old, SIGKILL), 0);
+  ASSERT_TRUE(eventually([&] { return gone(old); }, 5s));
+
+  EngineChild again = EngineChild::start(args);
+  ASSERT_TRUE(again.wait_for_stderr(
+      [](const std::string& e) { return e.find("registered 2 slots") != std::string::npos; }, 30s))
+      << again.err();
+  EXPECT_THAT(again.err(), HasSubstr("already registered by another agent"));
+  auto node_1 = [&] {
+    const json cluster = get("/v1/cluster");
+    for (const json& n : cluster["nodes"])
+      if (n["id"] == "node-1") return n;
+    return json::object();
+  };
+  ASSERT_TRUE(eventually([&] { return node_1().value("pid", 0) == again.pid(); }, 10s)) << node_1().dump();
+  EXPECT_EQ(node_1()["state"], "healthy");
+
+  std::vector<std::string> dup_args = args;
+  const auto dir_flag = std::find(dup_args.begin(), dup_args.end(), "--dir");
+  ASSERT_NE(dir_flag, dup_args.end());
+  *(dir_flag + 1) = (dir_ / "duplicate-agent").string();
+  EngineChild dup = EngineChild::start(dup_args);
+  const EngineChild::Exit dup_exit = dup.wait(60s);
+  EXPECT_EQ(dup_exit.code, 1) << dup.err();
+  EXPECT_THAT(dup.err(),
+              HasSubstr("cannot register with the coordinator: POST /v1/agents: 409 Conflict: node "
+                        "\"node-1\" is already registered by another agent (pid " +
+                        std::to_string(again.pid())));
+
+  Result<json> sub = api_->post_json("/v1/runs", {{"config", tiny_config(100000)}, {"layout", {{"dp", 4}}}});
+  ASSERT_TRUE(sub.ok()) << sub.error();
+  const int64_t id = sub->at("id").get<int64_t>();
+  ASSERT_TRUE(eventually([&] { return last_step(id) >= 1; }, 60s)) << run_state(id).dump();
+  EXPECT_EQ(node_1()["busy_slots"], 2) << node_1().dump();
+  ASSERT_TRUE(api_->post_json("/v1/runs/" + std::to_string(id) + "/stop", json::object()).ok());
+  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 30s)) << run_state(id).dump();
+  ::kill(again.pid(), SIGTERM);
+  EXPECT_EQ(again.wait(30s).code, 0) << again.err();
+}
+
+// Six registrations that send their header and then trickle the body a byte a second, for longer than the
+// node timeout (5 s), from a holder of the agents' join token (every node has it): each took one of the
+// agents' lane's four threads as its body came in, so the heartbeats queued behind them and both nodes
+// were lost. Now one request per target is served at a time and the rest wait at the gate holding no
+// thread; the heartbeats, each on its own node's path, go on.
+TEST_F(ClusterHardening, TricklingRegistrationsDoNotStallHeartbeats) {
+  Result<std::string> agent_token = token_file_read((dir_ / "agent_token").string());
+  ASSERT_TRUE(agent_token.ok()) << agent_token.error();
+  const int port = port_of(url_);
+  const std::vector<std::string> targets = {"/v1/agents",     "/v1/agents/", "/v1/agents%2F",
+                                            "/v1/agents?a=1", "/v1/agents",  "/v1/agents"};
+  std::vector<int> held;
+  for (const std::string& target : targets) {
+    held.push_back(raw_connect(
+        port, "POST " + target + " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + agent_token.value() +
+                  "\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"));
+  }
+  ASSERT_EQ(std::count(held.begin(), held.end(), -1), 0) << "could not open the connections";
+  const auto hold_until = std::chrono::steady_clock::now() + 8s;
+  while (std::chrono::steady_clock::now() < hold_until) {
+    for (int fd : held) ::send(fd, " ", 1, MSG_NOSIGNAL);  // within the server's 5 s read timeout
+    std::this_thread::sleep_for(1s);
+  }
+  expect_nodes_healthy();
+  for (int fd : held) ::close(fd);
+  // The agents' lane still takes a registration.
+  auto [status, body] =
+      raw_post(port, "/v1/agents", agent_token.value(), json({{"node", "node-7"}, {"slots", 1}}).dump());
+  EXPECT_EQ(status, 200) << body;
 }
 
 }  // namespace

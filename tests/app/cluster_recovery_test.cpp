@@ -487,7 +487,10 @@ TEST_F(ClusterLiveDrills, TheStragglerPolicyTurnedOnAtRunTimeQuarantinesTheSlowR
   EXPECT_TRUE(events(id, "straggler_quarantine").empty());
   EXPECT_EQ(run_state(id)["state"], "running");
   EXPECT_EQ(run_state(id)["layout"]["dp"], 4);
-  for (const json& n : get("/v1/cluster")["nodes"]) EXPECT_EQ(n["state"], "healthy") << n.dump();
+  const json before =
+      get("/v1/cluster");  // held: a range over get(...)["nodes"] would dangle and check nothing
+  EXPECT_EQ(before["nodes"].size(), 2u) << before.dump();
+  for (const json& n : before["nodes"]) EXPECT_EQ(n["state"], "healthy") << n.dump();
 
   for (const auto& [body, want] : std::vector<std::pair<json, std::string>>{
            {{{"windows_to_flag", 0}}, "straggler.windows_to_flag"},
@@ -522,7 +525,9 @@ TEST_F(ClusterLiveDrills, TheStragglerPolicyTurnedOnAtRunTimeQuarantinesTheSlowR
   ASSERT_EQ(q.size(), 1u);
   EXPECT_EQ(q[0]["node"], "node-1");
   EXPECT_THAT(q[0]["message"].get<std::string>(), HasSubstr("rank 2"));
-  for (const json& n : get("/v1/cluster")["nodes"])
+  const json after = get("/v1/cluster");
+  EXPECT_EQ(after["nodes"].size(), 2u) << after.dump();
+  for (const json& n : after["nodes"])
     EXPECT_EQ(n["state"], n["id"] == "node-1" ? "quarantined" : "healthy") << n.dump();
   const json state = run_state(id);
   EXPECT_EQ(state["layout"]["dp"], 2) << state.dump();

@@ -97,6 +97,29 @@ TEST(JsonFields, UnknownFieldsAreErrors) {
   EXPECT_EQ(none.finish().message(), "unknown field \"x\" (this request takes no fields)");
 }
 
+// nlohmann keeps the last of a key given twice; what the server read and what a reader of the request sees
+// would differ. The same key in two objects is fine.
+TEST(JsonFields, AKeyGivenTwiceInOneObjectIsRefused) {
+  Result<json> twice = json_parse_bounded(R"({"layout": {"dp": 1}, "name": "a", "layout": {"dp": 3}})");
+  ASSERT_FALSE(twice.ok());
+  EXPECT_EQ(twice.error(), "field \"layout\" is given twice in one object: give it once");
+  Result<json> inner = json_parse_bounded(R"({"layout": {"dp": 1, "dp": 3}})");
+  ASSERT_FALSE(inner.ok());
+  EXPECT_THAT(inner.error(), HasSubstr("field \"dp\" is given twice"));
+  Result<json> apart = json_parse_bounded(R"({"a": {"dp": 1}, "b": {"dp": 2}, "c": [{"dp": 3}, {"dp": 4}]})");
+  ASSERT_TRUE(apart.ok()) << apart.error();
+  EXPECT_EQ(apart.value()["c"][1]["dp"], 4);
+}
+
+// An unknown key is named cut short, like a value: a 100 KB key is not echoed back whole.
+TEST(JsonFields, ALongUnknownKeyIsNamedCutShort) {
+  const json body{{std::string(100000, 'k'), 1}};
+  JsonFields f(body);
+  const std::string message = f.finish().message();
+  EXPECT_THAT(message, HasSubstr("unknown field \"kkkk"));
+  EXPECT_LT(message.size(), 200u);
+}
+
 TEST(JsonFields, IntegralFloatsAreIntegers) {
   const json body{{"steps", 100.0}, {"big", 18446744073709551615ull}};
   JsonFields f(body);
