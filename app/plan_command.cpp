@@ -4,7 +4,6 @@
 //
 //   gantry-engine plan --model gpt3-175b --gpu a100-80gb --gpus 1024 --tp 8 --pp 16 --vp 2 --recompute full
 //   gantry-engine plan --model llama3-70b --gpu h100 --gpus 512 --search --top 5
-#include <time.h>    // clock_gettime(CLOCK_THREAD_CPUTIME_ID): --measure-cpu with one thread
 #include <unistd.h>  // sysconf: the host's memory, which gantry-cpu's `fits` compares with
 
 #include <CLI/CLI.hpp>
@@ -25,6 +24,7 @@
 #include "engine/core/cpu/ops_cpu.h"  // --measure-cpu runs the CPU backend's own loops
 #include "engine/core/cpu/thread_pool.h"
 #include "engine/plan/planner.h"
+#include "telemetry/clock.h"  // thread_cpu_s: --measure-cpu with one thread
 #ifdef GANTRY_HAVE_GLOO
 #include <sys/socket.h>  // socketpair: the two measuring ranks' ends of the store
 
@@ -151,15 +151,10 @@ std::string flag_message(std::string msg) {
   return msg;
 }
 
-// Wall-clock seconds, or with `cpu` this process's CPU seconds: with one thread that is the time the work
-// takes on a machine others share, without the time slices they take.
+// Wall-clock seconds, or with `cpu` the calling thread's CPU seconds: with one thread that is the time the
+// work takes on a machine others share, without the time slices they take (and copies run side by side).
 double seconds_now(bool cpu) {
-  if (cpu) {
-    timespec ts{};
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);  // the calling thread's: copies run side by side
-    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-  }
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  return cpu ? thread_cpu_s() : monotonic_s();
 }
 
 // The median of 7 runs (after one to warm the caches). Not the fastest: the step times this predicts are
@@ -250,20 +245,15 @@ void measure_gloo(CpuRates* r) {
 // clock; share = CPU / wall, and with K cores shared fairly, K / (background + 1) = share. A thread that
 // gets a whole core says nothing of up to K − 1 busy threads beside it: 0 then.
 double measure_background_threads(int cores) {
-  auto thread_cpu = [] {
-    timespec ts{};
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-  };
   std::vector<float> x(64 * 1024, 1.0f);
   volatile float sink = 0;
-  const double w0 = seconds_now(false), c0 = thread_cpu();
+  const double w0 = seconds_now(false), c0 = thread_cpu_s();
   while (seconds_now(false) - w0 < 0.3) {
     float acc = 0;
     for (float v : x) acc += v * 1.0001f;
     sink = sink + acc;
   }
-  const double share = (thread_cpu() - c0) / (seconds_now(false) - w0);
+  const double share = (thread_cpu_s() - c0) / (seconds_now(false) - w0);
   if (!(share > 0) || share >= 0.97 || cores < 1) return 0;
   return std::max(0.0, cores / share - 1);
 }
