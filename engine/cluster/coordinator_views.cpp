@@ -1,5 +1,6 @@
 // The API's views (coordinator_impl.h): the JSON replies of the reads (cluster, runs, steps, ranks,
 // checkpoints, events) and the coordinator's /metrics.
+#include <charconv>  // from_chars: Last-Event-ID
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -454,8 +455,17 @@ HttpResponse Coordinator::Impl::events(const HttpRequest& req) {
     if (r == nullptr) return err;
     run_id = r->id;
   }
+  // Resuming: after the event with this id. Anything but an id this stream sent is refused, never read as
+  // far as it parses ("abc" replayed everything, "1e3" resumed after event 1).
   int64_t cursor = 0;
-  if (!req.last_event_id.empty()) cursor = std::strtoll(req.last_event_id.c_str(), nullptr, 10);
+  if (const std::string& id = req.last_event_id; !id.empty()) {
+    const auto [end, ec] = std::from_chars(id.data(), id.data() + id.size(), cursor);
+    if (ec != std::errc() || end != id.data() + id.size() || cursor < 0) {
+      return HttpResponse::error(400, "Last-Event-ID \"" + id.substr(0, 40) +
+                                          "\": expected the id of an event this stream sent (an integer >= "
+                                          "0), or no Last-Event-ID to start at the first event");
+    }
+  }
   return HttpResponse::stream([this, run_id, cursor](SseWriter& w) mutable {
     std::vector<EventRow> rows;
     bool ended = false;

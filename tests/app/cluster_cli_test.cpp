@@ -98,6 +98,14 @@ TEST_F(ClusterCli, Dp4RunStepsAndActionsThroughTheApi) {
     const std::string manifest{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
     EXPECT_EQ(ck["manifest_xxh64"], xxhash64_hex(xxhash64(manifest.data(), manifest.size())));
     std::vector<json> lines = events(id, "checkpoint");
+    // Resuming the stream from a Last-Event-ID it never sent is refused, naming it (the old server read
+    // "abc" as 0 and replayed from the start: the first event would end the read).
+    for (const char* bad_id : {"abc", "1e3", "-1"}) {
+      HttpEventStream resumed({.url = url_, .token = token_});
+      const Status st = resumed.run(
+          "/v1/runs/" + std::to_string(id) + "/events", [](const SseEvent&) { return false; }, bad_id);
+      EXPECT_THAT(st.message(), HasSubstr("400 Bad Request: Last-Event-ID \"" + std::string(bad_id) + "\""));
+    }
     std::erase_if(lines, [](const json& e) { return e["kind"] != "checkpoint"; });
     ASSERT_EQ(lines.size(), 1u);
     EXPECT_EQ(lines[0]["rank"], -1);
