@@ -96,12 +96,6 @@ Result<std::unique_ptr<Backend>> backend_create(const std::string& kind, const M
                              " on train.backend = \"cuda\": the GPU pipeline runs \"gpipe\" and \"1f1b\" at "
                              "vp 1; use one of those, or train.backend = \"cpu\"");
       }
-      if (options.tp != nullptr && options.tp->size() > 1) {
-        return Status::error(
-            "tp " + std::to_string(options.tp->size()) + " x pp " + std::to_string(options.pp->size()) +
-            " on train.backend = \"cuda\": tensor x pipeline parallel is CPU-only for now; use "
-            "tp 1 or pp 1 on the GPU, or train.backend = \"cpu\"");
-      }
       if (options.zero > 1) {
         return Status::error("pp " + std::to_string(options.pp->size()) + " with zero " +
                              std::to_string(options.zero) +

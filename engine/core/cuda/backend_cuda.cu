@@ -31,6 +31,14 @@
 // stage's dp reductions run after the schedule (ZeRO 0 or 1); the gradient norm sums every stage's squares
 // over pp (ZeroDeviceState's tp path, every tensor counted as split), the loss is the last stage's, summed
 // over pp (the others add 0), so both are the same on every rank.
+//
+// Tensor x pipeline parallel (tp x pp, x dp at ZeRO 0-1): each stage's blocks split over its tp group
+// exactly as at pp 1 (tensor_parallel_stage_table); stage 0's embedding and the last stage's cross-entropy
+// are vocab-parallel, the last stage's wte copy being the V/tp rows of the same tp rank on stage 0. The pp
+// communicator joins the same tp rank of every stage, so activations (whole N x C on every tp rank), the
+// wte copy and its gradient go between matching tp ranks. The norm sums the split tensors' squares over
+// tp, then every stage's total over pp (ZeroDeviceState); the loss is the last stage's, summed over pp.
+// The order of every communicator's operations is written down at pipeline_step().
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -151,6 +159,16 @@ int tp_rank_of(const CudaTensorParallel& tp) {
   return tp.comm != nullptr && tp.comm->size() > 1 ? tp.comm->rank() : 0;
 }
 
+// This rank's tensors: the whole model's tp share (tensor_parallel_table), or under pp its stage's tensors
+// (pipeline_rank_table), at tp > 1 each cut to its tp share (tensor_parallel_stage_table, as the CPU
+// pipeline's stages at tp x pp).
+TensorTable stage_table(const ModelConfig& m, const PipelinePartition& part, int stages, int stage, int tp,
+                        int tp_rank, bool pipeline) {
+  if (!pipeline) return tensor_parallel_table(m, tp, tp_rank);
+  const TensorTable t = pipeline_rank_table(m, part, stages, stage);
+  return tp > 1 ? tensor_parallel_stage_table(m, tp, tp_rank, t) : t;
+}
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(const ModelConfig& m, int max_batch, bool graphs, bool deterministic,
@@ -163,8 +181,7 @@ class CudaBackend final : public Backend {
         stage_(pp_comm_ != nullptr ? pp_comm_->rank() : 0),
         stages_(pp_comm_ != nullptr ? pp_comm_->size() : 1),
         part_(pipeline_partition(m, stages_, ClassifierGradStage::kLast)),  // its weight gradient runs here
-        table_(pp_comm_ != nullptr ? pipeline_rank_table(m, part_, stages_, stage_)
-                                   : tensor_parallel_table(m, tp_, tp_rank_)),
+        table_(stage_table(m, part_, stages_, stage_, tp_, tp_rank_, pp_comm_ != nullptr)),
         // The bucket reductions (and the tp all-reduces) are issued by the host as the passes are enqueued;
         // a graph replay would skip them, so data and tensor parallel runs launch kernels directly.
         graphs_(graphs && (dp.comm == nullptr || dp.comm->size() == 1) && tp_ == 1 && pp_comm_ == nullptr),
@@ -178,8 +195,6 @@ class CudaBackend final : public Backend {
                      ", the MLP width " + std::to_string(4 * m.n_embd) + " and model.vocab_size " +
                      std::to_string(m.vocab_size));
     if (pp_comm_ != nullptr) {
-      GANTRY_CHECK(tp_ == 1, "tp " + std::to_string(tp_) + " x pp " + std::to_string(stages_) +
-                                 ": tensor x pipeline parallel is CPU-only for now");
       GANTRY_CHECK(dp.zero <= 1, "pp " + std::to_string(stages_) + " with zero " + std::to_string(dp.zero) +
                                      ": a GPU pipeline stage shards over dp with ZeRO 0 or 1 only");
       GANTRY_CHECK(pipeline_schedule_from_name(pp.schedule, &schedule_) &&
@@ -208,15 +223,13 @@ class CudaBackend final : public Backend {
     ShardPlan plan = dp_ != nullptr
                          ? shard_plan_make(table_, dp_->size(), dp_->rank(), dp.zero, dp.bucket_bytes)
                          : shard_plan_make(table_, 1, 0, 0, dp.bucket_bytes);
-    // The norm's second axis: tp (the split tensors' squares summed over it), or pp, where every stage's
-    // tensors are its own, so all of them count as split and the squares sum over the stages.
+    // The norm's two further axes: tp (the split tensors' squares summed over it, the whole ones' counted
+    // once), then pp (every stage's tensors are its own, so each stage's total is summed over the stages).
     std::vector<bool> sharded;
-    for (const TensorInfo& t : table_.tensors())
-      sharded.push_back(pp_comm_ != nullptr || tensor_parallel_sharded(t.name));
+    for (const TensorInfo& t : table_.tensors()) sharded.push_back(tensor_parallel_sharded(t.name));
     state_ = std::make_unique<ZeroDeviceState>(
         table_, std::move(plan), dp_, dp_timeout_, stream_, scratch_,
-        [this](size_t bytes) { return device<char>(bytes); }, pp_comm_ != nullptr ? pp_comm_ : tp_comm_,
-        std::move(sharded));
+        [this](size_t bytes) { return device<char>(bytes); }, tp_comm_, std::move(sharded), pp_comm_);
     for (auto& snap : snapshots_) snap = std::make_unique<CudaStateSnapshot>(stream_);
     layout_params();
   }
@@ -564,8 +577,9 @@ class CudaBackend final : public Backend {
       layers_.resize(m_.n_layer);
       for (LayerActs& l : layers_) l = layer_acts();
     } else {
-      if (head_) wte_copy_ = device<bf16>(V * C), dwte_ = device<float>(V * C);
-      if (embed_) dwte_in_ = device<float>(V * C);
+      // The tied wte's copy and gradients: this tp rank's V/tp rows (the same rank of stage 0 owns them).
+      if (head_) wte_copy_ = device<bf16>(Vl * C), dwte_ = device<float>(Vl * C);
+      if (embed_) dwte_in_ = device<float>(Vl * C);
       CUDA_CHECK(cudaEventCreate(&span_begin_));
       CUDA_CHECK(cudaEventCreate(&span_end_));
       CUDA_CHECK(cudaEventCreateWithFlags(&tokens_copied_, cudaEventDisableTiming));
@@ -1016,8 +1030,10 @@ class CudaBackend final : public Backend {
     check(pp_comm_->recv_enqueue(data, count, element_bytes, peer, stream_));
   }
   // Stage 0 sends its bf16 wte (the update's result) to the last stage, which runs the classifier with it.
+  // Tensor parallel: tp rank r's V/tp rows, to tp rank r of the last stage (the pp group joins the same tp
+  // rank of every stage).
   void sync_wte() {
-    const size_t VC = static_cast<size_t>(m_.vocab_size) * m_.n_embd;
+    const size_t VC = static_cast<size_t>(m_.vocab_size / tp_) * m_.n_embd;
     if (embed_) p2p_send(state_->params(0), VC, sizeof(bf16), stages_ - 1);  // ZeRO 1: after its gather
     if (head_) p2p_recv(wte_copy_, VC, sizeof(bf16), 0);
   }
@@ -1057,6 +1073,30 @@ class CudaBackend final : public Backend {
   // The step's micro-batches through this stage in its program's order, all enqueued on the compute
   // stream. The last stage's classifier (loss, d(logits), its wte gradient) runs at the start of each
   // micro-batch's backward, where the shared logits/gradient region is free.
+  //
+  // NCCL order. Every rank of a communicator must issue that communicator's operations in one order, or the
+  // gang deadlocks (a send returns only once its peer receives). Per step, on each communicator:
+  //  pp (tp rank r and dp rank d of every stage; at tp > 1 it carries tp rank r's shares and the whole
+  //      N x C activations, which are the same on every tp rank):
+  //      1. the wte copy, stage 0 -> last (sync_wte; V/tp x C bf16, this tp rank's rows);
+  //      2. the program's sends and receives (bf16 N x C), in pipeline_program's one global message order:
+  //         a simulation every rank runs alike, where each message is a send on one stage and the matching
+  //         receive on its neighbour, and a rank waits only on the earliest message it is part of
+  //         (PipelineProgram.SendsAndReceivesPairUpInOneOrder replays GPipe and 1F1B at pp 2-4);
+  //      3. the tied classifier's gradient, last -> stage 0 (fp32 V/tp x C);
+  //      4. update(): the norm's all-reduce over pp (ZeroDeviceState, after its tp one);
+  //      5. optimizer_step(): the loss's all-reduce (the last stage's, the others add 0).
+  //      Validation: the wte copy, the activations down the stages, then one all-reduce of the loss.
+  //  tp (the stage's tp ranks, same dp rank): they run the same program (same stage, schedule and
+  //      micro-batches), so their collectives (the embedding's all-reduce, two per block each way, the
+  //      classifier's gathers and d(lnf) all-reduces) come in one order; then update()'s norm all-reduce.
+  //      Each compute joins the tp stream before it returns (tp_join), so no tp collective is pending
+  //      while the compute stream sits in a pp send or receive: a rank's tp and pp operations form one
+  //      chain, and pipeline_program's order with each compute widened to its stage's tp collectives is
+  //      one order that every rank follows.
+  //  dp (the same stage and tp rank of each replica): as at pp 1, after the program (grads_done, top unit
+  //      first), then ZeRO 1's norm and loss sum in update(), and ZeRO 1's bf16 gathers as the next
+  //      step's stage first asks for each bucket.
   void pipeline_step() {
     const int m = static_cast<int>(micros_.size());
     const int T = m_.seq_len, C = m_.n_embd;
@@ -1084,7 +1124,7 @@ class CudaBackend final : public Backend {
     }
     state_->begin_micro_batch();
     sync_wte();
-    const size_t VC = static_cast<size_t>(m_.vocab_size) * C;
+    const size_t VC = static_cast<size_t>(m_.vocab_size / tp_) * C;  // this tp rank's wte rows
     if (head_) CUDA_CHECK(cudaMemsetAsync(dwte_, 0, VC * sizeof(float), stream_));
     slot_of_.assign(m, -1);
     CUDA_CHECK(cudaEventRecord(span_begin_, stream_));
@@ -1113,7 +1153,9 @@ class CudaBackend final : public Backend {
       if (step.action.op == PipelineOp::kForward) {
         use_slot(slots_[slot_of_[k] >= 0 ? slot_of_[k] : acquire(k)]);
         CUDA_CHECK(cudaEventRecord(ev.f0, stream_));
+        tp_in_forward_ = true;
         forward(mb.batch);
+        tp_in_forward_ = false;
         CUDA_CHECK(cudaEventRecord(ev.f1, stream_));
         continue;
       }
@@ -1150,6 +1192,7 @@ class CudaBackend final : public Backend {
   // Validation down the stages: each receives the previous one's output and hands its own on; the last
   // stage's loss is summed over pp (the others add 0), so every rank returns it.
   float pipeline_forward_loss(const int32_t* inputs, const int32_t* targets, int B) {
+    const size_t step_waits = tp_waits_;  // validation's tp waits are no part of the step's phases
     upload(inputs, targets, B, false);
     sync_wte();
     const int N = B * m_.seq_len;
@@ -1169,7 +1212,9 @@ class CudaBackend final : public Backend {
     float sum = 0;
     CUDA_CHECK(cudaMemcpyAsync(&sum, eval_sum_, sizeof(float), cudaMemcpyDeviceToHost, stream_));
     check(pp_comm_->sync(stream_, dp_timeout_));  // a dead stage fails at the timeout
+    if (tp_comm_ != nullptr) check(tp_comm_->sync(stream_, dp_timeout_));  // a dead tp peer too
     CUDA_CHECK(cudaStreamSynchronize(stream_));
+    tp_waits_ = step_waits;
     return sum / static_cast<float>(N);
   }
 
@@ -1197,6 +1242,15 @@ class CudaBackend final : public Backend {
     phases_.bubble = span > 0 ? idle / span : 0.0;
     phases_.bubble_formula = pipeline_schedule_bubble(schedule_, stages_, 1, pipe_micros_);
     phases_.comm_exposed_s = idle;
+    // Tensor parallel inside the stage: the compute stream's stalls for the tp stream, taken out of the
+    // phase they fell in and counted as exposed communication (as at pp 1). They lie inside the computes,
+    // so the bubble above (idle time between computes) does not hold them.
+    for (size_t k = 0; k < tp_waits_; ++k) {
+      const TpWait& w = tp_wait_events_[k];
+      const double s = std::max(0.0, ms(w.before, w.after) * 1e-3);
+      phases_.comm_exposed_s += s;
+      (w.forward ? phases_.forward_s : phases_.backward_s) -= s;
+    }
     if (optimizer_timed_) {
       phases_.comm_exposed_s += std::max(0.0, ms(span_end_, opt_begin_) * 1e-3);
       phases_.optimizer_s = ms(opt_begin_, opt_end_) * 1e-3;

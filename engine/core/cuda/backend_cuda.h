@@ -34,8 +34,10 @@ struct CudaTensorParallel {
 };
 // Pipeline parallel over NCCL point-to-point (parallel/pipeline_schedule.h): the pp communicator (null or
 // size 1: none) and train.pp_schedule ("gpipe" or "1f1b"; pipeline_check refuses the others on cuda).
-// params() is then this stage's pipeline_rank_table, as on the CPU, so checkpoints reshard between the two
-// and to any pp. Composes with CudaDataParallel at ZeRO 0 or 1, not with tensor parallel; CUDA graphs off.
+// params() is then this stage's pipeline_rank_table (at tp > 1 its tp shares, tensor_parallel_stage_table),
+// as on the CPU, so checkpoints reshard between the two and to any pp. Composes with CudaDataParallel at
+// ZeRO 0 or 1 and with CudaTensorParallel (tp x pp: the pp communicator joins the same tp rank of every
+// stage); CUDA graphs off.
 struct CudaPipeline {
   Communicator* comm = nullptr;
   std::string schedule = "1f1b";

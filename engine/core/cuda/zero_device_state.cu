@@ -11,7 +11,8 @@ namespace gantry {
 
 ZeroDeviceState::ZeroDeviceState(const TensorTable& table, ShardPlan plan, Communicator* dp,
                                  std::chrono::milliseconds timeout, cudaStream_t compute, float* norm_scratch,
-                                 const Allocate& allocate, Communicator* tp, std::vector<bool> tp_sharded)
+                                 const Allocate& allocate, Communicator* tp, std::vector<bool> tp_sharded,
+                                 Communicator* pp)
     : plan_(std::move(plan)),
       comm_(dp),
       timeout_(timeout),
@@ -19,7 +20,8 @@ ZeroDeviceState::ZeroDeviceState(const TensorTable& table, ShardPlan plan, Commu
       zero_(plan_.zero),
       norm_scratch_(norm_scratch),
       tp_(tp != nullptr && tp->size() > 1 ? tp : nullptr),
-      tp_sharded_(std::move(tp_sharded)) {
+      tp_sharded_(std::move(tp_sharded)),
+      pp_(pp != nullptr && pp->size() > 1 ? pp : nullptr) {
   GANTRY_CHECK(tp_ == nullptr || tp_sharded_.size() == table.size(),
                "tensor parallel needs one split flag per tensor of the table");
   GANTRY_CHECK(plan_.dp == 1 || (comm_ != nullptr && comm_->size() == plan_.dp),
@@ -134,7 +136,7 @@ void ZeroDeviceState::build_chunks(const TensorTable& table, const Allocate& all
   n_chunks_ = static_cast<int>(chunks.size());
   chunks_ = static_cast<AdamWChunk*>(allocate(std::max<size_t>(chunks.size(), 1) * sizeof(AdamWChunk)));
   CUDA_CHECK(cudaMemcpy(chunks_, chunks.data(), chunks.size() * sizeof(AdamWChunk), cudaMemcpyHostToDevice));
-  if (zero_ > 0 || tp_ != nullptr) {
+  if (zero_ > 0 || tp_ != nullptr || pp_ != nullptr) {
     chunk_scratch_ = static_cast<float*>(allocate(std::max<size_t>(chunks.size(), 1) * sizeof(float)));
   }
 }
@@ -361,13 +363,15 @@ void ZeroDeviceState::tp_sum_squares(bool with_loss) {
     CUDA_CHECK(cudaStreamWaitEvent(compute_, comm_mark_));
   }
   // The split tensors' squares over the tp group (a float on the compute stream, which waits for it anyway),
-  // then the whole tensors' once.
-  check(tp_->all_reduce_enqueue(stats_ + 1, 1, compute_));
+  // then the whole tensors' once; then every pipeline stage's total over pp (each stage's tensors are its
+  // own). At tp 1 no chunk counts as split: the first sum is 0 and the second is the stage's all.
+  if (tp_ != nullptr) check(tp_->all_reduce_enqueue(stats_ + 1, 1, compute_));
   add_in_place_cuda(stats_ + 1, stats_ + 2, 1, compute_);
+  if (pp_ != nullptr) check(pp_->all_reduce_enqueue(stats_ + 1, 1, compute_));
 }
 
 void ZeroDeviceState::update(const AdamWStep& s) {
-  if (tp_ != nullptr) {
+  if (tp_ != nullptr || pp_ != nullptr) {
     tp_sum_squares(/*with_loss=*/true);
     CUDA_CHECK(cudaMemcpyAsync(norm_, stats_ + 1, sizeof(float), cudaMemcpyDeviceToDevice, compute_));
     sqrt_in_place_cuda(norm_, compute_);
@@ -407,10 +411,12 @@ float ZeroDeviceState::grad_norm() {
     CUDA_CHECK(cudaStreamWaitEvent(compute_, comm_mark_));
   }
   float n = 0;
-  if (tp_ != nullptr) {
+  if (tp_ != nullptr || pp_ != nullptr) {
     tp_sum_squares(/*with_loss=*/false);
     CUDA_CHECK(cudaMemcpyAsync(&n, stats_ + 1, sizeof(float), cudaMemcpyDeviceToHost, compute_));
-    check(tp_->sync(compute_, timeout_));  // a dead tp peer fails at the timeout, not in a stream wait
+    // A dead tp or pp peer fails at the timeout, not in a stream wait.
+    if (tp_ != nullptr) check(tp_->sync(compute_, timeout_));
+    if (pp_ != nullptr) check(pp_->sync(compute_, timeout_));
     return std::sqrt(n);
   }
   if (zero_ == 0) {

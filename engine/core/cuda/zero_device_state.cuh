@@ -33,6 +33,10 @@
 // every tp rank), as ZeroHostState::set_tensor_parallel does on the CPU. The loss is not reduced over tp:
 // every tp rank computes the same one.
 //
+// Pipeline parallel (cuda/backend_cuda.cu): `table` is one stage's tensors (at tp > 1 their tp shares), and
+// `pp` the stage's pp axis: the norm then sums each stage's total (after the tp sum above) over pp. The
+// loss is the backend's to share over pp (the last stage's).
+//
 // A failed collective is fatal (FatalError carrying the communicator's message): the gang fails together.
 #pragma once
 
@@ -57,10 +61,12 @@ class ZeroDeviceState {
   using Allocate = std::function<void*(size_t bytes)>;
   // dp may be null only when plan.dp == 1; a plan over one rank must be ZeRO 0. norm_scratch: at least
   // global_norm_scratch_floats(numel) floats that the compute stream may use between other kernels.
-  // tp: the tp axis (null at tp 1), with one flag per tensor of `table`: split over the tp ranks.
+  // tp: the tp axis (null at tp 1), with one flag per tensor of `table`: split over the tp ranks. pp: the
+  // pp axis (null at pp 1), over which the norm's squares are summed last.
   ZeroDeviceState(const TensorTable& table, ShardPlan plan, Communicator* dp,
                   std::chrono::milliseconds timeout, cudaStream_t compute, float* norm_scratch,
-                  const Allocate& allocate, Communicator* tp = nullptr, std::vector<bool> tp_sharded = {});
+                  const Allocate& allocate, Communicator* tp = nullptr, std::vector<bool> tp_sharded = {},
+                  Communicator* pp = nullptr);
   ~ZeroDeviceState();
   ZeroDeviceState(const ZeroDeviceState&) = delete;
   ZeroDeviceState& operator=(const ZeroDeviceState&) = delete;
@@ -151,8 +157,9 @@ class ZeroDeviceState {
   ParamSlot& resident_slot(int unit);
   GradSlot& open_grad_slot(int bucket);
   void apply_flip(uint64_t bit);  // flip_replicated_bit's byte, now, on the compute stream
-  // Tensor parallel: stats_[1] = the squared global norm (the split tensors' squares summed over tp, the
-  // whole ones' once), on the compute stream; with_loss, ZeRO 1-3's dp all-reduce also sums the loss.
+  // Tensor or pipeline parallel: stats_[1] = the squared global norm (the split tensors' squares summed
+  // over tp, the whole ones' once, then the stages' totals over pp), on the compute stream; with_loss,
+  // ZeRO 1-3's dp all-reduce also sums the loss.
   void tp_sum_squares(bool with_loss);
 
   ShardPlan plan_;
@@ -179,6 +186,8 @@ class ZeroDeviceState {
   Communicator* tp_ = nullptr;
   std::vector<bool> tp_sharded_;
   int n_tp_sharded_chunks_ = 0;
+  // Pipeline parallel: the pp axis (null at pp 1), the norm's last sum.
+  Communicator* pp_ = nullptr;
 
   // ZeRO 2/3 gradient staging: the embeddings' bucket, and two slots for the others.
   GradSlot embedding_grads_;

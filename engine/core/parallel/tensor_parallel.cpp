@@ -15,11 +15,6 @@ Status tensor_parallel_check(const ModelConfig& m, const ParallelDims& d, const 
     return bad(tp + " with train.backend = \"" + backend +
                "\": tensor parallel runs on the \"cpu\" and \"cuda\" backends; use one of them, or tp 1");
   }
-  if (backend == "cuda" && d.pp > 1) {
-    return bad(tp + " x pp " + std::to_string(d.pp) +
-               " with train.backend = \"cuda\": tensor x pipeline parallel is CPU-only for now (a GPU "
-               "pipeline stage runs at tp 1); use pp 1 on the GPU, or train.backend = \"cpu\"");
-  }
   if (backend == "cuda" && sequence_parallel) {
     return bad(
         tp +

@@ -39,7 +39,7 @@ namespace gantry {
 // Whether `d.tp` can split this model on this backend: n_head, the MLP width 4·n_embd and vocab_size must
 // be multiples of tp, and with sequence parallelism seq_len too (pp is pipeline_check's,
 // parallel/pipeline_schedule.h); tensor parallelism runs on the CPU backend and on the CUDA backend (there
-// without pp or sequence parallelism). The error names the numbers and what would be right.
+// with pp too, without sequence parallelism). The error names the numbers and what would be right.
 Status tensor_parallel_check(const ModelConfig& m, const ParallelDims& d, const std::string& backend,
                              bool sequence_parallel = false);
 

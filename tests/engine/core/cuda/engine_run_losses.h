@@ -9,15 +9,18 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/file_text.h"  // slurp
 
 namespace gantry::testing_support {
 
-// stdout and stderr go to files in `dir`; `norms`, when given, gets each step's gradient norm.
+// stdout and stderr go to files in `dir`; `norms`, when given, gets each step's gradient norm, and
+// `val_losses` each validation loss (the steps that report one, as (step, loss)).
 inline std::vector<double> losses_of(const std::string& args, const std::string& dir, int* code,
-                                     std::string* err, std::vector<double>* norms = nullptr) {
+                                     std::string* err, std::vector<double>* norms = nullptr,
+                                     std::vector<std::pair<int, double>>* val_losses = nullptr) {
   const std::string out = dir + "/stdout.txt", errf = dir + "/stderr.txt";
   const int status =
       std::system((std::string(GANTRY_ENGINE_BIN) + " " + args + " >" + out + " 2>" + errf).c_str());
@@ -30,6 +33,8 @@ inline std::vector<double> losses_of(const std::string& args, const std::string&
     if (j.is_object() && j.contains("loss") && !j.contains("event")) {
       losses.push_back(j["loss"].get<double>());
       if (norms != nullptr) norms->push_back(j.value("grad_norm", -1.0));
+      if (val_losses != nullptr && j.contains("val_loss") && j["val_loss"].is_number())
+        val_losses->emplace_back(j.value("step", -1), j["val_loss"].get<double>());
     }
   }
   return losses;

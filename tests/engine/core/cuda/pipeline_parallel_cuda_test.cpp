@@ -1,16 +1,19 @@
-// Pipeline parallelism on GPUs end to end: `gantry-engine run --nproc N --pp 2` (NCCL send/recv between
-// the stages, each stage's dp group beside it where N = 4) follows the loss curve of `gantry-engine train`
-// on one GPU with the same micro-batches, under GPipe and 1F1B, and its checkpoint (each stage's tensors in
-// the whole model's coordinates) loads at pp 1 on one GPU and on the CPU backend and continues on that
-// curve. Every step reports its measured bubble beside the schedule's formula. Skips where fewer GPUs are
-// visible than a case needs.
+// Pipeline parallelism on GPUs end to end: `gantry-engine run --nproc N --pp 2 [--tp 2]` (NCCL send/recv
+// between the stages, each stage's blocks split over its tp group where tp is 2, each stage's dp group
+// beside it where N = 4 at tp 1, 8 at tp 2) follows the loss and validation loss curves of `gantry-engine
+// train` on one GPU with the same micro-batches, under GPipe and 1F1B, and its checkpoint (each stage's
+// tensors, or their tp shares, in the whole model's coordinates) loads at pp 1, tp 1 on one GPU and on the
+// CPU backend and continues on that curve. Every step reports its measured bubble beside the schedule's
+// formula. Skips where fewer GPUs are visible than a case needs.
 //
 // Tolerance (bf16): a stage's forward is the one GPU's, bit for bit (the hand-off's res3 is formed by the
 // same fused kernel, sent as the same bf16), but the gradients are summed in another order: the tied wte's
 // classifier part arrives from the last stage once per step and is added after the encoder's, the hand-off
 // block's MLP projection bias sums d(res3) in its own pass, and the norm adds the stages' squares. Over 12
 // steps of the tiny model each step's loss stays within the tensor-parallel test's bound, 2 % of the one-GPU
-// run's; step 1 (the same parameters and the same forward) within 0.1 %.
+// run's; step 1 (the same parameters and the same forward) within 0.1 %. Under tp x pp the stages' forward
+// also rounds the row-parallel partial sums to bf16 (tensor_parallel_cuda_test): step 1 within that test's
+// 0.5 %. The validation loss (steps 6 and 12) within the step bound, 2 %.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -20,6 +23,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/core/cuda/device.h"
@@ -33,22 +37,25 @@ using testing_support::losses_of;
 using testing_support::slurp;
 
 // The tiny model's config on `backend` with micro-batches of 4 (4 per step at dp 1, 2 per dp rank at dp 2:
-// 1F1B needs at least pp) under `schedule`, written under `root`.
+// 1F1B needs at least pp) under `schedule`, validated every 6 steps, written under `root`.
 std::string tiny_config(const std::string& root, const std::string& backend, const std::string& schedule) {
   std::string cfg = slurp(std::string(GANTRY_SOURCE_DIR) + "/assets/configs/tiny.toml");
   cfg.replace(cfg.find("backend = \"cpu\""), 15,
               "backend = \"" + backend + "\"\ndp_bucket_mb = 0.05\npp_schedule = \"" + schedule + "\"");
   cfg.replace(cfg.find("micro_batch = 8"), 15, "micro_batch = 4");
+  cfg.replace(cfg.find("val_every = 25"), 14, "val_every = 6");
   const std::string path = root + "/tiny_" + backend + "_" + schedule + ".toml";
   std::ofstream(path) << cfg;
   return path;
 }
 
-constexpr double kStepTolerance = 0.02;    // relative, every step (bf16, summation order; see above)
-constexpr double kFirstTolerance = 0.001;  // relative, step 1
+constexpr double kStepTolerance = 0.02;      // relative, every step and validation (bf16; see above)
+constexpr double kFirstTolerance = 0.001;    // relative, step 1
+constexpr double kFirstTolerance3d = 0.005;  // relative, step 1 under tp x pp (bf16 partial sums)
 
 struct Layout {
   int gpus;
+  int tp;
   int pp;
   int zero;
   const char* schedule;
@@ -70,36 +77,48 @@ TEST_P(PipelineParallelCuda, TracksOneGpuAndItsCheckpointLoadsAtPpOneOnGpuAndCpu
   std::string err;
   // One GPU, 13 steps: the curve the pipeline must follow, and the step its checkpoint's resumption gives.
   std::vector<double> one_norms, pp_norms;
+  std::vector<std::pair<int, double>> one_val, pp_val;
   const std::vector<double> one =
       losses_of("train --config " + gpu + " --out " + root + "/one --max-steps 13 --json", root + "/one",
-                &code, &err, &one_norms);
+                &code, &err, &one_norms, &one_val);
   ASSERT_EQ(code, 0) << err;
   ASSERT_EQ(one.size(), 13u);
-  const std::vector<double> pp = losses_of(
-      "run --nproc " + std::to_string(layout.gpus) + " --pp " + std::to_string(layout.pp) + " --zero " +
-          std::to_string(layout.zero) + " --config " + gpu + " --out " + root + "/pp --max-steps 12 --json",
-      root + "/pp", &code, &err, &pp_norms);
+  const std::vector<double> pp =
+      losses_of("run --nproc " + std::to_string(layout.gpus) + " --tp " + std::to_string(layout.tp) +
+                    " --pp " + std::to_string(layout.pp) + " --zero " + std::to_string(layout.zero) +
+                    " --config " + gpu + " --out " + root + "/pp --max-steps 12 --json",
+                root + "/pp", &code, &err, &pp_norms, &pp_val);
   ASSERT_EQ(code, 0) << err;
   ASSERT_EQ(pp.size(), 12u);
-  EXPECT_NEAR(pp[0], one[0], kFirstTolerance * one[0]) << "step 1";
+  const double first = layout.tp > 1 ? kFirstTolerance3d : kFirstTolerance;
+  EXPECT_NEAR(pp[0], one[0], first * one[0]) << "step 1";
   for (size_t i = 0; i < pp.size(); ++i) {
     EXPECT_NEAR(pp[i], one[i], kStepTolerance * one[i]) << "step " << i + 1;
   }
   EXPECT_LT(pp.back(), pp.front()) << "the pipeline learns";
+  // Validation runs down the stages (the last stage's loss shared over pp): steps 6 and 12, as on one GPU.
+  ASSERT_EQ(one_val.size(), 2u);
+  ASSERT_EQ(pp_val.size(), 2u);
+  for (size_t i = 0; i < pp_val.size(); ++i) {
+    EXPECT_EQ(pp_val[i].first, one_val[i].first);
+    EXPECT_NEAR(pp_val[i].second, one_val[i].second, kStepTolerance * one_val[i].second)
+        << "validation at step " << pp_val[i].first;
+  }
   // The norm sums every stage's squares over pp (the tied wte counted once, on stage 0): step 1's is the
   // one GPU's within bf16's 3 % (backend_cuda_test's GPU-vs-CPU bound).
   ASSERT_EQ(pp_norms.size(), pp.size());
   EXPECT_NEAR(pp_norms[0], one_norms[0], 0.03 * one_norms[0]) << "step 1's gradient norm";
   // Each rank reports its measured bubble beside the schedule's formula, (p - 1) / (m + p - 1) for GPipe
   // and 1F1B: m = 4 micro-batches per dp rank at dp 1 (20.0 %), 2 at dp 2 (33.3 %).
-  const int m = 16 / 4 / (layout.gpus / layout.pp);
+  const int m = 16 / 4 / (layout.gpus / (layout.tp * layout.pp));
   char formula[64];
   std::snprintf(formula, sizeof formula, "formula %.1f %%", 100.0 * (layout.pp - 1) / (m + layout.pp - 1));
   EXPECT_NE(err.find("step 12: pipeline bubble"), std::string::npos) << err;
   EXPECT_NE(err.find(formula), std::string::npos) << formula << " in\n" << err;
 
-  // The checkpoint holds every stage's tensors in the whole model's coordinates: it loads at pp 1, on one
-  // GPU and on the CPU backend, and step 13 continues the one-GPU curve.
+  // The checkpoint holds every stage's tensors (their tp shares under tp x pp) in the whole model's
+  // coordinates: it loads at pp 1 and tp 1, on one GPU and on the CPU backend, and step 13 continues the
+  // one-GPU curve.
   const std::string ckpt = root + "/pp/checkpoints";
   ASSERT_TRUE(std::filesystem::exists(ckpt + "/step_00000012/manifest.json"));
   for (const auto& [dir, config] : {std::pair<std::string, std::string>{"/gpu1", gpu}, {"/cpu1", cpu}}) {
@@ -114,11 +133,16 @@ TEST_P(PipelineParallelCuda, TracksOneGpuAndItsCheckpointLoadsAtPpOneOnGpuAndCpu
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, PipelineParallelCuda,
-                         ::testing::Values(Layout{2, 2, 0, "gpipe"}, Layout{2, 2, 0, "1f1b"},
-                                           Layout{4, 2, 0, "1f1b"}, Layout{4, 2, 1, "1f1b"}),
+                         ::testing::Values(Layout{2, 1, 2, 0, "gpipe"}, Layout{2, 1, 2, 0, "1f1b"},
+                                           Layout{4, 1, 2, 0, "1f1b"}, Layout{4, 1, 2, 1, "1f1b"},
+                                           // tp x pp (x dp): each stage's blocks split over 2 GPUs.
+                                           Layout{4, 2, 2, 0, "gpipe"}, Layout{4, 2, 2, 0, "1f1b"},
+                                           Layout{8, 2, 2, 1, "1f1b"}),
                          [](const ::testing::TestParamInfo<Layout>& i) {
-                           return "gpus" + std::to_string(i.param.gpus) + "_pp" + std::to_string(i.param.pp) +
-                                  "_zero" + std::to_string(i.param.zero) + "_" + i.param.schedule;
+                           return "gpus" + std::to_string(i.param.gpus) +
+                                  (i.param.tp > 1 ? "_tp" + std::to_string(i.param.tp) : std::string()) +
+                                  "_pp" + std::to_string(i.param.pp) + "_zero" +
+                                  std::to_string(i.param.zero) + "_" + i.param.schedule;
                          });
 
 // A layout the GPU pipeline does not run is refused before any step, naming the value and what would run.

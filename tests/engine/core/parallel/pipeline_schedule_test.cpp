@@ -7,6 +7,9 @@
 
 #include <numeric>
 #include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "engine/core/gpt.h"
 
@@ -216,38 +219,43 @@ TEST(PipelineProgram, SimulatedBubbleIsEachSchedulesFormula) {
 // (activation or gradient, micro-batch, chunks next to each other), and every rank's messages come in one
 // global order (so blocking sends cannot deadlock): merging the ranks' message lists by that order works.
 TEST(PipelineProgram, SendsAndReceivesPairUpInOneOrder) {
-  for (PipelineSchedule s : {PipelineSchedule::kGpipe, PipelineSchedule::kOneFOneB,
-                             PipelineSchedule::kInterleaved, PipelineSchedule::kZeroBubbleH1}) {
-    const int pp = 4, vp = s == PipelineSchedule::kInterleaved ? 2 : 1, m = 8;
-    std::vector<std::vector<PipelineStep>> prog(pp);
-    for (int r = 0; r < pp; ++r) prog[r] = pipeline_program(s, pp, vp, r, m);
-    // Replay with rendezvous: a message goes when its sender is at the send and its receiver at the receive.
-    std::vector<size_t> at(pp, 0);
-    size_t messages = 0;
-    for (bool moved = true; moved;) {
-      moved = false;
-      for (int r = 0; r < pp; ++r) {
-        while (at[r] < prog[r].size() && prog[r][at[r]].kind == PipelineStep::Kind::kCompute)
-          ++at[r], moved = true;
-        if (at[r] >= prog[r].size() || prog[r][at[r]].kind != PipelineStep::Kind::kSend) continue;
-        const PipelineStep& x = prog[r][at[r]];
-        const int q = x.peer;
-        while (at[q] < prog[q].size() && prog[q][at[q]].kind == PipelineStep::Kind::kCompute) ++at[q];
-        if (at[q] >= prog[q].size()) continue;
-        const PipelineStep& y = prog[q][at[q]];
-        if (y.kind != PipelineStep::Kind::kRecv || y.peer != r) continue;
-        EXPECT_EQ(x.grad, y.grad);
-        EXPECT_EQ(x.action.micro, y.action.micro);
-        const int from = x.action.chunk * pp + r, to = y.action.chunk * pp + q;
-        EXPECT_EQ(to, x.grad ? from - 1 : from + 1);
-        ++at[r], ++at[q], ++messages, moved = true;
+  // Every schedule at pp 2, 3 and 4 with m = pp and 2·pp micro-batches (the GPU stage's sends and
+  // receives, cuda/backend_cuda.cu, are these programs' at any tp).
+  for (const auto& [pp, m] : std::vector<std::pair<int, int>>{{2, 2}, {2, 4}, {3, 3}, {3, 6}, {4, 4}, {4, 8}})
+    for (PipelineSchedule s : {PipelineSchedule::kGpipe, PipelineSchedule::kOneFOneB,
+                               PipelineSchedule::kInterleaved, PipelineSchedule::kZeroBubbleH1}) {
+      const int vp = s == PipelineSchedule::kInterleaved ? 2 : 1;
+      SCOPED_TRACE("pp " + std::to_string(pp) + ", m " + std::to_string(m));
+      std::vector<std::vector<PipelineStep>> prog(pp);
+      for (int r = 0; r < pp; ++r) prog[r] = pipeline_program(s, pp, vp, r, m);
+      // Replay with rendezvous: a message goes when its sender is at the send and its receiver at the
+      // receive.
+      std::vector<size_t> at(pp, 0);
+      size_t messages = 0;
+      for (bool moved = true; moved;) {
+        moved = false;
+        for (int r = 0; r < pp; ++r) {
+          while (at[r] < prog[r].size() && prog[r][at[r]].kind == PipelineStep::Kind::kCompute)
+            ++at[r], moved = true;
+          if (at[r] >= prog[r].size() || prog[r][at[r]].kind != PipelineStep::Kind::kSend) continue;
+          const PipelineStep& x = prog[r][at[r]];
+          const int q = x.peer;
+          while (at[q] < prog[q].size() && prog[q][at[q]].kind == PipelineStep::Kind::kCompute) ++at[q];
+          if (at[q] >= prog[q].size()) continue;
+          const PipelineStep& y = prog[q][at[q]];
+          if (y.kind != PipelineStep::Kind::kRecv || y.peer != r) continue;
+          EXPECT_EQ(x.grad, y.grad);
+          EXPECT_EQ(x.action.micro, y.action.micro);
+          const int from = x.action.chunk * pp + r, to = y.action.chunk * pp + q;
+          EXPECT_EQ(to, x.grad ? from - 1 : from + 1);
+          ++at[r], ++at[q], ++messages, moved = true;
+        }
       }
+      for (int r = 0; r < pp; ++r)
+        EXPECT_EQ(at[r], prog[r].size()) << pipeline_schedule_name(s) << " rank " << r;
+      // Each micro-batch crosses pp·vp - 1 boundaries each way.
+      EXPECT_EQ(messages, static_cast<size_t>(2 * m * (pp * vp - 1))) << pipeline_schedule_name(s);
     }
-    for (int r = 0; r < pp; ++r)
-      EXPECT_EQ(at[r], prog[r].size()) << pipeline_schedule_name(s) << " rank " << r;
-    // Each micro-batch crosses pp·vp - 1 boundaries each way.
-    EXPECT_EQ(messages, static_cast<size_t>(2 * m * (pp * vp - 1))) << pipeline_schedule_name(s);
-  }
 }
 
 TEST(PipelineBubble, Formula) {
@@ -313,6 +321,12 @@ TEST(PipelineCheck, RefusesBadLayoutsNamingTheNumbers) {
   EXPECT_TRUE(pipeline_check(c, dims(4, 2, 1, 2, 1), 2).ok());
   EXPECT_THAT(pipeline_check(c, dims(4, 2, 1, 2, 2), 2).message(),
               HasSubstr("pp 2 with zero 2 on train.backend = \"cuda\": a GPU pipeline stage shards over dp "
+                        "with ZeRO 0 or 1 only"));
+  // tp x pp (x dp) on the GPU: the same schedules and ZeRO stages, refused alike beyond them.
+  EXPECT_TRUE(pipeline_check(c, dims(4, 1, 2, 2, 0), 2).ok());
+  EXPECT_TRUE(pipeline_check(c, dims(8, 2, 2, 2, 1), 2).ok());
+  EXPECT_THAT(pipeline_check(c, dims(8, 2, 2, 2, 3), 2).message(),
+              HasSubstr("pp 2 with zero 3 on train.backend = \"cuda\": a GPU pipeline stage shards over dp "
                         "with ZeRO 0 or 1 only"));
   c.train.pp_schedule = "zbh1";
   EXPECT_THAT(pipeline_check(c, dims(2, 1, 1, 2), 2).message(),
