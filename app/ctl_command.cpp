@@ -253,6 +253,8 @@ int ctl_main(const std::string& what, const CtlArgs& a) {
     if (!r.ok() && r.error().find(" 409 ") != std::string::npos) return fail(r.error(), 3);
   } else if (what == "quarantine" || what == "release") {
     r = what == "quarantine" ? api.quarantine(a.node) : api.release(a.node);
+  } else if (what == "forget") {
+    r = api.forget(a.node);
   } else if (what == "inject") {
     r = api.inject(a.run, a.fault, a.rank, a.ms);
   } else if (what == "straggler") {
@@ -338,6 +340,8 @@ int ctl_main(const std::string& what, const CtlArgs& a) {
                 a.node.c_str(), r->at("moving_runs").empty() ? "none" : r->at("moving_runs").dump().c_str());
   } else if (what == "release") {
     std::printf("node %s released: %s\n", a.node.c_str(), cell(r->at("state")).c_str());
+  } else if (what == "forget") {
+    std::printf("node %s forgotten: no longer listed (its runs' history keeps it)\n", a.node.c_str());
   } else if (what == "inject") {
     std::printf("run %s: %s injected into rank %s on %s (follow with `ctl events RUN`)\n", run.c_str(),
                 a.fault.c_str(), cell(r->at("rank")).c_str(), cell(r->at("node")).c_str());
@@ -430,6 +434,9 @@ void ctl_command_add(CLI::App& app, int* exit_code) {
                                     : "Let node NODE take work again");
     sub->add_option("node", a->node, "The node's id (ctl status lists them)")->required();
   }
+  add("forget", "Drop lost node NODE from the cluster's list (refused for any node that is not lost)")
+      ->add_option("node", a->node, "The node's id (ctl status lists them)")
+      ->required();
   CLI::App* resume_from = add("resume-from",
                               "Resume a stopped, failed or interrupted run from one of its checkpoints (exit "
                               "3 when it cannot be placed)");

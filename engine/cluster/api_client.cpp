@@ -87,6 +87,10 @@ Result<json> ApiClient::alert_delete(const std::string& name) {
   return http_.del_json(path);
 }
 
+Result<json> ApiClient::forget(const std::string& node) {
+  return http_.del_json(node_path(node));
+}
+
 ApiRequest ApiClient::submit_request(const json& job) {
   return {.path = "/v1/runs", .body = job};
 }

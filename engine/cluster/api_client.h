@@ -85,6 +85,8 @@ class ApiClient {
   }
   Result<nlohmann::json> quarantine(const std::string& node) { return send_json(quarantine_request(node)); }
   Result<nlohmann::json> release(const std::string& node) { return send_json(release_request(node)); }
+  // DELETE /v1/nodes/{id}: a lost node leaves the cluster's list (its history stays).
+  Result<nlohmann::json> forget(const std::string& node);
   // A drill: "kill" or "hang" one rank (rank < 0: one at random); 403 unless the coordinator allows it.
   // "slow" takes the forward's delay in ms (ms > 0); the others send none.
   Result<nlohmann::json> inject(int64_t run, const std::string& fault, int rank, int64_t ms = 0) {

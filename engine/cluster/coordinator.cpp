@@ -80,8 +80,10 @@ Status Coordinator::start() {
   s.get("/v1/runs", [&m](const HttpRequest&) { return m.runs_list(); });
   s.post("/v1/runs", [&m](const HttpRequest& req) { return m.submit(req); });
   s.get("/v1/runs/{id}", [&m](const HttpRequest& req) { return m.run_detail(req); });
-  s.get("/v1/runs/{id}/steps", [&m](const HttpRequest& req) { return m.steps(req); });
-  s.get("/v1/runs/{id}/heatmap", [&m](const HttpRequest& req) { return m.heatmap(req); });
+  s.get("/v1/runs/{id}/steps", [&m](const HttpRequest& req) { return m.steps(req); },
+        {"after", "buckets", "limit", "metric", "ranks"});
+  s.get("/v1/runs/{id}/heatmap", [&m](const HttpRequest& req) { return m.heatmap(req); },
+        {"step_begin", "step_end", "buckets", "rank_buckets", "metric"});
   s.get("/v1/runs/{id}/ranks", [&m](const HttpRequest& req) { return m.ranks(req); });
   s.get("/v1/runs/{id}/checkpoints", [&m](const HttpRequest& req) { return m.checkpoints(req); });
   s.get("/v1/runs/{id}/events", [&m](const HttpRequest& req) { return m.events(req); });
@@ -96,8 +98,10 @@ Status Coordinator::start() {
   s.post("/v1/runs/{id}/straggler", [&m](const HttpRequest& req) { return m.straggler_policy(req); });
   s.post("/v1/nodes/{id}/quarantine", [&m](const HttpRequest& req) { return m.quarantine(req); });
   s.post("/v1/nodes/{id}/release", [&m](const HttpRequest& req) { return m.release(req); });
+  s.del("/v1/nodes/{id}", [&m](const HttpRequest& req) { return m.forget(req); });
   s.get("/metrics", [&m](const HttpRequest&) { return m.metrics(); });
-  s.get("/v1/devices", [&m](const HttpRequest& req) { return m.devices(req); });
+  s.get("/v1/devices", [&m](const HttpRequest& req) { return m.devices(req); },
+        {"metric", "time_begin", "time_end", "buckets"});
   s.get("/v1/alerts", [&m](const HttpRequest&) { return m.alerts_list(); });
   s.post("/v1/alerts", [&m](const HttpRequest& req) { return m.alerts_add(req); });
   s.del("/v1/alerts/{name}", [&m](const HttpRequest& req) { return m.alerts_delete(req); });

@@ -325,6 +325,8 @@ struct Coordinator::Impl {
   json quarantine_node(Node& n, const std::string& by, const std::string& from);
 
   HttpResponse release(const HttpRequest& req);
+  // DELETE /v1/nodes/{id}: a lost node leaves the registry (its history stays); 409 for any other state.
+  HttpResponse forget(const HttpRequest& req);
 
   // A worker's sdc_mismatch event (engine/core/sdc_check.h): when a majority of the dp replicas agreed, the
   // node of the rank that differed is quarantined (no new work) with an sdc_quarantine event. The run itself

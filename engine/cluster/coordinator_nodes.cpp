@@ -201,6 +201,43 @@ HttpResponse Coordinator::Impl::release(const HttpRequest& req) {
   return HttpResponse::ok({{"node", id}, {"state", node_state_name(n.state)}});
 }
 
+HttpResponse Coordinator::Impl::forget(const HttpRequest& req) {
+  const std::string& id = req.param("id");
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = nodes.find(id);
+  if (it == nodes.end())
+    return HttpResponse::error(404, "no node \"" + id + "\" (GET /v1/cluster lists them)");
+  Node& n = it->second;
+  // Only a lost node: forgetting one that beats would only have it register again at its next heartbeat,
+  // and a quarantined one is kept out of placement already, with its reason on record.
+  if (n.state != NodeState::lost) {
+    const auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - n.last_seen);
+    return HttpResponse::error(409, "node \"" + id + "\" is " + std::string(node_state_name(n.state)) +
+                                        " (last heartbeat " + std::to_string(silent.count()) +
+                                        " ms ago): only a lost node is forgotten; stop its agent, and it is "
+                                        "lost " +
+                                        std::to_string(node_timeout().count()) +
+                                        " ms after its last heartbeat");
+  }
+  for (const auto& [rid, r] : runs) {
+    if (run_state_terminal(r.state)) continue;
+    for (const NodeShare& sh : r.shares) {
+      if (sh.node == id && !sh.done)
+        return HttpResponse::error(409, "node \"" + id + "\" still holds ranks of run " +
+                                            std::to_string(rid) + " (" +
+                                            std::string(run_state_name(r.state)) +
+                                            "): forget it once that run has moved off it or ended");
+    }
+  }
+  // The history keeps the node (its runs and device series name it), marked forgotten; an agent that comes
+  // back under this name registers as a new node.
+  upsert_node(n, "forgotten");
+  nodes.erase(it);
+  std::fprintf(stderr, "gantry-engine coordinator: node %s forgotten (from %s)\n", id.c_str(),
+               req.remote.c_str());
+  return HttpResponse::ok({{"node", id}, {"state", "forgotten"}});
+}
+
 bool Coordinator::Impl::agent_may(const std::string& method, const std::string& path,
                                   std::string_view token) {
   if (method != "POST") return false;

@@ -36,7 +36,8 @@ struct Route {
   std::string pattern;
   std::vector<Segment> segments;
   HttpHandler handler;
-  std::string body_type;  // "" = a JSON object; else the one media type taken, passed on unparsed
+  std::string body_type;           // "" = a JSON object; else the one media type taken, passed on unparsed
+  std::vector<std::string> query;  // the query parameters it takes; any other is refused before it runs
 };
 
 // "/v1/runs/7/" -> {"v1", "runs", "7"}; false for an empty segment ("//"), which no route has.
@@ -333,7 +334,8 @@ struct HttpServer::Impl {
   std::condition_variable stop_cv;
   std::atomic<int> streams{0};
 
-  void add(std::string method, std::string pattern, HttpHandler handler, std::string body_type = "");
+  void add(std::string method, std::string pattern, HttpHandler handler, std::string body_type = "",
+           std::vector<std::string> query = {});
   // The route for method and path; else nullptr with *allow naming the methods the path has (for 405).
   const Route* match(std::string_view method, std::string_view path,
                      std::map<std::string, std::string, std::less<>>* params, std::string* allow) const;
@@ -346,12 +348,15 @@ struct HttpServer::Impl {
 };
 
 void HttpServer::Impl::add(std::string method, std::string pattern, HttpHandler handler,
-                           std::string body_type) {
+                           std::string body_type, std::vector<std::string> query) {
   auto bad = [&](const std::string& why) {
     if (route_error.empty()) route_error = "route " + method + " " + pattern + ": " + why;
   };
-  Route r{
-      .method = method, .pattern = pattern, .handler = std::move(handler), .body_type = std::move(body_type)};
+  Route r{.method = method,
+          .pattern = pattern,
+          .handler = std::move(handler),
+          .body_type = std::move(body_type),
+          .query = std::move(query)};
   std::vector<std::string_view> segs;
   if (!split_path(pattern, &segs))
     return bad("must be an absolute path without empty segments, e.g. /v1/runs/{id}");
@@ -470,6 +475,24 @@ std::optional<HttpResponse> HttpServer::Impl::gate(const httplib::Request& req) 
                                                   (allow.find(',') == std::string::npos ? " is" : " are"));
     r.headers.emplace_back("Allow", allow);
     return r;
+  }
+
+  // A parameter the route does not read would be ignored, and the client would take an answer to another
+  // question for its own ("?bucket=10" for "?buckets=10"); one given twice has no one meaning.
+  for (auto it = req.params.begin(); it != req.params.end(); it = req.params.upper_bound(it->first)) {
+    const std::string& key = it->first;
+    if (std::find(route->query.begin(), route->query.end(), key) == route->query.end()) {
+      std::string takes;
+      for (const std::string& k : route->query) takes += (takes.empty() ? "" : ", ") + k;
+      return HttpResponse::error(400, "unknown query parameter \"" + key.substr(0, 64) + "\" on " +
+                                          req.method + " " + route->pattern +
+                                          (takes.empty() ? ": it takes none" : ": it takes " + takes));
+    }
+    if (const size_t n = req.params.count(key); n > 1) {
+      return HttpResponse::error(400, "query parameter \"" + key + "\" given " + std::to_string(n) +
+                                          " times on " + req.method + " " + route->pattern +
+                                          ": give it once");
+    }
   }
 
   if (req.method == "DELETE" &&
@@ -668,8 +691,8 @@ HttpServer::~HttpServer() {
   stop();
 }
 
-void HttpServer::get(std::string pattern, HttpHandler handler) {
-  impl_->add("GET", std::move(pattern), std::move(handler));
+void HttpServer::get(std::string pattern, HttpHandler handler, std::vector<std::string> query) {
+  impl_->add("GET", std::move(pattern), std::move(handler), "", std::move(query));
 }
 
 void HttpServer::post(std::string pattern, HttpHandler handler) {

@@ -160,7 +160,9 @@ class HttpServer {
   // whole segment, matched by any non-empty segment). Where two routes match, the one with a literal
   // at the first differing segment wins ("/v1/runs/latest" over "/v1/runs/{id}"). A bad pattern or a
   // duplicate is reported by start(). GET /healthz is built in and open.
-  void get(std::string pattern, HttpHandler handler);
+  // `query`: the query parameters a GET route takes. Any other, or one given twice, is refused with a 400
+  // naming it and the ones taken, before the handler runs; the other methods take none.
+  void get(std::string pattern, HttpHandler handler, std::vector<std::string> query = {});
   void post(std::string pattern, HttpHandler handler);
   // A DELETE: no body is read (one sent is a 400); the handler's req.body is null.
   void del(std::string pattern, HttpHandler handler);

@@ -278,7 +278,7 @@ TEST_F(ClusterCli, AgentServesItsNodesMetrics) {
 // An agent killed: its node is lost within the heartbeat timeout (5 s) and, with recovery off, its run ends
 // as failed, with an event naming the node; the other node's workers do not outlive it.
 // (cluster_recovery_test: with recovery on, the run shrinks onto the node left.)
-TEST_F(ClusterCli, KilledAgentLosesItsNodeAndStopsTheRun) {
+TEST_F(ClusterCli, KilledAgentLosesItsNodeStopsTheRunAndTheLostNodeIsForgotten) {
   Result<json> sub = api_->post_json(
       "/v1/runs", {{"config", tiny_config(100000)}, {"layout", {{"dp", 4}}}, {"max_restarts", 0}});
   ASSERT_TRUE(sub.ok()) << sub.error();
@@ -301,6 +301,26 @@ TEST_F(ClusterCli, KilledAgentLosesItsNodeAndStopsTheRun) {
   EXPECT_EQ(lost[0]["node"], "node-1");
   for (pid_t w : workers_)
     EXPECT_TRUE(eventually([&] { return gone(w); }, 10s)) << "worker " << w << " outlived the run";
+
+  // The lost node stayed listed for ever (a decommissioned machine among the live ones). Now an operator
+  // forgets it; a node that beats is refused, with what would make it forgettable.
+  const std::string ctl = "ctl --url " + url_ + " --token-file " + (dir_ / "token").string() + " ";
+  testing_support::Outcome healthy = run_engine(ctl + "forget node-0");
+  EXPECT_NE(healthy.code, 0);
+  EXPECT_THAT(healthy.err, HasSubstr("node \"node-0\" is healthy"));
+  EXPECT_THAT(healthy.err, HasSubstr("only a lost node is forgotten; stop its agent"));
+  testing_support::Outcome forgot = run_engine(ctl + "forget node-1");
+  EXPECT_EQ(forgot.code, 0) << forgot.err;
+  EXPECT_THAT(forgot.out, HasSubstr("node node-1 forgotten"));
+  const json cluster = get("/v1/cluster");
+  ASSERT_EQ(cluster["nodes"].size(), 1u) << cluster.dump();
+  EXPECT_EQ(cluster["nodes"][0]["id"], "node-0");
+  Result<HttpReply> again = api_->del("/v1/nodes/node-1");
+  ASSERT_TRUE(again.ok()) << again.error();
+  EXPECT_EQ(again->status, 404);
+  EXPECT_EQ(again->error_message(), "no node \"node-1\" (GET /v1/cluster lists them)");
+  // The run that ran there still names it.
+  EXPECT_EQ(events(id, "node_lost").size(), 1u);
 }
 
 TEST_F(ClusterCli, TokenIsRequiredAndBadInputChangesNothing) {

@@ -44,7 +44,10 @@ class ApiClientTest : public ::testing::Test {
     HttpServer& s = *server_;
     for (const char* r : {"/v1/cluster", "/v1/runs", "/v1/runs/{id}", "/v1/runs/{id}/steps",
                           "/v1/runs/{id}/ranks", "/v1/runs/{id}/checkpoints"})
-      s.get(r, echo(r));
+      s.get(r, echo(r),
+            std::string_view(r) == "/v1/runs/{id}/steps"
+                ? std::vector<std::string>{"after", "buckets", "limit", "metric", "ranks"}
+                : std::vector<std::string>{});
     for (const char* r : {"/v1/runs", "/v1/runs/{id}/checkpoint", "/v1/runs/{id}/pause",
                           "/v1/runs/{id}/resume", "/v1/runs/{id}/stop", "/v1/runs/{id}/resume-from",
                           "/v1/nodes/{id}/quarantine", "/v1/nodes/{id}/release"})

@@ -159,9 +159,12 @@ class Api : public ::testing::Test {
     s.get("/v1/ping", [](const HttpRequest&) { return HttpResponse::ok({{"pong", true}}); });
     s.get("/v1/runs/{id}", [](const HttpRequest& r) { return HttpResponse::ok({{"id", r.param("id")}}); });
     s.get("/v1/runs/latest", [](const HttpRequest&) { return HttpResponse::ok({{"latest", true}}); });
-    s.get("/v1/runs/{id}/steps", [](const HttpRequest& r) {
-      return HttpResponse::ok({{"id", r.param("id")}, {"after", r.query_value("after").value_or("none")}});
-    });
+    s.get("/v1/runs/{id}/steps",
+          [](const HttpRequest& r) {
+            return HttpResponse::ok(
+                {{"id", r.param("id")}, {"after", r.query_value("after").value_or("none")}});
+          },
+          {"after", "ranks"});
     s.post("/v1/runs", [this](const HttpRequest& r) {
       ++submits_;
       JsonFields f(r.body);
@@ -411,6 +414,31 @@ TEST_F(Api, WrongMethodIs405NamingTheRightOne) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->status, 405);
   EXPECT_EQ(r->error_message(), "POST /v1/ping is not served; GET is");
+}
+
+// A parameter a route does not read was ignored: "?bucket=10" for "?buckets=10" got the default's answer,
+// which the client took for the one it asked. Now it is refused, as is a parameter given twice.
+TEST_F(Api, AQueryParameterTheRouteDoesNotTakeOrOneGivenTwiceIsRefusedNamingIt) {
+  Result<HttpReply> r = client_->get("/v1/runs/7/steps?after=1&afterr=2");
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(r->error_message(),
+            "unknown query parameter \"afterr\" on GET /v1/runs/{id}/steps: it takes after, ranks");
+  r = client_->get("/v1/runs/7?after=1");
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(r->error_message(), "unknown query parameter \"after\" on GET /v1/runs/{id}: it takes none");
+  r = client_->get("/v1/runs/7/steps?after=1&after=2");
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(r->error_message(),
+            "query parameter \"after\" given 2 times on GET /v1/runs/{id}/steps: give it once");
+  Result<HttpReply> p = client_->post("/v1/runs?dp=2", json{{"name", "x"}});
+  ASSERT_TRUE(p.ok()) << p.error();
+  EXPECT_EQ(p->status, 400);
+  EXPECT_EQ(p->error_message(), "unknown query parameter \"dp\" on POST /v1/runs: it takes none");
+  EXPECT_EQ(submits_.load(), 0);  // refused before the handler ran
+  EXPECT_EQ(client_->get_json("/v1/runs/7/steps?after=3").value(), json({{"id", "7"}, {"after", "3"}}));
 }
 
 TEST_F(Api, PathParametersQueriesAndLiteralPrecedence) {
