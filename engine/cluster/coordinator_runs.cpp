@@ -144,7 +144,13 @@ void Coordinator::Impl::maybe_finish(Run& r) {
   // such a failure: the recovery falls back to the one before it.
   if (failed != nullptr && !agent_stopped && failed->code != 2 && r.state != RunState::kStopping) {
     std::string why;
-    if (recover(r, message, &why, failed->code == kWorkerExitCheckpointDamaged)) return;
+    // Any gang's 5 (the ranks agreed on the load, but a gang stopped as its peers failed may say 1): its
+    // message names the damaged file.
+    const NodeShare* damaged = nullptr;
+    for (const NodeShare& s : r.shares)
+      if (damaged == nullptr && s.code == kWorkerExitCheckpointDamaged) damaged = &s;
+    if (damaged != nullptr) message = damaged->node + ": " + damaged->error;
+    if (recover(r, message, &why, damaged != nullptr)) return;
     message += "; not recovered: " + why;
   }
   if (state == RunState::kFinished) message = r.shares.empty() ? "" : r.shares.front().final_message;

@@ -72,7 +72,8 @@ class ClusterFallback : public ClusterCli {
     ASSERT_GE(*id, 0);
     ASSERT_TRUE(eventually([&] { return last_step(*id) >= 11; }, 120s)) << run_state(*id).dump();
     ASSERT_TRUE(api_->post_json("/v1/runs/" + std::to_string(*id) + "/pause", json::object()).ok());
-    ASSERT_TRUE(eventually([&] { return run_state(*id)["state"] == "paused"; }, 30s)) << run_state(*id).dump();
+    ASSERT_TRUE(eventually([&] { return run_state(*id)["state"] == "paused"; }, 30s))
+        << run_state(*id).dump();
     const std::vector<std::string> have = checkpoint_list(checkpoints(*id).string());
     ASSERT_EQ(have.size(), 2u) << "want the checkpoints of steps 5 and 10 only: " << json(have).dump();
     ASSERT_EQ(checkpoint_dir_step(have[0]), 5);
@@ -91,7 +92,8 @@ class ClusterFallback : public ClusterCli {
 TEST_F(ClusterFallback, ADamagedNewestCheckpointFallsBackToTheOneBeforeOnTheSameLossCurve) {
   const int64_t ref = submit({{"max_restarts", 0}});
   ASSERT_GE(ref, 0);
-  ASSERT_TRUE(eventually([&] { return run_state(ref)["state"] != "running"; }, 120s)) << run_state(ref).dump();
+  ASSERT_TRUE(eventually([&] { return run_state(ref)["state"] != "running"; }, 120s))
+      << run_state(ref).dump();
   ASSERT_EQ(run_state(ref)["state"], "finished") << run_state(ref).dump();
 
   int64_t id = -1;
@@ -101,8 +103,8 @@ TEST_F(ClusterFallback, ADamagedNewestCheckpointFallsBackToTheOneBeforeOnTheSame
   const std::string bad_bytes = slurp(bad.string());
   ASSERT_NO_FATAL_FAILURE(kill_rank_1());
 
-  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] != "running" && run_state(id)["state"] != "paused"; },
-                         180s))
+  ASSERT_TRUE(eventually(
+      [&] { return run_state(id)["state"] != "running" && run_state(id)["state"] != "paused"; }, 180s))
       << run_state(id).dump();
   workers_ = children_of(pids_);
   const json state = run_state(id);
@@ -149,8 +151,8 @@ TEST_F(ClusterFallback, EveryCheckpointDamagedFailsTheRunNamingEachOne) {
   ASSERT_NO_FATAL_FAILURE(flip_a_bit(bad5));
   ASSERT_NO_FATAL_FAILURE(kill_rank_1());
 
-  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] != "running" && run_state(id)["state"] != "paused"; },
-                         180s))
+  ASSERT_TRUE(eventually(
+      [&] { return run_state(id)["state"] != "running" && run_state(id)["state"] != "paused"; }, 180s))
       << run_state(id).dump();
   workers_ = children_of(pids_);
   const json state = run_state(id);
