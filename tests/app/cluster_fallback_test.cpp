@@ -9,7 +9,8 @@
 
 #include <regex>
 
-#include "engine/core/checkpoint.h"  // checkpoint_list: what the run can still resume from
+#include "engine/core/checkpoint.h"       // checkpoint_list: what the run can still resume from
+#include "engine/core/data_cursor_log.h"  // where each generation's ranks went on reading
 #include "tests/app/cluster_fixture.h"
 
 namespace gantry {
@@ -118,6 +119,17 @@ TEST_F(ClusterFallback, ADamagedNewestCheckpointFallsBackToTheOneBeforeOnTheSame
   ASSERT_EQ(want.size(), static_cast<size_t>(kSteps));
   ASSERT_EQ(got.size(), want.size());
   for (const auto& [step, loss] : want) EXPECT_EQ(got.at(step), loss) << "step " << step;
+  // And the data cursor: the committed history read each step's batch once, the same samples rank by rank
+  // as the undisturbed run (a resume one batch off fails it, naming the step).
+  const auto history = [&](int64_t run) {
+    Result<DataCursorHistory> h = data_cursor_read((dir_ / "runs" / std::to_string(run)).string());
+    EXPECT_TRUE(h.ok()) << h.error();
+    return h.ok() ? h.value() : DataCursorHistory{};
+  };
+  const DataCursorHistory want_cursor = history(ref), got_cursor = history(id);
+  const Status cursor_ok = data_cursor_check(got_cursor, kSteps, /*tiny.toml's global_batch*/ 16, {});
+  EXPECT_TRUE(cursor_ok.ok()) << cursor_ok.message();
+  EXPECT_EQ(got_cursor.steps, want_cursor.steps);
 
   // One event names the damaged file, where it is kept, and the step it fell back to.
   const std::vector<json> damaged = events(id, "checkpoint_damaged");
