@@ -8,10 +8,12 @@ class App;
 
 namespace gantry {
 
-// Exit codes: 0 done, 1 failed while running, 2 bad input (config, flags, checkpoint choice),
-// 130 stopped by SIGINT/SIGTERM after a clean checkpoint.
+// Exit codes: 0 done, 1 failed while running, 2 bad input (config, flags, checkpoint choice), 5 (`run`,
+// `worker`) the checkpoint to resume from is damaged (an older one may load), 130 stopped by SIGINT/SIGTERM
+// after a clean checkpoint.
 inline constexpr int kExitFailed = 1;
 inline constexpr int kExitBadInput = 2;
+inline constexpr int kExitCheckpointDamaged = 5;
 inline constexpr int kExitInterrupted = 130;
 
 void train_command_add(CLI::App& app, int* exit_code);

@@ -32,7 +32,8 @@ namespace gantry {
 namespace {
 
 static_assert(kWorkerExitFailed == kExitFailed && kWorkerExitBadInput == kExitBadInput &&
-                  kWorkerExitInterrupted == kExitInterrupted,
+                  kWorkerExitInterrupted == kExitInterrupted &&
+                  kWorkerExitCheckpointDamaged == kExitCheckpointDamaged,
               "the worker's exit codes are passed on as gantry-engine's");
 
 std::atomic<bool> g_stop{false};
@@ -303,8 +304,9 @@ int run_main(const RunArgs& a) {
     }
     // A checkpoint the workers refused (exit code 2 before any step) is named by them; point at the one
     // before it, as `train` does, last, where the operator looks.
-    const std::string hint =
-        r.code == kExitBadInput && !resume.empty() ? checkpoint_earlier_hint(resume) : "";
+    const std::string hint = (r.code == kExitBadInput || r.code == kExitCheckpointDamaged) && !resume.empty()
+                                 ? checkpoint_earlier_hint(resume)
+                                 : "";
     if (!hint.empty()) std::fprintf(stderr, "%s\n", hint.c_str() + 1);  // without its leading newline
     return r.code;
   }

@@ -102,6 +102,8 @@ int train_main(const TrainArgs& a) {
   opt.stop = &g_stop;
   TrainProgress progress;  // after a failure: whether it was the data (bad input)
   opt.progress = &progress;
+  bool resume_damaged = false;
+  opt.resume_damaged = &resume_damaged;
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
 
@@ -123,6 +125,7 @@ int train_main(const TrainArgs& a) {
     const std::string hint = opt.resume.empty() ? "" : checkpoint_earlier_hint(opt.resume);
     std::fprintf(stderr, "gantry-engine train: %s%s\n", s.error().c_str(), hint.c_str());
     const bool bad_data = progress.phase.load() == TrainPhase::kData;
+    if (resume_damaged) return kExitCheckpointDamaged;  // an older checkpoint may load
     return a.resume.empty() && !bad_data ? kExitFailed : kExitBadInput;
   }
   std::fprintf(stderr, "done: step %lld, loss %.6f%s, checkpoint %s\n", static_cast<long long>(s->last_step),

@@ -90,6 +90,8 @@ struct Coordinator::Impl {
     bool node_lost = false;       // its node stopped beating: the root cause of its peers' broken collectives
   };
   static constexpr int kDefaultMaxRestarts = 3;
+  // Damaged checkpoints a recovery falls back past in a row (each to the one before) before it gives up.
+  static constexpr int kMaxCheckpointFallbacks = 3;
   // A rank silent this long while its process runs is hung (gang.h's hang_timeout): its agent fails the gang
   // and names it; the run's peers, healthy and waiting in their collective, keep beating and are not blamed.
   static constexpr int kDefaultHangTimeoutS = 10;
@@ -162,6 +164,17 @@ struct Coordinator::Impl {
     double gen_placed_unix = 0;
     int64_t gen_from_step = -1;
     bool gen_stepped = false;
+    // What the current generation was told to load: the disk checkpoint ("" = none: the start, or only
+    // memory) and whether the agents restore in-memory copies instead (the disk one then backs them up).
+    std::string gen_resume_dir;
+    bool gen_from_memory = false;
+    // Checkpoints a gang could not load because they are damaged (kWorkerExitCheckpointDamaged), oldest
+    // first: {generation, step, source "disk"|"memory", dir, moved_to, error}. A damaged disk checkpoint is
+    // moved to checkpoints_damaged/ (kept for inspection, never written over) and the recovery falls back
+    // to the one before; damaged_in_row such fallbacks in a row are allowed up to kMaxCheckpointFallbacks.
+    nlohmann::json damaged_checkpoints = nlohmann::json::array();
+    int damaged_in_row = 0;
+    int64_t memory_damaged_from = -1;  // in-memory copies at or past this step are not restored again
     // The stalls of its committed checkpoints as they arrive (this coordinator's life), for young_daly.
     std::vector<double> checkpoint_stalls;
     // How its MFU is computed (RunInfo); peak_flops 0 = each GPU's own, or unknown.
@@ -263,7 +276,9 @@ struct Coordinator::Impl {
   // divides train.global_batch) from its newest committed checkpoint, or from the start without one, as the
   // next generation of the same run. False when the restart budget is spent or it cannot be placed: the
   // caller fails the run, with the reason in *why.
-  bool recover(Run& r, const std::string& failure, std::string* why);
+  // `damaged`: the gang could not load the checkpoint it was given (exit code 5): it is set aside and the
+  // recovery falls back to the checkpoint before it.
+  bool recover(Run& r, const std::string& failure, std::string* why, bool damaged = false);
 
   // Placement for a run placed again: its dp if that fits the live nodes, else the largest dp below it, and
   // not below its min_dp, that fits and divides train.global_batch (the global batch is kept by

@@ -18,6 +18,7 @@
 #include "engine/core/gpt.h"          // gpt_param_table: N for the run's FLOPs per token
 #include "engine/core/sampler.h"      // SkippedBatches: a guard rollback's batches, merged
 #include "engine/core/utilisation.h"  // how the run's MFU is computed, for its runs row and the console
+#include "engine/core/worker/worker_runtime.h"  // kWorkerExitCheckpointDamaged: a gang's damaged resume
 
 namespace gantry {
 namespace {
@@ -139,10 +140,17 @@ void Coordinator::Impl::maybe_finish(Run& r) {
     break;
   }
   // A failure the run can get over by itself: not bad input (exit code 2: it would fail the same way
-  // again), not an operator's or an agent's stop.
+  // again), not an operator's or an agent's stop. A checkpoint the gang found damaged (exit code 5) is
+  // such a failure: the recovery falls back to the one before it.
   if (failed != nullptr && !agent_stopped && failed->code != 2 && r.state != RunState::kStopping) {
     std::string why;
-    if (recover(r, message, &why)) return;
+    // Any gang's 5 (the ranks agreed on the load, but a gang stopped as its peers failed may say 1): its
+    // message names the damaged file.
+    const NodeShare* damaged = nullptr;
+    for (const NodeShare& s : r.shares)
+      if (damaged == nullptr && s.code == kWorkerExitCheckpointDamaged) damaged = &s;
+    if (damaged != nullptr) message = damaged->node + ": " + damaged->error;
+    if (recover(r, message, &why, damaged != nullptr)) return;
     message += "; not recovered: " + why;
   }
   if (state == RunState::kFinished) message = r.shares.empty() ? "" : r.shares.front().final_message;
@@ -193,6 +201,8 @@ Status Coordinator::Impl::start_generation(Run& r, const std::vector<PlacementNo
     r.gen_placed_unix = unix_now_s();
     r.gen_from_step = from;
     r.gen_stepped = false;
+    r.gen_resume_dir = resume_dir;
+    r.gen_from_memory = r.memory_restore.is_object();
   }
   // A stop meant for the last generation that its gang outran (it ended by itself first) must not reach
   // the next one: the agent would stop the new gang as soon as it started.
@@ -261,6 +271,7 @@ json Coordinator::Impl::run_options(const Run& r) {
           {"restarts", r.restarts},
           {"guard_rollbacks", r.guard_rollbacks},
           {"guard_skipped", r.guard_skipped},
+          {"damaged_checkpoints", r.damaged_checkpoints},
           {"straggler", straggler_watch_options_json(r.straggler.options())},
           {"checkpoint_every_steps", r.checkpoint_policy.options().every_steps},
           {"checkpoint_policy", checkpoint_policy_mode_name(r.checkpoint_policy.options().mode)},
@@ -306,6 +317,7 @@ Status Coordinator::Impl::restore_runs() {
       r.restarts = o.value("restarts", 0);
       r.guard_rollbacks = o.value("guard_rollbacks", 0);
       r.guard_skipped = o.value("guard_skipped", json::array());
+      r.damaged_checkpoints = o.value("damaged_checkpoints", json::array());
       r.min_dp = o.value("min_dp", 0);
       r.max_dp = o.value("max_dp", 0);
       r.recorded_placement = o.value("placement", json::array());
@@ -617,7 +629,78 @@ Result<Placement> Coordinator::Impl::place_again(const Run& r, const std::vector
   return p;
 }
 
-bool Coordinator::Impl::recover(Run& r, const std::string& failure, std::string* why) {
+bool Coordinator::Impl::recover(Run& r, const std::string& failure, std::string* why, bool damaged) {
+  // The gang could not load the checkpoint it was told to (every rank agreed that a shard or the manifest
+  // is broken): it is set aside, kept for inspection and out of every later resume's way (the generation
+  // placed next writes that step again, which would otherwise replace it), and the newest checkpoint left
+  // is used: the one before it. In-memory copies (when those were restored) at or past its step are not
+  // used again.
+  json set_aside;
+  if (!damaged) {
+    r.damaged_in_row = 0;
+  } else {
+    const bool disk = !r.gen_resume_dir.empty() &&
+                      (!r.gen_from_memory || failure.find(r.gen_resume_dir) != std::string::npos);
+    set_aside = {{"generation", r.generation},
+                 {"step", r.gen_from_step},
+                 {"source", disk ? "disk" : "memory"},
+                 {"dir", disk ? json(r.gen_resume_dir) : json(nullptr)},
+                 {"moved_to", nullptr},
+                 {"error", failure}};
+    if (disk) {
+      const fs::path from(r.gen_resume_dir);
+      // Only the run's own checkpoints are moved (a resume-from may have named one elsewhere).
+      if (from.parent_path().lexically_normal() != (fs::path(r.out_dir) / "checkpoints").lexically_normal()) {
+        *why = "the checkpoint " + r.gen_resume_dir +
+               " it was given is damaged, and it is not one of the run's " + "own (under " + r.out_dir +
+               "/checkpoints) to fall back from";
+        return false;
+      }
+      const fs::path to = fs::path(r.out_dir) / "checkpoints_damaged" /
+                          ("generation_" + std::to_string(r.generation)) / from.filename();
+      std::error_code ec;
+      fs::create_directories(to.parent_path(), ec);
+      if (!ec) fs::rename(from, to, ec);
+      if (ec) {
+        *why = "the checkpoint " + r.gen_resume_dir + " is damaged, and it cannot be moved aside to " +
+               to.string() + ": " + ec.message();
+        return false;
+      }
+      set_aside["moved_to"] = to.string();
+    } else if (r.gen_from_memory) {
+      r.memory_damaged_from =
+          r.memory_damaged_from < 0 ? r.gen_from_step : std::min(r.memory_damaged_from, r.gen_from_step);
+    }
+    r.damaged_checkpoints.push_back(set_aside);
+    ++r.damaged_in_row;
+    // Every damaged checkpoint of the run, for the message of a run that is not recovered.
+    const auto every_damaged = [&r] {
+      std::string all;
+      for (const json& d : r.damaged_checkpoints) {
+        all += "\n  step " + std::to_string(d.value("step", int64_t{-1})) + " (" +
+               d.value("source", std::string("disk")) +
+               (d["moved_to"].is_string() ? ", kept in " + d["moved_to"].get<std::string>() : std::string()) +
+               "): " + one_line(d.value("error", std::string()));
+      }
+      return all;
+    };
+    if (r.damaged_in_row > kMaxCheckpointFallbacks) {
+      *why = std::to_string(r.damaged_in_row) + " damaged checkpoints in a row (at most " +
+             std::to_string(kMaxCheckpointFallbacks) +
+             " fallbacks): resume-from an older checkpoint by hand:" + every_damaged();
+      return false;
+    }
+    std::vector<std::string> left = checkpoint_list(r.out_dir + "/checkpoints");
+    const bool memory_left =
+        memory_copies
+            .newest_complete(r.id, r.memory_damaged_from >= 0 ? r.memory_damaged_from - 1 : INT64_MAX)
+            .has_value();
+    if (left.empty() && !memory_left) {
+      *why = "no undamaged checkpoint is left to fall back to (each damaged one is kept for inspection):" +
+             every_damaged();
+      return false;
+    }
+  }
   // The newest committed checkpoint (checkpoint_list: only those whose manifest was renamed into place, so
   // a write cut off by the failure is never used); none yet: the run starts over from its first step.
   std::vector<std::string> committed = checkpoint_list(r.out_dir + "/checkpoints");
@@ -667,7 +750,8 @@ bool Coordinator::Impl::recover(Run& r, const std::string& failure, std::string*
   const std::string dir = committed.empty() ? std::string() : committed.back();
   // The newest complete set of in-memory copies on the live agents, if newer than that checkpoint
   // (memory_copies.h); never past the last silent-data-corruption check every replica passed.
-  const int64_t memory_bound = trusted >= 0 ? trusted : INT64_MAX;
+  int64_t memory_bound = trusted >= 0 ? trusted : INT64_MAX;
+  if (r.memory_damaged_from >= 0) memory_bound = std::min(memory_bound, r.memory_damaged_from - 1);
   const std::optional<MemoryCopySet> memory = memory_copies.newest_complete(r.id, memory_bound);
   int64_t memory_seen = -1;
   for (const MemoryCopySet& m : memory_copies.all(r.id))
@@ -677,7 +761,9 @@ bool Coordinator::Impl::recover(Run& r, const std::string& failure, std::string*
   const bool from_memory = restore.source == RestoreSource::kMemory;
   const int64_t step = from_memory ? restore.step : dir.empty() ? 0 : checkpoint_dir_step(dir);
   if (step > r.restarted_from) r.restarts_in_row = 0;  // it got further since the last recovery
-  if (!guard && r.restarts_in_row >= r.max_restarts) {
+  // A fallback past a damaged checkpoint is bounded by kMaxCheckpointFallbacks, not by the budget: the
+  // gang never trained.
+  if (!guard && !damaged && r.restarts_in_row >= r.max_restarts) {
     *why = r.max_restarts == 0
                ? "recovery is off for this run (max_restarts 0)"
                : "it failed " + std::to_string(r.restarts_in_row + 1) + " times in a row without a newer " +
@@ -737,7 +823,7 @@ bool Coordinator::Impl::recover(Run& r, const std::string& failure, std::string*
     return false;
   }
   if (!guard) {
-    ++r.restarts_in_row;
+    if (!damaged) ++r.restarts_in_row;
     r.restarted_from = step;
   }
   if (r.state != RunState::kRunning) set_state(r, RunState::kRunning);  // a paused run goes on
@@ -813,6 +899,28 @@ bool Coordinator::Impl::recover(Run& r, const std::string& failure, std::string*
           // At the streak's last step, as a single process' guard_rollback: the loss plot marks it there.
           payload, streak.value("from_step", step));
     return true;
+  }
+  if (damaged) {
+    const int64_t bad_step = set_aside.value("step", int64_t{-1});
+    const std::string where = from_memory ? "the in-memory copies at step " + std::to_string(step)
+                              : dir.empty()
+                                  ? std::string("the start")
+                                  : "the checkpoint at step " + std::to_string(step) + " (" + dir + ")";
+    json payload = set_aside;
+    payload["fallback_step"] = step;
+    payload["fallback_checkpoint"] = from_memory ? json(nullptr) : json(dir);
+    payload["fallback_generation"] = r.generation;
+    payload["fallbacks_in_row"] = r.damaged_in_row;
+    event(r.id, "checkpoint_damaged",
+          (set_aside["dir"].is_string() ? "the checkpoint at step " + std::to_string(bad_step) + " (" +
+                                              set_aside["dir"].get<std::string>() + ")"
+                                        : "the in-memory copies at step " + std::to_string(bad_step)) +
+              " could not be loaded: " + one_line(failure) +
+              (set_aside["moved_to"].is_string()
+                   ? "; kept for inspection in " + set_aside["moved_to"].get<std::string>()
+                   : std::string()) +
+              "; generation " + std::to_string(r.generation) + " falls back to " + where,
+          payload, step);
   }
   event(r.id, "recovery_placed",
         "run " + std::to_string(r.id) + " failed (" + one_line(failure) + "); generation " +

@@ -140,6 +140,7 @@ json Coordinator::Impl::run_json(const Run& r, bool full) const {
             {"generation", r.generation},
             {"restarts", r.restarts},
             {"max_restarts", r.max_restarts},
+            {"damaged_checkpoints", r.damaged_checkpoints},
             {"min_dp", r.min_dp_or_1()},
             {"max_dp", r.max_dp > 0 ? json(r.max_dp) : json(nullptr)},
             {"hang_timeout_s", r.hang_timeout_s},

@@ -672,21 +672,30 @@ void slice_runs(const SliceRef& r, Fn&& fn) {
 }  // namespace
 
 Result<CheckpointMeta> checkpoint_load(const std::string& dir_str, Backend& backend, const Config& config,
-                                       uint64_t data_version) {
+                                       uint64_t data_version, std::string* damaged) {
   const fs::path dir(dir_str);
   const std::string manifest_path = (dir / "manifest.json").string();
   if (!fs::is_directory(dir)) return Status::error("checkpoint '" + dir_str + "' is not a directory");
+  // A refusal because `file` is broken (checkpoint.h): the caller may fall back to an older checkpoint.
+  auto broken = [damaged](const std::string& file, Status s) {
+    if (damaged != nullptr) *damaged = file;
+    return s;
+  };
   std::ifstream in(manifest_path, std::ios::binary);
   if (!in) {
-    return Status::error(
-        "checkpoint '" + dir_str +
-        "' has no manifest.json: it was never committed (its writer stopped before the commit)");
+    return broken(
+        manifest_path,
+        Status::error(
+            "checkpoint '" + dir_str +
+            "' has no manifest.json: it was never committed (its writer stopped before the commit)"));
   }
   std::stringstream text;
   text << in.rdbuf();
   json m = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
   auto bad = [&](const std::string& what) { return Status::error(manifest_path + ": " + what); };
-  if (m.is_discarded() || !m.is_object()) return bad("not valid JSON");
+  // The manifest itself is broken (a flipped or cut byte), not a whole one for something else.
+  auto bad_manifest = [&](const std::string& what) { return broken(manifest_path, bad(what)); };
+  if (m.is_discarded() || !m.is_object()) return bad_manifest("not valid JSON");
 
   CheckpointMeta meta;
   std::vector<SliceRef> refs;
@@ -719,9 +728,9 @@ Result<CheckpointMeta> checkpoint_load(const std::string& dir_str, Backend& back
       }
     }
     if (!xxhash64_parse_hex(m.at("rng_state").get<std::string>(), &meta.rng_state))
-      return bad("rng_state is not hex");
+      return bad_manifest("rng_state is not hex");
     if (!xxhash64_parse_hex(m.at("data_version").get<std::string>(), &meta.data_version)) {
-      return bad("data_version is not hex");
+      return bad_manifest("data_version is not hex");
     }
     if (meta.data_version != data_version) {
       return bad("written for other training data (data version " + xxhash64_hex(meta.data_version) +
@@ -747,38 +756,39 @@ Result<CheckpointMeta> checkpoint_load(const std::string& dir_str, Backend& back
     for (const json& shard : m.at("shards")) {
       const std::string file = shard.at("file").get<std::string>();
       if (file.find('/') != std::string::npos || file.empty())
-        return bad("shard file name '" + file + "' is invalid");
+        return bad_manifest("shard file name '" + file + "' is invalid");
       const std::string path = (dir / file).string();
       std::error_code ec;
       const uint64_t actual = fs::file_size(path, ec);
-      if (ec) return Status::error("checkpoint shard '" + path + "' is missing: " + ec.message());
+      if (ec)
+        return broken(path, Status::error("checkpoint shard '" + path + "' is missing: " + ec.message()));
       const uint64_t expected = shard.at("bytes").get<uint64_t>();
       if (actual != expected) {
-        return Status::error("checkpoint shard '" + path + "' has " + std::to_string(actual) +
-                             " bytes, the manifest says " + std::to_string(expected) +
-                             (actual < expected ? " (truncated)" : " (trailing data)"));
+        return broken(path, Status::error("checkpoint shard '" + path + "' has " + std::to_string(actual) +
+                                          " bytes, the manifest says " + std::to_string(expected) +
+                                          (actual < expected ? " (truncated)" : " (trailing data)")));
       }
       for (const json& sl : shard.at("slices")) {
         bool ok;
         SliceRef r;
         r.buffer = buffer_from_name(sl.at("buffer").get<std::string>(), &ok);
-        if (!ok) return bad("unknown buffer '" + sl.at("buffer").get<std::string>() + "'");
+        if (!ok) return bad_manifest("unknown buffer '" + sl.at("buffer").get<std::string>() + "'");
         const TensorInfo* t = listed.find(sl.at("tensor").get<std::string>());
-        if (t == nullptr) return bad("unknown tensor '" + sl.at("tensor").get<std::string>() + "'");
+        if (t == nullptr) return bad_manifest("unknown tensor '" + sl.at("tensor").get<std::string>() + "'");
         const TensorInfo* mine = table.find(t->name);  // null: another pipeline stage's tensor
         r.start = sl.at("start").get<uint64_t>();
         r.count = sl.at("count").get<uint64_t>();
         r.file_offset = sl.at("file_offset").get<uint64_t>();
         if (!xxhash64_parse_hex(sl.at("xxh64").get<std::string>(), &r.hash))
-          return bad("a slice hash is not hex");
+          return bad_manifest("a slice hash is not hex");
         const uint64_t whole = tensor_numel(t->whole_shape());
         r.share_offset = 0, r.share_width = whole, r.share_stride = whole;
         if (sl.contains("share")) {
           const auto sh = sl.at("share").get<std::vector<uint64_t>>();
           if (sh.size() != 3 || sh[1] == 0 || sh[2] < sh[1] || sh[2] > whole || sh[0] >= whole)
-            return bad("slice " + t->name + " has a bad share " + sl.at("share").dump() +
-                       " (want [offset, width, stride] with 0 < width <= stride <= " + std::to_string(whole) +
-                       " and offset < " + std::to_string(whole) + ")");
+            return bad_manifest("slice " + t->name + " has a bad share " + sl.at("share").dump() +
+                                " (want [offset, width, stride] with 0 < width <= stride <= " +
+                                std::to_string(whole) + " and offset < " + std::to_string(whole) + ")");
           r.share_offset = sh[0], r.share_width = sh[1], r.share_stride = sh[2];
         }
         // The slice's last element, where it lies in the whole tensor.
@@ -789,7 +799,7 @@ Result<CheckpointMeta> checkpoint_load(const std::string& dir_str, Backend& back
              r.share_offset + last / r.share_width * r.share_stride + last % r.share_width < whole);
         if (!inside || r.file_offset + r.count * sizeof(float) > actual ||
             r.file_offset < kShardHeaderBytes) {
-          return bad("slice " + t->name + " lies outside its tensor or file");
+          return bad_manifest("slice " + t->name + " lies outside its tensor or file");
         }
         r.file = path;
         if (mine == nullptr) continue;
@@ -798,7 +808,7 @@ Result<CheckpointMeta> checkpoint_load(const std::string& dir_str, Backend& back
       }
     }
   } catch (const json::exception& e) {
-    return bad(std::string("missing or mistyped field: ") + e.what());
+    return bad_manifest(std::string("missing or mistyped field: ") + e.what());
   }
 
   // Stage and verify every byte this rank needs before the backend sees any of it: for each buffer, the
@@ -872,11 +882,13 @@ Result<CheckpointMeta> checkpoint_load(const std::string& dir_str, Backend& back
       fd = ::open(r.file.c_str(), O_RDONLY);
       open_path = r.file;
       if (fd < 0)
-        return Status::error("cannot read checkpoint shard '" + r.file + "': " + std::strerror(errno));
+        return broken(
+            r.file, Status::error("cannot read checkpoint shard '" + r.file + "': " + std::strerror(errno)));
       char magic[8];
       if (::pread(fd, magic, 8, 0) != 8 || std::memcmp(magic, kShardMagic, 8) != 0) {
         ::close(fd);
-        return Status::error("checkpoint shard '" + r.file + "' does not start with the GANTRYSH magic");
+        return broken(r.file, Status::error("checkpoint shard '" + r.file +
+                                            "' does not start with the GANTRYSH magic"));
       }
     }
     const std::string& name = table[r.tensor].name;
@@ -884,14 +896,15 @@ Result<CheckpointMeta> checkpoint_load(const std::string& dir_str, Backend& back
     const size_t bytes = r.count * sizeof(float);
     if (::pread(fd, slice.data(), bytes, static_cast<off_t>(r.file_offset)) != static_cast<ssize_t>(bytes)) {
       ::close(fd);
-      return Status::error("cannot read slice " + name + " of checkpoint shard '" + r.file + "'");
+      return broken(r.file,
+                    Status::error("cannot read slice " + name + " of checkpoint shard '" + r.file + "'"));
     }
     const uint64_t h = xxhash64(slice.data(), bytes);
     if (h != r.hash) {
       ::close(fd);
-      return Status::error("checkpoint shard '" + r.file + "' is corrupt: " + state_buffer_name(r.buffer) +
-                           " " + name + " has checksum " + xxhash64_hex(h) + ", the manifest says " +
-                           xxhash64_hex(r.hash));
+      return broken(r.file, Status::error("checkpoint shard '" + r.file + "' is corrupt: " +
+                                          state_buffer_name(r.buffer) + " " + name + " has checksum " +
+                                          xxhash64_hex(h) + ", the manifest says " + xxhash64_hex(r.hash)));
     }
     for (const Copy& c : copies)
       std::memcpy(nd.staging.data() + c.to, slice.data() + c.from, c.count * sizeof(float));
@@ -910,10 +923,10 @@ Result<CheckpointMeta> checkpoint_load(const std::string& dir_str, Backend& back
         while (at < held.whole + held.count) {
           if (f >= filled.size() || filled[f].offset != at) {
             const bool overlap = f < filled.size() && filled[f].offset < at;
-            return bad(std::string(state_buffer_name(kSavedBuffers[bi])) + " " + table[ti].name +
-                       " element " + std::to_string(at) +
-                       (overlap ? " is in more than one slice"
-                                : " is in no slice: the shards do not cover the model"));
+            return bad_manifest(std::string(state_buffer_name(kSavedBuffers[bi])) + " " + table[ti].name +
+                                " element " + std::to_string(at) +
+                                (overlap ? " is in more than one slice"
+                                         : " is in no slice: the shards do not cover the model"));
           }
           at = filled[f++].end();
         }

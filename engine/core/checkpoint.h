@@ -152,7 +152,11 @@ std::string checkpoint_earlier_hint(const std::string& dir);
 // the metadata. `config` is the run's current config (must be compatible); `data_version` of the current
 // training data. The writer's layout does not matter: each rank reads the parts of whichever slices
 // overlap the ranges its backend holds (Backend::held_ranges), verifying each slice it reads.
+// `damaged` (may be null) is set, on a refusal, to the file that is damaged when the checkpoint itself is
+// broken (a shard missing, truncated, unreadable or failing its checksum; a manifest that is not valid JSON
+// or lacks a field): an older checkpoint may still load. It stays "" for a checkpoint that is whole but
+// does not fit (another config, other data, another model), which no other checkpoint of the run fixes.
 Result<CheckpointMeta> checkpoint_load(const std::string& dir, Backend& backend, const Config& config,
-                                       uint64_t data_version);
+                                       uint64_t data_version, std::string* damaged = nullptr);
 
 }  // namespace gantry

@@ -219,14 +219,16 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
     Result<std::string> dir =
         opt.resume == "latest" ? checkpoint_latest(ckpt_root) : Result<std::string>(opt.resume);
     if (!dir.ok()) return dir.status();
-    Result<CheckpointMeta> meta = checkpoint_load(dir.value(), *backend, c, train->data_version());
+    std::string damaged;
+    Result<CheckpointMeta> meta = checkpoint_load(dir.value(), *backend, c, train->data_version(), &damaged);
     // The gang agrees on the load before its first collective: a rank refused alone would otherwise
     // leave its peers to fail on "peer closed", named as the cause (train_checkpoints.h).
-    if (Status agreed = checkpoint_load_agree(meta.ok() ? Status{} : meta.status(), dir.value(),
-                                              dist == nullptr          ? nullptr
-                                              : dist->world != nullptr ? dist->world
-                                                                       : dist->dp,
-                                              dist != nullptr ? dist->store : nullptr, comm_timeout);
+    if (Status agreed =
+            checkpoint_load_agree(meta.ok() ? Status{} : meta.status(), !damaged.empty(), dir.value(),
+                                  dist == nullptr          ? nullptr
+                                  : dist->world != nullptr ? dist->world
+                                                           : dist->dp,
+                                  dist != nullptr ? dist->store : nullptr, comm_timeout, opt.resume_damaged);
         !agreed.ok())
       return agreed;
     step = meta->step;

@@ -176,6 +176,10 @@ struct TrainOptions {
   const DistContext* dist = nullptr;        // null: one process
   TrainControl* control = nullptr;          // operator actions; null: none
   TrainProgress* progress = nullptr;        // where the loop is, for other threads and after a failure
+  // Set when train_run fails because the resume's checkpoint is damaged (every refusing rank of the gang
+  // found a shard or the manifest broken: checkpoint_load's `damaged`), so an older checkpoint may load;
+  // left false for any other failure. May be null.
+  bool* resume_damaged = nullptr;
   // Test-only (GANTRY_TEST_WORKER_FAULT slow_forward, worker_env.h): sleep this long before each step's
   // first forward pass and count it as forward time, so that this rank is a straggler with a slow device.
   std::chrono::milliseconds test_forward_delay{0};

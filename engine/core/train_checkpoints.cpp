@@ -19,9 +19,13 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-Status checkpoint_load_agree(const Status& own, const std::string& dir, Communicator* comm,
-                             StoreClient* store, std::chrono::milliseconds timeout) {
-  if (comm == nullptr || comm->size() <= 1) return own;
+Status checkpoint_load_agree(const Status& own, bool own_damaged, const std::string& dir, Communicator* comm,
+                             StoreClient* store, std::chrono::milliseconds timeout, bool* damaged) {
+  if (damaged != nullptr) *damaged = false;
+  if (comm == nullptr || comm->size() <= 1) {
+    if (damaged != nullptr) *damaged = !own.ok() && own_damaged;
+    return own;
+  }
   const int rank = comm->rank(), world = comm->size();
   // Every rank that failed sets it before the all-reduce (the last one's stays), so once the all-reduce
   // says some rank failed, the key holds a failed rank's reason. One key, not one per directory: the
@@ -32,14 +36,16 @@ Status checkpoint_load_agree(const Status& own, const std::string& dir, Communic
     (void)store->set(key, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()), v.size()),
                      timeout);  // best effort: without it the peers still say that a rank failed
   }
-  float failed = own.ok() ? 0.0f : 1.0f;
-  if (Status st = comm->all_reduce(&failed, 1, timeout); !st.ok()) {
+  // {ranks that failed, ranks that failed on the checkpoint's damage}.
+  float failed[2] = {own.ok() ? 0.0f : 1.0f, !own.ok() && own_damaged ? 1.0f : 0.0f};
+  if (Status st = comm->all_reduce(failed, 2, timeout); !st.ok()) {
     if (!own.ok()) return own;
     return Status::error("checkpoint " + dir +
                          ": the ranks could not agree that every one loaded it: " + st.message());
   }
+  const int n = static_cast<int>(failed[0]);
+  if (damaged != nullptr) *damaged = n > 0 && static_cast<int>(failed[1]) == n;
   if (!own.ok()) return own;
-  const int n = static_cast<int>(failed);
   if (n == 0) return {};
   std::string who = std::to_string(n) + " of " + std::to_string(world) + " ranks", why;
   if (store != nullptr) {

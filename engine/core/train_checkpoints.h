@@ -32,8 +32,11 @@ std::string checkpoint_cost_text(const CheckpointReport& c);
 // store, and every rank returns an error: its own, or a failed rank's ("rank 3 of 4 could not load the
 // checkpoint DIR, so no rank resumes: <its reason>"), so each names the file. `comm` spans the gang
 // (DistContext's world, or dp when that is the gang). One process (comm null): `own` as it is.
-Status checkpoint_load_agree(const Status& own, const std::string& dir, Communicator* comm,
-                             StoreClient* store, std::chrono::milliseconds timeout);
+// `own_damaged`: the refusal is the checkpoint's damage (checkpoint_load's `damaged`); *damaged (may be
+// null) is set on every rank alike: true when each rank that failed failed on damage (an older checkpoint
+// may load), false when any failed for another reason or none failed.
+Status checkpoint_load_agree(const Status& own, bool own_damaged, const std::string& dir, Communicator* comm,
+                             StoreClient* store, std::chrono::milliseconds timeout, bool* damaged = nullptr);
 
 class TrainCheckpoints {
  public:

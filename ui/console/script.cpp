@@ -81,6 +81,7 @@ const std::vector<std::string>& known_event_kinds() {
                                   "alert_cleared",
                                   "alert_hook",
                                   "checkpoint",
+                                  "checkpoint_damaged",
                                   "checkpoint_deleted",
                                   "checkpoint_delete_failed",
                                   "checkpoint_failed",

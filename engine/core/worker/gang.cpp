@@ -615,6 +615,8 @@ GangResult gang_run(const GangOptions& o) {
           if (w.code == kWorkerExitBadInput) res.code = kWorkerExitBadInput;
           if (w.code == kWorkerExitGuardStreak)
             res.code = kWorkerExitGuardStreak;  // the coordinator rolls back
+          if (w.code == kWorkerExitCheckpointDamaged)
+            res.code = kWorkerExitCheckpointDamaged;  // the coordinator falls back to an older checkpoint
           break;
         case Cause::no_join:
           res.error = who + " did not join within " + seconds_text(o.join_timeout) +

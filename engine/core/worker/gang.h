@@ -130,7 +130,9 @@ struct GangWorker {
 };
 
 struct GangResult {
-  int code = 0;  // what the launcher should exit with: 0, 1 (a rank failed), 2 (its exit code was 2), 130
+  // What the launcher should exit with: 0, 1 (a rank failed), 2, 4 or 5 (the failed rank's exit code:
+  // bad input, the step guard's streak, a damaged checkpoint to resume from), 130.
+  int code = 0;
   bool interrupted = false;  // *stop became true
   // The workers stopped together at an operator's stop action (each exited 130 after its goodbye); the
   // code is then 130 as for an interruption.

@@ -776,8 +776,11 @@ WorkerResult worker_run(const WorkerOptions& options, const WorkerEnv& env) {
     topt.launcher_rolls_back = attached && !env.rendezvous.empty();
     topt.skip_batches = options.skip_batches;
     install_stop_handlers();
+    bool resume_damaged = false;
+    topt.resume_damaged = &resume_damaged;
     Result<TrainSummary> s = train_run(cfg.value(), topt, &observer);
     if (!s.ok()) {
+      if (resume_damaged) return finish(kWorkerExitCheckpointDamaged, who + ": " + s.error());
       // A checkpoint that cannot be resumed is the caller's choice gone wrong, as is data that cannot be
       // read; anything after the first step is a failure of the run.
       const bool bad_resume = !options.resume.empty() && !observer.steps_seen();

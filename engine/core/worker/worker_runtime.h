@@ -29,8 +29,8 @@
 namespace gantry {
 
 // The worker's exit codes; the same numbers as gantry-engine's (app/commands.h), which the launcher
-// passes on: 0 done, 1 failed, 2 bad input (config, layout, checkpoint choice), 130 stopped by a signal
-// after the checkpoint.
+// passes on: 0 done, 1 failed, 2 bad input (config, layout, checkpoint choice), 5 the resume's checkpoint
+// is damaged, 130 stopped by a signal after the checkpoint.
 inline constexpr int kWorkerExitOk = 0;
 inline constexpr int kWorkerExitFailed = 1;
 inline constexpr int kWorkerExitBadInput = 2;
@@ -40,6 +40,10 @@ inline constexpr int kWorkerExitTestFault = 3;
 // The step guard's streak in a gang under a coordinator (TrainOptions::launcher_rolls_back): every rank stops
 // with it, and the coordinator rolls the run back from a checkpoint before the streak.
 inline constexpr int kWorkerExitGuardStreak = 4;
+// The checkpoint this gang was told to resume from is damaged (a shard missing, truncated or failing its
+// checksum; the manifest broken), agreed by every rank (train_checkpoints.h): unlike a checkpoint that does
+// not fit (2), an older one may load, and the coordinator's recovery falls back to it.
+inline constexpr int kWorkerExitCheckpointDamaged = 5;
 
 struct WorkerOptions {
   std::string config_path;

@@ -54,7 +54,8 @@ class CheckpointTest : public ::testing::Test {
   }
 
   std::string load_error(const std::string& dir) {
-    Result<CheckpointMeta> m = checkpoint_load(dir, *backend_, config_, data_version_);
+    damaged_.clear();
+    Result<CheckpointMeta> m = checkpoint_load(dir, *backend_, config_, data_version_, &damaged_);
     EXPECT_FALSE(m.ok()) << "a damaged checkpoint loaded: " << dir;
     EXPECT_EQ(params_hash(), marker_hash_) << "a refused checkpoint changed the model";
     return m.ok() ? "" : m.error();
@@ -71,6 +72,7 @@ class CheckpointTest : public ::testing::Test {
   uint64_t data_version_ = 0;
   std::unique_ptr<Backend> backend_;
   uint64_t marker_hash_ = 0;
+  std::string damaged_;  // load_error's: the file checkpoint_load called damaged
 };
 
 TEST_F(CheckpointTest, GoodCheckpointLoadsItsState) {
@@ -95,6 +97,7 @@ TEST_F(CheckpointTest, FlippedByteInShardIsRefused) {
   std::string e = load_error(newer_);
   EXPECT_THAT(e, HasSubstr(shard));
   EXPECT_THAT(e, HasSubstr("corrupt"));
+  EXPECT_EQ(damaged_, shard);  // damage, not a checkpoint that does not fit: an older one may load
   expect_older_still_loads();
 }
 
@@ -104,6 +107,7 @@ TEST_F(CheckpointTest, TruncatedShardIsRefused) {
   std::string e = load_error(newer_);
   EXPECT_THAT(e, HasSubstr(shard));
   EXPECT_THAT(e, HasSubstr("truncated"));
+  EXPECT_EQ(damaged_, shard);
   expect_older_still_loads();
 }
 
@@ -112,6 +116,7 @@ TEST_F(CheckpointTest, MissingShardIsRefused) {
   std::string e = load_error(newer_);
   EXPECT_THAT(e, HasSubstr(newer_ + "/shard_r00000.bin"));
   EXPECT_THAT(e, HasSubstr("missing"));
+  EXPECT_EQ(damaged_, newer_ + "/shard_r00000.bin");
 }
 
 TEST_F(CheckpointTest, MissingManifestIsNotACheckpoint) {
@@ -130,17 +135,21 @@ TEST_F(CheckpointTest, ManifestFromAnotherConfigIsRefused) {
   Config other = config_;
   other.model.n_embd = 64;
   auto be = backend_cpu_create(other.model, other.train.micro_batch, 1);
-  Result<CheckpointMeta> m = checkpoint_load(newer_, *be, other, data_version_);
+  std::string damaged;
+  Result<CheckpointMeta> m = checkpoint_load(newer_, *be, other, data_version_, &damaged);
   ASSERT_FALSE(m.ok());
+  EXPECT_EQ(damaged, "") << "whole, but for another config: not damaged";
   EXPECT_THAT(m.error(), HasSubstr(newer_ + "/manifest.json"));
   EXPECT_THAT(m.error(), HasSubstr("model.n_embd: checkpoint has 32, config has 64"));
   expect_older_still_loads();
 }
 
 TEST_F(CheckpointTest, OtherTrainingDataIsRefused) {
-  Result<CheckpointMeta> m = checkpoint_load(newer_, *backend_, config_, data_version_ ^ 1);
+  std::string damaged;
+  Result<CheckpointMeta> m = checkpoint_load(newer_, *backend_, config_, data_version_ ^ 1, &damaged);
   ASSERT_FALSE(m.ok());
   EXPECT_THAT(m.error(), HasSubstr("other training data"));
+  EXPECT_EQ(damaged, "");
 }
 
 TEST_F(CheckpointTest, GarbledManifestIsRefused) {
