@@ -181,6 +181,8 @@ double median_seconds(bool cpu, F&& f) {
 void measure_gloo(CpuRates* r) {
 #ifdef GANTRY_HAVE_GLOO
   constexpr size_t kSmall = 256, kLarge = 2 * 1024 * 1024;  // floats
+  constexpr int kSmallIters = 21, kLargeIters = 5;
+  double cpu_small = 0, cpu_large = 0;  // the process's CPU seconds over each series (rank 0 reads them)
   int sp[2][2];
   for (auto& p : sp) {
     if (::socketpair(AF_UNIX, SOCK_STREAM, 0, p) != 0) return;
@@ -197,19 +199,25 @@ void measure_gloo(CpuRates* r) {
       return;
     }
     std::vector<float> buf(kLarge, 1.0f);
-    auto time = [&](size_t count, int iters) {
+    // Rank 0 also reads the process's CPU time from the end of the first (warm-up) all-reduce, which both
+    // ranks leave together, to the end of the last: both ranks' work, their kernel's and Gloo's thread's.
+    auto time = [&](size_t count, int iters, double* cpu) {
       std::vector<double> t;
+      double c0 = 0;
       for (int i = 0; i < iters + 1; ++i) {
         const double t0 = seconds_now(false);
         if (!c.value()->all_reduce(buf.data(), count, std::chrono::seconds(10)).ok()) failed[k] = true;
         if (i > 0) t.push_back(seconds_now(false) - t0);
+        if (i == 0) c0 = process_cpu_s();
       }
+      if (k == 0) *cpu = process_cpu_s() - c0;
       std::sort(t.begin(), t.end());
       return t;
     };
     // The small one's mean, not its median: on a busy machine a wake-up either finds a core (~0.1 ms) or
     // waits for a scheduler tick (4-6 ms), and a step's many collectives add up to their mean.
-    const std::vector<double> small = time(kSmall, 21), large = time(kLarge, 5);
+    const std::vector<double> small = time(kSmall, kSmallIters, &cpu_small),
+                              large = time(kLarge, kLargeIters, &cpu_large);
     double sum = 0;
     for (double v : small) sum += v;
     small_s[k] = sum / static_cast<double>(small.size());
@@ -235,6 +243,12 @@ void measure_gloo(CpuRates* r) {
   // latency is fitted, at the bandwidth the rates already hold.
   if (large > small) r->comm_bw = (bytes_large - bytes_small) / (large - small);
   r->comm_latency_s = std::max(0.0, (small - bytes_small / r->comm_bw) / 2);
+  // The host CPU per ring step and per byte sent: an all-reduce of 2 ranks is 2 steps on each, and each
+  // rank sends S bytes (2(n-1)/n·S). The small series is all steps; the large one's remainder is bytes.
+  const double rank_steps = 2.0 * 2 * kSmallIters;
+  r->comm_cpu_step_s = std::max(0.0, cpu_small / rank_steps);
+  const double large_each = cpu_large / (2.0 * kLargeIters);  // one rank's all-reduce
+  r->comm_cpu_byte_s = std::max(0.0, (large_each - 2 * r->comm_cpu_step_s) / bytes_large);
 #else
   (void)r;
 #endif
@@ -391,6 +405,8 @@ CpuRates measure_cpu_rates(int threads, const LoopShapes& at, int ranks_here) {
   const CpuRates defaults = plan_cpu_rates_default(r.threads);
   r.comm_latency_s = defaults.comm_latency_s;
   r.comm_bw = defaults.comm_bw;
+  r.comm_cpu_step_s = defaults.comm_cpu_step_s;
+  r.comm_cpu_byte_s = defaults.comm_cpu_byte_s;
   const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
   const int copies = cpu_clock ? std::clamp(ranks_here, 1, static_cast<int>(hw)) : 1;
   std::vector<CpuRates> each(static_cast<size_t>(copies));
@@ -665,7 +681,10 @@ nlohmann::json plan_json(const Plan& p, const PlanInput& in) {
                    {"dispatch_s", p.cpu_step.dispatch_s},
                    {"cores_share", p.cpu_share},
                    {"cores", in.cpu_cores},
-                   {"background_threads", in.cpu_background}};
+                   {"background_threads", in.cpu_background},
+                   {"oversubscription", p.cpu_oversubscription},
+                   {"collectives", p.cpu_collectives},
+                   {"collectives_cpu_s", p.cpu_comm_cpu_s}};
   }
   json out = {
       {"engine", engine_kind_name(p.engine)},
@@ -738,6 +757,8 @@ nlohmann::json plan_json(const Plan& p, const PlanInput& in) {
                         {"parallel_for_s", r.parallel_for_s},
                         {"comm_latency_s", r.comm_latency_s},
                         {"comm_bw", r.comm_bw},
+                        {"comm_cpu_step_s", r.comm_cpu_step_s},
+                        {"comm_cpu_byte_s", r.comm_cpu_byte_s},
                         {"threads", r.threads}};
     if (r.measured_copies > 0) {
       out["cpu_rates"]["measured"] = {{"copies", r.measured_copies}, {"rows", r.measured_rows}};
@@ -843,6 +864,11 @@ void print_plan(const Plan& p, const PlanInput& in) {
         "Gloo %.0f us a ring step, %.2f GB/s\n",
         in.cpu_cores, std::min(in.cluster.gpus, in.cluster.gpus_per_node), r.threads, in.cpu_background,
         p.cpu_share, r.comm_latency_s * 1e6, r.comm_bw / 1e9);
+    std::printf(
+        "cpu comm    %.0f blocking collectives a step (slowest rank); their host CPU %s a step, all ranks "
+        "(%.0f us a ring step, %.2f ns a byte); work %.2fx longer than with a core per thread\n",
+        p.cpu_collectives, human_seconds(p.cpu_comm_cpu_s).c_str(), r.comm_cpu_step_s * 1e6,
+        r.comm_cpu_byte_s * 1e9, p.cpu_oversubscription);
   }
   std::printf("MFU         %.1f%%, HFU %.1f%% (with recomputation)\n", 100 * p.mfu, 100 * p.hfu);
   if (p.engine == EngineKind::kGantryCpu) {

@@ -125,6 +125,13 @@ struct CpuRates {
   // bytes/s one ring link carries (nccl-tests' bus bandwidth: the model of cluster.h applies).
   double comm_latency_s = 0;
   double comm_bw = 0;
+  // The host CPU a collective costs besides the wait: the kernel's loopback TCP work (system calls,
+  // copies, wake-ups) and Gloo's own thread, by the process's CPU time over the same all-reduces. Per ring
+  // step a rank takes (one message out, one in) and per byte it sends. Ranks with a core each spend it
+  // inside their waits; ranks that outnumber the cores take it from each other's compute (issue 17: a
+  // tp 4 run on 2 cores spent 44 % of its CPU seconds in the kernel).
+  double comm_cpu_step_s = 0;
+  double comm_cpu_byte_s = 0;
   // The backend's threads these rates were measured with (ThreadPool's count); the planner needs it to
   // know how many of the host's cores a rank takes.
   int threads = 0;
