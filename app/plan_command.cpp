@@ -173,40 +173,45 @@ double median_seconds(bool cpu, F&& f) {
   return t[t.size() / 2];
 }
 
-// The CPU backend's collectives (gloo_communicator.h: rings over loopback TCP), timed between two ranks of
-// this process (two threads, a store served by a third): all-reduces of 1 KiB (mean of 21) and of 8 MiB
-// (median of 5), fitted to the planner's ring model t = 2(n-1)·latency + S·2(n-1)/n / bw (n = 2: 2·latency +
-// S/bw). Wall clock: the time includes each rank waiting for the other's thread to be scheduled, as a run's
-// does. Where Gloo is not built in, the rates keep the developer VM's defaults.
-void measure_gloo(CpuRates* r) {
+// The CPU backend's collectives (gloo_communicator.h: rings over loopback TCP), timed among n ranks of this
+// process (n threads, a store served by another; n = the plan's largest group on this host, at least 2, so
+// that n ranks on fewer cores wait for each other's threads as the run's do): all-reduces of 1 KiB (mean
+// of 21) and of 8 MiB (median of 5), fitted to the planner's ring model t = 2(n-1)·latency +
+// S·2(n-1)/n / bw. Wall clock: the time includes each rank waiting for the others' threads to be
+// scheduled, as a run's does. Where Gloo is not built in, the rates keep the developer VM's defaults.
+void measure_gloo(CpuRates* r, int n) {
 #ifdef GANTRY_HAVE_GLOO
+  n = std::max(2, n);
+  const size_t nn = static_cast<size_t>(n);
   constexpr size_t kSmall = 256, kLarge = 2 * 1024 * 1024;  // floats
   constexpr int kSmallIters = 21, kLargeIters = 5;
   double cpu_small = 0, cpu_large = 0;  // the process's CPU seconds over each series (rank 0 reads them)
-  int sp[2][2];
+  std::vector<std::array<int, 2>> sp(nn);
   for (auto& p : sp) {
-    if (::socketpair(AF_UNIX, SOCK_STREAM, 0, p) != 0) return;
+    if (::socketpair(AF_UNIX, SOCK_STREAM, 0, p.data()) != 0) return;
   }
   StoreServer server;
-  for (int k = 0; k < 2; ++k) server.add_client(sp[k][0], "rank " + std::to_string(k));
-  double small_s[2] = {0, 0}, large_s[2] = {0, 0};
-  bool failed[2] = {false, false};
+  for (int k = 0; k < n; ++k) server.add_client(sp[static_cast<size_t>(k)][0], "rank " + std::to_string(k));
+  std::vector<double> small_s(nn, 0), large_s(nn, 0);
+  std::vector<char> failed(nn, 0);
   auto rank = [&](int k) {
     Result<std::unique_ptr<Communicator>> c =
-        gloo_communicator_create(k, 2, sp[k][1], "measure/", std::chrono::seconds(10));
+        gloo_communicator_create(k, n, sp[static_cast<size_t>(k)][1], "measure/", std::chrono::seconds(10));
     if (!c.ok()) {
-      failed[k] = true;
+      failed[static_cast<size_t>(k)] = 1;
       return;
     }
     std::vector<float> buf(kLarge, 1.0f);
-    // Rank 0 also reads the process's CPU time from the end of the first (warm-up) all-reduce, which both
-    // ranks leave together, to the end of the last: both ranks' work, their kernel's and Gloo's thread's.
+    // Rank 0 also reads the process's CPU time from the end of the first (warm-up) all-reduce, which the
+    // ranks leave together, to the end of the last: every rank's work, their kernel's and Gloo's threads'.
     auto time = [&](size_t count, int iters, double* cpu) {
       std::vector<double> t;
       double c0 = 0;
       for (int i = 0; i < iters + 1; ++i) {
         const double t0 = seconds_now(false);
-        if (!c.value()->all_reduce(buf.data(), count, std::chrono::seconds(10)).ok()) failed[k] = true;
+        if (!c.value()->all_reduce(buf.data(), count, std::chrono::seconds(10)).ok()) {
+          failed[static_cast<size_t>(k)] = 1;
+        }
         if (i > 0) t.push_back(seconds_now(false) - t0);
         if (i == 0) c0 = process_cpu_s();
       }
@@ -220,37 +225,41 @@ void measure_gloo(CpuRates* r) {
                               large = time(kLarge, kLargeIters, &cpu_large);
     double sum = 0;
     for (double v : small) sum += v;
-    small_s[k] = sum / static_cast<double>(small.size());
-    large_s[k] = large[large.size() / 2];
+    small_s[static_cast<size_t>(k)] = sum / static_cast<double>(small.size());
+    large_s[static_cast<size_t>(k)] = large[large.size() / 2];
   };
-  std::thread a(rank, 0), b(rank, 1);
-  // Serve the store until both ranks are connected and done (they never talk to it after the rendezvous).
+  std::vector<std::thread> ranks;
+  for (int k = 0; k < n; ++k) ranks.emplace_back(rank, k);
+  // Serve the store until every rank is connected and done (they never talk to it after the rendezvous).
   std::atomic<bool> done{false};
   std::thread joiner([&] {
-    a.join();
-    b.join();
+    for (std::thread& t : ranks) t.join();
     done = true;
     server.wake();
   });
   while (!done) (void)server.poll_once(std::chrono::milliseconds(20));
   joiner.join();
-  ::close(sp[0][1]);
-  ::close(sp[1][1]);
-  if (failed[0] || failed[1]) return;
-  const double small = std::max(small_s[0], small_s[1]), large = std::max(large_s[0], large_s[1]);
+  for (auto& p : sp) ::close(p[1]);
+  for (char f : failed) {
+    if (f) return;
+  }
+  const double small = *std::max_element(small_s.begin(), small_s.end()),
+               large = *std::max_element(large_s.begin(), large_s.end());
   const double bytes_small = kSmall * sizeof(float), bytes_large = kLarge * sizeof(float);
+  const double steps = 2.0 * (n - 1), factor = steps / n;  // ring steps; bytes a rank sends per byte
   // On a loaded machine the small all-reduce's wake-ups can outlast the large one's copy: then only the
   // latency is fitted, at the bandwidth the rates already hold.
-  if (large > small) r->comm_bw = (bytes_large - bytes_small) / (large - small);
-  r->comm_latency_s = std::max(0.0, (small - bytes_small / r->comm_bw) / 2);
-  // The host CPU per ring step and per byte sent: an all-reduce of 2 ranks is 2 steps on each, and each
-  // rank sends S bytes (2(n-1)/n·S). The small series is all steps; the large one's remainder is bytes.
-  const double rank_steps = 2.0 * 2 * kSmallIters;
-  r->comm_cpu_step_s = std::max(0.0, cpu_small / rank_steps);
-  const double large_each = cpu_large / (2.0 * kLargeIters);  // one rank's all-reduce
-  r->comm_cpu_byte_s = std::max(0.0, (large_each - 2 * r->comm_cpu_step_s) / bytes_large);
+  if (large > small) r->comm_bw = (bytes_large - bytes_small) * factor / (large - small);
+  r->comm_latency_s = std::max(0.0, (small - bytes_small * factor / r->comm_bw) / steps);
+  // The host CPU per ring step and per byte sent: the small series is all steps (each rank's 2(n-1) an
+  // all-reduce); the large one's remainder is the 2(n-1)/n·S bytes each rank sends.
+  r->comm_cpu_step_s = std::max(0.0, cpu_small / (n * steps * kSmallIters));
+  const double large_each = cpu_large / (n * kLargeIters);  // one rank's all-reduce
+  r->comm_cpu_byte_s = std::max(0.0, (large_each - steps * r->comm_cpu_step_s) / (bytes_large * factor));
+  r->comm_ranks = n;
 #else
   (void)r;
+  (void)n;
 #endif
 }
 
@@ -396,7 +405,7 @@ void measure_loop_rates(ThreadPool* pool, bool cpu_clock, const LoopShapes& at, 
 // beside the others' than alone. Each rate is the median over the copies. With one thread the loops are
 // timed by the thread's CPU time, so the rates do not depend on what else the machine runs; with more,
 // by the wall clock (and one copy).
-CpuRates measure_cpu_rates(int threads, const LoopShapes& at, int ranks_here) {
+CpuRates measure_cpu_rates(int threads, const LoopShapes& at, int ranks_here, int comm_ranks) {
   ThreadPool pool(threads);
   const bool cpu_clock = pool.threads() == 1;
   CpuRates r;
@@ -445,7 +454,7 @@ CpuRates measure_cpu_rates(int threads, const LoopShapes& at, int ranks_here) {
                                       }) /
                        kCalls;
   }
-  measure_gloo(&r);
+  measure_gloo(&r, comm_ranks);
   {
     const ModelConfig mc{.n_layer = 1, .n_head = 4, .n_embd = 128, .vocab_size = 512, .seq_len = 64};
     std::unique_ptr<Backend> be = backend_cpu_create(mc, 1, threads);
@@ -517,7 +526,10 @@ Result<PlanInput> build_input(const PlanArgs& a) {
     if (a.measure_cpu) {
       const int micro = a.micro_batch > 0 ? a.micro_batch : (a.config.empty() ? 1 : cfg.train.micro_batch);
       const long long ranks = a.nodes > 0 ? 1LL * a.nodes * a.gpus_per_node : std::max(a.gpus, 1);
-      in.cpu = measure_cpu_rates(threads, loop_shapes(m, micro, a.tp), static_cast<int>(ranks));
+      // Gloo's rates among as many ranks as the plan's largest group (tp or dp) on this host, at least 2.
+      const int dp = a.dp > 0 ? a.dp : static_cast<int>(ranks) / std::max(1, a.tp * a.pp);
+      const int group = std::clamp(std::max(a.tp, dp), 2, static_cast<int>(std::min<long long>(ranks, 64)));
+      in.cpu = measure_cpu_rates(threads, loop_shapes(m, micro, a.tp), static_cast<int>(ranks), group);
     } else {
       in.cpu = plan_cpu_rates_default(threads);
     }
@@ -761,7 +773,8 @@ nlohmann::json plan_json(const Plan& p, const PlanInput& in) {
                         {"comm_cpu_byte_s", r.comm_cpu_byte_s},
                         {"threads", r.threads}};
     if (r.measured_copies > 0) {
-      out["cpu_rates"]["measured"] = {{"copies", r.measured_copies}, {"rows", r.measured_rows}};
+      out["cpu_rates"]["measured"] = {
+          {"copies", r.measured_copies}, {"rows", r.measured_rows}, {"comm_ranks", r.comm_ranks}};
     }
   }
   return out;

@@ -139,6 +139,7 @@ struct CpuRates {
   // of the plan's shapes they ran at.
   int measured_copies = 0;
   int measured_rows = 0;
+  int comm_ranks = 0;  // the ranks Gloo's figures were timed among (0: the defaults, 2 ranks)
 };
 // threads 1: one thread per rank (as `gantry-engine run` ranks usually train, train.threads = 1), timed by
 // CPU time; otherwise the 2-thread figures.
