@@ -696,7 +696,8 @@ nlohmann::json plan_json(const Plan& p, const PlanInput& in) {
                    {"background_threads", in.cpu_background},
                    {"oversubscription", p.cpu_oversubscription},
                    {"collectives", p.cpu_collectives},
-                   {"collectives_cpu_s", p.cpu_comm_cpu_s}};
+                   {"collectives_cpu_s", p.cpu_comm_cpu_s},
+                   {"host_cpu_s", p.cpu_host_cpu_s}};
   }
   json out = {
       {"engine", engine_kind_name(p.engine)},

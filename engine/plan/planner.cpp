@@ -412,6 +412,7 @@ void cpu_step_time(const PlanInput& in, const Resolved& r, Plan* p) {
   p->cpu_oversubscription = 1 / all;
   p->cpu_collectives = m * collectives[slowest] + step_collectives;
   p->cpu_comm_cpu_s = coll_seconds;
+  p->cpu_host_cpu_s = cpu_seconds;
   CpuStep& st = p->cpu_step;
   st = steps[slowest];
   st.matmul_s *= m, st.attention_s *= m, st.elementwise_s *= m, st.dispatch_s *= m;

@@ -150,6 +150,7 @@ struct Plan {
   double cpu_oversubscription = 1;
   double cpu_collectives = 0;
   double cpu_comm_cpu_s = 0;
+  double cpu_host_cpu_s = 0;  // gantry-cpu: every rank's CPU seconds a step, its collectives' included
   double step_s = 0;
   double tokens_per_s = 0;
 

@@ -9,7 +9,10 @@ wall clock, so under whatever load the machine has then). Where the planner has 
 pipeline stages, vp > 1) it is printed as "unknown" with the planner's reason, never 0.
 
 --repeats R runs every layout R times, round-robin (so a burst of load hits different layouts), and reports
-the median of the R medians with their range. One JSON line per run and a table.
+the median of the R medians with their range. One JSON line per run and a table. Each JSON line also
+has where the step went: measured, the slowest rank's forward + backward (compute_s), exposed
+communication (comm_s: its collectives' waits, the pipeline's bubble) and optimizer, medians over the steps;
+planned, the planner's compute_s, exposed_comm_s + bubble_s and optimizer_s.
 
   python3 tests/bench/layout_plan.py --engine build/app/gantry-engine [--steps 8] [--warmup 3] \
       [--repeats 3] [--measure-cpu]

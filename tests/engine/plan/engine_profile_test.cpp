@@ -428,6 +428,8 @@ TEST(PlanEngineProfile, CpuCollectivesCostHostCpuPerCollectiveTheLayoutIssues) {
   const double ring_steps = 2 * (18 * 2 + 2 * 1) + 2;  // m·(18 all-reduces + 2 gathers) + the loss's
   EXPECT_NEAR(some->cpu_comm_cpu_s, 2 /*ranks*/ * ring_steps * 1e-3, 1e-12);
   EXPECT_DOUBLE_EQ(none->cpu_comm_cpu_s, 0);
+  // The host's CPU a step is the ranks' work and their collectives'.
+  EXPECT_NEAR(some->cpu_host_cpu_s - none->cpu_host_cpu_s, some->cpu_comm_cpu_s, 1e-12);
   // Two ranks on one core: every rank's collective CPU is the host's, shared by both.
   EXPECT_GT(some->step_s, none->step_s);
   // dp 2 issues fewer collectives (the gradients' bucket and the loss): less of it.
