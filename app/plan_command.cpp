@@ -526,9 +526,11 @@ Result<PlanInput> build_input(const PlanArgs& a) {
     if (a.measure_cpu) {
       const int micro = a.micro_batch > 0 ? a.micro_batch : (a.config.empty() ? 1 : cfg.train.micro_batch);
       const long long ranks = a.nodes > 0 ? 1LL * a.nodes * a.gpus_per_node : std::max(a.gpus, 1);
-      // Gloo's rates among as many ranks as the plan's largest group (tp or dp) on this host, at least 2.
+      // Gloo's rates among as many ranks as the plan's largest group (tp or dp) on this host: at least 2,
+      // at most 16 (threads of this process with 8 MiB each; a larger ring's step is the same step).
       const int dp = a.dp > 0 ? a.dp : static_cast<int>(ranks) / std::max(1, a.tp * a.pp);
-      const int group = std::clamp(std::max(a.tp, dp), 2, static_cast<int>(std::min<long long>(ranks, 64)));
+      const int group =
+          std::clamp(std::max(a.tp, dp), 2, static_cast<int>(std::clamp<long long>(ranks, 2, 16)));
       in.cpu = measure_cpu_rates(threads, loop_shapes(m, micro, a.tp), static_cast<int>(ranks), group);
     } else {
       in.cpu = plan_cpu_rates_default(threads);
