@@ -173,70 +173,93 @@ double median_seconds(bool cpu, F&& f) {
   return t[t.size() / 2];
 }
 
-// The CPU backend's collectives (gloo_communicator.h: rings over loopback TCP), timed between two ranks of
-// this process (two threads, a store served by a third): all-reduces of 1 KiB (mean of 21) and of 8 MiB
-// (median of 5), fitted to the planner's ring model t = 2(n-1)·latency + S·2(n-1)/n / bw (n = 2: 2·latency +
-// S/bw). Wall clock: the time includes each rank waiting for the other's thread to be scheduled, as a run's
-// does. Where Gloo is not built in, the rates keep the developer VM's defaults.
-void measure_gloo(CpuRates* r) {
+// The CPU backend's collectives (gloo_communicator.h: rings over loopback TCP), timed among n ranks of this
+// process (n threads, a store served by another; n = the plan's largest group on this host, at least 2, so
+// that n ranks on fewer cores wait for each other's threads as the run's do): all-reduces of 1 KiB (mean
+// of 21) and of 8 MiB (median of 5), fitted to the planner's ring model t = 2(n-1)·latency +
+// S·2(n-1)/n / bw. Wall clock: the time includes each rank waiting for the others' threads to be
+// scheduled, as a run's does. Where Gloo is not built in, the rates keep the developer VM's defaults.
+void measure_gloo(CpuRates* r, int n) {
 #ifdef GANTRY_HAVE_GLOO
+  n = std::max(2, n);
+  const size_t nn = static_cast<size_t>(n);
   constexpr size_t kSmall = 256, kLarge = 2 * 1024 * 1024;  // floats
-  int sp[2][2];
+  constexpr int kSmallIters = 21, kLargeIters = 5;
+  double cpu_small = 0, cpu_large = 0;  // the process's CPU seconds over each series (rank 0 reads them)
+  std::vector<std::array<int, 2>> sp(nn);
   for (auto& p : sp) {
-    if (::socketpair(AF_UNIX, SOCK_STREAM, 0, p) != 0) return;
+    if (::socketpair(AF_UNIX, SOCK_STREAM, 0, p.data()) != 0) return;
   }
   StoreServer server;
-  for (int k = 0; k < 2; ++k) server.add_client(sp[k][0], "rank " + std::to_string(k));
-  double small_s[2] = {0, 0}, large_s[2] = {0, 0};
-  bool failed[2] = {false, false};
+  for (int k = 0; k < n; ++k) server.add_client(sp[static_cast<size_t>(k)][0], "rank " + std::to_string(k));
+  std::vector<double> small_s(nn, 0), large_s(nn, 0);
+  std::vector<char> failed(nn, 0);
   auto rank = [&](int k) {
     Result<std::unique_ptr<Communicator>> c =
-        gloo_communicator_create(k, 2, sp[k][1], "measure/", std::chrono::seconds(10));
+        gloo_communicator_create(k, n, sp[static_cast<size_t>(k)][1], "measure/", std::chrono::seconds(10));
     if (!c.ok()) {
-      failed[k] = true;
+      failed[static_cast<size_t>(k)] = 1;
       return;
     }
     std::vector<float> buf(kLarge, 1.0f);
-    auto time = [&](size_t count, int iters) {
+    // Rank 0 also reads the process's CPU time from the end of the first (warm-up) all-reduce, which the
+    // ranks leave together, to the end of the last: every rank's work, their kernel's and Gloo's threads'.
+    auto time = [&](size_t count, int iters, double* cpu) {
       std::vector<double> t;
+      double c0 = 0;
       for (int i = 0; i < iters + 1; ++i) {
         const double t0 = seconds_now(false);
-        if (!c.value()->all_reduce(buf.data(), count, std::chrono::seconds(10)).ok()) failed[k] = true;
+        if (!c.value()->all_reduce(buf.data(), count, std::chrono::seconds(10)).ok()) {
+          failed[static_cast<size_t>(k)] = 1;
+        }
         if (i > 0) t.push_back(seconds_now(false) - t0);
+        if (i == 0) c0 = process_cpu_s();
       }
+      if (k == 0) *cpu = process_cpu_s() - c0;
       std::sort(t.begin(), t.end());
       return t;
     };
     // The small one's mean, not its median: on a busy machine a wake-up either finds a core (~0.1 ms) or
     // waits for a scheduler tick (4-6 ms), and a step's many collectives add up to their mean.
-    const std::vector<double> small = time(kSmall, 21), large = time(kLarge, 5);
+    const std::vector<double> small = time(kSmall, kSmallIters, &cpu_small),
+                              large = time(kLarge, kLargeIters, &cpu_large);
     double sum = 0;
     for (double v : small) sum += v;
-    small_s[k] = sum / static_cast<double>(small.size());
-    large_s[k] = large[large.size() / 2];
+    small_s[static_cast<size_t>(k)] = sum / static_cast<double>(small.size());
+    large_s[static_cast<size_t>(k)] = large[large.size() / 2];
   };
-  std::thread a(rank, 0), b(rank, 1);
-  // Serve the store until both ranks are connected and done (they never talk to it after the rendezvous).
+  std::vector<std::thread> ranks;
+  for (int k = 0; k < n; ++k) ranks.emplace_back(rank, k);
+  // Serve the store until every rank is connected and done (they never talk to it after the rendezvous).
   std::atomic<bool> done{false};
   std::thread joiner([&] {
-    a.join();
-    b.join();
+    for (std::thread& t : ranks) t.join();
     done = true;
     server.wake();
   });
   while (!done) (void)server.poll_once(std::chrono::milliseconds(20));
   joiner.join();
-  ::close(sp[0][1]);
-  ::close(sp[1][1]);
-  if (failed[0] || failed[1]) return;
-  const double small = std::max(small_s[0], small_s[1]), large = std::max(large_s[0], large_s[1]);
+  for (auto& p : sp) ::close(p[1]);
+  for (char f : failed) {
+    if (f) return;
+  }
+  const double small = *std::max_element(small_s.begin(), small_s.end()),
+               large = *std::max_element(large_s.begin(), large_s.end());
   const double bytes_small = kSmall * sizeof(float), bytes_large = kLarge * sizeof(float);
+  const double steps = 2.0 * (n - 1), factor = steps / n;  // ring steps; bytes a rank sends per byte
   // On a loaded machine the small all-reduce's wake-ups can outlast the large one's copy: then only the
   // latency is fitted, at the bandwidth the rates already hold.
-  if (large > small) r->comm_bw = (bytes_large - bytes_small) / (large - small);
-  r->comm_latency_s = std::max(0.0, (small - bytes_small / r->comm_bw) / 2);
+  if (large > small) r->comm_bw = (bytes_large - bytes_small) * factor / (large - small);
+  r->comm_latency_s = std::max(0.0, (small - bytes_small * factor / r->comm_bw) / steps);
+  // The host CPU per ring step and per byte sent: the small series is all steps (each rank's 2(n-1) an
+  // all-reduce); the large one's remainder is the 2(n-1)/n·S bytes each rank sends.
+  r->comm_cpu_step_s = std::max(0.0, cpu_small / (n * steps * kSmallIters));
+  const double large_each = cpu_large / (n * kLargeIters);  // one rank's all-reduce
+  r->comm_cpu_byte_s = std::max(0.0, (large_each - steps * r->comm_cpu_step_s) / (bytes_large * factor));
+  r->comm_ranks = n;
 #else
   (void)r;
+  (void)n;
 #endif
 }
 
@@ -382,7 +405,7 @@ void measure_loop_rates(ThreadPool* pool, bool cpu_clock, const LoopShapes& at, 
 // beside the others' than alone. Each rate is the median over the copies. With one thread the loops are
 // timed by the thread's CPU time, so the rates do not depend on what else the machine runs; with more,
 // by the wall clock (and one copy).
-CpuRates measure_cpu_rates(int threads, const LoopShapes& at, int ranks_here) {
+CpuRates measure_cpu_rates(int threads, const LoopShapes& at, int ranks_here, int comm_ranks) {
   ThreadPool pool(threads);
   const bool cpu_clock = pool.threads() == 1;
   CpuRates r;
@@ -391,6 +414,8 @@ CpuRates measure_cpu_rates(int threads, const LoopShapes& at, int ranks_here) {
   const CpuRates defaults = plan_cpu_rates_default(r.threads);
   r.comm_latency_s = defaults.comm_latency_s;
   r.comm_bw = defaults.comm_bw;
+  r.comm_cpu_step_s = defaults.comm_cpu_step_s;
+  r.comm_cpu_byte_s = defaults.comm_cpu_byte_s;
   const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
   const int copies = cpu_clock ? std::clamp(ranks_here, 1, static_cast<int>(hw)) : 1;
   std::vector<CpuRates> each(static_cast<size_t>(copies));
@@ -429,7 +454,7 @@ CpuRates measure_cpu_rates(int threads, const LoopShapes& at, int ranks_here) {
                                       }) /
                        kCalls;
   }
-  measure_gloo(&r);
+  measure_gloo(&r, comm_ranks);
   {
     const ModelConfig mc{.n_layer = 1, .n_head = 4, .n_embd = 128, .vocab_size = 512, .seq_len = 64};
     std::unique_ptr<Backend> be = backend_cpu_create(mc, 1, threads);
@@ -501,7 +526,12 @@ Result<PlanInput> build_input(const PlanArgs& a) {
     if (a.measure_cpu) {
       const int micro = a.micro_batch > 0 ? a.micro_batch : (a.config.empty() ? 1 : cfg.train.micro_batch);
       const long long ranks = a.nodes > 0 ? 1LL * a.nodes * a.gpus_per_node : std::max(a.gpus, 1);
-      in.cpu = measure_cpu_rates(threads, loop_shapes(m, micro, a.tp), static_cast<int>(ranks));
+      // Gloo's rates among as many ranks as the plan's largest group (tp or dp) on this host: at least 2,
+      // at most 16 (threads of this process with 8 MiB each; a larger ring's step is the same step).
+      const int dp = a.dp > 0 ? a.dp : static_cast<int>(ranks) / std::max(1, a.tp * a.pp);
+      const int group =
+          std::clamp(std::max(a.tp, dp), 2, static_cast<int>(std::clamp<long long>(ranks, 2, 16)));
+      in.cpu = measure_cpu_rates(threads, loop_shapes(m, micro, a.tp), static_cast<int>(ranks), group);
     } else {
       in.cpu = plan_cpu_rates_default(threads);
     }
@@ -665,7 +695,11 @@ nlohmann::json plan_json(const Plan& p, const PlanInput& in) {
                    {"dispatch_s", p.cpu_step.dispatch_s},
                    {"cores_share", p.cpu_share},
                    {"cores", in.cpu_cores},
-                   {"background_threads", in.cpu_background}};
+                   {"background_threads", in.cpu_background},
+                   {"oversubscription", p.cpu_oversubscription},
+                   {"collectives", p.cpu_collectives},
+                   {"collectives_cpu_s", p.cpu_comm_cpu_s},
+                   {"host_cpu_s", p.cpu_host_cpu_s}};
   }
   json out = {
       {"engine", engine_kind_name(p.engine)},
@@ -738,9 +772,12 @@ nlohmann::json plan_json(const Plan& p, const PlanInput& in) {
                         {"parallel_for_s", r.parallel_for_s},
                         {"comm_latency_s", r.comm_latency_s},
                         {"comm_bw", r.comm_bw},
+                        {"comm_cpu_step_s", r.comm_cpu_step_s},
+                        {"comm_cpu_byte_s", r.comm_cpu_byte_s},
                         {"threads", r.threads}};
     if (r.measured_copies > 0) {
-      out["cpu_rates"]["measured"] = {{"copies", r.measured_copies}, {"rows", r.measured_rows}};
+      out["cpu_rates"]["measured"] = {
+          {"copies", r.measured_copies}, {"rows", r.measured_rows}, {"comm_ranks", r.comm_ranks}};
     }
   }
   return out;
@@ -843,6 +880,11 @@ void print_plan(const Plan& p, const PlanInput& in) {
         "Gloo %.0f us a ring step, %.2f GB/s\n",
         in.cpu_cores, std::min(in.cluster.gpus, in.cluster.gpus_per_node), r.threads, in.cpu_background,
         p.cpu_share, r.comm_latency_s * 1e6, r.comm_bw / 1e9);
+    std::printf(
+        "cpu comm    %.0f blocking collectives a step (slowest rank); their host CPU %s a step, all ranks "
+        "(%.0f us a ring step, %.2f ns a byte); work %.2fx longer than with a core per thread\n",
+        p.cpu_collectives, human_seconds(p.cpu_comm_cpu_s).c_str(), r.comm_cpu_step_s * 1e6,
+        r.comm_cpu_byte_s * 1e9, p.cpu_oversubscription);
   }
   std::printf("MFU         %.1f%%, HFU %.1f%% (with recomputation)\n", 100 * p.mfu, 100 * p.hfu);
   if (p.engine == EngineKind::kGantryCpu) {

@@ -19,4 +19,8 @@ double monotonic_s();
 // that did it, apart from the time others on a shared machine took from it.
 double thread_cpu_s();
 
+// CPU seconds every thread of this process has used, in user space and in the kernel
+// (CLOCK_PROCESS_CPUTIME_ID): what work spread over helper threads and system calls cost the host.
+double process_cpu_s();
+
 }  // namespace gantry

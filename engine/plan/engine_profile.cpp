@@ -371,6 +371,10 @@ CpuRates plan_cpu_rates_default(int threads) {
   // measurement"): the quiet machine's ring step; under load a wake-up waits for a scheduler tick (4-6 ms).
   r.comm_latency_s = 150e-6;
   r.comm_bw = 0.7e9;
+  // The host CPU of those collectives (process CPU time, `--measure-cpu` at 18:21 UTC on 2026-11-27, load
+  // average 5: docs/PERF.md): per ring step a rank takes, per byte it sends.
+  r.comm_cpu_step_s = 220e-6;
+  r.comm_cpu_byte_s = 0.7e-9;
   if (threads == 1) {
     // One thread, timed by CPU time: the median of 5 `--measure-cpu --threads 1` runs on the developer VM,
     // 2026-11-27 (docs/PERF.md). No thread pool to wake.
@@ -408,6 +412,10 @@ Status plan_cpu_rates_validate(const CpuRates& r) {
   if (!(r.parallel_for_s >= 0)) return Status::error("CPU rates: parallel_for_s must be >= 0");
   if (!(r.comm_latency_s >= 0) || !(r.comm_bw > 0)) {
     return Status::error("CPU rates: comm_latency_s must be >= 0 and comm_bw > 0 (Gloo over loopback)");
+  }
+  if (!(r.comm_cpu_step_s >= 0) || !(r.comm_cpu_byte_s >= 0)) {
+    return Status::error(
+        "CPU rates: comm_cpu_step_s and comm_cpu_byte_s must be >= 0 (the host CPU of a collective)");
   }
   if (r.threads < 1)
     return Status::error("CPU rates: threads must be >= 1 (the threads they were timed with)");

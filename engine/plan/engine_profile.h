@@ -125,6 +125,13 @@ struct CpuRates {
   // bytes/s one ring link carries (nccl-tests' bus bandwidth: the model of cluster.h applies).
   double comm_latency_s = 0;
   double comm_bw = 0;
+  // The host CPU a collective costs besides the wait: the kernel's loopback TCP work (system calls,
+  // copies, wake-ups) and Gloo's own thread, by the process's CPU time over the same all-reduces. Per ring
+  // step a rank takes (one message out, one in) and per byte it sends. Ranks with a core each spend it
+  // inside their waits; ranks that outnumber the cores take it from each other's compute (issue 17: a
+  // tp 4 run on 2 cores spent 44 % of its CPU seconds in the kernel).
+  double comm_cpu_step_s = 0;
+  double comm_cpu_byte_s = 0;
   // The backend's threads these rates were measured with (ThreadPool's count); the planner needs it to
   // know how many of the host's cores a rank takes.
   int threads = 0;
@@ -132,6 +139,7 @@ struct CpuRates {
   // of the plan's shapes they ran at.
   int measured_copies = 0;
   int measured_rows = 0;
+  int comm_ranks = 0;  // the ranks Gloo's figures were timed among (0: the defaults, 2 ranks)
 };
 // threads 1: one thread per rank (as `gantry-engine run` ranks usually train, train.threads = 1), timed by
 // CPU time; otherwise the 2-thread figures.

@@ -285,10 +285,24 @@ void cpu_step_time(const PlanInput& in, const Resolved& r, Plan* p) {
   const double tp_ce = plan_collective_seconds(Collective::kAllGather, 4.0 * mb * md.seq * l.tp, l.tp, link) +
                        plan_collective_seconds(Collective::kAllGather, 12.0 * mb * md.seq * l.tp, l.tp, link);
   const double p2p = plan_collective_seconds(Collective::kSendRecv, act_bytes, 2, link);
+  // The host CPU one rank's collective costs (its kernel's socket work, Gloo's thread): per ring step it
+  // takes and per byte it sends (a send/recv pair, one step between its two ranks).
+  auto coll_cpu = [&](Collective k, double bytes, int n) {
+    if (n <= 1 || bytes <= 0) return 0.0;
+    double ring_steps = 1;
+    if (k == Collective::kAllReduce) ring_steps = 2.0 * (n - 1);
+    if (k == Collective::kAllGather || k == Collective::kReduceScatter) ring_steps = n - 1;
+    return ring_steps * rates.comm_cpu_step_s + bytes * plan_bus_factor(k, n) * rates.comm_cpu_byte_s;
+  };
+  const double tp_ar_cpu = coll_cpu(Collective::kAllReduce, act_bytes, l.tp);
+  const double tp_ce_cpu = coll_cpu(Collective::kAllGather, 4.0 * mb * md.seq * l.tp, l.tp) +
+                           coll_cpu(Collective::kAllGather, 12.0 * mb * md.seq * l.tp, l.tp);
+  const double p2p_cpu = coll_cpu(Collective::kSendRecv, act_bytes, 2);
 
   // Per micro-batch, each pp rank: compute (its chunks' loops) and waits (its collectives).
   std::vector<double> compute(l.pp, 0), waits(l.pp, 0), params(l.pp, 0), opt_calls(l.pp, 0);
   std::vector<double> tp_wait(l.pp, 0), tp_calls(l.pp, 0), tp_bytes(l.pp, 0), pp_sends(l.pp, 0);
+  std::vector<double> coll_cpu_mb(l.pp, 0), collectives(l.pp, 0);  // per micro-batch, one rank of the stage
   std::vector<CpuStep> steps(l.pp);
   for (int v = 0; v < virtual_stages; ++v) {
     const int rank = v % l.pp;
@@ -307,8 +321,13 @@ void cpu_step_time(const PlanInput& in, const Resolved& r, Plan* p) {
       tp_wait[rank] += calls * tp_ar + (last ? tp_ce : 0);
       tp_calls[rank] += calls;
       tp_bytes[rank] += calls * act_bytes + (last ? 16.0 * mb * md.seq * l.tp : 0);
+      coll_cpu_mb[rank] += calls * tp_ar_cpu + (last ? tp_ce_cpu : 0);
+      collectives[rank] += calls + (last ? 2 : 0);
     }
-    pp_sends[rank] += (first ? 0 : 1) + (last ? 0 : 1);  // the gradient back, the activation forward
+    const double sends = (first ? 0 : 1) + (last ? 0 : 1);  // the gradient back, the activation forward
+    pp_sends[rank] += sends;
+    coll_cpu_mb[rank] += sends * p2p_cpu;
+    collectives[rank] += sends;
     waits[rank] = tp_wait[rank] + pp_sends[rank] * p2p;
   }
   // The host's cores: every rank's threads share them with the background's runnable threads (other work on
@@ -335,12 +354,15 @@ void cpu_step_time(const PlanInput& in, const Resolved& r, Plan* p) {
   const double pipeline = m * t_max + (sum - t_max) / chunks;
 
   // After the schedule (pp > 1): the first stage's classifier weight gradients, the tie's transfers.
-  double tail_compute = 0, tail_wait = 0;
+  double tail_compute = 0, tail_wait = 0, tail_cpu = 0;
   if (l.pp > 1) {
     tail_compute = m * plan_cpu_classifier_wgrad_flops(md, mb, l.tp) / rates.axpy_flops;
     const double tie_bytes = 4.0 * mb * md.seq * (md.hidden + static_cast<double>(md.vocab) / l.tp);
+    const double wte_bytes = 4.0 * md.vocab / l.tp * md.hidden;
     tail_wait = m * plan_collective_seconds(Collective::kSendRecv, tie_bytes, 2, link) +
-                plan_collective_seconds(Collective::kSendRecv, 4.0 * md.vocab / l.tp * md.hidden, 2, link);
+                plan_collective_seconds(Collective::kSendRecv, wte_bytes, 2, link);
+    tail_cpu =
+        m * coll_cpu(Collective::kSendRecv, tie_bytes, 2) + coll_cpu(Collective::kSendRecv, wte_bytes, 2);
   }
   // Per step: AdamW (the costliest rank), the dp gradient all-reduce in buckets, the small reductions of the
   // loss and the norm (one all-reduce per axis that has more than one rank, two over pp).
@@ -358,17 +380,39 @@ void cpu_step_time(const PlanInput& in, const Resolved& r, Plan* p) {
   const double small = (l.dp > 1 ? plan_collective_seconds(Collective::kAllReduce, 8, l.dp, link) : 0) +
                        (l.tp > 1 ? plan_collective_seconds(Collective::kAllReduce, 8, l.tp, link) : 0) +
                        (l.pp > 1 ? 2 * plan_collective_seconds(Collective::kAllReduce, 8, l.pp, link) : 0);
+  // Their host CPU on one rank, and how many blocking collectives a step of the slowest rank issues.
+  const double step_coll_cpu =
+      (l.dp > 1 ? buckets * coll_cpu(Collective::kAllReduce, grad_bytes / buckets, l.dp) +
+                      coll_cpu(Collective::kAllReduce, 8, l.dp)
+                : 0) +
+      coll_cpu(Collective::kAllReduce, 8, l.tp) + 2 * coll_cpu(Collective::kAllReduce, 8, l.pp);
+  const double step_collectives =
+      (l.dp > 1 ? buckets + 1 : 0) + (l.tp > 1 ? 1 : 0) + (l.pp > 1 ? 2 + m + 1 : 0);  // + the tail's sends
 
   double rank_waits = 0;  // what one micro-batch's collectives cost the slowest rank
   for (int k = 0; k < l.pp; ++k) rank_waits = std::max(rank_waits, waits[k]);
   const double one_core_each = pipeline + (tail_compute + opt) / lone + tail_wait + dp_s + small;
-  double all_compute = 0;
-  for (int k = 0; k < l.pp; ++k) all_compute += m * compute[k];
-  // Every rank's CPU seconds (a rank's work times its threads), over the cores the job's threads get.
+  double all_compute = 0, all_coll_cpu = 0, rank_coll_cpu = 0;
+  for (int k = 0; k < l.pp; ++k) {
+    all_compute += m * compute[k];
+    all_coll_cpu += m * coll_cpu_mb[k];
+    rank_coll_cpu = std::max(rank_coll_cpu, coll_cpu_mb[k]);
+  }
+  // Every rank's CPU seconds (a rank's work times its threads, and its collectives' kernel and Gloo work),
+  // over the cores the job's threads get; the waits on top, less the CPU the collectives spend inside them
+  // (counted with the work): with a core each that CPU is the wait's own, with fewer it is the others'.
+  const double per_stage = static_cast<double>(ranks) / l.pp;  // ranks running each pp stage
+  const double coll_seconds = (all_coll_cpu + tail_cpu) * per_stage + step_coll_cpu * ranks;
   const double cpu_seconds =
-      (all_compute + tail_compute + opt_total) * (static_cast<double>(ranks) / l.pp) * rates.threads;
-  const double shared = cpu_seconds / (threads * all) + m * rank_waits + tail_wait + dp_s + small;
+      (all_compute + tail_compute + opt_total) * per_stage * rates.threads + coll_seconds;
+  const double step_waits = tail_wait + dp_s + small, step_wait_cpu = tail_cpu + step_coll_cpu;
+  const double shared = cpu_seconds / (threads * all) + m * std::max(0.0, rank_waits - rank_coll_cpu) +
+                        std::max(0.0, step_waits - step_wait_cpu);
   p->step_s = std::max(one_core_each, shared);
+  p->cpu_oversubscription = 1 / all;
+  p->cpu_collectives = m * collectives[slowest] + step_collectives;
+  p->cpu_comm_cpu_s = coll_seconds;
+  p->cpu_host_cpu_s = cpu_seconds;
   CpuStep& st = p->cpu_step;
   st = steps[slowest];
   st.matmul_s *= m, st.attention_s *= m, st.elementwise_s *= m, st.dispatch_s *= m;

@@ -144,6 +144,13 @@ struct Plan {
   double optimizer_s = 0;  // AdamW over the local shard, memory-bound
   CpuStep cpu_step;        // gantry-cpu: the slowest rank's step by kind of loop (its compute, no waits)
   double cpu_share = 0;  // gantry-cpu: runnable threads on the host (the job's and the background's) per core
+  // gantry-cpu: how much longer the host's work takes with every rank running than with a core per thread
+  // (1 while the cores outnumber the runnable threads), the blocking collectives the slowest rank issues
+  // a step, and the host CPU seconds all ranks' collectives take a step (kernel and Gloo thread).
+  double cpu_oversubscription = 1;
+  double cpu_collectives = 0;
+  double cpu_comm_cpu_s = 0;
+  double cpu_host_cpu_s = 0;  // gantry-cpu: every rank's CPU seconds a step, its collectives' included
   double step_s = 0;
   double tokens_per_s = 0;
 

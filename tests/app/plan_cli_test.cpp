@@ -102,6 +102,13 @@ TEST(PlanCli, MeasureCpuGivesEveryRateAndTheHostsLoadCountsInTheStep) {
                         "softmax_elements", "optimizer_params", "comm_bw"})
     EXPECT_GT(j["cpu_rates"][k].get<double>(), 0) << k;
   EXPECT_GE(j["cpu_rates"]["comm_latency_s"].get<double>(), 0);
+  // The collectives' host CPU, by the process's CPU time over real all-reduces (never free), and what the
+  // plan makes of it: tp 2's blocking collectives a step and their CPU, the cores' oversubscription.
+  EXPECT_GT(j["cpu_rates"]["comm_cpu_step_s"].get<double>(), 0);
+  EXPECT_GE(j["cpu_rates"]["comm_cpu_byte_s"].get<double>(), 0);
+  EXPECT_GT(j["time"]["cpu"]["collectives"].get<double>(), 0);
+  EXPECT_GT(j["time"]["cpu"]["collectives_cpu_s"].get<double>(), 0);
+  EXPECT_GE(j["time"]["cpu"]["oversubscription"].get<double>(), 1);
   EXPECT_EQ(j["cpu_rates"]["threads"].get<int>(), 1);
   // At the plan's own shapes (tiny.toml's micro-batch of 8 sequences of 64 tokens), with a copy of the
   // loops per rank running beside the other (up to one a core).
@@ -120,6 +127,8 @@ TEST(PlanCli, MeasureCpuGivesEveryRateAndTheHostsLoadCountsInTheStep) {
   EXPECT_FALSE(q["cpu_rates"].contains("measured")) << "the defaults were not measured here";
   EXPECT_EQ(b["time"]["cpu"]["background_threads"].get<double>(), 3);
   EXPECT_DOUBLE_EQ(b["time"]["cpu"]["cores_share"].get<double>(), 2.5);
+  EXPECT_DOUBLE_EQ(q["time"]["cpu"]["oversubscription"].get<double>(), 1) << "2 ranks, 2 cores, nothing else";
+  EXPECT_DOUBLE_EQ(b["time"]["cpu"]["oversubscription"].get<double>(), 2.5);
   EXPECT_GT(b["time"]["step_s"].get<double>(), q["time"]["step_s"].get<double>());
   Outcome bad = run("--engine gantry-cpu --config " + cfg + " --cpu-cores 0");
   EXPECT_EQ(bad.code, 2);

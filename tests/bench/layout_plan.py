@@ -9,7 +9,10 @@ wall clock, so under whatever load the machine has then). Where the planner has 
 pipeline stages, vp > 1) it is printed as "unknown" with the planner's reason, never 0.
 
 --repeats R runs every layout R times, round-robin (so a burst of load hits different layouts), and reports
-the median of the R medians with their range. One JSON line per run and a table.
+the median of the R medians with their range. One JSON line per run and a table. Each JSON line also
+has where the step went: measured, the slowest rank's forward + backward (compute_s), exposed
+communication (comm_s: its collectives' waits, the pipeline's bubble) and optimizer, medians over the steps;
+planned, the planner's compute_s, exposed_comm_s + bubble_s and optimizer_s.
 
   python3 tests/bench/layout_plan.py --engine build/app/gantry-engine [--steps 8] [--warmup 3] \
       [--repeats 3] [--measure-cpu]
@@ -68,7 +71,7 @@ def measure(engine, nproc, tp, pp, micro, steps, warmup, work):
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         return cfg, {"error": f"run exit {p.returncode}: {p.stderr.strip().splitlines()[-1:]}"}
-    mem, total = {}, {}
+    mem, total, parts = {}, {}, {}
     for line in p.stdout.splitlines():
         try:
             r = json.loads(line).get("rank_step")
@@ -79,9 +82,14 @@ def measure(engine, nproc, tp, pp, micro, steps, warmup, work):
         mem[r["rank"]] = max(mem.get(r["rank"], 0), r["mem_allocated_bytes"])
         if r["step"] > warmup:
             total[r["step"]] = max(total.get(r["step"], 0.0), r["total_s"])
+            # Where the slowest rank's step went (the rank whose total_s is the step's).
+            if total[r["step"]] == r["total_s"]:
+                parts[r["step"]] = (r["forward_s"] + r["backward_s"], r["comm_exposed_s"], r["optimizer_s"])
     if not total:
         return cfg, {"error": "no step past the warm-up"}
-    return cfg, {"mem_bytes": max(mem.values()), "step_s": statistics.median(total.values())}
+    med = lambda k: statistics.median(v[k] for v in parts.values())
+    return cfg, {"mem_bytes": max(mem.values()), "step_s": statistics.median(total.values()),
+                 "compute_s": med(0), "comm_s": med(1), "optimizer_s": med(2)}
 
 
 def predict(engine, cfg, nproc, tp, pp, measure):
@@ -92,7 +100,9 @@ def predict(engine, cfg, nproc, tp, pp, measure):
     if p.returncode != 0:
         return {"why_unknown": p.stderr.strip().splitlines()[-1] if p.stderr.strip() else f"exit {p.returncode}"}
     j = json.loads(p.stdout)
-    out = {"mem_bytes": j["memory"]["total"], "step_s": j["time"]["step_s"]}
+    t = j["time"]
+    out = {"mem_bytes": j["memory"]["total"], "step_s": t["step_s"], "compute_s": t["compute_s"],
+           "comm_s": t["exposed_comm_s"] + t["bubble_s"], "optimizer_s": t["optimizer_s"]}
     if j["memory"]["total"] is None:
         out["why_unknown"] = j["memory"].get("why_unknown", "unknown")
     if measure:

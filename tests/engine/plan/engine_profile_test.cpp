@@ -384,6 +384,75 @@ TEST(PlanEngineProfile, CpuRanksShareTheHostsCores) {
   EXPECT_NE(bad.error().find("cpu_background"), std::string::npos) << bad.error();
 }
 
+// Issue 17: ranks that outnumber the cores. The work takes longer by the runnable threads over the cores,
+// and never while the cores are enough: the same layout on more cores is not oversubscribed.
+TEST(PlanEngineProfile, CpuOversubscriptionIsOneWithACorePerRankAndGrowsWithRanksPerCore) {
+  for (int cores : {4, 8, 64}) {
+    Result<Plan> p = cpu_plan(4, PlanLayout{.tp = 4, .micro_batch = 8}, cores);
+    ASSERT_TRUE(p.ok()) << p.error();
+    EXPECT_DOUBLE_EQ(p->cpu_oversubscription, 1) << cores << " cores";
+  }
+  Result<Plan> two = cpu_plan(4, PlanLayout{.tp = 4, .micro_batch = 8}, 2),
+               one = cpu_plan(4, PlanLayout{.tp = 4, .micro_batch = 8}, 1),
+               own = cpu_plan(4, PlanLayout{.tp = 4, .micro_batch = 8}, 4);
+  ASSERT_TRUE(two.ok() && one.ok() && own.ok());
+  EXPECT_DOUBLE_EQ(two->cpu_oversubscription, 2);
+  EXPECT_DOUBLE_EQ(one->cpu_oversubscription, 4);
+  EXPECT_GT(two->step_s, own->step_s);
+  EXPECT_GT(one->step_s, two->step_s);
+}
+
+// Each blocking collective the layout issues costs the host CPU (the kernel's loopback TCP work, Gloo's
+// thread) by its ring steps and bytes: counted per collective, it lengthens the step of ranks that share
+// cores, and with a core per rank it is inside the waits (no longer a step than the waits themselves).
+TEST(PlanEngineProfile, CpuCollectivesCostHostCpuPerCollectiveTheLayoutIssues) {
+  auto plan = [](PlanLayout layout, int gpus, int cores, double step_cpu) {
+    PlanInput in;
+    in.model = plan_model_of({.n_layer = 4, .n_head = 4, .n_embd = 64, .vocab_size = 256, .seq_len = 64});
+    in.cluster = plan_cluster_default(GpuSpec{.name = "cpu", .hbm_bytes = 24e9}, gpus, gpus);
+    in.layout = layout;
+    in.training.global_batch = 16;
+    in.engine = EngineKind::kGantryCpu;
+    in.cpu = plan_cpu_rates_default(1);
+    in.cpu.comm_cpu_step_s = step_cpu;
+    in.cpu.comm_cpu_byte_s = 0;
+    in.cpu_cores = cores;
+    return plan_evaluate(in);
+  };
+  // tp 2, m 2: per micro-batch 1 + 4·4 + 1 all-reduces and the cross-entropy's 2 all-gathers, and the
+  // loss's all-reduce once a step: 41 collectives, each 2 ring steps (all-reduce) or 1 (all-gather).
+  Result<Plan> none = plan(PlanLayout{.tp = 2, .micro_batch = 8}, 2, 1, 0),
+               some = plan(PlanLayout{.tp = 2, .micro_batch = 8}, 2, 1, 1e-3);
+  ASSERT_TRUE(none.ok() && some.ok()) << none.error() << some.error();
+  EXPECT_DOUBLE_EQ(some->cpu_collectives, 41);
+  const double ring_steps = 2 * (18 * 2 + 2 * 1) + 2;  // m·(18 all-reduces + 2 gathers) + the loss's
+  EXPECT_NEAR(some->cpu_comm_cpu_s, 2 /*ranks*/ * ring_steps * 1e-3, 1e-12);
+  EXPECT_DOUBLE_EQ(none->cpu_comm_cpu_s, 0);
+  // The host's CPU a step is the ranks' work and their collectives'.
+  EXPECT_NEAR(some->cpu_host_cpu_s - none->cpu_host_cpu_s, some->cpu_comm_cpu_s, 1e-12);
+  // Two ranks on one core: every rank's collective CPU is the host's, shared by both.
+  EXPECT_GT(some->step_s, none->step_s);
+  // dp 2 issues fewer collectives (the gradients' bucket and the loss): less of it.
+  Result<Plan> dp = plan(PlanLayout{.micro_batch = 8}, 2, 1, 1e-3);
+  ASSERT_TRUE(dp.ok()) << dp.error();
+  EXPECT_DOUBLE_EQ(dp->cpu_collectives, 2);
+  EXPECT_LT(dp->cpu_comm_cpu_s, some->cpu_comm_cpu_s);
+  // One rank has no collective: nothing.
+  Result<Plan> alone = plan(PlanLayout{.micro_batch = 8}, 1, 1, 1e-3);
+  ASSERT_TRUE(alone.ok());
+  EXPECT_DOUBLE_EQ(alone->cpu_collectives, 0);
+  EXPECT_DOUBLE_EQ(alone->cpu_comm_cpu_s, 0);
+  // A core per rank: the CPU is spent inside the waits the step already has.
+  Result<Plan> own_none = plan(PlanLayout{.tp = 2, .micro_batch = 8}, 2, 2, 0),
+               own_some = plan(PlanLayout{.tp = 2, .micro_batch = 8}, 2, 2, 1e-5);
+  ASSERT_TRUE(own_none.ok() && own_some.ok());
+  EXPECT_DOUBLE_EQ(own_some->step_s, own_none->step_s);
+  // Bad rates are refused by name.
+  Result<Plan> bad = plan(PlanLayout{.tp = 2, .micro_batch = 8}, 2, 2, -1);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().find("comm_cpu_step_s"), std::string::npos) << bad.error();
+}
+
 TEST(PlanEngineProfile, CpuTensorParallelWaitsForItsGlooCollectives) {
   Result<Plan> tp2 = cpu_plan(2, PlanLayout{.tp = 2, .micro_batch = 8}, 2);
   ASSERT_TRUE(tp2.ok()) << tp2.error();
