@@ -9,7 +9,7 @@ and the scaling efficiency against N = 1 (tokens/s at N / (N x tokens/s at 1)).
 
 With --tp T (> 1) every N > 1 runs tensor parallel over groups of T GPUs, data parallel over N / T groups
 (global batch micro x N / T); N = 1 stays the one-GPU baseline, so the efficiency is the layout's tokens/s
-against N single GPUs'. With --pp P (> 1) every N > 1 runs a P-stage pipeline (train.pp_schedule --schedule,
+against N single GPUs'. With --pp P (> 1) every N > 1 runs a P-stage pipeline (train.pp_schedule --schedule, --vp,
 --pp-micro M micro-batches a step per pipeline: global batch micro x M x N / (T x P)); the baseline then
 accumulates M micro-batches a step too, so both take the same optimizer steps.
 
@@ -126,6 +126,7 @@ def main():
     ap.add_argument("--pp", type=int, default=1, help="pipeline stages of every N > 1 (tp x pp divides N)")
     ap.add_argument("--pp-micro", type=int, default=8, help="with --pp: micro-batches a step per pipeline")
     ap.add_argument("--schedule", default="1f1b", help="with --pp: train.pp_schedule")
+    ap.add_argument("--vp", type=int, default=1, help="with --pp and --schedule interleaved: model chunks per rank")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="an extra [train] line, e.g. --set cuda_graphs=false (repeatable)")
     a = ap.parse_args()
@@ -137,8 +138,10 @@ def main():
             tp = a.tp if n > 1 else 1
             pp = a.pp if n > 1 else 1
             accum = a.pp_micro if a.pp > 1 else 1
-            if a.pp > 1:
+            if pp > 1:  # the one-GPU baseline accumulates the same micro-batches with no pipeline
                 extra.append(f'pp_schedule = "{a.schedule}"')
+                if a.vp > 1:
+                    extra.append(f"vp = {a.vp}")
             r = run(a.engine, a.model, n, a.zero, a.steps, a.warmup, micro, a.bucket_mb, work, extra, tp, pp, accum)
             if "tokens_per_s" in r:
                 if n == 1:

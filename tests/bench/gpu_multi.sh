@@ -8,7 +8,8 @@
 #   3. checkpoint stall and throughput cost at 4 GPUs, async against sync against none (checkpoint_stall.py)
 #   4. ZeRO 1 and 3 at 4 GPUs; 5. ZeRO 0 and DDP at 2 GPUs; 6. ZeRO 1 and 3 at 2 GPUs
 #   7. tensor parallel over the first 2 or 4 GPUs, GPT-2 124M and 350M, and a 350M pipeline (1F1B, 8
-#      micro-batches), each beside one GPU (dp_scaling.py --tp, --pp); at 4 GPUs or more, 350M at tp 2 x pp 2
+#      micro-batches), each beside one GPU (dp_scaling.py --tp, --pp); at 4 GPUs or more, 350M at tp 2 x pp 2,
+#      interleaved (vp 2) over the stages, and pp 2 x dp 2 at ZeRO 1 and 3
 # A step that would not fit in what is left of BUDGET (seconds, default 560) is skipped and named; so is one
 # whose name STEPS (an extended regex, default every step) does not match. Ends with one compact summary;
 # every log is in $OUT/gpu_multi_logs.tgz. Not a test.
@@ -103,8 +104,15 @@ tppp() {  # tppp MODEL GPUS: tp 2 x pp GPUS/2 (1F1B, 8 micro-batches a step), be
   python3 "$BENCH/dp_scaling.py" --engine $ENGINE --model "$1" --zero 0 --tp 2 --pp $(($2 / 2)) --pp-micro 8 \
     --gpus 1 "$2"
 }
+ppvp() {  # ppvp MODEL GPUS: interleaved 1F1B over GPUS stages, vp 2, 8 micro-batches a step, beside one GPU
+  python3 "$BENCH/dp_scaling.py" --engine $ENGINE --model "$1" --zero 0 --pp "$2" --pp-micro 8 \
+    --schedule interleaved --vp 2 --gpus 1 "$2"
+}
+ppz() {  # ppz MODEL ZERO: pp 2 x dp 2 (1F1B, 8 micro-batches a step) at ZeRO ZERO on 4 GPUs, beside one GPU
+  python3 "$BENCH/dp_scaling.py" --engine $ENGINE --model "$1" --zero "$2" --pp 2 --pp-micro 8 --gpus 1 4
+}
 ddp() { torchrun --standalone --nproc_per_node "$1" "$P/torch_gpt2.py" --ddp 1 --batch 32 --seq 1024; }
-export -f dp torch1 ddp tp pp tppp
+export -f dp torch1 ddp tp pp tppp ppvp ppz
 export ENGINE BENCH P
 FIRST=(1)
 
@@ -144,6 +152,9 @@ if [ "$W" -ge 2 ]; then
 fi
 if [ "$W" -ge 4 ]; then
   step tppp_350m_$W 90 tppp 350m $W
+  step ppvp_350m_$W 90 ppvp 350m $W
+  step ppz1_350m_4 80 ppz 350m 1
+  step ppz3_350m_4 80 ppz 350m 3
 fi
 el "measurements done"
 
@@ -207,13 +218,16 @@ for n in counts:
     a, r = g.get((0, n)), t.get(n)
     if a and r and "tokens_per_s" in a: print(f"ratio Gantry ZeRO 0 / DDP at {n}: {a['tokens_per_s'] / r['tokens_per_s']:.3f}x")
 # Tensor parallel: each model's one-GPU run and its tp group, from the same dp_scaling.py call.
-tp_rows = [r for n in names("tp_") + names("pp_") + names("tppp_") for r in lines(n)]
+tp_rows = [r for n in names("tp_") + names("pp_") + names("tppp_") + names("ppvp_") + names("ppz") for r in lines(n)]
 if tp_rows:
     print(f"\nTensor and pipeline parallel, GPT-2 at its dp_scaling.py micro-batch, T1024 ({gpu}); efficiency = tok/s / (GPUs x one GPU's)")
     print("| model | layout | tok/s | step ms | rank 0 GB | efficiency | bubble measured / formula |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in tp_rows:
         lay = ("1 GPU" if r.get("nproc") == 1 else f"tp {r.get('tp')} x pp {r.get('pp', 1)} over {r.get('nproc')} GPUs")
+        sched = [t.split("=")[1].strip().strip('"') for t in r.get("train", []) if t.startswith(("pp_schedule", "vp"))]
+        if r.get("nproc", 1) > 1 and (r.get("zero") or sched):
+            lay += f" (zero {r.get('zero', 0)}" + "".join(", " + x for x in sched) + ")"
         lay += f", {r['accum']} micro-batches a step" if r.get("accum", 1) > 1 else ""
         if "error" in r:
             print(f"| {r.get('model', '?')} | {lay} | failed: {r['error']} | | | | |")
