@@ -96,12 +96,6 @@ Result<std::unique_ptr<Backend>> backend_create(const std::string& kind, const M
                              " on train.backend = \"cuda\": the GPU pipeline runs \"gpipe\" and \"1f1b\" at "
                              "vp 1; use one of those, or train.backend = \"cpu\"");
       }
-      if (options.zero > 1) {
-        return Status::error("pp " + std::to_string(options.pp->size()) + " with zero " +
-                             std::to_string(options.zero) +
-                             " on train.backend = \"cuda\": a GPU pipeline stage shards over dp with ZeRO 0 "
-                             "or 1 only; use zero 0 or 1, or train.backend = \"cpu\"");
-      }
     }
     return backend_cuda_create(m, max_batch, options.cuda_graphs, options.deterministic,
                                {.comm = options.dp,

@@ -28,11 +28,13 @@
 // mid-step. The tied wte: stage 0 owns it (updated, counted in the norm, checkpointed there); it sends its
 // bf16 copy to the last stage at each step's start (and before validation), and the last stage sends back
 // the classifier's fp32 weight gradient once per step, added to stage 0's before the dp reductions. The
-// stage's dp reductions run after the schedule (ZeRO 0 or 1); the gradient norm sums every stage's squares
+// stage's dp reductions run after the schedule at ZeRO 0-1; at ZeRO 2-3 each backward reduce-scatters its
+// buckets as it completes them (ZeRO 3 also gathers each block before every forward and backward), and
+// the tied gradient joins stage 0's last embeddings reduction; the gradient norm sums every stage's squares
 // over pp (ZeroDeviceState's tp path, every tensor counted as split), the loss is the last stage's, summed
 // over pp (the others add 0), so both are the same on every rank.
 //
-// Tensor x pipeline parallel (tp x pp, x dp at ZeRO 0-1): each stage's blocks split over its tp group
+// Tensor x pipeline parallel (tp x pp, x dp at ZeRO 0-3): each stage's blocks split over its tp group
 // exactly as at pp 1 (tensor_parallel_stage_table); stage 0's embedding and the last stage's cross-entropy
 // are vocab-parallel, the last stage's wte copy being the V/tp rows of the same tp rank on stage 0. The pp
 // communicator joins the same tp rank of every stage, so activations (whole N x C on every tp rank), the
@@ -195,8 +197,6 @@ class CudaBackend final : public Backend {
                      ", the MLP width " + std::to_string(4 * m.n_embd) + " and model.vocab_size " +
                      std::to_string(m.vocab_size));
     if (pp_comm_ != nullptr) {
-      GANTRY_CHECK(dp.zero <= 1, "pp " + std::to_string(stages_) + " with zero " + std::to_string(dp.zero) +
-                                     ": a GPU pipeline stage shards over dp with ZeRO 0 or 1 only");
       GANTRY_CHECK(pipeline_schedule_from_name(pp.schedule, &schedule_) &&
                        (schedule_ == PipelineSchedule::kGpipe || schedule_ == PipelineSchedule::kOneFOneB),
                    "train.pp_schedule \"" + pp.schedule + "\": the GPU pipeline runs \"gpipe\" and \"1f1b\"");
@@ -347,9 +347,10 @@ class CudaBackend final : public Backend {
   void zero_grads() override { begin_step(1); }
 
   void begin_step(int micro_batches) override {
-    // A pipeline stage adds every micro-batch into the full gradient buffer and hands the dp state one
-    // (its reductions run after the schedule).
-    state_->begin_step(pp_comm_ != nullptr ? 1 : micro_batches);
+    // A pipeline stage at ZeRO 0-1 adds every micro-batch into the full gradient buffer and hands the dp
+    // state one (its reductions run after the schedule); at ZeRO 2-3 each backward is a micro-batch of its
+    // own, reduced as it completes its buckets (pipeline_step).
+    state_->begin_step(pp_comm_ != nullptr && !stage_reduces_per_micro_batch() ? 1 : micro_batches);
     expected_micros_ = std::max(1, micro_batches);
     micros_.clear();
     pipe_micros_ = 0;
@@ -686,10 +687,13 @@ class CudaBackend final : public Backend {
   BlockParams block_params(int l) { return block_at(state_->params(block_unit(l)), block_at_); }
   BlockGrads block_grads(int l) { return block_at(state_->grads(block_unit(l)), block_at_); }
   LayerActs& act(int l) { return (*acts_)[l]; }
-  // One GPU reduces each unit's bucket as the backward completes it; a pipeline stage after its schedule.
+  // One GPU reduces each unit's bucket as the backward completes it; so does a pipeline stage at ZeRO 2-3
+  // (every micro-batch's bucket into the gradient shard); one at ZeRO 0-1 after its schedule.
   void grads_done(int unit) {
-    if (pp_comm_ == nullptr) state_->grads_done(unit);
+    if (pp_comm_ == nullptr || stage_reduces_per_micro_batch()) state_->grads_done(unit);
   }
+  // ZeRO 2-3 on a pipeline stage's dp axis (the plan is ZeRO 0 at dp 1).
+  bool stage_reduces_per_micro_batch() const { return pp_comm_ != nullptr && state_->plan().zero >= 2; }
   // The token arrays of one micro-batch of N tokens, laid out as fill_staging writes them.
   void set_tokens(int32_t* base, int N) {
     inputs_ = base;
@@ -786,7 +790,7 @@ class CudaBackend final : public Backend {
     }
     for (int l = 0; l < L; ++l) {
       const BlockParams p = block_params(l);
-      if (pp_comm_ == nullptr) state_->prefetch(block_unit(l) + 1);  // ZeRO 3 only (not under pp)
+      state_->prefetch(block_unit(l) + 1);  // ZeRO 3 only
       LayerActs& a = act(l);
       // This block's first norm also finishes the previous block: res3 = res2 + its MLP output.
       if (l == 0) {
@@ -804,15 +808,17 @@ class CudaBackend final : public Backend {
                                       p.ln2_b, N, C, stream_);
       matmul_->forward(a.fch_gelu, a.ln2, p.fc_w, p.fc_b, N, C, Hl, a.fch_pre);  // column-parallel
       row_parallel_forward(tmp_nc_, a.fch_gelu, p.fcproj_w, p.fcproj_b, N, Hl, C);
-      if (pp_comm_ == nullptr) state_->release(block_unit(l));
+      // A stage before the last keeps its last block for the hand-off below (ZeRO 3: still pinned).
+      if (head_ || l + 1 < L) state_->release(block_unit(l));
     }
     if (!head_) {
       // A stage before the last hands on its last block's res3 = res2 + MLP output, which on one GPU the
       // next block's first norm forms; the same fused kernel forms it here, the same bits (its norm output
-      // goes to lnf_, unused: a pipeline stage uses ZeRO 0 or 1, so these parameters stay resident).
+      // goes to lnf_, unused). Its parameters: the last block's, still in its slot under ZeRO 3.
       const BlockParams p = block_params(L - 1);
       residual_layernorm_forward_cuda(act(L - 1).res3, lnf_, lnf_mean_, lnf_rstd_, act(L - 1).res2, tmp_nc_,
                                       p.ln2_w, p.ln2_b, N, C, stream_);
+      state_->release(block_unit(L - 1));
       return;
     }
     const bf16* lnf = state_->params(final_unit_);
@@ -971,8 +977,8 @@ class CudaBackend final : public Backend {
     }
     for (int l = L - 1; l >= 0; --l) {
       const BlockParams p = block_params(l);
-      // The block below (or the embeddings, which stay gathered for the step): ZeRO 3 only, not under pp.
-      if (pp_comm_ == nullptr) state_->prefetch(block_unit(l) - 1);
+      // The block below (or the embeddings, which stay gathered for the step): ZeRO 3 only.
+      state_->prefetch(block_unit(l) - 1);
       const BlockGrads g = block_grads(l);
       LayerActs& a = act(l);
       const bf16* residual = l == 0 ? encoded_ : act(l - 1).res3;
@@ -1004,7 +1010,7 @@ class CudaBackend final : public Backend {
       float* below_bias = l > 0 ? block_grads(l - 1).fcproj_b : nullptr;
       layernorm_backward_cuda(dres_, g.ln1_w, g.ln1_b, below_bias, scratch_, dln_, residual, p.ln1_w,
                               a.ln1_mean, a.ln1_rstd, N, C, true, stream_);
-      if (pp_comm_ == nullptr) state_->release(block_unit(l));
+      state_->release(block_unit(l));
       grads_done(block_unit(l));  // block l's gradients are complete (block l + 1 wrote its MLP projection's)
     }
     if (!embed_) return;  // d(input) stays in dres_, for the previous stage
@@ -1034,7 +1040,9 @@ class CudaBackend final : public Backend {
   // rank of every stage).
   void sync_wte() {
     const size_t VC = static_cast<size_t>(m_.vocab_size / tp_) * m_.n_embd;
-    if (embed_) p2p_send(state_->params(0), VC, sizeof(bf16), stages_ - 1);  // ZeRO 1: after its gather
+    // ZeRO 1-2: after its bucket's gather; ZeRO 3: the whole embeddings unit (this tp rank's share),
+    // gathered into its slot for the step, wte first.
+    if (embed_) p2p_send(state_->params(0), VC, sizeof(bf16), stages_ - 1);
     if (head_) p2p_recv(wte_copy_, VC, sizeof(bf16), 0);
   }
   // A free slot (activations for one micro-batch in flight), allocated on first use; `micro` < 0: none
@@ -1083,7 +1091,10 @@ class CudaBackend final : public Backend {
   //         a simulation every rank runs alike, where each message is a send on one stage and the matching
   //         receive on its neighbour, and a rank waits only on the earliest message it is part of
   //         (PipelineProgram.SendsAndReceivesPairUpInOneOrder replays GPipe and 1F1B at pp 2-4);
-  //      3. the tied classifier's gradient, last -> stage 0 (fp32 V/tp x C);
+  //      3. the tied classifier's gradient, last -> stage 0 (fp32 V/tp x C), sent after the last stage's
+  //         program and received after stage 0's last message (ZeRO 0-1: after its program; ZeRO 2-3:
+  //         just before its last backward, its program's last step, which sends nothing: the same
+  //         message order; PipelineProgram.TheTiedGradientReachesStageZeroBeforeItsLastBackward);
   //      4. update(): the norm's all-reduce over pp (ZeroDeviceState, after its tp one);
   //      5. optimizer_step(): the loss's all-reduce (the last stage's, the others add 0).
   //      Validation: the wte copy, the activations down the stages, then one all-reduce of the loss.
@@ -1094,9 +1105,32 @@ class CudaBackend final : public Backend {
   //      while the compute stream sits in a pp send or receive: a rank's tp and pp operations form one
   //      chain, and pipeline_program's order with each compute widened to its stage's tp collectives is
   //      one order that every rank follows.
-  //  dp (the same stage and tp rank of each replica): as at pp 1, after the program (grads_done, top unit
-  //      first), then ZeRO 1's norm and loss sum in update(), and ZeRO 1's bf16 gathers as the next
-  //      step's stage first asks for each bucket.
+  //  dp (the same stage and tp rank of each replica; ZeroDeviceState's comm stream): the replicas run the
+  //      same program (same stage, schedule, micro-batch count and shard plan), so the host issues the
+  //      same dp calls in the same order on each.
+  //      ZeRO 0-1: after the program, each bucket's reduction (grads_done, top unit first); then ZeRO 1's
+  //      norm and loss sum in update(); ZeRO 1's bf16 gathers as the next step's stage first asks for
+  //      each bucket (stage 0: sync_wte; the others: the first forward).
+  //      ZeRO 2: ZeRO 1's bf16 gathers of every bucket at the step's first params() (as ZeRO 1); then for
+  //      each backward in program order (micro-batches 0..m-1 under both schedules) its buckets'
+  //      reduce-scatters as it completes them, top unit first (the final norm's, the blocks', stage 0's
+  //      embeddings last, whose last one carries the tied gradient); then update()'s all-reduce of the
+  //      loss and the squares.
+  //      ZeRO 3: in program order, each forward's block gathers (block l + 1 issued as block l is
+  //      enqueued, a block still in one of the two slots not gathered again; the embeddings at stage 0's
+  //      sync_wte and the final norm at the last stage's first forward, once per step), each backward's
+  //      gathers (block l - 1 as block l is enqueued) interleaved with its reduce-scatters as above; then
+  //      update()'s all-reduce. The host's calls decide the order, and they are the same on every replica.
+  //  No cycle across communicators: place every rank's operations in pipeline_program's one global
+  //      message order (each stage's computes, and the dp and tp collectives they issue, between its
+  //      messages). Every wait then points to an operation no later in that order: a pp receive to its
+  //      send; a compute-stream wait for a dp collective to that collective, issued earlier in the same
+  //      program; the collective to the points where its ranks issued it (comm_follows_compute), which
+  //      are the same program point on every replica. So the earliest blocked operation would wait on
+  //      nothing. E.g. replica A's compute stream waiting for a ZeRO-3 gather while replica B sits in a pp
+  //      receive waits for B's sender upstream, which is earlier in the order and waits only on earlier
+  //      things. The dp kernels (comm stream), tp kernels (tp stream) and pp transfers (compute stream)
+  //      are separate kernels that run side by side.
   void pipeline_step() {
     const int m = static_cast<int>(micros_.size());
     const int T = m_.seq_len, C = m_.n_embd;
@@ -1122,13 +1156,26 @@ class CudaBackend final : public Backend {
       for (cudaEvent_t* x : {&e.f0, &e.f1, &e.b0, &e.b1}) CUDA_CHECK(cudaEventCreate(x));
       pipe_events_.push_back(e);
     }
-    state_->begin_micro_batch();
+    // ZeRO 0-1: the whole schedule is one micro-batch of the dp state; ZeRO 2-3: each backward is one.
+    const bool per_micro = stage_reduces_per_micro_batch();
+    if (!per_micro) state_->begin_micro_batch();
     sync_wte();
     const size_t VC = static_cast<size_t>(m_.vocab_size / tp_) * C;  // this tp rank's wte rows
     if (head_) CUDA_CHECK(cudaMemsetAsync(dwte_, 0, VC * sizeof(float), stream_));
     slot_of_.assign(m, -1);
+    const std::vector<PipelineStep> program = pipeline_program(schedule_, stages_, 1, stage_, m);
+    // Stage 0's last compute is its last backward, after every message of its program (it sends nothing
+    // up): under ZeRO 2-3 the tied classifier's gradient is received and added just before it.
+    size_t last_compute = 0;
+    for (size_t i = 0; i < program.size(); ++i) {
+      if (program[i].kind == PipelineStep::Kind::kCompute) last_compute = i;
+    }
+    GANTRY_CHECK(!embed_ || (last_compute + 1 == program.size() &&
+                             program[last_compute].action.op == PipelineOp::kBackward),
+                 "stage 0's program ends with its last backward");
     CUDA_CHECK(cudaEventRecord(span_begin_, stream_));
-    for (const PipelineStep& step : pipeline_program(schedule_, stages_, 1, stage_, m)) {
+    for (size_t i = 0; i < program.size(); ++i) {
+      const PipelineStep& step = program[i];
       const int k = step.action.micro;
       const PipeMicro& mb = micros_[k];
       const int N = mb.batch * T;
@@ -1162,6 +1209,20 @@ class CudaBackend final : public Backend {
       GANTRY_CHECK(step.action.op == PipelineOp::kBackward, "the GPU pipeline runs whole backward passes");
       StageSlot& s = slots_[slot_of_[k]];
       use_slot(s);
+      if (per_micro) {
+        // ZeRO 2-3: this backward's buckets go to staging slots and are reduce-scattered into the gradient
+        // shard as it completes them. Stage 0's last one also carries the classifier's wte gradient (the
+        // last stage sent it after its program): added into the embeddings' staging slot before the
+        // encoder's backward adds into it, it is reduced with that bucket's last reduce-scatter, at no
+        // extra dp traffic (a reduction of its own after the schedule would move V/tp x C floats more, and
+        // with nothing left to hide it). The wait for it is the last stage's remaining work, which the
+        // gradient chain down to stage 0 has already covered.
+        state_->begin_micro_batch();
+        if (embed_ && i == last_compute) {
+          p2p_recv(dwte_in_, VC, sizeof(float), stages_ - 1);
+          add_in_place_cuda(state_->grads(0), dwte_in_, VC, stream_);
+        }
+      }
       CUDA_CHECK(cudaEventRecord(ev.b0, stream_));
       if (head_) {
         classifier(mb.batch, mb.grad_scale / static_cast<float>(N), true);
@@ -1179,13 +1240,15 @@ class CudaBackend final : public Backend {
     }
     CUDA_CHECK(cudaEventRecord(span_end_, stream_));
     pipe_micros_ = m;
-    // The tied classifier's weight gradient, once per step, into stage 0's wte gradient.
+    // The tied classifier's weight gradient, once per step, into stage 0's wte gradient (ZeRO 2-3: stage 0
+    // received it before its last backward, above).
     if (head_) p2p_send(dwte_, VC, sizeof(float), 0);
+    if (per_micro) return;
     if (embed_) {
       p2p_recv(dwte_in_, VC, sizeof(float), stages_ - 1);
       add_in_place_cuda(state_->grads(0), dwte_in_, VC, stream_);
     }
-    // Every unit's gradients are complete: the dp reductions, top unit first.
+    // ZeRO 0-1: every unit's gradients are complete: the dp reductions, top unit first.
     for (int u = static_cast<int>(state_->plan().units.size()) - 1; u >= 0; --u) state_->grads_done(u);
   }
 

@@ -36,7 +36,7 @@ struct CudaTensorParallel {
 // size 1: none) and train.pp_schedule ("gpipe" or "1f1b"; pipeline_check refuses the others on cuda).
 // params() is then this stage's pipeline_rank_table (at tp > 1 its tp shares, tensor_parallel_stage_table),
 // as on the CPU, so checkpoints reshard between the two and to any pp. Composes with CudaDataParallel at
-// ZeRO 0 or 1 and with CudaTensorParallel (tp x pp: the pp communicator joins the same tp rank of every
+// ZeRO 0-3 and with CudaTensorParallel (tp x pp: the pp communicator joins the same tp rank of every
 // stage); CUDA graphs off.
 struct CudaPipeline {
   Communicator* comm = nullptr;

@@ -28,6 +28,21 @@ ZeroDeviceState::ZeroDeviceState(const TensorTable& table, ShardPlan plan, Commu
                "data parallel over more than one rank needs a communicator of the plan's size");
   GANTRY_CHECK(plan_.dp > 1 || zero_ == 0, "a plan over one rank shards nothing: ZeRO 0");
   if (plan_.dp == 1) comm_ = nullptr;
+  // The embeddings (wte, wpe) lead the table and the final norm ends it, both outside any block (layer
+  // -1); a pipeline stage's table may lack either (pipeline_rank_table), and a table without blocks is
+  // one unit (the embeddings).
+  const int n_units = static_cast<int>(plan_.units.size());
+  has_embeddings_ = table.size() > 0 && table[0].layer < 0;
+  has_final_ = table.size() > 0 && table[table.size() - 1].layer < 0 && n_units > (has_embeddings_ ? 1 : 0);
+  first_block_ = has_embeddings_ ? 1 : 0;
+  last_block_ = n_units - 1 - (has_final_ ? 1 : 0);
+  for (int u = first_block_; u <= last_block_; ++u)
+    largest_block_ = std::max(largest_block_, plan_.units[u].count);
+  embedding_bucket_ = has_embeddings_ ? plan_.unit_bucket[plan_.embedding_unit()] : -1;
+  for (size_t b = 0; b < plan_.buckets.size(); ++b) {
+    if (static_cast<int>(b) != embedding_bucket_)
+      largest_other_bucket_ = std::max(largest_other_bucket_, plan_.buckets[b].count);
+  }
   auto floats = [&](size_t n) {
     return static_cast<float*>(allocate(std::max<size_t>(n, 1) * sizeof(float)));
   };
@@ -71,13 +86,13 @@ ZeroDeviceState::ZeroDeviceState(const TensorTable& table, ShardPlan plan, Commu
     CUDA_CHECK(cudaEventCreateWithFlags(&s.free, cudaEventDisableTiming));
   };
   if (zero_ >= 2) {
-    make_grad_slot(embedding_grads_, plan_.buckets[plan_.unit_bucket[plan_.embedding_unit()]].count);
-    for (GradSlot& s : grad_slots_) make_grad_slot(s, plan_.largest_nonembedding_bucket());
+    if (has_embeddings_) make_grad_slot(embedding_grads_, plan_.buckets[embedding_bucket_].count);
+    for (GradSlot& s : grad_slots_) make_grad_slot(s, largest_other_bucket_);
   }
   if (zero_ == 3) {
-    make_param_slot(embedding_params_, plan_.units[plan_.embedding_unit()].count);
-    make_param_slot(final_params_, plan_.units[plan_.final_unit()].count);
-    for (ParamSlot& s : block_slots_) make_param_slot(s, plan_.largest_block_unit());
+    if (has_embeddings_) make_param_slot(embedding_params_, plan_.units[plan_.embedding_unit()].count);
+    if (has_final_) make_param_slot(final_params_, plan_.units[plan_.final_unit()].count);
+    for (ParamSlot& s : block_slots_) make_param_slot(s, largest_block_);
   }
 }
 
@@ -201,7 +216,7 @@ void ZeroDeviceState::gather_into(ParamSlot& slot, int unit) {
 }
 
 ZeroDeviceState::ParamSlot& ZeroDeviceState::resident_slot(int unit) {
-  return unit == plan_.embedding_unit() ? embedding_params_ : final_params_;
+  return has_embeddings_ && unit == plan_.embedding_unit() ? embedding_params_ : final_params_;
 }
 
 const bf16* ZeroDeviceState::params(int unit) {
@@ -217,7 +232,7 @@ const bf16* ZeroDeviceState::params(int unit) {
     return params_ + plan_.units[unit].offset;
   }
   ParamSlot* slot = nullptr;
-  if (!plan_.is_block(unit)) {
+  if (!is_block(unit)) {
     slot = &resident_slot(unit);
     if (slot->unit != unit) gather_into(*slot, unit);
   } else {
@@ -236,7 +251,7 @@ const bf16* ZeroDeviceState::params(int unit) {
 
 void ZeroDeviceState::prefetch(int unit) {
   if (zero_ < 3 || unit < 0 || unit > plan_.final_unit()) return;
-  if (!plan_.is_block(unit)) {
+  if (!is_block(unit)) {
     ParamSlot& slot = resident_slot(unit);
     if (slot.unit != unit) gather_into(slot, unit);
     return;
@@ -256,7 +271,7 @@ void ZeroDeviceState::prefetch(int unit) {
 }
 
 void ZeroDeviceState::release(int unit) {
-  if (zero_ < 3 || !plan_.is_block(unit)) return;
+  if (zero_ < 3 || !is_block(unit)) return;
   for (ParamSlot& s : block_slots_) {
     if (s.unit != unit || !s.pinned) continue;
     CUDA_CHECK(cudaEventRecord(s.free, compute_));
@@ -270,7 +285,7 @@ void ZeroDeviceState::release(int unit) {
 
 ZeroDeviceState::GradSlot& ZeroDeviceState::open_grad_slot(int bucket) {
   GradSlot* slot = nullptr;
-  if (bucket == plan_.unit_bucket[plan_.embedding_unit()]) {
+  if (bucket == embedding_bucket_) {
     slot = &embedding_grads_;
   } else {
     for (GradSlot& s : grad_slots_) {
@@ -613,8 +628,10 @@ void ZeroDeviceState::apply_flip(uint64_t bit) {
 
 StateBytes ZeroDeviceState::bytes() const {
   const uint64_t P = plan_.numel, S = plan_.shard_numel;
-  const uint64_t E = plan_.units[plan_.embedding_unit()].count, F = plan_.units[plan_.final_unit()].count;
-  const uint64_t U = plan_.largest_block_unit(), B = plan_.largest_nonembedding_bucket();
+  // A pipeline stage without the embeddings or the final norm keeps no slot for them (E or F is 0 there).
+  const uint64_t E = has_embeddings_ ? plan_.units[plan_.embedding_unit()].count : 0;
+  const uint64_t F = has_final_ ? plan_.units[plan_.final_unit()].count : 0;
+  const uint64_t U = largest_block_, B = largest_other_bucket_;
   const uint64_t held = zero_ == 0 ? P : S;
   StateBytes b;
   b.params = held * sizeof(float) + (zero_ < 3 ? P : S + E + F + 2 * U) * sizeof(bf16);

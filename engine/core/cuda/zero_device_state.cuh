@@ -35,7 +35,12 @@
 //
 // Pipeline parallel (cuda/backend_cuda.cu): `table` is one stage's tensors (at tp > 1 their tp shares), and
 // `pp` the stage's pp axis: the norm then sums each stage's total (after the tp sum above) over pp. The
-// loss is the backend's to share over pp (the last stage's).
+// loss is the backend's to share over pp (the last stage's). A stage's table may lack the embeddings
+// (every stage but the first) or the final norm (every stage but the last): its units are then all blocks
+// at that end (the plan's unit 0 or last unit is a block), so ZeRO 3 gathers them per use like any block
+// and ZeRO 2-3 give the embeddings' slot only to a stage that has them. Under ZeRO 2-3 the backend calls
+// begin_micro_batch() before each micro-batch's backward and grads_done() as it completes each unit, as at
+// pp 1, in the stage's program order (the same on every replica of the stage).
 //
 // A failed collective is fatal (FatalError carrying the communicator's message): the gang fails together.
 #pragma once
@@ -145,6 +150,9 @@ class ZeroDeviceState {
   };
 
   bool sharded(StateBuffer which) const;
+  // A block of this stage (gathered per use under ZeRO 3), as opposed to the embeddings or the final norm
+  // (gathered once per step), which a pipeline stage may lack.
+  bool is_block(int unit) const { return unit >= first_block_ && unit <= last_block_; }
   float* buffer(StateBuffer which);
   void build_chunks(const TensorTable& table, const Allocate& allocate);
   void check(const Status& st) const;
@@ -188,6 +196,14 @@ class ZeroDeviceState {
   int n_tp_sharded_chunks_ = 0;
   // Pipeline parallel: the pp axis (null at pp 1), the norm's last sum.
   Communicator* pp_ = nullptr;
+
+  // Which units are the stage's blocks: [first_block_, last_block_] (1 and L at pp 1; a pipeline stage
+  // without the embeddings starts at 0, one without the final norm ends at its last unit), the largest
+  // of them, the embeddings' bucket (-1: none on this stage) and the largest other bucket.
+  bool has_embeddings_ = true, has_final_ = true;
+  int first_block_ = 1, last_block_ = 0;
+  int embedding_bucket_ = -1;
+  size_t largest_block_ = 0, largest_other_bucket_ = 0;
 
   // ZeRO 2/3 gradient staging: the embeddings' bucket, and two slots for the others.
   GradSlot embedding_grads_;

@@ -13,7 +13,10 @@
 // steps of the tiny model each step's loss stays within the tensor-parallel test's bound, 2 % of the one-GPU
 // run's; step 1 (the same parameters and the same forward) within 0.1 %. Under tp x pp the stages' forward
 // also rounds the row-parallel partial sums to bf16 (tensor_parallel_cuda_test): step 1 within that test's
-// 0.5 %. The validation loss (steps 6 and 12) within the step bound, 2 %.
+// 0.5 %. The validation loss (steps 6 and 12) within the step bound, 2 %. ZeRO 2-3 (6 layers, 3 blocks a
+// stage) add only another summation order: each micro-batch's buckets reduced on their own and added into
+// the shard, the tied gradient added before the last micro-batch's encoder gradient; ZeRO 3's gathered
+// bf16 blocks are the same bits as the resident copy, so step 1 keeps its bound.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -21,6 +24,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -37,9 +41,12 @@ using testing_support::losses_of;
 using testing_support::slurp;
 
 // The tiny model's config on `backend` with micro-batches of 4 (4 per step at dp 1, 2 per dp rank at dp 2:
-// 1F1B needs at least pp) under `schedule`, validated every 6 steps, written under `root`.
-std::string tiny_config(const std::string& root, const std::string& backend, const std::string& schedule) {
+// 1F1B needs at least pp) under `schedule`, validated every 6 steps, with `layers` blocks (tiny's own 2
+// unless more are asked), written under `root`.
+std::string tiny_config(const std::string& root, const std::string& backend, const std::string& schedule,
+                        int layers = 2) {
   std::string cfg = slurp(std::string(GANTRY_SOURCE_DIR) + "/assets/configs/tiny.toml");
+  cfg.replace(cfg.find("n_layer = 2"), 11, "n_layer = " + std::to_string(layers));
   cfg.replace(cfg.find("backend = \"cpu\""), 15,
               "backend = \"" + backend + "\"\ndp_bucket_mb = 0.05\npp_schedule = \"" + schedule + "\"");
   cfg.replace(cfg.find("micro_batch = 8"), 15, "micro_batch = 4");
@@ -59,6 +66,9 @@ struct Layout {
   int pp;
   int zero;
   const char* schedule;
+  // 6 for the ZeRO 2-3 cases: 3 blocks a stage, so ZeRO 3's two block slots cycle and a block is gathered
+  // again before its backward, and ZeRO 2's two gradient slots take turns.
+  int layers = 2;
 };
 
 class PipelineParallelCuda : public ::testing::TestWithParam<Layout> {};
@@ -70,8 +80,8 @@ TEST_P(PipelineParallelCuda, TracksOneGpuAndItsCheckpointLoadsAtPpOneOnGpuAndCpu
   }
   const std::string root = testing_support::scratch_dir().string();
   for (const char* d : {"/one", "/pp", "/gpu1", "/cpu1"}) std::filesystem::create_directories(root + d);
-  const std::string gpu = tiny_config(root, "cuda", layout.schedule),
-                    cpu = tiny_config(root, "cpu", layout.schedule);
+  const std::string gpu = tiny_config(root, "cuda", layout.schedule, layout.layers),
+                    cpu = tiny_config(root, "cpu", layout.schedule, layout.layers);
 
   int code = 0;
   std::string err;
@@ -115,6 +125,17 @@ TEST_P(PipelineParallelCuda, TracksOneGpuAndItsCheckpointLoadsAtPpOneOnGpuAndCpu
   std::snprintf(formula, sizeof formula, "formula %.1f %%", 100.0 * (layout.pp - 1) / (m + layout.pp - 1));
   EXPECT_NE(err.find("step 12: pipeline bubble"), std::string::npos) << err;
   EXPECT_NE(err.find(formula), std::string::npos) << formula << " in\n" << err;
+  // Rank 0 (stage 0) names what it holds of its stage: under ZeRO 1-3 its 1/dp share of the AdamW moments
+  // (8 bytes per parameter of the stage in all), so the stage's dp state is sharded, not replicated.
+  const int dp = layout.gpus / (layout.tp * layout.pp);
+  if (dp > 1) {
+    std::smatch sm;
+    ASSERT_TRUE(std::regex_search(err, sm, std::regex(R"(\| (\d+) parameters \|)"))) << err;
+    const double stage_params = std::stod(sm[1]);
+    ASSERT_TRUE(std::regex_search(err, sm, std::regex(R"(AdamW ([0-9.]+) MB)"))) << err;
+    const double full = 8 * stage_params, share = layout.zero == 0 ? 1.0 : 1.0 / dp;
+    EXPECT_NEAR(std::stod(sm[1]) * 1e6, full * share, 0.02 * full) << sm[0];
+  }
 
   // The checkpoint holds every stage's tensors (their tp shares under tp x pp) in the whole model's
   // coordinates: it loads at pp 1 and tp 1, on one GPU and on the CPU backend, and step 13 continues the
@@ -135,9 +156,14 @@ TEST_P(PipelineParallelCuda, TracksOneGpuAndItsCheckpointLoadsAtPpOneOnGpuAndCpu
 INSTANTIATE_TEST_SUITE_P(Layouts, PipelineParallelCuda,
                          ::testing::Values(Layout{2, 1, 2, 0, "gpipe"}, Layout{2, 1, 2, 0, "1f1b"},
                                            Layout{4, 1, 2, 0, "1f1b"}, Layout{4, 1, 2, 1, "1f1b"},
+                                           // ZeRO 2-3 on each stage's dp axis: every backward's buckets
+                                           // reduce-scattered as it completes them, ZeRO 3's blocks
+                                           // gathered before each forward and backward.
+                                           Layout{4, 1, 2, 2, "1f1b", 6}, Layout{4, 1, 2, 3, "1f1b", 6},
+                                           Layout{4, 1, 2, 3, "gpipe", 6},
                                            // tp x pp (x dp): each stage's blocks split over 2 GPUs.
                                            Layout{4, 2, 2, 0, "gpipe"}, Layout{4, 2, 2, 0, "1f1b"},
-                                           Layout{8, 2, 2, 1, "1f1b"}),
+                                           Layout{8, 2, 2, 1, "1f1b"}, Layout{8, 2, 2, 3, "1f1b", 6}),
                          [](const ::testing::TestParamInfo<Layout>& i) {
                            return "gpus" + std::to_string(i.param.gpus) +
                                   (i.param.tp > 1 ? "_tp" + std::to_string(i.param.tp) : std::string()) +
