@@ -1,7 +1,8 @@
 // Pipeline parallelism on GPUs end to end: `gantry-engine run --nproc N --pp 2 [--tp 2]` (NCCL send/recv
 // between the stages, each stage's blocks split over its tp group where tp is 2, each stage's dp group
 // beside it where N = 4 at tp 1, 8 at tp 2) follows the loss and validation loss curves of `gantry-engine
-// train` on one GPU with the same micro-batches, under GPipe and 1F1B, and its checkpoint (each stage's
+// train` on one GPU with the same micro-batches, under GPipe, 1F1B and interleaved 1F1B (`--vp 2`: two
+// model chunks per rank, the layers pp x vp), and its checkpoint (each stage's
 // tensors, or their tp shares, in the whole model's coordinates) loads at pp 1, tp 1 on one GPU and on the
 // CPU backend and continues on that curve. Every step reports its measured bubble beside the schedule's
 // formula. Skips where fewer GPUs are visible than a case needs.
@@ -36,10 +37,13 @@ namespace {
 using testing_support::losses_of;
 using testing_support::slurp;
 
-// The tiny model's config on `backend` with micro-batches of 4 (4 per step at dp 1, 2 per dp rank at dp 2:
-// 1F1B needs at least pp) under `schedule`, validated every 6 steps, written under `root`.
-std::string tiny_config(const std::string& root, const std::string& backend, const std::string& schedule) {
+// The tiny model's config (`layers` blocks) on `backend` with micro-batches of 4 (4 per step at dp 1, 2 per
+// dp rank at dp 2: 1F1B needs at least pp, interleaving a multiple of pp) under `schedule`, validated every
+// 6 steps, written under `root`. vp is run's flag: one process has no virtual stages.
+std::string tiny_config(const std::string& root, const std::string& backend, const std::string& schedule,
+                        int layers = 2) {
   std::string cfg = slurp(std::string(GANTRY_SOURCE_DIR) + "/assets/configs/tiny.toml");
+  cfg.replace(cfg.find("n_layer = 2"), 11, "n_layer = " + std::to_string(layers));
   cfg.replace(cfg.find("backend = \"cpu\""), 15,
               "backend = \"" + backend + "\"\ndp_bucket_mb = 0.05\npp_schedule = \"" + schedule + "\"");
   cfg.replace(cfg.find("micro_batch = 8"), 15, "micro_batch = 4");
@@ -59,6 +63,8 @@ struct Layout {
   int pp;
   int zero;
   const char* schedule;
+  int vp = 1;      // model chunks per rank (> 1: "interleaved")
+  int layers = 2;  // the tiny model's blocks: at least pp x vp
 };
 
 class PipelineParallelCuda : public ::testing::TestWithParam<Layout> {};
@@ -70,8 +76,8 @@ TEST_P(PipelineParallelCuda, TracksOneGpuAndItsCheckpointLoadsAtPpOneOnGpuAndCpu
   }
   const std::string root = testing_support::scratch_dir().string();
   for (const char* d : {"/one", "/pp", "/gpu1", "/cpu1"}) std::filesystem::create_directories(root + d);
-  const std::string gpu = tiny_config(root, "cuda", layout.schedule),
-                    cpu = tiny_config(root, "cpu", layout.schedule);
+  const std::string gpu = tiny_config(root, "cuda", layout.schedule, layout.layers),
+                    cpu = tiny_config(root, "cpu", layout.schedule, layout.layers);
 
   int code = 0;
   std::string err;
@@ -83,11 +89,12 @@ TEST_P(PipelineParallelCuda, TracksOneGpuAndItsCheckpointLoadsAtPpOneOnGpuAndCpu
                 &code, &err, &one_norms, &one_val);
   ASSERT_EQ(code, 0) << err;
   ASSERT_EQ(one.size(), 13u);
-  const std::vector<double> pp =
-      losses_of("run --nproc " + std::to_string(layout.gpus) + " --tp " + std::to_string(layout.tp) +
-                    " --pp " + std::to_string(layout.pp) + " --zero " + std::to_string(layout.zero) +
-                    " --config " + gpu + " --out " + root + "/pp --max-steps 12 --json",
-                root + "/pp", &code, &err, &pp_norms, &pp_val);
+  const std::vector<double> pp = losses_of(
+      "run --nproc " + std::to_string(layout.gpus) + " --tp " + std::to_string(layout.tp) + " --pp " +
+          std::to_string(layout.pp) + (layout.vp > 1 ? " --vp " + std::to_string(layout.vp) : std::string()) +
+          " --zero " + std::to_string(layout.zero) + " --config " + gpu + " --out " + root +
+          "/pp --max-steps 12 --json",
+      root + "/pp", &code, &err, &pp_norms, &pp_val);
   ASSERT_EQ(code, 0) << err;
   ASSERT_EQ(pp.size(), 12u);
   const double first = layout.tp > 1 ? kFirstTolerance3d : kFirstTolerance;
@@ -108,11 +115,13 @@ TEST_P(PipelineParallelCuda, TracksOneGpuAndItsCheckpointLoadsAtPpOneOnGpuAndCpu
   // one GPU's within bf16's 3 % (backend_cuda_test's GPU-vs-CPU bound).
   ASSERT_EQ(pp_norms.size(), pp.size());
   EXPECT_NEAR(pp_norms[0], one_norms[0], 0.03 * one_norms[0]) << "step 1's gradient norm";
-  // Each rank reports its measured bubble beside the schedule's formula, (p - 1) / (m + p - 1) for GPipe
-  // and 1F1B: m = 4 micro-batches per dp rank at dp 1 (20.0 %), 2 at dp 2 (33.3 %).
+  // Each rank reports its measured bubble beside the schedule's formula, (p - 1) / (v·m + p - 1) (v = 1 for
+  // GPipe and 1F1B): m = 4 micro-batches per dp rank at dp 1 (pp 2: 20.0 %, 11.1 % at vp 2; pp 4 vp 2:
+  // 27.3 %), 2 at dp 2 (33.3 %).
   const int m = 16 / 4 / (layout.gpus / (layout.tp * layout.pp));
   char formula[64];
-  std::snprintf(formula, sizeof formula, "formula %.1f %%", 100.0 * (layout.pp - 1) / (m + layout.pp - 1));
+  std::snprintf(formula, sizeof formula, "formula %.1f %%",
+                100.0 * (layout.pp - 1) / (layout.vp * m + layout.pp - 1));
   EXPECT_NE(err.find("step 12: pipeline bubble"), std::string::npos) << err;
   EXPECT_NE(err.find(formula), std::string::npos) << formula << " in\n" << err;
 
@@ -137,16 +146,21 @@ INSTANTIATE_TEST_SUITE_P(Layouts, PipelineParallelCuda,
                                            Layout{4, 1, 2, 0, "1f1b"}, Layout{4, 1, 2, 1, "1f1b"},
                                            // tp x pp (x dp): each stage's blocks split over 2 GPUs.
                                            Layout{4, 2, 2, 0, "gpipe"}, Layout{4, 2, 2, 0, "1f1b"},
-                                           Layout{8, 2, 2, 1, "1f1b"}),
+                                           Layout{8, 2, 2, 1, "1f1b"},
+                                           // Interleaved: vp 2 chunks per rank, pp x vp layers.
+                                           Layout{2, 1, 2, 0, "interleaved", 2, 4},
+                                           Layout{4, 1, 4, 0, "interleaved", 2, 8},
+                                           Layout{4, 2, 2, 1, "interleaved", 2, 4}),
                          [](const ::testing::TestParamInfo<Layout>& i) {
                            return "gpus" + std::to_string(i.param.gpus) +
                                   (i.param.tp > 1 ? "_tp" + std::to_string(i.param.tp) : std::string()) +
-                                  "_pp" + std::to_string(i.param.pp) + "_zero" +
-                                  std::to_string(i.param.zero) + "_" + i.param.schedule;
+                                  "_pp" + std::to_string(i.param.pp) +
+                                  (i.param.vp > 1 ? "_vp" + std::to_string(i.param.vp) : std::string()) +
+                                  "_zero" + std::to_string(i.param.zero) + "_" + i.param.schedule;
                          });
 
 // A layout the GPU pipeline does not run is refused before any step, naming the value and what would run.
-TEST(PipelineParallelCudaRefusals, InterleavedAndZbh1AreRefusedWithWhatWouldRun) {
+TEST(PipelineParallelCudaRefusals, Zbh1IsRefusedWithWhatWouldRun) {
   if (cuda_device_count() < 2) GTEST_SKIP() << "needs 2 GPUs (found " << cuda_device_count() << ")";
   const std::string root = testing_support::scratch_dir().string();
   std::filesystem::create_directories(root + "/zb");
@@ -159,7 +173,8 @@ TEST(PipelineParallelCudaRefusals, InterleavedAndZbh1AreRefusedWithWhatWouldRun)
   EXPECT_NE(code, 0);
   EXPECT_TRUE(l.empty());
   EXPECT_NE(err.find("train.pp_schedule = \"zbh1\" on train.backend = \"cuda\""), std::string::npos) << err;
-  EXPECT_NE(err.find("the GPU pipeline runs \"gpipe\" and \"1f1b\""), std::string::npos) << err;
+  EXPECT_NE(err.find("the GPU pipeline runs \"gpipe\", \"1f1b\" and \"interleaved\""), std::string::npos)
+      << err;
 }
 
 }  // namespace

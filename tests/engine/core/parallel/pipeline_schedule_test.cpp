@@ -312,8 +312,8 @@ TEST(PipelineCheck, RefusesBadLayoutsNamingTheNumbers) {
       HasSubstr(
           "pp 2 with train.memory_copy_every = 5: in-memory copies of a pipeline's stages are refused"));
   c.train.memory_copy_every = 0;
-  // The GPU pipeline (cuda/backend_cuda.cu): GPipe and 1F1B at ZeRO 0 or 1 over dp; the rest is refused
-  // with the value and what would run.
+  // The GPU pipeline (cuda/backend_cuda.cu): GPipe, 1F1B and interleaved 1F1B at ZeRO 0 or 1 over dp; the
+  // rest is refused with the value and what would run.
   c.train.backend = "cuda";
   c.train.pp_schedule = "gpipe";
   EXPECT_TRUE(pipeline_check(c, dims(2, 1, 1, 2), 2).ok());
@@ -331,10 +331,21 @@ TEST(PipelineCheck, RefusesBadLayoutsNamingTheNumbers) {
   c.train.pp_schedule = "zbh1";
   EXPECT_THAT(pipeline_check(c, dims(2, 1, 1, 2), 2).message(),
               HasSubstr("pp 2 with train.pp_schedule = \"zbh1\" on train.backend = \"cuda\": the GPU "
-                        "pipeline runs \"gpipe\" and \"1f1b\""));
-  c.train.pp_schedule = "interleaved";
-  EXPECT_THAT(pipeline_check(c, dims(2, 1, 1, 2), 2).message(),
-              HasSubstr("train.pp_schedule = \"interleaved\" on train.backend = \"cuda\""));
+                        "pipeline runs \"gpipe\", \"1f1b\" and \"interleaved\" (ZB-H1's split backward is "
+                        "CPU-only for now)"));
+  // Interleaved runs on the GPU as on the CPU: vp > 1, micro-batches a multiple of pp, ZeRO 0 or 1, tp too.
+  {
+    Config v = c;
+    v.model.n_layer = 4;  // pp x vp
+    v.train.pp_schedule = "interleaved";
+    EXPECT_TRUE(pipeline_check(v, dims(2, 1, 1, 2), 2, 2).ok());
+    EXPECT_TRUE(pipeline_check(v, dims(4, 2, 1, 2, 1), 4, 2).ok());
+    EXPECT_TRUE(pipeline_check(v, dims(4, 1, 2, 2, 1), 2, 2).ok());
+    EXPECT_THAT(pipeline_check(v, dims(2, 1, 1, 2), 3, 2).message(),
+                HasSubstr("needs micro-batches per step a multiple of pp (2)"));
+    EXPECT_THAT(pipeline_check(v, dims(2, 1, 1, 2), 2, 1).message(),
+                HasSubstr("virtual stages run only under the interleaved schedule"));
+  }
   c.train.pp_schedule = "1f1b";
   c.train.backend = "tpu";
   EXPECT_THAT(pipeline_check(c, dims(2, 1, 1, 2), 2).message(),
