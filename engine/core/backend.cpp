@@ -89,13 +89,12 @@ Result<std::unique_ptr<Backend>> backend_create(const std::string& kind, const M
     if (Status st = tp_split_check(m, options.tp); !st.ok()) return st;
     if (options.pp != nullptr && options.pp->size() > 1) {
       PipelineSchedule s{};
-      if (!pipeline_schedule_from_name(options.pp_schedule, &s) || s == PipelineSchedule::kZeroBubbleH1 ||
+      if (!pipeline_schedule_from_name(options.pp_schedule, &s) ||
           (s == PipelineSchedule::kInterleaved) != (options.vp > 1)) {
-        return Status::error(
-            "pp " + std::to_string(options.pp->size()) + " with train.pp_schedule = \"" +
-            options.pp_schedule + "\" and vp " + std::to_string(options.vp) +
-            " on train.backend = \"cuda\": the GPU pipeline runs \"gpipe\" and \"1f1b\" at "
-            "vp 1 and \"interleaved\" at vp > 1; use one of those, or train.backend = \"cpu\"");
+        return Status::error("pp " + std::to_string(options.pp->size()) + " with train.pp_schedule = \"" +
+                             options.pp_schedule + "\" and vp " + std::to_string(options.vp) +
+                             " on train.backend = \"cuda\": the GPU pipeline runs \"gpipe\", \"1f1b\" and "
+                             "\"zbh1\" at vp 1 and \"interleaved\" at vp > 1; use one of those");
       }
       if (options.zero > 1) {
         return Status::error("pp " + std::to_string(options.pp->size()) + " with zero " +

@@ -140,17 +140,26 @@ struct PipeMicro {
   int batch = 0;
   float grad_scale = 0;
 };
+// ZB-H1: what a block's weight-gradient pass (kWeight) reads, kept from its input-gradient pass (kInput):
+// the output gradients of its four products (this tp rank's shares of d(fch) and d(qkv)).
+struct KeptGrads {
+  bf16 *dres3 = nullptr, *dfch = nullptr, *dres2 = nullptr, *dqkv = nullptr;
+};
 struct StageSlot {
   bf16* in = nullptr;    // (N, C): the stage's input (the encoder's output on stage 0)
   bf16* dout = nullptr;  // (N, C): d(output) received, then d(input) to send
   std::vector<LayerActs> layers;
-  bf16* lnf = nullptr;  // last stage: the final norm's output and statistics
+  std::vector<KeptGrads> kept;  // ZB-H1: per block
+  bf16* lnf = nullptr;          // last stage: the final norm's output and statistics
   float *lnf_mean = nullptr, *lnf_rstd = nullptr;
   bool busy = false;
 };
 struct PipeEvents {
-  cudaEvent_t f0 = nullptr, f1 = nullptr, b0 = nullptr, b1 = nullptr;  // a micro-batch's two computes
+  // A micro-batch's computes: forward, backward (ZB-H1: its input-gradient pass), ZB-H1's weight pass.
+  cudaEvent_t f0 = nullptr, f1 = nullptr, b0 = nullptr, b1 = nullptr, w0 = nullptr, w1 = nullptr;
 };
+// backward()'s passes: both gradients, or ZB-H1's input gradient (kInput) and weight gradient (kWeight).
+enum class BackwardPart { kWhole, kInput, kWeight };
 
 // The tp degree and this rank's place in it (1 and 0 without tensor parallelism).
 int tp_size_of(const CudaTensorParallel& tp) {
@@ -202,10 +211,11 @@ class CudaBackend final : public Backend {
       GANTRY_CHECK(dp.zero <= 1, "pp " + std::to_string(stages_) + " with zero " + std::to_string(dp.zero) +
                                      ": a GPU pipeline stage shards over dp with ZeRO 0 or 1 only");
       GANTRY_CHECK(pipeline_schedule_from_name(pp.schedule, &schedule_) &&
-                       schedule_ != PipelineSchedule::kZeroBubbleH1 &&
                        (schedule_ == PipelineSchedule::kInterleaved) == (vp_ > 1),
                    "train.pp_schedule \"" + pp.schedule + "\" with vp " + std::to_string(vp_) +
-                       ": the GPU pipeline runs \"gpipe\" and \"1f1b\" at vp 1, \"interleaved\" at vp > 1");
+                       ": the GPU pipeline runs \"gpipe\", \"1f1b\" and \"zbh1\" at vp 1, \"interleaved\" at "
+                       "vp > 1");
+      split_backward_ = schedule_ == PipelineSchedule::kZeroBubbleH1;
       // Chunk c is virtual stage c * stages_ + stage_: its blocks follow chunk c - 1's in the rank's table.
       for (int c = 0; c < vp_; ++c) {
         chunk_first_.push_back(n_local_);
@@ -255,7 +265,7 @@ class CudaBackend final : public Backend {
     if (pp_comm_ != nullptr) (void)pp_comm_->sync(stream_, dp_timeout_);  // a dead stage: bounded too
     cudaStreamSynchronize(stream_);
     for (PipeEvents& e : pipe_events_) {
-      for (cudaEvent_t x : {e.f0, e.f1, e.b0, e.b1}) cudaEventDestroy(x);
+      for (cudaEvent_t x : {e.f0, e.f1, e.b0, e.b1, e.w0, e.w1}) cudaEventDestroy(x);
     }
     for (cudaEvent_t x : {span_begin_, span_end_, tokens_copied_}) {
       if (x != nullptr) cudaEventDestroy(x);
@@ -965,7 +975,16 @@ class CudaBackend final : public Backend {
 
   // From d(lnf) in dln_ (last stage; on a pipeline stage before it, d(output) already in dres_) down the
   // stage's blocks to d(input) in dres_, then the encoder's gradients on the first stage.
-  void backward(int B) {
+  // ZB-H1 (`part`): kInput leaves out the four products' weight gradients and the fc and qkv bias
+  // reductions, keeping their output gradients in the slot (KeptGrads); kWeight (weight_pass) computes them.
+  // Everything else (the LayerNorms' gradients and the biases they sum, the classifier, the embeddings) is
+  // the input pass's. kWhole issues the same kernels in the same order as before the split.
+  void backward(int B, BackwardPart part = BackwardPart::kWhole) {
+    if (part == BackwardPart::kWeight) {
+      weight_pass(B);
+      return;
+    }
+    const bool split = part == BackwardPart::kInput;
     const int T = m_.seq_len, C = m_.n_embd, NH = m_.n_head, HS = C / NH, N = B * T, L = chunk_n_;
     const int Cl = C / tp_, NHl = NH / tp_, Hl = 4 * C / tp_;  // this tp rank's share
     const size_t NC = static_cast<size_t>(N) * C;
@@ -997,25 +1016,40 @@ class CudaBackend final : public Backend {
       // Tensor parallel: d(res3) is whole on every rank, so the row-parallel projection's input gradient is
       // this rank's share with no traffic; the column-parallel MLP-up's (dln) is a partial sum, all-reduced
       // under its weight and bias gradients.
-      matmul_->backward_weight(g.fcproj_w, dres_, a.fch_gelu, N, Hl, C);
-      matmul_->backward_input(dfch_, dres_, p.fcproj_w, N, Hl, C, a.fch_pre);
-      matmul_->backward_input(dln_, dfch_, p.fc_w, N, C, Hl, nullptr);
+      const KeptGrads* kept = split ? &(*kept_)[l] : nullptr;
+      if (split) {
+        copy_async(kept->dres3, dres_, NC);
+      } else {
+        matmul_->backward_weight(g.fcproj_w, dres_, a.fch_gelu, N, Hl, C);
+      }
+      bf16* dfch = split ? kept->dfch : dfch_;
+      matmul_->backward_input(dfch, dres_, p.fcproj_w, N, Hl, C, a.fch_pre);
+      matmul_->backward_input(dln_, dfch, p.fc_w, N, C, Hl, nullptr);
       if (tp_comm_ != nullptr) tp_all_reduce_start(dln_, NC);
-      bias_backward_cuda(g.fc_b, scratch_, dfch_, N, Hl, stream_);
-      matmul_->backward_weight(g.fc_w, dfch_, a.ln2, N, C, Hl);
+      if (!split) {
+        bias_backward_cuda(g.fc_b, scratch_, dfch_, N, Hl, stream_);
+        matmul_->backward_weight(g.fc_w, dfch_, a.ln2, N, C, Hl);
+      }
       if (tp_comm_ != nullptr) tp_join();
       // dres becomes d(res2): the attention projection's bias gradient.
       layernorm_backward_cuda(dres_, g.ln2_w, g.ln2_b, g.proj_b, scratch_, dln_, a.res2, p.ln2_w, a.ln2_mean,
                               a.ln2_rstd, N, C, true, stream_);
       // Attention branch, then the first norm turns dres into d(residual in).
-      matmul_->backward_weight(g.proj_w, dres_, a.atty, N, Cl, C);
+      if (split) {
+        copy_async(kept->dres2, dres_, NC);
+      } else {
+        matmul_->backward_weight(g.proj_w, dres_, a.atty, N, Cl, C);
+      }
       matmul_->backward_input(datty_, dres_, p.proj_w, N, Cl, C, nullptr);
-      attention_backward(dqkv_, datty_, a.atty, a.lse, a.qkv, scratch_, B, T, NHl, HS, stream_,
+      bf16* dqkv = split ? kept->dqkv : dqkv_;
+      attention_backward(dqkv, datty_, a.atty, a.lse, a.qkv, scratch_, B, T, NHl, HS, stream_,
                          deterministic_);
-      matmul_->backward_input(dln_, dqkv_, p.qkv_w, N, C, 3 * Cl, nullptr);
+      matmul_->backward_input(dln_, dqkv, p.qkv_w, N, C, 3 * Cl, nullptr);
       if (tp_comm_ != nullptr) tp_all_reduce_start(dln_, NC);  // column-parallel QKV: as MLP-up's above
-      matmul_->backward_weight(g.qkv_w, dqkv_, a.ln1, N, C, 3 * Cl);
-      bias_backward_cuda(g.qkv_b, scratch_, dqkv_, N, 3 * Cl, stream_);
+      if (!split) {
+        matmul_->backward_weight(g.qkv_w, dqkv_, a.ln1, N, C, 3 * Cl);
+        bias_backward_cuda(g.qkv_b, scratch_, dqkv_, N, 3 * Cl, stream_);
+      }
       if (tp_comm_ != nullptr) tp_join();
       // dres becomes d(res3) of the block below: its MLP projection's bias gradient (the chunk's first
       // block: the previous virtual stage's, which sums the d(input) it receives into it).
@@ -1033,6 +1067,27 @@ class CudaBackend final : public Backend {
     encoder_backward_cuda(dembeddings, dembeddings + wpe_at_, dres_, bucket_token_, bucket_start_, positions_,
                           N, B, T, C, stream_);
     grads_done(0);  // the embeddings: the classifier wrote wte's gradient first, the encoder last
+  }
+
+  // ZB-H1's weight pass over the chunk's blocks: the products' weight gradients and the fc and qkv biases,
+  // from the output gradients the input pass kept (KeptGrads) and the slot's activations. No collectives.
+  void weight_pass(int B) {
+    const int C = m_.n_embd, N = B * m_.seq_len, L = chunk_n_;
+    const int Cl = C / tp_, Hl = 4 * C / tp_;  // this tp rank's share
+    for (int l = L - 1; l >= 0; --l) {
+      const BlockGrads g = block_grads(chunk_lo_ + l);
+      const LayerActs& a = act(l);
+      const KeptGrads& k = (*kept_)[l];
+      matmul_->backward_weight(g.fcproj_w, k.dres3, a.fch_gelu, N, Hl, C);
+      bias_backward_cuda(g.fc_b, scratch_, k.dfch, N, Hl, stream_);
+      matmul_->backward_weight(g.fc_w, k.dfch, a.ln2, N, C, Hl);
+      matmul_->backward_weight(g.proj_w, k.dres2, a.atty, N, Cl, C);
+      matmul_->backward_weight(g.qkv_w, k.dqkv, a.ln1, N, C, 3 * Cl);
+      bias_backward_cuda(g.qkv_b, scratch_, k.dqkv, N, 3 * Cl, stream_);
+    }
+  }
+  void copy_async(bf16* to, const bf16* from, size_t count) {
+    CUDA_CHECK(cudaMemcpyAsync(to, from, count * sizeof(bf16), cudaMemcpyDeviceToDevice, stream_));
   }
 
   static void check(const Status& st) {
@@ -1069,6 +1124,13 @@ class CudaBackend final : public Backend {
       s.in = device<bf16>(N * C);
       s.dout = device<bf16>(N * C);
       for (int l = 0; l < chunk_layers_[chunk]; ++l) s.layers.push_back(layer_acts());
+      if (split_backward_) {
+        const size_t Hl = 4 * C / tp_, Cl = C / tp_;
+        for (int l = 0; l < chunk_layers_[chunk]; ++l) {
+          s.kept.push_back(
+              {device<bf16>(N * C), device<bf16>(N * Hl), device<bf16>(N * C), device<bf16>(N * 3 * Cl)});
+        }
+      }
       if (head_ && chunk == vp_ - 1) {
         s.lnf = device<bf16>(N * C);
         s.lnf_mean = device<float>(N);
@@ -1098,6 +1160,7 @@ class CudaBackend final : public Backend {
   void use_slot(StageSlot& s) {
     encoded_ = s.in;
     acts_ = &s.layers;
+    kept_ = &s.kept;
     if (s.lnf != nullptr) {
       lnf_ = s.lnf;
       lnf_mean_ = s.lnf_mean;
@@ -1157,7 +1220,7 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaEventRecord(tokens_copied_, stream_));
     while (static_cast<int>(pipe_events_.size()) < m * vp_) {  // one set per (chunk, micro-batch)
       PipeEvents e;
-      for (cudaEvent_t* x : {&e.f0, &e.f1, &e.b0, &e.b1}) CUDA_CHECK(cudaEventCreate(x));
+      for (cudaEvent_t* x : {&e.f0, &e.f1, &e.b0, &e.b1, &e.w0, &e.w1}) CUDA_CHECK(cudaEventCreate(x));
       pipe_events_.push_back(e);
     }
     state_->begin_micro_batch();
@@ -1183,8 +1246,9 @@ class CudaBackend final : public Backend {
       if (step.kind == PipelineStep::Kind::kSend) {
         StageSlot& s = slot(c, k);
         p2p_send(step.grad ? s.dout : s.layers.back().res3, NC, sizeof(bf16), step.peer);
-        // Stream order: the slot's next user is enqueued after the send, which it waits behind.
-        if (step.grad) s.busy = false;
+        // Stream order: the slot's next user is enqueued after the send, which it waits behind. ZB-H1
+        // frees it after its weight pass instead.
+        if (step.grad && !split_backward_) s.busy = false;
         continue;
       }
       set_tokens(tokens_dev_ + static_cast<size_t>(k) * stride, N);
@@ -1199,7 +1263,17 @@ class CudaBackend final : public Backend {
         CUDA_CHECK(cudaEventRecord(ev.f1, stream_));
         continue;
       }
-      GANTRY_CHECK(step.action.op == PipelineOp::kBackward, "the GPU pipeline runs whole backward passes");
+      if (step.action.op == PipelineOp::kWeight) {
+        StageSlot& s = slot(c, k);
+        use_slot(s);
+        CUDA_CHECK(cudaEventRecord(ev.w0, stream_));
+        backward(mb.batch, BackwardPart::kWeight);
+        CUDA_CHECK(cudaEventRecord(ev.w1, stream_));
+        s.busy = false;  // after the input gradient's send, which the next user waits behind
+        continue;
+      }
+      GANTRY_CHECK(step.action.op == (split_backward_ ? PipelineOp::kInput : PipelineOp::kBackward),
+                   "the GPU pipeline's backward passes: whole, or ZB-H1's input and weight passes");
       StageSlot& s = slot(c, k);
       use_slot(s);
       CUDA_CHECK(cudaEventRecord(ev.b0, stream_));
@@ -1209,10 +1283,10 @@ class CudaBackend final : public Backend {
       } else {
         CUDA_CHECK(cudaMemcpyAsync(dres_, s.dout, NC * sizeof(bf16), cudaMemcpyDeviceToDevice, stream_));
       }
-      backward(mb.batch);
+      backward(mb.batch, split_backward_ ? BackwardPart::kInput : BackwardPart::kWhole);
       if (!run_embed_) {
         CUDA_CHECK(cudaMemcpyAsync(s.dout, dres_, NC * sizeof(bf16), cudaMemcpyDeviceToDevice, stream_));
-      } else {
+      } else if (!split_backward_) {
         s.busy = false;  // the model's first chunk sends nothing up
       }
       CUDA_CHECK(cudaEventRecord(ev.b1, stream_));
@@ -1283,6 +1357,7 @@ class CudaBackend final : public Backend {
       const PipeEvents& e = pipe_events_[k];
       phases_.forward_s += ms(e.f0, e.f1) * 1e-3;
       phases_.backward_s += ms(e.b0, e.b1) * 1e-3;
+      if (split_backward_) phases_.backward_s += ms(e.w0, e.w1) * 1e-3;  // ZB-H1's weight pass
     }
     const double span = ms(span_begin_, span_end_) * 1e-3;
     const double idle = std::max(0.0, span - phases_.forward_s - phases_.backward_s);
@@ -1310,8 +1385,9 @@ class CudaBackend final : public Backend {
   // Pipeline parallel: the pp axis (null at pp 1), this stage and the stage count, the layers' split.
   Communicator* pp_comm_ = nullptr;
   int stage_ = 0, stages_ = 1;
-  int vp_ = 1;              // model chunks on this rank (interleaved 1F1B: vp > 1)
-  PipelinePartition part_;  // the stages_ x vp_ virtual stages
+  int vp_ = 1;                   // model chunks on this rank (interleaved 1F1B: vp > 1)
+  bool split_backward_ = false;  // ZB-H1: backward() in two passes, kInput then kWeight
+  PipelinePartition part_;       // the stages_ x vp_ virtual stages
   TensorTable table_;
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
@@ -1329,6 +1405,7 @@ class CudaBackend final : public Backend {
   bf16* encoded_ = nullptr;
   std::vector<LayerActs> layers_;
   std::vector<LayerActs>* acts_ = &layers_;  // the activations forward() and backward() use
+  std::vector<KeptGrads>* kept_ = nullptr;   // ZB-H1: the slot's kept output gradients (use_slot)
   // The stage's blocks (all L at pp 1): the first one's global index and how many; whether it holds the
   // embeddings (stage 0) and the final norm and classifier (the last), and the final norm's unit.
   int first_layer_ = 0, n_local_ = 0;

@@ -33,8 +33,8 @@ struct CudaTensorParallel {
   Communicator* comm = nullptr;
 };
 // Pipeline parallel over NCCL point-to-point (parallel/pipeline_schedule.h): the pp communicator (null or
-// size 1: none), train.pp_schedule ("gpipe" or "1f1b" at vp 1, "interleaved" at vp > 1; pipeline_check
-// refuses "zbh1" on cuda) and train.vp. params() is then this stage's pipeline_rank_table (its vp chunks) (at
+// size 1: none), train.pp_schedule ("gpipe", "1f1b" or "zbh1" at vp 1, "interleaved" at vp > 1) and
+// train.vp. params() is then this stage's pipeline_rank_table (its vp chunks) (at
 // tp > 1 its tp shares, tensor_parallel_stage_table), as on the CPU, so checkpoints reshard between the two
 // and to any pp. Composes with CudaDataParallel at ZeRO 0 or 1 and with CudaTensorParallel (tp x pp: the pp
 // communicator joins the same tp rank of every stage); CUDA graphs off.

@@ -363,14 +363,8 @@ Status pipeline_check(const Config& c, const ParallelDims& d, int micro_batches,
     return bad("train.pp_schedule = \"" + c.train.pp_schedule +
                "\": use \"gpipe\", \"1f1b\", \"interleaved\" or \"zbh1\"");
   }
-  // The GPU stage (cuda/backend_cuda.cu) runs whole backward passes over its model chunks (vp of them
-  // under interleaving), and keeps its gradients in the dp state's full buffer for the step (ZeRO 0 or 1).
-  if (c.train.backend == "cuda" && s == PipelineSchedule::kZeroBubbleH1) {
-    return bad(
-        pp + " with train.pp_schedule = \"" + c.train.pp_schedule +
-        "\" on train.backend = \"cuda\": the GPU pipeline runs \"gpipe\", \"1f1b\" and \"interleaved\" "
-        "(ZB-H1's split backward is CPU-only for now); use one of those, or train.backend = \"cpu\"");
-  }
+  // The GPU stage (cuda/backend_cuda.cu) runs every schedule; it keeps its gradients in the dp state's
+  // full buffer for the step (ZeRO 0 or 1).
   if (c.train.backend == "cuda" && d.zero >= 2) {
     return bad(pp + " with zero " + std::to_string(d.zero) +
                " on train.backend = \"cuda\": a GPU pipeline stage shards over dp with ZeRO 0 or 1 only; "

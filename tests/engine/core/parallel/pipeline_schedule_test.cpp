@@ -312,8 +312,8 @@ TEST(PipelineCheck, RefusesBadLayoutsNamingTheNumbers) {
       HasSubstr(
           "pp 2 with train.memory_copy_every = 5: in-memory copies of a pipeline's stages are refused"));
   c.train.memory_copy_every = 0;
-  // The GPU pipeline (cuda/backend_cuda.cu): GPipe, 1F1B and interleaved 1F1B at ZeRO 0 or 1 over dp; the
-  // rest is refused with the value and what would run.
+  // The GPU pipeline (cuda/backend_cuda.cu): every schedule at ZeRO 0 or 1 over dp; the rest is refused
+  // with the value and what would run.
   c.train.backend = "cuda";
   c.train.pp_schedule = "gpipe";
   EXPECT_TRUE(pipeline_check(c, dims(2, 1, 1, 2), 2).ok());
@@ -328,11 +328,12 @@ TEST(PipelineCheck, RefusesBadLayoutsNamingTheNumbers) {
   EXPECT_THAT(pipeline_check(c, dims(8, 2, 2, 2, 3), 2).message(),
               HasSubstr("pp 2 with zero 3 on train.backend = \"cuda\": a GPU pipeline stage shards over dp "
                         "with ZeRO 0 or 1 only"));
+  // ZB-H1 too (its split backward), with at least pp micro-batches as on the CPU.
   c.train.pp_schedule = "zbh1";
-  EXPECT_THAT(pipeline_check(c, dims(2, 1, 1, 2), 2).message(),
-              HasSubstr("pp 2 with train.pp_schedule = \"zbh1\" on train.backend = \"cuda\": the GPU "
-                        "pipeline runs \"gpipe\", \"1f1b\" and \"interleaved\" (ZB-H1's split backward is "
-                        "CPU-only for now)"));
+  EXPECT_TRUE(pipeline_check(c, dims(2, 1, 1, 2), 2).ok());
+  EXPECT_TRUE(pipeline_check(c, dims(4, 1, 2, 2, 1), 2).ok());
+  EXPECT_THAT(pipeline_check(c, dims(2, 1, 1, 2), 1).message(),
+              HasSubstr("pp 2 with train.pp_schedule = \"zbh1\" needs at least 2 micro-batches"));
   // Interleaved runs on the GPU as on the CPU: vp > 1, micro-batches a multiple of pp, ZeRO 0 or 1, tp too.
   {
     Config v = c;
