@@ -170,13 +170,9 @@ std::string whatif_apply_blocker(const Plan& plan, const WhatIfRun* run, int for
   if (!plan.fits) return "this layout does not fit in the GPUs' memory";
   // Checkpoints reshard across every axis (their tensors carry global coordinates, a stage's included), so
   // a move into, out of or between pipelines goes through one like any other.
-  // The GPU pipeline (pipeline_check): GPipe and 1F1B, one chunk a rank, ZeRO 0-1, no tp beside it.
+  // The GPU pipeline (pipeline_check): every schedule (interleaved's vp is checked below, as on the CPU),
+  // ZeRO 0-1, no tp beside it.
   if (l.pp != 1 && run->backend != "cpu") {
-    if (run->pp_schedule != "gpipe" && run->pp_schedule != "1f1b") {
-      return "pp = " + itos(l.pp) +
-             ": the GPU pipeline runs train.pp_schedule \"gpipe\" and \"1f1b\", and the run's is \"" +
-             run->pp_schedule + "\" (resume-from keeps it)";
-    }
     if (l.tp != 1)
       return "tp = " + itos(l.tp) + " with pp = " + itos(l.pp) + ": the GPU pipeline runs without tp";
     if (l.zero > 1) {
