@@ -1057,8 +1057,8 @@ class CudaBackend final : public Backend {
       layernorm_backward_cuda(dres_, g.ln1_w, g.ln1_b, below_bias, scratch_, dln_, residual, p.ln1_w,
                               a.ln1_mean, a.ln1_rstd, N, C, true, stream_);
       if (pp_comm_ == nullptr) state_->release(block_unit(lg));
-      grads_done(
-          block_unit(lg));  // block l's gradients are complete (block l + 1 wrote its MLP projection's)
+      // Block l's gradients are complete (block l + 1 wrote its MLP projection's).
+      grads_done(block_unit(lg));
     }
     if (!run_embed_) return;  // d(input) stays in dres_, for the previous stage
     // A fixed grid of N buckets (the most a batch can have; spare ones are empty) keeps this launch the
