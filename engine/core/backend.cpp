@@ -90,11 +90,11 @@ Result<std::unique_ptr<Backend>> backend_create(const std::string& kind, const M
     if (options.pp != nullptr && options.pp->size() > 1) {
       PipelineSchedule s{};
       if (!pipeline_schedule_from_name(options.pp_schedule, &s) ||
-          (s != PipelineSchedule::kGpipe && s != PipelineSchedule::kOneFOneB) || options.vp > 1) {
+          (s == PipelineSchedule::kInterleaved) != (options.vp > 1)) {
         return Status::error("pp " + std::to_string(options.pp->size()) + " with train.pp_schedule = \"" +
                              options.pp_schedule + "\" and vp " + std::to_string(options.vp) +
-                             " on train.backend = \"cuda\": the GPU pipeline runs \"gpipe\" and \"1f1b\" at "
-                             "vp 1; use one of those, or train.backend = \"cpu\"");
+                             " on train.backend = \"cuda\": the GPU pipeline runs \"gpipe\", \"1f1b\" and "
+                             "\"zbh1\" at vp 1 and \"interleaved\" at vp > 1; use one of those");
       }
     }
     return backend_cuda_create(m, max_batch, options.cuda_graphs, options.deterministic,
@@ -102,7 +102,8 @@ Result<std::unique_ptr<Backend>> backend_create(const std::string& kind, const M
                                 .zero = options.zero,
                                 .bucket_bytes = options.bucket_bytes,
                                 .timeout = options.comm_timeout},
-                               {.comm = options.tp}, {.comm = options.pp, .schedule = options.pp_schedule});
+                               {.comm = options.tp},
+                               {.comm = options.pp, .schedule = options.pp_schedule, .vp = options.vp});
 #else
     return Status::error(
         "train.backend = \"cuda\" but this build has no CUDA backend (nvcc was not found when it "

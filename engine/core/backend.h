@@ -214,7 +214,7 @@ struct BackendOptions {
   // Sequence parallelism over the tp axis (train.sequence_parallel; needs seq_len a multiple of tp; cpu
   // only).
   bool sequence_parallel = false;
-  // Pipeline parallel (parallel/pipeline_schedule.h; cpu, and cuda with gpipe or 1f1b at vp 1): the pp
+  // Pipeline parallel (parallel/pipeline_schedule.h; cpu and cuda, every schedule): the pp
   // axis' communicator (null at pp 1), train.pp_schedule and train.vp. The backend then holds its stage's
   // tensors (pipeline_rank_table).
   Communicator* pp = nullptr;

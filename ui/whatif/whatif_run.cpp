@@ -170,19 +170,12 @@ std::string whatif_apply_blocker(const Plan& plan, const WhatIfRun* run, int for
   if (!plan.fits) return "this layout does not fit in the GPUs' memory";
   // Checkpoints reshard across every axis (their tensors carry global coordinates, a stage's included), so
   // a move into, out of or between pipelines goes through one like any other.
-  // The GPU pipeline (pipeline_check): GPipe and 1F1B, one chunk a rank, ZeRO 0-1, no tp beside it.
-  if (l.pp != 1 && run->backend != "cpu") {
-    if (run->pp_schedule != "gpipe" && run->pp_schedule != "1f1b") {
-      return "pp = " + itos(l.pp) +
-             ": the GPU pipeline runs train.pp_schedule \"gpipe\" and \"1f1b\", and the run's is \"" +
-             run->pp_schedule + "\" (resume-from keeps it)";
-    }
-    if (l.tp != 1)
-      return "tp = " + itos(l.tp) + " with pp = " + itos(l.pp) + ": the GPU pipeline runs without tp";
-    if (l.zero > 1) {
-      return "ZeRO " + itos(l.zero) + " with pp = " + itos(l.pp) +
-             ": a GPU pipeline stage shards with ZeRO 0 or 1";
-    }
+  // The GPU pipeline (pipeline_check): every schedule (interleaved's vp is checked below, as on the CPU)
+  // and tp beside it; ZeRO 2-3 on its dp axis under GPipe and 1F1B.
+  if (l.pp != 1 && run->backend != "cpu" && l.zero > 1 && run->pp_schedule != "gpipe" &&
+      run->pp_schedule != "1f1b") {
+    return "ZeRO " + itos(l.zero) + " with pp = " + itos(l.pp) + " and train.pp_schedule \"" +
+           run->pp_schedule + "\": a GPU pipeline stage shards with ZeRO 2-3 under \"gpipe\" and \"1f1b\"";
   }
   if (l.cp != 1) return "the engine has no context parallelism (cp = 1)";
   // Virtual stages run under the interleaved schedule only, and it needs them; the schedule is the run's

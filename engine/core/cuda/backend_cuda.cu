@@ -19,20 +19,22 @@
 // embedding's) is the same bits on every tp rank, so the whole tensors' updates agree with no traffic.
 //
 // Pipeline parallel (CudaPipeline, parallel/pipeline_schedule.h): the backend is then one stage, holding
-// pipeline_rank_table's tensors: its blocks, the embeddings on stage 0, the final norm on the last. The
-// same forward() and backward() run over the stage's blocks (the input received from the previous stage
-// instead of the encoder's, d(output) from the next instead of the final norm's); each micro-batch in flight
-// has its own activations (a StageSlot). The train loop's micro-batches are kept until the step's last one,
-// then the rank's pipeline_program is enqueued: computes, and bf16 activations and input gradients sent
-// with NCCL on the compute stream, so stream order is the program's order and the host never waits
-// mid-step. The tied wte: stage 0 owns it (updated, counted in the norm, checkpointed there); it sends its
-// bf16 copy to the last stage at each step's start (and before validation), and the last stage sends back
-// the classifier's fp32 weight gradient once per step, added to stage 0's before the dp reductions. The
-// stage's dp reductions run after the schedule at ZeRO 0-1; at ZeRO 2-3 each backward reduce-scatters its
-// buckets as it completes them (ZeRO 3 also gathers each block before every forward and backward), and
-// the tied gradient joins stage 0's last embeddings reduction; the gradient norm sums every stage's squares
-// over pp (ZeroDeviceState's tp path, every tensor counted as split), the loss is the last stage's, summed
-// over pp (the others add 0), so both are the same on every rank.
+// pipeline_rank_table's tensors: its blocks, the embeddings on stage 0, the final norm on the last. Under
+// interleaved 1F1B (vp > 1) the stage holds vp model chunks, chunk c being virtual stage c * pp + stage.
+// The same forward() and backward() run over one chunk's blocks (use_chunk; the input received from the
+// previous virtual stage instead of the encoder's, d(output) from the next instead of the final norm's);
+// each (micro-batch, chunk) in flight has its own activations (a StageSlot). The train loop's micro-batches
+// are kept until the step's last one, then the rank's pipeline_program is enqueued: computes, and bf16
+// activations and input gradients sent with NCCL on the compute stream, so stream order is the program's
+// order and the host never waits mid-step. The tied wte: stage 0 owns it (updated, counted in the norm,
+// checkpointed there); it sends its bf16 copy to the last stage at each step's start (and before validation),
+// and the last stage sends back the classifier's fp32 weight gradient once per step, added to stage 0's
+// before the dp reductions. The stage's dp reductions run after the schedule at ZeRO 0-1; at ZeRO 2-3
+// (GPipe and 1F1B) each backward reduce-scatters its buckets as it completes them (ZeRO 3 also gathers each
+// block before every forward and backward), and the tied gradient joins stage 0's last embeddings
+// reduction; the gradient norm sums every stage's squares over pp (ZeroDeviceState's tp path, every tensor
+// counted as split), the loss is the last stage's, summed over pp (the others add 0), so both are the same
+// on every rank.
 //
 // Tensor x pipeline parallel (tp x pp, x dp at ZeRO 0-3): each stage's blocks split over its tp group
 // exactly as at pp 1 (tensor_parallel_stage_table); stage 0's embedding and the last stage's cross-entropy
@@ -141,17 +143,26 @@ struct PipeMicro {
   int batch = 0;
   float grad_scale = 0;
 };
+// ZB-H1: what a block's weight-gradient pass (kWeight) reads, kept from its input-gradient pass (kInput):
+// the output gradients of its four products (this tp rank's shares of d(fch) and d(qkv)).
+struct KeptGrads {
+  bf16 *dres3 = nullptr, *dfch = nullptr, *dres2 = nullptr, *dqkv = nullptr;
+};
 struct StageSlot {
   bf16* in = nullptr;    // (N, C): the stage's input (the encoder's output on stage 0)
   bf16* dout = nullptr;  // (N, C): d(output) received, then d(input) to send
   std::vector<LayerActs> layers;
-  bf16* lnf = nullptr;  // last stage: the final norm's output and statistics
+  std::vector<KeptGrads> kept;  // ZB-H1: per block
+  bf16* lnf = nullptr;          // last stage: the final norm's output and statistics
   float *lnf_mean = nullptr, *lnf_rstd = nullptr;
   bool busy = false;
 };
 struct PipeEvents {
-  cudaEvent_t f0 = nullptr, f1 = nullptr, b0 = nullptr, b1 = nullptr;  // a micro-batch's two computes
+  // A micro-batch's computes: forward, backward (ZB-H1: its input-gradient pass), ZB-H1's weight pass.
+  cudaEvent_t f0 = nullptr, f1 = nullptr, b0 = nullptr, b1 = nullptr, w0 = nullptr, w1 = nullptr;
 };
+// backward()'s passes: both gradients, or ZB-H1's input gradient (kInput) and weight gradient (kWeight).
+enum class BackwardPart { kWhole, kInput, kWeight };
 
 // The tp degree and this rank's place in it (1 and 0 without tensor parallelism).
 int tp_size_of(const CudaTensorParallel& tp) {
@@ -182,7 +193,10 @@ class CudaBackend final : public Backend {
         pp_comm_(pp.comm != nullptr && pp.comm->size() > 1 ? pp.comm : nullptr),
         stage_(pp_comm_ != nullptr ? pp_comm_->rank() : 0),
         stages_(pp_comm_ != nullptr ? pp_comm_->size() : 1),
-        part_(pipeline_partition(m, stages_, ClassifierGradStage::kLast)),  // its weight gradient runs here
+        vp_(pp_comm_ != nullptr ? std::max(1, pp.vp) : 1),
+        // Virtual stages (stages_ x vp_ of them; one per rank at vp 1). The classifier's weight gradient
+        // runs on the last.
+        part_(pipeline_partition(m, stages_ * vp_, ClassifierGradStage::kLast)),
         table_(stage_table(m, part_, stages_, stage_, tp_, tp_rank_, pp_comm_ != nullptr)),
         // The bucket reductions (and the tp all-reduces) are issued by the host as the passes are enqueued;
         // a graph replay would skip them, so data and tensor parallel runs launch kernels directly.
@@ -198,15 +212,35 @@ class CudaBackend final : public Backend {
                      std::to_string(m.vocab_size));
     if (pp_comm_ != nullptr) {
       GANTRY_CHECK(pipeline_schedule_from_name(pp.schedule, &schedule_) &&
-                       (schedule_ == PipelineSchedule::kGpipe || schedule_ == PipelineSchedule::kOneFOneB),
-                   "train.pp_schedule \"" + pp.schedule + "\": the GPU pipeline runs \"gpipe\" and \"1f1b\"");
+                       (schedule_ == PipelineSchedule::kInterleaved) == (vp_ > 1),
+                   "train.pp_schedule \"" + pp.schedule + "\" with vp " + std::to_string(vp_) +
+                       ": the GPU pipeline runs \"gpipe\", \"1f1b\" and \"zbh1\" at vp 1, \"interleaved\" at "
+                       "vp > 1");
+      // ZeRO 2-3 reduce each backward's buckets as it completes them (pipeline_step), which needs whole
+      // backwards of one chunk: ZB-H1's weight passes and interleaved chunks would each need their own
+      // staging, which nothing has built yet.
+      GANTRY_CHECK(
+          dp.zero <= 1 || schedule_ == PipelineSchedule::kGpipe || schedule_ == PipelineSchedule::kOneFOneB,
+          "zero " + std::to_string(dp.zero) + " with train.pp_schedule \"" + pp.schedule +
+              "\": a GPU pipeline stage shards over dp with ZeRO 2-3 under \"gpipe\" and \"1f1b\", "
+              "ZeRO 0-1 under every schedule");
+      split_backward_ = schedule_ == PipelineSchedule::kZeroBubbleH1;
+      // Chunk c is virtual stage c * stages_ + stage_: its blocks follow chunk c - 1's in the rank's table.
+      for (int c = 0; c < vp_; ++c) {
+        chunk_first_.push_back(n_local_);
+        chunk_layers_.push_back(part_.layers[c * stages_ + stage_]);
+        n_local_ += chunk_layers_.back();
+      }
       first_layer_ = part_.first_layer[stage_];
-      n_local_ = part_.layers[stage_];
       embed_ = stage_ == 0;
       head_ = stage_ == stages_ - 1;
     } else {
       n_local_ = m.n_layer;
+      chunk_first_ = {0};
+      chunk_layers_ = {n_local_};
     }
+    use_chunk(0);
+    slots_.resize(vp_);
     CUDA_CHECK(cudaGetDevice(&device_));
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     if (tp_comm_ != nullptr) {
@@ -240,7 +274,7 @@ class CudaBackend final : public Backend {
     if (pp_comm_ != nullptr) (void)pp_comm_->sync(stream_, dp_timeout_);  // a dead stage: bounded too
     cudaStreamSynchronize(stream_);
     for (PipeEvents& e : pipe_events_) {
-      for (cudaEvent_t x : {e.f0, e.f1, e.b0, e.b1}) cudaEventDestroy(x);
+      for (cudaEvent_t x : {e.f0, e.f1, e.b0, e.b1, e.w0, e.w1}) cudaEventDestroy(x);
     }
     for (cudaEvent_t x : {span_begin_, span_end_, tokens_copied_}) {
       if (x != nullptr) cudaEventDestroy(x);
@@ -571,8 +605,8 @@ class CudaBackend final : public Backend {
     const size_t B = max_batch_, T = m_.seq_len, C = m_.n_embd, NH = m_.n_head, V = m_.vocab_size;
     const size_t tp = static_cast<size_t>(tp_), Vl = V / tp;
     const size_t N = B * T;
-    // A pipeline stage's activations are per micro-batch in flight (StageSlot); lnf_ then serves a stage
-    // before the last as the unused norm output of its hand-off (forward()).
+    // A pipeline stage's activations are per micro-batch in flight (StageSlot); lnf_'s buffers then serve a
+    // chunk before the model's last as the unused norm output of its hand-off (handoff_ln_, forward()).
     if (pp_comm_ == nullptr) {
       encoded_ = device<bf16>(N * C);
       layers_.resize(m_.n_layer);
@@ -588,6 +622,7 @@ class CudaBackend final : public Backend {
     lnf_ = device<bf16>(N * C);
     lnf_mean_ = device<float>(N);
     lnf_rstd_ = device<float>(N);
+    handoff_ln_ = lnf_, handoff_mean_ = lnf_mean_, handoff_rstd_ = lnf_rstd_;
     losses_ = device<float>(N);
     dln_ = device<bf16>(N * C);
     // The classifier works through the rows in chunks of logits, never all N × V. Its chunk lives in the
@@ -773,11 +808,11 @@ class CudaBackend final : public Backend {
   // The stage's blocks over encoded_ (the encoder's output, or on a later pipeline stage the previous
   // stage's, received), then the final norm (last stage) or the hand-off's res3 (the others).
   void forward(int B) {
-    const int T = m_.seq_len, C = m_.n_embd, NH = m_.n_head, HS = C / NH, N = B * T, L = n_local_;
+    const int T = m_.seq_len, C = m_.n_embd, NH = m_.n_head, HS = C / NH, N = B * T, L = chunk_n_;
     const int Cl = C / tp_, NHl = NH / tp_, Hl = 4 * C / tp_;  // this tp rank's share
     // Under ZeRO 3 each unit's parameters are gathered just before use (the next one while this one
     // computes) and released after its last reader is enqueued.
-    if (embed_) {
+    if (run_embed_) {
       const bf16* embeddings = state_->params(0);
       state_->prefetch(1);
       if (tp_comm_ == nullptr) {
@@ -789,8 +824,8 @@ class CudaBackend final : public Backend {
       }
     }
     for (int l = 0; l < L; ++l) {
-      const BlockParams p = block_params(l);
-      state_->prefetch(block_unit(l) + 1);  // ZeRO 3 only
+      const BlockParams p = block_params(chunk_lo_ + l);
+      state_->prefetch(block_unit(chunk_lo_ + l) + 1);  // ZeRO 3 only
       LayerActs& a = act(l);
       // This block's first norm also finishes the previous block: res3 = res2 + its MLP output.
       if (l == 0) {
@@ -809,16 +844,16 @@ class CudaBackend final : public Backend {
       matmul_->forward(a.fch_gelu, a.ln2, p.fc_w, p.fc_b, N, C, Hl, a.fch_pre);  // column-parallel
       row_parallel_forward(tmp_nc_, a.fch_gelu, p.fcproj_w, p.fcproj_b, N, Hl, C);
       // A stage before the last keeps its last block for the hand-off below (ZeRO 3: still pinned).
-      if (head_ || l + 1 < L) state_->release(block_unit(l));
+      if (run_head_ || l + 1 < L) state_->release(block_unit(chunk_lo_ + l));
     }
-    if (!head_) {
+    if (!run_head_) {
       // A stage before the last hands on its last block's res3 = res2 + MLP output, which on one GPU the
       // next block's first norm forms; the same fused kernel forms it here, the same bits (its norm output
-      // goes to lnf_, unused). Its parameters: the last block's, still in its slot under ZeRO 3.
-      const BlockParams p = block_params(L - 1);
-      residual_layernorm_forward_cuda(act(L - 1).res3, lnf_, lnf_mean_, lnf_rstd_, act(L - 1).res2, tmp_nc_,
-                                      p.ln2_w, p.ln2_b, N, C, stream_);
-      state_->release(block_unit(L - 1));
+      // goes to handoff_ln_, unused). Its parameters: the last block's, still in its slot under ZeRO 3.
+      const BlockParams p = block_params(chunk_lo_ + L - 1);
+      residual_layernorm_forward_cuda(act(L - 1).res3, handoff_ln_, handoff_mean_, handoff_rstd_,
+                                      act(L - 1).res2, tmp_nc_, p.ln2_w, p.ln2_b, N, C, stream_);
+      state_->release(block_unit(chunk_lo_ + L - 1));
       return;
     }
     const bf16* lnf = state_->params(final_unit_);
@@ -955,16 +990,25 @@ class CudaBackend final : public Backend {
 
   // From d(lnf) in dln_ (last stage; on a pipeline stage before it, d(output) already in dres_) down the
   // stage's blocks to d(input) in dres_, then the encoder's gradients on the first stage.
-  void backward(int B) {
-    const int T = m_.seq_len, C = m_.n_embd, NH = m_.n_head, HS = C / NH, N = B * T, L = n_local_;
+  // ZB-H1 (`part`): kInput leaves out the four products' weight gradients and the fc and qkv bias
+  // reductions, keeping their output gradients in the slot (KeptGrads); kWeight (weight_pass) computes them.
+  // Everything else (the LayerNorms' gradients and the biases they sum, the classifier, the embeddings) is
+  // the input pass's. kWhole issues the same kernels in the same order as before the split.
+  void backward(int B, BackwardPart part = BackwardPart::kWhole) {
+    if (part == BackwardPart::kWeight) {
+      weight_pass(B);
+      return;
+    }
+    const bool split = part == BackwardPart::kInput;
+    const int T = m_.seq_len, C = m_.n_embd, NH = m_.n_head, HS = C / NH, N = B * T, L = chunk_n_;
     const int Cl = C / tp_, NHl = NH / tp_, Hl = 4 * C / tp_;  // this tp rank's share
     const size_t NC = static_cast<size_t>(N) * C;
     // Each LayerNorm backward also sums the dres it leaves into the gradient of the bias whose output that
     // residual stream is (no separate bias pass). The final norm writes dres (no memset first); dres is then
     // d(res3) of the last block, whose MLP projection bias it is.
     const bf16* top = L > 0 ? act(L - 1).res3 : encoded_;
-    float* top_bias = L > 0 ? block_grads(L - 1).fcproj_b : nullptr;
-    if (head_) {
+    float* top_bias = L > 0 ? block_grads(chunk_lo_ + L - 1).fcproj_b : nullptr;
+    if (run_head_) {
       const bf16* lnf = state_->params(final_unit_);
       float* dlnf = state_->grads(final_unit_);
       layernorm_backward_cuda(dres_, dlnf + lnf_w_at_, dlnf + lnf_b_at_, top_bias, scratch_, dln_, top,
@@ -976,50 +1020,89 @@ class CudaBackend final : public Backend {
       bias_backward_cuda(top_bias, scratch_, dres_, N, C, stream_);
     }
     for (int l = L - 1; l >= 0; --l) {
-      const BlockParams p = block_params(l);
+      const int lg = chunk_lo_ + l;  // among the rank's blocks
+      const BlockParams p = block_params(lg);
       // The block below (or the embeddings, which stay gathered for the step): ZeRO 3 only.
-      state_->prefetch(block_unit(l) - 1);
-      const BlockGrads g = block_grads(l);
+      state_->prefetch(block_unit(lg) - 1);
+      const BlockGrads g = block_grads(lg);
       LayerActs& a = act(l);
       const bf16* residual = l == 0 ? encoded_ : act(l - 1).res3;
       // MLP branch, reading d(res3) before the second norm's contribution turns dres into d(res2).
       // Tensor parallel: d(res3) is whole on every rank, so the row-parallel projection's input gradient is
       // this rank's share with no traffic; the column-parallel MLP-up's (dln) is a partial sum, all-reduced
       // under its weight and bias gradients.
-      matmul_->backward_weight(g.fcproj_w, dres_, a.fch_gelu, N, Hl, C);
-      matmul_->backward_input(dfch_, dres_, p.fcproj_w, N, Hl, C, a.fch_pre);
-      matmul_->backward_input(dln_, dfch_, p.fc_w, N, C, Hl, nullptr);
+      const KeptGrads* kept = split ? &(*kept_)[l] : nullptr;
+      if (split) {
+        copy_async(kept->dres3, dres_, NC);
+      } else {
+        matmul_->backward_weight(g.fcproj_w, dres_, a.fch_gelu, N, Hl, C);
+      }
+      bf16* dfch = split ? kept->dfch : dfch_;
+      matmul_->backward_input(dfch, dres_, p.fcproj_w, N, Hl, C, a.fch_pre);
+      matmul_->backward_input(dln_, dfch, p.fc_w, N, C, Hl, nullptr);
       if (tp_comm_ != nullptr) tp_all_reduce_start(dln_, NC);
-      bias_backward_cuda(g.fc_b, scratch_, dfch_, N, Hl, stream_);
-      matmul_->backward_weight(g.fc_w, dfch_, a.ln2, N, C, Hl);
+      if (!split) {
+        bias_backward_cuda(g.fc_b, scratch_, dfch_, N, Hl, stream_);
+        matmul_->backward_weight(g.fc_w, dfch_, a.ln2, N, C, Hl);
+      }
       if (tp_comm_ != nullptr) tp_join();
       // dres becomes d(res2): the attention projection's bias gradient.
       layernorm_backward_cuda(dres_, g.ln2_w, g.ln2_b, g.proj_b, scratch_, dln_, a.res2, p.ln2_w, a.ln2_mean,
                               a.ln2_rstd, N, C, true, stream_);
       // Attention branch, then the first norm turns dres into d(residual in).
-      matmul_->backward_weight(g.proj_w, dres_, a.atty, N, Cl, C);
+      if (split) {
+        copy_async(kept->dres2, dres_, NC);
+      } else {
+        matmul_->backward_weight(g.proj_w, dres_, a.atty, N, Cl, C);
+      }
       matmul_->backward_input(datty_, dres_, p.proj_w, N, Cl, C, nullptr);
-      attention_backward(dqkv_, datty_, a.atty, a.lse, a.qkv, scratch_, B, T, NHl, HS, stream_,
+      bf16* dqkv = split ? kept->dqkv : dqkv_;
+      attention_backward(dqkv, datty_, a.atty, a.lse, a.qkv, scratch_, B, T, NHl, HS, stream_,
                          deterministic_);
-      matmul_->backward_input(dln_, dqkv_, p.qkv_w, N, C, 3 * Cl, nullptr);
+      matmul_->backward_input(dln_, dqkv, p.qkv_w, N, C, 3 * Cl, nullptr);
       if (tp_comm_ != nullptr) tp_all_reduce_start(dln_, NC);  // column-parallel QKV: as MLP-up's above
-      matmul_->backward_weight(g.qkv_w, dqkv_, a.ln1, N, C, 3 * Cl);
-      bias_backward_cuda(g.qkv_b, scratch_, dqkv_, N, 3 * Cl, stream_);
+      if (!split) {
+        matmul_->backward_weight(g.qkv_w, dqkv_, a.ln1, N, C, 3 * Cl);
+        bias_backward_cuda(g.qkv_b, scratch_, dqkv_, N, 3 * Cl, stream_);
+      }
       if (tp_comm_ != nullptr) tp_join();
-      // dres becomes d(res3) of the block below: its MLP projection's bias gradient.
-      float* below_bias = l > 0 ? block_grads(l - 1).fcproj_b : nullptr;
+      // dres becomes d(res3) of the block below: its MLP projection's bias gradient (the chunk's first
+      // block: the previous virtual stage's, which sums the d(input) it receives into it).
+      float* below_bias = l > 0 ? block_grads(lg - 1).fcproj_b : nullptr;
       layernorm_backward_cuda(dres_, g.ln1_w, g.ln1_b, below_bias, scratch_, dln_, residual, p.ln1_w,
                               a.ln1_mean, a.ln1_rstd, N, C, true, stream_);
-      state_->release(block_unit(l));
-      grads_done(block_unit(l));  // block l's gradients are complete (block l + 1 wrote its MLP projection's)
+      state_->release(block_unit(lg));
+      // Block l's gradients are complete (block l + 1 wrote its MLP projection's).
+      grads_done(block_unit(lg));
     }
-    if (!embed_) return;  // d(input) stays in dres_, for the previous stage
+    if (!run_embed_) return;  // d(input) stays in dres_, for the previous stage
     // A fixed grid of N buckets (the most a batch can have; spare ones are empty) keeps this launch the
     // same for every batch of a shape, as graph replay needs.
     float* dembeddings = state_->grads(0);
     encoder_backward_cuda(dembeddings, dembeddings + wpe_at_, dres_, bucket_token_, bucket_start_, positions_,
                           N, B, T, C, stream_);
     grads_done(0);  // the embeddings: the classifier wrote wte's gradient first, the encoder last
+  }
+
+  // ZB-H1's weight pass over the chunk's blocks: the products' weight gradients and the fc and qkv biases,
+  // from the output gradients the input pass kept (KeptGrads) and the slot's activations. No collectives.
+  void weight_pass(int B) {
+    const int C = m_.n_embd, N = B * m_.seq_len, L = chunk_n_;
+    const int Cl = C / tp_, Hl = 4 * C / tp_;  // this tp rank's share
+    for (int l = L - 1; l >= 0; --l) {
+      const BlockGrads g = block_grads(chunk_lo_ + l);
+      const LayerActs& a = act(l);
+      const KeptGrads& k = (*kept_)[l];
+      matmul_->backward_weight(g.fcproj_w, k.dres3, a.fch_gelu, N, Hl, C);
+      bias_backward_cuda(g.fc_b, scratch_, k.dfch, N, Hl, stream_);
+      matmul_->backward_weight(g.fc_w, k.dfch, a.ln2, N, C, Hl);
+      matmul_->backward_weight(g.proj_w, k.dres2, a.atty, N, Cl, C);
+      matmul_->backward_weight(g.qkv_w, k.dqkv, a.ln1, N, C, 3 * Cl);
+      bias_backward_cuda(g.qkv_b, scratch_, k.dqkv, N, 3 * Cl, stream_);
+    }
+  }
+  void copy_async(bf16* to, const bf16* from, size_t count) {
+    CUDA_CHECK(cudaMemcpyAsync(to, from, count * sizeof(bf16), cudaMemcpyDeviceToDevice, stream_));
   }
 
   static void check(const Status& st) {
@@ -1045,33 +1128,57 @@ class CudaBackend final : public Backend {
     if (embed_) p2p_send(state_->params(0), VC, sizeof(bf16), stages_ - 1);
     if (head_) p2p_recv(wte_copy_, VC, sizeof(bf16), 0);
   }
-  // A free slot (activations for one micro-batch in flight), allocated on first use; `micro` < 0: none
-  // of this step's (validation).
-  int acquire(int micro) {
+  // A free slot of chunk `chunk` (activations of its blocks for one micro-batch in flight), allocated on
+  // first use; `micro` < 0: none of this step's (validation). The model's last chunk's slots also hold the
+  // final norm's output.
+  StageSlot& acquire(int chunk, int micro) {
+    std::vector<StageSlot>& pool = slots_[chunk];
     size_t i = 0;
-    while (i < slots_.size() && slots_[i].busy) ++i;
-    if (i == slots_.size()) {
+    while (i < pool.size() && pool[i].busy) ++i;
+    if (i == pool.size()) {
       const size_t N = static_cast<size_t>(max_batch_) * m_.seq_len, C = m_.n_embd;
       StageSlot s;
       s.in = device<bf16>(N * C);
       s.dout = device<bf16>(N * C);
-      for (int l = 0; l < n_local_; ++l) s.layers.push_back(layer_acts());
-      if (head_) {
+      for (int l = 0; l < chunk_layers_[chunk]; ++l) s.layers.push_back(layer_acts());
+      if (split_backward_) {
+        const size_t Hl = 4 * C / tp_, Cl = C / tp_;
+        for (int l = 0; l < chunk_layers_[chunk]; ++l) {
+          s.kept.push_back(
+              {device<bf16>(N * C), device<bf16>(N * Hl), device<bf16>(N * C), device<bf16>(N * 3 * Cl)});
+        }
+      }
+      if (head_ && chunk == vp_ - 1) {
         s.lnf = device<bf16>(N * C);
         s.lnf_mean = device<float>(N);
         s.lnf_rstd = device<float>(N);
       }
-      slots_.push_back(std::move(s));
+      pool.push_back(std::move(s));
     }
-    slots_[i].busy = true;
-    if (micro >= 0) slot_of_[micro] = static_cast<int>(i);
-    return static_cast<int>(i);
+    pool[i].busy = true;
+    if (micro >= 0) slot_of_[chunk][micro] = static_cast<int>(i);
+    return pool[i];
+  }
+  // The slot chunk `chunk` holds for this step's micro-batch `micro` (acquired by its receive or forward).
+  StageSlot& slot(int chunk, int micro) {
+    const int i = slot_of_[chunk][micro];
+    GANTRY_CHECK(i >= 0, "micro-batch " + std::to_string(micro) + " of chunk " + std::to_string(chunk) +
+                             " has no activations on this stage (the program's order is broken)");
+    return slots_[chunk][i];
+  }
+  // forward() and backward() run chunk `chunk`'s blocks.
+  void use_chunk(int chunk) {
+    chunk_lo_ = chunk_first_[chunk];
+    chunk_n_ = chunk_layers_[chunk];
+    run_embed_ = embed_ && chunk == 0;
+    run_head_ = head_ && chunk == static_cast<int>(chunk_layers_.size()) - 1;
   }
   // forward() and backward() work on this slot's activations.
   void use_slot(StageSlot& s) {
     encoded_ = s.in;
     acts_ = &s.layers;
-    if (head_) {
+    kept_ = &s.kept;
+    if (s.lnf != nullptr) {
       lnf_ = s.lnf;
       lnf_mean_ = s.lnf_mean;
       lnf_rstd_ = s.lnf_rstd;
@@ -1090,14 +1197,18 @@ class CudaBackend final : public Backend {
   //      2. the program's sends and receives (bf16 N x C), in pipeline_program's one global message order:
   //         a simulation every rank runs alike, where each message is a send on one stage and the matching
   //         receive on its neighbour, and a rank waits only on the earliest message it is part of
-  //         (PipelineProgram.SendsAndReceivesPairUpInOneOrder replays GPipe and 1F1B at pp 2-4);
+  //         (PipelineProgram.SendsAndReceivesPairUpInOneOrder replays every schedule at pp 2-4). Under
+  //         interleaving the last stage's chunk c sends to stage 0's chunk c + 1 and the gradient comes
+  //         back the same way: each step names this rank's chunk and its peer;
   //      3. the tied classifier's gradient, last -> stage 0 (fp32 V/tp x C), sent after the last stage's
-  //         program and received after stage 0's last message (ZeRO 0-1: after its program; ZeRO 2-3:
-  //         just before its last backward, its program's last step, which sends nothing: the same
-  //         message order; PipelineProgram.TheTiedGradientReachesStageZeroBeforeItsLastBackward);
+  //         program and received after stage 0's last message (ZeRO 0-1: after its program; ZeRO 2-3,
+  //         GPipe and 1F1B only: just before its last backward, its program's last step, which sends
+  //         nothing: the same message order;
+  //         PipelineProgram.TheTiedGradientReachesStageZeroBeforeItsLastBackward);
   //      4. update(): the norm's all-reduce over pp (ZeroDeviceState, after its tp one);
   //      5. optimizer_step(): the loss's all-reduce (the last stage's, the others add 0).
-  //      Validation: the wte copy, the activations down the stages, then one all-reduce of the loss.
+  //      Validation: the wte copy, the activations down the virtual stages in order, then one all-reduce
+  //      of the loss.
   //  tp (the stage's tp ranks, same dp rank): they run the same program (same stage, schedule and
   //      micro-batches), so their collectives (the embedding's all-reduce, two per block each way, the
   //      classifier's gathers and d(lnf) all-reduces) come in one order; then update()'s norm all-reduce.
@@ -1151,9 +1262,9 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaMemcpyAsync(tokens_dev_, tokens_host_, static_cast<size_t>(m) * stride * sizeof(int32_t),
                                cudaMemcpyHostToDevice, stream_));
     CUDA_CHECK(cudaEventRecord(tokens_copied_, stream_));
-    while (static_cast<int>(pipe_events_.size()) < m) {
+    while (static_cast<int>(pipe_events_.size()) < m * vp_) {  // one set per (chunk, micro-batch)
       PipeEvents e;
-      for (cudaEvent_t* x : {&e.f0, &e.f1, &e.b0, &e.b1}) CUDA_CHECK(cudaEventCreate(x));
+      for (cudaEvent_t* x : {&e.f0, &e.f1, &e.b0, &e.b1, &e.w0, &e.w1}) CUDA_CHECK(cudaEventCreate(x));
       pipe_events_.push_back(e);
     }
     // ZeRO 0-1: the whole schedule is one micro-batch of the dp state; ZeRO 2-3: each backward is one.
@@ -1162,43 +1273,48 @@ class CudaBackend final : public Backend {
     sync_wte();
     const size_t VC = static_cast<size_t>(m_.vocab_size / tp_) * C;  // this tp rank's wte rows
     if (head_) CUDA_CHECK(cudaMemsetAsync(dwte_, 0, VC * sizeof(float), stream_));
-    slot_of_.assign(m, -1);
-    const std::vector<PipelineStep> program = pipeline_program(schedule_, stages_, 1, stage_, m);
-    // Stage 0's last compute is its last backward, after every message of its program (it sends nothing
-    // up): under ZeRO 2-3 the tied classifier's gradient is received and added just before it.
+    slot_of_.assign(vp_, std::vector<int>(m, -1));
+    const std::vector<PipelineStep> program = pipeline_program(schedule_, stages_, vp_, stage_, m);
+    // Stage 0's last compute is its last backward under GPipe and 1F1B, after every message of its program
+    // (it sends nothing up): under ZeRO 2-3 (those schedules only) the tied classifier's gradient is
+    // received and added just before it.
     size_t last_compute = 0;
     for (size_t i = 0; i < program.size(); ++i) {
       if (program[i].kind == PipelineStep::Kind::kCompute) last_compute = i;
     }
-    GANTRY_CHECK(!embed_ || (last_compute + 1 == program.size() &&
-                             program[last_compute].action.op == PipelineOp::kBackward),
-                 "stage 0's program ends with its last backward");
+    GANTRY_CHECK(
+        !per_micro || !embed_ ||
+            (last_compute + 1 == program.size() && program[last_compute].action.op == PipelineOp::kBackward),
+        "stage 0's program ends with its last backward");
     CUDA_CHECK(cudaEventRecord(span_begin_, stream_));
+    // Each step names this rank's chunk: a receive's is the chunk it feeds, a send's the one that made it.
     for (size_t i = 0; i < program.size(); ++i) {
       const PipelineStep& step = program[i];
-      const int k = step.action.micro;
+      const int k = step.action.micro, c = step.action.chunk;
       const PipeMicro& mb = micros_[k];
       const int N = mb.batch * T;
       const size_t NC = static_cast<size_t>(N) * C;
       if (step.kind == PipelineStep::Kind::kRecv) {
         if (!step.grad) {
-          p2p_recv(slots_[acquire(k)].in, NC, sizeof(bf16), step.peer);
+          p2p_recv(acquire(c, k).in, NC, sizeof(bf16), step.peer);
         } else {
-          p2p_recv(slots_[slot_of_[k]].dout, NC, sizeof(bf16), step.peer);
+          p2p_recv(slot(c, k).dout, NC, sizeof(bf16), step.peer);
         }
         continue;
       }
       if (step.kind == PipelineStep::Kind::kSend) {
-        StageSlot& s = slots_[slot_of_[k]];
-        p2p_send(step.grad ? s.dout : s.layers[n_local_ - 1].res3, NC, sizeof(bf16), step.peer);
-        // Stream order: the slot's next user is enqueued after the send, which it waits behind.
-        if (step.grad) s.busy = false;
+        StageSlot& s = slot(c, k);
+        p2p_send(step.grad ? s.dout : s.layers.back().res3, NC, sizeof(bf16), step.peer);
+        // Stream order: the slot's next user is enqueued after the send, which it waits behind. ZB-H1
+        // frees it after its weight pass instead.
+        if (step.grad && !split_backward_) s.busy = false;
         continue;
       }
       set_tokens(tokens_dev_ + static_cast<size_t>(k) * stride, N);
-      const PipeEvents& ev = pipe_events_[k];
+      use_chunk(c);
+      const PipeEvents& ev = pipe_events_[static_cast<size_t>(c) * m + k];
       if (step.action.op == PipelineOp::kForward) {
-        use_slot(slots_[slot_of_[k] >= 0 ? slot_of_[k] : acquire(k)]);
+        use_slot(slot_of_[c][k] >= 0 ? slot(c, k) : acquire(c, k));
         CUDA_CHECK(cudaEventRecord(ev.f0, stream_));
         tp_in_forward_ = true;
         forward(mb.batch);
@@ -1206,8 +1322,18 @@ class CudaBackend final : public Backend {
         CUDA_CHECK(cudaEventRecord(ev.f1, stream_));
         continue;
       }
-      GANTRY_CHECK(step.action.op == PipelineOp::kBackward, "the GPU pipeline runs whole backward passes");
-      StageSlot& s = slots_[slot_of_[k]];
+      if (step.action.op == PipelineOp::kWeight) {
+        StageSlot& s = slot(c, k);
+        use_slot(s);
+        CUDA_CHECK(cudaEventRecord(ev.w0, stream_));
+        backward(mb.batch, BackwardPart::kWeight);
+        CUDA_CHECK(cudaEventRecord(ev.w1, stream_));
+        s.busy = false;  // after the input gradient's send, which the next user waits behind
+        continue;
+      }
+      GANTRY_CHECK(step.action.op == (split_backward_ ? PipelineOp::kInput : PipelineOp::kBackward),
+                   "the GPU pipeline's backward passes: whole, or ZB-H1's input and weight passes");
+      StageSlot& s = slot(c, k);
       use_slot(s);
       if (per_micro) {
         // ZeRO 2-3: this backward's buckets go to staging slots and are reduce-scattered into the gradient
@@ -1224,17 +1350,17 @@ class CudaBackend final : public Backend {
         }
       }
       CUDA_CHECK(cudaEventRecord(ev.b0, stream_));
-      if (head_) {
+      if (run_head_) {
         classifier(mb.batch, mb.grad_scale / static_cast<float>(N), true);
         sum_accumulate_cuda(state_->loss_sum(), losses_, N, stream_);
       } else {
         CUDA_CHECK(cudaMemcpyAsync(dres_, s.dout, NC * sizeof(bf16), cudaMemcpyDeviceToDevice, stream_));
       }
-      backward(mb.batch);
-      if (!embed_) {
+      backward(mb.batch, split_backward_ ? BackwardPart::kInput : BackwardPart::kWhole);
+      if (!run_embed_) {
         CUDA_CHECK(cudaMemcpyAsync(s.dout, dres_, NC * sizeof(bf16), cudaMemcpyDeviceToDevice, stream_));
-      } else {
-        s.busy = false;  // stage 0 sends nothing up
+      } else if (!split_backward_) {
+        s.busy = false;  // the model's first chunk sends nothing up
       }
       CUDA_CHECK(cudaEventRecord(ev.b1, stream_));
     }
@@ -1260,18 +1386,25 @@ class CudaBackend final : public Backend {
     sync_wte();
     const int N = B * m_.seq_len;
     const size_t NC = static_cast<size_t>(N) * m_.n_embd;
-    StageSlot& s = slots_[acquire(-1)];
-    use_slot(s);
-    if (!embed_) p2p_recv(s.in, NC, sizeof(bf16), stage_ - 1);
-    forward(B);
-    if (!head_) p2p_send(act(n_local_ - 1).res3, NC, sizeof(bf16), stage_ + 1);
     CUDA_CHECK(cudaMemsetAsync(eval_sum_, 0, sizeof(float), stream_));
-    if (head_) {
-      classifier(B, 0.0f, false);
-      sum_accumulate_cuda(eval_sum_, losses_, N, stream_);
+    // The chunks in order: virtual stage v = c * pp + stage takes v - 1's output and hands on to v + 1's
+    // (the last stage's chunk c to stage 0's chunk c + 1 when interleaved).
+    const int last = stages_ * vp_ - 1;
+    for (int c = 0; c < vp_; ++c) {
+      const int v = c * stages_ + stage_;
+      use_chunk(c);
+      StageSlot& s = acquire(c, -1);
+      use_slot(s);
+      if (v > 0) p2p_recv(s.in, NC, sizeof(bf16), (v - 1) % stages_);
+      forward(B);
+      if (v < last) p2p_send(s.layers.back().res3, NC, sizeof(bf16), (v + 1) % stages_);
+      if (v == last) {
+        classifier(B, 0.0f, false);
+        sum_accumulate_cuda(eval_sum_, losses_, N, stream_);
+      }
+      s.busy = false;  // stream order: the next user waits behind the send
     }
     check(pp_comm_->all_reduce_enqueue(eval_sum_, 1, stream_));
-    s.busy = false;
     float sum = 0;
     CUDA_CHECK(cudaMemcpyAsync(&sum, eval_sum_, sizeof(float), cudaMemcpyDeviceToHost, stream_));
     check(pp_comm_->sync(stream_, dp_timeout_));  // a dead stage fails at the timeout
@@ -1295,15 +1428,16 @@ class CudaBackend final : public Backend {
       CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
       return static_cast<double>(t);
     };
-    for (int k = 0; k < pipe_micros_; ++k) {
+    for (int k = 0; k < pipe_micros_ * vp_; ++k) {
       const PipeEvents& e = pipe_events_[k];
       phases_.forward_s += ms(e.f0, e.f1) * 1e-3;
       phases_.backward_s += ms(e.b0, e.b1) * 1e-3;
+      if (split_backward_) phases_.backward_s += ms(e.w0, e.w1) * 1e-3;  // ZB-H1's weight pass
     }
     const double span = ms(span_begin_, span_end_) * 1e-3;
     const double idle = std::max(0.0, span - phases_.forward_s - phases_.backward_s);
     phases_.bubble = span > 0 ? idle / span : 0.0;
-    phases_.bubble_formula = pipeline_schedule_bubble(schedule_, stages_, 1, pipe_micros_);
+    phases_.bubble_formula = pipeline_schedule_bubble(schedule_, stages_, vp_, pipe_micros_);
     phases_.comm_exposed_s = idle;
     // Tensor parallel inside the stage: the compute stream's stalls for the tp stream, taken out of the
     // phase they fell in and counted as exposed communication (as at pp 1). They lie inside the computes,
@@ -1326,7 +1460,9 @@ class CudaBackend final : public Backend {
   // Pipeline parallel: the pp axis (null at pp 1), this stage and the stage count, the layers' split.
   Communicator* pp_comm_ = nullptr;
   int stage_ = 0, stages_ = 1;
-  PipelinePartition part_;
+  int vp_ = 1;                   // model chunks on this rank (interleaved 1F1B: vp > 1)
+  bool split_backward_ = false;  // ZB-H1: backward() in two passes, kInput then kWeight
+  PipelinePartition part_;       // the stages_ x vp_ virtual stages
   TensorTable table_;
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
@@ -1344,10 +1480,20 @@ class CudaBackend final : public Backend {
   bf16* encoded_ = nullptr;
   std::vector<LayerActs> layers_;
   std::vector<LayerActs>* acts_ = &layers_;  // the activations forward() and backward() use
+  std::vector<KeptGrads>* kept_ = nullptr;   // ZB-H1: the slot's kept output gradients (use_slot)
   // The stage's blocks (all L at pp 1): the first one's global index and how many; whether it holds the
   // embeddings (stage 0) and the final norm and classifier (the last), and the final norm's unit.
   int first_layer_ = 0, n_local_ = 0;
   bool embed_ = true, head_ = true;
+  // Each chunk's first block among the rank's (local index) and its block count (one chunk but under
+  // interleaving); the chunk forward() and backward() run (use_chunk): its blocks, and whether it runs the
+  // embeddings (chunk 0 of stage 0) and the final norm and classifier (the last chunk of the last stage).
+  std::vector<int> chunk_first_, chunk_layers_;
+  int chunk_lo_ = 0, chunk_n_ = 0;
+  bool run_embed_ = true, run_head_ = true;
+  // A stage's hand-off (forward() of a chunk before the model's last): its discarded norm output.
+  bf16* handoff_ln_ = nullptr;
+  float *handoff_mean_ = nullptr, *handoff_rstd_ = nullptr;
   int final_unit_ = -1;
   bf16* lnf_ = nullptr;
   float *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr;
@@ -1383,8 +1529,8 @@ class CudaBackend final : public Backend {
   PipelineSchedule schedule_ = PipelineSchedule::kOneFOneB;
   std::vector<PipeMicro> micros_;
   int expected_micros_ = 1;
-  std::vector<StageSlot> slots_;
-  std::vector<int> slot_of_;  // this step's slot of each micro-batch (-1: none yet)
+  std::vector<std::vector<StageSlot>> slots_;  // [chunk]: that chunk's slots
+  std::vector<std::vector<int>> slot_of_;      // [chunk][micro]: this step's slot (-1: none yet)
   int32_t* tokens_dev_ = nullptr;
   int32_t* tokens_host_ = nullptr;
   int tokens_micros_ = 0;  // micro-batches tokens_dev_ and tokens_host_ hold

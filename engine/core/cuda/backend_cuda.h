@@ -33,14 +33,16 @@ struct CudaTensorParallel {
   Communicator* comm = nullptr;
 };
 // Pipeline parallel over NCCL point-to-point (parallel/pipeline_schedule.h): the pp communicator (null or
-// size 1: none) and train.pp_schedule ("gpipe" or "1f1b"; pipeline_check refuses the others on cuda).
-// params() is then this stage's pipeline_rank_table (at tp > 1 its tp shares, tensor_parallel_stage_table),
-// as on the CPU, so checkpoints reshard between the two and to any pp. Composes with CudaDataParallel at
-// ZeRO 0-3 and with CudaTensorParallel (tp x pp: the pp communicator joins the same tp rank of every
-// stage); CUDA graphs off.
+// size 1: none), train.pp_schedule ("gpipe", "1f1b" or "zbh1" at vp 1, "interleaved" at vp > 1) and
+// train.vp. params() is then this stage's pipeline_rank_table (its vp chunks) (at
+// tp > 1 its tp shares, tensor_parallel_stage_table), as on the CPU, so checkpoints reshard between the two
+// and to any pp. Composes with CudaDataParallel (ZeRO 0-1 under every schedule, 2-3 under GPipe and 1F1B)
+// and with CudaTensorParallel (tp x pp: the pp communicator joins the same tp rank of every stage); CUDA
+// graphs off.
 struct CudaPipeline {
   Communicator* comm = nullptr;
   std::string schedule = "1f1b";
+  int vp = 1;  // model chunks per rank: 1, or > 1 under "interleaved"
 };
 std::unique_ptr<Backend> backend_cuda_create(const ModelConfig& m, int max_batch, bool graphs,
                                              bool deterministic, const CudaDataParallel& dp = {},

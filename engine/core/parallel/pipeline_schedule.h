@@ -109,7 +109,7 @@ double pipeline_schedule_bubble(PipelineSchedule s, int pp, int vp, int m);
 
 // Whether the layout can run a pipeline: layers at least pp x vp, vp > 1 only with the interleaved schedule
 // (and that one only with vp > 1 and micro-batches a multiple of pp), the CPU backend (or the CUDA one with
-// GPipe or 1F1B), at least pp
+// any schedule at ZeRO 0 or 1, GPipe or 1F1B at ZeRO 2 or 3), at least pp
 // micro-batches under 1F1B and ZB-H1, no in-memory copies at pp > 1 (checkpoints are written and loaded by
 // tensor name, checkpoint.h). tp composes (tp x pp, tensor_parallel.h). The error names the numbers and what
 // would be right. `micro_batches` is the gradient-accumulation count, global_batch / (dp x micro_batch).

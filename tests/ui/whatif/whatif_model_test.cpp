@@ -286,7 +286,8 @@ TEST(WhatIfApply, APipelineIsOfferedWhereTheRunsScheduleRunsIt) {
   EXPECT_THAT(pipeline_blocker("interleaved", 2, 2, 1), HasSubstr("needs vp > 1"));
   WhatIfModel v;
   EXPECT_EQ(pipeline_blocker("interleaved", 1, 1, 1, &row, &v), "");  // pp 1: no pipeline, no schedule
-  // A GPU run gets a pipeline under the schedules the GPU stage runs (GPipe, 1F1B), not under the others.
+  // A GPU run gets a pipeline under every schedule the GPU stage runs: GPipe, 1F1B, ZB-H1 (and interleaved
+  // with vp > 1, whose checks are the CPU's).
   for (const char* schedule : {"1f1b", "zbh1"}) {
     SCOPED_TRACE(schedule);
     json gpu = tiny_run({{"dp", 2}, {"tp", 1}, {"pp", 1}, {"zero", 1}});
@@ -301,11 +302,32 @@ TEST(WhatIfApply, APipelineIsOfferedWhereTheRunsScheduleRunsIt) {
     for (const Candidate& c : g.candidates()) {
       if ((c.sources & kFromForm) == 0) continue;
       seen = true;
+      EXPECT_EQ(c.apply_blocker, "");
+    }
+    EXPECT_TRUE(seen);
+  }
+  // tp beside the GPU pipeline, and ZeRO 2-3 on its dp axis under GPipe and 1F1B: offered; ZeRO 3 under
+  // ZB-H1: refused naming the rule.
+  for (const char* schedule : {"1f1b", "zbh1"}) {
+    SCOPED_TRACE(schedule);
+    json gpu = tiny_run({{"dp", 2}, {"tp", 1}, {"pp", 1}, {"zero", 3}});
+    gpu["backend"] = "cuda";
+    gpu["pp_schedule"] = schedule;
+    WhatIfModel g;
+    ASSERT_TRUE(g.load_run(gpu).ok());
+    g.form.gpus = 4;
+    g.form.layout.tp = 2;
+    g.form.layout.pp = 2;
+    g.evaluate();
+    bool seen = false;
+    for (const Candidate& c : g.candidates()) {
+      if ((c.sources & kFromForm) == 0) continue;
+      seen = true;
+      EXPECT_EQ(c.plan.layout.zero, 3);
       if (std::string(schedule) == "1f1b") {
         EXPECT_EQ(c.apply_blocker, "");
       } else {
-        EXPECT_THAT(c.apply_blocker,
-                    HasSubstr("the GPU pipeline runs train.pp_schedule \"gpipe\" and \"1f1b\""));
+        EXPECT_THAT(c.apply_blocker, HasSubstr("shards with ZeRO 2-3 under \"gpipe\" and \"1f1b\""));
       }
     }
     EXPECT_TRUE(seen);

@@ -363,7 +363,8 @@ TEST(PipelineCheck, RefusesBadLayoutsNamingTheNumbers) {
       HasSubstr(
           "pp 2 with train.memory_copy_every = 5: in-memory copies of a pipeline's stages are refused"));
   c.train.memory_copy_every = 0;
-  // The GPU pipeline (cuda/backend_cuda.cu): GPipe and 1F1B at ZeRO 0-3 over dp; the rest is refused
+  // The GPU pipeline (cuda/backend_cuda.cu): every schedule at ZeRO 0 or 1 over dp, GPipe and 1F1B at ZeRO
+  // 2-3 too; the rest is refused
   // with the value and what would run.
   c.train.backend = "cuda";
   c.train.pp_schedule = "gpipe";
@@ -377,13 +378,31 @@ TEST(PipelineCheck, RefusesBadLayoutsNamingTheNumbers) {
   EXPECT_TRUE(pipeline_check(c, dims(8, 2, 2, 2, 1), 2).ok());
   EXPECT_TRUE(pipeline_check(c, dims(8, 2, 2, 2, 2), 2).ok());
   EXPECT_TRUE(pipeline_check(c, dims(8, 2, 2, 2, 3), 2).ok());
+  // ZB-H1 too (its split backward), with at least pp micro-batches as on the CPU; ZeRO 2-3 not with it.
   c.train.pp_schedule = "zbh1";
-  EXPECT_THAT(pipeline_check(c, dims(2, 1, 1, 2), 2).message(),
-              HasSubstr("pp 2 with train.pp_schedule = \"zbh1\" on train.backend = \"cuda\": the GPU "
-                        "pipeline runs \"gpipe\" and \"1f1b\""));
-  c.train.pp_schedule = "interleaved";
-  EXPECT_THAT(pipeline_check(c, dims(2, 1, 1, 2), 2).message(),
-              HasSubstr("train.pp_schedule = \"interleaved\" on train.backend = \"cuda\""));
+  EXPECT_TRUE(pipeline_check(c, dims(2, 1, 1, 2), 2).ok());
+  EXPECT_TRUE(pipeline_check(c, dims(4, 1, 2, 2, 1), 2).ok());
+  EXPECT_THAT(pipeline_check(c, dims(2, 1, 1, 2), 1).message(),
+              HasSubstr("pp 2 with train.pp_schedule = \"zbh1\" needs at least 2 micro-batches"));
+  EXPECT_THAT(
+      pipeline_check(c, dims(4, 1, 2, 2, 2), 2).message(),
+      HasSubstr("pp 2 with zero 2 and train.pp_schedule = \"zbh1\" on train.backend = \"cuda\": a GPU "
+                "pipeline stage shards over dp with ZeRO 2-3 under \"gpipe\" and \"1f1b\" only"));
+  // Interleaved runs on the GPU as on the CPU: vp > 1, micro-batches a multiple of pp, ZeRO 0 or 1, tp too.
+  {
+    Config v = c;
+    v.model.n_layer = 4;  // pp x vp
+    v.train.pp_schedule = "interleaved";
+    EXPECT_TRUE(pipeline_check(v, dims(2, 1, 1, 2), 2, 2).ok());
+    EXPECT_TRUE(pipeline_check(v, dims(4, 2, 1, 2, 1), 4, 2).ok());
+    EXPECT_TRUE(pipeline_check(v, dims(4, 1, 2, 2, 1), 2, 2).ok());
+    EXPECT_THAT(pipeline_check(v, dims(4, 1, 2, 2, 3), 2, 2).message(),
+                HasSubstr("with zero 3 and train.pp_schedule = \"interleaved\""));
+    EXPECT_THAT(pipeline_check(v, dims(2, 1, 1, 2), 3, 2).message(),
+                HasSubstr("needs micro-batches per step a multiple of pp (2)"));
+    EXPECT_THAT(pipeline_check(v, dims(2, 1, 1, 2), 2, 1).message(),
+                HasSubstr("virtual stages run only under the interleaved schedule"));
+  }
   c.train.pp_schedule = "1f1b";
   c.train.backend = "tpu";
   EXPECT_THAT(pipeline_check(c, dims(2, 1, 1, 2), 2).message(),
