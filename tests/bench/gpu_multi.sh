@@ -83,8 +83,9 @@ ENGINE=$B/app/gantry-engine
 [ -x $B/tests/bench/allreduce_bench ] || echo "note: allreduce_bench not built (no NCCL found at configure)"
 
 # ---- every GPU test ----------------------------------------------------------------------------------------
-# Capped so that the measurements keep at least 200 s; each test at most 150 s.
-CT=$(($(left) - 200)); [ $CT -gt 200 ] && CT=200; [ $CT -lt 60 ] && CT=60
+# Capped at CT_CAP seconds (default 200) and so that the measurements keep at least 200 s; each test at
+# most 150 s.
+CT=$(($(left) - 200)); [ $CT -gt ${CT_CAP:-200} ] && CT=${CT_CAP:-200}; [ $CT -lt 60 ] && CT=60
 step ctest_gpu 30 timeout $CT ctest --test-dir $B -L gpu -R "${CT_REGEX:-.}" --timeout 150 --output-on-failure
 grep -E "tests passed|\(Failed\)|Timeout|Not Run|\*\*\*" "$OUTD/ctest_gpu.log" | tail -12
 
