@@ -133,6 +133,16 @@ struct Plan {
   // (memory.total() less what the backend does not count, the CUDA backend's cuBLASLt workspace).
   std::vector<EngineAllocation> allocations;
   double backend_bytes = 0;
+  // Engine profiles only: every pipeline stage's rank (one entry at pp 1), stage 0 first. Each tp rank of a
+  // stage, and each dp replica (ZeRO 0), holds the same bytes.
+  struct StageMemory {
+    int stage = 0;
+    int layers = 0;                     // blocks on the stage
+    MemoryBuckets memory;               // what the engine takes (its table's total)
+    double backend_bytes = 0;           // what its Backend::memory_bytes() reports
+    double microbatches_in_flight = 0;  // activation slots (1 at pp 1)
+  };
+  std::vector<StageMemory> stage_memory;
 
   std::vector<CommAxis> comm;
 
