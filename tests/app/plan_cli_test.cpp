@@ -148,6 +148,51 @@ TEST(PlanCli, TablePrintsEverySection) {
   }
 }
 
+// gantry-cuda at tp x pp (issue 17): every stage's rank in memory.stages (stage 0 holds the embeddings and
+// the received wte gradient, the last the wte copy, its gradient and the classifier), the heaviest as the
+// plan's memory; 1F1B holds 2 micro-batches a stage at pp 2, GPipe all 8; the table prints the stages.
+// What the table does not hold (ZeRO's shards) is refused by name.
+TEST(PlanCli, GantryCudaShowsEveryPipelineStagesMemory) {
+  const std::string base =
+      "--engine gantry-cuda --model gpt2-124m --gpu h100 --gpus 4 --tp 2 --pp 2 "
+      "--micro-batch 4 --global-batch 32";
+  for (const char* schedule : {"1f1b", "gpipe"}) {
+    Outcome r = run(base + " --schedule " + schedule + " --json");
+    ASSERT_EQ(r.code, 0) << r.err;
+    const nlohmann::json m = nlohmann::json::parse(r.out).at("memory");
+    const nlohmann::json& st = m.at("stages");
+    ASSERT_EQ(st.size(), 2u) << m;
+    double heaviest = 0;
+    int heaviest_stage = -1;
+    for (size_t s = 0; s < 2; ++s) {
+      EXPECT_EQ(st[s].at("stage").get<int>(), static_cast<int>(s));
+      // What memory_bytes() counts: all but the 32 MiB cuBLASLt workspace.
+      EXPECT_DOUBLE_EQ(st[s].at("total").get<double>() - st[s].at("backend_bytes").get<double>(),
+                       32.0 * 1024 * 1024);
+      EXPECT_EQ(st[s].at("microbatches_in_flight").get<double>(), std::string(schedule) == "gpipe" ? 8 : 2);
+      if (st[s].at("total").get<double>() > heaviest) {
+        heaviest = st[s].at("total").get<double>();
+        heaviest_stage = static_cast<int>(s);
+      }
+    }
+    // The backend's partition: the last stage also runs the classifier (its forward, input and weight
+    // gradients), so it holds fewer of the 12 blocks.
+    EXPECT_EQ(st[0].at("layers").get<int>() + st[1].at("layers").get<int>(), 12);
+    EXPECT_GT(st[0].at("layers").get<int>(), st[1].at("layers").get<int>());
+    EXPECT_NE(st[0].at("total").get<double>(), st[1].at("total").get<double>());
+    // Stage 0's state holds its blocks and the embeddings (the last's wte copy is no optimizer state).
+    EXPECT_GT(st[0].at("optimizer").get<double>(), st[1].at("optimizer").get<double>());
+    EXPECT_DOUBLE_EQ(m.at("total").get<double>(), heaviest);
+    EXPECT_EQ(m.at("stage").get<int>(), heaviest_stage);
+  }
+  Outcome table = run(base);
+  ASSERT_EQ(table.code, 0) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("memory per pipeline stage"));
+  Outcome zero = run("--engine gantry-cuda --model gpt2-124m --gpu h100 --gpus 2 --zero 1");
+  EXPECT_EQ(zero.code, 2);
+  EXPECT_THAT(zero.err, HasSubstr("with zero 0"));
+}
+
 TEST(PlanCli, JsonHasParamsAndNamedMemoryBuckets) {
   Outcome r = run("--model gpt2-124m --gpus 8 --zero 1 --json");
   ASSERT_EQ(r.code, 0) << r.err;

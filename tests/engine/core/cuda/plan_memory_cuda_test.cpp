@@ -8,7 +8,6 @@
 // records of steps 1 and 2 (both after it) must hold the prediction, byte for byte. Skips where fewer GPUs
 // are visible than a layout needs.
 #include <gtest/gtest.h>
-
 #include <sys/wait.h>
 
 #include <cmath>
@@ -38,7 +37,8 @@ struct Layout {
 // `gantry-engine args`: exit code, stdout and stderr (files in `dir`).
 int engine(const std::string& args, const std::string& dir, std::string* out, std::string* err) {
   const std::string o = dir + "/stdout.txt", e = dir + "/stderr.txt";
-  const int status = std::system((std::string(GANTRY_ENGINE_BIN) + " " + args + " >" + o + " 2>" + e).c_str());
+  const int status =
+      std::system((std::string(GANTRY_ENGINE_BIN) + " " + args + " >" + o + " 2>" + e).c_str());
   *out = slurp(o);
   *err = slurp(e);
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -62,15 +62,16 @@ class PlanMemoryCuda : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(PlanMemoryCuda, EveryRanksMemoryIsThePlannersPredictionForItsStage) {
   const Layout l = GetParam();
-  if (cuda_device_count() < l.gpus) GTEST_SKIP() << "needs " << l.gpus << " GPUs (found " << cuda_device_count() << ")";
+  if (cuda_device_count() < l.gpus)
+    GTEST_SKIP() << "needs " << l.gpus << " GPUs (found " << cuda_device_count() << ")";
   const std::string root = testing_support::scratch_dir().string();
   for (const char* d : {"/run", "/plan"}) std::filesystem::create_directories(root + d);
   const std::string cfg = config(root, l.schedule);
   const std::string layout = " --tp " + std::to_string(l.tp) + " --pp " + std::to_string(l.pp);
 
   std::string out, err;
-  ASSERT_EQ(engine("plan --engine gantry-cuda --config " + cfg + " --gpus " + std::to_string(l.gpus) + layout +
-                       " --json",
+  ASSERT_EQ(engine("plan --engine gantry-cuda --config " + cfg + " --gpus " + std::to_string(l.gpus) +
+                       layout + " --json",
                    root + "/plan", &out, &err),
             0)
       << err;
@@ -88,7 +89,8 @@ TEST_P(PlanMemoryCuda, EveryRanksMemoryIsThePlannersPredictionForItsStage) {
   for (std::string line; std::getline(lines, line);) {
     const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
     if (j.is_object() && j.contains("rank_step")) {
-      measured[j["rank_step"]["rank"].get<int>()].push_back(j["rank_step"]["mem_allocated_bytes"].get<uint64_t>());
+      measured[j["rank_step"]["rank"].get<int>()].push_back(
+          j["rank_step"]["mem_allocated_bytes"].get<uint64_t>());
     }
   }
   ASSERT_EQ(measured.size(), static_cast<size_t>(l.gpus)) << out;
@@ -99,8 +101,8 @@ TEST_P(PlanMemoryCuda, EveryRanksMemoryIsThePlannersPredictionForItsStage) {
     for (size_t s = 0; s < bytes.size(); ++s) {
       const double got = static_cast<double>(bytes[s]);
       // Printed for the table: the prediction beside the measurement.
-      std::printf("rank %d (stage %d) step %zu: measured %.0f, predicted %.0f (%+.4f %%)\n", rank, stage, s + 1,
-                  got, predicted, 100 * (predicted / got - 1));
+      std::printf("rank %d (stage %d) step %zu: measured %.0f, predicted %.0f (%+.4f %%)\n", rank, stage,
+                  s + 1, got, predicted, 100 * (predicted / got - 1));
       EXPECT_LE(std::fabs(predicted / got - 1), 0.03) << "rank " << rank << " step " << s + 1;
       EXPECT_EQ(predicted, got) << "rank " << rank << " (stage " << stage << ") step " << s + 1;
     }
