@@ -10,6 +10,8 @@
 #include <sstream>
 #include <string>
 #include <thread>  // hardware_concurrency: the copies --measure-cpu runs
+#include <utility>
+#include <vector>
 
 #include "tests/app/engine_process.h"
 #include "tests/scratch_dir.h"
@@ -40,28 +42,41 @@ TEST(PlanCli, CpuProfileMemoryIsWhatTheRanksAllocateAtTpAndDp) {
   std::ofstream(cfg) << t;
   struct Layout {
     std::string run, plan;
+    int tp, pp;
   };
   int k = 0;
   for (const Layout& l :
-       {Layout{"--nproc 2 --tp 2", "--gpus 2 --tp 2"}, Layout{"--nproc 2", "--gpus 2 --dp 2"},
-        Layout{"--nproc 4 --tp 4", "--gpus 4 --tp 4"}, Layout{"--nproc 2 --pp 2", "--gpus 2 --pp 2"},
-        Layout{"--nproc 4 --tp 2 --pp 2", "--gpus 4 --tp 2 --pp 2"}}) {
+       {Layout{"--nproc 2 --tp 2", "--gpus 2 --tp 2", 2, 1}, Layout{"--nproc 2", "--gpus 2 --dp 2", 1, 1},
+        Layout{"--nproc 4 --tp 4", "--gpus 4 --tp 4", 4, 1},
+        Layout{"--nproc 2 --pp 2", "--gpus 2 --pp 2", 1, 2},
+        Layout{"--nproc 4 --tp 2 --pp 2", "--gpus 4 --tp 2 --pp 2", 2, 2}}) {
     Outcome r = testing_support::run_engine("run " + l.run + " --config " + cfg +
                                             " --max-steps 1 --json-ranks --out " +
                                             (dir / ("run" + std::to_string(k++))).string());
     ASSERT_EQ(r.code, 0) << l.run << ": " << r.err;
     uint64_t measured = 0;
+    std::vector<std::pair<int, uint64_t>> ranks;  // (global rank, bytes) of every step record
     std::istringstream lines(r.out);
     for (std::string line; std::getline(lines, line);) {
       const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-      if (j.is_object() && j.contains("rank_step"))
+      if (j.is_object() && j.contains("rank_step")) {
         measured = std::max(measured, j["rank_step"]["mem_allocated_bytes"].get<uint64_t>());
+        ranks.emplace_back(j["rank_step"]["rank"].get<int>(),
+                           j["rank_step"]["mem_allocated_bytes"].get<uint64_t>());
+      }
     }
     ASSERT_GT(measured, 0u) << r.out;
     Outcome p = run("--engine gantry-cpu --config " + cfg + " " + l.plan + " --json");
     ASSERT_EQ(p.code, 0) << l.plan << ": " << p.err;
-    EXPECT_EQ(nlohmann::json::parse(p.out)["memory"]["total"].get<double>(), static_cast<double>(measured))
-        << l.run;
+    const nlohmann::json mem = nlohmann::json::parse(p.out)["memory"];
+    EXPECT_EQ(mem["total"].get<double>(), static_cast<double>(measured)) << l.run;
+    // Every rank against its own stage's figure (global rank r is stage (r / tp) % pp).
+    ASSERT_EQ(mem["stages"].size(), static_cast<size_t>(l.pp)) << p.out;
+    for (const auto& [rank, bytes] : ranks) {
+      EXPECT_EQ(mem["stages"][static_cast<size_t>((rank / l.tp) % l.pp)]["total"].get<double>(),
+                static_cast<double>(bytes))
+          << l.run << ": rank " << rank;
+    }
   }
   // Interleaved stages: the step is priced, the memory the profile's table does not hold is unknown (null),
   // never a guess; what the profile does not model at all is refused by name.

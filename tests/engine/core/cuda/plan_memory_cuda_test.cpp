@@ -5,8 +5,9 @@
 // --engine gantry-cuda` with the same config and layout predicts each pipeline stage's rank
 // (memory.stages[s].total, the same for every tp rank of the stage). Global rank r is stage (r / tp) % pp
 // (ParallelDims). A stage's activation slots and token buffer are allocated during its first step, so the
-// records of steps 1 and 2 (both after it) must hold the prediction, byte for byte. Skips where fewer GPUs
-// are visible than a layout needs.
+// records of steps 1 and 2 (both after it) must hold the prediction, byte for byte, and within the issue's
+// 3 % without the cuBLASLt workspace (which alone is most of the tiny model's bytes). Skips where fewer
+// GPUs are visible than a layout needs.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -97,13 +98,21 @@ TEST_P(PlanMemoryCuda, EveryRanksMemoryIsThePlannersPredictionForItsStage) {
   for (const auto& [rank, bytes] : measured) {
     const int stage = (rank / l.tp) % l.pp;
     const double predicted = stages[static_cast<size_t>(stage)].at("total").get<double>();
+    // The 32 MiB cuBLASLt workspace is most of the tiny model's total: the 3 % goal is checked on the rest,
+    // what memory_bytes() counts (the record's bytes less the workspace).
+    const double predicted_backend = stages[static_cast<size_t>(stage)].at("backend_bytes").get<double>();
+    const double workspace = predicted - predicted_backend;
     ASSERT_EQ(bytes.size(), 2u) << "rank " << rank;
     for (size_t s = 0; s < bytes.size(); ++s) {
       const double got = static_cast<double>(bytes[s]);
       // Printed for the table: the prediction beside the measurement.
-      std::printf("rank %d (stage %d) step %zu: measured %.0f, predicted %.0f (%+.4f %%)\n", rank, stage,
-                  s + 1, got, predicted, 100 * (predicted / got - 1));
-      EXPECT_LE(std::fabs(predicted / got - 1), 0.03) << "rank " << rank << " step " << s + 1;
+      std::printf(
+          "rank %d (stage %d) step %zu: measured %.0f, predicted %.0f; without the workspace %.0f vs %.0f "
+          "(%+.4f %%)\n",
+          rank, stage, s + 1, got, predicted, got - workspace, predicted_backend,
+          100 * (predicted_backend / (got - workspace) - 1));
+      EXPECT_LE(std::fabs(predicted_backend / (got - workspace) - 1), 0.03)
+          << "rank " << rank << " step " << s + 1;
       EXPECT_EQ(predicted, got) << "rank " << rank << " (stage " << stage << ") step " << s + 1;
     }
   }
