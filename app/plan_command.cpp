@@ -591,6 +591,7 @@ Result<PlanInput> build_input(const PlanArgs& a) {
       .micro_batch = a.micro_batch > 0 ? a.micro_batch : (a.config.empty() ? 1 : cfg.train.micro_batch)};
 
   PlanTraining& t = in.training;
+  if (!a.config.empty()) t.dp_bucket_bytes = static_cast<uint64_t>(cfg.train.dp_bucket_mb * 1024.0 * 1024.0);
   if (a.global_batch > 0 && a.global_batch_tokens > 0) {
     return Status::error("--global-batch and --global-batch-tokens: give one of them");
   }

@@ -157,6 +157,70 @@ std::vector<uint64_t> rank_tensors(const PlanModel& m, uint64_t tp, int layers, 
   return n;
 }
 
+// engine/core/parallel/shard_plan.cpp mirrored for one dp rank: units (the tensors before the blocks, each
+// block, the tensors after), buckets formed from the top unit down up to `cap` floats (every unit its own at
+// ZeRO 3, the first unit always alone), each bucket's owned block comm_block(count, dp, rank); what
+// ZeroDeviceState sizes from them.
+struct ShardSizes {
+  uint64_t shard = 0;           // S: owned elements (P at ZeRO 0)
+  uint64_t chunks = 0;          // AdamW chunks: per tensor at ZeRO 0, per owned segment otherwise
+  uint64_t first_bucket = 0;    // the first unit's bucket (the embeddings' on stage 0)
+  uint64_t largest_bucket = 0;  // the largest other bucket
+  uint64_t first_unit = 0, last_unit = 0, largest_block = 0;
+};
+ShardSizes shard_sizes(const std::vector<uint64_t>& tensors, const std::vector<int>& unit_of, uint64_t dp,
+                       uint64_t rank, int zero, uint64_t cap) {
+  ShardSizes z;
+  std::vector<uint64_t> units, tensor_at;
+  uint64_t at = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (static_cast<size_t>(unit_of[i]) == units.size()) units.push_back(0);
+    units.back() += tensors[i];
+    tensor_at.push_back(at);
+    at += tensors[i];
+  }
+  const int n = static_cast<int>(units.size());
+  std::vector<std::vector<int>> groups;
+  for (int u = n - 1; u >= 1; --u) {
+    uint64_t sum = 0;
+    if (!groups.empty())
+      for (int v : groups.back()) sum += units[static_cast<size_t>(v)];
+    if (groups.empty() || zero >= 3 || sum + units[static_cast<size_t>(u)] > cap) groups.emplace_back();
+    groups.back().push_back(u);
+  }
+  groups.push_back({0});
+  std::reverse(groups.begin(), groups.end());
+  std::vector<uint64_t> unit_at(units.size() + 1, 0);
+  for (size_t u = 0; u < units.size(); ++u) unit_at[u + 1] = unit_at[u] + units[u];
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const int lo = *std::min_element(groups[g].begin(), groups[g].end());
+    const int hi = *std::max_element(groups[g].begin(), groups[g].end());
+    const uint64_t offset = unit_at[static_cast<size_t>(lo)],
+                   count = unit_at[static_cast<size_t>(hi) + 1] - offset;
+    if (g == 0) {
+      z.first_bucket = count;
+    } else {
+      z.largest_bucket = std::max(z.largest_bucket, count);
+    }
+    // comm_block (communicator.h): the low ranks take the remainder's extra element.
+    const uint64_t base = count / dp, extra = count % dp;
+    const uint64_t own_at = offset + (zero >= 1 ? rank * base + std::min(rank, extra) : 0);
+    const uint64_t own = zero >= 1 ? base + (rank < extra ? 1 : 0) : count;
+    z.shard += own;
+    for (size_t i = 0; zero >= 1 && i < tensors.size(); ++i) {  // the owned block cut at tensor boundaries
+      const uint64_t from = std::max(own_at, tensor_at[i]),
+                     to = std::min(own_at + own, tensor_at[i] + tensors[i]);
+      if (from < to) z.chunks += ceil_div(to - from, kAdamwChunkElements);
+    }
+  }
+  if (zero == 0)
+    for (uint64_t k : tensors) z.chunks += ceil_div(k, kAdamwChunkElements);
+  z.first_unit = units.front();
+  z.last_unit = units.back();
+  for (int u = 1; u + 1 < n; ++u) z.largest_block = std::max(z.largest_block, units[static_cast<size_t>(u)]);
+  return z;
+}
+
 // engine/core/cuda/backend_cuda.cu, one rank: allocate(), acquire() and pipeline_step() through device<T>()
 // (which memory_bytes() sums), ZeroDeviceState's constructor and build_chunks() (ZeRO 0), and the cuBLASLt
 // workspace the Matmul object allocates for itself. tp 1, pp 1: the one-GPU backend. At tp > 1 the blocks'
@@ -167,26 +231,53 @@ std::vector<uint64_t> rank_tensors(const PlanModel& m, uint64_t tp, int layers, 
 // micro-batch (pipeline_step, first step), the last stage keeps its wte copy (bf16) and that copy's fp32
 // gradient, stage 0 the gradient received.
 Table cuda_table(const PlanModel& m, uint64_t b, uint64_t tp, int pp, int stage, int layers,
-                 uint64_t micro_batches, bool gpipe) {
+                 uint64_t micro_batches, bool gpipe, const CudaDataParallelPlan& dpp = {}) {
   const bool pipeline = pp > 1, first = stage == 0, last = stage == pp - 1;
   const std::vector<uint64_t> tensors = rank_tensors(m, tp, layers, first, last);
-  uint64_t p = 0, chunks = 0;
-  for (uint64_t k : tensors) p += k, chunks += ceil_div(k, kAdamwChunkElements);
+  // Units: the embeddings (stage 0), each block (12 tensors), the final norm (the last stage).
+  std::vector<int> unit_of;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const size_t blocks_from = first ? 2 : 0, blocks_to = blocks_from + 12 * static_cast<size_t>(layers);
+    const int emb = first ? 1 : 0;
+    unit_of.push_back(i < blocks_from ? 0
+                      : i < blocks_to ? emb + static_cast<int>((i - blocks_from) / 12)
+                                      : emb + layers);
+  }
+  // One GPU (dp 1) shards nothing: ZeRO 0 whatever was asked (the backend's constructor).
+  const int zero = dpp.dp > 1 ? dpp.zero : 0;
+  const ShardSizes z =
+      shard_sizes(tensors, unit_of, static_cast<uint64_t>(dpp.dp), static_cast<uint64_t>(dpp.rank), zero,
+                  std::max<uint64_t>(1, dpp.bucket_bytes / kF32));
+  uint64_t p = 0;
+  for (uint64_t k : tensors) p += k;
+  const uint64_t chunks = z.chunks, held = zero == 0 ? p : z.shard;
   const uint64_t t = m.seq, c = m.hidden, n = b * t, l = static_cast<uint64_t>(layers);
   const uint64_t nh = m.heads / tp, cl = c / tp, h = 4 * c / tp, vl = m.vocab / tp;
   using MB = MemoryBucket;
   Table tb;
-  tb.add("master", "(P) fp32", MB::kOptimizer, p * kF32);  // the fp32 master weights
-  tb.add("params_bf16", "(P) bf16", MB::kWeights, p * kBf16);
-  tb.add("grads", "(P) fp32", MB::kGradients, p * kF32);
-  tb.add("adam_m", "(P) fp32", MB::kOptimizer, p * kF32);
-  tb.add("adam_v", "(P) fp32", MB::kOptimizer, p * kF32);
+  // ZeroDeviceState: at ZeRO 1 the master weights and moments are the rank's shard S, at 2 the gradients
+  // too (with staging), at 3 the bf16 parameters too (with the units gathered for use).
+  tb.add("master", zero == 0 ? "(P) fp32" : "(S) fp32", MB::kOptimizer, held * kF32);
+  tb.add("params_bf16", zero < 3 ? "(P) bf16" : "(S) bf16", MB::kWeights, (zero < 3 ? p : z.shard) * kBf16);
+  tb.add("grads", zero < 2 ? "(P) fp32" : "(S) fp32", MB::kGradients, (zero < 2 ? p : z.shard) * kF32);
+  tb.add("adam_m", zero == 0 ? "(P) fp32" : "(S) fp32", MB::kOptimizer, held * kF32);
+  tb.add("adam_v", zero == 0 ? "(P) fp32" : "(S) fp32", MB::kOptimizer, held * kF32);
+  if (zero >= 2) {
+    tb.add("grad_slots", "(first bucket) + 2 x (largest other bucket) fp32", MB::kGradients,
+           (std::max<uint64_t>(z.first_bucket, 1) + 2 * std::max<uint64_t>(z.largest_bucket, 1)) * kF32);
+  }
+  if (zero == 3) {
+    tb.add("param_slots", "(embeddings) + (final norm) + 2 x (largest block) bf16", MB::kWeights,
+           (std::max<uint64_t>(z.first_unit, 1) + std::max<uint64_t>(z.last_unit, 1) +
+            2 * std::max<uint64_t>(z.largest_block, 1)) *
+               kBf16);
+  }
   // ZeroDeviceState's stats_ (loss sum, sum of squares, ...), norm_, and the backend's eval_sum_.
   tb.add("stats, norm, eval_sum", "(3), (1), (1) fp32", MB::kBuffers, kF32, 5);
   tb.add("hash_sum", "(1) uint64", MB::kBuffers, 8);
   tb.add("adamw_chunks", "(one per 64K elements a tensor) 32 B", MB::kBuffers, chunks * kAdamwChunkBytes);
   // The norm's per-chunk squares, summed apart over tp (split tensors) and pp (build_chunks).
-  if (tp > 1 || pipeline) tb.add("chunk_scratch", "(chunks) fp32", MB::kBuffers, chunks * kF32);
+  if (zero > 0 || tp > 1 || pipeline) tb.add("chunk_scratch", "(chunks) fp32", MB::kBuffers, chunks * kF32);
   // One block's activations (layer_acts()), this tp rank's share.
   struct Row {
     const char* name;
@@ -388,7 +479,7 @@ Result<EngineMemory> plan_engine_memory(EngineKind e, const PlanModel& m, int mi
 }
 
 Result<EngineMemory> plan_cuda_rank_memory(const PlanModel& m, int micro_batch, int tp, int pp, int stage,
-                                           int micro_batches, bool gpipe) {
+                                           int micro_batches, bool gpipe, const CudaDataParallelPlan& dpp) {
   Status s = plan_engine_validate(EngineKind::kGantryCuda, m);
   if (!s.ok()) return s;
   if (micro_batch < 1 || micro_batches < 1 || pp < 1 || pp > m.layers || stage < 0 || stage >= pp || tp < 1 ||
@@ -399,9 +490,16 @@ Result<EngineMemory> plan_cuda_rank_memory(const PlanModel& m, int micro_batch, 
         std::to_string(micro_batches) +
         "): allowed 0 <= stage < pp <= layers, tp dividing heads, vocabulary and 4 x hidden, batches >= 1");
   }
+  if (dpp.dp < 1 || dpp.rank < 0 || dpp.rank >= dpp.dp || dpp.zero < 0 || dpp.zero > 3 ||
+      dpp.bucket_bytes < 1 || (pp > 1 && dpp.dp > 1 && dpp.zero > 1)) {
+    return Status::error("gantry-cuda rank at dp " + std::to_string(dpp.dp) + " (rank " +
+                         std::to_string(dpp.rank) + ", zero " + std::to_string(dpp.zero) +
+                         "): allowed 0 <= rank < dp, zero 0-3 (0-1 on a pipeline stage), bucket bytes >= 1");
+  }
   const std::vector<int> layers = pp > 1 ? plan_cuda_pipeline_layers(m, pp) : std::vector<int>{m.layers};
   return sum_table(cuda_table(m, static_cast<uint64_t>(micro_batch), static_cast<uint64_t>(tp), pp, stage,
-                              layers[static_cast<size_t>(stage)], static_cast<uint64_t>(micro_batches), gpipe)
+                              layers[static_cast<size_t>(stage)], static_cast<uint64_t>(micro_batches), gpipe,
+                              dpp)
                        .rows);
 }
 

@@ -73,9 +73,18 @@ Result<EngineMemory> plan_engine_memory(EngineKind e, const PlanModel& m, int mi
 // GPipe (`gpipe`) or 1F1B. pp 1 is plan_engine_memory's table. Every tp rank of a stage holds the same
 // bytes. At pp > 1 the stage's activation slots and the step's token buffer are allocated during the first
 // step (acquire(), pipeline_step()): the table is what memory_bytes() reports from the end of step 1 on
-// (before it, the slots and tokens are missing). ZeRO 1-3's shards are not in it.
+// (before it, the slots and tokens are missing). Over dp (`dpp`), ZeRO 1-3 shard the state as
+// engine/core/parallel/shard_plan.cpp cuts it for dp rank `rank` (the low ranks own one element more of a
+// bucket that does not divide evenly: rank 0 holds the most); a pipeline stage shards at ZeRO 0-1 only.
+struct CudaDataParallelPlan {
+  int dp = 1;
+  int rank = 0;                         // this rank's place on the dp axis
+  int zero = 0;                         // 0-3 (dp 1: 0 whatever is asked, as the backend does)
+  uint64_t bucket_bytes = 25ull << 20;  // train.dp_bucket_mb in bytes
+};
 Result<EngineMemory> plan_cuda_rank_memory(const PlanModel& m, int micro_batch, int tp, int pp, int stage,
-                                           int micro_batches, bool gpipe);
+                                           int micro_batches, bool gpipe,
+                                           const CudaDataParallelPlan& dpp = {});
 
 // Micro-batches whose activations a pipeline stage holds at once, the slots both backends allocate: GPipe
 // every one; 1F1B stage s min(m, pp - s), one more on a stage that receives (s > 0: the next activation

@@ -156,10 +156,16 @@ Result<PlanInput> engine_input(const PlanInput& in) {
   // 17: a dp rank holds the whole table, a tp rank its share, a stage its blocks and slots); cp, hsdp and
   // ZeRO's shards are not in them. gantry-cpu's interleaved stages are priced, their memory unknown; the
   // CUDA backend runs GPipe and 1F1B only.
-  if (l.cp != 1 || l.zero != 0 || l.hsdp != 0) {
+  if (in.engine == EngineKind::kGantryCpu && (l.cp != 1 || l.zero != 0 || l.hsdp != 0)) {
     return Status::error(who +
                          "profiles dp, tp and pp layouts with zero 0 (cp, hsdp and ZeRO's shards are "
                          "not in its table yet)");
+  }
+  if (in.engine == EngineKind::kGantryCuda && (l.cp != 1 || l.hsdp != 0 || (l.pp > 1 && l.zero > 1))) {
+    return Status::error(who +
+                         "profiles dp (zero 0-3; a pipeline stage zero 0-1), tp and pp layouts (cp and "
+                         "hsdp are not in its table), got zero " +
+                         std::to_string(l.zero));
   }
   if (in.engine == EngineKind::kGantryCuda &&
       (l.vp != 1 || (l.schedule != Schedule::kGpipe && l.schedule != Schedule::k1F1B))) {
@@ -580,7 +586,9 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
     for (int stage = 0; p.memory_known && stage < l.pp; ++stage) {
       Result<EngineMemory> em =
           in.engine == EngineKind::kGantryCuda
-              ? plan_cuda_rank_memory(md, l.micro_batch, l.tp, l.pp, stage, r.m, gpipe)
+              ? plan_cuda_rank_memory(
+                    md, l.micro_batch, l.tp, l.pp, stage, r.m, gpipe,
+                    {.dp = l.dp, .zero = l.zero, .bucket_bytes = in.training.dp_bucket_bytes})
               : (l.pp > 1 ? plan_cpu_pipeline_memory(md, l.micro_batch, l.tp, l.pp, stage, r.m, gpipe)
                           : plan_engine_memory(in.engine, md, l.micro_batch, l.tp));
       if (!em.ok()) return em.status();

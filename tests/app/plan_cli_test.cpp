@@ -203,9 +203,11 @@ TEST(PlanCli, GantryCudaShowsEveryPipelineStagesMemory) {
   Outcome table = run(base);
   ASSERT_EQ(table.code, 0) << table.err;
   EXPECT_THAT(table.out, HasSubstr("memory per pipeline stage"));
-  Outcome zero = run("--engine gantry-cuda --model gpt2-124m --gpu h100 --gpus 2 --zero 1");
+  Outcome zero =
+      run("--engine gantry-cuda --model gpt2-124m --gpu h100 --gpus 8 --tp 2 --pp 2 --micro-batch 4 "
+          "--global-batch 32 --zero 2");  // dp 2 beside tp 2 x pp 2
   EXPECT_EQ(zero.code, 2);
-  EXPECT_THAT(zero.err, HasSubstr("with zero 0"));
+  EXPECT_THAT(zero.err, HasSubstr("a pipeline stage zero 0-1"));
 }
 
 TEST(PlanCli, JsonHasParamsAndNamedMemoryBuckets) {

@@ -16,6 +16,7 @@
 
 #include "engine/core/backend.h"
 #include "engine/core/parallel/pipeline_schedule.h"
+#include "engine/core/parallel/shard_plan.h"
 #include "engine/core/parallel/tensor_parallel.h"  // tensor_parallel_stage_table
 #include "engine/plan/planner.h"
 
@@ -219,7 +220,7 @@ TEST(PlanEngineProfile, EngineProfilesRefuseWhatTheEngineCannotRun) {
       EXPECT_NE(p.error().find(needle), std::string::npos) << p.error();
     }
   };
-  // dp (ZeRO 0), tp and pp layouts have their tables (issue 17); ZeRO's shards and interleaving do not.
+  // dp (ZeRO 0-3), tp and pp layouts have their tables (issue 17); cp and interleaving do not.
   PlanInput tp = in;
   tp.cluster.gpus = 2;
   tp.layout.tp = 2;
@@ -227,8 +228,17 @@ TEST(PlanEngineProfile, EngineProfilesRefuseWhatTheEngineCannotRun) {
   PlanInput zero = in;
   zero.cluster.gpus = 2;
   zero.layout.dp = 2;
-  zero.layout.zero = 1;
-  fails(zero, "with zero 0");
+  zero.layout.zero = 3;
+  EXPECT_TRUE(plan_evaluate(zero).ok());
+  zero.model.layers = 4;
+  zero.cluster.gpus = 4;
+  zero.layout.pp = 2;
+  zero.layout.zero = 2;  // a GPU pipeline stage shards at ZeRO 0-1 only
+  fails(zero, "a pipeline stage zero 0-1");
+  PlanInput cp = in;
+  cp.cluster.gpus = 2;
+  cp.layout.cp = 2;
+  fails(cp, "cp and hsdp are not in its table");
   PlanInput vp = in;
   vp.model.layers = 4;
   vp.cluster.gpus = 2;
@@ -711,6 +721,76 @@ TEST(PlanEngineProfile, CudaStagesHoldTheirSlotsCopiesAndTokens) {
   const uint64_t half = row_bytes(plan_cuda_rank_memory(m, 4, 2, 2, 0, 2, false).value(), "grads");
   EXPECT_GT(2 * half, whole);
   EXPECT_LT(half, whole);
+}
+
+// ZeRO over dp: each dp rank's state is what engine/core/parallel/shard_plan.cpp cuts for it from the rank's
+// tensor table (ZeroDeviceState's sizes: the shard S in the master weights and moments from ZeRO 1, the
+// gradients and their staging slots from 2, the bf16 parameters and the gathered units from 3; one AdamW
+// chunk per 64K elements of each owned segment), for buckets that divide unevenly (the low ranks own one
+// element more), small buckets (several a stage) and large ones, at tp and on pipeline stages (ZeRO 0-1).
+TEST(PlanEngineProfile, CudaZeroShardsAreTheShardPlans) {
+  for (const ModelConfig& mc : kTpPpModels) {
+    const PlanModel m = plan_model_of(mc);
+    for (int tp : {1, 2}) {
+      for (int pp : {1, 2}) {
+        const PipelinePartition part = pipeline_partition(mc, pp, ClassifierGradStage::kLast);
+        for (int stage = 0; stage < pp; ++stage) {
+          const TensorTable st = pipeline_rank_table(mc, part, pp, stage);
+          const TensorTable t = tp > 1 ? tensor_parallel_stage_table(mc, tp, 0, st) : st;
+          for (int dp : {2, 3}) {
+            for (int zero = 0; zero <= (pp > 1 ? 1 : 3); ++zero) {
+              for (uint64_t bucket : {uint64_t{50} << 10, uint64_t{25} << 20}) {
+                for (int rank = 0; rank < dp; ++rank) {
+                  const ShardPlan sp = shard_plan_make(t, dp, rank, zero, bucket);
+                  uint64_t chunks = 0;
+                  if (zero == 0) {
+                    for (const TensorInfo& x : t.tensors()) chunks += (x.numel + 65535) / 65536;
+                  } else {
+                    for (const ShardSegment& g : sp.segments) chunks += (g.count + 65535) / 65536;
+                  }
+                  Result<EngineMemory> e =
+                      plan_cuda_rank_memory(m, 2, tp, pp, stage, 2, false,
+                                            {.dp = dp, .rank = rank, .zero = zero, .bucket_bytes = bucket});
+                  ASSERT_TRUE(e.ok()) << e.error();
+                  const std::string at = "L " + std::to_string(mc.n_layer) + " tp " + std::to_string(tp) +
+                                         " pp " + std::to_string(pp) + " stage " + std::to_string(stage) +
+                                         " dp " + std::to_string(dp) + " rank " + std::to_string(rank) +
+                                         " zero " + std::to_string(zero) + " bucket " +
+                                         std::to_string(bucket);
+                  const uint64_t p = t.numel(), s = sp.shard_numel;
+                  EXPECT_EQ(row_bytes(e.value(), "master"), 4 * (zero == 0 ? p : s)) << at;
+                  EXPECT_EQ(row_bytes(e.value(), "adam_v"), 4 * (zero == 0 ? p : s)) << at;
+                  EXPECT_EQ(row_bytes(e.value(), "grads"), 4 * (zero < 2 ? p : s)) << at;
+                  EXPECT_EQ(row_bytes(e.value(), "params_bf16"), 2 * (zero < 3 ? p : s)) << at;
+                  EXPECT_EQ(row_bytes(e.value(), "adamw_chunks"), 32 * chunks) << at;
+                  EXPECT_EQ(row_bytes(e.value(), "chunk_scratch"),
+                            zero > 0 || tp > 1 || pp > 1 ? 4 * chunks : 0)
+                      << at;
+                  const uint64_t grad_slots =
+                      zero >= 2 ? 4 * (sp.buckets[static_cast<size_t>(sp.unit_bucket[0])].count +
+                                       2 * std::max<size_t>(sp.largest_nonembedding_bucket(), 1))
+                                : 0;
+                  EXPECT_EQ(row_bytes(e.value(), "grad_slots"), grad_slots) << at;
+                  const uint64_t param_slots =
+                      zero == 3
+                          ? 2 * (sp.units[0].count + sp.units.back().count + 2 * sp.largest_block_unit())
+                          : 0;
+                  EXPECT_EQ(row_bytes(e.value(), "param_slots"), param_slots) << at;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  // dp 1 shards nothing whatever ZeRO is asked; a pipeline stage takes ZeRO 0-1 only.
+  const PlanModel m = plan_model_preset("gpt2-124m").value();
+  EXPECT_EQ(plan_cuda_rank_memory(m, 4, 1, 1, 0, 1, false, {.dp = 1, .zero = 3})->total,
+            plan_cuda_rank_memory(m, 4, 1, 1, 0, 1, false)->total);
+  Result<EngineMemory> bad = plan_cuda_rank_memory(m, 4, 1, 2, 0, 2, false, {.dp = 2, .zero = 2});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().find("0-1 on a pipeline stage"), std::string::npos) << bad.error();
 }
 
 }  // namespace

@@ -132,12 +132,12 @@ TEST(WhatIfForm, TheInputCarriesTheEnginesMeasuredEfficiency) {
   EXPECT_EQ(in->cluster.gpu.compute_efficiency, kGantryCudaHopperEfficiency);
   EXPECT_EQ(in->engine, EngineKind::kGantryCuda);
   EXPECT_TRUE(whatif_form_check(f).empty());
-  f.gpus = 2;  // dp 2 at ZeRO 0: the engine profile has the rank's table
+  f.gpus = 2;  // dp 2: the engine profile has the rank's table
   EXPECT_TRUE(whatif_form_check(f).empty());
-  f.layout.zero = 1;  // ZeRO's shards are not in it
+  f.layout.cp = 2;  // context parallel is not in it
   const std::vector<FormIssue> issues = whatif_form_check(f);
   ASSERT_EQ(issues.size(), 1u);
-  EXPECT_THAT(issues[0].message, HasSubstr("with zero 0"));
+  EXPECT_THAT(issues[0].message, HasSubstr("cp and hsdp are not in its table"));
 }
 
 }  // namespace
