@@ -9,6 +9,8 @@
 // measured once on the machine (`gantry-engine plan --engine gantry-cpu --measure-cpu`).
 //
 //   Result<EngineMemory> mem = plan_engine_memory(EngineKind::kGantryCuda, model, /*micro_batch=*/32);
+//   // tp 2 x pp 2, 1F1B, 8 micro-batches a step: the last stage's rank (each of its tp ranks alike)
+//   Result<EngineMemory> last = plan_cuda_rank_memory(model, 4, /*tp=*/2, /*pp=*/2, /*stage=*/1, 8, false);
 //   mem->backend_bytes  // what CudaBackend::memory_bytes() reports
 //   mem->allocations    // the table, with shapes and buckets
 //   CpuStep s = plan_cpu_step(plan_cpu_work(model, 8), plan_cpu_rates_default(), /*micro_batches=*/2);
@@ -68,7 +70,7 @@ Status plan_engine_validate(EngineKind e, const PlanModel& m);
 // rows, heads, the MLP's width); a data-parallel rank without ZeRO holds the same table.
 Result<EngineMemory> plan_engine_memory(EngineKind e, const PlanModel& m, int micro_batch, int tp = 1);
 
-// One rank of the CUDA backend at tp x pp (x dp with ZeRO 0, which replicates it): `stage` of `pp` (the
+// One rank of the CUDA backend at dp x tp x pp: `stage` of `pp` (the
 // backend's partition, plan_cuda_pipeline_layers), this tp rank's share, `micro_batches` per step under
 // GPipe (`gpipe`) or 1F1B. pp 1 is plan_engine_memory's table. Every tp rank of a stage holds the same
 // bytes. At pp > 1 the stage's activation slots and the step's token buffer are allocated during the first

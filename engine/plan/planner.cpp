@@ -152,10 +152,10 @@ Result<PlanInput> engine_input(const PlanInput& in) {
   if (!s.ok()) return s;
   const std::string who = std::string("engine ") + engine_kind_name(in.engine) + ": ";
   const PlanLayout& l = in.layout;
-  // The engines' tables are known per rank for data (ZeRO 0), tensor and pipeline parallel layouts (issue
-  // 17: a dp rank holds the whole table, a tp rank its share, a stage its blocks and slots); cp, hsdp and
-  // ZeRO's shards are not in them. gantry-cpu's interleaved stages are priced, their memory unknown; the
-  // CUDA backend runs GPipe and 1F1B only.
+  // The engines' tables are known per rank for data, tensor and pipeline parallel layouts (issue 17: a dp
+  // rank holds the whole table or, on CUDA under ZeRO, its shard; a tp rank its share; a stage its blocks
+  // and slots); cp and hsdp are not in them, nor ZeRO on the CPU. gantry-cpu's interleaved stages are
+  // priced, their memory unknown; the CUDA backend runs GPipe and 1F1B only, its stages at ZeRO 0-1.
   if (in.engine == EngineKind::kGantryCpu && (l.cp != 1 || l.zero != 0 || l.hsdp != 0)) {
     return Status::error(who +
                          "profiles dp, tp and pp layouts with zero 0 (cp, hsdp and ZeRO's shards are "
