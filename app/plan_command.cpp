@@ -57,7 +57,7 @@ struct PlanArgs {
   bool dropout = false;
 
   std::string gpu = "h100";
-  int gpus = 0;   // 0 = 8, or 1 with an engine profile (the engine runs on one device)
+  int gpus = 0;   // 0 = 8, or 1 with an engine profile
   int nodes = 0;  // > 0: gpus = nodes × gpus_per_node
   int gpus_per_node = 8;
   bool gpus_per_node_default = true;                    // --gpus-per-node not given
@@ -591,6 +591,7 @@ Result<PlanInput> build_input(const PlanArgs& a) {
       .micro_batch = a.micro_batch > 0 ? a.micro_batch : (a.config.empty() ? 1 : cfg.train.micro_batch)};
 
   PlanTraining& t = in.training;
+  if (!a.config.empty()) t.dp_bucket_bytes = static_cast<uint64_t>(cfg.train.dp_bucket_mb * 1024.0 * 1024.0);
   if (a.global_batch > 0 && a.global_batch_tokens > 0) {
     return Status::error("--global-batch and --global-batch-tokens: give one of them");
   }
@@ -686,6 +687,22 @@ nlohmann::json plan_json(const Plan& p, const PlanInput& in) {
     }
     memory["backend_bytes"] = p.memory_known ? json(p.backend_bytes) : json(nullptr);
     memory["allocations"] = allocations;
+    // Every stage's rank (each of its tp ranks and dp replicas holds the same): stage 0, the middle ones
+    // and the last differ (the embeddings, the activation slots in flight, the wte copy).
+    json stages = json::array();
+    for (const Plan::StageMemory& sm : p.stage_memory) {
+      stages.push_back({{"stage", sm.stage},
+                        {"layers", sm.layers},
+                        {"weights", sm.memory.weights},
+                        {"gradients", sm.memory.gradients},
+                        {"optimizer", sm.memory.optimizer},
+                        {"activations", sm.memory.activations},
+                        {"buffers", sm.memory.buffers},
+                        {"total", sm.memory.total()},
+                        {"backend_bytes", sm.backend_bytes},
+                        {"microbatches_in_flight", sm.microbatches_in_flight}});
+    }
+    memory["stages"] = p.memory_known ? stages : json(nullptr);
   }
   if (p.engine == EngineKind::kGantryCpu) {
     time["cpu"] = {{"matmul_s", p.cpu_step.matmul_s},
@@ -832,6 +849,20 @@ void print_plan(const Plan& p, const PlanInput& in) {
                     grouped(a.bytes()).c_str(), a.in_backend_bytes ? "" : "  (not in memory_bytes())");
       }
       std::printf("\n");
+      if (p.stage_memory.size() > 1) {
+        std::printf("memory per pipeline stage (each of its tp ranks and dp replicas)   GiB\n");
+        std::printf(
+            "  stage  layers  in flight   weights  gradients  optimizer  activations  buffers     total"
+            "   memory_bytes()\n");
+        for (const Plan::StageMemory& sm : p.stage_memory) {
+          std::printf("  %5d  %6d  %9.0f  %8.3f  %9.3f  %9.3f  %11.3f  %7.3f  %8.3f  %15s\n", sm.stage,
+                      sm.layers, sm.microbatches_in_flight, sm.memory.weights / kGiB,
+                      sm.memory.gradients / kGiB, sm.memory.optimizer / kGiB, sm.memory.activations / kGiB,
+                      sm.memory.buffers / kGiB, sm.memory.total() / kGiB,
+                      grouped(static_cast<uint64_t>(sm.backend_bytes)).c_str());
+        }
+        std::printf("\n");
+      }
     }
   }
 

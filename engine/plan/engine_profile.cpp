@@ -41,20 +41,6 @@ uint64_t attention_fast_scratch(uint64_t b, uint64_t t, uint64_t nh, uint64_t d)
   return acc + heads * n_q * bq * d;
 }
 
-// Parameter tensors in gpt_param_table's order (engine/core/gpt.cpp), as element counts: the AdamW chunk
-// table is built tensor by tensor.
-std::vector<uint64_t> param_tensors(const PlanModel& m) {
-  const uint64_t c = m.hidden, v = m.vocab, t = m.seq;
-  std::vector<uint64_t> n = {v * c, t * c};
-  for (int l = 0; l < m.layers; ++l) {
-    for (uint64_t k : {c, c, 3 * c * c, 3 * c, c * c, c, c, c, 4 * c * c, 4 * c, 4 * c * c, c})
-      n.push_back(k);
-  }
-  n.push_back(c);
-  n.push_back(c);
-  return n;
-}
-
 struct Table {
   std::vector<EngineAllocation> rows;
   void add(std::string name, std::string shape, MemoryBucket b, uint64_t bytes_each, uint64_t count = 1,
@@ -155,53 +141,204 @@ Table cpu_pipeline_table(const PlanModel& m, uint64_t b, uint64_t tp, int pp, in
   return tb;
 }
 
-// engine/core/cuda/backend_cuda.cu: allocate() and build_adamw_chunks() through device<T>() (which
-// memory_bytes() sums), and the cuBLASLt workspace the Matmul object allocates for itself.
-Table cuda_table(const PlanModel& m, uint64_t b) {
-  const uint64_t p = plan_param_counts(m).total;
-  const uint64_t t = m.seq, c = m.hidden, nh = m.heads, v = m.vocab, n = b * t, l = m.layers;
+// Element counts of one tp rank's tensors on a pipeline stage of `layers` blocks, in gpt_param_table's
+// order (tensor_parallel.cpp split_of: wte's rows, QKV's and MLP-up's rows with their biases, the output
+// projections' columns; the rest whole). The AdamW chunk table is built tensor by tensor.
+std::vector<uint64_t> rank_tensors(const PlanModel& m, uint64_t tp, int layers, bool first, bool last) {
+  const uint64_t c = m.hidden, v = m.vocab, t = m.seq;
+  std::vector<uint64_t> n;
+  if (first) n = {v / tp * c, t * c};
+  for (int l = 0; l < layers; ++l) {
+    for (uint64_t k : {c, c, 3 * c * c / tp, 3 * c / tp, c * c / tp, c, c, c, 4 * c * c / tp, 4 * c / tp,
+                       4 * c * c / tp, c})
+      n.push_back(k);
+  }
+  if (last) n.insert(n.end(), {c, c});
+  return n;
+}
+
+// engine/core/parallel/shard_plan.cpp mirrored for one dp rank: units (the tensors before the blocks, each
+// block, the tensors after), buckets formed from the top unit down up to `cap` floats (every unit its own at
+// ZeRO 3, the first unit always alone), each bucket's owned block comm_block(count, dp, rank); what
+// ZeroDeviceState sizes from them.
+struct ShardSizes {
+  uint64_t shard = 0;           // S: owned elements (P at ZeRO 0)
+  uint64_t chunks = 0;          // AdamW chunks: per tensor at ZeRO 0, per owned segment otherwise
+  uint64_t first_bucket = 0;    // the first unit's bucket (the embeddings' on stage 0)
+  uint64_t largest_bucket = 0;  // the largest other bucket
+  uint64_t first_unit = 0, last_unit = 0, largest_block = 0;
+};
+ShardSizes shard_sizes(const std::vector<uint64_t>& tensors, const std::vector<int>& unit_of, uint64_t dp,
+                       uint64_t rank, int zero, uint64_t cap) {
+  ShardSizes z;
+  std::vector<uint64_t> units, tensor_at;
+  uint64_t at = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (static_cast<size_t>(unit_of[i]) == units.size()) units.push_back(0);
+    units.back() += tensors[i];
+    tensor_at.push_back(at);
+    at += tensors[i];
+  }
+  const int n = static_cast<int>(units.size());
+  std::vector<std::vector<int>> groups;
+  for (int u = n - 1; u >= 1; --u) {
+    uint64_t sum = 0;
+    if (!groups.empty())
+      for (int v : groups.back()) sum += units[static_cast<size_t>(v)];
+    if (groups.empty() || zero >= 3 || sum + units[static_cast<size_t>(u)] > cap) groups.emplace_back();
+    groups.back().push_back(u);
+  }
+  groups.push_back({0});
+  std::reverse(groups.begin(), groups.end());
+  std::vector<uint64_t> unit_at(units.size() + 1, 0);
+  for (size_t u = 0; u < units.size(); ++u) unit_at[u + 1] = unit_at[u] + units[u];
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const int lo = *std::min_element(groups[g].begin(), groups[g].end());
+    const int hi = *std::max_element(groups[g].begin(), groups[g].end());
+    const uint64_t offset = unit_at[static_cast<size_t>(lo)],
+                   count = unit_at[static_cast<size_t>(hi) + 1] - offset;
+    if (g == 0) {
+      z.first_bucket = count;
+    } else {
+      z.largest_bucket = std::max(z.largest_bucket, count);
+    }
+    // comm_block (communicator.h): the low ranks take the remainder's extra element.
+    const uint64_t base = count / dp, extra = count % dp;
+    const uint64_t own_at = offset + (zero >= 1 ? rank * base + std::min(rank, extra) : 0);
+    const uint64_t own = zero >= 1 ? base + (rank < extra ? 1 : 0) : count;
+    z.shard += own;
+    for (size_t i = 0; zero >= 1 && i < tensors.size(); ++i) {  // the owned block cut at tensor boundaries
+      const uint64_t from = std::max(own_at, tensor_at[i]),
+                     to = std::min(own_at + own, tensor_at[i] + tensors[i]);
+      if (from < to) z.chunks += ceil_div(to - from, kAdamwChunkElements);
+    }
+  }
+  if (zero == 0)
+    for (uint64_t k : tensors) z.chunks += ceil_div(k, kAdamwChunkElements);
+  z.first_unit = units.front();
+  z.last_unit = units.back();
+  for (int u = 1; u + 1 < n; ++u) z.largest_block = std::max(z.largest_block, units[static_cast<size_t>(u)]);
+  return z;
+}
+
+// engine/core/cuda/backend_cuda.cu, one rank: allocate(), acquire() and pipeline_step() through device<T>()
+// (which memory_bytes() sums), ZeroDeviceState's constructor and build_chunks() (ZeRO 0), and the cuBLASLt
+// workspace the Matmul object allocates for itself. tp 1, pp 1: the one-GPU backend. At tp > 1 the blocks'
+// activations are this rank's share (Cl = C/tp, NHl = NH/tp, Hl = 4C/tp), wte its V/tp rows, and the
+// vocab-parallel cross-entropy has its per-row buffers. At pp > 1 (`stage` of `pp`, `layers` blocks) the
+// activations live in StageSlots, one per micro-batch in flight (acquire(), allocated as the first step's
+// schedule first holds that many; plan_cuda_pipeline_slots), the step's tokens in one buffer of every
+// micro-batch (pipeline_step, first step), the last stage keeps its wte copy (bf16) and that copy's fp32
+// gradient, stage 0 the gradient received.
+Table cuda_table(const PlanModel& m, uint64_t b, uint64_t tp, int pp, int stage, int layers,
+                 uint64_t micro_batches, bool gpipe, const CudaDataParallelPlan& dpp = {}) {
+  const bool pipeline = pp > 1, first = stage == 0, last = stage == pp - 1;
+  const std::vector<uint64_t> tensors = rank_tensors(m, tp, layers, first, last);
+  // Units: the embeddings (stage 0), each block (12 tensors), the final norm (the last stage).
+  std::vector<int> unit_of;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const size_t blocks_from = first ? 2 : 0, blocks_to = blocks_from + 12 * static_cast<size_t>(layers);
+    const int emb = first ? 1 : 0;
+    unit_of.push_back(i < blocks_from ? 0
+                      : i < blocks_to ? emb + static_cast<int>((i - blocks_from) / 12)
+                                      : emb + layers);
+  }
+  // One GPU (dp 1) shards nothing: ZeRO 0 whatever was asked (the backend's constructor).
+  const int zero = dpp.dp > 1 ? dpp.zero : 0;
+  const ShardSizes z =
+      shard_sizes(tensors, unit_of, static_cast<uint64_t>(dpp.dp), static_cast<uint64_t>(dpp.rank), zero,
+                  std::max<uint64_t>(1, dpp.bucket_bytes / kF32));
+  uint64_t p = 0;
+  for (uint64_t k : tensors) p += k;
+  const uint64_t chunks = z.chunks, held = zero == 0 ? p : z.shard;
+  const uint64_t t = m.seq, c = m.hidden, n = b * t, l = static_cast<uint64_t>(layers);
+  const uint64_t nh = m.heads / tp, cl = c / tp, h = 4 * c / tp, vl = m.vocab / tp;
   using MB = MemoryBucket;
   Table tb;
-  tb.add("master", "(P) fp32", MB::kOptimizer, p * kF32);  // the fp32 master weights
-  tb.add("params_bf16", "(P) bf16", MB::kWeights, p * kBf16);
-  tb.add("grads", "(P) fp32", MB::kGradients, p * kF32);
-  tb.add("adam_m", "(P) fp32", MB::kOptimizer, p * kF32);
-  tb.add("adam_v", "(P) fp32", MB::kOptimizer, p * kF32);
-  tb.add("encoded", "(N, C) bf16", MB::kActivations, n * c * kBf16);
-  tb.add("layer.ln1", "(N, C) bf16", MB::kActivations, n * c * kBf16, l);
-  tb.add("layer.ln1_mean", "(N) fp32", MB::kActivations, n * kF32, l);
-  tb.add("layer.ln1_rstd", "(N) fp32", MB::kActivations, n * kF32, l);
-  tb.add("layer.qkv", "(N, 3C) bf16", MB::kActivations, n * 3 * c * kBf16, l);
-  tb.add("layer.atty", "(N, C) bf16", MB::kActivations, n * c * kBf16, l);
-  tb.add("layer.lse", "(B, NH, T) fp32", MB::kActivations, b * nh * t * kF32, l);
-  tb.add("layer.res2", "(N, C) bf16", MB::kActivations, n * c * kBf16, l);
-  tb.add("layer.ln2", "(N, C) bf16", MB::kActivations, n * c * kBf16, l);
-  tb.add("layer.ln2_mean", "(N) fp32", MB::kActivations, n * kF32, l);
-  tb.add("layer.ln2_rstd", "(N) fp32", MB::kActivations, n * kF32, l);
-  tb.add("layer.fch_pre", "(N, 4C) bf16", MB::kActivations, n * 4 * c * kBf16, l);
-  tb.add("layer.fch_gelu", "(N, 4C) bf16", MB::kActivations, n * 4 * c * kBf16, l);
-  tb.add("layer.res3", "(N, C) bf16", MB::kActivations, n * c * kBf16, l);
+  // ZeroDeviceState: at ZeRO 1 the master weights and moments are the rank's shard S, at 2 the gradients
+  // too (with staging), at 3 the bf16 parameters too (with the units gathered for use).
+  tb.add("master", zero == 0 ? "(P) fp32" : "(S) fp32", MB::kOptimizer, held * kF32);
+  tb.add("params_bf16", zero < 3 ? "(P) bf16" : "(S) bf16", MB::kWeights, (zero < 3 ? p : z.shard) * kBf16);
+  tb.add("grads", zero < 2 ? "(P) fp32" : "(S) fp32", MB::kGradients, (zero < 2 ? p : z.shard) * kF32);
+  tb.add("adam_m", zero == 0 ? "(P) fp32" : "(S) fp32", MB::kOptimizer, held * kF32);
+  tb.add("adam_v", zero == 0 ? "(P) fp32" : "(S) fp32", MB::kOptimizer, held * kF32);
+  if (zero >= 2) {
+    tb.add("grad_slots", "(first bucket) + 2 x (largest other bucket) fp32", MB::kGradients,
+           (std::max<uint64_t>(z.first_bucket, 1) + 2 * std::max<uint64_t>(z.largest_bucket, 1)) * kF32);
+  }
+  if (zero == 3) {
+    tb.add("param_slots", "(embeddings) + (final norm) + 2 x (largest block) bf16", MB::kWeights,
+           (std::max<uint64_t>(z.first_unit, 1) + std::max<uint64_t>(z.last_unit, 1) +
+            2 * std::max<uint64_t>(z.largest_block, 1)) *
+               kBf16);
+  }
+  // ZeroDeviceState's stats_ (loss sum, sum of squares, ...), norm_, and the backend's eval_sum_.
+  tb.add("stats, norm, eval_sum", "(3), (1), (1) fp32", MB::kBuffers, kF32, 5);
+  tb.add("hash_sum", "(1) uint64", MB::kBuffers, 8);
+  tb.add("adamw_chunks", "(one per 64K elements a tensor) 32 B", MB::kBuffers, chunks * kAdamwChunkBytes);
+  // The norm's per-chunk squares, summed apart over tp (split tensors) and pp (build_chunks).
+  if (zero > 0 || tp > 1 || pipeline) tb.add("chunk_scratch", "(chunks) fp32", MB::kBuffers, chunks * kF32);
+  // One block's activations (layer_acts()), this tp rank's share.
+  struct Row {
+    const char* name;
+    const char* shape;
+    uint64_t bytes;
+  };
+  const Row block[] = {
+      {"layer.ln1", "(N, C) bf16", n * c * kBf16},      {"layer.ln1_mean", "(N) fp32", n * kF32},
+      {"layer.ln1_rstd", "(N) fp32", n * kF32},         {"layer.qkv", "(N, 3Cl) bf16", n * 3 * cl * kBf16},
+      {"layer.atty", "(N, Cl) bf16", n * cl * kBf16},   {"layer.lse", "(B, NHl, T) fp32", b * nh * t * kF32},
+      {"layer.res2", "(N, C) bf16", n * c * kBf16},     {"layer.ln2", "(N, C) bf16", n * c * kBf16},
+      {"layer.ln2_mean", "(N) fp32", n * kF32},         {"layer.ln2_rstd", "(N) fp32", n * kF32},
+      {"layer.fch_pre", "(N, Hl) bf16", n * h * kBf16}, {"layer.fch_gelu", "(N, Hl) bf16", n * h * kBf16},
+      {"layer.res3", "(N, C) bf16", n * c * kBf16}};
+  if (!pipeline) {
+    tb.add("encoded", "(N, C) bf16", MB::kActivations, n * c * kBf16);
+    for (const Row& r : block) tb.add(r.name, r.shape, MB::kActivations, r.bytes, l);
+  } else {
+    if (last) {
+      tb.add("wte_copy", "(V/tp, C) bf16", MB::kWeights, vl * c * kBf16);
+      tb.add("dwte", "(V/tp, C) fp32", MB::kGradients, vl * c * kF32);
+    }
+    if (first) tb.add("dwte_in", "(V/tp, C) fp32", MB::kGradients, vl * c * kF32);
+  }
   tb.add("lnf", "(N, C) bf16", MB::kActivations, n * c * kBf16);
   tb.add("lnf_mean", "(N) fp32", MB::kActivations, n * kF32);
   tb.add("lnf_rstd", "(N) fp32", MB::kActivations, n * kF32);
   tb.add("losses", "(N) fp32", MB::kActivations, n * kF32);
   tb.add("dln", "(N, C) bf16", MB::kBuffers, n * c * kBf16);
   // One allocation holds the classifier's logits chunk and, after it, the backward's dres, dfch, dqkv,
-  // datty and tmp_nc (each padded to 128 elements): as large as those buffers, at least ~256 MB of rows.
+  // datty and tmp_nc (each padded to 128 elements, whole widths at any tp): as large as those buffers, at
+  // least ~256 MB of rows (this tp rank's V/tp columns). A stage before the last runs no classifier.
   auto pad = [](uint64_t e) { return ceil_div(e, 128) * 128; };
   const uint64_t buffers = pad(n * c) * 3 + pad(n * 4 * c) + pad(n * 3 * c);
-  const uint64_t rows = std::clamp<uint64_t>(kClassifierChunkBytes / (v * kBf16), 1, n);
+  const uint64_t cols = last ? vl : 1;
+  const uint64_t rows = std::clamp<uint64_t>(kClassifierChunkBytes / (cols * kBf16), 1, n);
+  const uint64_t region = std::max(buffers, rows * cols);
   tb.add("logits_and_backward_buffers",
-         "max(dres, dfch, dqkv, datty, tmp_nc; (min(N, 256 MiB / 2V), V)) bf16", MB::kBuffers,
-         std::max(buffers, rows * v) * kBf16);
+         last ? "max(dres, dfch, dqkv, datty, tmp_nc; (min(N, 256 MiB / 2Vl), Vl)) bf16"
+              : "dres, dfch, dqkv, datty, tmp_nc bf16",
+         MB::kBuffers, region * kBf16);
+  if (tp > 1) {
+    // The vocab-parallel cross-entropy's row maxima and partial sums, this rank's and every rank's, for the
+    // chunk's rows (sized from the region and V/tp on every stage).
+    const uint64_t chunk_rows = std::min(region / vl, n);
+    tb.add("ce_max, ce_all_max, ce_part, ce_all_part", "(R), (tp R), (2R), (2 tp R) fp32", MB::kBuffers,
+           (3 + 3 * tp) * chunk_rows * kF32);
+  }
   tb.add("scratch", "(max of the kernels' scratch) fp32", MB::kBuffers,
          plan_cuda_scratch_floats(m, static_cast<int>(b)).total() * kF32);
-  tb.add("loss_sum, sum_squares, eval_sum, norm", "(1) fp32 each", MB::kBuffers, kF32, 4);
   tb.add("inputs, targets, bucket_token, positions", "(N) int32 each", MB::kBuffers, n * kI32, 4);
   tb.add("bucket_start", "(N + 1) int32", MB::kBuffers, (n + 1) * kI32);
-  uint64_t chunks = 0;
-  for (uint64_t k : param_tensors(m)) chunks += ceil_div(k, kAdamwChunkElements);
-  tb.add("adamw_chunks", "(one per 64K elements a tensor) 32 B", MB::kBuffers, chunks * kAdamwChunkBytes);
+  if (pipeline) {
+    tb.add("tokens", "(5N + 1) int32 per micro-batch", MB::kBuffers, (5 * n + 1) * kI32, micro_batches);
+    uint64_t slot = 2 * n * c * kBf16;
+    for (const Row& r : block) slot += l * r.bytes;
+    if (last) slot += n * c * kBf16 + 2 * n * kF32;
+    tb.add(last ? "slot (in, dout, blocks, lnf)" : "slot (in, dout, blocks)", "one micro-batch in flight's",
+           MB::kActivations, slot,
+           static_cast<uint64_t>(plan_pipeline_slots(pp, stage, static_cast<int>(micro_batches), gpipe)));
+  }
   tb.add("cublaslt_workspace", "32 MiB", MB::kBuffers, kCudaMatmulWorkspaceBytes, 1, false);
   return tb;
 }
@@ -328,15 +465,42 @@ Result<EngineMemory> plan_engine_memory(EngineKind e, const PlanModel& m, int mi
   if (!s.ok()) return s;
   if (micro_batch < 1)
     return Status::error("micro_batch = " + std::to_string(micro_batch) + ": allowed >= 1");
-  if (tp < 1 || (tp > 1 && (e != EngineKind::kGantryCpu || m.heads % tp != 0 || m.vocab % tp != 0 ||
-                            (4 * m.hidden) % tp != 0))) {
+  if (tp < 1 || m.heads % tp != 0 || m.vocab % tp != 0 || (4 * m.hidden) % tp != 0) {
     return Status::error("tp = " + std::to_string(tp) +
-                         ": the engine's tensor parallel runs on gantry-cpu with tp dividing the heads, the "
-                         "vocabulary and 4 x hidden");
+                         ": the engine's tensor parallel needs tp dividing the " + "heads (" +
+                         std::to_string(m.heads) + "), the vocabulary (" + std::to_string(m.vocab) +
+                         ") and 4 x hidden (" + std::to_string(4 * m.hidden) + ")");
   }
   const uint64_t b = static_cast<uint64_t>(micro_batch);
-  return sum_table(
-      (e == EngineKind::kGantryCpu ? cpu_table(m, b, static_cast<uint64_t>(tp)) : cuda_table(m, b)).rows);
+  return sum_table((e == EngineKind::kGantryCpu
+                        ? cpu_table(m, b, static_cast<uint64_t>(tp))
+                        : cuda_table(m, b, static_cast<uint64_t>(tp), 1, 0, m.layers, 1, false))
+                       .rows);
+}
+
+Result<EngineMemory> plan_cuda_rank_memory(const PlanModel& m, int micro_batch, int tp, int pp, int stage,
+                                           int micro_batches, bool gpipe, const CudaDataParallelPlan& dpp) {
+  Status s = plan_engine_validate(EngineKind::kGantryCuda, m);
+  if (!s.ok()) return s;
+  if (micro_batch < 1 || micro_batches < 1 || pp < 1 || pp > m.layers || stage < 0 || stage >= pp || tp < 1 ||
+      m.heads % tp != 0 || m.vocab % tp != 0 || (4 * m.hidden) % tp != 0) {
+    return Status::error(
+        "gantry-cuda rank at stage " + std::to_string(stage) + " of pp " + std::to_string(pp) + " (tp " +
+        std::to_string(tp) + ", micro-batch " + std::to_string(micro_batch) + " x " +
+        std::to_string(micro_batches) +
+        "): allowed 0 <= stage < pp <= layers, tp dividing heads, vocabulary and 4 x hidden, batches >= 1");
+  }
+  if (dpp.dp < 1 || dpp.rank < 0 || dpp.rank >= dpp.dp || dpp.zero < 0 || dpp.zero > 3 ||
+      dpp.bucket_bytes < 1 || (pp > 1 && dpp.dp > 1 && dpp.zero > 1)) {
+    return Status::error("gantry-cuda rank at dp " + std::to_string(dpp.dp) + " (rank " +
+                         std::to_string(dpp.rank) + ", zero " + std::to_string(dpp.zero) +
+                         "): allowed 0 <= rank < dp, zero 0-3 (0-1 on a pipeline stage), bucket bytes >= 1");
+  }
+  const std::vector<int> layers = pp > 1 ? plan_cuda_pipeline_layers(m, pp) : std::vector<int>{m.layers};
+  return sum_table(cuda_table(m, static_cast<uint64_t>(micro_batch), static_cast<uint64_t>(tp), pp, stage,
+                              layers[static_cast<size_t>(stage)], static_cast<uint64_t>(micro_batches), gpipe,
+                              dpp)
+                       .rows);
 }
 
 Result<EngineMemory> plan_cpu_pipeline_memory(const PlanModel& m, int micro_batch, int tp, int pp, int stage,
@@ -462,10 +626,16 @@ CpuWork plan_cpu_work(const PlanModel& m, int micro_batch, int tp) {
   return w;
 }
 
-std::vector<int> plan_cpu_pipeline_layers(const PlanModel& m, int stages) {
+namespace {
+// parallel/pipeline_schedule.cpp pipeline_partition: the classifier's forward and input gradient on the
+// last stage, its weight gradient on stage 0 (`grad_last` false: the CPU pipeline) or on the last (the CUDA
+// backend's ClassifierGradStage::kLast).
+std::vector<int> pipeline_layers(const PlanModel& m, int stages, bool grad_last) {
   const int L = m.layers;
   const double c = m.hidden, t = m.seq, block = 3.0 * (24.0 * c * c + 4.0 * t * c), vc = 2.0 * m.vocab * c;
-  auto extra = [&](int stage) { return (stage == 0 ? vc : 0) + (stage == stages - 1 ? 2 * vc : 0); };
+  auto extra = [&](int stage) {
+    return (stage == (grad_last ? stages - 1 : 0) ? vc : 0) + (stage == stages - 1 ? 2 * vc : 0);
+  };
   const double inf = std::numeric_limits<double>::infinity();
   std::vector<std::vector<double>> best(stages + 1, std::vector<double>(L + 1, inf));
   std::vector<std::vector<int>> cut(stages + 1, std::vector<int>(L + 1, -1));
@@ -487,6 +657,20 @@ std::vector<int> plan_cpu_pipeline_layers(const PlanModel& m, int stages) {
     l = k;
   }
   return layers;
+}
+}  // namespace
+
+std::vector<int> plan_cpu_pipeline_layers(const PlanModel& m, int stages) {
+  return pipeline_layers(m, stages, false);
+}
+
+std::vector<int> plan_cuda_pipeline_layers(const PlanModel& m, int stages) {
+  return pipeline_layers(m, stages, true);
+}
+
+int plan_pipeline_slots(int pp, int stage, int micro_batches, bool gpipe) {
+  if (gpipe) return micro_batches;
+  return std::min(micro_batches, pp - stage + (stage > 0 ? 1 : 0));
 }
 
 CpuStep plan_cpu_step(const CpuWork& w, const CpuRates& r, int micro_batches) {

@@ -9,6 +9,8 @@
 // measured once on the machine (`gantry-engine plan --engine gantry-cpu --measure-cpu`).
 //
 //   Result<EngineMemory> mem = plan_engine_memory(EngineKind::kGantryCuda, model, /*micro_batch=*/32);
+//   // tp 2 x pp 2, 1F1B, 8 micro-batches a step: the last stage's rank (each of its tp ranks alike)
+//   Result<EngineMemory> last = plan_cuda_rank_memory(model, 4, /*tp=*/2, /*pp=*/2, /*stage=*/1, 8, false);
 //   mem->backend_bytes  // what CudaBackend::memory_bytes() reports
 //   mem->allocations    // the table, with shapes and buckets
 //   CpuStep s = plan_cpu_step(plan_cpu_work(model, 8), plan_cpu_rates_default(), /*micro_batches=*/2);
@@ -64,9 +66,33 @@ struct EngineMemory {
 Status plan_engine_validate(EngineKind e, const PlanModel& m);
 
 // The allocation table of the engine's backend created with max batch `micro_batch` (generic: an error).
-// `tp` > 1 (gantry-cpu only): one tensor-parallel rank's table (engine/core/parallel/tensor_parallel.cpp's
-// split: vocabulary rows, heads, the MLP's width); a data-parallel rank without ZeRO holds the same table.
+// `tp` > 1: one tensor-parallel rank's table (engine/core/parallel/tensor_parallel.cpp's split: vocabulary
+// rows, heads, the MLP's width); a data-parallel rank without ZeRO holds the same table.
 Result<EngineMemory> plan_engine_memory(EngineKind e, const PlanModel& m, int micro_batch, int tp = 1);
+
+// One rank of the CUDA backend at dp x tp x pp: `stage` of `pp` (the
+// backend's partition, plan_cuda_pipeline_layers), this tp rank's share, `micro_batches` per step under
+// GPipe (`gpipe`) or 1F1B. pp 1 is plan_engine_memory's table. Every tp rank of a stage holds the same
+// bytes. At pp > 1 the stage's activation slots and the step's token buffer are allocated during the first
+// step (acquire(), pipeline_step()): the table is what memory_bytes() reports from the end of step 1 on
+// (before it, the slots and tokens are missing). Over dp (`dpp`), ZeRO 1-3 shard the state as
+// engine/core/parallel/shard_plan.cpp cuts it for dp rank `rank` (the low ranks own one element more of a
+// bucket that does not divide evenly: rank 0 holds the most); a pipeline stage shards at ZeRO 0-1 only.
+struct CudaDataParallelPlan {
+  int dp = 1;
+  int rank = 0;                         // this rank's place on the dp axis
+  int zero = 0;                         // 0-3 (dp 1: 0 whatever is asked, as the backend does)
+  uint64_t bucket_bytes = 25ull << 20;  // train.dp_bucket_mb in bytes
+};
+Result<EngineMemory> plan_cuda_rank_memory(const PlanModel& m, int micro_batch, int tp, int pp, int stage,
+                                           int micro_batches, bool gpipe,
+                                           const CudaDataParallelPlan& dpp = {});
+
+// Micro-batches whose activations a pipeline stage holds at once, the slots both backends allocate: GPipe
+// every one; 1F1B stage s min(m, pp - s), one more on a stage that receives (s > 0: the next activation
+// arrives into its own slot before the last backward frees one). Replayed against pipeline_program in
+// tests/engine/plan/engine_profile_test.cpp.
+int plan_pipeline_slots(int pp, int stage, int micro_batches, bool gpipe);
 
 // One pipeline stage's table on the CPU (engine/core/cpu/backend_cpu_pipeline.cpp; ZeRO 0, one model chunk
 // per rank): `stage` of `pp` (the engine's partition, plan_cpu_pipeline_layers), a tp rank's share at
@@ -176,6 +202,9 @@ double plan_cpu_classifier_wgrad_flops(const PlanModel& m, int micro_batch, int 
 // contiguous blocks, the costliest stage as cheap as can be, the classifier's weight gradient counted on
 // the first stage and its forward and input gradient on the last): blocks per (virtual) stage.
 std::vector<int> plan_cpu_pipeline_layers(const PlanModel& m, int stages);
+// The CUDA backend's partition (ClassifierGradStage::kLast): the classifier's weight gradient on the last
+// stage too.
+std::vector<int> plan_cuda_pipeline_layers(const PlanModel& m, int stages);
 
 // The parts of one optimizer step of `micro_batches` micro-batches.
 struct CpuStep {

@@ -152,18 +152,25 @@ Result<PlanInput> engine_input(const PlanInput& in) {
   if (!s.ok()) return s;
   const std::string who = std::string("engine ") + engine_kind_name(in.engine) + ": ";
   const PlanLayout& l = in.layout;
-  // gantry-cpu's table is known per rank for tensor and data parallel without ZeRO (issue 17: a dp rank holds
-  // the whole table, a tp rank its share); pipeline stages and ZeRO's shards are not in the profile yet.
-  // Pipeline stages are priced (their step time) but their memory is not in the table: the plan says so.
-  const bool cpu_parallel = in.engine == EngineKind::kGantryCpu && l.cp == 1 && l.zero == 0 && l.hsdp == 0;
-  if (!cpu_parallel && (in.cluster.gpus != 1 || l.tp != 1 || l.pp != 1 || l.vp != 1 || l.cp != 1 ||
-                        l.dp > 1 || l.zero != 0 || l.hsdp != 0)) {
-    return Status::error(
-        who + (in.engine == EngineKind::kGantryCpu
-                   ? "profiles dp, tp and pp layouts with zero 0 (cp, hsdp and ZeRO's shards are not in its "
-                     "table yet)"
-                   : "runs on one device: gpus, tp, pp, vp, cp and dp must be 1, zero 0 (the engine "
-                     "has no parallelism yet)"));
+  // The engines' tables are known per rank for data, tensor and pipeline parallel layouts (issue 17: a dp
+  // rank holds the whole table or, on CUDA under ZeRO, its shard; a tp rank its share; a stage its blocks
+  // and slots); cp and hsdp are not in them, nor ZeRO on the CPU. gantry-cpu's interleaved stages are
+  // priced, their memory unknown; the CUDA backend runs GPipe and 1F1B only, its stages at ZeRO 0-1.
+  if (in.engine == EngineKind::kGantryCpu && (l.cp != 1 || l.zero != 0 || l.hsdp != 0)) {
+    return Status::error(who +
+                         "profiles dp, tp and pp layouts with zero 0 (cp, hsdp and ZeRO's shards are "
+                         "not in its table yet)");
+  }
+  if (in.engine == EngineKind::kGantryCuda && (l.cp != 1 || l.hsdp != 0 || (l.pp > 1 && l.zero > 1))) {
+    return Status::error(who +
+                         "profiles dp (zero 0-3; a pipeline stage zero 0-1), tp and pp layouts (cp and "
+                         "hsdp are not in its table), got zero " +
+                         std::to_string(l.zero));
+  }
+  if (in.engine == EngineKind::kGantryCuda &&
+      (l.vp != 1 || (l.schedule != Schedule::kGpipe && l.schedule != Schedule::k1F1B))) {
+    return Status::error(who + "runs GPipe and 1F1B pipelines with one model chunk per GPU (vp 1), got vp " +
+                         std::to_string(l.vp));
   }
   if (l.recompute != Recompute::kNone) return Status::error(who + "keeps every activation (recompute none)");
   if (in.engine == EngineKind::kGantryCpu && in.training.tp_overlap != 0) {
@@ -175,7 +182,8 @@ Result<PlanInput> engine_input(const PlanInput& in) {
   if (in.engine == EngineKind::kGantryCuda) {
     if (!l.flash_attention)
       return Status::error(who + "always runs its flash attention kernels (no --no-flash)");
-    t.weight_bytes = 2;  // the bf16 copy the kernels read
+    out.layout.sequence_parallel = false;  // its tensor parallel all-reduces whole activations
+    t.weight_bytes = 2;                    // the bf16 copy the kernels read
     t.grad_bytes = 4;
     t.master_bytes = 4;
   } else {
@@ -564,51 +572,55 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
       p.params_on_gpu = params_on_stage(md, r, stage);
     }
   }
-  if (in.engine == EngineKind::kGantryCpu && l.pp > 1) {
-    // The pipeline backend's stages (backend_cpu_pipeline.cpp): the heaviest stage's table. Interleaved
-    // chunks (and ZB-H1, which the planner does not schedule) are not in the profile: unknown, not the
-    // generic model's guess.
-    p.memory_known = l.vp == 1 && (l.schedule == Schedule::kGpipe || l.schedule == Schedule::k1F1B);
+  if (in.engine != EngineKind::kGeneric) {
+    // The backends allocate everything from their tables (a pipeline stage's slots during its first step);
+    // nothing else is live. Every stage's rank, the heaviest as the plan's memory. gantry-cpu's
+    // interleaved chunks (and ZB-H1, which the planner does not schedule) are not in its profile: unknown,
+    // not the generic model's guess.
+    const bool gpipe = l.schedule == Schedule::kGpipe;
+    p.memory_known = l.pp == 1 || (l.vp == 1 && (gpipe || l.schedule == Schedule::k1F1B));
+    const std::vector<int> stage_layers = l.pp == 1 ? std::vector<int>{md.layers}
+                                          : in.engine == EngineKind::kGantryCuda
+                                              ? plan_cuda_pipeline_layers(md, l.pp)
+                                              : plan_cpu_pipeline_layers(md, l.pp);
     for (int stage = 0; p.memory_known && stage < l.pp; ++stage) {
       Result<EngineMemory> em =
-          plan_cpu_pipeline_memory(md, l.micro_batch, l.tp, l.pp, stage, r.m, l.schedule == Schedule::kGpipe);
+          in.engine == EngineKind::kGantryCuda
+              ? plan_cuda_rank_memory(
+                    md, l.micro_batch, l.tp, l.pp, stage, r.m, gpipe,
+                    {.dp = l.dp, .zero = l.zero, .bucket_bytes = in.training.dp_bucket_bytes})
+              : (l.pp > 1 ? plan_cpu_pipeline_memory(md, l.micro_batch, l.tp, l.pp, stage, r.m, gpipe)
+                          : plan_engine_memory(in.engine, md, l.micro_batch, l.tp));
       if (!em.ok()) return em.status();
       const EngineMemory& e = em.value();
-      if (stage > 0 && static_cast<double>(e.total) <= p.memory.total()) continue;
-      p.memory = MemoryBuckets{.weights = static_cast<double>(e.weights),
-                               .gradients = static_cast<double>(e.gradients),
-                               .optimizer = static_cast<double>(e.optimizer),
-                               .activations = static_cast<double>(e.activations),
-                               .buffers = static_cast<double>(e.buffers)};
-      p.memory_stage = stage;
-      p.backend_bytes = static_cast<double>(e.backend_bytes);
-      p.allocations = e.allocations;
-      p.activation_layer_bytes = 0;
-      p.microbatches_in_flight = 0;
+      Plan::StageMemory sm;
+      sm.stage = stage;
+      sm.layers = stage_layers[static_cast<size_t>(stage)];
+      sm.memory = MemoryBuckets{.weights = static_cast<double>(e.weights),
+                                .gradients = static_cast<double>(e.gradients),
+                                .optimizer = static_cast<double>(e.optimizer),
+                                .activations = static_cast<double>(e.activations),
+                                .buffers = static_cast<double>(e.buffers)};
+      sm.backend_bytes = static_cast<double>(e.backend_bytes);
+      sm.microbatches_in_flight = 1;
+      double layer_bytes = 0;
       for (const EngineAllocation& a : e.allocations) {
-        if (a.bucket == MemoryBucket::kActivations) p.microbatches_in_flight = static_cast<double>(a.count);
+        if (a.name.rfind("slot", 0) == 0) sm.microbatches_in_flight = static_cast<double>(a.count);
+        if (l.pp == 1 && a.bucket == MemoryBucket::kActivations &&
+            a.count == static_cast<uint64_t>(md.layers) && a.name.rfind("layer.", 0) == 0) {
+          layer_bytes += static_cast<double>(a.bytes_each);
+        }
       }
+      p.stage_memory.push_back(sm);
+      if (stage > 0 && static_cast<double>(e.total) <= p.memory.total()) continue;
+      p.memory = sm.memory;
+      p.memory_stage = stage;
+      p.backend_bytes = sm.backend_bytes;
+      p.allocations = e.allocations;
+      p.activation_layer_bytes = layer_bytes;
+      p.microbatches_in_flight = sm.microbatches_in_flight;
     }
-  } else if (in.engine != EngineKind::kGeneric) {
-    // The backend allocates everything up front from its table; nothing else is live.
-    Result<EngineMemory> em = plan_engine_memory(in.engine, md, l.micro_batch, l.tp);
-    if (!em.ok()) return em.status();
-    const EngineMemory& e = em.value();
-    p.memory = MemoryBuckets{.weights = static_cast<double>(e.weights),
-                             .gradients = static_cast<double>(e.gradients),
-                             .optimizer = static_cast<double>(e.optimizer),
-                             .activations = static_cast<double>(e.activations),
-                             .buffers = static_cast<double>(e.buffers)};
-    p.backend_bytes = static_cast<double>(e.backend_bytes);
-    p.allocations = e.allocations;
-    p.activation_layer_bytes = 0;
-    for (const EngineAllocation& a : e.allocations) {
-      if (a.bucket == MemoryBucket::kActivations && a.count == static_cast<uint64_t>(md.layers) &&
-          a.name.rfind("layer.", 0) == 0) {
-        p.activation_layer_bytes += static_cast<double>(a.bytes_each);
-      }
-    }
-    p.microbatches_in_flight = 1;
+    if (!p.memory_known) p.stage_memory.clear();
   }
   p.engine = in.engine;
   p.hbm_bytes = c.gpu.hbm_bytes;

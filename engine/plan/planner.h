@@ -43,6 +43,8 @@ struct PlanTraining {
   int grad_bytes = 2;       // 4 for fp32 gradient accumulation
   int master_bytes = 4;     // 0 when the weights themselves are fp32
   int optimizer_bytes = 8;  // AdamW m and v in fp32
+  // gantry-cuda's ZeRO buckets (a config's train.dp_bucket_mb): where its shards are cut.
+  uint64_t dp_bucket_bytes = 25ull << 20;
   // Checkpoint: bytes stored per parameter (Gantry's format: fp32 weights, m, v = 12) and the aggregate
   // write bandwidth; 0 = 1 GB/s per node (Narayanan et al. 2021 §5.10 measured 273 GB/s from 384 nodes,
   // 0.7 GB/s each; Llama 3 §3.3.1 quotes 2 TB/s sustained for 2,048 nodes, about 1 GB/s each).
@@ -133,6 +135,16 @@ struct Plan {
   // (memory.total() less what the backend does not count, the CUDA backend's cuBLASLt workspace).
   std::vector<EngineAllocation> allocations;
   double backend_bytes = 0;
+  // Engine profiles only: every pipeline stage's rank (one entry at pp 1), stage 0 first. Each tp rank of a
+  // stage, and each dp replica (ZeRO 0), holds the same bytes.
+  struct StageMemory {
+    int stage = 0;
+    int layers = 0;                     // blocks on the stage
+    MemoryBuckets memory;               // what the engine takes (its table's total)
+    double backend_bytes = 0;           // what its Backend::memory_bytes() reports
+    double microbatches_in_flight = 0;  // activation slots (1 at pp 1)
+  };
+  std::vector<StageMemory> stage_memory;
 
   std::vector<CommAxis> comm;
 

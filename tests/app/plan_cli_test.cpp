@@ -10,6 +10,8 @@
 #include <sstream>
 #include <string>
 #include <thread>  // hardware_concurrency: the copies --measure-cpu runs
+#include <utility>
+#include <vector>
 
 #include "tests/app/engine_process.h"
 #include "tests/scratch_dir.h"
@@ -40,28 +42,41 @@ TEST(PlanCli, CpuProfileMemoryIsWhatTheRanksAllocateAtTpAndDp) {
   std::ofstream(cfg) << t;
   struct Layout {
     std::string run, plan;
+    int tp, pp;
   };
   int k = 0;
   for (const Layout& l :
-       {Layout{"--nproc 2 --tp 2", "--gpus 2 --tp 2"}, Layout{"--nproc 2", "--gpus 2 --dp 2"},
-        Layout{"--nproc 4 --tp 4", "--gpus 4 --tp 4"}, Layout{"--nproc 2 --pp 2", "--gpus 2 --pp 2"},
-        Layout{"--nproc 4 --tp 2 --pp 2", "--gpus 4 --tp 2 --pp 2"}}) {
+       {Layout{"--nproc 2 --tp 2", "--gpus 2 --tp 2", 2, 1}, Layout{"--nproc 2", "--gpus 2 --dp 2", 1, 1},
+        Layout{"--nproc 4 --tp 4", "--gpus 4 --tp 4", 4, 1},
+        Layout{"--nproc 2 --pp 2", "--gpus 2 --pp 2", 1, 2},
+        Layout{"--nproc 4 --tp 2 --pp 2", "--gpus 4 --tp 2 --pp 2", 2, 2}}) {
     Outcome r = testing_support::run_engine("run " + l.run + " --config " + cfg +
                                             " --max-steps 1 --json-ranks --out " +
                                             (dir / ("run" + std::to_string(k++))).string());
     ASSERT_EQ(r.code, 0) << l.run << ": " << r.err;
     uint64_t measured = 0;
+    std::vector<std::pair<int, uint64_t>> ranks;  // (global rank, bytes) of every step record
     std::istringstream lines(r.out);
     for (std::string line; std::getline(lines, line);) {
       const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-      if (j.is_object() && j.contains("rank_step"))
+      if (j.is_object() && j.contains("rank_step")) {
         measured = std::max(measured, j["rank_step"]["mem_allocated_bytes"].get<uint64_t>());
+        ranks.emplace_back(j["rank_step"]["rank"].get<int>(),
+                           j["rank_step"]["mem_allocated_bytes"].get<uint64_t>());
+      }
     }
     ASSERT_GT(measured, 0u) << r.out;
     Outcome p = run("--engine gantry-cpu --config " + cfg + " " + l.plan + " --json");
     ASSERT_EQ(p.code, 0) << l.plan << ": " << p.err;
-    EXPECT_EQ(nlohmann::json::parse(p.out)["memory"]["total"].get<double>(), static_cast<double>(measured))
-        << l.run;
+    const nlohmann::json mem = nlohmann::json::parse(p.out)["memory"];
+    EXPECT_EQ(mem["total"].get<double>(), static_cast<double>(measured)) << l.run;
+    // Every rank against its own stage's figure (global rank r is stage (r / tp) % pp).
+    ASSERT_EQ(mem["stages"].size(), static_cast<size_t>(l.pp)) << p.out;
+    for (const auto& [rank, bytes] : ranks) {
+      EXPECT_EQ(mem["stages"][static_cast<size_t>((rank / l.tp) % l.pp)]["total"].get<double>(),
+                static_cast<double>(bytes))
+          << l.run << ": rank " << rank;
+    }
   }
   // Interleaved stages: the step is priced, the memory the profile's table does not hold is unknown (null),
   // never a guess; what the profile does not model at all is refused by name.
@@ -146,6 +161,53 @@ TEST(PlanCli, TablePrintsEverySection) {
         "interleaved, bubble 3.9%", "tokens/s", "MFU", "a100-80gb bf16 dense", "checkpoint", "goodput"}) {
     EXPECT_THAT(r.out, HasSubstr(s)) << r.out;
   }
+}
+
+// gantry-cuda at tp x pp (issue 17): every stage's rank in memory.stages (stage 0 holds the embeddings and
+// the received wte gradient, the last the wte copy, its gradient and the classifier), the heaviest as the
+// plan's memory; 1F1B holds 2 micro-batches a stage at pp 2, GPipe all 8; the table prints the stages.
+// What the table does not hold (ZeRO's shards) is refused by name.
+TEST(PlanCli, GantryCudaShowsEveryPipelineStagesMemory) {
+  const std::string base =
+      "--engine gantry-cuda --model gpt2-124m --gpu h100 --gpus 4 --tp 2 --pp 2 "
+      "--micro-batch 4 --global-batch 32";
+  for (const char* schedule : {"1f1b", "gpipe"}) {
+    Outcome r = run(base + " --schedule " + schedule + " --json");
+    ASSERT_EQ(r.code, 0) << r.err;
+    const nlohmann::json m = nlohmann::json::parse(r.out).at("memory");
+    const nlohmann::json& st = m.at("stages");
+    ASSERT_EQ(st.size(), 2u) << m;
+    double heaviest = 0;
+    int heaviest_stage = -1;
+    for (size_t s = 0; s < 2; ++s) {
+      EXPECT_EQ(st[s].at("stage").get<int>(), static_cast<int>(s));
+      // What memory_bytes() counts: all but the 32 MiB cuBLASLt workspace.
+      EXPECT_DOUBLE_EQ(st[s].at("total").get<double>() - st[s].at("backend_bytes").get<double>(),
+                       32.0 * 1024 * 1024);
+      EXPECT_EQ(st[s].at("microbatches_in_flight").get<double>(), std::string(schedule) == "gpipe" ? 8 : 2);
+      if (st[s].at("total").get<double>() > heaviest) {
+        heaviest = st[s].at("total").get<double>();
+        heaviest_stage = static_cast<int>(s);
+      }
+    }
+    // The backend's partition: the last stage also runs the classifier (its forward, input and weight
+    // gradients), so it holds fewer of the 12 blocks.
+    EXPECT_EQ(st[0].at("layers").get<int>() + st[1].at("layers").get<int>(), 12);
+    EXPECT_GT(st[0].at("layers").get<int>(), st[1].at("layers").get<int>());
+    EXPECT_NE(st[0].at("total").get<double>(), st[1].at("total").get<double>());
+    // Stage 0's state holds its blocks and the embeddings (the last's wte copy is no optimizer state).
+    EXPECT_GT(st[0].at("optimizer").get<double>(), st[1].at("optimizer").get<double>());
+    EXPECT_DOUBLE_EQ(m.at("total").get<double>(), heaviest);
+    EXPECT_EQ(m.at("stage").get<int>(), heaviest_stage);
+  }
+  Outcome table = run(base);
+  ASSERT_EQ(table.code, 0) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("memory per pipeline stage"));
+  Outcome zero =
+      run("--engine gantry-cuda --model gpt2-124m --gpu h100 --gpus 8 --tp 2 --pp 2 --micro-batch 4 "
+          "--global-batch 32 --zero 2");  // dp 2 beside tp 2 x pp 2
+  EXPECT_EQ(zero.code, 2);
+  EXPECT_THAT(zero.err, HasSubstr("a pipeline stage zero 0-1"));
 }
 
 TEST(PlanCli, JsonHasParamsAndNamedMemoryBuckets) {

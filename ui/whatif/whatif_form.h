@@ -33,7 +33,7 @@ struct WhatIfForm {
   // tp, pp, vp, dp (0 = what the GPUs leave), cp, zero, hsdp, sequence parallel, recompute, flash
   // attention, schedule, micro-batch: as engine/plan/layout.h defines them.
   PlanLayout layout;
-  // Which stack's memory model (engine_profile.h); Gantry's own profiles run on one device only.
+  // Which stack's memory model (engine_profile.h); Gantry's own profiles: dp, tp and pp layouts.
   EngineKind engine = EngineKind::kGeneric;
   // How the ranked list is ordered, and how many searched layouts it keeps.
   SearchRank rank = SearchRank::kTokensPerSecond;

@@ -16,6 +16,8 @@
 
 #include "engine/core/backend.h"
 #include "engine/core/parallel/pipeline_schedule.h"
+#include "engine/core/parallel/shard_plan.h"
+#include "engine/core/parallel/tensor_parallel.h"  // tensor_parallel_stage_table
 #include "engine/plan/planner.h"
 
 namespace gantry {
@@ -133,7 +135,9 @@ TEST(PlanEngineProfile, CudaMemoryIsWithinFivePercentOfTheMeasuredH200Runs) {
     const uint64_t n = static_cast<uint64_t>(r.micro_batch) * m.seq, c = m.hidden, v = m.vocab;
     const uint64_t logits_then = ((256ull << 20) / (2 * v)) * v * 2;
     EXPECT_EQ(shared_bytes, 10 * n * c * 2) << r.preset;
-    EXPECT_EQ(mem->backend_bytes - 4 * (sc.total() - then) - chunk_bytes / 2 - 4 + logits_then,
+    // The table now also counts the 8-byte sum of the replica hash (SDC) and a fifth 4-byte statistic
+    // (ZeroDeviceState's stats_ holds 3, with norm_ and eval_sum_): 12 bytes it had missed.
+    EXPECT_EQ(mem->backend_bytes - 4 * (sc.total() - then) - chunk_bytes / 2 - 4 - 12 + logits_then,
               r.backend_bytes)
         << r.preset;
   }
@@ -216,15 +220,32 @@ TEST(PlanEngineProfile, EngineProfilesRefuseWhatTheEngineCannotRun) {
       EXPECT_NE(p.error().find(needle), std::string::npos) << p.error();
     }
   };
-  PlanInput two_gpus = in;
-  two_gpus.cluster.gpus = 2;
-  fails(two_gpus, "one device");
+  // dp (ZeRO 0-3), tp and pp layouts have their tables (issue 17); cp and interleaving do not.
   PlanInput tp = in;
+  tp.cluster.gpus = 2;
   tp.layout.tp = 2;
-  fails(tp, "one device");
+  EXPECT_TRUE(plan_evaluate(tp).ok());
   PlanInput zero = in;
-  zero.layout.zero = 1;
-  fails(zero, "one device");
+  zero.cluster.gpus = 2;
+  zero.layout.dp = 2;
+  zero.layout.zero = 3;
+  EXPECT_TRUE(plan_evaluate(zero).ok());
+  zero.model.layers = 4;
+  zero.cluster.gpus = 4;
+  zero.layout.pp = 2;
+  zero.layout.zero = 2;  // a GPU pipeline stage shards at ZeRO 0-1 only
+  fails(zero, "a pipeline stage zero 0-1");
+  PlanInput cp = in;
+  cp.cluster.gpus = 2;
+  cp.layout.cp = 2;
+  fails(cp, "cp and hsdp are not in its table");
+  PlanInput vp = in;
+  vp.model.layers = 4;
+  vp.cluster.gpus = 2;
+  vp.layout.pp = 2;
+  vp.layout.vp = 2;
+  vp.training.global_batch = 16;
+  fails(vp, "one model chunk per GPU (vp 1)");
   PlanInput recompute = in;
   recompute.layout.recompute = Recompute::kFull;
   fails(recompute, "recompute none");
@@ -532,6 +553,244 @@ TEST(PlanEngineProfile, CpuPipelineStagesHoldTheirSlotsTiesAndCopies) {
   EXPECT_EQ(row(last.value(), "tie"), 4 * 4 * (256 * 64 + 256 * 256u));
   EXPECT_EQ(row(plan_cpu_pipeline_memory(m, 4, 1, 4, 0, 4, false).value(), "dres0"), 4 * 4 * 256 * 64u);
   EXPECT_FALSE(plan_cpu_pipeline_memory(m, 4, 1, 4, 4, 4, false).ok()) << "no stage 4 of 4";
+}
+
+// ---- The CUDA backend's ranks at tp x pp (issue 17).
+
+// The slots plan_pipeline_slots counts are what the backends' acquire() holds: the rank's program
+// (pipeline_program) replayed with backend_cuda.cu's rules (a slot taken at an activation's receive or
+// stage 0's forward, freed at the gradient's send or stage 0's backward; a new one only when all are busy).
+int replayed_slots(PipelineSchedule s, int pp, int stage, int m) {
+  std::vector<bool> busy;
+  std::vector<int> slot_of(static_cast<size_t>(m), -1);
+  auto acquire = [&](int k) {
+    size_t i = 0;
+    while (i < busy.size() && busy[i]) ++i;
+    if (i == busy.size()) busy.push_back(false);
+    busy[i] = true;
+    slot_of[static_cast<size_t>(k)] = static_cast<int>(i);
+  };
+  for (const PipelineStep& st : pipeline_program(s, pp, 1, stage, m)) {
+    const int k = st.action.micro;
+    if (st.kind == PipelineStep::Kind::kRecv) {
+      if (!st.grad) acquire(k);
+    } else if (st.kind == PipelineStep::Kind::kSend) {
+      if (st.grad) busy[static_cast<size_t>(slot_of[static_cast<size_t>(k)])] = false;
+    } else if (st.action.op == PipelineOp::kForward) {
+      if (slot_of[static_cast<size_t>(k)] < 0) acquire(k);
+    } else if (stage == 0) {
+      busy[static_cast<size_t>(slot_of[static_cast<size_t>(k)])] = false;
+    }
+  }
+  return static_cast<int>(busy.size());
+}
+
+TEST(PlanEngineProfile, PipelineSlotsAreWhatTheStagesProgramsHold) {
+  for (int pp = 2; pp <= 4; ++pp) {
+    for (int m = 1; m <= 9; ++m) {
+      for (int stage = 0; stage < pp; ++stage) {
+        EXPECT_EQ(plan_pipeline_slots(pp, stage, m, false),
+                  replayed_slots(PipelineSchedule::kOneFOneB, pp, stage, m))
+            << "1f1b pp " << pp << " m " << m << " stage " << stage;
+        EXPECT_EQ(plan_pipeline_slots(pp, stage, m, true),
+                  replayed_slots(PipelineSchedule::kGpipe, pp, stage, m))
+            << "gpipe pp " << pp << " m " << m << " stage " << stage;
+      }
+    }
+  }
+}
+
+const ModelConfig kTpPpModels[] = {
+    {.n_layer = 2, .n_head = 4, .n_embd = 64, .vocab_size = 256, .seq_len = 64},  // tiny.toml
+    {.n_layer = 5, .n_head = 4, .n_embd = 128, .vocab_size = 1000, .seq_len = 32},
+    {.n_layer = 12, .n_head = 12, .n_embd = 768, .vocab_size = 50304, .seq_len = 1024},  // GPT-2 124M
+};
+
+// The CUDA stage partition is the backend's (ClassifierGradStage::kLast), not the CPU pipeline's.
+TEST(PlanEngineProfile, CudaPipelinePartitionIsTheBackends) {
+  for (const ModelConfig& mc : kTpPpModels) {
+    for (int pp = 1; pp <= std::min(4, mc.n_layer); ++pp) {
+      EXPECT_EQ(plan_cuda_pipeline_layers(plan_model_of(mc), pp),
+                pipeline_partition(mc, pp, ClassifierGradStage::kLast).layers)
+          << "L " << mc.n_layer << " pp " << pp;
+      EXPECT_EQ(plan_cpu_pipeline_layers(plan_model_of(mc), pp),
+                pipeline_partition(mc, pp, ClassifierGradStage::kFirst).layers)
+          << "L " << mc.n_layer << " pp " << pp;
+    }
+  }
+}
+
+uint64_t row_bytes(const EngineMemory& e, const std::string& name) {
+  uint64_t b = 0;
+  for (const EngineAllocation& a : e.allocations) {
+    if (a.name == name) b += a.bytes();
+  }
+  return b;
+}
+
+// Each rank's state is its tensor table's (the engine's own pipeline_rank_table cut by
+// tensor_parallel_stage_table, as backend_cuda.cu's stage_table): five buffers of its elements, one AdamW
+// chunk per 64K elements of each tensor; over the stages at tp 1 the parameters are the whole model's.
+TEST(PlanEngineProfile, CudaRankStateIsTheRanksTensorTable) {
+  for (const ModelConfig& mc : kTpPpModels) {
+    const PlanModel m = plan_model_of(mc);
+    for (int tp : {1, 2, 4}) {
+      for (int pp = 1; pp <= std::min(4, mc.n_layer); ++pp) {
+        const PipelinePartition part = pipeline_partition(mc, pp, ClassifierGradStage::kLast);
+        uint64_t params_tp1 = 0;
+        for (int stage = 0; stage < pp; ++stage) {
+          for (int r = 0; r < tp; ++r) {
+            const TensorTable st = pipeline_rank_table(mc, part, pp, stage);
+            const TensorTable t = tp > 1 ? tensor_parallel_stage_table(mc, tp, r, st) : st;
+            uint64_t chunks = 0;
+            for (const TensorInfo& x : t.tensors()) chunks += (x.numel + 65535) / 65536;
+            Result<EngineMemory> e = plan_cuda_rank_memory(m, 2, tp, pp, stage, 4, false);
+            ASSERT_TRUE(e.ok()) << e.error();
+            const std::string at = "tp " + std::to_string(tp) + " pp " + std::to_string(pp) + " stage " +
+                                   std::to_string(stage) + " L " + std::to_string(mc.n_layer);
+            EXPECT_EQ(row_bytes(e.value(), "master"), 4 * t.numel()) << at;
+            EXPECT_EQ(row_bytes(e.value(), "params_bf16"), 2 * t.numel()) << at;
+            EXPECT_EQ(row_bytes(e.value(), "grads"), 4 * t.numel()) << at;
+            EXPECT_EQ(row_bytes(e.value(), "adamw_chunks"), 32 * chunks) << at;
+            EXPECT_EQ(row_bytes(e.value(), "chunk_scratch"), tp > 1 || pp > 1 ? 4 * chunks : 0) << at;
+            if (tp == 1) params_tp1 += t.numel();
+          }
+        }
+        if (tp == 1) {
+          EXPECT_EQ(params_tp1, plan_param_counts(m).total) << "pp " << pp;
+        }
+      }
+    }
+  }
+}
+
+// Stage 0, the middle stages and the last differ as backend_cuda.cu allocates: the wte copy (bf16) and its
+// fp32 gradient on the last stage, the gradient received on stage 0, the classifier's logits only on the
+// last, the slots 1F1B holds per stage, the step's tokens per micro-batch; pp 1 is the one-GPU table.
+TEST(PlanEngineProfile, CudaStagesHoldTheirSlotsCopiesAndTokens) {
+  const PlanModel m = plan_model_preset("gpt2-124m").value();
+  const uint64_t v = m.vocab, c = m.hidden, t = m.seq, b = 4, n = b * t;
+  for (int tp : {1, 2}) {
+    Result<EngineMemory> one = plan_cuda_rank_memory(m, 4, tp, 1, 0, 8, false);
+    Result<EngineMemory> eng = plan_engine_memory(EngineKind::kGantryCuda, m, 4, tp);
+    ASSERT_TRUE(one.ok() && eng.ok());
+    EXPECT_EQ(one->total, eng->total) << "tp " << tp;
+    EXPECT_EQ(row_bytes(one.value(), "chunk_scratch") > 0, tp > 1);
+    EXPECT_EQ(row_bytes(one.value(), "ce_max, ce_all_max, ce_part, ce_all_part") > 0, tp > 1);
+    std::vector<EngineMemory> st;
+    for (int s = 0; s < 4; ++s) st.push_back(plan_cuda_rank_memory(m, 4, tp, 4, s, 8, false).value());
+    const uint64_t vl = v / static_cast<uint64_t>(tp);
+    EXPECT_EQ(row_bytes(st[0], "dwte_in"), vl * c * 4);
+    EXPECT_EQ(row_bytes(st[0], "wte_copy") + row_bytes(st[0], "dwte"), 0u);
+    EXPECT_EQ(row_bytes(st[3], "wte_copy"), vl * c * 2);
+    EXPECT_EQ(row_bytes(st[3], "dwte"), vl * c * 4);
+    EXPECT_EQ(row_bytes(st[3], "dwte_in"), 0u);
+    for (int s : {1, 2}) {
+      EXPECT_EQ(row_bytes(st[static_cast<size_t>(s)], "wte_copy") +
+                    row_bytes(st[static_cast<size_t>(s)], "dwte") +
+                    row_bytes(st[static_cast<size_t>(s)], "dwte_in"),
+                0u);
+    }
+    // 1F1B at pp 4, m 8: 4, 4, 3, 2 slots; a slot is (in, dout) and the stage's blocks, the last's lnf too.
+    const uint64_t slots[] = {4, 4, 3, 2};
+    for (size_t s = 0; s < 4; ++s) {
+      bool found = false;
+      for (const EngineAllocation& a : st[s].allocations) {
+        if (a.name.rfind("slot", 0) == 0) {
+          found = true;
+          EXPECT_EQ(a.count, slots[s]) << "stage " << s;
+        }
+      }
+      EXPECT_TRUE(found);
+      EXPECT_EQ(row_bytes(st[s], "tokens"), 8 * (5 * n + 1) * 4) << "stage " << s;
+    }
+    // Only the last stage runs the classifier: its shared region holds at least ~256 MB of V/tp logits
+    // columns; the others' is the backward's buffers alone.
+    const std::string region = "logits_and_backward_buffers";
+    EXPECT_EQ(row_bytes(st[0], region), row_bytes(st[1], region));
+    EXPECT_GE(row_bytes(st[3], region), std::min<uint64_t>(n, (256ull << 20) / (vl * 2)) * vl * 2);
+    EXPECT_EQ(row_bytes(st[0], region), (3 * n * c + 4 * n * c + 3 * n * c) * 2);
+    // GPipe holds every micro-batch on every stage: more than 1F1B wherever 1F1B holds fewer than 8.
+    for (int s = 0; s < 4; ++s) {
+      EXPECT_GT(plan_cuda_rank_memory(m, 4, tp, 4, s, 8, true)->total, st[static_cast<size_t>(s)].total);
+    }
+  }
+  // The tp ranks split the wte and the blocks' matrices: a tp 2 rank's state is more than half and less than
+  // all of tp 1's (LayerNorms, positions and the row-parallel biases are whole on each).
+  const uint64_t whole = row_bytes(plan_cuda_rank_memory(m, 4, 1, 2, 0, 2, false).value(), "grads");
+  const uint64_t half = row_bytes(plan_cuda_rank_memory(m, 4, 2, 2, 0, 2, false).value(), "grads");
+  EXPECT_GT(2 * half, whole);
+  EXPECT_LT(half, whole);
+}
+
+// ZeRO over dp: each dp rank's state is what engine/core/parallel/shard_plan.cpp cuts for it from the rank's
+// tensor table (ZeroDeviceState's sizes: the shard S in the master weights and moments from ZeRO 1, the
+// gradients and their staging slots from 2, the bf16 parameters and the gathered units from 3; one AdamW
+// chunk per 64K elements of each owned segment), for buckets that divide unevenly (the low ranks own one
+// element more), small buckets (several a stage) and large ones, at tp and on pipeline stages (ZeRO 0-1).
+TEST(PlanEngineProfile, CudaZeroShardsAreTheShardPlans) {
+  for (const ModelConfig& mc : kTpPpModels) {
+    const PlanModel m = plan_model_of(mc);
+    for (int tp : {1, 2}) {
+      for (int pp : {1, 2}) {
+        const PipelinePartition part = pipeline_partition(mc, pp, ClassifierGradStage::kLast);
+        for (int stage = 0; stage < pp; ++stage) {
+          const TensorTable st = pipeline_rank_table(mc, part, pp, stage);
+          const TensorTable t = tp > 1 ? tensor_parallel_stage_table(mc, tp, 0, st) : st;
+          for (int dp : {2, 3}) {
+            for (int zero = 0; zero <= (pp > 1 ? 1 : 3); ++zero) {
+              for (uint64_t bucket : {uint64_t{50} << 10, uint64_t{25} << 20}) {
+                for (int rank = 0; rank < dp; ++rank) {
+                  const ShardPlan sp = shard_plan_make(t, dp, rank, zero, bucket);
+                  uint64_t chunks = 0;
+                  if (zero == 0) {
+                    for (const TensorInfo& x : t.tensors()) chunks += (x.numel + 65535) / 65536;
+                  } else {
+                    for (const ShardSegment& g : sp.segments) chunks += (g.count + 65535) / 65536;
+                  }
+                  Result<EngineMemory> e =
+                      plan_cuda_rank_memory(m, 2, tp, pp, stage, 2, false,
+                                            {.dp = dp, .rank = rank, .zero = zero, .bucket_bytes = bucket});
+                  ASSERT_TRUE(e.ok()) << e.error();
+                  const std::string at = "L " + std::to_string(mc.n_layer) + " tp " + std::to_string(tp) +
+                                         " pp " + std::to_string(pp) + " stage " + std::to_string(stage) +
+                                         " dp " + std::to_string(dp) + " rank " + std::to_string(rank) +
+                                         " zero " + std::to_string(zero) + " bucket " +
+                                         std::to_string(bucket);
+                  const uint64_t p = t.numel(), s = sp.shard_numel;
+                  EXPECT_EQ(row_bytes(e.value(), "master"), 4 * (zero == 0 ? p : s)) << at;
+                  EXPECT_EQ(row_bytes(e.value(), "adam_v"), 4 * (zero == 0 ? p : s)) << at;
+                  EXPECT_EQ(row_bytes(e.value(), "grads"), 4 * (zero < 2 ? p : s)) << at;
+                  EXPECT_EQ(row_bytes(e.value(), "params_bf16"), 2 * (zero < 3 ? p : s)) << at;
+                  EXPECT_EQ(row_bytes(e.value(), "adamw_chunks"), 32 * chunks) << at;
+                  EXPECT_EQ(row_bytes(e.value(), "chunk_scratch"),
+                            zero > 0 || tp > 1 || pp > 1 ? 4 * chunks : 0)
+                      << at;
+                  const uint64_t grad_slots =
+                      zero >= 2 ? 4 * (sp.buckets[static_cast<size_t>(sp.unit_bucket[0])].count +
+                                       2 * std::max<size_t>(sp.largest_nonembedding_bucket(), 1))
+                                : 0;
+                  EXPECT_EQ(row_bytes(e.value(), "grad_slots"), grad_slots) << at;
+                  const uint64_t param_slots =
+                      zero == 3
+                          ? 2 * (sp.units[0].count + sp.units.back().count + 2 * sp.largest_block_unit())
+                          : 0;
+                  EXPECT_EQ(row_bytes(e.value(), "param_slots"), param_slots) << at;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  // dp 1 shards nothing whatever ZeRO is asked; a pipeline stage takes ZeRO 0-1 only.
+  const PlanModel m = plan_model_preset("gpt2-124m").value();
+  EXPECT_EQ(plan_cuda_rank_memory(m, 4, 1, 1, 0, 1, false, {.dp = 1, .zero = 3})->total,
+            plan_cuda_rank_memory(m, 4, 1, 1, 0, 1, false)->total);
+  Result<EngineMemory> bad = plan_cuda_rank_memory(m, 4, 1, 2, 0, 2, false, {.dp = 2, .zero = 2});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().find("0-1 on a pipeline stage"), std::string::npos) << bad.error();
 }
 
 }  // namespace

@@ -132,10 +132,12 @@ TEST(WhatIfForm, TheInputCarriesTheEnginesMeasuredEfficiency) {
   EXPECT_EQ(in->cluster.gpu.compute_efficiency, kGantryCudaHopperEfficiency);
   EXPECT_EQ(in->engine, EngineKind::kGantryCuda);
   EXPECT_TRUE(whatif_form_check(f).empty());
-  f.gpus = 2;  // the engine profiles run on one device
+  f.gpus = 2;  // dp 2: the engine profile has the rank's table
+  EXPECT_TRUE(whatif_form_check(f).empty());
+  f.layout.cp = 2;  // context parallel is not in it
   const std::vector<FormIssue> issues = whatif_form_check(f);
   ASSERT_EQ(issues.size(), 1u);
-  EXPECT_THAT(issues[0].message, HasSubstr("runs on one device"));
+  EXPECT_THAT(issues[0].message, HasSubstr("cp and hsdp are not in its table"));
 }
 
 }  // namespace

@@ -1,0 +1,143 @@
+// The planner's gantry-cuda memory per rank against real GPU ranks (issue 17: "the planner's predicted memory
+// next to the measured ones, within 3 %"). `gantry-engine run --nproc N --tp --pp --json-ranks` prints every
+// rank's step record, whose mem_allocated_bytes is the CUDA backend's own count (every device<T>() it made
+// and the cuBLASLt workspace: device_health(), no CUDA context, no NCCL buffers); `gantry-engine plan
+// --engine gantry-cuda` with the same config and layout predicts each pipeline stage's rank
+// (memory.stages[s].total, the same for every tp rank of the stage). Global rank r is stage (r / tp) % pp
+// (ParallelDims). A stage's activation slots and token buffer are allocated during its first step, so the
+// records of steps 1 and 2 (both after it) must hold the prediction, byte for byte, and within the issue's
+// 3 % without the cuBLASLt workspace (which alone is most of the tiny model's bytes). Skips where fewer
+// GPUs are visible than a layout needs.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/core/cuda/device.h"
+#include "tests/file_text.h"  // slurp
+#include "tests/scratch_dir.h"
+
+namespace gantry {
+namespace {
+
+using testing_support::slurp;
+
+struct Layout {
+  int gpus, tp, pp;
+  const char* schedule;
+  int zero = 0;  // over dp = gpus / (tp x pp)
+};
+
+// `gantry-engine args`: exit code, stdout and stderr (files in `dir`).
+int engine(const std::string& args, const std::string& dir, std::string* out, std::string* err) {
+  const std::string o = dir + "/stdout.txt", e = dir + "/stderr.txt";
+  const int status =
+      std::system((std::string(GANTRY_ENGINE_BIN) + " " + args + " >" + o + " 2>" + e).c_str());
+  *out = slurp(o);
+  *err = slurp(e);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// The tiny model at 4 layers (2 blocks a stage at pp 2) on the CUDA backend, micro-batches of 4 (4 a step:
+// 1F1B holds 2 per stage at pp 2, GPipe all 4), no validation or checkpoint.
+std::string config(const std::string& root, const std::string& schedule) {
+  std::string cfg = slurp(std::string(GANTRY_SOURCE_DIR) + "/assets/configs/tiny.toml");
+  cfg.replace(cfg.find("n_layer = 2"), 11, "n_layer = 4");
+  cfg.replace(cfg.find("backend = \"cpu\""), 15, "backend = \"cuda\"\npp_schedule = \"" + schedule + "\"");
+  cfg.replace(cfg.find("micro_batch = 8"), 15, "micro_batch = 4");
+  cfg.replace(cfg.find("val_every = 25"), 14, "val_every = 0");
+  cfg.replace(cfg.find("checkpoint_every = 50"), 21, "checkpoint_every = 0");
+  const std::string path = root + "/tiny_cuda_" + schedule + ".toml";
+  std::ofstream(path) << cfg;
+  return path;
+}
+
+class PlanMemoryCuda : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(PlanMemoryCuda, EveryRanksMemoryIsThePlannersPredictionForItsStage) {
+  const Layout l = GetParam();
+  if (cuda_device_count() < l.gpus)
+    GTEST_SKIP() << "needs " << l.gpus << " GPUs (found " << cuda_device_count() << ")";
+  const std::string root = testing_support::scratch_dir().string();
+  for (const char* d : {"/run", "/plan"}) std::filesystem::create_directories(root + d);
+  const std::string cfg = config(root, l.schedule);
+  const std::string layout =
+      " --tp " + std::to_string(l.tp) + " --pp " + std::to_string(l.pp) + " --zero " + std::to_string(l.zero);
+
+  std::string out, err;
+  ASSERT_EQ(engine("plan --engine gantry-cuda --config " + cfg + " --gpus " + std::to_string(l.gpus) +
+                       layout + " --json",
+                   root + "/plan", &out, &err),
+            0)
+      << err;
+  const nlohmann::json plan = nlohmann::json::parse(out);
+  const nlohmann::json& stages = plan.at("memory").at("stages");
+  ASSERT_EQ(stages.size(), static_cast<size_t>(l.pp)) << out;
+
+  ASSERT_EQ(engine("run --nproc " + std::to_string(l.gpus) + layout + " --config " + cfg + " --out " + root +
+                       "/run --max-steps 2 --json-ranks",
+                   root + "/run", &out, &err),
+            0)
+      << err;
+  std::map<int, std::vector<uint64_t>> measured;  // global rank -> each step's mem_allocated_bytes
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object() && j.contains("rank_step")) {
+      measured[j["rank_step"]["rank"].get<int>()].push_back(
+          j["rank_step"]["mem_allocated_bytes"].get<uint64_t>());
+    }
+  }
+  ASSERT_EQ(measured.size(), static_cast<size_t>(l.gpus)) << out;
+  for (const auto& [rank, bytes] : measured) {
+    const int stage = (rank / l.tp) % l.pp;
+    const double predicted = stages[static_cast<size_t>(stage)].at("total").get<double>();
+    // The 32 MiB cuBLASLt workspace is most of the tiny model's total: the 3 % goal is checked on the rest,
+    // what memory_bytes() counts (the record's bytes less the workspace).
+    const double predicted_backend = stages[static_cast<size_t>(stage)].at("backend_bytes").get<double>();
+    const double workspace = predicted - predicted_backend;
+    ASSERT_EQ(bytes.size(), 2u) << "rank " << rank;
+    for (size_t s = 0; s < bytes.size(); ++s) {
+      const double got = static_cast<double>(bytes[s]);
+      // Printed for the issue's table: the prediction beside the measurement.
+      std::printf(
+          "rank %d (stage %d) step %zu: measured %.0f, predicted %.0f; without the workspace %.0f vs %.0f "
+          "(%+.4f %%)\n",
+          rank, stage, s + 1, got, predicted, got - workspace, predicted_backend,
+          100 * (predicted_backend / (got - workspace) - 1));
+      EXPECT_LE(std::fabs(predicted_backend / (got - workspace) - 1), 0.03)
+          << "rank " << rank << " step " << s + 1;
+      // The plan is dp rank 0's, which owns the most under ZeRO (one element more of each bucket that does
+      // not divide evenly): the other dp ranks hold as much or a few bytes less.
+      if (rank / (l.tp * l.pp) == 0 || l.zero == 0) {
+        EXPECT_EQ(predicted, got) << "rank " << rank << " (stage " << stage << ") step " << s + 1;
+      } else {
+        EXPECT_LE(got, predicted) << "rank " << rank << " (stage " << stage << ") step " << s + 1;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, PlanMemoryCuda,
+                         ::testing::Values(Layout{2, 2, 1, "1f1b"}, Layout{2, 1, 2, "1f1b"},
+                                           Layout{2, 1, 2, "gpipe"}, Layout{4, 2, 2, "1f1b"},
+                                           Layout{4, 2, 2, "gpipe"},
+                                           // ZeRO over dp 2: the shards, the staging of 2 and 3.
+                                           Layout{2, 1, 1, "1f1b", 1}, Layout{2, 1, 1, "1f1b", 3},
+                                           Layout{4, 1, 2, "1f1b", 1}),
+                         [](const ::testing::TestParamInfo<Layout>& i) {
+                           return "gpus" + std::to_string(i.param.gpus) + "_tp" + std::to_string(i.param.tp) +
+                                  "_pp" + std::to_string(i.param.pp) + "_" + i.param.schedule + "_zero" +
+                                  std::to_string(i.param.zero);
+                         });
+
+}  // namespace
+}  // namespace gantry
