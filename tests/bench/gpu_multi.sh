@@ -9,7 +9,7 @@
 #   4. ZeRO 1 and 3 at 4 GPUs; 5. ZeRO 0 and DDP at 2 GPUs; 6. ZeRO 1 and 3 at 2 GPUs
 #   7. tensor parallel over the first 2 or 4 GPUs, GPT-2 124M and 350M, and a 350M pipeline (1F1B, 8
 #      micro-batches), each beside one GPU (dp_scaling.py --tp, --pp); at 4 GPUs or more, 350M at tp 2 x pp 2,
-#      interleaved (vp 2) over the stages, and pp 2 x dp 2 at ZeRO 1 and 3
+#      interleaved (vp 2) and ZB-H1 over the stages, and pp 2 x dp 2 at ZeRO 1 and 3
 # A step that would not fit in what is left of BUDGET (seconds, default 560) is skipped and named; so is one
 # whose name STEPS (an extended regex, default every step) does not match. Ends with one compact summary;
 # every log is in $OUT/gpu_multi_logs.tgz. Not a test.
@@ -109,11 +109,15 @@ ppvp() {  # ppvp MODEL GPUS: interleaved 1F1B over GPUS stages, vp 2, 8 micro-ba
   python3 "$BENCH/dp_scaling.py" --engine $ENGINE --model "$1" --zero 0 --pp "$2" --pp-micro 8 \
     --schedule interleaved --vp 2 --gpus 1 "$2"
 }
+ppzb() {  # ppzb MODEL GPUS: ZB-H1 over GPUS stages, 8 micro-batches a step, beside one GPU
+  python3 "$BENCH/dp_scaling.py" --engine $ENGINE --model "$1" --zero 0 --pp "$2" --pp-micro 8 \
+    --schedule zbh1 --gpus 1 "$2"
+}
 ppz() {  # ppz MODEL ZERO: pp 2 x dp 2 (1F1B, 8 micro-batches a step) at ZeRO ZERO on 4 GPUs, beside one GPU
   python3 "$BENCH/dp_scaling.py" --engine $ENGINE --model "$1" --zero "$2" --pp 2 --pp-micro 8 --gpus 1 4
 }
 ddp() { torchrun --standalone --nproc_per_node "$1" "$P/torch_gpt2.py" --ddp 1 --batch 32 --seq 1024; }
-export -f dp torch1 ddp tp pp tppp ppvp ppz
+export -f dp torch1 ddp tp pp tppp ppvp ppzb ppz
 export ENGINE BENCH P
 FIRST=(1)
 
@@ -154,6 +158,7 @@ fi
 if [ "$W" -ge 4 ]; then
   step tppp_350m_$W 90 tppp 350m $W
   step ppvp_350m_$W 90 ppvp 350m $W
+  step ppzb_350m_$W 90 ppzb 350m $W
   step ppz1_350m_4 80 ppz 350m 1
   step ppz3_350m_4 80 ppz 350m 3
 fi
