@@ -7,8 +7,6 @@
 // the run (exit 2, "bad input": not recovered).
 #include <signal.h>
 
-#include <regex>
-
 #include "engine/core/checkpoint.h"       // checkpoint_list: what the run can still resume from
 #include "engine/core/data_cursor_log.h"  // where each generation's ranks went on reading
 #include "tests/app/cluster_fixture.h"
@@ -28,13 +26,7 @@ class ClusterFallback : public ClusterCli {
 
   // A dp-4 run of kSteps whose config checkpoints every 5 steps (at steps 5, 10, 15, 20, on every rank).
   int64_t submit(const json& extra) {
-    std::string config = tiny_config(kSteps);
-    config = std::regex_replace(config, std::regex("checkpoint_every = 0"), "checkpoint_every = 5");
-    json body = {{"config", config}, {"layout", {{"dp", 4}}}};
-    body.update(extra);
-    Result<json> sub = api_->post_json("/v1/runs", body);
-    EXPECT_TRUE(sub.ok()) << sub.error();
-    return sub.ok() ? sub->at("id").get<int64_t>() : -1;
+    return submit_tiny(kSteps, {{"checkpoint_every", 5}}, {{"dp", 4}}, extra);
   }
 
   fs::path checkpoints(int64_t id) const { return dir_ / "runs" / std::to_string(id) / "checkpoints"; }

@@ -21,17 +21,10 @@ class ClusterMemory : public ClusterCli {
 
   // train.checkpoint_every (exact steps, unlike the coordinator's policy) and memory_copy_every 2.
   int64_t submit(int64_t max_steps, const json& extra, int checkpoint_every = 10, int keep = 3) {
-    std::string config = tiny_config(max_steps);
-    config = std::regex_replace(config, std::regex("checkpoint_every = 0"),
-                                "checkpoint_every = " + std::to_string(checkpoint_every));
-    config = std::regex_replace(config, std::regex("keep_checkpoints = \\d+"),
-                                "keep_checkpoints = " + std::to_string(keep));
-    config = std::regex_replace(config, std::regex("\\[train\\]"), "[train]\nmemory_copy_every = 2");
-    json body = {{"config", config}, {"layout", {{"dp", 2}}}};
-    body.update(extra);
-    Result<json> sub = api_->post_json("/v1/runs", body);
-    EXPECT_TRUE(sub.ok()) << sub.error();
-    return sub.ok() ? sub->at("id").get<int64_t>() : -1;
+    return submit_tiny(
+        max_steps,
+        {{"checkpoint_every", checkpoint_every}, {"keep_checkpoints", keep}, {"memory_copy_every", 2}},
+        {{"dp", 2}}, extra);
   }
   // The newest complete in-memory set GET /v1/runs/{id} shows whose every rank is held on `nodes` nodes;
   // -1 when there is none.
