@@ -3,11 +3,10 @@
 // (the checkpoint is damaged, not bad input), and the coordinator places the run again from the checkpoint
 // before it, keeping the damaged one in checkpoints_damaged/ for inspection and saying so in a
 // `checkpoint_damaged` event; the run then finishes on the loss curve of a run never disturbed. With every
-// checkpoint damaged the run fails, naming each damaged file. Before, the first damaged checkpoint failed
-// the run (exit 2, "bad input": not recovered).
+// checkpoint damaged the run fails, naming each damaged file; so it does after three fallbacks in a row
+// (kMaxCheckpointFallbacks), even with an undamaged checkpoint left. Before, the first damaged checkpoint
+// failed the run (exit 2, "bad input": not recovered).
 #include <signal.h>
-
-#include <regex>
 
 #include "engine/core/checkpoint.h"       // checkpoint_list: what the run can still resume from
 #include "engine/core/data_cursor_log.h"  // where each generation's ranks went on reading
@@ -28,13 +27,7 @@ class ClusterFallback : public ClusterCli {
 
   // A dp-4 run of kSteps whose config checkpoints every 5 steps (at steps 5, 10, 15, 20, on every rank).
   int64_t submit(const json& extra) {
-    std::string config = tiny_config(kSteps);
-    config = std::regex_replace(config, std::regex("checkpoint_every = 0"), "checkpoint_every = 5");
-    json body = {{"config", config}, {"layout", {{"dp", 4}}}};
-    body.update(extra);
-    Result<json> sub = api_->post_json("/v1/runs", body);
-    EXPECT_TRUE(sub.ok()) << sub.error();
-    return sub.ok() ? sub->at("id").get<int64_t>() : -1;
+    return submit_tiny(kSteps, {{"checkpoint_every", 5}}, {{"dp", 4}}, extra);
   }
 
   fs::path checkpoints(int64_t id) const { return dir_ / "runs" / std::to_string(id) / "checkpoints"; }
@@ -71,14 +64,18 @@ class ClusterFallback : public ClusterCli {
   void reach_two_checkpoints_and_pause(int64_t* id) {
     *id = submit(json::object());
     ASSERT_GE(*id, 0);
-    ASSERT_TRUE(eventually([&] { return last_step(*id) >= 11; }, 120s)) << run_state(*id).dump();
-    ASSERT_TRUE(api_->post_json("/v1/runs/" + std::to_string(*id) + "/pause", json::object()).ok());
-    ASSERT_TRUE(eventually([&] { return run_state(*id)["state"] == "paused"; }, 30s))
-        << run_state(*id).dump();
+    ASSERT_NO_FATAL_FAILURE(pause_past(*id, 11));
     const std::vector<std::string> have = checkpoint_list(checkpoints(*id).string());
     ASSERT_EQ(have.size(), 2u) << "want the checkpoints of steps 5 and 10 only: " << json(have).dump();
     ASSERT_EQ(checkpoint_dir_step(have[0]), 5);
     ASSERT_EQ(checkpoint_dir_step(have[1]), 10);
+  }
+
+  // The run paused once past `step` (so no newer checkpoint comes), its workers noted.
+  void pause_past(int64_t id, int64_t step) {
+    ASSERT_TRUE(eventually([&] { return last_step(id) >= step; }, 120s)) << run_state(id).dump();
+    ASSERT_TRUE(api_->post_json("/v1/runs/" + std::to_string(id) + "/pause", json::object()).ok());
+    ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "paused"; }, 30s)) << run_state(id).dump();
     workers_ = children_of(pids_);
   }
 
@@ -88,11 +85,22 @@ class ClusterFallback : public ClusterCli {
     return st == "finished" || st == "failed" || st == "stopped" || st == "interrupted";
   }
 
-  // Rank 1 killed with -9: the gang fails and the coordinator's recovery begins.
-  void kill_rank_1() {
+  // Rank 1 killed with -9 (the gang fails and the coordinator's recovery begins), then the run's final
+  // state once it has one (the new workers noted); an empty object, and a failure, when it has none in time.
+  json kill_rank_1_and_wait_for_the_end(int64_t id) {
     const pid_t victim = pid_of_rank(workers_, 1);
-    ASSERT_GT(victim, 0) << "no worker with RANK=1";
-    ASSERT_EQ(::kill(victim, SIGKILL), 0);
+    EXPECT_GT(victim, 0) << "no worker with RANK=1";
+    if (victim <= 0 || ::kill(victim, SIGKILL) != 0) return json::object();
+    json state;
+    const bool done = eventually(
+        [&] {
+          state = run_state(id);
+          return ended(state);
+        },
+        180s);
+    workers_ = children_of(pids_);
+    EXPECT_TRUE(done) << state.dump();
+    return done ? state : json::object();
   }
 };
 
@@ -108,12 +116,8 @@ TEST_F(ClusterFallback, ADamagedNewestCheckpointFallsBackToTheOneBeforeOnTheSame
   const fs::path bad = shard_of(id, 10);
   ASSERT_NO_FATAL_FAILURE(flip_a_bit(bad));
   const std::string bad_bytes = slurp(bad.string());
-  ASSERT_NO_FATAL_FAILURE(kill_rank_1());
-
-  ASSERT_TRUE(eventually([&] { return ended(run_state(id)); }, 180s)) << run_state(id).dump();
-  workers_ = children_of(pids_);
-  const json state = run_state(id);
-  ASSERT_EQ(state["state"], "finished") << state.dump();
+  const json state = kill_rank_1_and_wait_for_the_end(id);
+  ASSERT_EQ(state.value("state", ""), "finished") << state.dump();
   EXPECT_EQ(state["last_step"], kSteps);
   EXPECT_EQ(state["generation"], 3) << "the first, the recovery from step 10, the fallback to step 5";
 
@@ -165,12 +169,8 @@ TEST_F(ClusterFallback, EveryCheckpointDamagedFailsTheRunNamingEachOne) {
   const fs::path bad10 = shard_of(id, 10), bad5 = shard_of(id, 5);
   fs::resize_file(bad10, fs::file_size(bad10) - 100);  // truncated
   ASSERT_NO_FATAL_FAILURE(flip_a_bit(bad5));
-  ASSERT_NO_FATAL_FAILURE(kill_rank_1());
-
-  ASSERT_TRUE(eventually([&] { return ended(run_state(id)); }, 180s)) << run_state(id).dump();
-  workers_ = children_of(pids_);
-  const json state = run_state(id);
-  ASSERT_EQ(state["state"], "failed") << state.dump();
+  const json state = kill_rank_1_and_wait_for_the_end(id);
+  ASSERT_EQ(state.value("state", ""), "failed") << state.dump();
   const std::string message = state["message"].get<std::string>();
   EXPECT_THAT(message, HasSubstr("no undamaged checkpoint is left")) << message;
   EXPECT_THAT(message, HasSubstr(bad10.string() + "' has")) << message;
@@ -183,6 +183,39 @@ TEST_F(ClusterFallback, EveryCheckpointDamagedFailsTheRunNamingEachOne) {
   EXPECT_TRUE(fs::exists(damaged / "generation_2" / step_name(10) / bad10.filename())) << damaged;
   EXPECT_TRUE(fs::exists(damaged / "generation_3" / step_name(5) / bad5.filename())) << damaged;
   EXPECT_EQ(events(id, "checkpoint_damaged").size(), 1u);
+}
+
+// The fallbacks stop at kMaxCheckpointFallbacks (3) in a row, though an undamaged checkpoint is left: the
+// newest four of a run checkpointed every step are damaged, the recovery falls back past three of them and
+// then fails the run, naming all four.
+TEST_F(ClusterFallback, FourDamagedInARowStopAfterThreeFallbacks) {
+  const int64_t id = submit_tiny(kSteps, {{"checkpoint_every", 1}, {"keep_checkpoints", 10}}, {{"dp", 4}});
+  ASSERT_GE(id, 0);
+  ASSERT_NO_FATAL_FAILURE(pause_past(id, 5));
+  // Writes are asynchronous: the checkpoint of the step the run paused after may commit after the pause.
+  std::vector<std::string> have;
+  ASSERT_TRUE(eventually(
+      [&] {
+        have = checkpoint_list(checkpoints(id).string());
+        return !have.empty() && checkpoint_dir_step(have.back()) == last_step(id);
+      },
+      30s))
+      << json(have).dump() << run_state(id).dump();
+  ASSERT_GE(have.size(), 5u) << json(have).dump();
+  std::vector<fs::path> bad;  // newest first
+  for (size_t k = 1; k <= 4; ++k) {
+    bad.push_back(shard_of(id, checkpoint_dir_step(have[have.size() - k])));
+    ASSERT_NO_FATAL_FAILURE(flip_a_bit(bad.back()));
+  }
+  const json state = kill_rank_1_and_wait_for_the_end(id);
+  ASSERT_EQ(state.value("state", ""), "failed") << state.dump();
+  const std::string message = state["message"].get<std::string>();
+  EXPECT_THAT(message, HasSubstr("4 damaged checkpoints in a row (at most 3 fallbacks)")) << message;
+  for (const fs::path& b : bad) EXPECT_THAT(message, HasSubstr(b.string() + "' is corrupt")) << message;
+  EXPECT_EQ(state["generation"], 5) << "the first, the recovery, three fallbacks: " << state.dump();
+  EXPECT_EQ(state["damaged_checkpoints"].size(), 4u) << state.dump();
+  EXPECT_EQ(events(id, "checkpoint_damaged").size(), 3u);
+  EXPECT_EQ(checkpoint_list(checkpoints(id).string()).size(), have.size() - 4) << "the older ones are left";
 }
 
 }  // namespace

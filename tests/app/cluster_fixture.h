@@ -221,6 +221,26 @@ class ClusterCli : public ::testing::Test {
     return t;
   }
 
+  // POST /v1/runs: tiny_config(max_steps) with each of `train`'s settings (its line's number replaced, or the
+  // line added to [train] when tiny.toml has none), at `layout`, with `extra`'s fields (max_restarts, ...);
+  // the run's id, or -1 (and a failure) when the coordinator refused it.
+  int64_t submit_tiny(int64_t max_steps, const std::map<std::string, int64_t>& train, const json& layout,
+                      const json& extra = json::object()) {
+    std::string config = tiny_config(max_steps);
+    for (const auto& [key, value] : train) {
+      const std::string line = key + " = " + std::to_string(value);
+      const std::regex has("(^|\n)" + key + " = \\d+");
+      config = std::regex_search(config, has)
+                   ? std::regex_replace(config, has, "$1" + line)
+                   : std::regex_replace(config, std::regex("\\[train\\]"), "[train]\n" + line);
+    }
+    json body = {{"config", config}, {"layout", layout}};
+    body.update(extra);
+    Result<json> sub = api_->post_json("/v1/runs", body);
+    EXPECT_TRUE(sub.ok()) << sub.error();
+    return sub.ok() ? sub->at("id").get<int64_t>() : -1;
+  }
+
   // The events of a run so far, read through the event stream until it has nothing more for a moment.
   std::vector<json> events(int64_t id, const std::string& kind_prefix) {
     Result<json> all = Status::error("");

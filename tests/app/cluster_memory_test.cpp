@@ -21,17 +21,10 @@ class ClusterMemory : public ClusterCli {
 
   // train.checkpoint_every (exact steps, unlike the coordinator's policy) and memory_copy_every 2.
   int64_t submit(int64_t max_steps, const json& extra, int checkpoint_every = 10, int keep = 3) {
-    std::string config = tiny_config(max_steps);
-    config = std::regex_replace(config, std::regex("checkpoint_every = 0"),
-                                "checkpoint_every = " + std::to_string(checkpoint_every));
-    config = std::regex_replace(config, std::regex("keep_checkpoints = \\d+"),
-                                "keep_checkpoints = " + std::to_string(keep));
-    config = std::regex_replace(config, std::regex("\\[train\\]"), "[train]\nmemory_copy_every = 2");
-    json body = {{"config", config}, {"layout", {{"dp", 2}}}};
-    body.update(extra);
-    Result<json> sub = api_->post_json("/v1/runs", body);
-    EXPECT_TRUE(sub.ok()) << sub.error();
-    return sub.ok() ? sub->at("id").get<int64_t>() : -1;
+    return submit_tiny(
+        max_steps,
+        {{"checkpoint_every", checkpoint_every}, {"keep_checkpoints", keep}, {"memory_copy_every", 2}},
+        {{"dp", 2}}, extra);
   }
   // The newest complete in-memory set GET /v1/runs/{id} shows whose every rank is held on `nodes` nodes;
   // -1 when there is none.
@@ -138,6 +131,76 @@ TEST_F(ClusterMemory, ALostNodesShardIsServedByItsRingPeer) {
   const int64_t from = payload["step"].get<int64_t>();
   ASSERT_TRUE(eventually([&] { return last_step(id) > from + 3; }, 60s)) << run_state(id).dump();
   EXPECT_TRUE(events(id, "restore_fallback").empty());
+  workers_ = children_of(pids_);
+  ASSERT_TRUE(api_->post_json("/v1/runs/" + std::to_string(id) + "/stop", json::object()).ok());
+  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 30s)) << run_state(id).dump();
+}
+
+// A damaged copy (a bit flipped in every copy of the newest step, on every node): the gang restored from it
+// exits 5, and the coordinator falls back past it (source "memory": nothing on disk to move, the copies at
+// and past that step are not restored again) to an older state, and the run trains on.
+TEST_F(ClusterMemory, ADamagedCopyFallsBackToAnOlderState) {
+  const int64_t id = submit(100000, json::object());
+  ASSERT_GE(id, 0);
+  ASSERT_TRUE(eventually([&] { return last_step(id) >= 13 && complete_copies(id, 2) > 10; }, 120s))
+      << seen_.dump();
+  ASSERT_TRUE(api_->post_json("/v1/runs/" + std::to_string(id) + "/pause", json::object()).ok());
+  ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "paused"; }, 30s)) << run_state(id).dump();
+  workers_ = children_of(pids_);
+  // The newest copy: of the last even step before the pause, on both nodes.
+  int64_t step = -1;
+  ASSERT_TRUE(eventually(
+      [&] {
+        step = complete_copies(id, 2);
+        const int64_t at = last_step(id);
+        return step == at - at % 2;
+      },
+      30s))
+      << seen_.dump();
+  char name[32];
+  std::snprintf(name, sizeof name, "step_%08lld", static_cast<long long>(step));
+  size_t flipped = 0;
+  for (const std::string node : {"node-0", "node-1", "spare-0"}) {
+    const fs::path run = "/dev/shm/gantry-agent-" + node + "-" + std::to_string(agent_pid(node)) + "/run-" +
+                         std::to_string(id);
+    if (!fs::exists(run)) continue;
+    for (const fs::directory_entry& rank : fs::directory_iterator(run)) {
+      if (!fs::exists(rank.path() / name)) continue;
+      for (const fs::directory_entry& f : fs::directory_iterator(rank.path() / name)) {
+        if (f.path().extension() != ".bin") continue;
+        std::fstream io(f.path(), std::ios::in | std::ios::out | std::ios::binary);
+        ASSERT_TRUE(io) << f.path();
+        const auto middle = static_cast<std::streamoff>(fs::file_size(f.path()) / 2);
+        char c = 0;
+        io.seekg(middle);
+        io.get(c);
+        io.seekp(middle);
+        io.put(static_cast<char>(c ^ 0x10));
+        ++flipped;
+      }
+    }
+  }
+  ASSERT_GE(flipped, 4u) << "each of the two ranks' copies on its own node and its ring peer's";
+  const pid_t victim = pid_of_rank(workers_, 1);
+  ASSERT_GT(victim, 0);
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+
+  std::vector<json> damaged;
+  ASSERT_TRUE(eventually([&] { return !(damaged = events(id, "checkpoint_damaged")).empty(); }, 60s))
+      << run_state(id).dump();
+  ASSERT_EQ(damaged.size(), 1u) << json(damaged).dump(1);
+  const json payload = json::parse(damaged[0]["payload"].get<std::string>());
+  EXPECT_EQ(payload["source"], "memory") << payload.dump();
+  EXPECT_EQ(payload["step"], step) << payload.dump();
+  EXPECT_TRUE(payload["moved_to"].is_null()) << payload.dump();
+  EXPECT_LT(payload["fallback_step"].get<int64_t>(), step) << payload.dump();
+  // Restored first from the damaged copy, then from an older state; the run trains past the damaged step.
+  ASSERT_TRUE(eventually([&] { return last_step(id) > step + 2; }, 60s)) << run_state(id).dump();
+  const std::vector<json> restores = events(id, "restore");
+  ASSERT_EQ(restores.size(), 2u) << json(restores).dump(1);
+  EXPECT_EQ(json::parse(restores[0]["payload"].get<std::string>())["step"], step) << restores[0].dump();
+  EXPECT_LT(json::parse(restores[1]["payload"].get<std::string>())["step"].get<int64_t>(), step)
+      << restores[1].dump();
   workers_ = children_of(pids_);
   ASSERT_TRUE(api_->post_json("/v1/runs/" + std::to_string(id) + "/stop", json::object()).ok());
   ASSERT_TRUE(eventually([&] { return run_state(id)["state"] == "stopped"; }, 30s)) << run_state(id).dump();

@@ -13,8 +13,11 @@
 // interleaved (each chunk adds its micro-batches in order) and under ZB-H1 (the weight-gradient pass adds
 // the same products as the fused backward, in micro-batch order). At dp 2 the ring
 // all-reduce adds two ranks' halves of the batch where one process adds the micro-batches in turn: not
-// associative, so that layout is held to the tolerance the tensor-parallel test uses (relative 1e-4 over 20
-// steps at lr 1e-2) against one process, and to dp 2 alone (the same reduction order) bit for bit.
+// associative, so that layout is held to the tolerance the tensor-parallel test uses (relative 1e-4 over the
+// run at lr 1e-2) against one process, and to dp 2 alone (the same reduction order) bit for bit.
+//
+// Eight steps of 32 positions (a short warm-up, so that they reach the peak learning rate and decay): the
+// curves compare from the first step, and a checkpoint halfway is resumed for the other four.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -48,10 +51,14 @@ using testing_support::GangCurve;
 constexpr double kRelTolerance = 1e-4;    // dp > 1
 constexpr double kNormTolerance = 1e-12;  // dp 1: the norm's summation order only
 
+constexpr int64_t kSteps = 8;
+
 // Four layers (pp 4 needs one each), micro-batches of 4: 4 per step at dp 1, 2 per rank at dp 2.
-Config tiny20(const std::string& schedule) {
-  Config cfg = testing_support::gang_tiny_config(20, 10);
+Config tiny_pipe(const std::string& schedule) {
+  Config cfg = testing_support::gang_tiny_config(kSteps, kSteps / 2);
   cfg.model.n_layer = 4;
+  cfg.model.seq_len = 32;
+  cfg.optim.warmup_steps = 2;
   cfg.train.micro_batch = 4;
   cfg.train.pp_schedule = schedule;
   return cfg;
@@ -85,13 +92,13 @@ class PipelineParallel : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(PipelineParallel, MatchesOneProcess) {
   const Layout l = GetParam();
-  Config cfg = tiny20(l.schedule);
+  Config cfg = tiny_pipe(l.schedule);
   cfg.model.n_layer = l.layers;
   Curve ref;
   Result<TrainSummary> one = train_run(cfg, {.out_dir = fresh_dir("one_process")}, &ref);
   cfg.train.vp = l.vp;  // the pipeline's; one process has no virtual stages
   ASSERT_TRUE(one.ok()) << one.error();
-  ASSERT_EQ(ref.loss.size(), 20u);
+  ASSERT_EQ(ref.loss.size(), static_cast<size_t>(kSteps));
   const std::string out = fresh_dir("gang");
   const int m = cfg.train.global_batch / l.dp / cfg.train.micro_batch;
   PipelineSchedule sched{};
@@ -108,7 +115,7 @@ TEST_P(PipelineParallel, MatchesOneProcess) {
         if (diff.empty()) diff = compare(c->norm, ref.norm, "grad norm", l.dp == 1 ? kNormTolerance : tol);
         // Every step reports its measured bubble (a fraction of the schedule) beside the formula's; none
         // without a pipeline.
-        const size_t reported = l.pp > 1 ? 20 : 0;
+        const size_t reported = l.pp > 1 ? kSteps : 0;
         if (diff.empty() && (c->bubble.size() != reported || c->formula.size() != reported))
           diff = "a bubble for " + std::to_string(c->bubble.size()) + " steps, expected " +
                  std::to_string(reported);
@@ -139,7 +146,7 @@ INSTANTIATE_TEST_SUITE_P(Layouts, PipelineParallel,
 // same reduction order over dp), the pipeline's loss and validation loss are the same bits, its norm within
 // kNormTolerance.
 TEST(PipelineParallelBitwise, Pp2Dp2FollowsDp2AloneBitForBit) {
-  const Config cfg = tiny20("1f1b");
+  const Config cfg = tiny_pipe("1f1b");
   const std::string dp_out = fresh_dir("dp2"), pp_out = fresh_dir("pp2_dp2");
   const std::string ref_file = dp_out + "/curve.txt";
   comm_test::RunResult dp_res = run_workers(
@@ -171,7 +178,7 @@ TEST(PipelineParallelBitwise, Pp2Dp2FollowsDp2AloneBitForBit) {
     for (double& x : *v) ASSERT_EQ(std::fscanf(f, "%la", &x), 1);
   }
   std::fclose(f);
-  ASSERT_EQ(ref.loss.size(), 20u);
+  ASSERT_EQ(ref.loss.size(), static_cast<size_t>(kSteps));
   comm_test::RunResult pp_res = run_workers(
       4,
       [&](int rank, int n, int fd) -> std::string {
@@ -187,8 +194,8 @@ TEST(PipelineParallelBitwise, Pp2Dp2FollowsDp2AloneBitForBit) {
 }
 
 // Checkpoints at pp > 1: every stage writes its tensors (by name, whole) and the manifest lists the whole
-// model, so a checkpoint saved after 10 of 20 steps under one (pp, dp, zero) resumes under another and
-// continues on the one-process curve (data cursor included). Bitwise where neither side has dp > 1 (a
+// model, so a checkpoint saved halfway (after 4 of 8 steps) under one (pp, dp, zero) resumes under another
+// and continues on the one-process curve (data cursor included). Bitwise where neither side has dp > 1 (a
 // pipeline at dp 1 follows one process bit for bit, above, and the state is restored exactly); else within
 // kRelTolerance.
 struct CkptLayout {
@@ -223,19 +230,22 @@ class PipelineCheckpoint : public ::testing::TestWithParam<CkptLayout> {};
 
 TEST_P(PipelineCheckpoint, ResumesAtOtherLayoutsOnTheOneProcessCurve) {
   const CkptLayout saved = GetParam();
-  Config cfg = tiny20("1f1b");
-  cfg.train.checkpoint_every = 10;
+  Config cfg = tiny_pipe("1f1b");
+  constexpr int64_t kHalf = kSteps / 2;
+  cfg.train.checkpoint_every = kHalf;
   Curve ref;
   Result<TrainSummary> one = train_run(cfg, {.out_dir = fresh_dir("one_process")}, &ref);
   ASSERT_TRUE(one.ok()) << one.error();
-  ASSERT_EQ(ref.loss.size(), 20u);
-  const std::vector<double> head(ref.loss.begin(), ref.loss.begin() + 10);
-  const std::vector<double> tail(ref.loss.begin() + 10, ref.loss.end());
+  ASSERT_EQ(ref.loss.size(), static_cast<size_t>(kSteps));
+  const std::vector<double> head(ref.loss.begin(), ref.loss.begin() + kHalf);
+  const std::vector<double> tail(ref.loss.begin() + kHalf, ref.loss.end());
 
   const std::string out = fresh_dir("saved_" + saved.name());
-  train_layout(cfg, saved, out, "", 10, head, saved.dp == 1 ? 0.0 : kRelTolerance);
+  train_layout(cfg, saved, out, "", kHalf, head, saved.dp == 1 ? 0.0 : kRelTolerance);
   if (HasFailure()) return;
-  const std::string dir = out + "/checkpoints/step_00000010";
+  char step_name[32];
+  std::snprintf(step_name, sizeof step_name, "step_%08lld", static_cast<long long>(kHalf));
+  const std::string dir = out + "/checkpoints/" + step_name;
   {
     std::ifstream in(dir + "/manifest.json");
     ASSERT_TRUE(in.good()) << dir;

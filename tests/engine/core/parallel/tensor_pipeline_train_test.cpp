@@ -17,6 +17,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <ostream>
@@ -104,11 +105,12 @@ INSTANTIATE_TEST_SUITE_P(
              (std::string(i.param.schedule) != "1f1b" ? "_" + std::string(i.param.schedule) : "");
     });
 
-// The 3D checkpoint: saved after 10 of 20 steps at tp2 x pp2 x dp2 with ZeRO 3 (every rank writes
-// its tp share of its stage's tensors, ZeRO-sharded over dp, with their global coordinates), it resumes at
-// dp 4 (ZeRO 3), at pp 4, at tp 4 and at one process, and each resumed run's steps 11-20 follow the
-// uninterrupted one-process curve within kRelTolerance (not bitwise: tp's partial sums and dp's ring sum
-// are added in other orders). Four layers and four heads, so that pp 4 and tp 4 divide the model.
+// The 3D checkpoint: saved halfway (after 4 of 8 steps of 32 positions) at tp2 x pp2 x dp2 with ZeRO
+// 3 (every rank writes its tp share of its stage's tensors, ZeRO-sharded over dp, with their global
+// coordinates), it resumes at dp 4 (ZeRO 3), at pp 4, at tp 4 and at one process, and each resumed run's
+// steps 5-8 follow the uninterrupted one-process curve within kRelTolerance (not bitwise: tp's partial sums
+// and dp's ring sum are added in other orders). Four layers and four heads, so that pp 4 and tp 4 divide the
+// model.
 struct Layout3d {
   int tp = 1, pp = 1, dp = 1, zero = 0;
   int world() const { return tp * pp * dp; }
@@ -151,21 +153,26 @@ void train_3d(const Config& cfg, const Layout3d& l, const std::string& out, cons
 TEST(TensorPipelineCheckpoint, Tp2Pp2Dp2Zero3ResumesAtDp4Pp4Tp4AndOneProcess) {
   Config cfg = tiny12();
   cfg.model.n_layer = 4;
-  cfg.train.max_steps = 20;
+  constexpr int64_t kSteps = 8, kHalf = kSteps / 2;
+  cfg.model.seq_len = 32;
+  cfg.optim.warmup_steps = 2;  // the steps reach the peak learning rate and decay, on both sides
+  cfg.train.max_steps = kSteps;
   cfg.train.val_every = 0;
-  cfg.train.checkpoint_every = 10;
+  cfg.train.checkpoint_every = kHalf;
   GangCurve ref;
   Result<TrainSummary> one = train_run(cfg, {.out_dir = fresh_dir("one_process")}, &ref);
   ASSERT_TRUE(one.ok()) << one.error();
-  ASSERT_EQ(ref.loss.size(), 20u);
-  const std::vector<double> head(ref.loss.begin(), ref.loss.begin() + 10);
-  const std::vector<double> tail(ref.loss.begin() + 10, ref.loss.end());
+  ASSERT_EQ(ref.loss.size(), static_cast<size_t>(kSteps));
+  const std::vector<double> head(ref.loss.begin(), ref.loss.begin() + kHalf);
+  const std::vector<double> tail(ref.loss.begin() + kHalf, ref.loss.end());
 
   const Layout3d saved{.tp = 2, .pp = 2, .dp = 2, .zero = 3};
   const std::string out = fresh_dir("saved_" + saved.name());
-  train_3d(cfg, saved, out, "", 10, head);
+  train_3d(cfg, saved, out, "", kHalf, head);
   if (HasFailure()) return;
-  const std::string dir = out + "/checkpoints/step_00000010";
+  char step_name[32];
+  std::snprintf(step_name, sizeof step_name, "step_%08lld", static_cast<long long>(kHalf));
+  const std::string dir = out + "/checkpoints/" + step_name;
   {
     std::ifstream in(dir + "/manifest.json");
     ASSERT_TRUE(in.good()) << dir;
