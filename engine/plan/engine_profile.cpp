@@ -166,10 +166,14 @@ struct ShardSizes {
   uint64_t chunks = 0;          // AdamW chunks: per tensor at ZeRO 0, per owned segment otherwise
   uint64_t first_bucket = 0;    // the first unit's bucket (the embeddings' on stage 0)
   uint64_t largest_bucket = 0;  // the largest other bucket
-  uint64_t first_unit = 0, last_unit = 0, largest_block = 0;
+  uint64_t first_unit = 0, last_unit = 0;
+  // ZeroDeviceState's blocks: the units between the embeddings and the final norm where the stage has
+  // them; a stage without either keeps its end units as blocks (gathered per use under ZeRO 3).
+  uint64_t largest_block = 0;
+  uint64_t largest_other_bucket = 0;  // the largest bucket but the embeddings' (every bucket without them)
 };
 ShardSizes shard_sizes(const std::vector<uint64_t>& tensors, const std::vector<int>& unit_of, uint64_t dp,
-                       uint64_t rank, int zero, uint64_t cap) {
+                       uint64_t rank, int zero, uint64_t cap, bool has_embeddings, bool has_final) {
   ShardSizes z;
   std::vector<uint64_t> units, tensor_at;
   uint64_t at = 0;
@@ -217,7 +221,10 @@ ShardSizes shard_sizes(const std::vector<uint64_t>& tensors, const std::vector<i
     for (uint64_t k : tensors) z.chunks += ceil_div(k, kAdamwChunkElements);
   z.first_unit = units.front();
   z.last_unit = units.back();
-  for (int u = 1; u + 1 < n; ++u) z.largest_block = std::max(z.largest_block, units[static_cast<size_t>(u)]);
+  const int first_block = has_embeddings ? 1 : 0, last_block = n - 1 - (has_final ? 1 : 0);
+  for (int u = first_block; u <= last_block; ++u)
+    z.largest_block = std::max(z.largest_block, units[static_cast<size_t>(u)]);
+  z.largest_other_bucket = has_embeddings ? z.largest_bucket : std::max(z.largest_bucket, z.first_bucket);
   return z;
 }
 
@@ -231,7 +238,7 @@ ShardSizes shard_sizes(const std::vector<uint64_t>& tensors, const std::vector<i
 // micro-batch (pipeline_step, first step), the last stage keeps its wte copy (bf16) and that copy's fp32
 // gradient, stage 0 the gradient received.
 Table cuda_table(const PlanModel& m, uint64_t b, uint64_t tp, int pp, int stage, int layers,
-                 uint64_t micro_batches, bool gpipe, const CudaDataParallelPlan& dpp = {}) {
+                 uint64_t micro_batches, CudaPipeSchedule schedule, const CudaDataParallelPlan& dpp = {}) {
   const bool pipeline = pp > 1, first = stage == 0, last = stage == pp - 1;
   const std::vector<uint64_t> tensors = rank_tensors(m, tp, layers, first, last);
   // Units: the embeddings (stage 0), each block (12 tensors), the final norm (the last stage).
@@ -247,7 +254,7 @@ Table cuda_table(const PlanModel& m, uint64_t b, uint64_t tp, int pp, int stage,
   const int zero = dpp.dp > 1 ? dpp.zero : 0;
   const ShardSizes z =
       shard_sizes(tensors, unit_of, static_cast<uint64_t>(dpp.dp), static_cast<uint64_t>(dpp.rank), zero,
-                  std::max<uint64_t>(1, dpp.bucket_bytes / kF32));
+                  std::max<uint64_t>(1, dpp.bucket_bytes / kF32), first, last);
   uint64_t p = 0;
   for (uint64_t k : tensors) p += k;
   const uint64_t chunks = z.chunks, held = zero == 0 ? p : z.shard;
@@ -256,20 +263,31 @@ Table cuda_table(const PlanModel& m, uint64_t b, uint64_t tp, int pp, int stage,
   using MB = MemoryBucket;
   Table tb;
   // ZeroDeviceState: at ZeRO 1 the master weights and moments are the rank's shard S, at 2 the gradients
-  // too (with staging), at 3 the bf16 parameters too (with the units gathered for use).
+  // too (with staging), at 3 the bf16 parameters too (with the units gathered for use). The embeddings'
+  // slots only on the stage that has them (stage 0), the final norm's on the last; every other unit is a
+  // block (a pipeline stage's end units too).
   tb.add("master", zero == 0 ? "(P) fp32" : "(S) fp32", MB::kOptimizer, held * kF32);
   tb.add("params_bf16", zero < 3 ? "(P) bf16" : "(S) bf16", MB::kWeights, (zero < 3 ? p : z.shard) * kBf16);
   tb.add("grads", zero < 2 ? "(P) fp32" : "(S) fp32", MB::kGradients, (zero < 2 ? p : z.shard) * kF32);
   tb.add("adam_m", zero == 0 ? "(P) fp32" : "(S) fp32", MB::kOptimizer, held * kF32);
   tb.add("adam_v", zero == 0 ? "(P) fp32" : "(S) fp32", MB::kOptimizer, held * kF32);
   if (zero >= 2) {
-    tb.add("grad_slots", "(first bucket) + 2 x (largest other bucket) fp32", MB::kGradients,
-           (std::max<uint64_t>(z.first_bucket, 1) + 2 * std::max<uint64_t>(z.largest_bucket, 1)) * kF32);
+    tb.add("grad_slots",
+           first ? "(embeddings' bucket) + 2 x (largest other bucket) fp32" : "2 x (largest bucket) fp32",
+           MB::kGradients,
+           ((first ? std::max<uint64_t>(z.first_bucket, 1) : 0) +
+            2 * std::max<uint64_t>(z.largest_other_bucket, 1)) *
+               kF32);
   }
   if (zero == 3) {
-    tb.add("param_slots", "(embeddings) + (final norm) + 2 x (largest block) bf16", MB::kWeights,
-           (std::max<uint64_t>(z.first_unit, 1) + std::max<uint64_t>(z.last_unit, 1) +
-            2 * std::max<uint64_t>(z.largest_block, 1)) *
+    tb.add("param_slots",
+           first && last ? "(embeddings) + (final norm) + 2 x (largest block) bf16"
+           : first       ? "(embeddings) + 2 x (largest block) bf16"
+           : last        ? "(final norm) + 2 x (largest block) bf16"
+                         : "2 x (largest block) bf16",
+           MB::kWeights,
+           ((first ? std::max<uint64_t>(z.first_unit, 1) : 0) +
+            (last ? std::max<uint64_t>(z.last_unit, 1) : 0) + 2 * std::max<uint64_t>(z.largest_block, 1)) *
                kBf16);
   }
   // ZeroDeviceState's stats_ (loss sum, sum of squares, ...), norm_, and the backend's eval_sum_.
@@ -335,9 +353,15 @@ Table cuda_table(const PlanModel& m, uint64_t b, uint64_t tp, int pp, int stage,
     uint64_t slot = 2 * n * c * kBf16;
     for (const Row& r : block) slot += l * r.bytes;
     if (last) slot += n * c * kBf16 + 2 * n * kF32;
-    tb.add(last ? "slot (in, dout, blocks, lnf)" : "slot (in, dout, blocks)", "one micro-batch in flight's",
-           MB::kActivations, slot,
-           static_cast<uint64_t>(plan_pipeline_slots(pp, stage, static_cast<int>(micro_batches), gpipe)));
+    const bool zbh1 = schedule == CudaPipeSchedule::kZeroBubbleH1;
+    // ZB-H1: each block's KeptGrads, the output gradients its weight pass reads: d(res3), d(res2) (N, C),
+    // d(fch) (N, Hl), d(qkv) (N, 3Cl), bf16.
+    if (zbh1) slot += l * (2 * n * c + n * h + n * 3 * cl) * kBf16;
+    tb.add(last ? (zbh1 ? "slot (in, dout, blocks, kept grads, lnf)" : "slot (in, dout, blocks, lnf)")
+                : (zbh1 ? "slot (in, dout, blocks, kept grads)" : "slot (in, dout, blocks)"),
+           "one micro-batch in flight's", MB::kActivations, slot,
+           static_cast<uint64_t>(
+               plan_cuda_pipeline_slots(pp, stage, static_cast<int>(micro_batches), schedule)));
   }
   tb.add("cublaslt_workspace", "32 MiB", MB::kBuffers, kCudaMatmulWorkspaceBytes, 1, false);
   return tb;
@@ -472,14 +496,21 @@ Result<EngineMemory> plan_engine_memory(EngineKind e, const PlanModel& m, int mi
                          ") and 4 x hidden (" + std::to_string(4 * m.hidden) + ")");
   }
   const uint64_t b = static_cast<uint64_t>(micro_batch);
-  return sum_table((e == EngineKind::kGantryCpu
-                        ? cpu_table(m, b, static_cast<uint64_t>(tp))
-                        : cuda_table(m, b, static_cast<uint64_t>(tp), 1, 0, m.layers, 1, false))
+  return sum_table((e == EngineKind::kGantryCpu ? cpu_table(m, b, static_cast<uint64_t>(tp))
+                                                : cuda_table(m, b, static_cast<uint64_t>(tp), 1, 0, m.layers,
+                                                             1, CudaPipeSchedule::kOneFOneB))
                        .rows);
 }
 
 Result<EngineMemory> plan_cuda_rank_memory(const PlanModel& m, int micro_batch, int tp, int pp, int stage,
                                            int micro_batches, bool gpipe, const CudaDataParallelPlan& dpp) {
+  return plan_cuda_rank_memory(m, micro_batch, tp, pp, stage, micro_batches,
+                               gpipe ? CudaPipeSchedule::kGpipe : CudaPipeSchedule::kOneFOneB, dpp);
+}
+
+Result<EngineMemory> plan_cuda_rank_memory(const PlanModel& m, int micro_batch, int tp, int pp, int stage,
+                                           int micro_batches, CudaPipeSchedule schedule,
+                                           const CudaDataParallelPlan& dpp) {
   Status s = plan_engine_validate(EngineKind::kGantryCuda, m);
   if (!s.ok()) return s;
   if (micro_batch < 1 || micro_batches < 1 || pp < 1 || pp > m.layers || stage < 0 || stage >= pp || tp < 1 ||
@@ -491,15 +522,23 @@ Result<EngineMemory> plan_cuda_rank_memory(const PlanModel& m, int micro_batch, 
         "): allowed 0 <= stage < pp <= layers, tp dividing heads, vocabulary and 4 x hidden, batches >= 1");
   }
   if (dpp.dp < 1 || dpp.rank < 0 || dpp.rank >= dpp.dp || dpp.zero < 0 || dpp.zero > 3 ||
-      dpp.bucket_bytes < 1 || (pp > 1 && dpp.dp > 1 && dpp.zero > 1)) {
+      dpp.bucket_bytes < 1) {
     return Status::error("gantry-cuda rank at dp " + std::to_string(dpp.dp) + " (rank " +
                          std::to_string(dpp.rank) + ", zero " + std::to_string(dpp.zero) +
-                         "): allowed 0 <= rank < dp, zero 0-3 (0-1 on a pipeline stage), bucket bytes >= 1");
+                         "): allowed 0 <= rank < dp, zero 0-3, bucket bytes >= 1");
+  }
+  // backend_cuda.cu: ZeRO 2-3 reduce each whole backward's buckets as it completes them, which ZB-H1's
+  // split backward does not give; the backend refuses the pair, so the plan does too.
+  if (pp > 1 && dpp.dp > 1 && dpp.zero > 1 && schedule == CudaPipeSchedule::kZeroBubbleH1) {
+    return Status::error(
+        "gantry-cuda stage at zero " + std::to_string(dpp.zero) +
+        " under zbh1: a GPU pipeline stage shards over dp with ZeRO 2-3 under gpipe and 1f1b, "
+        "ZeRO 0-1 under zbh1");
   }
   const std::vector<int> layers = pp > 1 ? plan_cuda_pipeline_layers(m, pp) : std::vector<int>{m.layers};
   return sum_table(cuda_table(m, static_cast<uint64_t>(micro_batch), static_cast<uint64_t>(tp), pp, stage,
-                              layers[static_cast<size_t>(stage)], static_cast<uint64_t>(micro_batches), gpipe,
-                              dpp)
+                              layers[static_cast<size_t>(stage)], static_cast<uint64_t>(micro_batches),
+                              schedule, dpp)
                        .rows);
 }
 
@@ -671,6 +710,13 @@ std::vector<int> plan_cuda_pipeline_layers(const PlanModel& m, int stages) {
 int plan_pipeline_slots(int pp, int stage, int micro_batches, bool gpipe) {
   if (gpipe) return micro_batches;
   return std::min(micro_batches, pp - stage + (stage > 0 ? 1 : 0));
+}
+
+int plan_cuda_pipeline_slots(int pp, int stage, int micro_batches, CudaPipeSchedule schedule) {
+  // ZB-H1 frees a slot after its weight pass, not at its input gradient's send: every stage holds as
+  // many as the warm-up's depth, pp, once m reaches it.
+  if (schedule == CudaPipeSchedule::kZeroBubbleH1) return std::min(micro_batches, pp);
+  return plan_pipeline_slots(pp, stage, micro_batches, schedule == CudaPipeSchedule::kGpipe);
 }
 
 CpuStep plan_cpu_step(const CpuWork& w, const CpuRates& r, int micro_batches) {

@@ -70,20 +70,31 @@ Status plan_engine_validate(EngineKind e, const PlanModel& m);
 // rows, heads, the MLP's width); a data-parallel rank without ZeRO holds the same table.
 Result<EngineMemory> plan_engine_memory(EngineKind e, const PlanModel& m, int micro_batch, int tp = 1);
 
+// The GPU pipeline's schedules whose slots the planner counts (train.pp_schedule "gpipe", "1f1b", "zbh1"
+// at vp 1). Interleaved (vp > 1) is not among them: its per-chunk slot counts have no closed form here.
+enum class CudaPipeSchedule { kGpipe, kOneFOneB, kZeroBubbleH1 };
+
 // One rank of the CUDA backend at dp x tp x pp: `stage` of `pp` (the
 // backend's partition, plan_cuda_pipeline_layers), this tp rank's share, `micro_batches` per step under
-// GPipe (`gpipe`) or 1F1B. pp 1 is plan_engine_memory's table. Every tp rank of a stage holds the same
+// `schedule` (GPipe, 1F1B or ZB-H1, whose slots also keep each block's output gradients for the weight
+// pass). pp 1 is plan_engine_memory's table. Every tp rank of a stage holds the same
 // bytes. At pp > 1 the stage's activation slots and the step's token buffer are allocated during the first
 // step (acquire(), pipeline_step()): the table is what memory_bytes() reports from the end of step 1 on
 // (before it, the slots and tokens are missing). Over dp (`dpp`), ZeRO 1-3 shard the state as
 // engine/core/parallel/shard_plan.cpp cuts it for dp rank `rank` (the low ranks own one element more of a
-// bucket that does not divide evenly: rank 0 holds the most); a pipeline stage shards at ZeRO 0-1 only.
+// bucket that does not divide evenly: rank 0 holds the most); ZeroDeviceState keeps a pipeline stage's end
+// units as blocks where it has no embeddings or final norm. A pipeline stage shards at ZeRO 0-3 under GPipe
+// and 1F1B, 0-1 under ZB-H1 (as the backend).
 struct CudaDataParallelPlan {
   int dp = 1;
   int rank = 0;                         // this rank's place on the dp axis
   int zero = 0;                         // 0-3 (dp 1: 0 whatever is asked, as the backend does)
   uint64_t bucket_bytes = 25ull << 20;  // train.dp_bucket_mb in bytes
 };
+Result<EngineMemory> plan_cuda_rank_memory(const PlanModel& m, int micro_batch, int tp, int pp, int stage,
+                                           int micro_batches, CudaPipeSchedule schedule,
+                                           const CudaDataParallelPlan& dpp = {});
+// The same under GPipe (`gpipe`) or 1F1B.
 Result<EngineMemory> plan_cuda_rank_memory(const PlanModel& m, int micro_batch, int tp, int pp, int stage,
                                            int micro_batches, bool gpipe,
                                            const CudaDataParallelPlan& dpp = {});
@@ -93,6 +104,10 @@ Result<EngineMemory> plan_cuda_rank_memory(const PlanModel& m, int micro_batch, 
 // arrives into its own slot before the last backward frees one). Replayed against pipeline_program in
 // tests/engine/plan/engine_profile_test.cpp.
 int plan_pipeline_slots(int pp, int stage, int micro_batches, bool gpipe);
+// The CUDA stage's slots under `schedule`: GPipe and 1F1B as plan_pipeline_slots; ZB-H1 min(m, pp) on
+// every stage (a slot is freed after its weight pass, which the schedule defers; replayed for pp 2-8 and
+// m up to 4 pp in the same test).
+int plan_cuda_pipeline_slots(int pp, int stage, int micro_batches, CudaPipeSchedule schedule);
 
 // One pipeline stage's table on the CPU (engine/core/cpu/backend_cpu_pipeline.cpp; ZeRO 0, one model chunk
 // per rank): `stage` of `pp` (the engine's partition, plan_cpu_pipeline_layers), a tp rank's share at

@@ -203,11 +203,27 @@ TEST(PlanCli, GantryCudaShowsEveryPipelineStagesMemory) {
   Outcome table = run(base);
   ASSERT_EQ(table.code, 0) << table.err;
   EXPECT_THAT(table.out, HasSubstr("memory per pipeline stage"));
-  Outcome zero =
-      run("--engine gantry-cuda --model gpt2-124m --gpu h100 --gpus 8 --tp 2 --pp 2 --micro-batch 4 "
-          "--global-batch 32 --zero 2");  // dp 2 beside tp 2 x pp 2
-  EXPECT_EQ(zero.code, 2);
-  EXPECT_THAT(zero.err, HasSubstr("a pipeline stage zero 0-1"));
+  // dp 2 beside tp 2 x pp 2 (a GPU pipeline stage shards at ZeRO 0-3 under GPipe and 1F1B): every stage's
+  // gradients change from ZeRO 1 to 2 (their shard and staging: at dp 2 with 25 MiB buckets the staging
+  // outweighs the half saved, so they grow), its bf16 weights from 2 to 3; the optimizer's shard is ZeRO 1's
+  // throughout (ZeRO 3's buckets are one unit each, so its gradient staging differs from 2's too).
+  std::vector<nlohmann::json> by_zero;
+  for (int z : {1, 2, 3}) {
+    Outcome zr =
+        run("--engine gantry-cuda --model gpt2-124m --gpu h100 --gpus 8 --tp 2 --pp 2 --micro-batch 4 "
+            "--global-batch 32 --json --zero " +
+            std::to_string(z));
+    ASSERT_EQ(zr.code, 0) << "zero " << z << ": " << zr.err;
+    by_zero.push_back(nlohmann::json::parse(zr.out).at("memory").at("stages"));
+    ASSERT_EQ(by_zero.back().size(), 2u);
+  }
+  for (size_t s = 0; s < 2; ++s) {
+    EXPECT_NE(by_zero[1][s].at("gradients").get<double>(), by_zero[0][s].at("gradients").get<double>()) << s;
+    EXPECT_NE(by_zero[2][s].at("weights").get<double>(), by_zero[1][s].at("weights").get<double>()) << s;
+    for (size_t z : {1, 2})
+      EXPECT_EQ(by_zero[z][s].at("optimizer").get<double>(), by_zero[0][s].at("optimizer").get<double>())
+          << s;
+  }
 }
 
 TEST(PlanCli, JsonHasParamsAndNamedMemoryBuckets) {

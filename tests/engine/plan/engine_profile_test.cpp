@@ -233,8 +233,12 @@ TEST(PlanEngineProfile, EngineProfilesRefuseWhatTheEngineCannotRun) {
   zero.model.layers = 4;
   zero.cluster.gpus = 4;
   zero.layout.pp = 2;
-  zero.layout.zero = 2;  // a GPU pipeline stage shards at ZeRO 0-1 only
-  fails(zero, "a pipeline stage zero 0-1");
+  for (int z : {2, 3}) {  // a GPU pipeline stage shards at ZeRO 0-3 under GPipe and 1F1B
+    zero.layout.zero = z;
+    Result<Plan> staged = plan_evaluate(zero);
+    ASSERT_TRUE(staged.ok()) << staged.error();
+    EXPECT_TRUE(staged->memory_known);
+  }
   PlanInput cp = in;
   cp.cluster.gpus = 2;
   cp.layout.cp = 2;
@@ -245,7 +249,7 @@ TEST(PlanEngineProfile, EngineProfilesRefuseWhatTheEngineCannotRun) {
   vp.layout.pp = 2;
   vp.layout.vp = 2;
   vp.training.global_batch = 16;
-  fails(vp, "one model chunk per GPU (vp 1)");
+  fails(vp, "interleaved stages' slots per chunk are not in its table");
   PlanInput recompute = in;
   recompute.layout.recompute = Recompute::kFull;
   fails(recompute, "recompute none");
@@ -559,30 +563,46 @@ TEST(PlanEngineProfile, CpuPipelineStagesHoldTheirSlotsTiesAndCopies) {
 
 // The slots plan_pipeline_slots counts are what the backends' acquire() holds: the rank's program
 // (pipeline_program) replayed with backend_cuda.cu's rules (a slot taken at an activation's receive or
-// stage 0's forward, freed at the gradient's send or stage 0's backward; a new one only when all are busy).
-int replayed_slots(PipelineSchedule s, int pp, int stage, int m) {
-  std::vector<bool> busy;
-  std::vector<int> slot_of(static_cast<size_t>(m), -1);
-  auto acquire = [&](int k) {
+// stage 0's forward, freed at the gradient's send or stage 0's backward, under ZB-H1 at the weight pass
+// instead; a new one only when all are busy). Per chunk: element c is chunk c's pool.
+std::vector<int> replayed_chunk_slots(PipelineSchedule s, int pp, int vp, int stage, int m) {
+  const bool split = s == PipelineSchedule::kZeroBubbleH1;
+  std::vector<std::vector<bool>> busy(static_cast<size_t>(vp));
+  std::vector<std::vector<int>> slot_of(static_cast<size_t>(vp),
+                                        std::vector<int>(static_cast<size_t>(m), -1));
+  auto acquire = [&](int c, int k) {
+    std::vector<bool>& b = busy[static_cast<size_t>(c)];
     size_t i = 0;
-    while (i < busy.size() && busy[i]) ++i;
-    if (i == busy.size()) busy.push_back(false);
-    busy[i] = true;
-    slot_of[static_cast<size_t>(k)] = static_cast<int>(i);
+    while (i < b.size() && b[i]) ++i;
+    if (i == b.size()) b.push_back(false);
+    b[i] = true;
+    slot_of[static_cast<size_t>(c)][static_cast<size_t>(k)] = static_cast<int>(i);
   };
-  for (const PipelineStep& st : pipeline_program(s, pp, 1, stage, m)) {
-    const int k = st.action.micro;
+  auto release = [&](int c, int k) {
+    const int i = slot_of[static_cast<size_t>(c)][static_cast<size_t>(k)];
+    EXPECT_GE(i, 0) << "chunk " << c << " micro " << k << " freed without a slot";
+    if (i >= 0) busy[static_cast<size_t>(c)][static_cast<size_t>(i)] = false;
+  };
+  for (const PipelineStep& st : pipeline_program(s, pp, vp, stage, m)) {
+    const int k = st.action.micro, c = st.action.chunk;
     if (st.kind == PipelineStep::Kind::kRecv) {
-      if (!st.grad) acquire(k);
+      if (!st.grad) acquire(c, k);
     } else if (st.kind == PipelineStep::Kind::kSend) {
-      if (st.grad) busy[static_cast<size_t>(slot_of[static_cast<size_t>(k)])] = false;
+      if (st.grad && !split) release(c, k);
     } else if (st.action.op == PipelineOp::kForward) {
-      if (slot_of[static_cast<size_t>(k)] < 0) acquire(k);
-    } else if (stage == 0) {
-      busy[static_cast<size_t>(slot_of[static_cast<size_t>(k)])] = false;
+      if (slot_of[static_cast<size_t>(c)][static_cast<size_t>(k)] < 0) acquire(c, k);
+    } else if (st.action.op == PipelineOp::kWeight) {
+      release(c, k);
+    } else if (stage == 0 && c == 0 && !split) {  // the model's first chunk sends no gradient up
+      release(c, k);
     }
   }
-  return static_cast<int>(busy.size());
+  std::vector<int> slots;
+  for (const std::vector<bool>& b : busy) slots.push_back(static_cast<int>(b.size()));
+  return slots;
+}
+int replayed_slots(PipelineSchedule s, int pp, int stage, int m) {
+  return replayed_chunk_slots(s, pp, 1, stage, m)[0];
 }
 
 TEST(PlanEngineProfile, PipelineSlotsAreWhatTheStagesProgramsHold) {
@@ -595,6 +615,23 @@ TEST(PlanEngineProfile, PipelineSlotsAreWhatTheStagesProgramsHold) {
         EXPECT_EQ(plan_pipeline_slots(pp, stage, m, true),
                   replayed_slots(PipelineSchedule::kGpipe, pp, stage, m))
             << "gpipe pp " << pp << " m " << m << " stage " << stage;
+      }
+    }
+  }
+}
+
+// ZB-H1 on the GPU frees a slot after the weight pass: the closed form plan_cuda_pipeline_slots uses is the
+// replayed program's on every stage of pp 2-8 for m up to 4 pp (and GPipe, 1F1B are plan_pipeline_slots').
+TEST(PlanEngineProfile, CudaZbh1SlotsAreWhatTheStagesProgramsHold) {
+  for (int pp = 2; pp <= 8; ++pp) {
+    for (int m = 1; m <= 4 * pp; ++m) {
+      for (int stage = 0; stage < pp; ++stage) {
+        EXPECT_EQ(plan_cuda_pipeline_slots(pp, stage, m, CudaPipeSchedule::kZeroBubbleH1),
+                  replayed_slots(PipelineSchedule::kZeroBubbleH1, pp, stage, m))
+            << "zbh1 pp " << pp << " m " << m << " stage " << stage;
+        EXPECT_EQ(plan_cuda_pipeline_slots(pp, stage, m, CudaPipeSchedule::kOneFOneB),
+                  plan_pipeline_slots(pp, stage, m, false));
+        EXPECT_EQ(plan_cuda_pipeline_slots(pp, stage, m, CudaPipeSchedule::kGpipe), m);
       }
     }
   }
@@ -732,13 +769,16 @@ TEST(PlanEngineProfile, CudaZeroShardsAreTheShardPlans) {
   for (const ModelConfig& mc : kTpPpModels) {
     const PlanModel m = plan_model_of(mc);
     for (int tp : {1, 2}) {
-      for (int pp : {1, 2}) {
+      for (int pp = 1; pp <= std::min(3, mc.n_layer); ++pp) {
         const PipelinePartition part = pipeline_partition(mc, pp, ClassifierGradStage::kLast);
         for (int stage = 0; stage < pp; ++stage) {
           const TensorTable st = pipeline_rank_table(mc, part, pp, stage);
           const TensorTable t = tp > 1 ? tensor_parallel_stage_table(mc, tp, 0, st) : st;
+          // ZeroDeviceState's constructor: the embeddings lead the table and the final norm ends it
+          // (layer -1) where the stage has them; the units between are blocks.
+          const bool has_embeddings = t[0].layer < 0;
           for (int dp : {2, 3}) {
-            for (int zero = 0; zero <= (pp > 1 ? 1 : 3); ++zero) {
+            for (int zero = 0; zero <= 3; ++zero) {
               for (uint64_t bucket : {uint64_t{50} << 10, uint64_t{25} << 20}) {
                 for (int rank = 0; rank < dp; ++rank) {
                   const ShardPlan sp = shard_plan_make(t, dp, rank, zero, bucket);
@@ -766,16 +806,37 @@ TEST(PlanEngineProfile, CudaZeroShardsAreTheShardPlans) {
                   EXPECT_EQ(row_bytes(e.value(), "chunk_scratch"),
                             zero > 0 || tp > 1 || pp > 1 ? 4 * chunks : 0)
                       << at;
+                  const int n_units = static_cast<int>(sp.units.size());
+                  const bool has_final = t[t.size() - 1].layer < 0 && n_units > (has_embeddings ? 1 : 0);
+                  uint64_t largest_block = 0, largest_other_bucket = 0;
+                  for (int u = has_embeddings ? 1 : 0; u <= n_units - 1 - (has_final ? 1 : 0); ++u)
+                    largest_block = std::max<uint64_t>(largest_block, sp.units[static_cast<size_t>(u)].count);
+                  const int embedding_bucket = has_embeddings ? sp.unit_bucket[0] : -1;
+                  for (size_t g = 0; g < sp.buckets.size(); ++g) {
+                    if (static_cast<int>(g) != embedding_bucket)
+                      largest_other_bucket = std::max<uint64_t>(largest_other_bucket, sp.buckets[g].count);
+                  }
                   const uint64_t grad_slots =
-                      zero >= 2 ? 4 * (sp.buckets[static_cast<size_t>(sp.unit_bucket[0])].count +
-                                       2 * std::max<size_t>(sp.largest_nonembedding_bucket(), 1))
-                                : 0;
-                  EXPECT_EQ(row_bytes(e.value(), "grad_slots"), grad_slots) << at;
-                  const uint64_t param_slots =
-                      zero == 3
-                          ? 2 * (sp.units[0].count + sp.units.back().count + 2 * sp.largest_block_unit())
+                      zero >= 2
+                          ? 4 * ((has_embeddings ? sp.buckets[static_cast<size_t>(embedding_bucket)].count
+                                                 : 0) +
+                                 2 * std::max<uint64_t>(largest_other_bucket, 1))
                           : 0;
+                  EXPECT_EQ(row_bytes(e.value(), "grad_slots"), grad_slots) << at;
+                  const uint64_t param_slots = zero == 3 ? 2 * ((has_embeddings ? sp.units[0].count : 0) +
+                                                                (has_final ? sp.units.back().count : 0) +
+                                                                2 * std::max<uint64_t>(largest_block, 1))
+                                                         : 0;
                   EXPECT_EQ(row_bytes(e.value(), "param_slots"), param_slots) << at;
+                  // The whole rank: its state, staging and gathered units beside the unsharded rest.
+                  const EngineMemory whole = plan_cuda_rank_memory(m, 2, tp, pp, stage, 2, false).value();
+                  EXPECT_EQ(e->total - whole.total,
+                            4 * (3 * ((zero == 0 ? p : s) - p) + (zero < 2 ? p : s) - p) +
+                                2 * ((zero < 3 ? p : s) - p) + grad_slots + param_slots + 32 * chunks -
+                                row_bytes(whole, "adamw_chunks") +
+                                (zero > 0 || tp > 1 || pp > 1 ? 4 * chunks : 0) -
+                                row_bytes(whole, "chunk_scratch"))
+                      << at;
                 }
               }
             }
@@ -784,13 +845,64 @@ TEST(PlanEngineProfile, CudaZeroShardsAreTheShardPlans) {
       }
     }
   }
-  // dp 1 shards nothing whatever ZeRO is asked; a pipeline stage takes ZeRO 0-1 only.
+  // dp 1 shards nothing whatever ZeRO is asked; a pipeline stage takes ZeRO 2-3 under GPipe and 1F1B, not
+  // under ZB-H1 (the backend refuses it).
   const PlanModel m = plan_model_preset("gpt2-124m").value();
   EXPECT_EQ(plan_cuda_rank_memory(m, 4, 1, 1, 0, 1, false, {.dp = 1, .zero = 3})->total,
             plan_cuda_rank_memory(m, 4, 1, 1, 0, 1, false)->total);
-  Result<EngineMemory> bad = plan_cuda_rank_memory(m, 4, 1, 2, 0, 2, false, {.dp = 2, .zero = 2});
-  ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.error().find("0-1 on a pipeline stage"), std::string::npos) << bad.error();
+  EXPECT_TRUE(plan_cuda_rank_memory(m, 4, 1, 2, 0, 2, true, {.dp = 2, .zero = 3}).ok());
+  for (int zero : {2, 3}) {
+    Result<EngineMemory> bad =
+        plan_cuda_rank_memory(m, 4, 1, 2, 0, 2, CudaPipeSchedule::kZeroBubbleH1, {.dp = 2, .zero = zero});
+    ASSERT_FALSE(bad.ok()) << zero;
+    EXPECT_NE(bad.error().find("ZeRO 0-1 under zbh1"), std::string::npos) << bad.error();
+  }
+  EXPECT_TRUE(
+      plan_cuda_rank_memory(m, 4, 1, 2, 0, 2, CudaPipeSchedule::kZeroBubbleH1, {.dp = 2, .zero = 1}).ok());
+}
+
+// ZB-H1's slots: min(m, pp) on every stage, each also keeping its blocks' output gradients for the weight
+// pass (KeptGrads: d(res3), d(res2) (N, C), d(fch) (N, 4C/tp), d(qkv) (N, 3C/tp), bf16); nothing else
+// differs from 1F1B.
+TEST(PlanEngineProfile, CudaZbh1SlotsKeepEachBlocksOutputGradients) {
+  for (const ModelConfig& mc : kTpPpModels) {
+    const PlanModel m = plan_model_of(mc);
+    for (int tp : {1, 2}) {
+      for (int pp = 2; pp <= std::min(4, mc.n_layer); ++pp) {
+        const std::vector<int> layers = plan_cuda_pipeline_layers(m, pp);
+        for (int stage = 0; stage < pp; ++stage) {
+          for (int micro : {1, pp, 3 * pp}) {
+            const std::string at = "L " + std::to_string(mc.n_layer) + " tp " + std::to_string(tp) + " pp " +
+                                   std::to_string(pp) + " stage " + std::to_string(stage) + " m " +
+                                   std::to_string(micro);
+            const EngineMemory zb =
+                plan_cuda_rank_memory(m, 2, tp, pp, stage, micro, CudaPipeSchedule::kZeroBubbleH1).value();
+            const EngineMemory ob =
+                plan_cuda_rank_memory(m, 2, tp, pp, stage, micro, CudaPipeSchedule::kOneFOneB).value();
+            const EngineAllocation* zslot = nullptr;
+            const EngineAllocation* oslot = nullptr;
+            for (const EngineAllocation& a : zb.allocations)
+              if (a.name.rfind("slot", 0) == 0) zslot = &a;
+            for (const EngineAllocation& a : ob.allocations)
+              if (a.name.rfind("slot", 0) == 0) oslot = &a;
+            ASSERT_NE(zslot, nullptr) << at;
+            ASSERT_NE(oslot, nullptr) << at;
+            EXPECT_NE(zslot->name.find("kept grads"), std::string::npos) << zslot->name;
+            EXPECT_EQ(zslot->count, static_cast<uint64_t>(
+                                        replayed_slots(PipelineSchedule::kZeroBubbleH1, pp, stage, micro)))
+                << at;
+            const uint64_t n = 2ull * mc.seq_len, c = static_cast<uint64_t>(mc.n_embd);
+            const uint64_t kept = 2 * (2 * n * c + n * 4 * c / static_cast<uint64_t>(tp) +
+                                       n * 3 * c / static_cast<uint64_t>(tp));
+            EXPECT_EQ(zslot->bytes_each,
+                      oslot->bytes_each + static_cast<uint64_t>(layers[static_cast<size_t>(stage)]) * kept)
+                << at;
+            EXPECT_EQ(zb.total - zslot->bytes(), ob.total - oslot->bytes()) << at;
+          }
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

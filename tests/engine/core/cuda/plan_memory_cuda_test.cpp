@@ -4,7 +4,9 @@
 // and the cuBLASLt workspace: device_health(), no CUDA context, no NCCL buffers); `gantry-engine plan
 // --engine gantry-cuda` with the same config and layout predicts each pipeline stage's rank
 // (memory.stages[s].total, the same for every tp rank of the stage). Global rank r is stage (r / tp) % pp
-// (ParallelDims). A stage's activation slots and token buffer are allocated during its first step, so the
+// (ParallelDims). ZB-H1 is no planner schedule (the plan command refuses it), so its layouts take each
+// stage's figure from the same function the plan command calls, plan_cuda_rank_memory, with the config's
+// model and batches. A stage's activation slots and token buffer are allocated during its first step, so the
 // records of steps 1 and 2 (both after it) must hold the prediction, byte for byte, and within the issue's
 // 3 % without the cuBLASLt workspace (which alone is most of the tiny model's bytes). Skips where fewer
 // GPUs are visible than a layout needs.
@@ -21,7 +23,9 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/config.h"
 #include "engine/core/cuda/device.h"
+#include "engine/plan/engine_profile.h"
 #include "tests/file_text.h"  // slurp
 #include "tests/scratch_dir.h"
 
@@ -33,7 +37,8 @@ using testing_support::slurp;
 struct Layout {
   int gpus, tp, pp;
   const char* schedule;
-  int zero = 0;  // over dp = gpus / (tp x pp)
+  int zero = 0;    // over dp = gpus / (tp x pp)
+  int layers = 4;  // model.n_layer
 };
 
 // `gantry-engine args`: exit code, stdout and stderr (files in `dir`).
@@ -46,11 +51,11 @@ int engine(const std::string& args, const std::string& dir, std::string* out, st
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-// The tiny model at 4 layers (2 blocks a stage at pp 2) on the CUDA backend, micro-batches of 4 (4 a step:
-// 1F1B holds 2 per stage at pp 2, GPipe all 4), no validation or checkpoint.
-std::string config(const std::string& root, const std::string& schedule) {
+// The tiny model at `layers` layers (4: 2 blocks a stage at pp 2) on the CUDA backend, micro-batches of 4
+// (4 a step at dp 1: 1F1B holds 2 per stage at pp 2, GPipe all 4), no validation or checkpoint.
+std::string config(const std::string& root, const std::string& schedule, int layers) {
   std::string cfg = slurp(std::string(GANTRY_SOURCE_DIR) + "/assets/configs/tiny.toml");
-  cfg.replace(cfg.find("n_layer = 2"), 11, "n_layer = 4");
+  cfg.replace(cfg.find("n_layer = 2"), 11, "n_layer = " + std::to_string(layers));
   cfg.replace(cfg.find("backend = \"cpu\""), 15, "backend = \"cuda\"\npp_schedule = \"" + schedule + "\"");
   cfg.replace(cfg.find("micro_batch = 8"), 15, "micro_batch = 4");
   cfg.replace(cfg.find("val_every = 25"), 14, "val_every = 0");
@@ -68,18 +73,42 @@ TEST_P(PlanMemoryCuda, EveryRanksMemoryIsThePlannersPredictionForItsStage) {
     GTEST_SKIP() << "needs " << l.gpus << " GPUs (found " << cuda_device_count() << ")";
   const std::string root = testing_support::scratch_dir().string();
   for (const char* d : {"/run", "/plan"}) std::filesystem::create_directories(root + d);
-  const std::string cfg = config(root, l.schedule);
+  const std::string cfg = config(root, l.schedule, l.layers);
   const std::string layout =
       " --tp " + std::to_string(l.tp) + " --pp " + std::to_string(l.pp) + " --zero " + std::to_string(l.zero);
 
   std::string out, err;
-  ASSERT_EQ(engine("plan --engine gantry-cuda --config " + cfg + " --gpus " + std::to_string(l.gpus) +
-                       layout + " --json",
-                   root + "/plan", &out, &err),
-            0)
-      << err;
-  const nlohmann::json plan = nlohmann::json::parse(out);
-  const nlohmann::json& stages = plan.at("memory").at("stages");
+  nlohmann::json stages = nlohmann::json::array();  // per stage: total, backend_bytes
+  if (std::string(l.schedule) != "zbh1") {
+    ASSERT_EQ(engine("plan --engine gantry-cuda --config " + cfg + " --gpus " + std::to_string(l.gpus) +
+                         layout + " --json",
+                     root + "/plan", &out, &err),
+              0)
+        << err;
+    stages = nlohmann::json::parse(out).at("memory").at("stages");
+  } else {
+    Result<Config> c = config_load(cfg);
+    ASSERT_TRUE(c.ok()) << c.error();
+    const ModelConfig& mc = c->model;
+    const PlanModel m{.name = "tiny",
+                      .layers = mc.n_layer,
+                      .hidden = mc.n_embd,
+                      .heads = mc.n_head,
+                      .vocab = mc.vocab_size,
+                      .seq = mc.seq_len};
+    const int dp = l.gpus / (l.tp * l.pp);
+    const int micro_batches = c->train.global_batch / (c->train.micro_batch * dp);
+    for (int stage = 0; stage < l.pp; ++stage) {
+      Result<EngineMemory> e = plan_cuda_rank_memory(
+          m, c->train.micro_batch, l.tp, l.pp, stage, micro_batches, CudaPipeSchedule::kZeroBubbleH1,
+          {.dp = dp,
+           .zero = l.zero,
+           .bucket_bytes = static_cast<uint64_t>(c->train.dp_bucket_mb * 1024.0 * 1024.0)});
+      ASSERT_TRUE(e.ok()) << e.error();
+      stages.push_back({{"total", static_cast<double>(e->total)},
+                        {"backend_bytes", static_cast<double>(e->backend_bytes)}});
+    }
+  }
   ASSERT_EQ(stages.size(), static_cast<size_t>(l.pp)) << out;
 
   ASSERT_EQ(engine("run --nproc " + std::to_string(l.gpus) + layout + " --config " + cfg + " --out " + root +
@@ -132,11 +161,17 @@ INSTANTIATE_TEST_SUITE_P(Layouts, PlanMemoryCuda,
                                            Layout{4, 2, 2, "gpipe"},
                                            // ZeRO over dp 2: the shards, the staging of 2 and 3.
                                            Layout{2, 1, 1, "1f1b", 1}, Layout{2, 1, 1, "1f1b", 3},
-                                           Layout{4, 1, 2, "1f1b", 1}),
+                                           Layout{4, 1, 2, "1f1b", 1},
+                                           // ZeRO 2-3 on a stage's dp axis (6 layers: ZeRO 3's two block
+                                           // slots cycle over a stage's 3 blocks); ZB-H1's slots and kept
+                                           // gradients.
+                                           Layout{4, 1, 2, "1f1b", 2, 6}, Layout{4, 1, 2, "1f1b", 3, 6},
+                                           Layout{2, 1, 2, "zbh1"}, Layout{4, 2, 2, "zbh1"}),
                          [](const ::testing::TestParamInfo<Layout>& i) {
                            return "gpus" + std::to_string(i.param.gpus) + "_tp" + std::to_string(i.param.tp) +
                                   "_pp" + std::to_string(i.param.pp) + "_" + i.param.schedule + "_zero" +
-                                  std::to_string(i.param.zero);
+                                  std::to_string(i.param.zero) +
+                                  (i.param.layers != 4 ? "_l" + std::to_string(i.param.layers) : "");
                          });
 
 }  // namespace
