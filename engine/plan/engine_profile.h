@@ -82,7 +82,8 @@ enum class CudaPipeSchedule { kGpipe, kOneFOneB, kZeroBubbleH1 };
 // step (acquire(), pipeline_step()): the table is what memory_bytes() reports from the end of step 1 on
 // (before it, the slots and tokens are missing). Over dp (`dpp`), ZeRO 1-3 shard the state as
 // engine/core/parallel/shard_plan.cpp cuts it for dp rank `rank` (the low ranks own one element more of a
-// bucket that does not divide evenly: rank 0 holds the most); ZeroDeviceState keeps a pipeline stage's end
+// bucket that does not divide evenly; a rank whose owned range crosses one more tensor boundary has one
+// AdamW chunk more, so no rank holds the most for sure); ZeroDeviceState keeps a pipeline stage's end
 // units as blocks where it has no embeddings or final norm. A pipeline stage shards at ZeRO 0-3 under GPipe
 // and 1F1B, 0-1 under ZB-H1 (as the backend).
 struct CudaDataParallelPlan {
