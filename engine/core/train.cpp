@@ -266,8 +266,7 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
                         std::to_string(pipeline_schedule_bubble(ps, dims.pp, c.train.vp, accum)) + " | " +
                         pipeline_partition(c.model, dims.pp * c.train.vp,
                                            c.train.backend == "cuda" ? ClassifierGradStage::kLast
-                                                                     : ClassifierGradStage::kFirst,
-                                           c.train.vp)
+                                                                     : ClassifierGradStage::kFirst)
                             .describe();
       }
       summary_text += "\nlayout " + dims.describe() +

@@ -111,7 +111,7 @@ class PipelineCpuBackend final : public CpuStateBackend {
         stages_(o.pp->size()),
         timeout_(o.comm_timeout),
         vp_(std::max(1, o.vp)),
-        part_(pipeline_partition(m, stages_ * vp_, ClassifierGradStage::kFirst, vp_)),
+        part_(pipeline_partition(m, stages_ * vp_)),
         table_(rank_table(m, part_, stages_, stage_, o.tp)),
         pool_(o.threads) {
     GANTRY_CHECK(pipeline_schedule_from_name(o.pp_schedule, &schedule_),

@@ -196,7 +196,7 @@ class CudaBackend final : public Backend {
         vp_(pp_comm_ != nullptr ? std::max(1, pp.vp) : 1),
         // Virtual stages (stages_ x vp_ of them; one per rank at vp 1). The classifier's weight gradient
         // runs on the last.
-        part_(pipeline_partition(m, stages_ * vp_, ClassifierGradStage::kLast, vp_)),
+        part_(pipeline_partition(m, stages_ * vp_, ClassifierGradStage::kLast)),
         table_(stage_table(m, part_, stages_, stage_, tp_, tp_rank_, pp_comm_ != nullptr)),
         // The bucket reductions (and the tp all-reduces) are issued by the host as the passes are enqueued;
         // a graph replay would skip them, so data and tensor parallel runs launch kernels directly.

@@ -1,10 +1,7 @@
 #include "engine/core/parallel/pipeline_schedule.h"
 
 #include <algorithm>
-#include <array>
-#include <cmath>
 #include <cstring>
-#include <functional>
 #include <limits>
 
 #include "engine/core/fatal.h"
@@ -62,66 +59,7 @@ double pipeline_block_cost(const ModelConfig& m) {
   return 3.0 * (24.0 * C * C + 4.0 * T * C);
 }
 
-namespace {
-
-// Interleaved stages (vp > 1): rank r runs every virtual stage v with v % ranks == r, so its time a
-// micro-batch is the sum of its chunks'. Starting from the split that minimises the costliest virtual
-// stage, one boundary at a time moves by one layer while that lowers (the costliest rank's sum, then the
-// costliest virtual stage, then the sum of the ranks' squares): a strict descent over finitely many
-// splits, so it ends. On GPT-2 350M at pp 4 × vp 2 on the GPU the last rank, which holds the classifier
-// (priced at 3.5 blocks' work), drops from 7.5 blocks' work to 7, the most any rank holds.
-void balance_ranks(PipelinePartition& p, int ranks, double block, const std::function<double(int)>& extra) {
-  const int n = static_cast<int>(p.layers.size());
-  auto key = [&](const std::vector<int>& layers) {
-    std::vector<double> rank(ranks, 0.0);
-    double top_stage = 0, squares = 0;
-    for (int v = 0; v < n; ++v) {
-      const double c = layers[v] * block + extra(v);
-      rank[v % ranks] += c;
-      top_stage = std::max(top_stage, c);
-    }
-    for (double r : rank) squares += r * r;
-    return std::array<double, 3>{*std::max_element(rank.begin(), rank.end()), top_stage, squares};
-  };
-  // Costs are sums of the same few terms, so equal splits give equal keys up to rounding: compare with a
-  // relative margin, so a move is taken only for a real gain.
-  auto less = [](const std::array<double, 3>& a, const std::array<double, 3>& b) {
-    for (int i = 0; i < 3; ++i) {
-      const double tol = 1e-9 * std::max(std::abs(a[i]), std::abs(b[i]));
-      if (a[i] < b[i] - tol) return true;
-      if (a[i] > b[i] + tol) return false;
-    }
-    return false;
-  };
-  std::vector<int> layers = p.layers;
-  std::array<double, 3> now = key(layers);
-  for (bool moved = true; moved;) {
-    moved = false;
-    std::vector<int> best_layers;
-    std::array<double, 3> best = now;
-    for (int b = 0; b + 1 < n; ++b) {  // the boundary between virtual stages b and b + 1
-      for (int dir : {-1, 1}) {
-        std::vector<int> t = layers;
-        t[b] -= dir;
-        t[b + 1] += dir;
-        if (t[b] < 1 || t[b + 1] < 1) continue;
-        const std::array<double, 3> k = key(t);
-        if (less(k, best)) best = k, best_layers = std::move(t);
-      }
-    }
-    if (!best_layers.empty()) layers = std::move(best_layers), now = best, moved = true;
-  }
-  for (int v = 0, first = 0; v < n; ++v) {
-    p.first_layer[v] = first;
-    p.layers[v] = layers[v];
-    p.cost[v] = layers[v] * block + extra(v);
-    first += layers[v];
-  }
-}
-
-}  // namespace
-
-PipelinePartition pipeline_partition(const ModelConfig& m, int pp, ClassifierGradStage grad, int vp) {
+PipelinePartition pipeline_partition(const ModelConfig& m, int pp, ClassifierGradStage grad) {
   const int L = m.n_layer;
   const double block = pipeline_block_cost(m), vc = 2.0 * m.vocab_size * m.n_embd;
   // Stage-specific extras: the classifier's weight gradient where `grad` says, its forward and input
@@ -158,7 +96,6 @@ PipelinePartition pipeline_partition(const ModelConfig& m, int pp, ClassifierGra
     p.cost[s - 1] = (l - k) * block + extra(s - 1);
     l = k;
   }
-  if (vp > 1 && pp % vp == 0) balance_ranks(p, pp / vp, block, extra);
   return p;
 }
 

@@ -51,12 +51,9 @@ enum class ClassifierGradStage { kFirst, kLast };
 // the classifier's forward and input gradient (2 x 2·V·C) on the last stage, its weight gradient
 // (2·V·C) where `grad` says. pipeline_partition splits the layers into `pp` contiguous runs of at least one
 // layer each that minimise the costliest stage (exact, by dynamic programming over the split points).
-// Interleaved, `pp` is the number of virtual stages, pp / vp ranks each running vp of them (virtual stage v
-// on rank v % (pp / vp)): the split then also balances the ranks' sums, which set the pipeline's pace (a
-// descent from the split above; PipelinePartition.InterleavedSplitBalancesTheRanks).
 double pipeline_block_cost(const ModelConfig& m);
 PipelinePartition pipeline_partition(const ModelConfig& m, int pp,
-                                     ClassifierGradStage grad = ClassifierGradStage::kFirst, int vp = 1);
+                                     ClassifierGradStage grad = ClassifierGradStage::kFirst);
 
 // Stage `stage`'s tensors, in gpt_param_table's order and with its names and layer indices: wte and wpe
 // (stage 0), its blocks, lnf (last stage). pipeline_slice copies each of `stage`'s tensors out of a
@@ -65,7 +62,7 @@ TensorTable pipeline_stage_table(const ModelConfig& m, const PipelinePartition& 
 void pipeline_slice(const TensorTable& whole, const float* all, const TensorTable& stage, float* out);
 
 // Under interleaving (vp > 1) rank r holds vp model chunks: chunk c is virtual stage c·pp + r of
-// pipeline_partition(m, pp·vp, grad, vp), so the layers go round-robin over the ranks in vp runs.
+// pipeline_partition(m, pp·vp), so the layers go round-robin over the ranks in vp runs.
 // pipeline_rank_table is the union of rank `rank`'s chunks' tensors (wte and wpe on rank 0, lnf on the
 // last), in gpt_param_table's order; at vp 1 it is pipeline_stage_table.
 TensorTable pipeline_rank_table(const ModelConfig& m, const PipelinePartition& virtual_stages, int pp,
