@@ -128,7 +128,7 @@ void worker_command_add(CLI::App& app, int* exit_code) {
   sub->add_option("--vp", args->vp,
                   "Virtual stages per pp rank (train.pp_schedule \"interleaved\"); default train.vp")
       ->check(CLI::Range(1, 4096));
-  sub->add_option("--pp", args->pp, "Pipeline-parallel degree (CPU backend; train.pp_schedule)")
+  sub->add_option("--pp", args->pp, "Pipeline-parallel degree (CPU and CUDA backends; train.pp_schedule)")
       ->check(CLI::Range(1, 4096));
   sub->add_option("--out", args->out, "Run folder, shared by every rank (default runs/<config name>)");
   sub->add_option("--resume", args->resume,
