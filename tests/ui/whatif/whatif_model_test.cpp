@@ -11,6 +11,8 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "tests/ui/whatif/tiny_run.h"
 
@@ -267,6 +269,27 @@ std::string pipeline_blocker(const std::string& schedule, int gpus, int pp, int 
   return "no candidate";
 }
 
+// The form's own layouts for a GPU run (dp 2, ZeRO `zero`, train.pp_schedule `schedule`) moved onto `gpus`
+// at tp x pp: each candidate's ZeRO stage and Apply blocker ("" = offered). Fails if there is none.
+std::vector<std::pair<int, std::string>> gpu_pipeline_offers(const char* schedule, int zero, int gpus, int tp,
+                                                             int pp) {
+  json gpu = tiny_run({{"dp", 2}, {"tp", 1}, {"pp", 1}, {"zero", zero}});
+  gpu["backend"] = "cuda";
+  gpu["pp_schedule"] = schedule;
+  WhatIfModel g;
+  EXPECT_TRUE(g.load_run(gpu).ok());
+  g.form.gpus = gpus;
+  g.form.layout.tp = tp;
+  g.form.layout.pp = pp;
+  g.evaluate();
+  std::vector<std::pair<int, std::string>> offers;
+  for (const Candidate& c : g.candidates()) {
+    if ((c.sources & kFromForm) != 0) offers.emplace_back(c.plan.layout.zero, c.apply_blocker);
+  }
+  EXPECT_FALSE(offers.empty()) << "the form's layout is not a candidate";
+  return offers;
+}
+
 // Pipeline checkpoints reshard (issue 17), so a move to pp > 1 is offered where the run's schedule runs it
 // with the micro-batches the run's config gives, and refused naming the rule where it does not.
 TEST(WhatIfApply, APipelineIsOfferedWhereTheRunsScheduleRunsIt) {
@@ -290,47 +313,20 @@ TEST(WhatIfApply, APipelineIsOfferedWhereTheRunsScheduleRunsIt) {
   // with vp > 1, whose checks are the CPU's).
   for (const char* schedule : {"1f1b", "zbh1"}) {
     SCOPED_TRACE(schedule);
-    json gpu = tiny_run({{"dp", 2}, {"tp", 1}, {"pp", 1}, {"zero", 1}});
-    gpu["backend"] = "cuda";
-    gpu["pp_schedule"] = schedule;
-    WhatIfModel g;
-    ASSERT_TRUE(g.load_run(gpu).ok());
-    g.form.gpus = 2;
-    g.form.layout.pp = 2;
-    g.evaluate();
-    bool seen = false;
-    for (const Candidate& c : g.candidates()) {
-      if ((c.sources & kFromForm) == 0) continue;
-      seen = true;
-      EXPECT_EQ(c.apply_blocker, "");
-    }
-    EXPECT_TRUE(seen);
+    for (const auto& [zero, blocker] : gpu_pipeline_offers(schedule, 1, 2, 1, 2)) EXPECT_EQ(blocker, "");
   }
   // tp beside the GPU pipeline, and ZeRO 2-3 on its dp axis under GPipe and 1F1B: offered; ZeRO 3 under
   // ZB-H1: refused naming the rule.
   for (const char* schedule : {"1f1b", "zbh1"}) {
     SCOPED_TRACE(schedule);
-    json gpu = tiny_run({{"dp", 2}, {"tp", 1}, {"pp", 1}, {"zero", 3}});
-    gpu["backend"] = "cuda";
-    gpu["pp_schedule"] = schedule;
-    WhatIfModel g;
-    ASSERT_TRUE(g.load_run(gpu).ok());
-    g.form.gpus = 4;
-    g.form.layout.tp = 2;
-    g.form.layout.pp = 2;
-    g.evaluate();
-    bool seen = false;
-    for (const Candidate& c : g.candidates()) {
-      if ((c.sources & kFromForm) == 0) continue;
-      seen = true;
-      EXPECT_EQ(c.plan.layout.zero, 3);
+    for (const auto& [zero, blocker] : gpu_pipeline_offers(schedule, 3, 4, 2, 2)) {
+      EXPECT_EQ(zero, 3);
       if (std::string(schedule) == "1f1b") {
-        EXPECT_EQ(c.apply_blocker, "");
+        EXPECT_EQ(blocker, "");
       } else {
-        EXPECT_THAT(c.apply_blocker, HasSubstr("shards with ZeRO 2-3 under \"gpipe\" and \"1f1b\""));
+        EXPECT_THAT(blocker, HasSubstr("shards with ZeRO 2-3 under \"gpipe\" and \"1f1b\""));
       }
     }
-    EXPECT_TRUE(seen);
   }
 }
 
