@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""Planner beside measurement (issue 17): each layout of a small GPT run with `gantry-engine run --nproc N
---tp T --pp P --zero Z --json-ranks` on the CPU backend (ZeRO 0-3; train.pp_schedule 1f1b, or zbh1 where
-named), and per layout the measured memory per rank (the step records' mem_allocated_bytes: the
-backend's own allocation, the largest rank's) and step time (the median over the steps after --warmup of the slowest rank's total_s), beside what `gantry-engine plan --engine
-gantry-cpu` predicts for the same layout: with the default (developer VM) rates, and with --measure-cpu
-also with rates measured right before that run (the loops by CPU time, Gloo's latency and bandwidth by the
-wall clock, so under whatever load the machine has then). Where the planner has no figure (interleaved
-pipeline stages, vp > 1) it is printed as "unknown" with the planner's reason, never 0.
+"""Planner beside measurement (issue 17): each layout of a small GPT run with `gantry-engine run --nproc N --tp T
+--pp P --zero Z --json-ranks` on the CPU backend (ZeRO 0-3; train.pp_schedule 1f1b, or zbh1 where named), and
+per layout the measured memory per rank (the step records' mem_allocated_bytes: the backend's own allocation,
+the largest rank's) and step time (the median over the steps after --warmup of the slowest rank's total_s),
+beside what `gantry-engine plan --engine gantry-cpu` predicts for the same layout: with the default (developer
+VM) rates, and with --measure-cpu also with rates measured right before that run (the loops by CPU time,
+Gloo's latency and bandwidth by the wall clock, so under whatever load the machine has then). Where the
+planner has no figure (interleaved pipeline stages, vp > 1) it is printed as "unknown" with the planner's
+reason, never 0.
 
 --repeats R runs every layout R times, round-robin (so a burst of load hits different layouts), and reports
 the median of the R medians with their range. One JSON line per run and a table. Each JSON line also
