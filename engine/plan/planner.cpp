@@ -381,9 +381,12 @@ void cpu_step_time(const PlanInput& in, const Resolved& r, Plan* p) {
   }
   // Per step: AdamW (the costliest rank), the dp gradient all-reduce in buckets, the small reductions of the
   // loss and the norm (one all-reduce per axis that has more than one rank, two over pp).
+  // Under ZeRO 1-3 a dp rank's AdamW and norm run over its shard, about 1/dp of the parameters
+  // (ZeroHostState::adamw on the owned segments); the dp collectives are still priced as ZeRO 0's all-reduce.
+  const double shard = l.zero >= 1 ? l.dp : 1;
   double opt = 0, opt_total = 0;
   for (int k = 0; k < l.pp; ++k) {
-    const double o = params[k] / rates.optimizer_params + opt_calls[k] * rates.parallel_for_s;
+    const double o = params[k] / shard / rates.optimizer_params + opt_calls[k] * rates.parallel_for_s;
     opt = std::max(opt, o);
     opt_total += o;
   }

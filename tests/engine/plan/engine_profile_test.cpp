@@ -1113,6 +1113,12 @@ TEST(PlanEngineProfile, Zbh1IsAPlannerScheduleOnBothBackends) {
   ASSERT_TRUE(cpu_one.ok() && cpu_zb.ok());
   EXPECT_NEAR(cpu_zb->bubble_s, cpu_one->bubble_s / 3, 1e-12);
   EXPECT_DOUBLE_EQ(cpu_zb->compute_s, cpu_one->compute_s);
+  // Under ZeRO 1-3 each dp rank's AdamW runs over its shard: half the parameters at dp 2.
+  Result<Plan> cz0 = cpu_plan(2, PlanLayout{.micro_batch = 4}, 2, 16);
+  Result<Plan> cz1 = cpu_plan(2, PlanLayout{.zero = 1, .micro_batch = 4}, 2, 16);
+  ASSERT_TRUE(cz0.ok() && cz1.ok());
+  const double calls = cz0->cpu_step.optimizer_s - cz0->params / plan_cpu_rates_default(1).optimizer_params;
+  EXPECT_NEAR(cz1->cpu_step.optimizer_s - calls, (cz0->cpu_step.optimizer_s - calls) / 2, 1e-12);
 }
 
 }  // namespace
