@@ -23,6 +23,7 @@
 #include "engine/core/config.h"       // --config: the model and batch of a training config
 #include "engine/core/cpu/ops_cpu.h"  // --measure-cpu runs the CPU backend's own loops
 #include "engine/core/cpu/thread_pool.h"
+#include "engine/plan/memory.h"
 #include "engine/plan/planner.h"
 #include "telemetry/clock.h"  // thread_cpu_s: --measure-cpu with one thread
 #ifdef GANTRY_HAVE_GLOO
@@ -561,21 +562,17 @@ Result<PlanInput> build_input(const PlanArgs& a) {
 
   Result<Recompute> rc = recompute_parse(a.recompute);
   if (!rc.ok()) return Status::error("--recompute: " + rc.error());
-  // A config's pipeline schedule, unless --schedule says: gpipe and 1f1b as they are, interleaved through
-  // its vp (when --vp is not given); ZB-H1 is no planner schedule, so it is refused by name, not priced as
-  // another.
+  // A config's pipeline schedule, unless --schedule says: gpipe, 1f1b and zbh1 as they are, interleaved
+  // through its vp (when --vp is not given).
   std::string schedule = a.schedule;
   int vp = a.vp;
   if (!a.schedule_given && !a.config.empty() && a.pp > 1) {
     const std::string& cs = cfg.train.pp_schedule;
-    if (cs == "zbh1") {
-      return Status::error(
-          "--config: train.pp_schedule = \"zbh1\": the planner has no ZB-H1 schedule; pass "
-          "--schedule gpipe or 1f1b to price the layout as one of those");
-    }
-    if (cs == "gpipe" || cs == "1f1b") schedule = cs;
+    if (cs == "gpipe" || cs == "1f1b" || cs == "zbh1") schedule = cs;
     if (cs == "interleaved" && vp == 1) vp = cfg.train.vp;
   }
+  Result<Schedule> sched = schedule_parse(schedule);
+  if (!sched.ok()) return Status::error("--schedule: " + sched.error());
   in.layout = PlanLayout{
       .tp = a.tp,
       .pp = a.pp,
@@ -587,7 +584,7 @@ Result<PlanInput> build_input(const PlanArgs& a) {
       .sequence_parallel = !a.no_sp,
       .recompute = rc.value(),
       .flash_attention = !a.no_flash,
-      .schedule = schedule == "gpipe" ? Schedule::kGpipe : Schedule::k1F1B,
+      .schedule = sched.value(),
       .micro_batch = a.micro_batch > 0 ? a.micro_batch : (a.config.empty() ? 1 : cfg.train.micro_batch)};
 
   PlanTraining& t = in.training;
@@ -687,8 +684,9 @@ nlohmann::json plan_json(const Plan& p, const PlanInput& in) {
     }
     memory["backend_bytes"] = p.memory_known ? json(p.backend_bytes) : json(nullptr);
     memory["allocations"] = allocations;
-    // Every stage's rank (each of its tp ranks and dp replicas holds the same): stage 0, the middle ones
-    // and the last differ (the embeddings, the activation slots in flight, the wte copy).
+    // Every stage's rank (each of its tp ranks holds the same, and so does every dp replica at ZeRO 0):
+    // stage 0, the middle ones and the last differ (the embeddings, the activation slots in flight, the wte
+    // copy). Under ZeRO 1-3 the figures are dp rank 0's, and `dp_ranks` lists every dp rank's.
     json stages = json::array();
     for (const Plan::StageMemory& sm : p.stage_memory) {
       stages.push_back({{"stage", sm.stage},
@@ -701,6 +699,15 @@ nlohmann::json plan_json(const Plan& p, const PlanInput& in) {
                         {"total", sm.memory.total()},
                         {"backend_bytes", sm.backend_bytes},
                         {"microbatches_in_flight", sm.microbatches_in_flight}});
+      if (!sm.dp_rank_totals.empty()) {
+        json ranks = json::array();
+        for (size_t k = 0; k < sm.dp_rank_totals.size(); ++k) {
+          ranks.push_back({{"dp_rank", k},
+                           {"total", sm.dp_rank_totals[k]},
+                           {"backend_bytes", sm.dp_rank_backend_bytes[k]}});
+        }
+        stages.back()["dp_ranks"] = ranks;
+      }
     }
     memory["stages"] = p.memory_known ? stages : json(nullptr);
   }
@@ -759,6 +766,7 @@ nlohmann::json plan_json(const Plan& p, const PlanInput& in) {
       {"pipeline",
        {{"schedule", schedule_name(l.schedule)},
         {"bubble_fraction", p.bubble_fraction},
+        {"bubble_step_fraction", p.bubble_step_fraction},
         {"bubble_s", p.bubble_s}}},
       {"time", time},
       {"tokens_per_s", p.tokens_per_s},
@@ -850,7 +858,9 @@ void print_plan(const Plan& p, const PlanInput& in) {
       }
       std::printf("\n");
       if (p.stage_memory.size() > 1) {
-        std::printf("memory per pipeline stage (each of its tp ranks and dp replicas)   GiB\n");
+        std::printf("memory per pipeline stage (each of its tp ranks and %s)   GiB\n",
+                    p.layout.zero >= 1 && p.layout.dp > 1 ? "dp rank 0; --json lists every dp rank's"
+                                                          : "dp replicas");
         std::printf(
             "  stage  layers  in flight   weights  gradients  optimizer  activations  buffers     total"
             "   memory_bytes()\n");
@@ -883,10 +893,12 @@ void print_plan(const Plan& p, const PlanInput& in) {
     }
     std::printf("\n");
   }
-  std::printf("pipeline    %s, bubble %.1f%% of the ideal step ((p-1)/(v*m) = %d/(%d*%d)), %s\n",
-              schedule_name(l.schedule), 100 * p.bubble_fraction, l.pp - 1,
-              l.schedule == Schedule::kInterleaved ? l.vp : 1, p.micro_batches,
-              human_seconds(p.bubble_s).c_str());
+  const int k = plan_bubble_divisor(l.schedule, l.vp);
+  std::printf(
+      "pipeline    %s, bubble %.1f%% of the ideal step ((p-1)/(k*m) = %d/(%d*%d)), %.1f%% of the step "
+      "((p-1)/(k*m+p-1)), %s\n",
+      schedule_name(l.schedule), 100 * p.bubble_fraction, l.pp - 1, k, p.micro_batches,
+      100 * p.bubble_step_fraction, human_seconds(p.bubble_s).c_str());
   std::printf("step        %s = compute %s + bubble %s + exposed communication %s + optimizer %s\n",
               human_seconds(p.step_s).c_str(), human_seconds(p.compute_s).c_str(),
               human_seconds(p.bubble_s).c_str(), human_seconds(p.exposed_comm_s).c_str(),
@@ -1098,11 +1110,10 @@ void plan_command_add(CLI::App& app, int* exit_code) {
       ->check(CLI::IsMember({"none", "selective", "full"}))
       ->capture_default_str();
   sub->add_flag("--no-flash", a->no_flash, "Materialised attention instead of flash attention");
-  sub->add_option(
-         "--schedule", a->schedule,
-         "Pipeline schedule (--vp > 1 makes it interleaved; default: a config's train.pp_schedule, or "
-         "1f1b)")
-      ->check(CLI::IsMember({"gpipe", "1f1b"}))
+  sub->add_option("--schedule", a->schedule,
+                  "Pipeline schedule (zbh1: ZB-H1, vp 1; --vp > 1 makes it interleaved; default: a config's "
+                  "train.pp_schedule, or 1f1b)")
+      ->check(CLI::IsMember({"gpipe", "1f1b", "zbh1"}))
       ->capture_default_str()
       ->each([a](const std::string&) { a->schedule_given = true; });
   sub->add_option("--micro-batch", a->micro_batch, "Sequences per micro-batch")

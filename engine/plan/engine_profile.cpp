@@ -49,98 +49,6 @@ struct Table {
   }
 };
 
-// engine/core/cpu/backend_cpu.cpp: the four state vectors, acts_ (one flat allocation carved in
-// allocate_activations()'s order) and the backward scratch vectors; memory_bytes() sums them all.
-// Parameters of one tensor-parallel rank (tensor_parallel.cpp's split_of): wte's vocabulary rows, the QKV's
-// and MLP-up's rows with their biases, the output projections' columns; positions, LayerNorms and the
-// row-parallel layers' biases whole. tp 1: plan_param_counts(m).total.
-uint64_t cpu_params_per_tp_rank(const PlanModel& m, uint64_t tp) {
-  const uint64_t c = m.hidden, v = m.vocab, t = m.seq;
-  const uint64_t layer = 2 * c + (3 * c * c + 3 * c) / tp + c * c / tp + c + 2 * c +
-                         (4 * c * c + 4 * c) / tp + 4 * c * c / tp + c;
-  return v / tp * c + t * c + static_cast<uint64_t>(m.layers) * layer + 2 * c;
-}
-
-// At tp > 1 the sharded widths are the rank's: C/tp of the attention, NH/tp heads, 4C/tp of the MLP, V/tp
-// of the logits (backend_cpu.cpp's Cl, NHl, Hl and V).
-Table cpu_table(const PlanModel& m, uint64_t b, uint64_t tp) {
-  const uint64_t p = cpu_params_per_tp_rank(m, tp);
-  const uint64_t t = m.seq, c = m.hidden, nh = m.heads / tp, v = m.vocab / tp, n = b * t, l = m.layers;
-  const uint64_t cl = c / tp, h = 4 * c / tp;
-  using MB = MemoryBucket;
-  Table tb;
-  tb.add("params", "(P) fp32", MB::kWeights, p * kF32);
-  tb.add("grads", "(P) fp32", MB::kGradients, p * kF32);
-  tb.add("adam_m", "(P) fp32", MB::kOptimizer, p * kF32);
-  tb.add("adam_v", "(P) fp32", MB::kOptimizer, p * kF32);
-  tb.add("encoded", "(N, C) fp32", MB::kActivations, n * c * kF32);
-  tb.add("layer.ln1", "(N, C) fp32", MB::kActivations, n * c * kF32, l);
-  tb.add("layer.ln1_mean", "(N) fp32", MB::kActivations, n * kF32, l);
-  tb.add("layer.ln1_rstd", "(N) fp32", MB::kActivations, n * kF32, l);
-  tb.add("layer.qkv", "(N, 3C) fp32", MB::kActivations, n * 3 * cl * kF32, l);
-  tb.add("layer.att", "(B, NH, T, T) fp32", MB::kActivations, b * nh * t * t * kF32, l);
-  tb.add("layer.atty", "(N, C) fp32", MB::kActivations, n * cl * kF32, l);
-  tb.add("layer.res2", "(N, C) fp32", MB::kActivations, n * c * kF32, l);
-  tb.add("layer.ln2", "(N, C) fp32", MB::kActivations, n * c * kF32, l);
-  tb.add("layer.ln2_mean", "(N) fp32", MB::kActivations, n * kF32, l);
-  tb.add("layer.ln2_rstd", "(N) fp32", MB::kActivations, n * kF32, l);
-  tb.add("layer.fch", "(N, 4C) fp32", MB::kActivations, n * h * kF32, l);
-  tb.add("layer.fch_gelu", "(N, 4C) fp32", MB::kActivations, n * h * kF32, l);
-  tb.add("layer.res3", "(N, C) fp32", MB::kActivations, n * c * kF32, l);
-  tb.add("lnf", "(N, C) fp32", MB::kActivations, n * c * kF32);
-  tb.add("lnf_mean", "(N) fp32", MB::kActivations, n * kF32);
-  tb.add("lnf_rstd", "(N) fp32", MB::kActivations, n * kF32);
-  tb.add("probs", "(N, V) fp32", MB::kActivations, n * v * kF32);  // logits, then softmax in place
-  tb.add("losses", "(N) fp32", MB::kActivations, n * kF32);
-  tb.add("dres", "(N, C) fp32", MB::kBuffers, n * c * kF32);
-  tb.add("dln", "(N, C) fp32", MB::kBuffers, n * c * kF32);
-  tb.add("datty", "(N, C) fp32", MB::kBuffers, n * cl * kF32);
-  tb.add("dqkv", "(N, 3C) fp32", MB::kBuffers, n * 3 * cl * kF32);
-  tb.add("dfch", "(N, 4C) fp32", MB::kBuffers, n * h * kF32);
-  tb.add("dfch_gelu", "(N, 4C) fp32", MB::kBuffers, n * h * kF32);
-  tb.add("dlogits", "(N, V) fp32", MB::kBuffers, n * v * kF32);
-  return tb;
-}
-
-// engine/core/cpu/backend_cpu_pipeline.cpp, one pipeline stage (ZeRO 0, vp 1): its parameters' four state
-// vectors, the last stage's copy of wte, the backward scratch, the activation slots (each a micro-batch's
-// input, its output gradient, the stage's blocks and on the last stage the head; allocated as the schedule
-// first holds that many at once), the last stage's ties (each micro-batch's final-norm output and logits
-// gradient, kept for the first stage) and the first stage's d(embedding) per micro-batch.
-// Slots: GPipe holds every micro-batch; 1F1B stage s holds min(m, p − s), one more on the stages that
-// receive (s > 0: the next activation arrives into a slot of its own before the last backward frees one),
-// as the backend's runs show (tests/app/plan_cli_test.cpp compares with real ranks).
-Table cpu_pipeline_table(const PlanModel& m, uint64_t b, uint64_t tp, int pp, int stage, int layers,
-                         uint64_t micro_batches, bool gpipe) {
-  const bool first = stage == 0, last = stage == pp - 1;
-  const uint64_t t = m.seq, c = m.hidden, nh = m.heads / tp, v = m.vocab / tp, n = b * t;
-  const uint64_t cl = c / tp, h = 4 * c / tp, l = static_cast<uint64_t>(layers);
-  const uint64_t p = static_cast<uint64_t>(
-      plan_cpu_stage_work(m, static_cast<int>(b), static_cast<int>(tp), layers, first, last).params);
-  const uint64_t in_flight = std::min<uint64_t>(
-      micro_batches, gpipe ? micro_batches : static_cast<uint64_t>(pp - stage) + (first ? 0 : 1));
-  using MB = MemoryBucket;
-  Table tb;
-  tb.add("params", "(P_stage) fp32", MB::kWeights, p * kF32);
-  tb.add("grads", "(P_stage) fp32", MB::kGradients, p * kF32);
-  tb.add("adam_m", "(P_stage) fp32", MB::kOptimizer, p * kF32);
-  tb.add("adam_v", "(P_stage) fp32", MB::kOptimizer, p * kF32);
-  if (last) tb.add("wte_copy", "(V, C) fp32", MB::kWeights, v * c * kF32);
-  tb.add("dln", "(N, C) fp32", MB::kBuffers, n * c * kF32);
-  tb.add("datty", "(N, C) fp32", MB::kBuffers, n * cl * kF32);
-  tb.add("dqkv", "(N, 3C) fp32", MB::kBuffers, n * 3 * cl * kF32);
-  tb.add("dfch", "(N, 4C) fp32", MB::kBuffers, n * h * kF32);
-  tb.add("dfch_gelu", "(N, 4C) fp32", MB::kBuffers, n * h * kF32);
-  const uint64_t block = n * c * 4 + n * cl + n * 4 + n * 3 * cl + b * nh * t * t + n * h * 2;
-  const uint64_t head = last ? n * c + 2 * n + n * v + n : 0;
-  tb.add("slot (in, dout, blocks" + std::string(last ? ", head)" : ")"), "one micro-batch's",
-         MB::kActivations, (2 * n * c + block * l + head) * kF32, in_flight);
-  if (last)
-    tb.add("tie", "(N, C + V) fp32 per micro-batch", MB::kBuffers, (n * c + n * v) * kF32, micro_batches);
-  if (first) tb.add("dres0", "(N, C) fp32 per micro-batch", MB::kBuffers, n * c * kF32, micro_batches);
-  return tb;
-}
-
 // Element counts of one tp rank's tensors on a pipeline stage of `layers` blocks, in gpt_param_table's
 // order (tensor_parallel.cpp split_of: wte's rows, QKV's and MLP-up's rows with their biases, the output
 // projections' columns; the rest whole). The AdamW chunk table is built tensor by tensor.
@@ -226,6 +134,141 @@ ShardSizes shard_sizes(const std::vector<uint64_t>& tensors, const std::vector<i
     z.largest_block = std::max(z.largest_block, units[static_cast<size_t>(u)]);
   z.largest_other_bucket = has_embeddings ? z.largest_bucket : std::max(z.largest_bucket, z.first_bucket);
   return z;
+}
+
+// engine/core/cpu/backend_cpu.cpp: the four state vectors, acts_ (one flat allocation carved in
+// allocate_activations()'s order) and the backward scratch vectors; memory_bytes() sums them all.
+// The parameters of one tensor-parallel rank are rank_tensors' (tensor_parallel.cpp's split_of): wte's
+// vocabulary rows, the QKV's and MLP-up's rows with their biases, the output projections' columns;
+// positions, LayerNorms and the row-parallel layers' biases whole. tp 1: plan_param_counts(m).total.
+
+// The units of a stage's tensors as engine/core/parallel/shard_plan.cpp units_of finds them: the tensors
+// before the blocks (the embeddings, stage 0), each block's 12, the tensors after them (the final norm, the
+// last stage).
+std::vector<int> unit_of_tensors(size_t tensors, int layers, bool first) {
+  std::vector<int> unit_of;
+  const size_t blocks_from = first ? 2 : 0, blocks_to = blocks_from + 12 * static_cast<size_t>(layers);
+  const int emb = first ? 1 : 0;
+  for (size_t i = 0; i < tensors; ++i) {
+    unit_of.push_back(i < blocks_from ? 0
+                      : i < blocks_to ? emb + static_cast<int>((i - blocks_from) / 12)
+                                      : emb + layers);
+  }
+  return unit_of;
+}
+
+// engine/core/parallel/zero_host_state.cpp, one dp rank of a CPU stage (the whole model at pp 1, a tp rank's
+// share at tp > 1): ZeroHostState's allocation (allocated(), shard_memory's formula) on the shard plan
+// shard_plan_make cuts from the rank's table. P = the table's elements, S = this dp rank's owned share,
+// E and F the first and last units (the embeddings and the final norm where the stage has them; on a stage
+// without them its end blocks, as ShardPlan::embedding_unit() and final_unit() are unit 0 and the last), U
+// the largest unit between them, B the largest bucket but unit 0's:
+//   params P (ZeRO 0-2), S + E + F + 2U (ZeRO 3: the shard, the end units gathered for the step, two block
+//   slots); grads P (0-1), S + E's bucket + 2B (2-3: the shard, the staging); AdamW m and v S each (P at 0).
+// The CPU honours the ZeRO stage at dp 1 too (the state is then the whole table, the slots and staging
+// still allocated). `pipeline`: the stage keeps whole buffers for the step (backend_cpu_pipeline.cpp):
+// ZeRO 2-3 the gradients (work_grads_), ZeRO 3 the parameters (work_params_).
+void cpu_state_rows(Table* tb, const PlanModel& m, uint64_t tp, int layers, bool first, bool last,
+                    bool pipeline, const CudaDataParallelPlan& dpp) {
+  const std::vector<uint64_t> tensors = rank_tensors(m, tp, layers, first, last);
+  const int zero = dpp.zero;
+  const ShardSizes z = shard_sizes(tensors, unit_of_tensors(tensors.size(), layers, first),
+                                   static_cast<uint64_t>(dpp.dp), static_cast<uint64_t>(dpp.rank), zero,
+                                   std::max<uint64_t>(1, dpp.bucket_bytes / kF32), true, true);
+  uint64_t p = 0;
+  for (uint64_t k : tensors) p += k;
+  using MB = MemoryBucket;
+  tb->add("params", zero < 3 ? "(P) fp32" : "(S) fp32", MB::kWeights, (zero < 3 ? p : z.shard) * kF32);
+  tb->add("grads", zero < 2 ? "(P) fp32" : "(S) fp32", MB::kGradients, (zero < 2 ? p : z.shard) * kF32);
+  tb->add("adam_m", zero == 0 ? "(P) fp32" : "(S) fp32", MB::kOptimizer, z.shard * kF32);
+  tb->add("adam_v", zero == 0 ? "(P) fp32" : "(S) fp32", MB::kOptimizer, z.shard * kF32);
+  if (zero >= 3) {
+    tb->add("param_slots", "(first unit) + (last unit) + 2 x (largest unit between) fp32", MB::kWeights,
+            (z.first_unit + z.last_unit + 2 * z.largest_block) * kF32);
+  }
+  if (zero >= 2) {
+    tb->add("grad_staging", "(first unit's bucket) + 2 x (largest other bucket) fp32", MB::kGradients,
+            (z.first_bucket + 2 * z.largest_bucket) * kF32);
+  }
+  if (pipeline && zero >= 3) tb->add("work_params", "(P) fp32", MB::kWeights, p * kF32);
+  if (pipeline && zero >= 2) tb->add("work_grads", "(P) fp32", MB::kGradients, p * kF32);
+}
+
+// At tp > 1 the sharded widths are the rank's: C/tp of the attention, NH/tp heads, 4C/tp of the MLP, V/tp
+// of the logits (backend_cpu.cpp's Cl, NHl, Hl and V). Over dp, `dpp`'s rank of its ZeRO stage.
+Table cpu_table(const PlanModel& m, uint64_t b, uint64_t tp, const CudaDataParallelPlan& dpp = {}) {
+  const uint64_t t = m.seq, c = m.hidden, nh = m.heads / tp, v = m.vocab / tp, n = b * t, l = m.layers;
+  const uint64_t cl = c / tp, h = 4 * c / tp;
+  using MB = MemoryBucket;
+  Table tb;
+  cpu_state_rows(&tb, m, tp, m.layers, true, true, false, dpp);
+  tb.add("encoded", "(N, C) fp32", MB::kActivations, n * c * kF32);
+  tb.add("layer.ln1", "(N, C) fp32", MB::kActivations, n * c * kF32, l);
+  tb.add("layer.ln1_mean", "(N) fp32", MB::kActivations, n * kF32, l);
+  tb.add("layer.ln1_rstd", "(N) fp32", MB::kActivations, n * kF32, l);
+  tb.add("layer.qkv", "(N, 3C) fp32", MB::kActivations, n * 3 * cl * kF32, l);
+  tb.add("layer.att", "(B, NH, T, T) fp32", MB::kActivations, b * nh * t * t * kF32, l);
+  tb.add("layer.atty", "(N, C) fp32", MB::kActivations, n * cl * kF32, l);
+  tb.add("layer.res2", "(N, C) fp32", MB::kActivations, n * c * kF32, l);
+  tb.add("layer.ln2", "(N, C) fp32", MB::kActivations, n * c * kF32, l);
+  tb.add("layer.ln2_mean", "(N) fp32", MB::kActivations, n * kF32, l);
+  tb.add("layer.ln2_rstd", "(N) fp32", MB::kActivations, n * kF32, l);
+  tb.add("layer.fch", "(N, 4C) fp32", MB::kActivations, n * h * kF32, l);
+  tb.add("layer.fch_gelu", "(N, 4C) fp32", MB::kActivations, n * h * kF32, l);
+  tb.add("layer.res3", "(N, C) fp32", MB::kActivations, n * c * kF32, l);
+  tb.add("lnf", "(N, C) fp32", MB::kActivations, n * c * kF32);
+  tb.add("lnf_mean", "(N) fp32", MB::kActivations, n * kF32);
+  tb.add("lnf_rstd", "(N) fp32", MB::kActivations, n * kF32);
+  tb.add("probs", "(N, V) fp32", MB::kActivations, n * v * kF32);  // logits, then softmax in place
+  tb.add("losses", "(N) fp32", MB::kActivations, n * kF32);
+  tb.add("dres", "(N, C) fp32", MB::kBuffers, n * c * kF32);
+  tb.add("dln", "(N, C) fp32", MB::kBuffers, n * c * kF32);
+  tb.add("datty", "(N, C) fp32", MB::kBuffers, n * cl * kF32);
+  tb.add("dqkv", "(N, 3C) fp32", MB::kBuffers, n * 3 * cl * kF32);
+  tb.add("dfch", "(N, 4C) fp32", MB::kBuffers, n * h * kF32);
+  tb.add("dfch_gelu", "(N, 4C) fp32", MB::kBuffers, n * h * kF32);
+  tb.add("dlogits", "(N, V) fp32", MB::kBuffers, n * v * kF32);
+  return tb;
+}
+
+// engine/core/cpu/backend_cpu_pipeline.cpp, one pipeline stage (vp 1) of one dp rank: its parameters'
+// state (cpu_state_rows, with the step's whole buffers under ZeRO 2-3), the last stage's copy of wte, the
+// backward scratch, the activation slots (each a micro-batch's input, its output gradient, the stage's blocks
+// and on the last stage the head; allocated as the schedule first holds that many at once), the last stage's
+// ties (each micro-batch's final-norm output and logits gradient, kept for the first stage) and the first
+// stage's d(embedding) per micro-batch. Slots (plan_cpu_pipeline_slots): GPipe holds every micro-batch; 1F1B
+// stage s holds min(m, p − s), one more on the stages that receive (s > 0: the next activation arrives into a
+// slot of its own before the last backward frees one); ZB-H1 min(m, p) on every stage (a slot is freed at its
+// weight pass), each with the blocks' kept output gradients; as the backend's runs show
+// (tests/app/plan_cli_test.cpp compares with real ranks).
+Table cpu_pipeline_table(const PlanModel& m, uint64_t b, uint64_t tp, int pp, int stage, int layers,
+                         uint64_t micro_batches, CudaPipeSchedule schedule, const CudaDataParallelPlan& dpp) {
+  const bool first = stage == 0, last = stage == pp - 1;
+  const bool zbh1 = schedule == CudaPipeSchedule::kZeroBubbleH1;
+  const uint64_t t = m.seq, c = m.hidden, nh = m.heads / tp, v = m.vocab / tp, n = b * t;
+  const uint64_t cl = c / tp, h = 4 * c / tp, l = static_cast<uint64_t>(layers);
+  const uint64_t in_flight =
+      static_cast<uint64_t>(plan_cpu_pipeline_slots(pp, stage, static_cast<int>(micro_batches), schedule));
+  using MB = MemoryBucket;
+  Table tb;
+  cpu_state_rows(&tb, m, tp, layers, first, last, true, dpp);
+  if (last) tb.add("wte_copy", "(V, C) fp32", MB::kWeights, v * c * kF32);
+  tb.add("dln", "(N, C) fp32", MB::kBuffers, n * c * kF32);
+  tb.add("datty", "(N, C) fp32", MB::kBuffers, n * cl * kF32);
+  tb.add("dqkv", "(N, 3C) fp32", MB::kBuffers, n * 3 * cl * kF32);
+  tb.add("dfch", "(N, 4C) fp32", MB::kBuffers, n * h * kF32);
+  tb.add("dfch_gelu", "(N, 4C) fp32", MB::kBuffers, n * h * kF32);
+  // Under ZB-H1 each block also keeps its four matmuls' output gradients for the weight pass (BlockActs
+  // d_fcproj, d_proj (N, C), d_fc (N, 4Cl), d_qkv (N, 3Cl)).
+  const uint64_t block = n * c * 4 + n * cl + n * 4 + n * 3 * cl + b * nh * t * t + n * h * 2 +
+                         (zbh1 ? 2 * n * c + n * h + n * 3 * cl : 0);
+  const uint64_t head = last ? n * c + 2 * n + n * v + n : 0;
+  tb.add("slot (in, dout, blocks" + std::string(zbh1 ? ", kept grads" : "") + (last ? ", head)" : ")"),
+         "one micro-batch's", MB::kActivations, (2 * n * c + block * l + head) * kF32, in_flight);
+  if (last)
+    tb.add("tie", "(N, C + V) fp32 per micro-batch", MB::kBuffers, (n * c + n * v) * kF32, micro_batches);
+  if (first) tb.add("dres0", "(N, C) fp32 per micro-batch", MB::kBuffers, n * c * kF32, micro_batches);
+  return tb;
 }
 
 // engine/core/cuda/backend_cuda.cu, one rank: allocate(), acquire() and pipeline_step() through device<T>()
@@ -496,7 +539,7 @@ Result<EngineMemory> plan_engine_memory(EngineKind e, const PlanModel& m, int mi
                          ") and 4 x hidden (" + std::to_string(4 * m.hidden) + ")");
   }
   const uint64_t b = static_cast<uint64_t>(micro_batch);
-  return sum_table((e == EngineKind::kGantryCpu ? cpu_table(m, b, static_cast<uint64_t>(tp))
+  return sum_table((e == EngineKind::kGantryCpu ? cpu_table(m, b, static_cast<uint64_t>(tp), {})
                                                 : cuda_table(m, b, static_cast<uint64_t>(tp), 1, 0, m.layers,
                                                              1, CudaPipeSchedule::kOneFOneB))
                        .rows);
@@ -544,6 +587,34 @@ Result<EngineMemory> plan_cuda_rank_memory(const PlanModel& m, int micro_batch, 
 
 Result<EngineMemory> plan_cpu_pipeline_memory(const PlanModel& m, int micro_batch, int tp, int pp, int stage,
                                               int micro_batches, bool gpipe) {
+  return plan_cpu_pipeline_memory(m, micro_batch, tp, pp, stage, micro_batches,
+                                  gpipe ? CudaPipeSchedule::kGpipe : CudaPipeSchedule::kOneFOneB);
+}
+
+namespace {
+Status cpu_dp_validate(const CpuDataParallelPlan& dpp) {
+  if (dpp.dp < 1 || dpp.rank < 0 || dpp.rank >= dpp.dp || dpp.zero < 0 || dpp.zero > 3 ||
+      dpp.bucket_bytes < 1) {
+    return Status::error("gantry-cpu rank at dp " + std::to_string(dpp.dp) + " (rank " +
+                         std::to_string(dpp.rank) + ", zero " + std::to_string(dpp.zero) +
+                         "): allowed 0 <= rank < dp, zero 0-3, bucket bytes >= 1");
+  }
+  return Status();
+}
+}  // namespace
+
+Result<EngineMemory> plan_cpu_rank_memory(const PlanModel& m, int micro_batch, int tp,
+                                          const CpuDataParallelPlan& dpp) {
+  Result<EngineMemory> check = plan_engine_memory(EngineKind::kGantryCpu, m, micro_batch, tp);
+  if (!check.ok()) return check;
+  Status s = cpu_dp_validate(dpp);
+  if (!s.ok()) return s;
+  return sum_table(cpu_table(m, static_cast<uint64_t>(micro_batch), static_cast<uint64_t>(tp), dpp).rows);
+}
+
+Result<EngineMemory> plan_cpu_pipeline_memory(const PlanModel& m, int micro_batch, int tp, int pp, int stage,
+                                              int micro_batches, CudaPipeSchedule schedule,
+                                              const CpuDataParallelPlan& dpp) {
   Status s = plan_engine_validate(EngineKind::kGantryCpu, m);
   if (!s.ok()) return s;
   if (micro_batch < 1 || micro_batches < 1 || pp < 1 || pp > m.layers || stage < 0 || stage >= pp || tp < 1 ||
@@ -554,10 +625,12 @@ Result<EngineMemory> plan_cpu_pipeline_memory(const PlanModel& m, int micro_batc
         std::to_string(micro_batches) +
         "): allowed 0 <= stage < pp <= layers, tp dividing heads and vocabulary, batches >= 1");
   }
+  s = cpu_dp_validate(dpp);
+  if (!s.ok()) return s;
   const std::vector<int> layers = plan_cpu_pipeline_layers(m, pp);
   return sum_table(cpu_pipeline_table(m, static_cast<uint64_t>(micro_batch), static_cast<uint64_t>(tp), pp,
                                       stage, layers[static_cast<size_t>(stage)],
-                                      static_cast<uint64_t>(micro_batches), gpipe)
+                                      static_cast<uint64_t>(micro_batches), schedule, dpp)
                        .rows);
 }
 
@@ -642,7 +715,7 @@ CpuWork plan_cpu_stage_work(const PlanModel& m, int micro_batch, int tp, int lay
   // backward, the softmax, the logits' two loops (rows, weight columns), per layer 4 matmuls of two loops
   // each and the attention.
   w.parallel_calls = l * (5 + 9) + (last ? 2 + 3 : 0);
-  // Parameters (cpu_params_per_tp_rank's split) and tensors (gpt_param_table's) this stage updates.
+  // Parameters (rank_tensors' split) and tensors (gpt_param_table's) this stage updates.
   const uint64_t ct = static_cast<uint64_t>(m.hidden), ut = static_cast<uint64_t>(tp);
   const uint64_t layer = 2 * ct + (3 * ct * ct + 3 * ct) / ut + ct * ct / ut + ct + 2 * ct +
                          (4 * ct * ct + 4 * ct) / ut + 4 * ct * ct / ut + ct;
@@ -710,6 +783,13 @@ std::vector<int> plan_cuda_pipeline_layers(const PlanModel& m, int stages) {
 int plan_pipeline_slots(int pp, int stage, int micro_batches, bool gpipe) {
   if (gpipe) return micro_batches;
   return std::min(micro_batches, pp - stage + (stage > 0 ? 1 : 0));
+}
+
+int plan_cpu_pipeline_slots(int pp, int stage, int micro_batches, CudaPipeSchedule schedule) {
+  // backend_cpu_pipeline.cpp's acquire() and release() follow the GPU's rules (a slot taken at an
+  // activation's receive or stage 0's forward, freed at the gradient's send, or under ZB-H1 at the weight
+  // pass): the same counts, replayed for the CPU in tests/engine/plan/engine_profile_test.cpp.
+  return plan_cuda_pipeline_slots(pp, stage, micro_batches, schedule);
 }
 
 int plan_cuda_pipeline_slots(int pp, int stage, int micro_batches, CudaPipeSchedule schedule) {

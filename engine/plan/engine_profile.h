@@ -70,8 +70,9 @@ Status plan_engine_validate(EngineKind e, const PlanModel& m);
 // rows, heads, the MLP's width); a data-parallel rank without ZeRO holds the same table.
 Result<EngineMemory> plan_engine_memory(EngineKind e, const PlanModel& m, int micro_batch, int tp = 1);
 
-// The GPU pipeline's schedules whose slots the planner counts (train.pp_schedule "gpipe", "1f1b", "zbh1"
-// at vp 1). Interleaved (vp > 1) is not among them: its per-chunk slot counts have no closed form here.
+// The pipeline schedules whose slots the planner counts, on either backend (train.pp_schedule "gpipe",
+// "1f1b", "zbh1" at vp 1). Interleaved (vp > 1) is not among them: its per-chunk slot counts have no closed
+// form here.
 enum class CudaPipeSchedule { kGpipe, kOneFOneB, kZeroBubbleH1 };
 
 // One rank of the CUDA backend at dp x tp x pp: `stage` of `pp` (the
@@ -110,9 +111,31 @@ int plan_pipeline_slots(int pp, int stage, int micro_batches, bool gpipe);
 // m up to 4 pp in the same test).
 int plan_cuda_pipeline_slots(int pp, int stage, int micro_batches, CudaPipeSchedule schedule);
 
-// One pipeline stage's table on the CPU (engine/core/cpu/backend_cpu_pipeline.cpp; ZeRO 0, one model chunk
-// per rank): `stage` of `pp` (the engine's partition, plan_cpu_pipeline_layers), a tp rank's share at
-// tp > 1, `micro_batches` per step under GPipe (`gpipe`) or 1F1B. Interleaved and ZB-H1 stages are not in it.
+// One dp rank of the CPU backend over dp (engine/core/cpu/, ZeroHostState on shard_plan_make's plan): its
+// ZeRO stage (the CPU keeps it at dp 1 too), its rank (the low ranks own one element more of a bucket that
+// does not divide evenly), the bucket size (train.dp_bucket_mb). The same fields as the CUDA plan's.
+using CpuDataParallelPlan = CudaDataParallelPlan;
+
+// One CPU rank at pp 1 (engine/core/cpu/backend_cpu.cpp): plan_engine_memory's table with the state of
+// `dpp`'s dp rank (ZeRO 1: AdamW's m and v the rank's shard S; 2: the gradients too, with staging for the
+// embeddings' bucket and two more; 3: the parameters too, with the embeddings and final norm gathered for
+// the step and two block slots). ZeRO 0 is plan_engine_memory's table.
+Result<EngineMemory> plan_cpu_rank_memory(const PlanModel& m, int micro_batch, int tp,
+                                          const CpuDataParallelPlan& dpp);
+
+// The CPU pipeline's slots (its acquire() and release() are the GPU's rules): plan_cuda_pipeline_slots.
+int plan_cpu_pipeline_slots(int pp, int stage, int micro_batches, CudaPipeSchedule schedule);
+
+// One pipeline stage's table on the CPU (engine/core/cpu/backend_cpu_pipeline.cpp, one model chunk per
+// rank): `stage` of `pp` (the engine's partition, plan_cpu_pipeline_layers), a tp rank's share at tp > 1,
+// `micro_batches` per step under `schedule` (GPipe, 1F1B or ZB-H1, whose slots also keep each block's four
+// output gradients for the weight pass), `dpp`'s dp rank of its ZeRO stage (the stage's state as
+// plan_cpu_rank_memory's, plus, as the stage works on whole buffers for a step, the gradients at ZeRO 2-3
+// and the parameters at ZeRO 3 once more). Interleaved stages are not in it.
+Result<EngineMemory> plan_cpu_pipeline_memory(const PlanModel& m, int micro_batch, int tp, int pp, int stage,
+                                              int micro_batches, CudaPipeSchedule schedule,
+                                              const CpuDataParallelPlan& dpp = {});
+// The same under GPipe (`gpipe`) or 1F1B, ZeRO 0.
 Result<EngineMemory> plan_cpu_pipeline_memory(const PlanModel& m, int micro_batch, int tp, int pp, int stage,
                                               int micro_batches, bool gpipe);
 

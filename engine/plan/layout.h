@@ -25,8 +25,13 @@ enum class Schedule {
   kGpipe,        // all forwards, then all backwards: every micro-batch in flight
   k1F1B,         // PipeDream-Flush: at most p micro-batches in flight on the first stage
   kInterleaved,  // 1F1B over vp model chunks per device (Narayanan et al. 2021 §2.2.2)
+  // ZB-H1 (Qi et al. 2023): 1F1B with each backward split into the input gradient and the weight gradient,
+  // the weight passes deferred into the drain; vp 1. Both Gantry backends run it (train.pp_schedule "zbh1").
+  kZeroBubbleH1,
 };
-const char* schedule_name(Schedule s);  // "gpipe", "1f1b", "interleaved"
+const char* schedule_name(Schedule s);  // "gpipe", "1f1b", "interleaved", "zbh1"
+// "gpipe", "1f1b", "zbh1" (interleaved comes from vp > 1); the error names the allowed ones.
+Result<Schedule> schedule_parse(std::string_view s);
 
 struct PlanLayout {
   int tp = 1;    // tensor parallel
@@ -40,7 +45,7 @@ struct PlanLayout {
       true;  // with tp > 1: split norms and dropout along the sequence (Korthikanti §4.2.2)
   Recompute recompute = Recompute::kNone;
   bool flash_attention = true;          // attention scores never stored (and recomputed in backward)
-  Schedule schedule = Schedule::k1F1B;  // gpipe or 1f1b; becomes interleaved when vp > 1
+  Schedule schedule = Schedule::k1F1B;  // gpipe, 1f1b or zbh1 (vp 1); becomes interleaved when vp > 1
   int micro_batch = 1;                  // sequences per forward/backward
 };
 

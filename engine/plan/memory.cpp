@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "telemetry/pipeline_bubble.h"
+
 namespace gantry {
 
 namespace {
@@ -85,6 +87,8 @@ double plan_microbatches_in_flight(Schedule s, int pp, int vp, int micro_batches
       return m;
     case Schedule::k1F1B:
       return std::min<double>(pp - stage, m);
+    case Schedule::kZeroBubbleH1:
+      return std::min<double>(pp, m);
     case Schedule::kInterleaved: {
       const double v = std::max(1, vp);
       const double chunks = 2.0 * (pp - 1 - stage) + (v - 1) * pp + 1;
@@ -94,10 +98,20 @@ double plan_microbatches_in_flight(Schedule s, int pp, int vp, int micro_batches
   return m;
 }
 
+int plan_bubble_divisor(Schedule s, int vp) {
+  if (s == Schedule::kInterleaved) return std::max(1, vp);
+  if (s == Schedule::kZeroBubbleH1) return kZeroBubbleH1BubbleDivisor;
+  return 1;
+}
+
 double plan_bubble_fraction(Schedule s, int pp, int vp, int micro_batches) {
   if (pp <= 1 || micro_batches <= 0) return 0;
-  const double v = s == Schedule::kInterleaved ? std::max(1, vp) : 1;
-  return (pp - 1) / (v * micro_batches);
+  return (pp - 1) / (static_cast<double>(plan_bubble_divisor(s, vp)) * micro_batches);
+}
+
+double plan_bubble_step_fraction(Schedule s, int pp, int vp, int micro_batches) {
+  if (micro_batches <= 0) return 0;
+  return pipeline_bubble_fraction(pp, plan_bubble_divisor(s, vp), micro_batches);
 }
 
 }  // namespace gantry

@@ -47,13 +47,20 @@ double plan_activation_output_bytes(const PlanModel& m, const ActivationShape& a
 
 // Micro-batches (in units of the device's whole layer share) whose activations stage `stage` (0-based)
 // holds at its peak, with m micro-batches per step:
-//   gpipe: m;  1f1b: min(p − stage, m);  interleaved: Megatron's warm-up count of model chunks,
-//   min(m·v, 2(p − 1 − stage) + (v − 1)·p + 1), divided by v. For stage 0 and m ≥ p this is
+//   gpipe: m;  1f1b: min(p − stage, m);  zbh1: min(p, m) on every stage (a micro-batch's activations wait
+//   for its deferred weight pass, as both Gantry backends' slots do);  interleaved: Megatron's warm-up count
+//   of model chunks, min(m·v, 2(p − 1 − stage) + (v − 1)·p + 1), divided by v. For stage 0 and m ≥ p this is
 //   1 + (p − 1)/(p·v) times p, i.e. Korthikanti's L·(1 + (p − 1)/(p·m_interleave)) layers.
 double plan_microbatches_in_flight(Schedule s, int pp, int vp, int micro_batches, int stage);
 
-// Pipeline bubble as a fraction of the ideal step (Narayanan et al. 2021 §2.2): (p − 1)/m for GPipe and
-// 1F1B, (p − 1)/(v·m) interleaved.
+// The bubble's divisor k (telemetry/pipeline_bubble.h): 1 for GPipe and 1F1B, v interleaved, 3 for ZB-H1.
+int plan_bubble_divisor(Schedule s, int vp);
+// Pipeline bubble as a fraction of the ideal step (Narayanan et al. 2021 §2.2): (p − 1)/(k·m), so (p − 1)/m
+// for GPipe and 1F1B, (p − 1)/(v·m) interleaved, (p − 1)/(3m) ZB-H1.
 double plan_bubble_fraction(Schedule s, int pp, int vp, int micro_batches);
+// The same as a fraction of the whole step, (p − 1)/(k·m + p − 1): the engine's formula
+// (pipeline_schedule_bubble, through telemetry/pipeline_bubble.h), which a run prints beside its measured
+// bubble.
+double plan_bubble_step_fraction(Schedule s, int pp, int vp, int micro_batches);
 
 }  // namespace gantry

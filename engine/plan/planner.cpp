@@ -116,6 +116,10 @@ Result<Resolved> resolve(const PlanInput& in) {
   if (l.schedule == Schedule::kInterleaved && l.vp == 1) {
     return Status::error("schedule = interleaved: needs vp > 1");
   }
+  if (l.schedule == Schedule::kZeroBubbleH1 && l.vp > 1) {
+    // As the engine (pipeline_check): ZB-H1 runs one model chunk per rank.
+    return Status::error(fail("vp", l.vp, "schedule zbh1 runs one model chunk per rank (vp 1)"));
+  }
   if (l.vp > 1) {
     l.schedule = Schedule::kInterleaved;
     if (r.m % l.pp != 0) {
@@ -143,7 +147,7 @@ Result<Resolved> resolve(const PlanInput& in) {
   return r;
 }
 
-// An engine profile runs what the engine can: one device, no ZeRO, no recomputation, the engine's own
+// An engine profile runs what the engine can: no recomputation, the engine's own
 // attention (flash kernels on CUDA, the materialised softmax on the CPU) and its dtypes. Returns the
 // input as that engine runs it, or what the engine cannot do.
 Result<PlanInput> engine_input(const PlanInput& in) {
@@ -154,24 +158,23 @@ Result<PlanInput> engine_input(const PlanInput& in) {
   const PlanLayout& l = in.layout;
   // The engines' tables are known per rank for data, tensor and pipeline parallel layouts (issue 17: a dp
   // rank holds the whole table or, on CUDA under ZeRO, its shard; a tp rank its share; a stage its blocks
-  // and slots); cp and hsdp are not in them, nor ZeRO on the CPU. gantry-cpu's interleaved stages are
-  // priced, their memory unknown; the CUDA profile counts GPipe and 1F1B stages (vp 1) at ZeRO 0-3.
-  if (in.engine == EngineKind::kGantryCpu && (l.cp != 1 || l.zero != 0 || l.hsdp != 0)) {
+  // and slots; under ZeRO a dp rank its shard on both backends); cp and hsdp are not in them. gantry-cpu's
+  // interleaved stages are priced, their memory unknown; the CUDA profile counts GPipe, 1F1B and ZB-H1
+  // stages (vp 1) at ZeRO 0-3 (0-1 under ZB-H1, as the backend).
+  if (in.engine == EngineKind::kGantryCpu && (l.cp != 1 || l.hsdp != 0)) {
     return Status::error(who +
-                         "profiles dp, tp and pp layouts with zero 0 (cp, hsdp and ZeRO's shards are "
-                         "not in its table yet)");
+                         "profiles dp (zero 0-3), tp and pp layouts (cp and hsdp are not in its table)");
   }
   if (in.engine == EngineKind::kGantryCuda && (l.cp != 1 || l.hsdp != 0)) {
     return Status::error(who +
                          "profiles dp (zero 0-3), tp and pp layouts (cp and hsdp are not in its table)");
   }
-  if (in.engine == EngineKind::kGantryCuda &&
-      (l.vp != 1 || (l.schedule != Schedule::kGpipe && l.schedule != Schedule::k1F1B))) {
+  if (in.engine == EngineKind::kGantryCuda && (l.vp != 1 || l.schedule == Schedule::kInterleaved)) {
     // The GPU runs interleaved 1F1B too, but no closed form for its slots per chunk has been found (the
-    // replayed programs' counts, docs/PLANNER.md): unknown, not guessed. ZB-H1 is no planner schedule.
+    // replayed programs' counts, docs/PLANNER.md): unknown, not guessed.
     return Status::error(who +
-                         "profiles GPipe and 1F1B pipelines with one model chunk per GPU (vp 1); interleaved "
-                         "stages' slots per chunk are not in its table, got vp " +
+                         "profiles GPipe, 1F1B and ZB-H1 pipelines with one model chunk per GPU (vp 1); "
+                         "interleaved stages' slots per chunk are not in its table, got vp " +
                          std::to_string(l.vp));
   }
   if (l.recompute != Recompute::kNone) return Status::error(who + "keeps every activation (recompute none)");
@@ -275,9 +278,9 @@ StageMemory stage_memory(const PlanInput& in, const Resolved& r, int stage, doub
 //
 // The step with a core per thread: the pipeline's m micro-batches at the slowest rank's pace plus the other
 // ranks' share of the fill and drain, divided by v under interleaving (m·T_max + (ΣT − T_max)/v: at equal
-// stages (m + (p − 1)/v)·T, the bubble (p − 1)/(v·m + p − 1)), then the tail, the dp reduction and the
-// optimizer. With fewer cores than threads, never less than the host's CPU work over its cores (the
-// collectives' waits, which take no CPU, added).
+// stages (m + (p − 1)/v)·T, the bubble (p − 1)/(v·m + p − 1)) and by 3 under ZB-H1, then the tail, the dp
+// reduction and the optimizer. With fewer cores than threads, never less than the host's CPU work over its
+// cores (the collectives' waits, which take no CPU, added).
 void cpu_step_time(const PlanInput& in, const Resolved& r, Plan* p) {
   const PlanModel& md = in.model;
   const PlanLayout& l = r.l;
@@ -361,7 +364,9 @@ void cpu_step_time(const PlanInput& in, const Resolved& r, Plan* p) {
     if (per_mb[k] > per_mb[slowest]) slowest = k;
   }
   const double t_max = per_mb[slowest];
-  const double pipeline = m * t_max + (sum - t_max) / chunks;
+  // The other ranks' share of the fill and drain, 1/k of it (k: v interleaved, 3 under ZB-H1, whose deferred
+  // weight passes run in it; the stage's work T already holds them, the split adds no FLOPs).
+  const double pipeline = m * t_max + (sum - t_max) / plan_bubble_divisor(l.schedule, chunks);
 
   // After the schedule (pp > 1): the first stage's classifier weight gradients, the tie's transfers.
   double tail_compute = 0, tail_wait = 0, tail_cpu = 0;
@@ -376,9 +381,12 @@ void cpu_step_time(const PlanInput& in, const Resolved& r, Plan* p) {
   }
   // Per step: AdamW (the costliest rank), the dp gradient all-reduce in buckets, the small reductions of the
   // loss and the norm (one all-reduce per axis that has more than one rank, two over pp).
+  // Under ZeRO 1-3 a dp rank's AdamW and norm run over its shard, about 1/dp of the parameters
+  // (ZeroHostState::adamw on the owned segments); the dp collectives are still priced as ZeRO 0's all-reduce.
+  const double shard = l.zero >= 1 ? l.dp : 1;
   double opt = 0, opt_total = 0;
   for (int k = 0; k < l.pp; ++k) {
-    const double o = params[k] / rates.optimizer_params + opt_calls[k] * rates.parallel_for_s;
+    const double o = params[k] / shard / rates.optimizer_params + opt_calls[k] * rates.parallel_for_s;
     opt = std::max(opt, o);
     opt_total += o;
   }
@@ -490,8 +498,18 @@ const char* schedule_name(Schedule s) {
       return "1f1b";
     case Schedule::kInterleaved:
       return "interleaved";
+    case Schedule::kZeroBubbleH1:
+      return "zbh1";
   }
   return "?";
+}
+
+Result<Schedule> schedule_parse(std::string_view s) {
+  if (s == "gpipe") return Schedule::kGpipe;
+  if (s == "1f1b") return Schedule::k1F1B;
+  if (s == "zbh1") return Schedule::kZeroBubbleH1;
+  return Status::error("schedule '" + std::string(s) +
+                       "': allowed gpipe, 1f1b, zbh1 (vp > 1 makes a layout interleaved)");
 }
 
 const char* flop_convention_name(FlopConvention c) {
@@ -576,23 +594,27 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
   }
   if (in.engine != EngineKind::kGeneric) {
     // The backends allocate everything from their tables (a pipeline stage's slots during its first step);
-    // nothing else is live. Every stage's rank, the heaviest as the plan's memory. gantry-cpu's
-    // interleaved chunks (and ZB-H1, which the planner does not schedule) are not in its profile: unknown,
-    // not the generic model's guess.
-    const bool gpipe = l.schedule == Schedule::kGpipe;
-    p.memory_known = l.pp == 1 || (l.vp == 1 && (gpipe || l.schedule == Schedule::k1F1B));
+    // nothing else is live. Every stage's rank (dp rank 0's), the heaviest as the plan's memory; under ZeRO
+    // 1-3 every dp rank's total too (up to kDpRanksListed). gantry-cpu's interleaved chunks are not in its
+    // profile: unknown, not the generic model's guess.
+    const CudaPipeSchedule sched = l.schedule == Schedule::kGpipe          ? CudaPipeSchedule::kGpipe
+                                   : l.schedule == Schedule::kZeroBubbleH1 ? CudaPipeSchedule::kZeroBubbleH1
+                                                                           : CudaPipeSchedule::kOneFOneB;
+    p.memory_known = l.pp == 1 || (l.vp == 1 && l.schedule != Schedule::kInterleaved);
+    auto rank_memory = [&](int stage, int dp_rank) {
+      const CudaDataParallelPlan dpp{
+          .dp = l.dp, .rank = dp_rank, .zero = l.zero, .bucket_bytes = in.training.dp_bucket_bytes};
+      if (in.engine == EngineKind::kGantryCuda)
+        return plan_cuda_rank_memory(md, l.micro_batch, l.tp, l.pp, stage, r.m, sched, dpp);
+      if (l.pp > 1) return plan_cpu_pipeline_memory(md, l.micro_batch, l.tp, l.pp, stage, r.m, sched, dpp);
+      return plan_cpu_rank_memory(md, l.micro_batch, l.tp, dpp);
+    };
     const std::vector<int> stage_layers = l.pp == 1 ? std::vector<int>{md.layers}
                                           : in.engine == EngineKind::kGantryCuda
                                               ? plan_cuda_pipeline_layers(md, l.pp)
                                               : plan_cpu_pipeline_layers(md, l.pp);
     for (int stage = 0; p.memory_known && stage < l.pp; ++stage) {
-      Result<EngineMemory> em =
-          in.engine == EngineKind::kGantryCuda
-              ? plan_cuda_rank_memory(
-                    md, l.micro_batch, l.tp, l.pp, stage, r.m, gpipe,
-                    {.dp = l.dp, .zero = l.zero, .bucket_bytes = in.training.dp_bucket_bytes})
-              : (l.pp > 1 ? plan_cpu_pipeline_memory(md, l.micro_batch, l.tp, l.pp, stage, r.m, gpipe)
-                          : plan_engine_memory(in.engine, md, l.micro_batch, l.tp));
+      Result<EngineMemory> em = rank_memory(stage, 0);
       if (!em.ok()) return em.status();
       const EngineMemory& e = em.value();
       Plan::StageMemory sm;
@@ -604,6 +626,14 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
                                 .activations = static_cast<double>(e.activations),
                                 .buffers = static_cast<double>(e.buffers)};
       sm.backend_bytes = static_cast<double>(e.backend_bytes);
+      // Under ZeRO the dp ranks' shards differ by an element or an AdamW chunk: each one's figure.
+      const bool sharded = l.zero >= 1 && l.dp > 1;
+      for (int k = 0; sharded && l.dp <= Plan::kDpRanksListed && k < l.dp; ++k) {
+        Result<EngineMemory> ek = k == 0 ? em : rank_memory(stage, k);
+        if (!ek.ok()) return ek.status();
+        sm.dp_rank_totals.push_back(static_cast<double>(ek->total));
+        sm.dp_rank_backend_bytes.push_back(static_cast<double>(ek->backend_bytes));
+      }
       sm.microbatches_in_flight = 1;
       double layer_bytes = 0;
       for (const EngineAllocation& a : e.allocations) {
@@ -824,7 +854,10 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
   // ---- The step: m micro-batches, the fill and drain of the pipeline, what communication is exposed.
   const double t_mb = t_fwd + t_bwd + exposed_mb;
   p.bubble_fraction = plan_bubble_fraction(l.schedule, l.pp, l.vp, r.m);
-  const double v = l.schedule == Schedule::kInterleaved ? l.vp : 1;
+  p.bubble_step_fraction = plan_bubble_step_fraction(l.schedule, l.pp, l.vp, r.m);
+  // The fill and drain: (p − 1)/k micro-batch times (k: 1, v interleaved, 3 ZB-H1, whose deferred weight
+  // passes fill the rest; the split moves the weight gradient's FLOPs, it adds none).
+  const double v = plan_bubble_divisor(l.schedule, l.vp);
   p.compute_s = m_steps * (t_fwd + t_bwd);
   p.bubble_s = l.pp > 1 ? (l.pp - 1) / v * t_mb : 0;  // (no 0 × ∞ where gantry-cpu skips the GPU model)
   p.exposed_comm_s = m_steps * exposed_mb + exposed_step;

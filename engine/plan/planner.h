@@ -143,15 +143,20 @@ struct Plan {
     MemoryBuckets memory;               // what the engine takes (its table's total)
     double backend_bytes = 0;           // what its Backend::memory_bytes() reports
     double microbatches_in_flight = 0;  // activation slots (1 at pp 1)
+    // Under ZeRO 1-3 (and dp <= kDpRanksListed), every dp rank's total and memory_bytes(), dp rank 0
+    // first (the figures above are dp rank 0's); empty otherwise (every dp rank holds the same).
+    std::vector<double> dp_rank_totals, dp_rank_backend_bytes;
   };
+  static constexpr int kDpRanksListed = 64;
   std::vector<StageMemory> stage_memory;
 
   std::vector<CommAxis> comm;
 
   // Time per step.
-  double bubble_fraction = 0;  // (p − 1)/(v·m)
-  double compute_s = 0;        // m micro-batches' forward, backward and recompute
-  double bubble_s = 0;         // pipeline fill and drain
+  double bubble_fraction = 0;       // (p − 1)/(k·m) of the ideal step: k 1, v interleaved, 3 ZB-H1
+  double bubble_step_fraction = 0;  // (p − 1)/(k·m + p − 1) of the step (the engine's formula)
+  double compute_s = 0;             // m micro-batches' forward, backward and recompute
+  double bubble_s = 0;              // pipeline fill and drain
   double exposed_comm_s = 0;
   double optimizer_s = 0;  // AdamW over the local shard, memory-bound
   CpuStep cpu_step;        // gantry-cpu: the slowest rank's step by kind of loop (its compute, no waits)

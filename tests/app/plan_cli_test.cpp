@@ -94,15 +94,90 @@ TEST(PlanCli, CpuProfileMemoryIsWhatTheRanksAllocateAtTpAndDp) {
   zb.insert(at + 8, "pp_schedule = \"zbh1\"\n");
   const std::string zb_cfg = (dir / "zbh1.toml").string();
   std::ofstream(zb_cfg) << zb;
-  Outcome zbh1 = run("--engine gantry-cpu --config " + zb_cfg + " --gpus 2 --pp 2");
-  EXPECT_EQ(zbh1.code, 2);
-  EXPECT_THAT(zbh1.err, HasSubstr("no ZB-H1 schedule"));
-  Outcome zero = run("--engine gantry-cpu --config " + cfg + " --gpus 2 --zero 1 --json");
-  EXPECT_EQ(zero.code, 2);
-  EXPECT_THAT(zero.err, HasSubstr("profiles dp, tp and pp layouts with zero 0"));
+  // A config's train.pp_schedule = "zbh1" is the plan's schedule (ZB-H1, priced and with its memory).
+  Outcome zbh1 = run("--engine gantry-cpu --config " + zb_cfg + " --gpus 2 --pp 2 --json");
+  ASSERT_EQ(zbh1.code, 0) << zbh1.err;
+  const nlohmann::json zj = nlohmann::json::parse(zbh1.out);
+  EXPECT_EQ(zj["layout"]["schedule"], "zbh1");
+  EXPECT_DOUBLE_EQ(zj["pipeline"]["bubble_step_fraction"].get<double>(), 1.0 / (3 * 2 + 1));
+  EXPECT_FALSE(zj["memory"]["total"].is_null());
+  Outcome hsdp = run("--engine gantry-cpu --config " + cfg + " --gpus 2 --zero 1 --hsdp 1 --json");
+  EXPECT_EQ(hsdp.code, 2);
+  EXPECT_THAT(hsdp.err, HasSubstr("cp and hsdp are not in its table"));
   Outcome overlap = run("--engine gantry-cpu --config " + cfg + " --gpus 2 --tp 2 --tp-overlap 0.5");
   EXPECT_EQ(overlap.code, 2);
   EXPECT_THAT(overlap.err, HasSubstr("tp_overlap"));
+}
+
+// Under ZeRO 1-3 (pp 1, tp x dp, pp x dp) and ZB-H1 every rank's memory_bytes() in a real run is the plan's
+// figure for its stage and dp rank (memory.stages[s].dp_ranks[d]), exactly: dp 3 with small buckets, whose
+// ranks own different shares, included.
+TEST(PlanCli, CpuProfileMemoryIsWhatEveryDpRankAllocatesUnderZeroAndZbh1) {
+  const std::filesystem::path dir = testing_support::scratch_dir("plan_cpu_zero");
+  const std::string tiny = testing_support::slurp(GANTRY_TINY_CONFIG);
+  struct Case {
+    std::string name;
+    int nproc, tp, pp, zero, global_batch, micro_batch;
+    std::string schedule, bucket_mb;
+  };
+  for (const Case& c :
+       {Case{"dp3_zero1", 3, 1, 1, 1, 24, 8, "", "0.05"}, Case{"dp2_zero3", 2, 1, 1, 3, 16, 8, "", ""},
+        Case{"pp2_zbh1", 2, 1, 2, 0, 16, 8, "zbh1", ""},
+        Case{"pp2_dp2_zero2_zbh1", 4, 1, 2, 2, 16, 4, "zbh1", ""},
+        Case{"tp2_dp2_zero3", 4, 2, 1, 3, 16, 8, "", ""}}) {
+    std::string t = tiny;
+    auto set = [&](const std::string& key, const std::string& value) {
+      const size_t at = t.find(key + " = ");
+      ASSERT_NE(at, std::string::npos) << key;
+      t.replace(at, t.find('\n', at) - at, key + " = " + value);
+    };
+    set("checkpoint_every", "0");
+    set("val_every", "0");
+    set("global_batch", std::to_string(c.global_batch));
+    set("micro_batch", std::to_string(c.micro_batch));
+    std::string extra;
+    if (!c.schedule.empty()) extra += "pp_schedule = \"" + c.schedule + "\"\n";
+    if (!c.bucket_mb.empty()) extra += "dp_bucket_mb = " + c.bucket_mb + "\n";
+    t.insert(t.find("[train]") + 8, extra);
+    const std::string cfg = (dir / (c.name + ".toml")).string();
+    std::ofstream(cfg) << t;
+    const std::string layout = " --tp " + std::to_string(c.tp) + " --pp " + std::to_string(c.pp) +
+                               " --zero " + std::to_string(c.zero);
+    Outcome r =
+        testing_support::run_engine("run --nproc " + std::to_string(c.nproc) + layout + " --config " + cfg +
+                                    " --max-steps 1 --json-ranks --out " + (dir / c.name).string());
+    ASSERT_EQ(r.code, 0) << c.name << ": " << r.err;
+    std::vector<std::pair<int, uint64_t>> ranks;  // (global rank, bytes) of every step record
+    std::istringstream lines(r.out);
+    for (std::string line; std::getline(lines, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_object() && j.contains("rank_step")) {
+        ranks.emplace_back(j["rank_step"]["rank"].get<int>(),
+                           j["rank_step"]["mem_allocated_bytes"].get<uint64_t>());
+      }
+    }
+    ASSERT_GE(ranks.size(), static_cast<size_t>(c.nproc)) << r.out;
+    Outcome p = run("--engine gantry-cpu --config " + cfg + " --gpus " + std::to_string(c.nproc) + layout +
+                    " --json");
+    ASSERT_EQ(p.code, 0) << c.name << ": " << p.err;
+    const nlohmann::json j = nlohmann::json::parse(p.out);
+    EXPECT_EQ(j["layout"]["schedule"], c.schedule.empty() ? "1f1b" : c.schedule) << c.name;
+    const nlohmann::json& stages = j["memory"]["stages"];
+    ASSERT_EQ(stages.size(), static_cast<size_t>(c.pp)) << p.out;
+    const int dp = c.nproc / (c.tp * c.pp);
+    for (const auto& [rank, bytes] : ranks) {
+      // Global rank r: tp innermost, then pp, then dp.
+      const nlohmann::json& st = stages[static_cast<size_t>((rank / c.tp) % c.pp)];
+      const nlohmann::json& want =
+          c.zero >= 1 ? st["dp_ranks"][static_cast<size_t>(rank / (c.tp * c.pp))]["total"] : st["total"];
+      EXPECT_EQ(want.get<double>(), static_cast<double>(bytes)) << c.name << ": rank " << rank;
+    }
+    if (c.name == "dp3_zero1") {
+      // The buckets of 0.05 MB do not divide by 3: the ranks' shares, and so their bytes, differ.
+      ASSERT_EQ(stages[0]["dp_ranks"].size(), static_cast<size_t>(dp));
+      EXPECT_NE(stages[0]["dp_ranks"][0]["total"], stages[0]["dp_ranks"][2]["total"]) << p.out;
+    }
+  }
 }
 
 // --measure-cpu times this machine's loops and Gloo's collectives (two ranks over loopback) and, with one

@@ -124,7 +124,9 @@ bool draw_form(WhatIfForm& f) {
     changed |= ImGui::Checkbox("flash attention", &l.flash_attention);
     ImGui::SameLine();
     ImGui::SetNextItemWidth(100);
-    changed |= combo_enum("schedule", l.schedule, {{Schedule::kGpipe, "gpipe"}, {Schedule::k1F1B, "1f1b"}});
+    changed |= combo_enum(
+        "schedule", l.schedule,
+        {{Schedule::kGpipe, "gpipe"}, {Schedule::k1F1B, "1f1b"}, {Schedule::kZeroBubbleH1, "zbh1"}});
     ImGui::SetNextItemWidth(110);
     changed |= combo_enum("rank by", f.rank,
                           {{SearchRank::kTokensPerSecond, "tokens/s"}, {SearchRank::kGoodput, "goodput"}});

@@ -6,6 +6,7 @@
 
 #include "engine/core/fatal.h"
 #include "engine/core/gpt.h"
+#include "telemetry/pipeline_bubble.h"
 
 namespace gantry {
 
@@ -323,7 +324,7 @@ double pipeline_simulated_bubble(PipelineSchedule s, int pp, int vp, int m) {
 }
 
 double pipeline_bubble_formula(int pp, int vp, int m) {
-  return static_cast<double>(pp - 1) / (static_cast<double>(vp) * m + pp - 1);
+  return pipeline_bubble_fraction(pp, vp, m);
 }
 
 double pipeline_schedule_bubble(PipelineSchedule s, int pp, int vp, int m) {
@@ -334,7 +335,7 @@ double pipeline_schedule_bubble(PipelineSchedule s, int pp, int vp, int m) {
     case PipelineSchedule::kInterleaved:
       return pipeline_bubble_formula(pp, vp, m);
     case PipelineSchedule::kZeroBubbleH1:
-      return pipeline_bubble_formula(pp, 3, m);  // (p − 1) / (3m + p − 1), see the header
+      return pipeline_bubble_formula(pp, kZeroBubbleH1BubbleDivisor, m);  // (p − 1) / (3m + p − 1)
   }
   return pipeline_bubble_formula(pp, vp, m);
 }

@@ -15,9 +15,11 @@
 #include <string>
 
 #include "engine/core/backend.h"
+#include "engine/core/gpt.h"
 #include "engine/core/parallel/pipeline_schedule.h"
 #include "engine/core/parallel/shard_plan.h"
 #include "engine/core/parallel/tensor_parallel.h"  // tensor_parallel_stage_table
+#include "engine/plan/memory.h"
 #include "engine/plan/planner.h"
 
 namespace gantry {
@@ -903,6 +905,220 @@ TEST(PlanEngineProfile, CudaZbh1SlotsKeepEachBlocksOutputGradients) {
       }
     }
   }
+}
+
+// ---- gantry-cpu under ZeRO 1-3 and ZB-H1.
+
+// At dp 1 the CPU backend keeps the ZeRO stage it is given (the shard is the whole table, the staging and
+// ZeRO 3's slots are still allocated): the real backend's memory_bytes() for every shape and stage, exactly.
+TEST(PlanEngineProfile, CpuRankMemoryIsTheCpuBackendsAtEveryZeroStage) {
+  for (const Shape& s : kCpuShapes) {
+    for (int zero = 0; zero <= 3; ++zero) {
+      std::unique_ptr<Backend> be =
+          backend_cpu_create(s.model, s.micro_batch, BackendOptions{.threads = 1, .zero = zero});
+      Result<EngineMemory> mem =
+          plan_cpu_rank_memory(plan_model_of(s.model), s.micro_batch, 1, {.dp = 1, .zero = zero});
+      ASSERT_TRUE(mem.ok()) << mem.error();
+      EXPECT_EQ(mem->backend_bytes, be->memory_bytes()) << "L" << s.model.n_layer << " zero " << zero;
+      EXPECT_EQ(mem->total, be->memory_bytes());
+    }
+  }
+}
+
+// Over dp, each rank's state is ZeroHostState's on shard_plan_make's plan of its table: shard_memory's
+// formula, per dp rank, for the whole model (pp 1, tp 1 and 2) and for every pipeline stage (whose end
+// units stand in for the embeddings and the final norm), with buckets small enough to split the blocks.
+TEST(PlanEngineProfile, CpuZeroShardsAreTheShardPlans) {
+  const ModelConfig models[] = {
+      {.n_layer = 2, .n_head = 4, .n_embd = 64, .vocab_size = 256, .seq_len = 64},
+      {.n_layer = 5, .n_head = 2, .n_embd = 48, .vocab_size = 78, .seq_len = 40},
+  };
+  for (const ModelConfig& mc : models) {
+    const PlanModel pm = plan_model_of(mc);
+    for (size_t bucket : {size_t{25} << 20, size_t{20000}}) {
+      for (int dp : {2, 3}) {
+        for (int zero = 1; zero <= 3; ++zero) {
+          for (int rank = 0; rank < dp; ++rank) {
+            const CpuDataParallelPlan dpp{.dp = dp, .rank = rank, .zero = zero, .bucket_bytes = bucket};
+            const std::string label = "L" + std::to_string(mc.n_layer) + " bucket " + std::to_string(bucket) +
+                                      " dp " + std::to_string(dp) + " rank " + std::to_string(rank) +
+                                      " zero " + std::to_string(zero);
+            for (int tp : {1, 2}) {
+              const TensorTable t = tensor_parallel_stage_table(mc, tp, 0, gpt_param_table(mc));
+              const ShardMemory want = shard_memory(shard_plan_make(t, dp, rank, zero, bucket));
+              Result<EngineMemory> got = plan_cpu_rank_memory(pm, 2, tp, dpp);
+              ASSERT_TRUE(got.ok()) << got.error();
+              EXPECT_EQ(got->weights, want.params * 4) << label << " tp " << tp;
+              EXPECT_EQ(got->gradients, want.grads * 4) << label << " tp " << tp;
+              EXPECT_EQ(got->optimizer, want.optimizer * 4) << label << " tp " << tp;
+            }
+            for (int pp = 2; pp <= std::min(4, mc.n_layer); ++pp) {
+              const PipelinePartition part = pipeline_partition(mc, pp);
+              for (int stage = 0; stage < pp; ++stage) {
+                const TensorTable t = pipeline_rank_table(mc, part, pp, stage);
+                const ShardMemory want = shard_memory(shard_plan_make(t, dp, rank, zero, bucket));
+                Result<EngineMemory> got =
+                    plan_cpu_pipeline_memory(pm, 2, 1, pp, stage, pp, CudaPipeSchedule::kOneFOneB, dpp);
+                ASSERT_TRUE(got.ok()) << got.error();
+                // The state's rows, and the stage's whole buffers for the step: ZeRO 2-3's gradients, ZeRO
+                // 3's parameters.
+                const EngineMemory& e = got.value();
+                EXPECT_EQ(row_bytes(e, "params") + row_bytes(e, "param_slots"), want.params * 4)
+                    << label << " stage " << stage;
+                EXPECT_EQ(row_bytes(e, "grads") + row_bytes(e, "grad_staging"), want.grads * 4)
+                    << label << " stage " << stage;
+                EXPECT_EQ(row_bytes(e, "adam_m") + row_bytes(e, "adam_v"), want.optimizer * 4)
+                    << label << " stage " << stage;
+                EXPECT_EQ(row_bytes(e, "work_params"), zero >= 3 ? t.numel() * 4 : 0) << label;
+                EXPECT_EQ(row_bytes(e, "work_grads"), zero >= 2 ? t.numel() * 4 : 0) << label;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_FALSE(plan_cpu_rank_memory(plan_model_of(models[0]), 2, 1, {.dp = 2, .rank = 2, .zero = 1}).ok());
+}
+
+// The CPU pipeline's acquire() and release() under each schedule (backend_cpu_pipeline.cpp run_step: a
+// slot taken at an activation's receive or virtual stage 0's forward; freed at the gradient's send after a
+// whole backward, at once on stage 0, or under ZB-H1 at the weight pass): the replayed program's counts.
+TEST(PlanEngineProfile, CpuPipelineSlotsAreWhatTheStagesProgramsHoldUnderEverySchedule) {
+  for (int pp = 2; pp <= 6; ++pp) {
+    for (int m = 1; m <= 4 * pp; ++m) {
+      for (int stage = 0; stage < pp; ++stage) {
+        for (auto [s, c] : {std::pair{PipelineSchedule::kGpipe, CudaPipeSchedule::kGpipe},
+                            std::pair{PipelineSchedule::kOneFOneB, CudaPipeSchedule::kOneFOneB},
+                            std::pair{PipelineSchedule::kZeroBubbleH1, CudaPipeSchedule::kZeroBubbleH1}}) {
+          EXPECT_EQ(plan_cpu_pipeline_slots(pp, stage, m, c), replayed_slots(s, pp, stage, m))
+              << pipeline_schedule_name(s) << " pp " << pp << " m " << m << " stage " << stage;
+        }
+      }
+    }
+  }
+}
+
+// ZB-H1 on the CPU: min(m, p) slots on every stage, each with its blocks' four kept output gradients
+// (d_fcproj, d_proj (N, C), d_fc (N, 4C/tp), d_qkv (N, 3C/tp)); nothing else differs from 1F1B.
+TEST(PlanEngineProfile, CpuZbh1SlotsKeepEachBlocksOutputGradients) {
+  const PlanModel m =
+      plan_model_of({.n_layer = 4, .n_head = 4, .n_embd = 64, .vocab_size = 256, .seq_len = 64});
+  const uint64_t n = 4 * 64, c = 64;
+  for (int tp : {1, 2}) {
+    for (int stage = 0; stage < 4; ++stage) {
+      Result<EngineMemory> zb =
+          plan_cpu_pipeline_memory(m, 4, tp, 4, stage, 8, CudaPipeSchedule::kZeroBubbleH1);
+      Result<EngineMemory> one = plan_cpu_pipeline_memory(m, 4, tp, 4, stage, 8, CudaPipeSchedule::kOneFOneB);
+      ASSERT_TRUE(zb.ok() && one.ok());
+      const EngineAllocation* zs = nullptr;
+      const EngineAllocation* os = nullptr;
+      for (const EngineAllocation& a : zb->allocations)
+        if (a.name.rfind("slot", 0) == 0) zs = &a;
+      for (const EngineAllocation& a : one->allocations)
+        if (a.name.rfind("slot", 0) == 0) os = &a;
+      ASSERT_TRUE(zs != nullptr && os != nullptr);
+      EXPECT_EQ(zs->count, 4u) << "min(m, p) on every stage";
+      EXPECT_EQ(os->count, static_cast<uint64_t>(plan_pipeline_slots(4, stage, 8, false)));
+      const uint64_t kept = (2 * n * c + n * 4 * c / tp + n * 3 * c / tp) * 4;  // one block, fp32
+      EXPECT_EQ(zs->bytes_each - os->bytes_each, kept) << "one block a stage, tp " << tp;
+      EXPECT_EQ(zb->total - zs->bytes(), one->total - os->bytes()) << "the rest is 1F1B's";
+    }
+  }
+}
+
+// The planner schedules ZB-H1: the engine's bubble formula (pipeline_schedule_bubble and the plan share
+// telemetry/pipeline_bubble.h), a third of 1F1B's fill and drain, the same FLOPs; gantry-cuda's memory is
+// plan_cuda_rank_memory's ZB-H1 table, ZeRO 2-3 over dp refused by name; gantry-cpu's the CPU stage's.
+TEST(PlanEngineProfile, Zbh1IsAPlannerScheduleOnBothBackends) {
+  for (int pp = 2; pp <= 8; ++pp) {
+    for (int m = 1; m <= 3 * pp; ++m) {
+      for (auto [s, c] : {std::pair{PipelineSchedule::kGpipe, Schedule::kGpipe},
+                          std::pair{PipelineSchedule::kOneFOneB, Schedule::k1F1B},
+                          std::pair{PipelineSchedule::kZeroBubbleH1, Schedule::kZeroBubbleH1}}) {
+        EXPECT_DOUBLE_EQ(plan_bubble_step_fraction(c, pp, 1, m), pipeline_schedule_bubble(s, pp, 1, m));
+      }
+      EXPECT_DOUBLE_EQ(plan_bubble_step_fraction(Schedule::kInterleaved, pp, 2, m),
+                       pipeline_schedule_bubble(PipelineSchedule::kInterleaved, pp, 2, m));
+    }
+  }
+  PlanInput in;
+  in.model = plan_model_preset("gpt2-124m").value();
+  in.cluster = plan_cluster_default(plan_gpu_preset("h100").value(), 4);
+  in.layout = PlanLayout{.pp = 4, .micro_batch = 4};
+  in.training.global_batch = 32;
+  in.engine = EngineKind::kGantryCuda;
+  Result<Plan> one = plan_evaluate(in);
+  in.layout.schedule = Schedule::kZeroBubbleH1;
+  Result<Plan> zb = plan_evaluate(in);
+  ASSERT_TRUE(one.ok() && zb.ok()) << one.error() << zb.error();
+  EXPECT_EQ(zb->layout.schedule, Schedule::kZeroBubbleH1);
+  EXPECT_DOUBLE_EQ(zb->bubble_step_fraction, 3.0 / (3 * 8 + 3));
+  EXPECT_DOUBLE_EQ(zb->bubble_fraction, 3.0 / 24);
+  EXPECT_DOUBLE_EQ(zb->compute_s, one->compute_s) << "the split adds no FLOPs";
+  EXPECT_NEAR(zb->bubble_s, one->bubble_s / 3, 1e-12 * one->bubble_s);
+  EXPECT_LT(zb->step_s, one->step_s);
+  ASSERT_TRUE(zb->memory_known);
+  ASSERT_EQ(zb->stage_memory.size(), 4u);
+  for (int stage = 0; stage < 4; ++stage) {
+    Result<EngineMemory> want =
+        plan_cuda_rank_memory(in.model, 4, 1, 4, stage, 8, CudaPipeSchedule::kZeroBubbleH1);
+    ASSERT_TRUE(want.ok());
+    EXPECT_DOUBLE_EQ(zb->stage_memory[static_cast<size_t>(stage)].memory.total(),
+                     static_cast<double>(want->total));
+    EXPECT_DOUBLE_EQ(zb->stage_memory[static_cast<size_t>(stage)].microbatches_in_flight, 4);
+  }
+  PlanInput zero = in;
+  zero.cluster.gpus = 8;
+  zero.layout.zero = 1;
+  zero.training.global_batch = 64;
+  Result<Plan> z1 = plan_evaluate(zero);
+  ASSERT_TRUE(z1.ok()) << z1.error();
+  EXPECT_EQ(z1->stage_memory[0].dp_rank_totals.size(), 2u);
+  zero.layout.zero = 2;
+  Result<Plan> z2 = plan_evaluate(zero);
+  ASSERT_FALSE(z2.ok());
+  EXPECT_NE(z2.error().find("ZeRO 0-1 under zbh1"), std::string::npos) << z2.error();
+  PlanInput vp = in;
+  vp.engine = EngineKind::kGeneric;  // (gantry-cuda refuses vp 2 for its own reason first)
+  vp.layout.vp = 2;
+  Result<Plan> v2 = plan_evaluate(vp);
+  ASSERT_FALSE(v2.ok());
+  EXPECT_NE(v2.error().find("zbh1 runs one model chunk per rank"), std::string::npos) << v2.error();
+
+  // gantry-cpu: the stage's ZB-H1 table, ZeRO 3 on dp included (the CPU stage keeps whole buffers).
+  Result<Plan> cpu = cpu_plan(
+      4, PlanLayout{.pp = 2, .zero = 3, .schedule = Schedule::kZeroBubbleH1, .micro_batch = 4}, 4, 16);
+  ASSERT_TRUE(cpu.ok()) << cpu.error();
+  ASSERT_TRUE(cpu->memory_known);
+  const PlanModel cm =
+      plan_model_of({.n_layer = 4, .n_head = 4, .n_embd = 64, .vocab_size = 256, .seq_len = 64});
+  for (int stage = 0; stage < 2; ++stage) {
+    for (int rank = 0; rank < 2; ++rank) {
+      Result<EngineMemory> want = plan_cpu_pipeline_memory(
+          cm, 4, 1, 2, stage, 2, CudaPipeSchedule::kZeroBubbleH1, {.dp = 2, .rank = rank, .zero = 3});
+      ASSERT_TRUE(want.ok());
+      EXPECT_DOUBLE_EQ(
+          cpu->stage_memory[static_cast<size_t>(stage)].dp_rank_totals[static_cast<size_t>(rank)],
+          static_cast<double>(want->total));
+    }
+  }
+  bool work_params = false;
+  for (const EngineAllocation& a : cpu->allocations) work_params |= a.name == "work_params";
+  EXPECT_TRUE(work_params) << "ZeRO 3: the stage's whole parameters for the step";
+  // Its step: a third of the 1F1B pipeline's fill and drain, the same work.
+  Result<Plan> cpu_one = cpu_plan(2, PlanLayout{.pp = 2, .micro_batch = 4}, 2, 16);
+  Result<Plan> cpu_zb =
+      cpu_plan(2, PlanLayout{.pp = 2, .schedule = Schedule::kZeroBubbleH1, .micro_batch = 4}, 2, 16);
+  ASSERT_TRUE(cpu_one.ok() && cpu_zb.ok());
+  EXPECT_NEAR(cpu_zb->bubble_s, cpu_one->bubble_s / 3, 1e-12);
+  EXPECT_DOUBLE_EQ(cpu_zb->compute_s, cpu_one->compute_s);
+  // Under ZeRO 1-3 each dp rank's AdamW runs over its shard: half the parameters at dp 2.
+  Result<Plan> cz0 = cpu_plan(2, PlanLayout{.micro_batch = 4}, 2, 16);
+  Result<Plan> cz1 = cpu_plan(2, PlanLayout{.zero = 1, .micro_batch = 4}, 2, 16);
+  ASSERT_TRUE(cz0.ok() && cz1.ok());
+  const double calls = cz0->cpu_step.optimizer_s - cz0->params / plan_cpu_rates_default(1).optimizer_params;
+  EXPECT_NEAR(cz1->cpu_step.optimizer_s - calls, (cz0->cpu_step.optimizer_s - calls) / 2, 1e-12);
 }
 
 }  // namespace

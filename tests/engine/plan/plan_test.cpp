@@ -196,6 +196,25 @@ TEST(PlanPipeline, BubbleFractions) {
   EXPECT_DOUBLE_EQ(plan_bubble_fraction(Schedule::k1F1B, 4, 1, 8), 3.0 / 8);
   EXPECT_DOUBLE_EQ(plan_bubble_fraction(Schedule::kInterleaved, 4, 2, 8), 3.0 / 16);
   EXPECT_DOUBLE_EQ(plan_bubble_fraction(Schedule::k1F1B, 1, 1, 8), 0);
+  // ZB-H1 (Qi et al. 2023 §3.1): a third of 1F1B's, (p − 1)/(3m) of the ideal step, (p − 1)/(3m + p − 1)
+  // of the step.
+  EXPECT_DOUBLE_EQ(plan_bubble_fraction(Schedule::kZeroBubbleH1, 4, 1, 8), 3.0 / 24);
+  EXPECT_DOUBLE_EQ(plan_bubble_step_fraction(Schedule::kZeroBubbleH1, 4, 1, 8), 3.0 / 27);
+  EXPECT_DOUBLE_EQ(plan_bubble_step_fraction(Schedule::k1F1B, 4, 1, 8), 3.0 / 11);
+  EXPECT_DOUBLE_EQ(plan_bubble_step_fraction(Schedule::kInterleaved, 4, 2, 8), 3.0 / 19);
+}
+
+TEST(PlanPipeline, ZeroBubbleH1HoldsPMicrobatchesOnEveryStage) {
+  // Each micro-batch's activations wait for its deferred weight pass: min(p, m) on every stage.
+  for (int stage = 0; stage < 8; ++stage) {
+    EXPECT_DOUBLE_EQ(plan_microbatches_in_flight(Schedule::kZeroBubbleH1, 8, 1, 64, stage), 8);
+    EXPECT_DOUBLE_EQ(plan_microbatches_in_flight(Schedule::kZeroBubbleH1, 8, 1, 3, stage), 3);
+  }
+  EXPECT_EQ(schedule_parse("zbh1").value(), Schedule::kZeroBubbleH1);
+  EXPECT_STREQ(schedule_name(Schedule::kZeroBubbleH1), "zbh1");
+  Result<Schedule> bad = schedule_parse("zb-v");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().find("allowed gpipe, 1f1b, zbh1"), std::string::npos) << bad.error();
 }
 
 TEST(PlanCluster, BusFactorsFromNcclTests) {
