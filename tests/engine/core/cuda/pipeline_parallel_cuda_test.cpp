@@ -18,7 +18,9 @@
 // 0.5 %. The validation loss (steps 6 and 12) within the step bound, 2 %. ZeRO 2-3 (6 layers, 3 blocks a
 // stage) add only another summation order: each micro-batch's buckets reduced on their own and added into
 // the shard, the tied gradient added before the last micro-batch's encoder gradient; ZeRO 3's gathered
-// bf16 blocks are the same bits as the resident copy, so step 1 keeps its bound.
+// bf16 blocks are the same bits as the resident copy, so step 1 keeps its bound. Under ZB-H1 the reduced
+// micro-batch is the weight pass (the input pass's LayerNorm and bias gradients kept per slot and added
+// there), again only a summation order.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -178,7 +180,11 @@ INSTANTIATE_TEST_SUITE_P(Layouts, PipelineParallelCuda,
                                            Layout{4, 2, 2, 1, "interleaved", 2, 4},
                                            // ZB-H1: the backward split into input and weight passes.
                                            Layout{2, 1, 2, 0, "zbh1"}, Layout{4, 1, 4, 0, "zbh1", 1, 4},
-                                           Layout{4, 2, 2, 1, "zbh1"}),
+                                           Layout{4, 2, 2, 1, "zbh1"},
+                                           // ZB-H1 at ZeRO 2-3: each weight pass completes its micro-batch's
+                                           // buckets (2 micro-batches a dp rank: stage 1 runs B1 before W0).
+                                           Layout{4, 1, 2, 2, "zbh1", 1, 6}, Layout{4, 1, 2, 3, "zbh1", 1, 6},
+                                           Layout{8, 2, 2, 3, "zbh1", 1, 6}),
                          [](const ::testing::TestParamInfo<Layout>& i) {
                            return "gpus" + std::to_string(i.param.gpus) +
                                   (i.param.tp > 1 ? "_tp" + std::to_string(i.param.tp) : std::string()) +

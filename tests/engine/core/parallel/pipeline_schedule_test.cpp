@@ -263,22 +263,33 @@ TEST(PipelineProgram, SendsAndReceivesPairUpInOneOrder) {
 // before its last compute, which must be its last backward with no message after it; each stage runs one
 // backward per micro-batch (the dp state's count). With that extra message the programs still pair up in
 // one order: a rendezvous replay (every send waits for its receive) finishes on every rank.
+// The GPU stage at ZeRO 2-3 (cuda/backend_cuda.cu, pipeline_step) makes each micro-batch's completing pass
+// (a whole backward; ZB-H1's weight pass) a micro-batch of its dp state, and stage 0 receives the tied
+// gradient just before its last one: every stage must run m of them, in micro-batch order, and stage 0's
+// program must end with one.
 TEST(PipelineProgram, TheTiedGradientReachesStageZeroBeforeItsLastBackward) {
   for (const auto& [pp, m] : std::vector<std::pair<int, int>>{{2, 2}, {2, 4}, {3, 3}, {3, 6}, {4, 4}, {4, 8}})
-    for (PipelineSchedule s : {PipelineSchedule::kGpipe, PipelineSchedule::kOneFOneB}) {
+    for (PipelineSchedule s :
+         {PipelineSchedule::kGpipe, PipelineSchedule::kOneFOneB, PipelineSchedule::kZeroBubbleH1}) {
       SCOPED_TRACE(std::string(pipeline_schedule_name(s)) + " pp " + std::to_string(pp) + ", m " +
                    std::to_string(m));
+      const PipelineOp completes =
+          s == PipelineSchedule::kZeroBubbleH1 ? PipelineOp::kWeight : PipelineOp::kBackward;
       std::vector<std::vector<PipelineStep>> prog(pp);
       for (int r = 0; r < pp; ++r) {
         prog[r] = pipeline_program(s, pp, 1, r, m);
-        int backwards = 0;
-        for (const PipelineStep& x : prog[r])
-          backwards += x.kind == PipelineStep::Kind::kCompute && x.action.op == PipelineOp::kBackward;
-        EXPECT_EQ(backwards, m) << "rank " << r;
+        std::vector<int> order;
+        for (const PipelineStep& x : prog[r]) {
+          if (x.kind == PipelineStep::Kind::kCompute && x.action.op == completes)
+            order.push_back(x.action.micro);
+        }
+        std::vector<int> expected(m);
+        for (int k = 0; k < m; ++k) expected[k] = k;
+        EXPECT_EQ(order, expected) << "rank " << r;
       }
       ASSERT_FALSE(prog[0].empty());
       EXPECT_EQ(prog[0].back().kind, PipelineStep::Kind::kCompute);
-      EXPECT_EQ(prog[0].back().action.op, PipelineOp::kBackward);
+      EXPECT_EQ(prog[0].back().action.op, completes);
       PipelineStep send{.kind = PipelineStep::Kind::kSend, .peer = 0};
       PipelineStep recv{.kind = PipelineStep::Kind::kRecv, .peer = pp - 1};
       send.action.micro = recv.action.micro = -1;  // the tied gradient: no micro-batch's
@@ -378,16 +389,16 @@ TEST(PipelineCheck, RefusesBadLayoutsNamingTheNumbers) {
   EXPECT_TRUE(pipeline_check(c, dims(8, 2, 2, 2, 1), 2).ok());
   EXPECT_TRUE(pipeline_check(c, dims(8, 2, 2, 2, 2), 2).ok());
   EXPECT_TRUE(pipeline_check(c, dims(8, 2, 2, 2, 3), 2).ok());
-  // ZB-H1 too (its split backward), with at least pp micro-batches as on the CPU; ZeRO 2-3 not with it.
+  // ZB-H1 too (its split backward), with at least pp micro-batches as on the CPU, ZeRO 2-3 included (each
+  // weight pass completes its micro-batch's buckets), tp beside it too.
   c.train.pp_schedule = "zbh1";
   EXPECT_TRUE(pipeline_check(c, dims(2, 1, 1, 2), 2).ok());
   EXPECT_TRUE(pipeline_check(c, dims(4, 1, 2, 2, 1), 2).ok());
+  EXPECT_TRUE(pipeline_check(c, dims(4, 2, 1, 2, 2), 2).ok());
+  EXPECT_TRUE(pipeline_check(c, dims(4, 2, 1, 2, 3), 2).ok());
+  EXPECT_TRUE(pipeline_check(c, dims(8, 2, 2, 2, 3), 2).ok());
   EXPECT_THAT(pipeline_check(c, dims(2, 1, 1, 2), 1).message(),
               HasSubstr("pp 2 with train.pp_schedule = \"zbh1\" needs at least 2 micro-batches"));
-  EXPECT_THAT(
-      pipeline_check(c, dims(4, 1, 2, 2, 2), 2).message(),
-      HasSubstr("pp 2 with zero 2 and train.pp_schedule = \"zbh1\" on train.backend = \"cuda\": a GPU "
-                "pipeline stage shards over dp with ZeRO 2-3 under \"gpipe\" and \"1f1b\" only"));
   // Interleaved runs on the GPU as on the CPU: vp > 1, micro-batches a multiple of pp, ZeRO 0 or 1, tp too.
   {
     Config v = c;
@@ -397,7 +408,9 @@ TEST(PipelineCheck, RefusesBadLayoutsNamingTheNumbers) {
     EXPECT_TRUE(pipeline_check(v, dims(4, 2, 1, 2, 1), 4, 2).ok());
     EXPECT_TRUE(pipeline_check(v, dims(4, 1, 2, 2, 1), 2, 2).ok());
     EXPECT_THAT(pipeline_check(v, dims(4, 1, 2, 2, 3), 2, 2).message(),
-                HasSubstr("with zero 3 and train.pp_schedule = \"interleaved\""));
+                HasSubstr("with zero 3 and train.pp_schedule = \"interleaved\" on train.backend = \"cuda\": "
+                          "a GPU pipeline stage shards over dp with ZeRO 2-3 under \"gpipe\", \"1f1b\" and "
+                          "\"zbh1\" only"));
     EXPECT_THAT(pipeline_check(v, dims(2, 1, 1, 2), 3, 2).message(),
                 HasSubstr("needs micro-batches per step a multiple of pp (2)"));
     EXPECT_THAT(pipeline_check(v, dims(2, 1, 1, 2), 2, 1).message(),
