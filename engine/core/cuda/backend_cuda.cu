@@ -30,11 +30,11 @@
 // checkpointed there); it sends its bf16 copy to the last stage at each step's start (and before validation),
 // and the last stage sends back the classifier's fp32 weight gradient once per step, added to stage 0's
 // before the dp reductions. The stage's dp reductions run after the schedule at ZeRO 0-1; at ZeRO 2-3
-// (GPipe and 1F1B) each backward reduce-scatters its buckets as it completes them (ZeRO 3 also gathers each
-// block before every forward and backward), and the tied gradient joins stage 0's last embeddings
-// reduction; the gradient norm sums every stage's squares over pp (ZeroDeviceState's tp path, every tensor
-// counted as split), the loss is the last stage's, summed over pp (the others add 0), so both are the same
-// on every rank.
+// (GPipe, 1F1B, ZB-H1) each backward (ZB-H1: each weight pass) reduce-scatters its buckets as it completes
+// them (ZeRO 3 also gathers each block before every forward and backward or input pass), and the tied
+// gradient joins stage 0's last embeddings reduction; the gradient norm sums every stage's squares over pp
+// (ZeroDeviceState's tp path, every tensor counted as split), the loss is the last stage's, summed over pp
+// (the others add 0), so both are the same on every rank.
 //
 // Tensor x pipeline parallel (tp x pp, x dp at ZeRO 0-3): each stage's blocks split over its tp group
 // exactly as at pp 1 (tensor_parallel_stage_table); stage 0's embedding and the last stage's cross-entropy
@@ -1275,9 +1275,9 @@ class CudaBackend final : public Backend {
   //         interleaving the last stage's chunk c sends to stage 0's chunk c + 1 and the gradient comes
   //         back the same way: each step names this rank's chunk and its peer;
   //      3. the tied classifier's gradient, last -> stage 0 (fp32 V/tp x C), sent after the last stage's
-  //         program and received after stage 0's last message (ZeRO 0-1: after its program; ZeRO 2-3,
-  //         GPipe and 1F1B only: just before its last backward, its program's last step, which sends
-  //         nothing: the same message order;
+  //         program and received after stage 0's last message (ZeRO 0-1: after its program; ZeRO 2-3:
+  //         just before its last backward, ZB-H1 its last weight pass, its program's last step, which
+  //         sends nothing: the same message order;
   //         PipelineProgram.TheTiedGradientReachesStageZeroBeforeItsLastBackward);
   //      4. update(): the norm's all-reduce over pp (ZeroDeviceState, after its tp one);
   //      5. optimizer_step(): the loss's all-reduce (the last stage's, the others add 0).
@@ -1297,15 +1297,17 @@ class CudaBackend final : public Backend {
   //      norm and loss sum in update(); ZeRO 1's bf16 gathers as the next step's stage first asks for
   //      each bucket (stage 0: sync_wte; the others: the first forward).
   //      ZeRO 2: ZeRO 1's bf16 gathers of every bucket at the step's first params() (as ZeRO 1); then for
-  //      each backward in program order (micro-batches 0..m-1 under both schedules) its buckets'
-  //      reduce-scatters as it completes them, top unit first (the final norm's, the blocks', stage 0's
-  //      embeddings last, whose last one carries the tied gradient); then update()'s all-reduce of the
-  //      loss and the squares.
+  //      each completing pass in program order (the backward; ZB-H1's weight pass; micro-batches 0..m-1
+  //      under every schedule) its buckets' reduce-scatters as it completes them, top unit first (the
+  //      final norm's, the blocks', stage 0's embeddings last, whose last one carries the tied gradient);
+  //      then update()'s all-reduce of the loss and the squares.
   //      ZeRO 3: in program order, each forward's block gathers (block l + 1 issued as block l is
   //      enqueued, a block still in one of the two slots not gathered again; the embeddings at stage 0's
   //      sync_wte and the final norm at the last stage's first forward, once per step), each backward's
-  //      gathers (block l - 1 as block l is enqueued) interleaved with its reduce-scatters as above; then
-  //      update()'s all-reduce. The host's calls decide the order, and they are the same on every replica.
+  //      (ZB-H1: input pass's) gathers (block l - 1 as block l is enqueued) interleaved with its
+  //      reduce-scatters as above (ZB-H1: the weight pass's reduce-scatters, and no gathers: it reads no
+  //      parameters); then update()'s all-reduce. The host's calls decide the order, and they are the
+  //      same on every replica.
   //  No cycle across communicators: place every rank's operations in pipeline_program's one global
   //      message order (each stage's computes, and the dp and tp collectives they issue, between its
   //      messages). Every wait then points to an operation no later in that order: a pp receive to its
