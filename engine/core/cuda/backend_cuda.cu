@@ -225,13 +225,6 @@ class CudaBackend final : public Backend {
                    "train.pp_schedule \"" + pp.schedule + "\" with vp " + std::to_string(vp_) +
                        ": the GPU pipeline runs \"gpipe\", \"1f1b\" and \"zbh1\" at vp 1, \"interleaved\" at "
                        "vp > 1");
-      // ZeRO 2-3 reduce each micro-batch's buckets as the pass that completes them runs (pipeline_step: the
-      // whole backward, ZB-H1's weight pass), which needs one chunk per rank: interleaved chunks would need
-      // staging of their own, which nothing has built yet.
-      GANTRY_CHECK(dp.zero <= 1 || schedule_ != PipelineSchedule::kInterleaved,
-                   "zero " + std::to_string(dp.zero) + " with train.pp_schedule \"" + pp.schedule +
-                       "\": a GPU pipeline stage shards over dp with ZeRO 2-3 under \"gpipe\", \"1f1b\" and "
-                       "\"zbh1\", ZeRO 0-1 under every schedule");
       split_backward_ = schedule_ == PipelineSchedule::kZeroBubbleH1;
       // Chunk c is virtual stage c * stages_ + stage_: its blocks follow chunk c - 1's in the rank's table.
       for (int c = 0; c < vp_; ++c) {
@@ -261,10 +254,13 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaEventCreate(&opt_end_));
     matmul_ = std::make_unique<Matmul>(stream_);
     allocate();
-    // One GPU shards nothing: ZeRO 0 whatever was asked.
-    ShardPlan plan = dp_ != nullptr
-                         ? shard_plan_make(table_, dp_->size(), dp_->rank(), dp.zero, dp.bucket_bytes)
-                         : shard_plan_make(table_, 1, 0, 0, dp.bucket_bytes);
+    // One GPU shards nothing: ZeRO 0 whatever was asked. Under interleaving each chunk's first block begins
+    // a bucket: at ZeRO 2-3 each backward completes its own chunk's buckets (pipeline_step).
+    std::vector<int> chunk_starts;
+    for (int c = 1; c < vp_; ++c) chunk_starts.push_back(block_unit(chunk_first_[c]));
+    ShardPlan plan = dp_ != nullptr ? shard_plan_make(table_, dp_->size(), dp_->rank(), dp.zero,
+                                                      dp.bucket_bytes, chunk_starts)
+                                    : shard_plan_make(table_, 1, 0, 0, dp.bucket_bytes);
     // The norm's two further axes: tp (the split tensors' squares summed over it, the whole ones' counted
     // once), then pp (every stage's tensors are its own, so each stage's total is summed over the stages).
     std::vector<bool> sharded;
@@ -392,7 +388,8 @@ class CudaBackend final : public Backend {
     // A pipeline stage at ZeRO 0-1 adds every micro-batch into the full gradient buffer and hands the dp
     // state one (its reductions run after the schedule); at ZeRO 2-3 each backward is a micro-batch of its
     // own, reduced as it completes its buckets (pipeline_step).
-    state_->begin_step(pp_comm_ != nullptr && !stage_reduces_per_micro_batch() ? 1 : micro_batches);
+    // Under interleaving each chunk's backward of each micro-batch is one (vp of them per micro-batch).
+    state_->begin_step(pp_comm_ != nullptr && !stage_reduces_per_micro_batch() ? 1 : micro_batches * vp_);
     expected_micros_ = std::max(1, micro_batches);
     micros_.clear();
     pipe_micros_ = 0;
@@ -833,7 +830,8 @@ class CudaBackend final : public Backend {
     }
     for (int l = 0; l < L; ++l) {
       const BlockParams p = block_params(chunk_lo_ + l);
-      state_->prefetch(block_unit(chunk_lo_ + l) + 1);  // ZeRO 3 only
+      // ZeRO 3 only; not past the chunk's end (an interleaved stage's next block there is another chunk's).
+      if (l + 1 < L || run_head_) state_->prefetch(block_unit(chunk_lo_ + l) + 1);
       LayerActs& a = act(l);
       // This block's first norm also finishes the previous block: res3 = res2 + its MLP output.
       if (l == 0) {
@@ -1045,8 +1043,9 @@ class CudaBackend final : public Backend {
     for (int l = L - 1; l >= 0; --l) {
       const int lg = chunk_lo_ + l;  // among the rank's blocks
       const BlockParams p = block_params(lg);
-      // The block below (or the embeddings, which stay gathered for the step): ZeRO 3 only.
-      state_->prefetch(block_unit(lg) - 1);
+      // The block below (or the embeddings, which stay gathered for the step): ZeRO 3 only; not below the
+      // chunk's first block (an interleaved stage's block there is another chunk's).
+      if (l > 0 || run_embed_) state_->prefetch(block_unit(lg) - 1);
       const BlockGrads g = grads_of(l);
       LayerActs& a = act(l);
       const bf16* residual = l == 0 ? encoded_ : act(l - 1).res3;
@@ -1361,8 +1360,9 @@ class CudaBackend final : public Backend {
       if (program[i].kind == PipelineStep::Kind::kCompute) last_compute = i;
     }
     GANTRY_CHECK(!per_micro || !embed_ ||
-                     (last_compute + 1 == program.size() && program[last_compute].action.op == completes),
-                 "stage 0's program ends with the last pass that completes its gradients");
+                     (last_compute + 1 == program.size() && program[last_compute].action.op == completes &&
+                      program[last_compute].action.chunk == 0),
+                 "stage 0's program ends with the last pass that completes its embeddings' gradients");
     // ZeRO 2-3: the pass that completes micro-batch k's gradients is a micro-batch of the dp state: its
     // buckets go to staging slots and are reduce-scattered into the gradient shard as it completes them.
     // Stage 0's last one also carries the classifier's wte gradient (the last stage sent it after its

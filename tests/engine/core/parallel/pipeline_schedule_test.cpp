@@ -264,32 +264,35 @@ TEST(PipelineProgram, SendsAndReceivesPairUpInOneOrder) {
 // backward per micro-batch (the dp state's count). With that extra message the programs still pair up in
 // one order: a rendezvous replay (every send waits for its receive) finishes on every rank.
 // The GPU stage at ZeRO 2-3 (cuda/backend_cuda.cu, pipeline_step) makes each micro-batch's completing pass
-// (a whole backward; ZB-H1's weight pass) a micro-batch of its dp state, and stage 0 receives the tied
-// gradient just before its last one: every stage must run m of them, in micro-batch order, and stage 0's
-// program must end with one.
+// (a whole backward of one chunk; ZB-H1's weight pass) a micro-batch of its dp state, and stage 0 receives
+// the tied gradient just before its last one: every stage must run m of them per chunk, each chunk's in
+// micro-batch order, and stage 0's program must end with chunk 0's last one (the embeddings').
 TEST(PipelineProgram, TheTiedGradientReachesStageZeroBeforeItsLastBackward) {
   for (const auto& [pp, m] : std::vector<std::pair<int, int>>{{2, 2}, {2, 4}, {3, 3}, {3, 6}, {4, 4}, {4, 8}})
-    for (PipelineSchedule s :
-         {PipelineSchedule::kGpipe, PipelineSchedule::kOneFOneB, PipelineSchedule::kZeroBubbleH1}) {
+    for (PipelineSchedule s : {PipelineSchedule::kGpipe, PipelineSchedule::kOneFOneB,
+                               PipelineSchedule::kZeroBubbleH1, PipelineSchedule::kInterleaved}) {
+      const int vp = s == PipelineSchedule::kInterleaved ? 2 : 1;
       SCOPED_TRACE(std::string(pipeline_schedule_name(s)) + " pp " + std::to_string(pp) + ", m " +
                    std::to_string(m));
       const PipelineOp completes =
           s == PipelineSchedule::kZeroBubbleH1 ? PipelineOp::kWeight : PipelineOp::kBackward;
       std::vector<std::vector<PipelineStep>> prog(pp);
       for (int r = 0; r < pp; ++r) {
-        prog[r] = pipeline_program(s, pp, 1, r, m);
-        std::vector<int> order;
+        prog[r] = pipeline_program(s, pp, vp, r, m);
+        std::vector<std::vector<int>> order(vp);
         for (const PipelineStep& x : prog[r]) {
-          if (x.kind == PipelineStep::Kind::kCompute && x.action.op == completes)
-            order.push_back(x.action.micro);
+          if (x.kind == PipelineStep::Kind::kCompute && x.action.op == completes) {
+            order[x.action.chunk].push_back(x.action.micro);
+          }
         }
         std::vector<int> expected(m);
         for (int k = 0; k < m; ++k) expected[k] = k;
-        EXPECT_EQ(order, expected) << "rank " << r;
+        for (int c = 0; c < vp; ++c) EXPECT_EQ(order[c], expected) << "rank " << r << " chunk " << c;
       }
       ASSERT_FALSE(prog[0].empty());
       EXPECT_EQ(prog[0].back().kind, PipelineStep::Kind::kCompute);
       EXPECT_EQ(prog[0].back().action.op, completes);
+      EXPECT_EQ(prog[0].back().action.chunk, 0);
       PipelineStep send{.kind = PipelineStep::Kind::kSend, .peer = 0};
       PipelineStep recv{.kind = PipelineStep::Kind::kRecv, .peer = pp - 1};
       send.action.micro = recv.action.micro = -1;  // the tied gradient: no micro-batch's
@@ -399,7 +402,7 @@ TEST(PipelineCheck, RefusesBadLayoutsNamingTheNumbers) {
   EXPECT_TRUE(pipeline_check(c, dims(8, 2, 2, 2, 3), 2).ok());
   EXPECT_THAT(pipeline_check(c, dims(2, 1, 1, 2), 1).message(),
               HasSubstr("pp 2 with train.pp_schedule = \"zbh1\" needs at least 2 micro-batches"));
-  // Interleaved runs on the GPU as on the CPU: vp > 1, micro-batches a multiple of pp, ZeRO 0 or 1, tp too.
+  // Interleaved runs on the GPU as on the CPU: vp > 1, micro-batches a multiple of pp, ZeRO 0-3, tp too.
   {
     Config v = c;
     v.model.n_layer = 4;  // pp x vp
@@ -407,10 +410,9 @@ TEST(PipelineCheck, RefusesBadLayoutsNamingTheNumbers) {
     EXPECT_TRUE(pipeline_check(v, dims(2, 1, 1, 2), 2, 2).ok());
     EXPECT_TRUE(pipeline_check(v, dims(4, 2, 1, 2, 1), 4, 2).ok());
     EXPECT_TRUE(pipeline_check(v, dims(4, 1, 2, 2, 1), 2, 2).ok());
-    EXPECT_THAT(pipeline_check(v, dims(4, 1, 2, 2, 3), 2, 2).message(),
-                HasSubstr("with zero 3 and train.pp_schedule = \"interleaved\" on train.backend = \"cuda\": "
-                          "a GPU pipeline stage shards over dp with ZeRO 2-3 under \"gpipe\", \"1f1b\" and "
-                          "\"zbh1\" only"));
+    // ZeRO 2-3 on the dp axis too (each chunk's backward completes its own buckets).
+    EXPECT_TRUE(pipeline_check(v, dims(4, 2, 1, 2, 2), 2, 2).ok());
+    EXPECT_TRUE(pipeline_check(v, dims(4, 2, 1, 2, 3), 2, 2).ok());
     EXPECT_THAT(pipeline_check(v, dims(2, 1, 1, 2), 3, 2).message(),
                 HasSubstr("needs micro-batches per step a multiple of pp (2)"));
     EXPECT_THAT(pipeline_check(v, dims(2, 1, 1, 2), 2, 1).message(),
