@@ -30,11 +30,11 @@
 // checkpointed there); it sends its bf16 copy to the last stage at each step's start (and before validation),
 // and the last stage sends back the classifier's fp32 weight gradient once per step, added to stage 0's
 // before the dp reductions. The stage's dp reductions run after the schedule at ZeRO 0-1; at ZeRO 2-3
-// (GPipe, 1F1B, ZB-H1) each backward (ZB-H1: each weight pass) reduce-scatters its buckets as it completes
-// them (ZeRO 3 also gathers each block before every forward and backward or input pass), and the tied
-// gradient joins stage 0's last embeddings reduction; the gradient norm sums every stage's squares over pp
-// (ZeroDeviceState's tp path, every tensor counted as split), the loss is the last stage's, summed over pp
-// (the others add 0), so both are the same on every rank.
+// each backward (interleaved: each chunk's, whose buckets are its own; ZB-H1: each weight pass)
+// reduce-scatters its buckets as it completes them (ZeRO 3 also gathers each block before every forward and
+// backward or input pass), and the tied gradient joins stage 0's last embeddings reduction; the gradient norm
+// sums every stage's squares over pp (ZeroDeviceState's tp path, every tensor counted as split), the loss is
+// the last stage's, summed over pp (the others add 0), so both are the same on every rank.
 //
 // Tensor x pipeline parallel (tp x pp, x dp at ZeRO 0-3): each stage's blocks split over its tp group
 // exactly as at pp 1 (tensor_parallel_stage_table); stage 0's embedding and the last stage's cross-entropy
