@@ -258,15 +258,13 @@ TEST(PipelineProgram, SendsAndReceivesPairUpInOneOrder) {
     }
 }
 
-// The GPU stage under ZeRO 2-3 (cuda/backend_cuda.cu, pipeline_step) reduces every backward's buckets as
-// it goes, so stage 0 takes the tied classifier's gradient (sent by the last stage after its program) just
-// before its last compute, which must be its last backward with no message after it; each stage runs one
-// backward per micro-batch (the dp state's count). With that extra message the programs still pair up in
-// one order: a rendezvous replay (every send waits for its receive) finishes on every rank.
 // The GPU stage at ZeRO 2-3 (cuda/backend_cuda.cu, pipeline_step) makes each micro-batch's completing pass
-// (a whole backward of one chunk; ZB-H1's weight pass) a micro-batch of its dp state, and stage 0 receives
-// the tied gradient just before its last one: every stage must run m of them per chunk, each chunk's in
-// micro-batch order, and stage 0's program must end with chunk 0's last one (the embeddings').
+// (a whole backward of one chunk; ZB-H1's weight pass) a micro-batch of its dp state, reduced as it goes,
+// so stage 0 takes the tied classifier's gradient (sent by the last stage after its program) just before
+// its last one, which must be its program's last step, chunk 0's (the embeddings'), with no message after
+// it; each stage runs m of them per chunk, each chunk's in micro-batch order (the dp state's count). With
+// that extra message the programs still pair up in one order: a rendezvous replay (every send waits for
+// its receive) finishes on every rank.
 TEST(PipelineProgram, TheTiedGradientReachesStageZeroBeforeItsLastBackward) {
   for (const auto& [pp, m] : std::vector<std::pair<int, int>>{{2, 2}, {2, 4}, {3, 3}, {3, 6}, {4, 4}, {4, 8}})
     for (PipelineSchedule s : {PipelineSchedule::kGpipe, PipelineSchedule::kOneFOneB,
