@@ -998,8 +998,9 @@ class CudaBackend final : public Backend {
   // stage's blocks to d(input) in dres_, then the encoder's gradients on the first stage.
   // ZB-H1 (`part`): kInput leaves out the four products' weight gradients and the fc and qkv bias
   // reductions, keeping their output gradients in the slot (KeptGrads); kWeight (weight_pass) computes them.
-  // Everything else (the LayerNorms' gradients and the biases they sum, the classifier, the embeddings) is
-  // the input pass's. kWhole issues the same kernels in the same order as before the split.
+  // The embeddings' backward is the weight pass's too (from d(input), kept in the slot). Everything else
+  // (the LayerNorms' gradients and the biases they sum, the classifier) is the input pass's. kWhole issues
+  // the same kernels in the same order as before the split.
   void backward(int B, BackwardPart part = BackwardPart::kWhole) {
     if (part == BackwardPart::kWeight) {
       weight_pass(B);
@@ -1110,7 +1111,7 @@ class CudaBackend final : public Backend {
   }
 
   // ZB-H1's weight pass over the chunk's blocks: the products' weight gradients and the fc and qkv biases,
-  // from the output gradients the input pass kept (KeptGrads) and the slot's activations. No collectives.
+  // from the output gradients the input pass kept (KeptGrads) and the slot's activations. No tp collectives.
   // It completes every unit of the chunk for its micro-batch, top unit first: first (ZeRO 2-3) the input
   // pass's parameter gradients (the slot's early buffer) are added in, then the products', then grads_done
   // (ZeRO 2-3 on a pipeline stage: the bucket's reduce-scatter); on stage 0 the embeddings' backward from
