@@ -30,11 +30,11 @@
 // checkpointed there); it sends its bf16 copy to the last stage at each step's start (and before validation),
 // and the last stage sends back the classifier's fp32 weight gradient once per step, added to stage 0's
 // before the dp reductions. The stage's dp reductions run after the schedule at ZeRO 0-1; at ZeRO 2-3
-// (GPipe and 1F1B) each backward reduce-scatters its buckets as it completes them (ZeRO 3 also gathers each
-// block before every forward and backward), and the tied gradient joins stage 0's last embeddings
-// reduction; the gradient norm sums every stage's squares over pp (ZeroDeviceState's tp path, every tensor
-// counted as split), the loss is the last stage's, summed over pp (the others add 0), so both are the same
-// on every rank.
+// each backward (interleaved: each chunk's, whose buckets are its own; ZB-H1: each weight pass)
+// reduce-scatters its buckets as it completes them (ZeRO 3 also gathers each block before every forward and
+// backward or input pass), and the tied gradient joins stage 0's last embeddings reduction; the gradient norm
+// sums every stage's squares over pp (ZeroDeviceState's tp path, every tensor counted as split), the loss is
+// the last stage's, summed over pp (the others add 0), so both are the same on every rank.
 //
 // Tensor x pipeline parallel (tp x pp, x dp at ZeRO 0-3): each stage's blocks split over its tp group
 // exactly as at pp 1 (tensor_parallel_stage_table); stage 0's embedding and the last stage's cross-entropy
@@ -148,11 +148,20 @@ struct PipeMicro {
 struct KeptGrads {
   bf16 *dres3 = nullptr, *dfch = nullptr, *dres2 = nullptr, *dqkv = nullptr;
 };
+// ZB-H1: the parameter gradients the input pass writes (the LayerNorms' and the projection biases they sum),
+// by index in BlockTensors order. At ZeRO 2-3 the input pass adds them into a per-slot buffer
+// (StageSlot::early, C floats each, in this order, block after block, then the final norm's weight and bias
+// on the model's last chunk) and the weight pass adds that into the gradients, so each micro-batch's
+// gradients reach the dp state in its weight pass alone, whatever other micro-batch's input pass ran in
+// between. (At ZeRO 0-1 both passes add into the full gradient buffer, reduced after the schedule.)
+constexpr std::array<int, 6> kInputPassTensors = {0, 1, 5, 6, 7, 11};  // ln1_w, ln1_b, proj_b, ln2_w, ln2_b,
+                                                                       // fcproj_b
 struct StageSlot {
   bf16* in = nullptr;    // (N, C): the stage's input (the encoder's output on stage 0)
   bf16* dout = nullptr;  // (N, C): d(output) received, then d(input) to send
   std::vector<LayerActs> layers;
   std::vector<KeptGrads> kept;  // ZB-H1: per block
+  float* early = nullptr;       // ZB-H1 at ZeRO 2-3: the input pass's parameter gradients (kInputPassTensors)
   bf16* lnf = nullptr;          // last stage: the final norm's output and statistics
   float *lnf_mean = nullptr, *lnf_rstd = nullptr;
   bool busy = false;
@@ -216,14 +225,6 @@ class CudaBackend final : public Backend {
                    "train.pp_schedule \"" + pp.schedule + "\" with vp " + std::to_string(vp_) +
                        ": the GPU pipeline runs \"gpipe\", \"1f1b\" and \"zbh1\" at vp 1, \"interleaved\" at "
                        "vp > 1");
-      // ZeRO 2-3 reduce each backward's buckets as it completes them (pipeline_step), which needs whole
-      // backwards of one chunk: ZB-H1's weight passes and interleaved chunks would each need their own
-      // staging, which nothing has built yet.
-      GANTRY_CHECK(
-          dp.zero <= 1 || schedule_ == PipelineSchedule::kGpipe || schedule_ == PipelineSchedule::kOneFOneB,
-          "zero " + std::to_string(dp.zero) + " with train.pp_schedule \"" + pp.schedule +
-              "\": a GPU pipeline stage shards over dp with ZeRO 2-3 under \"gpipe\" and \"1f1b\", "
-              "ZeRO 0-1 under every schedule");
       split_backward_ = schedule_ == PipelineSchedule::kZeroBubbleH1;
       // Chunk c is virtual stage c * stages_ + stage_: its blocks follow chunk c - 1's in the rank's table.
       for (int c = 0; c < vp_; ++c) {
@@ -253,10 +254,13 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaEventCreate(&opt_end_));
     matmul_ = std::make_unique<Matmul>(stream_);
     allocate();
-    // One GPU shards nothing: ZeRO 0 whatever was asked.
-    ShardPlan plan = dp_ != nullptr
-                         ? shard_plan_make(table_, dp_->size(), dp_->rank(), dp.zero, dp.bucket_bytes)
-                         : shard_plan_make(table_, 1, 0, 0, dp.bucket_bytes);
+    // One GPU shards nothing: ZeRO 0 whatever was asked. Under interleaving each chunk's first block begins
+    // a bucket: at ZeRO 2-3 each backward completes its own chunk's buckets (pipeline_step).
+    std::vector<int> chunk_starts;
+    for (int c = 1; c < vp_; ++c) chunk_starts.push_back(block_unit(chunk_first_[c]));
+    ShardPlan plan = dp_ != nullptr ? shard_plan_make(table_, dp_->size(), dp_->rank(), dp.zero,
+                                                      dp.bucket_bytes, chunk_starts)
+                                    : shard_plan_make(table_, 1, 0, 0, dp.bucket_bytes);
     // The norm's two further axes: tp (the split tensors' squares summed over it, the whole ones' counted
     // once), then pp (every stage's tensors are its own, so each stage's total is summed over the stages).
     std::vector<bool> sharded;
@@ -384,7 +388,8 @@ class CudaBackend final : public Backend {
     // A pipeline stage at ZeRO 0-1 adds every micro-batch into the full gradient buffer and hands the dp
     // state one (its reductions run after the schedule); at ZeRO 2-3 each backward is a micro-batch of its
     // own, reduced as it completes its buckets (pipeline_step).
-    state_->begin_step(pp_comm_ != nullptr && !stage_reduces_per_micro_batch() ? 1 : micro_batches);
+    // Under interleaving each chunk's backward of each micro-batch is one (vp of them per micro-batch).
+    state_->begin_step(pp_comm_ != nullptr && !stage_reduces_per_micro_batch() ? 1 : micro_batches * vp_);
     expected_micros_ = std::max(1, micro_batches);
     micros_.clear();
     pipe_micros_ = 0;
@@ -825,7 +830,8 @@ class CudaBackend final : public Backend {
     }
     for (int l = 0; l < L; ++l) {
       const BlockParams p = block_params(chunk_lo_ + l);
-      state_->prefetch(block_unit(chunk_lo_ + l) + 1);  // ZeRO 3 only
+      // ZeRO 3 only; not past the chunk's end (an interleaved stage's next block there is another chunk's).
+      if (l + 1 < L || run_head_) state_->prefetch(block_unit(chunk_lo_ + l) + 1);
       LayerActs& a = act(l);
       // This block's first norm also finishes the previous block: res3 = res2 + its MLP output.
       if (l == 0) {
@@ -992,8 +998,9 @@ class CudaBackend final : public Backend {
   // stage's blocks to d(input) in dres_, then the encoder's gradients on the first stage.
   // ZB-H1 (`part`): kInput leaves out the four products' weight gradients and the fc and qkv bias
   // reductions, keeping their output gradients in the slot (KeptGrads); kWeight (weight_pass) computes them.
-  // Everything else (the LayerNorms' gradients and the biases they sum, the classifier, the embeddings) is
-  // the input pass's. kWhole issues the same kernels in the same order as before the split.
+  // The embeddings' backward is the weight pass's too (from d(input), kept in the slot). Everything else
+  // (the LayerNorms' gradients and the biases they sum, the classifier) is the input pass's. kWhole issues
+  // the same kernels in the same order as before the split.
   void backward(int B, BackwardPart part = BackwardPart::kWhole) {
     if (part == BackwardPart::kWeight) {
       weight_pass(B);
@@ -1006,14 +1013,29 @@ class CudaBackend final : public Backend {
     // Each LayerNorm backward also sums the dres it leaves into the gradient of the bias whose output that
     // residual stream is (no separate bias pass). The final norm writes dres (no memset first); dres is then
     // d(res3) of the last block, whose MLP projection bias it is.
+    // ZB-H1 at ZeRO 2-3: the input pass adds its parameter gradients into the slot's early buffer (zeroed
+    // here), which the weight pass adds into the dp state's gradients, so a unit's staging is opened and
+    // completed in that one pass.
+    const bool early = split && early_ != nullptr;
+    if (early) CUDA_CHECK(cudaMemsetAsync(early_, 0, early_floats(chunk_) * sizeof(float), stream_));
+    auto grads_of = [&](int l) { return early ? input_pass_grads(l) : block_grads(chunk_lo_ + l); };
     const bf16* top = L > 0 ? act(L - 1).res3 : encoded_;
-    float* top_bias = L > 0 ? block_grads(chunk_lo_ + L - 1).fcproj_b : nullptr;
+    float* top_bias = L > 0 ? grads_of(L - 1).fcproj_b : nullptr;
     if (run_head_) {
       const bf16* lnf = state_->params(final_unit_);
-      float* dlnf = state_->grads(final_unit_);
-      layernorm_backward_cuda(dres_, dlnf + lnf_w_at_, dlnf + lnf_b_at_, top_bias, scratch_, dln_, top,
-                              lnf + lnf_w_at_, lnf_mean_, lnf_rstd_, N, C, false, stream_);
-      grads_done(final_unit_);
+      float* dlnf_w = nullptr;
+      float* dlnf_b = nullptr;
+      if (early) {
+        dlnf_w = early_ + kInputPassTensors.size() * C * L;  // after the blocks' (early_floats)
+        dlnf_b = dlnf_w + C;
+      } else {
+        float* dlnf = state_->grads(final_unit_);
+        dlnf_w = dlnf + lnf_w_at_;
+        dlnf_b = dlnf + lnf_b_at_;
+      }
+      layernorm_backward_cuda(dres_, dlnf_w, dlnf_b, top_bias, scratch_, dln_, top, lnf + lnf_w_at_,
+                              lnf_mean_, lnf_rstd_, N, C, false, stream_);
+      if (!split) grads_done(final_unit_);
     } else {
       // The next stage's d(res3) is this stage's last MLP projection's bias gradient, which the final
       // norm's backward adds on one GPU.
@@ -1022,9 +1044,10 @@ class CudaBackend final : public Backend {
     for (int l = L - 1; l >= 0; --l) {
       const int lg = chunk_lo_ + l;  // among the rank's blocks
       const BlockParams p = block_params(lg);
-      // The block below (or the embeddings, which stay gathered for the step): ZeRO 3 only.
-      state_->prefetch(block_unit(lg) - 1);
-      const BlockGrads g = block_grads(lg);
+      // The block below (or the embeddings, which stay gathered for the step): ZeRO 3 only; not below the
+      // chunk's first block (an interleaved stage's block there is another chunk's).
+      if (l > 0 || run_embed_) state_->prefetch(block_unit(lg) - 1);
+      const BlockGrads g = grads_of(l);
       LayerActs& a = act(l);
       const bf16* residual = l == 0 ? encoded_ : act(l - 1).res3;
       // MLP branch, reading d(res3) before the second norm's contribution turns dres into d(res2).
@@ -1068,14 +1091,17 @@ class CudaBackend final : public Backend {
       if (tp_comm_ != nullptr) tp_join();
       // dres becomes d(res3) of the block below: its MLP projection's bias gradient (the chunk's first
       // block: the previous virtual stage's, which sums the d(input) it receives into it).
-      float* below_bias = l > 0 ? block_grads(lg - 1).fcproj_b : nullptr;
+      float* below_bias = l > 0 ? grads_of(l - 1).fcproj_b : nullptr;
       layernorm_backward_cuda(dres_, g.ln1_w, g.ln1_b, below_bias, scratch_, dln_, residual, p.ln1_w,
                               a.ln1_mean, a.ln1_rstd, N, C, true, stream_);
       state_->release(block_unit(lg));
-      // Block l's gradients are complete (block l + 1 wrote its MLP projection's).
-      grads_done(block_unit(lg));
+      // Block l's gradients are complete (block l + 1 wrote its MLP projection's); ZB-H1: after the weight
+      // pass.
+      if (!split) grads_done(block_unit(lg));
     }
-    if (!run_embed_) return;  // d(input) stays in dres_, for the previous stage
+    // d(input) stays in dres_, for the previous stage; ZB-H1's weight pass runs the embeddings' backward
+    // (from that d(input), which pipeline_step keeps in the slot).
+    if (!run_embed_ || split) return;
     // A fixed grid of N buckets (the most a batch can have; spare ones are empty) keeps this launch the
     // same for every batch of a shape, as graph replay needs.
     float* dembeddings = state_->grads(0);
@@ -1085,12 +1111,36 @@ class CudaBackend final : public Backend {
   }
 
   // ZB-H1's weight pass over the chunk's blocks: the products' weight gradients and the fc and qkv biases,
-  // from the output gradients the input pass kept (KeptGrads) and the slot's activations. No collectives.
+  // from the output gradients the input pass kept (KeptGrads) and the slot's activations. No tp collectives.
+  // It completes every unit of the chunk for its micro-batch, top unit first: first (ZeRO 2-3) the input
+  // pass's parameter gradients (the slot's early buffer) are added in, then the products', then grads_done
+  // (ZeRO 2-3 on a pipeline stage: the bucket's reduce-scatter); on stage 0 the embeddings' backward from
+  // the d(input) the slot kept. It reads no parameters (ZeRO 3 gathers nothing for it).
   void weight_pass(int B) {
-    const int C = m_.n_embd, N = B * m_.seq_len, L = chunk_n_;
+    const int T = m_.seq_len, C = m_.n_embd, N = B * T, L = chunk_n_;
     const int Cl = C / tp_, Hl = 4 * C / tp_;  // this tp rank's share
+    const size_t E = kInputPassTensors.size();
+    if (run_head_) {
+      float* dlnf = state_->grads(final_unit_);
+      if (early_ != nullptr) {
+        const float* e = early_ + E * C * L;
+        add_in_place_cuda(dlnf + lnf_w_at_, e, C, stream_);
+        add_in_place_cuda(dlnf + lnf_b_at_, e + C, C, stream_);
+      }
+      grads_done(final_unit_);
+    }
     for (int l = L - 1; l >= 0; --l) {
-      const BlockGrads g = block_grads(chunk_lo_ + l);
+      const int lg = chunk_lo_ + l;
+      float* unit = state_->grads(block_unit(lg));
+      const BlockGrads g = block_at(unit, block_at_);
+      // The early buffer's tensors, in runs that are contiguous in the unit (one add per run).
+      const float* e = early_ != nullptr ? early_ + E * C * l : nullptr;
+      for (size_t j = 0; e != nullptr && j < E;) {
+        size_t r = j + 1;
+        while (r < E && block_at_[kInputPassTensors[r]] == block_at_[kInputPassTensors[j]] + (r - j) * C) ++r;
+        add_in_place_cuda(unit + block_at_[kInputPassTensors[j]], e + j * C, (r - j) * C, stream_);
+        j = r;
+      }
       const LayerActs& a = act(l);
       const KeptGrads& k = (*kept_)[l];
       matmul_->backward_weight(g.fcproj_w, k.dres3, a.fch_gelu, N, Hl, C);
@@ -1099,7 +1149,13 @@ class CudaBackend final : public Backend {
       matmul_->backward_weight(g.proj_w, k.dres2, a.atty, N, Cl, C);
       matmul_->backward_weight(g.qkv_w, k.dqkv, a.ln1, N, C, 3 * Cl);
       bias_backward_cuda(g.qkv_b, scratch_, k.dqkv, N, 3 * Cl, stream_);
+      grads_done(block_unit(lg));
     }
+    if (!run_embed_) return;
+    float* dembeddings = state_->grads(0);
+    encoder_backward_cuda(dembeddings, dembeddings + wpe_at_, slot_dout_, bucket_token_, bucket_start_,
+                          positions_, N, B, T, C, stream_);
+    grads_done(0);  // the embeddings (stage 0's last one also carries the tied wte gradient: pipeline_step)
   }
   void copy_async(bf16* to, const bf16* from, size_t count) {
     CUDA_CHECK(cudaMemcpyAsync(to, from, count * sizeof(bf16), cudaMemcpyDeviceToDevice, stream_));
@@ -1147,6 +1203,7 @@ class CudaBackend final : public Backend {
           s.kept.push_back(
               {device<bf16>(N * C), device<bf16>(N * Hl), device<bf16>(N * C), device<bf16>(N * 3 * Cl)});
         }
+        if (stage_reduces_per_micro_batch()) s.early = device<float>(early_floats(chunk));
       }
       if (head_ && chunk == vp_ - 1) {
         s.lnf = device<bf16>(N * C);
@@ -1168,16 +1225,33 @@ class CudaBackend final : public Backend {
   }
   // forward() and backward() run chunk `chunk`'s blocks.
   void use_chunk(int chunk) {
+    chunk_ = chunk;
     chunk_lo_ = chunk_first_[chunk];
     chunk_n_ = chunk_layers_[chunk];
     run_embed_ = embed_ && chunk == 0;
     run_head_ = head_ && chunk == static_cast<int>(chunk_layers_.size()) - 1;
+  }
+  // ZB-H1: the floats of a slot's input-pass gradients (StageSlot::early) for chunk `chunk`.
+  size_t early_floats(int chunk) const {
+    const bool final_norm = head_ && chunk == vp_ - 1;
+    return (kInputPassTensors.size() * chunk_layers_[chunk] + (final_norm ? 2 : 0)) *
+           static_cast<size_t>(m_.n_embd);
+  }
+  // ZB-H1's input pass: where block l of the chunk (local index) adds the gradients it writes (the slot's
+  // early buffer; the weight pass's tensors are null).
+  BlockGrads input_pass_grads(int l) {
+    const size_t C = m_.n_embd;
+    float* e = early_ + kInputPassTensors.size() * C * l;
+    return {e,         e + C,     nullptr, nullptr, nullptr, e + 2 * C,
+            e + 3 * C, e + 4 * C, nullptr, nullptr, nullptr, e + 5 * C};
   }
   // forward() and backward() work on this slot's activations.
   void use_slot(StageSlot& s) {
     encoded_ = s.in;
     acts_ = &s.layers;
     kept_ = &s.kept;
+    early_ = s.early;
+    slot_dout_ = s.dout;
     if (s.lnf != nullptr) {
       lnf_ = s.lnf;
       lnf_mean_ = s.lnf_mean;
@@ -1201,9 +1275,9 @@ class CudaBackend final : public Backend {
   //         interleaving the last stage's chunk c sends to stage 0's chunk c + 1 and the gradient comes
   //         back the same way: each step names this rank's chunk and its peer;
   //      3. the tied classifier's gradient, last -> stage 0 (fp32 V/tp x C), sent after the last stage's
-  //         program and received after stage 0's last message (ZeRO 0-1: after its program; ZeRO 2-3,
-  //         GPipe and 1F1B only: just before its last backward, its program's last step, which sends
-  //         nothing: the same message order;
+  //         program and received after stage 0's last message (ZeRO 0-1: after its program; ZeRO 2-3:
+  //         just before its last backward, ZB-H1 its last weight pass, its program's last step, which
+  //         sends nothing: the same message order;
   //         PipelineProgram.TheTiedGradientReachesStageZeroBeforeItsLastBackward);
   //      4. update(): the norm's all-reduce over pp (ZeroDeviceState, after its tp one);
   //      5. optimizer_step(): the loss's all-reduce (the last stage's, the others add 0).
@@ -1223,15 +1297,17 @@ class CudaBackend final : public Backend {
   //      norm and loss sum in update(); ZeRO 1's bf16 gathers as the next step's stage first asks for
   //      each bucket (stage 0: sync_wte; the others: the first forward).
   //      ZeRO 2: ZeRO 1's bf16 gathers of every bucket at the step's first params() (as ZeRO 1); then for
-  //      each backward in program order (micro-batches 0..m-1 under both schedules) its buckets'
-  //      reduce-scatters as it completes them, top unit first (the final norm's, the blocks', stage 0's
-  //      embeddings last, whose last one carries the tied gradient); then update()'s all-reduce of the
-  //      loss and the squares.
+  //      each completing pass in program order (the backward; ZB-H1's weight pass; micro-batches 0..m-1
+  //      under every schedule) its buckets' reduce-scatters as it completes them, top unit first (the
+  //      final norm's, the blocks', stage 0's embeddings last, whose last one carries the tied gradient);
+  //      then update()'s all-reduce of the loss and the squares.
   //      ZeRO 3: in program order, each forward's block gathers (block l + 1 issued as block l is
   //      enqueued, a block still in one of the two slots not gathered again; the embeddings at stage 0's
   //      sync_wte and the final norm at the last stage's first forward, once per step), each backward's
-  //      gathers (block l - 1 as block l is enqueued) interleaved with its reduce-scatters as above; then
-  //      update()'s all-reduce. The host's calls decide the order, and they are the same on every replica.
+  //      (ZB-H1: input pass's) gathers (block l - 1 as block l is enqueued) interleaved with its
+  //      reduce-scatters as above (ZB-H1: the weight pass's reduce-scatters, and no gathers: it reads no
+  //      parameters); then update()'s all-reduce. The host's calls decide the order, and they are the
+  //      same on every replica.
   //  No cycle across communicators: place every rank's operations in pipeline_program's one global
   //      message order (each stage's computes, and the dp and tp collectives they issue, between its
   //      messages). Every wait then points to an operation no later in that order: a pp receive to its
@@ -1275,17 +1351,34 @@ class CudaBackend final : public Backend {
     if (head_) CUDA_CHECK(cudaMemsetAsync(dwte_, 0, VC * sizeof(float), stream_));
     slot_of_.assign(vp_, std::vector<int>(m, -1));
     const std::vector<PipelineStep> program = pipeline_program(schedule_, stages_, vp_, stage_, m);
-    // Stage 0's last compute is its last backward under GPipe and 1F1B, after every message of its program
-    // (it sends nothing up): under ZeRO 2-3 (those schedules only) the tied classifier's gradient is
-    // received and added just before it.
+    // Stage 0's last compute is its last backward under GPipe and 1F1B, its last weight pass under ZB-H1
+    // (stage 0 defers none), after every message of its program (it sends nothing up): under ZeRO 2-3 the
+    // tied classifier's gradient is received and added just before it.
+    // ZB-H1: the dp state's micro-batch is the weight pass, which completes every unit (weight_pass).
+    const PipelineOp completes = split_backward_ ? PipelineOp::kWeight : PipelineOp::kBackward;
     size_t last_compute = 0;
     for (size_t i = 0; i < program.size(); ++i) {
       if (program[i].kind == PipelineStep::Kind::kCompute) last_compute = i;
     }
-    GANTRY_CHECK(
-        !per_micro || !embed_ ||
-            (last_compute + 1 == program.size() && program[last_compute].action.op == PipelineOp::kBackward),
-        "stage 0's program ends with its last backward");
+    GANTRY_CHECK(!per_micro || !embed_ ||
+                     (last_compute + 1 == program.size() && program[last_compute].action.op == completes &&
+                      program[last_compute].action.chunk == 0),
+                 "stage 0's program ends with the last pass that completes its embeddings' gradients");
+    // ZeRO 2-3: the pass that completes micro-batch k's gradients is a micro-batch of the dp state: its
+    // buckets go to staging slots and are reduce-scattered into the gradient shard as it completes them.
+    // Stage 0's last one also carries the classifier's wte gradient (the last stage sent it after its
+    // program): added into the embeddings' staging slot before the encoder's backward adds into it, it is
+    // reduced with that bucket's last reduce-scatter, at no extra dp traffic (a reduction of its own after
+    // the schedule would move V/tp x C floats more, and with nothing left to hide it). The wait for it is the
+    // last stage's remaining work, which the gradient chain down to stage 0 has already covered.
+    auto begin_dp_micro_batch = [&](size_t i) {
+      if (!per_micro) return;
+      state_->begin_micro_batch();
+      if (embed_ && i == last_compute) {
+        p2p_recv(dwte_in_, VC, sizeof(float), stages_ - 1);
+        add_in_place_cuda(state_->grads(0), dwte_in_, VC, stream_);
+      }
+    };
     CUDA_CHECK(cudaEventRecord(span_begin_, stream_));
     // Each step names this rank's chunk: a receive's is the chunk it feeds, a send's the one that made it.
     for (size_t i = 0; i < program.size(); ++i) {
@@ -1325,6 +1418,7 @@ class CudaBackend final : public Backend {
       if (step.action.op == PipelineOp::kWeight) {
         StageSlot& s = slot(c, k);
         use_slot(s);
+        begin_dp_micro_batch(i);
         CUDA_CHECK(cudaEventRecord(ev.w0, stream_));
         backward(mb.batch, BackwardPart::kWeight);
         CUDA_CHECK(cudaEventRecord(ev.w1, stream_));
@@ -1335,20 +1429,7 @@ class CudaBackend final : public Backend {
                    "the GPU pipeline's backward passes: whole, or ZB-H1's input and weight passes");
       StageSlot& s = slot(c, k);
       use_slot(s);
-      if (per_micro) {
-        // ZeRO 2-3: this backward's buckets go to staging slots and are reduce-scattered into the gradient
-        // shard as it completes them. Stage 0's last one also carries the classifier's wte gradient (the
-        // last stage sent it after its program): added into the embeddings' staging slot before the
-        // encoder's backward adds into it, it is reduced with that bucket's last reduce-scatter, at no
-        // extra dp traffic (a reduction of its own after the schedule would move V/tp x C floats more, and
-        // with nothing left to hide it). The wait for it is the last stage's remaining work, which the
-        // gradient chain down to stage 0 has already covered.
-        state_->begin_micro_batch();
-        if (embed_ && i == last_compute) {
-          p2p_recv(dwte_in_, VC, sizeof(float), stages_ - 1);
-          add_in_place_cuda(state_->grads(0), dwte_in_, VC, stream_);
-        }
-      }
+      if (!split_backward_) begin_dp_micro_batch(i);
       CUDA_CHECK(cudaEventRecord(ev.b0, stream_));
       if (run_head_) {
         classifier(mb.batch, mb.grad_scale / static_cast<float>(N), true);
@@ -1357,9 +1438,10 @@ class CudaBackend final : public Backend {
         CUDA_CHECK(cudaMemcpyAsync(dres_, s.dout, NC * sizeof(bf16), cudaMemcpyDeviceToDevice, stream_));
       }
       backward(mb.batch, split_backward_ ? BackwardPart::kInput : BackwardPart::kWhole);
-      if (!run_embed_) {
+      // d(input): sent up, or (ZB-H1, the model's first chunk) kept for the weight pass's embeddings.
+      if (!run_embed_ || split_backward_) {
         CUDA_CHECK(cudaMemcpyAsync(s.dout, dres_, NC * sizeof(bf16), cudaMemcpyDeviceToDevice, stream_));
-      } else if (!split_backward_) {
+      } else {
         s.busy = false;  // the model's first chunk sends nothing up
       }
       CUDA_CHECK(cudaEventRecord(ev.b1, stream_));
@@ -1481,6 +1563,8 @@ class CudaBackend final : public Backend {
   std::vector<LayerActs> layers_;
   std::vector<LayerActs>* acts_ = &layers_;  // the activations forward() and backward() use
   std::vector<KeptGrads>* kept_ = nullptr;   // ZB-H1: the slot's kept output gradients (use_slot)
+  float* early_ = nullptr;                   // ZB-H1: the slot's input-pass parameter gradients (use_slot)
+  bf16* slot_dout_ = nullptr;                // ZB-H1: the slot's d(input), which stage 0's weight pass reads
   // The stage's blocks (all L at pp 1): the first one's global index and how many; whether it holds the
   // embeddings (stage 0) and the final norm and classifier (the last), and the final norm's unit.
   int first_layer_ = 0, n_local_ = 0;
@@ -1489,7 +1573,7 @@ class CudaBackend final : public Backend {
   // interleaving); the chunk forward() and backward() run (use_chunk): its blocks, and whether it runs the
   // embeddings (chunk 0 of stage 0) and the final norm and classifier (the last chunk of the last stage).
   std::vector<int> chunk_first_, chunk_layers_;
-  int chunk_lo_ = 0, chunk_n_ = 0;
+  int chunk_ = 0, chunk_lo_ = 0, chunk_n_ = 0;
   bool run_embed_ = true, run_head_ = true;
   // A stage's hand-off (forward() of a chunk before the model's last): its discarded norm output.
   bf16* handoff_ln_ = nullptr;

@@ -39,8 +39,11 @@
 // (every stage but the first) or the final norm (every stage but the last): its units are then all blocks
 // at that end (the plan's unit 0 or last unit is a block), so ZeRO 3 gathers them per use like any block
 // and ZeRO 2-3 give the embeddings' slot only to a stage that has them. Under ZeRO 2-3 the backend calls
-// begin_micro_batch() before each micro-batch's backward and grads_done() as it completes each unit, as at
-// pp 1, in the stage's program order (the same on every replica of the stage).
+// begin_micro_batch() before the pass that completes each micro-batch's gradients (its backward, under
+// interleaving each chunk's; ZB-H1's weight pass, the input pass's gradients kept aside until then) and
+// grads_done() as it completes each unit, as at pp 1, in the stage's program order (the same on every
+// replica of the stage). Interleaved, the plan begins a bucket at each chunk's first block, so each
+// chunk's backward completes its own buckets.
 //
 // A failed collective is fatal (FatalError carrying the communicator's message): the gang fails together.
 #pragma once

@@ -364,15 +364,9 @@ Status pipeline_check(const Config& c, const ParallelDims& d, int micro_batches,
     return bad("train.pp_schedule = \"" + c.train.pp_schedule +
                "\": use \"gpipe\", \"1f1b\", \"interleaved\" or \"zbh1\"");
   }
-  // The GPU stage (cuda/backend_cuda.cu) runs every schedule at ZeRO 0-1; at ZeRO 2-3 it reduces each
-  // whole backward of its one chunk as it completes, so only under GPipe and 1F1B.
-  if (c.train.backend == "cuda" && d.zero >= 2 && s != PipelineSchedule::kGpipe &&
-      s != PipelineSchedule::kOneFOneB) {
-    return bad(pp + " with zero " + std::to_string(d.zero) + " and train.pp_schedule = \"" +
-               c.train.pp_schedule +
-               "\" on train.backend = \"cuda\": a GPU pipeline stage shards over dp with ZeRO 2-3 under "
-               "\"gpipe\" and \"1f1b\" only; use one of those, zero 0 or 1, or train.backend = \"cpu\"");
-  }
+  // The GPU stage (cuda/backend_cuda.cu) runs every schedule at ZeRO 0-3: at ZeRO 2-3 it reduces each
+  // micro-batch's buckets as the pass that completes them runs (a whole backward of one chunk, ZB-H1's
+  // weight pass); the CPU stage reduces after its schedule.
   const std::string mb = std::to_string(micro_batches),
                     given = "global_batch " + std::to_string(c.train.global_batch) + " / (dp " +
                             std::to_string(d.dp) + " x micro_batch " + std::to_string(c.train.micro_batch) +

@@ -83,7 +83,8 @@ std::vector<FlatRange> units_of(const TensorTable& table) {
 
 }  // namespace
 
-ShardPlan shard_plan_make(const TensorTable& table, int dp, int rank, int zero, size_t bucket_bytes) {
+ShardPlan shard_plan_make(const TensorTable& table, int dp, int rank, int zero, size_t bucket_bytes,
+                          const std::vector<int>& bucket_starts) {
   GANTRY_CHECK(dp >= 1 && rank >= 0 && rank < dp && zero >= 0 && zero <= 3, "bad shard plan arguments");
   ShardPlan p;
   p.dp = dp;
@@ -93,13 +94,20 @@ ShardPlan shard_plan_make(const TensorTable& table, int dp, int rank, int zero, 
   p.units = units_of(table);
   const int n_units = static_cast<int>(p.units.size());
   p.unit_bucket.assign(n_units, -1);
+  std::vector<char> starts(n_units + 1, 0);
+  for (int u : bucket_starts) {
+    GANTRY_CHECK(u >= 1 && u < n_units, "bucket start unit " + std::to_string(u) + " (allowed 1 to " +
+                                            std::to_string(n_units - 1) + ")");
+    starts[u] = 1;
+  }
 
   // Buckets are formed from the top unit down (the order the backward pass completes them), then stored
   // in flat order.
   const size_t cap = std::max<size_t>(1, bucket_bytes / sizeof(float));
   std::vector<std::vector<int>> groups;  // units of each bucket, top down
   for (int u = n_units - 1; u >= 1; --u) {
-    const bool fits = !groups.empty() && zero < 3 && [&] {
+    // Unit u + 1 (the group's lowest so far) beginning a bucket closes the group.
+    const bool fits = !groups.empty() && zero < 3 && !starts[u + 1] && [&] {
       size_t n = 0;
       for (int v : groups.back()) n += p.units[v].count;
       return n + p.units[u].count <= cap;

@@ -67,8 +67,11 @@ struct ShardPlan {
 };
 
 // `table` must be gpt_param_table's (units are found from the tensors' layer index). bucket_bytes is
-// in bytes of fp32 elements; a unit larger than it is a bucket alone.
-ShardPlan shard_plan_make(const TensorTable& table, int dp, int rank, int zero, size_t bucket_bytes);
+// in bytes of fp32 elements; a unit larger than it is a bucket alone. `bucket_starts`: units that begin a
+// bucket whatever its size (the first block of each model chunk of an interleaved GPU stage, whose
+// backwards each complete their own chunk's buckets: cuda/backend_cuda.cu); each must be in [1, units).
+ShardPlan shard_plan_make(const TensorTable& table, int dp, int rank, int zero, size_t bucket_bytes,
+                          const std::vector<int>& bucket_starts = {});
 
 // Floats a rank holds per category under the plan, by the formula the engine prints (P = numel, S =
 // shard_numel, E = embedding unit, F = final norm unit, U = largest block unit, B = largest bucket

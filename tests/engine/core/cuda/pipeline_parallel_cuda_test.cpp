@@ -18,7 +18,9 @@
 // 0.5 %. The validation loss (steps 6 and 12) within the step bound, 2 %. ZeRO 2-3 (6 layers, 3 blocks a
 // stage) add only another summation order: each micro-batch's buckets reduced on their own and added into
 // the shard, the tied gradient added before the last micro-batch's encoder gradient; ZeRO 3's gathered
-// bf16 blocks are the same bits as the resident copy, so step 1 keeps its bound.
+// bf16 blocks are the same bits as the resident copy, so step 1 keeps its bound. Under ZB-H1 the reduced
+// micro-batch is the weight pass (the input pass's LayerNorm and bias gradients kept per slot and added
+// there), again only a summation order.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -44,13 +46,15 @@ using testing_support::slurp;
 
 // The tiny model's config (`layers` blocks) on `backend` with micro-batches of 4 (4 per step at dp 1, 2 per
 // dp rank at dp 2: 1F1B needs at least pp, interleaving a multiple of pp) under `schedule`, validated every
-// 6 steps, written under `root`. vp is run's flag: one process has no virtual stages.
+// 6 steps, written under `root`. vp is run's flag: one process has no virtual stages. `bucket_mb`: the
+// dp bucket cap (train.dp_bucket_mb).
 std::string tiny_config(const std::string& root, const std::string& backend, const std::string& schedule,
-                        int layers = 2) {
+                        int layers = 2, double bucket_mb = 0.05) {
   std::string cfg = slurp(std::string(GANTRY_SOURCE_DIR) + "/assets/configs/tiny.toml");
   cfg.replace(cfg.find("n_layer = 2"), 11, "n_layer = " + std::to_string(layers));
   cfg.replace(cfg.find("backend = \"cpu\""), 15,
-              "backend = \"" + backend + "\"\ndp_bucket_mb = 0.05\npp_schedule = \"" + schedule + "\"");
+              "backend = \"" + backend + "\"\ndp_bucket_mb = " + std::to_string(bucket_mb) +
+                  "\npp_schedule = \"" + schedule + "\"");
   cfg.replace(cfg.find("micro_batch = 8"), 15, "micro_batch = 4");
   cfg.replace(cfg.find("val_every = 25"), 14, "val_every = 6");
   const std::string path = root + "/tiny_" + backend + "_" + schedule + ".toml";
@@ -73,6 +77,10 @@ struct Layout {
   // block slots cycle and a block is gathered again before its backward, and ZeRO 2's two gradient slots
   // take turns.
   int layers = 2;
+  // train.dp_bucket_mb: 0.05 puts each of the tiny model's blocks (49,984 floats) in a bucket alone; 1.0
+  // would group four, so the interleaved ZeRO 2 case's buckets hold a whole chunk's blocks only because
+  // each chunk's first block begins a bucket (shard_plan_make's bucket_starts).
+  double bucket_mb = 0.05;
 };
 
 class PipelineParallelCuda : public ::testing::TestWithParam<Layout> {};
@@ -84,8 +92,8 @@ TEST_P(PipelineParallelCuda, TracksOneGpuAndItsCheckpointLoadsAtPpOneOnGpuAndCpu
   }
   const std::string root = testing_support::scratch_dir().string();
   for (const char* d : {"/one", "/pp", "/gpu1", "/cpu1"}) std::filesystem::create_directories(root + d);
-  const std::string gpu = tiny_config(root, "cuda", layout.schedule, layout.layers),
-                    cpu = tiny_config(root, "cpu", layout.schedule, layout.layers);
+  const std::string gpu = tiny_config(root, "cuda", layout.schedule, layout.layers, layout.bucket_mb),
+                    cpu = tiny_config(root, "cpu", layout.schedule, layout.layers, layout.bucket_mb);
 
   int code = 0;
   std::string err;
@@ -178,7 +186,15 @@ INSTANTIATE_TEST_SUITE_P(Layouts, PipelineParallelCuda,
                                            Layout{4, 2, 2, 1, "interleaved", 2, 4},
                                            // ZB-H1: the backward split into input and weight passes.
                                            Layout{2, 1, 2, 0, "zbh1"}, Layout{4, 1, 4, 0, "zbh1", 1, 4},
-                                           Layout{4, 2, 2, 1, "zbh1"}),
+                                           Layout{4, 2, 2, 1, "zbh1"},
+                                           // ZB-H1 at ZeRO 2-3: each weight pass completes its micro-batch's
+                                           // buckets (2 micro-batches a dp rank: stage 1 runs B1 before W0).
+                                           Layout{4, 1, 2, 2, "zbh1", 1, 6}, Layout{4, 1, 2, 3, "zbh1", 1, 6},
+                                           Layout{8, 2, 2, 3, "zbh1", 1, 6},
+                                           // Interleaved at ZeRO 2-3 (2 blocks a chunk): each chunk's
+                                           // backward completes its own buckets.
+                                           Layout{4, 1, 2, 2, "interleaved", 2, 8, 1.0},
+                                           Layout{4, 1, 2, 3, "interleaved", 2, 8}),
                          [](const ::testing::TestParamInfo<Layout>& i) {
                            return "gpus" + std::to_string(i.param.gpus) +
                                   (i.param.tp > 1 ? "_tp" + std::to_string(i.param.tp) : std::string()) +

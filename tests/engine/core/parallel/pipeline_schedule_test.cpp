@@ -258,27 +258,39 @@ TEST(PipelineProgram, SendsAndReceivesPairUpInOneOrder) {
     }
 }
 
-// The GPU stage under ZeRO 2-3 (cuda/backend_cuda.cu, pipeline_step) reduces every backward's buckets as
-// it goes, so stage 0 takes the tied classifier's gradient (sent by the last stage after its program) just
-// before its last compute, which must be its last backward with no message after it; each stage runs one
-// backward per micro-batch (the dp state's count). With that extra message the programs still pair up in
-// one order: a rendezvous replay (every send waits for its receive) finishes on every rank.
+// The GPU stage at ZeRO 2-3 (cuda/backend_cuda.cu, pipeline_step) makes each micro-batch's completing pass
+// (a whole backward of one chunk; ZB-H1's weight pass) a micro-batch of its dp state, reduced as it goes,
+// so stage 0 takes the tied classifier's gradient (sent by the last stage after its program) just before
+// its last one, which must be its program's last step, chunk 0's (the embeddings'), with no message after
+// it; each stage runs m of them per chunk, each chunk's in micro-batch order (the dp state's count). With
+// that extra message the programs still pair up in one order: a rendezvous replay (every send waits for
+// its receive) finishes on every rank.
 TEST(PipelineProgram, TheTiedGradientReachesStageZeroBeforeItsLastBackward) {
   for (const auto& [pp, m] : std::vector<std::pair<int, int>>{{2, 2}, {2, 4}, {3, 3}, {3, 6}, {4, 4}, {4, 8}})
-    for (PipelineSchedule s : {PipelineSchedule::kGpipe, PipelineSchedule::kOneFOneB}) {
+    for (PipelineSchedule s : {PipelineSchedule::kGpipe, PipelineSchedule::kOneFOneB,
+                               PipelineSchedule::kZeroBubbleH1, PipelineSchedule::kInterleaved}) {
+      const int vp = s == PipelineSchedule::kInterleaved ? 2 : 1;
       SCOPED_TRACE(std::string(pipeline_schedule_name(s)) + " pp " + std::to_string(pp) + ", m " +
                    std::to_string(m));
+      const PipelineOp completes =
+          s == PipelineSchedule::kZeroBubbleH1 ? PipelineOp::kWeight : PipelineOp::kBackward;
       std::vector<std::vector<PipelineStep>> prog(pp);
       for (int r = 0; r < pp; ++r) {
-        prog[r] = pipeline_program(s, pp, 1, r, m);
-        int backwards = 0;
-        for (const PipelineStep& x : prog[r])
-          backwards += x.kind == PipelineStep::Kind::kCompute && x.action.op == PipelineOp::kBackward;
-        EXPECT_EQ(backwards, m) << "rank " << r;
+        prog[r] = pipeline_program(s, pp, vp, r, m);
+        std::vector<std::vector<int>> order(vp);
+        for (const PipelineStep& x : prog[r]) {
+          if (x.kind == PipelineStep::Kind::kCompute && x.action.op == completes) {
+            order[x.action.chunk].push_back(x.action.micro);
+          }
+        }
+        std::vector<int> expected(m);
+        for (int k = 0; k < m; ++k) expected[k] = k;
+        for (int c = 0; c < vp; ++c) EXPECT_EQ(order[c], expected) << "rank " << r << " chunk " << c;
       }
       ASSERT_FALSE(prog[0].empty());
       EXPECT_EQ(prog[0].back().kind, PipelineStep::Kind::kCompute);
-      EXPECT_EQ(prog[0].back().action.op, PipelineOp::kBackward);
+      EXPECT_EQ(prog[0].back().action.op, completes);
+      EXPECT_EQ(prog[0].back().action.chunk, 0);
       PipelineStep send{.kind = PipelineStep::Kind::kSend, .peer = 0};
       PipelineStep recv{.kind = PipelineStep::Kind::kRecv, .peer = pp - 1};
       send.action.micro = recv.action.micro = -1;  // the tied gradient: no micro-batch's
@@ -378,17 +390,17 @@ TEST(PipelineCheck, RefusesBadLayoutsNamingTheNumbers) {
   EXPECT_TRUE(pipeline_check(c, dims(8, 2, 2, 2, 1), 2).ok());
   EXPECT_TRUE(pipeline_check(c, dims(8, 2, 2, 2, 2), 2).ok());
   EXPECT_TRUE(pipeline_check(c, dims(8, 2, 2, 2, 3), 2).ok());
-  // ZB-H1 too (its split backward), with at least pp micro-batches as on the CPU; ZeRO 2-3 not with it.
+  // ZB-H1 too (its split backward), with at least pp micro-batches as on the CPU, ZeRO 2-3 included (each
+  // weight pass completes its micro-batch's buckets), tp beside it too.
   c.train.pp_schedule = "zbh1";
   EXPECT_TRUE(pipeline_check(c, dims(2, 1, 1, 2), 2).ok());
   EXPECT_TRUE(pipeline_check(c, dims(4, 1, 2, 2, 1), 2).ok());
+  EXPECT_TRUE(pipeline_check(c, dims(4, 2, 1, 2, 2), 2).ok());
+  EXPECT_TRUE(pipeline_check(c, dims(4, 2, 1, 2, 3), 2).ok());
+  EXPECT_TRUE(pipeline_check(c, dims(8, 2, 2, 2, 3), 2).ok());
   EXPECT_THAT(pipeline_check(c, dims(2, 1, 1, 2), 1).message(),
               HasSubstr("pp 2 with train.pp_schedule = \"zbh1\" needs at least 2 micro-batches"));
-  EXPECT_THAT(
-      pipeline_check(c, dims(4, 1, 2, 2, 2), 2).message(),
-      HasSubstr("pp 2 with zero 2 and train.pp_schedule = \"zbh1\" on train.backend = \"cuda\": a GPU "
-                "pipeline stage shards over dp with ZeRO 2-3 under \"gpipe\" and \"1f1b\" only"));
-  // Interleaved runs on the GPU as on the CPU: vp > 1, micro-batches a multiple of pp, ZeRO 0 or 1, tp too.
+  // Interleaved runs on the GPU as on the CPU: vp > 1, micro-batches a multiple of pp, ZeRO 0-3, tp too.
   {
     Config v = c;
     v.model.n_layer = 4;  // pp x vp
@@ -396,8 +408,9 @@ TEST(PipelineCheck, RefusesBadLayoutsNamingTheNumbers) {
     EXPECT_TRUE(pipeline_check(v, dims(2, 1, 1, 2), 2, 2).ok());
     EXPECT_TRUE(pipeline_check(v, dims(4, 2, 1, 2, 1), 4, 2).ok());
     EXPECT_TRUE(pipeline_check(v, dims(4, 1, 2, 2, 1), 2, 2).ok());
-    EXPECT_THAT(pipeline_check(v, dims(4, 1, 2, 2, 3), 2, 2).message(),
-                HasSubstr("with zero 3 and train.pp_schedule = \"interleaved\""));
+    // ZeRO 2-3 on the dp axis too (each chunk's backward completes its own buckets).
+    EXPECT_TRUE(pipeline_check(v, dims(4, 2, 1, 2, 2), 2, 2).ok());
+    EXPECT_TRUE(pipeline_check(v, dims(4, 2, 1, 2, 3), 2, 2).ok());
     EXPECT_THAT(pipeline_check(v, dims(2, 1, 1, 2), 3, 2).message(),
                 HasSubstr("needs micro-batches per step a multiple of pp (2)"));
     EXPECT_THAT(pipeline_check(v, dims(2, 1, 1, 2), 2, 1).message(),

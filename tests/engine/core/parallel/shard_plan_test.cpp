@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "engine/core/comm/communicator.h"
@@ -43,6 +45,27 @@ TEST(ShardPlan, BucketsAreWholeUnitsUpToTheCapWithTheEmbeddingsAlone) {
   // ZeRO 3 gathers unit by unit: every unit is its own bucket.
   const ShardPlan z3 = shard_plan_make(t, 2, 0, 3, 1 << 30);
   EXPECT_EQ(z3.buckets, z3.units);
+}
+
+// An interleaved GPU stage's chunks each complete their own buckets: a bucket start splits what the cap
+// would group, and a unit out of range is refused naming the range.
+TEST(ShardPlan, BucketStartsSplitWhatTheCapWouldGroup) {
+  const TensorTable t = gpt_param_table(model());
+  const ShardPlan whole = shard_plan_make(t, 2, 0, 2, 1 << 30);
+  EXPECT_EQ(whole.unit_bucket, (std::vector<int>{0, 1, 1, 1, 1}));
+  const ShardPlan split = shard_plan_make(t, 2, 0, 2, 1 << 30, {2});
+  EXPECT_EQ(split.unit_bucket, (std::vector<int>{0, 1, 2, 2, 2}));  // unit 2 begins one: unit 1 alone
+  EXPECT_EQ(split.buckets[1], split.units[1]);
+  EXPECT_EQ(split.buckets[2].offset, split.units[2].offset);
+  EXPECT_EQ(split.buckets[2].end(), t.numel());
+  EXPECT_EQ(shard_plan_make(t, 2, 0, 2, 1 << 30, {2, 3}).unit_bucket, (std::vector<int>{0, 1, 2, 3, 3}));
+  try {
+    (void)shard_plan_make(t, 2, 0, 2, 1 << 30, {5});
+    ADD_FAILURE() << "unit 5 of 5 accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("bucket start unit 5 (allowed 1 to 4)"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(ShardPlan, RanksOwnDisjointBlocksThatCoverEveryElement) {
