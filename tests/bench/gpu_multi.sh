@@ -113,8 +113,10 @@ ppzb() {  # ppzb MODEL GPUS: ZB-H1 over GPUS stages, 8 micro-batches a step, bes
   python3 "$BENCH/dp_scaling.py" --engine $ENGINE --model "$1" --zero 0 --pp "$2" --pp-micro 8 \
     --schedule zbh1 --gpus 1 "$2"
 }
-ppz() {  # ppz MODEL ZERO: pp 2 x dp 2 (1F1B, 8 micro-batches a step) at ZeRO ZERO on 4 GPUs, beside one GPU
-  python3 "$BENCH/dp_scaling.py" --engine $ENGINE --model "$1" --zero "$2" --pp 2 --pp-micro 8 --gpus 1 4
+ppz() {  # ppz MODEL ZERO [SCHEDULE]: pp 2 x dp 2 (1F1B or SCHEDULE, 8 micro-batches a step) at ZeRO ZERO on 4
+  # GPUs, beside one GPU
+  python3 "$BENCH/dp_scaling.py" --engine $ENGINE --model "$1" --zero "$2" --pp 2 --pp-micro 8 \
+    --schedule "${3:-1f1b}" --gpus 1 4
 }
 ddp() { torchrun --standalone --nproc_per_node "$1" "$P/torch_gpt2.py" --ddp 1 --batch 32 --seq 1024; }
 export -f dp torch1 ddp tp pp tppp ppvp ppzb ppz
@@ -161,6 +163,8 @@ if [ "$W" -ge 4 ]; then
   step ppzb_350m_$W 90 ppzb 350m $W
   step ppz1_350m_4 80 ppz 350m 1
   step ppz3_350m_4 80 ppz 350m 3
+  step ppzbz1_350m_4 80 ppz 350m 1 zbh1
+  step ppzbz2_350m_4 80 ppz 350m 2 zbh1
 fi
 el "measurements done"
 
