@@ -46,6 +46,23 @@ Config tiny20() {
   return testing_support::gang_tiny_config(20, 10);
 }
 
+// The checkpoint tests' run: 8 steps of 32 positions, saved halfway; the same comparisons as the 20 steps of
+// 64 positions, saved after 10, that they ran until session 15, at a fraction of the time. The warm-up stays
+// tiny.toml's 10 steps: the learning rate changes at every step on both sides of the checkpoint.
+constexpr int64_t kCkptSteps = 8, kCkptHalf = kCkptSteps / 2;
+
+Config tiny_ckpt() {
+  Config cfg = testing_support::gang_tiny_config(kCkptSteps, kCkptSteps / 2);
+  cfg.model.seq_len = 32;
+  return cfg;
+}
+
+std::string step_dir_name(int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step_%08lld", static_cast<long long>(step));
+  return name;
+}
+
 using Curve = GangCurve;
 
 struct RankRun {
@@ -73,13 +90,14 @@ Result<Curve> train_rank(const RankRun& run, int rank, int world, int fd) {
                          rank, world, fd);
 }
 
-// The single-process curve every layout must reproduce. ctest runs each test in a process of its own, so
-// the first to need it computes it and leaves it beside this executable (named by the executable's build
-// time, so a rebuilt test never reads an older build's curve); the rest read it.
-Curve reference_curve() {
+// The single-process curve of `cfg` (tiny20() or tiny_ckpt(), named by `key`) every layout must reproduce.
+// ctest runs each test in a process of its own, so the first to need it computes it and leaves it beside
+// this executable (named by the key and the executable's build time, so a rebuilt test never reads an older
+// build's curve); the rest read it.
+Curve reference_curve(const Config& cfg = tiny20(), const std::string& key = "tiny20") {
   struct stat st {};
   ::stat("/proc/self/exe", &st);
-  const std::string path = std::string(GANTRY_BINARY_DIR) + "/data_parallel_reference_" +
+  const std::string path = std::string(GANTRY_BINARY_DIR) + "/data_parallel_reference_" + key + "_" +
                            std::to_string(static_cast<long long>(st.st_mtime)) + ".txt";
   Curve c;
   if (FILE* f = std::fopen(path.c_str(), "r")) {
@@ -97,7 +115,7 @@ Curve reference_curve() {
     }
     c = {};
   }
-  Result<TrainSummary> s = train_run(tiny20(), {.out_dir = fresh_dir("dp_reference")}, &c);
+  Result<TrainSummary> s = train_run(cfg, {.out_dir = fresh_dir("dp_reference_" + key)}, &c);
   EXPECT_TRUE(s.ok()) << s.error();
   const std::string tmp = path + "." + std::to_string(::getpid());
   if (FILE* f = std::fopen(tmp.c_str(), "w")) {
@@ -144,9 +162,9 @@ INSTANTIATE_TEST_SUITE_P(Layouts, DataParallel,
                          });
 
 TEST(DataParallelCheckpoint, SavedAtDp4Zero3ResumesAtDp2Zero1) {
-  // Uninterrupted dp 4 / zero 3 for 20 steps; then 10 steps at dp 4 / zero 3, checkpoint, and the rest at
-  // dp 2 / zero 1 from that checkpoint: steps 11..20 must agree.
-  Config c = tiny20();
+  // Uninterrupted dp 4 / zero 3 for 8 steps; then 4 steps at dp 4 / zero 3, checkpoint, and the rest at
+  // dp 2 / zero 1 from that checkpoint: steps 5..8 must agree.
+  Config c = tiny_ckpt();
   const std::string whole = fresh_dir("reshard_whole"), split = fresh_dir("reshard_split");
   std::vector<double> uninterrupted;
   {
@@ -171,10 +189,10 @@ TEST(DataParallelCheckpoint, SavedAtDp4Zero3ResumesAtDp2Zero1) {
     double v;
     while (std::fscanf(f, "%lf", &v) == 1) uninterrupted.push_back(v);
     std::fclose(f);
-    ASSERT_EQ(uninterrupted.size(), 20u);
+    ASSERT_EQ(uninterrupted.size(), static_cast<size_t>(kCkptSteps));
   }
   {
-    const RankRun first{.config = c, .out_dir = split, .zero = 3, .max_steps = 10};
+    const RankRun first{.config = c, .out_dir = split, .zero = 3, .max_steps = kCkptHalf};
     expect_all_passed(run_workers(
         4,
         [&](int rank, int n, int fd) -> std::string {
@@ -183,7 +201,7 @@ TEST(DataParallelCheckpoint, SavedAtDp4Zero3ResumesAtDp2Zero1) {
         },
         120s));
   }
-  const std::vector<double> tail(uninterrupted.begin() + 10, uninterrupted.end());
+  const std::vector<double> tail(uninterrupted.begin() + kCkptHalf, uninterrupted.end());
   const RankRun second{.config = c, .out_dir = split, .zero = 1, .resume = "latest"};
   expect_all_passed(run_workers(
       2,
@@ -200,11 +218,11 @@ TEST(DataParallelCheckpoint, SavedAtDp4Zero3ResumesAtDp2Zero1) {
 // held (the parameters bit for bit, read back by one process); the checkpoint resumes at dp 1, at dp 2 /
 // ZeRO 3 and at dp 2 / ZeRO 1 on the single-process curve.
 TEST(DataParallelCheckpoint, Zero0WriteIsSpreadOverTheRanksAndLoadsIntoOtherLayouts) {
-  Config c = tiny20();
-  const Curve ref = reference_curve();
-  ASSERT_EQ(ref.loss.size(), 20u);
+  Config c = tiny_ckpt();
+  const Curve ref = reference_curve(c, "ckpt");
+  ASSERT_EQ(ref.loss.size(), static_cast<size_t>(kCkptSteps));
   const std::string out = fresh_dir("zero0_spread");
-  const RankRun first{.config = c, .out_dir = out, .zero = 0, .max_steps = 10};
+  const RankRun first{.config = c, .out_dir = out, .zero = 0, .max_steps = kCkptHalf};
   expect_all_passed(run_workers(
       4,
       [&](int rank, int n, int fd) -> std::string {
@@ -218,7 +236,7 @@ TEST(DataParallelCheckpoint, Zero0WriteIsSpreadOverTheRanksAndLoadsIntoOtherLayo
         return "";
       },
       120s));
-  const std::string dir = out + "/checkpoints/step_00000010";
+  const std::string dir = out + "/checkpoints/" + step_dir_name(kCkptHalf);
   std::ifstream in(dir + "/manifest.json");
   ASSERT_TRUE(in.good()) << dir;
   const nlohmann::json m = nlohmann::json::parse(in);
@@ -242,12 +260,12 @@ TEST(DataParallelCheckpoint, Zero0WriteIsSpreadOverTheRanksAndLoadsIntoOtherLayo
   ASSERT_NE(f, nullptr);
   ASSERT_EQ(std::fscanf(f, "%llu", &held), 1);
   std::fclose(f);
-  Result<TrainSummary> back = train_run(c, {.out_dir = out, .resume = dir, .max_steps = 10}, nullptr);
+  Result<TrainSummary> back = train_run(c, {.out_dir = out, .resume = dir, .max_steps = kCkptHalf}, nullptr);
   ASSERT_TRUE(back.ok()) << back.error();
   EXPECT_EQ(back->params_xxh64, held);
 
   // And it resumes on the same curve at dp 1, dp 2 / ZeRO 3 and dp 2 / ZeRO 1.
-  const std::vector<double> tail(ref.loss.begin() + 10, ref.loss.end());
+  const std::vector<double> tail(ref.loss.begin() + kCkptHalf, ref.loss.end());
   Curve one;
   Result<TrainSummary> s = train_run(c, {.out_dir = fresh_dir("zero0_spread_dp1"), .resume = dir}, &one);
   ASSERT_TRUE(s.ok()) << s.error();
@@ -268,11 +286,11 @@ TEST(DataParallelCheckpoint, Zero0WriteIsSpreadOverTheRanksAndLoadsIntoOtherLayo
 
 // The other way: a ZeRO 3 checkpoint written by 2 ranks resumes at dp 4 / ZeRO 0 on the same curve.
 TEST(DataParallelCheckpoint, SavedAtDp2Zero3ResumesAtDp4Zero0) {
-  Config c = tiny20();
-  const Curve ref = reference_curve();
-  ASSERT_EQ(ref.loss.size(), 20u);
+  Config c = tiny_ckpt();
+  const Curve ref = reference_curve(c, "ckpt");
+  ASSERT_EQ(ref.loss.size(), static_cast<size_t>(kCkptSteps));
   const std::string out = fresh_dir("zero3_to_zero0");
-  const RankRun first{.config = c, .out_dir = out, .zero = 3, .max_steps = 10};
+  const RankRun first{.config = c, .out_dir = out, .zero = 3, .max_steps = kCkptHalf};
   expect_all_passed(run_workers(
       2,
       [&](int rank, int n, int fd) -> std::string {
@@ -280,7 +298,7 @@ TEST(DataParallelCheckpoint, SavedAtDp2Zero3ResumesAtDp4Zero0) {
         return curve.ok() ? "" : curve.error();
       },
       120s));
-  const std::vector<double> tail(ref.loss.begin() + 10, ref.loss.end());
+  const std::vector<double> tail(ref.loss.begin() + kCkptHalf, ref.loss.end());
   const RankRun second{.config = c, .out_dir = out, .zero = 0, .resume = "latest"};
   expect_all_passed(run_workers(
       4,
