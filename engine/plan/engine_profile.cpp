@@ -236,11 +236,11 @@ Table cpu_table(const PlanModel& m, uint64_t b, uint64_t tp, const CudaDataParal
 // backward scratch, the activation slots (each a micro-batch's input, its output gradient, the stage's blocks
 // and on the last stage the head; allocated as the schedule first holds that many at once), the last stage's
 // ties (each micro-batch's final-norm output and logits gradient, kept for the first stage) and the first
-// stage's d(embedding) per micro-batch. Slots (plan_cpu_pipeline_slots): GPipe holds every micro-batch; 1F1B
-// stage s holds min(m, p − s), one more on the stages that receive (s > 0: the next activation arrives into a
-// slot of its own before the last backward frees one); ZB-H1 min(m, p) on every stage (a slot is freed at its
-// weight pass), each with the blocks' kept output gradients; as the backend's runs show
-// (tests/app/plan_cli_test.cpp compares with real ranks).
+// stage's d(embedding) per micro-batch and the one tie it receives at a time. Slots
+// (plan_cpu_pipeline_slots): GPipe holds every micro-batch; 1F1B stage s holds min(m, p − s), one more on the
+// stages that receive (s > 0: the next activation arrives into a slot of its own before the last backward
+// frees one); ZB-H1 min(m, p) on every stage (a slot is freed at its weight pass), each with the blocks' kept
+// output gradients; as the backend's runs show (tests/app/plan_cli_test.cpp compares with real ranks).
 Table cpu_pipeline_table(const PlanModel& m, uint64_t b, uint64_t tp, int pp, int stage, int layers,
                          uint64_t micro_batches, CudaPipeSchedule schedule, const CudaDataParallelPlan& dpp) {
   const bool first = stage == 0, last = stage == pp - 1;
@@ -267,7 +267,11 @@ Table cpu_pipeline_table(const PlanModel& m, uint64_t b, uint64_t tp, int pp, in
          "one micro-batch's", MB::kActivations, (2 * n * c + block * l + head) * kF32, in_flight);
   if (last)
     tb.add("tie", "(N, C + V) fp32 per micro-batch", MB::kBuffers, (n * c + n * v) * kF32, micro_batches);
-  if (first) tb.add("dres0", "(N, C) fp32 per micro-batch", MB::kBuffers, n * c * kF32, micro_batches);
+  if (first) {
+    tb.add("dres0", "(N, C) fp32 per micro-batch", MB::kBuffers, n * c * kF32, micro_batches);
+    // The tie data received from the last stage, one micro-batch's at a time (tie_buffer).
+    tb.add("tie_in", "(N, C + V) fp32", MB::kBuffers, (n * c + n * v) * kF32);
+  }
   return tb;
 }
 

@@ -558,6 +558,11 @@ TEST(PlanEngineProfile, CpuPipelineStagesHoldTheirSlotsTiesAndCopies) {
   EXPECT_EQ(row(last.value(), "wte_copy"), 4 * 256 * 64u);
   EXPECT_EQ(row(last.value(), "tie"), 4 * 4 * (256 * 64 + 256 * 256u));
   EXPECT_EQ(row(plan_cpu_pipeline_memory(m, 4, 1, 4, 0, 4, false).value(), "dres0"), 4 * 4 * 256 * 64u);
+  // The first stage receives one micro-batch's tie at a time into one buffer (backend_cpu_pipeline.cpp's
+  // tie_buffer); the other stages have none.
+  EXPECT_EQ(row(plan_cpu_pipeline_memory(m, 4, 1, 4, 0, 4, false).value(), "tie_in"),
+            4 * (256 * 64 + 256 * 256u));
+  EXPECT_EQ(row(plan_cpu_pipeline_memory(m, 4, 1, 4, 1, 4, false).value(), "tie_in"), 0u);
   EXPECT_FALSE(plan_cpu_pipeline_memory(m, 4, 1, 4, 4, 4, false).ok()) << "no stage 4 of 4";
 }
 
