@@ -404,9 +404,14 @@ Table cuda_table(const PlanModel& m, uint64_t b, uint64_t tp, int pp, int stage,
     // ZB-H1: each block's KeptGrads, the output gradients its weight pass reads: d(res3), d(res2) (N, C),
     // d(fch) (N, Hl), d(qkv) (N, 3Cl), bf16.
     if (zbh1) slot += l * (2 * n * c + n * h + n * 3 * cl) * kBf16;
-    tb.add(last ? (zbh1 ? "slot (in, dout, blocks, kept grads, lnf)" : "slot (in, dout, blocks, lnf)")
-                : (zbh1 ? "slot (in, dout, blocks, kept grads)" : "slot (in, dout, blocks)"),
-           "one micro-batch in flight's", MB::kActivations, slot,
+    // ZB-H1 at ZeRO 2-3 (dp > 1): StageSlot::early, the input pass's parameter gradients, fp32: each block's
+    // six C-wide ones (the LayerNorms', the projection biases'; whole C at any tp), the last stage's final
+    // norm's two (early_floats).
+    const bool early = zbh1 && zero >= 2;
+    if (early) slot += (6 * l + (last ? 2 : 0)) * c * kF32;
+    const std::string kept = std::string(zbh1 ? ", kept grads" : "") + (early ? ", early" : "");
+    tb.add("slot (in, dout, blocks" + kept + (last ? ", lnf)" : ")"), "one micro-batch in flight's",
+           MB::kActivations, slot,
            static_cast<uint64_t>(
                plan_cuda_pipeline_slots(pp, stage, static_cast<int>(micro_batches), schedule)));
   }
@@ -573,14 +578,6 @@ Result<EngineMemory> plan_cuda_rank_memory(const PlanModel& m, int micro_batch, 
     return Status::error("gantry-cuda rank at dp " + std::to_string(dpp.dp) + " (rank " +
                          std::to_string(dpp.rank) + ", zero " + std::to_string(dpp.zero) +
                          "): allowed 0 <= rank < dp, zero 0-3, bucket bytes >= 1");
-  }
-  // backend_cuda.cu: ZeRO 2-3 reduce each whole backward's buckets as it completes them, which ZB-H1's
-  // split backward does not give; the backend refuses the pair, so the plan does too.
-  if (pp > 1 && dpp.dp > 1 && dpp.zero > 1 && schedule == CudaPipeSchedule::kZeroBubbleH1) {
-    return Status::error(
-        "gantry-cuda stage at zero " + std::to_string(dpp.zero) +
-        " under zbh1: a GPU pipeline stage shards over dp with ZeRO 2-3 under gpipe and 1f1b, "
-        "ZeRO 0-1 under zbh1");
   }
   const std::vector<int> layers = pp > 1 ? plan_cuda_pipeline_layers(m, pp) : std::vector<int>{m.layers};
   return sum_table(cuda_table(m, static_cast<uint64_t>(micro_batch), static_cast<uint64_t>(tp), pp, stage,
