@@ -258,6 +258,7 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
     std::string summary_text = buf;
     summary_text += "\n" + util.formula;
     if (dims.world > 1) {
+      const bool gpu = c.train.backend == "cuda";
       if (dims.pp > 1) {
         PipelineSchedule ps{};
         pipeline_schedule_from_name(c.train.pp_schedule, &ps);
@@ -265,14 +266,21 @@ Result<TrainSummary> train_run_unguarded(const Config& c, const TrainOptions& op
                         std::to_string(accum) + " micro-batches, ideal bubble " +
                         std::to_string(pipeline_schedule_bubble(ps, dims.pp, c.train.vp, accum)) + " | " +
                         pipeline_partition(c.model, dims.pp * c.train.vp,
-                                           c.train.backend == "cuda" ? ClassifierGradStage::kLast
-                                                                     : ClassifierGradStage::kFirst)
+                                           gpu ? ClassifierGradStage::kLast : ClassifierGradStage::kFirst)
                             .describe();
       }
-      summary_text += "\nlayout " + dims.describe() +
-                      (dims.tp > 1 && c.train.sequence_parallel ? ", sequence parallel" : "") + " | " +
-                      shard_memory_text(shard_plan_make(table, dp, dp_rank, dims.zero, bucket_bytes)) + "\n" +
-                      sdc.describe();
+      // The plan the backend's state holds: the GPU's stage begins a bucket at each interleaved chunk's first
+      // block (as backend_cuda.cu builds it); the CPU's reduces after its schedule and cuts no such buckets.
+      const std::vector<int> bucket_starts =
+          gpu && dims.pp > 1 ? pipeline_chunk_bucket_starts(pipeline_partition(c.model, dims.pp * c.train.vp,
+                                                                               ClassifierGradStage::kLast),
+                                                            dims.pp, dims.pp_rank())
+                             : std::vector<int>{};
+      summary_text +=
+          "\nlayout " + dims.describe() +
+          (dims.tp > 1 && c.train.sequence_parallel ? ", sequence parallel" : "") + " | " +
+          shard_memory_text(shard_plan_make(table, dp, dp_rank, dims.zero, bucket_bytes, bucket_starts)) +
+          "\n" + sdc.describe();
       if (backend->name() != "cpu") {
         // The GPU keeps a bf16 copy beside the fp32 master weights: its own bytes, not the fp32 formula's.
         const StateBytes held = backend->state_bytes();

@@ -236,11 +236,11 @@ Table cpu_table(const PlanModel& m, uint64_t b, uint64_t tp, const CudaDataParal
 // backward scratch, the activation slots (each a micro-batch's input, its output gradient, the stage's blocks
 // and on the last stage the head; allocated as the schedule first holds that many at once), the last stage's
 // ties (each micro-batch's final-norm output and logits gradient, kept for the first stage) and the first
-// stage's d(embedding) per micro-batch. Slots (plan_cpu_pipeline_slots): GPipe holds every micro-batch; 1F1B
-// stage s holds min(m, p − s), one more on the stages that receive (s > 0: the next activation arrives into a
-// slot of its own before the last backward frees one); ZB-H1 min(m, p) on every stage (a slot is freed at its
-// weight pass), each with the blocks' kept output gradients; as the backend's runs show
-// (tests/app/plan_cli_test.cpp compares with real ranks).
+// stage's d(embedding) per micro-batch and the one tie it receives at a time. Slots
+// (plan_cpu_pipeline_slots): GPipe holds every micro-batch; 1F1B stage s holds min(m, p − s), one more on the
+// stages that receive (s > 0: the next activation arrives into a slot of its own before the last backward
+// frees one); ZB-H1 min(m, p) on every stage (a slot is freed at its weight pass), each with the blocks' kept
+// output gradients; as the backend's runs show (tests/app/plan_cli_test.cpp compares with real ranks).
 Table cpu_pipeline_table(const PlanModel& m, uint64_t b, uint64_t tp, int pp, int stage, int layers,
                          uint64_t micro_batches, CudaPipeSchedule schedule, const CudaDataParallelPlan& dpp) {
   const bool first = stage == 0, last = stage == pp - 1;
@@ -267,7 +267,11 @@ Table cpu_pipeline_table(const PlanModel& m, uint64_t b, uint64_t tp, int pp, in
          "one micro-batch's", MB::kActivations, (2 * n * c + block * l + head) * kF32, in_flight);
   if (last)
     tb.add("tie", "(N, C + V) fp32 per micro-batch", MB::kBuffers, (n * c + n * v) * kF32, micro_batches);
-  if (first) tb.add("dres0", "(N, C) fp32 per micro-batch", MB::kBuffers, n * c * kF32, micro_batches);
+  if (first) {
+    tb.add("dres0", "(N, C) fp32 per micro-batch", MB::kBuffers, n * c * kF32, micro_batches);
+    // The tie data received from the last stage, one micro-batch's at a time (tie_buffer).
+    tb.add("tie_in", "(N, C + V) fp32", MB::kBuffers, (n * c + n * v) * kF32);
+  }
   return tb;
 }
 
@@ -400,9 +404,14 @@ Table cuda_table(const PlanModel& m, uint64_t b, uint64_t tp, int pp, int stage,
     // ZB-H1: each block's KeptGrads, the output gradients its weight pass reads: d(res3), d(res2) (N, C),
     // d(fch) (N, Hl), d(qkv) (N, 3Cl), bf16.
     if (zbh1) slot += l * (2 * n * c + n * h + n * 3 * cl) * kBf16;
-    tb.add(last ? (zbh1 ? "slot (in, dout, blocks, kept grads, lnf)" : "slot (in, dout, blocks, lnf)")
-                : (zbh1 ? "slot (in, dout, blocks, kept grads)" : "slot (in, dout, blocks)"),
-           "one micro-batch in flight's", MB::kActivations, slot,
+    // ZB-H1 at ZeRO 2-3 (dp > 1): StageSlot::early, the input pass's parameter gradients, fp32: each block's
+    // six C-wide ones (the LayerNorms', the projection biases'; whole C at any tp), the last stage's final
+    // norm's two (early_floats).
+    const bool early = zbh1 && zero >= 2;
+    if (early) slot += (6 * l + (last ? 2 : 0)) * c * kF32;
+    const std::string kept = std::string(zbh1 ? ", kept grads" : "") + (early ? ", early" : "");
+    tb.add("slot (in, dout, blocks" + kept + (last ? ", lnf)" : ")"), "one micro-batch in flight's",
+           MB::kActivations, slot,
            static_cast<uint64_t>(
                plan_cuda_pipeline_slots(pp, stage, static_cast<int>(micro_batches), schedule)));
   }
@@ -569,14 +578,6 @@ Result<EngineMemory> plan_cuda_rank_memory(const PlanModel& m, int micro_batch, 
     return Status::error("gantry-cuda rank at dp " + std::to_string(dpp.dp) + " (rank " +
                          std::to_string(dpp.rank) + ", zero " + std::to_string(dpp.zero) +
                          "): allowed 0 <= rank < dp, zero 0-3, bucket bytes >= 1");
-  }
-  // backend_cuda.cu: ZeRO 2-3 reduce each whole backward's buckets as it completes them, which ZB-H1's
-  // split backward does not give; the backend refuses the pair, so the plan does too.
-  if (pp > 1 && dpp.dp > 1 && dpp.zero > 1 && schedule == CudaPipeSchedule::kZeroBubbleH1) {
-    return Status::error(
-        "gantry-cuda stage at zero " + std::to_string(dpp.zero) +
-        " under zbh1: a GPU pipeline stage shards over dp with ZeRO 2-3 under gpipe and 1f1b, "
-        "ZeRO 0-1 under zbh1");
   }
   const std::vector<int> layers = pp > 1 ? plan_cuda_pipeline_layers(m, pp) : std::vector<int>{m.layers};
   return sum_table(cuda_table(m, static_cast<uint64_t>(micro_batch), static_cast<uint64_t>(tp), pp, stage,

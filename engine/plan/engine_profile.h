@@ -85,8 +85,9 @@ enum class CudaPipeSchedule { kGpipe, kOneFOneB, kZeroBubbleH1 };
 // engine/core/parallel/shard_plan.cpp cuts it for dp rank `rank` (the low ranks own one element more of a
 // bucket that does not divide evenly; a rank whose owned range crosses one more tensor boundary has one
 // AdamW chunk more, so no rank holds the most for sure); ZeroDeviceState keeps a pipeline stage's end
-// units as blocks where it has no embeddings or final norm. A pipeline stage shards at ZeRO 0-3 under GPipe
-// and 1F1B, 0-1 under ZB-H1 (as the backend).
+// units as blocks where it has no embeddings or final norm. A pipeline stage shards at ZeRO 0-3 under every
+// schedule here (as the backend); under ZB-H1 at ZeRO 2-3 each slot also holds the input pass's parameter
+// gradients (StageSlot::early).
 struct CudaDataParallelPlan {
   int dp = 1;
   int rank = 0;                         // this rank's place on the dp axis

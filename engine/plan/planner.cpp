@@ -160,7 +160,7 @@ Result<PlanInput> engine_input(const PlanInput& in) {
   // rank holds the whole table or, on CUDA under ZeRO, its shard; a tp rank its share; a stage its blocks
   // and slots; under ZeRO a dp rank its shard on both backends); cp and hsdp are not in them. gantry-cpu's
   // interleaved stages are priced, their memory unknown; the CUDA profile counts GPipe, 1F1B and ZB-H1
-  // stages (vp 1) at ZeRO 0-3 (0-1 under ZB-H1, as the backend).
+  // stages (vp 1) at ZeRO 0-3, as the backend.
   if (in.engine == EngineKind::kGantryCpu && (l.cp != 1 || l.hsdp != 0)) {
     return Status::error(who +
                          "profiles dp (zero 0-3), tp and pp layouts (cp and hsdp are not in its table)");

@@ -278,7 +278,7 @@ TEST(PlanCli, GantryCudaShowsEveryPipelineStagesMemory) {
   Outcome table = run(base);
   ASSERT_EQ(table.code, 0) << table.err;
   EXPECT_THAT(table.out, HasSubstr("memory per pipeline stage"));
-  // dp 2 beside tp 2 x pp 2 (a GPU pipeline stage shards at ZeRO 0-3 under GPipe and 1F1B): every stage's
+  // dp 2 beside tp 2 x pp 2 (a GPU pipeline stage shards at ZeRO 0-3 under every schedule): every stage's
   // gradients change from ZeRO 1 to 2 (their shard and staging: at dp 2 with 25 MiB buckets the staging
   // outweighs the half saved, so they grow), its bf16 weights from 2 to 3; the optimizer's shard is ZeRO 1's
   // throughout (ZeRO 3's buckets are one unit each, so its gradient staging differs from 2's too).

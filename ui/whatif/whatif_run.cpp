@@ -170,13 +170,9 @@ std::string whatif_apply_blocker(const Plan& plan, const WhatIfRun* run, int for
   if (!plan.fits) return "this layout does not fit in the GPUs' memory";
   // Checkpoints reshard across every axis (their tensors carry global coordinates, a stage's included), so
   // a move into, out of or between pipelines goes through one like any other.
-  // The GPU pipeline (pipeline_check): every schedule (interleaved's vp is checked below, as on the CPU)
-  // and tp beside it; ZeRO 2-3 on its dp axis under GPipe and 1F1B.
-  if (l.pp != 1 && run->backend != "cpu" && l.zero > 1 && run->pp_schedule != "gpipe" &&
-      run->pp_schedule != "1f1b") {
-    return "ZeRO " + itos(l.zero) + " with pp = " + itos(l.pp) + " and train.pp_schedule \"" +
-           run->pp_schedule + "\": a GPU pipeline stage shards with ZeRO 2-3 under \"gpipe\" and \"1f1b\"";
-  }
+  // A pipeline on either backend (pipeline_check): every schedule (interleaved's vp is checked below), tp
+  // beside it and ZeRO 0-3 on its dp axis. What the planner cannot price (gantry-cuda's interleaved stages)
+  // it refuses by name, and gantry-cpu's interleaved memory is shown unknown (fit_note).
   if (l.cp != 1) return "the engine has no context parallelism (cp = 1)";
   // Virtual stages run under the interleaved schedule only, and it needs them; the schedule is the run's
   // config (train.pp_schedule), which resume-from keeps.

@@ -229,6 +229,7 @@ class PipelineCpuBackend final : public CpuStateBackend {
     for (const std::vector<Slot>& chunk : slots_)
       for (const Slot& s : chunk) floats += s.mem.size();
     for (const std::vector<float>& v : tie_) floats += v.size();
+    floats += tie_in_.size();  // first stage: the tie data received (allocated in the first step)
     for (const std::vector<float>& v : dres0_) floats += v.size();
     return floats * sizeof(float);
   }

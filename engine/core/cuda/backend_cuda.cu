@@ -256,8 +256,7 @@ class CudaBackend final : public Backend {
     allocate();
     // One GPU shards nothing: ZeRO 0 whatever was asked. Under interleaving each chunk's first block begins
     // a bucket: at ZeRO 2-3 each backward completes its own chunk's buckets (pipeline_step).
-    std::vector<int> chunk_starts;
-    for (int c = 1; c < vp_; ++c) chunk_starts.push_back(block_unit(chunk_first_[c]));
+    const std::vector<int> chunk_starts = pipeline_chunk_bucket_starts(part_, stages_, stage_);
     ShardPlan plan = dp_ != nullptr ? shard_plan_make(table_, dp_->size(), dp_->rank(), dp.zero,
                                                       dp.bucket_bytes, chunk_starts)
                                     : shard_plan_make(table_, 1, 0, 0, dp.bucket_bytes);

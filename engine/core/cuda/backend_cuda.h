@@ -36,7 +36,7 @@ struct CudaTensorParallel {
 // size 1: none), train.pp_schedule ("gpipe", "1f1b" or "zbh1" at vp 1, "interleaved" at vp > 1) and
 // train.vp. params() is then this stage's pipeline_rank_table (its vp chunks) (at
 // tp > 1 its tp shares, tensor_parallel_stage_table), as on the CPU, so checkpoints reshard between the two
-// and to any pp. Composes with CudaDataParallel (ZeRO 0-1 under every schedule, 2-3 under GPipe and 1F1B)
+// and to any pp. Composes with CudaDataParallel (ZeRO 0-3 under every schedule)
 // and with CudaTensorParallel (tp x pp: the pp communicator joins the same tp rank of every stage); CUDA
 // graphs off.
 struct CudaPipeline {

@@ -130,6 +130,16 @@ TensorTable pipeline_rank_table(const ModelConfig& m, const PipelinePartition& v
   return t;
 }
 
+std::vector<int> pipeline_chunk_bucket_starts(const PipelinePartition& v, int pp, int rank) {
+  std::vector<int> starts;
+  int unit = rank == 0 ? 1 : 0;  // the embeddings' unit comes first on rank 0
+  for (int s = rank; s + pp < static_cast<int>(v.layers.size()); s += pp) {
+    unit += v.layers[static_cast<size_t>(s)];
+    starts.push_back(unit);
+  }
+  return starts;
+}
+
 void pipeline_slice(const TensorTable& whole, const float* all, const TensorTable& stage, float* out) {
   for (const TensorInfo& t : stage.tensors()) {
     const TensorInfo& w = whole.at(t.name);

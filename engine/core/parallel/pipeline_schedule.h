@@ -67,6 +67,11 @@ void pipeline_slice(const TensorTable& whole, const float* all, const TensorTabl
 // last), in gpt_param_table's order; at vp 1 it is pipeline_stage_table.
 TensorTable pipeline_rank_table(const ModelConfig& m, const PipelinePartition& virtual_stages, int pp,
                                 int rank);
+// The units of rank `rank`'s pipeline_rank_table (as shard_plan.h counts them: the embeddings on rank 0,
+// then each block, then lnf) that begin its chunks 1 to vp − 1: shard_plan_make's `bucket_starts` for an
+// interleaved GPU stage, whose backwards each complete their own chunk's buckets (cuda/backend_cuda.cu;
+// engine/core/train.cpp prints the same plan). Empty at vp 1.
+std::vector<int> pipeline_chunk_bucket_starts(const PipelinePartition& virtual_stages, int pp, int rank);
 
 // kForward and kBackward (both gradients) under GPipe, 1F1B and interleaving; ZB-H1 splits the backward
 // into kInput (the input gradient, which the previous stage waits for) and kWeight (the weight gradient,

@@ -235,7 +235,7 @@ TEST(PlanEngineProfile, EngineProfilesRefuseWhatTheEngineCannotRun) {
   zero.model.layers = 4;
   zero.cluster.gpus = 4;
   zero.layout.pp = 2;
-  for (int z : {2, 3}) {  // a GPU pipeline stage shards at ZeRO 0-3 under GPipe and 1F1B
+  for (int z : {2, 3}) {  // a GPU pipeline stage shards at ZeRO 0-3 (here 1F1B)
     zero.layout.zero = z;
     Result<Plan> staged = plan_evaluate(zero);
     ASSERT_TRUE(staged.ok()) << staged.error();
@@ -558,6 +558,11 @@ TEST(PlanEngineProfile, CpuPipelineStagesHoldTheirSlotsTiesAndCopies) {
   EXPECT_EQ(row(last.value(), "wte_copy"), 4 * 256 * 64u);
   EXPECT_EQ(row(last.value(), "tie"), 4 * 4 * (256 * 64 + 256 * 256u));
   EXPECT_EQ(row(plan_cpu_pipeline_memory(m, 4, 1, 4, 0, 4, false).value(), "dres0"), 4 * 4 * 256 * 64u);
+  // The first stage receives one micro-batch's tie at a time into one buffer (backend_cpu_pipeline.cpp's
+  // tie_buffer); the other stages have none.
+  EXPECT_EQ(row(plan_cpu_pipeline_memory(m, 4, 1, 4, 0, 4, false).value(), "tie_in"),
+            4 * (256 * 64 + 256 * 256u));
+  EXPECT_EQ(row(plan_cpu_pipeline_memory(m, 4, 1, 4, 1, 4, false).value(), "tie_in"), 0u);
   EXPECT_FALSE(plan_cpu_pipeline_memory(m, 4, 1, 4, 4, 4, false).ok()) << "no stage 4 of 4";
 }
 
@@ -847,20 +852,18 @@ TEST(PlanEngineProfile, CudaZeroShardsAreTheShardPlans) {
       }
     }
   }
-  // dp 1 shards nothing whatever ZeRO is asked; a pipeline stage takes ZeRO 2-3 under GPipe and 1F1B, not
-  // under ZB-H1 (the backend refuses it).
+  // dp 1 shards nothing whatever ZeRO is asked; a pipeline stage takes ZeRO 0-3 under every vp 1 schedule
+  // (ZB-H1's slots at ZeRO 2-3: CudaZbh1SlotsAtZero2And3HoldTheInputPasssGradients).
   const PlanModel m = plan_model_preset("gpt2-124m").value();
   EXPECT_EQ(plan_cuda_rank_memory(m, 4, 1, 1, 0, 1, false, {.dp = 1, .zero = 3})->total,
             plan_cuda_rank_memory(m, 4, 1, 1, 0, 1, false)->total);
   EXPECT_TRUE(plan_cuda_rank_memory(m, 4, 1, 2, 0, 2, true, {.dp = 2, .zero = 3}).ok());
-  for (int zero : {2, 3}) {
-    Result<EngineMemory> bad =
-        plan_cuda_rank_memory(m, 4, 1, 2, 0, 2, CudaPipeSchedule::kZeroBubbleH1, {.dp = 2, .zero = zero});
-    ASSERT_FALSE(bad.ok()) << zero;
-    EXPECT_NE(bad.error().find("ZeRO 0-1 under zbh1"), std::string::npos) << bad.error();
+  for (int zero = 0; zero <= 3; ++zero) {
+    EXPECT_TRUE(
+        plan_cuda_rank_memory(m, 4, 1, 2, 0, 2, CudaPipeSchedule::kZeroBubbleH1, {.dp = 2, .zero = zero})
+            .ok())
+        << zero;
   }
-  EXPECT_TRUE(
-      plan_cuda_rank_memory(m, 4, 1, 2, 0, 2, CudaPipeSchedule::kZeroBubbleH1, {.dp = 2, .zero = 1}).ok());
 }
 
 // ZB-H1's slots: min(m, pp) on every stage, each also keeping its blocks' output gradients for the weight
@@ -900,6 +903,52 @@ TEST(PlanEngineProfile, CudaZbh1SlotsKeepEachBlocksOutputGradients) {
                       oslot->bytes_each + static_cast<uint64_t>(layers[static_cast<size_t>(stage)]) * kept)
                 << at;
             EXPECT_EQ(zb.total - zslot->bytes(), ob.total - oslot->bytes()) << at;
+          }
+        }
+      }
+    }
+  }
+}
+
+// ZB-H1 at ZeRO 2-3 on a dp axis: each slot also holds StageSlot::early, the input pass's parameter
+// gradients (each block's six C-wide ones, whole C at any tp, and the last stage's final norm's two, fp32);
+// not at ZeRO 0-1, not at dp 1 (ZeRO 0 whatever is asked). Everything else is 1F1B's at the same ZeRO stage.
+TEST(PlanEngineProfile, CudaZbh1SlotsAtZero2And3HoldTheInputPasssGradients) {
+  auto slot_of = [](const EngineMemory& e) {
+    for (const EngineAllocation& a : e.allocations)
+      if (a.name.rfind("slot", 0) == 0) return a;
+    return EngineAllocation{};
+  };
+  for (const ModelConfig& mc : kTpPpModels) {
+    const PlanModel m = plan_model_of(mc);
+    for (int tp : {1, 2}) {
+      for (int pp = 2; pp <= std::min(4, mc.n_layer); ++pp) {
+        const std::vector<int> layers = plan_cuda_pipeline_layers(m, pp);
+        for (int stage = 0; stage < pp; ++stage) {
+          const uint64_t l = static_cast<uint64_t>(layers[static_cast<size_t>(stage)]);
+          const uint64_t c = static_cast<uint64_t>(mc.n_embd),
+                         early = 4 * (6 * l + (stage == pp - 1 ? 2 : 0)) * c;
+          const EngineAllocation plain = slot_of(
+              plan_cuda_rank_memory(m, 2, tp, pp, stage, pp, CudaPipeSchedule::kZeroBubbleH1).value());
+          ASSERT_GT(plain.bytes_each, 0u);
+          for (int zero = 0; zero <= 3; ++zero) {
+            for (int dp : {1, 2, 3}) {
+              const std::string at = "L " + std::to_string(mc.n_layer) + " tp " + std::to_string(tp) +
+                                     " pp " + std::to_string(pp) + " stage " + std::to_string(stage) +
+                                     " zero " + std::to_string(zero) + " dp " + std::to_string(dp);
+              const CudaDataParallelPlan dpp{.dp = dp, .rank = dp - 1, .zero = zero, .bucket_bytes = 4096};
+              const EngineMemory zb =
+                  plan_cuda_rank_memory(m, 2, tp, pp, stage, pp, CudaPipeSchedule::kZeroBubbleH1, dpp)
+                      .value();
+              const EngineMemory ob =
+                  plan_cuda_rank_memory(m, 2, tp, pp, stage, pp, CudaPipeSchedule::kOneFOneB, dpp).value();
+              const EngineAllocation zslot = slot_of(zb);
+              const bool has_early = dp > 1 && zero >= 2;
+              EXPECT_EQ(zslot.bytes_each, plain.bytes_each + (has_early ? early : 0)) << at;
+              EXPECT_EQ(zslot.name.find("early") != std::string::npos, has_early) << zslot.name;
+              EXPECT_EQ(zslot.count, static_cast<uint64_t>(pp)) << at;  // min(m, pp) at m = pp
+              EXPECT_EQ(zb.total - zslot.bytes(), ob.total - slot_of(ob).bytes()) << at;
+            }
           }
         }
       }
@@ -1029,7 +1078,7 @@ TEST(PlanEngineProfile, CpuZbh1SlotsKeepEachBlocksOutputGradients) {
 
 // The planner schedules ZB-H1: the engine's bubble formula (pipeline_schedule_bubble and the plan share
 // telemetry/pipeline_bubble.h), a third of 1F1B's fill and drain, the same FLOPs; gantry-cuda's memory is
-// plan_cuda_rank_memory's ZB-H1 table, ZeRO 2-3 over dp refused by name; gantry-cpu's the CPU stage's.
+// plan_cuda_rank_memory's ZB-H1 table, at ZeRO 2-3 over dp too; gantry-cpu's the CPU stage's.
 TEST(PlanEngineProfile, Zbh1IsAPlannerScheduleOnBothBackends) {
   for (int pp = 2; pp <= 8; ++pp) {
     for (int m = 1; m <= 3 * pp; ++m) {
@@ -1075,10 +1124,25 @@ TEST(PlanEngineProfile, Zbh1IsAPlannerScheduleOnBothBackends) {
   Result<Plan> z1 = plan_evaluate(zero);
   ASSERT_TRUE(z1.ok()) << z1.error();
   EXPECT_EQ(z1->stage_memory[0].dp_rank_totals.size(), 2u);
-  zero.layout.zero = 2;
-  Result<Plan> z2 = plan_evaluate(zero);
-  ASSERT_FALSE(z2.ok());
-  EXPECT_NE(z2.error().find("ZeRO 0-1 under zbh1"), std::string::npos) << z2.error();
+  // ZeRO 2-3 under ZB-H1: priced, every stage's dp ranks from plan_cuda_rank_memory.
+  for (int z : {2, 3}) {
+    zero.layout.zero = z;
+    Result<Plan> zz = plan_evaluate(zero);
+    ASSERT_TRUE(zz.ok()) << zz.error();
+    ASSERT_TRUE(zz->memory_known);
+    ASSERT_EQ(zz->stage_memory.size(), 4u);
+    for (int stage = 0; stage < 4; ++stage) {
+      const Plan::StageMemory& sm = zz->stage_memory[static_cast<size_t>(stage)];
+      ASSERT_EQ(sm.dp_rank_totals.size(), 2u);
+      for (int k = 0; k < 2; ++k) {
+        Result<EngineMemory> want = plan_cuda_rank_memory(
+            in.model, 4, 1, 4, stage, 8, CudaPipeSchedule::kZeroBubbleH1,
+            {.dp = 2, .rank = k, .zero = z, .bucket_bytes = zero.training.dp_bucket_bytes});
+        ASSERT_TRUE(want.ok()) << want.error();
+        EXPECT_DOUBLE_EQ(sm.dp_rank_totals[static_cast<size_t>(k)], static_cast<double>(want->total));
+      }
+    }
+  }
   PlanInput vp = in;
   vp.engine = EngineKind::kGeneric;  // (gantry-cuda refuses vp 2 for its own reason first)
   vp.layout.vp = 2;

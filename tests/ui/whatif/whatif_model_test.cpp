@@ -269,18 +269,21 @@ std::string pipeline_blocker(const std::string& schedule, int gpus, int pp, int 
   return "no candidate";
 }
 
-// The form's own layouts for a GPU run (dp 2, ZeRO `zero`, train.pp_schedule `schedule`) moved onto `gpus`
-// at tp x pp: each candidate's ZeRO stage and Apply blocker ("" = offered). Fails if there is none.
+// The form's own layouts for a GPU run (dp 2, ZeRO `zero`, train.pp_schedule `schedule`, 4 layers) moved onto
+// `gpus` at tp x pp (x vp): each candidate's ZeRO stage and Apply blocker ("" = offered). Fails if there is
+// none.
 std::vector<std::pair<int, std::string>> gpu_pipeline_offers(const char* schedule, int zero, int gpus, int tp,
-                                                             int pp) {
+                                                             int pp, int vp = 1) {
   json gpu = tiny_run({{"dp", 2}, {"tp", 1}, {"pp", 1}, {"zero", zero}});
   gpu["backend"] = "cuda";
   gpu["pp_schedule"] = schedule;
+  gpu["model"]["n_layer"] = 4;  // pp 2 x vp 2 stages of a layer each
   WhatIfModel g;
   EXPECT_TRUE(g.load_run(gpu).ok());
   g.form.gpus = gpus;
   g.form.layout.tp = tp;
   g.form.layout.pp = pp;
+  g.form.layout.vp = vp;
   g.evaluate();
   std::vector<std::pair<int, std::string>> offers;
   for (const Candidate& c : g.candidates()) {
@@ -315,19 +318,38 @@ TEST(WhatIfApply, APipelineIsOfferedWhereTheRunsScheduleRunsIt) {
     SCOPED_TRACE(schedule);
     for (const auto& [zero, blocker] : gpu_pipeline_offers(schedule, 1, 2, 1, 2)) EXPECT_EQ(blocker, "");
   }
-  // tp beside the GPU pipeline, and ZeRO 2-3 on its dp axis under GPipe and 1F1B: offered; ZeRO 3 under
-  // ZB-H1: refused naming the rule.
-  for (const char* schedule : {"1f1b", "zbh1"}) {
+  // tp beside the GPU pipeline, and ZeRO 2-3 on its dp axis under every schedule the GPU stage runs
+  // (pipeline_check): offered.
+  for (const char* schedule : {"gpipe", "1f1b", "zbh1"}) {
     SCOPED_TRACE(schedule);
     for (const auto& [zero, blocker] : gpu_pipeline_offers(schedule, 3, 4, 2, 2)) {
       EXPECT_EQ(zero, 3);
-      if (std::string(schedule) == "1f1b") {
-        EXPECT_EQ(blocker, "");
-      } else {
-        EXPECT_THAT(blocker, HasSubstr("shards with ZeRO 2-3 under \"gpipe\" and \"1f1b\""));
-      }
+      EXPECT_EQ(blocker, "");
     }
   }
+  // Interleaved at ZeRO 2-3 (pp 2 x vp 2 on 2 GPUs: 2 micro-batches, a multiple of pp): offered where the
+  // profile prices it (the generic one); gantry-cuda's profile has no table for interleaved stages, and the
+  // form says so by name.
+  for (int zero : {2, 3}) {
+    for (const auto& [z, blocker] : gpu_pipeline_offers("interleaved", zero, 2, 1, 2, 2)) {
+      EXPECT_EQ(z, zero);
+      EXPECT_EQ(blocker, "") << zero;
+    }
+  }
+  json gpu = tiny_run({{"dp", 2}, {"tp", 1}, {"pp", 1}, {"zero", 3}});
+  gpu["backend"] = "cuda";
+  gpu["pp_schedule"] = "interleaved";
+  gpu["model"]["n_layer"] = 4;
+  WhatIfModel g;
+  ASSERT_TRUE(g.load_run(gpu).ok());
+  g.form.engine = EngineKind::kGantryCuda;
+  g.form.gpus = 2;
+  g.form.layout.pp = 2;
+  g.form.layout.vp = 2;
+  g.evaluate();
+  ASSERT_FALSE(g.issues().empty());
+  EXPECT_THAT(g.issues()[0].message, HasSubstr("interleaved stages' slots per chunk are not in its table"));
+  for (const Candidate& c : g.candidates()) EXPECT_EQ(c.plan.layout.vp, 1) << c.label();
 }
 
 TEST(WhatIfApply, OfferedExactlyForLayoutsResumeFromTakes) {

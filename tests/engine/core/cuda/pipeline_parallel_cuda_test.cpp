@@ -151,6 +151,19 @@ TEST_P(PipelineParallelCuda, TracksOneGpuAndItsCheckpointLoadsAtPpOneOnGpuAndCpu
     ASSERT_TRUE(std::regex_search(err, sm, std::regex(R"(AdamW ([0-9.]+) MB)"))) << err;
     const double full = 8 * stage_params, share = layout.zero == 0 ? 1.0 : 1.0 / dp;
     EXPECT_NEAR(std::stod(sm[1]) * 1e6, full * share, 0.02 * full) << sm[0];
+    // Under ZeRO 2-3 the start-up shard-plan line (train.cpp) is the plan the backend holds: its gradient
+    // bytes S + E + 2B are stage 0's held gradients (the shard, the embeddings' bucket, two slots of the
+    // largest other), to the MB figure's last digit. Interleaved at 1 MB buckets: B is one chunk's blocks
+    // only because each chunk's first block begins a bucket (before, it printed vp 1's plan: B all its
+    // blocks).
+    if (layout.zero >= 2) {
+      ASSERT_TRUE(std::regex_search(
+          err, sm,
+          std::regex(
+              R"(grads S\+E\+2B = (\d+)[\s\S]*?\w+ state on this rank: params [0-9.]+ MB, grads ([0-9.]+) MB)")))
+          << err;
+      EXPECT_NEAR(std::stod(sm[1]), std::stod(sm[2]) * 1e6, 500) << sm[0];
+    }
   }
 
   // The checkpoint holds every stage's tensors (their tp shares under tp x pp) in the whole model's

@@ -166,24 +166,22 @@ TEST_P(PlanMemoryCuda, EveryRanksMemoryIsThePlannersPredictionForItsStage) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, PlanMemoryCuda,
-                         ::testing::Values(Layout{2, 2, 1, "1f1b"}, Layout{2, 1, 2, "1f1b"},
-                                           Layout{2, 1, 2, "gpipe"}, Layout{4, 2, 2, "1f1b"},
-                                           Layout{4, 2, 2, "gpipe"},
-                                           // ZeRO over dp 2: the shards, the staging of 2 and 3.
-                                           Layout{2, 1, 1, "1f1b", 1}, Layout{2, 1, 1, "1f1b", 3},
-                                           Layout{4, 1, 2, "1f1b", 1},
-                                           // ZeRO 2-3 on a stage's dp axis (6 layers: ZeRO 3's two block
-                                           // slots cycle over a stage's 3 blocks); ZB-H1's slots and kept
-                                           // gradients.
-                                           Layout{4, 1, 2, "1f1b", 2, 6}, Layout{4, 1, 2, "1f1b", 3, 6},
-                                           Layout{2, 1, 2, "zbh1"}, Layout{4, 2, 2, "zbh1"}),
-                         [](const ::testing::TestParamInfo<Layout>& i) {
-                           return "gpus" + std::to_string(i.param.gpus) + "_tp" + std::to_string(i.param.tp) +
-                                  "_pp" + std::to_string(i.param.pp) + "_" + i.param.schedule + "_zero" +
-                                  std::to_string(i.param.zero) +
-                                  (i.param.layers != 4 ? "_l" + std::to_string(i.param.layers) : "");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, PlanMemoryCuda,
+    ::testing::Values(Layout{2, 2, 1, "1f1b"}, Layout{2, 1, 2, "1f1b"}, Layout{2, 1, 2, "gpipe"},
+                      Layout{4, 2, 2, "1f1b"}, Layout{4, 2, 2, "gpipe"},
+                      // ZeRO over dp 2: the shards, the staging of 2 and 3.
+                      Layout{2, 1, 1, "1f1b", 1}, Layout{2, 1, 1, "1f1b", 3}, Layout{4, 1, 2, "1f1b", 1},
+                      // ZeRO 2-3 on a stage's dp axis (6 layers: ZeRO 3's two block slots cycle over a
+                      // stage's 3 blocks); ZB-H1's slots and kept gradients, at ZeRO 2-3 with each slot's
+                      // early buffer (the input pass's parameter gradients).
+                      Layout{4, 1, 2, "1f1b", 2, 6}, Layout{4, 1, 2, "1f1b", 3, 6}, Layout{2, 1, 2, "zbh1"},
+                      Layout{4, 2, 2, "zbh1"}, Layout{4, 1, 2, "zbh1", 2, 6}, Layout{4, 1, 2, "zbh1", 3, 6}),
+    [](const ::testing::TestParamInfo<Layout>& i) {
+      return "gpus" + std::to_string(i.param.gpus) + "_tp" + std::to_string(i.param.tp) + "_pp" +
+             std::to_string(i.param.pp) + "_" + i.param.schedule + "_zero" + std::to_string(i.param.zero) +
+             (i.param.layers != 4 ? "_l" + std::to_string(i.param.layers) : "");
+    });
 
 }  // namespace
 }  // namespace gantry

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/core/gpt.h"
+#include "engine/core/parallel/shard_plan.h"
 
 namespace gantry {
 namespace {
@@ -100,6 +101,48 @@ TEST(PipelinePartition, StageTablesCoverTheModelOnceAndSliceByName) {
   EXPECT_EQ(total, whole.numel());
   EXPECT_NE(pipeline_stage_table(c.model, p, 0).find("wte"), nullptr);  // owned by the first stage
   EXPECT_NE(pipeline_stage_table(c.model, p, 2).find("lnf.weight"), nullptr);
+}
+
+// An interleaved GPU stage begins a dp bucket at each of its chunks 1 to vp − 1's first block (the plan both
+// backend_cuda.cu and train.cpp's printout build): pipeline_chunk_bucket_starts names the unit of the rank
+// table's shard plan that holds that block, for every rank of pp 2-4 at vp 1-3; each then starts a bucket,
+// however large the buckets may be.
+TEST(PipelinePartition, ChunkBucketStartsAreEachChunksFirstBlock) {
+  const Config c = tiny(12);
+  for (int pp = 2; pp <= 4; ++pp) {
+    for (int vp = 1; vp <= 3; ++vp) {
+      const PipelinePartition part = pipeline_partition(c.model, pp * vp, ClassifierGradStage::kLast);
+      for (int rank = 0; rank < pp; ++rank) {
+        SCOPED_TRACE("pp " + std::to_string(pp) + " vp " + std::to_string(vp) + " rank " +
+                     std::to_string(rank));
+        const TensorTable t = pipeline_rank_table(c.model, part, pp, rank);
+        const std::vector<int> starts = pipeline_chunk_bucket_starts(part, pp, rank);
+        ASSERT_EQ(starts.size(), static_cast<size_t>(vp - 1));
+        const ShardPlan plan = shard_plan_make(t, 2, 0, 2, size_t{1} << 30, starts);
+        for (int chunk = 1; chunk < vp; ++chunk) {
+          const int u = starts[static_cast<size_t>(chunk - 1)];
+          const int first_layer = part.first_layer[static_cast<size_t>(chunk * pp + rank)];
+          const TensorInfo* first = nullptr;
+          for (const TensorInfo& x : t.tensors())
+            if (first == nullptr && x.layer == first_layer) first = &x;
+          ASSERT_NE(first, nullptr) << "layer " << first_layer;
+          ASSERT_TRUE(u >= 1 && u < static_cast<int>(plan.units.size())) << u;
+          EXPECT_EQ(plan.units[static_cast<size_t>(u)].offset, first->offset) << "chunk " << chunk;
+          EXPECT_NE(plan.unit_bucket[static_cast<size_t>(u)], plan.unit_bucket[static_cast<size_t>(u - 1)])
+              << "chunk " << chunk;
+        }
+        // Without them the 1 GiB buckets hold every unit above unit 0 together (unit 0, the embeddings or on
+        // a later rank its first block, is always a bucket of its own).
+        const ShardPlan whole = shard_plan_make(t, 2, 0, 2, size_t{1} << 30);
+        for (int u : starts) {
+          if (u - 1 >= 1) {
+            EXPECT_EQ(whole.unit_bucket[static_cast<size_t>(u)],
+                      whole.unit_bucket[static_cast<size_t>(u - 1)]);
+          }
+        }
+      }
+    }
+  }
 }
 
 // Every micro-batch's forward comes before its backward, backwards run in micro-batch order, and the
