@@ -210,6 +210,10 @@ class ClusterCli : public ::testing::Test {
   json run_state(int64_t id) { return get("/v1/runs/" + std::to_string(id)); }
   int64_t last_step(int64_t id) { return run_state(id).value("last_step", int64_t{-1}); }
 
+  // Set by a test before it submits: every tiny_config() of the test is testing_support::small_model()'s
+  // cheaper shape (engine_process.h), for tests whose runs are compared only with each other.
+  bool small_model_ = false;
+
   std::string tiny_config(int64_t max_steps) {
     // tiny.toml as it is, but one thread a rank and no periodic validation or checkpoints: four ranks share
     // two cores, and the checkpoints under test are the operator's.
@@ -218,7 +222,7 @@ class ClusterCli : public ::testing::Test {
     t = std::regex_replace(t, std::regex("checkpoint_every = \\d+"), "checkpoint_every = 0");
     t = std::regex_replace(t, std::regex("val_every = \\d+"), "val_every = 0");
     t = std::regex_replace(t, std::regex("\\[train\\]"), "[train]\nthreads = 1");
-    return t;
+    return small_model_ ? testing_support::small_model(t) : t;
   }
 
   // POST /v1/runs: tiny_config(max_steps) with each of `train`'s settings (its line's number replaced, or the

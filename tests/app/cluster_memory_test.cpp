@@ -51,6 +51,7 @@ class ClusterMemory : public ClusterCli {
 };
 
 TEST_F(ClusterMemory, AKilledWorkerIsRestoredFromMemoryBitForBitAsFromDisk) {
+  small_model_ = true;  // the restored run is compared with the reference of the same config only
   constexpr int64_t kSteps = 30;
   // The reference: never interrupted, with a disk checkpoint every 2 steps to compare the copies with.
   const int64_t ref = submit(kSteps, {{"max_restarts", 0}}, /*checkpoint_every=*/2, /*keep=*/100);
@@ -116,6 +117,7 @@ TEST_F(ClusterMemory, AKilledWorkerIsRestoredFromMemoryBitForBitAsFromDisk) {
 
 // A lost node (its agent killed): its rank's copy survives on the ring peer, which serves it to the spare.
 TEST_F(ClusterMemory, ALostNodesShardIsServedByItsRingPeer) {
+  small_model_ = true;  // steps only: the loss lands at step 13 of a run without end
   const int64_t id = submit(100000, json::object());
   ASSERT_GE(id, 0);
   ASSERT_TRUE(eventually([&] { return last_step(id) >= 13 && complete_copies(id, 2) > 10; }, 120s))
@@ -140,6 +142,7 @@ TEST_F(ClusterMemory, ALostNodesShardIsServedByItsRingPeer) {
 // exits 5, and the coordinator falls back past it (source "memory": nothing on disk to move, the copies at
 // and past that step are not restored again) to an older state, and the run trains on.
 TEST_F(ClusterMemory, ADamagedCopyFallsBackToAnOlderState) {
+  small_model_ = true;  // steps only: the pause lands at step 13 of a run without end
   const int64_t id = submit(100000, json::object());
   ASSERT_GE(id, 0);
   ASSERT_TRUE(eventually([&] { return last_step(id) >= 13 && complete_copies(id, 2) > 10; }, 120s))
@@ -240,6 +243,7 @@ class ClusterMemoryOneNode : public ClusterMemory {
 };
 
 TEST_F(ClusterMemoryOneNode, TheOnlyCopysAgentLostSendsTheRestoreToDisk) {
+  small_model_ = true;  // steps only: the loss lands at step 13 of a run without end
   const int64_t id = submit(100000, json::object());
   ASSERT_GE(id, 0);
   ASSERT_TRUE(eventually([&] { return last_step(id) >= 13 && complete_copies(id, 1) > 10; }, 120s))

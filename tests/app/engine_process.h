@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -54,6 +55,16 @@ inline Outcome run_engine(const std::string& args) {
   r.out = slurp(out);
   r.err = slurp(err);
   return r;
+}
+
+// tiny.toml's GPT at half its width and half its context (n_embd 32, seq_len 32; the same 2 layers, 4 heads,
+// batch, optimizer and data): about a fifth of the CPU a step (4 ranks x 40 steps, one thread a rank: 3 s
+// user against 17 s). For a test whose runs are compared only with runs of the same config (a run against
+// itself: the shape is free) or that needs only steps, not what the model learns, and whose waits count
+// steps (no margin in steps changes; where rank 0 is slowed, a step still lasts at least its delay).
+inline std::string small_model(std::string toml) {
+  toml = std::regex_replace(toml, std::regex("n_embd = \\d+"), "n_embd = 32");
+  return std::regex_replace(toml, std::regex("seq_len = \\d+"), "seq_len = 32");
 }
 
 }  // namespace gantry::testing_support

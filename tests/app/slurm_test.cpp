@@ -51,14 +51,15 @@ class Slurm : public ::testing::Test {
   }
 
   // tiny.toml with one thread a rank and no periodic validation or checkpoints (four ranks share two cores).
-  fs::path tiny_config(int64_t max_steps) {
+  // With `small`, testing_support::small_model()'s cheaper shape, for a test that needs only steps.
+  fs::path tiny_config(int64_t max_steps, bool small = false) {
     std::string t = slurp(GANTRY_TINY_CONFIG);
     t = std::regex_replace(t, std::regex("max_steps = \\d+"), "max_steps = " + std::to_string(max_steps));
     t = std::regex_replace(t, std::regex("checkpoint_every = \\d+"), "checkpoint_every = 0");
     t = std::regex_replace(t, std::regex("val_every = \\d+"), "val_every = 0");
     t = std::regex_replace(t, std::regex("\\[train\\]"), "[train]\nthreads = 1");
     const fs::path p = dir_ / "tiny.toml";
-    std::ofstream(p) << t;
+    std::ofstream(p) << (small ? testing_support::small_model(t) : t);
     return p;
   }
 
@@ -412,7 +413,7 @@ TEST_F(Slurm, AKilledCoordinatorIsStartedAgainAndTheRunFinishes) {
 // at the same dp, and finishes.
 TEST_F(Slurm, CrashedNodeIsLostAndTheSpareTakesItsRanks) {
   constexpr int64_t kSteps = 30;
-  const fs::path cfg = tiny_config(kSteps);
+  const fs::path cfg = tiny_config(kSteps, /*small=*/true);  // steps only: the crash lands at step 7 of 30
   ASSERT_NO_FATAL_FAILURE(start_slurm(3));
   const std::string job = sbatch(
       3,
