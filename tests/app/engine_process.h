@@ -48,7 +48,7 @@ inline Outcome run_engine(const std::string& args) {
   const std::string base = scratch_path("engine").string();
   const std::string out = base + ".stdout", err = base + ".stderr";
   const std::string cmd =
-      std::string(GANTRY_ENGINE_BIN) + " " + args + " >" + out + " 2>" + err + " </dev/null";
+      std::string(GANTRY_ENGINE_BIN " ") + args + " >" + out + " 2>" + err + " </dev/null";
   const int status = std::system(cmd.c_str());
   Outcome r;
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;

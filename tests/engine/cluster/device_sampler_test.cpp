@@ -102,7 +102,7 @@ TEST(XidCounter, CountsEachGpusXidsFromTheKernelLog) {
   const PciAddress quiet = *parse_pci_address("0000:af:00");
   EXPECT_EQ(x.count(gpu0), std::optional<uint64_t>(0)) << "an Xid from before the log was opened";
   const std::string fixture_path =
-      std::string(GANTRY_SOURCE_DIR) + "/tests/engine/cluster/fixtures/kmsg_xid.txt";
+      std::string(GANTRY_SOURCE_DIR "/tests/engine/cluster/fixtures/kmsg_xid.txt");
   std::ifstream fixture(fixture_path);
   ASSERT_TRUE(fixture) << fixture_path;
   std::ofstream(log, std::ios::app) << fixture.rdbuf();

@@ -19,10 +19,10 @@ std::string error_of(const std::string& toml) {
 
 TEST(Config, ShippedConfigsLoad) {
   for (const char* name : {"tiny", "gpt2-124m", "gpt2-350m"}) {
-    Result<Config> c = config_load(std::string(GANTRY_SOURCE_DIR) + "/assets/configs/" + name + ".toml");
+    Result<Config> c = config_load(std::string(GANTRY_SOURCE_DIR "/assets/configs/") + name + ".toml");
     ASSERT_TRUE(c.ok()) << name << ": " << c.error();
   }
-  Result<Config> big = config_load(std::string(GANTRY_SOURCE_DIR) + "/assets/configs/gpt2-124m.toml");
+  Result<Config> big = config_load(std::string(GANTRY_SOURCE_DIR "/assets/configs/gpt2-124m.toml"));
   EXPECT_EQ(big->model.n_layer, 12);
   EXPECT_EQ(big->model.n_embd, 768);
   EXPECT_EQ(big->model.vocab_size, 50304);

@@ -51,7 +51,7 @@ TEST(Train, TinyConfigLearnsTheSyntheticCorpus) {
   // entropy in its 150 steps, here of 32 positions instead of its 64 (half the time; a chain needs one
   // token of context): 1.54 in training and 1.56 in validation against the bound's 1.64, where 100 steps
   // (1.70) or a batch of 8 (1.71) would not do. At lr 0 the loss stays at ln(vocab) and this fails.
-  Result<Config> c = config_load(std::string(GANTRY_SOURCE_DIR) + "/assets/configs/tiny.toml");
+  Result<Config> c = config_load(std::string(GANTRY_SOURCE_DIR "/assets/configs/tiny.toml"));
   ASSERT_TRUE(c.ok()) << c.error();
   c->model.seq_len = 32;
   const double entropy = std::log(static_cast<double>(c->data.synthetic_branching));

@@ -21,7 +21,7 @@ namespace {
 namespace fs = std::filesystem;
 
 Config tiny() {
-  Result<Config> c = config_load(std::string(GANTRY_SOURCE_DIR) + "/assets/configs/tiny.toml");
+  Result<Config> c = config_load(std::string(GANTRY_SOURCE_DIR "/assets/configs/tiny.toml"));
   EXPECT_TRUE(c.ok()) << c.error();
   return c.value();
 }

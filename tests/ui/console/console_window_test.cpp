@@ -82,9 +82,8 @@ const json* series_named(const json& state, const std::string& name) {
 
 TEST(ConsoleWindow, NoDisplayPointsToTheHeadlessCommands) {
   const fs::path dir = scratch_dir("console_nodisplay");
-  const int code =
-      run_shell("env -u DISPLAY -u WAYLAND_DISPLAY " + std::string(GANTRY_BIN) + " --state-dir " +
-                dir.string() + " </dev/null >/dev/null 2>" + (dir / "err").string());
+  const int code = run_shell("env -u DISPLAY -u WAYLAND_DISPLAY " + std::string(GANTRY_BIN " --state-dir ") +
+                             dir.string() + " </dev/null >/dev/null 2>" + (dir / "err").string());
   EXPECT_EQ(code, 2);
   const std::string err = slurp(dir / "err");
   EXPECT_THAT(err, HasSubstr("cannot open a window"));
@@ -96,7 +95,7 @@ TEST(ConsoleWindow, NoDisplayPointsToTheHeadlessCommands) {
 TEST(ConsoleWindow, BadInputIsRefusedBeforeAnythingStarts) {
   const fs::path dir = scratch_dir("console_badinput");
   std::ofstream(dir / "bad.script") << "wait_steps 3\nclick Checkpoint now\n";
-  const std::string base = std::string(GANTRY_BIN) + " --state-dir " + dir.string();
+  const std::string base = std::string(GANTRY_BIN " --state-dir ") + dir.string();
   EXPECT_EQ(run_shell(base + " --script " + (dir / "bad.script").string() + " 2>" + (dir / "err").string()),
             2);
   EXPECT_THAT(slurp(dir / "err"), HasSubstr("bad.script:2: click takes one argument"));
@@ -116,7 +115,7 @@ TEST(ConsoleWindow, BenchFramesPrintsOneJsonLine) {
   if (!have_xvfb_run()) GTEST_SKIP() << "xvfb-run is not installed (Debian: xvfb)";
   const fs::path dir = scratch_dir("console_bench");
   const int code = run_shell(
-      "xvfb-run -a -s '-screen 0 1600x1000x24' " + std::string(GANTRY_BIN) + " --state-dir " + dir.string() +
+      "xvfb-run -a -s '-screen 0 1600x1000x24' " + std::string(GANTRY_BIN " --state-dir ") + dir.string() +
       " --bench-frames 3 --bench-ranks 8 --bench-steps 100 --bench-history " + (dir / "history").string() +
       " </dev/null >" + (dir / "out").string() + " 2>" + (dir / "err").string());
   ASSERT_EQ(code, 0) << slurp(dir / "err");

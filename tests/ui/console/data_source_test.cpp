@@ -29,7 +29,7 @@ class DataSourceCluster : public ::testing::Test {
     dir_ = scratch_dir("data_source");
     cluster_ = dir_ / "cluster";
     ASSERT_EQ(
-        run_shell(std::string(GANTRY_ENGINE_BIN) + " up --nodes 2 --slots 2 --no-restart --dir " +
+        run_shell(std::string(GANTRY_ENGINE_BIN " up --nodes 2 --slots 2 --no-restart --dir ") +
                   cluster_.string() + " >" + (dir_ / "up.out").string() + " 2>" + (dir_ / "up.err").string()),
         0)
         << slurp(dir_ / "up.err");
@@ -45,8 +45,7 @@ class DataSourceCluster : public ::testing::Test {
   void TearDown() override {
     if (source_) source_->stop();
     EXPECT_EQ(
-        run_shell(std::string(GANTRY_ENGINE_BIN) + " down --dir " + cluster_.string() + " >/dev/null 2>&1"),
-        0);
+        run_shell(std::string(GANTRY_ENGINE_BIN " down --dir ") + cluster_.string() + " >/dev/null 2>&1"), 0);
     for (pid_t p : pids_)
       EXPECT_TRUE(eventually([&] { return gone(p); }, 10s)) << "pid " << p << " left behind";
     for (pid_t p : workers_)
@@ -285,7 +284,7 @@ TEST_F(DataSourceCluster, CatchesUpWithoutAGapAfterTheCoordinatorIsKilledAndRest
   ASSERT_TRUE(eventually([&] { return !snap()->connected; }, 20s));
   const int64_t held = snap()->steps->last_step();
   const std::string port = endpoint_.url.substr(endpoint_.url.rfind(':') + 1);
-  ASSERT_EQ(run_shell("setsid " + std::string(GANTRY_ENGINE_BIN) + " coordinator --dir " + cluster_.string() +
+  ASSERT_EQ(run_shell("setsid " + std::string(GANTRY_ENGINE_BIN " coordinator --dir ") + cluster_.string() +
                       " --token-file " + (cluster_ / "token").string() + " --agent-token-file " +
                       (cluster_ / "agent_token").string() + " --port " + port + " >>" +
                       (cluster_ / "coordinator.log").string() + " 2>&1 </dev/null & echo $! >" +

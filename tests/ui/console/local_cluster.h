@@ -84,7 +84,7 @@ struct UpCluster {
 };
 inline UpCluster up_cluster(const fs::path& dir, const std::string& args) {
   UpCluster c{.dir = dir / "cluster"};
-  if (run_shell(std::string(GANTRY_ENGINE_BIN) + " up " + args + " --dir " + c.dir.string() + " >" +
+  if (run_shell(std::string(GANTRY_ENGINE_BIN " up ") + args + " --dir " + c.dir.string() + " >" +
                 (dir / "up.out").string() + " 2>" + (dir / "up.err").string()) != 0) {
     c.error = "up failed: " + slurp(dir / "up.err");
     return c;

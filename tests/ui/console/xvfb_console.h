@@ -43,8 +43,8 @@ inline int run_gantry_script(const fs::path& dir, const std::string& url, const 
 inline void down_and_expect_gone(const fs::path& cluster, const std::vector<pid_t>& daemons,
                                  const std::vector<pid_t>& workers) {
   using namespace std::chrono_literals;
-  EXPECT_EQ(
-      run_shell(std::string(GANTRY_ENGINE_BIN) + " down --dir " + cluster.string() + " >/dev/null 2>&1"), 0);
+  EXPECT_EQ(run_shell(std::string(GANTRY_ENGINE_BIN " down --dir ") + cluster.string() + " >/dev/null 2>&1"),
+            0);
   for (pid_t p : daemons)
     EXPECT_TRUE(eventually([&] { return gone(p); }, 10s)) << "pid " << p << " left behind";
   for (pid_t p : workers)

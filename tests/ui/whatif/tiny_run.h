@@ -13,7 +13,7 @@
 namespace gantry::whatif::testing_support {
 
 inline nlohmann::json tiny_run(const nlohmann::json& layout, const std::string& state = "stopped") {
-  Result<Config> c = config_load(std::string(GANTRY_SOURCE_DIR) + "/assets/configs/tiny.toml");
+  Result<Config> c = config_load(std::string(GANTRY_SOURCE_DIR "/assets/configs/tiny.toml"));
   EXPECT_TRUE(c.ok()) << c.error();
   if (!c.ok()) return nlohmann::json::object();
   return {{"id", 7},

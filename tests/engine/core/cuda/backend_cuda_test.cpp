@@ -123,7 +123,7 @@ struct Recorder : TrainObserver {
 
 TEST(BackendCuda, TinyConfigTracksTheCpuLossCurveFor50Steps) {
   GANTRY_REQUIRE_GPU();
-  Result<Config> c = config_load(std::string(GANTRY_SOURCE_DIR) + "/assets/configs/tiny.toml");
+  Result<Config> c = config_load(std::string(GANTRY_SOURCE_DIR "/assets/configs/tiny.toml"));
   ASSERT_TRUE(c.ok()) << c.error();
   Recorder cpu, gpu;
   c->train.backend = "cpu";

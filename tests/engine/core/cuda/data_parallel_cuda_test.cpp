@@ -41,7 +41,7 @@ TEST_P(DataParallelCuda, TracksOneGpuAndItsCheckpointLoadsOnOne) {
   std::filesystem::create_directories(root + "/many");
   // The tiny model on the GPU with small buckets (several per step); global batch 16 = 2 micro-batches of
   // 8 on one GPU, one of 8 on each of two, one of 4 on each of four.
-  std::string cfg = slurp(std::string(GANTRY_SOURCE_DIR) + "/assets/configs/tiny.toml");
+  std::string cfg = slurp(std::string(GANTRY_SOURCE_DIR "/assets/configs/tiny.toml"));
   cfg.replace(cfg.find("backend = \"cpu\""), 15, "backend = \"cuda\"\ndp_bucket_mb = 0.05");
   cfg.replace(cfg.find("micro_batch = 8"), 15, "micro_batch = " + std::to_string(layout.micro_batch));
   const std::string path = root + "/tiny_cuda.toml";

@@ -23,7 +23,7 @@ inline std::vector<double> losses_of(const std::string& args, const std::string&
                                      std::vector<std::pair<int, double>>* val_losses = nullptr) {
   const std::string out = dir + "/stdout.txt", errf = dir + "/stderr.txt";
   const int status =
-      std::system((std::string(GANTRY_ENGINE_BIN) + " " + args + " >" + out + " 2>" + errf).c_str());
+      std::system((std::string(GANTRY_ENGINE_BIN " ") + args + " >" + out + " 2>" + errf).c_str());
   *code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   *err = slurp(errf);
   std::vector<double> losses;

@@ -50,7 +50,7 @@ using testing_support::slurp;
 // dp bucket cap (train.dp_bucket_mb).
 std::string tiny_config(const std::string& root, const std::string& backend, const std::string& schedule,
                         int layers = 2, double bucket_mb = 0.05) {
-  std::string cfg = slurp(std::string(GANTRY_SOURCE_DIR) + "/assets/configs/tiny.toml");
+  std::string cfg = slurp(std::string(GANTRY_SOURCE_DIR "/assets/configs/tiny.toml"));
   cfg.replace(cfg.find("n_layer = 2"), 11, "n_layer = " + std::to_string(layers));
   cfg.replace(cfg.find("backend = \"cpu\""), 15,
               "backend = \"" + backend + "\"\ndp_bucket_mb = " + std::to_string(bucket_mb) +

@@ -44,8 +44,7 @@ struct Layout {
 // `gantry-engine args`: exit code, stdout and stderr (files in `dir`).
 int engine(const std::string& args, const std::string& dir, std::string* out, std::string* err) {
   const std::string o = dir + "/stdout.txt", e = dir + "/stderr.txt";
-  const int status =
-      std::system((std::string(GANTRY_ENGINE_BIN) + " " + args + " >" + o + " 2>" + e).c_str());
+  const int status = std::system((std::string(GANTRY_ENGINE_BIN " ") + args + " >" + o + " 2>" + e).c_str());
   *out = slurp(o);
   *err = slurp(e);
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -54,7 +53,7 @@ int engine(const std::string& args, const std::string& dir, std::string* out, st
 // The tiny model at `layers` layers (4: 2 blocks a stage at pp 2) on the CUDA backend, micro-batches of 4
 // (4 a step at dp 1: 1F1B holds 2 per stage at pp 2, GPipe all 4), no validation or checkpoint.
 std::string config(const std::string& root, const std::string& schedule, int layers) {
-  std::string cfg = slurp(std::string(GANTRY_SOURCE_DIR) + "/assets/configs/tiny.toml");
+  std::string cfg = slurp(std::string(GANTRY_SOURCE_DIR "/assets/configs/tiny.toml"));
   cfg.replace(cfg.find("n_layer = 2"), 11, "n_layer = " + std::to_string(layers));
   cfg.replace(cfg.find("backend = \"cpu\""), 15, "backend = \"cuda\"\npp_schedule = \"" + schedule + "\"");
   cfg.replace(cfg.find("micro_batch = 8"), 15, "micro_batch = 4");

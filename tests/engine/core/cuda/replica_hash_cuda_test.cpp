@@ -80,7 +80,7 @@ TEST_P(SdcTwoGpus, CleanRunsAreQuietAndAFlippedBitNamesBothRanksWithoutAMajority
   const Case c = GetParam();
   if (cuda_device_count() < 2) GTEST_SKIP() << "needs 2 GPUs (found " << cuda_device_count() << ")";
   const std::string root = testing_support::scratch_dir().string();
-  std::string cfg = slurp(std::string(GANTRY_SOURCE_DIR) + "/assets/configs/tiny.toml");
+  std::string cfg = slurp(std::string(GANTRY_SOURCE_DIR "/assets/configs/tiny.toml"));
   cfg.replace(cfg.find("backend = \"cpu\""), 15,
               "backend = \"cuda\"\nsdc_check_every = 1\ndp_bucket_mb = 0.05");
   const std::string path = root + "/tiny_cuda.toml";

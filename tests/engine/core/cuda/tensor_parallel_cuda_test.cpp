@@ -31,7 +31,7 @@ using testing_support::slurp;
 
 // The tiny model's config on `backend`, written under `root`.
 std::string tiny_config(const std::string& root, const std::string& backend) {
-  std::string cfg = slurp(std::string(GANTRY_SOURCE_DIR) + "/assets/configs/tiny.toml");
+  std::string cfg = slurp(std::string(GANTRY_SOURCE_DIR "/assets/configs/tiny.toml"));
   cfg.replace(cfg.find("backend = \"cpu\""), 15, "backend = \"" + backend + "\"\ndp_bucket_mb = 0.05");
   const std::string path = root + "/tiny_" + backend + ".toml";
   std::ofstream(path) << cfg;

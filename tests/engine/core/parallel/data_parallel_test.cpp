@@ -97,7 +97,7 @@ Result<Curve> train_rank(const RankRun& run, int rank, int world, int fd) {
 Curve reference_curve(const Config& cfg = tiny20(), const std::string& key = "tiny20") {
   struct stat st {};
   ::stat("/proc/self/exe", &st);
-  const std::string path = std::string(GANTRY_BINARY_DIR) + "/data_parallel_reference_" + key + "_" +
+  const std::string path = std::string(GANTRY_BINARY_DIR "/data_parallel_reference_") + key + "_" +
                            std::to_string(static_cast<long long>(st.st_mtime)) + ".txt";
   Curve c;
   if (FILE* f = std::fopen(path.c_str(), "r")) {

@@ -34,7 +34,7 @@ namespace gantry::testing_support {
 // checkpoints, one thread a rank (the gang's ranks share the cores) and small gradient buckets (several a
 // step). Each test changes what its layouts need on top.
 inline Config gang_tiny_config(int64_t steps, int64_t val_every) {
-  Result<Config> c = config_load(std::string(GANTRY_SOURCE_DIR) + "/assets/configs/tiny.toml");
+  Result<Config> c = config_load(std::string(GANTRY_SOURCE_DIR "/assets/configs/tiny.toml"));
   EXPECT_TRUE(c.ok()) << c.error();
   if (!c.ok()) return Config{};
   Config cfg = c.value();

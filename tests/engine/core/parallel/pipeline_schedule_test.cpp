@@ -20,7 +20,7 @@ namespace {
 using ::testing::HasSubstr;
 
 Config tiny(int layers) {
-  Result<Config> c = config_load(std::string(GANTRY_SOURCE_DIR) + "/assets/configs/tiny.toml");
+  Result<Config> c = config_load(std::string(GANTRY_SOURCE_DIR "/assets/configs/tiny.toml"));
   EXPECT_TRUE(c.ok()) << c.error();
   Config cfg = c.value();
   cfg.model.n_layer = layers;

@@ -105,7 +105,7 @@ TEST(TensorParallelCheck, ProductThatIsNotTheWorldIsRefusedNamingTheNumbers) {
 }
 
 TEST(TensorParallelCheck, TheTrainLoopRefusesABadLayoutBeforeBuildingAnything) {
-  Result<Config> c = config_load(std::string(GANTRY_SOURCE_DIR) + "/assets/configs/tiny.toml");
+  Result<Config> c = config_load(std::string(GANTRY_SOURCE_DIR "/assets/configs/tiny.toml"));
   ASSERT_TRUE(c.ok()) << c.error();
   c->train.checkpoint_every = 0;
   // tp 3 of the tiny model's 4 heads: refused before any communicator is asked for.
