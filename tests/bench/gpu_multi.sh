@@ -59,7 +59,16 @@ step() {
 
 {
   nvidia-smi --query-gpu=index,name,memory.total,clocks.max.sm,power.limit,temperature.gpu,driver_version --format=csv
-  echo "$(date -u '+%F %T') UTC, cores $(nproc), $NGPU GPUs, budget $BUDGET s, src $(git -C "$SRC" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  # The tree's commit: its own repository's HEAD only when SRC is that repository's top (a `git archive`
+  # copy inside another checkout would name the outer one's), else SRC/COMMIT, which whoever copies a tree
+  # with `git archive` writes (`git rev-parse --short HEAD > SRC/COMMIT`).
+  src_commit=unknown
+  if [ "$(git -C "$SRC" rev-parse --show-toplevel 2>/dev/null)" = "$(cd "$SRC" && pwd -P)" ]; then
+    src_commit=$(git -C "$SRC" rev-parse --short HEAD)
+  elif [ -f "$SRC/COMMIT" ]; then
+    src_commit=$(cat "$SRC/COMMIT")
+  fi
+  echo "$(date -u '+%F %T') UTC, cores $(nproc), $NGPU GPUs, budget $BUDGET s, src $src_commit"
   python3 -c "import torch; print('torch', torch.__version__, 'nccl', torch.cuda.nccl.version())" 2>&1 | tail -1
 } | tee "$OUTD/gpus.txt"
 nvidia-smi topo -m > "$OUTD/topo.txt" 2>&1
