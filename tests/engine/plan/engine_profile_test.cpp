@@ -866,94 +866,86 @@ TEST(PlanEngineProfile, CudaZeroShardsAreTheShardPlans) {
   }
 }
 
-// ZB-H1's slots: min(m, pp) on every stage, each also keeping its blocks' output gradients for the weight
-// pass (KeptGrads: d(res3), d(res2) (N, C), d(fch) (N, 4C/tp), d(qkv) (N, 3C/tp), bf16); nothing else
-// differs from 1F1B.
-TEST(PlanEngineProfile, CudaZbh1SlotsKeepEachBlocksOutputGradients) {
+// The "slot ..." row of a CUDA stage's table (an empty row where there is none).
+EngineAllocation slot_row(const EngineMemory& e) {
+  for (const EngineAllocation& a : e.allocations)
+    if (a.name.rfind("slot", 0) == 0) return a;
+  return EngineAllocation{};
+}
+
+// fn(model, plan model, tp, pp, stage, the stage's layers) for every CUDA pipeline stage the ZB-H1 tests
+// check: the tp-pp models, tp 1-2, pp 2 up to min(4, layers).
+template <typename Fn>
+void for_each_zbh1_stage(Fn fn) {
   for (const ModelConfig& mc : kTpPpModels) {
     const PlanModel m = plan_model_of(mc);
     for (int tp : {1, 2}) {
       for (int pp = 2; pp <= std::min(4, mc.n_layer); ++pp) {
         const std::vector<int> layers = plan_cuda_pipeline_layers(m, pp);
-        for (int stage = 0; stage < pp; ++stage) {
-          for (int micro : {1, pp, 3 * pp}) {
-            const std::string at = "L " + std::to_string(mc.n_layer) + " tp " + std::to_string(tp) + " pp " +
-                                   std::to_string(pp) + " stage " + std::to_string(stage) + " m " +
-                                   std::to_string(micro);
-            const EngineMemory zb =
-                plan_cuda_rank_memory(m, 2, tp, pp, stage, micro, CudaPipeSchedule::kZeroBubbleH1).value();
-            const EngineMemory ob =
-                plan_cuda_rank_memory(m, 2, tp, pp, stage, micro, CudaPipeSchedule::kOneFOneB).value();
-            const EngineAllocation* zslot = nullptr;
-            const EngineAllocation* oslot = nullptr;
-            for (const EngineAllocation& a : zb.allocations)
-              if (a.name.rfind("slot", 0) == 0) zslot = &a;
-            for (const EngineAllocation& a : ob.allocations)
-              if (a.name.rfind("slot", 0) == 0) oslot = &a;
-            ASSERT_NE(zslot, nullptr) << at;
-            ASSERT_NE(oslot, nullptr) << at;
-            EXPECT_NE(zslot->name.find("kept grads"), std::string::npos) << zslot->name;
-            EXPECT_EQ(zslot->count, static_cast<uint64_t>(
-                                        replayed_slots(PipelineSchedule::kZeroBubbleH1, pp, stage, micro)))
-                << at;
-            const uint64_t n = 2ull * mc.seq_len, c = static_cast<uint64_t>(mc.n_embd);
-            const uint64_t kept = 2 * (2 * n * c + n * 4 * c / static_cast<uint64_t>(tp) +
-                                       n * 3 * c / static_cast<uint64_t>(tp));
-            EXPECT_EQ(zslot->bytes_each,
-                      oslot->bytes_each + static_cast<uint64_t>(layers[static_cast<size_t>(stage)]) * kept)
-                << at;
-            EXPECT_EQ(zb.total - zslot->bytes(), ob.total - oslot->bytes()) << at;
-          }
-        }
+        for (int stage = 0; stage < pp; ++stage)
+          fn(mc, m, tp, pp, stage, static_cast<uint64_t>(layers[static_cast<size_t>(stage)]));
       }
     }
   }
+}
+
+// ZB-H1's slots: min(m, pp) on every stage, each also keeping its blocks' output gradients for the weight
+// pass (KeptGrads: d(res3), d(res2) (N, C), d(fch) (N, 4C/tp), d(qkv) (N, 3C/tp), bf16); nothing else
+// differs from 1F1B.
+TEST(PlanEngineProfile, CudaZbh1SlotsKeepEachBlocksOutputGradients) {
+  for_each_zbh1_stage([](const ModelConfig& mc, const PlanModel& m, int tp, int pp, int stage, uint64_t l) {
+    for (int micro : {1, pp, 3 * pp}) {
+      const std::string at = "L " + std::to_string(mc.n_layer) + " tp " + std::to_string(tp) + " pp " +
+                             std::to_string(pp) + " stage " + std::to_string(stage) + " m " +
+                             std::to_string(micro);
+      const EngineMemory zb =
+          plan_cuda_rank_memory(m, 2, tp, pp, stage, micro, CudaPipeSchedule::kZeroBubbleH1).value();
+      const EngineMemory ob =
+          plan_cuda_rank_memory(m, 2, tp, pp, stage, micro, CudaPipeSchedule::kOneFOneB).value();
+      const EngineAllocation zslot = slot_row(zb), oslot = slot_row(ob);
+      ASSERT_FALSE(zslot.name.empty()) << at;  // a slot row exists
+      ASSERT_FALSE(oslot.name.empty()) << at;
+      EXPECT_NE(zslot.name.find("kept grads"), std::string::npos) << zslot.name;
+      EXPECT_EQ(zslot.count,
+                static_cast<uint64_t>(replayed_slots(PipelineSchedule::kZeroBubbleH1, pp, stage, micro)))
+          << at;
+      const uint64_t n = 2ull * mc.seq_len, c = static_cast<uint64_t>(mc.n_embd);
+      const uint64_t kept =
+          2 * (2 * n * c + n * 4 * c / static_cast<uint64_t>(tp) + n * 3 * c / static_cast<uint64_t>(tp));
+      EXPECT_EQ(zslot.bytes_each, oslot.bytes_each + l * kept) << at;
+      EXPECT_EQ(zb.total - zslot.bytes(), ob.total - oslot.bytes()) << at;
+    }
+  });
 }
 
 // ZB-H1 at ZeRO 2-3 on a dp axis: each slot also holds StageSlot::early, the input pass's parameter
 // gradients (each block's six C-wide ones, whole C at any tp, and the last stage's final norm's two, fp32);
 // not at ZeRO 0-1, not at dp 1 (ZeRO 0 whatever is asked). Everything else is 1F1B's at the same ZeRO stage.
 TEST(PlanEngineProfile, CudaZbh1SlotsAtZero2And3HoldTheInputPasssGradients) {
-  auto slot_of = [](const EngineMemory& e) {
-    for (const EngineAllocation& a : e.allocations)
-      if (a.name.rfind("slot", 0) == 0) return a;
-    return EngineAllocation{};
-  };
-  for (const ModelConfig& mc : kTpPpModels) {
-    const PlanModel m = plan_model_of(mc);
-    for (int tp : {1, 2}) {
-      for (int pp = 2; pp <= std::min(4, mc.n_layer); ++pp) {
-        const std::vector<int> layers = plan_cuda_pipeline_layers(m, pp);
-        for (int stage = 0; stage < pp; ++stage) {
-          const uint64_t l = static_cast<uint64_t>(layers[static_cast<size_t>(stage)]);
-          const uint64_t c = static_cast<uint64_t>(mc.n_embd),
-                         early = 4 * (6 * l + (stage == pp - 1 ? 2 : 0)) * c;
-          const EngineAllocation plain = slot_of(
-              plan_cuda_rank_memory(m, 2, tp, pp, stage, pp, CudaPipeSchedule::kZeroBubbleH1).value());
-          ASSERT_GT(plain.bytes_each, 0u);
-          for (int zero = 0; zero <= 3; ++zero) {
-            for (int dp : {1, 2, 3}) {
-              const std::string at = "L " + std::to_string(mc.n_layer) + " tp " + std::to_string(tp) +
-                                     " pp " + std::to_string(pp) + " stage " + std::to_string(stage) +
-                                     " zero " + std::to_string(zero) + " dp " + std::to_string(dp);
-              const CudaDataParallelPlan dpp{.dp = dp, .rank = dp - 1, .zero = zero, .bucket_bytes = 4096};
-              const EngineMemory zb =
-                  plan_cuda_rank_memory(m, 2, tp, pp, stage, pp, CudaPipeSchedule::kZeroBubbleH1, dpp)
-                      .value();
-              const EngineMemory ob =
-                  plan_cuda_rank_memory(m, 2, tp, pp, stage, pp, CudaPipeSchedule::kOneFOneB, dpp).value();
-              const EngineAllocation zslot = slot_of(zb);
-              const bool has_early = dp > 1 && zero >= 2;
-              EXPECT_EQ(zslot.bytes_each, plain.bytes_each + (has_early ? early : 0)) << at;
-              EXPECT_EQ(zslot.name.find("early") != std::string::npos, has_early) << zslot.name;
-              EXPECT_EQ(zslot.count, static_cast<uint64_t>(pp)) << at;  // min(m, pp) at m = pp
-              EXPECT_EQ(zb.total - zslot.bytes(), ob.total - slot_of(ob).bytes()) << at;
-            }
-          }
-        }
+  for_each_zbh1_stage([](const ModelConfig& mc, const PlanModel& m, int tp, int pp, int stage, uint64_t l) {
+    const uint64_t c = static_cast<uint64_t>(mc.n_embd), early = 4 * (6 * l + (stage == pp - 1 ? 2 : 0)) * c;
+    const EngineAllocation plain =
+        slot_row(plan_cuda_rank_memory(m, 2, tp, pp, stage, pp, CudaPipeSchedule::kZeroBubbleH1).value());
+    ASSERT_GT(plain.bytes_each, 0u);
+    for (int zero = 0; zero <= 3; ++zero) {
+      for (int dp : {1, 2, 3}) {
+        const std::string at = "L " + std::to_string(mc.n_layer) + " tp " + std::to_string(tp) + " pp " +
+                               std::to_string(pp) + " stage " + std::to_string(stage) + " zero " +
+                               std::to_string(zero) + " dp " + std::to_string(dp);
+        const CudaDataParallelPlan dpp{.dp = dp, .rank = dp - 1, .zero = zero, .bucket_bytes = 4096};
+        const EngineMemory zb =
+            plan_cuda_rank_memory(m, 2, tp, pp, stage, pp, CudaPipeSchedule::kZeroBubbleH1, dpp).value();
+        const EngineMemory ob =
+            plan_cuda_rank_memory(m, 2, tp, pp, stage, pp, CudaPipeSchedule::kOneFOneB, dpp).value();
+        const EngineAllocation zslot = slot_row(zb);
+        const bool has_early = dp > 1 && zero >= 2;
+        EXPECT_EQ(zslot.bytes_each, plain.bytes_each + (has_early ? early : 0)) << at;
+        EXPECT_EQ(zslot.name.find("early") != std::string::npos, has_early) << zslot.name;
+        EXPECT_EQ(zslot.count, static_cast<uint64_t>(pp)) << at;  // min(m, pp) at m = pp
+        EXPECT_EQ(zb.total - zslot.bytes(), ob.total - slot_row(ob).bytes()) << at;
       }
     }
-  }
+  });
 }
 
 // ---- gantry-cpu under ZeRO 1-3 and ZB-H1.
