@@ -205,27 +205,35 @@ TEST_F(ClusterHardening, FailedRunNamesTheRankThatDied) {
   EXPECT_THAT(message, HasSubstr("SIGKILL"));
 }
 
-// SIGSTOP of rank 2 (on node-1) with a collective timeout of 3 s: every other rank times out waiting for
-// it, on both nodes; node-1's gang names rank 2 as the rank that stopped answering, and the run's message
-// is that one, not node-0's ranks that gave up waiting.
+// Node-1's ranks (2 and 3) SIGSTOPped, a frozen node, with a collective timeout of 3 s and a hang timeout
+// far past it: node-0's ranks time out waiting for them, their gang fails first, and the coordinator stops
+// node-1's gang. That gang used to end as a plain stop (130) and the run's message named node-0's rank 0
+// ("timeout after 3000 ms waiting for data from rank 3"); the one-rank version of this test failed so when
+// node-0 reported before node-1's own rank timed out. Told to stop, node-1's launcher now finds its ranks
+// stopped and reports them, and the coordinator prefers that to peers that timed out.
 TEST_F(ClusterHardening, HungRankIsNamedNotThePeersThatTimedOut) {
   std::string config = tiny_config(100000);
   config = std::regex_replace(config, std::regex("\\[train\\]"), "[train]\ncollective_timeout_s = 3");
-  Result<json> sub =
-      api_->post_json("/v1/runs", {{"config", config}, {"layout", {{"dp", 4}}}, {"max_restarts", 0}});
+  Result<json> sub = api_->post_json(
+      "/v1/runs",
+      {{"config", config}, {"layout", {{"dp", 4}}}, {"max_restarts", 0}, {"hang_timeout_s", 3600}});
   ASSERT_TRUE(sub.ok()) << sub.error();
   const int64_t id = sub->at("id").get<int64_t>();
   ASSERT_TRUE(eventually([&] { return last_step(id) >= 2; }, 60s)) << run_state(id).dump();
   workers_ = children_of({pids_[0], pids_[1], pids_[2]});
-  const pid_t victim = pid_of_rank(workers_, 2);
-  ASSERT_GT(victim, 0);
-  ASSERT_EQ(::kill(victim, SIGSTOP), 0);
+  const pid_t rank2 = pid_of_rank(workers_, 2), rank3 = pid_of_rank(workers_, 3);
+  ASSERT_GT(rank2, 0);
+  ASSERT_GT(rank3, 0);
+  ASSERT_EQ(::kill(rank2, SIGSTOP), 0);
+  ASSERT_EQ(::kill(rank3, SIGSTOP), 0);
   const bool failed = eventually([&] { return run_state(id)["state"] == "failed"; }, 60s);
-  ::kill(victim, SIGCONT);  // whatever happened, leave nothing stopped behind
+  ::kill(rank2, SIGCONT);  // whatever happened, leave nothing stopped behind
+  ::kill(rank3, SIGCONT);
   ASSERT_TRUE(failed) << run_state(id).dump();
   const std::string message = run_state(id)["message"].get<std::string>();
   EXPECT_THAT(message, HasSubstr("node-1: rank 2"));
   EXPECT_THAT(message, HasSubstr("stopped answering"));
+  EXPECT_THAT(message, HasSubstr("also rank 3"));
 }
 
 // Refused with the numbers, and nothing recorded or started: a dp that does not divide the global batch

@@ -83,7 +83,7 @@ struct Slot {
   std::string gone_reason;
   bool gone_unclean = false;  // its socket closed in the middle of a frame
   Clock::time_point beat_at;  // when its newest heartbeat arrived
-  // As the launcher saw it when the gang failed: for hang_blame.
+  // As the launcher saw it when the gang failed or was told to stop: for hang_blame.
   bool running_at_failure = false;
   char state_at_failure = 0;
   std::chrono::milliseconds silent_at_failure{0};
@@ -112,9 +112,8 @@ std::string rank_text(const GangWorker& w) {
   return "rank " + std::to_string(w.rank) + " (pid " + std::to_string(w.pid) + ")";
 }
 
-// A rank failed with an error or lost its connection: if the others were waiting for a rank that stopped
-// answering, that rank is the failure, and the one that gave up is named as the witness.
-void blame_hang(const std::vector<Slot>& slots, int base, const Failure& f, GangResult& res) {
+// The ranks as hang_blame reads them, from the slots' *_at_failure snapshot.
+std::vector<RankWatch> watch_of(const std::vector<Slot>& slots) {
   std::vector<RankWatch> watch;
   for (const Slot& s : slots) {
     watch.push_back({.rank = s.w.rank,
@@ -125,7 +124,15 @@ void blame_hang(const std::vector<Slot>& slots, int base, const Failure& f, Gang
                      .last = s.w.heartbeat,
                      .silent_for = s.silent_at_failure});
   }
-  const std::vector<HangCulprit> culprits = hang_blame(watch);
+  return watch;
+}
+
+// A rank failed with an error or lost its connection (f), or the launcher was told to stop the gang (f is
+// null: another node's ranks of the run failed first, typically timing out on a collective with one of
+// ours): if the ranks were waiting for one that stopped answering, that rank is the failure, and the one
+// that gave up is named as the witness. Reads the slots' *_at_failure snapshot.
+void blame_hang(const std::vector<Slot>& slots, int base, const Failure* f, GangResult& res) {
+  const std::vector<HangCulprit> culprits = hang_blame(watch_of(slots));
   if (culprits.empty()) return;
   const GangWorker& hung = slots[static_cast<size_t>(culprits[0].rank - base)].w;
   res.hang = true;
@@ -144,7 +151,8 @@ void blame_hang(const std::vector<Slot>& slots, int base, const Failure& f, Gang
     if (s.w.has_heartbeat && s.w.heartbeat.timed_out && s.w.rank != hung.rank) witnesses.push_back(&s.w);
   }
   const bool timed_out = !witnesses.empty();
-  if (!timed_out && f.rank + base != hung.rank) witnesses.push_back(&slots[static_cast<size_t>(f.rank)].w);
+  if (!timed_out && f != nullptr && f->rank + base != hung.rank)
+    witnesses.push_back(&slots[static_cast<size_t>(f->rank)].w);
   if (!witnesses.empty()) {
     res.error += witnesses.size() == 1 ? ". rank " : ". ranks ";
     for (size_t k = 0; k < witnesses.size(); ++k) {
@@ -159,6 +167,7 @@ void blame_hang(const std::vector<Slot>& slots, int base, const Failure& f, Gang
     if (first.said_goodbye && !first.goodbye.message.empty())
       res.error += "; rank " + std::to_string(first.rank) + " said: " + first.goodbye.message;
   }
+  if (f == nullptr) res.error += "; found when the launcher was told to stop the gang";
   int others = 0;
   for (const Slot& s : slots) others += s.w.rank != hung.rank && s.w.pid > 0;
   if (others > 0)
@@ -443,6 +452,15 @@ GangResult gang_run(const GangOptions& o) {
     }
   };
   if (failure) begin_stop(o.fail_grace);
+  // Before a failure or an outside stop changes anything: which ranks are still running, stopped, or silent.
+  auto snapshot = [&](Clock::time_point now) {
+    for (Slot& s : slots) {
+      s.running_at_failure = s.alive;
+      s.state_at_failure = s.alive ? hang_process_state(s.w.pid) : 0;
+      s.silent_at_failure = std::chrono::duration_cast<std::chrono::milliseconds>(now - s.beat_at);
+    }
+  };
+  bool stopped_on_hang = false;  // an outside stop found a rank that had stopped answering
 
   while (alive_count() > 0) {
     if (o.commands != nullptr) {
@@ -521,12 +539,7 @@ GangResult gang_run(const GangOptions& o) {
           return std::make_pair(rank_of_cause(a.cause), a.rank) <
                  std::make_pair(rank_of_cause(b.cause), b.rank);
         });
-        // Before the stop changes anything: which ranks are still running, stopped, or silent.
-        for (Slot& s : slots) {
-          s.running_at_failure = s.alive;
-          s.state_at_failure = s.alive ? hang_process_state(s.w.pid) : 0;
-          s.silent_at_failure = std::chrono::duration_cast<std::chrono::milliseconds>(now - s.beat_at);
-        }
+        snapshot(now);
         if (failure->cause == Cause::hung) {
           // A hung rank cannot act on SIGTERM (a stopped one does not even run): waiting out the grace for
           // it only delays the recovery. Its peers, blocked in a collective with it, fail at once when its
@@ -541,6 +554,19 @@ GangResult gang_run(const GangOptions& o) {
     }
     if (!stopping && o.stop != nullptr && o.stop->load()) {
       res.interrupted = true;
+      // A stop from outside may be the run ending because another node's ranks failed waiting for one of
+      // ours: which one they waited for is only seen here (its /proc state, its silence), and the
+      // coordinator prefers that report to theirs. Snapshotted before SIGTERM changes anything; a rank
+      // found stopped cannot act on SIGTERM, so SIGKILL ends it without waiting out the grace.
+      snapshot(now);
+      const std::vector<HangCulprit> culprits = hang_blame(watch_of(slots));
+      stopped_on_hang = !culprits.empty();
+      for (const HangCulprit& c : culprits) {
+        Slot& h = slots[static_cast<size_t>(c.rank - base)];
+        if (!h.alive || (h.state_at_failure != 'T' && h.state_at_failure != 't')) continue;
+        h.w.killed_by_launcher = true;
+        ::kill(static_cast<pid_t>(h.w.pid), SIGKILL);
+      }
       begin_stop(o.stop_grace);
     }
     if (stopping && o.kill_now != nullptr && o.kill_now->load()) kill_at = Clock::now();
@@ -565,8 +591,9 @@ GangResult gang_run(const GangOptions& o) {
   if (!slots.empty() && slots[0].w.said_goodbye) res.final_message = slots[0].w.goodbye.message;
   if (failure && (failure->cause == Cause::failed || failure->cause == Cause::crashed ||
                   failure->cause == Cause::closed)) {
-    blame_hang(slots, base, *failure, res);
+    blame_hang(slots, base, &*failure, res);
   }
+  if (!failure && stopped_on_hang) blame_hang(slots, base, nullptr, res);
   if (failure && failure->cause == Cause::hung) {
     const Slot& s = slots[static_cast<size_t>(failure->rank)];
     res.hang = res.hang_by_timeout = true;
@@ -637,7 +664,7 @@ GangResult gang_run(const GangOptions& o) {
         res.error += "; the other " + std::to_string(others) + (others == 1 ? " rank was" : " ranks were") +
                      " stopped";
     }
-  } else if (!failure && (res.interrupted || res.stopped)) {
+  } else if (!failure && !res.hang && (res.interrupted || res.stopped)) {
     res.code = kWorkerExitInterrupted;
   }
   return res;

@@ -142,7 +142,9 @@ struct GangResult {
   // by a signal takes its peers down, never the reverse): lower is likelier; -1 when nothing failed.
   int failed_cause_rank = -1;
   std::string error;  // names the failed rank and the cause; "" when code is 0 or 130
-  bool hang = false;  // the gang failed waiting for failed_rank, which stopped answering
+  // The gang failed waiting for failed_rank, which stopped answering; also when the gang was told to stop
+  // (interrupted) and found one of its ranks stopped or silent: another node's failure was then its doing.
+  bool hang = false;
   // The hang was found by hang_timeout (failed_rank's heartbeats stopped while the gang ran), not after a
   // collective timed out: how long it had been silent and its /proc state then ('T': stopped; 0 unknown).
   bool hang_by_timeout = false;

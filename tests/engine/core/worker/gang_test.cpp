@@ -12,6 +12,8 @@
 #include <chrono>
 #include <thread>
 
+#include "engine/core/worker/hang_blame.h"
+
 namespace gantry {
 namespace {
 
@@ -103,6 +105,41 @@ TEST(Gang, SilentRankIsNamedByTheHangTimeout) {
   EXPECT_THAT(r.error, HasSubstr("its last heartbeat was at step 4 (step), after collective #4"));
   EXPECT_EQ(r.workers[1].signal, SIGKILL);
   EXPECT_TRUE(r.workers[1].killed_by_launcher);
+}
+
+// Told to stop from outside (the coordinator stops a run's other gangs when one fails) while one of its
+// ranks is SIGSTOPped: that rank is what the other node's ranks timed out waiting for, so the gang reports
+// it as the failure (code 1, hang) instead of a plain stop (130), and SIGKILLs it at once (a stopped process
+// cannot act on SIGTERM). It used to end 130, and the run's message named the peers that timed out.
+TEST(Gang, OutsideStopNamesTheRankThatStoppedAnswering) {
+  GangOptions g = fake(3, "stop_on_term");
+  std::atomic<bool> stop{false};
+  g.stop = &stop;
+  g.stop_grace = 60s;  // the stopped rank must not wait for this
+  std::vector<pid_t> pids(3, -1);
+  g.on_spawn = [&](int rank, int64_t pid) { pids[static_cast<size_t>(rank)] = static_cast<pid_t>(pid); };
+  int hellos = 0;
+  g.on_hello = [&](const WorkerHello&) {
+    if (++hellos < 3) return;
+    ASSERT_EQ(::kill(pids[1], SIGSTOP), 0);
+    // The stop is looked at after the hello's round: by then the kernel shows rank 1 stopped or stopping.
+    for (int i = 0; i < 1000 && hang_process_state(pids[1]) != 'T'; ++i) std::this_thread::sleep_for(1ms);
+    stop.store(true);
+  };
+  GangResult r = gang_run(g);
+  EXPECT_TRUE(r.interrupted);
+  EXPECT_EQ(r.code, 1) << r.error;
+  EXPECT_TRUE(r.hang);
+  EXPECT_FALSE(r.hang_by_timeout);
+  EXPECT_EQ(r.failed_rank, 1);
+  EXPECT_THAT(r.error, HasSubstr("rank 1 (pid " + std::to_string(pids[1]) +
+                                 ") stopped answering: its process is stopped (state T"));
+  EXPECT_THAT(r.error, HasSubstr("found when the launcher was told to stop the gang"));
+  EXPECT_EQ(r.workers[1].signal, SIGKILL);
+  EXPECT_TRUE(r.workers[1].killed_by_launcher);
+  for (int k : {0, 2})
+    EXPECT_TRUE(r.workers[static_cast<size_t>(k)].exited && r.workers[static_cast<size_t>(k)].code == 130);
+  expect_all_gone(r);
 }
 
 // Beats alone, doing nothing else for many hang timeouts, are a healthy rank; after its last beat
