@@ -7,9 +7,9 @@
 #   2. all-reduce at 4 GPUs: allreduce_bench (our communicator) and torch_allreduce.py at the same sizes
 #   3. checkpoint stall and throughput cost at 4 GPUs, async against sync against none (checkpoint_stall.py)
 #   4. ZeRO 1 and 3 at 4 GPUs; 5. ZeRO 0 and DDP at 2 GPUs; 6. ZeRO 1 and 3 at 2 GPUs
-#   7. tensor parallel over the first 2 or 4 GPUs, GPT-2 124M and 350M, and a 350M pipeline (1F1B, 8
-#      micro-batches), each beside one GPU (dp_scaling.py --tp, --pp); at 4 GPUs or more, 350M at tp 2 x pp 2,
-#      interleaved (vp 2) and ZB-H1 over the stages, and pp 2 x dp 2 at ZeRO 1 and 3
+#   7. tensor parallel over the first 2 or 4 GPUs, GPT-2 124M and 350M, and 350M pipelines over them (1F1B,
+#      interleaved vp 2, ZB-H1; 8 micro-batches), each beside one GPU (dp_scaling.py --tp, --pp); at 4 GPUs
+#      or more, 350M at tp 2 x pp 2, and pp 2 x dp 2 at ZeRO 1-3
 # A step that would not fit in what is left of BUDGET (seconds, default 560) is skipped and named; so is one
 # whose name STEPS (an extended regex, default every step) does not match. Ends with one compact summary;
 # every log is in $OUT/gpu_multi_logs.tgz. Not a test.
@@ -165,11 +165,11 @@ if [ "$W" -ge 2 ]; then
   step tp_124m_$W 45 tp 124m $W
   step tp_350m_$W 60 tp 350m $W
   step pp_350m_$W 90 pp 350m $W
+  step ppvp_350m_$W 90 ppvp 350m $W
+  step ppzb_350m_$W 90 ppzb 350m $W
 fi
 if [ "$W" -ge 4 ]; then
   step tppp_350m_$W 90 tppp 350m $W
-  step ppvp_350m_$W 90 ppvp 350m $W
-  step ppzb_350m_$W 90 ppzb 350m $W
   step ppz1_350m_4 80 ppz 350m 1
   step ppz3_350m_4 80 ppz 350m 3
   step ppzbz1_350m_4 80 ppz 350m 1 zbh1
