@@ -159,11 +159,13 @@ inline constexpr uint64_t kCudaMatmulWorkspaceBytes = 32ull << 20;
 // ---- The CUDA backend's step time: the generic model (planner.h) with, where it was measured, the
 // compute efficiency Gantry's own kernels reach instead of the GPU generation's.
 
-// Fitted to the CUDA backend's GPT-2 124M step (micro-batch 32) on one H200, 65.71 ms (docs/PERF.md, CUDA
-// backend log, call 11, 2026-11-26), and checked on 350M (micro-batch 16, 87.84 ms, same call): predicted
-// within 1.5%. H100 has the same compute peak and the model's HBM term covers its slower memory, so it is
-// used there too (an assumption until an H100 run checks it).
-inline constexpr double kGantryCudaHopperEfficiency = 0.50;
+// Fitted to the CUDA backend's GPT-2 124M step (micro-batch 32) on one H200, 56.27 ms (docs/PERF.md, call
+// W1, 2026-11-28: the one-GPU baseline beside the tensor-parallel runs), and checked on 350M in the same
+// call (micro-batch 16: 76.13 ms, predicted −0.8 %; 8 micro-batches a step: 594.45 ms, −0.9 %). Was 0.50,
+// fitted on 2026-11-26 (65.71 ms) before the attention backward and the fused kernels got faster. H100 has
+// the same compute peak and the model's HBM term covers its slower memory, so it is used there too (an
+// assumption until an H100 run checks it).
+inline constexpr double kGantryCudaHopperEfficiency = 0.61;
 
 // The compute efficiency engine `e` reaches on GPU kind `gpu`, or 0 where none was measured (then the
 // GPU's calibrated generic efficiency stands).

@@ -658,7 +658,8 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
   p.hbm_bytes = c.gpu.hbm_bytes;
   p.fits = !p.memory_known || p.memory.total() <= p.hbm_bytes;
 
-  // ---- Compute per micro-batch on the last stage (it also runs the output layer).
+  // ---- Compute per micro-batch on the slowest rank (the generic model: the last stage, with the output
+  // layer).
   const double peak = c.gpu.bf16_flops * c.gpu.compute_efficiency;
   const double tokens_mb = static_cast<double>(l.micro_batch) * md.seq / l.cp;  // per device
   const ForwardFlops fw = plan_forward_flops_per_token(md);
@@ -669,7 +670,28 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
   double recompute = 0;
   if (l.recompute == Recompute::kFull) recompute = fw.layer_gemm + attn_fwd;
   if (l.recompute == Recompute::kSelective && !l.flash_attention) recompute = fw.layer_attn;
-  const double layers = r.layers_per_device;
+  // The generic model's pipeline rank holds ceil(L / pp) blocks and the classifier besides (the last stage's
+  // work, a stack that splits blocks evenly). Gantry's CUDA backend splits by cost instead, the classifier
+  // counted on the last virtual stage (plan_cuda_pipeline_layers): its pipeline runs at the pace of the
+  // rank whose chunks cost most, which at 350M on pp 2 is about half the model, not 14 blocks and the
+  // classifier (+13 % against a measured step, docs/PERF.md call W1).
+  double layers = r.layers_per_device, logits_share = 1;
+  if (in.engine == EngineKind::kGantryCuda && l.pp > 1) {
+    const std::vector<int> virtual_layers = plan_cuda_pipeline_layers(md, l.pp * l.vp);
+    const double block = 3 * fw.layer_gemm + attn_fwd + attn_bwd;  // forward and backward
+    const double classifier = 3 * fw.logits;
+    double most = -1;
+    for (int rank = 0; rank < l.pp; ++rank) {
+      double blocks = 0, last = 0;
+      for (int chunk = 0; chunk < l.vp; ++chunk) {
+        const int v = chunk * l.pp + rank;
+        blocks += virtual_layers[static_cast<size_t>(v)];
+        if (v == l.pp * l.vp - 1) last = 1;
+      }
+      const double cost = blocks * block + last * classifier;
+      if (cost > most) most = cost, layers = blocks, logits_share = last;
+    }
+  }
   // Memory-bound work (norms, activations, dropout, residual adds, a materialised softmax, the fp32
   // cross-entropy) moves bytes, not FLOPs: every activation Korthikanti et al. count is written in the
   // forward, read back in the backward and has its gradient written, about three passes over those bytes
@@ -683,11 +705,15 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
   const double layer_traffic = plan_activation_layer_bytes(md, all_kept);
   const double logits_traffic = 4.0 * 4.0 * tokens_mb * md.vocab / l.tp;
   const double bw = c.gpu.hbm_bw;
-  const double t_fwd = tokens_mb * (layers * (fw.layer_gemm + attn_fwd) + fw.logits) / l.tp / peak +
-                       (layers * layer_traffic + 0.5 * logits_traffic) / bw;
+  const double t_fwd =
+      tokens_mb * (layers * (fw.layer_gemm + attn_fwd) + logits_share * fw.logits) / l.tp / peak +
+      (layers * layer_traffic + logits_share * 0.5 * logits_traffic) / bw;
   const double t_bwd =
-      tokens_mb * (layers * (2 * fw.layer_gemm + attn_bwd + recompute) + 2 * fw.logits) / l.tp / peak +
-      (layers * layer_traffic * (l.recompute == Recompute::kFull ? 3 : 2) + 0.5 * logits_traffic) / bw;
+      tokens_mb * (layers * (2 * fw.layer_gemm + attn_bwd + recompute) + logits_share * 2 * fw.logits) /
+          l.tp / peak +
+      (layers * layer_traffic * (l.recompute == Recompute::kFull ? 3 : 2) +
+       logits_share * 0.5 * logits_traffic) /
+          bw;
   const double t_attn_fwd_layer = tokens_mb * attn_fwd / l.tp / peak;
   const double t_attn_bwd_layer = tokens_mb * attn_bwd / l.tp / peak;
 
