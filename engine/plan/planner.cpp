@@ -379,10 +379,9 @@ void cpu_step_time(const PlanInput& in, const Resolved& r, Plan* p) {
     tail_cpu =
         m * coll_cpu(Collective::kSendRecv, tie_bytes, 2) + coll_cpu(Collective::kSendRecv, wte_bytes, 2);
   }
-  // Per step: AdamW (the costliest rank), the dp gradient all-reduce in buckets, the small reductions of the
-  // loss and the norm (one all-reduce per axis that has more than one rank, two over pp).
-  // Under ZeRO 1-3 a dp rank's AdamW and norm run over its shard, about 1/dp of the parameters
-  // (ZeroHostState::adamw on the owned segments); the dp collectives are still priced as ZeRO 0's all-reduce.
+  // Per step: AdamW (the costliest rank), the dp collectives, the small reductions of the loss and the norm
+  // (one all-reduce per axis that has more than one rank, two over pp). Under ZeRO 1-3 a dp rank's AdamW
+  // and norm run over its shard, about 1/dp of the parameters (ZeroHostState::adamw on the owned segments).
   const double shard = l.zero >= 1 ? l.dp : 1;
   double opt = 0, opt_total = 0;
   for (int k = 0; k < l.pp; ++k) {
@@ -390,22 +389,49 @@ void cpu_step_time(const PlanInput& in, const Resolved& r, Plan* p) {
     opt = std::max(opt, o);
     opt_total += o;
   }
+  // The dp collectives as ZeroHostState runs them, per bucket of train.dp_bucket_mb: ZeRO 0 an all-reduce on
+  // the last micro-batch; 1 a reduce-scatter there and an all-gather of the updated shards after AdamW; 2 a
+  // reduce-scatter every micro-batch, then the all-gather; 3 a reduce-scatter every micro-batch, and each
+  // block's parameters all-gathered before its forward and again before its backward (the embeddings and
+  // final norm once a step). Waits, as the other axes' (its communication thread hides some of them).
   const double grad_bytes = 4.0 * params[slowest];
   const double buckets = std::max(1.0, std::ceil(grad_bytes / in.training.bucket_bytes));
-  const double dp_s =
-      l.dp > 1 ? buckets * plan_collective_seconds(Collective::kAllReduce, grad_bytes / buckets, l.dp, link)
-               : 0;
+  const double bucket = grad_bytes / buckets;
+  double dp_s = 0, dp_cpu = 0, dp_calls = 0, dp_bytes = 0;
+  auto dp_collective = [&](Collective k, double bytes, double times) {
+    dp_bytes += times * bytes;
+    dp_s += times * plan_collective_seconds(k, bytes, l.dp, link);
+    dp_cpu += times * coll_cpu(k, bytes, l.dp);
+    dp_calls += times;
+  };
+  std::string dp_pattern = "Gloo all-reduce of the gradients per step";
+  if (l.dp > 1 && l.zero == 0) dp_collective(Collective::kAllReduce, bucket, buckets);
+  if (l.dp > 1 && l.zero >= 1) {
+    dp_collective(Collective::kReduceScatter, bucket, (l.zero >= 2 ? m : 1) * buckets);
+    dp_pattern =
+        std::string("Gloo reduce-scatter of the gradients ") + (l.zero >= 2 ? "per micro-batch" : "per step");
+    if (l.zero <= 2) {
+      dp_collective(Collective::kAllGather, bucket, buckets);
+      dp_pattern += " + all-gather of the updated shards";
+    } else {
+      double blocks = 0;
+      for (int v = slowest; v < virtual_stages; v += l.pp) blocks += layers[static_cast<size_t>(v)];
+      const double block_bytes = 4.0 * static_cast<double>(plan_layer_params_per_rank(md, l.tp));
+      dp_collective(Collective::kAllGather, block_bytes, 2 * m * blocks);
+      const double ends = grad_bytes - blocks * block_bytes;  // the embeddings, the final norm
+      if (ends > 0) dp_collective(Collective::kAllGather, ends, 1);
+      dp_pattern += " + all-gather of each block's parameters per micro-batch, forward and backward";
+    }
+  }
   const double small = (l.dp > 1 ? plan_collective_seconds(Collective::kAllReduce, 8, l.dp, link) : 0) +
                        (l.tp > 1 ? plan_collective_seconds(Collective::kAllReduce, 8, l.tp, link) : 0) +
                        (l.pp > 1 ? 2 * plan_collective_seconds(Collective::kAllReduce, 8, l.pp, link) : 0);
   // Their host CPU on one rank, and how many blocking collectives a step of the slowest rank issues.
-  const double step_coll_cpu =
-      (l.dp > 1 ? buckets * coll_cpu(Collective::kAllReduce, grad_bytes / buckets, l.dp) +
-                      coll_cpu(Collective::kAllReduce, 8, l.dp)
-                : 0) +
-      coll_cpu(Collective::kAllReduce, 8, l.tp) + 2 * coll_cpu(Collective::kAllReduce, 8, l.pp);
+  const double step_coll_cpu = (l.dp > 1 ? dp_cpu + coll_cpu(Collective::kAllReduce, 8, l.dp) : 0) +
+                               coll_cpu(Collective::kAllReduce, 8, l.tp) +
+                               2 * coll_cpu(Collective::kAllReduce, 8, l.pp);
   const double step_collectives =
-      (l.dp > 1 ? buckets + 1 : 0) + (l.tp > 1 ? 1 : 0) + (l.pp > 1 ? 2 + m + 1 : 0);  // + the tail's sends
+      (l.dp > 1 ? dp_calls + 1 : 0) + (l.tp > 1 ? 1 : 0) + (l.pp > 1 ? 2 + m + 1 : 0);  // + the tail's sends
 
   double rank_waits = 0;  // what one micro-batch's collectives cost the slowest rank
   for (int k = 0; k < l.pp; ++k) rank_waits = std::max(rank_waits, waits[k]);
@@ -466,7 +492,7 @@ void cpu_step_time(const PlanInput& in, const Resolved& r, Plan* p) {
     axis("pp", l.pp, "Gloo send/recv of (N, C), blocking, at every stage boundary (the slowest stage's)",
          m * pp_sends[slowest] * act_bytes, m * pp_sends[slowest] * p2p + tail_wait);
   }
-  if (l.dp > 1) axis("dp", l.dp, "Gloo all-reduce of the gradients per step", grad_bytes, dp_s);
+  if (l.dp > 1) axis("dp", l.dp, dp_pattern, dp_bytes, dp_s);
 }
 
 }  // namespace

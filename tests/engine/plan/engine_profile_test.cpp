@@ -531,6 +531,36 @@ TEST(PlanEngineProfile, CpuTensorParallelWaitsForItsGlooCollectives) {
   EXPECT_NE(refused.error().find("tp_overlap"), std::string::npos) << refused.error();
 }
 
+// The dp axis as ZeroHostState runs it (one bucket here: the model is 0.9 MB of gradients): ZeRO 0 one
+// all-reduce a step; 1 a reduce-scatter and an all-gather (the same ring bytes); 2 a reduce-scatter every
+// micro-batch; 3 that and every block's parameters gathered twice a micro-batch, the ends once a step. They
+// used to be priced as ZeRO 0's all-reduce at every stage.
+TEST(PlanEngineProfile, CpuDataParallelCollectivesFollowTheZeroStage) {
+  auto dp_axis = [](int zero) {
+    Result<Plan> p = cpu_plan(2, PlanLayout{.dp = 2, .zero = zero, .micro_batch = 2}, 2, 16);  // m 4
+    EXPECT_TRUE(p.ok()) << p.error();
+    CommAxis dp;
+    for (const CommAxis& a : p->comm) {
+      if (a.axis == "dp") dp = a;
+    }
+    EXPECT_EQ(dp.axis, "dp") << "zero " << zero;
+    return std::make_pair(dp, p->cpu_collectives);
+  };
+  const auto [z0, n0] = dp_axis(0);
+  const auto [z1, n1] = dp_axis(1);
+  const auto [z2, n2] = dp_axis(2);
+  const auto [z3, n3] = dp_axis(3);
+  const double loss = 1;  // the loss's reduction over dp, once a step
+  EXPECT_DOUBLE_EQ(n0, 1 + loss);
+  EXPECT_DOUBLE_EQ(n1, 2 + loss);
+  EXPECT_DOUBLE_EQ(n2, 4 + 1 + loss);
+  EXPECT_DOUBLE_EQ(n3, 4 + 2 * 4 * 4 + 1 + loss);  // m reduce-scatters, 2·m·L block gathers, the ends
+  EXPECT_NEAR(z1.seconds, z0.seconds, 1e-12 * z0.seconds) << "reduce-scatter + all-gather = all-reduce";
+  EXPECT_GT(z2.seconds, z1.seconds);
+  EXPECT_GT(z3.seconds, z2.seconds);
+  EXPECT_NE(z3.pattern.find("each block's parameters"), std::string::npos) << z3.pattern;
+}
+
 TEST(PlanEngineProfile, CpuPipelineHasItsBubbleAndInterleavedStagesNoMemoryFigure) {
   // pp 2, a core each: the fill and drain cost (p − 1) stage-times, which more micro-batches amortise.
   Result<Plan> m4 = cpu_plan(2, PlanLayout{.pp = 2, .micro_batch = 4}, 2, 16);
