@@ -256,12 +256,11 @@ struct RankChunks {
     return l;
   }
   // Micro-batches of the rank's activations held at once: the chunks' slots weighted by their blocks
-  // (the slot count itself at vp 1).
+  // (the slot count itself at vp 1; every chunk has a block, rank_chunks).
   double in_flight() const {
     double held = 0;
     for (size_t c = 0; c < layers.size(); ++c) held += static_cast<double>(slots[c]) * layers[c];
-    const uint64_t l = total_layers();
-    return l > 0 ? held / static_cast<double>(l) : static_cast<double>(slots.empty() ? 0 : slots[0]);
+    return held / static_cast<double>(total_layers());
   }
 };
 
