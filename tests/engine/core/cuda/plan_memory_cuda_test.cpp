@@ -187,8 +187,10 @@ INSTANTIATE_TEST_SUITE_P(
                       // early buffer (the input pass's parameter gradients).
                       Layout{4, 1, 2, "1f1b", 2, 6}, Layout{4, 1, 2, "1f1b", 3, 6}, Layout{2, 1, 2, "zbh1"},
                       Layout{4, 2, 2, "zbh1"}, Layout{4, 1, 2, "zbh1", 2, 6}, Layout{4, 1, 2, "zbh1", 3, 6},
-                      // Interleaved: 2 chunks a rank (one block each), m 4, each chunk's slots its own.
-                      Layout{2, 1, 2, "interleaved", 0, 4, 2}),
+                      // Interleaved: 2 chunks a rank (one block each), m 4, each chunk's slots its own; at
+                      // ZeRO 2 over dp 2 with 6 layers (a rank's chunks of different sizes, each chunk's
+                      // first block beginning a gradient bucket; 4 GPUs).
+                      Layout{2, 1, 2, "interleaved", 0, 4, 2}, Layout{4, 1, 2, "interleaved", 2, 6, 2}),
     [](const ::testing::TestParamInfo<Layout>& i) {
       return "gpus" + std::to_string(i.param.gpus) + "_tp" + std::to_string(i.param.tp) + "_pp" +
              std::to_string(i.param.pp) + "_" + i.param.schedule + "_zero" + std::to_string(i.param.zero) +
