@@ -658,14 +658,6 @@ nlohmann::json plan_json(const Plan& p, const PlanInput& in) {
                  {"activation_bytes_per_layer", p.activation_layer_bytes},
                  {"microbatches_in_flight", p.microbatches_in_flight},
                  {"unit", "bytes"}};
-  if (!p.memory_known) {
-    // The profile has no table for this layout: unknown, never the generic model's figure.
-    for (const char* k : {"weights", "gradients", "optimizer", "activations", "buffers", "total", "fits",
-                          "activation_bytes_per_layer", "microbatches_in_flight"})
-      memory[k] = nullptr;
-    memory["why_unknown"] =
-        "gantry-cpu: the interleaved pipeline's stages (vp > 1) are not in the profile's table";
-  }
   json time = {{"step_s", p.step_s},
                {"compute_s", p.compute_s},
                {"bubble_s", p.bubble_s},
@@ -682,7 +674,7 @@ nlohmann::json plan_json(const Plan& p, const PlanInput& in) {
                              {"bytes", a.bytes()},
                              {"in_backend_bytes", a.in_backend_bytes}});
     }
-    memory["backend_bytes"] = p.memory_known ? json(p.backend_bytes) : json(nullptr);
+    memory["backend_bytes"] = p.backend_bytes;
     memory["allocations"] = allocations;
     // Every stage's rank (each of its tp ranks holds the same, and so does every dp replica at ZeRO 0):
     // stage 0, the middle ones and the last differ (the embeddings, the activation slots in flight, the wte
@@ -709,7 +701,7 @@ nlohmann::json plan_json(const Plan& p, const PlanInput& in) {
         stages.back()["dp_ranks"] = ranks;
       }
     }
-    memory["stages"] = p.memory_known ? stages : json(nullptr);
+    memory["stages"] = stages;
   }
   if (p.engine == EngineKind::kGantryCpu) {
     time["cpu"] = {{"matmul_s", p.cpu_step.matmul_s},
@@ -829,50 +821,45 @@ void print_plan(const Plan& p, const PlanInput& in) {
               p.global_batch, m.seq, grouped(static_cast<uint64_t>(p.global_batch) * m.seq).c_str(),
               p.micro_batches);
 
-  if (!p.memory_known) {
-    std::printf("memory      unknown: gantry-cpu's profile has no table for interleaved stages (vp > 1)\n\n");
-  }
-  if (p.memory_known) {
-    std::printf("memory per GPU (pipeline stage %d of %d)   GiB\n", p.memory_stage, l.pp);
-    std::printf("  weights                              %9.2f\n", p.memory.weights / kGiB);
-    std::printf("  gradients                            %9.2f\n", p.memory.gradients / kGiB);
-    std::printf("  optimizer                            %9.2f\n", p.memory.optimizer / kGiB);
+  std::printf("memory per GPU (pipeline stage %d of %d)   GiB\n", p.memory_stage, l.pp);
+  std::printf("  weights                              %9.2f\n", p.memory.weights / kGiB);
+  std::printf("  gradients                            %9.2f\n", p.memory.gradients / kGiB);
+  std::printf("  optimizer                            %9.2f\n", p.memory.optimizer / kGiB);
+  std::printf(
+      "  activations                          %9.2f   (%.1f MB per layer per micro-batch, %.2f "
+      "micro-batches "
+      "in flight)\n",
+      p.memory.activations / kGiB, p.activation_layer_bytes / 1e6, p.microbatches_in_flight);
+  std::printf("  buffers                              %9.2f\n", p.memory.buffers / kGiB);
+  std::printf("  total                                %9.2f   of %.2f GiB %s: %s\n\n",
+              p.memory.total() / kGiB, p.hbm_bytes / kGiB,
+              p.engine == EngineKind::kGantryCpu ? "host memory" : "HBM", p.fits ? "fits" : "DOES NOT FIT");
+  if (p.engine != EngineKind::kGeneric) {
     std::printf(
-        "  activations                          %9.2f   (%.1f MB per layer per micro-batch, %.2f "
-        "micro-batches "
-        "in flight)\n",
-        p.memory.activations / kGiB, p.activation_layer_bytes / 1e6, p.microbatches_in_flight);
-    std::printf("  buffers                              %9.2f\n", p.memory.buffers / kGiB);
-    std::printf("  total                                %9.2f   of %.2f GiB %s: %s\n\n",
-                p.memory.total() / kGiB, p.hbm_bytes / kGiB,
-                p.engine == EngineKind::kGantryCpu ? "host memory" : "HBM", p.fits ? "fits" : "DOES NOT FIT");
-    if (p.engine != EngineKind::kGeneric) {
+        "engine      %s: its backend allocates everything up front; Backend::memory_bytes() = %s bytes\n",
+        engine_kind_name(p.engine), grouped(static_cast<uint64_t>(p.backend_bytes)).c_str());
+    std::printf("  %-42s %-36s %-11s %5s %16s\n", "allocation", "shape", "bucket", "count", "bytes");
+    for (const EngineAllocation& a : p.allocations) {
+      std::printf("  %-42s %-36s %-11s %5llu %16s%s\n", a.name.c_str(), a.shape.c_str(),
+                  memory_bucket_name(a.bucket), static_cast<unsigned long long>(a.count),
+                  grouped(a.bytes()).c_str(), a.in_backend_bytes ? "" : "  (not in memory_bytes())");
+    }
+    std::printf("\n");
+    if (p.stage_memory.size() > 1) {
       std::printf(
-          "engine      %s: its backend allocates everything up front; Backend::memory_bytes() = %s bytes\n",
-          engine_kind_name(p.engine), grouped(static_cast<uint64_t>(p.backend_bytes)).c_str());
-      std::printf("  %-42s %-36s %-11s %5s %16s\n", "allocation", "shape", "bucket", "count", "bytes");
-      for (const EngineAllocation& a : p.allocations) {
-        std::printf("  %-42s %-36s %-11s %5llu %16s%s\n", a.name.c_str(), a.shape.c_str(),
-                    memory_bucket_name(a.bucket), static_cast<unsigned long long>(a.count),
-                    grouped(a.bytes()).c_str(), a.in_backend_bytes ? "" : "  (not in memory_bytes())");
+          "memory per pipeline stage (each of its tp ranks and %s)   GiB\n",
+          p.layout.zero >= 1 && p.layout.dp > 1 ? "dp rank 0; --json lists every dp rank's" : "dp replicas");
+      std::printf(
+          "  stage  layers  in flight   weights  gradients  optimizer  activations  buffers     total"
+          "   memory_bytes()\n");
+      for (const Plan::StageMemory& sm : p.stage_memory) {
+        std::printf("  %5d  %6d  %9.3g  %8.3f  %9.3f  %9.3f  %11.3f  %7.3f  %8.3f  %15s\n", sm.stage,
+                    sm.layers, sm.microbatches_in_flight, sm.memory.weights / kGiB,
+                    sm.memory.gradients / kGiB, sm.memory.optimizer / kGiB, sm.memory.activations / kGiB,
+                    sm.memory.buffers / kGiB, sm.memory.total() / kGiB,
+                    grouped(static_cast<uint64_t>(sm.backend_bytes)).c_str());
       }
       std::printf("\n");
-      if (p.stage_memory.size() > 1) {
-        std::printf("memory per pipeline stage (each of its tp ranks and %s)   GiB\n",
-                    p.layout.zero >= 1 && p.layout.dp > 1 ? "dp rank 0; --json lists every dp rank's"
-                                                          : "dp replicas");
-        std::printf(
-            "  stage  layers  in flight   weights  gradients  optimizer  activations  buffers     total"
-            "   memory_bytes()\n");
-        for (const Plan::StageMemory& sm : p.stage_memory) {
-          std::printf("  %5d  %6d  %9.0f  %8.3f  %9.3f  %9.3f  %11.3f  %7.3f  %8.3f  %15s\n", sm.stage,
-                      sm.layers, sm.microbatches_in_flight, sm.memory.weights / kGiB,
-                      sm.memory.gradients / kGiB, sm.memory.optimizer / kGiB, sm.memory.activations / kGiB,
-                      sm.memory.buffers / kGiB, sm.memory.total() / kGiB,
-                      grouped(static_cast<uint64_t>(sm.backend_bytes)).c_str());
-        }
-        std::printf("\n");
-      }
     }
   }
 

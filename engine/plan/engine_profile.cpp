@@ -4,6 +4,8 @@
 #include <limits>
 #include <string>
 
+#include "telemetry/pipeline_program.h"  // pipeline_program: the order the backends run, replayed for slots
+
 namespace gantry {
 
 namespace {
@@ -43,6 +45,7 @@ uint64_t attention_fast_scratch(uint64_t b, uint64_t t, uint64_t nh, uint64_t d)
 
 struct Table {
   std::vector<EngineAllocation> rows;
+  double in_flight = 1;  // EngineMemory::in_flight
   void add(std::string name, std::string shape, MemoryBucket b, uint64_t bytes_each, uint64_t count = 1,
            bool in_backend = true) {
     rows.push_back({std::move(name), std::move(shape), b, count, bytes_each, in_backend});
@@ -80,8 +83,11 @@ struct ShardSizes {
   uint64_t largest_block = 0;
   uint64_t largest_other_bucket = 0;  // the largest bucket but the embeddings' (every bucket without them)
 };
+// `starts`: units that begin a bucket of their own (shard_plan_make's bucket_starts: an interleaved GPU
+// rank's chunks 1 to vp − 1, pipeline_chunk_bucket_starts).
 ShardSizes shard_sizes(const std::vector<uint64_t>& tensors, const std::vector<int>& unit_of, uint64_t dp,
-                       uint64_t rank, int zero, uint64_t cap, bool has_embeddings, bool has_final) {
+                       uint64_t rank, int zero, uint64_t cap, bool has_embeddings, bool has_final,
+                       const std::vector<int>& starts = {}) {
   ShardSizes z;
   std::vector<uint64_t> units, tensor_at;
   uint64_t at = 0;
@@ -92,12 +98,17 @@ ShardSizes shard_sizes(const std::vector<uint64_t>& tensors, const std::vector<i
     at += tensors[i];
   }
   const int n = static_cast<int>(units.size());
+  std::vector<char> begins(units.size() + 1, 0);
+  for (int u : starts) begins[static_cast<size_t>(u)] = 1;
   std::vector<std::vector<int>> groups;
   for (int u = n - 1; u >= 1; --u) {
     uint64_t sum = 0;
     if (!groups.empty())
       for (int v : groups.back()) sum += units[static_cast<size_t>(v)];
-    if (groups.empty() || zero >= 3 || sum + units[static_cast<size_t>(u)] > cap) groups.emplace_back();
+    // Unit u + 1 (the group's lowest so far) beginning a bucket closes the group.
+    if (groups.empty() || zero >= 3 || begins[static_cast<size_t>(u) + 1] ||
+        sum + units[static_cast<size_t>(u)] > cap)
+      groups.emplace_back();
     groups.back().push_back(u);
   }
   groups.push_back({0});
@@ -231,27 +242,49 @@ Table cpu_table(const PlanModel& m, uint64_t b, uint64_t tp, const CudaDataParal
   return tb;
 }
 
-// engine/core/cpu/backend_cpu_pipeline.cpp, one pipeline stage (vp 1) of one dp rank: its parameters'
-// state (cpu_state_rows, with the step's whole buffers under ZeRO 2-3), the last stage's copy of wte, the
-// backward scratch, the activation slots (each a micro-batch's input, its output gradient, the stage's blocks
-// and on the last stage the head; allocated as the schedule first holds that many at once), the last stage's
-// ties (each micro-batch's final-norm output and logits gradient, kept for the first stage) and the first
-// stage's d(embedding) per micro-batch and the one tie it receives at a time. Slots
-// (plan_cpu_pipeline_slots): GPipe holds every micro-batch; 1F1B stage s holds min(m, p − s), one more on the
-// stages that receive (s > 0: the next activation arrives into a slot of its own before the last backward
-// frees one); ZB-H1 min(m, p) on every stage (a slot is freed at its weight pass), each with the blocks' kept
-// output gradients; as the backend's runs show (tests/app/plan_cli_test.cpp compares with real ranks).
-Table cpu_pipeline_table(const PlanModel& m, uint64_t b, uint64_t tp, int pp, int stage, int layers,
+// A pipeline rank's model chunks (one at vp 1; chunk c is virtual stage c·pp + stage under interleaving):
+// each one's blocks and the slots it holds, a micro-batch's activations each. The backends keep a pool of
+// slots per chunk: one is taken at an activation's receive (or the forward, on the model's first chunk) and
+// freed at its gradient's send (or the backward, on the first chunk; ZB-H1: the weight pass), a new one
+// allocated only when all are busy (plan_pipeline_chunk_slots).
+struct RankChunks {
+  std::vector<int> layers;
+  std::vector<int> slots;
+  uint64_t total_layers() const {
+    uint64_t l = 0;
+    for (int k : layers) l += static_cast<uint64_t>(k);
+    return l;
+  }
+  // Micro-batches of the rank's activations held at once: the chunks' slots weighted by their blocks
+  // (the slot count itself at vp 1; every chunk has a block, rank_chunks).
+  double in_flight() const {
+    double held = 0;
+    for (size_t c = 0; c < layers.size(); ++c) held += static_cast<double>(slots[c]) * layers[c];
+    return held / static_cast<double>(total_layers());
+  }
+};
+
+// engine/core/cpu/backend_cpu_pipeline.cpp, one pipeline rank of one dp rank: its parameters' state
+// (cpu_state_rows over all its chunks' blocks, with the step's whole buffers under ZeRO 2-3), the last
+// rank's copy of wte, the backward scratch (once per rank), each chunk's activation slots (a micro-batch's
+// input, its output gradient, the chunk's blocks and on the model's last chunk the head; allocated as the
+// schedule first holds that many at once), the last rank's ties (each micro-batch's final-norm output and
+// logits gradient, kept for the first rank) and the first rank's d(embedding) per micro-batch and the one
+// tie it receives at a time. Slots at vp 1 (plan_cpu_pipeline_slots): GPipe holds every micro-batch; 1F1B
+// stage s holds min(m, p − s), one more on the stages that receive (s > 0: the next activation arrives into
+// a slot of its own before the last backward frees one); ZB-H1 min(m, p) on every stage (a slot is freed at
+// its weight pass), each with the blocks' kept output gradients. Interleaved, each chunk's count is the
+// replayed program's (plan_pipeline_chunk_slots). As the backend's runs show (tests/app/plan_cli_test.cpp
+// compares with real ranks).
+Table cpu_pipeline_table(const PlanModel& m, uint64_t b, uint64_t tp, int pp, int stage, const RankChunks& rc,
                          uint64_t micro_batches, CudaPipeSchedule schedule, const CudaDataParallelPlan& dpp) {
   const bool first = stage == 0, last = stage == pp - 1;
   const bool zbh1 = schedule == CudaPipeSchedule::kZeroBubbleH1;
   const uint64_t t = m.seq, c = m.hidden, nh = m.heads / tp, v = m.vocab / tp, n = b * t;
-  const uint64_t cl = c / tp, h = 4 * c / tp, l = static_cast<uint64_t>(layers);
-  const uint64_t in_flight =
-      static_cast<uint64_t>(plan_cpu_pipeline_slots(pp, stage, static_cast<int>(micro_batches), schedule));
+  const uint64_t cl = c / tp, h = 4 * c / tp;
   using MB = MemoryBucket;
   Table tb;
-  cpu_state_rows(&tb, m, tp, layers, first, last, true, dpp);
+  cpu_state_rows(&tb, m, tp, static_cast<int>(rc.total_layers()), first, last, true, dpp);
   if (last) tb.add("wte_copy", "(V, C) fp32", MB::kWeights, v * c * kF32);
   tb.add("dln", "(N, C) fp32", MB::kBuffers, n * c * kF32);
   tb.add("datty", "(N, C) fp32", MB::kBuffers, n * cl * kF32);
@@ -262,9 +295,18 @@ Table cpu_pipeline_table(const PlanModel& m, uint64_t b, uint64_t tp, int pp, in
   // d_fcproj, d_proj (N, C), d_fc (N, 4Cl), d_qkv (N, 3Cl)).
   const uint64_t block = n * c * 4 + n * cl + n * 4 + n * 3 * cl + b * nh * t * t + n * h * 2 +
                          (zbh1 ? 2 * n * c + n * h + n * 3 * cl : 0);
-  const uint64_t head = last ? n * c + 2 * n + n * v + n : 0;
-  tb.add("slot (in, dout, blocks" + std::string(zbh1 ? ", kept grads" : "") + (last ? ", head)" : ")"),
-         "one micro-batch's", MB::kActivations, (2 * n * c + block * l + head) * kF32, in_flight);
+  const size_t chunks = rc.layers.size();
+  for (size_t k = 0; k < chunks; ++k) {
+    const bool head = last && k + 1 == chunks;  // the model's last chunk
+    const uint64_t bytes =
+        (2 * n * c + block * static_cast<uint64_t>(rc.layers[k]) + (head ? n * c + 2 * n + n * v + n : 0)) *
+        kF32;
+    const std::string parts =
+        std::string(" (in, dout, blocks") + (zbh1 ? ", kept grads" : "") + (head ? ", head)" : ")");
+    tb.add((chunks > 1 ? "slot of chunk " + std::to_string(k) : std::string("slot")) + parts,
+           "one micro-batch's", MB::kActivations, bytes, static_cast<uint64_t>(rc.slots[k]));
+  }
+  tb.in_flight = rc.in_flight();
   if (last)
     tb.add("tie", "(N, C + V) fp32 per micro-batch", MB::kBuffers, (n * c + n * v) * kF32, micro_batches);
   if (first) {
@@ -284,24 +326,23 @@ Table cpu_pipeline_table(const PlanModel& m, uint64_t b, uint64_t tp, int pp, in
 // schedule first holds that many; plan_cuda_pipeline_slots), the step's tokens in one buffer of every
 // micro-batch (pipeline_step, first step), the last stage keeps its wte copy (bf16) and that copy's fp32
 // gradient, stage 0 the gradient received.
-Table cuda_table(const PlanModel& m, uint64_t b, uint64_t tp, int pp, int stage, int layers,
+Table cuda_table(const PlanModel& m, uint64_t b, uint64_t tp, int pp, int stage, const RankChunks& rc,
                  uint64_t micro_batches, CudaPipeSchedule schedule, const CudaDataParallelPlan& dpp = {}) {
   const bool pipeline = pp > 1, first = stage == 0, last = stage == pp - 1;
+  const int layers = static_cast<int>(rc.total_layers());
   const std::vector<uint64_t> tensors = rank_tensors(m, tp, layers, first, last);
-  // Units: the embeddings (stage 0), each block (12 tensors), the final norm (the last stage).
-  std::vector<int> unit_of;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const size_t blocks_from = first ? 2 : 0, blocks_to = blocks_from + 12 * static_cast<size_t>(layers);
-    const int emb = first ? 1 : 0;
-    unit_of.push_back(i < blocks_from ? 0
-                      : i < blocks_to ? emb + static_cast<int>((i - blocks_from) / 12)
-                                      : emb + layers);
+  // Units: the embeddings (stage 0), each block (12 tensors), the final norm (the last stage). Interleaved,
+  // each chunk's first block begins a bucket (pipeline_chunk_bucket_starts).
+  std::vector<int> starts;
+  for (size_t k = 0, unit = first ? 1 : 0; k + 1 < rc.layers.size(); ++k) {
+    unit += static_cast<size_t>(rc.layers[k]);
+    starts.push_back(static_cast<int>(unit));
   }
   // One GPU (dp 1) shards nothing: ZeRO 0 whatever was asked (the backend's constructor).
   const int zero = dpp.dp > 1 ? dpp.zero : 0;
-  const ShardSizes z =
-      shard_sizes(tensors, unit_of, static_cast<uint64_t>(dpp.dp), static_cast<uint64_t>(dpp.rank), zero,
-                  std::max<uint64_t>(1, dpp.bucket_bytes / kF32), first, last);
+  const ShardSizes z = shard_sizes(tensors, unit_of_tensors(tensors.size(), layers, first),
+                                   static_cast<uint64_t>(dpp.dp), static_cast<uint64_t>(dpp.rank), zero,
+                                   std::max<uint64_t>(1, dpp.bucket_bytes / kF32), first, last, starts);
   uint64_t p = 0;
   for (uint64_t k : tensors) p += k;
   const uint64_t chunks = z.chunks, held = zero == 0 ? p : z.shard;
@@ -397,32 +438,39 @@ Table cuda_table(const PlanModel& m, uint64_t b, uint64_t tp, int pp, int stage,
   tb.add("bucket_start", "(N + 1) int32", MB::kBuffers, (n + 1) * kI32);
   if (pipeline) {
     tb.add("tokens", "(5N + 1) int32 per micro-batch", MB::kBuffers, (5 * n + 1) * kI32, micro_batches);
-    uint64_t slot = 2 * n * c * kBf16;
-    for (const Row& r : block) slot += l * r.bytes;
-    if (last) slot += n * c * kBf16 + 2 * n * kF32;
-    const bool zbh1 = schedule == CudaPipeSchedule::kZeroBubbleH1;
-    // ZB-H1: each block's KeptGrads, the output gradients its weight pass reads: d(res3), d(res2) (N, C),
-    // d(fch) (N, Hl), d(qkv) (N, 3Cl), bf16.
-    if (zbh1) slot += l * (2 * n * c + n * h + n * 3 * cl) * kBf16;
-    // ZB-H1 at ZeRO 2-3 (dp > 1): StageSlot::early, the input pass's parameter gradients, fp32: each block's
-    // six C-wide ones (the LayerNorms', the projection biases'; whole C at any tp), the last stage's final
-    // norm's two (early_floats).
-    const bool early = zbh1 && zero >= 2;
-    if (early) slot += (6 * l + (last ? 2 : 0)) * c * kF32;
-    const std::string kept = std::string(zbh1 ? ", kept grads" : "") + (early ? ", early" : "");
-    tb.add("slot (in, dout, blocks" + kept + (last ? ", lnf)" : ")"), "one micro-batch in flight's",
-           MB::kActivations, slot,
-           static_cast<uint64_t>(
-               plan_cuda_pipeline_slots(pp, stage, static_cast<int>(micro_batches), schedule)));
+    // Each chunk's StageSlots (acquire()): its blocks' activations, on the model's last chunk the final
+    // norm's output.
+    const bool zbh1 = schedule == CudaPipeSchedule::kZeroBubbleH1, early = zbh1 && zero >= 2;
+    const size_t n_chunks = rc.layers.size();
+    for (size_t k = 0; k < n_chunks; ++k) {
+      const bool head = last && k + 1 == n_chunks;
+      const uint64_t lk = static_cast<uint64_t>(rc.layers[k]);
+      uint64_t slot = 2 * n * c * kBf16;
+      for (const Row& r : block) slot += lk * r.bytes;
+      if (head) slot += n * c * kBf16 + 2 * n * kF32;
+      // ZB-H1: each block's KeptGrads, the output gradients its weight pass reads: d(res3), d(res2) (N, C),
+      // d(fch) (N, Hl), d(qkv) (N, 3Cl), bf16.
+      if (zbh1) slot += lk * (2 * n * c + n * h + n * 3 * cl) * kBf16;
+      // ZB-H1 at ZeRO 2-3 (dp > 1): StageSlot::early, the input pass's parameter gradients, fp32: each
+      // block's six C-wide ones (the LayerNorms', the projection biases'; whole C at any tp), the last
+      // stage's final norm's two (early_floats).
+      if (early) slot += (6 * lk + (head ? 2 : 0)) * c * kF32;
+      const std::string kept = std::string(zbh1 ? ", kept grads" : "") + (early ? ", early" : "");
+      tb.add((n_chunks > 1 ? "slot of chunk " + std::to_string(k) : std::string("slot")) +
+                 " (in, dout, blocks" + kept + (head ? ", lnf)" : ")"),
+             "one micro-batch in flight's", MB::kActivations, slot, static_cast<uint64_t>(rc.slots[k]));
+    }
+    tb.in_flight = rc.in_flight();
   }
   tb.add("cublaslt_workspace", "32 MiB", MB::kBuffers, kCudaMatmulWorkspaceBytes, 1, false);
   return tb;
 }
 
 // Sums a table by bucket: what the engine takes, and what its memory_bytes() counts.
-EngineMemory sum_table(std::vector<EngineAllocation> rows) {
+EngineMemory sum_table(Table tb) {
   EngineMemory mem;
-  mem.allocations = std::move(rows);
+  mem.allocations = std::move(tb.rows);
+  mem.in_flight = tb.in_flight;
   for (const EngineAllocation& a : mem.allocations) {
     const uint64_t bytes = a.bytes();
     switch (a.bucket) {
@@ -535,6 +583,53 @@ CudaScratch plan_cuda_scratch_floats(const PlanModel& m, int micro_batch) {
   return s;
 }
 
+namespace {
+
+// Whether `schedule` runs pp x vp virtual stages with m micro-batches (pipeline_check's rules for the
+// schedules' shapes): interleaving exactly when vp > 1, and then m a multiple of pp.
+Status pipe_validate(int pp, int vp, int stage, int micro_batches, CudaPipeSchedule schedule) {
+  const std::string at = "pipeline rank " + std::to_string(stage) + " of pp " + std::to_string(pp) +
+                         " x vp " + std::to_string(vp) + " (" + std::to_string(micro_batches) +
+                         " micro-batches): ";
+  if (pp < 1 || vp < 1 || stage < 0 || stage >= pp || micro_batches < 1)
+    return Status::error(at + "allowed 0 <= stage < pp, vp >= 1, micro-batches >= 1");
+  if ((schedule == CudaPipeSchedule::kInterleaved) != (vp > 1)) {
+    return Status::error(at +
+                         "virtual stages run only under the interleaved schedule, and it needs them: vp > 1 "
+                         "with interleaved, vp 1 with gpipe, 1f1b or zbh1");
+  }
+  if (vp > 1 && (pp < 2 || micro_batches % pp != 0))
+    return Status::error(at + "interleaving needs pp > 1 and micro-batches a multiple of pp");
+  return Status();
+}
+
+// Rank `stage`'s chunks of the backend's partition into pp x vp virtual stages (the CUDA one's with
+// `cuda`) and the slots each holds.
+Result<RankChunks> rank_chunks(const PlanModel& m, int pp, int vp, int stage, int micro_batches,
+                               CudaPipeSchedule schedule, bool cuda) {
+  if (static_cast<int64_t>(pp) * vp > m.layers) {
+    return Status::error("pp " + std::to_string(pp) + " x vp " + std::to_string(vp) + " = " +
+                         std::to_string(static_cast<int64_t>(pp) * vp) + " stages but the model has " +
+                         std::to_string(m.layers) + " layers: every stage needs at least one");
+  }
+  Status s = pipe_validate(pp, vp, stage, micro_batches, schedule);
+  if (!s.ok()) return s;
+  const std::vector<int> v =
+      cuda ? plan_cuda_pipeline_layers(m, pp * vp) : plan_cpu_pipeline_layers(m, pp * vp);
+  RankChunks rc;
+  for (int c = 0; c < vp; ++c) rc.layers.push_back(v[static_cast<size_t>(c * pp + stage)]);
+  // One chunk: the closed form (checked against the replay in engine_profile_test); interleaved chunks have
+  // none, their counts are the replayed program's.
+  if (vp == 1) {
+    rc.slots = {plan_cuda_pipeline_slots(pp, stage, micro_batches, schedule)};
+  } else {
+    rc.slots = plan_pipeline_chunk_slots(pp, vp, stage, micro_batches, schedule).value();
+  }
+  return rc;
+}
+
+}  // namespace
+
 Result<EngineMemory> plan_engine_memory(EngineKind e, const PlanModel& m, int micro_batch, int tp) {
   if (e == EngineKind::kGeneric) return Status::error("engine generic: has no allocation table");
   Status s = plan_engine_validate(e, m);
@@ -548,10 +643,10 @@ Result<EngineMemory> plan_engine_memory(EngineKind e, const PlanModel& m, int mi
                          ") and 4 x hidden (" + std::to_string(4 * m.hidden) + ")");
   }
   const uint64_t b = static_cast<uint64_t>(micro_batch);
-  return sum_table((e == EngineKind::kGantryCpu ? cpu_table(m, b, static_cast<uint64_t>(tp), {})
-                                                : cuda_table(m, b, static_cast<uint64_t>(tp), 1, 0, m.layers,
-                                                             1, CudaPipeSchedule::kOneFOneB))
-                       .rows);
+  return sum_table(e == EngineKind::kGantryCpu
+                       ? cpu_table(m, b, static_cast<uint64_t>(tp), {})
+                       : cuda_table(m, b, static_cast<uint64_t>(tp), 1, 0, {{m.layers}, {1}}, 1,
+                                    CudaPipeSchedule::kOneFOneB));
 }
 
 Result<EngineMemory> plan_cuda_rank_memory(const PlanModel& m, int micro_batch, int tp, int pp, int stage,
@@ -562,7 +657,7 @@ Result<EngineMemory> plan_cuda_rank_memory(const PlanModel& m, int micro_batch, 
 
 Result<EngineMemory> plan_cuda_rank_memory(const PlanModel& m, int micro_batch, int tp, int pp, int stage,
                                            int micro_batches, CudaPipeSchedule schedule,
-                                           const CudaDataParallelPlan& dpp) {
+                                           const CudaDataParallelPlan& dpp, int vp) {
   Status s = plan_engine_validate(EngineKind::kGantryCuda, m);
   if (!s.ok()) return s;
   if (micro_batch < 1 || micro_batches < 1 || pp < 1 || pp > m.layers || stage < 0 || stage >= pp || tp < 1 ||
@@ -579,11 +674,10 @@ Result<EngineMemory> plan_cuda_rank_memory(const PlanModel& m, int micro_batch, 
                          std::to_string(dpp.rank) + ", zero " + std::to_string(dpp.zero) +
                          "): allowed 0 <= rank < dp, zero 0-3, bucket bytes >= 1");
   }
-  const std::vector<int> layers = pp > 1 ? plan_cuda_pipeline_layers(m, pp) : std::vector<int>{m.layers};
+  Result<RankChunks> rc = rank_chunks(m, pp, vp, stage, micro_batches, schedule, true);
+  if (!rc.ok()) return rc.status();
   return sum_table(cuda_table(m, static_cast<uint64_t>(micro_batch), static_cast<uint64_t>(tp), pp, stage,
-                              layers[static_cast<size_t>(stage)], static_cast<uint64_t>(micro_batches),
-                              schedule, dpp)
-                       .rows);
+                              rc.value(), static_cast<uint64_t>(micro_batches), schedule, dpp));
 }
 
 Result<EngineMemory> plan_cpu_pipeline_memory(const PlanModel& m, int micro_batch, int tp, int pp, int stage,
@@ -610,12 +704,12 @@ Result<EngineMemory> plan_cpu_rank_memory(const PlanModel& m, int micro_batch, i
   if (!check.ok()) return check;
   Status s = cpu_dp_validate(dpp);
   if (!s.ok()) return s;
-  return sum_table(cpu_table(m, static_cast<uint64_t>(micro_batch), static_cast<uint64_t>(tp), dpp).rows);
+  return sum_table(cpu_table(m, static_cast<uint64_t>(micro_batch), static_cast<uint64_t>(tp), dpp));
 }
 
 Result<EngineMemory> plan_cpu_pipeline_memory(const PlanModel& m, int micro_batch, int tp, int pp, int stage,
                                               int micro_batches, CudaPipeSchedule schedule,
-                                              const CpuDataParallelPlan& dpp) {
+                                              const CpuDataParallelPlan& dpp, int vp) {
   Status s = plan_engine_validate(EngineKind::kGantryCpu, m);
   if (!s.ok()) return s;
   if (micro_batch < 1 || micro_batches < 1 || pp < 1 || pp > m.layers || stage < 0 || stage >= pp || tp < 1 ||
@@ -628,11 +722,11 @@ Result<EngineMemory> plan_cpu_pipeline_memory(const PlanModel& m, int micro_batc
   }
   s = cpu_dp_validate(dpp);
   if (!s.ok()) return s;
-  const std::vector<int> layers = plan_cpu_pipeline_layers(m, pp);
+  Result<RankChunks> rc = rank_chunks(m, pp, vp, stage, micro_batches, schedule, false);
+  if (!rc.ok()) return rc.status();
   return sum_table(cpu_pipeline_table(m, static_cast<uint64_t>(micro_batch), static_cast<uint64_t>(tp), pp,
-                                      stage, layers[static_cast<size_t>(stage)],
-                                      static_cast<uint64_t>(micro_batches), schedule, dpp)
-                       .rows);
+                                      stage, rc.value(), static_cast<uint64_t>(micro_batches), schedule,
+                                      dpp));
 }
 
 double plan_engine_compute_efficiency(EngineKind e, std::string_view gpu) {
@@ -779,6 +873,48 @@ std::vector<int> plan_cpu_pipeline_layers(const PlanModel& m, int stages) {
 
 std::vector<int> plan_cuda_pipeline_layers(const PlanModel& m, int stages) {
   return pipeline_layers(m, stages, true);
+}
+
+Result<std::vector<int>> plan_pipeline_chunk_slots(int pp, int vp, int stage, int micro_batches,
+                                                   CudaPipeSchedule schedule) {
+  Status s = pipe_validate(pp, vp, stage, micro_batches, schedule);
+  if (!s.ok()) return s;
+  const PipelineSchedule ps = schedule == CudaPipeSchedule::kGpipe          ? PipelineSchedule::kGpipe
+                              : schedule == CudaPipeSchedule::kZeroBubbleH1 ? PipelineSchedule::kZeroBubbleH1
+                              : schedule == CudaPipeSchedule::kInterleaved  ? PipelineSchedule::kInterleaved
+                                                                            : PipelineSchedule::kOneFOneB;
+  const bool split = ps == PipelineSchedule::kZeroBubbleH1;
+  const size_t m = static_cast<size_t>(micro_batches);
+  std::vector<std::vector<bool>> busy(static_cast<size_t>(vp));
+  std::vector<std::vector<int>> slot_of(static_cast<size_t>(vp), std::vector<int>(m, -1));
+  auto acquire = [&](size_t c, size_t k) {
+    std::vector<bool>& b = busy[c];
+    size_t i = 0;
+    while (i < b.size() && b[i]) ++i;
+    if (i == b.size()) b.push_back(false);
+    b[i] = true;
+    slot_of[c][k] = static_cast<int>(i);
+  };
+  auto release = [&](size_t c, size_t k) {
+    if (slot_of[c][k] >= 0) busy[c][static_cast<size_t>(slot_of[c][k])] = false;
+  };
+  for (const PipelineStep& st : pipeline_program(ps, pp, vp, stage, micro_batches)) {
+    const size_t k = static_cast<size_t>(st.action.micro), c = static_cast<size_t>(st.action.chunk);
+    if (st.kind == PipelineStep::Kind::kRecv) {
+      if (!st.grad) acquire(c, k);
+    } else if (st.kind == PipelineStep::Kind::kSend) {
+      if (st.grad && !split) release(c, k);
+    } else if (st.action.op == PipelineOp::kForward) {
+      if (slot_of[c][k] < 0) acquire(c, k);
+    } else if (st.action.op == PipelineOp::kWeight) {
+      release(c, k);
+    } else if (stage == 0 && c == 0 && !split) {  // the model's first chunk sends no gradient up
+      release(c, k);
+    }
+  }
+  std::vector<int> slots;
+  for (const std::vector<bool>& b : busy) slots.push_back(static_cast<int>(b.size()));
+  return slots;
 }
 
 int plan_pipeline_slots(int pp, int stage, int micro_batches, bool gpipe) {

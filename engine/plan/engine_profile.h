@@ -11,10 +11,11 @@
 //   Result<EngineMemory> mem = plan_engine_memory(EngineKind::kGantryCuda, model, /*micro_batch=*/32);
 //   // tp 2 x pp 2, 1F1B, 8 micro-batches a step: the last stage's rank (each of its tp ranks alike)
 //   Result<EngineMemory> last = plan_cuda_rank_memory(model, 4, /*tp=*/2, /*pp=*/2, /*stage=*/1, 8, false);
-//   mem->backend_bytes  // what CudaBackend::memory_bytes() reports
-//   mem->allocations    // the table, with shapes and buckets
-//   CpuStep s = plan_cpu_step(plan_cpu_work(model, 8), plan_cpu_rates_default(), /*micro_batches=*/2);
-//   s.total()  // seconds per optimizer step
+//   // pp 4 interleaved over vp 2 chunks a rank, 8 micro-batches: rank 3 (the model's last chunk)
+//   Result<EngineMemory> il = plan_cpu_pipeline_memory(model, 4, 1, 4, 3, 8, CudaPipeSchedule::kInterleaved,
+//   {}, 2); mem->backend_bytes  // what CudaBackend::memory_bytes() reports mem->allocations    // the table,
+//   with shapes and buckets CpuStep s = plan_cpu_step(plan_cpu_work(model, 8), plan_cpu_rates_default(),
+//   /*micro_batches=*/2); s.total()  // seconds per optimizer step
 #pragma once
 
 #include <cstdint>
@@ -58,6 +59,9 @@ struct EngineMemory {
   uint64_t weights = 0, gradients = 0, optimizer = 0, activations = 0, buffers = 0;  // sums by bucket
   uint64_t total = 0;          // every allocation: the device memory the engine takes (no CUDA context)
   uint64_t backend_bytes = 0;  // what Backend::memory_bytes() reports
+  // Micro-batches of activations held at once: a pipeline rank's slots (under interleaving its chunks'
+  // slots weighted by their blocks, in whole-rank micro-batches); 1 without a pipeline.
+  double in_flight = 1;
 };
 
 // The model shapes Gantry's backends run: GPT-2 (learned positions, LayerNorm, biases, GELU with ffn = 4d,
@@ -71,14 +75,16 @@ Status plan_engine_validate(EngineKind e, const PlanModel& m);
 Result<EngineMemory> plan_engine_memory(EngineKind e, const PlanModel& m, int micro_batch, int tp = 1);
 
 // The pipeline schedules whose slots the planner counts, on either backend (train.pp_schedule "gpipe",
-// "1f1b", "zbh1" at vp 1). Interleaved (vp > 1) is not among them: its per-chunk slot counts have no closed
-// form here.
-enum class CudaPipeSchedule { kGpipe, kOneFOneB, kZeroBubbleH1 };
+// "1f1b", "zbh1" at vp 1, "interleaved" at vp > 1).
+enum class CudaPipeSchedule { kGpipe, kOneFOneB, kZeroBubbleH1, kInterleaved };
 
 // One rank of the CUDA backend at dp x tp x pp: `stage` of `pp` (the
 // backend's partition, plan_cuda_pipeline_layers), this tp rank's share, `micro_batches` per step under
 // `schedule` (GPipe, 1F1B or ZB-H1, whose slots also keep each block's output gradients for the weight
-// pass). pp 1 is plan_engine_memory's table. Every tp rank of a stage holds the same
+// pass; interleaved with `vp` > 1: the rank holds vp chunks, chunk c virtual stage c·pp + stage of the
+// partition into pp·vp, each with its own slots sized by its own blocks and counted by
+// plan_pipeline_chunk_slots, the rank's other buffers once, and each chunk's first block beginning a
+// gradient bucket). pp 1 is plan_engine_memory's table. Every tp rank of a stage holds the same
 // bytes. At pp > 1 the stage's activation slots and the step's token buffer are allocated during the first
 // step (acquire(), pipeline_step()): the table is what memory_bytes() reports from the end of step 1 on
 // (before it, the slots and tokens are missing). Over dp (`dpp`), ZeRO 1-3 shard the state as
@@ -96,20 +102,29 @@ struct CudaDataParallelPlan {
 };
 Result<EngineMemory> plan_cuda_rank_memory(const PlanModel& m, int micro_batch, int tp, int pp, int stage,
                                            int micro_batches, CudaPipeSchedule schedule,
-                                           const CudaDataParallelPlan& dpp = {});
+                                           const CudaDataParallelPlan& dpp = {}, int vp = 1);
 // The same under GPipe (`gpipe`) or 1F1B.
 Result<EngineMemory> plan_cuda_rank_memory(const PlanModel& m, int micro_batch, int tp, int pp, int stage,
                                            int micro_batches, bool gpipe,
                                            const CudaDataParallelPlan& dpp = {});
 
+// The slots each of rank `stage`'s vp chunks holds over one step, as both backends allocate them: the
+// rank's pipeline_program (telemetry/pipeline_program.h) replayed with their acquire() and release() (a
+// chunk's slot taken at an activation's receive, or at the forward on the model's first chunk, freed at
+// the gradient's send, or at the first chunk's backward, under ZB-H1 at the weight pass instead; a new one
+// only when all of the chunk's are busy). Interleaved counts have no simple closed form (pp 4, vp 2, m 8:
+// ranks 0-2 hold [8, 4], rank 3 [6, 3]); at vp 1 the closed forms below are this replay's. The error
+// names a shape the schedule does not run (vp > 1 exactly when interleaved, m then a multiple of pp).
+Result<std::vector<int>> plan_pipeline_chunk_slots(int pp, int vp, int stage, int micro_batches,
+                                                   CudaPipeSchedule schedule);
+
 // Micro-batches whose activations a pipeline stage holds at once, the slots both backends allocate: GPipe
 // every one; 1F1B stage s min(m, pp - s), one more on a stage that receives (s > 0: the next activation
-// arrives into its own slot before the last backward frees one). Replayed against pipeline_program in
-// tests/engine/plan/engine_profile_test.cpp.
+// arrives into its own slot before the last backward frees one). plan_pipeline_chunk_slots' replay at vp 1.
 int plan_pipeline_slots(int pp, int stage, int micro_batches, bool gpipe);
-// The CUDA stage's slots under `schedule`: GPipe and 1F1B as plan_pipeline_slots; ZB-H1 min(m, pp) on
-// every stage (a slot is freed after its weight pass, which the schedule defers; replayed for pp 2-8 and
-// m up to 4 pp in the same test).
+// The CUDA stage's slots under `schedule` at vp 1: GPipe and 1F1B as plan_pipeline_slots; ZB-H1 min(m, pp)
+// on every stage (a slot is freed after its weight pass, which the schedule defers; replayed for pp 2-8 and
+// m up to 4 pp in tests/engine/plan/engine_profile_test.cpp).
 int plan_cuda_pipeline_slots(int pp, int stage, int micro_batches, CudaPipeSchedule schedule);
 
 // One dp rank of the CPU backend over dp (engine/core/cpu/, ZeroHostState on shard_plan_make's plan): its
@@ -127,15 +142,17 @@ Result<EngineMemory> plan_cpu_rank_memory(const PlanModel& m, int micro_batch, i
 // The CPU pipeline's slots (its acquire() and release() are the GPU's rules): plan_cuda_pipeline_slots.
 int plan_cpu_pipeline_slots(int pp, int stage, int micro_batches, CudaPipeSchedule schedule);
 
-// One pipeline stage's table on the CPU (engine/core/cpu/backend_cpu_pipeline.cpp, one model chunk per
-// rank): `stage` of `pp` (the engine's partition, plan_cpu_pipeline_layers), a tp rank's share at tp > 1,
-// `micro_batches` per step under `schedule` (GPipe, 1F1B or ZB-H1, whose slots also keep each block's four
-// output gradients for the weight pass), `dpp`'s dp rank of its ZeRO stage (the stage's state as
-// plan_cpu_rank_memory's, plus, as the stage works on whole buffers for a step, the gradients at ZeRO 2-3
-// and the parameters at ZeRO 3 once more). Interleaved stages are not in it.
+// One pipeline rank's table on the CPU (engine/core/cpu/backend_cpu_pipeline.cpp): `stage` of `pp` (the
+// engine's partition, plan_cpu_pipeline_layers), a tp rank's share at tp > 1, `micro_batches` per step
+// under `schedule` (GPipe, 1F1B or ZB-H1, whose slots also keep each block's four output gradients for the
+// weight pass; interleaved with `vp` > 1: the rank's vp chunks, chunk c virtual stage c·pp + stage of the
+// partition into pp·vp, each with its own slots sized by its own blocks and counted by
+// plan_pipeline_chunk_slots, the state, backward scratch, wte copy and ties once per rank), `dpp`'s dp
+// rank of its ZeRO stage (the stage's state as plan_cpu_rank_memory's, plus, as the stage works on whole
+// buffers for a step, the gradients at ZeRO 2-3 and the parameters at ZeRO 3 once more).
 Result<EngineMemory> plan_cpu_pipeline_memory(const PlanModel& m, int micro_batch, int tp, int pp, int stage,
                                               int micro_batches, CudaPipeSchedule schedule,
-                                              const CpuDataParallelPlan& dpp = {});
+                                              const CpuDataParallelPlan& dpp = {}, int vp = 1);
 // The same under GPipe (`gpipe`) or 1F1B, ZeRO 0.
 Result<EngineMemory> plan_cpu_pipeline_memory(const PlanModel& m, int micro_batch, int tp, int pp, int stage,
                                               int micro_batches, bool gpipe);

@@ -158,9 +158,8 @@ Result<PlanInput> engine_input(const PlanInput& in) {
   const PlanLayout& l = in.layout;
   // The engines' tables are known per rank for data, tensor and pipeline parallel layouts (issue 17: a dp
   // rank holds the whole table or, on CUDA under ZeRO, its shard; a tp rank its share; a stage its blocks
-  // and slots; under ZeRO a dp rank its shard on both backends); cp and hsdp are not in them. gantry-cpu's
-  // interleaved stages are priced, their memory unknown; the CUDA profile counts GPipe, 1F1B and ZB-H1
-  // stages (vp 1) at ZeRO 0-3, as the backend.
+  // and slots, under interleaving each chunk's; under ZeRO a dp rank its shard on both backends); cp and
+  // hsdp are not in them.
   if (in.engine == EngineKind::kGantryCpu && (l.cp != 1 || l.hsdp != 0)) {
     return Status::error(who +
                          "profiles dp (zero 0-3), tp and pp layouts (cp and hsdp are not in its table)");
@@ -168,14 +167,6 @@ Result<PlanInput> engine_input(const PlanInput& in) {
   if (in.engine == EngineKind::kGantryCuda && (l.cp != 1 || l.hsdp != 0)) {
     return Status::error(who +
                          "profiles dp (zero 0-3), tp and pp layouts (cp and hsdp are not in its table)");
-  }
-  if (in.engine == EngineKind::kGantryCuda && (l.vp != 1 || l.schedule == Schedule::kInterleaved)) {
-    // The GPU runs interleaved 1F1B too, but no closed form for its slots per chunk has been found (the
-    // replayed programs' counts, docs/PLANNER.md): unknown, not guessed.
-    return Status::error(who +
-                         "profiles GPipe, 1F1B and ZB-H1 pipelines with one model chunk per GPU (vp 1); "
-                         "interleaved stages' slots per chunk are not in its table, got vp " +
-                         std::to_string(l.vp));
   }
   if (l.recompute != Recompute::kNone) return Status::error(who + "keeps every activation (recompute none)");
   if (in.engine == EngineKind::kGantryCpu && in.training.tp_overlap != 0) {
@@ -621,31 +612,36 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
   if (in.engine != EngineKind::kGeneric) {
     // The backends allocate everything from their tables (a pipeline stage's slots during its first step);
     // nothing else is live. Every stage's rank (dp rank 0's), the heaviest as the plan's memory; under ZeRO
-    // 1-3 every dp rank's total too (up to kDpRanksListed). gantry-cpu's interleaved chunks are not in its
-    // profile: unknown, not the generic model's guess.
+    // 1-3 every dp rank's total too (up to kDpRanksListed). Interleaved, a rank's vp chunks with their own
+    // slots each.
     const CudaPipeSchedule sched = l.schedule == Schedule::kGpipe          ? CudaPipeSchedule::kGpipe
                                    : l.schedule == Schedule::kZeroBubbleH1 ? CudaPipeSchedule::kZeroBubbleH1
+                                   : l.schedule == Schedule::kInterleaved  ? CudaPipeSchedule::kInterleaved
                                                                            : CudaPipeSchedule::kOneFOneB;
-    p.memory_known = l.pp == 1 || (l.vp == 1 && l.schedule != Schedule::kInterleaved);
+    const int vp = l.pp > 1 ? l.vp : 1;
     auto rank_memory = [&](int stage, int dp_rank) {
       const CudaDataParallelPlan dpp{
           .dp = l.dp, .rank = dp_rank, .zero = l.zero, .bucket_bytes = in.training.dp_bucket_bytes};
       if (in.engine == EngineKind::kGantryCuda)
-        return plan_cuda_rank_memory(md, l.micro_batch, l.tp, l.pp, stage, r.m, sched, dpp);
-      if (l.pp > 1) return plan_cpu_pipeline_memory(md, l.micro_batch, l.tp, l.pp, stage, r.m, sched, dpp);
+        return plan_cuda_rank_memory(md, l.micro_batch, l.tp, l.pp, stage, r.m, sched, dpp, vp);
+      if (l.pp > 1)
+        return plan_cpu_pipeline_memory(md, l.micro_batch, l.tp, l.pp, stage, r.m, sched, dpp, vp);
       return plan_cpu_rank_memory(md, l.micro_batch, l.tp, dpp);
     };
-    const std::vector<int> stage_layers = l.pp == 1 ? std::vector<int>{md.layers}
-                                          : in.engine == EngineKind::kGantryCuda
-                                              ? plan_cuda_pipeline_layers(md, l.pp)
-                                              : plan_cpu_pipeline_layers(md, l.pp);
-    for (int stage = 0; p.memory_known && stage < l.pp; ++stage) {
+    // Each rank's blocks: its chunks' (virtual stages stage, stage + pp, ...) of the backend's partition.
+    const std::vector<int> virtual_layers = l.pp == 1 ? std::vector<int>{md.layers}
+                                            : in.engine == EngineKind::kGantryCuda
+                                                ? plan_cuda_pipeline_layers(md, l.pp * vp)
+                                                : plan_cpu_pipeline_layers(md, l.pp * vp);
+    for (int stage = 0; stage < l.pp; ++stage) {
       Result<EngineMemory> em = rank_memory(stage, 0);
       if (!em.ok()) return em.status();
       const EngineMemory& e = em.value();
       Plan::StageMemory sm;
       sm.stage = stage;
-      sm.layers = stage_layers[static_cast<size_t>(stage)];
+      sm.layers = 0;
+      for (size_t v = static_cast<size_t>(stage); v < virtual_layers.size(); v += static_cast<size_t>(l.pp))
+        sm.layers += virtual_layers[v];
       sm.memory = MemoryBuckets{.weights = static_cast<double>(e.weights),
                                 .gradients = static_cast<double>(e.gradients),
                                 .optimizer = static_cast<double>(e.optimizer),
@@ -660,10 +656,9 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
         sm.dp_rank_totals.push_back(static_cast<double>(ek->total));
         sm.dp_rank_backend_bytes.push_back(static_cast<double>(ek->backend_bytes));
       }
-      sm.microbatches_in_flight = 1;
+      sm.microbatches_in_flight = e.in_flight;
       double layer_bytes = 0;
       for (const EngineAllocation& a : e.allocations) {
-        if (a.name.rfind("slot", 0) == 0) sm.microbatches_in_flight = static_cast<double>(a.count);
         if (l.pp == 1 && a.bucket == MemoryBucket::kActivations &&
             a.count == static_cast<uint64_t>(md.layers) && a.name.rfind("layer.", 0) == 0) {
           layer_bytes += static_cast<double>(a.bytes_each);
@@ -678,11 +673,10 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
       p.activation_layer_bytes = layer_bytes;
       p.microbatches_in_flight = sm.microbatches_in_flight;
     }
-    if (!p.memory_known) p.stage_memory.clear();
   }
   p.engine = in.engine;
   p.hbm_bytes = c.gpu.hbm_bytes;
-  p.fits = !p.memory_known || p.memory.total() <= p.hbm_bytes;
+  p.fits = p.memory.total() <= p.hbm_bytes;
 
   // ---- Compute per micro-batch on the slowest rank (the generic model: the last stage, with the output
   // layer).

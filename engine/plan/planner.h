@@ -121,9 +121,7 @@ struct Plan {
   uint64_t params = 0;    // exact
   ParamCounts counts;
 
-  // Memory on the heaviest stage. memory_known false: the engine profile has no table for this layout
-  // (gantry-cpu's pipeline stages); memory and fits are then not figures to show.
-  bool memory_known = true;
+  // Memory on the heaviest stage.
   MemoryBuckets memory;
   int memory_stage = 0;               // which pipeline stage is heaviest (0-based)
   uint64_t params_on_gpu = 0;         // parameters that stage's GPU owns before ZeRO sharding

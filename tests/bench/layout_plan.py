@@ -6,8 +6,7 @@ the largest rank's) and step time (the median over the steps after --warmup of t
 beside what `gantry-engine plan --engine gantry-cpu` predicts for the same layout: with the default (developer
 VM) rates, and with --measure-cpu also with rates measured right before that run (the loops by CPU time,
 Gloo's latency and bandwidth by the wall clock, so under whatever load the machine has then). Where the
-planner has no figure (interleaved pipeline stages, vp > 1) it is printed as "unknown" with the planner's
-reason, never 0.
+planner has no figure (a layout it refuses) it is printed as "unknown" with the planner's reason, never 0.
 
 --repeats R runs every layout R times, round-robin (so a burst of load hits different layouts), and reports
 the median of the R medians with their range. One JSON line per run and a table. Each JSON line also
@@ -111,8 +110,6 @@ def predict(engine, cfg, nproc, tp, pp, zero, measure):
     t = j["time"]
     out = {"mem_bytes": j["memory"]["total"], "step_s": t["step_s"], "compute_s": t["compute_s"],
            "comm_s": t["exposed_comm_s"] + t["bubble_s"], "optimizer_s": t["optimizer_s"]}
-    if j["memory"]["total"] is None:
-        out["why_unknown"] = j["memory"].get("why_unknown", "unknown")
     if measure:
         out["comm_latency_s"] = j["cpu_rates"]["comm_latency_s"]
     return out

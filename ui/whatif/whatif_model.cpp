@@ -24,8 +24,6 @@ double score_of(const Plan& p, SearchRank rank) {
 
 std::string fit_note(const Plan& p) {
   char buf[160];
-  // An engine profile without a table for this layout (gantry-cpu's pipeline stages): no figure to show.
-  if (!p.memory_known) return "memory unknown (the engine profile has no table for this layout)";
   if (p.fits) {
     std::snprintf(buf, sizeof buf, "fits: %.1f of %.1f GiB", p.memory.total() / kGiB, p.hbm_bytes / kGiB);
     return buf;

@@ -197,10 +197,6 @@ void draw_table(WhatIfModel& m, WhatIfPanelView& view) {
 }
 
 void draw_memory(const Plan& p, WhatIfPanelView& view) {
-  if (!p.memory_known) {
-    ImGui::TextUnformatted("Memory per GPU: unknown (the engine profile has no table for this layout)");
-    return;
-  }
   const std::vector<MemoryBar> bars = whatif_memory_bars(p);
   ImGui::Text("Memory per GPU (pipeline stage %d, the heaviest): %s of %s HBM", p.memory_stage,
               whatif_format_bytes(p.memory.total()).c_str(), whatif_format_bytes(p.hbm_bytes).c_str());

@@ -171,8 +171,7 @@ std::string whatif_apply_blocker(const Plan& plan, const WhatIfRun* run, int for
   // Checkpoints reshard across every axis (their tensors carry global coordinates, a stage's included), so
   // a move into, out of or between pipelines goes through one like any other.
   // A pipeline on either backend (pipeline_check): every schedule (interleaved's vp is checked below), tp
-  // beside it and ZeRO 0-3 on its dp axis. What the planner cannot price (gantry-cuda's interleaved stages)
-  // it refuses by name, and gantry-cpu's interleaved memory is shown unknown (fit_note).
+  // beside it and ZeRO 0-3 on its dp axis; both engine profiles price interleaved stages' memory too.
   if (l.cp != 1) return "the engine has no context parallelism (cp = 1)";
   // Virtual stages run under the interleaved schedule only, and it needs them; the schedule is the run's
   // config (train.pp_schedule), which resume-from keeps.

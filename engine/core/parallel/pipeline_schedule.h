@@ -2,7 +2,9 @@
 // runs its micro-batches' forward and backward passes (GPipe, 1F1B, interleaved 1F1B over vp model chunks
 // per rank, ZB-H1 with the weight-gradient pass split off), the bubble those orders leave, and which
 // layouts can run at all. Pure arithmetic, the same on every rank; the CPU backend's pipeline
-// (cpu/backend_cpu_pipeline.cpp) and the CUDA backend's stage (cuda/backend_cuda.cu) execute it.
+// (cpu/backend_cpu_pipeline.cpp) and the CUDA backend's stage (cuda/backend_cuda.cu) execute it. The
+// orders and their message simulation (PipelineSchedule, pipeline_actions, pipeline_program) live in
+// telemetry/pipeline_program.h, included here, which the planner replays too.
 //
 //   Status ok = pipeline_check(cfg, dims, micro_batches);               // before anything is built
 //   PipelinePartition part = pipeline_partition(cfg.model, dims.pp);    // layers of each stage, by cost
@@ -17,19 +19,10 @@
 #include "engine/core/config.h"
 #include "engine/core/parallel/parallel_dims.h"
 #include "engine/core/tensor_table.h"
+#include "telemetry/pipeline_program.h"  // PipelineSchedule, pipeline_actions, pipeline_program
 #include "telemetry/status.h"
 
 namespace gantry {
-
-enum class PipelineSchedule {
-  kGpipe,        // every micro-batch's forward, then every backward (m activations held)
-  kOneFOneB,     // warm-up forwards, then one forward and one backward in turn (at most p held)
-  kInterleaved,  // 1F1B over vp chunks per rank (Narayanan et al. 2021): bubble / vp, more p2p
-  kZeroBubbleH1  // ZB-H1 (Qi et al. 2023): 1F1B with the weight gradient (W) deferred into the bubble
-};
-// "gpipe", "1f1b", "interleaved", "zbh1": train.pp_schedule's values.
-const char* pipeline_schedule_name(PipelineSchedule s);
-bool pipeline_schedule_from_name(const std::string& name, PipelineSchedule* out);
 
 // Stage s holds blocks [first_layer[s], first_layer[s] + layers[s]). Stage 0 also holds the embeddings and
 // accumulates the tied classifier's weight gradient (wte is one tensor, owned there); the last stage
@@ -72,38 +65,6 @@ TensorTable pipeline_rank_table(const ModelConfig& m, const PipelinePartition& v
 // interleaved GPU stage, whose backwards each complete their own chunk's buckets (cuda/backend_cuda.cu;
 // engine/core/train.cpp prints the same plan). Empty at vp 1.
 std::vector<int> pipeline_chunk_bucket_starts(const PipelinePartition& virtual_stages, int pp, int rank);
-
-// kForward and kBackward (both gradients) under GPipe, 1F1B and interleaving; ZB-H1 splits the backward
-// into kInput (the input gradient, which the previous stage waits for) and kWeight (the weight gradient,
-// which nobody waits for).
-enum class PipelineOp { kForward, kBackward, kInput, kWeight };
-struct PipelineAction {
-  PipelineOp op = PipelineOp::kForward;
-  int micro = 0;
-  int chunk = 0;  // which of the rank's vp chunks (0 unless interleaved)
-};
-// Stage `stage`'s actions for one step of `m` micro-batches. Each chunk's backward (and weight) passes run
-// in micro-batch order under every schedule, so a stage adds its gradients in the order one process adds
-// them.
-std::vector<PipelineAction> pipeline_actions(PipelineSchedule s, int pp, int stage, int m, int vp = 1);
-// Activations a stage holds at once under its actions (freed by kBackward or kWeight).
-int pipeline_in_flight(const std::vector<PipelineAction>& actions);
-
-// A rank's program for one step: its actions with the point-to-point messages placed between them. The
-// messages are ordered by a simulation of the whole pipeline with unit costs (a forward, an input
-// gradient, a weight gradient 1 each; a whole backward 2), and every rank's messages come in that one
-// global order; a send returns when its peer has taken the data (comm/communicator.h), and a rank only
-// waits on the globally earliest message it is part of, so no order of arrival deadlocks.
-struct PipelineStep {
-  enum class Kind { kCompute, kSend, kRecv };
-  Kind kind = Kind::kCompute;
-  PipelineAction action;  // kCompute: what to run; kSend/kRecv: the chunk and micro-batch of this rank
-  bool grad = false;      // kSend/kRecv: a gradient going up (else an activation going down)
-  int peer = -1;          // kSend/kRecv: the other rank
-};
-std::vector<PipelineStep> pipeline_program(PipelineSchedule s, int pp, int vp, int stage, int m);
-// The idle fraction the same simulation gives (makespan − busy time) / makespan, equal on every rank.
-double pipeline_simulated_bubble(PipelineSchedule s, int pp, int vp, int m);
 
 // The idle fraction of an ideal pipeline (equal stages, free communication): (p − 1) / (v·m + p − 1).
 double pipeline_bubble_formula(int pp, int vp, int m);

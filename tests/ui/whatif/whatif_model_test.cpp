@@ -327,9 +327,8 @@ TEST(WhatIfApply, APipelineIsOfferedWhereTheRunsScheduleRunsIt) {
       EXPECT_EQ(blocker, "");
     }
   }
-  // Interleaved at ZeRO 2-3 (pp 2 x vp 2 on 2 GPUs: 2 micro-batches, a multiple of pp): offered where the
-  // profile prices it (the generic one); gantry-cuda's profile has no table for interleaved stages, and the
-  // form says so by name.
+  // Interleaved at ZeRO 2-3 (pp 2 x vp 2 on 2 GPUs: 2 micro-batches, a multiple of pp): offered; the
+  // gantry-cuda profile prices it with each rank's chunks and their slots.
   for (int zero : {2, 3}) {
     for (const auto& [z, blocker] : gpu_pipeline_offers("interleaved", zero, 2, 1, 2, 2)) {
       EXPECT_EQ(z, zero);
@@ -347,9 +346,20 @@ TEST(WhatIfApply, APipelineIsOfferedWhereTheRunsScheduleRunsIt) {
   g.form.layout.pp = 2;
   g.form.layout.vp = 2;
   g.evaluate();
-  ASSERT_FALSE(g.issues().empty());
-  EXPECT_THAT(g.issues()[0].message, HasSubstr("interleaved stages' slots per chunk are not in its table"));
-  for (const Candidate& c : g.candidates()) EXPECT_EQ(c.plan.layout.vp, 1) << c.label();
+  ASSERT_TRUE(g.issues().empty()) << g.issues()[0].message;
+  int interleaved = 0;
+  for (const Candidate& c : g.candidates()) {
+    if (c.plan.layout.vp != 2) continue;
+    ++interleaved;
+    ASSERT_EQ(c.plan.stage_memory.size(), 2u) << c.label();
+    Result<EngineMemory> last = plan_cuda_rank_memory(
+        g.input().model, c.plan.layout.micro_batch, 1, 2, 1, c.plan.micro_batches,
+        CudaPipeSchedule::kInterleaved, {.dp = c.plan.layout.dp, .zero = c.plan.layout.zero}, 2);
+    ASSERT_TRUE(last.ok()) << last.error();
+    EXPECT_DOUBLE_EQ(c.plan.stage_memory[1].memory.total(), static_cast<double>(last->total)) << c.label();
+    EXPECT_THAT(c.fit_note, HasSubstr("fits: ")) << c.label();
+  }
+  EXPECT_EQ(interleaved, 1) << "the form's own layout";
 }
 
 TEST(WhatIfApply, OfferedExactlyForLayoutsResumeFromTakes) {
@@ -425,8 +435,9 @@ TEST(WhatIfApply, OfferedExactlyForLayoutsResumeFromTakes) {
 }
 
 // gantry-cpu's step has a pipeline bubble and Gloo waits (issue 17): the panel's parts are the plan's and
-// add up to its step; a pipeline stage's memory, which its table does not hold, is shown as unknown.
-TEST(WhatIfModel, CpuPipelineStepPartsAddUpAndItsMemoryIsUnknown) {
+// add up to its step; an interleaved pipeline's memory is the profile's figure for its heaviest rank, shown
+// in the bars (once "memory unknown").
+TEST(WhatIfModel, CpuInterleavedPipelineStepPartsAddUpAndItsMemoryIsShown) {
   PlanInput in;
   in.model = plan_model_preset("gpt2-124m").value();
   in.model.layers = 4;
@@ -435,7 +446,7 @@ TEST(WhatIfModel, CpuPipelineStepPartsAddUpAndItsMemoryIsUnknown) {
   in.model.vocab = 256;
   in.model.seq = 64;
   in.cluster = plan_cluster_default(GpuSpec{.name = "cpu", .hbm_bytes = 24e9}, 2, 2);
-  in.layout = PlanLayout{.pp = 2, .vp = 2, .micro_batch = 4};  // interleaved: the profile has no table
+  in.layout = PlanLayout{.pp = 2, .vp = 2, .micro_batch = 4};  // interleaved
   in.training.global_batch = 16;
   in.engine = EngineKind::kGantryCpu;
   Result<Plan> p = plan_evaluate(in);
@@ -447,7 +458,17 @@ TEST(WhatIfModel, CpuPipelineStepPartsAddUpAndItsMemoryIsUnknown) {
   }
   EXPECT_GT(bubble, 0);
   EXPECT_NEAR(parts, p->step_s, 1e-12 * p->step_s);
-  EXPECT_FALSE(p->memory_known);
+  double heaviest = 0;
+  for (int r = 0; r < 2; ++r) {
+    Result<EngineMemory> e =
+        plan_cpu_pipeline_memory(in.model, 4, 1, 2, r, 4, CudaPipeSchedule::kInterleaved, {}, 2);
+    ASSERT_TRUE(e.ok()) << e.error();
+    heaviest = std::max(heaviest, static_cast<double>(e->total));
+  }
+  EXPECT_DOUBLE_EQ(p->memory.total(), heaviest);
+  double bars = 0;
+  for (const MemoryBar& b : whatif_memory_bars(p.value())) bars += b.bytes;
+  EXPECT_DOUBLE_EQ(bars, heaviest);
 }
 
 }  // namespace

@@ -4,7 +4,8 @@
 // and the cuBLASLt workspace: device_health(), no CUDA context, no NCCL buffers); `gantry-engine plan
 // --engine gantry-cuda` with the same config and layout predicts each pipeline stage's rank
 // (memory.stages[s].total, the same for every tp rank of the stage). Global rank r is stage (r / tp) % pp
-// (ParallelDims); ZB-H1 layouts too (a config's zbh1 is a planner schedule). Each dp rank is checked
+// (ParallelDims); ZB-H1 and interleaved layouts too (a config's zbh1, and interleaved with its train.vp,
+// are planner schedules; an interleaved rank holds vp chunks with their own slots). Each dp rank is checked
 // against plan_cuda_rank_memory for its own dp rank (the plan command's stage figure is dp rank 0's).
 // A stage's activation slots and token buffer are allocated during its first step, so the
 // records of steps 1 and 2 (both after it) must hold the prediction, byte for byte, and within the issue's
@@ -39,6 +40,7 @@ struct Layout {
   const char* schedule;
   int zero = 0;    // over dp = gpus / (tp x pp)
   int layers = 4;  // model.n_layer
+  int vp = 1;      // train.vp: model chunks per rank ("interleaved" at vp > 1)
 };
 
 // `gantry-engine args`: exit code, stdout and stderr (files in `dir`).
@@ -50,12 +52,14 @@ int engine(const std::string& args, const std::string& dir, std::string* out, st
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-// The tiny model at `layers` layers (4: 2 blocks a stage at pp 2) on the CUDA backend, micro-batches of 4
-// (4 a step at dp 1: 1F1B holds 2 per stage at pp 2, GPipe all 4), no validation or checkpoint.
-std::string config(const std::string& root, const std::string& schedule, int layers) {
+// The tiny model at `layers` layers (4: 2 blocks a stage at pp 2, one a chunk at pp 2 x vp 2) on the CUDA
+// backend, micro-batches of 4 (4 a step at dp 1: 1F1B holds 2 per stage at pp 2, GPipe all 4), no
+// validation or checkpoint.
+std::string config(const std::string& root, const std::string& schedule, int layers, int vp) {
   std::string cfg = slurp(std::string(GANTRY_SOURCE_DIR "/assets/configs/tiny.toml"));
   cfg.replace(cfg.find("n_layer = 2"), 11, "n_layer = " + std::to_string(layers));
-  cfg.replace(cfg.find("backend = \"cpu\""), 15, "backend = \"cuda\"\npp_schedule = \"" + schedule + "\"");
+  cfg.replace(cfg.find("backend = \"cpu\""), 15,
+              "backend = \"cuda\"\npp_schedule = \"" + schedule + "\"\nvp = " + std::to_string(vp));
   cfg.replace(cfg.find("micro_batch = 8"), 15, "micro_batch = 4");
   cfg.replace(cfg.find("val_every = 25"), 14, "val_every = 0");
   cfg.replace(cfg.find("checkpoint_every = 50"), 21, "checkpoint_every = 0");
@@ -72,7 +76,7 @@ TEST_P(PlanMemoryCuda, EveryRanksMemoryIsThePlannersPredictionForItsStage) {
     GTEST_SKIP() << "needs " << l.gpus << " GPUs (found " << cuda_device_count() << ")";
   const std::string root = testing_support::scratch_dir().string();
   for (const char* d : {"/run", "/plan"}) std::filesystem::create_directories(root + d);
-  const std::string cfg = config(root, l.schedule, l.layers);
+  const std::string cfg = config(root, l.schedule, l.layers, l.vp);
   const std::string layout =
       " --tp " + std::to_string(l.tp) + " --pp " + std::to_string(l.pp) + " --zero " + std::to_string(l.zero);
 
@@ -88,9 +92,11 @@ TEST_P(PlanMemoryCuda, EveryRanksMemoryIsThePlannersPredictionForItsStage) {
                     .seq = mc.seq_len};
   const int dp = l.gpus / (l.tp * l.pp);
   const int micro_batches = c->train.global_batch / (c->train.micro_batch * dp);
-  const CudaPipeSchedule schedule = std::string(l.schedule) == "zbh1"    ? CudaPipeSchedule::kZeroBubbleH1
-                                    : std::string(l.schedule) == "gpipe" ? CudaPipeSchedule::kGpipe
-                                                                         : CudaPipeSchedule::kOneFOneB;
+  const std::string sched = l.schedule;
+  const CudaPipeSchedule schedule = sched == "zbh1"          ? CudaPipeSchedule::kZeroBubbleH1
+                                    : sched == "gpipe"       ? CudaPipeSchedule::kGpipe
+                                    : sched == "interleaved" ? CudaPipeSchedule::kInterleaved
+                                                             : CudaPipeSchedule::kOneFOneB;
   // What plan_cuda_rank_memory predicts for `stage` at dp rank `dp_rank` (the plan command shows dp rank
   // 0's).
   auto rank_total = [&](int stage, int dp_rank) -> double {
@@ -99,7 +105,8 @@ TEST_P(PlanMemoryCuda, EveryRanksMemoryIsThePlannersPredictionForItsStage) {
         {.dp = dp,
          .rank = dp_rank,
          .zero = l.zero,
-         .bucket_bytes = static_cast<uint64_t>(c->train.dp_bucket_mb * 1024.0 * 1024.0)});
+         .bucket_bytes = static_cast<uint64_t>(c->train.dp_bucket_mb * 1024.0 * 1024.0)},
+        l.vp);
     EXPECT_TRUE(e.ok()) << e.error();
     return e.ok() ? static_cast<double>(e->total) : -1.0;
   };
@@ -113,9 +120,13 @@ TEST_P(PlanMemoryCuda, EveryRanksMemoryIsThePlannersPredictionForItsStage) {
   const nlohmann::json plan = nlohmann::json::parse(out);
   if (l.pp > 1) {
     EXPECT_EQ(plan.at("layout").at("schedule"), std::string(l.schedule));
+    EXPECT_EQ(plan.at("layout").at("vp").get<int>(), l.vp);
   }
   const nlohmann::json stages = plan.at("memory").at("stages");
   ASSERT_EQ(stages.size(), static_cast<size_t>(l.pp)) << out;
+  // The plan command's figure is plan_cuda_rank_memory's (dp rank 0's) for every stage.
+  for (int stage = 0; stage < l.pp; ++stage)
+    EXPECT_EQ(stages[static_cast<size_t>(stage)].at("total").get<double>(), rank_total(stage, 0)) << stage;
 
   ASSERT_EQ(engine("run --nproc " + std::to_string(l.gpus) + layout + " --config " + cfg + " --out " + root +
                        "/run --max-steps 2 --json-ranks",
@@ -175,11 +186,16 @@ INSTANTIATE_TEST_SUITE_P(
                       // stage's 3 blocks); ZB-H1's slots and kept gradients, at ZeRO 2-3 with each slot's
                       // early buffer (the input pass's parameter gradients).
                       Layout{4, 1, 2, "1f1b", 2, 6}, Layout{4, 1, 2, "1f1b", 3, 6}, Layout{2, 1, 2, "zbh1"},
-                      Layout{4, 2, 2, "zbh1"}, Layout{4, 1, 2, "zbh1", 2, 6}, Layout{4, 1, 2, "zbh1", 3, 6}),
+                      Layout{4, 2, 2, "zbh1"}, Layout{4, 1, 2, "zbh1", 2, 6}, Layout{4, 1, 2, "zbh1", 3, 6},
+                      // Interleaved: 2 chunks a rank (one block each), m 4, each chunk's slots its own; at
+                      // ZeRO 2 over dp 2 with 6 layers (a rank's chunks of different sizes, each chunk's
+                      // first block beginning a gradient bucket; 4 GPUs).
+                      Layout{2, 1, 2, "interleaved", 0, 4, 2}, Layout{4, 1, 2, "interleaved", 2, 6, 2}),
     [](const ::testing::TestParamInfo<Layout>& i) {
       return "gpus" + std::to_string(i.param.gpus) + "_tp" + std::to_string(i.param.tp) + "_pp" +
              std::to_string(i.param.pp) + "_" + i.param.schedule + "_zero" + std::to_string(i.param.zero) +
-             (i.param.layers != 4 ? "_l" + std::to_string(i.param.layers) : "");
+             (i.param.layers != 4 ? "_l" + std::to_string(i.param.layers) : "") +
+             (i.param.vp != 1 ? "_vp" + std::to_string(i.param.vp) : "");
     });
 
 }  // namespace

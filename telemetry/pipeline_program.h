@@ -1,0 +1,62 @@
+// The pipeline schedules' order of work, one step of one rank: which micro-batch's forward or backward of
+// which model chunk runs when (GPipe, 1F1B, interleaved 1F1B over vp chunks per rank, ZB-H1), and the
+// point-to-point messages placed between them by a simulation of the whole pipeline. Pure arithmetic, the
+// same on every rank. The engine's backends execute it (engine/core/parallel/pipeline_schedule.h brings it
+// in with the stages' partition and the layout checks); the planner (engine/plan/engine_profile.h) replays
+// it to count the activation slots a rank's chunks hold. Both layers may use telemetry, neither the other
+// (DESIGN.md's arrows), so the order lives here once, like pipeline_bubble.h's formula.
+//
+//   std::vector<PipelineAction> a = pipeline_actions(PipelineSchedule::kOneFOneB, pp, stage, m);
+//   for (const PipelineStep& s : pipeline_program(PipelineSchedule::kInterleaved, pp, vp, stage, m)) ...
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace gantry {
+
+enum class PipelineSchedule {
+  kGpipe,        // every micro-batch's forward, then every backward (m activations held)
+  kOneFOneB,     // warm-up forwards, then one forward and one backward in turn (at most p held)
+  kInterleaved,  // 1F1B over vp chunks per rank (Narayanan et al. 2021): bubble / vp, more p2p
+  kZeroBubbleH1  // ZB-H1 (Qi et al. 2023): 1F1B with the weight gradient (W) deferred into the bubble
+};
+// "gpipe", "1f1b", "interleaved", "zbh1": train.pp_schedule's values.
+const char* pipeline_schedule_name(PipelineSchedule s);
+bool pipeline_schedule_from_name(const std::string& name, PipelineSchedule* out);
+
+// kForward and kBackward (both gradients) under GPipe, 1F1B and interleaving; ZB-H1 splits the backward
+// into kInput (the input gradient, which the previous stage waits for) and kWeight (the weight gradient,
+// which nobody waits for).
+enum class PipelineOp { kForward, kBackward, kInput, kWeight };
+struct PipelineAction {
+  PipelineOp op = PipelineOp::kForward;
+  int micro = 0;
+  int chunk = 0;  // which of the rank's vp chunks (0 unless interleaved)
+};
+// Stage `stage`'s actions for one step of `m` micro-batches. Each chunk's backward (and weight) passes run
+// in micro-batch order under every schedule, so a stage adds its gradients in the order one process adds
+// them.
+std::vector<PipelineAction> pipeline_actions(PipelineSchedule s, int pp, int stage, int m, int vp = 1);
+// Activations a stage holds at once under its actions (freed by kBackward or kWeight).
+int pipeline_in_flight(const std::vector<PipelineAction>& actions);
+
+// A rank's program for one step: its actions with the point-to-point messages placed between them. The
+// messages are ordered by a simulation of the whole pipeline with unit costs (a forward, an input
+// gradient, a weight gradient 1 each; a whole backward 2), and every rank's messages come in that one
+// global order; a send returns when its peer has taken the data (engine/core/comm/communicator.h), and a
+// rank only waits on the globally earliest message it is part of, so no order of arrival deadlocks. The
+// caller checks the layout first (pipeline_check: interleaving needs m a multiple of pp): a schedule whose
+// ranks' orders cannot all finish throws std::logic_error naming it (a bug here, never the input's).
+struct PipelineStep {
+  enum class Kind { kCompute, kSend, kRecv };
+  Kind kind = Kind::kCompute;
+  PipelineAction action;  // kCompute: what to run; kSend/kRecv: the chunk and micro-batch of this rank
+  bool grad = false;      // kSend/kRecv: a gradient going up (else an activation going down)
+  int peer = -1;          // kSend/kRecv: the other rank
+};
+std::vector<PipelineStep> pipeline_program(PipelineSchedule s, int pp, int vp, int stage, int m);
+// The idle fraction the same simulation gives (makespan − busy time) / makespan, equal on every rank.
+double pipeline_simulated_bubble(PipelineSchedule s, int pp, int vp, int m);
+
+}  // namespace gantry
