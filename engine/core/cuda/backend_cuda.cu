@@ -165,17 +165,10 @@ struct StageSlot {
   bf16* lnf = nullptr;          // last stage: the final norm's output and statistics
   float *lnf_mean = nullptr, *lnf_rstd = nullptr;
   bool busy = false;
-  // The pp stream's last send out of the slot, and the compute stream's release of it: its next user's
-  // writes wait for the first, a receive into it for the second (sends and receives run on their own stream).
-  cudaEvent_t sent = nullptr, freed = nullptr;
 };
 struct PipeEvents {
   // A micro-batch's computes: forward, backward (ZB-H1: its input-gradient pass), ZB-H1's weight pass.
   cudaEvent_t f0 = nullptr, f1 = nullptr, b0 = nullptr, b1 = nullptr, w0 = nullptr, w1 = nullptr;
-  // Its activation and its output gradient received on the pp stream (no timing): the forward waits for the
-  // first, the backward (input pass) for the second, each only where this step received one.
-  cudaEvent_t act_in = nullptr, grad_in = nullptr;
-  bool has_act_in = false, has_grad_in = false;
 };
 // backward()'s passes: both gradients, or ZB-H1's input gradient (kInput) and weight gradient (kWeight).
 enum class BackwardPart { kWhole, kInput, kWeight };
@@ -281,23 +274,10 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override {
     // Bounded: all-reduces queued behind a dead tp peer must not hang the teardown.
     if (tp_comm_ != nullptr) (void)tp_comm_->sync(tp_stream_, dp_timeout_);
-    if (pp_comm_ != nullptr) {  // a dead stage: bounded too
-      (void)pp_comm_->sync(pp_stream_, dp_timeout_);
-      (void)pp_comm_->sync(stream_, dp_timeout_);
-    }
+    if (pp_comm_ != nullptr) (void)pp_comm_->sync(stream_, dp_timeout_);  // a dead stage: bounded too
     cudaStreamSynchronize(stream_);
-    if (pp_stream_ != nullptr) cudaStreamSynchronize(pp_stream_);
     for (PipeEvents& e : pipe_events_) {
-      for (cudaEvent_t x : {e.f0, e.f1, e.b0, e.b1, e.w0, e.w1, e.act_in, e.grad_in}) cudaEventDestroy(x);
-    }
-    for (std::vector<StageSlot>& pool : slots_) {
-      for (StageSlot& sl : pool) {
-        cudaEventDestroy(sl.sent);
-        cudaEventDestroy(sl.freed);
-      }
-    }
-    for (cudaEvent_t x : {pp_ready_, pp_done_}) {
-      if (x != nullptr) cudaEventDestroy(x);
+      for (cudaEvent_t x : {e.f0, e.f1, e.b0, e.b1, e.w0, e.w1}) cudaEventDestroy(x);
     }
     for (cudaEvent_t x : {span_begin_, span_end_, tokens_copied_}) {
       if (x != nullptr) cudaEventDestroy(x);
@@ -328,7 +308,6 @@ class CudaBackend final : public Backend {
       cudaEventDestroy(tp_after_);
       cudaStreamDestroy(tp_stream_);
     }
-    if (pp_stream_ != nullptr) cudaStreamDestroy(pp_stream_);
     cudaStreamDestroy(stream_);
   }
 
@@ -643,9 +622,6 @@ class CudaBackend final : public Backend {
       CUDA_CHECK(cudaEventCreate(&span_begin_));
       CUDA_CHECK(cudaEventCreate(&span_end_));
       CUDA_CHECK(cudaEventCreateWithFlags(&tokens_copied_, cudaEventDisableTiming));
-      CUDA_CHECK(cudaStreamCreateWithFlags(&pp_stream_, cudaStreamNonBlocking));
-      CUDA_CHECK(cudaEventCreateWithFlags(&pp_ready_, cudaEventDisableTiming));
-      CUDA_CHECK(cudaEventCreateWithFlags(&pp_done_, cudaEventDisableTiming));
     }
     lnf_ = device<bf16>(N * C);
     lnf_mean_ = device<float>(N);
@@ -1189,41 +1165,13 @@ class CudaBackend final : public Backend {
   }
 
   // ---- pipeline parallel: one stage's program (parallel/pipeline_schedule.h) ----
-  // Point to point over pp: the stream waits for the peer, the host does not. Activations and their
-  // gradients go as bf16 (element size 2), the tied classifier's gradient as fp32.
-  // Sends and receives run on the pp stream, so a compute does not wait behind a transfer (a send
-  // returns when the peer has taken the data): with one stream for both, ZB-H1's weight passes and a
-  // stage's next forward queued behind each gradient send, and ZB-H1 at pp 2 was slower than 1F1B
-  // (docs/PERF.md, call W1). The program's messages keep their order on the pp stream; the compute stream
-  // waits only where it reads what arrived (a forward for its activation, a backward for its gradient), a
-  // send waits for the compute that made its data (pp_after_compute), and a slot's buffers are reused only
-  // after its sends (acquire).
-  void pp_after_compute() {
-    CUDA_CHECK(cudaEventRecord(pp_ready_, stream_));
-    CUDA_CHECK(cudaStreamWaitEvent(pp_stream_, pp_ready_));
-  }
-  void compute_after_pp() {
-    CUDA_CHECK(cudaEventRecord(pp_done_, pp_stream_));
-    CUDA_CHECK(cudaStreamWaitEvent(stream_, pp_done_));
-  }
-  void p2p_send_async(const void* data, size_t count, size_t element_bytes, int peer) {
-    pp_after_compute();
-    check(pp_comm_->send_enqueue(data, count, element_bytes, peer, pp_stream_));
-  }
-  void p2p_recv_async(void* data, size_t count, size_t element_bytes, int peer, cudaEvent_t arrived) {
-    check(pp_comm_->recv_enqueue(data, count, element_bytes, peer, pp_stream_));
-    CUDA_CHECK(cudaEventRecord(arrived, pp_stream_));
-  }
-  // The step's other transfers (the wte copy, the tied gradient, validation's activations): in the compute
-  // stream's order, as if on it.
+  // Point to point over pp on the compute stream: the stream waits for the peer, the host does not.
+  // Activations and their gradients go as bf16 (element size 2), the tied classifier's gradient as fp32.
   void p2p_send(const void* data, size_t count, size_t element_bytes, int peer) {
-    p2p_send_async(data, count, element_bytes, peer);
-    compute_after_pp();
+    check(pp_comm_->send_enqueue(data, count, element_bytes, peer, stream_));
   }
   void p2p_recv(void* data, size_t count, size_t element_bytes, int peer) {
-    pp_after_compute();
-    check(pp_comm_->recv_enqueue(data, count, element_bytes, peer, pp_stream_));
-    compute_after_pp();
+    check(pp_comm_->recv_enqueue(data, count, element_bytes, peer, stream_));
   }
   // Stage 0 sends its bf16 wte (the update's result) to the last stage, which runs the classifier with it.
   // Tensor parallel: tp rank r's V/tp rows, to tp rank r of the last stage (the pp group joins the same tp
@@ -1261,28 +1209,11 @@ class CudaBackend final : public Backend {
         s.lnf_mean = device<float>(N);
         s.lnf_rstd = device<float>(N);
       }
-      CUDA_CHECK(cudaEventCreateWithFlags(&s.sent, cudaEventDisableTiming));
-      CUDA_CHECK(cudaEventCreateWithFlags(&s.freed, cudaEventDisableTiming));
       pool.push_back(std::move(s));
-    } else {
-      // Reused: the compute writes after the slot's last send has read it, a receive into it after the
-      // compute released it (an event never recorded is no wait).
-      CUDA_CHECK(cudaStreamWaitEvent(stream_, pool[i].sent));
-      CUDA_CHECK(cudaStreamWaitEvent(pp_stream_, pool[i].freed));
     }
     pool[i].busy = true;
     if (micro >= 0) slot_of_[chunk][micro] = static_cast<int>(i);
     return pool[i];
-  }
-  // The slot's buffers may be reused once the compute stream is done with them (recorded here) and its
-  // sends have read them (recorded after each send out of it).
-  void release(StageSlot& s) {
-    CUDA_CHECK(cudaEventRecord(s.freed, stream_));
-    s.busy = false;
-  }
-  void send_from(StageSlot& s, const bf16* data, size_t count, int peer) {
-    p2p_send_async(data, count, sizeof(bf16), peer);
-    CUDA_CHECK(cudaEventRecord(s.sent, pp_stream_));
   }
   // The slot chunk `chunk` holds for this step's micro-batch `micro` (acquired by its receive or forward).
   StageSlot& slot(int chunk, int micro) {
@@ -1354,9 +1285,10 @@ class CudaBackend final : public Backend {
   //  tp (the stage's tp ranks, same dp rank): they run the same program (same stage, schedule and
   //      micro-batches), so their collectives (the embedding's all-reduce, two per block each way, the
   //      classifier's gathers and d(lnf) all-reduces) come in one order; then update()'s norm all-reduce.
-  //      Each compute joins the tp stream before it returns (tp_join), so a tp collective belongs to its
-  //      compute: pipeline_program's order with each compute widened to its stage's tp collectives is one
-  //      order that every rank follows (the pp stream's transfers between them, below).
+  //      Each compute joins the tp stream before it returns (tp_join), so no tp collective is pending
+  //      while the compute stream sits in a pp send or receive: a rank's tp and pp operations form one
+  //      chain, and pipeline_program's order with each compute widened to its stage's tp collectives is
+  //      one order that every rank follows.
   //  dp (the same stage and tp rank of each replica; ZeroDeviceState's comm stream): the replicas run the
   //      same program (same stage, schedule, micro-batch count and shard plan), so the host issues the
   //      same dp calls in the same order on each.
@@ -1383,11 +1315,8 @@ class CudaBackend final : public Backend {
   //      are the same program point on every replica. So the earliest blocked operation would wait on
   //      nothing. E.g. replica A's compute stream waiting for a ZeRO-3 gather while replica B sits in a pp
   //      receive waits for B's sender upstream, which is earlier in the order and waits only on earlier
-  //      things. The dp kernels (comm stream), tp kernels (tp stream) and pp transfers (pp stream)
-  //      are separate kernels that run side by side. The pp stream waits only for computes before its
-  //      message in the program (a send for the one that made its data, a receive for the release of the
-  //      slot it fills) and the compute stream only for receives before the compute that reads them, so
-  //      the pp stream adds no wait that points later in the order.
+  //      things. The dp kernels (comm stream), tp kernels (tp stream) and pp transfers (compute stream)
+  //      are separate kernels that run side by side.
   void pipeline_step() {
     const int m = static_cast<int>(micros_.size());
     const int T = m_.seq_len, C = m_.n_embd;
@@ -1411,17 +1340,11 @@ class CudaBackend final : public Backend {
     while (static_cast<int>(pipe_events_.size()) < m * vp_) {  // one set per (chunk, micro-batch)
       PipeEvents e;
       for (cudaEvent_t* x : {&e.f0, &e.f1, &e.b0, &e.b1, &e.w0, &e.w1}) CUDA_CHECK(cudaEventCreate(x));
-      for (cudaEvent_t* x : {&e.act_in, &e.grad_in})
-        CUDA_CHECK(cudaEventCreateWithFlags(x, cudaEventDisableTiming));
       pipe_events_.push_back(e);
     }
-    for (PipeEvents& e : pipe_events_) e.has_act_in = e.has_grad_in = false;
     // ZeRO 0-1: the whole schedule is one micro-batch of the dp state; ZeRO 2-3: each backward is one.
     const bool per_micro = stage_reduces_per_micro_batch();
     if (!per_micro) state_->begin_micro_batch();
-    // The pp stream starts behind everything before the step: the last step's all-reduces on the pp
-    // communicator (issued on the compute stream: one communicator's kernels never overlap) and the tokens.
-    pp_after_compute();
     sync_wte();
     const size_t VC = static_cast<size_t>(m_.vocab_size / tp_) * C;  // this tp rank's wte rows
     if (head_) CUDA_CHECK(cudaMemsetAsync(dwte_, 0, VC * sizeof(float), stream_));
@@ -1463,29 +1386,27 @@ class CudaBackend final : public Backend {
       const PipeMicro& mb = micros_[k];
       const int N = mb.batch * T;
       const size_t NC = static_cast<size_t>(N) * C;
-      PipeEvents& ev = pipe_events_[static_cast<size_t>(c) * m + k];
       if (step.kind == PipelineStep::Kind::kRecv) {
         if (!step.grad) {
-          p2p_recv_async(acquire(c, k).in, NC, sizeof(bf16), step.peer, ev.act_in);
-          ev.has_act_in = true;
+          p2p_recv(acquire(c, k).in, NC, sizeof(bf16), step.peer);
         } else {
-          p2p_recv_async(slot(c, k).dout, NC, sizeof(bf16), step.peer, ev.grad_in);
-          ev.has_grad_in = true;
+          p2p_recv(slot(c, k).dout, NC, sizeof(bf16), step.peer);
         }
         continue;
       }
       if (step.kind == PipelineStep::Kind::kSend) {
         StageSlot& s = slot(c, k);
-        send_from(s, step.grad ? s.dout : s.layers.back().res3, NC, step.peer);
-        // The slot's next user waits for this send (acquire). ZB-H1 frees it after its weight pass instead.
-        if (step.grad && !split_backward_) release(s);
+        p2p_send(step.grad ? s.dout : s.layers.back().res3, NC, sizeof(bf16), step.peer);
+        // Stream order: the slot's next user is enqueued after the send, which it waits behind. ZB-H1
+        // frees it after its weight pass instead.
+        if (step.grad && !split_backward_) s.busy = false;
         continue;
       }
       set_tokens(tokens_dev_ + static_cast<size_t>(k) * stride, N);
       use_chunk(c);
+      const PipeEvents& ev = pipe_events_[static_cast<size_t>(c) * m + k];
       if (step.action.op == PipelineOp::kForward) {
         use_slot(slot_of_[c][k] >= 0 ? slot(c, k) : acquire(c, k));
-        if (ev.has_act_in) CUDA_CHECK(cudaStreamWaitEvent(stream_, ev.act_in));
         CUDA_CHECK(cudaEventRecord(ev.f0, stream_));
         tp_in_forward_ = true;
         forward(mb.batch);
@@ -1500,7 +1421,7 @@ class CudaBackend final : public Backend {
         CUDA_CHECK(cudaEventRecord(ev.w0, stream_));
         backward(mb.batch, BackwardPart::kWeight);
         CUDA_CHECK(cudaEventRecord(ev.w1, stream_));
-        release(s);  // its input gradient's send, which the next user also waits for, came before
+        s.busy = false;  // after the input gradient's send, which the next user waits behind
         continue;
       }
       GANTRY_CHECK(step.action.op == (split_backward_ ? PipelineOp::kInput : PipelineOp::kBackward),
@@ -1508,7 +1429,6 @@ class CudaBackend final : public Backend {
       StageSlot& s = slot(c, k);
       use_slot(s);
       if (!split_backward_) begin_dp_micro_batch(i);
-      if (ev.has_grad_in) CUDA_CHECK(cudaStreamWaitEvent(stream_, ev.grad_in));
       CUDA_CHECK(cudaEventRecord(ev.b0, stream_));
       if (run_head_) {
         classifier(mb.batch, mb.grad_scale / static_cast<float>(N), true);
@@ -1520,12 +1440,11 @@ class CudaBackend final : public Backend {
       // d(input): sent up, or (ZB-H1, the model's first chunk) kept for the weight pass's embeddings.
       if (!run_embed_ || split_backward_) {
         CUDA_CHECK(cudaMemcpyAsync(s.dout, dres_, NC * sizeof(bf16), cudaMemcpyDeviceToDevice, stream_));
+      } else {
+        s.busy = false;  // the model's first chunk sends nothing up
       }
       CUDA_CHECK(cudaEventRecord(ev.b1, stream_));
-      if (run_embed_ && !split_backward_) release(s);  // the model's first chunk sends nothing up
     }
-    // The schedule ends when its last transfer has: the span, and what follows it, wait for the pp stream.
-    compute_after_pp();
     CUDA_CHECK(cudaEventRecord(span_end_, stream_));
     pipe_micros_ = m;
     // The tied classifier's weight gradient, once per step, into stage 0's wte gradient (ZeRO 2-3: stage 0
@@ -1564,7 +1483,7 @@ class CudaBackend final : public Backend {
         classifier(B, 0.0f, false);
         sum_accumulate_cuda(eval_sum_, losses_, N, stream_);
       }
-      release(s);  // p2p_send joined the compute stream behind the send
+      s.busy = false;  // stream order: the next user waits behind the send
     }
     check(pp_comm_->all_reduce_enqueue(eval_sum_, 1, stream_));
     float sum = 0;
@@ -1703,10 +1622,6 @@ class CudaBackend final : public Backend {
   float *dwte_ = nullptr, *dwte_in_ = nullptr;
   std::vector<PipeEvents> pipe_events_;
   cudaEvent_t span_begin_ = nullptr, span_end_ = nullptr;
-  // The pp axis' sends and receives (p2p_send_async): their own stream, and two events that order it with
-  // the compute stream (pp_after_compute, compute_after_pp).
-  cudaStream_t pp_stream_ = nullptr;
-  cudaEvent_t pp_ready_ = nullptr, pp_done_ = nullptr;
   int pipe_micros_ = 0;  // micro-batches the last step ran (0: none since begin_step)
   int64_t tokens_ = 0;
 
