@@ -28,17 +28,34 @@ Outcome run(const std::string& args) {
   return testing_support::run_engine("plan " + args);
 }
 
+// Sets `key = value` in a TOML text whose line for `key` exists (the tiny config's).
+void set_config_key(std::string& toml, const std::string& key, const std::string& value) {
+  const size_t at = toml.find(key + " = ");
+  ASSERT_NE(at, std::string::npos) << key;
+  toml.replace(at, toml.find('\n', at) - at, key + " = " + value);
+}
+
+// (global rank, memory_bytes()) of every step record a `run --json-ranks` printed.
+std::vector<std::pair<int, uint64_t>> rank_memory(const std::string& out) {
+  std::vector<std::pair<int, uint64_t>> ranks;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object() && j.contains("rank_step")) {
+      ranks.emplace_back(j["rank_step"]["rank"].get<int>(),
+                         j["rank_step"]["mem_allocated_bytes"].get<uint64_t>());
+    }
+  }
+  return ranks;
+}
+
 // Issue 17, planner beside measurement: the gantry-cpu profile's memory per rank at tp, dp, pp and tp x pp is
 // what the real ranks of `gantry-engine run` allocate (the largest of their step records'
 // mem_allocated_bytes), byte for byte.
 TEST(PlanCli, CpuProfileMemoryIsWhatTheRanksAllocateAtTpAndDp) {
   const std::filesystem::path dir = testing_support::scratch_dir("plan_cpu_layouts");
   std::string t = testing_support::slurp(GANTRY_TINY_CONFIG);
-  for (const char* key : {"checkpoint_every", "val_every"}) {
-    const size_t at = t.find(std::string(key) + " = ");
-    ASSERT_NE(at, std::string::npos) << key;
-    t.replace(at, t.find('\n', at) - at, std::string(key) + " = 0");
-  }
+  for (const char* key : {"checkpoint_every", "val_every"}) set_config_key(t, key, "0");
   const std::string cfg = (dir / "tiny.toml").string();
   std::ofstream(cfg) << t;
   struct Layout {
@@ -55,17 +72,9 @@ TEST(PlanCli, CpuProfileMemoryIsWhatTheRanksAllocateAtTpAndDp) {
                                             " --max-steps 1 --json-ranks --out " +
                                             (dir / ("run" + std::to_string(k++))).string());
     ASSERT_EQ(r.code, 0) << l.run << ": " << r.err;
+    const std::vector<std::pair<int, uint64_t>> ranks = rank_memory(r.out);
     uint64_t measured = 0;
-    std::vector<std::pair<int, uint64_t>> ranks;  // (global rank, bytes) of every step record
-    std::istringstream lines(r.out);
-    for (std::string line; std::getline(lines, line);) {
-      const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-      if (j.is_object() && j.contains("rank_step")) {
-        measured = std::max(measured, j["rank_step"]["mem_allocated_bytes"].get<uint64_t>());
-        ranks.emplace_back(j["rank_step"]["rank"].get<int>(),
-                           j["rank_step"]["mem_allocated_bytes"].get<uint64_t>());
-      }
-    }
+    for (const auto& [rank, bytes] : ranks) measured = std::max(measured, bytes);
     ASSERT_GT(measured, 0u) << r.out;
     Outcome p = run("--engine gantry-cpu --config " + cfg + " " + l.plan + " --json");
     ASSERT_EQ(p.code, 0) << l.plan << ": " << p.err;
@@ -119,11 +128,7 @@ TEST(PlanCli, CpuProfileMemoryIsWhatEveryDpRankAllocatesUnderZeroAndZbh1) {
         Case{"pp2_dp2_zero2_zbh1", 4, 1, 2, 2, 16, 4, "zbh1", ""},
         Case{"tp2_dp2_zero3", 4, 2, 1, 3, 16, 8, "", ""}}) {
     std::string t = tiny;
-    auto set = [&](const std::string& key, const std::string& value) {
-      const size_t at = t.find(key + " = ");
-      ASSERT_NE(at, std::string::npos) << key;
-      t.replace(at, t.find('\n', at) - at, key + " = " + value);
-    };
+    auto set = [&](const std::string& key, const std::string& value) { set_config_key(t, key, value); };
     set("checkpoint_every", "0");
     set("val_every", "0");
     set("global_batch", std::to_string(c.global_batch));
@@ -140,15 +145,7 @@ TEST(PlanCli, CpuProfileMemoryIsWhatEveryDpRankAllocatesUnderZeroAndZbh1) {
         testing_support::run_engine("run --nproc " + std::to_string(c.nproc) + layout + " --config " + cfg +
                                     " --max-steps 1 --json-ranks --out " + (dir / c.name).string());
     ASSERT_EQ(r.code, 0) << c.name << ": " << r.err;
-    std::vector<std::pair<int, uint64_t>> ranks;  // (global rank, bytes) of every step record
-    std::istringstream lines(r.out);
-    for (std::string line; std::getline(lines, line);) {
-      const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-      if (j.is_object() && j.contains("rank_step")) {
-        ranks.emplace_back(j["rank_step"]["rank"].get<int>(),
-                           j["rank_step"]["mem_allocated_bytes"].get<uint64_t>());
-      }
-    }
+    const std::vector<std::pair<int, uint64_t>> ranks = rank_memory(r.out);
     ASSERT_GE(ranks.size(), static_cast<size_t>(c.nproc)) << r.out;
     Outcome p = run("--engine gantry-cpu --config " + cfg + " --gpus " + std::to_string(c.nproc) + layout +
                     " --json");
@@ -186,11 +183,7 @@ TEST(PlanCli, CpuProfileMemoryIsWhatEveryInterleavedRankAllocates) {
   };
   for (const Case& c : {Case{"pp4_vp2", 4, 8, 2}, Case{"pp2_vp2", 2, 6, 4}}) {
     std::string t = tiny;
-    auto set = [&](const std::string& key, const std::string& value) {
-      const size_t at = t.find(key + " = ");
-      ASSERT_NE(at, std::string::npos) << key;
-      t.replace(at, t.find('\n', at) - at, key + " = " + value);
-    };
+    auto set = [&](const std::string& key, const std::string& value) { set_config_key(t, key, value); };
     set("n_layer", std::to_string(c.layers));
     set("checkpoint_every", "0");
     set("val_every", "0");
@@ -202,15 +195,7 @@ TEST(PlanCli, CpuProfileMemoryIsWhatEveryInterleavedRankAllocates) {
     Outcome r = testing_support::run_engine("run --nproc " + pp + " --pp " + pp + " --config " + cfg +
                                             " --max-steps 1 --json-ranks --out " + (dir / c.name).string());
     ASSERT_EQ(r.code, 0) << c.name << ": " << r.err;
-    std::vector<std::pair<int, uint64_t>> ranks;  // (global rank, bytes) of every step record
-    std::istringstream lines(r.out);
-    for (std::string line; std::getline(lines, line);) {
-      const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-      if (j.is_object() && j.contains("rank_step")) {
-        ranks.emplace_back(j["rank_step"]["rank"].get<int>(),
-                           j["rank_step"]["mem_allocated_bytes"].get<uint64_t>());
-      }
-    }
+    const std::vector<std::pair<int, uint64_t>> ranks = rank_memory(r.out);
     ASSERT_EQ(ranks.size(), static_cast<size_t>(c.pp)) << r.out;
     Outcome p = run("--engine gantry-cpu --config " + cfg + " --gpus " + pp + " --pp " + pp + " --json");
     ASSERT_EQ(p.code, 0) << c.name << ": " << p.err;
