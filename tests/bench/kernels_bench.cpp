@@ -3,7 +3,11 @@
 // so the table adds up to a step-time budget. Rows with 0 per step are alternatives the step does not use
 // (the old way of a fused pass), timed for comparison.
 //
-//   kernels_bench [--model 124m|350m]
+//   kernels_bench [--model 124m|350m] [--tp T]
+// --tp T: one tensor-parallel rank's share (heads, the QKV and MLP-up columns, the attention-out and MLP-down
+// rows and the vocabulary split T ways; the LayerNorms whole), without the tp all-reduces themselves: where
+// a tp rank's step time goes against one GPU's (the classifier's softmax is timed as the one-GPU kernel's
+// over V/T columns, not the vocab-parallel one).
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -127,17 +131,26 @@ void sweep_dwte(cudaStream_t s, float* dwte, const bf16* dlogits, const bf16* x,
 
 int run(int argc, char** argv) {
   std::string model = "124m";
+  int tp = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--model")) model = argv[i + 1];
+    if (!std::strcmp(argv[i], "--tp")) tp = std::atoi(argv[i + 1]);
   }
   if (cuda_device_count() == 0) {
     std::fprintf(stderr, "kernels_bench: no CUDA device\n");
     return 1;
   }
   const bool big = model == "350m";
-  const int B = big ? 16 : 32, T = 1024, C = big ? 1024 : 768, NH = big ? 16 : 12, L = big ? 24 : 12,
-            V = 50304;
-  const int N = B * T, HS = C / NH;
+  const int B = big ? 16 : 32, T = 1024, C = big ? 1024 : 768, NH_all = big ? 16 : 12, L = big ? 24 : 12,
+            V_all = 50304;
+  const int N = B * T, HS = C / NH_all;
+  if (tp < 1 || NH_all % tp != 0 || V_all % tp != 0) {
+    std::fprintf(stderr, "kernels_bench: --tp %d must divide the heads (%d) and the vocabulary (%d)\n", tp,
+                 NH_all, V_all);
+    return 2;
+  }
+  // One tp rank's widths: heads, QKV columns (Q3), the attention-out input (Cl), the MLP's width (H4).
+  const int NH = NH_all / tp, V = V_all / tp, Q3 = 3 * C / tp, Cl = C / tp, H4 = 4 * C / tp;
   const size_t NC = static_cast<size_t>(N) * C;
   Rng rng{1};
   cudaStream_t s;
@@ -170,30 +183,30 @@ int run(int argc, char** argv) {
   auto add = [&](const std::string& op, double per_step, const std::function<void()>& fn) {
     rows.push_back({op, time_ms(s, fn), per_step, ""});
   };
-  const double mmf = 2.0 * N * C * C;  // one C×C linear
-  add("matmul fwd qkv (C→3C)", L, [&] { mm.forward(qkv, x, w, bias, N, C, 3 * C, nullptr); });
+  const double mmf = 2.0 * N * C * C / tp;  // one C×C linear's share
+  add("matmul fwd qkv (C→3C)", L, [&] { mm.forward(qkv, x, w, bias, N, C, Q3, nullptr); });
   rows.back().rate = tflops(3 * mmf, rows.back().ms);
-  add("matmul fwd proj (C→C)", L, [&] { mm.forward(y, x, w, bias, N, C, C, nullptr); });
+  add("matmul fwd proj (C→C)", L, [&] { mm.forward(y, x, w, bias, N, Cl, C, nullptr); });
   rows.back().rate = tflops(mmf, rows.back().ms);
-  add("matmul fwd fc+gelu (C→4C)", L, [&] { mm.forward(big4, x, w, bias, N, C, 4 * C, big4b); });
+  add("matmul fwd fc+gelu (C→4C)", L, [&] { mm.forward(big4, x, w, bias, N, C, H4, big4b); });
   rows.back().rate = tflops(4 * mmf, rows.back().ms);
-  add("matmul fwd fcproj (4C→C)", L, [&] { mm.forward(y, big4, w, bias, N, 4 * C, C, nullptr); });
+  add("matmul fwd fcproj (4C→C)", L, [&] { mm.forward(y, big4, w, bias, N, H4, C, nullptr); });
   rows.back().rate = tflops(4 * mmf, rows.back().ms);
-  add("matmul dinp qkv", L, [&] { mm.backward_input(x, qkv, w, N, C, 3 * C, nullptr); });
+  add("matmul dinp qkv", L, [&] { mm.backward_input(x, qkv, w, N, C, Q3, nullptr); });
   rows.back().rate = tflops(3 * mmf, rows.back().ms);
-  add("matmul dinp proj", L, [&] { mm.backward_input(x, y, w, N, C, C, nullptr); });
+  add("matmul dinp proj", L, [&] { mm.backward_input(x, y, w, N, Cl, C, nullptr); });
   rows.back().rate = tflops(mmf, rows.back().ms);
-  add("matmul dinp fc", L, [&] { mm.backward_input(x, big4, w, N, C, 4 * C, nullptr); });
+  add("matmul dinp fc", L, [&] { mm.backward_input(x, big4, w, N, C, H4, nullptr); });
   rows.back().rate = tflops(4 * mmf, rows.back().ms);
-  add("matmul dinp fcproj+dgelu", L, [&] { mm.backward_input(big4b, y, w, N, 4 * C, C, big4); });
+  add("matmul dinp fcproj+dgelu", L, [&] { mm.backward_input(big4b, y, w, N, H4, C, big4); });
   rows.back().rate = tflops(4 * mmf, rows.back().ms);
-  add("matmul dw qkv", L, [&] { mm.backward_weight(dw, qkv, x, N, C, 3 * C); });
+  add("matmul dw qkv", L, [&] { mm.backward_weight(dw, qkv, x, N, C, Q3); });
   rows.back().rate = tflops(3 * mmf, rows.back().ms);
-  add("matmul dw proj", L, [&] { mm.backward_weight(dw, y, x, N, C, C); });
+  add("matmul dw proj", L, [&] { mm.backward_weight(dw, y, x, N, Cl, C); });
   rows.back().rate = tflops(mmf, rows.back().ms);
-  add("matmul dw fc", L, [&] { mm.backward_weight(dw, big4, x, N, C, 4 * C); });
+  add("matmul dw fc", L, [&] { mm.backward_weight(dw, big4, x, N, C, H4); });
   rows.back().rate = tflops(4 * mmf, rows.back().ms);
-  add("matmul dw fcproj", L, [&] { mm.backward_weight(dw, y, big4, N, 4 * C, C); });
+  add("matmul dw fcproj", L, [&] { mm.backward_weight(dw, y, big4, N, H4, C); });
   rows.back().rate = tflops(4 * mmf, rows.back().ms);
   const double chunks = static_cast<double>(N) / chunk;
   const double cf = 2.0 * chunk * C * V;
@@ -238,11 +251,11 @@ int run(int argc, char** argv) {
     layernorm_backward_cuda(z, db, db + C, db + 2 * C, scratch, x, y, bias, mean, rstd, N, C, true, s);
   });
   rows.back().rate = gbps(4.0 * NC * 2, rows.back().ms);
-  add("bias bwd (4C)", L, [&] { bias_backward_cuda(db, scratch, big4, N, 4 * C, s); });
+  add("bias bwd (4C)", L, [&] { bias_backward_cuda(db, scratch, big4, N, H4, s); });
   rows.back().rate = gbps(4.0 * NC * 2, rows.back().ms);
   add("bias bwd (C)", 0, [&] { bias_backward_cuda(db, scratch, x, N, C, s); });
   rows.back().rate = gbps(1.0 * NC * 2, rows.back().ms);
-  add("bias bwd (3C)", L, [&] { bias_backward_cuda(db, scratch, qkv, N, 3 * C, s); });
+  add("bias bwd (3C)", L, [&] { bias_backward_cuda(db, scratch, qkv, N, Q3, s); });
   rows.back().rate = gbps(3.0 * NC * 2, rows.back().ms);
 
   sweep_dwte(s, dwte, logits, x, chunk, C, V);
@@ -253,8 +266,8 @@ int run(int argc, char** argv) {
                 r.rate.c_str());
     total += r.ms * r.per_step;
   }
-  std::printf("%-34s %9s %8s %10.2f  (%s, B %d, %s; classifier chunks of %d rows, %d a step)\n",
-              "sum of the above", "", "", total, model.c_str(), B, cuda_device_name(0).c_str(), chunk,
+  std::printf("%-34s %9s %8s %10.2f  (%s, B %d, tp %d, %s; classifier chunks of %d rows, %d a step)\n",
+              "sum of the above", "", "", total, model.c_str(), B, tp, cuda_device_name(0).c_str(), chunk,
               n_chunks);
   return 0;
 }
