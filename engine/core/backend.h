@@ -63,6 +63,9 @@ struct PhaseTimes {
   // ideal pipeline's (p − 1)/(v·m + p − 1) beside it. Absent without a pipeline.
   std::optional<double> bubble;
   std::optional<double> bubble_formula;
+  // ZB-H1: the deferred weight passes' seconds, part of backward_s (the rest is the input passes): how the
+  // split backward divides, which decides how much of the fill and drain the weight passes can fill.
+  std::optional<double> weight_pass_s;
 };
 
 // The device as the step left it, for the per-rank records. Optional fields are absent where the backend

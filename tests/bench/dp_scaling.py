@@ -102,6 +102,14 @@ def run(engine, model, nproc, zero, steps, warmup, micro, bucket_mb, work, train
     if bub:
         r["bubble_pct"] = round(max(statistics.median(v) for v in bub.values()), 1)
         r["bubble_formula_pct"] = formula
+    # ZB-H1: each rank's weight passes against its whole backward (the median over the timed steps).
+    split = {}
+    for m in re.finditer(r"rank (\d+) step (\d+): pipeline bubble .*; weight passes ([0-9.]+) ms of the backward's "
+                         r"([0-9.]+) ms", p.stderr):
+        if int(m.group(2)) > warmup:
+            split.setdefault(int(m.group(1)), []).append(float(m.group(3)) / float(m.group(4)))
+    if split:
+        r["weight_pass_fraction"] = {k: round(statistics.median(v), 3) for k, v in sorted(split.items())}
     # Rank 0's start-up summary: the device memory its backend allocated up front (everything it holds for
     # the run, activations included) and, data parallel, its training state by category.
     m = re.search(r"([0-9.]+) GB allocated up front", p.stderr)

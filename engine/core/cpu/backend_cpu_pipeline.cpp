@@ -557,6 +557,7 @@ class PipelineCpuBackend final : public CpuStateBackend {
       if (a.op == PipelineOp::kWeight) {
         stage_weights(s, mb);
         release(s);
+        phases_.weight_pass_s = phases_.weight_pass_s.value_or(0) + since(t0);
       } else {
         stage_backward(s, mb, a.micro, s.dout);
         if (s.embed) std::memcpy(dres0_[a.micro].data(), s.dout, NC * sizeof(float));

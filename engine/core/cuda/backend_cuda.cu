@@ -1513,7 +1513,11 @@ class CudaBackend final : public Backend {
       const PipeEvents& e = pipe_events_[k];
       phases_.forward_s += ms(e.f0, e.f1) * 1e-3;
       phases_.backward_s += ms(e.b0, e.b1) * 1e-3;
-      if (split_backward_) phases_.backward_s += ms(e.w0, e.w1) * 1e-3;  // ZB-H1's weight pass
+      if (split_backward_) {  // ZB-H1's weight pass
+        const double w = ms(e.w0, e.w1) * 1e-3;
+        phases_.backward_s += w;
+        phases_.weight_pass_s = phases_.weight_pass_s.value_or(0) + w;
+      }
     }
     const double span = ms(span_begin_, span_end_) * 1e-3;
     const double idle = std::max(0.0, span - phases_.forward_s - phases_.backward_s);

@@ -318,9 +318,16 @@ class WorkerObserver final : public TrainObserver {
     // inside comm_exposed): one line on stderr, beside the ideal pipeline's under its schedule
     // (pipeline_schedule_bubble: (p-1)/(m+p-1), interleaved (p-1)/(v·m+p-1), ZB-H1 (p-1)/(3m+p-1)).
     if (r.phases.bubble && r.phases.bubble_formula) {
-      std::fprintf(stderr, "rank %d step %lld: pipeline bubble %.1f %% measured, formula %.1f %%\n",
+      std::string split;  // ZB-H1: how its backward divides
+      if (r.phases.weight_pass_s) {
+        char b[96];
+        std::snprintf(b, sizeof b, "; weight passes %.2f ms of the backward's %.2f ms",
+                      1e3 * *r.phases.weight_pass_s, 1e3 * r.phases.backward_s);
+        split = b;
+      }
+      std::fprintf(stderr, "rank %d step %lld: pipeline bubble %.1f %% measured, formula %.1f %%%s\n",
                    env_.rank, static_cast<long long>(r.step), 100 * *r.phases.bubble,
-                   100 * *r.phases.bubble_formula);
+                   100 * *r.phases.bubble_formula, split.c_str());
     }
     if (local_) local_->on_step(r);
     if (fault_.kind == WorkerFault::exit_after_step && r.step >= fault_.step) {

@@ -48,6 +48,7 @@ inline Config gang_tiny_config(int64_t steps, int64_t val_every) {
 
 struct GangCurve : TrainObserver {
   std::vector<double> loss, norm, val, bubble, formula;
+  std::vector<double> weight_share;  // ZB-H1: the weight passes' share of the step's backward
   std::string start;
   uint64_t params_xxh64 = 0;      // the rank's parameters (its share) at the end
   TrainObserver* also = nullptr;  // sees every report too
@@ -61,6 +62,7 @@ struct GangCurve : TrainObserver {
     if (r.val_loss) val.push_back(*r.val_loss);
     if (r.phases.bubble) bubble.push_back(*r.phases.bubble);
     if (r.phases.bubble_formula) formula.push_back(*r.phases.bubble_formula);
+    if (r.phases.weight_pass_s) weight_share.push_back(*r.phases.weight_pass_s / r.phases.backward_s);
     if (also != nullptr) also->on_step(r);
   }
   // The rest only pass on.

@@ -114,8 +114,16 @@ TEST_P(PipelineParallel, MatchesOneProcess) {
         if (diff.empty()) diff = compare(c->val, ref.val, "val loss", tol);
         if (diff.empty()) diff = compare(c->norm, ref.norm, "grad norm", l.dp == 1 ? kNormTolerance : tol);
         // Every step reports its measured bubble (a fraction of the schedule) beside the formula's; none
-        // without a pipeline.
+        // without a pipeline. ZB-H1's also say how its backward divides: the weight passes are part of it.
         const size_t reported = l.pp > 1 ? kSteps : 0;
+        const size_t splits = sched == PipelineSchedule::kZeroBubbleH1 ? reported : 0;
+        if (diff.empty() && c->weight_share.size() != splits)
+          diff = "a weight-pass time for " + std::to_string(c->weight_share.size()) + " steps, expected " +
+                 std::to_string(splits);
+        for (size_t i = 0; diff.empty() && i < c->weight_share.size(); ++i) {
+          if (!(c->weight_share[i] > 0 && c->weight_share[i] < 1))
+            diff = "weight passes " + std::to_string(c->weight_share[i]) + " of the backward";
+        }
         if (diff.empty() && (c->bubble.size() != reported || c->formula.size() != reported))
           diff = "a bubble for " + std::to_string(c->bubble.size()) + " steps, expected " +
                  std::to_string(reported);
