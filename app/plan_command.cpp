@@ -883,9 +883,12 @@ void print_plan(const Plan& p, const PlanInput& in) {
   const int k = plan_bubble_divisor(l.schedule, l.vp);
   std::printf(
       "pipeline    %s, bubble %.1f%% of the ideal step ((p-1)/(k*m) = %d/(%d*%d)), %.1f%% of the step "
-      "((p-1)/(k*m+p-1)), %s\n",
+      "((p-1)/(k*m+p-1)); %s%s\n",
       schedule_name(l.schedule), 100 * p.bubble_fraction, l.pp - 1, k, p.micro_batches,
-      100 * p.bubble_step_fraction, human_seconds(p.bubble_s).c_str());
+      100 * p.bubble_step_fraction, human_seconds(p.bubble_s).c_str(),
+      // gantry-cuda times its ranks' programs with their own stages' passes instead of the formula.
+      p.engine == EngineKind::kGantryCuda && l.pp > 1 ? " as the ranks' programs run (stages' own passes)"
+                                                      : "");
   std::printf("step        %s = compute %s + bubble %s + exposed communication %s + optimizer %s\n",
               human_seconds(p.step_s).c_str(), human_seconds(p.compute_s).c_str(),
               human_seconds(p.bubble_s).c_str(), human_seconds(p.exposed_comm_s).c_str(),

@@ -1,7 +1,9 @@
 #include "telemetry/pipeline_program.h"
 
 #include <algorithm>
+#include <map>
 #include <stdexcept>
+#include <tuple>
 
 namespace gantry {
 
@@ -225,6 +227,74 @@ double pipeline_simulated_bubble(PipelineSchedule s, int pp, int vp, int m) {
   double idle = 0;
   for (double b : sim.busy) idle = std::max(idle, sim.makespan - b);
   return sim.makespan > 0 ? idle / sim.makespan : 0.0;
+}
+
+PipelineTiming pipeline_program_timing(PipelineSchedule s, int pp, int vp, int m,
+                                       const PipelineCosts& costs) {
+  const size_t stages = static_cast<size_t>(pp) * vp;
+  const bool split = s == PipelineSchedule::kZeroBubbleH1;
+  for (const std::vector<double>* v : {&costs.forward, split ? &costs.input : &costs.backward}) {
+    if (v->size() != stages) throw std::invalid_argument("pipeline_program_timing: a cost per virtual stage");
+  }
+  if (split && costs.weight.size() != stages) {
+    throw std::invalid_argument("pipeline_program_timing: ZB-H1 needs weight costs per virtual stage");
+  }
+  std::vector<std::vector<PipelineStep>> prog(pp);
+  for (int r = 0; r < pp; ++r) prog[r] = pipeline_program(s, pp, vp, r, m);
+  PipelineTiming t;
+  t.busy.assign(pp, 0.0);
+  t.waits.assign(pp, 0.0);
+  std::vector<size_t> at(pp, 0);
+  std::vector<double> clock(pp, 0.0);
+  auto compute_cost = [&](int r, const PipelineAction& a) {
+    const size_t v = static_cast<size_t>(a.chunk) * pp + r;
+    switch (a.op) {
+      case PipelineOp::kForward:
+        return costs.forward[v];
+      case PipelineOp::kBackward:
+        return costs.backward[v];
+      case PipelineOp::kInput:
+        return costs.input[v];
+      case PipelineOp::kWeight:
+        return costs.weight[v];
+    }
+    return 0.0;
+  };
+  // Each rank runs until it reaches a receive whose message has not been sent yet.
+  std::map<std::tuple<int, int, bool, int, int>, double> arrives;  // (from, to, grad, micro, chunk): when
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int r = 0; r < pp; ++r) {
+      for (; at[r] < prog[r].size(); ++at[r], moved = true) {
+        const PipelineStep& x = prog[r][at[r]];
+        if (x.kind == PipelineStep::Kind::kCompute) {
+          const double c = compute_cost(r, x.action);
+          clock[r] += c;
+          t.busy[r] += c;
+        } else if (x.kind == PipelineStep::Kind::kSend) {
+          clock[r] += costs.transfer_s;
+          t.waits[r] += costs.transfer_s;
+          // The receiver names the chunk it feeds: the next virtual stage's (activation) or the one before.
+          const int v = x.action.chunk * pp + r, to = x.grad ? v - 1 : v + 1;
+          arrives[{r, x.peer, x.grad, x.action.micro, to / pp}] = clock[r];
+        } else {
+          const auto it = arrives.find({x.peer, r, x.grad, x.action.micro, x.action.chunk});
+          if (it == arrives.end()) break;
+          const double ready = std::max(clock[r], it->second);
+          t.waits[r] += ready - clock[r];
+          clock[r] = ready;
+        }
+      }
+    }
+  }
+  for (int r = 0; r < pp; ++r) {
+    if (at[r] != prog[r].size()) {
+      throw std::logic_error(std::string("pipeline schedule ") + pipeline_schedule_name(s) +
+                             ": a receive whose message never comes (rank " + std::to_string(r) + ")");
+    }
+    t.makespan = std::max(t.makespan, clock[r]);
+  }
+  return t;
 }
 
 }  // namespace gantry

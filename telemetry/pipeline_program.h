@@ -59,4 +59,25 @@ std::vector<PipelineStep> pipeline_program(PipelineSchedule s, int pp, int vp, i
 // The idle fraction the same simulation gives (makespan − busy time) / makespan, equal on every rank.
 double pipeline_simulated_bubble(PipelineSchedule s, int pp, int vp, int m);
 
+// What one step of the programs takes when the passes cost what they cost: every rank runs its program in
+// order on one stream (as the CUDA backend does), a compute as soon as the one before it ends; a send takes
+// `transfer_s` of its rank and does not wait for the receiver (NCCL's p2p buffers take the activation: the
+// CUDA stage's measured waits are this model's, docs/PERF.md call P1, where a send that waits for its
+// receive would leave the interleaved ranks taking turns, +18 %), and a receive waits until its data has
+// arrived. The messages stay where the unit-cost simulation placed them, so unequal stages, or an input
+// pass that costs more than a forward (ZB-H1's, as on the GPU), make ranks wait where the formula has them
+// working: the planner prices gantry-cuda's pipelines with it (engine/plan/planner.cpp).
+struct PipelineCosts {
+  // Per virtual stage (chunk c of rank r is stage c·pp + r), seconds of one micro-batch's pass.
+  std::vector<double> forward, backward;  // backward: both gradients (GPipe, 1F1B, interleaved)
+  std::vector<double> input, weight;      // ZB-H1's split backward (its input + weight = backward)
+  double transfer_s = 0;                  // one activation or gradient between neighbouring stages
+};
+struct PipelineTiming {
+  double makespan = 0;        // the first pass's start to the last rank's end
+  std::vector<double> busy;   // [rank] seconds computing
+  std::vector<double> waits;  // [rank] seconds sending or waiting for a receive
+};
+PipelineTiming pipeline_program_timing(PipelineSchedule s, int pp, int vp, int m, const PipelineCosts& costs);
+
 }  // namespace gantry

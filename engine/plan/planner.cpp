@@ -6,6 +6,7 @@
 
 #include "engine/plan/memory.h"
 #include "engine/plan/reliability.h"
+#include "telemetry/pipeline_program.h"
 
 namespace gantry {
 
@@ -683,6 +684,10 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
   const double peak = c.gpu.bf16_flops * c.gpu.compute_efficiency;
   const double tokens_mb = static_cast<double>(l.micro_batch) * md.seq / l.cp;  // per device
   const ForwardFlops fw = plan_forward_flops_per_token(md);
+  // The classifier's products (N × C by C × V, V = 50,304 for GPT-2) run nearer the GPU's peak than the
+  // blocks' on Gantry's CUDA backend: its FLOPs count at that ratio (engine_profile.h).
+  const double logits_flops =
+      fw.logits * (in.engine == EngineKind::kGantryCuda ? kGantryCudaClassifierFlopScale : 1);
   // Flash attention skips the masked half of the causal score matrix and recomputes QKᵀ in backward;
   // the materialised kernel multiplies the whole matrix.
   const double attn_fwd = l.flash_attention ? 0.5 * fw.layer_attn : fw.layer_attn;
@@ -699,7 +704,7 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
   if (in.engine == EngineKind::kGantryCuda && l.pp > 1) {
     const std::vector<int> virtual_layers = plan_cuda_pipeline_layers(md, l.pp * l.vp);
     const double block = 3 * fw.layer_gemm + attn_fwd + attn_bwd;  // forward and backward
-    const double classifier = 3 * fw.logits;
+    const double classifier = 3 * logits_flops;
     double most = -1;
     for (int rank = 0; rank < l.pp; ++rank) {
       double blocks = 0, last = 0;
@@ -723,13 +728,17 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
                            .recompute = Recompute::kNone,
                            .flash_attention = l.flash_attention};
   const double layer_traffic = plan_activation_layer_bytes(md, all_kept);
-  const double logits_traffic = 4.0 * 4.0 * tokens_mb * md.vocab / l.tp;
+  // Gantry's CUDA classifier runs a chunk of rows at a time in bf16: the product writes the logits, the
+  // loss kernel reads them and writes their gradient in place, the two gradient products read it, about
+  // 10 bytes a logit (engine/core/cuda/backend_cuda.cu, classifier); others keep fp32 logits, about 16.
+  const double logit_bytes = in.engine == EngineKind::kGantryCuda ? 10.0 : 16.0;
+  const double logits_traffic = logit_bytes * tokens_mb * md.vocab / l.tp;
   const double bw = c.gpu.hbm_bw;
   const double t_fwd =
-      tokens_mb * (layers * (fw.layer_gemm + attn_fwd) + logits_share * fw.logits) / l.tp / peak +
+      tokens_mb * (layers * (fw.layer_gemm + attn_fwd) + logits_share * logits_flops) / l.tp / peak +
       (layers * layer_traffic + logits_share * 0.5 * logits_traffic) / bw;
   const double t_bwd =
-      tokens_mb * (layers * (2 * fw.layer_gemm + attn_bwd + recompute) + logits_share * 2 * fw.logits) /
+      tokens_mb * (layers * (2 * fw.layer_gemm + attn_bwd + recompute) + logits_share * 2 * logits_flops) /
           l.tp / peak +
       (layers * layer_traffic * (l.recompute == Recompute::kFull ? 3 : 2) +
        logits_share * 0.5 * logits_traffic) /
@@ -737,7 +746,8 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
   const double t_attn_fwd_layer = tokens_mb * attn_fwd / l.tp / peak;
   const double t_attn_bwd_layer = tokens_mb * attn_bwd / l.tp / peak;
 
-  double exposed_mb = 0;  // communication on the critical path of one micro-batch
+  double exposed_mb = 0;                   // communication on the critical path of one micro-batch
+  double pp_send_mb = 0, pp_transfer = 0;  // the pipeline's sends of one micro-batch; one of them
   const double m_steps = r.m;
 
   // ---- Tensor parallel: Megatron's two all-reduces forward and two backward per layer (Narayanan et al.
@@ -822,7 +832,8 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
     a.bytes = sends * m_steps * bytes;
     a.seconds = sends * m_steps * one;
     a.exposed_s = a.seconds;
-    exposed_mb += sends * one;
+    pp_send_mb = sends * one;
+    pp_transfer = one;
     p.comm.push_back(a);
   }
 
@@ -898,7 +909,7 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
   p.optimizer_s = params_opt * opt_bytes / c.gpu.hbm_bw;
 
   // ---- The step: m micro-batches, the fill and drain of the pipeline, what communication is exposed.
-  const double t_mb = t_fwd + t_bwd + exposed_mb;
+  const double t_mb = t_fwd + t_bwd + exposed_mb + pp_send_mb;
   p.bubble_fraction = plan_bubble_fraction(l.schedule, l.pp, l.vp, r.m);
   p.bubble_step_fraction = plan_bubble_step_fraction(l.schedule, l.pp, l.vp, r.m);
   // The fill and drain: (p − 1)/k micro-batch times (k: 1, v interleaved, 3 ZB-H1, whose deferred weight
@@ -906,8 +917,48 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
   const double v = plan_bubble_divisor(l.schedule, l.vp);
   p.compute_s = m_steps * (t_fwd + t_bwd);
   p.bubble_s = l.pp > 1 ? (l.pp - 1) / v * t_mb : 0;  // (no 0 × ∞ where gantry-cpu skips the GPU model)
-  p.exposed_comm_s = m_steps * exposed_mb + exposed_step;
+  p.exposed_comm_s = m_steps * (exposed_mb + pp_send_mb) + exposed_step;
   p.step_s = p.compute_s + p.bubble_s + p.exposed_comm_s + p.optimizer_s;
+  // Gantry's CUDA pipeline, priced as it runs: every rank's program (telemetry/pipeline_program.h) timed
+  // with its own chunks' passes, where the formula assumes equal stages and ZB-H1's three equal passes. On
+  // the GPU the last stage runs the classifier inside its backward, and an input pass is most of a backward
+  // (the blocks' weight-gradient products are all the weight pass holds): ZB-H1 measured no faster than
+  // 1F1B, which the formula put 7 % ahead (docs/PERF.md call P1).
+  if (in.engine == EngineKind::kGantryCuda && l.pp > 1) {
+    const double gemm_s = tokens_mb / l.tp / peak;  // seconds per FLOP per token of one tp rank
+    const double block_f = gemm_s * (fw.layer_gemm + attn_fwd) + layer_traffic / bw;
+    const double block_b = gemm_s * (2 * fw.layer_gemm + attn_bwd + recompute) +
+                           layer_traffic * (l.recompute == Recompute::kFull ? 3 : 2) / bw;
+    const double block_w = gemm_s * fw.layer_gemm;
+    const double classifier = gemm_s * 3 * logits_flops + logits_traffic / bw;
+    // The other axes' exposed time of a micro-batch (tp, ZeRO 3) rides on its blocks, half each way.
+    const double block_comm = layers > 0 ? exposed_mb / layers : 0;
+    const std::vector<int> virtual_layers = plan_cuda_pipeline_layers(md, l.pp * l.vp);
+    const size_t stages = virtual_layers.size();
+    PipelineCosts costs;
+    costs.transfer_s = pp_transfer;
+    for (size_t k = 0; k < stages; ++k) {
+      const double n = virtual_layers[k], head = k + 1 == stages ? classifier : 0;
+      costs.forward.push_back(n * (block_f + block_comm / 2));
+      costs.backward.push_back(n * (block_b + block_comm / 2) + head);
+      costs.weight.push_back(n * block_w);
+      costs.input.push_back(costs.backward.back() - costs.weight.back());
+    }
+    const PipelineSchedule ps = l.schedule == Schedule::kGpipe          ? PipelineSchedule::kGpipe
+                                : l.schedule == Schedule::kInterleaved  ? PipelineSchedule::kInterleaved
+                                : l.schedule == Schedule::kZeroBubbleH1 ? PipelineSchedule::kZeroBubbleH1
+                                                                        : PipelineSchedule::kOneFOneB;
+    const PipelineTiming t = pipeline_program_timing(ps, l.pp, l.vp, r.m, costs);
+    const size_t busiest =
+        static_cast<size_t>(std::max_element(t.busy.begin(), t.busy.end()) - t.busy.begin());
+    double blocks = 0;  // the busiest rank's
+    for (size_t k = busiest; k < stages; k += static_cast<size_t>(l.pp)) blocks += virtual_layers[k];
+    const double comm = m_steps * blocks * block_comm;  // inside its busy time
+    p.compute_s = t.busy[busiest] - comm;
+    p.bubble_s = std::max(0.0, t.makespan - t.busy[busiest] - m_steps * pp_send_mb);
+    p.step_s = t.makespan + exposed_step + p.optimizer_s;
+    p.exposed_comm_s = p.step_s - p.compute_s - p.bubble_s - p.optimizer_s;
+  }
   if (in.engine == EngineKind::kGantryCpu) cpu_step_time(in, r, &p);
   const double tokens_step = static_cast<double>(r.global_batch) * md.seq;
   p.tokens_per_s = tokens_step / p.step_s;

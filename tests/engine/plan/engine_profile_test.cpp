@@ -288,8 +288,9 @@ TEST(PlanEngineProfile, GantryCudaUsesTheEnginesDtypesNotTheGenericOnes) {
   in.engine = EngineKind::kGantryCuda;
   Result<Plan> engine = plan_evaluate(in);
   ASSERT_TRUE(generic.ok() && engine.ok());
-  // fp32 gradients: AdamW reads 2 more bytes per parameter; same FLOPs, same compute time.
-  EXPECT_DOUBLE_EQ(engine->compute_s, generic->compute_s);
+  // fp32 gradients: AdamW reads 2 more bytes per parameter. The same FLOPs, and the classifier priced as
+  // Gantry's runs it (bf16 logits a chunk at a time, its products nearer the peak): less compute time.
+  EXPECT_LT(engine->compute_s, generic->compute_s);
   EXPECT_GT(engine->optimizer_s, generic->optimizer_s);
   // No Korthikanti activations, no 1 GiB reserve: the allocation table.
   EXPECT_DOUBLE_EQ(engine->memory.total(),
@@ -321,6 +322,53 @@ TEST(PlanEngineProfile, GantryCudaPipelineRunsAtItsCostliestRanksPace) {
     EXPECT_GT(cuda, 1.0 / pp - 0.02) << "gantry-cuda pp " << pp;
     EXPECT_LT(cuda, 1.0 / pp + 0.02) << "gantry-cuda pp " << pp << ": the costliest rank of a cost split";
   }
+}
+
+// A gantry-cuda pipeline is priced as it runs: every rank's program (telemetry/pipeline_program.h) timed
+// with its own chunks' passes (the classifier inside the last stage's backward, ZB-H1's weight pass the
+// blocks' weight-gradient products only), not by the formula's equal stages and equal thirds. Against the
+// steps measured on 2 NVIDIA H200 (docs/PERF.md call P1, 8 micro-batches a step), to which the efficiency
+// and the classifier's rate were fitted with the one-GPU steps (call W1): the formula priced 350M's ZB-H1
+// 11 % under its measured step and 1F1B's 124M 7 % over; the programs' timing is within 5 % of each.
+// Held out: 350M with 8 micro-batches on one GPU.
+TEST(PlanEngineProfile, GantryCudaPipelinesArePricedAsTheirProgramsRun) {
+  struct Case {
+    const char* model;
+    int micro, gpus, pp, vp;
+    Schedule schedule;
+    double measured_ms;
+  };
+  for (const Case& c : {Case{"gpt2-124m", 32, 1, 1, 1, Schedule::k1F1B, 56.27},
+                        Case{"gpt2-350m", 16, 1, 1, 1, Schedule::k1F1B, 76.13},
+                        Case{"gpt2-124m", 32, 2, 2, 1, Schedule::k1F1B, 257.21},
+                        Case{"gpt2-124m", 32, 2, 2, 1, Schedule::kZeroBubbleH1, 275.92},
+                        Case{"gpt2-350m", 16, 2, 2, 1, Schedule::k1F1B, 339.10},
+                        Case{"gpt2-350m", 16, 2, 2, 1, Schedule::kZeroBubbleH1, 342.24},
+                        Case{"gpt2-350m", 16, 2, 2, 2, Schedule::kInterleaved, 326.03}}) {
+    PlanInput in;
+    in.model = plan_model_preset(c.model).value();
+    in.cluster = plan_cluster_default(plan_gpu_preset("h200").value(), c.gpus);
+    in.cluster.gpu.compute_efficiency = plan_engine_compute_efficiency(EngineKind::kGantryCuda, "h200");
+    in.layout = PlanLayout{.pp = c.pp, .vp = c.vp, .schedule = c.schedule, .micro_batch = c.micro};
+    in.training.global_batch = c.micro * (c.pp > 1 ? 8 : 1);
+    in.engine = EngineKind::kGantryCuda;
+    Result<Plan> p = plan_evaluate(in);
+    ASSERT_TRUE(p.ok()) << p.error();
+    EXPECT_NEAR(p->step_s * 1e3, c.measured_ms, 0.05 * c.measured_ms)
+        << c.model << " pp " << c.pp << " vp " << c.vp << " " << schedule_name(c.schedule);
+    EXPECT_NEAR(p->compute_s + p->bubble_s + p->exposed_comm_s + p->optimizer_s, p->step_s, 1e-12);
+  }
+  // Held out: one GPU, 8 micro-batches of 350M.
+  PlanInput in;
+  in.model = plan_model_preset("gpt2-350m").value();
+  in.cluster = plan_cluster_default(plan_gpu_preset("h200").value(), 1);
+  in.cluster.gpu.compute_efficiency = plan_engine_compute_efficiency(EngineKind::kGantryCuda, "h200");
+  in.layout = PlanLayout{.micro_batch = 16};
+  in.training.global_batch = 128;
+  in.engine = EngineKind::kGantryCuda;
+  Result<Plan> p = plan_evaluate(in);
+  ASSERT_TRUE(p.ok()) << p.error();
+  EXPECT_NEAR(p->step_s * 1e3, 594.45, 0.05 * 594.45);
 }
 
 TEST(PlanEngineProfile, CpuWorkCountsTheBackendsLoops) {
@@ -1211,8 +1259,12 @@ TEST(PlanEngineProfile, Zbh1IsAPlannerScheduleOnBothBackends) {
   EXPECT_DOUBLE_EQ(zb->bubble_step_fraction, 3.0 / (3 * 8 + 3));
   EXPECT_DOUBLE_EQ(zb->bubble_fraction, 3.0 / 24);
   EXPECT_DOUBLE_EQ(zb->compute_s, one->compute_s) << "the split adds no FLOPs";
-  EXPECT_NEAR(zb->bubble_s, one->bubble_s / 3, 1e-12 * one->bubble_s);
-  EXPECT_LT(zb->step_s, one->step_s);
+  // The CUDA pipeline is priced by its programs' timing (PlanEngineProfile.GantryCudaPipelinesArePriced
+  // AsTheirProgramsRun): its input passes are most of a backward, so the weight passes fill less than the
+  // two thirds of the fill and drain the formula gives them; at 124M, whose last stage's backward holds a
+  // classifier as costly as 4 blocks, ZB-H1 idles more than 1F1B, as it measured at pp 2 (call P1).
+  EXPECT_GT(zb->bubble_s, one->bubble_s / 3);
+  EXPECT_GT(zb->bubble_s, one->bubble_s);
   ASSERT_EQ(zb->stage_memory.size(), 4u);
   for (int stage = 0; stage < 4; ++stage) {
     Result<EngineMemory> want =
