@@ -455,9 +455,12 @@ Table cuda_table(const PlanModel& m, uint64_t b, uint64_t tp, int pp, int stage,
       // block's six C-wide ones (the LayerNorms', the projection biases'; whole C at any tp), the last
       // stage's final norm's two (early_floats).
       if (early) slot += (6 * lk + (head ? 2 : 0)) * c * kF32;
+      // ZB-H1 on the last stage: StageSlot::dlogits, the (N, V/tp) d(logits) its input pass keeps for the
+      // weight pass's dwte product, bf16.
+      if (zbh1 && head) slot += n * vl * kBf16;
       const std::string kept = std::string(zbh1 ? ", kept grads" : "") + (early ? ", early" : "");
       tb.add((n_chunks > 1 ? "slot of chunk " + std::to_string(k) : std::string("slot")) +
-                 " (in, dout, blocks" + kept + (head ? ", lnf)" : ")"),
+                 " (in, dout, blocks" + kept + (head ? (zbh1 ? ", lnf, dlogits)" : ", lnf)") : ")"),
              "one micro-batch in flight's", MB::kActivations, slot, static_cast<uint64_t>(rc.slots[k]));
     }
     tb.in_flight = rc.in_flight();

@@ -922,8 +922,9 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
   // Gantry's CUDA pipeline, priced as it runs: every rank's program (telemetry/pipeline_program.h) timed
   // with its own chunks' passes, where the formula assumes equal stages and ZB-H1's three equal passes. On
   // the GPU the last stage runs the classifier inside its backward, and an input pass is most of a backward
-  // (the blocks' weight-gradient products are all the weight pass holds): ZB-H1 measured no faster than
-  // 1F1B, which the formula put 7 % ahead (docs/PERF.md call P1).
+  // (the weight pass holds the blocks' weight-gradient products and, on the last stage, the classifier's):
+  // ZB-H1 measured no faster than 1F1B while the classifier's weight product sat in the input pass, which
+  // the formula put 7 % ahead (docs/PERF.md call P1).
   if (in.engine == EngineKind::kGantryCuda && l.pp > 1) {
     const double gemm_s = tokens_mb / l.tp / peak;  // seconds per FLOP per token of one tp rank
     const double block_f = gemm_s * (fw.layer_gemm + attn_fwd) + layer_traffic / bw;
@@ -931,6 +932,8 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
                            layer_traffic * (l.recompute == Recompute::kFull ? 3 : 2) / bw;
     const double block_w = gemm_s * fw.layer_gemm;
     const double classifier = gemm_s * 3 * logits_flops + logits_traffic / bw;
+    // ZB-H1's last stage: the dwte product over the kept d(logits), which it reads once more (bf16).
+    const double classifier_w = gemm_s * logits_flops + 2.0 * tokens_mb * md.vocab / l.tp / bw;
     // The other axes' exposed time of a micro-batch (tp, ZeRO 3) rides on its blocks, half each way.
     const double block_comm = layers > 0 ? exposed_mb / layers : 0;
     const std::vector<int> virtual_layers = plan_cuda_pipeline_layers(md, l.pp * l.vp);
@@ -941,7 +944,7 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
       const double n = virtual_layers[k], head = k + 1 == stages ? classifier : 0;
       costs.forward.push_back(n * (block_f + block_comm / 2));
       costs.backward.push_back(n * (block_b + block_comm / 2) + head);
-      costs.weight.push_back(n * block_w);
+      costs.weight.push_back(n * block_w + (head > 0 ? classifier_w : 0));
       costs.input.push_back(costs.backward.back() - costs.weight.back());
     }
     const PipelineSchedule ps = l.schedule == Schedule::kGpipe          ? PipelineSchedule::kGpipe

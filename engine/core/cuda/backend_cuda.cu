@@ -164,6 +164,7 @@ struct StageSlot {
   float* early = nullptr;       // ZB-H1 at ZeRO 2-3: the input pass's parameter gradients (kInputPassTensors)
   bf16* lnf = nullptr;          // last stage: the final norm's output and statistics
   float *lnf_mean = nullptr, *lnf_rstd = nullptr;
+  bf16* dlogits = nullptr;  // ZB-H1, last stage: (N, V/tp) d(logits) from the input pass for the weight pass
   bool busy = false;
 };
 struct PipeEvents {
@@ -886,48 +887,67 @@ class CudaBackend final : public Backend {
     mark(ev.end);
   }
 
-  // Logits, loss and (with backward) dlogits → dlnf and dwte, a chunk of rows at a time.
-  void classifier(int B, float dloss, bool backward) {
+  // Logits, loss and (with backward) dlogits → dlnf and dwte, a chunk of rows at a time. `keep` (ZB-H1's
+  // input pass on the last stage): the logits and their gradients go to this (N, V/tp) buffer instead of
+  // the shared chunk and stay there, and the dwte product is left to the weight pass (classifier_weights),
+  // which takes it off the input pass the previous stage waits for.
+  void classifier(int B, float dloss, bool backward, bf16* keep = nullptr) {
     const int C = m_.n_embd, V = m_.vocab_size / tp_, N = B * m_.seq_len;  // V: this tp rank's vocabulary
     // wte begins the embeddings; a last pipeline stage uses stage 0's copy and keeps the weight gradient
     // for stage 0 (pipeline_step).
     const bf16* wte = pp_comm_ != nullptr ? wte_copy_ : state_->params(0);
     float* dwte = !backward ? nullptr : pp_comm_ != nullptr ? dwte_ : state_->grads(0);
-    // Chunks of nearly equal size (a multiple of 128 rows where that fits), so no last chunk is a sliver.
-    const int chunks = (N + chunk_rows_ - 1) / chunk_rows_;
-    const int even = (N + chunks - 1) / chunks;
-    const int step = std::min(chunk_rows_, (even + 127) / 128 * 128);
+    const int step = classifier_rows(N);
     for (int r0 = 0; r0 < N; r0 += step) {
       const int rows = std::min(step, N - r0);
       const bf16* x = lnf_ + static_cast<size_t>(r0) * C;
-      matmul_->forward(logits_, x, wte, nullptr, rows, C, V, nullptr);
+      bf16* logits = keep != nullptr ? keep + static_cast<size_t>(r0) * V : logits_;
+      matmul_->forward(logits, x, wte, nullptr, rows, C, V, nullptr);
       if (tp_comm_ == nullptr) {
-        classifier_cuda(logits_, losses_ + r0, targets_ + r0, dloss, backward, rows, V, stream_);
+        classifier_cuda(logits, losses_ + r0, targets_ + r0, dloss, backward, rows, V, stream_);
       } else {
-        vocab_parallel_classifier(r0, rows, dloss, backward);
+        vocab_parallel_classifier(logits, r0, rows, dloss, backward);
       }
       if (!backward) continue;
       bf16* dx = dln_ + static_cast<size_t>(r0) * C;
-      matmul_->backward_input(dx, logits_, wte, rows, C, V, nullptr);
+      matmul_->backward_input(dx, logits, wte, rows, C, V, nullptr);
       // Tensor parallel: each rank's d(lnf) is the part of the sum over its vocabulary; its all-reduce runs
       // under the dwte product.
       if (tp_comm_ != nullptr) tp_all_reduce_start(dx, static_cast<size_t>(rows) * C);
-      matmul_->backward_weight(dwte, logits_, x, rows, C, V);
+      if (keep == nullptr) matmul_->backward_weight(dwte, logits, x, rows, C, V);
     }
     if (backward && tp_comm_ != nullptr) tp_join();
   }
+  // ZB-H1's weight pass on the last stage: the dwte product over the d(logits) its input pass kept, chunk
+  // by chunk in the same rows and order as classifier() (so the sums are the same).
+  void classifier_weights(int B, const bf16* kept) {
+    const int C = m_.n_embd, V = m_.vocab_size / tp_, N = B * m_.seq_len;
+    const int step = classifier_rows(N);
+    for (int r0 = 0; r0 < N; r0 += step) {
+      const int rows = std::min(step, N - r0);
+      matmul_->backward_weight(dwte_, kept + static_cast<size_t>(r0) * V, lnf_ + static_cast<size_t>(r0) * C,
+                               rows, C, V);
+    }
+  }
+  // Rows of one classifier chunk for N rows: chunks of nearly equal size (a multiple of 128 rows where that
+  // fits), so no last chunk is a sliver.
+  int classifier_rows(int N) const {
+    const int chunks = (N + chunk_rows_ - 1) / chunk_rows_;
+    const int even = (N + chunks - 1) / chunks;
+    return std::min(chunk_rows_, (even + 127) / 128 * 128);
+  }
 
   // The cross-entropy of one chunk of rows over the tp group's vocabulary (cuda/vocab_parallel.cuh): this
-  // rank's logits_ (rows, Vl) become its columns of d(logits) when `backward`.
-  void vocab_parallel_classifier(int r0, int rows, float dloss, bool backward) {
+  // rank's logits (rows, Vl) become its columns of d(logits) when `backward`.
+  void vocab_parallel_classifier(bf16* logits, int r0, int rows, float dloss, bool backward) {
     const int Vl = m_.vocab_size / tp_;
     const size_t n = static_cast<size_t>(rows) * tp_;
-    vocab_parallel_row_max_cuda(ce_max_, logits_, rows, Vl, stream_);
+    vocab_parallel_row_max_cuda(ce_max_, logits, rows, Vl, stream_);
     tp_all_gather(ce_max_, ce_all_max_, n);
-    vocab_parallel_sum_exp_cuda(ce_part_, logits_, ce_all_max_, targets_ + r0, vocab_first(), tp_, rows, Vl,
+    vocab_parallel_sum_exp_cuda(ce_part_, logits, ce_all_max_, targets_ + r0, vocab_first(), tp_, rows, Vl,
                                 stream_);
     tp_all_gather(ce_part_, ce_all_part_, 2 * n);
-    vocab_parallel_loss_cuda(logits_, losses_ + r0, ce_all_max_, ce_all_part_, targets_ + r0, vocab_first(),
+    vocab_parallel_loss_cuda(logits, losses_ + r0, ce_all_max_, ce_all_part_, targets_ + r0, vocab_first(),
                              tp_, dloss, backward, rows, Vl, stream_);
   }
 
@@ -1208,6 +1228,7 @@ class CudaBackend final : public Backend {
         s.lnf = device<bf16>(N * C);
         s.lnf_mean = device<float>(N);
         s.lnf_rstd = device<float>(N);
+        if (split_backward_) s.dlogits = device<bf16>(N * (m_.vocab_size / tp_));
       }
       pool.push_back(std::move(s));
     }
@@ -1419,6 +1440,7 @@ class CudaBackend final : public Backend {
         use_slot(s);
         begin_dp_micro_batch(i);
         CUDA_CHECK(cudaEventRecord(ev.w0, stream_));
+        if (run_head_) classifier_weights(mb.batch, s.dlogits);
         backward(mb.batch, BackwardPart::kWeight);
         CUDA_CHECK(cudaEventRecord(ev.w1, stream_));
         s.busy = false;  // after the input gradient's send, which the next user waits behind
@@ -1431,7 +1453,7 @@ class CudaBackend final : public Backend {
       if (!split_backward_) begin_dp_micro_batch(i);
       CUDA_CHECK(cudaEventRecord(ev.b0, stream_));
       if (run_head_) {
-        classifier(mb.batch, mb.grad_scale / static_cast<float>(N), true);
+        classifier(mb.batch, mb.grad_scale / static_cast<float>(N), true, s.dlogits);
         sum_accumulate_cuda(state_->loss_sum(), losses_, N, stream_);
       } else {
         CUDA_CHECK(cudaMemcpyAsync(dres_, s.dout, NC * sizeof(bf16), cudaMemcpyDeviceToDevice, stream_));

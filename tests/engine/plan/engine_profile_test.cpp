@@ -326,11 +326,12 @@ TEST(PlanEngineProfile, GantryCudaPipelineRunsAtItsCostliestRanksPace) {
 
 // A gantry-cuda pipeline is priced as it runs: every rank's program (telemetry/pipeline_program.h) timed
 // with its own chunks' passes (the classifier inside the last stage's backward, ZB-H1's weight pass the
-// blocks' weight-gradient products only), not by the formula's equal stages and equal thirds. Against the
-// steps measured on 2 NVIDIA H200 (docs/PERF.md call P1, 8 micro-batches a step), to which the efficiency
-// and the classifier's rate were fitted with the one-GPU steps (call W1): the formula priced 350M's ZB-H1
-// 11 % under its measured step and 1F1B's 124M 7 % over; the programs' timing is within 5 % of each.
-// Held out: 350M with 8 micro-batches on one GPU.
+// blocks' weight-gradient products and the classifier's), not by the formula's equal stages and equal
+// thirds. Against the steps measured on 2 NVIDIA H200 (docs/PERF.md call P1, 8 micro-batches a step), to
+// which the efficiency and the classifier's rate were fitted with the one-GPU steps (call W1): the formula
+// priced 350M's ZB-H1 11 % under its measured step and 1F1B's 124M 7 % over; the programs' timing is
+// within 5 % of each. Held out: 350M with 8 micro-batches on one GPU, and ZB-H1 after its classifier's
+// weight product moved to the weight pass (call P2).
 TEST(PlanEngineProfile, GantryCudaPipelinesArePricedAsTheirProgramsRun) {
   struct Case {
     const char* model;
@@ -341,9 +342,9 @@ TEST(PlanEngineProfile, GantryCudaPipelinesArePricedAsTheirProgramsRun) {
   for (const Case& c : {Case{"gpt2-124m", 32, 1, 1, 1, Schedule::k1F1B, 56.27},
                         Case{"gpt2-350m", 16, 1, 1, 1, Schedule::k1F1B, 76.13},
                         Case{"gpt2-124m", 32, 2, 2, 1, Schedule::k1F1B, 257.21},
-                        Case{"gpt2-124m", 32, 2, 2, 1, Schedule::kZeroBubbleH1, 275.92},
+                        Case{"gpt2-124m", 32, 2, 2, 1, Schedule::kZeroBubbleH1, 253.90},
                         Case{"gpt2-350m", 16, 2, 2, 1, Schedule::k1F1B, 339.10},
-                        Case{"gpt2-350m", 16, 2, 2, 1, Schedule::kZeroBubbleH1, 342.24},
+                        Case{"gpt2-350m", 16, 2, 2, 1, Schedule::kZeroBubbleH1, 331.02},
                         Case{"gpt2-350m", 16, 2, 2, 2, Schedule::kInterleaved, 326.03}}) {
     PlanInput in;
     in.model = plan_model_preset(c.model).value();
@@ -1053,8 +1054,8 @@ void for_each_zbh1_stage(Fn fn) {
 }
 
 // ZB-H1's slots: min(m, pp) on every stage, each also keeping its blocks' output gradients for the weight
-// pass (KeptGrads: d(res3), d(res2) (N, C), d(fch) (N, 4C/tp), d(qkv) (N, 3C/tp), bf16); nothing else
-// differs from 1F1B.
+// pass (KeptGrads: d(res3), d(res2) (N, C), d(fch) (N, 4C/tp), d(qkv) (N, 3C/tp), bf16), the last stage's
+// its d(logits) too (N, V/tp), bf16, for the classifier's weight product; nothing else differs from 1F1B.
 TEST(PlanEngineProfile, CudaZbh1SlotsKeepEachBlocksOutputGradients) {
   for_each_zbh1_stage([](const ModelConfig& mc, const PlanModel& m, int tp, int pp, int stage, uint64_t l) {
     for (int micro : {1, pp, 3 * pp}) {
@@ -1075,7 +1076,10 @@ TEST(PlanEngineProfile, CudaZbh1SlotsKeepEachBlocksOutputGradients) {
       const uint64_t n = 2ull * mc.seq_len, c = static_cast<uint64_t>(mc.n_embd);
       const uint64_t kept =
           2 * (2 * n * c + n * 4 * c / static_cast<uint64_t>(tp) + n * 3 * c / static_cast<uint64_t>(tp));
-      EXPECT_EQ(zslot.bytes_each, oslot.bytes_each + l * kept) << at;
+      // The last stage's slot also keeps the (N, V/tp) d(logits) for the weight pass's dwte product, bf16.
+      const uint64_t dlogits =
+          stage == pp - 1 ? 2 * n * static_cast<uint64_t>(mc.vocab_size) / static_cast<uint64_t>(tp) : 0;
+      EXPECT_EQ(zslot.bytes_each, oslot.bytes_each + l * kept + dlogits) << at;
       EXPECT_EQ(zb.total - zslot.bytes(), ob.total - oslot.bytes()) << at;
     }
   });
@@ -1261,10 +1265,9 @@ TEST(PlanEngineProfile, Zbh1IsAPlannerScheduleOnBothBackends) {
   EXPECT_DOUBLE_EQ(zb->compute_s, one->compute_s) << "the split adds no FLOPs";
   // The CUDA pipeline is priced by its programs' timing (PlanEngineProfile.GantryCudaPipelinesArePriced
   // AsTheirProgramsRun): its input passes are most of a backward, so the weight passes fill less than the
-  // two thirds of the fill and drain the formula gives them; at 124M, whose last stage's backward holds a
-  // classifier as costly as 4 blocks, ZB-H1 idles more than 1F1B, as it measured at pp 2 (call P1).
+  // two thirds of the fill and drain the formula gives them: less idle time than 1F1B, more than a third.
   EXPECT_GT(zb->bubble_s, one->bubble_s / 3);
-  EXPECT_GT(zb->bubble_s, one->bubble_s);
+  EXPECT_LT(zb->bubble_s, one->bubble_s);
   ASSERT_EQ(zb->stage_memory.size(), 4u);
   for (int stage = 0; stage < 4; ++stage) {
     Result<EngineMemory> want =

@@ -282,8 +282,9 @@ TEST(PipelineProgram, TimedWithUnitCostsTheProgramsLeaveTheFormulasBubble) {
 
 // What the formula leaves out (docs/PERF.md call P1, GPT-2 350M on 2 NVIDIA H200, 8 micro-batches): on the
 // GPU the last stage runs the classifier inside its backward (forward 8.84 ms, backward 25.27 ms a
-// micro-batch against stage 0's 12.33 and 24.99), and ZB-H1's input passes are 63-75 % of the backward,
-// not half. With those costs the deferred weight passes no longer fill the drain: ZB-H1's step comes out no
+// micro-batch against stage 0's 12.33 and 24.99), and ZB-H1's input passes were 63-75 % of the backward,
+// not half (the last stage's held the classifier's weight product then; call P2 moved it to the weight
+// pass). With those costs the deferred weight passes no longer fill the drain: ZB-H1's step comes out no
 // faster than 1F1B's (342.2 against 339.1 ms measured), where the formula promised 7 % less.
 TEST(PipelineProgram, TimedWithTheGpusCostsZeroBubbleLosesItsGain) {
   const double f0 = 12.33e-3, b0 = 24.99e-3, f1 = 8.84e-3, b1 = 25.27e-3, w0 = 0.365, w1 = 0.247;
