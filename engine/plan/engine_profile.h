@@ -187,6 +187,15 @@ inline constexpr uint64_t kCudaMatmulWorkspaceBytes = 32ull << 20;
 // used there too (an assumption until an H100 run checks them).
 inline constexpr double kGantryCudaHopperEfficiency = 0.57;
 inline constexpr double kGantryCudaClassifierFlopScale = 0.80;
+// Tensor parallel: a tp rank's split products (QKV and MLP-up columns, attention-out and MLP-down rows,
+// half the heads at tp 2) run this much slower than half of one GPU's (kernels_bench --tp 2, 124M, call W4).
+inline constexpr double kGantryCudaTpProductLoss = 0.056;
+// The compute time an overlapped collective costs the products beside it, per second of the collective:
+// NCCL's kernels resident on SMs the products would use, the copies and events around each (call W5: with
+// fewer NCCL channels a tp rank's products ran 1.8-3.4 ms faster a step). Fitted to the tp 2 steps of 124M
+// and 350M on 2 H200s (call W1; −2.8 % and +2.7 %, where the planner hid the collectives for free: −17 %
+// and −12 %); the dp 2 step (124M, the same mechanism for the gradient all-reduce) is held out: −5.4 %.
+inline constexpr double kGantryCudaCollectiveDrag = 0.9;
 
 // The compute efficiency engine `e` reaches on GPU kind `gpu`, or 0 where none was measured (then the
 // GPU's calibrated generic efficiency stands).

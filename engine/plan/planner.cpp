@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "engine/plan/memory.h"
@@ -11,6 +12,13 @@
 namespace gantry {
 
 namespace {
+
+// "1.23 ms": a duration in a comm axis's pattern.
+std::string plan_ms(double seconds) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f ms", 1e3 * seconds);
+  return b;
+}
 
 constexpr double kActivationBytes = 2;  // bf16 activations and activation gradients on the wire
 constexpr double kSecondsPerDay = 86400;
@@ -748,6 +756,9 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
 
   double exposed_mb = 0;                   // communication on the critical path of one micro-batch
   double pp_send_mb = 0, pp_transfer = 0;  // the pipeline's sends of one micro-batch; one of them
+  // gantry-cuda at tp > 1: what a tp rank's compute loses to tensor parallelism, per layer of a micro-batch
+  // (its narrower products; the collectives' kernels and copies beside them).
+  double tp_drag_layer = 0;
   const double m_steps = r.m;
 
   // ---- Tensor parallel: Megatron's two all-reduces forward and two backward per layer (Narayanan et al.
@@ -784,7 +795,19 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
       exposed_layer +=
           plan_tp_exposed_seconds(one, products[k % 2 + (k >= 2 && k < 4 ? 2 : 0)], tr.tp_overlap);
     }
+    // Gantry's CUDA backend (docs/PERF.md calls W4, W5): its split products run slower than half of one
+    // GPU's (narrower rows and columns, half the heads), and its collectives, overlapped on their own stream,
+    // take SMs from the products beside them, with the copies and events around each: a tp rank's kernels
+    // come out 27-29 % over half of one GPU's where the FLOPs and the unsplit norms explain 10-13.
+    if (in.engine == EngineKind::kGantryCuda) {
+      tp_drag_layer =
+          kGantryCudaTpProductLoss * 3 * fw.layer_gemm * gemm_s + kGantryCudaCollectiveDrag * per_layer * one;
+    }
     const double calls = per_layer * layers * m_steps;
+    if (tp_drag_layer > 0) {
+      a.pattern += "; costs the products beside it " + plan_ms(layers * m_steps * tp_drag_layer) +
+                   " a step (in compute)";
+    }
     a.bytes = calls * bytes * (l.sequence_parallel ? 2 : 1);
     a.seconds = calls * one;
     a.exposed_s = layers * m_steps * exposed_layer;
@@ -909,13 +932,21 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
   p.optimizer_s = params_opt * opt_bytes / c.gpu.hbm_bw;
 
   // ---- The step: m micro-batches, the fill and drain of the pipeline, what communication is exposed.
-  const double t_mb = t_fwd + t_bwd + exposed_mb + pp_send_mb;
+  const double tp_drag_mb = layers * tp_drag_layer;
+  // gantry-cuda: the dp collectives the backward hides still take its SMs while they run.
+  double dp_drag = 0;
+  for (CommAxis& a : p.comm) {
+    if (in.engine != EngineKind::kGantryCuda || a.axis != "dp" || a.overlappable_s <= 0) continue;
+    dp_drag = kGantryCudaCollectiveDrag * a.overlappable_s;
+    a.pattern += "; the hidden part costs the backward " + plan_ms(dp_drag) + " a step (in compute)";
+  }
+  const double t_mb = t_fwd + t_bwd + tp_drag_mb + exposed_mb + pp_send_mb;
   p.bubble_fraction = plan_bubble_fraction(l.schedule, l.pp, l.vp, r.m);
   p.bubble_step_fraction = plan_bubble_step_fraction(l.schedule, l.pp, l.vp, r.m);
   // The fill and drain: (p − 1)/k micro-batch times (k: 1, v interleaved, 3 ZB-H1, whose deferred weight
   // passes fill the rest; the split moves the weight gradient's FLOPs, it adds none).
   const double v = plan_bubble_divisor(l.schedule, l.vp);
-  p.compute_s = m_steps * (t_fwd + t_bwd);
+  p.compute_s = m_steps * (t_fwd + t_bwd + tp_drag_mb) + dp_drag;
   p.bubble_s = l.pp > 1 ? (l.pp - 1) / v * t_mb : 0;  // (no 0 × ∞ where gantry-cpu skips the GPU model)
   p.exposed_comm_s = m_steps * (exposed_mb + pp_send_mb) + exposed_step;
   p.step_s = p.compute_s + p.bubble_s + p.exposed_comm_s + p.optimizer_s;
@@ -927,9 +958,10 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
   // the formula put 7 % ahead (docs/PERF.md call P1).
   if (in.engine == EngineKind::kGantryCuda && l.pp > 1) {
     const double gemm_s = tokens_mb / l.tp / peak;  // seconds per FLOP per token of one tp rank
-    const double block_f = gemm_s * (fw.layer_gemm + attn_fwd) + layer_traffic / bw;
+    const double block_f = gemm_s * (fw.layer_gemm + attn_fwd) + layer_traffic / bw + tp_drag_layer / 3;
     const double block_b = gemm_s * (2 * fw.layer_gemm + attn_bwd + recompute) +
-                           layer_traffic * (l.recompute == Recompute::kFull ? 3 : 2) / bw;
+                           layer_traffic * (l.recompute == Recompute::kFull ? 3 : 2) / bw +
+                           2 * tp_drag_layer / 3;
     const double block_w = gemm_s * fw.layer_gemm;
     const double classifier = gemm_s * 3 * logits_flops + logits_traffic / bw;
     // ZB-H1's last stage: the dwte product over the kept d(logits), which it reads once more (bf16).
@@ -957,9 +989,9 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
     double blocks = 0;  // the busiest rank's
     for (size_t k = busiest; k < stages; k += static_cast<size_t>(l.pp)) blocks += virtual_layers[k];
     const double comm = m_steps * blocks * block_comm;  // inside its busy time
-    p.compute_s = t.busy[busiest] - comm;
+    p.compute_s = t.busy[busiest] - comm + dp_drag;
     p.bubble_s = std::max(0.0, t.makespan - t.busy[busiest] - m_steps * pp_send_mb);
-    p.step_s = t.makespan + exposed_step + p.optimizer_s;
+    p.step_s = t.makespan + dp_drag + exposed_step + p.optimizer_s;
     p.exposed_comm_s = p.step_s - p.compute_s - p.bubble_s - p.optimizer_s;
   }
   if (in.engine == EngineKind::kGantryCpu) cpu_step_time(in, r, &p);
