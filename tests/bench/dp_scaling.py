@@ -135,10 +135,11 @@ def main():
     ap.add_argument("--pp-micro", type=int, default=8, help="with --pp: micro-batches a step per pipeline")
     ap.add_argument("--schedule", default="1f1b", help="with --pp: train.pp_schedule")
     ap.add_argument("--vp", type=int, default=1, help="with --pp and --schedule interleaved: model chunks per rank")
+    ap.add_argument("--micro", type=int, default=0, help="sequences per micro-batch (default: the model's, 32 or 16)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="an extra [train] line, e.g. --set cuda_graphs=false (repeatable)")
     a = ap.parse_args()
-    micro = MODELS[a.model]["micro"]
+    micro = a.micro or MODELS[a.model]["micro"]
     with tempfile.TemporaryDirectory() as work:
         base = None
         for n in a.gpus:
