@@ -878,14 +878,25 @@ std::vector<int> plan_cuda_pipeline_layers(const PlanModel& m, int stages) {
   return pipeline_layers(m, stages, true);
 }
 
+PipelineSchedule plan_pipeline_schedule(CudaPipeSchedule s) {
+  switch (s) {
+    case CudaPipeSchedule::kGpipe:
+      return PipelineSchedule::kGpipe;
+    case CudaPipeSchedule::kZeroBubbleH1:
+      return PipelineSchedule::kZeroBubbleH1;
+    case CudaPipeSchedule::kInterleaved:
+      return PipelineSchedule::kInterleaved;
+    case CudaPipeSchedule::kOneFOneB:
+      break;
+  }
+  return PipelineSchedule::kOneFOneB;
+}
+
 Result<std::vector<int>> plan_pipeline_chunk_slots(int pp, int vp, int stage, int micro_batches,
                                                    CudaPipeSchedule schedule) {
   Status s = pipe_validate(pp, vp, stage, micro_batches, schedule);
   if (!s.ok()) return s;
-  const PipelineSchedule ps = schedule == CudaPipeSchedule::kGpipe          ? PipelineSchedule::kGpipe
-                              : schedule == CudaPipeSchedule::kZeroBubbleH1 ? PipelineSchedule::kZeroBubbleH1
-                              : schedule == CudaPipeSchedule::kInterleaved  ? PipelineSchedule::kInterleaved
-                                                                            : PipelineSchedule::kOneFOneB;
+  const PipelineSchedule ps = plan_pipeline_schedule(schedule);
   const bool split = ps == PipelineSchedule::kZeroBubbleH1;
   const size_t m = static_cast<size_t>(micro_batches);
   std::vector<std::vector<bool>> busy(static_cast<size_t>(vp));

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "engine/plan/model.h"
+#include "telemetry/pipeline_program.h"
 #include "telemetry/status.h"
 
 namespace gantry {
@@ -77,6 +78,9 @@ Result<EngineMemory> plan_engine_memory(EngineKind e, const PlanModel& m, int mi
 // The pipeline schedules whose slots the planner counts, on either backend (train.pp_schedule "gpipe",
 // "1f1b", "zbh1" at vp 1, "interleaved" at vp > 1).
 enum class CudaPipeSchedule { kGpipe, kOneFOneB, kZeroBubbleH1, kInterleaved };
+// The same schedule in the engines' own terms (telemetry/pipeline_program.h), whose programs the planner
+// replays.
+PipelineSchedule plan_pipeline_schedule(CudaPipeSchedule s);
 
 // One rank of the CUDA backend at dp x tp x pp: `stage` of `pp` (the
 // backend's partition, plan_cuda_pipeline_layers), this tp rank's share, `micro_batches` per step under

@@ -13,6 +13,14 @@ namespace gantry {
 
 namespace {
 
+// The planner's schedule as the backends' profiles name it.
+CudaPipeSchedule cuda_pipe_schedule(Schedule s) {
+  return s == Schedule::kGpipe          ? CudaPipeSchedule::kGpipe
+         : s == Schedule::kZeroBubbleH1 ? CudaPipeSchedule::kZeroBubbleH1
+         : s == Schedule::kInterleaved  ? CudaPipeSchedule::kInterleaved
+                                        : CudaPipeSchedule::kOneFOneB;
+}
+
 // "1.23 ms": a duration in a comm axis's pattern.
 std::string plan_ms(double seconds) {
   char b[32];
@@ -623,10 +631,7 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
     // nothing else is live. Every stage's rank (dp rank 0's), the heaviest as the plan's memory; under ZeRO
     // 1-3 every dp rank's total too (up to kDpRanksListed). Interleaved, a rank's vp chunks with their own
     // slots each.
-    const CudaPipeSchedule sched = l.schedule == Schedule::kGpipe          ? CudaPipeSchedule::kGpipe
-                                   : l.schedule == Schedule::kZeroBubbleH1 ? CudaPipeSchedule::kZeroBubbleH1
-                                   : l.schedule == Schedule::kInterleaved  ? CudaPipeSchedule::kInterleaved
-                                                                           : CudaPipeSchedule::kOneFOneB;
+    const CudaPipeSchedule sched = cuda_pipe_schedule(l.schedule);
     const int vp = l.pp > 1 ? l.vp : 1;
     auto rank_memory = [&](int stage, int dp_rank) {
       const CudaDataParallelPlan dpp{
@@ -742,15 +747,15 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
   const double logit_bytes = in.engine == EngineKind::kGantryCuda ? 10.0 : 16.0;
   const double logits_traffic = logit_bytes * tokens_mb * md.vocab / l.tp;
   const double bw = c.gpu.hbm_bw;
-  const double t_fwd =
-      tokens_mb * (layers * (fw.layer_gemm + attn_fwd) + logits_share * logits_flops) / l.tp / peak +
-      (layers * layer_traffic + logits_share * 0.5 * logits_traffic) / bw;
-  const double t_bwd =
-      tokens_mb * (layers * (2 * fw.layer_gemm + attn_bwd + recompute) + logits_share * 2 * logits_flops) /
-          l.tp / peak +
-      (layers * layer_traffic * (l.recompute == Recompute::kFull ? 3 : 2) +
-       logits_share * 0.5 * logits_traffic) /
-          bw;
+  const double gemm_s = tokens_mb / l.tp / peak;  // seconds per FLOP per token of one tp rank
+  // One block's forward and backward of a micro-batch, and the classifier's (half its logit traffic each).
+  const double block_fwd = gemm_s * (fw.layer_gemm + attn_fwd) + layer_traffic / bw;
+  const double block_bwd = gemm_s * (2 * fw.layer_gemm + attn_bwd + recompute) +
+                           layer_traffic * (l.recompute == Recompute::kFull ? 3 : 2) / bw;
+  const double classifier_fwd = gemm_s * logits_flops + 0.5 * logits_traffic / bw;
+  const double classifier_bwd = gemm_s * 2 * logits_flops + 0.5 * logits_traffic / bw;
+  const double t_fwd = layers * block_fwd + logits_share * classifier_fwd;
+  const double t_bwd = layers * block_bwd + logits_share * classifier_bwd;
   const double t_attn_fwd_layer = tokens_mb * attn_fwd / l.tp / peak;
   const double t_attn_bwd_layer = tokens_mb * attn_bwd / l.tp / peak;
 
@@ -787,7 +792,6 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
     // The products beside the layer's collectives, per micro-batch (one tp rank's share).
     const double d = md.hidden, kv = static_cast<double>(plan_model_kv_dim(md)), f = plan_model_ffn(md);
     const double up = (md.ffn_kind == FfnKind::kGelu ? 1 : 2) * 2 * d * f;
-    const double gemm_s = tokens_mb / l.tp / peak;                           // seconds per FLOP per token
     const double products[] = {2 * d * d * gemm_s, 2 * f * d * gemm_s,       // forward
                                2 * d * (d + 2 * kv) * gemm_s, up * gemm_s};  // backward
     double exposed_layer = 0;
@@ -957,13 +961,9 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
   // ZB-H1 measured no faster than 1F1B while the classifier's weight product sat in the input pass, which
   // the formula put 7 % ahead (docs/PERF.md call P1).
   if (in.engine == EngineKind::kGantryCuda && l.pp > 1) {
-    const double gemm_s = tokens_mb / l.tp / peak;  // seconds per FLOP per token of one tp rank
-    const double block_f = gemm_s * (fw.layer_gemm + attn_fwd) + layer_traffic / bw + tp_drag_layer / 3;
-    const double block_b = gemm_s * (2 * fw.layer_gemm + attn_bwd + recompute) +
-                           layer_traffic * (l.recompute == Recompute::kFull ? 3 : 2) / bw +
-                           2 * tp_drag_layer / 3;
+    const double block_f = block_fwd + tp_drag_layer / 3, block_b = block_bwd + 2 * tp_drag_layer / 3;
     const double block_w = gemm_s * fw.layer_gemm;
-    const double classifier = gemm_s * 3 * logits_flops + logits_traffic / bw;
+    const double classifier = classifier_fwd + classifier_bwd;  // all of it in the last stage's backward
     // ZB-H1's last stage: the dwte product over the kept d(logits), which it reads once more (bf16).
     const double classifier_w = gemm_s * logits_flops + 2.0 * tokens_mb * md.vocab / l.tp / bw;
     // The other axes' exposed time of a micro-batch (tp, ZeRO 3) rides on its blocks, half each way.
@@ -979,11 +979,8 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
       costs.weight.push_back(n * block_w + (head > 0 ? classifier_w : 0));
       costs.input.push_back(costs.backward.back() - costs.weight.back());
     }
-    const PipelineSchedule ps = l.schedule == Schedule::kGpipe          ? PipelineSchedule::kGpipe
-                                : l.schedule == Schedule::kInterleaved  ? PipelineSchedule::kInterleaved
-                                : l.schedule == Schedule::kZeroBubbleH1 ? PipelineSchedule::kZeroBubbleH1
-                                                                        : PipelineSchedule::kOneFOneB;
-    const PipelineTiming t = pipeline_program_timing(ps, l.pp, l.vp, r.m, costs);
+    const PipelineTiming t = pipeline_program_timing(plan_pipeline_schedule(cuda_pipe_schedule(l.schedule)),
+                                                     l.pp, l.vp, r.m, costs);
     const size_t busiest =
         static_cast<size_t>(std::max_element(t.busy.begin(), t.busy.end()) - t.busy.begin());
     double blocks = 0;  // the busiest rank's
