@@ -3,7 +3,8 @@
 // so the table adds up to a step-time budget. Rows with 0 per step are alternatives the step does not use
 // (the old way of a fused pass), timed for comparison.
 //
-//   kernels_bench [--model 124m|350m] [--tp T]
+//   kernels_bench [--model 124m|350m] [--tp T] [--micro B]
+// --micro B: sequences per micro-batch (default the model's, 32 at 124M, 16 at 350M).
 // --tp T: one tensor-parallel rank's share (heads, the QKV and MLP-up columns, the attention-out and MLP-down
 // rows and the vocabulary split T ways; the LayerNorms whole), without the tp all-reduces themselves: where
 // a tp rank's step time goes against one GPU's (the classifier's softmax is timed as the one-GPU kernel's
@@ -131,18 +132,21 @@ void sweep_dwte(cudaStream_t s, float* dwte, const bf16* dlogits, const bf16* x,
 
 int run(int argc, char** argv) {
   std::string model = "124m";
-  int tp = 1;
+  int tp = 1, micro = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--model")) model = argv[i + 1];
     if (!std::strcmp(argv[i], "--tp")) tp = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--micro")) micro = std::atoi(argv[i + 1]);
   }
   if (cuda_device_count() == 0) {
     std::fprintf(stderr, "kernels_bench: no CUDA device\n");
     return 1;
   }
   const bool big = model == "350m";
-  const int B = big ? 16 : 32, T = 1024, C = big ? 1024 : 768, NH_all = big ? 16 : 12, L = big ? 24 : 12,
-            V_all = 50304;
+  const int B = micro > 0 ? micro
+                : big     ? 16
+                          : 32,
+            T = 1024, C = big ? 1024 : 768, NH_all = big ? 16 : 12, L = big ? 24 : 12, V_all = 50304;
   const int N = B * T, HS = C / NH_all;
   if (tp < 1 || NH_all % tp != 0 || V_all % tp != 0) {
     std::fprintf(stderr, "kernels_bench: --tp %d must divide the heads (%d) and the vocabulary (%d)\n", tp,
