@@ -764,6 +764,8 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
   // gantry-cuda at tp > 1: what a tp rank's compute loses to tensor parallelism, per layer of a micro-batch
   // (its narrower products; the collectives' kernels and copies beside them).
   double tp_drag_layer = 0;
+  // ... and per micro-batch, on the ranks holding the embedding and the classifier (half each).
+  double tp_drag_head = 0;
   const double m_steps = r.m;
 
   // ---- Tensor parallel: Megatron's two all-reduces forward and two backward per layer (Narayanan et al.
@@ -799,18 +801,18 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
       exposed_layer +=
           plan_tp_exposed_seconds(one, products[k % 2 + (k >= 2 && k < 4 ? 2 : 0)], tr.tp_overlap);
     }
-    // Gantry's CUDA backend (docs/PERF.md calls W4, W5): its split products run slower than half of one
-    // GPU's (narrower rows and columns, half the heads), and its collectives, overlapped on their own stream,
-    // take SMs from the products beside them, with the copies and events around each: a tp rank's kernels
-    // come out 27-29 % over half of one GPU's where the FLOPs and the unsplit norms explain 10-13.
+    // Gantry's CUDA backend (docs/PERF.md calls T1, T2): what a tp rank loses is mostly a cost per layer and
+    // per micro-batch, not per byte: its split products, the collectives' kernels, events and copies beside
+    // them, and the stream's waits, which NCCL's latency keeps from shrinking with the micro-batch.
     if (in.engine == EngineKind::kGantryCuda) {
-      tp_drag_layer =
-          kGantryCudaTpProductLoss * 3 * fw.layer_gemm * gemm_s + kGantryCudaCollectiveDrag * per_layer * one;
+      tp_drag_layer = kGantryCudaTpLayerCost;
+      tp_drag_head = kGantryCudaTpMicroBatchCost;
+      exposed_layer = kGantryCudaTpExposedFraction * per_layer * one + kGantryCudaTpLayerLatency;
     }
     const double calls = per_layer * layers * m_steps;
     if (tp_drag_layer > 0) {
-      a.pattern += "; costs the products beside it " + plan_ms(layers * m_steps * tp_drag_layer) +
-                   " a step (in compute)";
+      a.pattern += "; costs the products beside it " +
+                   plan_ms(m_steps * (layers * tp_drag_layer + tp_drag_head)) + " a step (in compute)";
     }
     a.bytes = calls * bytes * (l.sequence_parallel ? 2 : 1);
     a.seconds = calls * one;
@@ -933,10 +935,12 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
   const double params_opt = params_dev / (l.zero >= 1 ? r.shard : 1);
   const double opt_bytes = tr.grad_bytes + 2.0 * tr.master_bytes + 2.0 * tr.optimizer_bytes +
                            tr.weight_bytes + (tr.master_bytes == 0 ? tr.weight_bytes : 0);
-  p.optimizer_s = params_opt * opt_bytes / c.gpu.hbm_bw;
+  p.optimizer_s = params_opt * opt_bytes /
+                  (c.gpu.hbm_bw * (in.engine == EngineKind::kGantryCuda ? kGantryCudaOptimizerBandwidth : 1));
 
   // ---- The step: m micro-batches, the fill and drain of the pipeline, what communication is exposed.
-  const double tp_drag_mb = layers * tp_drag_layer;
+  // (A pipeline's busiest stage holds one of the embedding and the classifier: half the head's charge.)
+  const double tp_drag_mb = layers * tp_drag_layer + (l.pp == 1 ? tp_drag_head : tp_drag_head / 2);
   // gantry-cuda: the dp collectives the backward hides still take its SMs while they run.
   double dp_drag = 0;
   for (CommAxis& a : p.comm) {
@@ -974,8 +978,11 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
     costs.transfer_s = pp_transfer;
     for (size_t k = 0; k < stages; ++k) {
       const double n = virtual_layers[k], head = k + 1 == stages ? classifier : 0;
-      costs.forward.push_back(n * (block_f + block_comm / 2));
-      costs.backward.push_back(n * (block_b + block_comm / 2) + head);
+      // tp: the embedding's and the classifier's share of the micro-batch's charge, forward on the first
+      // stage, backward on the last.
+      const double tp_embed = k == 0 ? tp_drag_head / 2 : 0, tp_head = k + 1 == stages ? tp_drag_head / 2 : 0;
+      costs.forward.push_back(n * (block_f + block_comm / 2) + tp_embed);
+      costs.backward.push_back(n * (block_b + block_comm / 2) + head + tp_head);
       costs.weight.push_back(n * block_w + (head > 0 ? classifier_w : 0));
       costs.input.push_back(costs.backward.back() - costs.weight.back());
     }

@@ -26,14 +26,14 @@ MODELS = {
 }
 
 
-def config_text(model, nproc, steps, micro, bucket_mb, train_extra=(), tp=1, pp=1, accum=1):
+def config_text(model, nproc, steps, micro, bucket_mb, train_extra=(), tp=1, pp=1, accum=1, vocab=50304):
     m = MODELS[model]
     return f"""
 [model]
 n_layer = {m['n_layer']}
 n_head = {m['n_head']}
 n_embd = {m['n_embd']}
-vocab_size = 50304
+vocab_size = {vocab}
 seq_len = 1024
 
 [optim]
@@ -59,10 +59,11 @@ synthetic_val_tokens = 65536
 """
 
 
-def run(engine, model, nproc, zero, steps, warmup, micro, bucket_mb, work, train_extra=(), tp=1, pp=1, accum=1):
+def run(engine, model, nproc, zero, steps, warmup, micro, bucket_mb, work, train_extra=(), tp=1, pp=1, accum=1,
+        vocab=50304):
     cfg = os.path.join(work, f"{model}_n{nproc}_z{zero}_tp{tp}_pp{pp}.toml")
     with open(cfg, "w") as f:
-        f.write(config_text(model, nproc, steps, micro, bucket_mb, train_extra, tp, pp, accum))
+        f.write(config_text(model, nproc, steps, micro, bucket_mb, train_extra, tp, pp, accum, vocab))
     out = os.path.join(work, f"run_{model}_n{nproc}_z{zero}_tp{tp}_pp{pp}")
     cmd = [engine, "run", "--nproc", str(nproc), "--tp", str(tp), "--pp", str(pp), "--zero", str(zero), "--config",
            cfg, "--out", out, "--json", "--json-ranks"]
@@ -76,7 +77,8 @@ def run(engine, model, nproc, zero, steps, warmup, micro, bucket_mb, work, train
     timed = [s for s in steps_seen if s["step"] > warmup]
     tps = statistics.median(s["tokens_per_s"] for s in timed)
     ms = statistics.median(s["step_s"] * 1e3 for s in timed)
-    r = {"nproc": nproc, "tp": tp, "pp": pp, "accum": accum, "zero": zero, "model": model, "bucket_mb": bucket_mb, "train": list(train_extra),
+    r = {"nproc": nproc, "tp": tp, "pp": pp, "accum": accum, "zero": zero, "model": model, "vocab": vocab,
+         "bucket_mb": bucket_mb, "train": list(train_extra),
          "env": {k: v for k, v in os.environ.items() if k.startswith(("NCCL_", "GANTRY_"))},
          "tokens_per_s": round(tps),
          "step_ms": round(ms, 2), "timed_steps": len(timed)}
@@ -136,6 +138,7 @@ def main():
     ap.add_argument("--schedule", default="1f1b", help="with --pp: train.pp_schedule")
     ap.add_argument("--vp", type=int, default=1, help="with --pp and --schedule interleaved: model chunks per rank")
     ap.add_argument("--micro", type=int, default=0, help="sequences per micro-batch (default: the model's, 32 or 16)")
+    ap.add_argument("--vocab", type=int, default=50304, help="vocabulary size (GPT-2's padded 50,304)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="an extra [train] line, e.g. --set cuda_graphs=false (repeatable)")
     a = ap.parse_args()
@@ -151,7 +154,7 @@ def main():
                 extra.append(f'pp_schedule = "{a.schedule}"')
                 if a.vp > 1:
                     extra.append(f"vp = {a.vp}")
-            r = run(a.engine, a.model, n, a.zero, a.steps, a.warmup, micro, a.bucket_mb, work, extra, tp, pp, accum)
+            r = run(a.engine, a.model, n, a.zero, a.steps, a.warmup, micro, a.bucket_mb, work, extra, tp, pp, accum, a.vocab)
             if "tokens_per_s" in r:
                 if n == 1:
                     base = r["tokens_per_s"]

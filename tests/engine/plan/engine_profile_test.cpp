@@ -373,11 +373,12 @@ TEST(PlanEngineProfile, GantryCudaPipelinesArePricedAsTheirProgramsRun) {
   EXPECT_NEAR(p->step_s * 1e3, 594.45, 0.05 * 594.45);
 }
 
-// Tensor parallel on Gantry's CUDA backend: a tp rank's products lose to the narrower shapes and to the
-// collectives overlapped beside them (docs/PERF.md calls W4, W5); hidden for free, tp 2 was priced 17 %
-// (124M) and 12 % (350M) under the steps measured on 2 NVIDIA H200 (call W1). With the charge (fitted to
-// those two) both are within 5 %, one GPU does not move, and the generic model's tp is untouched.
-TEST(PlanEngineProfile, GantryCudaTensorParallelChargesTheProductsForItsCollectives) {
+// Tensor parallel on Gantry's CUDA backend (docs/PERF.md calls W1, P3, T1, T2; 2 NVIDIA H200): most of what a
+// tp rank loses is a cost per layer and per micro-batch, not per byte. The model charged in proportion to the
+// bytes priced 124M at micro-batch 8 33 % under its measured step, and 350M at 4 39 % under; at small
+// micro-batches a tp 2 step is slower than one GPU's. Each step here is the mean of the calls that measured
+// it.
+TEST(PlanEngineProfile, GantryCudaTensorParallelPaysPerLayerAndPerMicroBatch) {
   auto step = [](EngineKind e, const char* model, int micro, int tp) {
     PlanInput in;
     in.model = plan_model_preset(model).value();
@@ -391,21 +392,48 @@ TEST(PlanEngineProfile, GantryCudaTensorParallelChargesTheProductsForItsCollecti
     EXPECT_TRUE(p.ok()) << p.error();
     return p.ok() ? p.value() : Plan{};
   };
-  for (const auto& [model, micro, measured] :
-       {std::tuple{"gpt2-124m", 32, 43.17}, std::tuple{"gpt2-350m", 16, 57.17}}) {
-    const Plan one = step(EngineKind::kGantryCuda, model, micro, 1),
-               two = step(EngineKind::kGantryCuda, model, micro, 2);
-    EXPECT_NEAR(two.step_s * 1e3, measured, 0.05 * measured) << model;
+  struct Measured {
+    const char* model;
+    int micro;
+    double tp2_ms, one_gpu_ms;
+    double tolerance = 0.05;
+  };
+  for (const Measured& m : {Measured{"gpt2-124m", 32, 43.05, 55.76}, Measured{"gpt2-124m", 16, 25.01, 29.0},
+                            Measured{"gpt2-124m", 8, 16.61, 15.87}, Measured{"gpt2-350m", 16, 57.20, 74.88},
+                            Measured{"gpt2-350m", 8, 35.66, 39.2},
+                            // One call, whose two ranks' waits differed (3.5 and 6.2 ms).
+                            Measured{"gpt2-350m", 4, 26.27, 22.24, 0.075}}) {
+    SCOPED_TRACE(std::string(m.model) + " micro-batch " + std::to_string(m.micro));
+    const Plan one = step(EngineKind::kGantryCuda, m.model, m.micro, 1),
+               two = step(EngineKind::kGantryCuda, m.model, m.micro, 2);
+    EXPECT_NEAR(two.step_s * 1e3, m.tp2_ms, m.tolerance * m.tp2_ms);
+    // Where one GPU is faster, the plan says so too.
+    EXPECT_EQ(two.step_s > one.step_s, m.tp2_ms > m.one_gpu_ms);
     ASSERT_EQ(two.comm.size(), 1u);
     EXPECT_NE(two.comm[0].pattern.find("costs the products beside it"), std::string::npos)
         << two.comm[0].pattern;
-    // The charge is compute (the exposed all-reduces are as before): a tp 2 rank computes well over half of
-    // one GPU's time.
-    EXPECT_GT(two.compute_s, 0.6 * one.compute_s) << model;
     EXPECT_NEAR(two.exposed_comm_s, two.comm[0].exposed_s, 1e-12);
-    const Plan generic = step(EngineKind::kGeneric, model, micro, 2);
+    const Plan generic = step(EngineKind::kGeneric, m.model, m.micro, 2);
     ASSERT_EQ(generic.comm.size(), 1u);
     EXPECT_EQ(generic.comm[0].pattern.find("costs"), std::string::npos) << generic.comm[0].pattern;
+  }
+}
+
+// AdamW and the gradient norm on the CUDA backend reach about two thirds of the HBM bandwidth: the optimizer
+// phase measured 1.155 ms at 124M and 3.23 ms at 350M on one H200 (calls T1, T2), where the byte count at
+// the full bandwidth says 0.78 and 2.22.
+TEST(PlanEngineProfile, GantryCudaOptimizerIsPricedAsMeasured) {
+  for (const auto& [model, measured_ms] : {std::pair{"gpt2-124m", 1.155}, std::pair{"gpt2-350m", 3.23}}) {
+    PlanInput in;
+    in.model = plan_model_preset(model).value();
+    in.cluster = plan_cluster_default(plan_gpu_preset("h200").value(), 1);
+    in.cluster.gpu.compute_efficiency = plan_engine_compute_efficiency(EngineKind::kGantryCuda, "h200");
+    in.layout = PlanLayout{.micro_batch = 8};
+    in.training.global_batch = 8;
+    in.engine = EngineKind::kGantryCuda;
+    Result<Plan> p = plan_evaluate(in);
+    ASSERT_TRUE(p.ok()) << p.error();
+    EXPECT_NEAR(p->optimizer_s * 1e3, measured_ms, 0.05 * measured_ms) << model;
   }
 }
 
