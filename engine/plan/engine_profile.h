@@ -191,30 +191,29 @@ inline constexpr uint64_t kCudaMatmulWorkspaceBytes = 32ull << 20;
 // used there too (an assumption until an H100 run checks them).
 inline constexpr double kGantryCudaHopperEfficiency = 0.57;
 inline constexpr double kGantryCudaClassifierFlopScale = 0.80;
-// Tensor parallel on Gantry's CUDA backend, from 2 H200s (docs/PERF.md calls W1, P3, T1 and T2,
-// 2026-11-28). Most of what a tp rank loses does not shrink with the micro-batch (at 124M with 8 sequences a
-// tp 2 step is slower than one GPU's), so the charges are per layer and per micro-batch, not per byte.
-// Measured at tp 2 only; used at any tp until a larger group is measured.
-//
-// Compute, per layer of a micro-batch: at least its split products' loss, 0.135 ms a layer at both sizes
-// and every micro-batch (`kernels_bench --tp 2 --micro B`), then the NCCL calls beside them. And per
-// micro-batch, whatever the layer count: not located by a profile; the vocabulary-parallel embedding and
-// loss (an all-reduce and all-gathers the compute stream waits for) are the candidates, so a pipeline
-// charges it to the stages that hold them, half each. The two fitted together (the smallest largest error)
-// to the steps of 124M at micro-batches 32 (three calls) and 8 (two) and 350M at 16 (two): all within
-// 4.3 %. Held out: 124M at 16 (three calls) within 2.3 %; 350M at 8, whose two calls differ by 13 %, −6.1
-// and +6.2 %; 350M at 4, −7.1 %.
-inline constexpr double kGantryCudaTpLayerCost = 0.16e-3;
-inline constexpr double kGantryCudaTpMicroBatchCost = 5.4e-3;
+// Tensor parallel on Gantry's CUDA backend, from 2 H200s (docs/PERF.md calls T1-T6, 2026-11-28). Measured
+// at tp 2 only; used at any tp until a larger group is measured. A tp rank's compute over half of one GPU's:
+// - per layer of a micro-batch, its split products' loss: 0.135 ms at both sizes and every micro-batch
+//   (`kernels_bench --tp 2 --micro B`, call T1; measured, not fitted);
+// - per second of tp collective, the compute the collectives' kernels take from the products beside them;
+// - per micro-batch, a fixed cost (the one-GPU model misses about 1 ms a micro-batch at small ones too).
+// The last two fitted together (the smallest largest error) to the three layouts measured with the
+// blocking communicator (calls T4, T6): 124M at micro-batches 32 and 8, 350M at 8, all within 4.0 %. Before
+// it, the host enqueued each collective from a new thread and a tp forward waited for it: a fixed 3-5 ms
+// a micro-batch that this model no longer has (calls T1-T3).
+inline constexpr double kGantryCudaTpLayerCost = 0.135e-3;
+inline constexpr double kGantryCudaTpCollectiveDrag = 0.6;
+inline constexpr double kGantryCudaTpMicroBatchCost = 1.1e-3;
 // Exposed: the compute stream waits for 0.69 of the collectives' time at the link's bandwidth and 0.088 ms a
 // layer besides (NCCL's latency, about 20 µs for each of the four all-reduces): fitted to the waits the tp
-// 2 ranks measured (calls T1, T2) at 124M B32 and B8 and 350M B16; the other micro-batches within 0.5 ms.
+// 2 ranks measured (calls T1, T2) at 124M B32 and B8 and 350M B16; the other micro-batches within 0.5 ms,
+// and the blocking communicator's (T4, T6) within 0.7 ms.
 inline constexpr double kGantryCudaTpExposedFraction = 0.69;
 inline constexpr double kGantryCudaTpLayerLatency = 0.088e-3;
 // The compute time the dp gradient all-reduce hidden under the backward costs, per second of it: NCCL's
 // kernels on SMs the products would use (call W5: with fewer NCCL channels a tp rank's products ran
-// 1.8-3.4 ms faster a step). Fitted with the earlier byte-proportional tp model (call W1); the dp 2 step at
-// 124M is −5.4 % with it.
+// 1.8-3.4 ms faster a step). Fitted with an earlier tp model, which charged tp the same (call W1); the dp 2
+// step at 124M is −4.7 % with it (the blocking communicator left dp 2 within 0.1 %, call T4).
 inline constexpr double kGantryCudaCollectiveDrag = 0.9;
 // AdamW and the gradient norm reach this share of the HBM bandwidth the planner's byte count assumes: the
 // optimizer phase measured 1.155 ms (124M) and 3.23 ms (350M) on one H200 where the bytes at full bandwidth

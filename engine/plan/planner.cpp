@@ -801,11 +801,11 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
       exposed_layer +=
           plan_tp_exposed_seconds(one, products[k % 2 + (k >= 2 && k < 4 ? 2 : 0)], tr.tp_overlap);
     }
-    // Gantry's CUDA backend (docs/PERF.md calls T1, T2): what a tp rank loses is mostly a cost per layer and
-    // per micro-batch, not per byte: its split products, the collectives' kernels, events and copies beside
-    // them, and the stream's waits, which NCCL's latency keeps from shrinking with the micro-batch.
+    // Gantry's CUDA backend (docs/PERF.md calls T1-T6): a tp rank's split products, the collectives'
+    // kernels beside them, a fixed cost a micro-batch, and the stream's waits, which NCCL's latency keeps
+    // from shrinking with the micro-batch.
     if (in.engine == EngineKind::kGantryCuda) {
-      tp_drag_layer = kGantryCudaTpLayerCost;
+      tp_drag_layer = kGantryCudaTpLayerCost + kGantryCudaTpCollectiveDrag * per_layer * one;
       tp_drag_head = kGantryCudaTpMicroBatchCost;
       exposed_layer = kGantryCudaTpExposedFraction * per_layer * one + kGantryCudaTpLayerLatency;
     }

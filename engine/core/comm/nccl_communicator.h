@@ -6,11 +6,15 @@
 //                                                                       {.device = local_rank});
 //   (*dp)->all_reduce(grads_device_ptr, n, 30s);
 //
-// Timeouts and abort: the communicator is created non-blocking (ncclConfig_t.blocking = 0), so no NCCL
-// call ever blocks the host; an operation enqueues its kernels on the stream and then polls the stream
-// and ncclCommGetAsyncError until done, an asynchronous error, the deadline, or abort(). On failure the
-// communicator is aborted (ncclCommAbort), which also makes the peers' NCCL fail (their proxies see the
-// connection drop) rather than spin forever.
+// Timeouts and abort: the communicator is created non-blocking (ncclConfig_t.blocking = 0), so its
+// creation is bounded by the deadline; the operations then run on a blocking child split from it
+// (ncclCommSplit, sharing its resources), whose enqueues return once the work is on the stream instead of
+// launching it from a new host thread (about 100 µs a call; docs/PERF.md call T4). An operation enqueues
+// its kernels on the stream and then polls the stream and ncclCommGetAsyncError until done, an
+// asynchronous error, the deadline, or abort(). On failure both communicators are aborted (ncclCommAbort),
+// which also makes the peers' NCCL fail (their proxies see the connection drop) rather than spin forever.
+// An enqueue that must first connect to a peer (NCCL connects lazily, at a communicator's first use of a
+// peer or algorithm) waits in the enqueue for that peer.
 //
 // The watchdog (issue 15): a thread of the communicator's own polls ncclCommGetAsyncError every 100 ms
 // while no operation is polling it already, and aborts the communicator (ncclCommAbort) when NCCL reports
