@@ -299,6 +299,20 @@ TEST(PlanEngineProfile, GantryCudaUsesTheEnginesDtypesNotTheGenericOnes) {
   EXPECT_LT(engine->memory.total(), generic->memory.total());
 }
 
+// A plan of GPT-2 preset `model` on `gpus` H200s as engine `e` runs it (Gantry's CUDA backend at the compute
+// efficiency measured for it).
+Result<Plan> h200_plan(EngineKind e, const char* model, int gpus, PlanLayout layout, int global_batch) {
+  PlanInput in;
+  in.model = plan_model_preset(model).value();
+  in.cluster = plan_cluster_default(plan_gpu_preset("h200").value(), gpus);
+  if (e == EngineKind::kGantryCuda)
+    in.cluster.gpu.compute_efficiency = plan_engine_compute_efficiency(EngineKind::kGantryCuda, "h200");
+  in.layout = layout;
+  in.training.global_batch = global_batch;
+  in.engine = e;
+  return plan_evaluate(in);
+}
+
 // A gantry-cuda pipeline runs at the pace of its costliest rank under the backend's partition (blocks split
 // by cost, the classifier on the last stage): at 350M on pp 2 that is about half the model's work. It used
 // to be priced as 14 blocks (the engine's first stage) and the classifier besides, 58 % of the model, 13 %
@@ -347,28 +361,17 @@ TEST(PlanEngineProfile, GantryCudaPipelinesArePricedAsTheirProgramsRun) {
                         Case{"gpt2-350m", 16, 2, 2, 1, Schedule::k1F1B, 339.10},
                         Case{"gpt2-350m", 16, 2, 2, 1, Schedule::kZeroBubbleH1, 331.02},
                         Case{"gpt2-350m", 16, 2, 2, 2, Schedule::kInterleaved, 326.03}}) {
-    PlanInput in;
-    in.model = plan_model_preset(c.model).value();
-    in.cluster = plan_cluster_default(plan_gpu_preset("h200").value(), c.gpus);
-    in.cluster.gpu.compute_efficiency = plan_engine_compute_efficiency(EngineKind::kGantryCuda, "h200");
-    in.layout = PlanLayout{.pp = c.pp, .vp = c.vp, .schedule = c.schedule, .micro_batch = c.micro};
-    in.training.global_batch = c.micro * (c.pp > 1 ? 8 : 1);
-    in.engine = EngineKind::kGantryCuda;
-    Result<Plan> p = plan_evaluate(in);
+    Result<Plan> p =
+        h200_plan(EngineKind::kGantryCuda, c.model, c.gpus,
+                  PlanLayout{.pp = c.pp, .vp = c.vp, .schedule = c.schedule, .micro_batch = c.micro},
+                  c.micro * (c.pp > 1 ? 8 : 1));
     ASSERT_TRUE(p.ok()) << p.error();
     EXPECT_NEAR(p->step_s * 1e3, c.measured_ms, 0.05 * c.measured_ms)
         << c.model << " pp " << c.pp << " vp " << c.vp << " " << schedule_name(c.schedule);
     EXPECT_NEAR(p->compute_s + p->bubble_s + p->exposed_comm_s + p->optimizer_s, p->step_s, 1e-12);
   }
   // Held out: one GPU, 8 micro-batches of 350M.
-  PlanInput in;
-  in.model = plan_model_preset("gpt2-350m").value();
-  in.cluster = plan_cluster_default(plan_gpu_preset("h200").value(), 1);
-  in.cluster.gpu.compute_efficiency = plan_engine_compute_efficiency(EngineKind::kGantryCuda, "h200");
-  in.layout = PlanLayout{.micro_batch = 16};
-  in.training.global_batch = 128;
-  in.engine = EngineKind::kGantryCuda;
-  Result<Plan> p = plan_evaluate(in);
+  Result<Plan> p = h200_plan(EngineKind::kGantryCuda, "gpt2-350m", 1, PlanLayout{.micro_batch = 16}, 128);
   ASSERT_TRUE(p.ok()) << p.error();
   EXPECT_NEAR(p->step_s * 1e3, 594.45, 0.05 * 594.45);
 }
@@ -380,15 +383,7 @@ TEST(PlanEngineProfile, GantryCudaPipelinesArePricedAsTheirProgramsRun) {
 // the calls that measured it; the one-GPU steps are the same calls' (T1-T3).
 TEST(PlanEngineProfile, GantryCudaTensorParallelPaysPerLayerAndPerMicroBatch) {
   auto step = [](EngineKind e, const char* model, int micro, int tp) {
-    PlanInput in;
-    in.model = plan_model_preset(model).value();
-    in.cluster = plan_cluster_default(plan_gpu_preset("h200").value(), tp);
-    if (e == EngineKind::kGantryCuda)
-      in.cluster.gpu.compute_efficiency = plan_engine_compute_efficiency(EngineKind::kGantryCuda, "h200");
-    in.layout = PlanLayout{.tp = tp, .micro_batch = micro};
-    in.training.global_batch = micro;
-    in.engine = e;
-    Result<Plan> p = plan_evaluate(in);
+    Result<Plan> p = h200_plan(e, model, tp, PlanLayout{.tp = tp, .micro_batch = micro}, micro);
     EXPECT_TRUE(p.ok()) << p.error();
     return p.ok() ? p.value() : Plan{};
   };
@@ -420,14 +415,7 @@ TEST(PlanEngineProfile, GantryCudaTensorParallelPaysPerLayerAndPerMicroBatch) {
 // the full bandwidth says 0.78 and 2.22.
 TEST(PlanEngineProfile, GantryCudaOptimizerIsPricedAsMeasured) {
   for (const auto& [model, measured_ms] : {std::pair{"gpt2-124m", 1.155}, std::pair{"gpt2-350m", 3.23}}) {
-    PlanInput in;
-    in.model = plan_model_preset(model).value();
-    in.cluster = plan_cluster_default(plan_gpu_preset("h200").value(), 1);
-    in.cluster.gpu.compute_efficiency = plan_engine_compute_efficiency(EngineKind::kGantryCuda, "h200");
-    in.layout = PlanLayout{.micro_batch = 8};
-    in.training.global_batch = 8;
-    in.engine = EngineKind::kGantryCuda;
-    Result<Plan> p = plan_evaluate(in);
+    Result<Plan> p = h200_plan(EngineKind::kGantryCuda, model, 1, PlanLayout{.micro_batch = 8}, 8);
     ASSERT_TRUE(p.ok()) << p.error();
     EXPECT_NEAR(p->optimizer_s * 1e3, measured_ms, 0.05 * measured_ms) << model;
   }
