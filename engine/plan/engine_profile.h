@@ -196,7 +196,8 @@ inline constexpr double kGantryCudaClassifierFlopScale = 0.80;
 // - per layer of a micro-batch, its split products' loss: 0.135 ms at both sizes and every micro-batch
 //   (`kernels_bench --tp 2 --micro B`, call T1; measured, not fitted);
 // - per second of tp collective, the compute the collectives' kernels take from the products beside them;
-// - per micro-batch, a fixed cost (the one-GPU model misses about 1 ms a micro-batch at small ones too).
+// - per micro-batch, a fixed cost on every rank (the one-GPU model misses about 1 ms a micro-batch at small
+//   ones too; not the vocabulary-parallel head: call T3).
 // The last two fitted together (the smallest largest error) to the three layouts measured with the
 // blocking communicator (calls T4, T6): 124M at micro-batches 32 and 8, 350M at 8, all within 4.0 %. Before
 // it, the host enqueued each collective from a new thread and a tp forward waited for it: a fixed 3-5 ms

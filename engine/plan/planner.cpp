@@ -764,8 +764,8 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
   // gantry-cuda at tp > 1: what a tp rank's compute loses to tensor parallelism, per layer of a micro-batch
   // (its narrower products; the collectives' kernels and copies beside them).
   double tp_drag_layer = 0;
-  // ... and per micro-batch, on the ranks holding the embedding and the classifier (half each).
-  double tp_drag_head = 0;
+  // ... and per micro-batch, on every rank (a pipeline rank's share split over its chunks).
+  double tp_drag_mb_fixed = 0;
   const double m_steps = r.m;
 
   // ---- Tensor parallel: Megatron's two all-reduces forward and two backward per layer (Narayanan et al.
@@ -806,13 +806,13 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
     // from shrinking with the micro-batch.
     if (in.engine == EngineKind::kGantryCuda) {
       tp_drag_layer = kGantryCudaTpLayerCost + kGantryCudaTpCollectiveDrag * per_layer * one;
-      tp_drag_head = kGantryCudaTpMicroBatchCost;
+      tp_drag_mb_fixed = kGantryCudaTpMicroBatchCost;
       exposed_layer = kGantryCudaTpExposedFraction * per_layer * one + kGantryCudaTpLayerLatency;
     }
     const double calls = per_layer * layers * m_steps;
     if (tp_drag_layer > 0) {
       a.pattern += "; costs the products beside it " +
-                   plan_ms(m_steps * (layers * tp_drag_layer + tp_drag_head)) + " a step (in compute)";
+                   plan_ms(m_steps * (layers * tp_drag_layer + tp_drag_mb_fixed)) + " a step (in compute)";
     }
     a.bytes = calls * bytes * (l.sequence_parallel ? 2 : 1);
     a.seconds = calls * one;
@@ -939,8 +939,7 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
                   (c.gpu.hbm_bw * (in.engine == EngineKind::kGantryCuda ? kGantryCudaOptimizerBandwidth : 1));
 
   // ---- The step: m micro-batches, the fill and drain of the pipeline, what communication is exposed.
-  // (A pipeline's busiest stage holds one of the embedding and the classifier: half the head's charge.)
-  const double tp_drag_mb = layers * tp_drag_layer + (l.pp == 1 ? tp_drag_head : tp_drag_head / 2);
+  const double tp_drag_mb = layers * tp_drag_layer + tp_drag_mb_fixed;
   // gantry-cuda: the dp collectives the backward hides still take its SMs while they run.
   double dp_drag = 0;
   for (CommAxis& a : p.comm) {
@@ -966,6 +965,8 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
   // the formula put 7 % ahead (docs/PERF.md call P1).
   if (in.engine == EngineKind::kGantryCuda && l.pp > 1) {
     const double block_f = block_fwd + tp_drag_layer / 3, block_b = block_bwd + 2 * tp_drag_layer / 3;
+    // tp's fixed cost of a micro-batch, shared by a rank's chunks, a third forward as the layers' charge.
+    const double chunk_f = tp_drag_mb_fixed / l.vp / 3, chunk_b = 2 * tp_drag_mb_fixed / l.vp / 3;
     const double block_w = gemm_s * fw.layer_gemm;
     const double classifier = classifier_fwd + classifier_bwd;  // all of it in the last stage's backward
     // ZB-H1's last stage: the dwte product over the kept d(logits), which it reads once more (bf16).
@@ -978,11 +979,8 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
     costs.transfer_s = pp_transfer;
     for (size_t k = 0; k < stages; ++k) {
       const double n = virtual_layers[k], head = k + 1 == stages ? classifier : 0;
-      // tp: the embedding's and the classifier's share of the micro-batch's charge, forward on the first
-      // stage, backward on the last.
-      const double tp_embed = k == 0 ? tp_drag_head / 2 : 0, tp_head = k + 1 == stages ? tp_drag_head / 2 : 0;
-      costs.forward.push_back(n * (block_f + block_comm / 2) + tp_embed);
-      costs.backward.push_back(n * (block_b + block_comm / 2) + head + tp_head);
+      costs.forward.push_back(n * (block_f + block_comm / 2) + chunk_f);
+      costs.backward.push_back(n * (block_b + block_comm / 2) + head + chunk_b);
       costs.weight.push_back(n * block_w + (head > 0 ? classifier_w : 0));
       costs.input.push_back(costs.backward.back() - costs.weight.back());
     }
