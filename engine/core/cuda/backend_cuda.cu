@@ -994,23 +994,13 @@ class CudaBackend final : public Backend {
   }
   // out (N, C) = inp (N, K) · w (C, K)ᵀ + bias. Tensor parallel: w holds this rank's K input columns, so
   // out is a partial sum, all-reduced; tp rank 0 alone adds the (whole) bias, so the sum holds it once.
-  // The rows go in two halves where they split evenly (16-byte aligned): the first half's all-reduce runs
-  // under the second half's product, and the compute stream waits only for the second's.
+  // One product, then its all-reduce: in two halves of the rows, the first half's all-reduce under the
+  // second half's product, a tp 2 step was 1.3-5.8 % slower at every size measured (docs/PERF.md, calls T8
+  // and T9): the halves' products run less efficiently and the all-reduce takes SMs from the one beside it.
   void row_parallel_forward(bf16* out, const bf16* inp, const bf16* w, const bf16* bias, int N, int K,
                             int C) {
-    const bf16* b = tp_rank_ == 0 ? bias : nullptr;
-    if (tp_comm_ == nullptr) {
-      matmul_->forward(out, inp, w, b, N, K, C, nullptr);
-      return;
-    }
-    const int parts = N % 16 == 0 && K % 8 == 0 && C % 8 == 0 ? 2 : 1;
-    const int rows = N / parts;
-    for (int part = 0; part < parts; ++part) {
-      const size_t r0 = static_cast<size_t>(part) * rows;
-      matmul_->forward(out + r0 * C, inp + r0 * K, w, b, rows, K, C, nullptr);
-      tp_all_reduce_start(out + r0 * C, static_cast<size_t>(rows) * C);
-    }
-    tp_join();
+    matmul_->forward(out, inp, w, tp_rank_ == 0 ? bias : nullptr, N, K, C, nullptr);
+    if (tp_comm_ != nullptr) tp_all_reduce(out, static_cast<size_t>(N) * C);
   }
 
   // From d(lnf) in dln_ (last stage; on a pipeline stage before it, d(output) already in dres_) down the
