@@ -749,8 +749,11 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
   const double bw = c.gpu.hbm_bw;
   const double gemm_s = tokens_mb / l.tp / peak;  // seconds per FLOP per token of one tp rank
   // One block's forward and backward of a micro-batch, and the classifier's (half its logit traffic each).
-  const double block_fwd = gemm_s * (fw.layer_gemm + attn_fwd) + layer_traffic / bw;
-  const double block_bwd = gemm_s * (2 * fw.layer_gemm + attn_bwd + recompute) +
+  // gantry-cuda: a micro-batch's fixed cost (engine_profile.h), spread over the model's blocks, so that a
+  // pipeline stage pays its blocks' share, a third in the forward as the products.
+  const double block_fixed = in.engine == EngineKind::kGantryCuda ? kGantryCudaMicroBatchCost / md.layers : 0;
+  const double block_fwd = gemm_s * (fw.layer_gemm + attn_fwd) + layer_traffic / bw + block_fixed / 3;
+  const double block_bwd = gemm_s * (2 * fw.layer_gemm + attn_bwd + recompute) + 2 * block_fixed / 3 +
                            layer_traffic * (l.recompute == Recompute::kFull ? 3 : 2) / bw;
   const double classifier_fwd = gemm_s * logits_flops + 0.5 * logits_traffic / bw;
   const double classifier_bwd = gemm_s * 2 * logits_flops + 0.5 * logits_traffic / bw;
@@ -762,10 +765,8 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
   double exposed_mb = 0;                   // communication on the critical path of one micro-batch
   double pp_send_mb = 0, pp_transfer = 0;  // the pipeline's sends of one micro-batch; one of them
   // gantry-cuda at tp > 1: what a tp rank's compute loses to tensor parallelism, per layer of a micro-batch
-  // (its narrower products; the collectives' kernels and copies beside them).
+  // (the collectives' kernels beside the products; tp's fixed cost of a micro-batch, spread over the blocks).
   double tp_drag_layer = 0;
-  // ... and per micro-batch, on every rank (a pipeline rank's share split over its chunks).
-  double tp_drag_mb_fixed = 0;
   const double m_steps = r.m;
 
   // ---- Tensor parallel: Megatron's two all-reduces forward and two backward per layer (Narayanan et al.
@@ -801,18 +802,17 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
       exposed_layer +=
           plan_tp_exposed_seconds(one, products[k % 2 + (k >= 2 && k < 4 ? 2 : 0)], tr.tp_overlap);
     }
-    // Gantry's CUDA backend (docs/PERF.md calls T1-T6): a tp rank's split products, the collectives'
-    // kernels beside them, a fixed cost a micro-batch, and the stream's waits, which NCCL's latency keeps
-    // from shrinking with the micro-batch.
+    // Gantry's CUDA backend (docs/PERF.md calls T1-T10): the collectives' kernels beside the products, a
+    // fixed cost a micro-batch, and the stream's waits, which NCCL's latency keeps from shrinking with the
+    // micro-batch.
     if (in.engine == EngineKind::kGantryCuda) {
-      tp_drag_layer = kGantryCudaTpLayerCost + kGantryCudaTpCollectiveDrag * per_layer * one;
-      tp_drag_mb_fixed = kGantryCudaTpMicroBatchCost;
+      tp_drag_layer = kGantryCudaTpCollectiveDrag * per_layer * one + kGantryCudaTpMicroBatchCost / md.layers;
       exposed_layer = kGantryCudaTpExposedFraction * per_layer * one + kGantryCudaTpLayerLatency;
     }
     const double calls = per_layer * layers * m_steps;
     if (tp_drag_layer > 0) {
-      a.pattern += "; costs the products beside it " +
-                   plan_ms(m_steps * (layers * tp_drag_layer + tp_drag_mb_fixed)) + " a step (in compute)";
+      a.pattern += "; costs the products beside it " + plan_ms(m_steps * layers * tp_drag_layer) +
+                   " a step (in compute)";
     }
     a.bytes = calls * bytes * (l.sequence_parallel ? 2 : 1);
     a.seconds = calls * one;
@@ -939,7 +939,7 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
                   (c.gpu.hbm_bw * (in.engine == EngineKind::kGantryCuda ? kGantryCudaOptimizerBandwidth : 1));
 
   // ---- The step: m micro-batches, the fill and drain of the pipeline, what communication is exposed.
-  const double tp_drag_mb = layers * tp_drag_layer + tp_drag_mb_fixed;
+  const double tp_drag_mb = layers * tp_drag_layer;
   // gantry-cuda: the dp collectives the backward hides still take its SMs while they run.
   double dp_drag = 0;
   for (CommAxis& a : p.comm) {
@@ -965,8 +965,6 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
   // the formula put 7 % ahead (docs/PERF.md call P1).
   if (in.engine == EngineKind::kGantryCuda && l.pp > 1) {
     const double block_f = block_fwd + tp_drag_layer / 3, block_b = block_bwd + 2 * tp_drag_layer / 3;
-    // tp's fixed cost of a micro-batch, shared by a rank's chunks, a third forward as the layers' charge.
-    const double chunk_f = tp_drag_mb_fixed / l.vp / 3, chunk_b = 2 * tp_drag_mb_fixed / l.vp / 3;
     const double block_w = gemm_s * fw.layer_gemm;
     const double classifier = classifier_fwd + classifier_bwd;  // all of it in the last stage's backward
     // ZB-H1's last stage: the dwte product over the kept d(logits), which it reads once more (bf16).
@@ -979,8 +977,8 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
     costs.transfer_s = pp_transfer;
     for (size_t k = 0; k < stages; ++k) {
       const double n = virtual_layers[k], head = k + 1 == stages ? classifier : 0;
-      costs.forward.push_back(n * (block_f + block_comm / 2) + chunk_f);
-      costs.backward.push_back(n * (block_b + block_comm / 2) + head + chunk_b);
+      costs.forward.push_back(n * (block_f + block_comm / 2));
+      costs.backward.push_back(n * (block_b + block_comm / 2) + head);
       costs.weight.push_back(n * block_w + (head > 0 ? classifier_w : 0));
       costs.input.push_back(costs.backward.back() - costs.weight.back());
     }
