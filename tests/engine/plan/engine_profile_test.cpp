@@ -342,11 +342,10 @@ TEST(PlanEngineProfile, GantryCudaPipelineRunsAtItsCostliestRanksPace) {
 // A gantry-cuda pipeline is priced as it runs: every rank's program (telemetry/pipeline_program.h) timed
 // with its own chunks' passes (the classifier inside the last stage's backward, ZB-H1's weight pass the
 // blocks' weight-gradient products and the classifier's), not by the formula's equal stages and equal
-// thirds. Against the steps measured on 2 NVIDIA H200 (docs/PERF.md call P1, 8 micro-batches a step), to
-// which the efficiency and the classifier's rate were fitted with the one-GPU steps (call W1): the formula
-// priced 350M's ZB-H1 11 % under its measured step and 1F1B's 124M 7 % over; the programs' timing is
-// within 5 % of each. Held out: 350M with 8 micro-batches on one GPU, and ZB-H1 after its classifier's
-// weight product moved to the weight pass (call P2).
+// thirds. Against the steps measured on 2 NVIDIA H200 (docs/PERF.md call P1, 8 micro-batches a step) the
+// formula priced 350M's ZB-H1 11 % under and 1F1B's 124M 7 % over; the programs' timing is within 5 % of
+// each. The efficiency, a micro-batch's fixed cost and the classifier's rate were fitted to these steps,
+// the one-GPU ones (calls W1, T10) and 350M with 8 micro-batches on one GPU (call P2).
 TEST(PlanEngineProfile, GantryCudaPipelinesArePricedAsTheirProgramsRun) {
   struct Case {
     const char* model;
