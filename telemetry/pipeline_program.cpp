@@ -126,11 +126,25 @@ struct Simulation {
   std::vector<double> busy;
 };
 
-double unit_cost(PipelineOp op) {
-  return op == PipelineOp::kBackward ? 2.0 : 1.0;
+// A pass's cost for the placement: the given per-virtual-stage costs, or units (a whole backward 2, any
+// other pass 1).
+double pass_cost(const PipelineCosts* costs, int pp, int rank, const PipelineAction& a) {
+  if (costs == nullptr) return a.op == PipelineOp::kBackward ? 2.0 : 1.0;
+  const size_t v = static_cast<size_t>(a.chunk) * pp + rank;
+  switch (a.op) {
+    case PipelineOp::kForward:
+      return costs->forward[v];
+    case PipelineOp::kBackward:
+      return costs->backward[v];
+    case PipelineOp::kInput:
+      return costs->input[v];
+    case PipelineOp::kWeight:
+      return costs->weight[v];
+  }
+  return 0.0;
 }
 
-Simulation simulate(PipelineSchedule s, int pp, int vp, int m) {
+Simulation simulate(PipelineSchedule s, int pp, int vp, int m, const PipelineCosts* costs) {
   Simulation sim;
   const int stages = pp * vp;
   sim.actions.resize(pp);
@@ -171,9 +185,10 @@ Simulation simulate(PipelineSchedule s, int pp, int vp, int m) {
     }
     const PipelineAction& a = sim.actions[pick][next[pick]];
     const int v = a.chunk * pp + pick;
-    const double end = pick_start + unit_cost(a.op);
+    const double cost = pass_cost(costs, pp, pick, a);
+    const double end = pick_start + cost;
     sim.start[pick].push_back(pick_start);
-    sim.busy[pick] += unit_cost(a.op);
+    sim.busy[pick] += cost;
     clock[pick] = end;
     ++next[pick];
     const int seq = static_cast<int>(sim.messages.size());
@@ -195,8 +210,25 @@ Simulation simulate(PipelineSchedule s, int pp, int vp, int m) {
 
 }  // namespace
 
-std::vector<PipelineStep> pipeline_program(PipelineSchedule s, int pp, int vp, int stage, int m) {
-  const Simulation sim = simulate(s, pp, vp, m);
+namespace {
+
+void check_costs(PipelineSchedule s, int pp, int vp, const PipelineCosts& costs) {
+  const size_t stages = static_cast<size_t>(pp) * vp;
+  const bool split = s == PipelineSchedule::kZeroBubbleH1;
+  for (const std::vector<double>* v : {&costs.forward, split ? &costs.input : &costs.backward}) {
+    if (v->size() != stages) throw std::invalid_argument("pipeline costs: one per virtual stage");
+  }
+  if (split && costs.weight.size() != stages) {
+    throw std::invalid_argument("pipeline costs: ZB-H1 needs weight costs per virtual stage");
+  }
+}
+
+}  // namespace
+
+std::vector<PipelineStep> pipeline_program(PipelineSchedule s, int pp, int vp, int stage, int m,
+                                           const PipelineCosts* place) {
+  if (place != nullptr) check_costs(s, pp, vp, *place);
+  const Simulation sim = simulate(s, pp, vp, m, place);
   const std::vector<PipelineAction>& acts = sim.actions[stage];
   std::vector<PipelineStep> out;
   size_t k = 0;
@@ -222,25 +254,66 @@ std::vector<PipelineStep> pipeline_program(PipelineSchedule s, int pp, int vp, i
   return out;
 }
 
+std::vector<int> pipeline_program_slots(const std::vector<PipelineStep>& program, int stage, int vp, int m,
+                                        bool split) {
+  std::vector<std::vector<bool>> busy(static_cast<size_t>(vp));
+  std::vector<std::vector<int>> slot_of(static_cast<size_t>(vp),
+                                        std::vector<int>(static_cast<size_t>(m), -1));
+  auto acquire = [&](size_t c, size_t k) {
+    std::vector<bool>& b = busy[c];
+    size_t i = 0;
+    while (i < b.size() && b[i]) ++i;
+    if (i == b.size()) b.push_back(false);
+    b[i] = true;
+    slot_of[c][k] = static_cast<int>(i);
+  };
+  auto release = [&](size_t c, size_t k) {
+    if (slot_of[c][k] >= 0) busy[c][static_cast<size_t>(slot_of[c][k])] = false;
+  };
+  for (const PipelineStep& st : program) {
+    const size_t k = static_cast<size_t>(st.action.micro), c = static_cast<size_t>(st.action.chunk);
+    if (st.kind == PipelineStep::Kind::kRecv) {
+      if (!st.grad) acquire(c, k);
+    } else if (st.kind == PipelineStep::Kind::kSend) {
+      if (st.grad && !split) release(c, k);
+    } else if (st.action.op == PipelineOp::kForward) {
+      if (slot_of[c][k] < 0) acquire(c, k);
+    } else if (st.action.op == PipelineOp::kWeight) {
+      release(c, k);
+    } else if (stage == 0 && c == 0 && !split) {  // the model's first chunk sends no gradient up
+      release(c, k);
+    }
+  }
+  std::vector<int> slots;
+  for (const std::vector<bool>& b : busy) slots.push_back(static_cast<int>(b.size()));
+  return slots;
+}
+
+bool pipeline_placement_keeps_slots(PipelineSchedule s, int pp, int vp, int m, const PipelineCosts& costs) {
+  const bool split = s == PipelineSchedule::kZeroBubbleH1;
+  for (int r = 0; r < pp; ++r) {
+    const std::vector<int> units = pipeline_program_slots(pipeline_program(s, pp, vp, r, m), r, vp, m, split);
+    const std::vector<int> placed =
+        pipeline_program_slots(pipeline_program(s, pp, vp, r, m, &costs), r, vp, m, split);
+    for (size_t c = 0; c < units.size(); ++c) {
+      if (placed[c] > units[c]) return false;
+    }
+  }
+  return true;
+}
+
 double pipeline_simulated_bubble(PipelineSchedule s, int pp, int vp, int m) {
-  const Simulation sim = simulate(s, pp, vp, m);
+  const Simulation sim = simulate(s, pp, vp, m, nullptr);
   double idle = 0;
   for (double b : sim.busy) idle = std::max(idle, sim.makespan - b);
   return sim.makespan > 0 ? idle / sim.makespan : 0.0;
 }
 
-PipelineTiming pipeline_program_timing(PipelineSchedule s, int pp, int vp, int m,
-                                       const PipelineCosts& costs) {
-  const size_t stages = static_cast<size_t>(pp) * vp;
-  const bool split = s == PipelineSchedule::kZeroBubbleH1;
-  for (const std::vector<double>* v : {&costs.forward, split ? &costs.input : &costs.backward}) {
-    if (v->size() != stages) throw std::invalid_argument("pipeline_program_timing: a cost per virtual stage");
-  }
-  if (split && costs.weight.size() != stages) {
-    throw std::invalid_argument("pipeline_program_timing: ZB-H1 needs weight costs per virtual stage");
-  }
+PipelineTiming pipeline_program_timing(PipelineSchedule s, int pp, int vp, int m, const PipelineCosts& costs,
+                                       bool place_by_costs) {
+  check_costs(s, pp, vp, costs);
   std::vector<std::vector<PipelineStep>> prog(pp);
-  for (int r = 0; r < pp; ++r) prog[r] = pipeline_program(s, pp, vp, r, m);
+  for (int r = 0; r < pp; ++r) prog[r] = pipeline_program(s, pp, vp, r, m, place_by_costs ? &costs : nullptr);
   PipelineTiming t;
   t.busy.assign(pp, 0.0);
   t.waits.assign(pp, 0.0);

@@ -897,38 +897,8 @@ Result<std::vector<int>> plan_pipeline_chunk_slots(int pp, int vp, int stage, in
   Status s = pipe_validate(pp, vp, stage, micro_batches, schedule);
   if (!s.ok()) return s;
   const PipelineSchedule ps = plan_pipeline_schedule(schedule);
-  const bool split = ps == PipelineSchedule::kZeroBubbleH1;
-  const size_t m = static_cast<size_t>(micro_batches);
-  std::vector<std::vector<bool>> busy(static_cast<size_t>(vp));
-  std::vector<std::vector<int>> slot_of(static_cast<size_t>(vp), std::vector<int>(m, -1));
-  auto acquire = [&](size_t c, size_t k) {
-    std::vector<bool>& b = busy[c];
-    size_t i = 0;
-    while (i < b.size() && b[i]) ++i;
-    if (i == b.size()) b.push_back(false);
-    b[i] = true;
-    slot_of[c][k] = static_cast<int>(i);
-  };
-  auto release = [&](size_t c, size_t k) {
-    if (slot_of[c][k] >= 0) busy[c][static_cast<size_t>(slot_of[c][k])] = false;
-  };
-  for (const PipelineStep& st : pipeline_program(ps, pp, vp, stage, micro_batches)) {
-    const size_t k = static_cast<size_t>(st.action.micro), c = static_cast<size_t>(st.action.chunk);
-    if (st.kind == PipelineStep::Kind::kRecv) {
-      if (!st.grad) acquire(c, k);
-    } else if (st.kind == PipelineStep::Kind::kSend) {
-      if (st.grad && !split) release(c, k);
-    } else if (st.action.op == PipelineOp::kForward) {
-      if (slot_of[c][k] < 0) acquire(c, k);
-    } else if (st.action.op == PipelineOp::kWeight) {
-      release(c, k);
-    } else if (stage == 0 && c == 0 && !split) {  // the model's first chunk sends no gradient up
-      release(c, k);
-    }
-  }
-  std::vector<int> slots;
-  for (const std::vector<bool>& b : busy) slots.push_back(static_cast<int>(b.size()));
-  return slots;
+  return pipeline_program_slots(pipeline_program(ps, pp, vp, stage, micro_batches), stage, vp, micro_batches,
+                                ps == PipelineSchedule::kZeroBubbleH1);
 }
 
 int plan_pipeline_slots(int pp, int stage, int micro_batches, bool gpipe) {

@@ -113,12 +113,12 @@ Result<EngineMemory> plan_cuda_rank_memory(const PlanModel& m, int micro_batch, 
                                            const CudaDataParallelPlan& dpp = {});
 
 // The slots each of rank `stage`'s vp chunks holds over one step, as both backends allocate them: the
-// rank's pipeline_program (telemetry/pipeline_program.h) replayed with their acquire() and release() (a
-// chunk's slot taken at an activation's receive, or at the forward on the model's first chunk, freed at
-// the gradient's send, or at the first chunk's backward, under ZB-H1 at the weight pass instead; a new one
-// only when all of the chunk's are busy). Interleaved counts have no simple closed form (pp 4, vp 2, m 8:
-// ranks 0-2 hold [8, 4], rank 3 [6, 3]); at vp 1 the closed forms below are this replay's. The error
-// names a shape the schedule does not run (vp > 1 exactly when interleaved, m then a multiple of pp).
+// rank's pipeline_program (telemetry/pipeline_program.h), its messages placed by units, replayed with their
+// acquire() and release() (pipeline_program_slots). The CUDA stage's later placement by measured costs is
+// kept only where it holds no more (pipeline_placement_keeps_slots), so this stays its count. Interleaved
+// counts have no simple closed form (pp 4, vp 2, m 8: ranks 0-2 hold [8, 4], rank 3 [6, 3]); at vp 1 the
+// closed forms below are this replay's. The error names a shape the schedule does not run (vp > 1 exactly
+// when interleaved, m then a multiple of pp).
 Result<std::vector<int>> plan_pipeline_chunk_slots(int pp, int vp, int stage, int micro_batches,
                                                    CudaPipeSchedule schedule);
 

@@ -48,6 +48,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -1277,11 +1278,14 @@ class CudaBackend final : public Backend {
   // gang deadlocks (a send returns only once its peer receives). Per step, on each communicator:
   //  pp (tp rank r and dp rank d of every stage; at tp > 1 it carries tp rank r's shares and the whole
   //      N x C activations, which are the same on every tp rank):
+  //      0. once, at the step after kPlaceAfterSteps: the passes' measured costs, all-reduced over pp,
+  //         then tp, then dp (place_by_measured_costs; every rank of the world at the same step);
   //      1. the wte copy, stage 0 -> last (sync_wte; V/tp x C bf16, this tp rank's rows);
   //      2. the program's sends and receives (bf16 N x C), in pipeline_program's one global message order:
-  //         a simulation every rank runs alike, where each message is a send on one stage and the matching
-  //         receive on its neighbour, and a rank waits only on the earliest message it is part of
-  //         (PipelineProgram.SendsAndReceivesPairUpInOneOrder replays every schedule at pp 2-4). Under
+  //         a simulation every rank runs alike (with units, or the same exchanged costs), where each
+  //         message is a send on one stage and the matching receive on its neighbour, and a rank waits
+  //         only on the earliest message it is part of (PipelineProgram.SendsAndReceivesPairUpInOneOrder
+  //         replays every schedule at pp 2-4, placed by units and by uneven costs). Under
   //         interleaving the last stage's chunk c sends to stage 0's chunk c + 1 and the gradient comes
   //         back the same way: each step names this rank's chunk and its peer;
   //      3. the tied classifier's gradient, last -> stage 0 (fp32 V/tp x C), sent after the last stage's
@@ -1360,7 +1364,10 @@ class CudaBackend final : public Backend {
     const size_t VC = static_cast<size_t>(m_.vocab_size / tp_) * C;  // this tp rank's wte rows
     if (head_) CUDA_CHECK(cudaMemsetAsync(dwte_, 0, VC * sizeof(float), stream_));
     slot_of_.assign(vp_, std::vector<int>(m, -1));
-    const std::vector<PipelineStep> program = pipeline_program(schedule_, stages_, vp_, stage_, m);
+    if (measured_steps_ == kPlaceAfterSteps && !placement_tried_) place_by_measured_costs(m);
+    if (placed_m_ != m) place_ = std::nullopt;  // measured for another micro-batch count: units again
+    const std::vector<PipelineStep> program =
+        pipeline_program(schedule_, stages_, vp_, stage_, m, place_ ? &*place_ : nullptr);
     // Stage 0's last compute is its last backward under GPipe and 1F1B, its last weight pass under ZB-H1
     // (stage 0 defers none), after every message of its program (it sends nothing up): under ZeRO 2-3 the
     // tied classifier's gradient is received and added just before it.
@@ -1471,6 +1478,49 @@ class CudaBackend final : public Backend {
     for (int u = static_cast<int>(state_->plan().units.size()) - 1; u >= 0; --u) state_->grads_done(u);
   }
 
+  // The messages' placement by what the passes take here (pipeline_program's simulation). The unit costs
+  // it starts with put a receive where a unit-cost neighbour would have sent: at tp 2 x pp 2 (350M) ZB-H1's
+  // input pass takes 1.2-1.9 forwards and its weight pass 0.4, so stage 0 waited for a gradient before a
+  // forward that did not need it, 4.5 ms of every 33 (docs/PERF.md call U2). After kPlaceAfterSteps steps
+  // every rank's per-chunk pass means (the last step's) are averaged over the whole world, so every rank
+  // places by the same numbers (a pp group's programs must agree, and the dp and tp collectives inside the
+  // computes need one message order on every replica); the result is kept when every rank's chunks hold no
+  // more activation slots under it than under units (the planner's memory, pipeline_program_slots). Only
+  // where the messages go changes: each rank's computes keep their order, so the numbers do too.
+  void place_by_measured_costs(int m) {
+    placement_tried_ = true;
+    const size_t n = 3 * static_cast<size_t>(stages_) * vp_;  // (forward, backward or input, weight)
+    std::vector<float> h(n, 0.0f);
+    for (int c = 0; c < vp_; ++c) {
+      for (int j = 0; j < 3; ++j)
+        h[3 * (static_cast<size_t>(c) * stages_ + stage_) + j] = chunk_ms_[3 * c + j];
+    }
+    // scratch_ is free between steps (every kernel that uses it runs on this stream).
+    CUDA_CHECK(cudaMemcpyAsync(scratch_, h.data(), n * sizeof(float), cudaMemcpyHostToDevice, stream_));
+    check(pp_comm_->all_reduce_enqueue(scratch_, n, stream_));  // one stage's numbers in each entry
+    for (Communicator* x : {tp_comm_, dp_}) {
+      if (x != nullptr) check(x->all_reduce_enqueue(scratch_, n, stream_));
+    }
+    CUDA_CHECK(cudaMemcpyAsync(h.data(), scratch_, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    for (Communicator* x : {pp_comm_, tp_comm_, dp_}) {
+      if (x != nullptr) check(x->sync(stream_, dp_timeout_));  // a dead peer fails at the timeout
+    }
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    const double ranks = static_cast<double>(tp_) * (dp_ != nullptr ? dp_->size() : 1);
+    PipelineCosts c;
+    bool measured = true;
+    for (size_t v = 0; v < n / 3; ++v) {
+      const double f = h[3 * v] / ranks, b = h[3 * v + 1] / ranks, w = h[3 * v + 2] / ranks;
+      measured = measured && f > 0 && b > 0 && (!split_backward_ || w > 0);
+      c.forward.push_back(f);
+      (split_backward_ ? c.input : c.backward).push_back(b);
+      c.weight.push_back(w);
+    }
+    if (!measured || !pipeline_placement_keeps_slots(schedule_, stages_, vp_, m, c)) return;
+    place_ = std::move(c);
+    placed_m_ = m;
+  }
+
   // Validation down the stages: each receives the previous one's output and hands its own on; the last
   // stage's loss is summed over pp (the others add 0), so every rank returns it.
   float pipeline_forward_loss(const int32_t* inputs, const int32_t* targets, int B) {
@@ -1521,16 +1571,23 @@ class CudaBackend final : public Backend {
       CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
       return static_cast<double>(t);
     };
+    chunk_ms_.assign(3 * static_cast<size_t>(vp_), 0.0f);  // the passes' means, for the placement
     for (int k = 0; k < pipe_micros_ * vp_; ++k) {
       const PipeEvents& e = pipe_events_[k];
-      phases_.forward_s += ms(e.f0, e.f1) * 1e-3;
-      phases_.backward_s += ms(e.b0, e.b1) * 1e-3;
+      const double f = ms(e.f0, e.f1), b = ms(e.b0, e.b1);
+      phases_.forward_s += f * 1e-3;
+      phases_.backward_s += b * 1e-3;
+      float* mean = &chunk_ms_[3 * static_cast<size_t>(k / pipe_micros_)];
+      mean[0] += static_cast<float>(f / pipe_micros_);
+      mean[1] += static_cast<float>(b / pipe_micros_);
       if (split_backward_) {  // ZB-H1's weight pass
-        const double w = ms(e.w0, e.w1) * 1e-3;
-        phases_.backward_s += w;
-        phases_.weight_pass_s = phases_.weight_pass_s.value_or(0) + w;
+        const double w = ms(e.w0, e.w1);
+        phases_.backward_s += w * 1e-3;
+        phases_.weight_pass_s = phases_.weight_pass_s.value_or(0) + w * 1e-3;
+        mean[2] += static_cast<float>(w / pipe_micros_);
       }
     }
+    ++measured_steps_;
     const double span = ms(span_begin_, span_end_) * 1e-3;
     const double idle = std::max(0.0, span - phases_.forward_s - phases_.backward_s);
     phases_.bubble = span > 0 ? idle / span : 0.0;
@@ -1637,6 +1694,14 @@ class CudaBackend final : public Backend {
   bf16* wte_copy_ = nullptr;
   float *dwte_ = nullptr, *dwte_in_ = nullptr;
   std::vector<PipeEvents> pipe_events_;
+  // The messages' placement (place_by_measured_costs): units until the costs measured after
+  // kPlaceAfterSteps steps are exchanged (once), then those for m = placed_m_ micro-batches.
+  static constexpr int kPlaceAfterSteps = 2;  // the first step allocates the slots and tunes the products
+  int measured_steps_ = 0;
+  bool placement_tried_ = false;
+  std::vector<float> chunk_ms_;  // [3 * chunk + (forward, backward or input, weight)], the last step's
+  std::optional<PipelineCosts> place_;
+  int placed_m_ = 0;
   cudaEvent_t span_begin_ = nullptr, span_end_ = nullptr;
   int pipe_micros_ = 0;  // micro-batches the last step ran (0: none since begin_step)
   int64_t tokens_ = 0;
