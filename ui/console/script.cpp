@@ -182,7 +182,8 @@ Result<std::vector<ScriptCommand>> script_parse(std::string_view text, std::stri
                                 {"export_timeline", K::export_timeline, 's'},
                                 {"wait_devices", K::wait_devices, 'n'},
                                 {"wait_compared", K::wait_compared, 'n'},
-                                {"export_plot", K::export_plot, 'p'}};
+                                {"export_plot", K::export_plot, 'p'},
+                                {"wait_refused", K::wait_refused, 0}};
   std::vector<ScriptCommand> out;
   int line_no = 0;
   size_t pos = 0;
@@ -264,7 +265,7 @@ std::string ScriptRunner::current() const {
   static const char* const kNames[] = {"wait_connected", "wait_frames",   "wait_steps",    "wait_state",
                                        "wait_event",     "wait_action",   "click",         "submit_tiny",
                                        "reconnect",      "quit",          "wait_timeline", "export_timeline",
-                                       "wait_devices",   "wait_compared", "export_plot"};
+                                       "wait_devices",   "wait_compared", "export_plot",   "wait_refused"};
   std::string s = "line " + std::to_string(c.line) + ": " + kNames[static_cast<int>(c.kind)];
   if (c.kind == ScriptCommand::Kind::wait_frames || c.kind == ScriptCommand::Kind::wait_steps ||
       c.kind == ScriptCommand::Kind::wait_timeline || c.kind == ScriptCommand::Kind::wait_devices ||
@@ -296,7 +297,12 @@ ScriptOrders ScriptRunner::step(const ConsoleSnapshot& s, const ClickTargets& cl
   for (int guard = 0; guard < 64 && !done(); ++guard) {
     const ScriptCommand& c = commands_[next_];
     auto fail = [&](const std::string& why) { failure_ = current() + ": " + why; };
-    if ((s.phase == "failed" || s.phase == "unauthorized") && c.kind != K::quit && c.kind != K::reconnect) {
+    // A wait the connection can never meet fails at once; a refused token is what wait_refused waits for,
+    // and frames are drawn after it (a refusal that must stay one).
+    const bool refusal_awaited =
+        s.phase == "unauthorized" && (c.kind == K::wait_refused || c.kind == K::wait_frames);
+    if ((s.phase == "failed" || s.phase == "unauthorized") && c.kind != K::quit && c.kind != K::reconnect &&
+        !refusal_awaited) {
       fail("the console could not connect: " + s.error);
       return o;
     }
@@ -388,6 +394,13 @@ ScriptOrders ScriptRunner::step(const ConsoleSnapshot& s, const ClickTargets& cl
       }
       case K::wait_compared:
         finished = ui.compared_runs >= c.number;
+        break;
+      case K::wait_refused:
+        if (s.connected) {
+          fail("the coordinator accepted the token");
+          return o;
+        }
+        finished = s.phase == "unauthorized";
         break;
       case K::export_plot:
         if (!export_asked_) {

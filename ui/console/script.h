@@ -53,7 +53,8 @@ struct ScriptCommand {
     export_timeline,
     wait_devices,
     wait_compared,
-    export_plot
+    export_plot,
+    wait_refused
   };
   Kind kind = Kind::quit;
   int64_t number = 0;  // wait_frames, wait_steps, wait_timeline, wait_devices

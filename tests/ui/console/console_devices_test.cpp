@@ -86,10 +86,13 @@ TEST(ConsoleDevices, DeviceSeriesAComparedRunAndAWrongTokenInTheWindow) {
   const std::string console = "xvfb-run -a -s '-screen 0 1600x1000x24' " + std::string(GANTRY_BIN) +
                               " --width 1000 --height 700 --connect " + url + " --token-file " +
                               wrong.string() + " --state-dir " + (dir / "state2").string();
-  // Without a script: many frames, one refusal.
-  EXPECT_EQ(run_shell(console + " --frames 300 --dump-state " + (dir / "wrong.json").string() +
-                      " </dev/null >/dev/null 2>" + (dir / "wrong.err").string()),
-            0)
+  // The refusal, then many frames: one refusal. (The frames counted from the start could all be drawn
+  // before a loaded machine's coordinator answered.)
+  std::ofstream(dir / "refused") << "wait_refused\nwait_frames 300\n";
+  EXPECT_EQ(
+      run_shell(console + " --frames 1 --dump-state " + (dir / "wrong.json").string() + " --script " +
+                (dir / "refused").string() + " </dev/null >/dev/null 2>" + (dir / "wrong.err").string()),
+      0)
       << slurp(dir / "wrong.err");
   const json refused = json::parse(slurp(dir / "wrong.json"), nullptr, false);
   ASSERT_FALSE(refused.is_discarded()) << slurp(dir / "wrong.json");

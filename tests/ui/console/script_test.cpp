@@ -211,6 +211,37 @@ TEST(ScriptRunner, WaitsOnTheModelAndFailsWhenTheRunEndsFirst) {
   EXPECT_THAT(runner.failure(), HasSubstr("line 3: wait_steps 5: run 1 is stopped at step 4"));
 }
 
+// A wrong token: wait_refused waits while the console connects, and then frames can be drawn after the
+// refusal (to see that it stays one); any other wait fails at once. A token the coordinator accepts fails
+// the wait, naming that.
+TEST(ScriptRunner, WaitRefusedWaitsForTheRefusalAndFramesGoOnAfterIt) {
+  Result<std::vector<ScriptCommand>> cmds = script_parse("wait_refused\nwait_frames 2\nwait_connected", "s");
+  ASSERT_TRUE(cmds.ok()) << cmds.error();
+  ScriptRunner runner(cmds.value());
+  ClickTargets none;
+  ConsoleSnapshot s;
+  s.phase = "connecting";
+  runner.step(s, none);
+  EXPECT_EQ(runner.current(), "line 1: wait_refused");
+  s.phase = "unauthorized";
+  s.error = "the coordinator refused the token (401)";
+  runner.step(s, none);  // the refusal: on to wait_frames, its first frame
+  EXPECT_EQ(runner.current(), "line 2: wait_frames 2");
+  runner.step(s, none);
+  EXPECT_FALSE(runner.failed()) << runner.failure();
+  runner.step(s, none);  // the frames waited: on to wait_connected, which fails
+  EXPECT_TRUE(runner.failed());
+  EXPECT_THAT(runner.failure(), HasSubstr("line 3: wait_connected: the console could not connect: the "
+                                          "coordinator refused the token (401)"));
+
+  ScriptRunner accepted(cmds.value());
+  ConsoleSnapshot ok;
+  ok.connected = true;
+  accepted.step(ok, none);
+  EXPECT_TRUE(accepted.failed());
+  EXPECT_THAT(accepted.failure(), HasSubstr("line 1: wait_refused: the coordinator accepted the token"));
+}
+
 TEST(ScriptRunner, WaitEventCountsOnlyEventsAfterTheLastAction) {
   Result<std::vector<ScriptCommand>> cmds = script_parse("submit_tiny\nwait_event checkpoint", "s");
   ScriptRunner runner(cmds.value());
