@@ -66,6 +66,10 @@ struct PhaseTimes {
   // ZB-H1: the deferred weight passes' seconds, part of backward_s (the rest is the input passes): how the
   // split backward divides, which decides how much of the fill and drain the weight passes can fill.
   std::optional<double> weight_pass_s;
+  // Pipeline parallel: what the step's point-to-point messages were placed by, "units" or "measured costs"
+  // (pipeline_program: the CUDA stage places by its passes' measured costs from its third step, where that
+  // holds no more activation slots). Empty without a pipeline.
+  std::string message_placement;
 };
 
 // The device as the step left it, for the per-rank records. Optional fields are absent where the backend

@@ -659,6 +659,7 @@ TEST(RunCli, PipelineLayoutsAreCheckedAndPp2Trains) {
   ASSERT_EQ(e.code, 0) << run.err();
   EXPECT_THAT(run.err(), HasSubstr("dp 1 x tp 1 x pp 2"));
   EXPECT_THAT(run.err(), HasSubstr("rank 1 step 3: pipeline bubble"));
+  EXPECT_THAT(run.err(), HasSubstr("; messages placed by units"));  // the CPU stage's, every step
   EXPECT_THAT(run.err(), HasSubstr("done: step 3"));
 }
 

@@ -571,6 +571,7 @@ class PipelineCpuBackend final : public CpuStateBackend {
     const double schedule_s = since(s0), waited_s = p2p_s_ - p2p0;
     phases_.bubble = schedule_s > 0 ? waited_s / schedule_s : 0.0;
     phases_.bubble_formula = pipeline_schedule_bubble(schedule_, stages_, vp_, m);
+    phases_.message_placement = "units";
 
     // The tied classifier's weight gradient and the encoder's, on the first stage, micro-batch by
     // micro-batch (one process's order).

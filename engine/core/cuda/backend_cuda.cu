@@ -1592,6 +1592,7 @@ class CudaBackend final : public Backend {
     const double idle = std::max(0.0, span - phases_.forward_s - phases_.backward_s);
     phases_.bubble = span > 0 ? idle / span : 0.0;
     phases_.bubble_formula = pipeline_schedule_bubble(schedule_, stages_, vp_, pipe_micros_);
+    phases_.message_placement = place_ ? "measured costs" : "units";
     phases_.comm_exposed_s = idle;
     // Tensor parallel inside the stage: the compute stream's stalls for the tp stream, taken out of the
     // phase they fell in and counted as exposed communication (as at pp 1). They lie inside the computes,

@@ -325,6 +325,7 @@ class WorkerObserver final : public TrainObserver {
                       1e3 * *r.phases.weight_pass_s, 1e3 * r.phases.backward_s);
         split = b;
       }
+      if (!r.phases.message_placement.empty()) split += "; messages placed by " + r.phases.message_placement;
       std::fprintf(stderr, "rank %d step %lld: pipeline bubble %.1f %% measured, formula %.1f %%%s\n",
                    env_.rank, static_cast<long long>(r.step), 100 * *r.phases.bubble,
                    100 * *r.phases.bubble_formula, split.c_str());
