@@ -319,20 +319,6 @@ PipelineTiming pipeline_program_timing(PipelineSchedule s, int pp, int vp, int m
   t.waits.assign(pp, 0.0);
   std::vector<size_t> at(pp, 0);
   std::vector<double> clock(pp, 0.0);
-  auto compute_cost = [&](int r, const PipelineAction& a) {
-    const size_t v = static_cast<size_t>(a.chunk) * pp + r;
-    switch (a.op) {
-      case PipelineOp::kForward:
-        return costs.forward[v];
-      case PipelineOp::kBackward:
-        return costs.backward[v];
-      case PipelineOp::kInput:
-        return costs.input[v];
-      case PipelineOp::kWeight:
-        return costs.weight[v];
-    }
-    return 0.0;
-  };
   // Each rank runs until it reaches a receive whose message has not been sent yet.
   std::map<std::tuple<int, int, bool, int, int>, double> arrives;  // (from, to, grad, micro, chunk): when
   for (bool moved = true; moved;) {
@@ -341,7 +327,7 @@ PipelineTiming pipeline_program_timing(PipelineSchedule s, int pp, int vp, int m
       for (; at[r] < prog[r].size(); ++at[r], moved = true) {
         const PipelineStep& x = prog[r][at[r]];
         if (x.kind == PipelineStep::Kind::kCompute) {
-          const double c = compute_cost(r, x.action);
+          const double c = pass_cost(&costs, pp, r, x.action);
           clock[r] += c;
           t.busy[r] += c;
         } else if (x.kind == PipelineStep::Kind::kSend) {
