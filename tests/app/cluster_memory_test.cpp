@@ -19,6 +19,9 @@ class ClusterMemory : public ClusterCli {
   size_t daemons() const override { return 4; }
   std::string worker_fault() const override { return "0:slow_forward:100"; }
 
+  // A checkpoint_every past any step a test reaches before its kill (rank 0's 100 ms a step puts step 1000
+  // 100 s away).
+  static constexpr int kNoDiskCheckpointYet = 1000;
   // train.checkpoint_every (exact steps, unlike the coordinator's policy) and memory_copy_every 2.
   int64_t submit(int64_t max_steps, const json& extra, int checkpoint_every = 10, int keep = 3) {
     return submit_tiny(
@@ -118,7 +121,10 @@ TEST_F(ClusterMemory, AKilledWorkerIsRestoredFromMemoryBitForBitAsFromDisk) {
 // A lost node (its agent killed): its rank's copy survives on the ring peer, which serves it to the spare.
 TEST_F(ClusterMemory, ALostNodesShardIsServedByItsRingPeer) {
   small_model_ = true;  // steps only: the loss lands at step 13 of a run without end
-  const int64_t id = submit(100000, json::object());
+  // No disk checkpoint before the kill: with one every 10 steps, a kill that landed just after step 20 found
+  // the newest copies no newer than the disk's (both step 20) and rightly restored from disk (CI, session
+  // 21).
+  const int64_t id = submit(100000, json::object(), kNoDiskCheckpointYet);
   ASSERT_GE(id, 0);
   ASSERT_TRUE(eventually([&] { return last_step(id) >= 13 && complete_copies(id, 2) > 10; }, 120s))
       << seen_.dump();
@@ -143,7 +149,8 @@ TEST_F(ClusterMemory, ALostNodesShardIsServedByItsRingPeer) {
 // and past that step are not restored again) to an older state, and the run trains on.
 TEST_F(ClusterMemory, ADamagedCopyFallsBackToAnOlderState) {
   small_model_ = true;  // steps only: the pause lands at step 13 of a run without end
-  const int64_t id = submit(100000, json::object());
+  // As above: a pause at a disk checkpoint's step would restore from disk, never reading the damaged copy.
+  const int64_t id = submit(100000, json::object(), kNoDiskCheckpointYet);
   ASSERT_GE(id, 0);
   ASSERT_TRUE(eventually([&] { return last_step(id) >= 13 && complete_copies(id, 2) > 10; }, 120s))
       << seen_.dump();
