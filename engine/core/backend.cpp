@@ -64,10 +64,18 @@ Result<std::unique_ptr<Backend>> backend_create(const std::string& kind, const M
     return Status::error("tp " + std::to_string(options.tp->size()) + " with train.backend = \"" + kind +
                          "\": tensor parallel runs on the \"cpu\" and \"cuda\" backends; use one of them");
   }
-  if (options.tp != nullptr && options.tp->size() > 1 && options.sequence_parallel) {
+  if (options.tp != nullptr && options.tp->size() > 1 && options.sequence_parallel && options.pp != nullptr &&
+      options.pp->size() > 1) {
+    return Status::error("tp " + std::to_string(options.tp->size()) + " x pp " +
+                         std::to_string(options.pp->size()) +
+                         " with sequence parallelism on train.backend = \"cuda\": the GPU runs sequence "
+                         "parallelism at pp 1 only for now; set train.sequence_parallel = false, pp 1, or "
+                         "train.backend = \"cpu\"");
+  }
+  if (options.tp != nullptr && options.tp->size() > 1 && options.sequence_parallel &&
+      m.seq_len % options.tp->size() != 0) {
     return Status::error("tp " + std::to_string(options.tp->size()) +
-                         " with sequence parallelism on train.backend = \"cuda\": sequence parallelism is "
-                         "CPU-only for now; set train.sequence_parallel = false, or train.backend = \"cpu\"");
+                         " with sequence parallelism must divide model.seq_len " + std::to_string(m.seq_len));
   }
   if (kind == "cuda") {
 #ifdef GANTRY_HAVE_CUDA
@@ -102,7 +110,7 @@ Result<std::unique_ptr<Backend>> backend_create(const std::string& kind, const M
                                 .zero = options.zero,
                                 .bucket_bytes = options.bucket_bytes,
                                 .timeout = options.comm_timeout},
-                               {.comm = options.tp},
+                               {.comm = options.tp, .sequence_parallel = options.sequence_parallel},
                                {.comm = options.pp, .schedule = options.pp_schedule, .vp = options.vp});
 #else
     return Status::error(

@@ -31,6 +31,9 @@ Status Communicator::all_gather_enqueue(const void*, void*, size_t count, size_t
 Status Communicator::all_reduce_bf16_enqueue(void*, size_t count, void*) {
   return no_streams(*this, "all_reduce_bf16_enqueue", count);
 }
+Status Communicator::reduce_scatter_bf16_enqueue(void*, size_t count, void*) {
+  return no_streams(*this, "reduce_scatter_bf16_enqueue", count);
+}
 Status Communicator::send_enqueue(const void*, size_t count, size_t, int, void*) {
   return no_streams(*this, "send_enqueue", count);
 }

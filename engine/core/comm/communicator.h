@@ -111,6 +111,10 @@ class Communicator {
   // the kernels hold in bf16: half the bytes of fp32, and at tp 2 the same bits, since the one add is
   // taken in fp32 and rounded once either way).
   virtual Status all_reduce_bf16_enqueue(void* data, size_t count, void* stream);
+  // Sequence parallelism's reduce-scatter, in place on `count` bf16 values (a multiple of size()): rank r's
+  // block [r·count/size, (r+1)·count/size) of `data` becomes the sum of that block over the ranks; the
+  // other blocks are left undefined.
+  virtual Status reduce_scatter_bf16_enqueue(void* data, size_t count, void* stream);
   // Point to point on `stream` (a pipeline's activations and gradients, bf16 with element_bytes 2, or fp32
   // with 4): the peer's matching call names the same count and element size. Like send/recv, a send is
   // matched by the peer's receive in the order both were enqueued; the stream waits for the peer, the host

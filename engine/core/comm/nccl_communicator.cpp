@@ -162,6 +162,19 @@ class NcclCommunicator final : public Communicator {
                            static_cast<cudaStream_t>(stream));
     });
   }
+  Status reduce_scatter_bf16_enqueue(void* data, size_t count, void* stream) override {
+    if (count % static_cast<size_t>(size_) != 0) {
+      return invalid("reduce_scatter_bf16_enqueue", count,
+                     "the count is not a multiple of the " + std::to_string(size_) + " ranks");
+    }
+    const size_t block = count / static_cast<size_t>(size_);
+    // In place: NCCL reads the whole buffer and writes this rank's block where it already lies.
+    void* own = static_cast<char*>(data) + static_cast<size_t>(rank_) * block * 2;  // bf16: 2 bytes
+    return enqueue_only("reduce_scatter_bf16_enqueue", count, [&]() -> ncclResult_t {
+      return ncclReduceScatter(data, own, block, ncclBfloat16, ncclSum, comm_,
+                               static_cast<cudaStream_t>(stream));
+    });
+  }
   Status reduce_scatter_enqueue(const float* in, float* out, size_t count, void* stream) override {
     return enqueue_only("reduce_scatter_enqueue", count, [&]() {
       return enqueue_reduce_scatter(in, out, count, static_cast<cudaStream_t>(stream));

@@ -36,6 +36,18 @@
 // sums every stage's squares over pp (ZeroDeviceState's tp path, every tensor counted as split), the loss is
 // the last stage's, summed over pp (the others add 0), so both are the same on every rank.
 //
+// Sequence parallel (train.sequence_parallel, at pp 1; Megatron-LM SP, Korthikanti et al. 2022): each tp
+// rank keeps rows [r·N/tp, (r+1)·N/tp) of the flattened (B·T) residual stream (whole sequences where tp
+// divides B; the CPU backend's split is by position, and either is the same sum): the encoder's output and
+// every res2 and res3. The row-parallel products' partial sums are reduce-scattered (bf16) instead of
+// all-reduced, the LayerNorms run on the rank's rows, and each norm's output is all-gathered in place into
+// the whole (N, C) buffer the next column-parallel product reads (kept for its weight gradient: the
+// backward gathers no activation). Backward, d(res) is all-gathered before each row-parallel product's
+// backward and the column-parallel input gradients are reduce-scattered; the LayerNorms' weight and bias
+// gradients and those of the row-parallel biases their backward sums are then each rank's rows' part,
+// summed over tp once a step by ZeroDeviceState (tp_partial); wpe's comes from the gathered d(encoded),
+// whole. Same bytes on the wire as the all-reduces, and the residual stream at 1/tp of its memory.
+//
 // Tensor x pipeline parallel (tp x pp, x dp at ZeRO 0-3): each stage's blocks split over its tp group
 // exactly as at pp 1 (tensor_parallel_stage_table); stage 0's embedding and the last stage's cross-entropy
 // are vocab-parallel, the last stage's wte copy being the V/tp rows of the same tp rank on stage 0. The pp
@@ -79,13 +91,13 @@ struct LayerActs {
   bf16* qkv;        // (N, 3Cl)
   bf16* atty;       // (N, Cl)
   float* lse;       // (B, NHl, T)
-  bf16* res2;       // (N, C)
+  bf16* res2;       // (N, C); sequence parallel: (N/tp, C), this rank's rows
   bf16* ln2;        // (N, C)
   float* ln2_mean;  // (N)
   float* ln2_rstd;  // (N)
   bf16* fch_pre;    // (N, Hl) before GELU, for the GELU derivative
   bf16* fch_gelu;   // (N, Hl) after GELU, for the weight gradient (stored: recomputing cost 3.5 ms a step)
-  bf16* res3;       // (N, C)
+  bf16* res3;       // (N, C); sequence parallel: (N/tp, C)
 };
 
 // A block's tensors in the tensor table's order (gpt.h), as parameters or as gradients.
@@ -215,12 +227,15 @@ class CudaBackend final : public Backend {
         deterministic_(deterministic),
         dp_(dp.comm != nullptr && dp.comm->size() > 1 ? dp.comm : nullptr),
         dp_timeout_(dp.timeout),
-        tp_comm_(tp_ > 1 ? tp.comm : nullptr) {
+        tp_comm_(tp_ > 1 ? tp.comm : nullptr),
+        sp_(tp_ > 1 && tp.sequence_parallel) {
     GANTRY_CHECK(dp.zero >= 0 && dp.zero <= 3, "zero stage " + std::to_string(dp.zero) + " (allowed 0-3)");
     GANTRY_CHECK(m.n_head % tp_ == 0 && (4 * m.n_embd) % tp_ == 0 && m.vocab_size % tp_ == 0,
                  "tp " + std::to_string(tp_) + " must divide model.n_head " + std::to_string(m.n_head) +
                      ", the MLP width " + std::to_string(4 * m.n_embd) + " and model.vocab_size " +
                      std::to_string(m.vocab_size));
+    GANTRY_CHECK(!sp_ || (pp_comm_ == nullptr && m.seq_len % tp_ == 0),
+                 "sequence parallelism runs at pp 1 with seq_len a multiple of tp " + std::to_string(tp_));
     if (pp_comm_ != nullptr) {
       GANTRY_CHECK(pipeline_schedule_from_name(pp.schedule, &schedule_) &&
                        (schedule_ == PipelineSchedule::kInterleaved) == (vp_ > 1),
@@ -264,11 +279,17 @@ class CudaBackend final : public Backend {
                                     : shard_plan_make(table_, 1, 0, 0, dp.bucket_bytes);
     // The norm's two further axes: tp (the split tensors' squares summed over it, the whole ones' counted
     // once), then pp (every stage's tensors are its own, so each stage's total is summed over the stages).
-    std::vector<bool> sharded;
-    for (const TensorInfo& t : table_.tensors()) sharded.push_back(tensor_parallel_sharded(t.name));
+    // Sequence parallel: every whole tensor's gradient but wpe's (from the gathered d(encoded)) is the
+    // rank's rows' part, summed over tp once a step.
+    std::vector<bool> sharded, partial;
+    for (const TensorInfo& t : table_.tensors()) {
+      sharded.push_back(tensor_parallel_sharded(t.name));
+      if (sp_) partial.push_back(!sharded.back() && t.name != "wpe");
+    }
     state_ = std::make_unique<ZeroDeviceState>(
         table_, std::move(plan), dp_, dp_timeout_, stream_, scratch_,
-        [this](size_t bytes) { return device<char>(bytes); }, tp_comm_, std::move(sharded), pp_comm_);
+        [this](size_t bytes) { return device<char>(bytes); }, tp_comm_, std::move(sharded), pp_comm_,
+        partial);
     for (auto& snap : snapshots_) snap = std::make_unique<CudaStateSnapshot>(stream_);
     layout_params();
   }
@@ -675,6 +696,7 @@ class CudaBackend final : public Backend {
   LayerActs layer_acts() {
     const size_t B = max_batch_, T = m_.seq_len, C = m_.n_embd, N = B * T;
     const size_t Cl = C / tp_, NHl = m_.n_head / tp_, Hl = 4 * C / tp_;
+    const size_t Nl = sp_ ? N / tp_ : N;  // the residual stream's rows on this rank
     LayerActs l;
     l.ln1 = device<bf16>(N * C);
     l.ln1_mean = device<float>(N);
@@ -682,13 +704,13 @@ class CudaBackend final : public Backend {
     l.qkv = device<bf16>(N * 3 * Cl);
     l.atty = device<bf16>(N * Cl);
     l.lse = device<float>(B * NHl * T);
-    l.res2 = device<bf16>(N * C);
+    l.res2 = device<bf16>(Nl * C);
     l.ln2 = device<bf16>(N * C);
     l.ln2_mean = device<float>(N);
     l.ln2_rstd = device<float>(N);
     l.fch_pre = device<bf16>(N * Hl);
     l.fch_gelu = device<bf16>(N * Hl);
-    l.res3 = device<bf16>(N * C);
+    l.res3 = device<bf16>(Nl * C);
     return l;
   }
 
@@ -816,6 +838,11 @@ class CudaBackend final : public Backend {
   void forward(int B) {
     const int T = m_.seq_len, C = m_.n_embd, NH = m_.n_head, HS = C / NH, N = B * T, L = chunk_n_;
     const int Cl = C / tp_, NHl = NH / tp_, Hl = 4 * C / tp_;  // this tp rank's share
+    const size_t NC = static_cast<size_t>(N) * C;
+    // The residual stream's rows here (all N but under sequence parallelism) and where they start in an
+    // (N, C) buffer: the LayerNorms run on these, writing into the whole buffers the gathers complete.
+    const int Nl = rows_here(N);
+    const size_t o = row_offset(N) * C;
     // Under ZeRO 3 each unit's parameters are gathered just before use (the next one while this one
     // computes) and released after its last reader is enqueued.
     if (run_embed_) {
@@ -826,9 +853,11 @@ class CudaBackend final : public Backend {
       } else {
         vocab_parallel_encoder_forward_cuda(encoded_, inputs_, embeddings, embeddings + wpe_at_,
                                             vocab_first(), m_.vocab_size / tp_, N, T, C, stream_);
-        tp_all_reduce(encoded_, static_cast<size_t>(N) * C);
+        tp_sum_start(encoded_, NC);
+        tp_join();
       }
     }
+    const bf16* encoded_rows = encoded_ + o;
     for (int l = 0; l < L; ++l) {
       const BlockParams p = block_params(chunk_lo_ + l);
       // ZeRO 3 only; not past the chunk's end (an interleaved stage's next block there is another chunk's).
@@ -836,18 +865,20 @@ class CudaBackend final : public Backend {
       LayerActs& a = act(l);
       // This block's first norm also finishes the previous block: res3 = res2 + its MLP output.
       if (l == 0) {
-        residual_layernorm_forward_cuda(nullptr, a.ln1, a.ln1_mean, a.ln1_rstd, encoded_, nullptr, p.ln1_w,
-                                        p.ln1_b, N, C, stream_);
+        residual_layernorm_forward_cuda(nullptr, a.ln1 + o, a.ln1_mean, a.ln1_rstd, encoded_rows, nullptr,
+                                        p.ln1_w, p.ln1_b, Nl, C, stream_);
       } else {
-        residual_layernorm_forward_cuda(act(l - 1).res3, a.ln1, a.ln1_mean, a.ln1_rstd, act(l - 1).res2,
-                                        tmp_nc_, p.ln1_w, p.ln1_b, N, C, stream_);
+        residual_layernorm_forward_cuda(act(l - 1).res3, a.ln1 + o, a.ln1_mean, a.ln1_rstd, act(l - 1).res2,
+                                        tmp_nc_ + o, p.ln1_w, p.ln1_b, Nl, C, stream_);
       }
-      const bf16* residual = l == 0 ? encoded_ : act(l - 1).res3;
+      if (sp_) tp_gather_rows(a.ln1, NC);
+      const bf16* residual = l == 0 ? encoded_rows : act(l - 1).res3;
       matmul_->forward(a.qkv, a.ln1, p.qkv_w, p.qkv_b, N, C, 3 * Cl, nullptr);  // column-parallel
       attention_forward(a.atty, a.lse, a.qkv, B, T, NHl, HS, stream_);
       row_parallel_forward(tmp_nc_, a.atty, p.proj_w, p.proj_b, N, Cl, C);
-      residual_layernorm_forward_cuda(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, residual, tmp_nc_, p.ln2_w,
-                                      p.ln2_b, N, C, stream_);
+      residual_layernorm_forward_cuda(a.res2, a.ln2 + o, a.ln2_mean, a.ln2_rstd, residual, tmp_nc_ + o,
+                                      p.ln2_w, p.ln2_b, Nl, C, stream_);
+      if (sp_) tp_gather_rows(a.ln2, NC);
       matmul_->forward(a.fch_gelu, a.ln2, p.fc_w, p.fc_b, N, C, Hl, a.fch_pre);  // column-parallel
       row_parallel_forward(tmp_nc_, a.fch_gelu, p.fcproj_w, p.fcproj_b, N, Hl, C);
       // A stage before the last keeps its last block for the hand-off below (ZeRO 3: still pinned).
@@ -865,12 +896,13 @@ class CudaBackend final : public Backend {
     }
     const bf16* lnf = state_->params(final_unit_);
     if (L == 0) {
-      residual_layernorm_forward_cuda(nullptr, lnf_, lnf_mean_, lnf_rstd_, encoded_, nullptr, lnf + lnf_w_at_,
-                                      lnf + lnf_b_at_, N, C, stream_);
+      residual_layernorm_forward_cuda(nullptr, lnf_ + o, lnf_mean_, lnf_rstd_, encoded_rows, nullptr,
+                                      lnf + lnf_w_at_, lnf + lnf_b_at_, Nl, C, stream_);
     } else {
-      residual_layernorm_forward_cuda(act(L - 1).res3, lnf_, lnf_mean_, lnf_rstd_, act(L - 1).res2, tmp_nc_,
-                                      lnf + lnf_w_at_, lnf + lnf_b_at_, N, C, stream_);
+      residual_layernorm_forward_cuda(act(L - 1).res3, lnf_ + o, lnf_mean_, lnf_rstd_, act(L - 1).res2,
+                                      tmp_nc_ + o, lnf + lnf_w_at_, lnf + lnf_b_at_, Nl, C, stream_);
     }
+    if (sp_) tp_gather_rows(lnf_, NC);  // the vocab-parallel classifier reads every row
   }
 
   // The forward phase ends where the classifier starts: its chunks each do one forward and two gradient
@@ -913,8 +945,10 @@ class CudaBackend final : public Backend {
       bf16* dx = dln_ + static_cast<size_t>(r0) * C;
       matmul_->backward_input(dx, logits, wte, rows, C, V, nullptr);
       // Tensor parallel: each rank's d(lnf) is the part of the sum over its vocabulary; its all-reduce runs
-      // under the dwte product.
-      if (tp_comm_ != nullptr) tp_all_reduce_start(dx, static_cast<size_t>(rows) * C);
+      // under the dwte product (sequence parallel: one reduce-scatter of every row's, under the last
+      // chunk's).
+      if (tp_comm_ != nullptr && !sp_) tp_all_reduce_start(dx, static_cast<size_t>(rows) * C);
+      if (sp_ && r0 + rows == N) tp_sum_start(dln_, static_cast<size_t>(N) * C);
       if (keep == nullptr) matmul_->backward_weight(dwte, logits, x, rows, C, V);
     }
     if (backward && tp_comm_ != nullptr) tp_join();
@@ -983,10 +1017,32 @@ class CudaBackend final : public Backend {
     tp_follow();
     check(tp_comm_->all_reduce_bf16_enqueue(x, count, tp_stream_));
   }
-  void tp_all_reduce(bf16* x, size_t count) {
-    tp_all_reduce_start(x, count);
+  // x (count bf16, an (N, C) activation) summed over the tp ranks into the rows this rank keeps: all of
+  // them (all-reduce), or under sequence parallelism its N/tp (reduce-scatter in place, at row_offset).
+  void tp_sum_start(bf16* x, size_t count) {
+    if (!sp_) {
+      tp_all_reduce_start(x, count);
+      return;
+    }
+    tp_follow();
+    check(tp_comm_->reduce_scatter_bf16_enqueue(x, count, tp_stream_));
+  }
+  // Sequence parallel: x (count bf16) whole on every rank from each rank's block at its row_offset (an
+  // all-gather in place); the compute stream may go on with work that neither reads nor writes x until
+  // tp_join() (tp_gather_rows: at once).
+  void tp_gather_start(bf16* x, size_t count) {
+    tp_follow();
+    const size_t block = count / static_cast<size_t>(tp_);
+    check(tp_comm_->all_gather_enqueue(x + static_cast<size_t>(tp_rank_) * block, x, count, sizeof(bf16),
+                                       tp_stream_));
+  }
+  void tp_gather_rows(bf16* x, size_t count) {
+    tp_gather_start(x, count);
     tp_join();
   }
+  // The residual stream's rows on this rank of an activation of N rows, and the first of them.
+  int rows_here(int N) const { return sp_ ? N / tp_ : N; }
+  size_t row_offset(int N) const { return sp_ ? static_cast<size_t>(tp_rank_) * (N / tp_) : 0; }
   // out (count floats) = every tp rank's count / tp values of `in`, in rank order.
   void tp_all_gather(const float* in, float* out, size_t count) {
     tp_follow();
@@ -998,10 +1054,13 @@ class CudaBackend final : public Backend {
   // One product, then its all-reduce: in two halves of the rows, the first half's all-reduce under the
   // second half's product, a tp 2 step was 1.3-5.8 % slower at every size measured (docs/PERF.md, calls T8
   // and T9): the halves' products run less efficiently and the all-reduce takes SMs from the one beside it.
+  // Sequence parallel: the sum is reduce-scattered, this rank's rows at out + row_offset(N) * C.
   void row_parallel_forward(bf16* out, const bf16* inp, const bf16* w, const bf16* bias, int N, int K,
                             int C) {
     matmul_->forward(out, inp, w, tp_rank_ == 0 ? bias : nullptr, N, K, C, nullptr);
-    if (tp_comm_ != nullptr) tp_all_reduce(out, static_cast<size_t>(N) * C);
+    if (tp_comm_ == nullptr) return;
+    tp_sum_start(out, static_cast<size_t>(N) * C);
+    tp_join();
   }
 
   // From d(lnf) in dln_ (last stage; on a pipeline stage before it, d(output) already in dres_) down the
@@ -1020,6 +1079,10 @@ class CudaBackend final : public Backend {
     const int T = m_.seq_len, C = m_.n_embd, NH = m_.n_head, HS = C / NH, N = B * T, L = chunk_n_;
     const int Cl = C / tp_, NHl = NH / tp_, Hl = 4 * C / tp_;  // this tp rank's share
     const size_t NC = static_cast<size_t>(N) * C;
+    // Sequence parallel: the LayerNorms' backwards run on this rank's rows of dres and dln (at o), and
+    // dres is gathered whole before each row-parallel product's backward reads it.
+    const int Nl = rows_here(N);
+    const size_t o = row_offset(N) * C;
     // Each LayerNorm backward also sums the dres it leaves into the gradient of the bias whose output that
     // residual stream is (no separate bias pass). The final norm writes dres (no memset first); dres is then
     // d(res3) of the last block, whose MLP projection bias it is.
@@ -1029,7 +1092,7 @@ class CudaBackend final : public Backend {
     const bool early = split && early_ != nullptr;
     if (early) CUDA_CHECK(cudaMemsetAsync(early_, 0, early_floats(chunk_) * sizeof(float), stream_));
     auto grads_of = [&](int l) { return early ? input_pass_grads(l) : block_grads(chunk_lo_ + l); };
-    const bf16* top = L > 0 ? act(L - 1).res3 : encoded_;
+    const bf16* top = L > 0 ? act(L - 1).res3 : encoded_ + o;
     float* top_bias = L > 0 ? grads_of(L - 1).fcproj_b : nullptr;
     if (run_head_) {
       const bf16* lnf = state_->params(final_unit_);
@@ -1043,8 +1106,8 @@ class CudaBackend final : public Backend {
         dlnf_w = dlnf + lnf_w_at_;
         dlnf_b = dlnf + lnf_b_at_;
       }
-      layernorm_backward_cuda(dres_, dlnf_w, dlnf_b, top_bias, scratch_, dln_, top, lnf + lnf_w_at_,
-                              lnf_mean_, lnf_rstd_, N, C, false, stream_);
+      layernorm_backward_cuda(dres_ + o, dlnf_w, dlnf_b, top_bias, scratch_, dln_ + o, top, lnf + lnf_w_at_,
+                              lnf_mean_, lnf_rstd_, Nl, C, false, stream_);
       if (!split) grads_done(final_unit_);
     } else {
       // The next stage's d(res3) is this stage's last MLP projection's bias gradient, which the final
@@ -1059,7 +1122,12 @@ class CudaBackend final : public Backend {
       if (l > 0 || run_embed_) state_->prefetch(block_unit(lg) - 1);
       const BlockGrads g = grads_of(l);
       LayerActs& a = act(l);
-      const bf16* residual = l == 0 ? encoded_ : act(l - 1).res3;
+      const bf16* residual = l == 0 ? encoded_ + o : act(l - 1).res3;
+      // Sequence parallel: d(res3) whole (the top block's gathered here; the others' under the block
+      // above's QKV weight products, below). Each of the block's four collectives then runs under weight
+      // products moved after it: the MLP-up input gradient's reduce-scatter under the MLP projection's, the
+      // d(res2) gather under MLP-up's, the QKV input gradient's under the attention projection's.
+      if (sp_ && l == L - 1) tp_gather_rows(dres_, NC);
       // MLP branch, reading d(res3) before the second norm's contribution turns dres into d(res2).
       // Tensor parallel: d(res3) is whole on every rank, so the row-parallel projection's input gradient is
       // this rank's share with no traffic; the column-parallel MLP-up's (dln) is a partial sum, all-reduced
@@ -1067,25 +1135,33 @@ class CudaBackend final : public Backend {
       const KeptGrads* kept = split ? &(*kept_)[l] : nullptr;
       if (split) {
         copy_async(kept->dres3, dres_, NC);
-      } else {
+      } else if (!sp_) {
         matmul_->backward_weight(g.fcproj_w, dres_, a.fch_gelu, N, Hl, C);
       }
       bf16* dfch = split ? kept->dfch : dfch_;
       matmul_->backward_input(dfch, dres_, p.fcproj_w, N, Hl, C, a.fch_pre);
       matmul_->backward_input(dln_, dfch, p.fc_w, N, C, Hl, nullptr);
-      if (tp_comm_ != nullptr) tp_all_reduce_start(dln_, NC);
-      if (!split) {
+      if (tp_comm_ != nullptr) tp_sum_start(dln_, NC);
+      if (sp_) {
+        matmul_->backward_weight(g.fcproj_w, dres_, a.fch_gelu, N, Hl, C);
+      } else if (!split) {
         bias_backward_cuda(g.fc_b, scratch_, dfch_, N, Hl, stream_);
         matmul_->backward_weight(g.fc_w, dfch_, a.ln2, N, C, Hl);
       }
       if (tp_comm_ != nullptr) tp_join();
       // dres becomes d(res2): the attention projection's bias gradient.
-      layernorm_backward_cuda(dres_, g.ln2_w, g.ln2_b, g.proj_b, scratch_, dln_, a.res2, p.ln2_w, a.ln2_mean,
-                              a.ln2_rstd, N, C, true, stream_);
+      layernorm_backward_cuda(dres_ + o, g.ln2_w, g.ln2_b, g.proj_b, scratch_, dln_ + o, a.res2, p.ln2_w,
+                              a.ln2_mean, a.ln2_rstd, Nl, C, true, stream_);
+      if (sp_) {
+        tp_gather_start(dres_, NC);  // d(res2)
+        bias_backward_cuda(g.fc_b, scratch_, dfch_, N, Hl, stream_);
+        matmul_->backward_weight(g.fc_w, dfch_, a.ln2, N, C, Hl);
+        tp_join();
+      }
       // Attention branch, then the first norm turns dres into d(residual in).
       if (split) {
         copy_async(kept->dres2, dres_, NC);
-      } else {
+      } else if (!sp_) {
         matmul_->backward_weight(g.proj_w, dres_, a.atty, N, Cl, C);
       }
       matmul_->backward_input(datty_, dres_, p.proj_w, N, Cl, C, nullptr);
@@ -1093,8 +1169,10 @@ class CudaBackend final : public Backend {
       attention_backward(dqkv, datty_, a.atty, a.lse, a.qkv, scratch_, B, T, NHl, HS, stream_,
                          deterministic_);
       matmul_->backward_input(dln_, dqkv, p.qkv_w, N, C, 3 * Cl, nullptr);
-      if (tp_comm_ != nullptr) tp_all_reduce_start(dln_, NC);  // column-parallel QKV: as MLP-up's above
-      if (!split) {
+      if (tp_comm_ != nullptr) tp_sum_start(dln_, NC);  // column-parallel QKV: as MLP-up's above
+      if (sp_) {
+        matmul_->backward_weight(g.proj_w, dres_, a.atty, N, Cl, C);
+      } else if (!split) {
         matmul_->backward_weight(g.qkv_w, dqkv_, a.ln1, N, C, 3 * Cl);
         bias_backward_cuda(g.qkv_b, scratch_, dqkv_, N, 3 * Cl, stream_);
       }
@@ -1102,8 +1180,16 @@ class CudaBackend final : public Backend {
       // dres becomes d(res3) of the block below: its MLP projection's bias gradient (the chunk's first
       // block: the previous virtual stage's, which sums the d(input) it receives into it).
       float* below_bias = l > 0 ? grads_of(l - 1).fcproj_b : nullptr;
-      layernorm_backward_cuda(dres_, g.ln1_w, g.ln1_b, below_bias, scratch_, dln_, residual, p.ln1_w,
-                              a.ln1_mean, a.ln1_rstd, N, C, true, stream_);
+      layernorm_backward_cuda(dres_ + o, g.ln1_w, g.ln1_b, below_bias, scratch_, dln_ + o, residual, p.ln1_w,
+                              a.ln1_mean, a.ln1_rstd, Nl, C, true, stream_);
+      if (sp_) {
+        // d(res3) of the block below, or d(encoded) (every rank's vocabulary rows take their gradients
+        // from every row), gathered under this block's QKV weight products.
+        tp_gather_start(dres_, NC);
+        matmul_->backward_weight(g.qkv_w, dqkv_, a.ln1, N, C, 3 * Cl);
+        bias_backward_cuda(g.qkv_b, scratch_, dqkv_, N, 3 * Cl, stream_);
+        tp_join();
+      }
       state_->release(block_unit(lg));
       // Block l's gradients are complete (block l + 1 wrote its MLP projection's); ZB-H1: after the weight
       // pass.
@@ -1713,6 +1799,7 @@ class CudaBackend final : public Backend {
   // Tensor parallel: the tp axis (null at tp 1), its stream and the events ordering it against the compute
   // stream, and the vocab-parallel cross-entropy's per-row values (chunk_rows_ each; all_*: every rank's).
   Communicator* tp_comm_ = nullptr;
+  bool sp_ = false;  // sequence parallel (tp > 1, pp 1)
   cudaStream_t tp_stream_ = nullptr;
   cudaEvent_t tp_before_ = nullptr, tp_after_ = nullptr;
   // The compute stream's waits for the tp stream since begin_step, each bracketed by two timing events

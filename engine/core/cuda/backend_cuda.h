@@ -29,8 +29,12 @@ struct CudaDataParallel {
 // row-parallel attention and MLP projections, heads split over the ranks, the vocab-parallel embedding and
 // cross-entropy (cuda/vocab_parallel.cuh); the activations' all-reduces are bf16, on a stream of their own.
 // Composes with CudaDataParallel (ZeRO over the dp axis); CUDA graphs are off.
+// sequence_parallel (train.sequence_parallel, at pp 1): between the row-parallel products and the next
+// column-parallel one, each tp rank keeps N/tp rows of the residual stream; reduce-scatters and all-gathers
+// (bf16) take the all-reduces' place (backend_cuda.cu says where).
 struct CudaTensorParallel {
   Communicator* comm = nullptr;
+  bool sequence_parallel = false;
 };
 // Pipeline parallel over NCCL point-to-point (parallel/pipeline_schedule.h): the pp communicator (null or
 // size 1: none), train.pp_schedule ("gpipe", "1f1b" or "zbh1" at vp 1, "interleaved" at vp > 1) and

@@ -514,6 +514,14 @@ __global__ void add_kernel(float* dst, const float* src, size_t n) {
   if (i < n) dst[i] += src[i];
 }
 
+// One run per blockIdx.y; the x blocks stride through it.
+__global__ void copy_runs_kernel(float* dst, const float* src, const CopyRun* runs) {
+  const CopyRun r = runs[blockIdx.y];
+  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < r.count;
+       i += static_cast<uint64_t>(gridDim.x) * blockDim.x)
+    dst[r.dst + i] = src[r.src + i];
+}
+
 __global__ void adamw_kernel(float* master, bf16* params_bf16, float* m, float* v, const float* grads,
                              const float* norm, const AdamWChunk* chunks, float lr, float beta1, float beta2,
                              float eps, float weight_decay, float grad_clip, float c1, float c2) {
@@ -829,6 +837,15 @@ void add_in_place_cuda(float* dst, const float* src, size_t n, cudaStream_t stre
   GANTRY_CHECK(dst && src, "add_in_place_cuda arguments");
   if (n == 0) return;
   add_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(dst, src, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void copy_runs_cuda(float* dst, const float* src, const CopyRun* runs, int n_runs, size_t longest,
+                    cudaStream_t stream) {
+  GANTRY_CHECK(dst && src && runs && n_runs <= 65535, "copy_runs_cuda arguments");
+  if (n_runs <= 0 || longest == 0) return;
+  const dim3 grid(std::min(blocks_for(longest, 256), 32u), static_cast<unsigned>(n_runs));
+  copy_runs_kernel<<<grid, 256, 0, stream>>>(dst, src, runs);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -99,6 +99,16 @@ void sqrt_in_place_cuda(float* x, cudaStream_t stream);
 // dst[0..n) += src[0..n).
 void add_in_place_cuda(float* dst, const float* src, size_t n, cudaStream_t stream);
 
+// Runs of floats copied between two buffers in one launch: dst[run.dst + i] = src[run.src + i], i < count
+// (sequence parallelism packs the partial gradients' runs for one all-reduce, then unpacks them).
+struct CopyRun {
+  uint64_t src;
+  uint64_t dst;
+  uint64_t count;
+};
+void copy_runs_cuda(float* dst, const float* src, const CopyRun* runs, int n_runs, size_t longest,
+                    cudaStream_t stream);
+
 // fp32 → bf16 copy (after loading parameters).
 void float_to_bf16_cuda(bf16* out, const float* in, size_t n, cudaStream_t stream);
 

@@ -12,7 +12,7 @@ namespace gantry {
 ZeroDeviceState::ZeroDeviceState(const TensorTable& table, ShardPlan plan, Communicator* dp,
                                  std::chrono::milliseconds timeout, cudaStream_t compute, float* norm_scratch,
                                  const Allocate& allocate, Communicator* tp, std::vector<bool> tp_sharded,
-                                 Communicator* pp)
+                                 Communicator* pp, const std::vector<bool>& tp_partial)
     : plan_(std::move(plan)),
       comm_(dp),
       timeout_(timeout),
@@ -63,6 +63,46 @@ ZeroDeviceState::ZeroDeviceState(const TensorTable& table, ShardPlan plan, Commu
   CUDA_CHECK(cudaMemset(stats_, 0, 3 * sizeof(float)));
   CUDA_CHECK(cudaMemset(norm_, 0, sizeof(float)));
   build_chunks(table, allocate);
+  if (tp_ != nullptr && !tp_partial.empty()) {
+    GANTRY_CHECK(tp_partial.size() == table.size(),
+                 "sequence parallel needs one flag per tensor of the table");
+    // The flagged tensors' runs in the gradient buffer: every tensor at ZeRO 0, the owned segments (cut at
+    // tensor boundaries) at ZeRO 1 (global offsets) and 2-3 (shard offsets).
+    std::vector<ShardSegment> ranges = plan_.segments;
+    if (zero_ == 0) {
+      ranges.clear();
+      for (size_t i = 0; i < table.size(); ++i)
+        ranges.push_back({.offset = table[i].offset,
+                          .shard_offset = table[i].offset,
+                          .count = table[i].numel,
+                          .tensor = i,
+                          .decay = table[i].decay});
+    }
+    for (const ShardSegment& r : ranges) {
+      if (!tp_partial[r.tensor] || r.count == 0) continue;
+      const size_t at = zero_ >= 2 ? r.shard_offset : r.offset;
+      if (!tp_partial_runs_.empty() && tp_partial_runs_.back().first + tp_partial_runs_.back().second == at) {
+        tp_partial_runs_.back().second += r.count;
+      } else {
+        tp_partial_runs_.emplace_back(at, r.count);
+      }
+    }
+    std::vector<CopyRun> pack, unpack;
+    for (const auto& [at, count] : tp_partial_runs_) {
+      pack.push_back({.src = at, .dst = tp_packed_count_, .count = count});
+      unpack.push_back({.src = tp_packed_count_, .dst = at, .count = count});
+      tp_packed_count_ += count;
+      tp_longest_run_ = std::max(tp_longest_run_, count);
+    }
+    GANTRY_CHECK(pack.size() <= 65535, "sequence parallel: too many runs of partial gradients");
+    if (!pack.empty()) {
+      tp_packed_ = floats(tp_packed_count_);
+      for (auto [runs, host] : {std::pair{&tp_pack_, &pack}, std::pair{&tp_unpack_, &unpack}}) {
+        *runs = static_cast<CopyRun*>(allocate(host->size() * sizeof(CopyRun)));
+        CUDA_CHECK(cudaMemcpy(*runs, host->data(), host->size() * sizeof(CopyRun), cudaMemcpyHostToDevice));
+      }
+    }
+  }
 
   const size_t n_buckets = plan_.buckets.size();
   bucket_units_.assign(n_buckets, 0);
@@ -171,6 +211,7 @@ void ZeroDeviceState::comm_follows_compute() {
 void ZeroDeviceState::begin_step(int micro_batches) {
   micro_batches_ = std::max(1, micro_batches);
   micro_index_ = -1;
+  tp_partial_summed_ = false;
   CUDA_CHECK(cudaMemsetAsync(stats_, 0, sizeof(float), compute_));
   // The full buffer (ZeRO 0/1) or the shard (ZeRO 2/3, whose reductions add into it); the previous step's
   // reductions are done (the compute stream waited for them before its update).
@@ -344,7 +385,10 @@ void ZeroDeviceState::grads_done(int unit) {
 // The update.
 
 void ZeroDeviceState::finish_reductions() {
-  if (comm_ == nullptr) return;
+  if (comm_ == nullptr) {
+    sum_partial_over_tp();
+    return;
+  }
   GANTRY_CHECK(micro_index_ == micro_batches_ - 1,
                "a data parallel step ran " + std::to_string(micro_index_ + 1) + " micro-batches of the " +
                    std::to_string(micro_batches_) +
@@ -356,6 +400,21 @@ void ZeroDeviceState::finish_reductions() {
   }
   CUDA_CHECK(cudaEventRecord(comm_mark_, comm_stream_));
   CUDA_CHECK(cudaStreamWaitEvent(compute_, comm_mark_));
+  sum_partial_over_tp();
+}
+
+void ZeroDeviceState::sum_partial_over_tp() {
+  if (tp_partial_summed_) return;
+  tp_partial_summed_ = true;
+  if (tp_packed_count_ == 0) return;
+  // Two runs a block (the attention projection's bias with LayerNorm 2; the MLP projection's bias with the
+  // next block's LayerNorm 1), 3C floats each: packed, one all-reduce on the compute stream (which needs
+  // them next) and unpacked, where one all-reduce a run cost each its latency.
+  copy_runs_cuda(tp_packed_, grads_, tp_pack_, static_cast<int>(tp_partial_runs_.size()), tp_longest_run_,
+                 compute_);
+  check(tp_->all_reduce_enqueue(tp_packed_, tp_packed_count_, compute_));
+  copy_runs_cuda(grads_, tp_packed_, tp_unpack_, static_cast<int>(tp_partial_runs_.size()), tp_longest_run_,
+                 compute_);
 }
 
 void ZeroDeviceState::tp_sum_squares(bool with_loss) {
@@ -425,6 +484,7 @@ float ZeroDeviceState::grad_norm() {
     CUDA_CHECK(cudaEventRecord(comm_mark_, comm_stream_));
     CUDA_CHECK(cudaStreamWaitEvent(compute_, comm_mark_));
   }
+  sum_partial_over_tp();
   float n = 0;
   if (tp_ != nullptr || pp_ != nullptr) {
     tp_sum_squares(/*with_loss=*/false);

@@ -33,6 +33,12 @@
 // every tp rank), as ZeroHostState::set_tensor_parallel does on the CPU. The loss is not reduced over tp:
 // every tp rank computes the same one.
 //
+// Sequence parallel (`tp_partial`, one flag per tensor): each tp rank's gradient of a flagged tensor (one it
+// holds whole: the LayerNorms' and the row-parallel biases') is the part of the sum over its own rows only.
+// finish_reductions() sums those over tp once a step, after the dp reductions (on the rank's shard of them
+// under ZeRO 1-3: every tp rank's plan cuts the same table shapes the same way), so the norm and the update
+// see whole gradients, the same on every tp rank.
+//
 // Pipeline parallel (cuda/backend_cuda.cu): `table` is one stage's tensors (at tp > 1 their tp shares), and
 // `pp` the stage's pp axis: the norm then sums each stage's total (after the tp sum above) over pp. The
 // loss is the backend's to share over pp (the last stage's). A stage's table may lack the embeddings
@@ -53,6 +59,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "engine/core/backend.h"
@@ -74,7 +81,7 @@ class ZeroDeviceState {
   ZeroDeviceState(const TensorTable& table, ShardPlan plan, Communicator* dp,
                   std::chrono::milliseconds timeout, cudaStream_t compute, float* norm_scratch,
                   const Allocate& allocate, Communicator* tp = nullptr, std::vector<bool> tp_sharded = {},
-                  Communicator* pp = nullptr);
+                  Communicator* pp = nullptr, const std::vector<bool>& tp_partial = {});
   ~ZeroDeviceState();
   ZeroDeviceState(const ZeroDeviceState&) = delete;
   ZeroDeviceState& operator=(const ZeroDeviceState&) = delete;
@@ -98,7 +105,8 @@ class ZeroDeviceState {
   float* loss_sum() { return stats_; }         // the step's summed token losses (the backend adds into it)
   const float* norm() const { return norm_; }  // the global gradient norm, after update()
   // The compute stream waits for every reduction (and, data parallel, the loss sum's all-reduce): the part
-  // of the communication the backward pass did not hide.
+  // of the communication the backward pass did not hide. Sequence parallel: then sums the partial
+  // gradients over tp.
   void finish_reductions();
   // The global norm, clipping and AdamW on what this rank updates; ZeRO 1/2 then gather the bf16 copy.
   void update(const AdamWStep& s);
@@ -172,6 +180,8 @@ class ZeroDeviceState {
   // over tp, the whole ones' once, then the stages' totals over pp), on the compute stream; with_loss,
   // ZeRO 1-3's dp all-reduce also sums the loss.
   void tp_sum_squares(bool with_loss);
+  // Sequence parallel: the flagged tensors' gradients summed over tp, on the compute stream, once a step.
+  void sum_partial_over_tp();
 
   ShardPlan plan_;
   Communicator* comm_;
@@ -197,6 +207,16 @@ class ZeroDeviceState {
   Communicator* tp_ = nullptr;
   std::vector<bool> tp_sharded_;
   int n_tp_sharded_chunks_ = 0;
+  // Sequence parallel: the runs of this rank's gradient buffer that hold flagged tensors (offset, count),
+  // adjacent ones merged, and whether this step's sum over tp is done.
+  std::vector<std::pair<size_t, size_t>> tp_partial_runs_;
+  bool tp_partial_summed_ = false;
+  // The runs packed into one buffer for a single all-reduce: the device's run lists (grads to packed, and
+  // back), the packed buffer, its length and the longest run.
+  CopyRun* tp_pack_ = nullptr;
+  CopyRun* tp_unpack_ = nullptr;
+  float* tp_packed_ = nullptr;
+  size_t tp_packed_count_ = 0, tp_longest_run_ = 0;
   // Pipeline parallel: the pp axis (null at pp 1), the norm's last sum.
   Communicator* pp_ = nullptr;
 

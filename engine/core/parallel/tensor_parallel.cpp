@@ -15,11 +15,11 @@ Status tensor_parallel_check(const ModelConfig& m, const ParallelDims& d, const 
     return bad(tp + " with train.backend = \"" + backend +
                "\": tensor parallel runs on the \"cpu\" and \"cuda\" backends; use one of them, or tp 1");
   }
-  if (backend == "cuda" && sequence_parallel) {
-    return bad(
-        tp +
-        " with train.sequence_parallel and train.backend = \"cuda\": sequence parallelism is "
-        "CPU-only for now; set train.sequence_parallel = false on the GPU, or train.backend = \"cpu\"");
+  if (backend == "cuda" && sequence_parallel && d.pp > 1) {
+    return bad(tp + " x pp " + std::to_string(d.pp) +
+               " with train.sequence_parallel and train.backend = \"cuda\": the GPU runs sequence "
+               "parallelism at pp 1 only for now; set train.sequence_parallel = false, pp 1, or "
+               "train.backend = \"cpu\"");
   }
   if (m.n_head % d.tp != 0) {
     return bad(tp + " does not divide model.n_head " + std::to_string(m.n_head) +

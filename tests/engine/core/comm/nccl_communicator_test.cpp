@@ -194,6 +194,21 @@ std::string nccl_enqueue_body(int rank, int n, int fd) {
     cudaMemcpy(got.data(), sum16, count * 2, cudaMemcpyDeviceToHost);
     cudaFree(sum16);
     if (got != want16) errors += "all_reduce_bf16_enqueue" + at + " differs from the exact sums\n";
+
+    // bf16 reduce-scatter in place (sequence parallelism's): this rank's block holds the exact sums there.
+    if (count % static_cast<size_t>(n) == 0) {
+      const size_t block = count / static_cast<size_t>(n), own = static_cast<size_t>(rank) * block;
+      cudaMalloc(&sum16, count * 2);
+      cudaMemcpy(sum16, mine16.data(), count * 2, cudaMemcpyHostToDevice);
+      WORKER_CHECK_OK(comm.reduce_scatter_bf16_enqueue(sum16, count, stream));
+      WORKER_CHECK_OK(comm.sync(stream, 30s));
+      std::vector<uint16_t> block_got(block);
+      cudaMemcpy(block_got.data(), sum16 + own, block * 2, cudaMemcpyDeviceToHost);
+      cudaFree(sum16);
+      if (block_got != std::vector<uint16_t>(want16.begin() + static_cast<std::ptrdiff_t>(own),
+                                             want16.begin() + static_cast<std::ptrdiff_t>(own + block)))
+        errors += "reduce_scatter_bf16_enqueue" + at + " differs from the exact sums in this rank's block\n";
+    }
   }
   cudaStreamDestroy(stream);
   return errors;

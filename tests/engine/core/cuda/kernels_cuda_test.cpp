@@ -3,6 +3,7 @@
 // (fp32 sums of the same bf16-rounded inputs, in another order).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <vector>
@@ -286,6 +287,25 @@ TEST(KernelsCuda, GlobalNormAndSum) {
   float expect = 5.0f;
   for (float x : small) expect += x;  // small integers: every order of summation is exact
   EXPECT_EQ(d_acc.download()[0], expect);
+}
+
+// Sequence parallelism's packing: runs of several lengths (one longer than the launch's stride) copied in
+// one launch, each element exactly; what no run names is left alone.
+TEST(KernelsCuda, CopyRunsMovesEachRunAndNothingElse) {
+  GANTRY_REQUIRE_GPU();
+  const std::vector<CopyRun> runs = {{.src = 5, .dst = 0, .count = 3},
+                                     {.src = 100, .dst = 3, .count = 20000},
+                                     {.src = 30000, .dst = 20003, .count = 1}};
+  std::vector<float> src(40000);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i);
+  DeviceBuffer<float> d_src(src), d_dst(20010);
+  DeviceBuffer<CopyRun> d_runs(runs);
+  copy_runs_cuda(d_dst.get(), d_src.get(), d_runs.get(), 3, 20000, nullptr);
+  const std::vector<float> got = d_dst.download();
+  for (const CopyRun& r : runs) {
+    for (uint64_t i = 0; i < r.count; ++i) ASSERT_EQ(got[r.dst + i], src[r.src + i]) << "run at " << r.dst;
+  }
+  for (size_t i = 20004; i < got.size(); ++i) EXPECT_TRUE(std::isnan(got[i])) << i;  // still poisoned
 }
 
 TEST(KernelsCuda, AdamWWithClippingAndDecay) {

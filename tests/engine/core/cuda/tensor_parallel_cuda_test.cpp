@@ -7,7 +7,9 @@
 // Tolerance (bf16): the tp run rounds each rank's partial sums of the row-parallel products to bf16 before
 // the all-reduce adds them, where one GPU rounds the whole product once, so the curves are not bitwise equal;
 // over 12 steps of the tiny model each step's loss stays within 2 % of the one-GPU run's (the first, before
-// any update has amplified the rounding, within 0.5 %).
+// any update has amplified the rounding, within 0.5 %). Sequence parallelism (the `_sp` cases) is held to
+// the same bounds: its reduce-scatters round as the all-reduces do, and its LayerNorm gradients add the
+// ranks' rows in another order.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -29,11 +31,13 @@ namespace {
 using testing_support::losses_of;
 using testing_support::slurp;
 
-// The tiny model's config on `backend`, written under `root`.
-std::string tiny_config(const std::string& root, const std::string& backend) {
+// The tiny model's config on `backend`, written under `root` (`sequence_parallel`: with it on).
+std::string tiny_config(const std::string& root, const std::string& backend, bool sequence_parallel = false) {
   std::string cfg = slurp(std::string(GANTRY_SOURCE_DIR "/assets/configs/tiny.toml"));
-  cfg.replace(cfg.find("backend = \"cpu\""), 15, "backend = \"" + backend + "\"\ndp_bucket_mb = 0.05");
-  const std::string path = root + "/tiny_" + backend + ".toml";
+  cfg.replace(cfg.find("backend = \"cpu\""), 15,
+              "backend = \"" + backend + "\"\ndp_bucket_mb = 0.05" +
+                  (sequence_parallel ? "\nsequence_parallel = true" : ""));
+  const std::string path = root + "/tiny_" + backend + (sequence_parallel ? "_sp" : "") + ".toml";
   std::ofstream(path) << cfg;
   return path;
 }
@@ -45,6 +49,7 @@ struct Layout {
   int gpus;
   int tp;
   int zero;
+  bool sp = false;  // sequence parallel
 };
 
 class TensorParallelCuda : public ::testing::TestWithParam<Layout> {};
@@ -56,7 +61,8 @@ TEST_P(TensorParallelCuda, TracksOneGpuAndItsCheckpointLoadsAtTpOneOnGpuAndCpu) 
   }
   const std::string root = testing_support::scratch_dir().string();
   for (const char* d : {"/one", "/tp", "/gpu1", "/cpu1"}) std::filesystem::create_directories(root + d);
-  const std::string gpu = tiny_config(root, "cuda"), cpu = tiny_config(root, "cpu");
+  const std::string gpu = tiny_config(root, "cuda"), cpu = tiny_config(root, "cpu"),
+                    tp_config = layout.sp ? tiny_config(root, "cuda", true) : gpu;
 
   int code = 0;
   std::string err;
@@ -67,12 +73,15 @@ TEST_P(TensorParallelCuda, TracksOneGpuAndItsCheckpointLoadsAtTpOneOnGpuAndCpu) 
                 &code, &err, &one_norms);
   ASSERT_EQ(code, 0) << err;
   ASSERT_EQ(one.size(), 13u);
-  const std::vector<double> tp = losses_of(
-      "run --nproc " + std::to_string(layout.gpus) + " --tp " + std::to_string(layout.tp) + " --zero " +
-          std::to_string(layout.zero) + " --config " + gpu + " --out " + root + "/tp --max-steps 12 --json",
-      root + "/tp", &code, &err, &tp_norms);
+  const std::vector<double> tp =
+      losses_of("run --nproc " + std::to_string(layout.gpus) + " --tp " + std::to_string(layout.tp) +
+                    " --zero " + std::to_string(layout.zero) + " --config " + tp_config + " --out " + root +
+                    "/tp --max-steps 12 --json",
+                root + "/tp", &code, &err, &tp_norms);
   ASSERT_EQ(code, 0) << err;
   ASSERT_EQ(tp.size(), 12u);
+  // The start-up summary names the layout, sequence parallelism included.
+  EXPECT_EQ(err.find(", sequence parallel") != std::string::npos, layout.sp) << err.substr(0, 2000);
   EXPECT_NEAR(tp[0], one[0], kFirstTolerance * one[0]) << "step 1";
   for (size_t i = 0; i < tp.size(); ++i) {
     EXPECT_NEAR(tp[i], one[i], kStepTolerance * one[i]) << "step " << i + 1;
@@ -99,11 +108,12 @@ TEST_P(TensorParallelCuda, TracksOneGpuAndItsCheckpointLoadsAtTpOneOnGpuAndCpu) 
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, TensorParallelCuda,
-                         ::testing::Values(Layout{2, 2, 0}, Layout{4, 2, 1}, Layout{4, 2, 3},
-                                           Layout{4, 4, 0}),
+                         ::testing::Values(Layout{2, 2, 0}, Layout{4, 2, 1}, Layout{4, 2, 3}, Layout{4, 4, 0},
+                                           Layout{2, 2, 0, true}, Layout{4, 2, 1, true},
+                                           Layout{4, 2, 3, true}, Layout{4, 4, 0, true}),
                          [](const ::testing::TestParamInfo<Layout>& i) {
                            return "gpus" + std::to_string(i.param.gpus) + "_tp" + std::to_string(i.param.tp) +
-                                  "_zero" + std::to_string(i.param.zero);
+                                  "_zero" + std::to_string(i.param.zero) + (i.param.sp ? "_sp" : "");
                          });
 
 }  // namespace

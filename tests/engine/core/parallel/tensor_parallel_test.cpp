@@ -73,7 +73,7 @@ TEST(TensorParallelCheck, SequenceParallelRefusesASequenceNotDivisibleByTp) {
   EXPECT_TRUE(tensor_parallel_check(m, dims(4, 4, 1), "cpu", true).ok());  // no tp: nothing to split
 }
 
-TEST(TensorParallelCheck, LeavesPipelineToItsOwnCheckAndTakesTheCudaBackendWithPipelineButNotSequence) {
+TEST(TensorParallelCheck, LeavesPipelineToItsOwnCheckAndTakesTheCudaBackendWithPipelineAndSequenceApart) {
   // pp is pipeline_check's (parallel/pipeline_schedule.h, tested in pipeline_schedule_test).
   EXPECT_TRUE(tensor_parallel_check(tiny_model(), dims(2, 1, 1, 2), "cpu").ok());
   // The CUDA backend runs tensor parallel, with dp beside it, and inside pipeline stages (tp x pp x dp).
@@ -81,13 +81,16 @@ TEST(TensorParallelCheck, LeavesPipelineToItsOwnCheckAndTakesTheCudaBackendWithP
   EXPECT_TRUE(tensor_parallel_check(tiny_model(), dims(4, 2, 2), "cuda").ok());
   EXPECT_TRUE(tensor_parallel_check(tiny_model(), dims(4, 1, 2, 2), "cuda").ok());
   EXPECT_TRUE(tensor_parallel_check(tiny_model(), dims(8, 2, 2, 2), "cuda").ok());
-  // Not with sequence parallelism, with or without a pipeline: the refusal names what it refuses.
-  Status sp = tensor_parallel_check(tiny_model(), dims(2, 1, 2), "cuda", /*sequence_parallel=*/true);
-  ASSERT_FALSE(sp.ok());
-  EXPECT_THAT(sp.message(), HasSubstr("sequence parallelism is CPU-only for now"));
+  // Sequence parallelism at pp 1 (with dp beside it), not inside pipeline stages yet: the refusal names
+  // what it refuses and what would run.
+  EXPECT_TRUE(tensor_parallel_check(tiny_model(), dims(2, 1, 2), "cuda", /*sequence_parallel=*/true).ok());
+  EXPECT_TRUE(tensor_parallel_check(tiny_model(), dims(4, 2, 2), "cuda", /*sequence_parallel=*/true).ok());
   Status sp_pp = tensor_parallel_check(tiny_model(), dims(4, 1, 2, 2), "cuda", /*sequence_parallel=*/true);
   ASSERT_FALSE(sp_pp.ok());
-  EXPECT_THAT(sp_pp.message(), HasSubstr("tp 2 with train.sequence_parallel and train.backend = \"cuda\""));
+  EXPECT_THAT(sp_pp.message(),
+              HasSubstr("tp 2 x pp 2 with train.sequence_parallel and train.backend = \"cuda\": the GPU runs "
+                        "sequence parallelism at pp 1 only for now"));
+  EXPECT_THAT(sp_pp.message(), HasSubstr("set train.sequence_parallel = false, pp 1"));
   // The split's own checks hold inside pipeline stages too.
   EXPECT_THAT(tensor_parallel_check(tiny_model(), dims(6, 1, 3, 2), "cuda").message(),
               HasSubstr("tp 3 does not divide model.n_head 4"));
