@@ -104,6 +104,14 @@ def run(engine, model, nproc, zero, steps, warmup, micro, bucket_mb, work, train
     if bub:
         r["bubble_pct"] = round(max(statistics.median(v) for v in bub.values()), 1)
         r["bubble_formula_pct"] = formula
+    # What the timed steps' messages were placed by (the CUDA stage switches from units to the measured costs
+    # after a few steps, where that holds no more activations): each answer seen, with how many lines said it.
+    placed = {}
+    for m in re.finditer(r"rank \d+ step (\d+): pipeline bubble .*messages placed by (units|measured costs)", p.stderr):
+        if int(m.group(1)) > warmup:
+            placed[m.group(2)] = placed.get(m.group(2), 0) + 1
+    if placed:
+        r["messages_placed_by"] = placed
     # ZB-H1: each rank's weight passes against its whole backward (the median over the timed steps).
     split = {}
     for m in re.finditer(r"rank (\d+) step (\d+): pipeline bubble .*; weight passes ([0-9.]+) ms of the backward's "
