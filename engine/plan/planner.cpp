@@ -969,6 +969,10 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
     const double classifier = classifier_fwd + classifier_bwd;  // all of it in the last stage's backward
     // ZB-H1's last stage: the dwte product over the kept d(logits), which it reads once more (bf16).
     const double classifier_w = gemm_s * logits_flops + 2.0 * tokens_mb * md.vocab / l.tp / bw;
+    // ZB-H1's input pass copies each block's d(res3) and d(res2) ((N, C) bf16, read and written) for its
+    // weight pass (KeptGrads), where a whole backward reads them in place.
+    const double block_keep =
+        l.schedule == Schedule::kZeroBubbleH1 ? 2 * 2 * kActivationBytes * tokens_mb * md.hidden / bw : 0;
     // The other axes' exposed time of a micro-batch (tp, ZeRO 3) rides on its blocks, half each way.
     const double block_comm = layers > 0 ? exposed_mb / layers : 0;
     const std::vector<int> virtual_layers = plan_cuda_pipeline_layers(md, l.pp * l.vp);
@@ -980,7 +984,7 @@ Result<Plan> plan_evaluate(const PlanInput& input) {
       costs.forward.push_back(n * (block_f + block_comm / 2));
       costs.backward.push_back(n * (block_b + block_comm / 2) + head);
       costs.weight.push_back(n * block_w + (head > 0 ? classifier_w : 0));
-      costs.input.push_back(costs.backward.back() - costs.weight.back());
+      costs.input.push_back(costs.backward.back() - costs.weight.back() + n * block_keep);
     }
     const PipelineTiming t = pipeline_program_timing(plan_pipeline_schedule(cuda_pipe_schedule(l.schedule)),
                                                      l.pp, l.vp, r.m, costs);

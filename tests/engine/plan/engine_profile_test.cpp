@@ -347,7 +347,7 @@ TEST(PlanEngineProfile, GantryCudaPipelineRunsAtItsCostliestRanksPace) {
 // micro-batches a pipeline step, the messages placed by the measured costs. With them placed by units the
 // planner priced tp 2 x pp 2's ZB-H1 at 265 ms, 5 % over the 252 ms it runs in now (and the engine took
 // 281 ms then, call U4). The efficiency, a micro-batch's fixed cost and the classifier's rate were fitted
-// to the one-GPU steps and P1-P2's pipelines. Not here: 124M's ZB-H1 at pp 2, which the planner prices 7 %
+// to the one-GPU steps and P1-P2's pipelines. Not here: 124M's ZB-H1 at pp 2, which the planner prices 6.4 %
 // under the 250.19 ms it ran in (call V1; docs/PERF.md).
 TEST(PlanEngineProfile, GantryCudaPipelinesArePricedAsTheirProgramsRun) {
   struct Case {
@@ -1343,7 +1343,11 @@ TEST(PlanEngineProfile, Zbh1IsAPlannerScheduleOnBothBackends) {
   EXPECT_EQ(zb->layout.schedule, Schedule::kZeroBubbleH1);
   EXPECT_DOUBLE_EQ(zb->bubble_step_fraction, 3.0 / (3 * 8 + 3));
   EXPECT_DOUBLE_EQ(zb->bubble_fraction, 3.0 / 24);
-  EXPECT_DOUBLE_EQ(zb->compute_s, one->compute_s) << "the split adds no FLOPs";
+  // The split adds no FLOPs, only the input passes' copies of each block's d(res3) and d(res2) for the
+  // weight passes ((N, C) bf16, read and written): more than none, at most every block's on one rank.
+  const double keep_block = 2 * 2 * 2.0 * 4 * 1024 * 768 / in.cluster.gpu.hbm_bw;  // one micro-batch's
+  EXPECT_GT(zb->compute_s, one->compute_s);
+  EXPECT_LE(zb->compute_s - one->compute_s, 8 * 12 * keep_block * (1 + 1e-9));
   // The CUDA pipeline is priced by its programs' timing (PlanEngineProfile.GantryCudaPipelinesArePriced
   // AsTheirProgramsRun): its input passes are most of a backward, so the weight passes fill less than the
   // two thirds of the fill and drain the formula gives them: less idle time than 1F1B, more than a third.
