@@ -66,33 +66,13 @@ ZeroDeviceState::ZeroDeviceState(const TensorTable& table, ShardPlan plan, Commu
   if (tp_ != nullptr && !tp_partial.empty()) {
     GANTRY_CHECK(tp_partial.size() == table.size(),
                  "sequence parallel needs one flag per tensor of the table");
-    // The flagged tensors' runs in the gradient buffer: every tensor at ZeRO 0, the owned segments (cut at
-    // tensor boundaries) at ZeRO 1 (global offsets) and 2-3 (shard offsets).
-    std::vector<ShardSegment> ranges = plan_.segments;
-    if (zero_ == 0) {
-      ranges.clear();
-      for (size_t i = 0; i < table.size(); ++i)
-        ranges.push_back({.offset = table[i].offset,
-                          .shard_offset = table[i].offset,
-                          .count = table[i].numel,
-                          .tensor = i,
-                          .decay = table[i].decay});
-    }
-    for (const ShardSegment& r : ranges) {
-      if (!tp_partial[r.tensor] || r.count == 0) continue;
-      const size_t at = zero_ >= 2 ? r.shard_offset : r.offset;
-      if (!tp_partial_runs_.empty() && tp_partial_runs_.back().first + tp_partial_runs_.back().second == at) {
-        tp_partial_runs_.back().second += r.count;
-      } else {
-        tp_partial_runs_.emplace_back(at, r.count);
-      }
-    }
+    tp_partial_runs_ = plan_.gradient_runs(tp_partial);
     std::vector<CopyRun> pack, unpack;
-    for (const auto& [at, count] : tp_partial_runs_) {
-      pack.push_back({.src = at, .dst = tp_packed_count_, .count = count});
-      unpack.push_back({.src = tp_packed_count_, .dst = at, .count = count});
-      tp_packed_count_ += count;
-      tp_longest_run_ = std::max(tp_longest_run_, count);
+    for (const FlatRange& r : tp_partial_runs_) {
+      pack.push_back({.src = r.offset, .dst = tp_packed_count_, .count = r.count});
+      unpack.push_back({.src = tp_packed_count_, .dst = r.offset, .count = r.count});
+      tp_packed_count_ += r.count;
+      tp_longest_run_ = std::max(tp_longest_run_, r.count);
     }
     GANTRY_CHECK(pack.size() <= 65535, "sequence parallel: too many runs of partial gradients");
     if (!pack.empty()) {

@@ -59,7 +59,6 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
-#include <utility>
 #include <vector>
 
 #include "engine/core/backend.h"
@@ -207,9 +206,9 @@ class ZeroDeviceState {
   Communicator* tp_ = nullptr;
   std::vector<bool> tp_sharded_;
   int n_tp_sharded_chunks_ = 0;
-  // Sequence parallel: the runs of this rank's gradient buffer that hold flagged tensors (offset, count),
-  // adjacent ones merged, and whether this step's sum over tp is done.
-  std::vector<std::pair<size_t, size_t>> tp_partial_runs_;
+  // Sequence parallel: the runs of this rank's gradient buffer that hold flagged tensors
+  // (ShardPlan::gradient_runs), and whether this step's sum over tp is done.
+  std::vector<FlatRange> tp_partial_runs_;
   bool tp_partial_summed_ = false;
   // The runs packed into one buffer for a single all-reduce: the device's run lists (grads to packed, and
   // back), the packed buffer, its length and the longest run.

@@ -46,6 +46,20 @@ std::vector<FlatRange> ShardPlan::owned_ranges() const {
   return out;
 }
 
+std::vector<FlatRange> ShardPlan::gradient_runs(const std::vector<bool>& tensors) const {
+  std::vector<FlatRange> out;
+  for (const ShardSegment& s : segments) {
+    if (s.count == 0 || s.tensor >= tensors.size() || !tensors[s.tensor]) continue;
+    const size_t at = zero >= 2 ? s.shard_offset : s.offset;
+    if (!out.empty() && out.back().end() == at) {
+      out.back().count += s.count;
+    } else {
+      out.push_back({.offset = at, .count = s.count});
+    }
+  }
+  return out;
+}
+
 size_t ShardPlan::for_each_owned(size_t offset, size_t count,
                                  const std::function<void(size_t, size_t, size_t)>& fn) const {
   size_t covered = 0;

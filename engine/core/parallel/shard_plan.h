@@ -60,6 +60,11 @@ struct ShardPlan {
   // 1/dp of the flat buffers, cut at multiples of 64 floats, so the write is spread evenly over the ranks
   // by bytes (rank 0 alone wrote all of it before). Together the ranks cover [0, numel) exactly once.
   std::vector<FlatRange> replica_written_ranges() const;
+  // Where this rank's gradient buffer holds the reduced gradients of the tensors flagged in `tensors` (one
+  // flag per table entry): their owned parts (all of them at ZeRO 0), at global offsets in the full buffer
+  // at ZeRO 0-1 and at shard offsets at ZeRO 2-3, in flat order, neighbours merged. Sequence parallelism
+  // sums these over tp (cuda/zero_device_state.cuh); every tp rank's plan cuts the same shapes alike.
+  std::vector<FlatRange> gradient_runs(const std::vector<bool>& tensors) const;
   // Calls fn(global offset, shard offset, count) for each part of [offset, offset + count) inside the owned
   // blocks, in flat order; returns how many elements that covered.
   size_t for_each_owned(size_t offset, size_t count,

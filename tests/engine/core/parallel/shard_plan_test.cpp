@@ -102,6 +102,59 @@ TEST(ShardPlan, RanksOwnDisjointBlocksThatCoverEveryElement) {
   }
 }
 
+// Sequence parallelism's runs (the LayerNorms and the row-parallel biases, every tensor a tp rank holds
+// whole but wpe): at ZeRO 0 two a block and one before (block 0's first norm; the last block's MLP
+// projection bias runs on into the final norm), covering exactly those tensors; at ZeRO 1-3 each dp rank's
+// runs are its owned parts of them (global offsets at ZeRO 1, shard offsets at 2-3), which together cover
+// every flagged element once.
+TEST(ShardPlan, GradientRunsAreTheOwnedPartsOfTheFlaggedTensors) {
+  const TensorTable t = gpt_param_table(model());
+  std::vector<bool> flagged;
+  size_t flagged_numel = 0;
+  for (const TensorInfo& ti : t.tensors()) {
+    const bool whole = ti.name.find("ln") != std::string::npos || ti.name.ends_with("attn.proj.bias") ||
+                       ti.name.ends_with("mlp.proj.bias");
+    flagged.push_back(whole);
+    if (whole) flagged_numel += ti.numel;
+  }
+  ASSERT_EQ(flagged_numel, static_cast<size_t>(3 * 6 * 16 + 2 * 16)) << "6C a block, 2C the final norm";
+  const std::vector<FlatRange> all = shard_plan_make(t, 1, 0, 0, 4096).gradient_runs(flagged);
+  EXPECT_EQ(all.size(), 2u * 3 + 1);
+  for (int dp : {1, 2, 3, 4}) {
+    for (int zero : {0, 1, 2, 3}) {
+      std::vector<int> seen(t.numel(), 0);
+      for (int r = 0; r < dp; ++r) {
+        const ShardPlan p = shard_plan_make(t, dp, r, zero, 4096);
+        for (const FlatRange& run : p.gradient_runs(flagged)) {
+          for (size_t i = run.offset; i < run.end(); ++i) {
+            // Back to global coordinates: the shard offset's owned block at ZeRO 2-3.
+            size_t global = i;
+            if (zero >= 2) {
+              bool found = false;
+              for (size_t b = 0; b < p.owned.size() && !found; ++b) {
+                if (i >= p.owned_shard_offset[b] && i < p.owned_shard_offset[b] + p.owned[b].count) {
+                  global = p.owned[b].offset + (i - p.owned_shard_offset[b]);
+                  found = true;
+                }
+              }
+              ASSERT_TRUE(found) << "shard offset " << i << " outside the rank's owned blocks";
+            }
+            ASSERT_LT(global, t.numel());
+            ++seen[global];
+          }
+        }
+      }
+      for (size_t k = 0; k < t.size(); ++k) {
+        for (size_t i = t[k].offset; i < t[k].offset + t[k].numel; ++i) {
+          // ZeRO 0: every replica sums all of them; ZeRO 1-3: each element on its one owner.
+          ASSERT_EQ(seen[i], flagged[k] ? (zero == 0 ? dp : 1) : 0)
+              << t[k].name << " element " << i << ", dp " << dp << " zero " << zero;
+        }
+      }
+    }
+  }
+}
+
 TEST(ShardPlan, ZeroStageZeroOwnsEverythingInFlatOrder) {
   const TensorTable t = gpt_param_table(model());
   const ShardPlan p = shard_plan_make(t, 4, 3, 0, 4096);
