@@ -82,12 +82,16 @@ struct ShardSizes {
   // them; a stage without either keeps its end units as blocks (gathered per use under ZeRO 3).
   uint64_t largest_block = 0;
   uint64_t largest_other_bucket = 0;  // the largest bucket but the embeddings' (every bucket without them)
+  // Sequence parallel (`flagged` given): the owned elements of the flagged tensors and the runs they make
+  // in the rank's gradient buffer (ShardPlan::gradient_runs: global offsets at ZeRO 0-1, shard offsets at
+  // 2-3, neighbours merged).
+  uint64_t flagged = 0, flagged_runs = 0;
 };
 // `starts`: units that begin a bucket of their own (shard_plan_make's bucket_starts: an interleaved GPU
 // rank's chunks 1 to vp − 1, pipeline_chunk_bucket_starts).
 ShardSizes shard_sizes(const std::vector<uint64_t>& tensors, const std::vector<int>& unit_of, uint64_t dp,
                        uint64_t rank, int zero, uint64_t cap, bool has_embeddings, bool has_final,
-                       const std::vector<int>& starts = {}) {
+                       const std::vector<int>& starts = {}, const std::vector<bool>& flagged = {}) {
   ShardSizes z;
   std::vector<uint64_t> units, tensor_at;
   uint64_t at = 0;
@@ -115,6 +119,7 @@ ShardSizes shard_sizes(const std::vector<uint64_t>& tensors, const std::vector<i
   std::reverse(groups.begin(), groups.end());
   std::vector<uint64_t> unit_at(units.size() + 1, 0);
   for (size_t u = 0; u < units.size(); ++u) unit_at[u + 1] = unit_at[u] + units[u];
+  uint64_t run_end = ~uint64_t{0};  // where the last flagged run ends in the gradient buffer
   for (size_t g = 0; g < groups.size(); ++g) {
     const int lo = *std::min_element(groups[g].begin(), groups[g].end());
     const int hi = *std::max_element(groups[g].begin(), groups[g].end());
@@ -129,6 +134,15 @@ ShardSizes shard_sizes(const std::vector<uint64_t>& tensors, const std::vector<i
     const uint64_t base = count / dp, extra = count % dp;
     const uint64_t own_at = offset + (zero >= 1 ? rank * base + std::min(rank, extra) : 0);
     const uint64_t own = zero >= 1 ? base + (rank < extra ? 1 : 0) : count;
+    for (size_t i = 0; i < flagged.size() && i < tensors.size(); ++i) {
+      const uint64_t from = std::max(own_at, tensor_at[i]),
+                     to = std::min(own_at + own, tensor_at[i] + tensors[i]);
+      if (!flagged[i] || from >= to) continue;
+      const uint64_t run_at = zero >= 2 ? z.shard + (from - own_at) : from;
+      if (run_at != run_end) ++z.flagged_runs;
+      run_end = run_at + (to - from);
+      z.flagged += to - from;
+    }
     z.shard += own;
     for (size_t i = 0; zero >= 1 && i < tensors.size(); ++i) {  // the owned block cut at tensor boundaries
       const uint64_t from = std::max(own_at, tensor_at[i]),
@@ -327,7 +341,8 @@ Table cpu_pipeline_table(const PlanModel& m, uint64_t b, uint64_t tp, int pp, in
 // micro-batch (pipeline_step, first step), the last stage keeps its wte copy (bf16) and that copy's fp32
 // gradient, stage 0 the gradient received.
 Table cuda_table(const PlanModel& m, uint64_t b, uint64_t tp, int pp, int stage, const RankChunks& rc,
-                 uint64_t micro_batches, CudaPipeSchedule schedule, const CudaDataParallelPlan& dpp = {}) {
+                 uint64_t micro_batches, CudaPipeSchedule schedule, const CudaDataParallelPlan& dpp = {},
+                 bool sequence_parallel = false) {
   const bool pipeline = pp > 1, first = stage == 0, last = stage == pp - 1;
   const int layers = static_cast<int>(rc.total_layers());
   const std::vector<uint64_t> tensors = rank_tensors(m, tp, layers, first, last);
@@ -340,9 +355,21 @@ Table cuda_table(const PlanModel& m, uint64_t b, uint64_t tp, int pp, int stage,
   }
   // One GPU (dp 1) shards nothing: ZeRO 0 whatever was asked (the backend's constructor).
   const int zero = dpp.dp > 1 ? dpp.zero : 0;
-  const ShardSizes z = shard_sizes(tensors, unit_of_tensors(tensors.size(), layers, first),
-                                   static_cast<uint64_t>(dpp.dp), static_cast<uint64_t>(dpp.rank), zero,
-                                   std::max<uint64_t>(1, dpp.bucket_bytes / kF32), first, last, starts);
+  // Sequence parallel (tp > 1, pp 1): the tensors whose gradients each tp rank holds a part of, summed over
+  // tp once a step: the LayerNorms and the row-parallel biases (every whole tensor but wpe).
+  const bool sp = sequence_parallel && tp > 1 && !pipeline;
+  std::vector<bool> flagged;
+  if (sp) {
+    flagged = {false, false};
+    for (int k = 0; k < layers; ++k)
+      flagged.insert(flagged.end(),
+                     {true, true, false, false, false, true, true, true, false, false, false, true});
+    flagged.insert(flagged.end(), {true, true});
+  }
+  const ShardSizes z =
+      shard_sizes(tensors, unit_of_tensors(tensors.size(), layers, first), static_cast<uint64_t>(dpp.dp),
+                  static_cast<uint64_t>(dpp.rank), zero, std::max<uint64_t>(1, dpp.bucket_bytes / kF32),
+                  first, last, starts, flagged);
   uint64_t p = 0;
   for (uint64_t k : tensors) p += k;
   const uint64_t chunks = z.chunks, held = zero == 0 ? p : z.shard;
@@ -384,20 +411,34 @@ Table cuda_table(const PlanModel& m, uint64_t b, uint64_t tp, int pp, int stage,
   tb.add("adamw_chunks", "(one per 64K elements a tensor) 32 B", MB::kBuffers, chunks * kAdamwChunkBytes);
   // The norm's per-chunk squares, summed apart over tp (split tensors) and pp (build_chunks).
   if (zero > 0 || tp > 1 || pipeline) tb.add("chunk_scratch", "(chunks) fp32", MB::kBuffers, chunks * kF32);
-  // One block's activations (layer_acts()), this tp rank's share.
+  // Sequence parallel: those gradients packed for their one all-reduce, and the two lists of runs
+  // (CopyRun, 24 B each) that pack and unpack them.
+  if (sp && z.flagged_runs > 0) {
+    tb.add("sp_packed", "(owned LayerNorm and row-parallel bias elements) fp32", MB::kBuffers,
+           z.flagged * kF32);
+    tb.add("sp_runs", "2 x (runs) x 24 B", MB::kBuffers, 2 * z.flagged_runs * 24);
+  }
+  // One block's activations (layer_acts()), this tp rank's share; sequence parallel, the residual stream's
+  // rows too (N/tp).
+  const uint64_t nr = sp ? n / tp : n;
   struct Row {
     const char* name;
     const char* shape;
     uint64_t bytes;
   };
-  const Row block[] = {
-      {"layer.ln1", "(N, C) bf16", n * c * kBf16},      {"layer.ln1_mean", "(N) fp32", n * kF32},
-      {"layer.ln1_rstd", "(N) fp32", n * kF32},         {"layer.qkv", "(N, 3Cl) bf16", n * 3 * cl * kBf16},
-      {"layer.atty", "(N, Cl) bf16", n * cl * kBf16},   {"layer.lse", "(B, NHl, T) fp32", b * nh * t * kF32},
-      {"layer.res2", "(N, C) bf16", n * c * kBf16},     {"layer.ln2", "(N, C) bf16", n * c * kBf16},
-      {"layer.ln2_mean", "(N) fp32", n * kF32},         {"layer.ln2_rstd", "(N) fp32", n * kF32},
-      {"layer.fch_pre", "(N, Hl) bf16", n * h * kBf16}, {"layer.fch_gelu", "(N, Hl) bf16", n * h * kBf16},
-      {"layer.res3", "(N, C) bf16", n * c * kBf16}};
+  const Row block[] = {{"layer.ln1", "(N, C) bf16", n * c * kBf16},
+                       {"layer.ln1_mean", "(N) fp32", n * kF32},
+                       {"layer.ln1_rstd", "(N) fp32", n * kF32},
+                       {"layer.qkv", "(N, 3Cl) bf16", n * 3 * cl * kBf16},
+                       {"layer.atty", "(N, Cl) bf16", n * cl * kBf16},
+                       {"layer.lse", "(B, NHl, T) fp32", b * nh * t * kF32},
+                       {"layer.res2", sp ? "(N/tp, C) bf16" : "(N, C) bf16", nr * c * kBf16},
+                       {"layer.ln2", "(N, C) bf16", n * c * kBf16},
+                       {"layer.ln2_mean", "(N) fp32", n * kF32},
+                       {"layer.ln2_rstd", "(N) fp32", n * kF32},
+                       {"layer.fch_pre", "(N, Hl) bf16", n * h * kBf16},
+                       {"layer.fch_gelu", "(N, Hl) bf16", n * h * kBf16},
+                       {"layer.res3", sp ? "(N/tp, C) bf16" : "(N, C) bf16", nr * c * kBf16}};
   if (!pipeline) {
     tb.add("encoded", "(N, C) bf16", MB::kActivations, n * c * kBf16);
     for (const Row& r : block) tb.add(r.name, r.shape, MB::kActivations, r.bytes, l);
@@ -660,7 +701,7 @@ Result<EngineMemory> plan_cuda_rank_memory(const PlanModel& m, int micro_batch, 
 
 Result<EngineMemory> plan_cuda_rank_memory(const PlanModel& m, int micro_batch, int tp, int pp, int stage,
                                            int micro_batches, CudaPipeSchedule schedule,
-                                           const CudaDataParallelPlan& dpp, int vp) {
+                                           const CudaDataParallelPlan& dpp, int vp, bool sequence_parallel) {
   Status s = plan_engine_validate(EngineKind::kGantryCuda, m);
   if (!s.ok()) return s;
   if (micro_batch < 1 || micro_batches < 1 || pp < 1 || pp > m.layers || stage < 0 || stage >= pp || tp < 1 ||
@@ -680,7 +721,8 @@ Result<EngineMemory> plan_cuda_rank_memory(const PlanModel& m, int micro_batch, 
   Result<RankChunks> rc = rank_chunks(m, pp, vp, stage, micro_batches, schedule, true);
   if (!rc.ok()) return rc.status();
   return sum_table(cuda_table(m, static_cast<uint64_t>(micro_batch), static_cast<uint64_t>(tp), pp, stage,
-                              rc.value(), static_cast<uint64_t>(micro_batches), schedule, dpp));
+                              rc.value(), static_cast<uint64_t>(micro_batches), schedule, dpp,
+                              sequence_parallel));
 }
 
 Result<EngineMemory> plan_cpu_pipeline_memory(const PlanModel& m, int micro_batch, int tp, int pp, int stage,

@@ -104,9 +104,12 @@ struct CudaDataParallelPlan {
   int zero = 0;                         // 0-3 (dp 1: 0 whatever is asked, as the backend does)
   uint64_t bucket_bytes = 25ull << 20;  // train.dp_bucket_mb in bytes
 };
+// `sequence_parallel` (tp > 1 at pp 1; ignored elsewhere, as the backend refuses it there): the residual
+// stream's activations at N/tp rows, and the packed LayerNorm and row-parallel bias gradients summed over tp.
 Result<EngineMemory> plan_cuda_rank_memory(const PlanModel& m, int micro_batch, int tp, int pp, int stage,
                                            int micro_batches, CudaPipeSchedule schedule,
-                                           const CudaDataParallelPlan& dpp = {}, int vp = 1);
+                                           const CudaDataParallelPlan& dpp = {}, int vp = 1,
+                                           bool sequence_parallel = false);
 // The same under GPipe (`gpipe`) or 1F1B.
 Result<EngineMemory> plan_cuda_rank_memory(const PlanModel& m, int micro_batch, int tp, int pp, int stage,
                                            int micro_batches, bool gpipe,

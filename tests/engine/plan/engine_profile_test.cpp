@@ -1005,6 +1005,55 @@ TEST(PlanEngineProfile, CudaStagesHoldTheirSlotsCopiesAndTokens) {
   EXPECT_LT(half, whole);
 }
 
+// Sequence parallelism on the CUDA backend (tp > 1, pp 1): the residual stream's res2 and res3 at N/tp rows,
+// and ZeroDeviceState's packed partial gradients (the LayerNorms and the row-parallel biases, every whole
+// tensor but wpe) with their two run lists, exactly ShardPlan::gradient_runs of the rank's table at every
+// dp rank, ZeRO stage and bucket size; nothing else changes. At pp > 1 (refused by the backend) the table is
+// the one without it.
+TEST(PlanEngineProfile, CudaSequenceParallelHoldsTheResidualStreamSplitAndThePackedPartialGradients) {
+  for (const ModelConfig& mc : kTpPpModels) {
+    const PlanModel m = plan_model_of(mc);
+    const uint64_t micro = 2, n = micro * mc.seq_len, c = mc.n_embd, l = mc.n_layer;
+    for (int tp : {2, 4}) {
+      const TensorTable t = tensor_parallel_table(mc, tp, 0);
+      std::vector<bool> partial;
+      for (const TensorInfo& x : t.tensors())
+        partial.push_back(!tensor_parallel_sharded(x.name) && x.name != "wpe");
+      for (int dp : {1, 2, 3}) {
+        for (int zero = 0; zero <= (dp > 1 ? 3 : 0); ++zero) {
+          for (uint64_t bucket : {uint64_t{50} << 10, uint64_t{25} << 20}) {
+            for (int rank = 0; rank < dp; ++rank) {
+              const CudaDataParallelPlan dpp{.dp = dp, .rank = rank, .zero = zero, .bucket_bytes = bucket};
+              Result<EngineMemory> off = plan_cuda_rank_memory(m, static_cast<int>(micro), tp, 1, 0, 1,
+                                                               CudaPipeSchedule::kOneFOneB, dpp, 1, false);
+              Result<EngineMemory> on = plan_cuda_rank_memory(m, static_cast<int>(micro), tp, 1, 0, 1,
+                                                              CudaPipeSchedule::kOneFOneB, dpp, 1, true);
+              ASSERT_TRUE(off.ok() && on.ok()) << off.error() << on.error();
+              const std::vector<FlatRange> runs =
+                  shard_plan_make(t, dp, rank, zero, bucket).gradient_runs(partial);
+              uint64_t packed = 0;
+              for (const FlatRange& r : runs) packed += r.count;
+              const std::string at = "L " + std::to_string(l) + " tp " + std::to_string(tp) + " dp " +
+                                     std::to_string(dp) + " rank " + std::to_string(rank) + " zero " +
+                                     std::to_string(zero) + " bucket " + std::to_string(bucket);
+              EXPECT_EQ(row_bytes(on.value(), "sp_packed"), 4 * packed) << at;
+              EXPECT_EQ(row_bytes(on.value(), "sp_runs"), 2 * 24 * runs.size()) << at;
+              EXPECT_EQ(row_bytes(on.value(), "layer.res2"), l * (n / tp) * c * 2) << at;
+              EXPECT_EQ(row_bytes(off.value(), "layer.res2"), l * n * c * 2) << at;
+              EXPECT_EQ(on->total + 2 * l * (n - n / tp) * c * 2, off->total + 4 * packed + 48 * runs.size())
+                  << at;
+            }
+          }
+        }
+      }
+    }
+  }
+  // Inside pipeline stages the backend refuses it: the table is pp's own.
+  const PlanModel m = plan_model_of(kTpPpModels[1]);
+  EXPECT_EQ(plan_cuda_rank_memory(m, 2, 2, 2, 0, 2, CudaPipeSchedule::kOneFOneB, {}, 1, true)->total,
+            plan_cuda_rank_memory(m, 2, 2, 2, 0, 2, CudaPipeSchedule::kOneFOneB, {}, 1, false)->total);
+}
+
 // ZeRO over dp: each dp rank's state is what engine/core/parallel/shard_plan.cpp cuts for it from the rank's
 // tensor table (ZeroDeviceState's sizes: the shard S in the master weights and moments from ZeRO 1, the
 // gradients and their staging slots from 2, the bf16 parameters and the gathered units from 3; one AdamW

@@ -38,9 +38,10 @@ using testing_support::slurp;
 struct Layout {
   int gpus, tp, pp;
   const char* schedule;
-  int zero = 0;    // over dp = gpus / (tp x pp)
-  int layers = 4;  // model.n_layer
-  int vp = 1;      // train.vp: model chunks per rank ("interleaved" at vp > 1)
+  int zero = 0;     // over dp = gpus / (tp x pp)
+  int layers = 4;   // model.n_layer
+  int vp = 1;       // train.vp: model chunks per rank ("interleaved" at vp > 1)
+  bool sp = false;  // train.sequence_parallel (tp > 1 at pp 1): against plan_cuda_rank_memory's, below
 };
 
 // `gantry-engine args`: exit code, stdout and stderr (files in `dir`).
@@ -55,11 +56,12 @@ int engine(const std::string& args, const std::string& dir, std::string* out, st
 // The tiny model at `layers` layers (4: 2 blocks a stage at pp 2, one a chunk at pp 2 x vp 2) on the CUDA
 // backend, micro-batches of 4 (4 a step at dp 1: 1F1B holds 2 per stage at pp 2, GPipe all 4), no
 // validation or checkpoint.
-std::string config(const std::string& root, const std::string& schedule, int layers, int vp) {
+std::string config(const std::string& root, const std::string& schedule, int layers, int vp, bool sp) {
   std::string cfg = slurp(std::string(GANTRY_SOURCE_DIR "/assets/configs/tiny.toml"));
   cfg.replace(cfg.find("n_layer = 2"), 11, "n_layer = " + std::to_string(layers));
   cfg.replace(cfg.find("backend = \"cpu\""), 15,
-              "backend = \"cuda\"\npp_schedule = \"" + schedule + "\"\nvp = " + std::to_string(vp));
+              "backend = \"cuda\"\npp_schedule = \"" + schedule + "\"\nvp = " + std::to_string(vp) +
+                  (sp ? "\nsequence_parallel = true" : ""));
   cfg.replace(cfg.find("micro_batch = 8"), 15, "micro_batch = 4");
   cfg.replace(cfg.find("val_every = 25"), 14, "val_every = 0");
   cfg.replace(cfg.find("checkpoint_every = 50"), 21, "checkpoint_every = 0");
@@ -76,7 +78,7 @@ TEST_P(PlanMemoryCuda, EveryRanksMemoryIsThePlannersPredictionForItsStage) {
     GTEST_SKIP() << "needs " << l.gpus << " GPUs (found " << cuda_device_count() << ")";
   const std::string root = testing_support::scratch_dir().string();
   for (const char* d : {"/run", "/plan"}) std::filesystem::create_directories(root + d);
-  const std::string cfg = config(root, l.schedule, l.layers, l.vp);
+  const std::string cfg = config(root, l.schedule, l.layers, l.vp, l.sp);
   const std::string layout =
       " --tp " + std::to_string(l.tp) + " --pp " + std::to_string(l.pp) + " --zero " + std::to_string(l.zero);
 
@@ -99,16 +101,19 @@ TEST_P(PlanMemoryCuda, EveryRanksMemoryIsThePlannersPredictionForItsStage) {
                                                              : CudaPipeSchedule::kOneFOneB;
   // What plan_cuda_rank_memory predicts for `stage` at dp rank `dp_rank` (the plan command shows dp rank
   // 0's).
-  auto rank_total = [&](int stage, int dp_rank) -> double {
+  auto rank_memory = [&](int stage, int dp_rank, bool sp) -> EngineMemory {
     Result<EngineMemory> e = plan_cuda_rank_memory(
         m, c->train.micro_batch, l.tp, l.pp, stage, micro_batches, schedule,
         {.dp = dp,
          .rank = dp_rank,
          .zero = l.zero,
          .bucket_bytes = static_cast<uint64_t>(c->train.dp_bucket_mb * 1024.0 * 1024.0)},
-        l.vp);
+        l.vp, sp);
     EXPECT_TRUE(e.ok()) << e.error();
-    return e.ok() ? static_cast<double>(e->total) : -1.0;
+    return e.ok() ? e.value() : EngineMemory{};
+  };
+  auto rank_total = [&](int stage, int dp_rank) {
+    return static_cast<double>(rank_memory(stage, dp_rank, l.sp).total);
   };
   // The plan command's figure per stage (dp rank 0's), every schedule (ZB-H1 included: a config's zbh1 is a
   // planner schedule).
@@ -124,9 +129,13 @@ TEST_P(PlanMemoryCuda, EveryRanksMemoryIsThePlannersPredictionForItsStage) {
   }
   const nlohmann::json stages = plan.at("memory").at("stages");
   ASSERT_EQ(stages.size(), static_cast<size_t>(l.pp)) << out;
-  // The plan command's figure is plan_cuda_rank_memory's (dp rank 0's) for every stage.
-  for (int stage = 0; stage < l.pp; ++stage)
-    EXPECT_EQ(stages[static_cast<size_t>(stage)].at("total").get<double>(), rank_total(stage, 0)) << stage;
+  // The plan command's figure is plan_cuda_rank_memory's (dp rank 0's) for every stage. It plans the engine
+  // without sequence parallelism: an SP layout is held to plan_cuda_rank_memory's SP table instead.
+  for (int stage = 0; stage < l.pp; ++stage) {
+    EXPECT_EQ(stages[static_cast<size_t>(stage)].at("total").get<double>(),
+              static_cast<double>(rank_memory(stage, 0, false).total))
+        << stage;
+  }
 
   ASSERT_EQ(engine("run --nproc " + std::to_string(l.gpus) + layout + " --config " + cfg + " --out " + root +
                        "/run --max-steps 2 --json-ranks",
@@ -145,10 +154,11 @@ TEST_P(PlanMemoryCuda, EveryRanksMemoryIsThePlannersPredictionForItsStage) {
   ASSERT_EQ(measured.size(), static_cast<size_t>(l.gpus)) << out;
   for (const auto& [rank, bytes] : measured) {
     const int stage = (rank / l.tp) % l.pp;
-    const double predicted = stages[static_cast<size_t>(stage)].at("total").get<double>();
+    const EngineMemory want = rank_memory(stage, 0, l.sp);
+    const double predicted = static_cast<double>(want.total);
     // The 32 MiB cuBLASLt workspace is most of the tiny model's total: the 3 % goal is checked on the rest,
     // what memory_bytes() counts (the record's bytes less the workspace).
-    const double predicted_backend = stages[static_cast<size_t>(stage)].at("backend_bytes").get<double>();
+    const double predicted_backend = static_cast<double>(want.backend_bytes);
     const double workspace = predicted - predicted_backend;
     ASSERT_EQ(bytes.size(), 2u) << "rank " << rank;
     for (size_t s = 0; s < bytes.size(); ++s) {
@@ -190,12 +200,15 @@ INSTANTIATE_TEST_SUITE_P(
                       // Interleaved: 2 chunks a rank (one block each), m 4, each chunk's slots its own; at
                       // ZeRO 2 over dp 2 with 6 layers (a rank's chunks of different sizes, each chunk's
                       // first block beginning a gradient bucket; 4 GPUs).
-                      Layout{2, 1, 2, "interleaved", 0, 4, 2}, Layout{4, 1, 2, "interleaved", 2, 6, 2}),
+                      Layout{2, 1, 2, "interleaved", 0, 4, 2}, Layout{4, 1, 2, "interleaved", 2, 6, 2},
+                      // Sequence parallelism: the residual stream at N/tp rows and the packed partial
+                      // gradients, at ZeRO 0 and over dp 2 at ZeRO 2 (4 GPUs).
+                      Layout{2, 2, 1, "1f1b", 0, 4, 1, true}, Layout{4, 2, 1, "1f1b", 2, 4, 1, true}),
     [](const ::testing::TestParamInfo<Layout>& i) {
       return "gpus" + std::to_string(i.param.gpus) + "_tp" + std::to_string(i.param.tp) + "_pp" +
              std::to_string(i.param.pp) + "_" + i.param.schedule + "_zero" + std::to_string(i.param.zero) +
              (i.param.layers != 4 ? "_l" + std::to_string(i.param.layers) : "") +
-             (i.param.vp != 1 ? "_vp" + std::to_string(i.param.vp) : "");
+             (i.param.vp != 1 ? "_vp" + std::to_string(i.param.vp) : "") + (i.param.sp ? "_sp" : "");
     });
 
 }  // namespace
