@@ -83,7 +83,7 @@ TEST(ConsoleDevices, DeviceSeriesAComparedRunAndAWrongTokenInTheWindow) {
   const fs::path wrong = dir / "wrong_token";
   std::ofstream(wrong) << "gantry-not-the-token-0000000000000000\n";
   fs::permissions(wrong, fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::replace);
-  const std::string console = "xvfb-run -a -s '-screen 0 1600x1000x24' " + std::string(GANTRY_BIN) +
+  const std::string console = xvfb_run(dir / "Xauthority") + std::string(GANTRY_BIN) +
                               " --width 1000 --height 700 --connect " + url + " --token-file " +
                               wrong.string() + " --state-dir " + (dir / "state2").string();
   // The refusal, then many frames: one refusal. (The frames counted from the start could all be drawn

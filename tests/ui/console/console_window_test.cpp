@@ -115,7 +115,7 @@ TEST(ConsoleWindow, BenchFramesPrintsOneJsonLine) {
   if (!have_xvfb_run()) GTEST_SKIP() << "xvfb-run is not installed (Debian: xvfb)";
   const fs::path dir = scratch_dir("console_bench");
   const int code = run_shell(
-      "xvfb-run -a -s '-screen 0 1600x1000x24' " + std::string(GANTRY_BIN " --state-dir ") + dir.string() +
+      xvfb_run(dir / "Xauthority") + std::string(GANTRY_BIN " --state-dir ") + dir.string() +
       " --bench-frames 3 --bench-ranks 8 --bench-steps 100 --bench-history " + (dir / "history").string() +
       " </dev/null >" + (dir / "out").string() + " 2>" + (dir / "err").string());
   ASSERT_EQ(code, 0) << slurp(dir / "err");
