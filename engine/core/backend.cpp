@@ -43,13 +43,15 @@ Status tp_split_check(const ModelConfig& m, const Communicator* tp) {
 
 Result<std::unique_ptr<Backend>> backend_create(const std::string& kind, const ModelConfig& m, int max_batch,
                                                 const BackendOptions& options) {
+  // Either backend's sequence parallelism splits each sequence's positions (or the rows of whole
+  // sequences) over the tp ranks.
+  if (options.tp != nullptr && options.tp->size() > 1 && options.sequence_parallel &&
+      m.seq_len % options.tp->size() != 0) {
+    return Status::error("tp " + std::to_string(options.tp->size()) +
+                         " with sequence parallelism must divide model.seq_len " + std::to_string(m.seq_len));
+  }
   if (kind == "cpu") {
     if (Status st = tp_split_check(m, options.tp); !st.ok()) return st;
-    if (options.tp != nullptr && options.sequence_parallel && m.seq_len % options.tp->size() != 0) {
-      return Status::error("tp " + std::to_string(options.tp->size()) +
-                           " with sequence parallelism must divide model.seq_len " +
-                           std::to_string(m.seq_len));
-    }
     if (options.pp != nullptr && options.pp->size() > 1)
       return backend_cpu_pipeline_create(m, max_batch, options);
     return backend_cpu_create(m, max_batch, options);
@@ -71,11 +73,6 @@ Result<std::unique_ptr<Backend>> backend_create(const std::string& kind, const M
                          " with sequence parallelism on train.backend = \"cuda\": the GPU runs sequence "
                          "parallelism at pp 1 only for now; set train.sequence_parallel = false, pp 1, or "
                          "train.backend = \"cpu\"");
-  }
-  if (options.tp != nullptr && options.tp->size() > 1 && options.sequence_parallel &&
-      m.seq_len % options.tp->size() != 0) {
-    return Status::error("tp " + std::to_string(options.tp->size()) +
-                         " with sequence parallelism must divide model.seq_len " + std::to_string(m.seq_len));
   }
   if (kind == "cuda") {
 #ifdef GANTRY_HAVE_CUDA
